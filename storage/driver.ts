@@ -1,0 +1,33 @@
+/**
+ * The one small primitive every storage backend implements. The domain operations are
+ * written once per SQL dialect above it (storage/sqlite, storage/postgres); the transition
+ * logic itself lives in src/ and is written once.
+ *
+ * Rules every driver keeps:
+ * - `transaction(fn)` runs `fn` as one atomic unit: SQLite `BEGIN IMMEDIATE … COMMIT`,
+ *   PostgreSQL `SERIALIZABLE`. A throw inside `fn` rolls back and rethrows the same error.
+ * - Transactions on one driver never interleave: an embedded (single-connection) driver
+ *   queues them, so an `await` inside `fn` cannot let a second transaction in.
+ * - `fn` may be called more than once (PostgreSQL retries on serialization failure), so it
+ *   must do nothing but read and write through `tx` and compute.
+ * - Driver errors are mapped to `QlrError` codes at this boundary (`conflict`, `storage_*`),
+ *   with the original error as `cause`.
+ * - Integers come back as JavaScript numbers (epoch milliseconds fit in 2^53).
+ */
+export type SqlDialect = "sqlite" | "postgres";
+export type SqlParam = string | number | null;
+export type SqlRow = Record<string, unknown>;
+
+export interface SqlTx {
+  /** Runs one statement with positional parameters (`?` for SQLite, `$1…` for PostgreSQL). */
+  query<R extends SqlRow = SqlRow>(sql: string, params?: readonly SqlParam[]): Promise<R[]>;
+}
+
+export interface SqlDriver {
+  readonly dialect: SqlDialect;
+  /** A short stable name for reports: `sqljs-memory`, `sqljs-file`, `pglite`, `pg`, `do-sqlite`. */
+  readonly name: string;
+  transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T>;
+  /** Runs several statements of DDL or setup outside the domain (migrations use it inside a transaction). */
+  close(): Promise<void>;
+}
