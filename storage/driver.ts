@@ -28,6 +28,6 @@ export interface SqlDriver {
   /** A short stable name for reports: `sqljs-memory`, `sqljs-file`, `pglite`, `pg`, `do-sqlite`. */
   readonly name: string;
   transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T>;
-  /** Runs several statements of DDL or setup outside the domain (migrations use it inside a transaction). */
+  /** Waits for queued transactions, releases locks and files. Idempotent. */
   close(): Promise<void>;
 }
