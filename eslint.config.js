@@ -5,7 +5,7 @@ import tseslint from "typescript-eslint";
 
 const bannedInCore = [
   { selector: "MemberExpression[object.name='Date'][property.name='now']", message: "src/ is pure: take nowMs as an argument or through the Clock port." },
-  { selector: "NewExpression[callee.name='Date']", message: "src/ is pure: take nowMs as an argument; format times at the runtime edge." },
+  { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: "src/ is pure: take nowMs as an argument; new Date(ms) of an explicit instant is the only allowed form." },
   { selector: "MemberExpression[object.name='Math'][property.name='random']", message: "src/ is pure: take randomness through an injected port (seeded in simulation)." },
   { selector: "MemberExpression[property.name='randomUUID']", message: "src/ is pure: ids are derived (digests) or injected through the IdSource port." },
   { selector: "CallExpression[callee.name=/^(setTimeout|setInterval|setImmediate|queueMicrotask)$/]", message: "src/ is pure: the cadence is driven from outside (tick); no timers in the core." },

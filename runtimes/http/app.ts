@@ -1,0 +1,309 @@
+import { Hono, type Context } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { z } from "zod";
+import type { Coordinator } from "../../src/coordinator.ts";
+import { timingSafeEqualText } from "../../src/digest.ts";
+import { isQlrError, QlrError, type QlrErrorCode } from "../../src/errors.ts";
+import { isPortableId, PACKAGE_NAME_PATTERN, RESOURCE_NAME_PATTERN } from "../../src/identity.ts";
+import { MAX_MANIFEST_BYTES } from "../../src/manifest/limits.ts";
+import { parseManifest } from "../../src/manifest/index.ts";
+import { RUN_STATUSES, type Run, type RunAttempt, type StepRun } from "../../src/model.ts";
+import { applyPackage, cancelRun, getRunDetail, getRunEvents, startRun } from "../../src/operations.ts";
+import type { Clock, IdSource, Store } from "../../src/ports.ts";
+import type { Metrics } from "./metrics.ts";
+
+/**
+ * The one Hono app every runtime serves (device, server, Worker). It validates every input
+ * at the boundary with zod or explicit checks, writes nothing for bad input, and answers
+ * errors as `{error: {code, message, details}}` with the status words of the contract.
+ */
+
+export const MAX_BODY_BYTES = MAX_MANIFEST_BYTES + 4096;
+export const MAX_LIST_LIMIT = 200;
+export const MAX_EVENTS_PAGE = 500;
+
+export interface AppDeps {
+  readonly store: Store;
+  readonly coordinator: Coordinator;
+  readonly clock: Clock;
+  readonly ids: IdSource;
+  readonly token: string;
+  readonly metrics: Metrics;
+  /** Reads the latest attempt log of a step; absent on runtimes that hold no logs. */
+  readonly readLog?: (attempt: RunAttempt, maxBytes: number) => Promise<string | null>;
+  /** Recovery decisions that failed closed, shown by `status` and the API. */
+  readonly recoveryReport?: () => readonly { attemptId: string; decision: string; reason: string | null }[];
+  /** Extra routes mounted before auth (dashboard assets). */
+  readonly mount?: (app: Hono) => void;
+}
+
+const STATUS_OF: Record<QlrErrorCode, 400 | 401 | 404 | 409 | 413 | 500 | 503> = {
+  invalid_request: 400,
+  invalid_manifest: 400,
+  invalid_identity: 400,
+  limit_exceeded: 400,
+  payload_too_large: 413,
+  unauthorized: 401,
+  not_found: 404,
+  conflict: 409,
+  illegal_transition: 409,
+  clock_regression: 503,
+  schema_too_new: 500,
+  storage_corrupt: 500,
+  storage_locked: 503,
+  storage_unavailable: 503,
+  integrity: 500,
+  internal: 500,
+};
+
+function publicCode(code: QlrErrorCode): string {
+  switch (code) {
+    case "invalid_identity":
+    case "limit_exceeded":
+      return "invalid_request";
+    case "illegal_transition":
+      return "conflict";
+    case "unauthorized":
+    case "not_found":
+    case "conflict":
+    case "payload_too_large":
+    case "invalid_request":
+    case "invalid_manifest":
+      return code;
+    default:
+      return "internal";
+  }
+}
+
+function fail(code: QlrErrorCode, message: string, details: { path: string; message: string }[] = []): never {
+  throw new QlrError(code, message, { details });
+}
+
+function zodDetails(error: z.ZodError): { path: string; message: string }[] {
+  return error.issues.map((issue) => ({ path: issue.path.length === 0 ? "$" : issue.path.map(String).join("."), message: issue.message }));
+}
+
+const startRunBody = z
+  .object({
+    package: z.string().regex(PACKAGE_NAME_PATTERN),
+    workflow: z.string().regex(RESOURCE_NAME_PATTERN).optional(),
+    task: z.string().regex(RESOURCE_NAME_PATTERN).optional(),
+    idempotencyKey: z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/).optional(),
+  })
+  .strict()
+  .refine((body) => (body.workflow === undefined) !== (body.task === undefined), { message: "exactly one of workflow or task", path: ["workflow"] });
+
+const listQuery = z
+  .object({
+    status: z.enum(RUN_STATUSES).optional(),
+    limit: z.coerce.number().int().min(1).max(MAX_LIST_LIMIT).default(50),
+    cursor: z.string().refine(isPortableId, "cursor must be a run id").optional(),
+  })
+  .strict();
+
+const eventsQuery = z.object({ after: z.coerce.number().int().min(0).default(0), limit: z.coerce.number().int().min(1).max(MAX_EVENTS_PAGE).default(MAX_EVENTS_PAGE) }).strict();
+
+function runId(c: Context): string {
+  const id = c.req.param("id") ?? "";
+  if (!isPortableId(id)) fail("invalid_request", "run id must be a portable identity", [{ path: "id", message: "not a portable identity" }]);
+  return id;
+}
+
+function queryObject(c: Context): Record<string, string> {
+  const url = new URL(c.req.url);
+  const out: Record<string, string> = {};
+  for (const [key, value] of url.searchParams) out[key] = value;
+  return out;
+}
+
+async function readJson(c: Context): Promise<unknown> {
+  const text = await c.req.text();
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    fail("invalid_request", "the body is not valid JSON", [{ path: "$", message: "malformed JSON" }]);
+  }
+}
+
+export function runView(run: Run): Record<string, unknown> {
+  return {
+    id: run.id,
+    kind: run.kind,
+    status: run.status,
+    package: run.package,
+    generation: run.generation,
+    target: run.target,
+    createdAtMs: run.createdAtMs,
+    finishedAtMs: run.finishedAtMs,
+    cancelRequestedAtMs: run.cancelRequestedAtMs,
+    idempotencyKey: run.idempotencyKey,
+    scheduleName: run.scheduleName,
+  };
+}
+
+function stepView(step: StepRun): Record<string, unknown> {
+  return { id: step.id, name: step.name, task: step.task, needs: step.needs, status: step.status, version: step.version, attemptCount: step.attemptCount, startedAtMs: step.startedAtMs, finishedAtMs: step.finishedAtMs };
+}
+
+function attemptView(attempt: RunAttempt): Record<string, unknown> {
+  return {
+    id: attempt.id,
+    stepRunId: attempt.stepRunId,
+    number: attempt.number,
+    status: attempt.status,
+    executor: attempt.executor,
+    startedAtMs: attempt.startedAtMs,
+    finishedAtMs: attempt.finishedAtMs,
+    exitCode: attempt.exitCode,
+    signal: attempt.signal,
+    pid: attempt.pid,
+    stopReason: attempt.stopReason,
+    error: attempt.error,
+  };
+}
+
+export function createApp(deps: AppDeps): Hono {
+  const app = new Hono();
+  const { store, clock } = deps;
+  const write = <T>(fn: (tx: Parameters<Parameters<Store["transaction"]>[0]>[0], nowMs: number) => Promise<T>): Promise<T> =>
+    store.transaction(async (tx) => fn(tx, await tx.observe(clock.nowMs())));
+
+  app.onError((error, c) => {
+    deps.metrics.observeHttpError();
+    if (isQlrError(error)) {
+      return c.json({ error: { code: publicCode(error.code), message: error.message, details: error.details } }, STATUS_OF[error.code]);
+    }
+    return c.json({ error: { code: "internal", message: "internal error", details: [] } }, 500);
+  });
+  app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${new URL(c.req.url).pathname}`, details: [] } }, 404));
+
+  app.get("/healthz", (c) => c.json({ ok: true }));
+  deps.mount?.(app);
+
+  app.use("*", async (c, next) => {
+    const header = c.req.header("authorization") ?? "";
+    const presented = header.startsWith("Bearer ") ? header.slice("Bearer ".length) : "";
+    if (presented.length === 0 || !timingSafeEqualText(presented, deps.token)) {
+      deps.metrics.observeHttpError();
+      return c.json({ error: { code: "unauthorized", message: "a valid bearer token is required", details: [] } }, 401);
+    }
+    await next();
+  });
+  app.use(
+    "*",
+    bodyLimit({
+      maxSize: MAX_BODY_BYTES,
+      onError: (c) => c.json({ error: { code: "payload_too_large", message: `the body exceeds ${MAX_BODY_BYTES} bytes`, details: [] } }, 413),
+    }),
+  );
+
+  app.post("/tick", async (c) => {
+    const report = await deps.coordinator.tick();
+    deps.metrics.observeTick();
+    return c.json({ report });
+  });
+
+  app.post("/packages", async (c) => {
+    const contentType = (c.req.header("content-type") ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
+    const text = await c.req.text();
+    let result;
+    if (contentType === "application/yaml" || contentType === "application/x-yaml" || contentType === "text/yaml") {
+      result = parseManifest(text, "yaml");
+    } else if (contentType === "application/json" || contentType === "") {
+      result = parseManifest(text, "json");
+    } else {
+      fail("invalid_request", `unsupported content-type ${contentType}; use application/json or application/yaml`);
+    }
+    if (!result.ok) fail("invalid_manifest", `the manifest has ${result.issues.length} problem(s)`, result.issues);
+    const applied = await write((tx, nowMs) => applyPackage(tx, result.manifest, nowMs));
+    return c.json(applied, applied.changed ? 201 : 200);
+  });
+
+  app.get("/packages", async (c) => {
+    const packages = await store.transaction(async (tx) => tx.listPackageHeads(MAX_LIST_LIMIT));
+    return c.json({ packages });
+  });
+
+  app.get("/packages/:name", async (c) => {
+    const name = c.req.param("name");
+    if (!PACKAGE_NAME_PATTERN.test(name)) fail("invalid_request", "package name is not valid", [{ path: "name", message: "invalid" }]);
+    const found = await store.transaction(async (tx) => {
+      const head = await tx.getPackageHead(name);
+      if (head === null) return null;
+      const generations = await tx.listGenerations(name, 50);
+      const current = await tx.getGeneration(name, head.generation);
+      const schedules = await tx.getSchedules(name);
+      return { head, generations, manifest: current?.manifest ?? null, schedules };
+    });
+    if (found === null) fail("not_found", `package ${name} is not applied`);
+    return c.json({
+      package: found.head,
+      generations: found.generations,
+      workflows: found.manifest?.workflows ?? [],
+      tasks: (found.manifest?.tasks ?? []).map((task) => ({ name: task.name, executor: task.executor, timeoutMs: task.timeoutMs })),
+      schedules: found.schedules.map((schedule) => ({ name: schedule.name, cron: schedule.spec.cron, timezone: schedule.spec.timezone, target: schedule.spec.target, overlap: schedule.spec.overlap, nextFireAtMs: schedule.nextFireAtMs, lastFireAtMs: schedule.lastFireAtMs, missedFires: schedule.missedFires, skippedOverlaps: schedule.skippedOverlaps })),
+    });
+  });
+
+  app.post("/runs", async (c) => {
+    const parsed = startRunBody.safeParse(await readJson(c));
+    if (!parsed.success) fail("invalid_request", "the run request is not valid", zodDetails(parsed.error));
+    const body = parsed.data;
+    const target = body.workflow !== undefined ? ({ kind: "workflow", name: body.workflow } as const) : ({ kind: "task", name: body.task ?? "" } as const);
+    const started = await write((tx, nowMs) => startRun(tx, { package: body.package, target, idempotencyKey: body.idempotencyKey ?? null, scheduleName: null, runId: deps.ids.runId() }, nowMs));
+    return c.json({ run: runView(started.run) }, started.created ? 201 : 200);
+  });
+
+  app.get("/runs", async (c) => {
+    const parsed = listQuery.safeParse(queryObject(c));
+    if (!parsed.success) fail("invalid_request", "the query is not valid", zodDetails(parsed.error));
+    const { status, limit, cursor } = parsed.data;
+    const runs = await store.transaction(async (tx) => tx.listRuns({ status: status ?? null, cursor: cursor ?? null, limit: limit + 1 }));
+    const page = runs.slice(0, limit);
+    return c.json({ runs: page.map(runView), nextCursor: runs.length > limit ? (page[page.length - 1]?.id ?? null) : null });
+  });
+
+  app.get("/runs/:id", async (c) => {
+    const id = runId(c);
+    const detail = await store.transaction(async (tx) => getRunDetail(tx, id));
+    return c.json({ run: runView(detail.run), steps: detail.steps.map(stepView), attempts: detail.attempts.map(attemptView) });
+  });
+
+  app.get("/runs/:id/events", async (c) => {
+    const id = runId(c);
+    const parsed = eventsQuery.safeParse(queryObject(c));
+    if (!parsed.success) fail("invalid_request", "the query is not valid", zodDetails(parsed.error));
+    const events = await store.transaction(async (tx) => getRunEvents(tx, id, parsed.data.after, parsed.data.limit));
+    return c.json({ events: events.map((event) => ({ seq: event.seq, type: event.type, atMs: event.atMs, stepRunId: event.stepRunId, attemptId: event.attemptId, data: event.data })) });
+  });
+
+  app.post("/runs/:id/cancel", async (c) => {
+    const id = runId(c);
+    const run = await write((tx, nowMs) => cancelRun(tx, id, nowMs));
+    return c.json({ run: runView(run) }, 202);
+  });
+
+  app.get("/runs/:id/steps/:name/log", async (c) => {
+    const id = runId(c);
+    const name = c.req.param("name");
+    if (!RESOURCE_NAME_PATTERN.test(name)) fail("invalid_request", "step name is not valid", [{ path: "name", message: "invalid" }]);
+    const detail = await store.transaction(async (tx) => getRunDetail(tx, id));
+    const step = detail.steps.find((candidate) => candidate.name === name);
+    const targetStepId = detail.run.kind === "ordinary" ? null : step?.id;
+    if (detail.run.kind === "workflow" && step === undefined) fail("not_found", `run ${id} has no step ${name}`);
+    const latest = detail.attempts.filter((attempt) => attempt.stepRunId === (targetStepId ?? null)).at(-1);
+    if (latest === undefined || deps.readLog === undefined) fail("not_found", `step ${name} has no log yet`);
+    const text = await deps.readLog(latest, 1024 * 1024);
+    if (text === null) fail("not_found", `step ${name} has no log yet`);
+    return c.text(text, 200, { "content-type": "text/plain; charset=utf-8" });
+  });
+
+  app.get("/recovery", (c) => c.json({ recovery: deps.recoveryReport?.() ?? [] }));
+
+  app.get("/metrics", async (c) => {
+    const counts = await store.transaction(async (tx) => tx.countRunsByStatus());
+    return c.text(deps.metrics.render(counts), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+  });
+
+  return app;
+}

@@ -1,0 +1,432 @@
+import { spawn } from "node:child_process";
+import { readdir, stat } from "node:fs/promises";
+import { isAbsolute } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { fileURLToPath } from "node:url";
+import { digestOf, timingSafeEqualText } from "../../../src/digest.ts";
+import { QlrError } from "../../../src/errors.ts";
+import { assertPortableId, isPortableId } from "../../../src/identity.ts";
+import { createFileExclusiveDurable, ensureDurableDirectories, errorCode, readSmallFile } from "./durable-file.ts";
+import { journalText, readJournalRecord, type JournalRecord } from "./journal.ts";
+import { DEFAULT_PROC_ROOT, isExitedState, readBootId, readProcStat } from "./proc.ts";
+import { checkReceiptText, isStopReason, readReceiptKey, RECEIPT_MAX_BYTES, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive, type CompletionReceipt, type StopReason } from "./receipt.ts";
+import { attemptLogPath, journalPath, JOURNAL_SUFFIX, receiptPath, stateLayout, type LogStream, type StateLayout } from "./state-layout.ts";
+import { recordStopIntent } from "./stop-intent.ts";
+import { parseSupervisorReport, SUPERVISOR_REPORT_MAX_BYTES, SUPERVISOR_SPEC_MAX_BYTES, type SupervisorReport, type SupervisorSpec } from "./supervisor-protocol.ts";
+
+export interface LaunchSpec {
+  /** Portable identity, e.g. `wta:<32 hex>`; it names the journal, receipt and log files. */
+  readonly attemptId: string;
+  /** Executed directly, no shell, unless argv itself is ["/bin/sh", "-c", …]. */
+  readonly argv: readonly string[];
+  /** Merged over `minimalBaseEnv()`; see there for why the runtime's own env is not passed. */
+  readonly env: Readonly<Record<string, string>>;
+  /** Absolute; null runs the task in the runtime's working directory at launch time. */
+  readonly cwd: string | null;
+  /** Cap per stream: stdout and stderr each keep at most this many bytes plus one marker line. */
+  readonly logMaxBytes: number;
+}
+
+/**
+ * The exact identity of a launched task: the pid of the task's own process (the leader of the
+ * task's process group, the group every stop signals), its /proc start time and the boot id.
+ * `startedAtMs` is the launcher's clock reading taken before the journal barrier and the spawn.
+ */
+export interface ProcessHandle {
+  readonly attemptId: string;
+  readonly pid: number;
+  /** Field 22 of /proc/<pid>/stat, decimal text. */
+  readonly processStartTicks: string;
+  /** /proc/sys/kernel/random/boot_id at launch. */
+  readonly bootId: string;
+  readonly startedAtMs: number;
+}
+
+export type Inspection = { readonly state: "running" } | { readonly state: "not_running" } | { readonly state: "changed_identity" } | { readonly state: "unverifiable"; readonly reason: string };
+
+export type ReceiptReading = { readonly status: "none" } | { readonly status: "valid"; readonly receipt: CompletionReceipt } | { readonly status: "invalid"; readonly reason: string };
+
+export interface JournalListing {
+  /** Attempt ids with a well-named journal file, sorted. */
+  readonly valid: string[];
+  readonly rejected: { readonly name: string; readonly reason: string }[];
+}
+
+export interface StopResult {
+  readonly signalsSent: ("SIGTERM" | "SIGKILL")[];
+  /** The inspection after the last wait; "running" means even SIGKILL did not end it in time (a process stuck in the kernel). */
+  readonly finalInspection: Inspection;
+  /** The reason on record: the first stop request for an attempt wins. */
+  readonly recordedReason: StopReason;
+}
+
+export interface PosixLauncherOptions {
+  readonly stateDir: string;
+  /** Must equal the key in `<stateDir>/receipt.key` (see `loadOrCreateReceiptKey`). */
+  readonly hmacKey: Uint8Array;
+  readonly nowMs: () => number;
+  /** The bundled supervisor; defaults to supervisor.mjs beside the running bundle. */
+  readonly supervisorPath?: string;
+  /** Time between SIGTERM and SIGKILL in a stop; default 5000. */
+  readonly graceMs?: number;
+  /** Where /proc is mounted; tests point it elsewhere to exercise the unverifiable path. */
+  readonly procRoot?: string;
+}
+
+export const DEFAULT_LOG_MAX_BYTES = 1024 * 1024;
+export const LOG_MAX_BYTES_LIMIT = 1024 * 1024 * 1024;
+export const DEFAULT_GRACE_MS = 5000;
+export const SUPERVISOR_FILE_NAME = "supervisor.mjs";
+/** The supervisor bundle's default place: next to the runtime bundle (dist/supervisor.mjs). */
+export const DEFAULT_SUPERVISOR_PATH = fileURLToPath(new URL(`./${SUPERVISOR_FILE_NAME}`, import.meta.url));
+
+/**
+ * How long launch waits for the supervisor's report. A Node start on a slow router takes
+ * about a second; past this the launch fails and recovery treats the attempt as unknown.
+ */
+const SUPERVISOR_REPORT_TIMEOUT_MS = 30_000;
+/** After SIGKILL, how long stop waits for the process to be gone before reporting what it sees. */
+const KILL_SETTLE_MS = 5000;
+const POLL_INTERVAL_MS = 20;
+/**
+ * The supervisor only shuttles bytes from pipes to files; a small heap keeps its private
+ * memory near 7 MiB (the Node binary's pages are shared with the runtime).
+ */
+const SUPERVISOR_NODE_FLAGS = ["--max-old-space-size=32", "--max-semi-space-size=1"];
+const ARGV_MAX_ENTRIES = 4096;
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/**
+ * The environment every task starts from: only PATH, HOME and LANG, copied from the runtime.
+ * The runtime's own environment holds its secrets (API tokens, database URLs, NODE_OPTIONS);
+ * a user script must see only what its task definition gives it.
+ */
+export function minimalBaseEnv(source: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  return { PATH: source.PATH ?? DEFAULT_PATH, HOME: source.HOME ?? "/", LANG: source.LANG ?? "C.UTF-8" };
+}
+
+/** Thrown by launch when the task could not be started; its receipt is already durable. */
+export class SpawnFailedError extends Error {
+  readonly code = "spawn_failed";
+  readonly receipt: CompletionReceipt;
+
+  constructor(receipt: CompletionReceipt) {
+    super(`attempt ${receipt.attemptId} did not start: ${receipt.spawnError ?? "unknown spawn error"}`);
+    this.name = "SpawnFailedError";
+    this.receipt = receipt;
+  }
+}
+
+/** Errors cross realms, so the check is by name and code, not instanceof. */
+export function isSpawnFailedError(value: unknown): value is SpawnFailedError {
+  if (typeof value !== "object" || value === null) return false;
+  const candidate = value as { name?: unknown; code?: unknown };
+  return candidate.name === "SpawnFailedError" && candidate.code === "spawn_failed";
+}
+
+function invalidSpec(path: string, message: string): QlrError {
+  return new QlrError("invalid_request", `launch spec ${path}: ${message}`, { details: [{ path, message }] });
+}
+
+function validateLaunchSpec(spec: LaunchSpec): void {
+  if (!Array.isArray(spec.argv) || spec.argv.length === 0 || spec.argv.length > ARGV_MAX_ENTRIES) throw invalidSpec("argv", `must hold 1 to ${ARGV_MAX_ENTRIES} strings`);
+  spec.argv.forEach((item, index) => {
+    if (typeof item !== "string" || item.includes("\0")) throw invalidSpec(`argv[${index}]`, "must be a string without NUL");
+  });
+  if (spec.argv[0] === "") throw invalidSpec("argv[0]", "must name a program");
+  for (const [name, value] of Object.entries(spec.env)) {
+    if (name === "" || name.includes("=") || name.includes("\0")) throw invalidSpec(`env.${name}`, "a variable name must be non-empty, without '=' or NUL");
+    if (typeof value !== "string" || value.includes("\0")) throw invalidSpec(`env.${name}`, "must be a string without NUL");
+  }
+  if (spec.cwd !== null && (typeof spec.cwd !== "string" || !isAbsolute(spec.cwd) || spec.cwd.includes("\0"))) throw invalidSpec("cwd", "must be an absolute path or null");
+  if (!Number.isSafeInteger(spec.logMaxBytes) || spec.logMaxBytes < 1 || spec.logMaxBytes > LOG_MAX_BYTES_LIMIT) throw invalidSpec("logMaxBytes", `must be an integer from 1 to ${LOG_MAX_BYTES_LIMIT}`);
+}
+
+/**
+ * Runs one attempt of a task as a real OS process that survives a SIGKILL of the runtime. See
+ * README.md beside this file for the process tree, the files and the durability order.
+ */
+export class PosixLauncher {
+  private readonly layout: StateLayout;
+  private readonly hmacKey: Uint8Array;
+  private readonly nowMs: () => number;
+  private readonly supervisorPath: string;
+  private readonly graceMs: number;
+  private readonly procRoot: string;
+  private prepared: Promise<void> | null = null;
+  private readonly stopsInFlight = new Map<string, Promise<StopResult>>();
+
+  constructor(options: PosixLauncherOptions) {
+    this.layout = stateLayout(options.stateDir);
+    this.hmacKey = options.hmacKey;
+    this.nowMs = options.nowMs;
+    this.supervisorPath = options.supervisorPath ?? DEFAULT_SUPERVISOR_PATH;
+    this.graceMs = options.graceMs ?? DEFAULT_GRACE_MS;
+    this.procRoot = options.procRoot ?? DEFAULT_PROC_ROOT;
+    if (!Number.isSafeInteger(this.graceMs) || this.graceMs < 0) throw new QlrError("invalid_request", "graceMs must be a non-negative integer");
+  }
+
+  logPath(attemptId: string, stream: LogStream): string {
+    return attemptLogPath(this.layout, attemptId, stream);
+  }
+
+  /**
+   * Journal (durable) → supervisor spawn → handle. Every check that can fail without side
+   * effects runs before the journal is written; once the journal exists, the attempt has
+   * "maybe started" and is never launched again under the same id.
+   */
+  async launch(spec: LaunchSpec): Promise<ProcessHandle> {
+    const attemptId = assertPortableId(spec.attemptId, "attemptId");
+    validateLaunchSpec(spec);
+    const supervisorSpec: SupervisorSpec = {
+      attemptId,
+      argv: [...spec.argv],
+      env: { ...minimalBaseEnv(), ...spec.env },
+      cwd: spec.cwd ?? process.cwd(),
+      logMaxBytes: spec.logMaxBytes,
+      receiptKeyPath: this.layout.receiptKeyPath,
+    };
+    const specText = JSON.stringify(supervisorSpec);
+    if (Buffer.byteLength(specText, "utf8") > SUPERVISOR_SPEC_MAX_BYTES) throw invalidSpec("argv", `argv and env together exceed ${SUPERVISOR_SPEC_MAX_BYTES} bytes`);
+    await this.prepare();
+    const bootId = await readBootId(this.procRoot);
+    if (bootId === null) throw new QlrError("storage_unavailable", `no boot id under ${this.procRoot}: the POSIX launcher needs Linux /proc to identify processes`);
+
+    const startedAtMs = this.nowMs();
+    if (!Number.isSafeInteger(startedAtMs)) throw new QlrError("invalid_request", "nowMs() must return an integer");
+    const journal: JournalRecord = { version: 1, attemptId, startedAtMs, bootId, argvDigest: digestOf(spec.argv), cwd: spec.cwd, logMaxBytes: spec.logMaxBytes };
+    try {
+      await createFileExclusiveDurable(journalPath(this.layout, attemptId), this.layout.tmpDir, journalText(journal));
+    } catch (error) {
+      if (errorCode(error) === "EEXIST") throw new QlrError("conflict", `attempt ${attemptId} is already journaled; launching it again could run it twice`, { cause: error });
+      throw new QlrError("storage_unavailable", `journal write for ${attemptId} failed`, { cause: error });
+    }
+
+    const report = await this.startSupervisor(attemptId, specText, startedAtMs);
+    if (report.kind === "spawn_failed") {
+      const reading = await this.readReceipt(attemptId);
+      if (reading.status !== "valid") throw new QlrError("integrity", `attempt ${attemptId} failed to spawn (${report.spawnError}) but its receipt is ${reading.status}`);
+      throw new SpawnFailedError(reading.receipt);
+    }
+    if (report.startTicks === null) {
+      // The task runs but cannot be identified; it is never signalled by pid alone. Its
+      // receipt still arrives when it ends; until then recovery sees no handle and fails closed.
+      throw new QlrError("storage_unavailable", `attempt ${attemptId} started as pid ${report.pid} but its /proc start time was unreadable`);
+    }
+    return { attemptId, pid: report.pid, processStartTicks: report.startTicks, bootId, startedAtMs };
+  }
+
+  /** Directories, the key check and the supervisor bundle, once per launcher (retried after a failure). */
+  private prepare(): Promise<void> {
+    this.prepared ??= (async () => {
+      const { stateDir, journalDir, receiptsDir, logsDir, stopsDir, tmpDir, receiptKeyPath } = this.layout;
+      await ensureDurableDirectories(stateDir, [journalDir, receiptsDir, logsDir, stopsDir, tmpDir]);
+      const fileKey = await readReceiptKey(receiptKeyPath);
+      // The supervisor signs with the file's key and this launcher verifies with its own, so
+      // they must be the same key or every receipt would read as invalid.
+      if (fileKey === null || !timingSafeEqualText(Buffer.from(fileKey).toString("hex"), Buffer.from(this.hmacKey).toString("hex"))) {
+        throw new QlrError("integrity", `hmacKey is not the key in ${receiptKeyPath}; create both with loadOrCreateReceiptKey(stateDir)`);
+      }
+      const supervisor = await stat(this.supervisorPath).catch(() => null);
+      if (supervisor === null || !supervisor.isFile()) throw new QlrError("not_found", `supervisor bundle ${this.supervisorPath} is missing; build it with buildSupervisor()`);
+    })().catch((error: unknown) => {
+      this.prepared = null;
+      throw error;
+    });
+    return this.prepared;
+  }
+
+  /**
+   * Starts the supervisor in its own session (detached), hands it the spec on stdin and waits
+   * for its one report line on fd 3. The runtime then lets go of it (unref), so neither keeps
+   * the other alive.
+   */
+  private async startSupervisor(attemptId: string, specText: string, startedAtMs: number): Promise<SupervisorReport> {
+    let child;
+    try {
+      child = spawn(process.execPath, [...SUPERVISOR_NODE_FLAGS, this.supervisorPath, this.layout.stateDir, attemptId], {
+        detached: true,
+        stdio: ["pipe", "ignore", "ignore", "pipe"],
+        // The supervisor gets the base env too: no runtime secret and no NODE_OPTIONS reaches it.
+        env: minimalBaseEnv(),
+        // The root directory keeps the supervisor from pinning a mount point the task does not use.
+        cwd: "/",
+      });
+    } catch (error) {
+      return this.failWithoutSupervisor(attemptId, startedAtMs, `the supervisor could not be started: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    const reportStream = child.stdio[3];
+    const outcome = await new Promise<{ report: SupervisorReport } | { failure: string; supervisorStarted: boolean }>((resolve) => {
+      let text = "";
+      let exitDescription = "";
+      const timer = setTimeout(() => resolve({ failure: `the supervisor did not report within ${SUPERVISOR_REPORT_TIMEOUT_MS} ms`, supervisorStarted: true }), SUPERVISOR_REPORT_TIMEOUT_MS);
+      const settle = (value: { report: SupervisorReport } | { failure: string; supervisorStarted: boolean }): void => {
+        clearTimeout(timer);
+        resolve(value);
+      };
+      child.on("error", (error) => settle({ failure: `the supervisor could not be started: ${error.message}`, supervisorStarted: child.pid !== undefined }));
+      child.once("exit", (code, signal) => (exitDescription = ` (it exited with ${signal ?? `code ${code}`})`));
+      child.stdin?.on("error", () => undefined);
+      child.stdin?.end(specText);
+      if (reportStream === null || reportStream === undefined) {
+        settle({ failure: "the supervisor has no report channel", supervisorStarted: true });
+        return;
+      }
+      reportStream.on("error", () => undefined);
+      reportStream.on("data", (chunk: Buffer) => {
+        text += chunk.toString("utf8");
+        const newline = text.indexOf("\n");
+        if (newline >= 0) {
+          const report = parseSupervisorReport(text.slice(0, newline));
+          settle(report === null ? { failure: "the supervisor sent an unreadable report", supervisorStarted: true } : { report });
+        } else if (text.length > SUPERVISOR_REPORT_MAX_BYTES) {
+          settle({ failure: "the supervisor's report is too long", supervisorStarted: true });
+        }
+      });
+      // The exit and the end of the report channel race; waiting for the channel to close
+      // first means a report written just before exiting is never missed.
+      reportStream.once("close", () => setImmediate(() => settle({ failure: `the supervisor closed its report channel without reporting${exitDescription}`, supervisorStarted: true })));
+    });
+    child.stdin?.destroy();
+    reportStream?.destroy();
+    child.unref();
+    if ("report" in outcome) return outcome.report;
+    if (!outcome.supervisorStarted) return this.failWithoutSupervisor(attemptId, startedAtMs, outcome.failure);
+    // The supervisor may still be running and may have started the task, so no receipt is
+    // written here: the attempt is unknown and recovery fails closed on it.
+    throw new QlrError("internal", `launch of ${attemptId}: ${outcome.failure}`);
+  }
+
+  /** No supervisor process exists, so nothing ran: the launcher writes the receipt itself and the journal never dangles. */
+  private async failWithoutSupervisor(attemptId: string, startedAtMs: number, spawnError: string): Promise<never> {
+    const receipt = signReceipt(this.hmacKey, { attemptId, startedAtMs, finishedAtMs: this.nowMs(), exitCode: null, signal: null, stopReason: null, spawnError: spawnError.slice(0, SPAWN_ERROR_MAX_LENGTH) });
+    await writeReceiptExclusive(this.layout, receipt);
+    throw new SpawnFailedError(receipt);
+  }
+
+  async readJournal(attemptId: string): Promise<JournalRecord | null> {
+    return readJournalRecord(this.layout, attemptId);
+  }
+
+  /**
+   * Lists the journal. A file whose name is not `<portable id>.json`, or that is not a regular
+   * file, is reported as rejected and never turned into an attempt id.
+   */
+  async listJournal(): Promise<JournalListing> {
+    let entries;
+    try {
+      entries = await readdir(this.layout.journalDir, { withFileTypes: true });
+    } catch (error) {
+      if (errorCode(error) === "ENOENT") return { valid: [], rejected: [] };
+      throw error;
+    }
+    const valid: string[] = [];
+    const rejected: { name: string; reason: string }[] = [];
+    for (const entry of entries) {
+      const stem = entry.name.endsWith(JOURNAL_SUFFIX) ? entry.name.slice(0, -JOURNAL_SUFFIX.length) : null;
+      if (stem === null) rejected.push({ name: entry.name, reason: `name does not end in ${JOURNAL_SUFFIX}` });
+      else if (!isPortableId(stem)) rejected.push({ name: entry.name, reason: "name is not a portable identity" });
+      else if (!entry.isFile()) rejected.push({ name: entry.name, reason: "not a regular file" });
+      else valid.push(stem);
+    }
+    valid.sort();
+    rejected.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    return { valid, rejected };
+  }
+
+  /**
+   * Reads and authenticates the receipt: shape, MAC, attempt id against the file name, and
+   * startedAtMs against the journal. Anything short of all four is "invalid", never accepted.
+   */
+  async readReceipt(attemptId: string): Promise<ReceiptReading> {
+    const path = receiptPath(this.layout, attemptId);
+    const file = await readSmallFile(path, RECEIPT_MAX_BYTES);
+    if (file === null) return { status: "none" };
+    if (!file.ok) return { status: "invalid", reason: `receipt ${file.reason}` };
+    const checked = checkReceiptText(this.hmacKey, file.text, attemptId);
+    if (!checked.ok) return { status: "invalid", reason: checked.reason };
+    let journal: JournalRecord | null;
+    try {
+      journal = await readJournalRecord(this.layout, attemptId);
+    } catch (error) {
+      return { status: "invalid", reason: `journal unusable: ${error instanceof Error ? error.message : String(error)}` };
+    }
+    if (journal === null) return { status: "invalid", reason: "no journal record for this receipt" };
+    if (journal.startedAtMs !== checked.receipt.startedAtMs) return { status: "invalid", reason: `receipt startedAtMs ${checked.receipt.startedAtMs} differs from the journal's ${journal.startedAtMs}` };
+    return { status: "valid", receipt: checked.receipt };
+  }
+
+  /**
+   * Evidence rules (README.md, "inspect"): "not_running" only from a trusted source — the same
+   * boot and a readable /proc without the pid (or with it as a zombie), or a different boot id,
+   * since a reboot ends every process of the earlier boot.
+   */
+  async inspect(handle: ProcessHandle): Promise<Inspection> {
+    if (!Number.isSafeInteger(handle.pid) || handle.pid <= 0 || !/^[0-9]+$/.test(handle.processStartTicks)) return { state: "unverifiable", reason: "the handle is malformed" };
+    const bootId = await readBootId(this.procRoot);
+    if (bootId === null) return { state: "unverifiable", reason: `no boot id under ${this.procRoot}` };
+    if (bootId !== handle.bootId) return { state: "not_running" };
+    const reading = await readProcStat(handle.pid, this.procRoot);
+    if (reading.kind === "unreadable") return { state: "unverifiable", reason: reading.reason };
+    if (reading.kind === "absent") return { state: "not_running" };
+    if (reading.stat.startTicks !== handle.processStartTicks) return { state: "changed_identity" };
+    return isExitedState(reading.stat.state) ? { state: "not_running" } : { state: "running" };
+  }
+
+  /**
+   * Records the stop reason durably, then SIGTERM to the task's process group, up to graceMs
+   * for it to end, then SIGKILL to the group. The identity is verified right before each
+   * signal, so a pid that now names another process is never signalled. Concurrent stops of
+   * one attempt share one promise.
+   */
+  stop(handle: ProcessHandle, reason: StopReason): Promise<StopResult> {
+    const attemptId = assertPortableId(handle.attemptId, "attemptId");
+    if (!isStopReason(reason)) throw new QlrError("invalid_request", `stop reason must be cancel, timeout or shutdown, got ${String(reason)}`);
+    const inFlight = this.stopsInFlight.get(attemptId);
+    if (inFlight !== undefined) return inFlight;
+    const stopping = this.stopExact(handle, reason).finally(() => this.stopsInFlight.delete(attemptId));
+    this.stopsInFlight.set(attemptId, stopping);
+    return stopping;
+  }
+
+  private async stopExact(handle: ProcessHandle, reason: StopReason): Promise<StopResult> {
+    await this.prepare();
+    const recordedReason = await recordStopIntent(this.layout, handle.attemptId, reason, this.nowMs());
+    const signalsSent: ("SIGTERM" | "SIGKILL")[] = [];
+    let inspection = await this.signalIfSame(handle, "SIGTERM", signalsSent);
+    if (inspection.state === "running") inspection = await this.waitWhileRunning(handle, this.graceMs);
+    if (inspection.state === "running") {
+      inspection = await this.signalIfSame(handle, "SIGKILL", signalsSent);
+      if (inspection.state === "running") inspection = await this.waitWhileRunning(handle, KILL_SETTLE_MS);
+    }
+    return { signalsSent, finalInspection: inspection, recordedReason };
+  }
+
+  /**
+   * Signals the task's group only if the exact process still runs. The check and the kill are
+   * two system calls; in between, the process would have to exit, be reaped by its
+   * supervisor and have its pid reused by a new group leader, which needs the pid space to
+   * wrap within microseconds.
+   */
+  private async signalIfSame(handle: ProcessHandle, signal: "SIGTERM" | "SIGKILL", signalsSent: ("SIGTERM" | "SIGKILL")[]): Promise<Inspection> {
+    const inspection = await this.inspect(handle);
+    if (inspection.state !== "running") return inspection;
+    try {
+      process.kill(-handle.pid, signal);
+      signalsSent.push(signal);
+    } catch (error) {
+      if (errorCode(error) !== "ESRCH") throw error;
+    }
+    return inspection;
+  }
+
+  private async waitWhileRunning(handle: ProcessHandle, timeoutMs: number): Promise<Inspection> {
+    const deadline = performance.now() + timeoutMs;
+    let inspection = await this.inspect(handle);
+    while (inspection.state === "running" && performance.now() < deadline) {
+      await sleep(POLL_INTERVAL_MS);
+      inspection = await this.inspect(handle);
+    }
+    return inspection;
+  }
+}

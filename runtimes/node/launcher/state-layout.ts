@@ -1,0 +1,51 @@
+import { join } from "node:path";
+import { assertPortableId } from "../../../src/identity.ts";
+
+/**
+ * Where each per-attempt file lives under the launcher's state directory. Every name built
+ * from an attempt id goes through `assertPortableId`, so no id can leave its directory; the
+ * portable pattern allows ':' (as in `wta:<hex>`), which is an ordinary file name character on
+ * Linux.
+ */
+export interface StateLayout {
+  readonly stateDir: string;
+  readonly journalDir: string;
+  readonly receiptsDir: string;
+  readonly logsDir: string;
+  readonly stopsDir: string;
+  /** Temporary files live apart from the journal and receipts so a listing never meets them. */
+  readonly tmpDir: string;
+  readonly receiptKeyPath: string;
+}
+
+export function stateLayout(stateDir: string): StateLayout {
+  return {
+    stateDir,
+    journalDir: join(stateDir, "journal"),
+    receiptsDir: join(stateDir, "receipts"),
+    logsDir: join(stateDir, "logs"),
+    stopsDir: join(stateDir, "stops"),
+    tmpDir: join(stateDir, "tmp"),
+    receiptKeyPath: join(stateDir, "receipt.key"),
+  };
+}
+
+export const JOURNAL_SUFFIX = ".json";
+
+export function journalPath(layout: StateLayout, attemptId: string): string {
+  return join(layout.journalDir, `${assertPortableId(attemptId, "attemptId")}${JOURNAL_SUFFIX}`);
+}
+
+export function receiptPath(layout: StateLayout, attemptId: string): string {
+  return join(layout.receiptsDir, `${assertPortableId(attemptId, "attemptId")}.json`);
+}
+
+export function stopIntentPath(layout: StateLayout, attemptId: string): string {
+  return join(layout.stopsDir, `${assertPortableId(attemptId, "attemptId")}.json`);
+}
+
+export type LogStream = "stdout" | "stderr";
+
+export function attemptLogPath(layout: StateLayout, attemptId: string, stream: LogStream): string {
+  return join(layout.logsDir, `${assertPortableId(attemptId, "attemptId")}.${stream}.log`);
+}

@@ -1,0 +1,463 @@
+import { admitTaskAttempt, MAX_ADMISSION_PAGE } from "./admission.ts";
+import { convergeCancellation } from "./cancellation.ts";
+import { isQlrError, QlrError } from "./errors.ts";
+import { complete, markRunning, markStarting, requestShutdownStop, requestTimeoutStop, startFailed, type AttemptScope } from "./execution.ts";
+import { advanceFrontier } from "./frontier.ts";
+import type { RunAttempt } from "./model.ts";
+import { TERMINAL_RUN_STATUSES } from "./model.ts";
+import { admitOrdinaryAttempt } from "./ordinary.ts";
+import type { AdmissionCandidate, Clock, Executor, IdSource, Store, StoreTx } from "./ports.ts";
+import type { Profile, StageBudget } from "./profiles.ts";
+import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
+import { fireSchedule } from "./operations.ts";
+import { decideSchedule } from "./schedules.ts";
+import type { RetryPolicy, TaskDefinition } from "./packages.ts";
+
+/**
+ * One cadence, one bounded cycle (ADR-0229 §1, DESIGN.md §4). The stages run in a fixed
+ * order, each bounded by the profile's budget; a failing stage is isolated and reported, the
+ * others still run, and the next cycle retries it. No timer lives here: whoever calls
+ * `tick()` (an in-process timer, a cron trigger, `POST /tick`, a simulation) is the cadence.
+ */
+
+export type StageName = "cancellation" | "schedules" | "ordinary" | "frontier" | "admission" | "dispatch" | "execution_control";
+export const STAGE_ORDER: readonly StageName[] = ["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control"];
+
+/** Named points where crash and race tests inject faults; injected per coordinator, never global. */
+export type FaultPoint =
+  | "admission.after_commit"
+  | "dispatch.after_starting"
+  | "dispatch.after_spawn"
+  | "dispatch.after_running"
+  | "completion.before_commit"
+  | "completion.after_commit"
+  | "cancellation.after_stop_intent"
+  | "cancellation.after_stop";
+
+export interface CoordinatorDeps {
+  readonly store: Store;
+  readonly clock: Clock;
+  readonly ids: IdSource;
+  readonly profile: Profile;
+  /** Executors by type; a type without an executor here is dispatched elsewhere (remote leases). */
+  readonly executors: Partial<Record<RunAttempt["executor"], Executor>>;
+  readonly fault?: (point: FaultPoint) => void | Promise<void>;
+  /** Observes stage timings for metrics; never required. */
+  readonly onStage?: (stage: StageReport) => void;
+  /** The monotonic-ish duration source for reports (performance.now on hosts); defaults to the clock. */
+  readonly elapsedMs?: () => number;
+}
+
+export interface StageReport {
+  readonly name: StageName;
+  readonly processed: number;
+  readonly errors: readonly { readonly code: string; readonly message: string; readonly subject: string | null }[];
+  readonly more: boolean;
+  readonly durationMs: number;
+}
+
+export interface TickReport {
+  readonly profile: string;
+  readonly stages: readonly StageReport[];
+  readonly more: boolean;
+  readonly durationMs: number;
+}
+
+interface StageContext {
+  processed: number;
+  more: boolean;
+  errors: { code: string; message: string; subject: string | null }[];
+}
+
+function describe(error: unknown): { code: string; message: string } {
+  if (isQlrError(error)) return { code: error.code, message: error.message };
+  return { code: "internal", message: error instanceof Error ? error.message : String(error) };
+}
+
+export class Coordinator {
+  private frozen = false;
+  private readonly deps: CoordinatorDeps;
+
+  constructor(deps: CoordinatorDeps) {
+    this.deps = deps;
+  }
+
+  /** Freezes admission and dispatch (scheduler stopAndDrain): later cycles only converge and control. */
+  freezeAdmission(): void {
+    this.frozen = true;
+  }
+
+  get admissionFrozen(): boolean {
+    return this.frozen;
+  }
+
+  private elapsed(): number {
+    return this.deps.elapsedMs?.() ?? this.deps.clock.nowMs();
+  }
+
+  private async fault(point: FaultPoint): Promise<void> {
+    await this.deps.fault?.(point);
+  }
+
+  private async write<T>(fn: (tx: StoreTx, nowMs: number) => Promise<T>): Promise<T> {
+    return this.deps.store.transaction(async (tx) => {
+      const nowMs = await tx.observe(this.deps.clock.nowMs());
+      return fn(tx, nowMs);
+    });
+  }
+
+  async tick(): Promise<TickReport> {
+    const startedMs = this.elapsed();
+    const stages: StageReport[] = [];
+    for (const name of STAGE_ORDER) {
+      const stageStartedMs = this.elapsed();
+      const context: StageContext = { processed: 0, more: false, errors: [] };
+      try {
+        if (this.frozen && (name === "schedules" || name === "ordinary" || name === "admission" || name === "dispatch")) {
+          // Frozen for shutdown: no new admission or dispatch.
+        } else {
+          await this.runStage(name, context);
+        }
+      } catch (error) {
+        context.errors.push({ ...describe(error), subject: null });
+      }
+      const report: StageReport = { name, processed: context.processed, errors: context.errors, more: context.more, durationMs: Math.max(0, this.elapsed() - stageStartedMs) };
+      this.deps.onStage?.(report);
+      stages.push(report);
+    }
+    return { profile: this.deps.profile.name, stages, more: stages.some((stage) => stage.more), durationMs: Math.max(0, this.elapsed() - startedMs) };
+  }
+
+  private async runStage(name: StageName, context: StageContext): Promise<void> {
+    const profile = this.deps.profile;
+    switch (name) {
+      case "cancellation":
+        return this.pagedRuns(profile.cancellation, context, (tx, after, limit) => tx.listCancellingRuns(after, limit), (runId) => this.convergeRun(runId));
+      case "schedules":
+        return this.schedules(profile.schedules, context);
+      case "ordinary":
+        return this.pagedRuns(profile.ordinary, context, (tx, after, limit, nowMs) => tx.listQueuedOrdinaryRuns(after, limit, nowMs), (runId) => this.admitOrdinary(runId));
+      case "frontier":
+        return this.pagedRuns(profile.frontier, context, (tx, after, limit) => tx.listFrontierRuns(after, limit), (runId) => this.frontier(runId));
+      case "admission":
+        return this.admission(profile.admission, context);
+      case "dispatch":
+        return this.dispatch(profile.dispatch, context);
+      case "execution_control":
+        return this.executionControl(profile.executionControl, context);
+    }
+  }
+
+  /** Pages through candidate runs; one short transaction per run; a failing run is reported, the page goes on. */
+  private async pagedRuns(
+    budget: StageBudget,
+    context: StageContext,
+    list: (tx: StoreTx, after: string | null, limit: number, nowMs: number) => Promise<string[]>,
+    handle: (runId: string) => Promise<boolean>,
+  ): Promise<void> {
+    let after: string | null = null;
+    for (let page = 0; page < budget.pages; page += 1) {
+      const ids = await this.deps.store.transaction(async (tx) => list(tx, after, budget.pageSize, this.deps.clock.nowMs()));
+      for (const runId of ids) {
+        try {
+          if (await handle(runId)) context.processed += 1;
+        } catch (error) {
+          context.errors.push({ ...describe(error), subject: runId });
+        }
+      }
+      if (ids.length < budget.pageSize) return;
+      after = ids[ids.length - 1] ?? null;
+      if (page === budget.pages - 1) context.more = true;
+    }
+  }
+
+  async convergeRun(runId: string): Promise<boolean> {
+    return this.write(async (tx, nowMs) => {
+      const run = await tx.getRun(runId);
+      if (run === null) return false;
+      const change = convergeCancellation(run, await tx.getSteps(runId), await tx.getAttempts(runId), nowMs);
+      if (change === null) return false;
+      await tx.apply(change);
+      return true;
+    });
+  }
+
+  private async schedules(budget: StageBudget, context: StageContext): Promise<void> {
+    for (let page = 0; page < budget.pages; page += 1) {
+      const due = await this.deps.store.transaction(async (tx) => tx.listDueSchedules(this.deps.clock.nowMs(), budget.pageSize));
+      for (const schedule of due) {
+        try {
+          await this.write(async (tx, nowMs) => {
+            const lastRun = schedule.lastRunId === null ? null : await tx.getRun(schedule.lastRunId);
+            const lastRunLive = lastRun !== null && !TERMINAL_RUN_STATUSES.has(lastRun.status);
+            const decision = decideSchedule(schedule, nowMs, lastRunLive);
+            if (decision.kind === "idle") return;
+            if (decision.kind === "fire") {
+              const run = await fireSchedule(tx, decision.next, this.deps.ids.runId(), nowMs);
+              await tx.putSchedule({ ...decision.next, lastRunId: run.id }, schedule.version);
+            } else {
+              await tx.putSchedule(decision.next, schedule.version);
+            }
+          });
+          context.processed += 1;
+        } catch (error) {
+          context.errors.push({ ...describe(error), subject: `${schedule.package}/${schedule.name}` });
+        }
+      }
+      if (due.length < budget.pageSize) return;
+      if (page === budget.pages - 1) context.more = true;
+    }
+  }
+
+  private async admitOrdinary(runId: string): Promise<boolean> {
+    return this.write(async (tx, nowMs) => {
+      const run = await tx.getRun(runId);
+      if (run === null || run.kind !== "ordinary") return false;
+      const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, run.target);
+      if (definition === null) throw new QlrError("integrity", `run ${run.id}: task ${run.target} has no definition in its generation`);
+      const admitted = admitOrdinaryAttempt(run, definition, nowMs);
+      if (admitted === null) return false;
+      await tx.apply(admitted.change);
+      return true;
+    });
+  }
+
+  async frontier(runId: string): Promise<boolean> {
+    return this.write(async (tx, nowMs) => {
+      const run = await tx.getRun(runId);
+      if (run === null) return false;
+      const change = advanceFrontier(run, await tx.getSteps(runId), await tx.getAttempts(runId), nowMs);
+      if (change !== null) await tx.apply(change);
+      await tx.clearFrontierMark(runId);
+      return change !== null;
+    });
+  }
+
+  private async admission(budget: StageBudget, context: StageContext): Promise<void> {
+    const pageSize = Math.min(budget.pageSize, MAX_ADMISSION_PAGE);
+    let after: AdmissionCandidate | null = null;
+    for (let page = 0; page < budget.pages; page += 1) {
+      const candidates: AdmissionCandidate[] = await this.deps.store.transaction(async (tx) => tx.listAdmissionCandidates(after, pageSize, this.deps.clock.nowMs()));
+      for (const candidate of candidates) {
+        try {
+          if (await this.admit(candidate)) context.processed += 1;
+        } catch (error) {
+          context.errors.push({ ...describe(error), subject: candidate.stepRunId });
+        }
+      }
+      if (candidates.length < pageSize) return;
+      after = candidates[candidates.length - 1] ?? null;
+      if (page === budget.pages - 1) context.more = true;
+    }
+  }
+
+  /** Admits one exact ready epoch; an existing winner is replayed from its receipt, nothing new is written. */
+  async admit(candidate: AdmissionCandidate): Promise<boolean> {
+    const admitted = await this.write(async (tx, nowMs) => {
+      const run = await tx.getRun(candidate.runId);
+      const steps = await tx.getSteps(candidate.runId);
+      const step = steps.find((item) => item.id === candidate.stepRunId);
+      if (run === null || step === undefined || step.version !== candidate.stepRunVersion || step.status !== "ready") return false;
+      if (run.status !== "running" || run.cancelRequestedAtMs !== null) return false;
+      const plan = run.planDigest === null ? null : await tx.getPlan(run.planDigest);
+      const reconciliation = await tx.getReconciliation(run.reconciliationDigest);
+      const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, step.task);
+      if (plan === null || reconciliation === null || definition === null) throw new QlrError("integrity", `run ${run.id}: plan, reconciliation or task definition missing`);
+      const existing = await tx.getAdmission(run.id, step.id, step.version);
+      const result = admitTaskAttempt({ plan, run, step, reconciliation, definition, existing, nowMs });
+      if (result.kind === "replayed") return false;
+      await tx.apply(result.change);
+      return true;
+    });
+    if (admitted) await this.fault("admission.after_commit");
+    return admitted;
+  }
+
+  private async dispatch(limit: number, context: StageContext): Promise<void> {
+    for (const executor of Object.values(this.deps.executors)) {
+      if (executor === undefined) continue;
+      const claimed = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed"], null, limit + 1));
+      if (claimed.length > limit) context.more = true;
+      for (const attempt of claimed.slice(0, limit)) {
+        try {
+          if (await this.dispatchOne(executor, attempt.id)) context.processed += 1;
+        } catch (error) {
+          context.errors.push({ ...describe(error), subject: attempt.id });
+        }
+      }
+    }
+  }
+
+  private async scope(tx: StoreTx, attemptId: string): Promise<(AttemptScope & { definition: TaskDefinition }) | null> {
+    const attempt = await tx.getAttempt(attemptId);
+    if (attempt === null) return null;
+    const run = await tx.getRun(attempt.runId);
+    if (run === null) return null;
+    const step = attempt.stepRunId === null ? null : ((await tx.getSteps(run.id)).find((item) => item.id === attempt.stepRunId) ?? null);
+    const taskName = step?.task ?? run.target;
+    const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, taskName);
+    if (definition === null) throw new QlrError("integrity", `attempt ${attempt.id}: task ${taskName} has no definition in its generation`);
+    return { run, step, attempt, definition };
+  }
+
+  /**
+   * claimed → starting (committed) → launcher journal + spawn → running (committed). The
+   * step enters `running` with the handle's pre-spawn `startedAtMs`.
+   */
+  private async dispatchOne(executor: Executor, attemptId: string): Promise<boolean> {
+    const starting = await this.write(async (tx, nowMs) => {
+      const scope = await this.scope(tx, attemptId);
+      if (scope === null || scope.attempt.status !== "claimed") return null;
+      if (scope.run.cancelRequestedAtMs !== null) return null;
+      if (scope.step !== null && (scope.step.status !== "ready" || scope.step.version !== scope.attempt.stepRunVersion)) return null;
+      await tx.apply(markStarting(scope, nowMs));
+      return { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition };
+    });
+    if (starting === null) return false;
+    await this.fault("dispatch.after_starting");
+    let handle;
+    try {
+      handle = await executor.launch({ attempt: starting.attempt, definition: starting.definition });
+    } catch (error) {
+      const message = describe(error).message;
+      await this.write(async (tx, nowMs) => {
+        const scope = await this.scope(tx, attemptId);
+        if (scope === null || scope.attempt.status !== "starting") return;
+        await tx.apply(startFailed(scope, message, scope.definition.retry, nowMs));
+      });
+      return true;
+    }
+    await this.fault("dispatch.after_spawn");
+    await this.write(async (tx, nowMs) => {
+      const scope = await this.scope(tx, attemptId);
+      if (scope === null || scope.attempt.status !== "starting") return;
+      await tx.apply(markRunning(scope, handle, nowMs));
+    });
+    await this.fault("dispatch.after_running");
+    return true;
+  }
+
+  /**
+   * Execution control for attempts this runtime owns: receipts become completions, passed
+   * deadlines become task-scoped timeout stops, stop intents stop exactly those processes.
+   */
+  private async executionControl(budget: StageBudget, context: StageContext): Promise<void> {
+    for (const executor of Object.values(this.deps.executors)) {
+      if (executor === undefined) continue;
+      let after: string | null = null;
+      for (let page = 0; page < budget.pages; page += 1) {
+        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["starting", "running"], after, budget.pageSize));
+        for (const attempt of attempts) {
+          try {
+            if (await this.controlOne(executor, attempt)) context.processed += 1;
+          } catch (error) {
+            context.errors.push({ ...describe(error), subject: attempt.id });
+          }
+        }
+        if (attempts.length < budget.pageSize) break;
+        after = attempts[attempts.length - 1]?.id ?? null;
+        if (page === budget.pages - 1) context.more = true;
+      }
+    }
+  }
+
+  private async controlOne(executor: Executor, attempt: RunAttempt): Promise<boolean> {
+    const receipt = await executor.readReceipt(attempt);
+    // A `starting` attempt seen here outlived a crash between spawn and its running transition:
+    // only its receipt may settle it; deadlines and stops need the running handle.
+    if (attempt.status === "starting" && receipt.status === "none") return false;
+    if (receipt.status === "valid") {
+      await this.fault("completion.before_commit");
+      const completed = await this.write(async (tx, nowMs) => {
+        const scope = await this.scope(tx, attempt.id);
+        if (scope === null || (scope.attempt.status !== "running" && scope.attempt.status !== "starting")) return false;
+        await tx.apply(complete(scope, receipt.facts, scope.definition.retry, nowMs));
+        return true;
+      });
+      if (completed) await this.fault("completion.after_commit");
+      return completed;
+    }
+    if (receipt.status === "invalid") {
+      await this.write(async (tx, nowMs) => {
+        const scope = await this.scope(tx, attempt.id);
+        if (scope === null) return;
+        const change = applyRecovery(scope, { kind: "fail_closed", reason: `receipt rejected: ${receipt.reason}` }, scope.definition.retry, nowMs);
+        if (change !== null) await tx.apply(change);
+      });
+      return false;
+    }
+    // No receipt yet: deadlines and stop intents.
+    const stop = await this.write(async (tx, nowMs) => {
+      const scope = await this.scope(tx, attempt.id);
+      if (scope === null || scope.attempt.status !== "running") return null;
+      if (scope.attempt.stopReason !== null) return scope.attempt;
+      const change = requestTimeoutStop(scope, nowMs);
+      if (change === null) return null;
+      await tx.apply(change);
+      return tx.getAttempt(attempt.id);
+    });
+    if (stop === null || stop.stopReason === null) return false;
+    await executor.stop(stop, stop.stopReason);
+    if (stop.stopReason === "cancel") await this.fault("cancellation.after_stop");
+    return true;
+  }
+
+  /**
+   * Start-up recovery of attempts this runtime owns, one attempt at a time. Returns each
+   * decision so the runtime can report what failed closed.
+   */
+  async recover(limit = 10_000): Promise<{ attemptId: string; decision: RecoveryDecision["kind"]; reason: string | null }[]> {
+    const results: { attemptId: string; decision: RecoveryDecision["kind"]; reason: string | null }[] = [];
+    for (const executor of Object.values(this.deps.executors)) {
+      if (executor === undefined) continue;
+      let after: string | null = null;
+      // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
+      while (results.length < limit) {
+        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed", "starting", "running"], after, 64));
+        for (const attempt of attempts) {
+          const receipt = attempt.status === "claimed" ? ({ status: "none" } as const) : await executor.readReceipt(attempt);
+          const journal = attempt.status === "claimed" ? "absent" : await executor.hasJournal(attempt);
+          const inspections = attempt.status === "running" || attempt.status === "starting" ? [await executor.inspect(attempt), await executor.inspect(attempt)] : [];
+          const outcome = await this.write(async (tx, nowMs) => {
+            const scope = await this.scope(tx, attempt.id);
+            if (scope === null || scope.attempt.version !== attempt.version) return null;
+            // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
+            const decision = decideRecovery(scope, { receipt, journal, inspections });
+            const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
+            if (change !== null) await tx.apply(change);
+            return decision;
+          });
+          if (outcome !== null) results.push({ attemptId: attempt.id, decision: outcome.kind, reason: "reason" in outcome ? outcome.reason : null });
+        }
+        if (attempts.length < 64) break;
+        after = attempts[attempts.length - 1]?.id ?? null;
+      }
+    }
+    return results;
+  }
+
+  /** Execution control stopAndDrain: persist shutdown intent, then stop the exact processes. */
+  async stopRunningForShutdown(): Promise<number> {
+    let stopped = 0;
+    for (const executor of Object.values(this.deps.executors)) {
+      if (executor === undefined) continue;
+      const attempts = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], null, 10_000));
+      for (const attempt of attempts) {
+        const stop = await this.write(async (tx, nowMs) => {
+          const scope = await this.scope(tx, attempt.id);
+          if (scope === null) return null;
+          const change = requestShutdownStop(scope, nowMs);
+          if (change !== null) await tx.apply(change);
+          return tx.getAttempt(attempt.id);
+        });
+        if (stop !== null && stop.status === "running") {
+          await executor.stop(stop, stop.stopReason ?? "shutdown");
+          stopped += 1;
+        }
+      }
+    }
+    return stopped;
+  }
+}
+
+export type { RetryPolicy };

@@ -1,0 +1,173 @@
+import { RunChange } from "./aggregate.ts";
+import { QlrError } from "./errors.ts";
+import type { AttemptStatus, ChangeSet, ProcessHandleFacts, Run, RunAttempt, StepRun, StepStatus, StopReason } from "./model.ts";
+import type { RetryPolicy } from "./packages.ts";
+
+/**
+ * Execution transitions of one attempt (ADR-0227 §4, ADR-0229 §2). A workflow task attempt
+ * advances only its attempt and step; the parent run stays `running` (only its version and
+ * event sequence move) and is finalized by the frontier. An ordinary attempt moves its run
+ * through `dispatching → running → terminal`, with retries back to `queued`.
+ */
+
+export interface AttemptScope {
+  readonly run: Run;
+  /** The step of a workflow attempt; null for an ordinary attempt. */
+  readonly step: StepRun | null;
+  readonly attempt: RunAttempt;
+}
+
+function requireStep(scope: AttemptScope): StepRun | null {
+  if (scope.run.kind === "workflow") {
+    if (scope.step === null || scope.attempt.stepRunId !== scope.step.id) throw new QlrError("integrity", `attempt ${scope.attempt.id} is not bound to its step`);
+    return scope.step;
+  }
+  return null;
+}
+
+/** Dispatch intent crosses into `starting`: the next thing is the launcher's journal and spawn. */
+export function markStarting(scope: AttemptScope, nowMs: number, facts: { workerId?: string } = {}): ChangeSet {
+  requireStep(scope);
+  const change = new RunChange(scope.run, nowMs);
+  change.setAttempt(scope.attempt, "starting", facts.workerId === undefined ? {} : { leaseWorkerId: facts.workerId });
+  return change.build();
+}
+
+function enterRunning(change: RunChange, scope: AttemptScope, handle: ProcessHandleFacts): void {
+  const step = requireStep(scope);
+  // startedAtMs is the launcher's pre-spawn handle fact (ADR-0229 §5), never this clock reading.
+  change.setAttempt(scope.attempt, "running", {
+    startedAtMs: handle.startedAtMs,
+    deadlineAtMs: handle.startedAtMs + scope.attempt.timeoutMs,
+    pid: handle.pid,
+    processStartTicks: handle.processStartTicks,
+    bootId: handle.bootId,
+  }, { pid: handle.pid });
+  if (step !== null) {
+    const current = change.step(step);
+    change.setStep(step, "running", { attemptCount: current.attemptCount + 1, startedAtMs: handle.startedAtMs }, { attemptId: scope.attempt.id });
+  } else if (change.run.status === "dispatching") {
+    change.setRunStatus("running", { attemptId: scope.attempt.id });
+  }
+}
+
+export function markRunning(scope: AttemptScope, handle: ProcessHandleFacts, nowMs: number): ChangeSet {
+  if (scope.attempt.status !== "starting") throw new QlrError("illegal_transition", `attempt ${scope.attempt.id} is ${scope.attempt.status}, not starting`);
+  const change = new RunChange(scope.run, nowMs);
+  enterRunning(change, scope, handle);
+  return change.build();
+}
+
+export interface CompletionFacts {
+  readonly startedAtMs: number;
+  readonly finishedAtMs: number;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly stopReason: StopReason | null;
+  readonly spawnError: string | null;
+  /** Present when the attempt completed before its running transition was recorded. */
+  readonly handle?: ProcessHandleFacts;
+}
+
+export interface OutcomeDecision {
+  readonly attempt: AttemptStatus;
+  readonly step: StepStatus;
+}
+
+/**
+ * The outcome of an exited process. The deadline is rechecked against the finish time, so a
+ * process that overran is `timed_out` even if its stop request was never carried out.
+ */
+export function decideOutcome(attempt: RunAttempt, facts: CompletionFacts): OutcomeDecision {
+  const deadlineAtMs = attempt.deadlineAtMs ?? facts.startedAtMs + attempt.timeoutMs;
+  if (facts.stopReason === "timeout" || (facts.exitCode !== 0 && facts.finishedAtMs > deadlineAtMs)) return { attempt: "timed_out", step: "timed_out" };
+  if (facts.stopReason === "cancel") return { attempt: "cancelled", step: "cancelled" };
+  if (facts.stopReason === "shutdown") return { attempt: "cancelled", step: "failed" };
+  if (facts.exitCode === 0 && facts.signal === null) return { attempt: "succeeded", step: "succeeded" };
+  return { attempt: "failed", step: "failed" };
+}
+
+/** A workflow step may be retried only for a task declared idempotent, within its budget. */
+export function stepMayRetry(step: StepRun, outcome: StepStatus, retry: RetryPolicy): boolean {
+  return (outcome === "failed" || outcome === "timed_out") && retry.idempotent && step.attemptCount <= retry.max;
+}
+
+export function complete(scope: AttemptScope, facts: CompletionFacts, retry: RetryPolicy, nowMs: number): ChangeSet {
+  const step = requireStep(scope);
+  const change = new RunChange(scope.run, nowMs);
+  let attempt = scope.attempt;
+  if (attempt.status === "starting") {
+    // The crash window between spawn and the running transition: write ready → running → terminal
+    // atomically instead of skipping the start barrier (ADR-0227 §4).
+    const handle = facts.handle ?? { pid: attempt.pid ?? 0, processStartTicks: attempt.processStartTicks ?? "", bootId: attempt.bootId ?? "", startedAtMs: facts.startedAtMs };
+    enterRunning(change, scope, handle);
+    attempt = change.attempt(attempt);
+  }
+  if (attempt.status !== "running") throw new QlrError("illegal_transition", `attempt ${attempt.id} is ${attempt.status}; only a running attempt completes`);
+  const outcome = decideOutcome(attempt, facts);
+  const stopReason = facts.stopReason ?? (outcome.attempt === "timed_out" ? "timeout" : attempt.stopReason);
+  change.setAttempt(scope.attempt, outcome.attempt, {
+    finishedAtMs: facts.finishedAtMs,
+    exitCode: facts.exitCode,
+    signal: facts.signal,
+    stopReason,
+    error: facts.spawnError,
+  }, { exitCode: facts.exitCode, signal: facts.signal });
+  if (step !== null) {
+    const current = change.step(step);
+    if (stepMayRetry(current, outcome.step, retry) && scope.run.cancelRequestedAtMs === null) {
+      change.setStep(step, "ready", { readyAtMs: nowMs, notBeforeMs: nowMs + retry.backoffMs, startedAtMs: null }, { retry: current.attemptCount, outcome: outcome.step });
+    } else {
+      change.setStep(step, outcome.step, { finishedAtMs: facts.finishedAtMs }, { exitCode: facts.exitCode });
+    }
+  } else {
+    finishOrdinary(change, outcome.step === "skipped" || outcome.step === "pending" || outcome.step === "ready" || outcome.step === "running" ? "failed" : outcome.step, attempt.number, retry, nowMs);
+  }
+  return change.build();
+}
+
+export type OrdinaryOutcome = "succeeded" | "failed" | "timed_out" | "cancelled" | "lost";
+
+/**
+ * An ordinary run ends with its latest attempt, or goes back to `queued` for a retry: definite
+ * failures retry within the task's budget; a lost attempt (outcome unknown) only when the task
+ * is declared idempotent.
+ */
+export function finishOrdinary(change: RunChange, outcome: OrdinaryOutcome, attemptNumber: number, retry: RetryPolicy, nowMs: number): void {
+  const runStatus = outcome;
+  const retryable = (outcome === "failed" || outcome === "timed_out" || (outcome === "lost" && retry.idempotent)) && attemptNumber <= retry.max && change.run.cancelRequestedAtMs === null;
+  if (retryable) change.setRunStatus("queued", { retry: attemptNumber, outcome }, { notBeforeMs: nowMs + retry.backoffMs });
+  else change.setRunStatus(runStatus, { attemptNumber });
+}
+
+/** The spawn itself failed (no process ever ran): attempt `starting → failed`, step `ready → failed`. */
+export function startFailed(scope: AttemptScope, error: string, retry: RetryPolicy, nowMs: number): ChangeSet {
+  const step = requireStep(scope);
+  const change = new RunChange(scope.run, nowMs);
+  change.setAttempt(scope.attempt, "failed", { finishedAtMs: nowMs, error }, { error });
+  if (step !== null) change.setStep(step, "failed", { finishedAtMs: nowMs }, { error });
+  else finishOrdinary(change, "failed", scope.attempt.number, retry, nowMs);
+  return change.build();
+}
+
+/**
+ * A deadline passed: a task-scoped stop intent with reason `timeout`. It never touches the
+ * parent's cancel intent, so one step's timeout does not cancel the DAG (ADR-0227 §5).
+ */
+export function requestTimeoutStop(scope: AttemptScope, nowMs: number): ChangeSet | null {
+  const attempt = scope.attempt;
+  if (attempt.status !== "running" || attempt.deadlineAtMs === null || nowMs < attempt.deadlineAtMs || attempt.stopReason !== null) return null;
+  const change = new RunChange(scope.run, nowMs);
+  change.setAttempt(attempt, null, { stopReason: "timeout", stopRequestedAtMs: nowMs }, { reason: "timeout", deadlineAtMs: attempt.deadlineAtMs },
+    scope.run.kind === "workflow" ? "workflow.task_timeout_requested" : "attempt.stop_requested");
+  return change.build();
+}
+
+/** Graceful shutdown persists its stop intent before stopping the exact process (ADR-0229 §6). */
+export function requestShutdownStop(scope: AttemptScope, nowMs: number): ChangeSet | null {
+  const attempt = scope.attempt;
+  if (attempt.status !== "running" || attempt.stopReason !== null) return null;
+  const change = new RunChange(scope.run, nowMs);
+  change.setAttempt(attempt, null, { stopReason: "shutdown", stopRequestedAtMs: nowMs }, { reason: "shutdown" }, "attempt.stop_requested");
+  return change.build();
+}

@@ -1,0 +1,345 @@
+import { LineCounter, parseDocument } from "yaml";
+import { QlrError } from "../errors.ts";
+import { compareNames, findWorkflowProblems, type WorkflowProblem, type WorkflowStepInput } from "./dag.ts";
+import { MAX_MANIFEST_BYTES, utf8ByteLength } from "./limits.ts";
+import { formatIssuePath, issuesFromZod, ManifestSchema, SHELL_PATH, type ManifestDocument } from "./schema.ts";
+import type { Manifest, ManifestFormat, ManifestIssue, ManifestParseResult, ScheduleSpec, TaskSpec, WorkflowSpec } from "./types.ts";
+
+/**
+ * Aliases a YAML manifest may expand. Anchors are handy for shared env blocks; a cap stops a
+ * "billion laughs" document from expanding a small text into a huge value.
+ */
+const MAX_YAML_ALIAS_COUNT = 100;
+
+type Decoded = { readonly ok: true; readonly value: unknown; readonly issues: ManifestIssue[] } | { readonly ok: false; readonly issues: ManifestIssue[] };
+
+/**
+ * Parses and validates a manifest text. The size is checked first, so an oversize body costs
+ * no parser work; then syntax, then the schema, then the cross checks (task references,
+ * workflow DAGs, schedule targets). Every problem found is reported with its path.
+ */
+export function parseManifest(text: string, format: ManifestFormat): ManifestParseResult {
+  // Every UTF-16 code unit is at least one UTF-8 byte, so a long string is oversize without counting.
+  if (text.length > MAX_MANIFEST_BYTES || utf8ByteLength(text) > MAX_MANIFEST_BYTES) {
+    return { ok: false, issues: [{ path: "$", message: `the manifest is larger than ${MAX_MANIFEST_BYTES} bytes (${MAX_MANIFEST_BYTES / 1024} KiB)` }] };
+  }
+  const decoded = decode(text, format);
+  if (!decoded.ok) return { ok: false, issues: sortIssues(decoded.issues) };
+  const result = validateManifest(decoded.value);
+  if (decoded.issues.length === 0) return result;
+  return { ok: false, issues: sortIssues([...decoded.issues, ...(result.ok ? [] : result.issues)]) };
+}
+
+/** Validates an already-decoded manifest (an HTTP JSON body, for example) and normalizes it. */
+export function validateManifest(value: unknown): ManifestParseResult {
+  const issues = reservedKeyIssues(value);
+  const parsed = ManifestSchema.safeParse(value);
+  if (!parsed.success) issues.push(...issuesFromZod(parsed.error));
+  issues.push(...crossReferenceIssues(value));
+  if (!parsed.success || issues.length > 0) return { ok: false, issues: sortIssues(issues) };
+  return { ok: true, manifest: normalize(parsed.data) };
+}
+
+/** The error an API answers with for a rejected manifest; `details` holds every issue. */
+export function manifestError(issues: readonly ManifestIssue[]): QlrError {
+  const first = issues[0];
+  const summary = first === undefined ? "invalid manifest" : `invalid manifest: ${first.path}: ${first.message}`;
+  const more = issues.length > 1 ? ` (and ${issues.length - 1} more problem${issues.length > 2 ? "s" : ""})` : "";
+  return new QlrError("invalid_manifest", summary + more, { details: issues });
+}
+
+function decode(text: string, format: ManifestFormat): Decoded {
+  switch (format) {
+    case "yaml":
+      return decodeYaml(text);
+    case "json":
+      return decodeJson(text);
+    default:
+      throw new QlrError("invalid_request", `unsupported manifest format ${JSON.stringify(format satisfies never)}`);
+  }
+}
+
+function decodeYaml(text: string): Decoded {
+  const lineCounter = new LineCounter();
+  const at = (offset: number) => {
+    const { line, col } = lineCounter.linePos(offset);
+    return `line ${line}, column ${col}`;
+  };
+  try {
+    // The YAML 1.2 core schema has no custom or language-specific tags; an unknown tag is a
+    // warning in the library and an error here, as is any merge key, duplicate key or second document.
+    const document = parseDocument(text, {
+      version: "1.2",
+      schema: "core",
+      merge: false,
+      uniqueKeys: true,
+      strict: true,
+      stringKeys: true,
+      prettyErrors: false,
+      lineCounter,
+    });
+    const problems = [...document.errors, ...document.warnings].sort((a, b) => a.pos[0] - b.pos[0]);
+    if (problems.length > 0) {
+      return { ok: false, issues: problems.map((problem) => ({ path: "$", message: `YAML: ${problem.message} at ${at(problem.pos[0])}` })) };
+    }
+    return { ok: true, value: document.toJS({ maxAliasCount: MAX_YAML_ALIAS_COUNT }) as unknown, issues: [] };
+  } catch (error) {
+    // toJS throws for an unresolved alias or too many aliases; a pathological nesting depth can
+    // exhaust the parser's stack. Either way the text is not a usable manifest.
+    return { ok: false, issues: [{ path: "$", message: `YAML: ${error instanceof Error ? error.message : String(error)}` }] };
+  }
+}
+
+function decodeJson(text: string): Decoded {
+  const body = text.startsWith("\uFEFF") ? text.slice(1) : text;
+  let value: unknown;
+  try {
+    value = JSON.parse(body);
+  } catch (error) {
+    return { ok: false, issues: [{ path: "$", message: `JSON: ${jsonErrorMessage(error, body)}` }] };
+  }
+  return { ok: true, value, issues: duplicateJsonKeyIssues(body) };
+}
+
+/** The engine's message, first line only, with a line and column when it gives a position. */
+function jsonErrorMessage(error: unknown, text: string): string {
+  const message = (error instanceof Error ? error.message : String(error)).split("\n")[0] ?? "";
+  const position = /at position (\d+)/.exec(message);
+  if (position === null || /line \d+ column \d+/.test(message)) return message;
+  const offset = Number(position[1]);
+  const before = text.slice(0, offset);
+  const line = before.split("\n").length;
+  const column = offset - before.lastIndexOf("\n");
+  return `${message} (line ${line}, column ${column})`;
+}
+
+interface JsonFrame {
+  readonly kind: "object" | "array";
+  readonly parent: JsonFrame | null;
+  /** This container's key or index in its parent; null for the document itself. */
+  readonly segment: string | number | null;
+  readonly keys: Set<string>;
+  key: string;
+  index: number;
+}
+
+/**
+ * JSON.parse keeps the last of two equal keys and drops the others without a word; YAML
+ * rejects them. This scan over text JSON.parse already accepted finds them, so two tasks with
+ * one name are an error in both formats. Parents are linked, not copied, so deep nesting stays
+ * linear.
+ */
+function duplicateJsonKeyIssues(text: string): ManifestIssue[] {
+  const issues: ManifestIssue[] = [];
+  let top = null as JsonFrame | null;
+  let expectingKey = false;
+  const open = (kind: JsonFrame["kind"]): JsonFrame => ({
+    kind,
+    parent: top,
+    segment: top === null ? null : top.kind === "object" ? top.key : top.index,
+    keys: new Set(),
+    key: "",
+    index: 0,
+  });
+  let index = 0;
+  while (index < text.length) {
+    const char = text[index];
+    if (char === "{" || char === "[") {
+      top = open(char === "{" ? "object" : "array");
+      expectingKey = char === "{";
+      index += 1;
+    } else if (char === "}" || char === "]") {
+      top = top?.parent ?? null;
+      expectingKey = false;
+      index += 1;
+    } else if (char === ",") {
+      if (top?.kind === "object") expectingKey = true;
+      else if (top !== null) top.index += 1;
+      index += 1;
+    } else if (char === '"') {
+      const end = endOfJsonString(text, index);
+      if (expectingKey && top?.kind === "object") {
+        const key = JSON.parse(text.slice(index, end)) as string;
+        if (top.keys.has(key)) {
+          issues.push({ path: formatIssuePath([...framePath(top), key]), message: "duplicate key: JSON would keep only the last one" });
+        }
+        top.keys.add(key);
+        top.key = key;
+        expectingKey = false;
+      }
+      index = end;
+    } else {
+      index += 1;
+    }
+  }
+  return issues;
+}
+
+function endOfJsonString(text: string, start: number): number {
+  let index = start + 1;
+  while (index < text.length) {
+    const char = text[index];
+    if (char === "\\") index += 2;
+    else if (char === '"') return index + 1;
+    else index += 1;
+  }
+  return index;
+}
+
+function framePath(frame: JsonFrame): (string | number)[] {
+  const segments: (string | number)[] = [];
+  for (let at: JsonFrame | null = frame; at !== null && at.segment !== null; at = at.parent) segments.push(at.segment);
+  return segments.reverse();
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  return prototype === Object.prototype || prototype === null;
+}
+
+/**
+ * A `__proto__` key is an own property after JSON.parse or YAML, but zod's records drop it
+ * without an issue, so a task or env entry named `__proto__` would vanish silently. It is
+ * rejected wherever it appears. The walk is iterative with linked paths: depth costs no stack.
+ */
+function reservedKeyIssues(document: unknown): ManifestIssue[] {
+  interface Visit {
+    readonly value: unknown;
+    readonly parent: Visit | null;
+    readonly segment: string | number | null;
+  }
+  const pathOf = (visit: Visit): (string | number)[] => {
+    const segments: (string | number)[] = [];
+    for (let at: Visit | null = visit; at !== null && at.segment !== null; at = at.parent) segments.push(at.segment);
+    return segments.reverse();
+  };
+  const issues: ManifestIssue[] = [];
+  const pending: Visit[] = [{ value: document, parent: null, segment: null }];
+  for (let visit = pending.pop(); visit !== undefined; visit = pending.pop()) {
+    const { value } = visit;
+    if (Array.isArray(value)) {
+      value.forEach((item: unknown, index) => pending.push({ value: item, parent: visit, segment: index }));
+    } else if (isPlainObject(value)) {
+      for (const [key, member] of Object.entries(value)) {
+        if (key === "__proto__") issues.push({ path: formatIssuePath([...pathOf(visit), key]), message: "the name __proto__ is reserved" });
+        else pending.push({ value: member, parent: visit, segment: key });
+      }
+    }
+  }
+  return issues;
+}
+
+/** The names declared in a section: empty when it is absent, null when it is malformed (the schema reports that). */
+function namesIn(section: unknown): ReadonlySet<string> | null {
+  if (section === undefined) return new Set();
+  return isPlainObject(section) ? new Set(Object.keys(section)) : null;
+}
+
+/**
+ * References between sections, checked on the decoded value rather than the schema's output so
+ * they are reported even when an unrelated field is wrong. Anything malformed is skipped here:
+ * the schema already reports it, and guessing would add noise.
+ */
+function crossReferenceIssues(document: unknown): ManifestIssue[] {
+  if (!isPlainObject(document)) return [];
+  const issues: ManifestIssue[] = [];
+  const taskNames = namesIn(document.tasks);
+  const workflowNames = namesIn(document.workflows);
+
+  if (isPlainObject(document.workflows)) {
+    for (const [workflowName, workflow] of Object.entries(document.workflows)) {
+      if (!isPlainObject(workflow) || !isPlainObject(workflow.steps)) continue;
+      const steps = Object.entries(workflow.steps).map(([name, step]) => stepInput(name, step));
+      for (const problem of findWorkflowProblems(steps, taskNames ?? undefined)) {
+        issues.push({ path: formatIssuePath(["workflows", workflowName, "steps", ...problemSegments(problem)]), message: problem.message });
+      }
+    }
+  }
+
+  if (isPlainObject(document.schedules)) {
+    for (const [scheduleName, schedule] of Object.entries(document.schedules)) {
+      if (!isPlainObject(schedule)) continue;
+      if (typeof schedule.workflow === "string" && workflowNames !== null && !workflowNames.has(schedule.workflow)) {
+        issues.push({ path: formatIssuePath(["schedules", scheduleName, "workflow"]), message: `unknown workflow ${JSON.stringify(schedule.workflow)}` });
+      }
+      if (typeof schedule.task === "string" && taskNames !== null && !taskNames.has(schedule.task)) {
+        issues.push({ path: formatIssuePath(["schedules", scheduleName, "task"]), message: `unknown task ${JSON.stringify(schedule.task)}` });
+      }
+    }
+  }
+  return issues;
+}
+
+/**
+ * A step as far as it is well formed. Malformed `needs` count as none: dropping edges cannot
+ * invent an unknown step or a cycle, and keeping indices exact requires an all-string list.
+ */
+function stepInput(name: string, step: unknown): WorkflowStepInput {
+  if (!isPlainObject(step)) return { name, needs: [] };
+  const task = typeof step.task === "string" ? step.task : undefined;
+  const needs = Array.isArray(step.needs) && step.needs.every((need): need is string => typeof need === "string") ? step.needs : [];
+  return { name, task, needs };
+}
+
+function problemSegments(problem: WorkflowProblem): (string | number)[] {
+  switch (problem.kind) {
+    case "unknown_task":
+      return [problem.step, "task"];
+    case "unknown_need":
+    case "duplicate_need":
+    case "self_need":
+      return [problem.step, "needs", problem.index];
+    case "cycle":
+      return [problem.step, "needs"];
+    case "duplicate_step":
+      return [problem.step];
+  }
+}
+
+/** Issues in path order, duplicates removed, so one document always yields one list. */
+function sortIssues(issues: readonly ManifestIssue[]): ManifestIssue[] {
+  const unique = new Map<string, ManifestIssue>();
+  for (const issue of issues) unique.set(`${issue.path}\u0000${issue.message}`, issue);
+  return [...unique.values()].sort((a, b) => compareNames(a.path, b.path) || compareNames(a.message, b.message));
+}
+
+function sortedEntries<Value>(record: Readonly<Record<string, Value>>): [string, Value][] {
+  return Object.entries(record).sort(([a], [b]) => compareNames(a, b));
+}
+
+function normalize(document: ManifestDocument): Manifest {
+  const tasks = sortedEntries(document.tasks).map(([name, task]): TaskSpec => {
+    const argv = task.run === undefined ? [SHELL_PATH, "-c", task.shell ?? ""] : [...task.run];
+    return {
+      name,
+      argv,
+      shell: task.run === undefined,
+      timeoutMs: task.timeout,
+      env: Object.fromEntries(sortedEntries(task.env)),
+      cwd: task.cwd ?? null,
+      executor: task.executor,
+      pool: task.pool ?? null,
+      retry: { max: task.retry.max, backoffMs: task.retry.backoff, idempotent: task.retry.idempotent },
+    };
+  });
+  const workflows = sortedEntries(document.workflows).map(
+    ([name, workflow]): WorkflowSpec => ({
+      name,
+      description: workflow.description ?? null,
+      steps: sortedEntries(workflow.steps).map(([stepName, step]) => ({ name: stepName, task: step.task, needs: [...step.needs].sort(compareNames) })),
+    }),
+  );
+  const schedules = sortedEntries(document.schedules).map(
+    ([name, schedule]): ScheduleSpec => ({
+      name,
+      cron: schedule.cron,
+      timezone: schedule.timezone,
+      target: schedule.workflow === undefined ? { kind: "task", name: schedule.task ?? "" } : { kind: "workflow", name: schedule.workflow },
+      overlap: schedule.overlap,
+      missed: schedule.missed,
+      enabled: schedule.enabled,
+    }),
+  );
+  return { package: document.package, description: document.description ?? null, tasks, workflows, schedules };
+}

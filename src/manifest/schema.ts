@@ -1,0 +1,326 @@
+import { z } from "zod";
+import { Cron, CronPattern } from "croner";
+import { PACKAGE_NAME_PATTERN, PORTABLE_ID_PATTERN, RESOURCE_NAME_PATTERN } from "../identity.ts";
+import { formatDurationMs, tryParseDurationMs } from "./duration.ts";
+import {
+  DEFAULT_TIMEOUT_MS,
+  MAX_ARGV_BYTES,
+  MAX_ARGV_ITEMS,
+  MAX_BACKOFF_MS,
+  MAX_CRON_LENGTH,
+  MAX_CWD_BYTES,
+  MAX_ENV_BYTES,
+  MAX_ENV_ENTRIES,
+  MAX_NAME_LENGTH,
+  MAX_NEEDS_PER_STEP,
+  MAX_PACKAGE_DESCRIPTION_LENGTH,
+  MAX_RETRY,
+  MAX_SCHEDULES_PER_PACKAGE,
+  MAX_SHELL_BYTES,
+  MAX_STEPS_PER_WORKFLOW,
+  MAX_TASKS_PER_PACKAGE,
+  MAX_TIMEOUT_MS,
+  MAX_TIMEZONE_LENGTH,
+  MAX_WORKFLOW_DESCRIPTION_LENGTH,
+  MAX_WORKFLOWS_PER_PACKAGE,
+  MIN_TIMEOUT_MS,
+  utf8ByteLength,
+} from "./limits.ts";
+import type { ManifestIssue } from "./types.ts";
+
+/**
+ * The zod schemas of the manifest document (DESIGN.md §6). Every object is strict, so a typo
+ * such as `timout:` is an error with its path instead of a silently ignored field. The output
+ * has defaults filled and durations in milliseconds but keeps the document's shape (records);
+ * `parse.ts` turns it into the sorted `Manifest` after the cross checks.
+ */
+
+export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+/** The shell every `shell:` task runs through; POSIX guarantees it at this path. */
+export const SHELL_PATH = "/bin/sh";
+
+const RESOURCE_NAME_RULE = `must be 1 to ${MAX_NAME_LENGTH} characters of letters, digits, _ and -, starting with a letter or digit`;
+const PACKAGE_NAME_RULE = `must be 1 to ${MAX_NAME_LENGTH} characters of a-z, 0-9 and -, starting with a letter or digit`;
+/** A lone surrogate cannot be encoded as UTF-8, so it cannot reach a process argument or a file name. */
+const LONE_SURROGATE = /\p{Cs}/u;
+/** Only zone-name characters; rejects offsets such as "+05:00" that some ICU builds accept and others do not. */
+const TIMEZONE_NAME_SHAPE = /^[A-Za-z][A-Za-z0-9_+-]*(?:\/[A-Za-z0-9_+-]+)*$/;
+/**
+ * The reference instant for the "does this cron expression ever fire" check. A fixed instant
+ * keeps validation pure and repeatable; any date works because croner searches years ahead.
+ */
+const CRON_PROBE_START = "2000-01-01T00:00:00Z";
+
+/** Says "is required" for a missing value and names the expected shape otherwise. */
+function expecting(shape: string) {
+  return (issue: { input?: unknown }) => (issue.input === undefined ? "is required" : `must be ${shape}`);
+}
+
+function isObjectLike(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Text that may reach a process (argv, env, cwd): no NUL, which would truncate it, and valid Unicode. */
+function processText(shape: string) {
+  return z.string({ error: expecting(shape) }).superRefine((text, ctx) => {
+    if (text.includes("\u0000")) ctx.addIssue({ code: "custom", message: "must not contain a NUL character" });
+    if (LONE_SURROGATE.test(text)) ctx.addIssue({ code: "custom", message: "must be valid Unicode (it holds a lone surrogate)" });
+  });
+}
+
+function durationMs(minMs: number, maxMs: number) {
+  return z.union([z.number(), z.string()], { error: expecting("whole milliseconds (a number) or a duration string such as 30s") }).transform((value, ctx) => {
+    const parsed = tryParseDurationMs(value);
+    if (!parsed.ok) {
+      ctx.addIssue({ code: "custom", message: parsed.reason });
+      return z.NEVER;
+    }
+    if (parsed.ms < minMs || parsed.ms > maxMs) {
+      ctx.addIssue({ code: "custom", message: `must be between ${formatDurationMs(minMs)} and ${formatDurationMs(maxMs)}, got ${formatDurationMs(parsed.ms)}` });
+      return z.NEVER;
+    }
+    return parsed.ms;
+  });
+}
+
+/** A record keyed by resource names, with a bound on its size (and a floor for steps). */
+function namedRecord<Value extends z.ZodType>(value: Value, noun: string, bounds: { min: number; max: number }) {
+  const keys = z.string().regex(RESOURCE_NAME_PATTERN, `the name ${RESOURCE_NAME_RULE}`);
+  return z.record(keys, value, { error: expecting(`a mapping of name to ${noun}`) }).superRefine((record, ctx) => {
+    const count = Object.keys(record).length;
+    if (count < bounds.min) ctx.addIssue({ code: "custom", message: `must declare at least ${bounds.min} ${noun}` });
+    if (count > bounds.max) ctx.addIssue({ code: "custom", message: `must declare at most ${bounds.max} ${noun}s, got ${count}` });
+  });
+}
+
+export const ArgvSchema = z
+  .array(processText("a string"), { error: expecting("an argv array of strings, such as [echo, hello]") })
+  .min(1, "must name the program to run")
+  .max(MAX_ARGV_ITEMS, `must have at most ${MAX_ARGV_ITEMS} items`)
+  .superRefine((argv, ctx) => {
+    // Later arguments may be empty (`printf ""` is meaningful); only the program name may not.
+    if (argv[0] === "") ctx.addIssue({ code: "custom", path: [0], message: "the program must not be empty" });
+    // Each argument costs its bytes plus the NUL terminator, as the kernel counts it against ARG_MAX.
+    const bytes = argv.reduce((sum, argument) => sum + utf8ByteLength(argument) + 1, 0);
+    if (bytes > MAX_ARGV_BYTES) ctx.addIssue({ code: "custom", message: `must total at most ${MAX_ARGV_BYTES} bytes, got ${bytes}` });
+  });
+
+export const ShellScriptSchema = processText("a shell script (a string)").superRefine((script, ctx) => {
+  if (script.trim() === "") ctx.addIssue({ code: "custom", message: "must not be blank" });
+  const bytes = utf8ByteLength(script);
+  if (bytes > MAX_SHELL_BYTES) ctx.addIssue({ code: "custom", message: `must be at most ${MAX_SHELL_BYTES} bytes, got ${bytes}` });
+});
+
+export const EnvSchema = z
+  .record(
+    z.string().regex(ENV_NAME_PATTERN, `the variable name must match ${ENV_NAME_PATTERN.source}`),
+    processText("a string (quote numbers and booleans in YAML)"),
+    { error: expecting("a mapping of NAME: value") },
+  )
+  .superRefine((env, ctx) => {
+    const entries = Object.entries(env);
+    if (entries.length > MAX_ENV_ENTRIES) ctx.addIssue({ code: "custom", message: `must have at most ${MAX_ENV_ENTRIES} variables, got ${entries.length}` });
+    // Counted as the process sees it: NAME=value and a NUL terminator per variable.
+    const bytes = entries.reduce((sum, [name, value]) => sum + utf8ByteLength(name) + utf8ByteLength(value) + 2, 0);
+    if (bytes > MAX_ENV_BYTES) ctx.addIssue({ code: "custom", message: `must total at most ${MAX_ENV_BYTES} bytes, got ${bytes}` });
+  });
+
+const CwdSchema = processText("a directory path (a string)").superRefine((cwd, ctx) => {
+  if (cwd === "") ctx.addIssue({ code: "custom", message: "must not be empty (leave cwd out to use the runtime's directory)" });
+  const bytes = utf8ByteLength(cwd);
+  if (bytes > MAX_CWD_BYTES) ctx.addIssue({ code: "custom", message: `must be at most ${MAX_CWD_BYTES} bytes, got ${bytes}` });
+});
+
+const PoolSchema = z
+  .string({ error: expecting("a pool name") })
+  .regex(PORTABLE_ID_PATTERN, "must be a portable name: 1 to 36 characters of letters, digits, . _ : -, starting with a letter or digit");
+
+const RetrySchema = z.strictObject(
+  {
+    max: z
+      .number({ error: expecting("a whole number") })
+      .int("must be a whole number")
+      .min(0, "must not be negative")
+      .max(MAX_RETRY, `must be at most ${MAX_RETRY}`)
+      .default(0),
+    backoff: durationMs(0, MAX_BACKOFF_MS).default(0),
+    idempotent: z.boolean({ error: expecting("true or false") }).default(false),
+  },
+  { error: expecting("a mapping such as { max: 2, backoff: 5s }") },
+);
+
+/**
+ * Rules that span fields. They run even when a field failed (`when`), so one pass reports
+ * every problem; the value may then hold unparsed input, hence the defensive checks.
+ */
+function checkTaskChoices(task: unknown, ctx: z.RefinementCtx): void {
+  if (!isObjectLike(task)) return;
+  const hasRun = task.run !== undefined;
+  const hasShell = task.shell !== undefined;
+  if (hasRun && hasShell) ctx.addIssue({ code: "custom", path: ["shell"], message: "a task has either run or shell, not both" });
+  if (!hasRun && !hasShell) ctx.addIssue({ code: "custom", path: ["run"], message: "is required: an argv array (or give shell: a script instead)" });
+  if (task.executor === "remote_worker") {
+    if (task.pool === undefined) ctx.addIssue({ code: "custom", path: ["pool"], message: "is required when executor is remote_worker" });
+    if (task.cwd !== undefined) ctx.addIssue({ code: "custom", path: ["cwd"], message: "applies only to local_process: a remote worker chooses its own directory" });
+  }
+  if (task.executor === "local_process" && task.pool !== undefined) {
+    ctx.addIssue({ code: "custom", path: ["pool"], message: "is allowed only when executor is remote_worker" });
+  }
+}
+
+function checkScheduleTarget(schedule: unknown, ctx: z.RefinementCtx): void {
+  if (!isObjectLike(schedule)) return;
+  const hasWorkflow = schedule.workflow !== undefined;
+  const hasTask = schedule.task !== undefined;
+  if (hasWorkflow && hasTask) ctx.addIssue({ code: "custom", path: ["task"], message: "a schedule starts either a workflow or a task, not both" });
+  if (!hasWorkflow && !hasTask) ctx.addIssue({ code: "custom", path: ["workflow"], message: "is required: the workflow to start (or give task: instead)" });
+}
+
+const always = () => true;
+
+export const TaskSchema = z
+  .strictObject(
+    {
+      run: ArgvSchema.optional(),
+      shell: ShellScriptSchema.optional(),
+      timeout: durationMs(MIN_TIMEOUT_MS, MAX_TIMEOUT_MS).default(DEFAULT_TIMEOUT_MS),
+      env: EnvSchema.default(() => ({})),
+      cwd: CwdSchema.optional(),
+      executor: z.enum(["local_process", "remote_worker"], { error: expecting("local_process or remote_worker") }).default("local_process"),
+      pool: PoolSchema.optional(),
+      retry: RetrySchema.default(() => ({ max: 0, backoff: 0, idempotent: false })),
+    },
+    { error: expecting("a mapping with run (an argv array) or shell (a script)") },
+  )
+  .superRefine(checkTaskChoices, { when: always });
+
+export const StepSchema = z.strictObject(
+  {
+    task: z.string({ error: expecting("the name of a task") }),
+    needs: z
+      .array(z.string({ error: expecting("a step name") }), { error: expecting("a list of step names") })
+      .max(MAX_NEEDS_PER_STEP, `must list at most ${MAX_NEEDS_PER_STEP} steps`)
+      .default(() => []),
+  },
+  { error: expecting("a mapping such as { task: hello, needs: [a] }") },
+);
+
+export const WorkflowSchema = z.strictObject(
+  {
+    description: z
+      .string({ error: expecting("a string") })
+      .max(MAX_WORKFLOW_DESCRIPTION_LENGTH, `must be at most ${MAX_WORKFLOW_DESCRIPTION_LENGTH} characters`)
+      .optional(),
+    steps: namedRecord(StepSchema, "step", { min: 1, max: MAX_STEPS_PER_WORKFLOW }),
+  },
+  { error: expecting("a mapping with steps") },
+);
+
+/** Why a cron expression is unusable, or null. Five fields, or six with seconds first. */
+export function cronProblem(expression: string): string | null {
+  try {
+    // CronPattern only parses; unlike Cron it never reads a pattern with ":" as a one-off date.
+    new CronPattern(expression, undefined, { mode: "5-or-6-parts" });
+  } catch (error) {
+    const reason = error instanceof Error ? error.message.replace(/^CronPattern:\s*/, "") : String(error);
+    return `is not a valid cron expression: ${reason}`;
+  }
+  // A job without a callback schedules no timer; nextRun from a fixed instant is a pure search.
+  const probe = new Cron(expression, { mode: "5-or-6-parts", timezone: "UTC", paused: true });
+  if (probe.nextRun(CRON_PROBE_START) === null) return "never fires: no date matches it (for example the 30th of February)";
+  return null;
+}
+
+/** Whether this runtime's time zone database knows `timeZone`; decided by Intl, the source croner uses too. */
+export function isKnownTimeZone(timeZone: string): boolean {
+  try {
+    new Intl.DateTimeFormat(undefined, { timeZone });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const CronSchema = z
+  .string({ error: expecting('a cron expression such as "0 3 * * *"') })
+  .max(MAX_CRON_LENGTH, `must be at most ${MAX_CRON_LENGTH} characters`)
+  .superRefine((expression, ctx) => {
+    const problem = cronProblem(expression);
+    if (problem !== null) ctx.addIssue({ code: "custom", message: problem });
+  });
+
+const TimezoneSchema = z.string({ error: expecting("an IANA time zone name such as UTC or Europe/Berlin") }).superRefine((timeZone, ctx) => {
+  if (timeZone.length > MAX_TIMEZONE_LENGTH || !TIMEZONE_NAME_SHAPE.test(timeZone)) {
+    ctx.addIssue({ code: "custom", message: "must be an IANA time zone name such as UTC or Europe/Berlin" });
+  } else if (!isKnownTimeZone(timeZone)) {
+    ctx.addIssue({ code: "custom", message: `is not a known IANA time zone: ${JSON.stringify(timeZone)}` });
+  }
+});
+
+export const ScheduleSchema = z
+  .strictObject(
+    {
+      cron: CronSchema,
+      timezone: TimezoneSchema.default("UTC"),
+      workflow: z.string({ error: expecting("the name of a workflow") }).optional(),
+      task: z.string({ error: expecting("the name of a task") }).optional(),
+      overlap: z.enum(["skip", "allow"], { error: expecting("skip or allow") }).default("skip"),
+      missed: z.enum(["skip", "fire_once"], { error: expecting("skip or fire_once") }).default("skip"),
+      enabled: z.boolean({ error: expecting("true or false") }).default(true),
+    },
+    { error: expecting('a mapping such as { cron: "0 3 * * *", workflow: pipeline }') },
+  )
+  .superRefine(checkScheduleTarget, { when: always });
+
+export const ManifestSchema = z.strictObject(
+  {
+    package: z.string({ error: expecting("a package name") }).regex(PACKAGE_NAME_PATTERN, `the package name ${PACKAGE_NAME_RULE}`),
+    description: z
+      .string({ error: expecting("a string") })
+      .max(MAX_PACKAGE_DESCRIPTION_LENGTH, `must be at most ${MAX_PACKAGE_DESCRIPTION_LENGTH} characters`)
+      .optional(),
+    tasks: namedRecord(TaskSchema, "task", { min: 0, max: MAX_TASKS_PER_PACKAGE }).default(() => ({})),
+    workflows: namedRecord(WorkflowSchema, "workflow", { min: 0, max: MAX_WORKFLOWS_PER_PACKAGE }).default(() => ({})),
+    schedules: namedRecord(ScheduleSchema, "schedule", { min: 0, max: MAX_SCHEDULES_PER_PACKAGE }).default(() => ({})),
+  },
+  { error: expecting("a mapping (the manifest document) with package, tasks, workflows and schedules") },
+);
+
+/** The manifest as written (before defaults). */
+export type ManifestInput = z.input<typeof ManifestSchema>;
+/** The manifest document after the schema: defaults filled, durations in ms, still keyed by name. */
+export type ManifestDocument = z.output<typeof ManifestSchema>;
+
+/** A path segment that can be written after a dot; anything else is written as ["quoted"]. */
+const PLAIN_SEGMENT = /^[A-Za-z0-9_-]+$/;
+
+/**
+ * The stable path format of every manifest issue: `tasks.hello.timeout`,
+ * `workflows.pipeline.steps.b.needs[0]`, `tasks["a b"]`, and `$` for the document itself.
+ */
+export function formatIssuePath(segments: readonly PropertyKey[]): string {
+  let path = "";
+  for (const segment of segments) {
+    if (typeof segment === "number") path += `[${segment}]`;
+    else if (typeof segment === "string" && PLAIN_SEGMENT.test(segment)) path += path === "" ? segment : `.${segment}`;
+    else path += `[${JSON.stringify(String(segment))}]`;
+  }
+  return path === "" ? "$" : path;
+}
+
+/** One manifest issue per problem zod found; an unknown-keys issue becomes one issue per key. */
+export function issuesFromZod(error: z.ZodError): ManifestIssue[] {
+  const issues: ManifestIssue[] = [];
+  for (const issue of error.issues) {
+    if (issue.code === "unrecognized_keys") {
+      for (const key of issue.keys) issues.push({ path: formatIssuePath([...issue.path, key]), message: "unknown field" });
+    } else if (issue.code === "invalid_key") {
+      // The outer message only says "Invalid key in record"; the inner one says which rule failed.
+      const reason = issue.issues[0]?.message ?? "invalid name";
+      issues.push({ path: formatIssuePath(issue.path), message: reason });
+    } else {
+      issues.push({ path: formatIssuePath(issue.path), message: issue.message });
+    }
+  }
+  return issues;
+}

@@ -1,0 +1,81 @@
+/**
+ * The normalized manifest: every default filled in, durations in milliseconds, names as the
+ * user wrote them, and every collection an array sorted by name (code-unit order, never
+ * locale order) so two spellings of one package normalize to equal values and equal digests.
+ */
+
+export type ExecutorKind = "local_process" | "remote_worker";
+export type OverlapPolicy = "skip" | "allow";
+export type MissedFirePolicy = "skip" | "fire_once";
+
+export interface RetryPolicy {
+  /** Retries after the first attempt; 0 means the task runs at most once per run. */
+  max: number;
+  backoffMs: number;
+  /** Only an idempotent task may be retried after it may already have started (DESIGN.md §7). */
+  idempotent: boolean;
+}
+
+export interface TaskSpec {
+  name: string;
+  /** The exact argv; a `shell:` task is `["/bin/sh", "-c", script]` with `shell: true`. */
+  argv: string[];
+  shell: boolean;
+  timeoutMs: number;
+  /** Sorted by variable name. */
+  env: Record<string, string>;
+  cwd: string | null;
+  executor: ExecutorKind;
+  /** Set exactly when the executor is `remote_worker`. */
+  pool: string | null;
+  retry: RetryPolicy;
+}
+
+export interface StepSpec {
+  name: string;
+  task: string;
+  /** Sorted: the order of `needs` carries no meaning, so it must not change a plan digest. */
+  needs: string[];
+}
+
+export interface WorkflowSpec {
+  name: string;
+  description: string | null;
+  /** Sorted by name; use `topologicalOrder` for execution order. */
+  steps: StepSpec[];
+}
+
+export interface ScheduleTarget {
+  kind: "workflow" | "task";
+  name: string;
+}
+
+export interface ScheduleSpec {
+  name: string;
+  cron: string;
+  timezone: string;
+  target: ScheduleTarget;
+  overlap: OverlapPolicy;
+  missed: MissedFirePolicy;
+  enabled: boolean;
+}
+
+export interface Manifest {
+  package: string;
+  description: string | null;
+  tasks: TaskSpec[];
+  workflows: WorkflowSpec[];
+  schedules: ScheduleSpec[];
+}
+
+/** One problem in a manifest: a dotted path such as `workflows.pipeline.steps.b.needs[0]`, or `$` for the whole document. */
+export interface ManifestIssue {
+  path: string;
+  message: string;
+}
+
+export type ManifestParseResult =
+  | { ok: true; manifest: Manifest }
+  | { ok: false; issues: ManifestIssue[] };
+
+export type ManifestFormat = "yaml" | "json";

@@ -1,0 +1,180 @@
+import type { Digest } from "./digest.ts";
+
+/** Status words are exactly those of the public contract; storage keeps them as literal unions. */
+export const RUN_STATUSES = ["queued", "dispatching", "running", "succeeded", "failed", "timed_out", "cancelled", "lost"] as const;
+export type RunStatus = (typeof RUN_STATUSES)[number];
+export const STEP_STATUSES = ["pending", "ready", "running", "succeeded", "failed", "timed_out", "cancelled", "skipped"] as const;
+export type StepStatus = (typeof STEP_STATUSES)[number];
+export const ATTEMPT_STATUSES = ["claimed", "starting", "running", "succeeded", "failed", "timed_out", "cancelled", "lost"] as const;
+export type AttemptStatus = (typeof ATTEMPT_STATUSES)[number];
+
+export type RunKind = "ordinary" | "workflow";
+export type ExecutorType = "local_process" | "remote_worker";
+export type StopReason = "cancel" | "timeout" | "shutdown";
+
+export const TERMINAL_RUN_STATUSES: ReadonlySet<RunStatus> = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+export const SETTLED_STEP_STATUSES: ReadonlySet<StepStatus> = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped"]);
+export const TERMINAL_ATTEMPT_STATUSES: ReadonlySet<AttemptStatus> = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+export const LIVE_ATTEMPT_STATUSES: ReadonlySet<AttemptStatus> = new Set(["claimed", "starting", "running"]);
+
+export interface Run {
+  readonly id: string;
+  readonly kind: RunKind;
+  readonly package: string;
+  readonly generation: number;
+  /** The workflow name for workflow runs, the task name for ordinary runs. */
+  readonly target: string;
+  /** Workflow runs: the plan they execute. Ordinary runs: null. */
+  readonly planDigest: Digest | null;
+  /** The reconciliation receipt of the run's generation: binds the runtime task definitions. */
+  readonly reconciliationDigest: Digest;
+  readonly status: RunStatus;
+  /** CAS fence: every change of the aggregate (its steps and attempts included) bumps it once. */
+  readonly version: number;
+  /** The seq of the last event appended; events are contiguous from 1. */
+  readonly eventSeq: number;
+  /** Run-global attempt counter: attempt numbers are allocated under the run's version fence. */
+  readonly attemptSeq: number;
+  readonly idempotencyKey: string | null;
+  readonly scheduleName: string | null;
+  readonly cancelRequestedAtMs: number | null;
+  /** Ordinary runs waiting for a retry backoff are not admitted before this time. */
+  readonly notBeforeMs: number | null;
+  readonly createdAtMs: number;
+  readonly updatedAtMs: number;
+  readonly finishedAtMs: number | null;
+}
+
+export interface StepRun {
+  readonly id: string;
+  readonly runId: string;
+  readonly name: string;
+  readonly task: string;
+  readonly needs: readonly string[];
+  readonly status: StepStatus;
+  readonly version: number;
+  /** Digest of the step's canonical state; bumped with version (a new ready epoch changes it). */
+  readonly digest: Digest;
+  readonly attemptCount: number;
+  readonly readyAtMs: number | null;
+  /** An idempotent retry waits for its backoff: admission skips the step before this time. */
+  readonly notBeforeMs: number | null;
+  readonly startedAtMs: number | null;
+  readonly finishedAtMs: number | null;
+  readonly createdAtMs: number;
+}
+
+export interface ProcessHandleFacts {
+  readonly pid: number;
+  readonly processStartTicks: string;
+  readonly bootId: string;
+  /** The launcher's pre-spawn handle fact: never replaced by a later clock reading. */
+  readonly startedAtMs: number;
+}
+
+export interface RunAttempt {
+  readonly id: string;
+  readonly runId: string;
+  /** Null for ordinary runs. */
+  readonly stepRunId: string | null;
+  readonly stepRunVersion: number | null;
+  /** Run-global attempt number, 1-based. */
+  readonly number: number;
+  readonly status: AttemptStatus;
+  readonly executor: ExecutorType;
+  readonly version: number;
+  readonly createdAtMs: number;
+  readonly startedAtMs: number | null;
+  readonly finishedAtMs: number | null;
+  readonly deadlineAtMs: number | null;
+  readonly timeoutMs: number;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly pid: number | null;
+  readonly processStartTicks: string | null;
+  readonly bootId: string | null;
+  readonly stopReason: StopReason | null;
+  readonly stopRequestedAtMs: number | null;
+  readonly error: string | null;
+  readonly leaseWorkerId: string | null;
+  /** Fencing version of the remote lease; 0 while no worker ever held it. */
+  readonly leaseVersion: number;
+  readonly leaseExpiresAtMs: number | null;
+}
+
+export type EventType =
+  | "run.created"
+  | "run.cancel_requested"
+  | "run.status_changed"
+  | "step.status_changed"
+  | "workflow.task_attempt_admitted"
+  | "workflow.task_timeout_requested"
+  | "attempt.status_changed"
+  | "attempt.stop_requested"
+  | "attempt.recovery_failed_closed"
+  | "attempt.leased";
+
+export interface RunEvent {
+  readonly id: string;
+  readonly runId: string;
+  readonly seq: number;
+  readonly type: EventType;
+  readonly atMs: number;
+  readonly stepRunId: string | null;
+  readonly attemptId: string | null;
+  readonly data: Readonly<Record<string, unknown>>;
+}
+
+/** The canonical mutation row every StepRun change leaves beside its event. */
+export interface StepMutation {
+  readonly runId: string;
+  readonly stepRunId: string;
+  readonly version: number;
+  readonly fromStatus: StepStatus | null;
+  readonly toStatus: StepStatus;
+  readonly fromDigest: Digest | null;
+  readonly toDigest: Digest;
+  readonly eventSeq: number;
+  readonly atMs: number;
+}
+
+/** Immutable admission ledger row: one winner per (runId, stepRunId, stepRunVersion). */
+export interface AdmissionReceipt {
+  readonly runId: string;
+  readonly stepRunId: string;
+  readonly stepRunVersion: number;
+  readonly stepRunDigest: Digest;
+  readonly planDigest: Digest;
+  readonly reconciliationDigest: Digest;
+  readonly runtimeTaskId: string;
+  readonly runtimeTaskRevision: string;
+  readonly taskDefinitionDigest: Digest;
+  readonly executionDigest: Digest;
+  readonly attemptId: string;
+  readonly eventId: string;
+  /** The run version this admission wrote: the fence a replay compares against. */
+  readonly runVersion: number;
+  readonly admittedAtMs: number;
+  readonly digest: Digest;
+}
+
+/**
+ * Everything one transaction writes. `before: null` inserts; otherwise the row is updated
+ * only where its stored version still equals `before.version` (CAS), else the whole
+ * transaction fails with `conflict` and nothing is written.
+ */
+export interface ChangeSet {
+  readonly runs: readonly RowChange<Run>[];
+  readonly steps: readonly RowChange<StepRun>[];
+  readonly attempts: readonly RowChange<RunAttempt>[];
+  readonly events: readonly RunEvent[];
+  readonly mutations: readonly StepMutation[];
+  readonly admissions: readonly AdmissionReceipt[];
+}
+
+export interface RowChange<T> {
+  readonly before: T | null;
+  readonly after: T;
+}
+
+export const EMPTY_CHANGE_SET: ChangeSet = { runs: [], steps: [], attempts: [], events: [], mutations: [], admissions: [] };

@@ -1,0 +1,117 @@
+import type { AdmissionReceipt, ChangeSet, ExecutorType, ProcessHandleFacts, Run, RunAttempt, RunEvent, RunStatus, StepRun, StopReason } from "./model.ts";
+import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "./packages.ts";
+import type { ReceiptEvidence, LiveInspection } from "./recovery.ts";
+import type { ScheduleState } from "./schedules.ts";
+
+/**
+ * The ports the core drives. They are shaped by what the cadence and the API need and
+ * nothing more; storage/ implements `Store` once per SQL dialect, runtimes/ implement the
+ * clock, ids and executors.
+ */
+
+export interface Clock {
+  nowMs(): number;
+}
+
+export interface IdSource {
+  /** A new portable run id (UUIDv7 on real runtimes, seeded in simulation). */
+  runId(): string;
+}
+
+export interface PackageHead {
+  readonly package: string;
+  readonly generation: number;
+  readonly manifestDigest: Generation["manifestDigest"];
+  readonly reconciliationDigest: ReconciliationReceipt["digest"];
+  readonly updatedAtMs: number;
+}
+
+export interface RunListFilter {
+  readonly status: RunStatus | null;
+  /** Keyset cursor: the id of the last run of the previous page (runs are listed newest first). */
+  readonly cursor: string | null;
+  readonly limit: number;
+}
+
+export interface AdmissionCandidate {
+  readonly runId: string;
+  readonly stepRunId: string;
+  readonly stepRunVersion: number;
+}
+
+export interface StoreTx {
+  /**
+   * Store time: the host clock reading checked against the last persisted observation. A
+   * reading earlier than it fails closed with `clock_regression`; nothing is written.
+   */
+  observe(hostNowMs: number): Promise<number>;
+  apply(change: ChangeSet): Promise<void>;
+
+  getRun(runId: string): Promise<Run | null>;
+  getRunByIdempotencyKey(key: string): Promise<Run | null>;
+  getSteps(runId: string): Promise<StepRun[]>;
+  getAttempts(runId: string): Promise<RunAttempt[]>;
+  getAttempt(attemptId: string): Promise<RunAttempt | null>;
+  getAdmission(runId: string, stepRunId: string, stepRunVersion: number): Promise<AdmissionReceipt | null>;
+  getPlan(digest: string): Promise<WorkflowPlan | null>;
+  getReconciliation(digest: string): Promise<ReconciliationReceipt | null>;
+  getTaskDefinition(revision: string): Promise<TaskDefinition | null>;
+  getTaskDefinitionFor(reconciliationDigest: string, task: string): Promise<TaskDefinition | null>;
+
+  getPackageHead(name: string): Promise<PackageHead | null>;
+  listPackageHeads(limit: number): Promise<PackageHead[]>;
+  listGenerations(name: string, limit: number): Promise<Omit<Generation, "manifest">[]>;
+  getGeneration(name: string, generation: number): Promise<Generation | null>;
+  findPlan(packageName: string, generation: number, workflow: string): Promise<WorkflowPlan | null>;
+  /** Writes a new generation with its reconciliation, definitions and plans, and moves the head. */
+  putGeneration(generation: Generation, reconciliation: ReconciliationReceipt, definitions: readonly TaskDefinition[], plans: readonly WorkflowPlan[], previousGeneration: number | null): Promise<void>;
+
+  getSchedules(packageName: string): Promise<ScheduleState[]>;
+  listDueSchedules(nowMs: number, limit: number): Promise<ScheduleState[]>;
+  /** Inserts (expectedVersion null) or CAS-updates a schedule. */
+  putSchedule(state: ScheduleState, expectedVersion: number | null): Promise<void>;
+  deleteSchedule(packageName: string, name: string): Promise<void>;
+
+  /** Non-terminal runs with a cancel intent, keyset by run id. */
+  listCancellingRuns(afterRunId: string | null, limit: number): Promise<string[]>;
+  /** Workflow runs whose frontier may move (marked when a step settles or a run is created). */
+  listFrontierRuns(afterRunId: string | null, limit: number): Promise<string[]>;
+  clearFrontierMark(runId: string): Promise<void>;
+  /** Ready steps of running, uncancelled runs with no admission winner in their epoch. At most 64. */
+  listAdmissionCandidates(after: AdmissionCandidate | null, limit: number, nowMs: number): Promise<AdmissionCandidate[]>;
+  /** Due queued ordinary runs without a cancel intent. */
+  listQueuedOrdinaryRuns(afterRunId: string | null, limit: number, nowMs: number): Promise<string[]>;
+  /** Attempts in the given statuses for one executor type, oldest first, keyset by attempt id. */
+  listAttempts(executor: ExecutorType, statuses: readonly RunAttempt["status"][], afterAttemptId: string | null, limit: number): Promise<RunAttempt[]>;
+
+  listRuns(filter: RunListFilter): Promise<Run[]>;
+  listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]>;
+  countRunsByStatus(): Promise<Record<RunStatus, number>>;
+}
+
+export interface Store {
+  readonly dialect: "sqlite" | "postgres";
+  readonly driverName: string;
+  transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}
+
+export interface LaunchRequest {
+  readonly attempt: RunAttempt;
+  readonly definition: TaskDefinition;
+}
+
+/**
+ * Executes attempts the runtime owns. `launch` must make the start barrier durable (journal)
+ * before the process exists, and return the handle facts; completion is observed through
+ * `readReceipt`, never by waiting.
+ */
+export interface Executor {
+  readonly type: ExecutorType;
+  launch(request: LaunchRequest): Promise<ProcessHandleFacts>;
+  readReceipt(attempt: RunAttempt): Promise<ReceiptEvidence>;
+  hasJournal(attempt: RunAttempt): Promise<"present" | "absent" | "invalid">;
+  inspect(attempt: RunAttempt): Promise<LiveInspection>;
+  /** Stops the exact process; returns at once, escalation to SIGKILL happens in the background. */
+  stop(attempt: RunAttempt, reason: StopReason): Promise<void>;
+}

@@ -1,0 +1,63 @@
+/**
+ * Budgets of one cadence cycle, per stage: `pageSize × pages` items at most. The edge and
+ * standalone figures are ADR-0229's; schedules and the cluster profile are ours.
+ */
+export interface StageBudget {
+  readonly pageSize: number;
+  readonly pages: number;
+}
+
+export interface Profile {
+  readonly name: ProfileName;
+  readonly cancellation: StageBudget;
+  readonly schedules: StageBudget;
+  readonly ordinary: StageBudget;
+  readonly frontier: StageBudget;
+  readonly admission: StageBudget;
+  readonly dispatch: number;
+  readonly executionControl: StageBudget;
+  /** How often the device runtime's timer calls the cycle. */
+  readonly tickIntervalMs: number;
+}
+
+export type ProfileName = "edge" | "standalone" | "cluster";
+
+export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
+  edge: {
+    name: "edge",
+    cancellation: { pageSize: 4, pages: 1 },
+    schedules: { pageSize: 4, pages: 1 },
+    ordinary: { pageSize: 1, pages: 1 },
+    frontier: { pageSize: 1, pages: 1 },
+    admission: { pageSize: 1, pages: 1 },
+    dispatch: 1,
+    executionControl: { pageSize: 8, pages: 1 },
+    tickIntervalMs: 1000,
+  },
+  standalone: {
+    name: "standalone",
+    cancellation: { pageSize: 32, pages: 4 },
+    schedules: { pageSize: 16, pages: 2 },
+    ordinary: { pageSize: 16, pages: 4 },
+    frontier: { pageSize: 16, pages: 4 },
+    admission: { pageSize: 16, pages: 4 },
+    dispatch: 4,
+    executionControl: { pageSize: 32, pages: 4 },
+    tickIntervalMs: 500,
+  },
+  cluster: {
+    name: "cluster",
+    cancellation: { pageSize: 64, pages: 4 },
+    schedules: { pageSize: 32, pages: 2 },
+    ordinary: { pageSize: 64, pages: 4 },
+    frontier: { pageSize: 64, pages: 4 },
+    admission: { pageSize: 64, pages: 4 },
+    dispatch: 16,
+    executionControl: { pageSize: 64, pages: 4 },
+    tickIntervalMs: 250,
+  },
+};
+
+export function isProfileName(value: unknown): value is ProfileName {
+  return value === "edge" || value === "standalone" || value === "cluster";
+}

@@ -1,0 +1,121 @@
+import { RunChange } from "./aggregate.ts";
+import { QlrError } from "./errors.ts";
+import { complete, finishOrdinary, type AttemptScope, type CompletionFacts } from "./execution.ts";
+import type { ChangeSet } from "./model.ts";
+import type { RetryPolicy } from "./packages.ts";
+
+/**
+ * Start-up recovery of attempts the runtime owns, one attempt at a time (ADR-0229 §3,
+ * ADR-0227 §6). The decision is pure; the evidence is gathered by the runtime (receipt,
+ * launcher journal, two live inspections of the exact persisted process identity).
+ *
+ * - `claimed`: never crossed the start barrier → `lost`, and the step gets a new ready epoch
+ *   (an ordinary run goes back to `queued`).
+ * - `starting`/`running`: a valid receipt completes it; otherwise only two consistent live
+ *   inspections re-adopt it, and only trusted not-running evidence loses it (step `failed`,
+ *   never a silent retry after the start barrier unless the task is idempotent). A `starting`
+ *   attempt with no journal record never spawned (the journal is written before spawn), so it
+ *   is handled like an orphaned claim.
+ * - Anything else (tampered receipt, missing handle, changed identity, unverifiable platform,
+ *   inconsistent inspections) fails closed: nothing changes and the attempt is reported.
+ */
+
+export type ReceiptEvidence =
+  | { readonly status: "none" }
+  | { readonly status: "valid"; readonly facts: CompletionFacts }
+  | { readonly status: "invalid"; readonly reason: string };
+
+export type LiveInspection = "running" | "not_running" | "changed_identity" | "unverifiable";
+
+export interface RecoveryEvidence {
+  readonly receipt: ReceiptEvidence;
+  /** Whether the launcher's pre-spawn journal record exists for this attempt. */
+  readonly journal: "present" | "absent" | "invalid";
+  /** Two inspections of the persisted identity, taken apart in time; empty when there is no handle. */
+  readonly inspections: readonly LiveInspection[];
+}
+
+export type RecoveryDecision =
+  | { readonly kind: "none" }
+  | { readonly kind: "complete"; readonly facts: CompletionFacts }
+  | { readonly kind: "readopt" }
+  | { readonly kind: "lost_new_epoch"; readonly reason: string }
+  | { readonly kind: "lost_failed"; readonly reason: string }
+  | { readonly kind: "fail_closed"; readonly reason: string };
+
+export function decideRecovery(scope: AttemptScope, evidence: RecoveryEvidence): RecoveryDecision {
+  const attempt = scope.attempt;
+  switch (attempt.status) {
+    case "claimed":
+      return { kind: "lost_new_epoch", reason: "orphaned claim never crossed the start barrier" };
+    case "starting":
+    case "running": {
+      if (evidence.receipt.status === "invalid") return { kind: "fail_closed", reason: `receipt rejected: ${evidence.receipt.reason}` };
+      if (evidence.receipt.status === "valid") return { kind: "complete", facts: evidence.receipt.facts };
+      if (evidence.journal === "invalid") return { kind: "fail_closed", reason: "journal record rejected" };
+      if (attempt.status === "starting" && evidence.journal === "absent") return { kind: "lost_new_epoch", reason: "no journal record: the process was never spawned" };
+      if (attempt.pid === null || attempt.processStartTicks === null || attempt.bootId === null) {
+        return { kind: "fail_closed", reason: "no persisted process handle to inspect" };
+      }
+      if (evidence.inspections.length < 2) return { kind: "fail_closed", reason: "fewer than two live inspections" };
+      const [first, second] = evidence.inspections;
+      if (first === "running" && second === "running") return { kind: "readopt" };
+      if (first === "not_running" && second === "not_running") return { kind: "lost_failed", reason: "trusted evidence: the exact process is not running and left no receipt" };
+      if (first === "changed_identity" || second === "changed_identity") return { kind: "fail_closed", reason: "the pid now belongs to another process" };
+      if (first === "unverifiable" || second === "unverifiable") return { kind: "fail_closed", reason: "the platform cannot verify the process identity" };
+      return { kind: "fail_closed", reason: `inconsistent inspections: ${String(first)}, ${String(second)}` };
+    }
+    default:
+      return { kind: "none" };
+  }
+}
+
+/** Applies a recovery decision as one change set; `null` when nothing is written. */
+export function applyRecovery(scope: AttemptScope, decision: RecoveryDecision, retry: RetryPolicy, nowMs: number): ChangeSet | null {
+  const { run, step, attempt } = scope;
+  switch (decision.kind) {
+    case "none":
+    case "readopt":
+      return null;
+    case "complete":
+      return complete(scope, decision.facts, retry, nowMs);
+    case "fail_closed": {
+      // Nothing about the attempt's state changes; the reason is recorded once so it is visible
+      // in `qlr status` and the API, and repeating the same decision writes nothing.
+      if (attempt.error === decision.reason) return null;
+      const change = new RunChange(run, nowMs);
+      change.setAttempt(attempt, null, { error: decision.reason }, { reason: decision.reason, status: attempt.status }, "attempt.recovery_failed_closed");
+      return change.build();
+    }
+    case "lost_new_epoch": {
+      const change = new RunChange(run, nowMs);
+      change.setAttempt(attempt, "lost", { finishedAtMs: nowMs, error: decision.reason }, { reason: decision.reason });
+      if (step !== null) {
+        // A new ready epoch: version and digest move, attempt count and ready time stay.
+        if (change.step(step).status !== "ready") throw new QlrError("integrity", `step ${step.id} of orphaned attempt ${attempt.id} is ${step.status}, not ready`);
+        change.setStep(step, "ready", {}, { reason: "new ready epoch after orphaned claim", lostAttemptId: attempt.id });
+      } else if (run.status === "dispatching") {
+        change.setRunStatus("queued", { reason: decision.reason });
+      }
+      return change.build();
+    }
+    case "lost_failed": {
+      const change = new RunChange(run, nowMs);
+      // The running path keeps its running → lost (attempt) and running → failed (step) chain.
+      const current = change.setAttempt(attempt, "lost", { finishedAtMs: nowMs, error: decision.reason }, { reason: decision.reason });
+      if (step !== null) {
+        const currentStep = change.step(step);
+        const retryable = retry.idempotent && currentStep.attemptCount <= retry.max && run.cancelRequestedAtMs === null;
+        if (currentStep.status === "running") {
+          if (retryable) change.setStep(step, "ready", { readyAtMs: nowMs, notBeforeMs: nowMs + retry.backoffMs, startedAtMs: null }, { reason: "idempotent retry after lost attempt", lostAttemptId: current.id });
+          else change.setStep(step, "failed", { finishedAtMs: nowMs }, { reason: decision.reason, lostAttemptId: current.id });
+        } else if (currentStep.status === "ready") {
+          change.setStep(step, retryable ? "ready" : "failed", retryable ? {} : { finishedAtMs: nowMs }, { reason: decision.reason, lostAttemptId: current.id });
+        }
+      } else {
+        finishOrdinary(change, "lost", attempt.number, retry, nowMs);
+      }
+      return change.build();
+    }
+  }
+}

@@ -1,0 +1,164 @@
+import { derivedId } from "./digest.ts";
+import { QlrError } from "./errors.ts";
+import { assertPortableId } from "./identity.ts";
+import { eventId, RunChange, stepDigest } from "./aggregate.ts";
+import type { ChangeSet, Run, RunEvent, StepMutation, StepRun } from "./model.ts";
+import { TERMINAL_RUN_STATUSES } from "./model.ts";
+import type { ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "./packages.ts";
+
+export const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
+
+export function stepRunId(runId: string, stepName: string): string {
+  return derivedId("stp", [runId, stepName]);
+}
+
+function checkIdempotencyKey(key: string | null): void {
+  if (key === null) return;
+  if (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY_LENGTH || [...key].some((char) => char.charCodeAt(0) < 0x20)) {
+    throw new QlrError("invalid_request", `idempotencyKey must be 1–${MAX_IDEMPOTENCY_KEY_LENGTH} printable characters`, { details: [{ path: "idempotencyKey", message: "invalid" }] });
+  }
+}
+
+export interface NewRunOptions {
+  readonly runId: string;
+  readonly nowMs: number;
+  readonly idempotencyKey: string | null;
+  readonly scheduleName: string | null;
+}
+
+/**
+ * A workflow run is created `running` with every step `pending`, bound to one plan and the
+ * reconciliation receipt of the same generation. One `run.created` event carries the plan;
+ * each step's creation leaves its canonical mutation.
+ */
+export function createWorkflowRun(plan: WorkflowPlan, reconciliation: ReconciliationReceipt, options: NewRunOptions): { run: Run; steps: StepRun[]; change: ChangeSet } {
+  assertPortableId(options.runId, "runId");
+  checkIdempotencyKey(options.idempotencyKey);
+  if (reconciliation.package !== plan.package || reconciliation.generation !== plan.generation || reconciliation.digest !== plan.reconciliationDigest) {
+    throw new QlrError("integrity", `plan ${plan.digest} is not bound to reconciliation receipt ${reconciliation.digest}`);
+  }
+  const run: Run = {
+    id: options.runId,
+    kind: "workflow",
+    package: plan.package,
+    generation: plan.generation,
+    target: plan.workflow,
+    planDigest: plan.digest,
+    reconciliationDigest: reconciliation.digest,
+    status: "running",
+    version: 1,
+    eventSeq: 1,
+    attemptSeq: 0,
+    idempotencyKey: options.idempotencyKey,
+    scheduleName: options.scheduleName,
+    cancelRequestedAtMs: null,
+    notBeforeMs: null,
+    createdAtMs: options.nowMs,
+    updatedAtMs: options.nowMs,
+    finishedAtMs: null,
+  };
+  const created: RunEvent = {
+    id: eventId(run.id, 1),
+    runId: run.id,
+    seq: 1,
+    type: "run.created",
+    atMs: options.nowMs,
+    stepRunId: null,
+    attemptId: null,
+    data: { kind: "workflow", package: plan.package, generation: plan.generation, workflow: plan.workflow, planDigest: plan.digest, steps: plan.steps.map((step) => step.name) },
+  };
+  const steps: StepRun[] = plan.steps.map((planStep) => {
+    const base = {
+      id: stepRunId(run.id, planStep.name),
+      runId: run.id,
+      name: planStep.name,
+      task: planStep.task,
+      needs: [...planStep.needs],
+      status: "pending" as const,
+      version: 1,
+      attemptCount: 0,
+      readyAtMs: null,
+      notBeforeMs: null,
+      startedAtMs: null,
+      finishedAtMs: null,
+      createdAtMs: options.nowMs,
+    };
+    return { ...base, digest: stepDigest(base) };
+  });
+  const mutations: StepMutation[] = steps.map((step) => ({
+    runId: run.id,
+    stepRunId: step.id,
+    version: 1,
+    fromStatus: null,
+    toStatus: "pending",
+    fromDigest: null,
+    toDigest: step.digest,
+    eventSeq: 1,
+    atMs: options.nowMs,
+  }));
+  return {
+    run,
+    steps,
+    change: {
+      runs: [{ before: null, after: run }],
+      steps: steps.map((step) => ({ before: null, after: step })),
+      attempts: [],
+      events: [created],
+      mutations,
+      admissions: [],
+    },
+  };
+}
+
+/** An ordinary run executes one task definition of its generation; it starts `queued`. */
+export function createOrdinaryRun(definition: TaskDefinition, reconciliation: ReconciliationReceipt, options: NewRunOptions): { run: Run; change: ChangeSet } {
+  assertPortableId(options.runId, "runId");
+  checkIdempotencyKey(options.idempotencyKey);
+  const item = reconciliation.items.find((candidate) => candidate.task === definition.task);
+  if (item === undefined || item.runtimeTaskRevision !== definition.revision || reconciliation.package !== definition.package) {
+    throw new QlrError("integrity", `task definition ${definition.revision} is not part of reconciliation receipt ${reconciliation.digest}`);
+  }
+  const run: Run = {
+    id: options.runId,
+    kind: "ordinary",
+    package: definition.package,
+    generation: definition.generation,
+    target: definition.task,
+    planDigest: null,
+    reconciliationDigest: reconciliation.digest,
+    status: "queued",
+    version: 1,
+    eventSeq: 1,
+    attemptSeq: 0,
+    idempotencyKey: options.idempotencyKey,
+    scheduleName: options.scheduleName,
+    cancelRequestedAtMs: null,
+    notBeforeMs: null,
+    createdAtMs: options.nowMs,
+    updatedAtMs: options.nowMs,
+    finishedAtMs: null,
+  };
+  const created: RunEvent = {
+    id: eventId(run.id, 1),
+    runId: run.id,
+    seq: 1,
+    type: "run.created",
+    atMs: options.nowMs,
+    stepRunId: null,
+    attemptId: null,
+    data: { kind: "ordinary", package: definition.package, generation: definition.generation, task: definition.task, taskRevision: definition.revision },
+  };
+  return { run, change: { runs: [{ before: null, after: run }], steps: [], attempts: [], events: [created], mutations: [], admissions: [] } };
+}
+
+/**
+ * Whole-run cancel intent. It only records the intent; convergence (stopping processes,
+ * cancelling steps, finalizing the run) happens in the cadence. Repeating it changes nothing.
+ */
+export function requestCancel(run: Run, nowMs: number, reason: string): ChangeSet | null {
+  if (TERMINAL_RUN_STATUSES.has(run.status) || run.cancelRequestedAtMs !== null) return null;
+  const change = new RunChange(run, nowMs);
+  change.patchRun({ cancelRequestedAtMs: nowMs });
+  change.emit("run.cancel_requested", {}, { reason });
+  return change.build();
+}

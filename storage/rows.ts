@@ -1,0 +1,202 @@
+import type { Digest } from "../src/digest.ts";
+import type { ChangeSet, EventType, Run, RunAttempt, RunEvent, StepMutation, StepRun } from "../src/model.ts";
+import type { PackageHead } from "../src/ports.ts";
+import type { ScheduleState } from "../src/schedules.ts";
+import type { SqlParam } from "./driver.ts";
+
+/**
+ * Row types are separate from domain types, with one mapper per table. Status columns are
+ * checked by the schema (CHECK constraints), so the casts below read values the database
+ * has already constrained. Integers may arrive as bigint-ish strings from some drivers, so
+ * every numeric column goes through `num()`.
+ */
+
+function num(value: unknown): number {
+  return typeof value === "number" ? value : Number(value);
+}
+
+function numOrNull(value: unknown): number | null {
+  return value === null || value === undefined ? null : num(value);
+}
+
+function textOrNull(value: unknown): string | null {
+  if (value === null || value === undefined) return null;
+  return typeof value === "string" ? value : typeof value === "number" || typeof value === "bigint" ? String(value) : JSON.stringify(value);
+}
+
+export const RUN_COLUMNS = [
+  "id", "kind", "package", "generation", "target", "plan_digest", "reconciliation_digest", "status", "version", "event_seq", "attempt_seq",
+  "idempotency_key", "schedule_name", "cancel_requested_at_ms", "not_before_ms", "created_at_ms", "updated_at_ms", "finished_at_ms",
+] as const;
+export type RunRow = Record<(typeof RUN_COLUMNS)[number], unknown>;
+
+export function runParams(run: Run): SqlParam[] {
+  return [
+    run.id, run.kind, run.package, run.generation, run.target, run.planDigest, run.reconciliationDigest, run.status, run.version, run.eventSeq, run.attemptSeq,
+    run.idempotencyKey, run.scheduleName, run.cancelRequestedAtMs, run.notBeforeMs, run.createdAtMs, run.updatedAtMs, run.finishedAtMs,
+  ];
+}
+
+export function toRun(row: RunRow): Run {
+  return {
+    id: String(row.id),
+    kind: row.kind as Run["kind"],
+    package: String(row.package),
+    generation: num(row.generation),
+    target: String(row.target),
+    planDigest: textOrNull(row.plan_digest) as Digest | null,
+    reconciliationDigest: String(row.reconciliation_digest) as Digest,
+    status: row.status as Run["status"],
+    version: num(row.version),
+    eventSeq: num(row.event_seq),
+    attemptSeq: num(row.attempt_seq),
+    idempotencyKey: textOrNull(row.idempotency_key),
+    scheduleName: textOrNull(row.schedule_name),
+    cancelRequestedAtMs: numOrNull(row.cancel_requested_at_ms),
+    notBeforeMs: numOrNull(row.not_before_ms),
+    createdAtMs: num(row.created_at_ms),
+    updatedAtMs: num(row.updated_at_ms),
+    finishedAtMs: numOrNull(row.finished_at_ms),
+  };
+}
+
+export const STEP_COLUMNS = [
+  "id", "run_id", "position", "name", "task", "needs", "status", "version", "digest", "attempt_count", "ready_at_ms", "not_before_ms", "started_at_ms", "finished_at_ms", "created_at_ms",
+] as const;
+export type StepRow = Record<(typeof STEP_COLUMNS)[number], unknown>;
+
+/** New steps are stored at their position in the change set, which is the plan's topological order. */
+export function stepParams(step: StepRun, change: ChangeSet): SqlParam[] {
+  const position = change.steps.findIndex((candidate) => candidate.after.id === step.id);
+  return [
+    step.id, step.runId, position, step.name, step.task, JSON.stringify(step.needs), step.status, step.version, step.digest, step.attemptCount,
+    step.readyAtMs, step.notBeforeMs, step.startedAtMs, step.finishedAtMs, step.createdAtMs,
+  ];
+}
+
+export function toStep(row: StepRow): StepRun {
+  return {
+    id: String(row.id),
+    runId: String(row.run_id),
+    name: String(row.name),
+    task: String(row.task),
+    needs: JSON.parse(String(row.needs)) as string[],
+    status: row.status as StepRun["status"],
+    version: num(row.version),
+    digest: String(row.digest) as Digest,
+    attemptCount: num(row.attempt_count),
+    readyAtMs: numOrNull(row.ready_at_ms),
+    notBeforeMs: numOrNull(row.not_before_ms),
+    startedAtMs: numOrNull(row.started_at_ms),
+    finishedAtMs: numOrNull(row.finished_at_ms),
+    createdAtMs: num(row.created_at_ms),
+  };
+}
+
+export const ATTEMPT_COLUMNS = [
+  "id", "run_id", "step_run_id", "step_run_version", "number", "status", "executor", "version", "created_at_ms", "started_at_ms", "finished_at_ms", "deadline_at_ms",
+  "timeout_ms", "exit_code", "signal", "pid", "process_start_ticks", "boot_id", "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms",
+] as const;
+export type AttemptRow = Record<(typeof ATTEMPT_COLUMNS)[number], unknown>;
+
+export function attemptParams(attempt: RunAttempt): SqlParam[] {
+  return [
+    attempt.id, attempt.runId, attempt.stepRunId, attempt.stepRunVersion, attempt.number, attempt.status, attempt.executor, attempt.version, attempt.createdAtMs,
+    attempt.startedAtMs, attempt.finishedAtMs, attempt.deadlineAtMs, attempt.timeoutMs, attempt.exitCode, attempt.signal, attempt.pid, attempt.processStartTicks,
+    attempt.bootId, attempt.stopReason, attempt.stopRequestedAtMs, attempt.error, attempt.leaseWorkerId, attempt.leaseVersion, attempt.leaseExpiresAtMs,
+  ];
+}
+
+export function toAttempt(row: AttemptRow): RunAttempt {
+  return {
+    id: String(row.id),
+    runId: String(row.run_id),
+    stepRunId: textOrNull(row.step_run_id),
+    stepRunVersion: numOrNull(row.step_run_version),
+    number: num(row.number),
+    status: row.status as RunAttempt["status"],
+    executor: row.executor as RunAttempt["executor"],
+    version: num(row.version),
+    createdAtMs: num(row.created_at_ms),
+    startedAtMs: numOrNull(row.started_at_ms),
+    finishedAtMs: numOrNull(row.finished_at_ms),
+    deadlineAtMs: numOrNull(row.deadline_at_ms),
+    timeoutMs: num(row.timeout_ms),
+    exitCode: numOrNull(row.exit_code),
+    signal: textOrNull(row.signal),
+    pid: numOrNull(row.pid),
+    processStartTicks: textOrNull(row.process_start_ticks),
+    bootId: textOrNull(row.boot_id),
+    stopReason: textOrNull(row.stop_reason) as RunAttempt["stopReason"],
+    stopRequestedAtMs: numOrNull(row.stop_requested_at_ms),
+    error: textOrNull(row.error),
+    leaseWorkerId: textOrNull(row.lease_worker_id),
+    leaseVersion: num(row.lease_version),
+    leaseExpiresAtMs: numOrNull(row.lease_expires_at_ms),
+  };
+}
+
+export type EventRow = Record<"run_id" | "seq" | "id" | "type" | "at_ms" | "step_run_id" | "attempt_id" | "data", unknown>;
+
+export function toEvent(row: EventRow): RunEvent {
+  return {
+    id: String(row.id),
+    runId: String(row.run_id),
+    seq: num(row.seq),
+    type: row.type as EventType,
+    atMs: num(row.at_ms),
+    stepRunId: textOrNull(row.step_run_id),
+    attemptId: textOrNull(row.attempt_id),
+    data: JSON.parse(String(row.data)) as Record<string, unknown>,
+  };
+}
+
+export type MutationRow = Record<"run_id" | "step_run_id" | "version" | "from_status" | "to_status" | "from_digest" | "to_digest" | "event_seq" | "at_ms", unknown>;
+
+export function toMutation(row: MutationRow): StepMutation {
+  return {
+    runId: String(row.run_id),
+    stepRunId: String(row.step_run_id),
+    version: num(row.version),
+    fromStatus: textOrNull(row.from_status) as StepMutation["fromStatus"],
+    toStatus: row.to_status as StepMutation["toStatus"],
+    fromDigest: textOrNull(row.from_digest) as Digest | null,
+    toDigest: String(row.to_digest) as Digest,
+    eventSeq: num(row.event_seq),
+    atMs: num(row.at_ms),
+  };
+}
+
+export type PackageRow = Record<"name" | "generation" | "manifest_digest" | "reconciliation_digest" | "updated_at_ms", unknown>;
+
+export function toPackageHead(row: PackageRow): PackageHead {
+  return {
+    package: String(row.name),
+    generation: num(row.generation),
+    manifestDigest: String(row.manifest_digest) as Digest,
+    reconciliationDigest: String(row.reconciliation_digest) as Digest,
+    updatedAtMs: num(row.updated_at_ms),
+  };
+}
+
+export const SCHEDULE_COLUMNS = ["package", "name", "generation", "spec", "next_fire_at_ms", "last_fire_at_ms", "last_run_id", "missed_fires", "skipped_overlaps", "version"] as const;
+export type ScheduleRow = Record<(typeof SCHEDULE_COLUMNS)[number], unknown>;
+
+export function scheduleParams(state: ScheduleState): SqlParam[] {
+  return [state.package, state.name, state.generation, JSON.stringify(state.spec), state.nextFireAtMs, state.lastFireAtMs, state.lastRunId, state.missedFires, state.skippedOverlaps, state.version];
+}
+
+export function toSchedule(row: ScheduleRow): ScheduleState {
+  return {
+    package: String(row.package),
+    name: String(row.name),
+    generation: num(row.generation),
+    spec: JSON.parse(String(row.spec)) as ScheduleState["spec"],
+    nextFireAtMs: numOrNull(row.next_fire_at_ms),
+    lastFireAtMs: numOrNull(row.last_fire_at_ms),
+    lastRunId: textOrNull(row.last_run_id),
+    missedFires: num(row.missed_fires),
+    skippedOverlaps: num(row.skipped_overlaps),
+    version: num(row.version),
+  };
+}

@@ -1,0 +1,362 @@
+import { QlrError } from "../src/errors.ts";
+import type { AdmissionReceipt, ChangeSet, ExecutorType, Run, RunAttempt, RunEvent, RunStatus, StepRun, StepMutation } from "../src/model.ts";
+import { RUN_STATUSES, SETTLED_STEP_STATUSES } from "../src/model.ts";
+import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "../src/packages.ts";
+import type { AdmissionCandidate, PackageHead, RunListFilter, Store, StoreTx } from "../src/ports.ts";
+import type { ScheduleState } from "../src/schedules.ts";
+import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
+import { migrate, type Migration } from "./migrate.ts";
+import * as rows from "./rows.ts";
+
+/**
+ * The domain operations, written once over the driver primitive for both SQL dialects. The
+ * statements are portable SQL (SQLite ≥ 3.35 and PostgreSQL both speak `RETURNING` and
+ * partial indexes); the only dialect difference at this level is the placeholder syntax,
+ * rewritten from `?` to `$n` once per statement text. Isolation differs below: SQLite runs
+ * `BEGIN IMMEDIATE` under one operation authority, PostgreSQL `SERIALIZABLE` with retries.
+ */
+
+/** Upper bound on any list the store returns in one call. */
+export const MAX_PAGE = 500;
+
+function placeholders(sql: string): string {
+  let index = 0;
+  return sql.replace(/\?/g, () => `$${(index += 1)}`);
+}
+
+function cap(limit: number): number {
+  if (!Number.isInteger(limit) || limit < 1) return 1;
+  return Math.min(limit, MAX_PAGE);
+}
+
+class SqlStoreTx implements StoreTx {
+  private readonly tx: SqlTx;
+  private readonly rewrite: (sql: string) => string;
+  private readonly cache: Map<string, string>;
+
+  constructor(tx: SqlTx, rewrite: (sql: string) => string, cache: Map<string, string>) {
+    this.tx = tx;
+    this.rewrite = rewrite;
+    this.cache = cache;
+  }
+
+  private async q<R extends SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
+    let text = this.cache.get(sql);
+    if (text === undefined) {
+      text = this.rewrite(sql);
+      this.cache.set(sql, text);
+    }
+    return this.tx.query<R>(text, params);
+  }
+
+  async observe(hostNowMs: number): Promise<number> {
+    if (!Number.isSafeInteger(hostNowMs) || hostNowMs < 0) throw new QlrError("invalid_request", `host time ${hostNowMs} is not an epoch millisecond count`);
+    const found = await this.q<{ last_observed_ms: number }>("SELECT last_observed_ms FROM qlr_store_clock WHERE id = 1");
+    const last = Number(found[0]?.last_observed_ms ?? 0);
+    if (hostNowMs < last) {
+      throw new QlrError("clock_regression", `the host clock reads ${hostNowMs}, before the last persisted observation ${last}; refusing to write until it catches up`);
+    }
+    return hostNowMs;
+  }
+
+  async apply(change: ChangeSet): Promise<void> {
+    const times = [...change.events.map((event) => event.atMs), ...change.runs.map((run) => run.after.updatedAtMs)];
+    if (times.length === 0) return;
+    for (const { before, after } of change.runs) {
+      const frontierDue = after.kind === "workflow" && after.status === "running" && (before === null || change.steps.some((step) => step.after.runId === after.id && SETTLED_STEP_STATUSES.has(step.after.status) && step.before?.status !== step.after.status)) ? 1 : null;
+      if (before === null) {
+        await this.q(`INSERT INTO runs (${rows.RUN_COLUMNS.join(", ")}, frontier_due) VALUES (${rows.RUN_COLUMNS.map(() => "?").join(", ")}, ?)`, [...rows.runParams(after), frontierDue ?? 0]);
+      } else {
+        const updated = await this.q(
+          `UPDATE runs SET ${rows.RUN_COLUMNS.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
+          [...rows.runParams(after), frontierDue, before.id, before.version],
+        );
+        if (updated.length !== 1) throw new QlrError("conflict", `run ${before.id} changed since version ${before.version}; nothing written`);
+      }
+    }
+    for (const { before, after } of change.steps) {
+      if (before === null) {
+        await this.q(`INSERT INTO step_runs (${rows.STEP_COLUMNS.join(", ")}) VALUES (${rows.STEP_COLUMNS.map(() => "?").join(", ")})`, rows.stepParams(after, change));
+      } else {
+        const updated = await this.q(
+          `UPDATE step_runs SET status = ?, version = ?, digest = ?, attempt_count = ?, ready_at_ms = ?, not_before_ms = ?, started_at_ms = ?, finished_at_ms = ? WHERE id = ? AND version = ? RETURNING id`,
+          [after.status, after.version, after.digest, after.attemptCount, after.readyAtMs, after.notBeforeMs, after.startedAtMs, after.finishedAtMs, before.id, before.version],
+        );
+        if (updated.length !== 1) throw new QlrError("conflict", `step run ${before.id} changed since version ${before.version}; nothing written`);
+      }
+    }
+    for (const { before, after } of change.attempts) {
+      if (before === null) {
+        await this.q(`INSERT INTO run_attempts (${rows.ATTEMPT_COLUMNS.join(", ")}) VALUES (${rows.ATTEMPT_COLUMNS.map(() => "?").join(", ")})`, rows.attemptParams(after));
+      } else {
+        const updated = await this.q(
+          `UPDATE run_attempts SET ${rows.ATTEMPT_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE id = ? AND version = ? RETURNING id`,
+          [...rows.attemptParams(after), before.id, before.version],
+        );
+        if (updated.length !== 1) throw new QlrError("conflict", `attempt ${before.id} changed since version ${before.version}; nothing written`);
+      }
+    }
+    for (const event of change.events) {
+      await this.q("INSERT INTO run_events (run_id, seq, id, type, at_ms, step_run_id, attempt_id, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
+        event.runId, event.seq, event.id, event.type, event.atMs, event.stepRunId, event.attemptId, JSON.stringify(event.data),
+      ]);
+    }
+    for (const mutation of change.mutations) {
+      await this.q("INSERT INTO step_mutations (run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+        mutation.runId, mutation.stepRunId, mutation.version, mutation.fromStatus, mutation.toStatus, mutation.fromDigest, mutation.toDigest, mutation.eventSeq, mutation.atMs,
+      ]);
+    }
+    for (const receipt of change.admissions) {
+      await this.q("INSERT INTO admission_receipts (run_id, step_run_id, step_run_version, attempt_id, event_id, digest, body) VALUES (?, ?, ?, ?, ?, ?, ?)", [
+        receipt.runId, receipt.stepRunId, receipt.stepRunVersion, receipt.attemptId, receipt.eventId, receipt.digest, JSON.stringify(receipt),
+      ]);
+    }
+    const latest = Math.max(...times);
+    await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [latest, latest]);
+  }
+
+  async getRun(runId: string): Promise<Run | null> {
+    const found = await this.q<rows.RunRow>(`SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE id = ?`, [runId]);
+    return found[0] === undefined ? null : rows.toRun(found[0]);
+  }
+
+  async getRunByIdempotencyKey(key: string): Promise<Run | null> {
+    const found = await this.q<rows.RunRow>(`SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE idempotency_key = ?`, [key]);
+    return found[0] === undefined ? null : rows.toRun(found[0]);
+  }
+
+  async getSteps(runId: string): Promise<StepRun[]> {
+    const found = await this.q<rows.StepRow>(`SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE run_id = ? ORDER BY position`, [runId]);
+    return found.map(rows.toStep);
+  }
+
+  async getAttempts(runId: string): Promise<RunAttempt[]> {
+    const found = await this.q<rows.AttemptRow>(`SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE run_id = ? ORDER BY number`, [runId]);
+    return found.map(rows.toAttempt);
+  }
+
+  async getAttempt(attemptId: string): Promise<RunAttempt | null> {
+    const found = await this.q<rows.AttemptRow>(`SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE id = ?`, [attemptId]);
+    return found[0] === undefined ? null : rows.toAttempt(found[0]);
+  }
+
+  async getAdmission(runId: string, stepRunId: string, stepRunVersion: number): Promise<AdmissionReceipt | null> {
+    const found = await this.q<{ body: string }>("SELECT body FROM admission_receipts WHERE run_id = ? AND step_run_id = ? AND step_run_version = ?", [runId, stepRunId, stepRunVersion]);
+    return found[0] === undefined ? null : (JSON.parse(found[0].body) as AdmissionReceipt);
+  }
+
+  async getPlan(digest: string): Promise<WorkflowPlan | null> {
+    const found = await this.q<{ body: string }>("SELECT body FROM workflow_plans WHERE digest = ?", [digest]);
+    return found[0] === undefined ? null : (JSON.parse(found[0].body) as WorkflowPlan);
+  }
+
+  async findPlan(packageName: string, generation: number, workflow: string): Promise<WorkflowPlan | null> {
+    const found = await this.q<{ body: string }>("SELECT body FROM workflow_plans WHERE package = ? AND generation = ? AND workflow = ?", [packageName, generation, workflow]);
+    return found[0] === undefined ? null : (JSON.parse(found[0].body) as WorkflowPlan);
+  }
+
+  async getReconciliation(digest: string): Promise<ReconciliationReceipt | null> {
+    const found = await this.q<{ body: string }>("SELECT body FROM reconciliation_receipts WHERE digest = ?", [digest]);
+    return found[0] === undefined ? null : (JSON.parse(found[0].body) as ReconciliationReceipt);
+  }
+
+  async getTaskDefinition(revision: string): Promise<TaskDefinition | null> {
+    const found = await this.q<{ body: string }>("SELECT body FROM task_definitions WHERE revision = ?", [revision]);
+    return found[0] === undefined ? null : (JSON.parse(found[0].body) as TaskDefinition);
+  }
+
+  async getTaskDefinitionFor(reconciliationDigest: string, task: string): Promise<TaskDefinition | null> {
+    const found = await this.q<{ body: string }>("SELECT body FROM task_definitions WHERE reconciliation_digest = ? AND task = ?", [reconciliationDigest, task]);
+    return found[0] === undefined ? null : (JSON.parse(found[0].body) as TaskDefinition);
+  }
+
+  async getPackageHead(name: string): Promise<PackageHead | null> {
+    const found = await this.q<rows.PackageRow>("SELECT name, generation, manifest_digest, reconciliation_digest, updated_at_ms FROM packages WHERE name = ?", [name]);
+    return found[0] === undefined ? null : rows.toPackageHead(found[0]);
+  }
+
+  async listPackageHeads(limit: number): Promise<PackageHead[]> {
+    const found = await this.q<rows.PackageRow>("SELECT name, generation, manifest_digest, reconciliation_digest, updated_at_ms FROM packages ORDER BY name LIMIT ?", [cap(limit)]);
+    return found.map(rows.toPackageHead);
+  }
+
+  async listGenerations(name: string, limit: number): Promise<Omit<Generation, "manifest">[]> {
+    const found = await this.q<{ package: string; generation: number; manifest_digest: string; created_at_ms: number }>(
+      "SELECT package, generation, manifest_digest, created_at_ms FROM generations WHERE package = ? ORDER BY generation DESC LIMIT ?",
+      [name, cap(limit)],
+    );
+    return found.map((row) => ({ package: row.package, generation: Number(row.generation), manifestDigest: row.manifest_digest as Generation["manifestDigest"], createdAtMs: Number(row.created_at_ms) }));
+  }
+
+  async getGeneration(name: string, generation: number): Promise<Generation | null> {
+    const found = await this.q<{ package: string; generation: number; manifest_digest: string; manifest: string; created_at_ms: number }>(
+      "SELECT package, generation, manifest_digest, manifest, created_at_ms FROM generations WHERE package = ? AND generation = ?",
+      [name, generation],
+    );
+    const row = found[0];
+    if (row === undefined) return null;
+    return { package: row.package, generation: Number(row.generation), manifestDigest: row.manifest_digest as Generation["manifestDigest"], manifest: JSON.parse(row.manifest) as Generation["manifest"], createdAtMs: Number(row.created_at_ms) };
+  }
+
+  async putGeneration(generation: Generation, reconciliation: ReconciliationReceipt, definitions: readonly TaskDefinition[], plans: readonly WorkflowPlan[], previousGeneration: number | null): Promise<void> {
+    await this.q("INSERT INTO generations (package, generation, manifest_digest, reconciliation_digest, manifest, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)", [
+      generation.package, generation.generation, generation.manifestDigest, reconciliation.digest, JSON.stringify(generation.manifest), generation.createdAtMs,
+    ]);
+    await this.q("INSERT INTO reconciliation_receipts (digest, package, generation, body) VALUES (?, ?, ?, ?)", [reconciliation.digest, reconciliation.package, reconciliation.generation, JSON.stringify(reconciliation)]);
+    for (const definition of definitions) {
+      await this.q("INSERT INTO task_definitions (revision, reconciliation_digest, task, body) VALUES (?, ?, ?, ?)", [definition.revision, reconciliation.digest, definition.task, JSON.stringify(definition)]);
+    }
+    for (const plan of plans) {
+      await this.q("INSERT INTO workflow_plans (digest, package, generation, workflow, body) VALUES (?, ?, ?, ?, ?)", [plan.digest, plan.package, plan.generation, plan.workflow, JSON.stringify(plan)]);
+    }
+    if (previousGeneration === null) {
+      await this.q("INSERT INTO packages (name, generation, manifest_digest, reconciliation_digest, updated_at_ms) VALUES (?, ?, ?, ?, ?)", [
+        generation.package, generation.generation, generation.manifestDigest, reconciliation.digest, generation.createdAtMs,
+      ]);
+    } else {
+      const updated = await this.q("UPDATE packages SET generation = ?, manifest_digest = ?, reconciliation_digest = ?, updated_at_ms = ? WHERE name = ? AND generation = ? RETURNING name", [
+        generation.generation, generation.manifestDigest, reconciliation.digest, generation.createdAtMs, generation.package, previousGeneration,
+      ]);
+      if (updated.length !== 1) throw new QlrError("conflict", `package ${generation.package} moved past generation ${previousGeneration}; nothing written`);
+    }
+    await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [generation.createdAtMs, generation.createdAtMs]);
+  }
+
+  async getSchedules(packageName: string): Promise<ScheduleState[]> {
+    const found = await this.q<rows.ScheduleRow>(`SELECT ${rows.SCHEDULE_COLUMNS.join(", ")} FROM schedules WHERE package = ? ORDER BY name`, [packageName]);
+    return found.map(rows.toSchedule);
+  }
+
+  async listDueSchedules(nowMs: number, limit: number): Promise<ScheduleState[]> {
+    const found = await this.q<rows.ScheduleRow>(`SELECT ${rows.SCHEDULE_COLUMNS.join(", ")} FROM schedules WHERE next_fire_at_ms IS NOT NULL AND next_fire_at_ms <= ? ORDER BY next_fire_at_ms, package, name LIMIT ?`, [nowMs, cap(limit)]);
+    return found.map(rows.toSchedule);
+  }
+
+  async putSchedule(state: ScheduleState, expectedVersion: number | null): Promise<void> {
+    if (expectedVersion === null) {
+      await this.q(`INSERT INTO schedules (${rows.SCHEDULE_COLUMNS.join(", ")}) VALUES (${rows.SCHEDULE_COLUMNS.map(() => "?").join(", ")})`, rows.scheduleParams(state));
+      return;
+    }
+    const updated = await this.q(`UPDATE schedules SET ${rows.SCHEDULE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE package = ? AND name = ? AND version = ? RETURNING name`, [
+      ...rows.scheduleParams(state), state.package, state.name, expectedVersion,
+    ]);
+    if (updated.length !== 1) throw new QlrError("conflict", `schedule ${state.package}/${state.name} changed since version ${expectedVersion}; nothing written`);
+  }
+
+  async deleteSchedule(packageName: string, name: string): Promise<void> {
+    await this.q("DELETE FROM schedules WHERE package = ? AND name = ?", [packageName, name]);
+  }
+
+  async listCancellingRuns(afterRunId: string | null, limit: number): Promise<string[]> {
+    const found = await this.q<{ id: string }>(
+      "SELECT id FROM runs WHERE cancel_requested_at_ms IS NOT NULL AND status IN ('queued', 'dispatching', 'running') AND id > ? ORDER BY id LIMIT ?",
+      [afterRunId ?? "", cap(limit)],
+    );
+    return found.map((row) => row.id);
+  }
+
+  async listFrontierRuns(afterRunId: string | null, limit: number): Promise<string[]> {
+    const found = await this.q<{ id: string }>("SELECT id FROM runs WHERE frontier_due = 1 AND id > ? ORDER BY id LIMIT ?", [afterRunId ?? "", cap(limit)]);
+    return found.map((row) => row.id);
+  }
+
+  async clearFrontierMark(runId: string): Promise<void> {
+    await this.q("UPDATE runs SET frontier_due = 0 WHERE id = ? AND frontier_due = 1", [runId]);
+  }
+
+  async listAdmissionCandidates(after: AdmissionCandidate | null, limit: number, nowMs: number): Promise<AdmissionCandidate[]> {
+    const found = await this.q<{ run_id: string; id: string; version: number }>(
+      `SELECT s.run_id, s.id, s.version FROM step_runs s JOIN runs r ON r.id = s.run_id
+        WHERE s.status = 'ready' AND r.status = 'running' AND r.cancel_requested_at_ms IS NULL
+          AND (s.not_before_ms IS NULL OR s.not_before_ms <= ?)
+          AND NOT EXISTS (SELECT 1 FROM admission_receipts a WHERE a.run_id = s.run_id AND a.step_run_id = s.id AND a.step_run_version = s.version)
+          AND (s.run_id > ? OR (s.run_id = ? AND s.id > ?))
+        ORDER BY s.run_id, s.id LIMIT ?`,
+      [nowMs, after?.runId ?? "", after?.runId ?? "", after?.stepRunId ?? "", Math.min(cap(limit), 64)],
+    );
+    return found.map((row) => ({ runId: row.run_id, stepRunId: row.id, stepRunVersion: Number(row.version) }));
+  }
+
+  async listQueuedOrdinaryRuns(afterRunId: string | null, limit: number, nowMs: number): Promise<string[]> {
+    const found = await this.q<{ id: string }>(
+      "SELECT id FROM runs WHERE status = 'queued' AND kind = 'ordinary' AND cancel_requested_at_ms IS NULL AND (not_before_ms IS NULL OR not_before_ms <= ?) AND id > ? ORDER BY id LIMIT ?",
+      [nowMs, afterRunId ?? "", cap(limit)],
+    );
+    return found.map((row) => row.id);
+  }
+
+  async listAttempts(executor: ExecutorType, statuses: readonly RunAttempt["status"][], afterAttemptId: string | null, limit: number): Promise<RunAttempt[]> {
+    if (statuses.length === 0) return [];
+    const found = await this.q<rows.AttemptRow>(
+      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE executor = ? AND status IN (${statuses.map(() => "?").join(", ")}) AND id > ? ORDER BY id LIMIT ?`,
+      [executor, ...statuses, afterAttemptId ?? "", cap(limit)],
+    );
+    return found.map(rows.toAttempt);
+  }
+
+  async listRuns(filter: RunListFilter): Promise<Run[]> {
+    const limit = cap(filter.limit);
+    const conditions: string[] = [];
+    const params: SqlParam[] = [];
+    if (filter.status !== null) {
+      conditions.push("status = ?");
+      params.push(filter.status);
+    }
+    if (filter.cursor !== null) {
+      // Keyset on (created_at_ms, id) descending: stable while new runs are inserted.
+      conditions.push("(created_at_ms < (SELECT created_at_ms FROM runs WHERE id = ?) OR (created_at_ms = (SELECT created_at_ms FROM runs WHERE id = ?) AND id < ?))");
+      params.push(filter.cursor, filter.cursor, filter.cursor);
+    }
+    const where = conditions.length === 0 ? "" : `WHERE ${conditions.join(" AND ")}`;
+    const found = await this.q<rows.RunRow>(`SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs ${where} ORDER BY created_at_ms DESC, id DESC LIMIT ?`, [...params, limit]);
+    return found.map(rows.toRun);
+  }
+
+  async listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]> {
+    const found = await this.q<rows.EventRow>("SELECT run_id, seq, id, type, at_ms, step_run_id, attempt_id, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?", [runId, afterSeq, cap(limit)]);
+    return found.map(rows.toEvent);
+  }
+
+  async countRunsByStatus(): Promise<Record<RunStatus, number>> {
+    const found = await this.q<{ status: RunStatus; count: number }>("SELECT status, COUNT(*) AS count FROM runs GROUP BY status");
+    const counts = Object.fromEntries(RUN_STATUSES.map((status) => [status, 0])) as Record<RunStatus, number>;
+    for (const row of found) counts[row.status] = Number(row.count);
+    return counts;
+  }
+
+  async listMutations(runId: string): Promise<StepMutation[]> {
+    const found = await this.q<rows.MutationRow>("SELECT run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms FROM step_mutations WHERE run_id = ? ORDER BY event_seq, step_run_id", [runId]);
+    return found.map(rows.toMutation);
+  }
+}
+
+export class SqlStore implements Store {
+  readonly dialect: "sqlite" | "postgres";
+  readonly driverName: string;
+  readonly driver: SqlDriver;
+  private readonly rewrite: (sql: string) => string;
+  private readonly statementCache = new Map<string, string>();
+
+  constructor(driver: SqlDriver) {
+    this.driver = driver;
+    this.dialect = driver.dialect;
+    this.driverName = driver.name;
+    this.rewrite = driver.dialect === "postgres" ? placeholders : (sql) => sql;
+  }
+
+  transaction<T>(fn: (tx: SqlStoreTx) => Promise<T>): Promise<T> {
+    return this.driver.transaction((tx) => fn(new SqlStoreTx(tx, this.rewrite, this.statementCache)));
+  }
+
+  close(): Promise<void> {
+    return this.driver.close();
+  }
+}
+
+export type { SqlStoreTx };
+
+/** Opens a store over a driver: applies the dialect's migrations first. */
+export async function openSqlStore(driver: SqlDriver, migrations: readonly Migration[], nowMs: number): Promise<SqlStore> {
+  await migrate(driver, migrations, nowMs);
+  return new SqlStore(driver);
+}

@@ -1,0 +1,423 @@
+/**
+ * The single sql.js connection both sql.js drivers share: pragmas, a bounded cache of
+ * prepared statements, rows as plain objects, the mapping of SQLite errors to `QlrError`,
+ * the queue that keeps transactions from interleaving, and (for the file driver) the record
+ * of which statements wrote. This module is isomorphic: it imports no `node:*` module, so
+ * browser and worker runtimes can use the memory driver with their own `SqlJsStatic`.
+ */
+import type { Database, SqlValue, Statement } from "sql.js";
+import { QlrError, isQlrError } from "../../src/errors.ts";
+import type { SqlParam, SqlRow, SqlTx } from "../driver.ts";
+
+export const DEFAULT_STATEMENT_CACHE_SIZE = 64;
+export const DEFAULT_PAGE_CACHE_KIB = 1024;
+const SQL_EXCERPT_CHARS = 160;
+
+export interface SqlJsConnectionOptions {
+  /** Prepared statements kept per connection (least recently used are freed first). */
+  readonly statementCacheSize?: number;
+  /** SQLite page cache size; the database file itself already lives in memory, so a small cache only saves copies. */
+  readonly pageCacheKib?: number;
+}
+
+/**
+ * How a statement is judged to have written, decided once per SQL text from its leading
+ * keyword (comments and white space skipped):
+ * - `read`: SELECT, VALUES, EXPLAIN, and PRAGMA without `=`, never change the database.
+ * - `counted`: INSERT, UPDATE, DELETE, REPLACE and WITH (a common table expression may front
+ *   any of them) wrote exactly when SQLite's `total_changes()` counter moved while they ran;
+ *   the counter includes rows changed by triggers and foreign key actions.
+ * - `schema`: CREATE, DROP and ALTER wrote exactly when `PRAGMA schema_version` moved while
+ *   they ran, so a `CREATE TABLE IF NOT EXISTS` that found its table costs no journal bytes.
+ * - `always`: everything else (PRAGMA with `=`, SAVEPOINT, RELEASE, ROLLBACK TO, ANALYZE,
+ *   REINDEX, …) may change the database or the shape of the transaction without moving either
+ *   counter, so it is treated as a write whenever it succeeds.
+ * - `forbidden`: BEGIN, COMMIT, END and a plain ROLLBACK belong to the driver.
+ */
+export type StatementKind = "read" | "counted" | "schema" | "always" | "forbidden";
+
+export interface RecordedWrite {
+  readonly sql: string;
+  readonly params: readonly SqlParam[];
+}
+
+interface CachedStatement {
+  readonly statement: Statement;
+  readonly kind: StatementKind;
+}
+
+export class SqlJsConnection {
+  readonly db: Database;
+  private readonly statementCacheSize: number;
+  private readonly pageCacheKib: number;
+  private readonly trackWrites: boolean;
+  /** Insertion order is recency order: a hit is moved to the end, eviction takes the first. */
+  private readonly statements = new Map<string, CachedStatement>();
+  private totalChangesStatement: Statement | undefined;
+  private schemaVersionStatement: Statement | undefined;
+  private knownTotalChanges = 0;
+  private writes: RecordedWrite[] = [];
+  private unjournaledChange: string | undefined;
+  private closed = false;
+
+  /**
+   * `trackWrites` makes the connection keep the list of statements that wrote in the current
+   * transaction (the file driver journals them); the memory driver leaves it off and pays
+   * nothing for it.
+   */
+  constructor(db: Database, options: SqlJsConnectionOptions & { readonly trackWrites: boolean }) {
+    this.db = db;
+    this.statementCacheSize = Math.max(1, Math.floor(options.statementCacheSize ?? DEFAULT_STATEMENT_CACHE_SIZE));
+    this.pageCacheKib = Math.max(64, Math.floor(options.pageCacheKib ?? DEFAULT_PAGE_CACHE_KIB));
+    this.trackWrites = options.trackWrites;
+    this.applyPragmas();
+  }
+
+  /**
+   * foreign_keys is off by default in SQLite and the domain relies on it. The database file
+   * is an in-process MEMFS file that no crash can preserve, so its rollback journal stays in
+   * memory and syncing it is pointless; durability, where wanted, is the file driver's journal.
+   */
+  applyPragmas(): void {
+    this.db.run("PRAGMA foreign_keys = ON");
+    this.db.run("PRAGMA journal_mode = MEMORY");
+    this.db.run("PRAGMA synchronous = OFF");
+    this.db.run("PRAGMA temp_store = MEMORY");
+    this.db.run(`PRAGMA cache_size = -${this.pageCacheKib}`);
+    this.knownTotalChanges = this.trackWrites ? this.readTotalChanges() : 0;
+  }
+
+  begin(): void {
+    this.writes = [];
+    this.unjournaledChange = undefined;
+    this.runControl("BEGIN IMMEDIATE");
+  }
+
+  commit(): void {
+    this.runControl("COMMIT");
+  }
+
+  /** Rolls back if a transaction is open; SQLite may already have rolled back on some errors. */
+  rollbackQuietly(): void {
+    try {
+      this.db.run("ROLLBACK");
+    } catch {
+      // "cannot rollback - no transaction is active" is the expected answer after SQLite's own rollback.
+    }
+  }
+
+  /** The statements that wrote in the current transaction, in order (only with `trackWrites`). */
+  recordedWrites(): readonly RecordedWrite[] {
+    return this.writes;
+  }
+
+  /**
+   * Set when a statement failed after changing rows (an `OR FAIL` conflict clause keeps the
+   * rows changed before the failing one). Such a change cannot be journaled as a replayable
+   * statement, so the file driver refuses to commit the transaction.
+   */
+  unjournaledChangeBy(): string | undefined {
+    return this.unjournaledChange;
+  }
+
+  /** Runs one statement with positional parameters and returns its rows; errors are mapped. */
+  query(sql: string, params: readonly SqlParam[]): SqlRow[] {
+    if (this.closed) throw new QlrError("storage_unavailable", "The sql.js connection is closed.");
+    for (const param of params) {
+      if (typeof param === "number" && !Number.isFinite(param)) {
+        throw new QlrError("internal", `A non-finite number cannot be stored faithfully (in: ${excerpt(sql)}).`);
+      }
+    }
+    const entry = this.prepared(sql);
+    if (entry.kind === "forbidden") {
+      throw new QlrError("internal", `Transaction control belongs to the driver, not to the caller (in: ${excerpt(sql)}).`);
+    }
+    // The schema version is not monotonic (a rollback restores it), so it is read on both sides.
+    const schemaVersionBefore = this.trackWrites && entry.kind === "schema" ? this.readSchemaVersion() : 0;
+    let rows: SqlRow[];
+    try {
+      rows = runStatement(entry.statement, params);
+    } catch (error) {
+      if (this.trackWrites && entry.kind === "counted" && this.totalChangesMoved()) this.unjournaledChange = excerpt(sql);
+      throw mapSqlJsError(error, sql);
+    }
+    if (this.trackWrites && this.wrote(entry.kind, schemaVersionBefore)) this.writes.push({ sql, params: [...params] });
+    return rows;
+  }
+
+  /** Frees every cached statement; `export()` and `close()` need no statement alive. */
+  clearStatements(): void {
+    for (const entry of this.statements.values()) entry.statement.free();
+    this.statements.clear();
+    this.totalChangesStatement?.free();
+    this.totalChangesStatement = undefined;
+    this.schemaVersionStatement?.free();
+    this.schemaVersionStatement = undefined;
+  }
+
+  cachedStatementCount(): number {
+    return this.statements.size;
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.clearStatements();
+    this.db.close();
+  }
+
+  private runControl(sql: string): void {
+    try {
+      this.db.run(sql);
+    } catch (error) {
+      throw mapSqlJsError(error, sql);
+    }
+  }
+
+  private prepared(sql: string): CachedStatement {
+    const cached = this.statements.get(sql);
+    if (cached !== undefined) {
+      this.statements.delete(sql);
+      this.statements.set(sql, cached);
+      return cached;
+    }
+    let statement: Statement;
+    try {
+      statement = this.db.prepare(sql);
+    } catch (error) {
+      throw mapSqlJsError(error, sql);
+    }
+    // SQLite compiles only the first statement of a text and silently ignores the rest;
+    // `getSQL()` returns exactly the compiled part, so anything left over is refused.
+    const remainder = sql.slice(statement.getSQL().length);
+    if (stripCommentsAndSpace(remainder).replace(/;/g, "").trim() !== "") {
+      statement.free();
+      throw new QlrError("internal", `One statement per query: text follows the first statement (in: ${excerpt(sql)}).`);
+    }
+    const entry: CachedStatement = { statement, kind: classifyStatement(sql) };
+    this.statements.set(sql, entry);
+    if (this.statements.size > this.statementCacheSize) {
+      const oldest = this.statements.entries().next().value;
+      if (oldest !== undefined) {
+        this.statements.delete(oldest[0]);
+        oldest[1].statement.free();
+      }
+    }
+    return entry;
+  }
+
+  private wrote(kind: StatementKind, schemaVersionBefore: number): boolean {
+    switch (kind) {
+      case "read":
+      case "forbidden":
+        return false;
+      case "counted":
+        return this.totalChangesMoved();
+      case "schema":
+        // A CREATE TABLE … AS SELECT also fills rows; either counter moving makes it a write.
+        return this.totalChangesMoved() || this.readSchemaVersion() !== schemaVersionBefore;
+      case "always":
+        return true;
+    }
+  }
+
+  private totalChangesMoved(): boolean {
+    const current = this.readTotalChanges();
+    // The counter only grows, so comparing with the last reading can over-report (a safe,
+    // redundant journal entry) but never miss a statement that changed rows.
+    const moved = current !== this.knownTotalChanges;
+    this.knownTotalChanges = current;
+    return moved;
+  }
+
+  private readTotalChanges(): number {
+    this.totalChangesStatement ??= this.db.prepare("SELECT total_changes()");
+    return readSingleNumber(this.totalChangesStatement);
+  }
+
+  private readSchemaVersion(): number {
+    this.schemaVersionStatement ??= this.db.prepare("PRAGMA schema_version");
+    return readSingleNumber(this.schemaVersionStatement);
+  }
+}
+
+function readSingleNumber(statement: Statement): number {
+  try {
+    statement.step();
+    const value = statement.get()[0];
+    return typeof value === "number" ? value : 0;
+  } finally {
+    statement.reset();
+  }
+}
+
+function runStatement(statement: Statement, params: readonly SqlParam[]): SqlRow[] {
+  try {
+    // sql.js copies the values while binding; the cast only drops `readonly`.
+    statement.bind(params as SqlValue[]);
+    const rows: SqlRow[] = [];
+    if (!statement.step()) return rows;
+    const columns = statement.getColumnNames();
+    do {
+      const values = statement.get();
+      const row: SqlRow = {};
+      columns.forEach((column, index) => {
+        row[column] = values[index];
+      });
+      rows.push(row);
+    } while (statement.step());
+    return rows;
+  } finally {
+    statement.reset();
+  }
+}
+
+export function classifyStatement(sql: string): StatementKind {
+  const text = stripCommentsAndSpace(sql);
+  const keyword = /^[A-Za-z]+/.exec(text)?.[0]?.toUpperCase() ?? "";
+  switch (keyword) {
+    case "SELECT":
+    case "VALUES":
+    case "EXPLAIN":
+      return "read";
+    case "PRAGMA":
+      return text.includes("=") ? "always" : "read";
+    case "INSERT":
+    case "UPDATE":
+    case "DELETE":
+    case "REPLACE":
+    case "WITH":
+      return "counted";
+    case "CREATE":
+    case "DROP":
+    case "ALTER":
+      return "schema";
+    case "BEGIN":
+    case "COMMIT":
+    case "END":
+      return "forbidden";
+    case "ROLLBACK":
+      return /^ROLLBACK\s+(TRANSACTION\s+)?TO\b/i.test(text) ? "always" : "forbidden";
+    default:
+      return "always";
+  }
+}
+
+/** Drops leading white space and SQL comments (`-- …` and `/* … *\/`). */
+function stripCommentsAndSpace(sql: string): string {
+  let text = sql.trimStart();
+  for (;;) {
+    if (text.startsWith("--")) {
+      const end = text.indexOf("\n");
+      text = end < 0 ? "" : text.slice(end + 1).trimStart();
+    } else if (text.startsWith("/*")) {
+      const end = text.indexOf("*/");
+      text = end < 0 ? "" : text.slice(end + 2).trimStart();
+    } else {
+      return text;
+    }
+  }
+}
+
+function excerpt(sql: string): string {
+  const flat = sql.replace(/\s+/g, " ").trim();
+  return flat.length > SQL_EXCERPT_CHARS ? `${flat.slice(0, SQL_EXCERPT_CHARS)}…` : flat;
+}
+
+const UNAVAILABLE_CODES = ["SQLITE_FULL", "SQLITE_IOERR", "SQLITE_NOMEM", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN", "SQLITE_READONLY"];
+
+/**
+ * Maps an error thrown by sql.js to a `QlrError`. sql.js throws `Error`s carrying the extended
+ * result code name in `code` (`SQLITE_CONSTRAINT_UNIQUE`), and plain strings for API misuse
+ * ("Statement closed"). A `QlrError` passes through unchanged.
+ */
+export function mapSqlJsError(error: unknown, sql: string): QlrError {
+  if (isQlrError(error)) return error;
+  const code = typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : "";
+  const message = error instanceof Error ? error.message : String(error);
+  const described = `${message} (in: ${excerpt(sql)})`;
+  if (code === "SQLITE_CONSTRAINT_UNIQUE" || code === "SQLITE_CONSTRAINT_PRIMARYKEY") {
+    return new QlrError("conflict", described, { cause: error });
+  }
+  if (code.startsWith("SQLITE_CORRUPT") || code.startsWith("SQLITE_NOTADB")) {
+    return new QlrError("storage_corrupt", described, { cause: error });
+  }
+  if (UNAVAILABLE_CODES.some((prefix) => code.startsWith(prefix))) {
+    return new QlrError("storage_unavailable", described, { cause: error });
+  }
+  return new QlrError("internal", described, { cause: error });
+}
+
+/**
+ * A promise chain that runs one task at a time. The drivers put every transaction through it,
+ * so an `await` inside a transaction can never let a second transaction onto the single
+ * connection.
+ */
+export class TransactionQueue {
+  private tail: Promise<void> = Promise.resolve();
+
+  run<T>(task: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(task);
+    this.tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    return result;
+  }
+
+  /** Resolves once every task queued so far has settled. */
+  idle(): Promise<void> {
+    return this.tail;
+  }
+}
+
+export interface TransactionSteps {
+  /** Runs after `fn` resolved and before COMMIT; a throw rolls back and is rethrown. */
+  beforeCommit?(): void;
+  /** Runs when COMMIT itself failed after `beforeCommit` succeeded (the transaction is rolled back). */
+  commitFailed?(): void;
+}
+
+/**
+ * One transaction on the connection: BEGIN IMMEDIATE, `fn`, COMMIT. A throw from `fn` rolls
+ * back and is rethrown untouched; statement errors reach `fn` already mapped. The `tx` handed
+ * to `fn` refuses queries once the transaction ended, so a leaked handle cannot write into a
+ * later transaction.
+ */
+export async function runTransaction<T>(connection: SqlJsConnection, fn: (tx: SqlTx) => Promise<T>, steps: TransactionSteps = {}): Promise<T> {
+  connection.begin();
+  let open = true;
+  const tx: SqlTx = {
+    query<R extends SqlRow = SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
+      if (!open) return Promise.reject(new QlrError("internal", `A query ran after its transaction ended (in: ${excerpt(sql)}).`));
+      try {
+        return Promise.resolve(connection.query(sql, params) as R[]);
+      } catch (error) {
+        return Promise.reject(mapSqlJsError(error, sql));
+      }
+    },
+  };
+  let result: T;
+  try {
+    result = await fn(tx);
+  } catch (error) {
+    open = false;
+    connection.rollbackQuietly();
+    throw error;
+  }
+  open = false;
+  try {
+    steps.beforeCommit?.();
+  } catch (error) {
+    connection.rollbackQuietly();
+    throw error;
+  }
+  try {
+    connection.commit();
+  } catch (error) {
+    connection.rollbackQuietly();
+    steps.commitFailed?.();
+    throw error;
+  }
+  return result;
+}

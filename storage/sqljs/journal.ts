@@ -1,0 +1,184 @@
+/**
+ * The file driver's append-only journal format: one record per committed write transaction.
+ *
+ * Record layout (little-endian, 20-byte header, then the payload):
+ *
+ *     offset  size  field
+ *          0     4  magic, the ASCII bytes "QLJ1"
+ *          4     4  payloadBytes
+ *          8     8  sequence (u64; 1 for the first commit ever, +1 per commit, never reset)
+ *         16     4  CRC-32 over bytes 4..16 of the header and then the payload
+ *         20     n  payload: UTF-8 JSON array of the transaction's write statements, in order
+ *
+ * Each statement is `[sqlText, params?]` the first time its SQL text appears in the journal,
+ * which also gives that text the next id (0, 1, 2, …), and `[id, params?]` afterwards; a
+ * checkpoint empties the journal and starts the ids again. Parameterised statements repeat,
+ * so most records carry only ids and parameters; that keeps the bytes written per commit small.
+ *
+ * Torn tail versus damage. A record fails validation when its header is incomplete, its magic
+ * is wrong, its declared length runs past the end of the file or over the limit, or its CRC
+ * does not match. Such a record is a torn tail (an append a crash interrupted) exactly when no
+ * valid record starts anywhere after its offset: the open truncates it away. When a valid
+ * record does follow, the journal was damaged in the middle and the open refuses with
+ * `storage_corrupt` naming the byte offset, because truncating there would drop acknowledged
+ * commits. Only one append is ever in flight, so only the last record can legitimately be torn.
+ */
+import { Buffer } from "node:buffer";
+import { QlrError } from "../../src/errors.ts";
+import type { SqlParam } from "../driver.ts";
+import type { RecordedWrite } from "./connection.ts";
+import { crc32, crc32Update } from "./crc32.ts";
+
+export const JOURNAL_MAGIC = Buffer.from("QLJ1", "latin1");
+export const RECORD_HEADER_BYTES = 20;
+/** A transaction whose journal record would exceed this is refused before anything is written. */
+export const MAX_RECORD_PAYLOAD_BYTES = 16 * 1024 * 1024;
+
+/**
+ * The per-journal numbering of SQL texts. Ids become permanent only when the record defining
+ * them is durable and committed (`adopt`), so a failed append leaves the numbering unchanged.
+ */
+export class SqlTextDictionary {
+  private readonly ids = new Map<string, number>();
+  private readonly texts: string[] = [];
+
+  /** Encodes a record; `addedTexts` are the texts this record defines, to `adopt` once it is kept. */
+  encodeRecord(sequence: number, writes: readonly RecordedWrite[]): { bytes: Buffer; addedTexts: string[] } {
+    const addedTexts: string[] = [];
+    const pendingIds = new Map<string, number>();
+    const statements = writes.map((write) => {
+      const id = this.ids.get(write.sql) ?? pendingIds.get(write.sql);
+      let head: string | number;
+      if (id === undefined) {
+        pendingIds.set(write.sql, this.texts.length + addedTexts.length);
+        addedTexts.push(write.sql);
+        head = write.sql;
+      } else {
+        head = id;
+      }
+      return write.params.length === 0 ? [head] : [head, write.params];
+    });
+    const payload = Buffer.from(JSON.stringify(statements), "utf8");
+    if (payload.length > MAX_RECORD_PAYLOAD_BYTES) {
+      throw new QlrError("limit_exceeded", `A transaction's journal record would take ${payload.length} bytes; the limit is ${MAX_RECORD_PAYLOAD_BYTES}.`);
+    }
+    return { bytes: encodeRecordBytes(sequence, payload), addedTexts };
+  }
+
+  adopt(addedTexts: readonly string[]): void {
+    for (const text of addedTexts) {
+      this.ids.set(text, this.texts.length);
+      this.texts.push(text);
+    }
+  }
+
+  reset(): void {
+    this.ids.clear();
+    this.texts.length = 0;
+  }
+
+  /** Resolves one record's statements, defining new texts as the writer did. */
+  decodeStatements(payload: Uint8Array, offset: number): RecordedWrite[] {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(Buffer.from(payload.buffer, payload.byteOffset, payload.length).toString("utf8"));
+    } catch (error) {
+      throw corrupt(offset, "its payload is not valid JSON", error);
+    }
+    if (!Array.isArray(parsed)) throw corrupt(offset, "its payload is not a list of statements");
+    return parsed.map((entry: unknown) => {
+      if (!Array.isArray(entry) || entry.length < 1 || entry.length > 2) throw corrupt(offset, "a statement entry is malformed");
+      const [head, params = []] = entry as [unknown, unknown?];
+      if (!Array.isArray(params) || !params.every(isSqlParam)) throw corrupt(offset, "a statement's parameters are malformed");
+      let sql: string;
+      if (typeof head === "string") {
+        this.adopt([head]);
+        sql = head;
+      } else if (typeof head === "number" && this.texts[head] !== undefined) {
+        sql = this.texts[head];
+      } else {
+        throw corrupt(offset, `it refers to an unknown statement id ${String(head)}`);
+      }
+      return { sql, params };
+    });
+  }
+}
+
+function isSqlParam(value: unknown): value is SqlParam {
+  return value === null || typeof value === "string" || typeof value === "number";
+}
+
+function encodeRecordBytes(sequence: number, payload: Buffer): Buffer {
+  const bytes = Buffer.allocUnsafe(RECORD_HEADER_BYTES + payload.length);
+  JOURNAL_MAGIC.copy(bytes, 0);
+  bytes.writeUInt32LE(payload.length, 4);
+  bytes.writeBigUInt64LE(BigInt(sequence), 8);
+  bytes.writeUInt32LE(crc32Update(crc32(bytes.subarray(4, 16)), payload), 16);
+  payload.copy(bytes, RECORD_HEADER_BYTES);
+  return bytes;
+}
+
+export interface ParsedRecord {
+  readonly offset: number;
+  readonly endOffset: number;
+  readonly sequence: number;
+  readonly payload: Uint8Array;
+}
+
+type ParseOutcome = { readonly valid: true; readonly record: ParsedRecord } | { readonly valid: false; readonly reason: string };
+
+/** Validates the record starting at `offset` without interpreting its payload. */
+export function parseRecordAt(bytes: Buffer, offset: number): ParseOutcome {
+  if (bytes.length - offset < RECORD_HEADER_BYTES) return { valid: false, reason: "its header is incomplete" };
+  if (!bytes.subarray(offset, offset + 4).equals(JOURNAL_MAGIC)) return { valid: false, reason: "it does not start with the record magic" };
+  const payloadBytes = bytes.readUInt32LE(offset + 4);
+  if (payloadBytes > MAX_RECORD_PAYLOAD_BYTES) return { valid: false, reason: `its declared length ${payloadBytes} is over the limit` };
+  const endOffset = offset + RECORD_HEADER_BYTES + payloadBytes;
+  if (endOffset > bytes.length) return { valid: false, reason: "its declared length runs past the end of the file" };
+  const payload = bytes.subarray(offset + RECORD_HEADER_BYTES, endOffset);
+  const expectedCrc = crc32Update(crc32(bytes.subarray(offset + 4, offset + 16)), payload);
+  if (bytes.readUInt32LE(offset + 16) !== expectedCrc) return { valid: false, reason: "its checksum does not match" };
+  const sequence = bytes.readBigUInt64LE(offset + 8);
+  if (sequence < 1n || sequence > BigInt(Number.MAX_SAFE_INTEGER)) return { valid: false, reason: "its sequence number is out of range" };
+  return { valid: true, record: { offset, endOffset, sequence: Number(sequence), payload } };
+}
+
+export interface JournalScan {
+  /** Bytes from the start of the file that hold valid records. */
+  readonly validBytes: number;
+  /** Bytes after `validBytes` that form a torn tail (0 when the journal ends cleanly). */
+  readonly tornTailBytes: number;
+}
+
+/**
+ * Walks the journal, handing each valid record to `onRecord` in order, and applies the torn
+ * tail rule (see the top of this file). Throws `storage_corrupt` for damage before the tail.
+ */
+export function scanJournal(bytes: Buffer, onRecord: (record: ParsedRecord) => void): JournalScan {
+  let offset = 0;
+  while (offset < bytes.length) {
+    const outcome = parseRecordAt(bytes, offset);
+    if (!outcome.valid) {
+      const laterRecordOffset = findValidRecordAfter(bytes, offset + 1);
+      if (laterRecordOffset !== undefined) {
+        throw corrupt(offset, `${outcome.reason}, yet a valid record follows at byte offset ${laterRecordOffset}`);
+      }
+      return { validBytes: offset, tornTailBytes: bytes.length - offset };
+    }
+    onRecord(outcome.record);
+    offset = outcome.record.endOffset;
+  }
+  return { validBytes: offset, tornTailBytes: 0 };
+}
+
+function findValidRecordAfter(bytes: Buffer, from: number): number | undefined {
+  // Bounded by the file length: each iteration moves the search start forward by at least one byte.
+  for (let candidate = bytes.indexOf(JOURNAL_MAGIC, from); candidate >= 0; candidate = bytes.indexOf(JOURNAL_MAGIC, candidate + 1)) {
+    if (parseRecordAt(bytes, candidate).valid) return candidate;
+  }
+  return undefined;
+}
+
+export function corrupt(offset: number, reason: string, cause?: unknown): QlrError {
+  return new QlrError("storage_corrupt", `The sqljs-file journal is damaged at byte offset ${offset}: ${reason}.`, cause === undefined ? undefined : { cause });
+}

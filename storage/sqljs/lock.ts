@@ -1,0 +1,158 @@
+/**
+ * The file driver's exclusive lock: a `lock` file created with O_EXCL that holds the owner's
+ * pid and a start marker. The lock is advisory: it keeps out other processes that open the
+ * directory through this driver, not a process that writes the files by other means.
+ *
+ * A lock whose owner is gone is stale and taken over: the pid no longer exists
+ * (`process.kill(pid, 0)` answers ESRCH), or it exists but belongs to another process (on
+ * Linux the marker is the boot id plus the process start time from /proc, which tells a
+ * reused pid, such as pid 1 in a restarted container, from the original owner). Two processes
+ * taking over the same stale lock at the same instant can both succeed; the window is a few
+ * system calls wide and only follows a crash.
+ */
+import { randomUUID } from "node:crypto";
+import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { QlrError } from "../../src/errors.ts";
+
+/** A lock file can be seen empty between its creation and its write; its reader waits this long, this often. */
+const UNREADABLE_LOCK_RETRY_MS = 50;
+const UNREADABLE_LOCK_RETRIES = 3;
+const ACQUIRE_ATTEMPTS = 3;
+
+interface LockHolder {
+  readonly pid: number;
+  readonly startMarker: string | null;
+  readonly token: string;
+}
+
+export interface HeldLock {
+  readonly lockPath: string;
+  /** Removes the lock file if it is still ours. Idempotent. */
+  release(): void;
+}
+
+/** Takes the lock file `lock` inside `directory`, or throws `storage_locked` naming the holder. */
+export async function acquireLock(directory: string): Promise<HeldLock> {
+  const lockPath = join(directory, "lock");
+  const holder: LockHolder = { pid: process.pid, startMarker: processStartMarker(process.pid) ?? null, token: randomUUID() };
+  for (let attempt = 0; attempt < ACQUIRE_ATTEMPTS; attempt += 1) {
+    if (tryCreateLockFile(lockPath, holder)) return heldLock(lockPath, holder.token);
+    const existing = await readHolder(lockPath);
+    if (existing === "missing") continue;
+    if (existing !== "unreadable" && holderIsAlive(existing)) {
+      throw new QlrError(
+        "storage_locked",
+        `The database at ${directory} is in use by process ${existing.pid} (lock file ${lockPath}). Stop that process, or remove the lock file if that process is not a qlr runtime.`,
+      );
+    }
+    removeIfPresent(lockPath);
+  }
+  throw new QlrError("storage_locked", `The lock ${lockPath} kept changing hands; another process is opening the same database.`);
+}
+
+function tryCreateLockFile(lockPath: string, holder: LockHolder): boolean {
+  let fd: number;
+  try {
+    fd = openSync(lockPath, "wx");
+  } catch (error) {
+    if (errorCode(error) === "EEXIST") return false;
+    throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be created.`, { cause: error });
+  }
+  try {
+    writeSync(fd, `${JSON.stringify(holder)}\n`);
+  } catch (error) {
+    // An empty lock would make the next opener wait for it; a full disk is better reported now.
+    closeSync(fd);
+    removeIfPresent(lockPath);
+    throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be written.`, { cause: error });
+  }
+  closeSync(fd);
+  return true;
+}
+
+async function readHolder(lockPath: string): Promise<LockHolder | "missing" | "unreadable"> {
+  for (let attempt = 0; attempt <= UNREADABLE_LOCK_RETRIES; attempt += 1) {
+    let text: string;
+    try {
+      text = readFileSync(lockPath, "utf8");
+    } catch (error) {
+      if (errorCode(error) === "ENOENT") return "missing";
+      throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be read.`, { cause: error });
+    }
+    const holder = parseHolder(text);
+    if (holder !== undefined) return holder;
+    if (attempt < UNREADABLE_LOCK_RETRIES) await sleep(UNREADABLE_LOCK_RETRY_MS);
+  }
+  // Still empty or garbled after the owner had ample time to write it: a crash between create and write.
+  return "unreadable";
+}
+
+function parseHolder(text: string): LockHolder | undefined {
+  try {
+    const value = JSON.parse(text) as Partial<Record<keyof LockHolder, unknown>>;
+    if (typeof value.pid !== "number" || !Number.isSafeInteger(value.pid) || value.pid <= 0) return undefined;
+    if (typeof value.token !== "string") return undefined;
+    return { pid: value.pid, startMarker: typeof value.startMarker === "string" ? value.startMarker : null, token: value.token };
+  } catch {
+    return undefined;
+  }
+}
+
+function holderIsAlive(holder: LockHolder): boolean {
+  try {
+    process.kill(holder.pid, 0);
+  } catch (error) {
+    // EPERM means the process exists under another user: alive.
+    if (errorCode(error) === "ESRCH") return false;
+  }
+  const currentMarker = processStartMarker(holder.pid);
+  if (holder.startMarker !== null && currentMarker !== undefined && currentMarker !== holder.startMarker) return false;
+  return true;
+}
+
+/** Linux only: "<boot id>/<start time in clock ticks>"; undefined where /proc cannot tell. */
+function processStartMarker(pid: number): string | undefined {
+  try {
+    const bootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // The command name (field 2) may contain spaces and parentheses, so count from its closing one.
+    const fieldsAfterName = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // Field 22 (start time) is the 20th after the name, which ends field 2.
+    const startTime = fieldsAfterName[19];
+    return startTime === undefined ? undefined : `${bootId}/${startTime}`;
+  } catch {
+    return undefined;
+  }
+}
+
+function heldLock(lockPath: string, token: string): HeldLock {
+  let released = false;
+  return {
+    lockPath,
+    release(): void {
+      if (released) return;
+      released = true;
+      let text: string;
+      try {
+        text = readFileSync(lockPath, "utf8");
+      } catch {
+        return;
+      }
+      if (parseHolder(text)?.token === token) removeIfPresent(lockPath);
+    },
+  };
+}
+
+function removeIfPresent(filePath: string): void {
+  try {
+    unlinkSync(filePath);
+  } catch (error) {
+    if (errorCode(error) !== "ENOENT") throw new QlrError("storage_unavailable", `The file ${filePath} could not be removed.`, { cause: error });
+  }
+}
+
+export function errorCode(error: unknown): string | undefined {
+  return typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : undefined;
+}

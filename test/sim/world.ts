@@ -1,0 +1,33 @@
+import type { AdmissionReceipt, Run, RunAttempt, RunEvent, StepMutation, StepRun } from "../../src/model.ts";
+import type { SqlDriver } from "../../storage/driver.ts";
+import * as rows from "../../storage/rows.ts";
+
+/** Everything the invariant checkers look at, read straight from the database. */
+export interface World {
+  readonly runs: Run[];
+  readonly steps: StepRun[];
+  readonly attempts: RunAttempt[];
+  readonly events: RunEvent[];
+  readonly mutations: StepMutation[];
+  readonly admissions: AdmissionReceipt[];
+  /** Spawns per attempt id, as counted by the executor. */
+  readonly spawnCounts: ReadonlyMap<string, number>;
+  /** Whether each task (by package/name) is declared idempotent. */
+  readonly idempotentTasks: ReadonlySet<string>;
+}
+
+/** Reads the rows of one package's runs (a store may hold many simulations). */
+export async function readWorld(driver: SqlDriver, packageName: string, spawnCounts: ReadonlyMap<string, number>, idempotentTasks: ReadonlySet<string>): Promise<World> {
+  const p = driver.dialect === "postgres" ? "$1" : "?";
+  const mine = `run_id IN (SELECT id FROM runs WHERE package = ${p})`;
+  return driver.transaction(async (tx) => ({
+    runs: (await tx.query<rows.RunRow>(`SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE package = ${p} ORDER BY id`, [packageName])).map(rows.toRun),
+    steps: (await tx.query<rows.StepRow>(`SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE ${mine} ORDER BY run_id, position`, [packageName])).map(rows.toStep),
+    attempts: (await tx.query<rows.AttemptRow>(`SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE ${mine} ORDER BY run_id, number`, [packageName])).map(rows.toAttempt),
+    events: (await tx.query<rows.EventRow>(`SELECT run_id, seq, id, type, at_ms, step_run_id, attempt_id, data FROM run_events WHERE ${mine} ORDER BY run_id, seq`, [packageName])).map(rows.toEvent),
+    mutations: (await tx.query<rows.MutationRow>(`SELECT run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms FROM step_mutations WHERE ${mine} ORDER BY run_id, event_seq, step_run_id`, [packageName])).map(rows.toMutation),
+    admissions: (await tx.query<{ body: string }>(`SELECT body FROM admission_receipts WHERE ${mine} ORDER BY run_id, step_run_id, step_run_version`, [packageName])).map((row) => JSON.parse(row.body) as AdmissionReceipt),
+    spawnCounts,
+    idempotentTasks,
+  }));
+}

@@ -1,0 +1,509 @@
+/**
+ * The sqljs-file driver on disk: reopen, journal replay, checkpoints, the torn tail rule,
+ * mid-journal damage, journal write failures and the lock. Real sql.js, real files.
+ *
+ * A "crash image" is a copy of the database directory's files (without the lock) taken while
+ * the driver is open: every commit is fsynced before it is acknowledged, so the copy is what
+ * a process killed at that instant would leave behind. Real SIGKILLs are in the crash test.
+ */
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { SqlJsStatic } from "sql.js";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { isQlrError } from "../../src/errors.ts";
+import { SQLJS_CHECKPOINT_STEPS, openSqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
+import type { SqlJsCheckpointStep, SqlJsFileDriver, SqlJsFileDriverOptions } from "../../storage/sqljs/file-driver.ts";
+import { parseRecordAt } from "../../storage/sqljs/journal.ts";
+import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { SqlJsChild, bundleSqlJsChild } from "./fixtures/sqljs-child-process.ts";
+
+const CHILD_TIMEOUT_MS = 20_000;
+
+let SQL: SqlJsStatic;
+let root: string;
+let childBundle: string;
+const openDrivers = new Set<SqlJsFileDriver>();
+
+beforeAll(async () => {
+  SQL = await loadSqlJs();
+  root = mkdtempSync(join(tmpdir(), "qlr-sqljs-durability-"));
+  childBundle = await bundleSqlJsChild(root);
+});
+
+afterEach(async () => {
+  for (const driver of openDrivers) await driver.close();
+  openDrivers.clear();
+});
+
+afterAll(() => {
+  rmSync(root, { recursive: true, force: true });
+});
+
+let directoryCount = 0;
+function newDirectory(): string {
+  directoryCount += 1;
+  return join(root, `db-${directoryCount}`);
+}
+
+async function open(path: string, options: Partial<SqlJsFileDriverOptions> = {}): Promise<SqlJsFileDriver> {
+  const driver = await openSqlJsFileDriver(SQL, { ...options, path });
+  openDrivers.add(driver);
+  return driver;
+}
+
+async function close(driver: SqlJsFileDriver): Promise<void> {
+  openDrivers.delete(driver);
+  await driver.close();
+}
+
+async function createPairs(driver: SqlJsFileDriver): Promise<void> {
+  await driver.transaction((tx) => tx.query("CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))"));
+}
+
+async function commitPairs(driver: SqlJsFileDriver, numbers: readonly number[]): Promise<void> {
+  for (const number of numbers) {
+    await driver.transaction(async (tx) => {
+      await tx.query("INSERT INTO pairs (number, part) VALUES (?, ?)", [number, 0]);
+      await tx.query("INSERT INTO pairs (number, part) VALUES (?, ?)", [number, 1]);
+    });
+  }
+}
+
+/** The committed numbers; fails if any number has only one of its two rows. */
+async function committedNumbers(driver: SqlJsFileDriver): Promise<number[]> {
+  const rows = await driver.transaction((tx) => tx.query<{ number: number; parts: number }>("SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number"));
+  for (const row of rows) expect(row.parts, `number ${row.number}`).toBe(2);
+  return rows.map((row) => row.number);
+}
+
+/** Copies the files a crash at this instant would leave (everything except the lock). */
+function crashImage(from: string): string {
+  const to = newDirectory();
+  mkdirSync(to, { recursive: true });
+  for (const name of readdirSync(from)) {
+    if (name !== "lock") copyFileSync(join(from, name), join(to, name));
+  }
+  return to;
+}
+
+function journalPath(directory: string): string {
+  return join(directory, "journal.log");
+}
+
+function recordBounds(directory: string): { offset: number; endOffset: number }[] {
+  const bytes = readFileSync(journalPath(directory));
+  const bounds: { offset: number; endOffset: number }[] = [];
+  for (let offset = 0; offset < bytes.length; ) {
+    const outcome = parseRecordAt(bytes, offset);
+    if (!outcome.valid) throw new Error(`test setup: no valid record at ${offset}`);
+    bounds.push({ offset, endOffset: outcome.record.endOffset });
+    offset = outcome.record.endOffset;
+  }
+  return bounds;
+}
+
+function range(first: number, last: number): number[] {
+  return Array.from({ length: last - first + 1 }, (_, index) => first + index);
+}
+
+/** An error's message followed by its causes' messages: the checkpoint wraps I/O failures. */
+function messageChain(error: unknown): string {
+  const messages: string[] = [];
+  // Bounded: error chains here are at most a few levels deep, and the depth limit guards a cycle.
+  for (let current = error, depth = 0; current instanceof Error && depth < 8; current = current.cause, depth += 1) messages.push(current.message);
+  return messages.join(" <- ");
+}
+
+async function openError(path: string): Promise<unknown> {
+  return open(path).then(
+    () => new Error("the database opened"),
+    (error: unknown) => error,
+  );
+}
+
+describe("sqljs-file reopen and replay", () => {
+  it("keeps commits across close and reopen, checkpointing on close", async () => {
+    const path = newDirectory();
+    const first = await open(path);
+    await createPairs(first);
+    await commitPairs(first, range(1, 5));
+    expect(first.stats().journalBytes).toBeGreaterThan(0);
+    await close(first);
+    expect(statSync(journalPath(path)).size).toBe(0);
+    expect(existsSync(join(path, "lock"))).toBe(false);
+
+    const second = await open(path);
+    expect(await committedNumbers(second)).toEqual(range(1, 5));
+    expect(second.stats().sequence).toBe(6);
+  });
+
+  it("replays the journal after an unclean end", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    await commitPairs(driver, range(1, 4));
+    const image = crashImage(path);
+    expect(existsSync(join(image, "snapshot.sqlite"))).toBe(false);
+
+    const reopened = await open(image);
+    expect(await committedNumbers(reopened)).toEqual(range(1, 4));
+    expect(reopened.stats().journalBytes).toBe(statSync(journalPath(path)).size);
+  });
+
+  it("keeps numbering SQL texts across a replay, so later records refer to texts defined before the crash", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    await commitPairs(driver, range(1, 3));
+    const firstImage = crashImage(path);
+    const afterReplay = await open(firstImage);
+    await commitPairs(afterReplay, range(4, 6));
+    const reopened = await open(crashImage(firstImage));
+    expect(await committedNumbers(reopened)).toEqual(range(1, 6));
+  });
+
+  it("checkpoints, keeps committing, and reopens from snapshot plus journal", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    await commitPairs(driver, range(1, 3));
+    await driver.checkpoint();
+    expect(driver.stats()).toMatchObject({ journalBytes: 0, checkpoints: 1 });
+    await commitPairs(driver, range(4, 6));
+
+    const reopened = await open(crashImage(path));
+    expect(await committedNumbers(reopened)).toEqual(range(1, 6));
+    expect(reopened.stats().sequence).toBe(7);
+  });
+
+  it("checkpoints by itself when the journal passes checkpointJournalBytes", async () => {
+    const path = newDirectory();
+    const driver = await open(path, { checkpointJournalBytes: 300 });
+    await createPairs(driver);
+    await commitPairs(driver, range(1, 30));
+    const stats = driver.stats();
+    expect(stats.checkpoints).toBeGreaterThan(0);
+    expect(stats.journalBytes).toBeLessThan(300);
+    const reopened = await open(crashImage(path));
+    expect(await committedNumbers(reopened)).toEqual(range(1, 30));
+  });
+
+  it("writes nothing for transactions that change nothing", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    await commitPairs(driver, [1]);
+    const before = driver.stats();
+    await driver.transaction(async (tx) => {
+      await tx.query("SELECT * FROM pairs");
+      await tx.query("CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))");
+      await tx.query("UPDATE pairs SET part = part WHERE number = ?", [999]);
+      await tx.query("DELETE FROM pairs WHERE number = ?", [999]);
+      await tx.query("INSERT OR IGNORE INTO pairs (number, part) VALUES (?, ?)", [1, 0]);
+      await tx.query("PRAGMA user_version");
+    });
+    expect(driver.stats()).toEqual(before);
+  });
+
+  it("journals schema changes, pragma writes and savepoints so that replay reproduces them", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await driver.transaction(async (tx) => {
+      await tx.query("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)");
+      await tx.query("CREATE INDEX notes_body ON notes (body)");
+      await tx.query("PRAGMA user_version = 7");
+      await tx.query("INSERT INTO notes (body) VALUES (?)", ["kept"]);
+      await tx.query("SAVEPOINT maybe");
+      await tx.query("INSERT INTO notes (body) VALUES (?)", ["undone"]);
+      await tx.query("ROLLBACK TO maybe");
+      await tx.query("RELEASE maybe");
+    });
+    await driver.transaction((tx) => tx.query("ALTER TABLE notes ADD COLUMN tag TEXT"));
+    const reopened = await open(crashImage(path));
+    const state = await reopened.transaction(async (tx) => ({
+      notes: await tx.query("SELECT id, body, tag FROM notes"),
+      version: await tx.query("PRAGMA user_version"),
+      indexes: await tx.query("SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'notes_body'"),
+    }));
+    expect(state).toEqual({ notes: [{ id: 1, body: "kept", tag: null }], version: [{ user_version: 7 }], indexes: [{ name: "notes_body" }] });
+  });
+
+  it("refuses a transaction whose failing statement left partial changes", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    await commitPairs(driver, [2]);
+    const outcome = await driver
+      .transaction(async (tx) => {
+        // Rows (1, 0) and (1, 1) go in before (2, 0) fails, and OR FAIL keeps them.
+        await tx.query("INSERT OR FAIL INTO pairs (number, part) VALUES (1, 0), (1, 1), (2, 0)").catch(() => undefined);
+      })
+      .catch((error: unknown) => error);
+    expect(isQlrError(outcome, "internal")).toBe(true);
+    expect(await committedNumbers(driver)).toEqual([2]);
+  });
+});
+
+describe("sqljs-file torn tail and damage", () => {
+  /** A crash image whose journal holds: the CREATE TABLE record, then numbers 1..4. */
+  async function journalOfFiveRecords(): Promise<string> {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    await commitPairs(driver, range(1, 4));
+    const image = crashImage(path);
+    await close(driver);
+    expect(recordBounds(image)).toHaveLength(5);
+    return image;
+  }
+
+  it("opens at the previous state when the last record is cut at any byte, and truncates the file", async () => {
+    const image = await journalOfFiveRecords();
+    const last = recordBounds(image).at(-1);
+    if (last === undefined) throw new Error("test setup: no records");
+    for (let cut = last.offset; cut < last.endOffset; cut += 1) {
+      const torn = crashImage(image);
+      truncateSync(journalPath(torn), cut);
+      const driver = await open(torn);
+      expect(await committedNumbers(driver), `cut at ${cut}`).toEqual(range(1, 3));
+      expect(statSync(journalPath(torn)).size, `cut at ${cut}`).toBe(last.offset);
+      expect(driver.stats().journalBytes).toBe(last.offset);
+      // The store continues after the cut.
+      await commitPairs(driver, [10]);
+      const reopened = await open(crashImage(torn));
+      expect(await committedNumbers(reopened)).toEqual([1, 2, 3, 10]);
+      await close(reopened);
+      await close(driver);
+      rmSync(torn, { recursive: true, force: true });
+    }
+  });
+
+  it("cuts away zero bytes after the last record (a size extended by a crash before its data)", async () => {
+    const image = await journalOfFiveRecords();
+    const length = statSync(journalPath(image)).size;
+    writeFileSync(journalPath(image), Buffer.alloc(4096), { flag: "a" });
+    const driver = await open(image);
+    expect(await committedNumbers(driver)).toEqual(range(1, 4));
+    expect(statSync(journalPath(image)).size).toBe(length);
+  });
+
+  it("refuses to open when any byte of a middle record is flipped, naming the record's offset", async () => {
+    const image = await journalOfFiveRecords();
+    const middle = recordBounds(image)[2];
+    if (middle === undefined) throw new Error("test setup: no middle record");
+    const original = readFileSync(journalPath(image));
+    for (let position = middle.offset; position < middle.endOffset; position += 1) {
+      const damaged = Buffer.from(original);
+      damaged[position] = (damaged[position] ?? 0) ^ 0x20;
+      writeFileSync(journalPath(image), damaged);
+      const outcome = await openError(image);
+      expect(isQlrError(outcome, "storage_corrupt"), `flip at ${position}: ${String(outcome)}`).toBe(true);
+      expect((outcome as Error).message).toContain(`byte offset ${middle.offset}`);
+    }
+    // Nothing was truncated by the refusals.
+    writeFileSync(journalPath(image), original);
+    const driver = await open(image);
+    expect(await committedNumbers(driver)).toEqual(range(1, 4));
+  });
+
+  it("cannot tell damage in the last record from a torn append, and cuts it away", async () => {
+    const image = await journalOfFiveRecords();
+    const last = recordBounds(image).at(-1);
+    if (last === undefined) throw new Error("test setup: no records");
+    const bytes = readFileSync(journalPath(image));
+    bytes[last.endOffset - 2] = (bytes[last.endOffset - 2] ?? 0) ^ 0x01;
+    writeFileSync(journalPath(image), bytes);
+    const driver = await open(image);
+    expect(await committedNumbers(driver)).toEqual(range(1, 3));
+  });
+
+  it("refuses a journal whose first record does not follow the snapshot", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    await commitPairs(driver, [1, 2]);
+    await driver.checkpoint();
+    await commitPairs(driver, [3, 4]);
+    const image = crashImage(path);
+    rmSync(join(image, "snapshot.sqlite"));
+    const outcome = await openError(image);
+    expect(isQlrError(outcome, "storage_corrupt")).toBe(true);
+    expect((outcome as Error).message).toContain("byte offset 0");
+  });
+
+  it("refuses a damaged snapshot", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    await commitPairs(driver, [1, 2]);
+    await close(driver);
+    const snapshotPath = join(path, "snapshot.sqlite");
+    const bytes = readFileSync(snapshotPath);
+    bytes[100] = (bytes[100] ?? 0) ^ 0xff;
+    writeFileSync(snapshotPath, bytes);
+    const outcome = await openError(path);
+    expect(isQlrError(outcome, "storage_corrupt")).toBe(true);
+    expect((outcome as Error).message).toContain("snapshot.sqlite");
+    expect(existsSync(join(path, "lock"))).toBe(false);
+  });
+});
+
+describe("sqljs-file failures inside commit and checkpoint", () => {
+  it("rolls back and answers storage_unavailable when the journal write fails, leaving the journal as before", async () => {
+    const path = newDirectory();
+    let failNextSync = false;
+    const driver = await open(path, {
+      faultPoints: {
+        beforeJournalSync: () => {
+          if (!failNextSync) return;
+          failNextSync = false;
+          throw new Error("simulated EIO");
+        },
+      },
+    });
+    await createPairs(driver);
+    await commitPairs(driver, [1]);
+    const journalBytes = driver.stats().journalBytes;
+    failNextSync = true;
+    const outcome = await commitPairs(driver, [2]).catch((error: unknown) => error);
+    expect(isQlrError(outcome, "storage_unavailable")).toBe(true);
+    expect(driver.stats().journalBytes).toBe(journalBytes);
+    expect(statSync(journalPath(path)).size).toBe(journalBytes);
+    expect(await committedNumbers(driver)).toEqual([1]);
+    await commitPairs(driver, [3]);
+    const reopened = await open(crashImage(path));
+    expect(await committedNumbers(reopened)).toEqual([1, 3]);
+  });
+
+  it("leaves no trace of a commit whose record was synced but whose answer failed before COMMIT", async () => {
+    const path = newDirectory();
+    let failNext = false;
+    const driver = await open(path, {
+      faultPoints: {
+        afterJournalSync: () => {
+          if (!failNext) return;
+          failNext = false;
+          throw new Error("simulated failure after sync");
+        },
+      },
+    });
+    await createPairs(driver);
+    failNext = true;
+    const outcome = await commitPairs(driver, [1]).catch((error: unknown) => error);
+    expect(isQlrError(outcome, "storage_unavailable")).toBe(true);
+    const reopened = await open(crashImage(path));
+    expect(await committedNumbers(reopened)).toEqual([]);
+  });
+
+  it.each(SQLJS_CHECKPOINT_STEPS.map((step) => ({ step })))("opens with every commit when a checkpoint stops after step $step", async ({ step }) => {
+    const path = newDirectory();
+    let stopAt: SqlJsCheckpointStep | undefined;
+    const driver = await open(path, {
+      faultPoints: {
+        duringCheckpoint: (reached) => {
+          if (reached === stopAt) throw new Error(`simulated crash after ${reached}`);
+        },
+      },
+    });
+    await createPairs(driver);
+    await commitPairs(driver, range(1, 3));
+    stopAt = step;
+    const stopped = await driver.checkpoint().catch((error: unknown) => error);
+    expect(messageChain(stopped)).toContain(`simulated crash after ${step}`);
+    stopAt = undefined;
+    // The files exactly as a crash at this step leaves them.
+    const atStep = crashImage(path);
+    const reopened = await open(atStep);
+    expect(await committedNumbers(reopened)).toEqual(range(1, 3));
+    expect(existsSync(join(atStep, "snapshot.sqlite.tmp"))).toBe(false);
+    await close(reopened);
+
+    // The interrupted store keeps working, and a later image holds everything.
+    await commitPairs(driver, range(4, 5));
+    const later = await open(crashImage(path));
+    expect(await committedNumbers(later)).toEqual(range(1, 5));
+    await close(later);
+    await driver.checkpoint();
+    const final = await open(crashImage(path));
+    expect(await committedNumbers(final)).toEqual(range(1, 5));
+  });
+});
+
+describe("sqljs-file lock", () => {
+  it("refuses a second open in the same process, naming the path and pid, and releases on close", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    const outcome = await openError(path);
+    expect(isQlrError(outcome, "storage_locked")).toBe(true);
+    expect((outcome as Error).message).toContain(path);
+    expect((outcome as Error).message).toContain(String(process.pid));
+    await close(driver);
+    expect(existsSync(join(path, "lock"))).toBe(false);
+    await close(await open(path));
+  });
+
+  it("refuses an open from another process while this one holds the lock", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    const probe = new SqlJsChild(childBundle, { mode: "probe", path });
+    const line = await probe.waitForLine((candidate) => candidate.startsWith("result "), CHILD_TIMEOUT_MS);
+    const result = JSON.parse(line.slice("result ".length)) as { opened: boolean; code?: string; message?: string };
+    expect(result).toMatchObject({ opened: false, code: "storage_locked" });
+    expect(result.message).toContain(String(process.pid));
+    await probe.exited;
+  });
+
+  it("refuses to open while another process holds the lock, and takes the lock over once that process is dead", async () => {
+    const path = newDirectory();
+    const holder = new SqlJsChild(childBundle, { mode: "hold", path });
+    try {
+      await holder.waitForLine((line) => line.startsWith("ready"), CHILD_TIMEOUT_MS);
+      const outcome = await openError(path);
+      expect(isQlrError(outcome, "storage_locked")).toBe(true);
+      expect((outcome as Error).message).toContain(`process ${holder.pid}`);
+    } finally {
+      holder.kill();
+    }
+    await holder.exited;
+    expect(existsSync(join(path, "lock"))).toBe(true);
+    const driver = await open(path);
+    expect(await committedNumbers(driver)).toEqual([]);
+  });
+
+  it("takes over a lock whose pid now belongs to a different process", async () => {
+    const path = newDirectory();
+    mkdirSync(path, { recursive: true });
+    // Our own pid with another start marker: a restarted container whose runtime is pid 1 again.
+    writeFileSync(join(path, "lock"), JSON.stringify({ pid: process.pid, startMarker: "another-boot/123", token: "old" }));
+    const driver = await open(path);
+    await createPairs(driver);
+    expect(JSON.parse(readFileSync(join(path, "lock"), "utf8"))).toMatchObject({ pid: process.pid });
+  });
+
+  it("takes over an empty lock file left by a crash between its creation and its write", async () => {
+    const path = newDirectory();
+    mkdirSync(path, { recursive: true });
+    writeFileSync(join(path, "lock"), "");
+    const driver = await open(path);
+    await createPairs(driver);
+  });
+});
+
+describe("sqljs-file bytes written", () => {
+  it("writes a small journal record per two-insert transaction", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    await commitPairs(driver, [1]);
+    const before = driver.stats();
+    const transactions = 200;
+    await commitPairs(driver, range(2, 1 + transactions));
+    const after = driver.stats();
+    const bytesPerCommit = (after.bytesWrittenTotal - before.bytesWrittenTotal) / transactions;
+    expect(after.commits - before.commits).toBe(transactions);
+    // Header 20 bytes plus about 30 bytes of ids and parameters; the bound catches a format regression.
+    expect(bytesPerCommit).toBeLessThan(80);
+  });
+});

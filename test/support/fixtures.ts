@@ -1,0 +1,61 @@
+import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
+
+export function task(name: string, argv: string[] = ["true"], overrides: Partial<TaskSpec> = {}): TaskSpec {
+  return { name, argv, shell: false, timeoutMs: 60_000, env: {}, cwd: null, executor: "local_process", pool: null, retry: { max: 0, backoffMs: 0, idempotent: false }, ...overrides };
+}
+
+/** A diamond: a → b, a → c, {b, c} → d. */
+export function diamondManifest(packageName = "demo", overrides: { tasks?: TaskSpec[] } = {}): Manifest {
+  return {
+    package: packageName,
+    description: null,
+    tasks: overrides.tasks ?? [task("work")],
+    workflows: [
+      {
+        name: "diamond",
+        description: null,
+        steps: [
+          { name: "a", task: "work", needs: [] },
+          { name: "b", task: "work", needs: ["a"] },
+          { name: "c", task: "work", needs: ["a"] },
+          { name: "d", task: "work", needs: ["b", "c"] },
+        ],
+      },
+    ],
+    schedules: [],
+  };
+}
+
+/** A wide workflow of independent steps, to fill candidate pages. */
+export function wideManifest(packageName: string, width: number): Manifest {
+  const steps = Array.from({ length: width }, (_, index) => ({ name: `s${String(index).padStart(3, "0")}`, task: "work", needs: [] as string[] }));
+  return { package: packageName, description: null, tasks: [task("work")], workflows: [{ name: "wide", description: null, steps }], schedules: [] };
+}
+
+/** A controllable clock for tests. */
+export class TestClock {
+  nowMsValue: number;
+  constructor(startMs = 1_800_000_000_000) {
+    this.nowMsValue = startMs;
+  }
+  nowMs(): number {
+    return this.nowMsValue;
+  }
+  advance(ms: number): number {
+    this.nowMsValue += ms;
+    return this.nowMsValue;
+  }
+}
+
+/** Deterministic portable run ids for tests. */
+export class SequentialIds {
+  private next = 0;
+  private readonly prefix: string;
+  constructor(prefix = "run") {
+    this.prefix = prefix;
+  }
+  runId(): string {
+    this.next += 1;
+    return `${this.prefix}-${String(this.next).padStart(6, "0")}`;
+  }
+}
