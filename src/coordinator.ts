@@ -74,8 +74,14 @@ function describe(error: unknown): { code: string; message: string } {
   return { code: "internal", message: error instanceof Error ? error.message : String(error) };
 }
 
+/** Executors signal "the task could not be started, nothing ran" with code `spawn_failed`. */
+export function isSpawnFailure(error: unknown): boolean {
+  return typeof error === "object" && error !== null && (error as { code?: unknown }).code === "spawn_failed";
+}
+
 export class Coordinator {
   private frozen = false;
+  private ticking: Promise<unknown> = Promise.resolve();
   private readonly deps: CoordinatorDeps;
 
   constructor(deps: CoordinatorDeps) {
@@ -106,7 +112,22 @@ export class Coordinator {
     });
   }
 
-  async tick(): Promise<TickReport> {
+  /**
+   * One bounded cycle. Calls never overlap: a tick requested while another runs (a timer and
+   * `POST /tick` at once) waits for it, so the stages keep their order and single authority.
+   */
+  tick(): Promise<TickReport> {
+    const next = this.ticking.then(() => this.runTick());
+    this.ticking = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Resolves when the tick in progress, if any, has finished. */
+  async idle(): Promise<void> {
+    await this.ticking;
+  }
+
+  private async runTick(): Promise<TickReport> {
     const startedMs = this.elapsed();
     const stages: StageReport[] = [];
     for (const name of STAGE_ORDER) {
@@ -319,6 +340,10 @@ export class Coordinator {
     try {
       handle = await executor.launch({ attempt: starting.attempt, definition: starting.definition });
     } catch (error) {
+      // Only a definite spawn failure (nothing ran) settles the attempt here. Any other launch
+      // error leaves it `starting`: the process may exist, and only its receipt or start-up
+      // recovery's evidence may settle it.
+      if (!isSpawnFailure(error)) throw error;
       const message = describe(error).message;
       await this.write(async (tx, nowMs) => {
         const scope = await this.scope(tx, attemptId);

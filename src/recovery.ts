@@ -54,13 +54,15 @@ export function decideRecovery(scope: AttemptScope, evidence: RecoveryEvidence):
       if (evidence.receipt.status === "valid") return { kind: "complete", facts: evidence.receipt.facts };
       if (evidence.journal === "invalid") return { kind: "fail_closed", reason: "journal record rejected" };
       if (attempt.status === "starting" && evidence.journal === "absent") return { kind: "lost_new_epoch", reason: "no journal record: the process was never spawned" };
+      if (evidence.inspections.length < 2) return { kind: "fail_closed", reason: "fewer than two live inspections" };
+      const [first, second] = evidence.inspections;
+      // Trusted not-running evidence needs no handle: a journal from an earlier boot proves the
+      // process is gone even when the runtime died before persisting the handle.
+      if (first === "not_running" && second === "not_running") return { kind: "lost_failed", reason: "trusted evidence: the exact process is not running and left no receipt" };
       if (attempt.pid === null || attempt.processStartTicks === null || attempt.bootId === null) {
         return { kind: "fail_closed", reason: "no persisted process handle to inspect" };
       }
-      if (evidence.inspections.length < 2) return { kind: "fail_closed", reason: "fewer than two live inspections" };
-      const [first, second] = evidence.inspections;
       if (first === "running" && second === "running") return { kind: "readopt" };
-      if (first === "not_running" && second === "not_running") return { kind: "lost_failed", reason: "trusted evidence: the exact process is not running and left no receipt" };
       if (first === "changed_identity" || second === "changed_identity") return { kind: "fail_closed", reason: "the pid now belongs to another process" };
       if (first === "unverifiable" || second === "unverifiable") return { kind: "fail_closed", reason: "the platform cannot verify the process identity" };
       return { kind: "fail_closed", reason: `inconsistent inspections: ${String(first)}, ${String(second)}` };

@@ -31,6 +31,16 @@ export interface SimulatedExecutorOptions {
   /** Probability that a spawn fails outright (ENOENT-like). */
   readonly spawnFailureRate?: number;
   readonly stopGraceMs?: number;
+  /**
+   * Decides one launch's outcome instead of the PRNG (the draws still happen, so the sequence
+   * stays the same): a deterministic test names which task fails or runs long. Must be pure.
+   */
+  readonly outcome?: (request: LaunchRequest) => SimulatedOutcome | undefined;
+}
+
+export interface SimulatedOutcome {
+  readonly exitCode: number;
+  readonly durationMs: number;
 }
 
 export class SimulatedExecutor implements Executor {
@@ -39,7 +49,7 @@ export class SimulatedExecutor implements Executor {
   readonly spawnCounts = new Map<string, number>();
   readonly journal = new Set<string>();
   private nextPid = 1000;
-  private readonly options: Required<Omit<SimulatedExecutorOptions, "clock" | "prng">> & Pick<SimulatedExecutorOptions, "clock" | "prng">;
+  private readonly options: Required<Omit<SimulatedExecutorOptions, "clock" | "prng" | "outcome">> & Pick<SimulatedExecutorOptions, "clock" | "prng" | "outcome">;
 
   constructor(options: SimulatedExecutorOptions) {
     this.options = {
@@ -65,16 +75,20 @@ export class SimulatedExecutor implements Executor {
     const spawnFails = this.options.prng.chance(this.options.spawnFailureRate);
     const duration = this.options.prng.int(this.options.minDurationMs, this.options.maxDurationMs);
     const fails = this.options.prng.chance(this.options.failureRate);
-    const simulated: SimulatedProcess = {
-      attemptId: attempt.id,
-      pid,
-      startedAtMs,
-      finishAtMs: spawnFails ? startedAtMs : startedAtMs + duration,
-      exitCode: spawnFails ? null : fails ? 1 : 0,
-      signal: null,
-      stopReason: null,
-      spawnError: spawnFails ? "ENOENT: simulated spawn failure" : null,
-    };
+    const forced = this.options.outcome?.(request);
+    const simulated: SimulatedProcess =
+      forced === undefined
+        ? {
+            attemptId: attempt.id,
+            pid,
+            startedAtMs,
+            finishAtMs: spawnFails ? startedAtMs : startedAtMs + duration,
+            exitCode: spawnFails ? null : fails ? 1 : 0,
+            signal: null,
+            stopReason: null,
+            spawnError: spawnFails ? "ENOENT: simulated spawn failure" : null,
+          }
+        : { attemptId: attempt.id, pid, startedAtMs, finishAtMs: startedAtMs + forced.durationMs, exitCode: forced.exitCode, signal: null, stopReason: null, spawnError: null };
     this.processes.set(attempt.id, simulated);
     return Promise.resolve({ pid, processStartTicks: String(startedAtMs), bootId: "sim-boot", startedAtMs });
   }

@@ -1,0 +1,192 @@
+/**
+ * Opens each store the benches compare, exactly as the runtime would (the dialect store over
+ * a driver, migrations applied), behind a thin counting wrapper that can tally the statements
+ * a transaction issues. The wrapper only counts while `counting` is on, so timed sections pay
+ * one extra function call per statement and nothing more.
+ */
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
+import pg from "pg";
+import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../../storage/driver.ts";
+import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
+import { openPgliteDriver } from "../../storage/postgres/pglite-driver.ts";
+import { openPostgresStore } from "../../storage/postgres/store.ts";
+import type { SqlStore } from "../../storage/sql-store.ts";
+import { openSqliteStore } from "../../storage/sqlite/store.ts";
+import { openSqlJsFileDriver, type SqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
+import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import { now, type StoreKind } from "./common.ts";
+
+export interface StatementTally {
+  transactions: number;
+  statements: number;
+  reads: number;
+  writes: number;
+  rowsReturned: number;
+  /** Characters of text returned (JSON bodies dominate it). */
+  textCharsReturned: number;
+  /** Rows that carried a `body` column, i.e. a stored JSON document the store parses. */
+  bodiesReturned: number;
+  bodyCharsReturned: number;
+}
+
+function emptyTally(): StatementTally {
+  return { transactions: 0, statements: 0, reads: 0, writes: 0, rowsReturned: 0, textCharsReturned: 0, bodiesReturned: 0, bodyCharsReturned: 0 };
+}
+
+export class CountingDriver implements SqlDriver {
+  readonly dialect;
+  readonly name;
+  counting = false;
+  tally: StatementTally = emptyTally();
+
+  constructor(readonly inner: SqlDriver) {
+    this.dialect = inner.dialect;
+    this.name = inner.name;
+  }
+
+  reset(): void {
+    this.tally = emptyTally();
+  }
+
+  transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+    if (!this.counting) return this.inner.transaction(fn);
+    return this.inner.transaction((tx) => {
+      this.tally.transactions += 1;
+      return fn({ query: (sql, params) => this.countedQuery(tx, sql, params) });
+    });
+  }
+
+  private async countedQuery<R extends SqlRow>(tx: SqlTx, sql: string, params?: readonly SqlParam[]): Promise<R[]> {
+    const rows = await tx.query<R>(sql, params);
+    const tally = this.tally;
+    tally.statements += 1;
+    if (/^\s*(SELECT|WITH|VALUES)/i.test(sql)) tally.reads += 1;
+    else tally.writes += 1;
+    tally.rowsReturned += rows.length;
+    for (const row of rows) {
+      for (const [column, value] of Object.entries(row)) {
+        if (typeof value !== "string") continue;
+        tally.textCharsReturned += value.length;
+        if (column === "body" || column === "manifest") {
+          tally.bodiesReturned += 1;
+          tally.bodyCharsReturned += value.length;
+        }
+      }
+    }
+    return rows;
+  }
+
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
+
+export interface OpenedStore {
+  readonly kind: StoreKind;
+  readonly store: SqlStore;
+  readonly driver: CountingDriver;
+  /** Set for the sql.js file store: its write statistics and checkpoint. */
+  readonly fileDriver: SqlJsFileDriver | null;
+  /** The sql.js file store's directory. */
+  readonly directory: string | null;
+  /** `sqlite_version()` or PostgreSQL's `server_version`. */
+  readonly engineVersion: string;
+  /** How long opening took (driver + migrations), ms. */
+  readonly openMs: number;
+  close(): Promise<void>;
+}
+
+export interface OpenOptions {
+  /** Parent directory for the sql.js file store's database directory. */
+  readonly dataRoot: string;
+  /** A PostgreSQL URL whose user may CREATE DATABASE (pg only). */
+  readonly postgresAdminUrl?: string;
+}
+
+export async function openBenchStore(kind: StoreKind, nowMs: number, options: OpenOptions): Promise<OpenedStore> {
+  const startedAt = now();
+  let driver: SqlDriver;
+  let fileDriver: SqlJsFileDriver | null = null;
+  let directory: string | null = null;
+  let afterClose: () => Promise<void> = () => Promise.resolve();
+  switch (kind) {
+    case "sqljs-memory":
+      driver = openSqlJsMemoryDriver(await loadSqlJs());
+      break;
+    case "sqljs-file": {
+      const parent = mkdtempSync(join(options.dataRoot, "sqljs-file-"));
+      directory = join(parent, "db");
+      fileDriver = await openSqlJsFileDriver(await loadSqlJs(), { path: directory });
+      driver = fileDriver;
+      afterClose = () => {
+        rmSync(parent, { recursive: true, force: true });
+        return Promise.resolve();
+      };
+      break;
+    }
+    case "pglite":
+      driver = await openPgliteDriver();
+      break;
+    case "pg": {
+      if (options.postgresAdminUrl === undefined) throw new Error("the pg store needs a PostgreSQL URL (the orchestrator starts one, or set QLR_BENCH_DATABASE_URL)");
+      const database = await createDatabase(options.postgresAdminUrl);
+      driver = await openPgDriver({ connectionString: database.url });
+      afterClose = database.drop;
+      break;
+    }
+  }
+  const counting = new CountingDriver(driver);
+  const store = driver.dialect === "sqlite" ? await openSqliteStore(counting, nowMs) : await openPostgresStore(counting, nowMs);
+  const openMs = now() - startedAt;
+  const engineVersion = await driver.transaction(async (tx) => {
+    if (driver.dialect === "sqlite") return String((await tx.query<{ v: string }>("SELECT sqlite_version() AS v"))[0]?.v);
+    return String((await tx.query<{ server_version: string }>("SHOW server_version"))[0]?.server_version);
+  });
+  return {
+    kind,
+    store,
+    driver: counting,
+    fileDriver,
+    directory,
+    engineVersion,
+    openMs,
+    close: async () => {
+      await store.close();
+      await afterClose();
+    },
+  };
+}
+
+/** Size of the sql.js file store's snapshot and journal on disk right now. */
+export function fileStoreSizes(directory: string): { snapshotBytes: number; journalBytes: number } {
+  const size = (name: string): number => {
+    try {
+      return statSync(join(directory, name)).size;
+    } catch {
+      return 0;
+    }
+  };
+  return { snapshotBytes: size("snapshot.sqlite"), journalBytes: size("journal.log") };
+}
+
+/** A fresh database on the server, dropped (with any leftover session) afterwards. */
+async function createDatabase(adminUrl: string): Promise<{ url: string; drop: () => Promise<void> }> {
+  const name = `qlr_bench_${process.pid}_${randomBytes(4).toString("hex")}`;
+  await adminStatement(adminUrl, `CREATE DATABASE ${pg.escapeIdentifier(name)}`);
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return { url: url.toString(), drop: () => adminStatement(adminUrl, `DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`) };
+}
+
+async function adminStatement(adminUrl: string, sql: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 10_000, application_name: "qlr-bench" });
+  try {
+    await client.connect();
+    await client.query(sql);
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}

@@ -1,0 +1,117 @@
+/**
+ * A coordinator on a virtual clock with the simulated executor, over one bench store: the
+ * same wiring as the deterministic simulation, without its faults. Processes never fail and
+ * never fail to spawn, so every step runs exactly one attempt and the step counts are exact.
+ */
+import { Coordinator, type TickReport } from "../../src/coordinator.ts";
+import type { Manifest } from "../../src/manifest/types.ts";
+import { TERMINAL_RUN_STATUSES, type RunStatus } from "../../src/model.ts";
+import { applyPackage, startRun, type RunTarget } from "../../src/operations.ts";
+import type { Store } from "../../src/ports.ts";
+import { PROFILES, type Profile, type ProfileName } from "../../src/profiles.ts";
+import { Prng } from "../../src/sim/prng.ts";
+import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
+import { VirtualClock } from "../../src/sim/virtual-clock.ts";
+import { BENCH_START_MS, BenchIds, now } from "./common.ts";
+
+export interface World {
+  readonly clock: VirtualClock;
+  readonly executor: SimulatedExecutor;
+  readonly coordinator: Coordinator;
+  readonly profile: Profile;
+  readonly ids: BenchIds;
+  readonly store: Store;
+}
+
+export interface WorldOptions {
+  readonly profile: ProfileName;
+  readonly seed?: number;
+  /** Simulated process durations; by default every process ends before the next tick of any profile. */
+  readonly minDurationMs?: number;
+  readonly maxDurationMs?: number;
+}
+
+export function createWorld(store: Store, options: WorldOptions): World {
+  const clock = new VirtualClock(BENCH_START_MS);
+  const profile = PROFILES[options.profile];
+  const executor = new SimulatedExecutor({
+    clock,
+    prng: new Prng(options.seed ?? 0x0be7c4),
+    failureRate: 0,
+    spawnFailureRate: 0,
+    minDurationMs: options.minDurationMs ?? 20,
+    maxDurationMs: options.maxDurationMs ?? 200,
+  });
+  const ids = new BenchIds("bench");
+  const coordinator = new Coordinator({ store, clock, ids, profile, executors: { local_process: executor }, elapsedMs: now });
+  return { clock, executor, coordinator, profile, ids, store };
+}
+
+export async function applyManifest(world: World, manifest: Manifest): Promise<void> {
+  await world.store.transaction(async (tx) => applyPackage(tx, manifest, await tx.observe(world.clock.nowMs())));
+}
+
+/** Starts `count` runs, one transaction each (as `POST /runs` does); returns their ids. */
+export async function startRuns(world: World, packageName: string, target: RunTarget, count: number): Promise<string[]> {
+  const runIds: string[] = [];
+  for (let index = 0; index < count; index += 1) {
+    const runId = world.ids.runId();
+    await world.store.transaction(async (tx) => startRun(tx, { package: packageName, target, idempotencyKey: null, scheduleName: null, runId }, await tx.observe(world.clock.nowMs())));
+    runIds.push(runId);
+  }
+  return runIds;
+}
+
+export async function countRuns(store: Store): Promise<Record<RunStatus, number>> {
+  return store.transaction((tx) => tx.countRunsByStatus());
+}
+
+export interface DriveResult {
+  readonly ticks: number;
+  /** Wall time spent inside `coordinator.tick()`, ms (the terminal check between ticks is excluded). */
+  readonly tickWallMs: number;
+  readonly tickMs: number[];
+  readonly terminal: number;
+  readonly statuses: Record<RunStatus, number>;
+  readonly stageErrors: number;
+  readonly firstStageError: string | null;
+  readonly finished: boolean;
+}
+
+/**
+ * Ticks until `expectedTerminal` runs are terminal, advancing the virtual clock by the
+ * profile's tick interval between ticks. `afterTick` runs outside the timed section.
+ */
+export async function driveUntilTerminal(world: World, expectedTerminal: number, maxTicks: number, afterTick?: (report: TickReport, tick: number) => void): Promise<DriveResult> {
+  const tickMs: number[] = [];
+  let tickWallMs = 0;
+  let ticks = 0;
+  let stageErrors = 0;
+  let firstStageError: string | null = null;
+  let statuses = await countRuns(world.store);
+  let terminal = terminalCount(statuses);
+  while (terminal < expectedTerminal && ticks < maxTicks) {
+    const startedAt = now();
+    const report = await world.coordinator.tick();
+    const elapsed = now() - startedAt;
+    tickWallMs += elapsed;
+    tickMs.push(elapsed);
+    ticks += 1;
+    for (const stage of report.stages) {
+      stageErrors += stage.errors.length;
+      const error = stage.errors[0];
+      if (firstStageError === null && error !== undefined) firstStageError = `${stage.name}: ${error.code}: ${error.message}`;
+    }
+    afterTick?.(report, ticks);
+    world.clock.advance(world.profile.tickIntervalMs);
+    statuses = await countRuns(world.store);
+    terminal = terminalCount(statuses);
+  }
+  return { ticks, tickWallMs, tickMs, terminal, statuses, stageErrors, firstStageError, finished: terminal >= expectedTerminal };
+}
+
+function terminalCount(statuses: Record<RunStatus, number>): number {
+  let total = 0;
+  for (const [status, count] of Object.entries(statuses)) if (TERMINAL_RUN_STATUSES.has(status as RunStatus)) total += count;
+  return total;
+}

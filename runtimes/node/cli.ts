@@ -1,0 +1,333 @@
+import { readFile } from "node:fs/promises";
+import { parseArgs } from "node:util";
+import type { FaultPoint } from "../../src/coordinator.ts";
+import { isPortableId } from "../../src/identity.ts";
+import { commonConfig, loadOrCreateToken, readStoredToken, UsageError, type CommonConfig } from "./config.ts";
+import { describeStartupError, DeviceRuntime } from "./device.ts";
+
+/**
+ * `qlr`: the device runtime (`serve`) and a client of its HTTP API (every other command), so
+ * the commands work the same against a router, a server or a Worker.
+ */
+
+const USAGE = `qlr — durable workflows and tasks
+
+Usage:
+  qlr serve [--apply FILE]...        run the runtime: store, cadence, launcher, HTTP API
+  qlr apply FILE                     apply a package manifest (YAML or JSON)
+  qlr start PACKAGE/NAME [--wait]    start a workflow (or a task) run; --wait follows it
+  qlr cancel RUN                     cancel a run (stops its processes)
+  qlr runs [--status S]              list runs, newest first
+  qlr status RUN                     a run with its steps and attempts
+  qlr logs RUN STEP                  the latest attempt log of a step
+  qlr tick                           run one cadence cycle now
+
+Options:
+  --state-dir DIR   (QLR_STATE_DIR, default ./.qlr)     --port N (QLR_PORT, default 8787)
+  --host H          (default 127.0.0.1)                  --token T (QLR_TOKEN; else the state dir's)
+  --profile edge|standalone|cluster                      --store sqlite|pglite|postgres
+  --database-url URL (QLR_DATABASE_URL)                  --url URL of a running runtime
+  --json            machine-readable output
+`;
+
+const OPTIONS = {
+  "state-dir": { type: "string" },
+  port: { type: "string" },
+  host: { type: "string" },
+  token: { type: "string" },
+  profile: { type: "string" },
+  store: { type: "string" },
+  "database-url": { type: "string" },
+  url: { type: "string" },
+  apply: { type: "string", multiple: true },
+  wait: { type: "boolean" },
+  status: { type: "string" },
+  limit: { type: "string" },
+  "idempotency-key": { type: "string" },
+  json: { type: "boolean" },
+  help: { type: "boolean", short: "h" },
+} as const;
+
+const FAULT_POINTS: readonly FaultPoint[] = [
+  "admission.after_commit",
+  "dispatch.after_starting",
+  "dispatch.after_spawn",
+  "dispatch.after_running",
+  "completion.before_commit",
+  "completion.after_commit",
+  "cancellation.after_stop_intent",
+  "cancellation.after_stop",
+];
+
+/** Exit codes: 0 success, 1 a run that did not succeed, 2 an API error, 64 usage, 69 unreachable. */
+const EXIT_USAGE = 64;
+const EXIT_UNAVAILABLE = 69;
+
+class ApiError extends Error {
+  readonly status: number;
+  readonly code: string;
+  readonly details: { path: string; message: string }[];
+  constructor(status: number, code: string, message: string, details: { path: string; message: string }[]) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.details = details;
+  }
+}
+
+interface Client {
+  call<T>(method: string, path: string, body?: { text: string; contentType: string }): Promise<T>;
+  text(path: string): Promise<string>;
+}
+
+async function client(config: CommonConfig): Promise<Client> {
+  const base = config.url ?? `http://${config.host === "0.0.0.0" ? "127.0.0.1" : config.host}:${config.port}`;
+  const token = config.token ?? (await readStoredToken(config.stateDir));
+  if (token === null) throw new UsageError(`no token: pass --token, set QLR_TOKEN, or point --state-dir at the runtime's state dir`);
+  const request = async (method: string, path: string, body?: { text: string; contentType: string }): Promise<Response> => {
+    try {
+      return await fetch(`${base}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": body.contentType }) },
+        ...(body === undefined ? {} : { body: body.text }),
+        signal: AbortSignal.timeout(30_000),
+      });
+    } catch (error) {
+      throw new ApiError(0, "unreachable", `cannot reach the runtime at ${base}: ${error instanceof Error ? error.message : String(error)} (is \`qlr serve\` running?)`, []);
+    }
+  };
+  const failFrom = async (response: Response): Promise<never> => {
+    const payload = (await response.json().catch(() => null)) as { error?: { code?: string; message?: string; details?: { path: string; message: string }[] } } | null;
+    throw new ApiError(response.status, payload?.error?.code ?? "internal", payload?.error?.message ?? response.statusText, payload?.error?.details ?? []);
+  };
+  return {
+    async call<T>(method: string, path: string, body?: { text: string; contentType: string }): Promise<T> {
+      const response = await request(method, path, body);
+      if (!response.ok) return failFrom(response);
+      return (await response.json()) as T;
+    },
+    async text(path: string): Promise<string> {
+      const response = await request("GET", path);
+      if (!response.ok) return failFrom(response);
+      return response.text();
+    },
+  };
+}
+
+interface RunView {
+  id: string;
+  kind: string;
+  status: string;
+  package: string;
+  target: string;
+  createdAtMs: number;
+  finishedAtMs: number | null;
+}
+interface StepView {
+  id: string;
+  name: string;
+  status: string;
+  attemptCount: number;
+}
+interface AttemptView {
+  id: string;
+  stepRunId: string | null;
+  number: number;
+  status: string;
+  pid: number | null;
+  exitCode: number | null;
+  signal: string | null;
+  startedAtMs: number | null;
+  finishedAtMs: number | null;
+  stopReason: string | null;
+  error: string | null;
+}
+interface RunDetailView {
+  run: RunView;
+  steps: StepView[];
+  attempts: AttemptView[];
+}
+
+const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+
+function time(ms: number | null): string {
+  return ms === null ? "-" : new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+function print(config: CommonConfig, value: unknown, human: () => string): void {
+  process.stdout.write(config.json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
+}
+
+function runRequired(positionals: string[], index: number, what: string): string {
+  const value = positionals[index];
+  if (value === undefined) throw new UsageError(`missing ${what}`);
+  return value;
+}
+
+function renderDetail(detail: RunDetailView): string {
+  const lines = [`run ${detail.run.id}  ${detail.run.kind} ${detail.run.package}/${detail.run.target}  ${detail.run.status}`, `  created ${time(detail.run.createdAtMs)}  finished ${time(detail.run.finishedAtMs)}`];
+  for (const step of detail.steps) {
+    const attempts = detail.attempts.filter((attempt) => attempt.stepRunId === step.id);
+    const last = attempts.at(-1);
+    lines.push(`  ${step.name.padEnd(16)} ${step.status.padEnd(10)} attempts ${step.attemptCount}${last === undefined ? "" : `  last ${last.status} pid ${last.pid ?? "-"} exit ${last.exitCode ?? last.signal ?? "-"}${last.error === null ? "" : `  (${last.error})`}`}`);
+  }
+  if (detail.run.kind === "ordinary") {
+    for (const attempt of detail.attempts) lines.push(`  attempt ${attempt.number} ${attempt.status.padEnd(10)} pid ${attempt.pid ?? "-"} exit ${attempt.exitCode ?? attempt.signal ?? "-"}${attempt.error === null ? "" : `  (${attempt.error})`}`);
+  }
+  return lines.join("\n");
+}
+
+async function waitForRun(api: Client, config: CommonConfig, runId: string): Promise<number> {
+  const seen = new Map<string, string>();
+  // Bounded only by the run itself: the loop ends when the run is terminal, polling twice a second.
+  for (;;) {
+    const detail = await api.call<RunDetailView>("GET", `/runs/${runId}`);
+    for (const step of detail.steps) {
+      if (seen.get(step.id) !== step.status) {
+        seen.set(step.id, step.status);
+        if (!config.json) process.stdout.write(`${time(Date.now())}  ${step.name}: ${step.status}\n`);
+      }
+    }
+    if (TERMINAL.has(detail.run.status)) {
+      print(config, detail, () => renderDetail(detail));
+      return detail.run.status === "succeeded" ? 0 : 1;
+    }
+    await new Promise((wait) => setTimeout(wait, 500));
+  }
+}
+
+async function serveCommand(config: CommonConfig, applyFiles: string[]): Promise<number> {
+  const stored = config.token === null ? await loadOrCreateToken(config.stateDir) : null;
+  const token = config.token ?? stored?.token ?? "";
+  const fault = process.env.QLR_FAULT_POINT;
+  if (fault !== undefined && !FAULT_POINTS.includes(fault as FaultPoint)) throw new UsageError(`QLR_FAULT_POINT must be one of ${FAULT_POINTS.join(", ")}`);
+  const runtime = await DeviceRuntime.start({
+    stateDir: config.stateDir,
+    host: config.host,
+    port: config.port,
+    token,
+    profile: config.profile,
+    store: config.store,
+    databaseUrl: config.databaseUrl,
+    applyFiles,
+    crashAt: (fault as FaultPoint | undefined) ?? null,
+  });
+  const lines = [`qlr serving ${runtime.url} (profile ${config.profile}, store ${config.store}, state ${config.stateDir})`];
+  if (stored?.created === true) lines.push(`token: ${token}  (stored in ${stored.path}; printed once)`);
+  else if (stored !== null) lines.push(`token: stored in ${stored.path}`);
+  lines.push(`try: qlr runs --state-dir ${config.stateDir}`);
+  process.stdout.write(`${lines.join("\n")}\n`);
+  await new Promise<void>((resolveStop) => {
+    const onSignal = (signal: NodeJS.Signals): void => {
+      process.stdout.write(`${signal}: stopping (admission frozen, running steps stopped, store closed)\n`);
+      void runtime.stop().then(resolveStop, (error: unknown) => {
+        process.stderr.write(`stop failed: ${describeStartupError(error)}\n`);
+        resolveStop();
+      });
+    };
+    process.once("SIGTERM", onSignal);
+    process.once("SIGINT", onSignal);
+  });
+  return 0;
+}
+
+export async function main(argv: readonly string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: [...argv], options: OPTIONS, allowPositionals: true, strict: true });
+  } catch (error) {
+    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
+    return EXIT_USAGE;
+  }
+  const [command, ...rest] = parsed.positionals;
+  if (parsed.values.help === true || command === undefined || command === "help") {
+    process.stdout.write(USAGE);
+    return command === undefined && parsed.values.help !== true ? EXIT_USAGE : 0;
+  }
+  try {
+    const config = commonConfig(parsed.values, process.env);
+    switch (command) {
+      case "serve":
+        return await serveCommand(config, parsed.values.apply ?? []);
+      case "apply": {
+        const file = runRequired(rest, 0, "FILE");
+        const text = await readFile(file, "utf8");
+        const api = await client(config);
+        const result = await api.call<{ package: string; generation: number; digest: string; changed: boolean }>("POST", "/packages", { text, contentType: file.endsWith(".json") ? "application/json" : "application/yaml" });
+        print(config, result, () => `package ${result.package} generation ${result.generation}${result.changed ? " (new)" : " (unchanged)"}\ndigest ${result.digest}`);
+        return 0;
+      }
+      case "start": {
+        const target = runRequired(rest, 0, "PACKAGE/NAME");
+        const match = /^([a-z0-9][a-z0-9-]{0,31})\/([A-Za-z0-9][A-Za-z0-9_-]{0,31})$/.exec(target);
+        if (match === null) throw new UsageError(`expected PACKAGE/NAME, got ${target}`);
+        const [, packageName, name] = match as unknown as [string, string, string];
+        const api = await client(config);
+        const info = await api.call<{ workflows: { name: string }[]; tasks: { name: string }[] }>("GET", `/packages/${packageName}`);
+        const isWorkflow = info.workflows.some((workflow) => workflow.name === name);
+        if (!isWorkflow && !info.tasks.some((task) => task.name === name)) throw new UsageError(`package ${packageName} has no workflow or task named ${name}`);
+        const key = parsed.values["idempotency-key"];
+        const body = { package: packageName, ...(isWorkflow ? { workflow: name } : { task: name }), ...(key === undefined ? {} : { idempotencyKey: key }) };
+        const { run } = await api.call<{ run: RunView }>("POST", "/runs", { text: JSON.stringify(body), contentType: "application/json" });
+        if (parsed.values.wait === true) {
+          if (!config.json) process.stdout.write(`run ${run.id} started\n`);
+          return await waitForRun(api, config, run.id);
+        }
+        print(config, { run }, () => `run ${run.id} ${run.status}`);
+        return 0;
+      }
+      case "cancel": {
+        const runId = runRequired(rest, 0, "RUN");
+        if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
+        const api = await client(config);
+        const { run } = await api.call<{ run: RunView }>("POST", `/runs/${runId}/cancel`);
+        print(config, { run }, () => `run ${run.id} ${run.status}, cancel requested: its processes are being stopped`);
+        return 0;
+      }
+      case "runs": {
+        const api = await client(config);
+        const query = new URLSearchParams();
+        if (parsed.values.status !== undefined) query.set("status", parsed.values.status);
+        query.set("limit", parsed.values.limit ?? "50");
+        const page = await api.call<{ runs: RunView[]; nextCursor: string | null }>("GET", `/runs?${query.toString()}`);
+        print(config, page, () => (page.runs.length === 0 ? "no runs" : page.runs.map((run) => `${run.id}  ${run.status.padEnd(11)} ${run.kind.padEnd(8)} ${run.package}/${run.target}  ${time(run.createdAtMs)}`).join("\n")));
+        return 0;
+      }
+      case "status": {
+        const runId = runRequired(rest, 0, "RUN");
+        if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
+        const api = await client(config);
+        const detail = await api.call<RunDetailView>("GET", `/runs/${runId}`);
+        print(config, detail, () => renderDetail(detail));
+        return 0;
+      }
+      case "logs": {
+        const runId = runRequired(rest, 0, "RUN");
+        const step = runRequired(rest, 1, "STEP");
+        if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
+        const api = await client(config);
+        process.stdout.write(await api.text(`/runs/${runId}/steps/${encodeURIComponent(step)}/log`));
+        return 0;
+      }
+      case "tick": {
+        const api = await client(config);
+        const { report } = await api.call<{ report: { stages: { name: string; processed: number; errors: unknown[]; more: boolean }[]; more: boolean; durationMs: number } }>("POST", "/tick");
+        print(config, { report }, () => `${report.stages.map((stage) => `${stage.name}=${stage.processed}${stage.errors.length > 0 ? `(${stage.errors.length} errors)` : ""}`).join(" ")}  more=${report.more} ${report.durationMs.toFixed(1)}ms`);
+        return 0;
+      }
+      default:
+        throw new UsageError(`unknown command ${command}`);
+    }
+  } catch (error) {
+    if (error instanceof UsageError) {
+      process.stderr.write(`${error.message}\n\n${USAGE}`);
+      return EXIT_USAGE;
+    }
+    if (error instanceof ApiError) {
+      process.stderr.write(`${error.code}: ${error.message}\n${error.details.map((detail) => `  ${detail.path}: ${detail.message}`).join("\n")}${error.details.length > 0 ? "\n" : ""}`);
+      return error.status === 0 ? EXIT_UNAVAILABLE : 2;
+    }
+    process.stderr.write(`${describeStartupError(error)}\n`);
+    return 1;
+  }
+}

@@ -1,0 +1,210 @@
+import { mkdir, open, readFile } from "node:fs/promises";
+import { Server as HttpServer } from "node:http";
+import { resolve } from "node:path";
+import { serve, type ServerType } from "@hono/node-server";
+import { Coordinator, type FaultPoint, type TickReport } from "../../src/coordinator.ts";
+import { isQlrError } from "../../src/errors.ts";
+import { manifestError, parseManifest } from "../../src/manifest/index.ts";
+import type { RunAttempt } from "../../src/model.ts";
+import { applyPackage, type ApplyResult } from "../../src/operations.ts";
+import { PROFILES, type ProfileName } from "../../src/profiles.ts";
+import type { SqlStore } from "../../storage/sql-store.ts";
+import { createApp } from "../http/app.ts";
+import { Metrics } from "../http/metrics.ts";
+import { systemClock, uuidv7Ids } from "./host.ts";
+import { DEFAULT_GRACE_MS, DEFAULT_LOG_MAX_BYTES, loadOrCreateReceiptKey, PosixLauncher } from "./launcher/index.ts";
+import { LocalProcessExecutor } from "./local-executor.ts";
+import { openConfiguredStore, type StoreKind } from "./open-store.ts";
+
+export interface DeviceOptions {
+  readonly stateDir: string;
+  readonly host: string;
+  readonly port: number;
+  readonly token: string;
+  readonly profile: ProfileName;
+  readonly store: StoreKind;
+  readonly databaseUrl: string | null;
+  readonly applyFiles: readonly string[];
+  readonly tickIntervalMs?: number;
+  readonly logMaxBytes?: number;
+  readonly graceMs?: number;
+  readonly supervisorPath?: string;
+  /** Crash tests: SIGKILL this process when the named fault point is reached (`QLR_FAULT_POINT`). */
+  readonly crashAt?: FaultPoint | null;
+  readonly log?: (line: string) => void;
+}
+
+export interface RecoveryEntry {
+  readonly attemptId: string;
+  readonly decision: string;
+  readonly reason: string | null;
+}
+
+/** The most log bytes one API call returns; logs are capped on disk too. */
+export const LOG_READ_MAX_BYTES = 1024 * 1024;
+
+async function readCapped(path: string, maxBytes: number): Promise<string | null> {
+  let handle;
+  try {
+    handle = await open(path, "r");
+  } catch {
+    return null;
+  }
+  try {
+    const buffer = Buffer.alloc(maxBytes);
+    const { bytesRead } = await handle.read(buffer, 0, maxBytes, 0);
+    return buffer.subarray(0, bytesRead).toString("utf8");
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * The device runtime (ADR-0229 §6). Start: open the store, recover, start the cadence and
+ * execution control, serve HTTP. Stop: stop intake, freeze admission and drain the cadence,
+ * stop in-flight processes with a durable shutdown intent and record their step-scoped
+ * outcome, close the store. Concurrent stops share one promise.
+ */
+export class DeviceRuntime {
+  readonly url: string;
+  readonly recovery: RecoveryEntry[];
+  private readonly store: SqlStore;
+  private readonly coordinator: Coordinator;
+  private readonly executor: LocalProcessExecutor;
+  private readonly server: ServerType;
+  private readonly options: DeviceOptions;
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private stopping: Promise<void> | null = null;
+
+  private constructor(parts: { url: string; store: SqlStore; coordinator: Coordinator; executor: LocalProcessExecutor; server: ServerType; options: DeviceOptions; recovery: RecoveryEntry[] }) {
+    this.url = parts.url;
+    this.store = parts.store;
+    this.coordinator = parts.coordinator;
+    this.executor = parts.executor;
+    this.server = parts.server;
+    this.options = parts.options;
+    this.recovery = parts.recovery;
+  }
+
+  static async start(options: DeviceOptions): Promise<DeviceRuntime> {
+    const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+    const stateDir = resolve(options.stateDir);
+    await mkdir(stateDir, { recursive: true, mode: 0o700 });
+    const hmacKey = await loadOrCreateReceiptKey(stateDir);
+    const store = await openConfiguredStore({ kind: options.store, stateDir, databaseUrl: options.databaseUrl, nowMs: systemClock.nowMs() });
+    try {
+      for (const file of options.applyFiles) {
+        const applied = await applyFile(store, file);
+        log(`applied ${file}: package ${applied.package} generation ${applied.generation}${applied.changed ? " (new)" : " (unchanged)"}`);
+      }
+      const launcher = new PosixLauncher({ stateDir, hmacKey, nowMs: () => systemClock.nowMs(), graceMs: options.graceMs ?? DEFAULT_GRACE_MS, ...(options.supervisorPath === undefined ? {} : { supervisorPath: options.supervisorPath }) });
+      const executor = new LocalProcessExecutor(launcher, {
+        logMaxBytes: options.logMaxBytes ?? DEFAULT_LOG_MAX_BYTES,
+        onStopError: (attemptId, error) => log(`stop of ${attemptId} failed: ${error instanceof Error ? error.message : String(error)}`),
+      });
+      const metrics = new Metrics();
+      const crashAt = options.crashAt ?? null;
+      const coordinator = new Coordinator({
+        store,
+        clock: systemClock,
+        ids: uuidv7Ids,
+        profile: PROFILES[options.profile],
+        executors: { local_process: executor },
+        elapsedMs: () => performance.now(),
+        onStage: (stage) => metrics.observeStage(stage),
+        fault: (point) => {
+          // A crash test's named point: die exactly here, as a power cut or OOM kill would.
+          if (point === crashAt) process.kill(process.pid, "SIGKILL");
+        },
+      });
+      const recovery = await coordinator.recover();
+      for (const entry of recovery.filter((item) => item.decision === "fail_closed")) log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
+      const app = createApp({
+        store,
+        coordinator,
+        clock: systemClock,
+        ids: uuidv7Ids,
+        token: options.token,
+        metrics,
+        recoveryReport: () => recovery,
+        readLog: async (attempt: RunAttempt, maxBytes: number) => {
+          const stdout = await readCapped(launcher.logPath(attempt.id, "stdout"), maxBytes);
+          const stderr = await readCapped(launcher.logPath(attempt.id, "stderr"), maxBytes);
+          if (stdout === null && stderr === null) return null;
+          return stderr === null || stderr.length === 0 ? (stdout ?? "") : `${stdout ?? ""}${stdout?.endsWith("\n") === false ? "\n" : ""}--- stderr ---\n${stderr}`;
+        },
+      });
+      const server = await new Promise<ServerType>((resolveServer, rejectServer) => {
+        const started = serve({ fetch: app.fetch, hostname: options.host, port: options.port }, () => resolveServer(started));
+        started.once("error", rejectServer);
+      });
+      const address = server.address();
+      const port = typeof address === "object" && address !== null ? address.port : options.port;
+      const runtime = new DeviceRuntime({ url: `http://${options.host}:${port}`, store, coordinator, executor, server, options, recovery });
+      runtime.scheduleTick(0);
+      return runtime;
+    } catch (error) {
+      await store.close();
+      throw error;
+    }
+  }
+
+  /** The cadence: one timer, one tick at a time; a tick that found more work comes back at once. */
+  private scheduleTick(delayMs: number): void {
+    if (this.stopping !== null) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.coordinator
+        .tick()
+        .then((report: TickReport) => this.scheduleTick(report.more ? 0 : (this.options.tickIntervalMs ?? PROFILES[this.options.profile].tickIntervalMs)))
+        .catch((error: unknown) => {
+          (this.options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(`tick failed: ${error instanceof Error ? error.message : String(error)}`);
+          this.scheduleTick(this.options.tickIntervalMs ?? PROFILES[this.options.profile].tickIntervalMs);
+        });
+    }, delayMs);
+  }
+
+  stop(): Promise<void> {
+    this.stopping ??= this.stopInOrder();
+    return this.stopping;
+  }
+
+  private async stopInOrder(): Promise<void> {
+    // 1. Stop intake: no new HTTP requests.
+    const closed = new Promise<void>((resolveClose) => this.server.close(() => resolveClose()));
+    if (this.server instanceof HttpServer) this.server.closeIdleConnections();
+    // 2. Scheduler stopAndDrain: no further cycles admit or dispatch; wait for the cycle in flight.
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    this.coordinator.freezeAdmission();
+    await this.coordinator.idle();
+    // 3. Execution control stopAndDrain: durable shutdown intent, exact stops, step-scoped outcomes.
+    const stopped = await this.coordinator.stopRunningForShutdown();
+    if (stopped > 0) {
+      await this.executor.drainStops();
+      // Bounded: receipts land right after the processes end; a few frozen cycles record them.
+      for (let round = 0; round < 20; round += 1) {
+        await this.coordinator.tick();
+        const live = await this.store.transaction(async (tx) => tx.listAttempts("local_process", ["running"], null, 1));
+        if (live.length === 0) break;
+        await new Promise((wait) => setTimeout(wait, 100));
+      }
+    }
+    // 4. Close the store.
+    if (this.server instanceof HttpServer) this.server.closeAllConnections();
+    await closed;
+    await this.store.close();
+  }
+}
+
+export async function applyFile(store: SqlStore, file: string): Promise<ApplyResult> {
+  const text = await readFile(file, "utf8");
+  const result = parseManifest(text, file.endsWith(".json") ? "json" : "yaml");
+  if (!result.ok) throw manifestError(result.issues);
+  return store.transaction(async (tx) => applyPackage(tx, result.manifest, await tx.observe(systemClock.nowMs())));
+}
+
+export function describeStartupError(error: unknown): string {
+  if (isQlrError(error)) return `${error.code}: ${error.message}${error.details.length > 0 ? `\n${error.details.map((detail) => `  ${detail.path}: ${detail.message}`).join("\n")}` : ""}`;
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,84 @@
+import type { ProcessHandleFacts, RunAttempt, StopReason } from "../../src/model.ts";
+import type { Executor, LaunchRequest } from "../../src/ports.ts";
+import type { LiveInspection, ReceiptEvidence } from "../../src/recovery.ts";
+import { QlrError } from "../../src/errors.ts";
+import { readBootId, type PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
+
+/**
+ * The `local_process` executor: the core's Executor port over the POSIX launcher. It adds no
+ * state of its own; every fact it reports comes from the launcher's files and /proc.
+ */
+export class LocalProcessExecutor implements Executor {
+  readonly type = "local_process" as const;
+  private readonly launcher: PosixLauncher;
+  private readonly logMaxBytes: number;
+  private readonly onStopError: (attemptId: string, error: unknown) => void;
+  /** Stops in flight, so shutdown can wait for them. */
+  readonly stopping = new Map<string, Promise<unknown>>();
+
+  constructor(launcher: PosixLauncher, options: { logMaxBytes: number; onStopError: (attemptId: string, error: unknown) => void }) {
+    this.launcher = launcher;
+    this.logMaxBytes = options.logMaxBytes;
+    this.onStopError = options.onStopError;
+  }
+
+  async launch(request: LaunchRequest): Promise<ProcessHandleFacts> {
+    const execution = request.definition.execution;
+    if (execution.executor !== "local_process") throw new QlrError("integrity", `attempt ${request.attempt.id} is not a local_process attempt`);
+    const handle = await this.launcher.launch({ attemptId: request.attempt.id, argv: execution.argv, env: execution.env, cwd: execution.cwd, logMaxBytes: this.logMaxBytes });
+    return { pid: handle.pid, processStartTicks: handle.processStartTicks, bootId: handle.bootId, startedAtMs: handle.startedAtMs };
+  }
+
+  async readReceipt(attempt: RunAttempt): Promise<ReceiptEvidence> {
+    const reading = await this.launcher.readReceipt(attempt.id);
+    if (reading.status !== "valid") return reading;
+    const receipt = reading.receipt;
+    return {
+      status: "valid",
+      facts: { startedAtMs: receipt.startedAtMs, finishedAtMs: receipt.finishedAtMs, exitCode: receipt.exitCode, signal: receipt.signal, stopReason: receipt.stopReason, spawnError: receipt.spawnError },
+    };
+  }
+
+  async hasJournal(attempt: RunAttempt): Promise<"present" | "absent" | "invalid"> {
+    try {
+      return (await this.launcher.readJournal(attempt.id)) === null ? "absent" : "present";
+    } catch {
+      return "invalid";
+    }
+  }
+
+  async inspect(attempt: RunAttempt): Promise<LiveInspection> {
+    const handle = this.handleOf(attempt);
+    if (handle === null) {
+      // No persisted handle: only a journal from an earlier boot is trusted evidence.
+      const journal = await this.launcher.readJournal(attempt.id).catch(() => null);
+      const bootId = await readBootId();
+      if (journal !== null && bootId !== null && journal.bootId !== bootId) return "not_running";
+      return "unverifiable";
+    }
+    const inspection = await this.launcher.inspect(handle);
+    return inspection.state;
+  }
+
+  stop(attempt: RunAttempt, reason: StopReason): Promise<void> {
+    const handle = this.handleOf(attempt);
+    if (handle === null || this.stopping.has(attempt.id)) return Promise.resolve();
+    // The launcher waits out the grace period itself; the cadence must not, so the stop runs on
+    // and its outcome arrives as the receipt.
+    const stopping = this.launcher
+      .stop(handle, reason)
+      .catch((error: unknown) => this.onStopError(attempt.id, error))
+      .finally(() => this.stopping.delete(attempt.id));
+    this.stopping.set(attempt.id, stopping);
+    return Promise.resolve();
+  }
+
+  async drainStops(): Promise<void> {
+    await Promise.allSettled([...this.stopping.values()]);
+  }
+
+  private handleOf(attempt: RunAttempt): ProcessHandle | null {
+    if (attempt.pid === null || attempt.processStartTicks === null || attempt.bootId === null || attempt.startedAtMs === null) return null;
+    return { attemptId: attempt.id, pid: attempt.pid, processStartTicks: attempt.processStartTicks, bootId: attempt.bootId, startedAtMs: attempt.startedAtMs };
+  }
+}

@@ -1,0 +1,398 @@
+/**
+ * The HTTP test harness: the real Hono app (`createApp`) over a real SQL store, driven only
+ * through `app.request()`. The coordinator runs on a virtual clock with a simulated local
+ * executor whose outcomes are decided by each task's argv, so every scenario is exact:
+ *
+ *   run: [sim, ok]            exits 0 after 1 s
+ *   run: [sim, ok, "25000"]   exits 0 after 25 s (the third item is the duration in ms)
+ *   run: [sim, fail]          exits 1 after 1 s
+ *
+ * One harness (store, clock, executor, coordinator, app) serves a whole file per store: PGlite
+ * costs ~2 s and ~700 MB to open, so it is opened once. Tests stay apart by using their own
+ * package names; the clock only moves forward, so the store clock never regresses.
+ */
+import type { Hono } from "hono";
+import { createApp } from "../../runtimes/http/app.ts";
+import { Metrics } from "../../runtimes/http/metrics.ts";
+import { Coordinator, STAGE_ORDER } from "../../src/coordinator.ts";
+import { PROFILES } from "../../src/profiles.ts";
+import { Prng } from "../../src/sim/prng.ts";
+import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
+import { VirtualClock } from "../../src/sim/virtual-clock.ts";
+import type { LaunchRequest } from "../../src/ports.ts";
+import { openPgliteDriver } from "../../storage/postgres/pglite-driver.ts";
+import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
+import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
+import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
+import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import { SequentialIds } from "../support/fixtures.ts";
+
+export const TOKEN = "test-token";
+/** 2030-01-01T00:00:00Z: a whole hour, so schedule tests can align to it. */
+export const START_MS = Date.UTC(2030, 0, 1, 0, 0, 0);
+/** The default simulated task duration. */
+export const DEFAULT_TASK_MS = 1000;
+/** The standalone profile's timer interval: what one tick step advances the clock by. */
+export const TICK_STEP_MS = 500;
+
+export interface StoreFactory {
+  readonly name: string;
+  open(): Promise<SqlStore>;
+}
+
+export const STORE_FACTORIES: readonly StoreFactory[] = [
+  { name: "sqljs-memory", open: async () => openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), SQLITE_MIGRATIONS, START_MS) },
+  { name: "pglite", open: async () => openSqlStore(await openPgliteDriver(), POSTGRES_MIGRATIONS, START_MS) },
+];
+
+/** Every table of the schema, read in a fixed order for before/after comparisons. */
+export const DUMP_TABLES = [
+  "runs",
+  "step_runs",
+  "run_attempts",
+  "run_events",
+  "step_mutations",
+  "admission_receipts",
+  "packages",
+  "generations",
+  "reconciliation_receipts",
+  "task_definitions",
+  "workflow_plans",
+  "schedules",
+  "qlr_store_clock",
+  "qlr_schema",
+] as const;
+
+// ---- response shapes (DESIGN.md §6, as the app answers them) ----
+
+export interface ErrorDetail {
+  readonly path: string;
+  readonly message: string;
+}
+
+export interface ErrorBody {
+  readonly error: { readonly code: string; readonly message: string; readonly details: readonly ErrorDetail[] };
+}
+
+export interface RunView {
+  readonly id: string;
+  readonly kind: "ordinary" | "workflow";
+  readonly status: string;
+  readonly package: string;
+  readonly generation: number;
+  readonly target: string;
+  readonly createdAtMs: number;
+  readonly finishedAtMs: number | null;
+  readonly cancelRequestedAtMs: number | null;
+  readonly idempotencyKey: string | null;
+  readonly scheduleName: string | null;
+}
+
+export interface StepView {
+  readonly id: string;
+  readonly name: string;
+  readonly task: string;
+  readonly needs: readonly string[];
+  readonly status: string;
+  readonly version: number;
+  readonly attemptCount: number;
+  readonly startedAtMs: number | null;
+  readonly finishedAtMs: number | null;
+}
+
+export interface AttemptView {
+  readonly id: string;
+  readonly stepRunId: string | null;
+  readonly number: number;
+  readonly status: string;
+  readonly executor: string;
+  readonly startedAtMs: number | null;
+  readonly finishedAtMs: number | null;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly pid: number | null;
+  readonly stopReason: string | null;
+  readonly error: string | null;
+}
+
+export interface RunDetail {
+  readonly run: RunView;
+  readonly steps: readonly StepView[];
+  readonly attempts: readonly AttemptView[];
+}
+
+export interface EventView {
+  readonly seq: number;
+  readonly type: string;
+  readonly atMs: number;
+  readonly stepRunId: string | null;
+  readonly attemptId: string | null;
+  readonly data: Record<string, unknown>;
+}
+
+export interface StageView {
+  readonly name: string;
+  readonly processed: number;
+  readonly errors: readonly { code: string; message: string; subject: string | null }[];
+  readonly more: boolean;
+  readonly durationMs: number;
+}
+
+export interface TickReportView {
+  readonly profile: string;
+  readonly stages: readonly StageView[];
+  readonly more: boolean;
+  readonly durationMs: number;
+}
+
+export interface ApplyView {
+  readonly package: string;
+  readonly generation: number;
+  readonly digest: string;
+  readonly changed: boolean;
+}
+
+export interface ScheduleView {
+  readonly name: string;
+  readonly cron: string;
+  readonly timezone: string;
+  readonly target: { kind: string; name: string };
+  readonly overlap: string;
+  readonly nextFireAtMs: number | null;
+  readonly lastFireAtMs: number | null;
+  readonly missedFires: number;
+  readonly skippedOverlaps: number;
+}
+
+export interface PackageHeadView {
+  readonly package: string;
+  readonly generation: number;
+  readonly manifestDigest: string;
+  readonly reconciliationDigest: string;
+  readonly updatedAtMs: number;
+}
+
+export interface PackageDetailView {
+  readonly package: PackageHeadView;
+  readonly generations: readonly { package: string; generation: number; manifestDigest: string; createdAtMs: number }[];
+  readonly workflows: readonly { name: string; steps: readonly { name: string; task: string; needs: string[] }[] }[];
+  readonly tasks: readonly { name: string; executor: string; timeoutMs: number }[];
+  readonly schedules: readonly ScheduleView[];
+}
+
+export const RUN_VIEW_KEYS = ["cancelRequestedAtMs", "createdAtMs", "finishedAtMs", "generation", "id", "idempotencyKey", "kind", "package", "scheduleName", "status", "target"];
+export const STEP_VIEW_KEYS = ["attemptCount", "finishedAtMs", "id", "name", "needs", "startedAtMs", "status", "task", "version"];
+export const ATTEMPT_VIEW_KEYS = ["error", "executor", "exitCode", "finishedAtMs", "id", "number", "pid", "signal", "startedAtMs", "status", "stepRunId", "stopReason"];
+export const EVENT_VIEW_KEYS = ["atMs", "attemptId", "data", "seq", "stepRunId", "type"];
+
+export interface CallOptions {
+  /** A value sent as JSON with `content-type: application/json`. */
+  readonly json?: unknown;
+  /** A raw body; give `contentType` with it (a string body otherwise gets text/plain). */
+  readonly body?: string;
+  readonly contentType?: string;
+  /** The full Authorization header; `null` sends none. Defaults to the right bearer token. */
+  readonly authorization?: string | null;
+  readonly headers?: Record<string, string>;
+}
+
+export interface CallResult {
+  readonly status: number;
+  readonly contentType: string;
+  readonly text: string;
+  /** The body parsed as JSON and typed by the caller (the tests check the shapes). */
+  json<T>(): T;
+}
+
+/** What one test's simulated tasks do, decided by argv (see the file comment). */
+export function simulatedOutcome(request: LaunchRequest): { exitCode: number; durationMs: number } | undefined {
+  const argv = request.definition.execution.argv;
+  if (argv[0] !== "sim") return undefined;
+  const durationMs = argv[2] === undefined ? DEFAULT_TASK_MS : Number(argv[2]);
+  return { exitCode: argv[1] === "fail" ? 1 : 0, durationMs };
+}
+
+export class Harness {
+  readonly store: SqlStore;
+  readonly clock: VirtualClock;
+  readonly executor: SimulatedExecutor;
+  readonly coordinator: Coordinator;
+  readonly metrics: Metrics;
+  readonly app: Hono;
+
+  private constructor(store: SqlStore) {
+    this.store = store;
+    this.clock = new VirtualClock(START_MS);
+    this.metrics = new Metrics();
+    const ids = new SequentialIds("run");
+    this.executor = new SimulatedExecutor({ clock: this.clock, prng: new Prng(20_300_101), failureRate: 0, spawnFailureRate: 0, minDurationMs: DEFAULT_TASK_MS, maxDurationMs: DEFAULT_TASK_MS, outcome: simulatedOutcome });
+    this.coordinator = new Coordinator({
+      store,
+      clock: this.clock,
+      ids,
+      profile: PROFILES.standalone,
+      executors: { local_process: this.executor },
+      onStage: (stage) => this.metrics.observeStage(stage),
+    });
+    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, token: TOKEN, metrics: this.metrics });
+  }
+
+  static async open(factory: StoreFactory): Promise<Harness> {
+    return new Harness(await factory.open());
+  }
+
+  close(): Promise<void> {
+    return this.store.close();
+  }
+
+  async call(method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
+    const headers: Record<string, string> = { ...options.headers };
+    const authorization = options.authorization === undefined ? `Bearer ${TOKEN}` : options.authorization;
+    if (authorization !== null) headers.authorization = authorization;
+    let body: string | undefined = options.body;
+    if (options.json !== undefined) {
+      body = JSON.stringify(options.json);
+      headers["content-type"] = "application/json";
+    }
+    if (options.contentType !== undefined) headers["content-type"] = options.contentType;
+    const response = await this.app.request(path, { method, headers, ...(body === undefined ? {} : { body }) });
+    const text = await response.text();
+    return {
+      status: response.status,
+      contentType: response.headers.get("content-type") ?? "",
+      text,
+      json<T>(): T {
+        return JSON.parse(text) as T;
+      },
+    };
+  }
+
+  /** A call that must answer `status`; returns the typed JSON body. */
+  async expectJson<T>(status: number, method: string, path: string, options: CallOptions = {}): Promise<T> {
+    const result = await this.call(method, path, options);
+    if (result.status !== status) throw new Error(`${method} ${path}: expected ${status}, got ${result.status}: ${result.text}`);
+    return result.json<T>();
+  }
+
+  applyYaml(yaml: string): Promise<CallResult> {
+    return this.call("POST", "/packages", { body: yaml, contentType: "application/yaml" });
+  }
+
+  async startRun(body: Record<string, unknown>): Promise<RunView> {
+    return (await this.expectJson<{ run: RunView }>(201, "POST", "/runs", { json: body })).run;
+  }
+
+  runDetail(id: string): Promise<RunDetail> {
+    return this.expectJson<RunDetail>(200, "GET", `/runs/${id}`);
+  }
+
+  async events(id: string, query = ""): Promise<EventView[]> {
+    return (await this.expectJson<{ events: EventView[] }>(200, "GET", `/runs/${id}/events${query}`)).events;
+  }
+
+  async packageDetail(name: string): Promise<PackageDetailView> {
+    return this.expectJson<PackageDetailView>(200, "GET", `/packages/${name}`);
+  }
+
+  async tick(): Promise<TickReportView> {
+    const { report } = await this.expectJson<{ report: TickReportView }>(200, "POST", "/tick");
+    // A stage error would mean the scenario is not what the test thinks it is.
+    for (const stage of report.stages) {
+      if (stage.errors.length > 0) throw new Error(`tick stage ${stage.name} reported errors: ${JSON.stringify(stage.errors)}`);
+    }
+    return report;
+  }
+
+  /**
+   * Ticks until `predicate` holds, advancing the virtual clock by `stepMs` after each tick
+   * that did not satisfy it. Bounded: throws after `maxTicks`. Returns the ticks taken.
+   */
+  async tickUntil(predicate: () => Promise<boolean>, maxTicks = 60, stepMs = TICK_STEP_MS): Promise<number> {
+    for (let ticks = 1; ticks <= maxTicks; ticks += 1) {
+      await this.tick();
+      if (await predicate()) return ticks;
+      this.clock.advance(stepMs);
+    }
+    throw new Error(`the condition did not hold within ${maxTicks} ticks`);
+  }
+
+  /** Ticks until the run is in one of `statuses` (default: any terminal status). */
+  async runUntil(id: string, statuses: readonly string[] = ["succeeded", "failed", "timed_out", "cancelled", "lost"], maxTicks = 60): Promise<RunDetail> {
+    await this.tickUntil(async () => statuses.includes((await this.runDetail(id)).run.status), maxTicks);
+    return this.runDetail(id);
+  }
+
+  /** Moves the clock forward to the next multiple of `periodMs` (strictly later), plus `offsetMs`. */
+  alignClock(periodMs: number, offsetMs = 0): number {
+    const next = (Math.floor(this.clock.nowMs() / periodMs) + 1) * periodMs + offsetMs;
+    this.clock.set(next);
+    return next;
+  }
+
+  /** Every run in the store, through GET /runs keyset pages. */
+  async allRuns(limit = 200): Promise<RunView[]> {
+    const runs: RunView[] = [];
+    let cursor: string | null = null;
+    for (let page = 0; page < 1000; page += 1) {
+      const query: string = cursor === null ? `?limit=${limit}` : `?limit=${limit}&cursor=${cursor}`;
+      const body: { runs: RunView[]; nextCursor: string | null } = await this.expectJson(200, "GET", `/runs${query}`);
+      runs.push(...body.runs);
+      cursor = body.nextCursor;
+      if (cursor === null) return runs;
+    }
+    throw new Error("GET /runs did not end");
+  }
+
+  async runsOf(packageName: string): Promise<RunView[]> {
+    return (await this.allRuns()).filter((run) => run.package === packageName);
+  }
+
+  /** Every row of every table, in a fixed order, as one comparable text. */
+  async dump(): Promise<string> {
+    return this.store.driver.transaction(async (tx) => {
+      const parts: string[] = [];
+      for (const table of DUMP_TABLES) {
+        const rows = await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`);
+        parts.push(`-- ${table} (${rows.length})`, ...rows.map((row) => JSON.stringify(row)));
+      }
+      return parts.join("\n");
+    });
+  }
+}
+
+export { STAGE_ORDER };
+
+/** A small YAML manifest builder: each test gets its own package. */
+export function yamlManifest(packageName: string, body: string): string {
+  return `package: ${packageName}\n${body}`;
+}
+
+/** The diamond a → b, a → c, {b, c} → d, each step running `work`. */
+export function diamondYaml(packageName: string, work = '["sim", "ok"]'): string {
+  return yamlManifest(
+    packageName,
+    `tasks:
+  work:
+    run: ${work}
+    timeout: 30s
+workflows:
+  diamond:
+    steps:
+      a: { task: work }
+      b: { task: work, needs: [a] }
+      c: { task: work, needs: [a] }
+      d: { task: work, needs: [b, c] }
+`,
+  );
+}
+
+/** Error bodies have exactly {error: {code, message, details}}; returns the error. */
+export function errorOf(result: CallResult): ErrorBody["error"] {
+  const body = result.json<ErrorBody>();
+  if (typeof body !== "object" || body === null || Object.keys(body).join() !== "error") throw new Error(`not an error body: ${result.text}`);
+  const keys = Object.keys(body.error).sort().join();
+  if (keys !== "code,details,message") throw new Error(`error keys are ${keys}: ${result.text}`);
+  if (typeof body.error.message !== "string" || body.error.message === "" || !Array.isArray(body.error.details)) throw new Error(`malformed error body: ${result.text}`);
+  return body.error;
+}
