@@ -2,7 +2,7 @@ import { derivedId, digestOf } from "./digest.ts";
 import { QlrError } from "./errors.ts";
 import { RunChange } from "./aggregate.ts";
 import type { AdmissionReceipt, ChangeSet, Run, RunAttempt, StepRun } from "./model.ts";
-import { renormalize, verifyPlan, verifyReconciliationReceipt, type ReconciliationReceipt, type TaskDefinition, type WorkflowPlan } from "./packages.ts";
+import { renormalize, verifyPlan, verifyReconciliationReceipt, verifyTaskDefinition, type ReconciliationReceipt, type TaskDefinition, type WorkflowPlan } from "./packages.ts";
 
 /**
  * Generation-bound workflow task attempt admission (ADR-0227 §1–§3). One admission creates
@@ -51,6 +51,8 @@ export function admitTaskAttempt(input: AdmissionInput): AdmissionResult {
   // Exact replay: the ready epoch already has its winner; answer from the durable receipt.
   if (existing !== null) {
     if (existing.runId !== run.id || existing.stepRunId !== step.id) reject("stored receipt belongs to another step");
+    // The replay boundary is the exact ready epoch: a winner of an earlier epoch answers nothing about this one.
+    if (existing.stepRunVersion !== step.version) reject(`stored receipt belongs to ready epoch ${existing.stepRunVersion}, not ${step.version}`);
     const { digest, ...body } = existing;
     if (admissionReceiptDigest(body) !== digest) reject(`stored receipt for ${existing.attemptId} fails its digest`);
     return { kind: "replayed", receipt: existing };
@@ -86,6 +88,9 @@ export function admitTaskAttempt(input: AdmissionInput): AdmissionResult {
     reject(`execution digest claimed ${definition.executionDigest} but the revision normalizes to ${execution.digest}`);
   }
   if (execution.revision.executor !== definition.executor) reject(`executor type ${definition.executor} does not match its revision`);
+  // The definition digest is recomputed too: a definition whose content (retry policy, names,
+  // generation) differs from what its claimed digest and revision say is never admitted.
+  if (!verifyTaskDefinition(definition)) reject(`task definition ${definition.revision} does not recompute to its claimed digest and revision`);
 
   const attemptId = workflowAttemptId(run.id, step.id, step.version);
   const eventId = admissionEventId(run.id, step.id, step.version);
@@ -100,6 +105,7 @@ export function admitTaskAttempt(input: AdmissionInput): AdmissionResult {
     number,
     status: "claimed",
     executor: definition.executor,
+    pool: execution.revision.executor === "remote_worker" ? execution.revision.pool : null,
     version: 1,
     createdAtMs: nowMs,
     startedAtMs: null,

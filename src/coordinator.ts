@@ -3,6 +3,7 @@ import { convergeCancellation } from "./cancellation.ts";
 import { isQlrError, QlrError } from "./errors.ts";
 import { complete, markRunning, markStarting, requestShutdownStop, requestTimeoutStop, startFailed, type AttemptScope } from "./execution.ts";
 import { advanceFrontier } from "./frontier.ts";
+import { expireLease } from "./leases.ts";
 import type { RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
@@ -193,14 +194,18 @@ export class Coordinator {
   }
 
   async convergeRun(runId: string): Promise<boolean> {
-    return this.write(async (tx, nowMs) => {
+    const change = await this.write(async (tx, nowMs) => {
       const run = await tx.getRun(runId);
-      if (run === null) return false;
-      const change = convergeCancellation(run, await tx.getSteps(runId), await tx.getAttempts(runId), nowMs);
-      if (change === null) return false;
-      await tx.apply(change);
-      return true;
+      if (run === null) return null;
+      const converged = convergeCancellation(run, await tx.getSteps(runId), await tx.getAttempts(runId), nowMs);
+      if (converged === null) return null;
+      await tx.apply(converged);
+      return converged;
     });
+    if (change === null) return false;
+    // The cancel stop intent of a running attempt is durable; its process is not stopped yet.
+    if (change.events.some((event) => event.type === "attempt.stop_requested")) await this.fault("cancellation.after_stop_intent");
+    return true;
   }
 
   private async schedules(budget: StageBudget, context: StageContext): Promise<void> {
@@ -367,6 +372,7 @@ export class Coordinator {
    * deadlines become task-scoped timeout stops, stop intents stop exactly those processes.
    */
   private async executionControl(budget: StageBudget, context: StageContext): Promise<void> {
+    await this.expireLeases(budget, context);
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       let after: string | null = null;
@@ -383,6 +389,32 @@ export class Coordinator {
         after = attempts[attempts.length - 1]?.id ?? null;
         if (page === budget.pages - 1) context.more = true;
       }
+    }
+  }
+
+  /** Remote leases that expired: claims are re-opened, started attempts fail closed until their worker reports. */
+  private async expireLeases(budget: StageBudget, context: StageContext): Promise<void> {
+    let after: string | null = null;
+    for (let page = 0; page < budget.pages; page += 1) {
+      const expired: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listExpiredLeases(this.deps.clock.nowMs(), after, budget.pageSize));
+      for (const attempt of expired) {
+        try {
+          const changed = await this.write(async (tx, nowMs) => {
+            const scope = await this.scope(tx, attempt.id);
+            if (scope === null) return false;
+            const change = expireLease(scope, scope.definition.retry, nowMs);
+            if (change === null) return false;
+            await tx.apply(change);
+            return true;
+          });
+          if (changed) context.processed += 1;
+        } catch (error) {
+          context.errors.push({ ...describe(error), subject: attempt.id });
+        }
+      }
+      if (expired.length < budget.pageSize) return;
+      after = expired[expired.length - 1]?.id ?? null;
+      if (page === budget.pages - 1) context.more = true;
     }
   }
 

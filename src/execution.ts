@@ -27,13 +27,29 @@ function requireStep(scope: AttemptScope): StepRun | null {
 
 /** Dispatch intent crosses into `starting`: the next thing is the launcher's journal and spawn. */
 export function markStarting(scope: AttemptScope, nowMs: number, facts: { workerId?: string } = {}): ChangeSet {
-  requireStep(scope);
+  const step = requireStep(scope);
+  // ADR-0229 §2: a workflow task attempt is dispatched only while its exact ready epoch holds
+  // and its parent is running; after a cancel intent no claim crosses the start barrier.
+  if (scope.run.cancelRequestedAtMs !== null) throw new QlrError("conflict", `run ${scope.run.id} has a cancel intent; attempt ${scope.attempt.id} is not dispatched`);
+  if (step !== null) {
+    if (scope.run.status !== "running") throw new QlrError("conflict", `run ${scope.run.id} is ${scope.run.status}; attempt ${scope.attempt.id} is not dispatched`);
+    if (step.status !== "ready" || step.version !== scope.attempt.stepRunVersion) {
+      throw new QlrError("conflict", `step ${step.id} is ${step.status} at version ${step.version}, not the ready epoch ${String(scope.attempt.stepRunVersion)} of attempt ${scope.attempt.id}`);
+    }
+  }
   const change = new RunChange(scope.run, nowMs);
   change.setAttempt(scope.attempt, "starting", facts.workerId === undefined ? {} : { leaseWorkerId: facts.workerId });
   return change.build();
 }
 
-function enterRunning(change: RunChange, scope: AttemptScope, handle: ProcessHandleFacts): void {
+/**
+ * The facts an attempt enters `running` with. The process identity is null only when a receipt
+ * completes an attempt whose handle was never persisted (a crash between spawn and the running
+ * transition): the identity stays unknown rather than invented.
+ */
+type RunningFacts = Pick<ProcessHandleFacts, "startedAtMs"> & { readonly pid: number | null; readonly processStartTicks: string | null; readonly bootId: string | null };
+
+function enterRunning(change: RunChange, scope: AttemptScope, handle: RunningFacts): void {
   const step = requireStep(scope);
   // startedAtMs is the launcher's pre-spawn handle fact (ADR-0229 §5), never this clock reading.
   change.setAttempt(scope.attempt, "running", {
@@ -80,7 +96,9 @@ export interface OutcomeDecision {
  */
 export function decideOutcome(attempt: RunAttempt, facts: CompletionFacts): OutcomeDecision {
   const deadlineAtMs = attempt.deadlineAtMs ?? facts.startedAtMs + attempt.timeoutMs;
-  if (facts.stopReason === "timeout" || (facts.exitCode !== 0 && facts.finishedAtMs > deadlineAtMs)) return { attempt: "timed_out", step: "timed_out" };
+  // ADR-0227 §5: the completion rechecks the deadline and converges to `timed_out` when it
+  // passed, whatever the exit code; a process that overran its timeout did not succeed in time.
+  if (facts.stopReason === "timeout" || facts.finishedAtMs > deadlineAtMs) return { attempt: "timed_out", step: "timed_out" };
   if (facts.stopReason === "cancel") return { attempt: "cancelled", step: "cancelled" };
   if (facts.stopReason === "shutdown") return { attempt: "cancelled", step: "failed" };
   if (facts.exitCode === 0 && facts.signal === null) return { attempt: "succeeded", step: "succeeded" };
@@ -99,7 +117,7 @@ export function complete(scope: AttemptScope, facts: CompletionFacts, retry: Ret
   if (attempt.status === "starting") {
     // The crash window between spawn and the running transition: write ready → running → terminal
     // atomically instead of skipping the start barrier (ADR-0227 §4).
-    const handle = facts.handle ?? { pid: attempt.pid ?? 0, processStartTicks: attempt.processStartTicks ?? "", bootId: attempt.bootId ?? "", startedAtMs: facts.startedAtMs };
+    const handle: RunningFacts = facts.handle ?? { pid: attempt.pid, processStartTicks: attempt.processStartTicks, bootId: attempt.bootId, startedAtMs: facts.startedAtMs };
     enterRunning(change, scope, handle);
     attempt = change.attempt(attempt);
   }

@@ -82,6 +82,8 @@ export interface RunAttempt {
   readonly number: number;
   readonly status: AttemptStatus;
   readonly executor: ExecutorType;
+  /** The remote worker pool of a `remote_worker` attempt; null for local attempts. */
+  readonly pool: string | null;
   readonly version: number;
   readonly createdAtMs: number;
   readonly startedAtMs: number | null;

@@ -32,6 +32,7 @@ export function admitOrdinaryAttempt(run: Run, definition: TaskDefinition, nowMs
     number,
     status: "claimed",
     executor: definition.executor,
+    pool: execution.revision.executor === "remote_worker" ? execution.revision.pool : null,
     version: 1,
     createdAtMs: nowMs,
     startedAtMs: null,

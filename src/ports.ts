@@ -84,6 +84,11 @@ export interface StoreTx {
   /** Attempts in the given statuses for one executor type, oldest first, keyset by attempt id. */
   listAttempts(executor: ExecutorType, statuses: readonly RunAttempt["status"][], afterAttemptId: string | null, limit: number): Promise<RunAttempt[]>;
 
+  /** Claimed remote attempts of a pool that no live lease holds, oldest first. */
+  listClaimableRemote(pool: string, nowMs: number, limit: number): Promise<RunAttempt[]>;
+  /** Remote attempts whose lease expired while claimed, starting or running, keyset by id. */
+  listExpiredLeases(nowMs: number, afterAttemptId: string | null, limit: number): Promise<RunAttempt[]>;
+
   listRuns(filter: RunListFilter): Promise<Run[]>;
   listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]>;
   countRunsByStatus(): Promise<Record<RunStatus, number>>;

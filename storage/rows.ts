@@ -94,14 +94,14 @@ export function toStep(row: StepRow): StepRun {
 }
 
 export const ATTEMPT_COLUMNS = [
-  "id", "run_id", "step_run_id", "step_run_version", "number", "status", "executor", "version", "created_at_ms", "started_at_ms", "finished_at_ms", "deadline_at_ms",
+  "id", "run_id", "step_run_id", "step_run_version", "number", "status", "executor", "pool", "version", "created_at_ms", "started_at_ms", "finished_at_ms", "deadline_at_ms",
   "timeout_ms", "exit_code", "signal", "pid", "process_start_ticks", "boot_id", "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms",
 ] as const;
 export type AttemptRow = Record<(typeof ATTEMPT_COLUMNS)[number], unknown>;
 
 export function attemptParams(attempt: RunAttempt): SqlParam[] {
   return [
-    attempt.id, attempt.runId, attempt.stepRunId, attempt.stepRunVersion, attempt.number, attempt.status, attempt.executor, attempt.version, attempt.createdAtMs,
+    attempt.id, attempt.runId, attempt.stepRunId, attempt.stepRunVersion, attempt.number, attempt.status, attempt.executor, attempt.pool, attempt.version, attempt.createdAtMs,
     attempt.startedAtMs, attempt.finishedAtMs, attempt.deadlineAtMs, attempt.timeoutMs, attempt.exitCode, attempt.signal, attempt.pid, attempt.processStartTicks,
     attempt.bootId, attempt.stopReason, attempt.stopRequestedAtMs, attempt.error, attempt.leaseWorkerId, attempt.leaseVersion, attempt.leaseExpiresAtMs,
   ];
@@ -116,6 +116,7 @@ export function toAttempt(row: AttemptRow): RunAttempt {
     number: num(row.number),
     status: row.status as RunAttempt["status"],
     executor: row.executor as RunAttempt["executor"],
+    pool: textOrNull(row.pool),
     version: num(row.version),
     createdAtMs: num(row.created_at_ms),
     startedAtMs: numOrNull(row.started_at_ms),

@@ -294,6 +294,22 @@ class SqlStoreTx implements StoreTx {
     return found.map(rows.toAttempt);
   }
 
+  async listClaimableRemote(pool: string, nowMs: number, limit: number): Promise<RunAttempt[]> {
+    const found = await this.q<rows.AttemptRow>(
+      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE executor = 'remote_worker' AND status = 'claimed' AND pool = ? AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?) ORDER BY created_at_ms, id LIMIT ?`,
+      [pool, nowMs, cap(limit)],
+    );
+    return found.map(rows.toAttempt);
+  }
+
+  async listExpiredLeases(nowMs: number, afterAttemptId: string | null, limit: number): Promise<RunAttempt[]> {
+    const found = await this.q<rows.AttemptRow>(
+      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE executor = 'remote_worker' AND status IN ('claimed', 'starting', 'running') AND lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms <= ? AND id > ? ORDER BY id LIMIT ?`,
+      [nowMs, afterAttemptId ?? "", cap(limit)],
+    );
+    return found.map(rows.toAttempt);
+  }
+
   async listRuns(filter: RunListFilter): Promise<Run[]> {
     const limit = cap(filter.limit);
     const conditions: string[] = [];

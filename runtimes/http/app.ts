@@ -5,12 +5,14 @@ import type { Coordinator } from "../../src/coordinator.ts";
 import { timingSafeEqualText } from "../../src/digest.ts";
 import { isQlrError, QlrError, type QlrErrorCode } from "../../src/errors.ts";
 import { isPortableId, PACKAGE_NAME_PATTERN, RESOURCE_NAME_PATTERN } from "../../src/identity.ts";
-import { MAX_MANIFEST_BYTES } from "../../src/manifest/limits.ts";
+import { MAX_MANIFEST_BYTES, utf8ByteLength } from "../../src/manifest/limits.ts";
 import { parseManifest } from "../../src/manifest/index.ts";
 import { RUN_STATUSES, type Run, type RunAttempt, type StepRun } from "../../src/model.ts";
 import { applyPackage, cancelRun, getRunDetail, getRunEvents, startRun } from "../../src/operations.ts";
 import type { Clock, IdSource, Store } from "../../src/ports.ts";
+import { LeaseService } from "../../src/lease-service.ts";
 import type { Metrics } from "./metrics.ts";
+import { mountWorkerRoutes } from "./worker-routes.ts";
 
 /**
  * The one Hono app every runtime serves (device, server, Worker). It validates every input
@@ -33,6 +35,8 @@ export interface AppDeps {
   readonly readLog?: (attempt: RunAttempt, maxBytes: number) => Promise<string | null>;
   /** Recovery decisions that failed closed, shown by `status` and the API. */
   readonly recoveryReport?: () => readonly { attemptId: string; decision: string; reason: string | null }[];
+  /** How long a remote worker's lease lasts without a heartbeat. */
+  readonly leaseTtlMs?: number;
   /** Extra routes mounted before auth (dashboard assets). */
   readonly mount?: (app: Hono) => void;
 }
@@ -80,7 +84,16 @@ function fail(code: QlrErrorCode, message: string, details: { path: string; mess
 }
 
 function zodDetails(error: z.ZodError): { path: string; message: string }[] {
-  return error.issues.map((issue) => ({ path: issue.path.length === 0 ? "$" : issue.path.map(String).join("."), message: issue.message }));
+  const pathOf = (segments: readonly PropertyKey[]): string => (segments.length === 0 ? "$" : segments.map(String).join("."));
+  // An unknown field is named by its own path, one detail per field, as manifest issues are.
+  return error.issues.flatMap((issue) =>
+    issue.code === "unrecognized_keys" ? issue.keys.map((key) => ({ path: pathOf([...issue.path, key]), message: "unknown field" })) : [{ path: pathOf(issue.path), message: issue.message }],
+  );
+}
+
+/** The media type of the request without parameters, lower-case; "" when absent. */
+function mediaType(c: Context): string {
+  return (c.req.header("content-type") ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
 }
 
 const startRunBody = z
@@ -117,6 +130,8 @@ function queryObject(c: Context): Record<string, string> {
 }
 
 async function readJson(c: Context): Promise<unknown> {
+  const contentType = mediaType(c);
+  if (contentType !== "application/json" && contentType !== "") fail("invalid_request", `unsupported content-type ${contentType}; use application/json`, [{ path: "content-type", message: "unsupported" }]);
   const text = await c.req.text();
   try {
     return JSON.parse(text) as unknown;
@@ -204,15 +219,17 @@ export function createApp(deps: AppDeps): Hono {
   });
 
   app.post("/packages", async (c) => {
-    const contentType = (c.req.header("content-type") ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
+    const contentType = mediaType(c);
     const text = await c.req.text();
+    // The body is the manifest: one over the manifest limit is a payload too large, whatever its format.
+    if (text.length > MAX_MANIFEST_BYTES || utf8ByteLength(text) > MAX_MANIFEST_BYTES) fail("payload_too_large", `the manifest exceeds ${MAX_MANIFEST_BYTES} bytes`);
     let result;
     if (contentType === "application/yaml" || contentType === "application/x-yaml" || contentType === "text/yaml") {
       result = parseManifest(text, "yaml");
     } else if (contentType === "application/json" || contentType === "") {
       result = parseManifest(text, "json");
     } else {
-      fail("invalid_request", `unsupported content-type ${contentType}; use application/json or application/yaml`);
+      fail("invalid_request", `unsupported content-type ${contentType}; use application/json or application/yaml`, [{ path: "content-type", message: "unsupported" }]);
     }
     if (!result.ok) fail("invalid_manifest", `the manifest has ${result.issues.length} problem(s)`, result.issues);
     const applied = await write((tx, nowMs) => applyPackage(tx, result.manifest, nowMs));
@@ -297,6 +314,8 @@ export function createApp(deps: AppDeps): Hono {
     if (text === null) fail("not_found", `step ${name} has no log yet`);
     return c.text(text, 200, { "content-type": "text/plain; charset=utf-8" });
   });
+
+  mountWorkerRoutes(app, new LeaseService({ store, clock, ...(deps.leaseTtlMs === undefined ? {} : { ttlMs: deps.leaseTtlMs }) }));
 
   app.get("/recovery", (c) => c.json({ recovery: deps.recoveryReport?.() ?? [] }));
 

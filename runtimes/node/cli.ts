@@ -21,6 +21,8 @@ Usage:
   qlr status RUN                     a run with its steps and attempts
   qlr logs RUN STEP                  the latest attempt log of a step
   qlr tick                           run one cadence cycle now
+  qlr worker --coordinator URL --pool P [--capacity N]
+                                     run remote_worker tasks leased from a coordinator
 
 Options:
   --state-dir DIR   (QLR_STATE_DIR, default ./.qlr)     --port N (QLR_PORT, default 8787)
@@ -45,6 +47,9 @@ const OPTIONS = {
   limit: { type: "string" },
   "idempotency-key": { type: "string" },
   json: { type: "boolean" },
+  coordinator: { type: "string" },
+  pool: { type: "string" },
+  capacity: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -104,7 +109,7 @@ async function client(config: CommonConfig): Promise<Client> {
     async call<T>(method: string, path: string, body?: { text: string; contentType: string }): Promise<T> {
       const response = await request(method, path, body);
       if (!response.ok) return failFrom(response);
-      return (await response.json()) as T;
+      return (await response.json());
     },
     async text(path: string): Promise<string> {
       const response = await request("GET", path);
@@ -231,6 +236,28 @@ async function serveCommand(config: CommonConfig, applyFiles: string[]): Promise
   return 0;
 }
 
+async function workerCommand(config: CommonConfig, coordinator: string | undefined, pool: string | undefined, capacityText: string | undefined): Promise<number> {
+  const coordinatorUrl = coordinator ?? process.env.QLR_COORDINATOR ?? config.url;
+  if (coordinatorUrl === null || coordinatorUrl === undefined) throw new UsageError("qlr worker needs --coordinator URL");
+  if (pool === undefined || !isPortableId(pool)) throw new UsageError("qlr worker needs --pool NAME (a portable name)");
+  const capacity = Number(capacityText ?? "1");
+  if (!Number.isInteger(capacity) || capacity < 1 || capacity > 64) throw new UsageError("--capacity must be 1–64");
+  if (config.token === null) throw new UsageError("qlr worker needs --token or QLR_TOKEN (the coordinator's token)");
+  const { RemoteWorker } = await import("./remote-worker.ts");
+  const worker = await RemoteWorker.create({ coordinatorUrl, token: config.token, pool, capacity, stateDir: config.stateDir });
+  worker.start();
+  process.stdout.write(`qlr worker ${worker.workerId} leasing pool ${pool} from ${coordinatorUrl} (capacity ${capacity}, state ${config.stateDir})\n`);
+  await new Promise<void>((resolveStop) => {
+    const onSignal = (): void => {
+      // Running tasks keep running under their supervisors; a restarted worker re-adopts them.
+      void worker.stop().then(resolveStop, resolveStop);
+    };
+    process.once("SIGTERM", onSignal);
+    process.once("SIGINT", onSignal);
+  });
+  return 0;
+}
+
 export async function main(argv: readonly string[]): Promise<number> {
   let parsed;
   try {
@@ -315,6 +342,8 @@ export async function main(argv: readonly string[]): Promise<number> {
         print(config, { report }, () => `${report.stages.map((stage) => `${stage.name}=${stage.processed}${stage.errors.length > 0 ? `(${stage.errors.length} errors)` : ""}`).join(" ")}  more=${report.more} ${report.durationMs.toFixed(1)}ms`);
         return 0;
       }
+      case "worker":
+        return await workerCommand(config, parsed.values.coordinator, parsed.values.pool, parsed.values.capacity);
       default:
         throw new UsageError(`unknown command ${command}`);
     }

@@ -28,6 +28,11 @@ export interface SimulationOptions {
   readonly lostCommitResponses?: { arm(): void; disarm(): void };
   /** Called after every action, for pages that animate the simulation. */
   readonly onAction?: (entry: SimulationLogEntry) => void | Promise<void>;
+  /**
+   * The simulated executor's fault probabilities (absent: its defaults). Its PRNG draws are the
+   * same whatever they are, so only the outcomes of those draws change.
+   */
+  readonly executorFaults?: { readonly failureRate?: number; readonly spawnFailureRate?: number };
 }
 
 export interface SimulationLogEntry {
@@ -114,7 +119,13 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
   const prng = new Prng(options.seed);
   const startMs = options.startMs ?? 1_800_000_000_000;
   const clock = new VirtualClock(startMs);
-  const executor = new SimulatedExecutor({ clock, prng: new Prng(options.seed ^ 0x5eed) });
+  const faults = options.executorFaults ?? {};
+  const executor = new SimulatedExecutor({
+    clock,
+    prng: new Prng(options.seed ^ 0x5eed),
+    ...(faults.failureRate === undefined ? {} : { failureRate: faults.failureRate }),
+    ...(faults.spawnFailureRate === undefined ? {} : { spawnFailureRate: faults.spawnFailureRate }),
+  });
   const packageName = `sim-${(options.seed >>> 0).toString(36)}`.slice(0, 32);
   let runCounter = 0;
   const ids: IdSource = { runId: () => `${packageName}-r${(runCounter += 1)}` };

@@ -108,6 +108,7 @@ CREATE TABLE run_attempts (
   number INTEGER NOT NULL,
   status TEXT NOT NULL CHECK (status IN ('claimed', 'starting', 'running', 'succeeded', 'failed', 'timed_out', 'cancelled', 'lost')),
   executor TEXT NOT NULL CHECK (executor IN ('local_process', 'remote_worker')),
+  pool TEXT,
   version INTEGER NOT NULL,
   created_at_ms BIGINT NOT NULL,
   started_at_ms BIGINT,
@@ -128,7 +129,9 @@ CREATE TABLE run_attempts (
   UNIQUE (run_id, number)
 );
 CREATE INDEX run_attempts_live ON run_attempts (executor, status, id) WHERE status IN ('claimed', 'starting', 'running');
+CREATE INDEX run_attempts_lease_expiry ON run_attempts (lease_expires_at_ms) WHERE executor = 'remote_worker' AND lease_expires_at_ms IS NOT NULL AND status IN ('claimed', 'starting', 'running');
 CREATE INDEX run_attempts_by_run ON run_attempts (run_id, number);
+CREATE INDEX run_attempts_remote_claimable ON run_attempts (pool, id) WHERE executor = 'remote_worker' AND status = 'claimed';
 CREATE TABLE admission_receipts (
   run_id TEXT NOT NULL REFERENCES runs (id),
   step_run_id TEXT NOT NULL REFERENCES step_runs (id),

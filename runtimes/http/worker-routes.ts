@@ -1,0 +1,73 @@
+import type { Hono } from "hono";
+import { z } from "zod";
+import { QlrError } from "../../src/errors.ts";
+import { isPortableId } from "../../src/identity.ts";
+import type { LeaseService } from "../../src/lease-service.ts";
+import { MAX_CLAIM_CAPACITY } from "../../src/leases.ts";
+
+/**
+ * The lease protocol for remote workers under `/worker/`, behind the same bearer token as the
+ * rest of the API. Every call but claim carries the fence (worker id + lease version); a stale
+ * fence answers 409 `conflict` and changes nothing.
+ */
+
+const portable = z.string().refine(isPortableId, "must be a portable identity");
+const millis = z.number().int().min(0).max(8_640_000_000_000_000);
+const fence = { attemptId: portable, workerId: portable, leaseVersion: z.number().int().min(1).max(1_000_000_000) };
+
+const claimBody = z.object({ workerId: portable, pool: portable, capacity: z.number().int().min(0).max(MAX_CLAIM_CAPACITY) }).strict();
+const handleBody = z.object({ pid: z.number().int().min(1).max(4_194_304), processStartTicks: z.string().regex(/^[0-9]{1,20}$/), bootId: z.string().min(1).max(64).regex(/^[A-Za-z0-9-]+$/), startedAtMs: millis }).strict();
+const startBody = z.object({ ...fence, phase: z.enum(["starting", "running"]), handle: handleBody.optional() }).strict();
+const heartbeatBody = z.object(fence).strict();
+const completeBody = z
+  .object({
+    ...fence,
+    startedAtMs: millis,
+    finishedAtMs: millis,
+    exitCode: z.number().int().min(-1).max(255).nullable(),
+    signal: z.string().max(16).regex(/^[A-Z0-9]*$/).nullable(),
+    stopReason: z.enum(["cancel", "timeout", "shutdown"]).nullable(),
+    spawnError: z.string().max(1024).nullable(),
+  })
+  .strict();
+const lostBody = z.object({ ...fence, reason: z.string().min(1).max(512) }).strict();
+
+async function body<T>(request: Request, schema: z.ZodType<T>): Promise<T> {
+  let value: unknown;
+  try {
+    value = JSON.parse(await request.text());
+  } catch {
+    throw new QlrError("invalid_request", "the body is not valid JSON", { details: [{ path: "$", message: "malformed JSON" }] });
+  }
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) {
+    throw new QlrError("invalid_request", "the worker request is not valid", {
+      details: parsed.error.issues.map((issue) => ({ path: issue.path.length === 0 ? "$" : issue.path.map(String).join("."), message: issue.message })),
+    });
+  }
+  return parsed.data;
+}
+
+export function mountWorkerRoutes(app: Hono, leases: LeaseService): void {
+  app.post("/worker/claim", async (c) => {
+    const request = await body(c.req.raw, claimBody);
+    return c.json({ leases: await leases.claim(request.workerId, request.pool, request.capacity) });
+  });
+  app.post("/worker/start", async (c) => {
+    const request = await body(c.req.raw, startBody);
+    return c.json(await leases.start(request.attemptId, request, request.phase, request.handle ?? null));
+  });
+  app.post("/worker/heartbeat", async (c) => {
+    const request = await body(c.req.raw, heartbeatBody);
+    return c.json(await leases.heartbeat(request.attemptId, request));
+  });
+  app.post("/worker/complete", async (c) => {
+    const request = await body(c.req.raw, completeBody);
+    const { attemptId, workerId, leaseVersion, ...facts } = request;
+    return c.json(await leases.complete(attemptId, { workerId, leaseVersion }, facts));
+  });
+  app.post("/worker/lost", async (c) => {
+    const request = await body(c.req.raw, lostBody);
+    return c.json(await leases.lost(request.attemptId, request, request.reason));
+  });
+}

@@ -1,0 +1,272 @@
+import { randomBytes } from "node:crypto";
+import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { isPortableId } from "../../src/identity.ts";
+import type { Lease } from "../../src/lease-service.ts";
+import type { LeaseControl } from "../../src/leases.ts";
+import { systemClock } from "./host.ts";
+import { DEFAULT_LOG_MAX_BYTES, isSpawnFailedError, loadOrCreateReceiptKey, PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
+
+/**
+ * `qlr worker`: a remote worker holding leases from a coordinator (a Worker, a server, a
+ * cluster replica) over HTTP. It runs tasks with the same POSIX launcher as the device runtime,
+ * heartbeats each lease, stops a process on `stop_requested`, and reports completion with
+ * retries until the coordinator acknowledges it. Its leases are kept in its state dir, so a
+ * restarted worker re-adopts running processes or reports them from their receipts.
+ */
+
+export interface RemoteWorkerOptions {
+  readonly coordinatorUrl: string;
+  readonly token: string;
+  readonly pool: string;
+  readonly capacity: number;
+  readonly stateDir: string;
+  readonly pollIntervalMs?: number;
+  readonly heartbeatIntervalMs?: number;
+  readonly log?: (line: string) => void;
+}
+
+interface HeldLease {
+  readonly lease: Lease;
+  readonly workerId: string;
+  handle: ProcessHandle | null;
+  /** The receipt is reported and acknowledged: the lease file can go. */
+  done: boolean;
+  lastHeartbeatMs: number;
+  /** When the process was first seen gone without a receipt. */
+  goneSinceMs: number | null;
+}
+
+/**
+ * How long a process may be gone before its receipt appears: the supervisor writes the receipt
+ * right after reaping it, so a longer absence is trusted evidence that no receipt is coming.
+ */
+const RECEIPT_GRACE_MS = 10_000;
+
+class CoordinatorError extends Error {
+  readonly status: number;
+  readonly code: string;
+  constructor(status: number, code: string, message: string) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** Bounded request timeout; a coordinator that does not answer is retried on the next round. */
+const REQUEST_TIMEOUT_MS = 15_000;
+
+export class RemoteWorker {
+  readonly workerId: string;
+  private readonly options: RemoteWorkerOptions;
+  private readonly launcher: PosixLauncher;
+  private readonly held = new Map<string, HeldLease>();
+  private readonly leaseDir: string;
+  private running = false;
+  private loop: Promise<void> | null = null;
+  private wake: (() => void) | null = null;
+
+  private constructor(options: RemoteWorkerOptions, workerId: string, launcher: PosixLauncher) {
+    this.options = options;
+    this.workerId = workerId;
+    this.launcher = launcher;
+    this.leaseDir = join(options.stateDir, "leases");
+  }
+
+  static async create(options: RemoteWorkerOptions): Promise<RemoteWorker> {
+    const stateDir = resolve(options.stateDir);
+    await mkdir(join(stateDir, "leases"), { recursive: true, mode: 0o700 });
+    const idPath = join(stateDir, "worker-id");
+    let workerId = (await readFile(idPath, "utf8").catch(() => "")).trim();
+    if (!isPortableId(workerId)) {
+      workerId = `w-${randomBytes(12).toString("hex")}`;
+      await writeFile(idPath, `${workerId}\n`, { mode: 0o600 });
+    }
+    const hmacKey = await loadOrCreateReceiptKey(stateDir);
+    const launcher = new PosixLauncher({ stateDir, hmacKey, nowMs: () => systemClock.nowMs() });
+    return new RemoteWorker({ ...options, stateDir }, workerId, launcher);
+  }
+
+  private log(line: string): void {
+    (this.options.log ?? ((text: string) => process.stderr.write(`${text}\n`)))(line);
+  }
+
+  private async call<T>(path: string, payload: unknown): Promise<T> {
+    const response = await fetch(`${this.options.coordinatorUrl.replace(/\/$/, "")}${path}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${this.options.token}`, "content-type": "application/json" },
+      body: JSON.stringify(payload),
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    });
+    if (!response.ok) {
+      const error = (await response.json().catch(() => null)) as { error?: { code?: string; message?: string } } | null;
+      throw new CoordinatorError(response.status, error?.error?.code ?? "internal", error?.error?.message ?? response.statusText);
+    }
+    return (await response.json());
+  }
+
+  private leaseFile(attemptId: string): string {
+    return join(this.leaseDir, `${attemptId}.json`);
+  }
+
+  private async persist(held: HeldLease): Promise<void> {
+    const path = this.leaseFile(held.lease.attemptId);
+    await writeFile(`${path}.tmp`, JSON.stringify({ lease: held.lease, workerId: held.workerId, handle: held.handle }), { mode: 0o600 });
+    await rename(`${path}.tmp`, path);
+  }
+
+  /** Re-adopts the leases of a previous life of this worker from its state dir. */
+  private async readopt(): Promise<void> {
+    for (const name of await readdir(this.leaseDir)) {
+      if (!name.endsWith(".json")) continue;
+      const attemptId = name.slice(0, -".json".length);
+      if (!isPortableId(attemptId)) {
+        this.log(`ignoring lease file with a non-portable name: ${name}`);
+        continue;
+      }
+      try {
+        const saved = JSON.parse(await readFile(join(this.leaseDir, name), "utf8")) as { lease: Lease; workerId: string; handle: ProcessHandle | null };
+        if (saved.lease.attemptId !== attemptId || saved.workerId !== this.workerId) continue;
+        this.held.set(attemptId, { lease: saved.lease, workerId: saved.workerId, handle: saved.handle, done: false, lastHeartbeatMs: 0, goneSinceMs: null });
+        this.log(`re-adopted lease of ${attemptId}`);
+      } catch (error) {
+        this.log(`unreadable lease file ${name}: ${error instanceof Error ? error.message : String(error)}`);
+      }
+    }
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.loop = (async () => {
+      await this.readopt();
+      // Deliberately unbounded: the worker runs until stop(); each round is bounded and sleeps.
+      while (this.running) {
+        await this.round().catch((error: unknown) => this.log(`round failed: ${error instanceof Error ? error.message : String(error)}`));
+        await new Promise<void>((wake) => {
+          this.wake = wake;
+          setTimeout(wake, this.options.pollIntervalMs ?? 1000);
+        });
+      }
+    })();
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    this.wake?.();
+    await this.loop;
+  }
+
+  get active(): number {
+    return [...this.held.values()].filter((held) => !held.done).length;
+  }
+
+  /** One round: settle what finished, heartbeat what runs, then claim free capacity. */
+  private async round(): Promise<void> {
+    for (const held of [...this.held.values()]) await this.tend(held);
+    const free = this.options.capacity - this.active;
+    if (free <= 0 || !this.running) return;
+    const { leases } = await this.call<{ leases: Lease[] }>("/worker/claim", { workerId: this.workerId, pool: this.options.pool, capacity: free });
+    for (const lease of leases) {
+      const held: HeldLease = { lease, workerId: this.workerId, handle: null, done: false, lastHeartbeatMs: systemClock.nowMs(), goneSinceMs: null };
+      this.held.set(lease.attemptId, held);
+      await this.persist(held);
+      await this.launch(held);
+    }
+  }
+
+  private fence(held: HeldLease): { attemptId: string; workerId: string; leaseVersion: number } {
+    return { attemptId: held.lease.attemptId, workerId: held.workerId, leaseVersion: held.lease.leaseVersion };
+  }
+
+  private async launch(held: HeldLease): Promise<void> {
+    const { lease } = held;
+    await this.call("/worker/start", { ...this.fence(held), phase: "starting" });
+    let handle: ProcessHandle;
+    try {
+      handle = await this.launcher.launch({ attemptId: lease.attemptId, argv: lease.execution.argv, env: lease.execution.env, cwd: null, logMaxBytes: DEFAULT_LOG_MAX_BYTES });
+    } catch (error) {
+      if (!isSpawnFailedError(error)) throw error;
+      // Nothing ran; the receipt with the spawn error is on disk and is reported by tend().
+      return;
+    }
+    held.handle = handle;
+    await this.persist(held);
+    await this.call("/worker/start", { ...this.fence(held), phase: "running", handle: { pid: handle.pid, processStartTicks: handle.processStartTicks, bootId: handle.bootId, startedAtMs: handle.startedAtMs } });
+  }
+
+  private async tend(held: HeldLease): Promise<void> {
+    if (held.done) return;
+    const attemptId = held.lease.attemptId;
+    const receipt = await this.launcher.readReceipt(attemptId);
+    if (receipt.status === "valid") {
+      const { startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError } = receipt.receipt;
+      try {
+        await this.call("/worker/complete", { ...this.fence(held), startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError });
+      } catch (error) {
+        // A completion is retried until acknowledged; only a refused fence ends it (another
+        // worker or the coordinator settled the attempt).
+        if (!(error instanceof CoordinatorError) || error.status !== 409) throw error;
+        this.log(`completion of ${attemptId} refused: ${error.message}`);
+      }
+      held.done = true;
+      this.held.delete(attemptId);
+      await rm(this.leaseFile(attemptId), { force: true });
+      return;
+    }
+    if (receipt.status === "invalid") {
+      this.log(`receipt of ${attemptId} rejected (${receipt.reason}); not reported`);
+      return;
+    }
+    if (held.handle === null) {
+      // Started (or about to) but no handle: the journal decides whether anything was spawned.
+      const journal = await this.launcher.readJournal(attemptId).catch(() => null);
+      if (journal === null && this.running) {
+        try {
+          await this.call("/worker/lost", { ...this.fence(held), reason: "the worker stopped before spawning" });
+        } catch (error) {
+          if (!(error instanceof CoordinatorError) || error.status !== 409) throw error;
+        }
+        held.done = true;
+        this.held.delete(attemptId);
+        await rm(this.leaseFile(attemptId), { force: true });
+      }
+      return;
+    }
+    const inspection = await this.launcher.inspect(held.handle);
+    if (inspection.state === "not_running") {
+      // Gone without a receipt: give the supervisor its grace to write one before calling it lost.
+      held.goneSinceMs ??= systemClock.nowMs();
+      if (systemClock.nowMs() - held.goneSinceMs < RECEIPT_GRACE_MS) return;
+      const again = await this.launcher.readReceipt(attemptId);
+      if (again.status === "none") {
+        try {
+          await this.call("/worker/lost", { ...this.fence(held), reason: "the process is gone and left no receipt" });
+        } catch (error) {
+          if (!(error instanceof CoordinatorError) || error.status !== 409) throw error;
+        }
+        held.done = true;
+        this.held.delete(attemptId);
+        await rm(this.leaseFile(attemptId), { force: true });
+      }
+      return;
+    }
+    // Heartbeats are spaced (each one is a write on the coordinator); stop requests arrive with them.
+    const nowMs = systemClock.nowMs();
+    if (nowMs - held.lastHeartbeatMs < (this.options.heartbeatIntervalMs ?? 2000)) return;
+    held.lastHeartbeatMs = nowMs;
+    try {
+      const control = await this.call<LeaseControl>("/worker/heartbeat", this.fence(held));
+      if (control.action === "stop_requested") void this.launcher.stop(held.handle, control.reason).catch((error: unknown) => this.log(`stop of ${attemptId} failed: ${String(error)}`));
+    } catch (error) {
+      if (error instanceof CoordinatorError && error.status === 409) {
+        // The fence is stale: another authority owns this attempt now. Stop the process so
+        // it never runs beside a second one.
+        this.log(`lease of ${attemptId} lost (${error.message}); stopping its process`);
+        void this.launcher.stop(held.handle, "cancel").catch(() => undefined);
+        return;
+      }
+      throw error;
+    }
+  }
+}

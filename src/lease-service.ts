@@ -1,0 +1,135 @@
+import { QlrError } from "./errors.ts";
+import type { AttemptScope, CompletionFacts } from "./execution.ts";
+import { DEFAULT_LEASE_TTL_MS, grantLease, heartbeat, isClaimable, MAX_CLAIM_CAPACITY, workerComplete, workerRunning, workerStarting, type LeaseControl, type LeaseFence } from "./leases.ts";
+import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
+import type { RemoteWorkerRevision, TaskDefinition } from "./packages.ts";
+import type { Clock, Store, StoreTx } from "./ports.ts";
+import { applyRecovery } from "./recovery.ts";
+
+/**
+ * The lease protocol over the store: one short transaction per call, the same operations for
+ * every runtime that serves `/worker/*` (the Worker, a server, a cluster replica).
+ */
+
+export interface Lease {
+  readonly attemptId: string;
+  readonly leaseVersion: number;
+  readonly leaseExpiresAtMs: number;
+  readonly runId: string;
+  readonly stepRunId: string | null;
+  readonly taskRevision: string;
+  readonly execution: RemoteWorkerRevision;
+}
+
+export interface LeaseServiceDeps {
+  readonly store: Store;
+  readonly clock: Clock;
+  readonly ttlMs?: number;
+}
+
+export type WorkerCompletion = { readonly status: RunAttempt["status"]; readonly replayed: boolean };
+
+async function scopeOf(tx: StoreTx, attemptId: string): Promise<AttemptScope & { definition: TaskDefinition }> {
+  const attempt = await tx.getAttempt(attemptId);
+  if (attempt === null) throw new QlrError("not_found", `attempt ${attemptId} does not exist`);
+  const run = await tx.getRun(attempt.runId);
+  if (run === null) throw new QlrError("integrity", `attempt ${attemptId} has no run`);
+  const step = attempt.stepRunId === null ? null : ((await tx.getSteps(run.id)).find((item) => item.id === attempt.stepRunId) ?? null);
+  const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, step?.task ?? run.target);
+  if (definition === null) throw new QlrError("integrity", `attempt ${attemptId}: no task definition in its generation`);
+  return { run, step, attempt, definition };
+}
+
+export class LeaseService {
+  private readonly deps: LeaseServiceDeps;
+  private readonly ttlMs: number;
+
+  constructor(deps: LeaseServiceDeps) {
+    this.deps = deps;
+    this.ttlMs = deps.ttlMs ?? DEFAULT_LEASE_TTL_MS;
+  }
+
+  private write<T>(fn: (tx: StoreTx, nowMs: number) => Promise<T>): Promise<T> {
+    return this.deps.store.transaction(async (tx) => fn(tx, await tx.observe(this.deps.clock.nowMs())));
+  }
+
+  /** Leases up to `capacity` claimable attempts of the pool; each lease is its own transaction. */
+  async claim(workerId: string, pool: string, capacity: number): Promise<Lease[]> {
+    const limit = Math.max(0, Math.min(capacity, MAX_CLAIM_CAPACITY));
+    if (limit === 0) return [];
+    const candidates = await this.deps.store.transaction(async (tx) => tx.listClaimableRemote(pool, this.deps.clock.nowMs(), limit));
+    const leases: Lease[] = [];
+    for (const candidate of candidates) {
+      try {
+        const lease = await this.write(async (tx, nowMs) => {
+          const scope = await scopeOf(tx, candidate.id);
+          // Re-read inside the transaction: another worker may have won it meanwhile.
+          if (!isClaimable(scope.attempt, nowMs) || scope.run.cancelRequestedAtMs !== null) return null;
+          if (scope.definition.execution.executor !== "remote_worker") return null;
+          await tx.apply(grantLease(scope, workerId, nowMs, this.ttlMs));
+          const leased = await tx.getAttempt(candidate.id);
+          if (leased === null) return null;
+          return {
+            attemptId: leased.id,
+            leaseVersion: leased.leaseVersion,
+            leaseExpiresAtMs: leased.leaseExpiresAtMs ?? nowMs + this.ttlMs,
+            runId: leased.runId,
+            stepRunId: leased.stepRunId,
+            taskRevision: scope.definition.revision,
+            execution: scope.definition.execution,
+          } satisfies Lease;
+        });
+        if (lease !== null) leases.push(lease);
+      } catch (error) {
+        // Losing a race for one lease (a CAS conflict) is normal; anything else is not.
+        if ((error as { code?: unknown }).code !== "conflict") throw error;
+      }
+    }
+    return leases;
+  }
+
+  async start(attemptId: string, fence: LeaseFence, phase: "starting" | "running", handle: ProcessHandleFacts | null): Promise<{ status: RunAttempt["status"]; leaseExpiresAtMs: number }> {
+    return this.write(async (tx, nowMs) => {
+      const scope = await scopeOf(tx, attemptId);
+      if (phase === "starting") {
+        await tx.apply(workerStarting(scope, fence, nowMs, this.ttlMs));
+      } else {
+        if (handle === null) throw new QlrError("invalid_request", "phase running needs the process handle");
+        await tx.apply(workerRunning(scope, fence, handle, nowMs, this.ttlMs));
+      }
+      const after = await tx.getAttempt(attemptId);
+      return { status: after?.status ?? scope.attempt.status, leaseExpiresAtMs: after?.leaseExpiresAtMs ?? nowMs + this.ttlMs };
+    });
+  }
+
+  async heartbeat(attemptId: string, fence: LeaseFence): Promise<LeaseControl> {
+    return this.write(async (tx, nowMs) => {
+      const scope = await scopeOf(tx, attemptId);
+      const { control, change } = heartbeat(scope, fence, nowMs, this.ttlMs);
+      await tx.apply(change);
+      return control;
+    });
+  }
+
+  async complete(attemptId: string, fence: LeaseFence, facts: CompletionFacts): Promise<WorkerCompletion> {
+    return this.write(async (tx, nowMs) => {
+      const scope = await scopeOf(tx, attemptId);
+      const answer = workerComplete(scope, fence, facts, scope.definition.retry, nowMs);
+      if (answer.kind === "replayed") return { status: answer.status, replayed: true };
+      await tx.apply(answer.change);
+      return { status: (await tx.getAttempt(attemptId))?.status ?? scope.attempt.status, replayed: false };
+    });
+  }
+
+  /** The worker's trusted evidence that the process is gone without a receipt. */
+  async lost(attemptId: string, fence: LeaseFence, reason: string): Promise<WorkerCompletion> {
+    return this.write(async (tx, nowMs) => {
+      const scope = await scopeOf(tx, attemptId);
+      if (scope.attempt.leaseWorkerId !== fence.workerId || scope.attempt.leaseVersion !== fence.leaseVersion) throw new QlrError("conflict", `stale lease fence for attempt ${attemptId}`);
+      if (scope.attempt.status === "lost") return { status: "lost", replayed: true };
+      const change = applyRecovery(scope, { kind: "lost_failed", reason: `worker ${fence.workerId}: ${reason}` }, scope.definition.retry, nowMs);
+      if (change !== null) await tx.apply(change);
+      return { status: (await tx.getAttempt(attemptId))?.status ?? scope.attempt.status, replayed: false };
+    });
+  }
+}

@@ -1,0 +1,133 @@
+import { RunChange } from "./aggregate.ts";
+import { QlrError } from "./errors.ts";
+import { complete, markRunning, markStarting, requestTimeoutStop, type AttemptScope, type CompletionFacts } from "./execution.ts";
+import type { ChangeSet, ProcessHandleFacts, RunAttempt, StopReason } from "./model.ts";
+import { TERMINAL_ATTEMPT_STATUSES } from "./model.ts";
+import type { RetryPolicy } from "./packages.ts";
+import { applyRecovery } from "./recovery.ts";
+
+/**
+ * Leases for remote workers (ADR-0227 §4–§6). A remote attempt is admitted `claimed` like any
+ * other; a worker's claim leases it (worker id, a fencing version, an expiry). Every later call
+ * carries the fence; a stale fence is refused and changes nothing. The parent run is never
+ * touched by lease control: task deadlines are task-scoped stop intents, and whole-run cancel
+ * stays the parent's authority.
+ */
+
+export const DEFAULT_LEASE_TTL_MS = 30_000;
+export const MIN_LEASE_TTL_MS = 1_000;
+export const MAX_LEASE_TTL_MS = 10 * 60_000;
+/** The most leases one claim call hands out. */
+export const MAX_CLAIM_CAPACITY = 64;
+
+export interface LeaseFence {
+  readonly workerId: string;
+  readonly leaseVersion: number;
+}
+
+export type LeaseControl = { readonly action: "continue"; readonly leaseExpiresAtMs: number } | { readonly action: "stop_requested"; readonly reason: StopReason; readonly leaseExpiresAtMs: number };
+
+/** A lease can be granted on a claimed remote attempt that no worker holds, or whose lease expired. */
+export function isClaimable(attempt: RunAttempt, nowMs: number): boolean {
+  return attempt.executor === "remote_worker" && attempt.status === "claimed" && (attempt.leaseExpiresAtMs === null || attempt.leaseExpiresAtMs <= nowMs);
+}
+
+export function checkFence(attempt: RunAttempt, fence: LeaseFence): void {
+  if (attempt.executor !== "remote_worker") throw new QlrError("conflict", `attempt ${attempt.id} is not a remote attempt`);
+  if (attempt.leaseWorkerId !== fence.workerId || attempt.leaseVersion !== fence.leaseVersion) {
+    throw new QlrError("conflict", `stale lease fence for attempt ${attempt.id}: held by ${String(attempt.leaseWorkerId)} at version ${attempt.leaseVersion}, presented ${fence.workerId} at version ${fence.leaseVersion}`);
+  }
+}
+
+export function grantLease(scope: AttemptScope, workerId: string, nowMs: number, ttlMs: number): ChangeSet {
+  if (!isClaimable(scope.attempt, nowMs)) throw new QlrError("conflict", `attempt ${scope.attempt.id} is not claimable`);
+  const change = new RunChange(scope.run, nowMs);
+  change.setAttempt(scope.attempt, null, { leaseWorkerId: workerId, leaseVersion: scope.attempt.leaseVersion + 1, leaseExpiresAtMs: nowMs + ttlMs }, { workerId, leaseVersion: scope.attempt.leaseVersion + 1 }, "attempt.leased");
+  return change.build();
+}
+
+/**
+ * Extends a live lease without an event: heartbeats are frequent and carry no decision, so
+ * only the attempt row (under its own version fence) changes, never the run's history.
+ */
+export function extendLease(attempt: RunAttempt, nowMs: number, ttlMs: number): ChangeSet {
+  const after: RunAttempt = { ...attempt, leaseExpiresAtMs: nowMs + ttlMs, version: attempt.version + 1 };
+  return { runs: [], steps: [], attempts: [{ before: attempt, after }], events: [], mutations: [], admissions: [] };
+}
+
+function expiredOrFence(attempt: RunAttempt, fence: LeaseFence, nowMs: number): void {
+  checkFence(attempt, fence);
+  if (attempt.status === "claimed" && attempt.leaseExpiresAtMs !== null && attempt.leaseExpiresAtMs <= nowMs) {
+    throw new QlrError("conflict", `the lease of attempt ${attempt.id} expired before it started`);
+  }
+}
+
+/** The worker is about to journal and spawn: `claimed → starting` under the fence. */
+export function workerStarting(scope: AttemptScope, fence: LeaseFence, nowMs: number, ttlMs: number): ChangeSet {
+  expiredOrFence(scope.attempt, fence, nowMs);
+  if (scope.attempt.status !== "claimed") throw new QlrError("conflict", `attempt ${scope.attempt.id} is ${scope.attempt.status}, not claimed`);
+  const change = markStarting(scope, nowMs, { workerId: fence.workerId });
+  return withLeaseExpiry(change, scope.attempt.id, nowMs + ttlMs);
+}
+
+/** The process exists: `starting → running` with the worker's handle facts. */
+export function workerRunning(scope: AttemptScope, fence: LeaseFence, handle: ProcessHandleFacts, nowMs: number, ttlMs: number): ChangeSet {
+  checkFence(scope.attempt, fence);
+  return withLeaseExpiry(markRunning(scope, handle, nowMs), scope.attempt.id, nowMs + ttlMs);
+}
+
+function withLeaseExpiry(change: ChangeSet, attemptId: string, leaseExpiresAtMs: number): ChangeSet {
+  return { ...change, attempts: change.attempts.map((row) => (row.after.id === attemptId ? { ...row, after: { ...row.after, leaseExpiresAtMs } } : row)) };
+}
+
+/**
+ * A heartbeat extends the lease and answers `continue`, or `stop_requested` with the reason on
+ * record. A passed deadline records `workflow.task_timeout_requested` (never the parent's
+ * cancel intent) and answers `stop_requested(timeout)`.
+ */
+export function heartbeat(scope: AttemptScope, fence: LeaseFence, nowMs: number, ttlMs: number): { control: LeaseControl; change: ChangeSet } {
+  checkFence(scope.attempt, fence);
+  const attempt = scope.attempt;
+  if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status)) throw new QlrError("conflict", `attempt ${attempt.id} is already ${attempt.status}`);
+  const leaseExpiresAtMs = nowMs + ttlMs;
+  if (attempt.stopReason !== null) {
+    return { control: { action: "stop_requested", reason: attempt.stopReason, leaseExpiresAtMs }, change: extendLease(attempt, nowMs, ttlMs) };
+  }
+  const timeout = requestTimeoutStop(scope, nowMs);
+  if (timeout !== null) return { control: { action: "stop_requested", reason: "timeout", leaseExpiresAtMs }, change: withLeaseExpiry(timeout, attempt.id, leaseExpiresAtMs) };
+  return { control: { action: "continue", leaseExpiresAtMs }, change: extendLease(attempt, nowMs, ttlMs) };
+}
+
+export type CompletionAnswer = { readonly kind: "recorded"; readonly change: ChangeSet } | { readonly kind: "replayed"; readonly status: RunAttempt["status"] };
+
+/**
+ * Completion under the fence. The deadline is rechecked with store time: a completion observed
+ * after the deadline is `timed_out`. A completion already recorded (a retry after a lost
+ * response) is answered from the durable attempt and writes nothing.
+ */
+export function workerComplete(scope: AttemptScope, fence: LeaseFence, facts: CompletionFacts, retry: RetryPolicy, nowMs: number): CompletionAnswer {
+  checkFence(scope.attempt, fence);
+  const attempt = scope.attempt;
+  if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status)) return { kind: "replayed", status: attempt.status };
+  if (attempt.status !== "running" && attempt.status !== "starting") throw new QlrError("conflict", `attempt ${attempt.id} is ${attempt.status}; it never started`);
+  const deadlineAtMs = attempt.deadlineAtMs ?? (facts.handle?.startedAtMs ?? facts.startedAtMs) + attempt.timeoutMs;
+  const overran = nowMs > deadlineAtMs && facts.stopReason !== "cancel" && facts.stopReason !== "shutdown";
+  const checked: CompletionFacts = overran ? { ...facts, stopReason: "timeout" } : facts;
+  return { kind: "recorded", change: complete(scope, checked, retry, nowMs) };
+}
+
+/**
+ * Lease expiry recovery. A claim that never started is `lost` and its step gets a new ready
+ * epoch; a `starting`/`running` attempt may have side effects, and without trusted evidence the
+ * coordinator cannot know, so it fails closed (reported) and keeps the fence: the worker can
+ * still complete it when it comes back.
+ */
+export function expireLease(scope: AttemptScope, retry: RetryPolicy, nowMs: number): ChangeSet | null {
+  const attempt = scope.attempt;
+  if (attempt.executor !== "remote_worker" || attempt.leaseExpiresAtMs === null || attempt.leaseExpiresAtMs > nowMs) return null;
+  if (attempt.status === "claimed") return applyRecovery(scope, { kind: "lost_new_epoch", reason: "the lease expired before the attempt started" }, retry, nowMs);
+  if (attempt.status === "starting" || attempt.status === "running") {
+    return applyRecovery(scope, { kind: "fail_closed", reason: "the lease expired while the attempt may be running; waiting for its worker's evidence" }, retry, nowMs);
+  }
+  return null;
+}
