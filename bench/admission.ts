@@ -11,6 +11,8 @@
  * during the warm-up the statements of each transaction are counted.
  */
 import type { AdmissionCandidate } from "../src/ports.ts";
+import { coreComponents, fdatasyncComponent, statementExperiments, storeComponents, type ComponentTiming } from "./lib/components.ts";
+import { startCpuProfile } from "./lib/profiler.ts";
 import { fileStoreSizes, openBenchStore, type StatementTally } from "./lib/stores.ts";
 import { ioDelta, log, now, readConfig, readProcIo, round, summarize, wideManifest, writeResult, type StoreKind } from "./lib/common.ts";
 import { applyManifest, createWorld, startRuns } from "./lib/world.ts";
@@ -19,8 +21,16 @@ export interface AdmissionConfig {
   readonly store: StoreKind;
   readonly width: number;
   readonly admissions: number;
+  /** Admissions before the measured ones, not measured (JIT warm-up). */
   readonly warmup: number;
+  /** Admissions after the warm-up whose transactions are counted and split into phases (not in the latency figures). */
+  readonly instrumented: number;
   readonly dataRoot: string;
+  /** When set, the timed section runs under the V8 CPU profiler and the profile is written here (timings are then not representative). */
+  readonly cpuProfilePath?: string;
+  readonly cpuProfileIntervalUs?: number;
+  /** Repetitions for the component micro-timings; 0 skips them. */
+  readonly componentIterations: number;
 }
 
 async function main(): Promise<void> {
@@ -30,7 +40,7 @@ async function main(): Promise<void> {
     const world = createWorld(opened.store, { profile: "cluster" });
     const packageName = "bench";
     await applyManifest(world, wideManifest(packageName, config.width));
-    const total = config.warmup + config.admissions;
+    const total = config.warmup + config.instrumented + config.admissions;
     const runCount = Math.ceil(total / config.width);
     const setupStartedAt = now();
     const runIds = await startRuns(world, packageName, { kind: "workflow", name: "wide" }, runCount);
@@ -47,27 +57,35 @@ async function main(): Promise<void> {
     const setupMs = now() - setupStartedAt;
     log(`${config.store}: ${runCount} runs of ${config.width} steps ready, ${candidates.length} candidates (setup ${Math.round(setupMs)} ms)`);
 
-    // Warm-up, counted.
+    // Warm-up, then the instrumented admissions (counted and split into phases).
     let rejected = 0;
-    opened.driver.reset();
-    opened.driver.counting = true;
     const warmup = candidates.slice(0, config.warmup);
     for (const candidate of warmup) {
       world.clock.advance(1);
       if (!(await world.coordinator.admit(candidate))) rejected += 1;
     }
+    const instrumented = candidates.slice(config.warmup, config.warmup + config.instrumented);
+    opened.driver.reset();
+    opened.driver.counting = true;
+    const instrumentedStartedAt = now();
+    for (const candidate of instrumented) {
+      world.clock.advance(1);
+      if (!(await world.coordinator.admit(candidate))) rejected += 1;
+    }
+    const instrumentedMs = now() - instrumentedStartedAt;
     opened.driver.counting = false;
     const tally: StatementTally = opened.driver.tally;
-    const perAdmission = (value: number): number => round(warmup.length === 0 ? Number.NaN : value / warmup.length, 2);
+    const perAdmission = (value: number, digits = 2): number => round(instrumented.length === 0 ? Number.NaN : value / instrumented.length, digits);
 
     // Timed.
-    const timed = candidates.slice(config.warmup);
+    const timed = candidates.slice(config.warmup + config.instrumented);
     const samples: number[] = [];
     const samplesWithoutCheckpoint: number[] = [];
     const checkpointSamples: number[] = [];
     const journalDeltas: number[] = [];
     const file = opened.fileDriver;
     const statsBefore = file?.stats();
+    const profiler = config.cpuProfilePath === undefined ? null : await startCpuProfile(config.cpuProfileIntervalUs ?? 100);
     const ioBefore = readProcIo();
     const startedAt = now();
     for (const candidate of timed) {
@@ -89,6 +107,7 @@ async function main(): Promise<void> {
     }
     const wallMs = now() - startedAt;
     const io = ioDelta(ioBefore, readProcIo());
+    if (profiler !== null && config.cpuProfilePath !== undefined) await profiler.stop(config.cpuProfilePath);
     const latency = summarize(samples);
     const busyMs = samples.reduce((sum, value) => sum + value, 0);
 
@@ -113,6 +132,18 @@ async function main(): Promise<void> {
       };
     }
 
+    let components: ComponentTiming[] = [];
+    const sample = timed[0] ?? instrumented[0] ?? warmup[0];
+    if (config.componentIterations > 0 && sample !== undefined) {
+      components = await storeComponents(opened.store, opened.driver.inner, sample, world.clock.nowMs(), config.componentIterations);
+      components.push(...(await statementExperiments(opened.store, opened.driver.inner, sample, config.componentIterations)));
+      if (config.store === "sqljs-file") {
+        components.push(...(await coreComponents(opened.store, opened.driver.inner, sample, world.clock.nowMs(), config.componentIterations)));
+        const recordBytes = typeof fileFigures?.journalBytesPerAdmission === "number" ? fileFigures.journalBytesPerAdmission : 2048;
+        components.push(await fdatasyncComponent(config.dataRoot, recordBytes, config.componentIterations));
+      }
+    }
+
     writeResult({
       bench: "admission",
       store: config.store,
@@ -121,6 +152,7 @@ async function main(): Promise<void> {
       width: config.width,
       runs: runCount,
       warmup: warmup.length,
+      instrumented: instrumented.length,
       admissions: timed.length,
       rejected,
       latency,
@@ -136,7 +168,18 @@ async function main(): Promise<void> {
         bodiesParsed: perAdmission(tally.bodiesReturned),
         bodyCharsParsed: perAdmission(tally.bodyCharsReturned),
       },
+      phasesMs: {
+        total: perAdmission(instrumentedMs, 4),
+        begin: perAdmission(tally.beginMs, 4),
+        statements: perAdmission(tally.statementMs, 4),
+        coreAndMapping: perAdmission(tally.bodyOutsideStatementsMs, 4),
+        commit: perAdmission(tally.commitMs, 4),
+      },
+      statements: Object.entries(tally.byStatement)
+        .sort((a, b) => b[1].ms - a[1].ms)
+        .map(([sql, entry]) => ({ sql, perAdmission: perAdmission(entry.count), msPerAdmission: perAdmission(entry.ms, 4) })),
       file: fileFigures,
+      components,
     });
   } finally {
     await opened.close();

@@ -36,3 +36,7 @@ await build({
   legalComments: "none",
   logLevel: "warning",
 });
+
+// The browser pages (dashboard served by `qlr serve`, static simulation page): dist/browser/.
+await import("./build-browser.mjs");
+await import("./build-worker.mjs"); // The Cloudflare Worker bundle: dist/worker/ (wrangler deploy --dry-run, offline).

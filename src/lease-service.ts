@@ -127,7 +127,11 @@ export class LeaseService {
       const scope = await scopeOf(tx, attemptId);
       if (scope.attempt.leaseWorkerId !== fence.workerId || scope.attempt.leaseVersion !== fence.leaseVersion) throw new QlrError("conflict", `stale lease fence for attempt ${attemptId}`);
       if (scope.attempt.status === "lost") return { status: "lost", replayed: true };
-      const change = applyRecovery(scope, { kind: "lost_failed", reason: `worker ${fence.workerId}: ${reason}` }, scope.definition.retry, nowMs);
+      // A claim that never crossed the start barrier has no side effects: its step gets a new
+      // ready epoch (ADR-0227 §6). Only a started attempt is lost with its step failed.
+      const why = `worker ${fence.workerId}: ${reason}`;
+      const decision = scope.attempt.status === "claimed" ? ({ kind: "lost_new_epoch", reason: why } as const) : ({ kind: "lost_failed", reason: why } as const);
+      const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
       if (change !== null) await tx.apply(change);
       return { status: (await tx.getAttempt(attemptId))?.status ?? scope.attempt.status, replayed: false };
     });

@@ -1,8 +1,8 @@
-import { RunChange } from "./aggregate.ts";
+import { assertNotBefore, RunChange } from "./aggregate.ts";
 import { QlrError } from "./errors.ts";
 import { complete, markRunning, markStarting, requestTimeoutStop, type AttemptScope, type CompletionFacts } from "./execution.ts";
 import type { ChangeSet, ProcessHandleFacts, RunAttempt, StopReason } from "./model.ts";
-import { TERMINAL_ATTEMPT_STATUSES } from "./model.ts";
+import { EMPTY_CHANGE_SET, TERMINAL_ATTEMPT_STATUSES } from "./model.ts";
 import type { RetryPolicy } from "./packages.ts";
 import { applyRecovery } from "./recovery.ts";
 
@@ -48,11 +48,16 @@ export function grantLease(scope: AttemptScope, workerId: string, nowMs: number,
 
 /**
  * Extends a live lease without an event: heartbeats are frequent and carry no decision, so
- * only the attempt row (under its own version fence) changes, never the run's history.
+ * the run's history (events, mutations) does not grow. The attempt row changes under its own
+ * version fence, and the run row is CAS-bumped once like every change of the aggregate: a
+ * change set without a run row and without events is treated as empty by the store, so an
+ * attempt-only change would silently not be written and the lease would never be extended.
  */
-export function extendLease(attempt: RunAttempt, nowMs: number, ttlMs: number): ChangeSet {
+export function extendLease(scope: AttemptScope, nowMs: number, ttlMs: number): ChangeSet {
+  const { run, attempt } = scope;
+  assertNotBefore(nowMs, attempt.createdAtMs, `attempt ${attempt.id}`);
   const after: RunAttempt = { ...attempt, leaseExpiresAtMs: nowMs + ttlMs, version: attempt.version + 1 };
-  return { runs: [], steps: [], attempts: [{ before: attempt, after }], events: [], mutations: [], admissions: [] };
+  return { runs: [{ before: run, after: { ...run, version: run.version + 1, updatedAtMs: Math.max(run.updatedAtMs, nowMs) } }], steps: [], attempts: [{ before: attempt, after }], events: [], mutations: [], admissions: [] };
 }
 
 function expiredOrFence(attempt: RunAttempt, fence: LeaseFence, nowMs: number): void {
@@ -62,8 +67,14 @@ function expiredOrFence(attempt: RunAttempt, fence: LeaseFence, nowMs: number): 
   }
 }
 
-/** The worker is about to journal and spawn: `claimed → starting` under the fence. */
+/**
+ * The worker is about to journal and spawn: `claimed → starting` under the fence. A retry of
+ * the same start whose answer was lost (the attempt is already `starting` under this very
+ * fence) is answered from the durable state and writes nothing, like a repeated completion.
+ */
 export function workerStarting(scope: AttemptScope, fence: LeaseFence, nowMs: number, ttlMs: number): ChangeSet {
+  checkFence(scope.attempt, fence);
+  if (scope.attempt.status === "starting") return EMPTY_CHANGE_SET;
   expiredOrFence(scope.attempt, fence, nowMs);
   if (scope.attempt.status !== "claimed") throw new QlrError("conflict", `attempt ${scope.attempt.id} is ${scope.attempt.status}, not claimed`);
   const change = markStarting(scope, nowMs, { workerId: fence.workerId });
@@ -73,6 +84,11 @@ export function workerStarting(scope: AttemptScope, fence: LeaseFence, nowMs: nu
 /** The process exists: `starting → running` with the worker's handle facts. */
 export function workerRunning(scope: AttemptScope, fence: LeaseFence, handle: ProcessHandleFacts, nowMs: number, ttlMs: number): ChangeSet {
   checkFence(scope.attempt, fence);
+  const attempt = scope.attempt;
+  // The same running report repeated after a lost answer: already recorded, nothing to write.
+  if (attempt.status === "running" && attempt.pid === handle.pid && attempt.processStartTicks === handle.processStartTicks && attempt.bootId === handle.bootId && attempt.startedAtMs === handle.startedAtMs) {
+    return EMPTY_CHANGE_SET;
+  }
   return withLeaseExpiry(markRunning(scope, handle, nowMs), scope.attempt.id, nowMs + ttlMs);
 }
 
@@ -91,11 +107,11 @@ export function heartbeat(scope: AttemptScope, fence: LeaseFence, nowMs: number,
   if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status)) throw new QlrError("conflict", `attempt ${attempt.id} is already ${attempt.status}`);
   const leaseExpiresAtMs = nowMs + ttlMs;
   if (attempt.stopReason !== null) {
-    return { control: { action: "stop_requested", reason: attempt.stopReason, leaseExpiresAtMs }, change: extendLease(attempt, nowMs, ttlMs) };
+    return { control: { action: "stop_requested", reason: attempt.stopReason, leaseExpiresAtMs }, change: extendLease(scope, nowMs, ttlMs) };
   }
   const timeout = requestTimeoutStop(scope, nowMs);
   if (timeout !== null) return { control: { action: "stop_requested", reason: "timeout", leaseExpiresAtMs }, change: withLeaseExpiry(timeout, attempt.id, leaseExpiresAtMs) };
-  return { control: { action: "continue", leaseExpiresAtMs }, change: extendLease(attempt, nowMs, ttlMs) };
+  return { control: { action: "continue", leaseExpiresAtMs }, change: extendLease(scope, nowMs, ttlMs) };
 }
 
 export type CompletionAnswer = { readonly kind: "recorded"; readonly change: ChangeSet } | { readonly kind: "replayed"; readonly status: RunAttempt["status"] };

@@ -1,3 +1,8 @@
+/*
+ * Drivers are imported lazily (the orchestrator bundles with code splitting), so a child
+ * process loads only the store it measures: the memory bench must not carry PGlite or pg.
+ */
+
 /**
  * Opens each store the benches compare, exactly as the runtime would (the dialect store over
  * a driver, migrations applied), behind a thin counting wrapper that can tally the statements
@@ -7,16 +12,9 @@
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import pg from "pg";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../../storage/driver.ts";
-import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
-import { openPgliteDriver } from "../../storage/postgres/pglite-driver.ts";
-import { openPostgresStore } from "../../storage/postgres/store.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
-import { openSqliteStore } from "../../storage/sqlite/store.ts";
-import { openSqlJsFileDriver, type SqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import type { SqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
 import { now, type StoreKind } from "./common.ts";
 
 export interface StatementTally {
@@ -30,10 +28,34 @@ export interface StatementTally {
   /** Rows that carried a `body` column, i.e. a stored JSON document the store parses. */
   bodiesReturned: number;
   bodyCharsReturned: number;
+  /** Wall time from calling `transaction()` to the body starting (queueing, BEGIN), ms. */
+  beginMs: number;
+  /** Wall time inside the statements (`tx.query`), ms. */
+  statementMs: number;
+  /** Wall time in the body outside the statements: the domain core and the store's row mapping, ms. */
+  bodyOutsideStatementsMs: number;
+  /** Wall time from the body's end to the transaction's answer: COMMIT and, for the file store, the journal append and fdatasync, ms. */
+  commitMs: number;
+  /** Per statement text (first 60 characters): count and time. */
+  byStatement: Record<string, { count: number; ms: number }>;
 }
 
 function emptyTally(): StatementTally {
-  return { transactions: 0, statements: 0, reads: 0, writes: 0, rowsReturned: 0, textCharsReturned: 0, bodiesReturned: 0, bodyCharsReturned: 0 };
+  return {
+    transactions: 0,
+    statements: 0,
+    reads: 0,
+    writes: 0,
+    rowsReturned: 0,
+    textCharsReturned: 0,
+    bodiesReturned: 0,
+    bodyCharsReturned: 0,
+    beginMs: 0,
+    statementMs: 0,
+    bodyOutsideStatementsMs: 0,
+    commitMs: 0,
+    byStatement: {},
+  };
 }
 
 export class CountingDriver implements SqlDriver {
@@ -53,15 +75,42 @@ export class CountingDriver implements SqlDriver {
 
   transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
     if (!this.counting) return this.inner.transaction(fn);
-    return this.inner.transaction((tx) => {
-      this.tally.transactions += 1;
-      return fn({ query: (sql, params) => this.countedQuery(tx, sql, params) });
+    return this.countedTransaction(fn);
+  }
+
+  private async countedTransaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+    const tally = this.tally;
+    const calledAt = now();
+    let bodyStartedAt = calledAt;
+    let bodyEndedAt = calledAt;
+    let statementMsBefore = 0;
+    const result = await this.inner.transaction(async (tx) => {
+      bodyStartedAt = now();
+      statementMsBefore = tally.statementMs;
+      try {
+        return await fn({ query: (sql, params) => this.countedQuery(tx, sql, params) });
+      } finally {
+        bodyEndedAt = now();
+      }
     });
+    const answeredAt = now();
+    tally.transactions += 1;
+    tally.beginMs += bodyStartedAt - calledAt;
+    tally.bodyOutsideStatementsMs += bodyEndedAt - bodyStartedAt - (tally.statementMs - statementMsBefore);
+    tally.commitMs += answeredAt - bodyEndedAt;
+    return result;
   }
 
   private async countedQuery<R extends SqlRow>(tx: SqlTx, sql: string, params?: readonly SqlParam[]): Promise<R[]> {
+    const startedAt = now();
     const rows = await tx.query<R>(sql, params);
+    const elapsed = now() - startedAt;
     const tally = this.tally;
+    tally.statementMs += elapsed;
+    const key = sql.replace(/\s+/g, " ").trim().slice(0, 60);
+    const entry = (tally.byStatement[key] ??= { count: 0, ms: 0 });
+    entry.count += 1;
+    entry.ms += elapsed;
     tally.statements += 1;
     if (/^\s*(SELECT|WITH|VALUES)/i.test(sql)) tally.reads += 1;
     else tally.writes += 1;
@@ -113,10 +162,13 @@ export async function openBenchStore(kind: StoreKind, nowMs: number, options: Op
   let directory: string | null = null;
   let afterClose: () => Promise<void> = () => Promise.resolve();
   switch (kind) {
-    case "sqljs-memory":
+    case "sqljs-memory": {
+      const [{ loadSqlJs }, { openSqlJsMemoryDriver }] = await Promise.all([import("../../storage/sqljs/load.ts"), import("../../storage/sqljs/memory-driver.ts")]);
       driver = openSqlJsMemoryDriver(await loadSqlJs());
       break;
+    }
     case "sqljs-file": {
+      const [{ loadSqlJs }, { openSqlJsFileDriver }] = await Promise.all([import("../../storage/sqljs/load.ts"), import("../../storage/sqljs/file-driver.ts")]);
       const parent = mkdtempSync(join(options.dataRoot, "sqljs-file-"));
       directory = join(parent, "db");
       fileDriver = await openSqlJsFileDriver(await loadSqlJs(), { path: directory });
@@ -127,10 +179,13 @@ export async function openBenchStore(kind: StoreKind, nowMs: number, options: Op
       };
       break;
     }
-    case "pglite":
+    case "pglite": {
+      const { openPgliteDriver } = await import("../../storage/postgres/pglite-driver.ts");
       driver = await openPgliteDriver();
       break;
+    }
     case "pg": {
+      const { openPgDriver } = await import("../../storage/postgres/pg-driver.ts");
       if (options.postgresAdminUrl === undefined) throw new Error("the pg store needs a PostgreSQL URL (the orchestrator starts one, or set QLR_BENCH_DATABASE_URL)");
       const database = await createDatabase(options.postgresAdminUrl);
       driver = await openPgDriver({ connectionString: database.url });
@@ -139,7 +194,10 @@ export async function openBenchStore(kind: StoreKind, nowMs: number, options: Op
     }
   }
   const counting = new CountingDriver(driver);
-  const store = driver.dialect === "sqlite" ? await openSqliteStore(counting, nowMs) : await openPostgresStore(counting, nowMs);
+  const store =
+    driver.dialect === "sqlite"
+      ? await (await import("../../storage/sqlite/store.ts")).openSqliteStore(counting, nowMs)
+      : await (await import("../../storage/postgres/store.ts")).openPostgresStore(counting, nowMs);
   const openMs = now() - startedAt;
   const engineVersion = await driver.transaction(async (tx) => {
     if (driver.dialect === "sqlite") return String((await tx.query<{ v: string }>("SELECT sqlite_version() AS v"))[0]?.v);
@@ -174,6 +232,7 @@ export function fileStoreSizes(directory: string): { snapshotBytes: number; jour
 
 /** A fresh database on the server, dropped (with any leftover session) afterwards. */
 async function createDatabase(adminUrl: string): Promise<{ url: string; drop: () => Promise<void> }> {
+  const { default: pg } = await import("pg");
   const name = `qlr_bench_${process.pid}_${randomBytes(4).toString("hex")}`;
   await adminStatement(adminUrl, `CREATE DATABASE ${pg.escapeIdentifier(name)}`);
   const url = new URL(adminUrl);
@@ -182,6 +241,7 @@ async function createDatabase(adminUrl: string): Promise<{ url: string; drop: ()
 }
 
 async function adminStatement(adminUrl: string, sql: string): Promise<void> {
+  const { default: pg } = await import("pg");
   const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 10_000, application_name: "qlr-bench" });
   try {
     await client.connect();

@@ -41,8 +41,12 @@ async function body<T>(request: Request, schema: z.ZodType<T>): Promise<T> {
   }
   const parsed = schema.safeParse(value);
   if (!parsed.success) {
+    const pathOf = (segments: readonly PropertyKey[]): string => (segments.length === 0 ? "$" : segments.map(String).join("."));
+    // An unknown field is named by its own path, one detail per field, as in the rest of the API.
     throw new QlrError("invalid_request", "the worker request is not valid", {
-      details: parsed.error.issues.map((issue) => ({ path: issue.path.length === 0 ? "$" : issue.path.map(String).join("."), message: issue.message })),
+      details: parsed.error.issues.flatMap((issue) =>
+        issue.code === "unrecognized_keys" ? issue.keys.map((key) => ({ path: pathOf([...issue.path, key]), message: "unknown field" })) : [{ path: pathOf(issue.path), message: issue.message }],
+      ),
     });
   }
   return parsed.data;

@@ -109,7 +109,8 @@ async function client(config: CommonConfig): Promise<Client> {
     async call<T>(method: string, path: string, body?: { text: string; contentType: string }): Promise<T> {
       const response = await request(method, path, body);
       if (!response.ok) return failFrom(response);
-      return (await response.json());
+      const value: unknown = await response.json();
+      return value as T;
     },
     async text(path: string): Promise<string> {
       const response = await request("GET", path);

@@ -9,6 +9,7 @@ import type { RunAttempt } from "../../src/model.ts";
 import { applyPackage, type ApplyResult } from "../../src/operations.ts";
 import { PROFILES, type ProfileName } from "../../src/profiles.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
+import { mountDashboard } from "../browser/serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
 import { Metrics } from "../http/metrics.ts";
 import { systemClock, uuidv7Ids } from "./host.ts";
@@ -119,6 +120,10 @@ export class DeviceRuntime {
       });
       const recovery = await coordinator.recover();
       for (const entry of recovery.filter((item) => item.decision === "fail_closed")) log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
+      // Recovery goes by the store's attempts, never by journal file names; a file whose name is
+      // not `<portable id>.json` is reported here so an operator sees it, and never used.
+      const journal = await launcher.listJournal().catch((error: unknown) => ({ valid: [], rejected: [{ name: "journal/", reason: `cannot be listed: ${error instanceof Error ? error.message : String(error)}` }] }));
+      for (const rejected of journal.rejected) log(`journal file ${JSON.stringify(rejected.name)} rejected: ${rejected.reason}; it is never treated as an attempt`);
       const app = createApp({
         store,
         coordinator,
@@ -127,6 +132,7 @@ export class DeviceRuntime {
         token: options.token,
         metrics,
         recoveryReport: () => recovery,
+        mount: (app) => mountDashboard(app),
         readLog: async (attempt: RunAttempt, maxBytes: number) => {
           const stdout = await readCapped(launcher.logPath(attempt.id, "stdout"), maxBytes);
           const stderr = await readCapped(launcher.logPath(attempt.id, "stderr"), maxBytes);

@@ -53,6 +53,15 @@ class CoordinatorError extends Error {
   }
 }
 
+/**
+ * The coordinator refuses the fence (409) or does not know the attempt at all (404, e.g. a
+ * state dir reused against another coordinator): another authority owns it, and retrying
+ * the report can never succeed.
+ */
+function settledElsewhere(error: unknown): error is CoordinatorError {
+  return error instanceof CoordinatorError && (error.status === 409 || error.status === 404);
+}
+
 /** Bounded request timeout; a coordinator that does not answer is retried on the next round. */
 const REQUEST_TIMEOUT_MS = 15_000;
 
@@ -102,7 +111,7 @@ export class RemoteWorker {
       const error = (await response.json().catch(() => null)) as { error?: { code?: string; message?: string } } | null;
       throw new CoordinatorError(response.status, error?.error?.code ?? "internal", error?.error?.message ?? response.statusText);
     }
-    return (await response.json());
+    return (await response.json()) as T;
   }
 
   private leaseFile(attemptId: string): string {
@@ -163,7 +172,11 @@ export class RemoteWorker {
 
   /** One round: settle what finished, heartbeat what runs, then claim free capacity. */
   private async round(): Promise<void> {
-    for (const held of [...this.held.values()]) await this.tend(held);
+    // One lease's failure (a coordinator error, a refused report) must not starve the others'
+    // heartbeats and completions, nor stop the worker from claiming.
+    for (const held of [...this.held.values()]) {
+      await this.tend(held).catch((error: unknown) => this.log(`lease of ${held.lease.attemptId}: ${error instanceof Error ? error.message : String(error)}`));
+    }
     const free = this.options.capacity - this.active;
     if (free <= 0 || !this.running) return;
     const { leases } = await this.call<{ leases: Lease[] }>("/worker/claim", { workerId: this.workerId, pool: this.options.pool, capacity: free });
@@ -206,7 +219,7 @@ export class RemoteWorker {
       } catch (error) {
         // A completion is retried until acknowledged; only a refused fence ends it (another
         // worker or the coordinator settled the attempt).
-        if (!(error instanceof CoordinatorError) || error.status !== 409) throw error;
+        if (!settledElsewhere(error)) throw error;
         this.log(`completion of ${attemptId} refused: ${error.message}`);
       }
       held.done = true;
@@ -225,7 +238,7 @@ export class RemoteWorker {
         try {
           await this.call("/worker/lost", { ...this.fence(held), reason: "the worker stopped before spawning" });
         } catch (error) {
-          if (!(error instanceof CoordinatorError) || error.status !== 409) throw error;
+          if (!settledElsewhere(error)) throw error;
         }
         held.done = true;
         this.held.delete(attemptId);
@@ -243,7 +256,7 @@ export class RemoteWorker {
         try {
           await this.call("/worker/lost", { ...this.fence(held), reason: "the process is gone and left no receipt" });
         } catch (error) {
-          if (!(error instanceof CoordinatorError) || error.status !== 409) throw error;
+          if (!settledElsewhere(error)) throw error;
         }
         held.done = true;
         this.held.delete(attemptId);
@@ -259,7 +272,7 @@ export class RemoteWorker {
       const control = await this.call<LeaseControl>("/worker/heartbeat", this.fence(held));
       if (control.action === "stop_requested") void this.launcher.stop(held.handle, control.reason).catch((error: unknown) => this.log(`stop of ${attemptId} failed: ${String(error)}`));
     } catch (error) {
-      if (error instanceof CoordinatorError && error.status === 409) {
+      if (settledElsewhere(error)) {
         // The fence is stale: another authority owns this attempt now. Stop the process so
         // it never runs beside a second one.
         this.log(`lease of ${attemptId} lost (${error.message}); stopping its process`);

@@ -19,6 +19,7 @@ import { PROFILES } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import { VirtualClock } from "../../src/sim/virtual-clock.ts";
+import type { RunAttempt } from "../../src/model.ts";
 import type { LaunchRequest } from "../../src/ports.ts";
 import { openPgliteDriver } from "../../storage/postgres/pglite-driver.ts";
 import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
@@ -213,6 +214,12 @@ export function simulatedOutcome(request: LaunchRequest): { exitCode: number; du
   return { exitCode: argv[1] === "fail" ? 1 : 0, durationMs };
 }
 
+/** The "log" of a simulated attempt: one line naming it, or null before it was launched. */
+export function simulatedLog(executor: SimulatedExecutor, attempt: RunAttempt): string | null {
+  const proc = executor.processes.get(attempt.id);
+  return proc === undefined ? null : `simulated attempt ${attempt.number} pid ${proc.pid}\n`;
+}
+
 export class Harness {
   readonly store: SqlStore;
   readonly clock: VirtualClock;
@@ -235,7 +242,7 @@ export class Harness {
       executors: { local_process: this.executor },
       onStage: (stage) => this.metrics.observeStage(stage),
     });
-    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, token: TOKEN, metrics: this.metrics });
+    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, token: TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)) });
   }
 
   static async open(factory: StoreFactory): Promise<Harness> {

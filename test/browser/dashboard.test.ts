@@ -1,0 +1,279 @@
+/**
+ * The dashboard against a REAL `qlr serve` (built by scripts/build.mjs, real processes, real
+ * files), driven in Chromium: the token flow, starting a workflow from the page and watching
+ * it succeed, cancelling a run whose step is a real `sleep 30` (the process must be gone), and
+ * the page at phone width. The runtime, its supervisors and every task process carry the
+ * scratch dir or a tag, so the cleanup ends exactly what this file started, by pid.
+ */
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { promisify } from "node:util";
+import type { Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { launchBrowser, pidsMarkedBy, procExists, REPO_ROOT, screenshot, waitFor, type Browser } from "./support.ts";
+
+const TAG = `qlr-browser-test-${randomBytes(6).toString("hex")}`;
+
+function manifest(tag: string): string {
+  const env = `env: { QLR_BROWSER_TEST_TAG: ${tag} }`;
+  return `package: reports
+description: A nightly price report (dashboard test)
+tasks:
+  extract:
+    run: ["sh", "-c", "echo extracting; sleep 0.3; echo 42 rows"]
+    timeout: 30s
+    ${env}
+  prices:
+    run: ["sh", "-c", "sleep 0.5; echo prices for 42 rows"]
+    timeout: 30s
+    ${env}
+  rates:
+    shell: 'sleep 0.5; echo "rates: EUR 1.08"'
+    timeout: 30s
+    ${env}
+  publish:
+    run: ["sh", "-c", "echo published report; echo 'one warning' >&2"]
+    timeout: 30s
+    ${env}
+  wait-upstream:
+    run: ["sleep", "30"]
+    timeout: 120s
+    ${env}
+workflows:
+  nightly-report:
+    description: extract, then prices and rates in parallel, then publish
+    steps:
+      extract: { task: extract }
+      prices: { task: prices, needs: [extract] }
+      rates: { task: rates, needs: [extract] }
+      publish: { task: publish, needs: [prices, rates] }
+  long-import:
+    steps:
+      prepare: { task: extract }
+      wait: { task: wait-upstream, needs: [prepare] }
+      publish: { task: publish, needs: [wait] }
+schedules:
+  nightly: { cron: "0 3 * * *", timezone: UTC, workflow: nightly-report, overlap: skip }
+`;
+}
+
+interface AttemptJson {
+  readonly stepRunId: string | null;
+  readonly status: string;
+  readonly pid: number | null;
+  readonly stopReason: string | null;
+}
+interface RunJson {
+  readonly run: { readonly id: string; readonly status: string };
+  readonly steps: readonly { readonly id: string; readonly name: string; readonly status: string; readonly needs: readonly string[] }[];
+  readonly attempts: readonly AttemptJson[];
+}
+
+let scratch = "";
+let stateDir = "";
+let server: ChildProcess | null = null;
+let serverOutput = "";
+let baseUrl = "";
+let token = "";
+let browser: Browser | null = null;
+
+async function api<T>(path: string, init: RequestInit = {}): Promise<T> {
+  const response = await fetch(`${baseUrl}${path}`, { ...init, headers: { authorization: `Bearer ${token}`, ...(init.headers ?? {}) }, signal: AbortSignal.timeout(10_000) });
+  if (!response.ok) throw new Error(`${path}: ${response.status} ${await response.text()}`);
+  return (await response.json()) as T;
+}
+
+function runIdOf(page: Page): string {
+  const match = /#\/runs\/([^/?]+)/.exec(page.url());
+  if (match?.[1] === undefined) throw new Error(`not on a run page: ${page.url()}`);
+  return decodeURIComponent(match[1]);
+}
+
+async function noHorizontalOverflow(page: Page): Promise<boolean> {
+  return page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
+}
+
+beforeAll(async () => {
+  await promisify(execFile)(process.execPath, [join(REPO_ROOT, "scripts/build.mjs")], { cwd: REPO_ROOT, timeout: 180_000 });
+  scratch = await mkdtemp(join(tmpdir(), "qlr-dashboard-test-"));
+  stateDir = join(scratch, "state");
+  const manifestPath = join(scratch, "reports.yaml");
+  await writeFile(manifestPath, manifest(TAG));
+  // The token is the one the runtime generates into the state dir, whatever the caller's env says.
+  const env = { ...process.env };
+  for (const name of ["QLR_TOKEN", "QLR_PORT", "QLR_STATE_DIR", "QLR_STORE", "QLR_PROFILE", "QLR_DATABASE_URL", "QLR_HOST"]) delete env[name];
+  server = spawn(process.execPath, [join(REPO_ROOT, "dist/qlr.mjs"), "serve", "--state-dir", stateDir, "--port", "0", "--apply", manifestPath], { cwd: scratch, stdio: ["ignore", "pipe", "pipe"], env });
+  server.stdout?.on("data", (chunk: Buffer) => (serverOutput += chunk.toString()));
+  server.stderr?.on("data", (chunk: Buffer) => (serverOutput += chunk.toString()));
+  try {
+    baseUrl = await waitFor('"qlr serving" on stdout', () => {
+      if (server?.exitCode !== null) throw new Error(`qlr serve exited with ${server?.exitCode}`);
+      return /qlr serving (http:\/\/127\.0\.0\.1:\d+)/.exec(serverOutput)?.[1];
+    }, 30_000);
+  } catch (error) {
+    throw new Error(`${error instanceof Error ? error.message : String(error)}; its output:\n${serverOutput}`, { cause: error });
+  }
+  token = (await readFile(join(stateDir, "token"), "utf8")).trim();
+  browser = await launchBrowser();
+}, 240_000);
+
+afterAll(async () => {
+  await browser?.close();
+  if (server !== null && server.exitCode === null && server.signalCode === null) {
+    const exited = new Promise<void>((resolveExit) => server?.once("exit", () => resolveExit()));
+    server.kill("SIGTERM");
+    await Promise.race([exited, sleep(30_000)]);
+  }
+  // Whatever is left (the runtime after a hang, supervisors, task processes) is ours by marker.
+  if (stateDir !== "") {
+    for (const pid of [...(await pidsMarkedBy(stateDir)), ...(await pidsMarkedBy(TAG))]) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // Already gone.
+      }
+    }
+  }
+  if (scratch !== "") await rm(scratch, { recursive: true, force: true });
+}, 60_000);
+
+describe("dashboard on qlr serve", () => {
+  it("serves the page and its assets without the token, and nothing else", async () => {
+    const page = await fetch(`${baseUrl}/`);
+    expect(page.status).toBe(200);
+    expect(page.headers.get("content-type")).toMatch(/^text\/html/);
+    expect(page.headers.get("content-security-policy")).toContain("default-src 'none'");
+    expect(await page.text()).toContain("assets/dashboard.js");
+    const script = await fetch(`${baseUrl}/assets/dashboard.js`);
+    expect(script.status).toBe(200);
+    expect(script.headers.get("content-type")).toMatch(/^text\/javascript/);
+    const style = await fetch(`${baseUrl}/assets/dashboard.css`);
+    expect(style.headers.get("content-type")).toMatch(/^text\/css/);
+    for (const path of ["/assets/nope.js", "/assets/..%2f..%2ftoken", "/assets/%2e%2e%2f%2e%2e%2fqlr.mjs", "/assets/index.html", "/assets/"]) {
+      const response = await fetch(`${baseUrl}${path}`);
+      expect(response.status, path).toBe(404);
+      expect(await response.text()).not.toContain(token);
+    }
+    // The API stays behind the token.
+    expect((await fetch(`${baseUrl}/runs`)).status).toBe(401);
+    expect((await fetch(`${baseUrl}/packages`)).status).toBe(401);
+  });
+
+  it("asks for the token, refuses a wrong one, and accepts the right one", async () => {
+    const page = await browser!.newPage();
+    await page.goto(`${baseUrl}/`);
+    await expectText(page, "#token-title", "Token needed");
+    await page.locator("#token-input").fill("qlr_this-is-not-the-token");
+    await page.keyboard.press("Enter");
+    await expectText(page, "#token-title", "Wrong token");
+    await expect(page.locator("#token-problem").isVisible()).resolves.toBe(true);
+    await page.locator("#token-input").fill(token);
+    await page.locator("#token-submit").click();
+    await expectText(page, "h1.view-title", "Runs");
+    await page.locator('.start-groups button[data-start="reports/nightly-report"]').waitFor();
+    expect(await page.evaluate(() => localStorage.getItem("qlr.dashboard.token"))).toBe(token);
+    await page.close();
+  });
+
+  it("starts a workflow from the page and follows it to succeeded", async () => {
+    const page = await browser!.newPage();
+    await page.goto(`${baseUrl}/#/runs`);
+    await page.locator('.start-groups button[data-start="reports/nightly-report"]').click();
+    await page.waitForURL(/#\/runs\/[^/]+$/);
+    const id = runIdOf(page);
+    await page.locator('#run-status [data-status="succeeded"]').waitFor({ timeout: 60_000 });
+    const nodes = page.locator("svg.dag .dag-node");
+    expect(await nodes.count()).toBe(4);
+    expect(await nodes.evaluateAll((elements) => elements.map((element) => element.getAttribute("data-status")))).toEqual(["succeeded", "succeeded", "succeeded", "succeeded"]);
+    expect((await page.locator("svg.dag .dag-edge").evaluateAll((edges) => edges.map((edge) => `${edge.getAttribute("data-from")}>${edge.getAttribute("data-to")}`))).sort()).toEqual(["extract>prices", "extract>rates", "prices>publish", "rates>publish"]);
+    // The page agrees with the API.
+    const detail = await api<RunJson>(`/runs/${id}`);
+    expect(detail.run.status).toBe("succeeded");
+    expect(detail.steps.map((step) => step.status)).toEqual(["succeeded", "succeeded", "succeeded", "succeeded"]);
+    expect(await page.locator("#attempts-table tbody tr").count()).toBe(detail.attempts.length);
+    // Keyboard: the DAG nodes are links; open the log of "publish" with Enter.
+    await page.locator('svg.dag a[data-key="dag-publish"]').focus();
+    await page.keyboard.press("Enter");
+    await page.waitForURL(/\/steps\/publish$/);
+    await expectText(page, "#log", "published report");
+    expect(await page.locator("#log").textContent()).toContain("one warning");
+    await page.locator("#main").evaluate((main) => main.scrollIntoView());
+    await screenshot(page, "dashboard", { docs: true });
+    await page.locator("#nav-packages").click();
+    await page.locator('tr[data-schedule="nightly"]').waitFor();
+    expect(await page.locator('tr[data-schedule="nightly"]').textContent()).toMatch(/03:00:00Z/);
+    await screenshot(page, "dashboard-packages");
+    await page.close();
+    expect(unexpectedErrors()).toEqual([]);
+  }, 120_000);
+
+  it("cancels a run whose step is a real sleep 30: the process is stopped and the page says cancelled", async () => {
+    const page = await browser!.newPage();
+    await page.goto(`${baseUrl}/#/runs`);
+    await page.locator('.start-groups button[data-start="reports/long-import"]').click();
+    await page.waitForURL(/#\/runs\/[^/]+$/);
+    const id = runIdOf(page);
+    const pid = await waitFor(
+      "the sleep step's process",
+      async () => {
+        const detail = await api<RunJson>(`/runs/${id}`);
+        const wait = detail.steps.find((step) => step.name === "wait");
+        const attempt = detail.attempts.find((candidate) => candidate.stepRunId === wait?.id && candidate.status === "running");
+        return attempt?.pid ?? null;
+      },
+      30_000,
+    );
+    expect(procExists(pid)).toBe(true);
+    await page.locator('svg.dag .dag-node[data-step="wait"][data-status="running"]').waitFor();
+    await page.locator(`#attempts-table tr[data-pid="${pid}"]`).waitFor();
+    await page.locator("#cancel-run").click();
+    await page.locator('#run-status [data-status="cancelled"]').waitFor({ timeout: 30_000 });
+    await waitFor(`/proc/${pid} to be gone`, () => !procExists(pid), 20_000);
+    const detail = await api<RunJson>(`/runs/${id}`);
+    expect(detail.run.status).toBe("cancelled");
+    const wait = detail.steps.find((step) => step.name === "wait");
+    expect(wait?.status).toBe("cancelled");
+    expect(detail.attempts.find((attempt) => attempt.pid === pid)?.stopReason).toBe("cancel");
+    await page.locator('svg.dag .dag-node[data-step="wait"][data-status="cancelled"]').waitFor();
+    expect(await page.locator("#cancel-run").isDisabled()).toBe(true);
+    await screenshot(page, "dashboard-cancelled");
+    await page.locator("#nav-runs").click();
+    await page.locator(`#runs-table tr[data-run="${id}"][data-status="cancelled"]`).waitFor();
+    await screenshot(page, "dashboard-runs");
+    await page.close();
+    expect(unexpectedErrors()).toEqual([]);
+  }, 120_000);
+
+  it("is readable and usable at phone width", async () => {
+    const page = await browser!.newPage({ width: 390, height: 844 });
+    await page.goto(`${baseUrl}/#/runs`);
+    await page.locator("#runs-table").waitFor();
+    expect(await noHorizontalOverflow(page)).toBe(true);
+    // The first Tab reaches the skip link; the status filter is a real select.
+    await page.keyboard.press("Tab");
+    expect(await page.evaluate(() => document.activeElement?.id)).toBe("skip-link");
+    await page.locator("#status-filter").selectOption("cancelled");
+    await page.waitForURL(/status=cancelled/);
+    await page.locator('#runs-table tr[data-status="cancelled"]').first().waitFor();
+    expect(await page.locator('#runs-table tbody tr:not([data-status="cancelled"])').count()).toBe(0);
+    await page.locator("#runs-table a.run-target").first().click();
+    await page.locator("svg.dag").waitFor();
+    expect(await noHorizontalOverflow(page)).toBe(true);
+    await screenshot(page, "dashboard-phone");
+    await page.close();
+    expect(unexpectedErrors()).toEqual([]);
+  }, 60_000);
+});
+
+/** Page errors, minus the browser's own note about the 401 the wrong-token test provokes. */
+function unexpectedErrors(): string[] {
+  return browser!.errors.filter((error) => !/Failed to load resource: the server responded with a status of 401/.test(error));
+}
+
+async function expectText(page: Page, selector: string, text: string): Promise<void> {
+  await page.locator(selector).filter({ hasText: text }).first().waitFor();
+}

@@ -1,0 +1,37 @@
+import { inject } from "vitest";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import { openSqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
+import { openPgliteDriver } from "../../storage/postgres/pglite-driver.ts";
+import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
+import { createTestDatabase } from "../support/postgres.ts";
+import { describeLeaseContract } from "./lease-contract.ts";
+
+describeLeaseContract({ name: "sqljs-memory", open: async () => openSqlJsMemoryDriver(await loadSqlJs()) });
+
+describeLeaseContract({
+  name: "sqljs-file",
+  open: async () => {
+    const dir = mkdtempSync(join(tmpdir(), "qlr-lease-contract-"));
+    const driver = await openSqlJsFileDriver(await loadSqlJs(), { path: join(dir, "db") });
+    const close = driver.close.bind(driver);
+    return Object.assign(driver, { close: async () => { await close(); rmSync(dir, { recursive: true, force: true }); } });
+  },
+});
+
+describeLeaseContract({ name: "pglite", open: () => openPgliteDriver() });
+
+describeLeaseContract({
+  name: "pg",
+  open: async () => {
+    void inject("databaseUrl");
+    const database = await createTestDatabase();
+    // A pool of several connections: concurrent claims really run concurrently.
+    const driver = await openPgDriver({ connectionString: database.url, poolSize: 6 });
+    const close = driver.close.bind(driver);
+    return Object.assign(driver, { close: async () => { await close(); await database.drop(); } });
+  },
+});

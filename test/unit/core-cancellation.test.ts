@@ -1,0 +1,166 @@
+import { describe, expect, it } from "vitest";
+import { convergeCancellation } from "../../src/cancellation.ts";
+import { complete, markRunning, markStarting, startFailed } from "../../src/execution.ts";
+import { advanceFrontier } from "../../src/frontier.ts";
+import type { Manifest } from "../../src/manifest/types.ts";
+import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
+import { requestCancel } from "../../src/runs.ts";
+import { task } from "../support/fixtures.ts";
+import { CoreWorld, definitionOf, errorCode, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
+
+/**
+ * Whole-workflow cancellation convergence (ADR-0228 as used by ADR-0229 §1 step 1): after a
+ * cancel intent the frontier and admission are frozen, the start barrier is respected, and
+ * the parent run is finalized as cancelled only once nothing is live.
+ */
+
+const NO_RETRY = { max: 0, backoffMs: 0, idempotent: false };
+
+/** Four independent steps, so one run can hold a claimed, a starting, a running and an untouched step at once. */
+function fanOut(idempotent = false): Manifest {
+  return {
+    package: "demo",
+    description: null,
+    tasks: [task("work", ["true"], { retry: { max: 3, backoffMs: 0, idempotent } })],
+    workflows: [
+      {
+        name: "fan",
+        description: null,
+        steps: ["p", "q", "r", "s"].map((name) => ({ name, task: "work", needs: [] })),
+      },
+    ],
+    schedules: [],
+  };
+}
+
+function converge(world: CoreWorld, nowMs: number, runId = "run-1"): ReturnType<typeof convergeCancellation> {
+  const change = convergeCancellation(world.model.run(runId), world.model.stepsOf(runId), world.model.attemptsOf(runId), nowMs);
+  world.apply(change);
+  return change;
+}
+
+/** Run "run-1" of the fan: p claimed, q starting, r running, s ready without attempt. */
+function mixedWorld(idempotent = false): { world: CoreWorld; ids: Record<"p" | "q" | "r", string> } {
+  const world = new CoreWorld(fanOut(idempotent));
+  const run = world.startWorkflow("fan");
+  world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+  const p = world.admit("run-1", "p", T0 + 2);
+  const q = world.admit("run-1", "q", T0 + 2);
+  world.apply(markStarting(world.model.scope(q.id), T0 + 3));
+  const r = world.admit("run-1", "r", T0 + 2);
+  world.apply(markStarting(world.model.scope(r.id), T0 + 3));
+  world.apply(markRunning(world.model.scope(r.id), handleAt(T0 + 3), T0 + 4));
+  world.apply(requestCancel(world.model.run("run-1"), T0 + 10, "user"));
+  return { world, ids: { p: p.id, q: q.id, r: r.id } };
+}
+
+describe("whole-run cancellation convergence", () => {
+  it("cancellation cancels claims that never started, requests stops for running attempts, waits for starting ones, and cancels the run only when nothing is live", () => {
+    const { world, ids } = mixedWorld();
+    const before = world.model.run("run-1");
+    const change = converge(world, T0 + 11);
+    expectOneVersionBump(change!, before);
+    expect(world.model.attempt(ids.p)).toMatchObject({ status: "cancelled", stopReason: "cancel", finishedAtMs: T0 + 11 });
+    expect(world.model.attempt(ids.q).status).toBe("starting");
+    expect(world.model.attempt(ids.r)).toMatchObject({ status: "running", stopReason: "cancel", stopRequestedAtMs: T0 + 11 });
+    expect(Object.fromEntries(world.model.stepsOf("run-1").map((step) => [step.name, step.status]))).toEqual({ p: "cancelled", q: "ready", r: "running", s: "cancelled" });
+    expect(world.model.run("run-1").status).toBe("running");
+
+    // The start of q settles (here: the spawn failed); r's process ends after its stop.
+    world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
+    expect(converge(world, T0 + 13)).toBeNull();
+    world.apply(complete(world.model.scope(ids.r), exitFacts(T0 + 3, T0 + 14, null, { stopReason: "cancel" }), NO_RETRY, T0 + 14));
+    expect(world.model.step("run-1", "r").status).toBe("cancelled");
+    converge(world, T0 + 15);
+    expect(world.model.run("run-1")).toMatchObject({ status: "cancelled", finishedAtMs: T0 + 15 });
+    expect(world.model.step("run-1", "q").status).toBe("failed");
+  });
+
+  it("a stop intent is requested once: repeating convergence while a stop is pending writes nothing", () => {
+    const { world } = mixedWorld();
+    converge(world, T0 + 11);
+    expect(converge(world, T0 + 12)).toBeNull();
+    expect(world.model.eventsOf("run-1").filter((event) => event.type === "attempt.stop_requested")).toHaveLength(1);
+  });
+
+  it("a starting attempt that reaches running after the cancel intent then gets its stop", () => {
+    const { world, ids } = mixedWorld();
+    converge(world, T0 + 11);
+    world.apply(markRunning(world.model.scope(ids.q), handleAt(T0 + 11), T0 + 12));
+    converge(world, T0 + 13);
+    expect(world.model.attempt(ids.q)).toMatchObject({ status: "running", stopReason: "cancel" });
+  });
+
+  it("a step whose process finished before its stop keeps its own outcome, and the run is still cancelled", () => {
+    const { world, ids } = mixedWorld();
+    converge(world, T0 + 11);
+    world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
+    world.apply(complete(world.model.scope(ids.r), exitFacts(T0 + 3, T0 + 11, 0), NO_RETRY, T0 + 12));
+    expect(world.model.step("run-1", "r").status).toBe("succeeded");
+    converge(world, T0 + 13);
+    expect(world.model.run("run-1").status).toBe("cancelled");
+  });
+
+  it("the cancel intent suppresses a step retry: an idempotent step that failed during cancellation stays failed", () => {
+    const { world, ids } = mixedWorld(true);
+    converge(world, T0 + 11);
+    world.apply(complete(world.model.scope(ids.r), exitFacts(T0 + 3, T0 + 12, 1), definitionOf(world.pkg, "work").retry, T0 + 12));
+    expect(world.model.step("run-1", "r").status).toBe("failed");
+  });
+
+  it("a claimed attempt is not dispatched after the cancel intent", () => {
+    const { world, ids } = mixedWorld();
+    expect(errorCode(() => markStarting(world.model.scope(ids.p), T0 + 11))).toBe("conflict");
+  });
+
+  it("a run with only pending and ready steps is cancelled in one convergence", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    world.apply(requestCancel(world.model.run("run-1"), T0 + 2, "user"));
+    converge(world, T0 + 3);
+    expect(world.model.stepsOf("run-1").map((step) => step.status)).toEqual(["cancelled", "cancelled", "cancelled", "cancelled"]);
+    expect(world.model.run("run-1").status).toBe("cancelled");
+  });
+
+  it("nothing converges without a cancel intent or for a terminal run", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    expect(convergeCancellation(run, world.model.stepsOf(run.id), [], T0 + 1)).toBeNull();
+    expect(convergeCancellation({ ...run, status: "succeeded", cancelRequestedAtMs: T0 }, world.model.stepsOf(run.id), [], T0 + 1)).toBeNull();
+  });
+
+  it("an ordinary queued run with a cancel intent converges to cancelled", () => {
+    const world = new CoreWorld();
+    const run = world.startTask();
+    world.apply(requestCancel(run, T0 + 1, "user"));
+    converge(world, T0 + 2, run.id);
+    expect(world.model.run(run.id).status).toBe("cancelled");
+  });
+
+  it("an ordinary running run gets a stop and ends cancelled when its attempt ends", () => {
+    const world = new CoreWorld();
+    const run = world.startTask();
+    const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
+    world.apply(admitted.change);
+    world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
+    world.apply(markRunning(world.model.scope(admitted.attempt.id), handleAt(T0 + 2), T0 + 3));
+    world.apply(requestCancel(world.model.run(run.id), T0 + 4, "user"));
+    converge(world, T0 + 5, run.id);
+    expect(world.model.run(run.id).status).toBe("running");
+    expect(world.model.attempt(admitted.attempt.id).stopReason).toBe("cancel");
+    world.apply(complete(world.model.scope(admitted.attempt.id), exitFacts(T0 + 2, T0 + 6, null, { stopReason: "cancel" }), NO_RETRY, T0 + 6));
+    expect(world.model.run(run.id).status).toBe("cancelled");
+  });
+
+  it("an ordinary dispatching run whose claim never started is cancelled with its claim", () => {
+    const world = new CoreWorld();
+    const run = world.startTask();
+    const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
+    world.apply(admitted.change);
+    world.apply(requestCancel(world.model.run(run.id), T0 + 2, "user"));
+    converge(world, T0 + 3, run.id);
+    expect(world.model.attempt(admitted.attempt.id).status).toBe("cancelled");
+    expect(world.model.run(run.id).status).toBe("cancelled");
+  });
+});

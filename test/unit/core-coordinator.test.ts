@@ -1,0 +1,157 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import type { SqlJsStatic } from "sql.js";
+import { Coordinator, STAGE_ORDER } from "../../src/coordinator.ts";
+import type { Manifest } from "../../src/manifest/types.ts";
+import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
+import type { Store, StoreTx } from "../../src/ports.ts";
+import { PROFILES, type ProfileName } from "../../src/profiles.ts";
+import { Prng } from "../../src/sim/prng.ts";
+import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
+import { openSqlStore } from "../../storage/sql-store.ts";
+import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
+import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import { diamondManifest, SequentialIds, TestClock, wideManifest } from "../support/fixtures.ts";
+import { T0 } from "./core-fixtures.ts";
+
+/**
+ * One cadence, one bounded cycle (ADR-0229 §1 and §6, DESIGN.md §4), driven through the
+ * coordinator over a fresh in-memory sql.js store per test, with the simulated executor on the
+ * test clock standing in for processes.
+ */
+
+let SQL: SqlJsStatic;
+beforeAll(async () => {
+  SQL = await loadSqlJs();
+});
+
+interface Rig {
+  readonly store: Store;
+  readonly clock: TestClock;
+  readonly executor: SimulatedExecutor;
+  readonly coordinator: (profile?: ProfileName, store?: Store) => Coordinator;
+  readonly start: (manifest: Manifest, workflow: string) => Promise<string>;
+}
+
+async function rig(): Promise<Rig> {
+  const clock = new TestClock(T0);
+  const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
+  const ids = new SequentialIds("run");
+  const executor = new SimulatedExecutor({ clock, prng: new Prng(7), failureRate: 0, spawnFailureRate: 0, minDurationMs: 100, maxDurationMs: 100 });
+  return {
+    store,
+    clock,
+    executor,
+    coordinator: (profile = "standalone", over = store) => new Coordinator({ store: over, clock, ids, profile: PROFILES[profile], executors: { local_process: executor } }),
+    start: async (manifest, workflow) =>
+      store.transaction(async (tx) => {
+        const nowMs = await tx.observe(clock.nowMs());
+        await applyPackage(tx, manifest, nowMs);
+        const { run } = await startRun(tx, { package: manifest.package, target: { kind: "workflow", name: workflow }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs);
+        return run.id;
+      }),
+  };
+}
+
+async function runState(store: Store, runId: string): Promise<{ status: string; steps: string[]; attempts: number; admissions: number; stepCounts: number[] }> {
+  return store.transaction(async (tx) => {
+    const run = await tx.getRun(runId);
+    const steps = await tx.getSteps(runId);
+    const attempts = await tx.getAttempts(runId);
+    let admissions = 0;
+    for (const step of steps) for (let version = 1; version <= step.version; version += 1) if ((await tx.getAdmission(runId, step.id, version)) !== null) admissions += 1;
+    return { status: run?.status ?? "missing", steps: steps.map((step) => step.status), attempts: attempts.length, admissions, stepCounts: steps.map((step) => step.attemptCount) };
+  });
+}
+
+describe("the cadence cycle", () => {
+  it("the tick runs its stages in the fixed order: cancellation, schedules and ordinary runs, frontier, admission, dispatch, execution control", async () => {
+    const { coordinator } = await rig();
+    expect(STAGE_ORDER).toEqual(["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control"]);
+    const report = await coordinator().tick();
+    expect(report.stages.map((stage) => stage.name)).toEqual([...STAGE_ORDER]);
+    expect(report.profile).toBe("standalone");
+    expect(report.more).toBe(false);
+  });
+
+  it("edge and standalone budgets are ADR-0229's: cancellation 4×1 / 32×4, frontier 1×1 / 16×4, admission 1×1 / 16×4, dispatch 1 / 4", () => {
+    const budgets = (name: ProfileName) => {
+      const profile = PROFILES[name];
+      return [profile.cancellation, profile.frontier, profile.admission, profile.dispatch];
+    };
+    expect(budgets("edge")).toEqual([{ pageSize: 4, pages: 1 }, { pageSize: 1, pages: 1 }, { pageSize: 1, pages: 1 }, 1]);
+    expect(budgets("standalone")).toEqual([{ pageSize: 32, pages: 4 }, { pageSize: 16, pages: 4 }, { pageSize: 16, pages: 4 }, 4]);
+  });
+
+  it("an edge cycle admits and dispatches at most one step and says there is more", async () => {
+    const { start, coordinator, store } = await rig();
+    const runId = await start(wideManifest("wide", 5), "wide");
+    const edge = coordinator("edge");
+    const report = await edge.tick();
+    const stage = (name: string) => report.stages.find((candidate) => candidate.name === name);
+    expect(stage("frontier")?.processed).toBe(1);
+    expect(stage("admission")).toMatchObject({ processed: 1, more: true });
+    expect(stage("dispatch")?.processed).toBe(1);
+    expect(report.more).toBe(true);
+    expect((await runState(store, runId)).attempts).toBe(1);
+  });
+
+  it("a diamond workflow runs to succeeded with exactly one attempt and one admission per step, and attemptCount 1 each", async () => {
+    const { start, coordinator, store, clock } = await rig();
+    const runId = await start(diamondManifest("demo"), "diamond");
+    const c = coordinator();
+    for (let cycle = 0; cycle < 40 && (await runState(store, runId)).status === "running"; cycle += 1) {
+      await c.tick();
+      clock.advance(150);
+    }
+    expect(await runState(store, runId)).toEqual({ status: "succeeded", steps: ["succeeded", "succeeded", "succeeded", "succeeded"], attempts: 4, admissions: 4, stepCounts: [1, 1, 1, 1] });
+  });
+
+  it("a workflow cancelled before the first cycle converges to cancelled in that cycle with no attempt started", async () => {
+    const { start, coordinator, store, clock, executor } = await rig();
+    const runId = await start(diamondManifest("demo"), "diamond");
+    await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
+    const report = await coordinator().tick();
+    expect(report.stages[0]).toMatchObject({ name: "cancellation", processed: 1 });
+    expect(await runState(store, runId)).toMatchObject({ status: "cancelled", steps: ["cancelled", "cancelled", "cancelled", "cancelled"], attempts: 0 });
+    expect(executor.spawnCounts.size).toBe(0);
+  });
+
+  it("a failing stage is isolated and reported; the stages after it still run", async () => {
+    const { start, coordinator, store } = await rig();
+    const runId = await start(wideManifest("wide", 2), "wide");
+    // The frontier's candidate listing fails on every call; admission and the rest go on.
+    const failing: Store = {
+      dialect: store.dialect,
+      driverName: store.driverName,
+      close: () => store.close(),
+      transaction: <T>(fn: (tx: StoreTx) => Promise<T>) =>
+        store.transaction((tx) =>
+          fn(new Proxy(tx, { get: (target, key) => (key === "listFrontierRuns" ? () => Promise.reject(new Error("frontier index unavailable")) : (Reflect.get(target, key) as unknown as (...args: unknown[]) => unknown).bind(target)) })),
+        ),
+    };
+    const report = await coordinator("standalone", failing).tick();
+    const frontier = report.stages.find((stage) => stage.name === "frontier");
+    expect(frontier?.errors).toEqual([{ code: "internal", message: "frontier index unavailable", subject: null }]);
+    expect(report.stages.map((stage) => stage.name)).toEqual([...STAGE_ORDER]);
+    // Nothing was ready, so admission had nothing to do, but it ran and reported without error.
+    expect(report.stages.find((stage) => stage.name === "admission")?.errors).toEqual([]);
+    expect((await runState(store, runId)).steps).toEqual(["pending", "pending"]);
+    // The next cycle on a healthy store retries the frontier.
+    await coordinator().tick();
+    expect((await runState(store, runId)).attempts).toBe(2);
+  });
+
+  it("a frozen coordinator neither admits nor dispatches, but still converges cancellation and the frontier", async () => {
+    const { start, coordinator, store, clock } = await rig();
+    const runId = await start(wideManifest("wide", 2), "wide");
+    const c = coordinator();
+    c.freezeAdmission();
+    expect(c.admissionFrozen).toBe(true);
+    await c.tick();
+    expect(await runState(store, runId)).toMatchObject({ steps: ["ready", "ready"], attempts: 0 });
+    await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
+    await c.tick();
+    expect((await runState(store, runId)).status).toBe("cancelled");
+  });
+});

@@ -1,0 +1,238 @@
+import { expect } from "vitest";
+import { admitTaskAttempt, type AdmissionResult } from "../../src/admission.ts";
+import { QlrError } from "../../src/errors.ts";
+import type { AttemptScope, CompletionFacts } from "../../src/execution.ts";
+import type { Manifest } from "../../src/manifest/types.ts";
+import type { AdmissionReceipt, ChangeSet, ProcessHandleFacts, Run, RunAttempt, RunEvent, StepMutation, StepRun } from "../../src/model.ts";
+import { materializePlans, nextGeneration, reconcileTasks, type Generation, type Reconciliation, type TaskDefinition, type WorkflowPlan } from "../../src/packages.ts";
+import { createOrdinaryRun, createWorkflowRun } from "../../src/runs.ts";
+import { diamondManifest } from "../support/fixtures.ts";
+
+/**
+ * Shared helpers of the core unit tests: an applied package (generation, reconciliation,
+ * plans) and an in-memory model that applies change sets the way the SQL store does (CAS on
+ * `before.version`, unique events and admission receipts), so the pure functions can be driven
+ * through whole lifecycles without a database.
+ */
+
+/** The time every test world starts at; later times are offsets from it. */
+export const T0 = 1_800_000_000_000;
+
+export interface AppliedPackage {
+  readonly manifest: Manifest;
+  readonly generation: Generation;
+  readonly reconciliation: Reconciliation;
+  readonly plans: readonly WorkflowPlan[];
+}
+
+export function applyManifest(manifest: Manifest, nowMs = T0, head: { generation: number; manifestDigest: Generation["manifestDigest"] } | null = null): AppliedPackage {
+  const decision = nextGeneration(head, manifest, nowMs);
+  if (!decision.changed) throw new Error("the manifest did not change: no generation to apply");
+  const reconciliation = reconcileTasks(decision.generation);
+  return { manifest, generation: decision.generation, reconciliation, plans: materializePlans(decision.generation, reconciliation) };
+}
+
+export function definitionOf(pkg: AppliedPackage, task: string): TaskDefinition {
+  const found = pkg.reconciliation.definitions.find((definition) => definition.task === task);
+  if (found === undefined) throw new Error(`no definition for task ${task}`);
+  return found;
+}
+
+export function planOf(pkg: AppliedPackage, workflow: string): WorkflowPlan {
+  const found = pkg.plans.find((plan) => plan.workflow === workflow);
+  if (found === undefined) throw new Error(`no plan for workflow ${workflow}`);
+  return found;
+}
+
+export function handleAt(startedAtMs: number, pid = 4242): ProcessHandleFacts {
+  return { pid, processStartTicks: `ticks-${pid}`, bootId: "boot-1", startedAtMs };
+}
+
+export function exitFacts(startedAtMs: number, finishedAtMs: number, exitCode: number | null, extra: Partial<CompletionFacts> = {}): CompletionFacts {
+  return { startedAtMs, finishedAtMs, exitCode, signal: exitCode === null ? "SIGTERM" : null, stopReason: null, spawnError: null, ...extra };
+}
+
+function epochKey(runId: string, stepRunId: string, stepRunVersion: number): string {
+  return `${runId}|${stepRunId}|${stepRunVersion}`;
+}
+
+/**
+ * The rows of a store held in maps. `apply` refuses exactly what the SQL store refuses: an
+ * update whose `before.version` is not the stored version (`conflict`), an insert of an
+ * existing row, a duplicate `(runId, seq)` event and a second admission receipt of one ready
+ * epoch. A refused change set writes nothing.
+ */
+export class MemoryModel {
+  readonly runs = new Map<string, Run>();
+  readonly steps = new Map<string, StepRun>();
+  readonly attempts = new Map<string, RunAttempt>();
+  readonly events: RunEvent[] = [];
+  readonly mutations: StepMutation[] = [];
+  readonly admissions = new Map<string, AdmissionReceipt>();
+  /** Step ids of each run in plan order. */
+  private readonly stepOrder = new Map<string, string[]>();
+  changeSets = 0;
+
+  apply(change: ChangeSet): void {
+    const problem = this.check(change);
+    if (problem !== null) throw new QlrError("conflict", problem);
+    for (const { after } of change.runs) this.runs.set(after.id, after);
+    for (const { before, after } of change.steps) {
+      if (before === null) this.stepOrder.set(after.runId, [...(this.stepOrder.get(after.runId) ?? []), after.id]);
+      this.steps.set(after.id, after);
+    }
+    for (const { after } of change.attempts) this.attempts.set(after.id, after);
+    this.events.push(...change.events);
+    this.mutations.push(...change.mutations);
+    for (const receipt of change.admissions) this.admissions.set(epochKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion), receipt);
+    this.changeSets += 1;
+  }
+
+  private check(change: ChangeSet): string | null {
+    const cas = <T extends { id: string; version: number }>(table: string, rows: ReadonlyMap<string, T>, before: T | null, after: T): string | null => {
+      const held = rows.get(after.id);
+      if (before === null) return held === undefined ? null : `${table} ${after.id} already exists`;
+      if (held === undefined) return `${table} ${after.id} does not exist`;
+      return held.version === before.version ? null : `${table} ${after.id} is at version ${held.version}, the change expected ${before.version}`;
+    };
+    for (const { before, after } of change.runs) {
+      const problem = cas("run", this.runs, before, after);
+      if (problem !== null) return problem;
+    }
+    for (const { before, after } of change.steps) {
+      const problem = cas("step", this.steps, before, after);
+      if (problem !== null) return problem;
+    }
+    for (const { before, after } of change.attempts) {
+      const problem = cas("attempt", this.attempts, before, after);
+      if (problem !== null) return problem;
+    }
+    const seqs = new Set(this.events.map((event) => `${event.runId}|${event.seq}`));
+    const ids = new Set(this.events.map((event) => event.id));
+    for (const event of change.events) {
+      if (seqs.has(`${event.runId}|${event.seq}`)) return `event ${event.runId}#${event.seq} already exists`;
+      if (ids.has(event.id)) return `event id ${event.id} already exists`;
+      seqs.add(`${event.runId}|${event.seq}`);
+      ids.add(event.id);
+    }
+    for (const receipt of change.admissions) {
+      if (this.admissions.has(epochKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion))) return `ready epoch ${receipt.stepRunId}@${receipt.stepRunVersion} already has a winner`;
+    }
+    return null;
+  }
+
+  run(runId: string): Run {
+    const run = this.runs.get(runId);
+    if (run === undefined) throw new Error(`no run ${runId}`);
+    return run;
+  }
+
+  stepsOf(runId: string): StepRun[] {
+    return (this.stepOrder.get(runId) ?? []).map((id) => this.steps.get(id)).filter((step): step is StepRun => step !== undefined);
+  }
+
+  step(runId: string, name: string): StepRun {
+    const found = this.stepsOf(runId).find((step) => step.name === name);
+    if (found === undefined) throw new Error(`run ${runId} has no step ${name}`);
+    return found;
+  }
+
+  attemptsOf(runId: string): RunAttempt[] {
+    return [...this.attempts.values()].filter((attempt) => attempt.runId === runId).sort((a, b) => a.number - b.number);
+  }
+
+  attempt(attemptId: string): RunAttempt {
+    const found = this.attempts.get(attemptId);
+    if (found === undefined) throw new Error(`no attempt ${attemptId}`);
+    return found;
+  }
+
+  eventsOf(runId: string): RunEvent[] {
+    return this.events.filter((event) => event.runId === runId);
+  }
+
+  admission(runId: string, stepRunId: string, stepRunVersion: number): AdmissionReceipt | null {
+    return this.admissions.get(epochKey(runId, stepRunId, stepRunVersion)) ?? null;
+  }
+
+  /** The scope of one attempt as a transaction would read it. */
+  scope(attemptId: string): AttemptScope {
+    const attempt = this.attempt(attemptId);
+    const step = attempt.stepRunId === null ? null : (this.steps.get(attempt.stepRunId) ?? null);
+    return { run: this.run(attempt.runId), step, attempt };
+  }
+}
+
+/** A world of one applied package and its runs. */
+export class CoreWorld {
+  readonly model = new MemoryModel();
+  readonly pkg: AppliedPackage;
+
+  constructor(manifest: Manifest = diamondManifest("demo")) {
+    this.pkg = applyManifest(manifest);
+  }
+
+  startWorkflow(workflow = "diamond", runId = "run-1", nowMs = T0): Run {
+    const created = createWorkflowRun(planOf(this.pkg, workflow), this.pkg.reconciliation.receipt, { runId, nowMs, idempotencyKey: null, scheduleName: null });
+    this.model.apply(created.change);
+    return created.run;
+  }
+
+  startTask(task = "work", runId = "run-o1", nowMs = T0): Run {
+    const created = createOrdinaryRun(definitionOf(this.pkg, task), this.pkg.reconciliation.receipt, { runId, nowMs, idempotencyKey: null, scheduleName: null });
+    this.model.apply(created.change);
+    return created.run;
+  }
+
+  planFor(run: Run): WorkflowPlan {
+    const plan = this.pkg.plans.find((candidate) => candidate.digest === run.planDigest);
+    if (plan === undefined) throw new Error(`run ${run.id} has no plan in this package`);
+    return plan;
+  }
+
+  /** Runs the pure admission of one step against the model's current rows, without applying it. */
+  tryAdmit(runId: string, stepName: string, nowMs: number): AdmissionResult {
+    const run = this.model.run(runId);
+    const step = this.model.step(runId, stepName);
+    return admitTaskAttempt({
+      plan: this.planFor(run),
+      run,
+      step,
+      reconciliation: this.pkg.reconciliation.receipt,
+      definition: definitionOf(this.pkg, step.task),
+      existing: this.model.admission(runId, step.id, step.version),
+      nowMs,
+    });
+  }
+
+  /** Admits one step and applies the result; returns the new attempt. */
+  admit(runId: string, stepName: string, nowMs: number): RunAttempt {
+    const result = this.tryAdmit(runId, stepName, nowMs);
+    if (result.kind !== "admitted") throw new Error(`step ${stepName} was replayed, not admitted`);
+    this.model.apply(result.change);
+    return result.attempt;
+  }
+
+  apply(change: ChangeSet | null): void {
+    if (change !== null) this.model.apply(change);
+  }
+}
+
+/** Asserts the shape every change set of one run must have: one run row, version +1, contiguous new events. */
+export function expectOneVersionBump(change: ChangeSet, before: Run): void {
+  expect(change.runs).toHaveLength(1);
+  expect(change.runs[0]?.before).toEqual(before);
+  expect(change.runs[0]?.after.version).toBe(before.version + 1);
+  expect(change.events.map((event) => event.seq)).toEqual(change.events.map((_, index) => before.eventSeq + index + 1));
+  expect(change.runs[0]?.after.eventSeq).toBe(before.eventSeq + change.events.length);
+}
+
+/** Calls `fn` and returns the QlrError code it threw (or "no error"). */
+export function errorCode(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (error) {
+    return (error as { code?: string }).code ?? "not a QlrError";
+  }
+  return "no error";
+}

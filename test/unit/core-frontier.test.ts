@@ -1,0 +1,200 @@
+import { describe, expect, it } from "vitest";
+import { complete, markRunning, markStarting, startFailed } from "../../src/execution.ts";
+import { advanceFrontier } from "../../src/frontier.ts";
+import type { Manifest } from "../../src/manifest/types.ts";
+import type { RunAttempt } from "../../src/model.ts";
+import { requestCancel } from "../../src/runs.ts";
+import { diamondManifest, task } from "../support/fixtures.ts";
+import { CoreWorld, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
+
+/**
+ * The workflow frontier (DESIGN.md §3–§4, ADR-0229 §2): the only place that moves pending
+ * steps to ready or skipped and the only place that finalizes a workflow run as succeeded or
+ * failed. Execution and recovery advance attempts and steps only.
+ */
+
+const NO_RETRY = { max: 0, backoffMs: 0, idempotent: false };
+
+function frontier(world: CoreWorld, nowMs: number, runId = "run-1"): void {
+  world.apply(advanceFrontier(world.model.run(runId), world.model.stepsOf(runId), world.model.attemptsOf(runId), nowMs));
+}
+
+/** Admits, starts and runs one step; returns the running attempt. */
+function runStep(world: CoreWorld, name: string, nowMs: number, runId = "run-1"): RunAttempt {
+  const attempt = world.admit(runId, name, nowMs);
+  world.apply(markStarting(world.model.scope(attempt.id), nowMs));
+  world.apply(markRunning(world.model.scope(attempt.id), handleAt(nowMs), nowMs));
+  return world.model.attempt(attempt.id);
+}
+
+function finishStep(world: CoreWorld, name: string, nowMs: number, exitCode: number | null): void {
+  const attempt = runStep(world, name, nowMs);
+  world.apply(complete(world.model.scope(attempt.id), exitFacts(nowMs, nowMs + 1, exitCode), NO_RETRY, nowMs + 1));
+}
+
+function statuses(world: CoreWorld, runId = "run-1"): Record<string, string> {
+  return Object.fromEntries(world.model.stepsOf(runId).map((step) => [step.name, step.status]));
+}
+
+describe("the workflow frontier", () => {
+  it("steps without needs become ready on the first frontier, with readyAtMs the frontier's time", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    const change = advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 5);
+    expect(change).not.toBeNull();
+    expectOneVersionBump(change!, run);
+    world.apply(change);
+    expect(statuses(world)).toEqual({ a: "ready", b: "pending", c: "pending", d: "pending" });
+    expect(world.model.step("run-1", "a").readyAtMs).toBe(T0 + 5);
+  });
+
+  it("a pending step whose needs all succeeded becomes ready; one that still waits stays pending", () => {
+    const world = new CoreWorld();
+    world.startWorkflow();
+    frontier(world, T0 + 1);
+    finishStep(world, "a", T0 + 2, 0);
+    frontier(world, T0 + 4);
+    expect(statuses(world)).toEqual({ a: "succeeded", b: "ready", c: "ready", d: "pending" });
+    finishStep(world, "b", T0 + 5, 0);
+    frontier(world, T0 + 7);
+    expect(statuses(world).d).toBe("pending");
+  });
+
+  it("a workflow run is finalized only by the frontier: the last completion leaves it running", () => {
+    const world = new CoreWorld();
+    world.startWorkflow();
+    frontier(world, T0 + 1);
+    finishStep(world, "a", T0 + 2, 0);
+    frontier(world, T0 + 4);
+    finishStep(world, "b", T0 + 5, 0);
+    finishStep(world, "c", T0 + 5, 0);
+    frontier(world, T0 + 7);
+    finishStep(world, "d", T0 + 8, 0);
+    expect(world.model.run("run-1").status).toBe("running");
+    expect(world.model.run("run-1").finishedAtMs).toBeNull();
+    frontier(world, T0 + 10);
+    expect(world.model.run("run-1")).toMatchObject({ status: "succeeded", finishedAtMs: T0 + 10 });
+    const last = world.model.eventsOf("run-1").at(-1);
+    expect(last).toMatchObject({ type: "run.status_changed", data: { from: "running", to: "succeeded", failedSteps: [] } });
+  });
+
+  it("frontier skips steps downstream of a failed step and then fails the run", () => {
+    const world = new CoreWorld();
+    world.startWorkflow();
+    frontier(world, T0 + 1);
+    finishStep(world, "a", T0 + 2, 1);
+    frontier(world, T0 + 4);
+    // One pass settles the whole chain of skips (steps are in topological order) and the run.
+    expect(statuses(world)).toEqual({ a: "failed", b: "skipped", c: "skipped", d: "skipped" });
+    expect(world.model.run("run-1").status).toBe("failed");
+    const skipD = world.model.eventsOf("run-1").find((event) => event.type === "step.status_changed" && event.data.step === "d");
+    expect(skipD?.data).toMatchObject({ to: "skipped", blockedBy: ["b", "c"] });
+    expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({ to: "failed", failedSteps: ["a"] });
+  });
+
+  it("a downstream step is skipped as soon as one upstream failed, but the run waits for the sibling still running", () => {
+    const world = new CoreWorld();
+    world.startWorkflow();
+    frontier(world, T0 + 1);
+    finishStep(world, "a", T0 + 2, 0);
+    frontier(world, T0 + 4);
+    finishStep(world, "b", T0 + 5, 1);
+    const c = runStep(world, "c", T0 + 6);
+    frontier(world, T0 + 7);
+    expect(statuses(world)).toEqual({ a: "succeeded", b: "failed", c: "running", d: "skipped" });
+    expect(world.model.run("run-1").status).toBe("running");
+    world.apply(complete(world.model.scope(c.id), exitFacts(T0 + 6, T0 + 8, 0), NO_RETRY, T0 + 8));
+    frontier(world, T0 + 9);
+    expect(world.model.run("run-1").status).toBe("failed");
+    expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({ failedSteps: ["b"] });
+  });
+
+  it("a timed out step fails the run: a workflow run is never timed_out", () => {
+    const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["true"], { timeoutMs: 100 })] }));
+    world.startWorkflow();
+    frontier(world, T0 + 1);
+    const a = runStep(world, "a", T0 + 2);
+    world.apply(complete(world.model.scope(a.id), exitFacts(T0 + 2, T0 + 500, 0), NO_RETRY, T0 + 500));
+    expect(statuses(world).a).toBe("timed_out");
+    frontier(world, T0 + 501);
+    expect(world.model.run("run-1").status).toBe("failed");
+    expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({ failedSteps: ["a"] });
+  });
+
+  it("a step that failed to start fails the run like any failure", () => {
+    const world = new CoreWorld();
+    world.startWorkflow();
+    frontier(world, T0 + 1);
+    const attempt = world.admit("run-1", "a", T0 + 2);
+    world.apply(markStarting(world.model.scope(attempt.id), T0 + 2));
+    world.apply(startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 3));
+    frontier(world, T0 + 4);
+    expect(world.model.run("run-1").status).toBe("failed");
+  });
+
+  it("the run is not finalized while an attempt is live, even if every step looks settled", () => {
+    const world = new CoreWorld(singleStep());
+    world.startWorkflow("one");
+    frontier(world, T0 + 1);
+    const attempt = world.admit("run-1", "only", T0 + 2);
+    const settledLooking = world.model.stepsOf("run-1").map((step) => ({ ...step, status: "failed" as const }));
+    expect(advanceFrontier(world.model.run("run-1"), settledLooking, [attempt], T0 + 3)).toBeNull();
+  });
+
+  it("frontier is frozen for a run with a cancel intent: whole-run cancellation owns it", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    world.apply(requestCancel(run, T0 + 1, "user"));
+    expect(advanceFrontier(world.model.run("run-1"), world.model.stepsOf("run-1"), [], T0 + 2)).toBeNull();
+  });
+
+  it("frontier ignores ordinary runs and terminal workflow runs", () => {
+    const world = new CoreWorld();
+    const ordinary = world.startTask();
+    expect(advanceFrontier(ordinary, [], [], T0 + 1)).toBeNull();
+    const run = world.startWorkflow();
+    expect(advanceFrontier({ ...run, status: "failed" }, world.model.stepsOf(run.id), [], T0 + 1)).toBeNull();
+  });
+
+  it("a frontier with nothing to move writes nothing", () => {
+    const world = new CoreWorld();
+    world.startWorkflow();
+    frontier(world, T0 + 1);
+    expect(advanceFrontier(world.model.run("run-1"), world.model.stepsOf("run-1"), world.model.attemptsOf("run-1"), T0 + 2)).toBeNull();
+  });
+
+  it("failedSteps names failed, timed out and cancelled steps but not skipped ones", () => {
+    const world = new CoreWorld(twoRoots());
+    world.startWorkflow("pair");
+    frontier(world, T0 + 1);
+    finishStep(world, "x", T0 + 2, 1);
+    finishStep(world, "y", T0 + 2, 0);
+    frontier(world, T0 + 4);
+    expect(statuses(world)).toEqual({ x: "failed", y: "succeeded", z: "skipped" });
+    expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({ to: "failed", failedSteps: ["x"] });
+  });
+});
+
+function singleStep(): Manifest {
+  return { package: "demo", description: null, tasks: [task("work")], workflows: [{ name: "one", description: null, steps: [{ name: "only", task: "work", needs: [] }] }], schedules: [] };
+}
+
+function twoRoots(): Manifest {
+  return {
+    package: "demo",
+    description: null,
+    tasks: [task("work")],
+    workflows: [
+      {
+        name: "pair",
+        description: null,
+        steps: [
+          { name: "x", task: "work", needs: [] },
+          { name: "y", task: "work", needs: [] },
+          { name: "z", task: "work", needs: ["x", "y"] },
+        ],
+      },
+    ],
+    schedules: [],
+  };
+}

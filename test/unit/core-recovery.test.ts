@@ -1,0 +1,297 @@
+import { describe, expect, it } from "vitest";
+import { markRunning, markStarting } from "../../src/execution.ts";
+import { advanceFrontier } from "../../src/frontier.ts";
+import type { RunAttempt } from "../../src/model.ts";
+import { expireLease } from "../../src/leases.ts";
+import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
+import { applyRecovery, decideRecovery, type LiveInspection, type RecoveryDecision, type RecoveryEvidence } from "../../src/recovery.ts";
+import { requestCancel } from "../../src/runs.ts";
+import { diamondManifest, task } from "../support/fixtures.ts";
+import { CoreWorld, definitionOf, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
+
+/**
+ * Start-up recovery of workflow task attempts (ADR-0229 §3, ADR-0227 §6), one attempt at a
+ * time: orphaned claims get a new ready epoch; past the start barrier only a receipt, two
+ * consistent live inspections or trusted not-running evidence decide; everything else fails
+ * closed. Recovery never finalizes the parent workflow run.
+ */
+
+const NO_RETRY = { max: 0, backoffMs: 0, idempotent: false };
+const IDEMPOTENT = { max: 2, backoffMs: 250, idempotent: true };
+
+const NO_EVIDENCE: RecoveryEvidence = { receipt: { status: "none" }, journal: "present", inspections: [] };
+
+function worldWith(retry = NO_RETRY): CoreWorld {
+  const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["true"], { retry })] }));
+  const run = world.startWorkflow();
+  world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+  return world;
+}
+
+function claimed(world: CoreWorld): RunAttempt {
+  return world.admit("run-1", "a", T0 + 2);
+}
+
+function starting(world: CoreWorld): RunAttempt {
+  const attempt = claimed(world);
+  world.apply(markStarting(world.model.scope(attempt.id), T0 + 3));
+  return world.model.attempt(attempt.id);
+}
+
+function running(world: CoreWorld): RunAttempt {
+  const attempt = starting(world);
+  world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 5));
+  return world.model.attempt(attempt.id);
+}
+
+function decide(world: CoreWorld, attempt: RunAttempt, evidence: RecoveryEvidence): RecoveryDecision {
+  return decideRecovery(world.model.scope(attempt.id), evidence);
+}
+
+function recover(world: CoreWorld, attempt: RunAttempt, evidence: RecoveryEvidence, nowMs = T0 + 100): RecoveryDecision {
+  const scope = world.model.scope(attempt.id);
+  const decision = decideRecovery(scope, evidence);
+  world.apply(applyRecovery(scope, decision, definitionOf(world.pkg, "work").retry, nowMs));
+  return decision;
+}
+
+function inspected(first: LiveInspection, second: LiveInspection): RecoveryEvidence {
+  return { ...NO_EVIDENCE, inspections: [first, second] };
+}
+
+describe("orphaned claims", () => {
+  it("recovery of an orphaned claimed attempt marks it lost and opens a new ready epoch keeping attempt count and ready time", () => {
+    const world = worldWith();
+    const attempt = claimed(world);
+    const stepBefore = world.model.step("run-1", "a");
+    const runBefore = world.model.run("run-1");
+    const scope = world.model.scope(attempt.id);
+    const decision = decideRecovery(scope, { receipt: { status: "none" }, journal: "absent", inspections: [] });
+    expect(decision.kind).toBe("lost_new_epoch");
+    const change = applyRecovery(scope, decision, NO_RETRY, T0 + 100)!;
+    expectOneVersionBump(change, runBefore);
+    world.apply(change);
+    expect(world.model.attempt(attempt.id)).toMatchObject({ status: "lost", finishedAtMs: T0 + 100 });
+    const step = world.model.step("run-1", "a");
+    expect(step).toMatchObject({ status: "ready", version: stepBefore.version + 1, attemptCount: stepBefore.attemptCount, readyAtMs: stepBefore.readyAtMs });
+    expect(step.digest).not.toBe(stepBefore.digest);
+    expect(change.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus, mutation.fromDigest, mutation.toDigest])).toEqual([["ready", "ready", stepBefore.digest, step.digest]]);
+    expect(world.model.run("run-1").status).toBe("running");
+  });
+
+  it("the new epoch is admitted again through the normal admission path, and the old receipt stays with the old epoch", () => {
+    const world = worldWith();
+    const first = claimed(world);
+    recover(world, first, { receipt: { status: "none" }, journal: "absent", inspections: [] });
+    expect(world.tryAdmit("run-1", "a", T0 + 101).kind).toBe("admitted");
+    expect(world.model.admission("run-1", first.stepRunId!, first.stepRunVersion!)?.attemptId).toBe(first.id);
+  });
+
+  it("a claim is orphaned whatever evidence is offered, since it never crossed the start barrier", () => {
+    const world = worldWith();
+    const attempt = claimed(world);
+    for (const evidence of [NO_EVIDENCE, inspected("running", "running"), { ...NO_EVIDENCE, receipt: { status: "invalid" as const, reason: "x" } }]) {
+      expect(decide(world, attempt, evidence).kind).toBe("lost_new_epoch");
+    }
+  });
+
+  it("recovery of a starting attempt without a journal record treats it as never spawned and opens a new epoch", () => {
+    const world = worldWith();
+    const attempt = starting(world);
+    expect(recover(world, attempt, { receipt: { status: "none" }, journal: "absent", inspections: [] }).kind).toBe("lost_new_epoch");
+    expect(world.model.step("run-1", "a")).toMatchObject({ status: "ready", attemptCount: 0 });
+  });
+
+  it("an ordinary orphaned claim is lost and its run goes back to queued", () => {
+    const world = new CoreWorld();
+    const run = world.startTask();
+    const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
+    world.apply(admitted.change);
+    recover(world, admitted.attempt, { receipt: { status: "none" }, journal: "absent", inspections: [] });
+    expect(world.model.attempt(admitted.attempt.id).status).toBe("lost");
+    expect(world.model.run(run.id).status).toBe("queued");
+  });
+});
+
+describe("attempts past the start barrier", () => {
+  it("a valid receipt completes a starting attempt through ready → running → terminal", () => {
+    const world = worldWith();
+    const attempt = starting(world);
+    const decision = recover(world, attempt, { ...NO_EVIDENCE, receipt: { status: "valid", facts: exitFacts(T0 + 4, T0 + 40, 0, { handle: handleAt(T0 + 4) }) } });
+    expect(decision.kind).toBe("complete");
+    expect(world.model.attempt(attempt.id).status).toBe("succeeded");
+    expect(world.model.step("run-1", "a")).toMatchObject({ status: "succeeded", attemptCount: 1, startedAtMs: T0 + 4 });
+  });
+
+  it("a receipt is read first: it decides even when the inspections disagree", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    const decision = decide(world, attempt, { receipt: { status: "valid", facts: exitFacts(T0 + 4, T0 + 40, 1) }, journal: "present", inspections: ["changed_identity", "unverifiable"] });
+    expect(decision.kind).toBe("complete");
+  });
+
+  it("recovery with a tampered receipt fails closed", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    const decision = recover(world, attempt, { receipt: { status: "invalid", reason: "mac mismatch" }, journal: "present", inspections: ["not_running", "not_running"] });
+    expect(decision).toEqual({ kind: "fail_closed", reason: "receipt rejected: mac mismatch" });
+    expect(world.model.attempt(attempt.id)).toMatchObject({ status: "running", error: "receipt rejected: mac mismatch" });
+    expect(world.model.step("run-1", "a").status).toBe("running");
+  });
+
+  it("recovery with a rejected journal record fails closed", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    expect(decide(world, attempt, { ...NO_EVIDENCE, journal: "invalid", inspections: ["not_running", "not_running"] }).kind).toBe("fail_closed");
+  });
+
+  it("recovery of a starting attempt without receipt and with a changed identity fails closed", () => {
+    const world = worldWith();
+    const attempt = starting(world);
+    const decision = recover(world, attempt, inspected("changed_identity", "changed_identity"));
+    expect(decision.kind).toBe("fail_closed");
+    expect(world.model.attempt(attempt.id).status).toBe("starting");
+    expect(world.model.step("run-1", "a").status).toBe("ready");
+  });
+
+  it("recovery of a running attempt whose pid now belongs to another process fails closed", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    expect(decide(world, attempt, inspected("changed_identity", "running"))).toEqual({ kind: "fail_closed", reason: "the pid now belongs to another process" });
+    expect(decide(world, attempt, inspected("not_running", "changed_identity")).kind).toBe("fail_closed");
+  });
+
+  it("an unverifiable platform, a single inspection, inconsistent inspections or a missing handle fail closed", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    expect(decide(world, attempt, inspected("unverifiable", "unverifiable")).kind).toBe("fail_closed");
+    expect(decide(world, attempt, { ...NO_EVIDENCE, inspections: ["not_running"] }).kind).toBe("fail_closed");
+    expect(decide(world, attempt, inspected("running", "not_running")).kind).toBe("fail_closed");
+    expect(decide(world, attempt, inspected("not_running", "running")).kind).toBe("fail_closed");
+    const withoutHandle = { ...world.model.scope(attempt.id), attempt: { ...attempt, pid: null } };
+    expect(decideRecovery(withoutHandle, inspected("running", "running"))).toEqual({ kind: "fail_closed", reason: "no persisted process handle to inspect" });
+  });
+
+  it("trusted not-running evidence needs no persisted handle: a starting attempt whose journal proves the process gone is lost and its step failed", () => {
+    // The journal's boot id proves a process of an earlier boot is gone even when the runtime
+    // died before it persisted the handle; the step then fails, never silently retried.
+    const world = worldWith();
+    const attempt = starting(world);
+    expect(recover(world, attempt, inspected("not_running", "not_running")).kind).toBe("lost_failed");
+    expect(world.model.attempt(attempt.id).status).toBe("lost");
+    expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 0 });
+  });
+
+  it("two consistent live inspections of the exact identity re-adopt the attempt and write nothing", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    const scope = world.model.scope(attempt.id);
+    const decision = decideRecovery(scope, inspected("running", "running"));
+    expect(decision).toEqual({ kind: "readopt" });
+    expect(applyRecovery(scope, decision, NO_RETRY, T0 + 100)).toBeNull();
+  });
+
+  it("failing closed records the reason once, changes no status, and repeating the same decision writes nothing", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    const before = world.model.run("run-1");
+    const scope = world.model.scope(attempt.id);
+    const decision = decideRecovery(scope, inspected("unverifiable", "unverifiable"));
+    const change = applyRecovery(scope, decision, NO_RETRY, T0 + 100)!;
+    expectOneVersionBump(change, before);
+    expect(change.events.map((event) => event.type)).toEqual(["attempt.recovery_failed_closed"]);
+    expect(change.steps).toEqual([]);
+    world.apply(change);
+    const again = world.model.scope(attempt.id);
+    expect(applyRecovery(again, decideRecovery(again, inspected("unverifiable", "unverifiable")), NO_RETRY, T0 + 200)).toBeNull();
+  });
+
+  it("recovery of a running attempt with trusted not-running evidence yields attempt lost and step failed (running → lost → failed chain)", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    const scope = world.model.scope(attempt.id);
+    const decision = decideRecovery(scope, inspected("not_running", "not_running"));
+    expect(decision.kind).toBe("lost_failed");
+    const change = applyRecovery(scope, decision, NO_RETRY, T0 + 100)!;
+    expect(change.events.map((event) => [event.type, event.data.from, event.data.to])).toEqual([
+      ["attempt.status_changed", "running", "lost"],
+      ["step.status_changed", "running", "failed"],
+    ]);
+    expect(change.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus])).toEqual([["running", "failed"]]);
+    world.apply(change);
+    expect(world.model.attempt(attempt.id).status).toBe("lost");
+    expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 1 });
+  });
+
+  it("recovery of a running attempt of an idempotent task retries in a new ready epoch", () => {
+    const world = worldWith(IDEMPOTENT);
+    const attempt = running(world);
+    const before = world.model.step("run-1", "a");
+    recover(world, attempt, inspected("not_running", "not_running"));
+    expect(world.model.attempt(attempt.id).status).toBe("lost");
+    expect(world.model.step("run-1", "a")).toMatchObject({ status: "ready", version: before.version + 1, attemptCount: 1, readyAtMs: T0 + 100, notBeforeMs: T0 + 350, startedAtMs: null });
+  });
+
+  it("a lost attempt of an idempotent task is not retried after a cancel intent", () => {
+    const world = worldWith(IDEMPOTENT);
+    const attempt = running(world);
+    world.apply(requestCancel(world.model.run("run-1"), T0 + 50, "user"));
+    recover(world, attempt, inspected("not_running", "not_running"));
+    expect(world.model.step("run-1", "a").status).toBe("failed");
+  });
+
+  it("recovery never finalizes the parent workflow run", () => {
+    const world = new CoreWorld({ package: "demo", description: null, tasks: [task("work")], workflows: [{ name: "one", description: null, steps: [{ name: "only", task: "work", needs: [] }] }], schedules: [] });
+    const run = world.startWorkflow("one");
+    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const attempt = world.admit("run-1", "only", T0 + 2);
+    world.apply(markStarting(world.model.scope(attempt.id), T0 + 3));
+    world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 5));
+    const scope = world.model.scope(attempt.id);
+    const change = applyRecovery(scope, decideRecovery(scope, inspected("not_running", "not_running")), NO_RETRY, T0 + 100)!;
+    expect(change.events.some((event) => event.type === "run.status_changed")).toBe(false);
+    world.apply(change);
+    // Every step is settled and nothing is live, yet the run stays running until the frontier sees it.
+    expect(world.model.run("run-1").status).toBe("running");
+    world.apply(advanceFrontier(world.model.run("run-1"), world.model.stepsOf("run-1"), world.model.attemptsOf("run-1"), T0 + 101));
+    expect(world.model.run("run-1").status).toBe("failed");
+  });
+
+  it("an ordinary running attempt lost on trusted evidence loses the run unless the task is idempotent with budget left", () => {
+    for (const [retry, expected] of [
+      [NO_RETRY, "lost"],
+      [{ max: 1, backoffMs: 0, idempotent: false }, "lost"],
+      [IDEMPOTENT, "queued"],
+    ] as const) {
+      const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["true"], { retry })] }));
+      const run = world.startTask();
+      const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
+      world.apply(admitted.change);
+      world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
+      world.apply(markRunning(world.model.scope(admitted.attempt.id), handleAt(T0 + 2), T0 + 3));
+      recover(world, world.model.attempt(admitted.attempt.id), inspected("not_running", "not_running"));
+      expect(world.model.run(run.id).status).toBe(expected);
+    }
+  });
+
+  it("a pristine remote claim that never held a lease is dispatcher backlog, never lost for its missing lease", () => {
+    const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["run"], { executor: "remote_worker", pool: "gpu" })] }));
+    const run = world.startWorkflow();
+    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const attempt = world.admit("run-1", "a", T0 + 2);
+    expect(attempt).toMatchObject({ executor: "remote_worker", leaseExpiresAtMs: null, leaseVersion: 0 });
+    expect(expireLease(world.model.scope(attempt.id), NO_RETRY, T0 + 10 * 60_000)).toBeNull();
+    // Once a lease was held and expired before the start barrier, the claim is lost and the step gets a new epoch.
+    const leased = { ...attempt, leaseWorkerId: "worker-1", leaseVersion: 1, leaseExpiresAtMs: T0 + 30_000 };
+    const change = expireLease({ ...world.model.scope(attempt.id), attempt: leased }, NO_RETRY, T0 + 30_000);
+    expect(change?.attempts[0]?.after.status).toBe("lost");
+    expect(change?.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus])).toEqual([["ready", "ready"]]);
+  });
+
+  it("terminal attempts need no recovery", () => {
+    const world = worldWith();
+    const attempt = claimed(world);
+    recover(world, attempt, { receipt: { status: "none" }, journal: "absent", inspections: [] });
+    expect(decide(world, world.model.attempt(attempt.id), NO_EVIDENCE)).toEqual({ kind: "none" });
+  });
+});

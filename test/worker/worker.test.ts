@@ -1,0 +1,131 @@
+/**
+ * The Worker end to end inside workerd: the fetch entry forwards to the coordinator Durable
+ * Object, the cron trigger's `scheduled` handler runs one cycle with the edge budgets, and
+ * remote_worker steps are admitted (a `claimed` attempt) and wait for a remote worker.
+ */
+import { createScheduledController, SELF } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import worker from "../../runtimes/worker/index.ts";
+import { configurationProblem } from "../../runtimes/worker/coordinator-object.ts";
+import { testEnv, token } from "./support.ts";
+
+const BASE = "https://qlr.test";
+
+function call(path: string, init: { method?: string; body?: string; contentType?: string; auth?: string | null } = {}): Promise<Response> {
+  const headers: Record<string, string> = {};
+  const auth = init.auth === undefined ? `Bearer ${token()}` : init.auth;
+  if (auth !== null) headers.authorization = auth;
+  if (init.contentType !== undefined) headers["content-type"] = init.contentType;
+  return SELF.fetch(`${BASE}${path}`, { method: init.method ?? "GET", headers, ...(init.body === undefined ? {} : { body: init.body }) }) as unknown as Promise<Response>;
+}
+
+async function json<T>(response: Response): Promise<T> {
+  return (await response.json()) as T;
+}
+
+/** The cron trigger's invocation: the handler awaits the whole cycle (no waitUntil work is left). */
+async function runScheduled(): Promise<void> {
+  await worker.scheduled(createScheduledController({ cron: "* * * * *", scheduledTime: Date.now() }), testEnv);
+}
+
+interface RunDetail {
+  run: { id: string; kind: string; status: string; package: string; generation: number };
+  steps: { id: string; name: string; status: string; version: number; attemptCount: number }[];
+  attempts: { id: string; stepRunId: string | null; number: number; status: string; executor: string; startedAtMs: number | null; finishedAtMs: number | null; exitCode: number | null; pid: number | null }[];
+}
+
+const MANIFEST = `
+package: edge-demo
+tasks:
+  fetch:
+    run: ["sh", "-c", "echo fetched"]
+    timeout: 30s
+    executor: remote_worker
+    pool: default
+  report:
+    run: ["sh", "-c", "echo report"]
+    timeout: 10s
+    executor: remote_worker
+    pool: default
+workflows:
+  pipeline:
+    steps:
+      a: { task: fetch }
+      b: { task: report, needs: [a] }
+`;
+
+describe("the Worker", () => {
+  it("GET /healthz answers 200 without a token", async () => {
+    const response = await call("/healthz", { auth: null });
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ ok: true });
+  });
+
+  it("a missing or wrong token is 401 and writes nothing", async () => {
+    for (const auth of [null, "Bearer wrong-token", `Basic ${token()}`]) {
+      const response = await call("/runs", { auth });
+      expect(response.status, String(auth)).toBe(401);
+      expect(await json<{ error: { code: string } }>(response)).toMatchObject({ error: { code: "unauthorized" } });
+    }
+    const apply = await call("/packages", { method: "POST", body: MANIFEST.replace("edge-demo", "unauthorized-pkg"), contentType: "application/yaml", auth: "Bearer nope" });
+    expect(apply.status).toBe(401);
+    expect((await call("/packages/unauthorized-pkg")).status).toBe(404);
+  });
+
+  it("apply → run → scheduled ticks: steps become ready and one claimed attempt is admitted, nothing else", async () => {
+    const applied = await call("/packages", { method: "POST", body: MANIFEST, contentType: "application/yaml" });
+    expect(applied.status).toBe(201);
+    expect(await applied.json()).toMatchObject({ package: "edge-demo", generation: 1, changed: true });
+
+    const started = await call("/runs", { method: "POST", body: JSON.stringify({ package: "edge-demo", workflow: "pipeline" }), contentType: "application/json" });
+    expect(started.status).toBe(201);
+    const { run } = await json<{ run: { id: string; status: string; kind: string } }>(started);
+    expect(run).toMatchObject({ kind: "workflow", status: "running" });
+
+    const before = await json<RunDetail>(await call(`/runs/${run.id}`));
+    expect(before.steps.map((step) => [step.name, step.status])).toEqual([["a", "pending"], ["b", "pending"]]);
+    expect(before.attempts).toEqual([]);
+
+    // The cron trigger: one edge cycle (frontier 1×1, admission 1×1).
+    await runScheduled();
+    const afterFirst = await json<RunDetail>(await call(`/runs/${run.id}`));
+    expect(afterFirst.run.status).toBe("running");
+    const [stepA, stepB] = afterFirst.steps;
+    expect(stepA).toMatchObject({ name: "a", status: "ready", attemptCount: 0 });
+    expect(stepB).toMatchObject({ name: "b", status: "pending", attemptCount: 0 });
+    expect(afterFirst.attempts).toHaveLength(1);
+    expect(afterFirst.attempts[0]).toMatchObject({ stepRunId: stepA!.id, number: 1, status: "claimed", executor: "remote_worker", startedAtMs: null, finishedAtMs: null, exitCode: null, pid: null });
+
+    // More cycles: no remote worker exists, so the claim just waits; nothing else moves.
+    await runScheduled();
+    await runScheduled();
+    const afterMore = await json<RunDetail>(await call(`/runs/${run.id}`));
+    expect(afterMore.steps).toEqual(afterFirst.steps);
+    expect(afterMore.attempts).toEqual(afterFirst.attempts);
+
+    const events = await json<{ events: { seq: number; type: string }[] }>(await call(`/runs/${run.id}/events?after=0`));
+    expect(events.events.map((event) => event.seq)).toEqual(events.events.map((_, index) => index + 1));
+  });
+
+  it("POST /tick answers the tick report with the edge profile", async () => {
+    const response = await call("/tick", { method: "POST" });
+    expect(response.status).toBe(200);
+    const { report } = await json<{ report: { profile: string; stages: { name: string; processed: number; errors: unknown[]; more: boolean }[]; more: boolean; durationMs: number } }>(response);
+    expect(report.profile).toBe("edge");
+    expect(report.stages.map((stage) => stage.name)).toEqual(["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control"]);
+    for (const stage of report.stages) expect(stage.errors, stage.name).toEqual([]);
+    expect(typeof report.more).toBe("boolean");
+    expect(report.durationMs).toBeGreaterThanOrEqual(0);
+    const metrics = await call("/metrics");
+    expect(metrics.status).toBe(200);
+    expect(await metrics.text()).toMatch(/^qlr_ticks_total [1-9]\d*$/m);
+  });
+
+  it("refuses to serve without a token secret or with an unknown profile", () => {
+    expect(configurationProblem({ QLR_TOKEN: "t" })).toBeNull();
+    expect(configurationProblem({ QLR_TOKEN: "t", QLR_PROFILE: "standalone" })).toBeNull();
+    expect(configurationProblem({})).toMatch(/QLR_TOKEN/);
+    expect(configurationProblem({ QLR_TOKEN: "" })).toMatch(/QLR_TOKEN/);
+    expect(configurationProblem({ QLR_TOKEN: "t", QLR_PROFILE: "huge" })).toMatch(/QLR_PROFILE/);
+  });
+});
