@@ -197,7 +197,8 @@ export function createApp(deps: AppDeps): Hono {
 
   app.use("*", async (c, next) => {
     const header = c.req.header("authorization") ?? "";
-    const presented = header.startsWith("Bearer ") ? header.slice("Bearer ".length) : "";
+    // The auth scheme is case-insensitive (RFC 9110 §11.1); the token itself is compared in constant time.
+    const presented = /^bearer +/i.test(header) ? header.replace(/^bearer +/i, "") : "";
     if (presented.length === 0 || !timingSafeEqualText(presented, deps.token)) {
       deps.metrics.observeHttpError();
       return c.json({ error: { code: "unauthorized", message: "a valid bearer token is required", details: [] } }, 401);
