@@ -35,6 +35,12 @@ export interface AppDeps {
   readonly readLog?: (attempt: RunAttempt, maxBytes: number) => Promise<string | null>;
   /** Recovery decisions that failed closed, shown by `status` and the API. */
   readonly recoveryReport?: () => readonly { attemptId: string; decision: string; reason: string | null }[];
+  /**
+   * The executor types this runtime can run. A runtime that cannot spawn processes (an edge
+   * function) refuses `local_process` tasks at apply time instead of admitting steps that
+   * nothing would ever start. Defaults to both.
+   */
+  readonly supportedExecutors?: readonly ("local_process" | "remote_worker")[];
   /** How long a remote worker's lease lasts without a heartbeat. */
   readonly leaseTtlMs?: number;
   /** Extra routes mounted before auth (dashboard assets). */
@@ -233,6 +239,15 @@ export function createApp(deps: AppDeps): Hono {
       fail("invalid_request", `unsupported content-type ${contentType}; use application/json or application/yaml`, [{ path: "content-type", message: "unsupported" }]);
     }
     if (!result.ok) fail("invalid_manifest", `the manifest has ${result.issues.length} problem(s)`, result.issues);
+    const supported = deps.supportedExecutors ?? ["local_process", "remote_worker"];
+    const unsupported = result.manifest.tasks.filter((task) => !supported.includes(task.executor));
+    if (unsupported.length > 0) {
+      fail(
+        "invalid_manifest",
+        `this runtime cannot run ${unsupported[0]?.executor ?? ""} tasks`,
+        unsupported.map((task) => ({ path: `tasks.${task.name}.executor`, message: `${task.executor} is not available here; use one of ${supported.join(", ")}` })),
+      );
+    }
     const applied = await write((tx, nowMs) => applyPackage(tx, result.manifest, nowMs));
     return c.json(applied, applied.changed ? 201 : 200);
   });

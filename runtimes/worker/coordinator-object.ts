@@ -102,7 +102,7 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       elapsedMs: () => performance.now(),
       onStage: (stage) => metrics.observeStage(stage),
     });
-    const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, token: this.env.QLR_TOKEN ?? "", metrics });
+    const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, token: this.env.QLR_TOKEN ?? "", metrics, supportedExecutors: ["remote_worker"] });
     return { store, coordinator, metrics, app };
   }
 
