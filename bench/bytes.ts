@@ -10,7 +10,9 @@
  * B. One explicit checkpoint: bytes and time (the snapshot is the whole database).
  * C. Full workflow steps on a fresh store: diamond runs driven by the edge-profile cadence with
  *    the simulated executor until every run succeeded; bytes per step, split into journal and
- *    checkpoint bytes, and journaled transactions per step.
+ *    checkpoint bytes, and journaled transactions per step; then what the database holds.
+ * D. Journal anatomy: the same drive on a store that never checkpoints, then every journal
+ *    record decoded and its bytes attributed to the statements that wrote them.
  */
 import { statSync } from "node:fs";
 import { readFileSync } from "node:fs";
@@ -18,6 +20,7 @@ import type { AdmissionCandidate } from "../src/ports.ts";
 import type { ProfileName } from "../src/profiles.ts";
 import { diamondManifest, ioDelta, log, now, readConfig, readProcIo, round, wideManifest, writeResult, type ProcIo } from "./lib/common.ts";
 import { databaseComposition } from "./lib/db-composition.ts";
+import { journalAnatomy } from "./lib/journal-anatomy.ts";
 import { fileStoreSizes, openBenchStore, type OpenedStore } from "./lib/stores.ts";
 import { applyManifest, createWorld, driveUntilTerminal, startRuns } from "./lib/world.ts";
 
@@ -199,11 +202,45 @@ async function workflowSteps(config: BytesConfig): Promise<Record<string, unknow
   }
 }
 
+async function anatomy(config: BytesConfig): Promise<Record<string, unknown>> {
+  const runs = Math.min(50, config.workflowRuns);
+  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, { dataRoot: config.dataRoot, checkpointJournalBytes: 1024 ** 3 });
+  try {
+    const { directory } = requireFile(opened);
+    const world = createWorld(opened.store, { profile: config.profile });
+    await applyManifest(world, diamondManifest("bench"));
+    const before = journalAnatomy(directory);
+    await startRuns(world, "bench", { kind: "workflow", name: "diamond" }, runs);
+    await driveUntilTerminal(world, runs, config.maxTicks);
+    const after = journalAnatomy(directory);
+    const steps = runs * 4;
+    // Only what the run starts and the drive wrote: subtract the package's records (applied before).
+    const beforeBySql = new Map(before.statements.map((entry) => [entry.sql, entry]));
+    return {
+      runs,
+      steps,
+      records: after.records - before.records,
+      bytesPerStep: round((after.totalBytes - before.totalBytes) / steps, 1),
+      headerBytesPerStep: round((after.headerBytes - before.headerBytes) / steps, 1),
+      sqlTextBytesPerStep: round((after.sqlTextBytes - before.sqlTextBytes) / steps, 1),
+      statements: after.statements
+        .map((entry) => {
+          const earlier = beforeBySql.get(entry.sql);
+          return { sql: entry.sql, perStep: round((entry.count - (earlier?.count ?? 0)) / steps, 2), bytesPerStep: round((entry.bytes - (earlier?.bytes ?? 0)) / steps, 1) };
+        })
+        .filter((entry) => entry.perStep > 0),
+    };
+  } finally {
+    await opened.close();
+  }
+}
+
 async function main(): Promise<void> {
   const config = readConfig<BytesConfig>();
   const admissionFigures = await admissions(config);
   const stepFigures = await workflowSteps(config);
-  writeResult({ bench: "bytes", store: "sqljs-file", admissions: admissionFigures, workflow: stepFigures });
+  const anatomyFigures = await anatomy(config);
+  writeResult({ bench: "bytes", store: "sqljs-file", admissions: admissionFigures, workflow: stepFigures, journalAnatomy: anatomyFigures });
 }
 
 await main();

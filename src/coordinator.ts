@@ -83,6 +83,8 @@ export function isSpawnFailure(error: unknown): boolean {
 export class Coordinator {
   private frozen = false;
   private ticking: Promise<unknown> = Promise.resolve();
+  /** Where each paged stage resumes next cycle (in memory only: a restart simply starts over). */
+  private readonly cursors = new Map<string, string | null>();
   private readonly deps: CoordinatorDeps;
 
   constructor(deps: CoordinatorDeps) {
@@ -154,13 +156,13 @@ export class Coordinator {
     const profile = this.deps.profile;
     switch (name) {
       case "cancellation":
-        return this.pagedRuns(profile.cancellation, context, (tx, after, limit) => tx.listCancellingRuns(after, limit), (runId) => this.convergeRun(runId));
+        return this.pagedRuns("cancellation", profile.cancellation, context, (tx, after, limit) => tx.listCancellingRuns(after, limit), (runId) => this.convergeRun(runId));
       case "schedules":
         return this.schedules(profile.schedules, context);
       case "ordinary":
-        return this.pagedRuns(profile.ordinary, context, (tx, after, limit, nowMs) => tx.listQueuedOrdinaryRuns(after, limit, nowMs), (runId) => this.admitOrdinary(runId));
+        return this.pagedRuns("ordinary", profile.ordinary, context, (tx, after, limit, nowMs) => tx.listQueuedOrdinaryRuns(after, limit, nowMs), (runId) => this.admitOrdinary(runId));
       case "frontier":
-        return this.pagedRuns(profile.frontier, context, (tx, after, limit) => tx.listFrontierRuns(after, limit), (runId) => this.frontier(runId));
+        return this.pagedRuns("frontier", profile.frontier, context, (tx, after, limit) => tx.listFrontierRuns(after, limit), (runId) => this.frontier(runId));
       case "admission":
         return this.admission(profile.admission, context);
       case "dispatch":
@@ -171,13 +173,20 @@ export class Coordinator {
   }
 
   /** Pages through candidate runs; one short transaction per run; a failing run is reported, the page goes on. */
+  /**
+   * Pages through candidate runs; one short transaction per run; a failing run is reported, the
+   * page goes on. Each stage resumes where its previous cycle stopped (round robin), so items
+   * that stay candidates (a run failing every cycle, a long-running attempt) can never starve
+   * the ones behind them when a budget is smaller than the backlog.
+   */
   private async pagedRuns(
+    cursorKey: string,
     budget: StageBudget,
     context: StageContext,
     list: (tx: StoreTx, after: string | null, limit: number, nowMs: number) => Promise<string[]>,
     handle: (runId: string) => Promise<boolean>,
   ): Promise<void> {
-    let after: string | null = null;
+    let after: string | null = this.cursors.get(cursorKey) ?? null;
     for (let page = 0; page < budget.pages; page += 1) {
       const ids = await this.deps.store.transaction(async (tx) => list(tx, after, budget.pageSize, this.deps.clock.nowMs()));
       for (const runId of ids) {
@@ -187,8 +196,12 @@ export class Coordinator {
           context.errors.push({ ...describe(error), subject: runId });
         }
       }
-      if (ids.length < budget.pageSize) return;
+      if (ids.length < budget.pageSize) {
+        this.cursors.delete(cursorKey);
+        return;
+      }
       after = ids[ids.length - 1] ?? null;
+      this.cursors.set(cursorKey, after);
       if (page === budget.pages - 1) context.more = true;
     }
   }
@@ -375,7 +388,8 @@ export class Coordinator {
     await this.expireLeases(budget, context);
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
-      let after: string | null = null;
+      const cursorKey = `control:${executor.type}`;
+      let after: string | null = this.cursors.get(cursorKey) ?? null;
       for (let page = 0; page < budget.pages; page += 1) {
         const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["starting", "running"], after, budget.pageSize));
         for (const attempt of attempts) {
@@ -385,8 +399,12 @@ export class Coordinator {
             context.errors.push({ ...describe(error), subject: attempt.id });
           }
         }
-        if (attempts.length < budget.pageSize) break;
+        if (attempts.length < budget.pageSize) {
+          this.cursors.delete(cursorKey);
+          break;
+        }
         after = attempts[attempts.length - 1]?.id ?? null;
+        this.cursors.set(cursorKey, after);
         if (page === budget.pages - 1) context.more = true;
       }
     }
@@ -394,7 +412,7 @@ export class Coordinator {
 
   /** Remote leases that expired: claims are re-opened, started attempts fail closed until their worker reports. */
   private async expireLeases(budget: StageBudget, context: StageContext): Promise<void> {
-    let after: string | null = null;
+    let after: string | null = this.cursors.get("leases") ?? null;
     for (let page = 0; page < budget.pages; page += 1) {
       const expired: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listExpiredLeases(this.deps.clock.nowMs(), after, budget.pageSize));
       for (const attempt of expired) {
@@ -412,8 +430,12 @@ export class Coordinator {
           context.errors.push({ ...describe(error), subject: attempt.id });
         }
       }
-      if (expired.length < budget.pageSize) return;
+      if (expired.length < budget.pageSize) {
+        this.cursors.delete("leases");
+        return;
+      }
       after = expired[expired.length - 1]?.id ?? null;
+      this.cursors.set("leases", after);
       if (page === budget.pages - 1) context.more = true;
     }
   }
@@ -472,9 +494,11 @@ export class Coordinator {
       while (results.length < limit) {
         const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed", "starting", "running"], after, 64));
         for (const attempt of attempts) {
-          const receipt = attempt.status === "claimed" ? ({ status: "none" } as const) : await executor.readReceipt(attempt);
-          const journal = attempt.status === "claimed" ? "absent" : await executor.hasJournal(attempt);
+          // Inspect first, read the receipt last: a process seen gone (with the supervisor that
+          // writes its receipt) has either left its receipt by then, or never will.
           const inspections = attempt.status === "running" || attempt.status === "starting" ? [await executor.inspect(attempt), await executor.inspect(attempt)] : [];
+          const journal = attempt.status === "claimed" ? "absent" : await executor.hasJournal(attempt);
+          const receipt = attempt.status === "claimed" ? ({ status: "none" } as const) : await executor.readReceipt(attempt);
           const outcome = await this.write(async (tx, nowMs) => {
             const scope = await this.scope(tx, attempt.id);
             if (scope === null || scope.attempt.version !== attempt.version) return null;

@@ -54,10 +54,13 @@ export function grantLease(scope: AttemptScope, workerId: string, nowMs: number,
  * attempt-only change would silently not be written and the lease would never be extended.
  */
 export function extendLease(scope: AttemptScope, nowMs: number, ttlMs: number): ChangeSet {
-  const { run, attempt } = scope;
+  const { attempt } = scope;
   assertNotBefore(nowMs, attempt.createdAtMs, `attempt ${attempt.id}`);
+  // Only the attempt row moves, under its own version fence: a lease expiry is operational
+  // metadata, not a state transition, so it neither bumps the run version (which would make
+  // every heartbeat contend with the cadence) nor appends an event.
   const after: RunAttempt = { ...attempt, leaseExpiresAtMs: nowMs + ttlMs, version: attempt.version + 1 };
-  return { runs: [{ before: run, after: { ...run, version: run.version + 1, updatedAtMs: Math.max(run.updatedAtMs, nowMs) } }], steps: [], attempts: [{ before: attempt, after }], events: [], mutations: [], admissions: [] };
+  return { runs: [], steps: [], attempts: [{ before: attempt, after }], events: [], mutations: [], admissions: [] };
 }
 
 function expiredOrFence(attempt: RunAttempt, fence: LeaseFence, nowMs: number): void {

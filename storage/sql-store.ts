@@ -61,7 +61,7 @@ class SqlStoreTx implements StoreTx {
 
   async apply(change: ChangeSet): Promise<void> {
     const times = [...change.events.map((event) => event.atMs), ...change.runs.map((run) => run.after.updatedAtMs)];
-    if (times.length === 0) return;
+    if (times.length === 0 && change.steps.length === 0 && change.attempts.length === 0 && change.admissions.length === 0) return;
     for (const { before, after } of change.runs) {
       const frontierDue = after.kind === "workflow" && after.status === "running" && (before === null || change.steps.some((step) => step.after.runId === after.id && SETTLED_STEP_STATUSES.has(step.after.status) && step.before?.status !== step.after.status)) ? 1 : null;
       if (before === null) {
@@ -111,8 +111,10 @@ class SqlStoreTx implements StoreTx {
         receipt.runId, receipt.stepRunId, receipt.stepRunVersion, receipt.attemptId, receipt.eventId, receipt.digest, JSON.stringify(receipt),
       ]);
     }
-    const latest = Math.max(...times);
-    await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [latest, latest]);
+    if (times.length > 0) {
+      const latest = Math.max(...times);
+      await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [latest, latest]);
+    }
   }
 
   async getRun(runId: string): Promise<Run | null> {

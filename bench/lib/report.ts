@@ -95,6 +95,15 @@ interface BytesResult {
     databaseBytesAtEnd: { snapshotBytes: number; journalBytes: number } | null;
     composition?: { totalBytes: number; bytesPerStep: number; tables: { table: string; rows: number; bytes: number; bytesPerStep: number }[] };
   };
+  journalAnatomy?: {
+    runs: number;
+    steps: number;
+    records: number;
+    bytesPerStep: number;
+    headerBytesPerStep: number;
+    sqlTextBytesPerStep: number;
+    statements: { sql: string; perStep: number; bytesPerStep: number }[];
+  };
 }
 
 interface DriveFigures {
@@ -204,7 +213,7 @@ export function renderMarkdown(report: BenchReport): string {
     parts.push("Where one admission's time goes (instrumented admissions after the warm-up, mean ms per admission):");
     parts.push(
       table(
-        ["store", "steps per run", "total", "begin (queue + BEGIN)", "12 statements", "core + row mapping (JS)", "commit (+ journal + fdatasync)", "rows read", "JSON bodies parsed"],
+        ["store", "steps per run", "total", "begin (queue + BEGIN)", "statements", "core + row mapping (JS)", "commit (+ journal + fdatasync)", "rows read", "JSON bodies parsed"],
         admissions.map((result) => [
           result.store,
           String(result.width),
@@ -235,6 +244,7 @@ export function renderMarkdown(report: BenchReport): string {
         "1-row write transaction",
         "admission reads",
         "UPDATE runs, all 18 columns (as apply() does)",
+        "UPDATE runs, all columns but id",
         "UPDATE runs, the 4 columns an admission changes",
         "SELECT all step_runs of the run (as admit() does)",
         "SELECT the one step_run being admitted",
@@ -287,6 +297,13 @@ export function renderMarkdown(report: BenchReport): string {
         ],
       ),
     );
+    const anatomy = bytes.journalAnatomy;
+    if (anatomy !== undefined) {
+      parts.push(
+        `Journal anatomy (${int(anatomy.runs)} diamond runs without checkpoints, run starts included: ${int(anatomy.bytesPerStep)} B per step in ${fmt(anatomy.records / anatomy.steps, 2)} records; record headers ${int(anatomy.headerBytesPerStep)} B, first-time SQL texts ${int(anatomy.sqlTextBytesPerStep)} B per step):`,
+      );
+      parts.push(table(["statement (first 60 chars)", "per step", "bytes per step (JSON of the parameters)"], anatomy.statements.map((entry) => [`\`${entry.sql}\``, fmt(entry.perStep, 2), int(entry.bytesPerStep)])));
+    }
     if (w.composition !== undefined) {
       parts.push(`What the database holds after the step run (VACUUMed ${mib(w.composition.totalBytes)}, ${int(w.composition.bytesPerStep)} B per step; each table with its indexes):`);
       parts.push(table(["table", "rows", "bytes", "bytes per step"], w.composition.tables.map((entry) => [entry.table, int(entry.rows), int(entry.bytes), int(entry.bytesPerStep)])));

@@ -153,6 +153,8 @@ export interface OpenOptions {
   readonly dataRoot: string;
   /** A PostgreSQL URL whose user may CREATE DATABASE (pg only). */
   readonly postgresAdminUrl?: string;
+  /** The sql.js file store's checkpoint threshold; the driver's default when unset. */
+  readonly checkpointJournalBytes?: number;
 }
 
 export async function openBenchStore(kind: StoreKind, nowMs: number, options: OpenOptions): Promise<OpenedStore> {
@@ -171,7 +173,7 @@ export async function openBenchStore(kind: StoreKind, nowMs: number, options: Op
       const [{ loadSqlJs }, { openSqlJsFileDriver }] = await Promise.all([import("../../storage/sqljs/load.ts"), import("../../storage/sqljs/file-driver.ts")]);
       const parent = mkdtempSync(join(options.dataRoot, "sqljs-file-"));
       directory = join(parent, "db");
-      fileDriver = await openSqlJsFileDriver(await loadSqlJs(), { path: directory });
+      fileDriver = await openSqlJsFileDriver(await loadSqlJs(), { path: directory, ...(options.checkpointJournalBytes === undefined ? {} : { checkpointJournalBytes: options.checkpointJournalBytes }) });
       driver = fileDriver;
       afterClose = () => {
         rmSync(parent, { recursive: true, force: true });

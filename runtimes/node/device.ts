@@ -118,12 +118,16 @@ export class DeviceRuntime {
           if (point === crashAt) process.kill(process.pid, "SIGKILL");
         },
       });
-      const recovery = await coordinator.recover();
+      const recovery: RecoveryEntry[] = await coordinator.recover();
       for (const entry of recovery.filter((item) => item.decision === "fail_closed")) log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
       // Recovery goes by the store's attempts, never by journal file names; a file whose name is
       // not `<portable id>.json` is reported here so an operator sees it, and never used.
       const journal = await launcher.listJournal().catch((error: unknown) => ({ valid: [], rejected: [{ name: "journal/", reason: `cannot be listed: ${error instanceof Error ? error.message : String(error)}` }] }));
-      for (const rejected of journal.rejected) log(`journal file ${JSON.stringify(rejected.name)} rejected: ${rejected.reason}; it is never treated as an attempt`);
+      for (const rejected of journal.rejected) {
+        log(`journal file ${JSON.stringify(rejected.name)} rejected: ${rejected.reason}; it is never treated as an attempt`);
+        // Reported beside the recovery decisions, so `GET /recovery` shows it too.
+        recovery.push({ attemptId: rejected.name.slice(0, 64), decision: "journal_rejected", reason: rejected.reason });
+      }
       const app = createApp({
         store,
         coordinator,

@@ -1,8 +1,33 @@
+import { readdir, readFile } from "node:fs/promises";
 import type { ProcessHandleFacts, RunAttempt, StopReason } from "../../src/model.ts";
 import type { Executor, LaunchRequest } from "../../src/ports.ts";
 import type { LiveInspection, ReceiptEvidence } from "../../src/recovery.ts";
 import { QlrError } from "../../src/errors.ts";
 import { readBootId, type PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
+
+/**
+ * Whether the supervisor of an attempt still runs. "Not running" is trusted evidence only when
+ * the supervisor that writes the receipt is gone too; otherwise a restart in the moment between
+ * the task's exit and its receipt would lose a completion. The supervisor names itself
+ * `qlr-supervisor <attemptId>` (process.title), or still shows its original argv.
+ */
+export async function supervisorAlive(attemptId: string, procRoot = "/proc"): Promise<boolean> {
+  let entries: string[];
+  try {
+    entries = await readdir(procRoot);
+  } catch {
+    return false;
+  }
+  for (const entry of entries) {
+    if (!/^[0-9]+$/.test(entry)) continue;
+    const cmdline = await readFile(`${procRoot}/${entry}/cmdline`, "utf8").catch(() => "");
+    if (cmdline.length === 0) continue;
+    const args = cmdline.split("\0").filter((arg) => arg.length > 0);
+    if (args[0] === `qlr-supervisor ${attemptId}` || cmdline.startsWith(`qlr-supervisor ${attemptId}`)) return true;
+    if (args.some((arg) => arg.endsWith("supervisor.mjs")) && args.at(-1) === attemptId) return true;
+  }
+  return false;
+}
 
 /**
  * The `local_process` executor: the core's Executor port over the POSIX launcher. It adds no
@@ -57,6 +82,8 @@ export class LocalProcessExecutor implements Executor {
       return "unverifiable";
     }
     const inspection = await this.launcher.inspect(handle);
+    // The task is gone but its supervisor is still writing the receipt: not yet evidence.
+    if (inspection.state === "not_running" && (await supervisorAlive(attempt.id))) return "running";
     return inspection.state;
   }
 

@@ -136,8 +136,10 @@ describe("tampered evidence fails closed", () => {
     for (const name of planted) expect(second.stderr).toContain(`journal file ${JSON.stringify(name)} rejected`);
     expect(second.stderr).toContain(`journal file ".hidden.json" rejected: name is not a portable identity`);
     expect(second.stderr).toContain(`journal file "wta:not-json.txt" rejected: name does not end in .json`);
-    // Recovery saw no attempt in them, and the runtime works as before.
-    expect(await api.recovery()).toEqual([]);
+    // Recovery saw no attempt in them: GET /recovery reports each file as rejected, nothing else.
+    const report = await api.recovery();
+    expect(report.map((entry) => entry.decision)).toEqual(planted.map(() => "journal_rejected"));
+    expect(report.map((entry) => entry.attemptId).sort()).toEqual([...planted].sort());
     const secondRun = await api.startWorkflow("journal", "pipeline");
     const detail = await api.waitTerminal(secondRun.id);
     expect(detail.run.status).toBe("succeeded");
