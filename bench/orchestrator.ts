@@ -268,8 +268,11 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         process.stderr.write(`✗ stopping PostgreSQL: ${error instanceof Error ? error.message : String(error)}\n`);
       });
     }
-    // The file stores remove their own directories; this catches a child that died first.
-    for (const leftover of existsSync(dataRoot) ? readdirSync(dataRoot) : []) rmSync(join(dataRoot, leftover), { recursive: true, force: true });
+    // The file stores and probes remove themselves; this catches a child that died first. Only
+    // names the benches create are touched, since QLR_BENCH_DATA_DIR may name a shared directory.
+    for (const leftover of existsSync(dataRoot) ? readdirSync(dataRoot) : []) {
+      if (/^(sqljs-file-|fdatasync-probe-|calibration-)/.test(leftover)) rmSync(join(dataRoot, leftover), { recursive: true, force: true });
+    }
   }
 
   report.calibration.after = diskCalibration(dataRoot);

@@ -294,9 +294,8 @@ export class Coordinator {
   async admit(candidate: AdmissionCandidate): Promise<boolean> {
     const admitted = await this.write(async (tx, nowMs) => {
       const run = await tx.getRun(candidate.runId);
-      const steps = await tx.getSteps(candidate.runId);
-      const step = steps.find((item) => item.id === candidate.stepRunId);
-      if (run === null || step === undefined || step.version !== candidate.stepRunVersion || step.status !== "ready") return false;
+      const step = await tx.getStep(candidate.stepRunId);
+      if (run === null || step === null || step.runId !== run.id || step.version !== candidate.stepRunVersion || step.status !== "ready") return false;
       if (run.status !== "running" || run.cancelRequestedAtMs !== null) return false;
       const plan = run.planDigest === null ? null : await tx.getPlan(run.planDigest);
       const reconciliation = await tx.getReconciliation(run.reconciliationDigest);
@@ -332,7 +331,7 @@ export class Coordinator {
     if (attempt === null) return null;
     const run = await tx.getRun(attempt.runId);
     if (run === null) return null;
-    const step = attempt.stepRunId === null ? null : ((await tx.getSteps(run.id)).find((item) => item.id === attempt.stepRunId) ?? null);
+    const step = attempt.stepRunId === null ? null : await tx.getStep(attempt.stepRunId);
     const taskName = step?.task ?? run.target;
     const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, taskName);
     if (definition === null) throw new QlrError("integrity", `attempt ${attempt.id}: task ${taskName} has no definition in its generation`);

@@ -34,7 +34,7 @@ async function scopeOf(tx: StoreTx, attemptId: string): Promise<AttemptScope & {
   if (attempt === null) throw new QlrError("not_found", `attempt ${attemptId} does not exist`);
   const run = await tx.getRun(attempt.runId);
   if (run === null) throw new QlrError("integrity", `attempt ${attemptId} has no run`);
-  const step = attempt.stepRunId === null ? null : ((await tx.getSteps(run.id)).find((item) => item.id === attempt.stepRunId) ?? null);
+  const step = attempt.stepRunId === null ? null : await tx.getStep(attempt.stepRunId);
   const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, step?.task ?? run.target);
   if (definition === null) throw new QlrError("integrity", `attempt ${attemptId}: no task definition in its generation`);
   return { run, step, attempt, definition };

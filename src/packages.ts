@@ -188,12 +188,32 @@ export function reconcileTasks(generation: Generation): Reconciliation {
   return { definitions, receipt: { ...body, digest: digestOf(body) } };
 }
 
+/**
+ * Objects already verified. Only frozen objects are remembered (the store freezes the immutable
+ * bodies it caches), so nothing verified can change afterwards; this spares re-hashing a plan
+ * on every admission without trusting anything that was not checked once.
+ */
+const verified = new WeakSet<object>();
+
+function verifiedOnce(value: object, check: () => boolean): boolean {
+  if (verified.has(value)) return true;
+  const ok = check();
+  if (ok && Object.isFrozen(value)) verified.add(value);
+  return ok;
+}
+
 export function verifyReconciliationReceipt(receipt: ReconciliationReceipt): boolean {
-  const { digest, ...body } = receipt;
-  return digestOf(body) === digest && digestOf(receipt.items) === receipt.lockDigest;
+  return verifiedOnce(receipt, () => {
+    const { digest, ...body } = receipt;
+    return digestOf(body) === digest && digestOf(receipt.items) === receipt.lockDigest;
+  });
 }
 
 export function verifyTaskDefinition(definition: TaskDefinition): boolean {
+  return verifiedOnce(definition, () => checkTaskDefinition(definition));
+}
+
+function checkTaskDefinition(definition: TaskDefinition): boolean {
   const execution = renormalize(definition.execution);
   const definitionDigest = digestOf({ package: definition.package, task: definition.task, execution: execution.revision, executionDigest: execution.digest, retry: definition.retry });
   return (
@@ -252,6 +272,8 @@ function materializePlan(generation: Generation, receipt: ReconciliationReceipt,
 }
 
 export function verifyPlan(plan: WorkflowPlan): boolean {
-  const { digest, ...body } = plan;
-  return digestOf(body) === digest;
+  return verifiedOnce(plan, () => {
+    const { digest, ...body } = plan;
+    return digestOf(body) === digest;
+  });
 }

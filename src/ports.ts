@@ -50,6 +50,7 @@ export interface StoreTx {
   getRun(runId: string): Promise<Run | null>;
   getRunByIdempotencyKey(key: string): Promise<Run | null>;
   getSteps(runId: string): Promise<StepRun[]>;
+  getStep(stepRunId: string): Promise<StepRun | null>;
   getAttempts(runId: string): Promise<RunAttempt[]>;
   getAttempt(attemptId: string): Promise<RunAttempt | null>;
   getAdmission(runId: string, stepRunId: string, stepRunVersion: number): Promise<AdmissionReceipt | null>;

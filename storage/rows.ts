@@ -30,6 +30,17 @@ export const RUN_COLUMNS = [
 ] as const;
 export type RunRow = Record<(typeof RUN_COLUMNS)[number], unknown>;
 
+/**
+ * The columns a run update may change. Identity and creation columns are never rewritten:
+ * setting the primary key, even to its own value, makes SQLite search every child table for
+ * references, and repeating unchanged columns only makes journal records larger.
+ */
+export const RUN_MUTABLE_COLUMNS = ["status", "version", "event_seq", "attempt_seq", "cancel_requested_at_ms", "not_before_ms", "updated_at_ms", "finished_at_ms"] as const;
+
+export function runMutableParams(run: Run): SqlParam[] {
+  return [run.status, run.version, run.eventSeq, run.attemptSeq, run.cancelRequestedAtMs, run.notBeforeMs, run.updatedAtMs, run.finishedAtMs];
+}
+
 export function runParams(run: Run): SqlParam[] {
   return [
     run.id, run.kind, run.package, run.generation, run.target, run.planDigest, run.reconciliationDigest, run.status, run.version, run.eventSeq, run.attemptSeq,
@@ -98,6 +109,19 @@ export const ATTEMPT_COLUMNS = [
   "timeout_ms", "exit_code", "signal", "pid", "process_start_ticks", "boot_id", "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms",
 ] as const;
 export type AttemptRow = Record<(typeof ATTEMPT_COLUMNS)[number], unknown>;
+
+/** The columns an attempt update may change (see RUN_MUTABLE_COLUMNS for why the rest are never rewritten). */
+export const ATTEMPT_MUTABLE_COLUMNS = [
+  "status", "version", "started_at_ms", "finished_at_ms", "deadline_at_ms", "exit_code", "signal", "pid", "process_start_ticks", "boot_id",
+  "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms",
+] as const;
+
+export function attemptMutableParams(attempt: RunAttempt): SqlParam[] {
+  return [
+    attempt.status, attempt.version, attempt.startedAtMs, attempt.finishedAtMs, attempt.deadlineAtMs, attempt.exitCode, attempt.signal, attempt.pid, attempt.processStartTicks,
+    attempt.bootId, attempt.stopReason, attempt.stopRequestedAtMs, attempt.error, attempt.leaseWorkerId, attempt.leaseVersion, attempt.leaseExpiresAtMs,
+  ];
+}
 
 export function attemptParams(attempt: RunAttempt): SqlParam[] {
   return [

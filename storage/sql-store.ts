@@ -29,15 +29,62 @@ function cap(limit: number): number {
   return Math.min(limit, MAX_PAGE);
 }
 
+/** How many immutable bodies (plans, receipts, task definitions) a store keeps parsed. */
+export const IMMUTABLE_CACHE_ENTRIES = 256;
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const member of Object.values(value as Record<string, unknown>)) deepFreeze(member);
+  }
+  return value;
+}
+
+/**
+ * Parsed immutable bodies keyed by their digest (or by a key that is itself immutable, like a
+ * reconciliation digest and a task name). Rows behind these keys are never updated, so the
+ * cache can only ever hold the one body a key names; entries are frozen, so the core can
+ * remember which objects it already verified. Bounded: least recently used entries go first.
+ */
+class ImmutableCache {
+  private readonly entries = new Map<string, unknown>();
+  get<T>(key: string): T | undefined {
+    const value = this.entries.get(key);
+    if (value !== undefined) {
+      this.entries.delete(key);
+      this.entries.set(key, value);
+    }
+    return value as T | undefined;
+  }
+  set<T>(key: string, value: T): T {
+    this.entries.set(key, deepFreeze(value));
+    if (this.entries.size > IMMUTABLE_CACHE_ENTRIES) {
+      const oldest = this.entries.keys().next();
+      if (oldest.done !== true) this.entries.delete(oldest.value);
+    }
+    return value;
+  }
+}
+
 class SqlStoreTx implements StoreTx {
   private readonly tx: SqlTx;
   private readonly rewrite: (sql: string) => string;
   private readonly cache: Map<string, string>;
+  private readonly bodies: ImmutableCache;
 
-  constructor(tx: SqlTx, rewrite: (sql: string) => string, cache: Map<string, string>) {
+  constructor(tx: SqlTx, rewrite: (sql: string) => string, cache: Map<string, string>, bodies: ImmutableCache) {
     this.tx = tx;
     this.rewrite = rewrite;
     this.cache = cache;
+    this.bodies = bodies;
+  }
+
+  private async body<T>(key: string, sql: string, params: readonly SqlParam[]): Promise<T | null> {
+    const cached = this.bodies.get<T>(key);
+    if (cached !== undefined) return cached;
+    const found = await this.q<{ body: string }>(sql, params);
+    if (found[0] === undefined) return null;
+    return this.bodies.set(key, JSON.parse(found[0].body) as T);
   }
 
   private async q<R extends SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
@@ -68,8 +115,8 @@ class SqlStoreTx implements StoreTx {
         await this.q(`INSERT INTO runs (${rows.RUN_COLUMNS.join(", ")}, frontier_due) VALUES (${rows.RUN_COLUMNS.map(() => "?").join(", ")}, ?)`, [...rows.runParams(after), frontierDue ?? 0]);
       } else {
         const updated = await this.q(
-          `UPDATE runs SET ${rows.RUN_COLUMNS.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
-          [...rows.runParams(after), frontierDue, before.id, before.version],
+          `UPDATE runs SET ${rows.RUN_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
+          [...rows.runMutableParams(after), frontierDue, before.id, before.version],
         );
         if (updated.length !== 1) throw new QlrError("conflict", `run ${before.id} changed since version ${before.version}; nothing written`);
       }
@@ -90,8 +137,8 @@ class SqlStoreTx implements StoreTx {
         await this.q(`INSERT INTO run_attempts (${rows.ATTEMPT_COLUMNS.join(", ")}) VALUES (${rows.ATTEMPT_COLUMNS.map(() => "?").join(", ")})`, rows.attemptParams(after));
       } else {
         const updated = await this.q(
-          `UPDATE run_attempts SET ${rows.ATTEMPT_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE id = ? AND version = ? RETURNING id`,
-          [...rows.attemptParams(after), before.id, before.version],
+          `UPDATE run_attempts SET ${rows.ATTEMPT_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE id = ? AND version = ? RETURNING id`,
+          [...rows.attemptMutableParams(after), before.id, before.version],
         );
         if (updated.length !== 1) throw new QlrError("conflict", `attempt ${before.id} changed since version ${before.version}; nothing written`);
       }
@@ -132,6 +179,11 @@ class SqlStoreTx implements StoreTx {
     return found.map(rows.toStep);
   }
 
+  async getStep(stepRunId: string): Promise<StepRun | null> {
+    const found = await this.q<rows.StepRow>(`SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE id = ?`, [stepRunId]);
+    return found[0] === undefined ? null : rows.toStep(found[0]);
+  }
+
   async getAttempts(runId: string): Promise<RunAttempt[]> {
     const found = await this.q<rows.AttemptRow>(`SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE run_id = ? ORDER BY number`, [runId]);
     return found.map(rows.toAttempt);
@@ -148,8 +200,7 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getPlan(digest: string): Promise<WorkflowPlan | null> {
-    const found = await this.q<{ body: string }>("SELECT body FROM workflow_plans WHERE digest = ?", [digest]);
-    return found[0] === undefined ? null : (JSON.parse(found[0].body) as WorkflowPlan);
+    return this.body<WorkflowPlan>(`plan:${digest}`, "SELECT body FROM workflow_plans WHERE digest = ?", [digest]);
   }
 
   async findPlan(packageName: string, generation: number, workflow: string): Promise<WorkflowPlan | null> {
@@ -158,8 +209,7 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getReconciliation(digest: string): Promise<ReconciliationReceipt | null> {
-    const found = await this.q<{ body: string }>("SELECT body FROM reconciliation_receipts WHERE digest = ?", [digest]);
-    return found[0] === undefined ? null : (JSON.parse(found[0].body) as ReconciliationReceipt);
+    return this.body<ReconciliationReceipt>(`reconciliation:${digest}`, "SELECT body FROM reconciliation_receipts WHERE digest = ?", [digest]);
   }
 
   async getTaskDefinition(revision: string): Promise<TaskDefinition | null> {
@@ -168,8 +218,7 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getTaskDefinitionFor(reconciliationDigest: string, task: string): Promise<TaskDefinition | null> {
-    const found = await this.q<{ body: string }>("SELECT body FROM task_definitions WHERE reconciliation_digest = ? AND task = ?", [reconciliationDigest, task]);
-    return found[0] === undefined ? null : (JSON.parse(found[0].body) as TaskDefinition);
+    return this.body<TaskDefinition>(`definition:${reconciliationDigest}:${task}`, "SELECT body FROM task_definitions WHERE reconciliation_digest = ? AND task = ?", [reconciliationDigest, task]);
   }
 
   async getPackageHead(name: string): Promise<PackageHead | null> {
@@ -354,6 +403,7 @@ export class SqlStore implements Store {
   readonly driver: SqlDriver;
   private readonly rewrite: (sql: string) => string;
   private readonly statementCache = new Map<string, string>();
+  private readonly bodies = new ImmutableCache();
 
   constructor(driver: SqlDriver) {
     this.driver = driver;
@@ -363,7 +413,7 @@ export class SqlStore implements Store {
   }
 
   transaction<T>(fn: (tx: SqlStoreTx) => Promise<T>): Promise<T> {
-    return this.driver.transaction((tx) => fn(new SqlStoreTx(tx, this.rewrite, this.statementCache)));
+    return this.driver.transaction((tx) => fn(new SqlStoreTx(tx, this.rewrite, this.statementCache, this.bodies)));
   }
 
   close(): Promise<void> {

@@ -44,6 +44,8 @@ import type { HeldLock } from "./lock.ts";
 import { decodeSnapshot, encodeSnapshotTrailer } from "./snapshot.ts";
 
 export const DEFAULT_CHECKPOINT_JOURNAL_BYTES = 1024 * 1024;
+/** The journal never grows past this before a checkpoint, whatever the database size (open-time replay stays bounded). */
+export const MAX_CHECKPOINT_JOURNAL_BYTES = 64 * 1024 * 1024;
 
 const SNAPSHOT_FILE = "snapshot.sqlite";
 const SNAPSHOT_TEMP_FILE = "snapshot.sqlite.tmp";
@@ -128,6 +130,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private readonly queue = new TransactionQueue();
   private readonly faults: SqlJsFileFaultPoints;
   private readonly checkpointJournalBytes: number;
+  private lastSnapshotBytes = 0;
   private nextCheckpointJournalBytes: number;
   private bytesWrittenTotal = 0;
   private commits = 0;
@@ -315,7 +318,10 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private checkpointAfterCommit(): void {
     try {
       this.checkpointNow();
-      this.nextCheckpointJournalBytes = this.checkpointJournalBytes;
+      // The journal may grow to the size of the snapshot before the next one is written, so a
+      // snapshot's bytes are amortised over at least as many journal bytes: flash writes per
+      // commit stay bounded by about twice the journal record, however large the database grows.
+      this.nextCheckpointJournalBytes = Math.min(MAX_CHECKPOINT_JOURNAL_BYTES, Math.max(this.checkpointJournalBytes, this.lastSnapshotBytes));
     } catch {
       this.nextCheckpointJournalBytes = this.journalBytes + this.checkpointJournalBytes;
     }
@@ -337,6 +343,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     } finally {
       this.connection.applyPragmas();
     }
+    this.lastSnapshotBytes = image.length;
     this.faults.duringCheckpoint?.("exported");
     try {
       const trailer = encodeSnapshotTrailer(image, this.sequence);

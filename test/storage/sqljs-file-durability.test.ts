@@ -184,7 +184,10 @@ describe("sqljs-file reopen and replay", () => {
     await commitPairs(driver, range(1, 30));
     const stats = driver.stats();
     expect(stats.checkpoints).toBeGreaterThan(0);
-    expect(stats.journalBytes).toBeLessThan(300);
+    // After a checkpoint the journal may grow to the snapshot's size before the next one, so a
+    // snapshot's bytes are amortised over as many journal bytes (flash writes stay bounded).
+    const snapshotBytes = statSync(join(path, "snapshot.sqlite")).size;
+    expect(stats.journalBytes).toBeLessThan(Math.max(300, snapshotBytes) + 300);
     const reopened = await open(crashImage(path));
     expect(await committedNumbers(reopened)).toEqual(range(1, 30));
   });

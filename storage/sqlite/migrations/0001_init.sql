@@ -165,3 +165,5 @@ CREATE TABLE step_mutations (
   at_ms INTEGER NOT NULL,
   PRIMARY KEY (step_run_id, version)
 );
+-- Foreign-key checks and per-run listings look mutations up by run.
+CREATE INDEX step_mutations_by_run ON step_mutations (run_id, event_seq);
