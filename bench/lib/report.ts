@@ -31,7 +31,54 @@ export interface BenchReport {
   bytes: Record<string, unknown> | null;
   throughput: Record<string, unknown>[];
   memory: Record<string, unknown>[];
+  serve: Record<string, unknown>[];
+  peers: Record<string, unknown>[];
+  workerd: Record<string, unknown> | null;
   failures: ChildFailure[];
+}
+
+interface ServeResult {
+  label: string;
+  profile: string;
+  workflow: string;
+  stepsPerRun: number;
+  runs: number;
+  inFlight: number;
+  nodeFlags: string[];
+  finished: boolean;
+  terminal: number;
+  succeeded: number;
+  serveExited: { code: number | null; signal: string | null } | null;
+  wallMs: number;
+  runsPerSecond: number;
+  stepsPerSecond: number;
+  meanPostRunsMs: number;
+  rssMiB: { atReady: number | null; end: number | null; growth: number | null; peakSampled: number | null; vmHwm: number | null };
+  memoryLimit: { limitMiB: number | null; method: string | null; cgroupVersion: string | null; peakMiB: number | null; limitHits: number | null; oomEvents: number | null; oomKills: number | null } | null;
+  loadAverage1m?: { before: number; after: number };
+}
+
+interface PeerResult {
+  system: string;
+  mode: string;
+  jobs: number;
+  settings: Record<string, unknown>;
+  enqueuePerSecond: number;
+  processMs: number;
+  capped: boolean;
+  completed: number;
+  jobsPerSecond: number;
+  loadAverage1m?: { before: number; after: number };
+}
+
+interface WorkerdResult {
+  runs: number;
+  ticks: number;
+  readyMs: number;
+  admissionsDuringTicks: number;
+  runStart: LatencySummary;
+  tick: LatencySummary;
+  firstTickMs: number;
 }
 
 interface AdmissionResult {
@@ -380,9 +427,107 @@ export function renderMarkdown(report: BenchReport): string {
     parts.push(table(["statement", "mean ms", "context"], withExperiments.statementExperimentsAtEnd.map((entry) => [entry.name, fmt(entry.meanMs, 4), entry.note])));
   }
 
+  renderServeAndPeers(report, parts);
+
   if (report.failures.length > 0) {
     parts.push("## Failures");
     parts.push(report.failures.map((failure) => `- ${failure.label}: \`${failure.error.split("\n")[0] ?? ""}\``).join("\n"));
   }
   return `${parts.join("\n\n")}\n`;
+}
+
+const load = (value: { before: number; after: number } | undefined): string => (value === undefined ? "–" : `${fmt(value.before, 1)}→${fmt(value.after, 1)}`);
+
+function renderServeAndPeers(report: BenchReport, parts: string[]): void {
+  const serve = report.serve as unknown as ServeResult[];
+  const throughput = serve.filter((result) => result.label === "throughput");
+  if (throughput.length > 0) {
+    parts.push("## 5. Real-process step throughput: `node dist/qlr.mjs serve` (sql.js file store), runs started with `POST /runs`, steps run `true`");
+    parts.push(
+      table(
+        ["profile", "workflow", "runs", "succeeded", "wall s (first POST → all terminal)", "runs/s", "**steps/s**", "POST /runs mean ms", "VmHWM", "load 1m"],
+        throughput.map((result) => [result.profile, `${result.workflow} (${result.stepsPerRun} steps)`, int(result.runs), int(result.succeeded), fmt(result.wallMs / 1000, 1), fmt(result.runsPerSecond, 2), `**${fmt(result.stepsPerSecond, 1)}**`, fmt(result.meanPostRunsMs, 2), `${fmt(result.rssMiB.vmHwm, 1)} MiB`, load(result.loadAverage1m)]),
+      ),
+    );
+  }
+  const memory = serve.filter((result) => result.label !== "throughput");
+  if (memory.length > 0) {
+    parts.push("## 6. Memory of `qlr serve --profile edge` (two-step `true` runs, at most 50 in flight)");
+    parts.push(
+      table(
+        ["variant", "node flags", "runs terminal / succeeded", "wall s", "steps/s", "RSS at ready", "RSS end", "RSS growth", "peak RSS sampled", "**VmHWM**", "limit", "cgroup peak", "limit hits (failcnt)", "OOM kills", "serve exited"],
+        memory.map((result) => [
+          result.label,
+          result.nodeFlags.length === 0 ? "none" : `\`${result.nodeFlags.join(" ")}\``,
+          `${int(result.terminal)} / ${int(result.succeeded)} of ${int(result.runs)}`,
+          fmt(result.wallMs / 1000, 1),
+          fmt(result.stepsPerSecond, 1),
+          `${fmt(result.rssMiB.atReady, 1)} MiB`,
+          `${fmt(result.rssMiB.end, 1)} MiB`,
+          `${fmt(result.rssMiB.growth, 1)} MiB`,
+          `${fmt(result.rssMiB.peakSampled, 1)} MiB`,
+          `**${fmt(result.rssMiB.vmHwm, 1)} MiB**`,
+          result.memoryLimit === null ? "none" : `${fmt(result.memoryLimit.limitMiB, 0)} MiB (cgroup ${result.memoryLimit.cgroupVersion ?? "unavailable"})`,
+          result.memoryLimit === null ? "–" : `${fmt(result.memoryLimit.peakMiB, 1)} MiB`,
+          result.memoryLimit === null ? "–" : int(result.memoryLimit.limitHits),
+          result.memoryLimit === null ? "–" : int(result.memoryLimit.oomKills ?? result.memoryLimit.oomEvents),
+          result.serveExited === null ? "no" : JSON.stringify(result.serveExited),
+        ]),
+      ),
+    );
+    const method = memory.find((result) => result.memoryLimit?.method !== null && result.memoryLimit?.method !== undefined)?.memoryLimit?.method;
+    if (method !== undefined && method !== null) parts.push(`Memory limit method: ${method}. The cgroup charges every process the serve process starts (supervisors, tasks) and the page cache it dirties, but not file pages (the node binary) already resident before it joined.`);
+  }
+
+  const peers = report.peers as unknown as PeerResult[];
+  if (peers.length > 0) {
+    parts.push("## 7. Peers on the same PostgreSQL server (fresh database each, no-op handlers)");
+    parts.push(
+      table(
+        ["system", "mode", "settings", "jobs", "enqueue jobs/s (bulk)", "completed", "processing s", "**jobs/s**", "load 1m"],
+        peers.map((result) => [
+          `${result.system} ${report.versions.packages[result.system] ?? ""}`,
+          result.mode,
+          Object.entries(result.settings).map(([key, value]) => `${key} ${String(value)}`).join(", "),
+          int(result.jobs),
+          int(result.enqueuePerSecond),
+          int(result.completed),
+          `${fmt(result.processMs / 1000, 1)}${result.capped ? " (capped)" : ""}`,
+          `**${fmt(result.jobsPerSecond, 1)}**`,
+          load(result.loadAverage1m),
+        ]),
+      ),
+    );
+    const ours = report.throughput as unknown as { store: string; profile: string; workflow: { perSecond: number }; ordinary: { perSecond: number } | null }[];
+    const pgCluster = ours.find((result) => result.store === "pg" && result.profile === "cluster");
+    const fileEdge = ours.find((result) => result.store === "sqljs-file" && result.profile === "edge");
+    const fileCluster = ours.find((result) => result.store === "sqljs-file" && result.profile === "cluster");
+    const peer = (system: string, mode: string): number | undefined => peers.find((result) => result.system === system && result.mode === mode)?.jobsPerSecond;
+    const rows: string[][] = [];
+    const ratioRow = (label: string, value: number | undefined): void => {
+      if (value === undefined) return;
+      const cell = (other: number | undefined): string => (other === undefined || other === 0 ? "–" : `${fmt(value / other, 2)}×`);
+      rows.push([label, fmt(value, 1), cell(peer("pg-boss", "defaults")), cell(peer("pg-boss", "tuned")), cell(peer("graphile-worker", "defaults")), cell(peer("graphile-worker", "tuned"))]);
+    };
+    ratioRow("qlr pg store, cluster, ordinary runs/s (simulated executor, in-process tick)", pgCluster?.ordinary?.perSecond);
+    ratioRow("qlr pg store, cluster, workflow steps/s", pgCluster?.workflow.perSecond);
+    ratioRow("qlr sql.js file store (durable), cluster, workflow steps/s", fileCluster?.workflow.perSecond);
+    ratioRow("qlr sql.js file store (durable), edge, workflow steps/s", fileEdge?.workflow.perSecond);
+    ratioRow("qlr sql.js file store (durable), cluster, ordinary runs/s", fileCluster?.ordinary?.perSecond);
+    if (rows.length > 0) {
+      parts.push("Ours against them (ratio = ours / theirs; ours from section 3, same run, same server):");
+      parts.push(table(["qlr figure", "per s", "÷ pg-boss defaults", "÷ pg-boss tuned", "÷ graphile-worker defaults", "÷ graphile-worker tuned"], rows));
+    }
+  }
+
+  const workerd = report.workerd as unknown as WorkerdResult | null;
+  if (workerd !== null) {
+    parts.push("## 8. `POST /tick` in workerd (Miniflare, dist/worker/index.js, SQLite-backed Durable Object)");
+    parts.push(
+      table(
+        ["runs started", "ticks", "admissions during the ticks", "first tick ms", "p50 ms", "p95 ms", "p99 ms", "max ms", "POST /runs p50 ms"],
+        [[int(workerd.runs), int(workerd.ticks), int(workerd.admissionsDuringTicks), fmt(workerd.firstTickMs, 2), fmt(workerd.tick.p50Ms, 2), fmt(workerd.tick.p95Ms, 2), fmt(workerd.tick.p99Ms, 2), fmt(workerd.tick.maxMs, 2), fmt(workerd.runStart.p50Ms, 2)]],
+      ),
+    );
+  }
 }

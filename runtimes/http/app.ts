@@ -227,7 +227,9 @@ export function createApp(deps: AppDeps): Hono {
 
   app.post("/packages", async (c) => {
     const contentType = mediaType(c);
-    const text = await c.req.text();
+    // Decoded from bytes rather than `text()`: some runtimes (workerd) warn when a YAML body is
+    // read as text, and a manifest is UTF-8 whatever its media type says.
+    const text = new TextDecoder("utf-8").decode(await c.req.arrayBuffer());
     // The body is the manifest: one over the manifest limit is a payload too large, whatever its format.
     if (text.length > MAX_MANIFEST_BYTES || utf8ByteLength(text) > MAX_MANIFEST_BYTES) fail("payload_too_large", `the manifest exceeds ${MAX_MANIFEST_BYTES} bytes`);
     let result;
