@@ -54,7 +54,7 @@ interface ServeResult {
   stepsPerSecond: number;
   meanPostRunsMs: number;
   rssMiB: { atReady: number | null; end: number | null; growth: number | null; peakSampled: number | null; vmHwm: number | null };
-  memoryLimit: { limitMiB: number | null; method: string | null; cgroupVersion: string | null; peakMiB: number | null; limitHits: number | null; oomEvents: number | null; oomKills: number | null } | null;
+  memoryLimit: { limitMiB: number | null; method: string | null; cgroupVersion: string | null; peakMiB: number | null; anonPeakSampledMiB?: number | null; pageCachePeakSampledMiB?: number | null; limitHits: number | null; oomEvents: number | null; oomKills: number | null } | null;
   loadAverage1m?: { before: number; after: number };
 }
 
@@ -455,7 +455,7 @@ function renderServeAndPeers(report: BenchReport, parts: string[]): void {
     parts.push("## 6. Memory of `qlr serve --profile edge` (two-step `true` runs, at most 50 in flight)");
     parts.push(
       table(
-        ["variant", "node flags", "runs terminal / succeeded", "wall s", "steps/s", "RSS at ready", "RSS end", "RSS growth", "peak RSS sampled", "**VmHWM**", "limit", "cgroup peak", "limit hits (failcnt)", "OOM kills", "serve exited"],
+        ["variant", "node flags", "runs terminal / succeeded", "wall s", "steps/s", "RSS at ready", "RSS end", "RSS growth", "peak RSS sampled", "**VmHWM**", "limit", "cgroup peak (anon + page cache)", "cgroup anon peak (sampled)", "cgroup page cache peak (sampled)", "limit hits (failcnt)", "OOM kills", "serve exited"],
         memory.map((result) => [
           result.label,
           result.nodeFlags.length === 0 ? "none" : `\`${result.nodeFlags.join(" ")}\``,
@@ -469,6 +469,8 @@ function renderServeAndPeers(report: BenchReport, parts: string[]): void {
           `**${fmt(result.rssMiB.vmHwm, 1)} MiB**`,
           result.memoryLimit === null ? "none" : `${fmt(result.memoryLimit.limitMiB, 0)} MiB (cgroup ${result.memoryLimit.cgroupVersion ?? "unavailable"})`,
           result.memoryLimit === null ? "–" : `${fmt(result.memoryLimit.peakMiB, 1)} MiB`,
+          result.memoryLimit === null ? "–" : `${fmt(result.memoryLimit.anonPeakSampledMiB, 1)} MiB`,
+          result.memoryLimit === null ? "–" : `${fmt(result.memoryLimit.pageCachePeakSampledMiB, 1)} MiB`,
           result.memoryLimit === null ? "–" : int(result.memoryLimit.limitHits),
           result.memoryLimit === null ? "–" : int(result.memoryLimit.oomKills ?? result.memoryLimit.oomEvents),
           result.serveExited === null ? "no" : JSON.stringify(result.serveExited),
@@ -476,7 +478,7 @@ function renderServeAndPeers(report: BenchReport, parts: string[]): void {
       ),
     );
     const method = memory.find((result) => result.memoryLimit?.method !== null && result.memoryLimit?.method !== undefined)?.memoryLimit?.method;
-    if (method !== undefined && method !== null) parts.push(`Memory limit method: ${method}. The cgroup charges every process the serve process starts (supervisors, tasks) and the page cache it dirties, but not file pages (the node binary) already resident before it joined.`);
+    if (method !== undefined && method !== null) parts.push(`Memory limit method: ${method}. The cgroup charges every process the serve process starts (supervisors, tasks) and the page cache it reads or dirties (the database and journal files), but not file pages (the node binary) already resident before it joined; the page cache is reclaimable, so the anonymous peak is the figure that decides an OOM.`);
   }
 
   const peers = report.peers as unknown as PeerResult[];

@@ -105,10 +105,10 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
     let leases: LeaseService;
     const clock = new TestClock();
     const ids = new SequentialIds(`lease${factory.name.replace(/[^a-z0-9]/g, "")}`);
-    const migrations = factory.name.startsWith("sqljs") ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
 
     beforeAll(async () => {
       lossy = new LossyDriver(await factory.open());
+      const migrations = lossy.dialect === "sqlite" ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
       store = await openSqlStore(lossy, migrations, clock.nowMs());
       coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.standalone, executors: {} });
       leases = new LeaseService({ store, clock, ttlMs: TTL_MS });
