@@ -1,6 +1,7 @@
 import { derivedId, digestOf } from "./digest.ts";
 import { QlrError } from "./errors.ts";
 import { RunChange } from "./aggregate.ts";
+import { claimedAttempt } from "./attempts.ts";
 import type { AdmissionReceipt, ChangeSet, Run, RunAttempt, StepRun } from "./model.ts";
 import { renormalize, verifyPlan, verifyReconciliationReceipt, verifyTaskDefinition, type ReconciliationReceipt, type TaskDefinition, type WorkflowPlan } from "./packages.ts";
 
@@ -97,33 +98,7 @@ export function admitTaskAttempt(input: AdmissionInput): AdmissionResult {
   const number = run.attemptSeq + 1;
   const change = new RunChange(run, nowMs);
   change.patchRun({ attemptSeq: number });
-  const attempt: RunAttempt = {
-    id: attemptId,
-    runId: run.id,
-    stepRunId: step.id,
-    stepRunVersion: step.version,
-    number,
-    status: "claimed",
-    executor: definition.executor,
-    pool: execution.revision.executor === "remote_worker" ? execution.revision.pool : null,
-    version: 1,
-    createdAtMs: nowMs,
-    startedAtMs: null,
-    finishedAtMs: null,
-    deadlineAtMs: null,
-    timeoutMs: execution.revision.timeoutMs,
-    exitCode: null,
-    signal: null,
-    pid: null,
-    processStartTicks: null,
-    bootId: null,
-    stopReason: null,
-    stopRequestedAtMs: null,
-    error: null,
-    leaseWorkerId: null,
-    leaseVersion: 0,
-    leaseExpiresAtMs: null,
-  };
+  const attempt: RunAttempt = claimedAttempt({ id: attemptId, runId: run.id, stepRunId: step.id, stepRunVersion: step.version, number }, execution.revision, nowMs);
   change.insertAttempt(attempt, { id: eventId }, "workflow.task_attempt_admitted", { step: step.name, stepRunVersion: step.version, taskRevision: definition.revision, executor: definition.executor });
   const body: Omit<AdmissionReceipt, "digest"> = {
     runId: run.id,

@@ -1,6 +1,7 @@
 import { derivedId } from "./digest.ts";
 import { QlrError } from "./errors.ts";
 import { RunChange } from "./aggregate.ts";
+import { claimedAttempt } from "./attempts.ts";
 import type { ChangeSet, Run, RunAttempt } from "./model.ts";
 import { renormalize, type TaskDefinition } from "./packages.ts";
 
@@ -24,33 +25,7 @@ export function admitOrdinaryAttempt(run: Run, definition: TaskDefinition, nowMs
   const number = run.attemptSeq + 1;
   const change = new RunChange(run, nowMs);
   change.patchRun({ attemptSeq: number, notBeforeMs: null });
-  const attempt: RunAttempt = {
-    id: ordinaryAttemptId(run.id, number),
-    runId: run.id,
-    stepRunId: null,
-    stepRunVersion: null,
-    number,
-    status: "claimed",
-    executor: definition.executor,
-    pool: execution.revision.executor === "remote_worker" ? execution.revision.pool : null,
-    version: 1,
-    createdAtMs: nowMs,
-    startedAtMs: null,
-    finishedAtMs: null,
-    deadlineAtMs: null,
-    timeoutMs: execution.revision.timeoutMs,
-    exitCode: null,
-    signal: null,
-    pid: null,
-    processStartTicks: null,
-    bootId: null,
-    stopReason: null,
-    stopRequestedAtMs: null,
-    error: null,
-    leaseWorkerId: null,
-    leaseVersion: 0,
-    leaseExpiresAtMs: null,
-  };
+  const attempt: RunAttempt = claimedAttempt({ id: ordinaryAttemptId(run.id, number), runId: run.id, stepRunId: null, stepRunVersion: null, number }, execution.revision, nowMs);
   change.insertAttempt(attempt, {}, "attempt.status_changed", { taskRevision: definition.revision });
   change.setRunStatus("dispatching", { attemptId: attempt.id });
   return { attempt, change: change.build() };
