@@ -1,7 +1,7 @@
 // Builds the distributable: the migrations module, the `qlr` bundle and the supervisor bundle.
 // Dependencies stay external (resolved from node_modules at run time); the supervisor is fully
 // self-contained because it must start fast and outlive the runtime.
-import { chmodSync, mkdirSync } from "node:fs";
+import { chmodSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -12,30 +12,22 @@ const dist = join(root, "dist");
 mkdirSync(dist, { recursive: true });
 generateAll();
 
-await build({
-  entryPoints: [join(root, "runtimes/node/main.ts")],
-  outfile: join(dist, "qlr.mjs"),
-  bundle: true,
-  platform: "node",
-  format: "esm",
-  target: "node20",
-  packages: "external",
-  banner: { js: "#!/usr/bin/env node" },
-  legalComments: "none",
-  logLevel: "warning",
-});
-chmodSync(join(dist, "qlr.mjs"), 0o755);
+/**
+ * Bundles one entry and replaces its output with a rename, so a process starting the file while
+ * another build runs (tests build in parallel) never loads a half-written bundle.
+ */
+async function bundle(entry, outfile, options) {
+  const result = await build({ entryPoints: [entry], outfile, bundle: true, platform: "node", format: "esm", target: "node20", legalComments: "none", logLevel: "warning", write: false, ...options });
+  for (const file of result.outputFiles) {
+    const temp = `${file.path}.tmp-${process.pid}`;
+    writeFileSync(temp, file.contents);
+    if (file.path.endsWith(".mjs")) chmodSync(temp, 0o755);
+    renameSync(temp, file.path);
+  }
+}
 
-await build({
-  entryPoints: [join(root, "runtimes/node/launcher/supervisor.ts")],
-  outfile: join(dist, "supervisor.mjs"),
-  bundle: true,
-  platform: "node",
-  format: "esm",
-  target: "node20",
-  legalComments: "none",
-  logLevel: "warning",
-});
+await bundle(join(root, "runtimes/node/main.ts"), join(dist, "qlr.mjs"), { packages: "external", banner: { js: "#!/usr/bin/env node" } });
+await bundle(join(root, "runtimes/node/launcher/supervisor.ts"), join(dist, "supervisor.mjs"), {});
 
 // The browser pages (dashboard served by `qlr serve`, static simulation page): dist/browser/.
 await import("./build-browser.mjs");
