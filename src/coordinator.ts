@@ -4,10 +4,10 @@ import { isQlrError, QlrError } from "./errors.ts";
 import { complete, markRunning, markStarting, requestShutdownStop, requestTimeoutStop, startFailed, type AttemptScope } from "./execution.ts";
 import { advanceFrontier } from "./frontier.ts";
 import { expireLease } from "./leases.ts";
-import type { RunAttempt } from "./model.ts";
+import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
-import type { AdmissionCandidate, Clock, Executor, IdSource, Store, StoreTx } from "./ports.ts";
+import type { AdmissionCandidate, Clock, Executor, IdSource, LaunchRequest, Store, StoreTx } from "./ports.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
 import { fireSchedule } from "./operations.ts";
@@ -61,6 +61,12 @@ export interface TickReport {
   readonly profile: string;
   readonly stages: readonly StageReport[];
   readonly more: boolean;
+  /**
+   * The cycle recorded an outcome (a completion, a start failure) that an earlier stage of the
+   * next cycle acts on (the frontier, retries): a runtime that wants low latency runs the next
+   * cycle at once rather than after its interval.
+   */
+  readonly followUp: boolean;
   readonly durationMs: number;
 }
 
@@ -82,6 +88,8 @@ export function isSpawnFailure(error: unknown): boolean {
 
 export class Coordinator {
   private frozen = false;
+  /** Set by the stages of the cycle in progress; see `TickReport.followUp`. */
+  private followUp = false;
   private ticking: Promise<unknown> = Promise.resolve();
   /** Where each paged stage resumes next cycle (in memory only: a restart simply starts over). */
   private readonly cursors = new Map<string, string | null>();
@@ -133,6 +141,7 @@ export class Coordinator {
   private async runTick(): Promise<TickReport> {
     const startedMs = this.elapsed();
     const stages: StageReport[] = [];
+    this.followUp = false;
     for (const name of STAGE_ORDER) {
       const stageStartedMs = this.elapsed();
       const context: StageContext = { processed: 0, more: false, errors: [] };
@@ -149,7 +158,7 @@ export class Coordinator {
       this.deps.onStage?.(report);
       stages.push(report);
     }
-    return { profile: this.deps.profile.name, stages, more: stages.some((stage) => stage.more), durationMs: Math.max(0, this.elapsed() - startedMs) };
+    return { profile: this.deps.profile.name, stages, more: stages.some((stage) => stage.more), followUp: this.followUp, durationMs: Math.max(0, this.elapsed() - startedMs) };
   }
 
   private async runStage(name: StageName, context: StageContext): Promise<void> {
@@ -311,18 +320,41 @@ export class Coordinator {
     return admitted;
   }
 
+  /**
+   * One page of claimed attempts per executor, in three phases: every `starting` commits in
+   * page order, then every launch runs at once (a launch is a journal barrier and a process
+   * start: the slow part, and independent per attempt), then every outcome commits in page
+   * order. The store sees the same sequence of writes whatever order the launches finish in,
+   * so a seed replays exactly; the page size (the profile's `dispatch`) bounds the concurrency.
+   */
   private async dispatch(limit: number, context: StageContext): Promise<void> {
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       const claimed = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed"], null, limit + 1));
       if (claimed.length > limit) context.more = true;
+      const started: { readonly attemptId: string; readonly request: LaunchRequest }[] = [];
       for (const attempt of claimed.slice(0, limit)) {
         try {
-          if (await this.dispatchOne(executor, attempt.id)) context.processed += 1;
+          const request = await this.markDispatchStarting(attempt.id);
+          if (request !== null) started.push({ attemptId: attempt.id, request });
         } catch (error) {
           context.errors.push({ ...describe(error), subject: attempt.id });
         }
       }
+      if (started.length === 0) continue;
+      await this.fault("dispatch.after_starting");
+      const launches = await Promise.allSettled(started.map(({ request }) => executor.launch(request)));
+      await this.fault("dispatch.after_spawn");
+      for (const [index, { attemptId }] of started.entries()) {
+        const launch = launches[index];
+        if (launch === undefined) continue;
+        try {
+          if (await this.recordLaunch(attemptId, launch)) context.processed += 1;
+        } catch (error) {
+          context.errors.push({ ...describe(error), subject: attemptId });
+        }
+      }
+      await this.fault("dispatch.after_running");
     }
   }
 
@@ -338,12 +370,9 @@ export class Coordinator {
     return { run, step, attempt, definition };
   }
 
-  /**
-   * claimed → starting (committed) → launcher journal + spawn → running (committed). The
-   * step enters `running` with the handle's pre-spawn `startedAtMs`.
-   */
-  private async dispatchOne(executor: Executor, attemptId: string): Promise<boolean> {
-    const starting = await this.write(async (tx, nowMs) => {
+  /** claimed → starting (committed): the launch request, or null when the attempt may not start. */
+  private async markDispatchStarting(attemptId: string): Promise<LaunchRequest | null> {
+    return this.write(async (tx, nowMs) => {
       const scope = await this.scope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "claimed") return null;
       if (scope.run.cancelRequestedAtMs !== null) return null;
@@ -351,31 +380,32 @@ export class Coordinator {
       await tx.apply(markStarting(scope, nowMs));
       return { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition };
     });
-    if (starting === null) return false;
-    await this.fault("dispatch.after_starting");
-    let handle;
-    try {
-      handle = await executor.launch({ attempt: starting.attempt, definition: starting.definition });
-    } catch (error) {
-      // Only a definite spawn failure (nothing ran) settles the attempt here. Any other launch
-      // error leaves it `starting`: the process may exist, and only its receipt or start-up
-      // recovery's evidence may settle it.
-      if (!isSpawnFailure(error)) throw error;
-      const message = describe(error).message;
+  }
+
+  /**
+   * starting → running with the handle's pre-spawn `startedAtMs` (committed). Only a definite
+   * spawn failure (nothing ran) settles the attempt as a start failure; any other launch error
+   * leaves it `starting`, since the process may exist, and only its receipt or recovery's
+   * evidence may settle it.
+   */
+  private async recordLaunch(attemptId: string, launch: PromiseSettledResult<ProcessHandleFacts>): Promise<boolean> {
+    if (launch.status === "rejected") {
+      if (!isSpawnFailure(launch.reason)) throw launch.reason;
+      const message = describe(launch.reason).message;
       await this.write(async (tx, nowMs) => {
         const scope = await this.scope(tx, attemptId);
         if (scope === null || scope.attempt.status !== "starting") return;
         await tx.apply(startFailed(scope, message, scope.definition.retry, nowMs));
       });
+      this.followUp = true;
       return true;
     }
-    await this.fault("dispatch.after_spawn");
+    const handle = launch.value;
     await this.write(async (tx, nowMs) => {
       const scope = await this.scope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "starting") return;
       await tx.apply(markRunning(scope, handle, nowMs));
     });
-    await this.fault("dispatch.after_running");
     return true;
   }
 
@@ -452,7 +482,10 @@ export class Coordinator {
         await tx.apply(complete(scope, receipt.facts, scope.definition.retry, nowMs));
         return true;
       });
-      if (completed) await this.fault("completion.after_commit");
+      if (completed) {
+        this.followUp = true;
+        await this.fault("completion.after_commit");
+      }
       return completed;
     }
     if (receipt.status === "invalid") {

@@ -2,6 +2,7 @@ import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import type { FaultPoint } from "../../src/coordinator.ts";
 import { isPortableId } from "../../src/identity.ts";
+import { tryParseDurationMs } from "../../src/manifest/duration.ts";
 import { commonConfig, loadOrCreateToken, readStoredToken, UsageError, type CommonConfig } from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
 
@@ -14,6 +15,8 @@ const USAGE = `qlr — durable workflows and tasks
 
 Usage:
   qlr serve [--apply FILE]...        run the runtime: store, cadence, launcher, HTTP API
+            [--tick-interval D]      cadence interval when nothing wakes it (QLR_TICK_INTERVAL;
+                                     default per profile: edge 1s, standalone 500ms, cluster 250ms)
   qlr apply FILE                     apply a package manifest (YAML or JSON)
   qlr start PACKAGE/NAME [--wait]    start a workflow (or a task) run; --wait follows it
   qlr cancel RUN                     cancel a run (stops its processes)
@@ -42,6 +45,7 @@ const OPTIONS = {
   "database-url": { type: "string" },
   url: { type: "string" },
   apply: { type: "string", multiple: true },
+  "tick-interval": { type: "string" },
   wait: { type: "boolean" },
   status: { type: "string" },
   limit: { type: "string" },
@@ -202,7 +206,18 @@ async function waitForRun(api: Client, config: CommonConfig, runId: string): Pro
   }
 }
 
-async function serveCommand(config: CommonConfig, applyFiles: string[]): Promise<number> {
+/** The longest interval: a wake (a start, a cancel, an exit) runs the cadence sooner anyway. */
+const MAX_TICK_INTERVAL_MS = 24 * 3_600_000;
+
+function tickIntervalOption(text: string | undefined): number | undefined {
+  if (text === undefined || text === "") return undefined;
+  const parsed = tryParseDurationMs(text);
+  if (!parsed.ok) throw new UsageError(`--tick-interval: ${parsed.reason}`);
+  if (parsed.ms < 10 || parsed.ms > MAX_TICK_INTERVAL_MS) throw new UsageError(`--tick-interval must be from 10ms to 24h, got ${text}`);
+  return parsed.ms;
+}
+
+async function serveCommand(config: CommonConfig, applyFiles: string[], tickIntervalMs: number | undefined): Promise<number> {
   const stored = config.token === null ? await loadOrCreateToken(config.stateDir) : null;
   const token = config.token ?? stored?.token ?? "";
   const fault = process.env.QLR_FAULT_POINT;
@@ -216,6 +231,7 @@ async function serveCommand(config: CommonConfig, applyFiles: string[]): Promise
     store: config.store,
     databaseUrl: config.databaseUrl,
     applyFiles,
+    ...(tickIntervalMs === undefined ? {} : { tickIntervalMs }),
     crashAt: (fault as FaultPoint | undefined) ?? null,
   });
   const lines = [`qlr serving ${runtime.url} (profile ${config.profile}, store ${config.store}, state ${config.stateDir})`];
@@ -276,7 +292,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     const config = commonConfig(parsed.values, process.env);
     switch (command) {
       case "serve":
-        return await serveCommand(config, parsed.values.apply ?? []);
+        return await serveCommand(config, parsed.values.apply ?? [], tickIntervalOption(parsed.values["tick-interval"] ?? process.env.QLR_TICK_INTERVAL));
       case "apply": {
         const file = runRequired(rest, 0, "FILE");
         const text = await readFile(file, "utf8");
