@@ -7,7 +7,7 @@ import { expireLease } from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
-import type { AdmissionCandidate, Clock, Executor, IdSource, LaunchRequest, Store, StoreTx } from "./ports.ts";
+import { MAX_STORE_PAGE, type AdmissionCandidate, type Clock, type Executor, type IdSource, type LaunchRequest, type Store, type StoreTx } from "./ports.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
 import { fireSchedule } from "./operations.ts";
@@ -20,6 +20,11 @@ import type { RetryPolicy, TaskDefinition } from "./packages.ts";
  * others still run, and the next cycle retries it. No timer lives here: whoever calls
  * `tick()` (an in-process timer, a cron trigger, `POST /tick`, a simulation) is the cadence.
  */
+
+/** Live attempts start-up recovery reads per page: each costs two inspections and a receipt read. */
+const RECOVERY_PAGE = 64;
+/** A bound on one start-up recovery: attempts beyond it keep their state until the next start-up. */
+const MAX_RECOVERED_ATTEMPTS = 10_000;
 
 export type StageName = "cancellation" | "schedules" | "ordinary" | "frontier" | "admission" | "dispatch" | "execution_control";
 export const STAGE_ORDER: readonly StageName[] = ["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control"];
@@ -517,14 +522,14 @@ export class Coordinator {
    * Start-up recovery of attempts this runtime owns, one attempt at a time. Returns each
    * decision so the runtime can report what failed closed.
    */
-  async recover(limit = 10_000): Promise<{ attemptId: string; decision: RecoveryDecision["kind"]; reason: string | null }[]> {
+  async recover(limit = MAX_RECOVERED_ATTEMPTS): Promise<{ attemptId: string; decision: RecoveryDecision["kind"]; reason: string | null }[]> {
     const results: { attemptId: string; decision: RecoveryDecision["kind"]; reason: string | null }[] = [];
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       let after: string | null = null;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
       while (results.length < limit) {
-        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed", "starting", "running"], after, 64));
+        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed", "starting", "running"], after, RECOVERY_PAGE));
         for (const attempt of attempts) {
           // Inspect first, read the receipt last: a process seen gone (with the supervisor that
           // writes its receipt) has either left its receipt by then, or never will.
@@ -542,7 +547,7 @@ export class Coordinator {
           });
           if (outcome !== null) results.push({ attemptId: attempt.id, decision: outcome.kind, reason: "reason" in outcome ? outcome.reason : null });
         }
-        if (attempts.length < 64) break;
+        if (attempts.length < RECOVERY_PAGE) break;
         after = attempts[attempts.length - 1]?.id ?? null;
       }
     }
@@ -554,19 +559,27 @@ export class Coordinator {
     let stopped = 0;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
-      const attempts = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], null, 10_000));
-      for (const attempt of attempts) {
-        const stop = await this.write(async (tx, nowMs) => {
-          const scope = await this.scope(tx, attempt.id);
-          if (scope === null) return null;
-          const change = requestShutdownStop(scope, nowMs);
-          if (change !== null) await tx.apply(change);
-          return tx.getAttempt(attempt.id);
-        });
-        if (stop !== null && stop.status === "running") {
-          await executor.stop(stop, stop.stopReason ?? "shutdown");
-          stopped += 1;
+      // Every running attempt, page by page: a shutdown that stopped only the first page would
+      // leave the rest running without their runtime.
+      let after: string | null = null;
+      for (;;) {
+        const cursor: string | null = after;
+        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], cursor, MAX_STORE_PAGE));
+        for (const attempt of attempts) {
+          const stop = await this.write(async (tx, nowMs) => {
+            const scope = await this.scope(tx, attempt.id);
+            if (scope === null) return null;
+            const change = requestShutdownStop(scope, nowMs);
+            if (change !== null) await tx.apply(change);
+            return tx.getAttempt(attempt.id);
+          });
+          if (stop !== null && stop.status === "running") {
+            await executor.stop(stop, stop.stopReason ?? "shutdown");
+            stopped += 1;
+          }
         }
+        if (attempts.length < MAX_STORE_PAGE) break;
+        after = attempts[attempts.length - 1]?.id ?? null;
       }
     }
     return stopped;

@@ -3,7 +3,7 @@ import type { SqlJsStatic } from "sql.js";
 import { Coordinator, STAGE_ORDER } from "../../src/coordinator.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
-import type { Executor, Store, StoreTx } from "../../src/ports.ts";
+import { MAX_STORE_PAGE, type Executor, type Store, type StoreTx } from "../../src/ports.ts";
 import { PROFILES, type ProfileName } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
@@ -191,6 +191,22 @@ describe("the cadence cycle", () => {
     const second = await coordinator.tick();
     expect(second.followUp).toBe(true);
     expect((await runState(store, runId)).steps).toEqual(["succeeded", "succeeded", "succeeded", "succeeded"]);
+  });
+
+  it("shutdown stops every running attempt, beyond the store's page cap", async () => {
+    const { store, clock, executor, start } = await rig();
+    const width = MAX_STORE_PAGE + 20;
+    const runId = await start(wideManifest("wide", width), "wide");
+    // A profile that admits and dispatches a page cap's worth per cycle: the run is running in a few cycles.
+    const wide = { ...PROFILES.cluster, frontier: { pageSize: 64, pages: 20 }, admission: { pageSize: 64, pages: 20 }, dispatch: width };
+    const coordinator = new Coordinator({ store, clock, ids: new SequentialIds("x"), profile: wide, executors: { local_process: executor } });
+    for (let cycle = 0; cycle < 10; cycle += 1) await coordinator.tick();
+    const runningBefore = await store.transaction(async (tx) => (await tx.getAttempts(runId)).filter((attempt) => attempt.status === "running").length);
+    expect(runningBefore).toBe(width);
+    coordinator.freezeAdmission();
+    expect(await coordinator.stopRunningForShutdown()).toBe(width);
+    const stopReasons = await store.transaction(async (tx) => (await tx.getAttempts(runId)).map((attempt) => attempt.stopReason));
+    expect(stopReasons.filter((reason) => reason === "shutdown")).toHaveLength(width);
   });
 });
 
