@@ -21,6 +21,16 @@ import type { RetryPolicy, TaskDefinition } from "./packages.ts";
  * `tick()` (an in-process timer, a cron trigger, `POST /tick`, a simulation) is the cadence.
  */
 
+/** What start-up recovery decided for one attempt. */
+export interface RecoveryResult {
+  readonly attemptId: string;
+  readonly decision: RecoveryDecision["kind"];
+  readonly reason: string | null;
+}
+
+const LIVE_ATTEMPT_STATUSES: readonly RunAttempt["status"][] = ["claimed", "starting", "running"];
+/** How often recovery repeats a read, or reads and decides one attempt again, after its transaction failed. */
+const RECOVERY_WRITE_TRIES = 3;
 /** Live attempts start-up recovery reads per page: each costs two inspections and a receipt read. */
 const RECOVERY_PAGE = 64;
 /** A bound on one start-up recovery: attempts beyond it keep their state until the next start-up. */
@@ -522,36 +532,80 @@ export class Coordinator {
    * Start-up recovery of attempts this runtime owns, one attempt at a time. Returns each
    * decision so the runtime can report what failed closed.
    */
-  async recover(limit = MAX_RECOVERED_ATTEMPTS): Promise<{ attemptId: string; decision: RecoveryDecision["kind"]; reason: string | null }[]> {
-    const results: { attemptId: string; decision: RecoveryDecision["kind"]; reason: string | null }[] = [];
+  async recover(limit = MAX_RECOVERED_ATTEMPTS): Promise<RecoveryResult[]> {
+    const results: RecoveryResult[] = [];
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       let after: string | null = null;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
       while (results.length < limit) {
-        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed", "starting", "running"], after, RECOVERY_PAGE));
+        const cursor: string | null = after;
+        const attempts: RunAttempt[] = await this.readForRecovery((tx) => tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, cursor, RECOVERY_PAGE));
         for (const attempt of attempts) {
-          // Inspect first, read the receipt last: a process seen gone (with the supervisor that
-          // writes its receipt) has either left its receipt by then, or never will.
-          const inspections = attempt.status === "running" || attempt.status === "starting" ? [await executor.inspect(attempt), await executor.inspect(attempt)] : [];
-          const journal = attempt.status === "claimed" ? "absent" : await executor.hasJournal(attempt);
-          const receipt = attempt.status === "claimed" ? ({ status: "none" } as const) : await executor.readReceipt(attempt);
-          const outcome = await this.write(async (tx, nowMs) => {
-            const scope = await this.scope(tx, attempt.id);
-            if (scope === null || scope.attempt.version !== attempt.version) return null;
-            // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
-            const decision = decideRecovery(scope, { receipt, journal, inspections });
-            const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
-            if (change !== null) await tx.apply(change);
-            return decision;
-          });
-          if (outcome !== null) results.push({ attemptId: attempt.id, decision: outcome.kind, reason: "reason" in outcome ? outcome.reason : null });
+          const result = await this.recoverOne(executor, attempt);
+          if (result !== null) results.push(result);
         }
         if (attempts.length < RECOVERY_PAGE) break;
         after = attempts[attempts.length - 1]?.id ?? null;
       }
     }
     return results;
+  }
+
+  /** A read of start-up recovery, tried again when its transaction fails (a read is safe to repeat). */
+  private async readForRecovery<T>(read: (tx: StoreTx) => Promise<T>): Promise<T> {
+    let lastError: unknown = null;
+    for (let round = 0; round < RECOVERY_WRITE_TRIES; round += 1) {
+      try {
+        return await this.deps.store.transaction(read);
+      } catch (error) {
+        if (isQlrError(error, "clock_regression")) throw error;
+        lastError = error;
+      }
+    }
+    throw lastError;
+  }
+
+  /**
+   * One attempt's recovery, met with a store failure the way the cadence's stages meet one:
+   * read again and decide again. A lost commit response either left nothing (the decision is
+   * made again from fresh evidence) or committed the decision (the attempt's version moved, so
+   * nothing is applied twice). A clock that reads behind the store refuses start-up as before;
+   * any other failure that persists is reported for this attempt, which keeps its state, and
+   * recovery goes on with the next one.
+   */
+  private async recoverOne(executor: Executor, listed: RunAttempt): Promise<RecoveryResult | null> {
+    let attempt = listed;
+    let lastError: unknown = null;
+    for (let round = 0; round < RECOVERY_WRITE_TRIES; round += 1) {
+      if (round > 0) {
+        const current = await this.readForRecovery((tx) => tx.getAttempt(listed.id));
+        if (current === null || !LIVE_ATTEMPT_STATUSES.includes(current.status)) return null;
+        attempt = current;
+      }
+      // Inspect first, read the receipt last: a process seen gone (with the supervisor that
+      // writes its receipt) has either left its receipt by then, or never will.
+      const inspections = attempt.status === "running" || attempt.status === "starting" ? [await executor.inspect(attempt), await executor.inspect(attempt)] : [];
+      const journal = attempt.status === "claimed" ? "absent" : await executor.hasJournal(attempt);
+      const receipt = attempt.status === "claimed" ? ({ status: "none" } as const) : await executor.readReceipt(attempt);
+      const expectedVersion = attempt.version;
+      try {
+        const outcome = await this.write(async (tx, nowMs) => {
+          const scope = await this.scope(tx, listed.id);
+          if (scope === null || scope.attempt.version !== expectedVersion) return null;
+          // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
+          const decision = decideRecovery(scope, { receipt, journal, inspections });
+          const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
+          if (change !== null) await tx.apply(change);
+          return decision;
+        });
+        return outcome === null ? null : { attemptId: listed.id, decision: outcome.kind, reason: "reason" in outcome ? outcome.reason : null };
+      } catch (error) {
+        if (isQlrError(error, "clock_regression")) throw error;
+        lastError = error;
+      }
+    }
+    return { attemptId: listed.id, decision: "fail_closed", reason: `recovery could not record its decision: ${describe(lastError).message}` };
   }
 
   /** Execution control stopAndDrain: persist shutdown intent, then stop the exact processes. */
