@@ -1,4 +1,5 @@
 import { QlrError } from "../src/errors.ts";
+import { MAX_ADMISSION_PAGE } from "../src/admission.ts";
 import type { AdmissionReceipt, ChangeSet, ExecutorType, Run, RunAttempt, RunEvent, RunStatus, StepRun, StepMutation } from "../src/model.ts";
 import { RUN_STATUSES, SETTLED_STEP_STATUSES } from "../src/model.ts";
 import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "../src/packages.ts";
@@ -323,7 +324,7 @@ class SqlStoreTx implements StoreTx {
           AND NOT EXISTS (SELECT 1 FROM admission_receipts a WHERE a.run_id = s.run_id AND a.step_run_id = s.id AND a.step_run_version = s.version)
           AND (s.run_id > ? OR (s.run_id = ? AND s.id > ?))
         ORDER BY s.run_id, s.id LIMIT ?`,
-      [nowMs, after?.runId ?? "", after?.runId ?? "", after?.stepRunId ?? "", Math.min(cap(limit), 64)],
+      [nowMs, after?.runId ?? "", after?.runId ?? "", after?.stepRunId ?? "", Math.min(cap(limit), MAX_ADMISSION_PAGE)],
     );
     return found.map((row) => ({ runId: row.run_id, stepRunId: row.id, stepRunVersion: Number(row.version) }));
   }

@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Coordinator } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
-import { admitTaskAttempt } from "../../src/admission.ts";
+import { admitTaskAttempt, MAX_ADMISSION_PAGE } from "../../src/admission.ts";
 import type { ChangeSet } from "../../src/model.ts";
+import type { AdmissionCandidate } from "../../src/ports.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
 import { PROFILES } from "../../src/profiles.ts";
 import type { SqlDriver, SqlTx } from "../../storage/driver.ts";
@@ -195,16 +196,32 @@ export function describeStoreContract(factory: DriverFactory): void {
       expect(attempts).toHaveLength(1);
     });
 
-    it("candidate pages never exceed 64", async () => {
+    it("ADR-0227 §3: a candidate page holds at most 64, whatever the caller asks, and the keyset reaches every candidate", async () => {
+      const runId = ids.runId();
       await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, wideManifest("wide-pkg", 70), nowMs);
-        await startRun(tx, { package: "wide-pkg", target: { kind: "workflow", name: "wide" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs);
+        await startRun(tx, { package: "wide-pkg", target: { kind: "workflow", name: "wide" }, idempotencyKey: null, scheduleName: null, runId }, nowMs);
       });
-      const c = coordinator();
-      for (let index = 0; index < 8; index += 1) await c.tick();
-      const page = await store.transaction(async (tx) => tx.listAdmissionCandidates(null, 1000, clock.nowMs()));
-      expect(page.length).toBeLessThanOrEqual(64);
+      // The frontier alone: 70 ready steps, none admitted (the admission and dispatch budgets are zero).
+      const frontierOnly = { ...PROFILES.standalone, frontier: { pageSize: 64, pages: 4 }, admission: { pageSize: 64, pages: 0 }, dispatch: 0 };
+      await new Coordinator({ store, clock, ids, profile: frontierOnly, executors: {} }).tick();
+      const ours = new Set<string>();
+      let after: AdmissionCandidate | null = null;
+      let pages = 0;
+      for (;;) {
+        const cursor: AdmissionCandidate | null = after;
+        const page: AdmissionCandidate[] = await store.transaction(async (tx) => tx.listAdmissionCandidates(cursor, 1000, clock.nowMs()));
+        pages += 1;
+        if (pages === 1) expect(page.length).toBe(MAX_ADMISSION_PAGE);
+        expect(page.length).toBeLessThanOrEqual(MAX_ADMISSION_PAGE);
+        for (const candidate of page) if (candidate.runId === runId) ours.add(candidate.stepRunId);
+        if (page.length < MAX_ADMISSION_PAGE) break;
+        after = page[page.length - 1] ?? null;
+        expect(pages).toBeLessThan(100);
+      }
+      expect(ours.size).toBe(70);
+      expect(pages).toBeGreaterThanOrEqual(2);
     });
 
     it("keyset listing is stable while runs are inserted", async () => {

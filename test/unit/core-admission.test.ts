@@ -5,7 +5,6 @@ import { complete, markRunning, markStarting, type AttemptScope } from "../../sr
 import { advanceFrontier } from "../../src/frontier.ts";
 import type { ChangeSet, Run } from "../../src/model.ts";
 import { normalizeLocalProcess, type TaskDefinition } from "../../src/packages.ts";
-import { PROFILES } from "../../src/profiles.ts";
 import { applyRecovery, decideRecovery } from "../../src/recovery.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
@@ -328,8 +327,7 @@ describe("admission refuses what it cannot prove", () => {
 });
 
 describe("bounded candidate pages", () => {
-  it("a candidate page never exceeds 64, whatever a profile asks", () => {
+  it("the admission page is named once: 64 (ADR-0227 §3)", () => {
     expect(MAX_ADMISSION_PAGE).toBe(64);
-    for (const profile of Object.values(PROFILES)) expect(Math.min(profile.admission.pageSize, MAX_ADMISSION_PAGE)).toBeLessThanOrEqual(64);
   });
 });

@@ -1,5 +1,6 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SqlJsStatic } from "sql.js";
+import { MAX_ADMISSION_PAGE } from "../../src/admission.ts";
 import { Coordinator, STAGE_ORDER } from "../../src/coordinator.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
@@ -207,6 +208,39 @@ describe("the cadence cycle", () => {
     expect(await coordinator.stopRunningForShutdown()).toBe(width);
     const stopReasons = await store.transaction(async (tx) => (await tx.getAttempts(runId)).map((attempt) => attempt.stopReason));
     expect(stopReasons.filter((reason) => reason === "shutdown")).toHaveLength(width);
+  });
+
+  it("ADR-0227 §3: the cadence never asks the store for more than 64 admission candidates, whatever the profile says", async () => {
+    const { store, clock, executor, start } = await rig();
+    await start(wideManifest("wide", 70), "wide");
+    const asked: number[] = [];
+    const recording: Store = {
+      dialect: store.dialect,
+      driverName: store.driverName,
+      close: () => store.close(),
+      transaction: (fn) =>
+        store.transaction((tx) =>
+          fn(
+            new Proxy(tx, {
+              get(target, property, receiver) {
+                if (property === "listAdmissionCandidates") {
+                  return (after: Parameters<StoreTx["listAdmissionCandidates"]>[0], limit: number, nowMs: number) => {
+                    asked.push(limit);
+                    return target.listAdmissionCandidates(after, limit, nowMs);
+                  };
+                }
+                return Reflect.get(target, property, receiver) as unknown;
+              },
+            }),
+          ),
+        ),
+    };
+    const greedy = { ...PROFILES.cluster, admission: { pageSize: 100, pages: 1 } };
+    const coordinator = new Coordinator({ store: recording, clock, ids: new SequentialIds("x"), profile: greedy, executors: { local_process: executor } });
+    await coordinator.tick();
+    await coordinator.tick();
+    expect(asked.length).toBeGreaterThan(0);
+    expect(Math.max(...asked)).toBeLessThanOrEqual(MAX_ADMISSION_PAGE);
   });
 });
 
