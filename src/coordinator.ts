@@ -1,7 +1,8 @@
 import { admitTaskAttempt, MAX_ADMISSION_PAGE } from "./admission.ts";
+import { findAttemptScope } from "./attempt-scope.ts";
 import { convergeCancellation } from "./cancellation.ts";
 import { isQlrError, QlrError } from "./errors.ts";
-import { complete, markRunning, markStarting, requestShutdownStop, requestTimeoutStop, startFailed, type AttemptScope } from "./execution.ts";
+import { complete, markRunning, markStarting, requestShutdownStop, requestTimeoutStop, startFailed } from "./execution.ts";
 import { advanceFrontier } from "./frontier.ts";
 import { expireLease } from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
@@ -12,7 +13,7 @@ import type { Profile, StageBudget } from "./profiles.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
 import { fireSchedule } from "./operations.ts";
 import { decideSchedule } from "./schedules.ts";
-import type { RetryPolicy, TaskDefinition } from "./packages.ts";
+import type { RetryPolicy } from "./packages.ts";
 
 /**
  * One cadence, one bounded cycle (ADR-0229 §1, DESIGN.md §4). The stages run in a fixed
@@ -373,22 +374,12 @@ export class Coordinator {
     }
   }
 
-  private async scope(tx: StoreTx, attemptId: string): Promise<(AttemptScope & { definition: TaskDefinition }) | null> {
-    const attempt = await tx.getAttempt(attemptId);
-    if (attempt === null) return null;
-    const run = await tx.getRun(attempt.runId);
-    if (run === null) return null;
-    const step = attempt.stepRunId === null ? null : await tx.getStep(attempt.stepRunId);
-    const taskName = step?.task ?? run.target;
-    const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, taskName);
-    if (definition === null) throw new QlrError("integrity", `attempt ${attempt.id}: task ${taskName} has no definition in its generation`);
-    return { run, step, attempt, definition };
-  }
+
 
   /** claimed → starting (committed): the launch request, or null when the attempt may not start. */
   private async markDispatchStarting(attemptId: string): Promise<LaunchRequest | null> {
     return this.write(async (tx, nowMs) => {
-      const scope = await this.scope(tx, attemptId);
+      const scope = await findAttemptScope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "claimed") return null;
       if (scope.run.cancelRequestedAtMs !== null) return null;
       if (scope.step !== null && (scope.step.status !== "ready" || scope.step.version !== scope.attempt.stepRunVersion)) return null;
@@ -408,7 +399,7 @@ export class Coordinator {
       if (!isSpawnFailure(launch.reason)) throw launch.reason;
       const message = describe(launch.reason).message;
       await this.write(async (tx, nowMs) => {
-        const scope = await this.scope(tx, attemptId);
+        const scope = await findAttemptScope(tx, attemptId);
         if (scope === null || scope.attempt.status !== "starting") return;
         await tx.apply(startFailed(scope, message, scope.definition.retry, nowMs));
       });
@@ -417,7 +408,7 @@ export class Coordinator {
     }
     const handle = launch.value;
     await this.write(async (tx, nowMs) => {
-      const scope = await this.scope(tx, attemptId);
+      const scope = await findAttemptScope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "starting") return;
       await tx.apply(markRunning(scope, handle, nowMs));
     });
@@ -462,7 +453,7 @@ export class Coordinator {
       for (const attempt of expired) {
         try {
           const changed = await this.write(async (tx, nowMs) => {
-            const scope = await this.scope(tx, attempt.id);
+            const scope = await findAttemptScope(tx, attempt.id);
             if (scope === null) return false;
             const change = expireLease(scope, scope.definition.retry, nowMs);
             if (change === null) return false;
@@ -492,7 +483,7 @@ export class Coordinator {
     if (receipt.status === "valid") {
       await this.fault("completion.before_commit");
       const completed = await this.write(async (tx, nowMs) => {
-        const scope = await this.scope(tx, attempt.id);
+        const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null || (scope.attempt.status !== "running" && scope.attempt.status !== "starting")) return false;
         await tx.apply(complete(scope, receipt.facts, scope.definition.retry, nowMs));
         return true;
@@ -505,7 +496,7 @@ export class Coordinator {
     }
     if (receipt.status === "invalid") {
       await this.write(async (tx, nowMs) => {
-        const scope = await this.scope(tx, attempt.id);
+        const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null) return;
         const change = applyRecovery(scope, { kind: "fail_closed", reason: `receipt rejected: ${receipt.reason}` }, scope.definition.retry, nowMs);
         if (change !== null) await tx.apply(change);
@@ -514,7 +505,7 @@ export class Coordinator {
     }
     // No receipt yet: deadlines and stop intents.
     const stop = await this.write(async (tx, nowMs) => {
-      const scope = await this.scope(tx, attempt.id);
+      const scope = await findAttemptScope(tx, attempt.id);
       if (scope === null || scope.attempt.status !== "running") return null;
       if (scope.attempt.stopReason !== null) return scope.attempt;
       const change = requestTimeoutStop(scope, nowMs);
@@ -591,7 +582,7 @@ export class Coordinator {
       const expectedVersion = attempt.version;
       try {
         const outcome = await this.write(async (tx, nowMs) => {
-          const scope = await this.scope(tx, listed.id);
+          const scope = await findAttemptScope(tx, listed.id);
           if (scope === null || scope.attempt.version !== expectedVersion) return null;
           // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
           const decision = decideRecovery(scope, { receipt, journal, inspections });
@@ -621,7 +612,7 @@ export class Coordinator {
         const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], cursor, MAX_STORE_PAGE));
         for (const attempt of attempts) {
           const stop = await this.write(async (tx, nowMs) => {
-            const scope = await this.scope(tx, attempt.id);
+            const scope = await findAttemptScope(tx, attempt.id);
             if (scope === null) return null;
             const change = requestShutdownStop(scope, nowMs);
             if (change !== null) await tx.apply(change);

@@ -1,8 +1,9 @@
 import { QlrError } from "./errors.ts";
-import type { AttemptScope, CompletionFacts } from "./execution.ts";
+import { requireAttemptScope } from "./attempt-scope.ts";
+import type { CompletionFacts } from "./execution.ts";
 import { DEFAULT_LEASE_TTL_MS, grantLease, heartbeat, isClaimable, MAX_CLAIM_CAPACITY, workerComplete, workerRunning, workerStarting, type LeaseControl, type LeaseFence } from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
-import type { RemoteWorkerRevision, TaskDefinition } from "./packages.ts";
+import type { RemoteWorkerRevision } from "./packages.ts";
 import type { Clock, Store, StoreTx } from "./ports.ts";
 import { applyRecovery } from "./recovery.ts";
 
@@ -29,16 +30,6 @@ export interface LeaseServiceDeps {
 
 export type WorkerCompletion = { readonly status: RunAttempt["status"]; readonly replayed: boolean };
 
-async function scopeOf(tx: StoreTx, attemptId: string): Promise<AttemptScope & { definition: TaskDefinition }> {
-  const attempt = await tx.getAttempt(attemptId);
-  if (attempt === null) throw new QlrError("not_found", `attempt ${attemptId} does not exist`);
-  const run = await tx.getRun(attempt.runId);
-  if (run === null) throw new QlrError("integrity", `attempt ${attemptId} has no run`);
-  const step = attempt.stepRunId === null ? null : await tx.getStep(attempt.stepRunId);
-  const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, step?.task ?? run.target);
-  if (definition === null) throw new QlrError("integrity", `attempt ${attemptId}: no task definition in its generation`);
-  return { run, step, attempt, definition };
-}
 
 export class LeaseService {
   private readonly deps: LeaseServiceDeps;
@@ -62,7 +53,7 @@ export class LeaseService {
     for (const candidate of candidates) {
       try {
         const lease = await this.write(async (tx, nowMs) => {
-          const scope = await scopeOf(tx, candidate.id);
+          const scope = await requireAttemptScope(tx, candidate.id);
           // Re-read inside the transaction: another worker may have won it meanwhile.
           if (!isClaimable(scope.attempt, nowMs) || scope.run.cancelRequestedAtMs !== null) return null;
           if (scope.definition.execution.executor !== "remote_worker") return null;
@@ -90,7 +81,7 @@ export class LeaseService {
 
   async start(attemptId: string, fence: LeaseFence, phase: "starting" | "running", handle: ProcessHandleFacts | null): Promise<{ status: RunAttempt["status"]; leaseExpiresAtMs: number }> {
     return this.write(async (tx, nowMs) => {
-      const scope = await scopeOf(tx, attemptId);
+      const scope = await requireAttemptScope(tx, attemptId);
       if (phase === "starting") {
         await tx.apply(workerStarting(scope, fence, nowMs, this.ttlMs));
       } else {
@@ -104,7 +95,7 @@ export class LeaseService {
 
   async heartbeat(attemptId: string, fence: LeaseFence): Promise<LeaseControl> {
     return this.write(async (tx, nowMs) => {
-      const scope = await scopeOf(tx, attemptId);
+      const scope = await requireAttemptScope(tx, attemptId);
       const { control, change } = heartbeat(scope, fence, nowMs, this.ttlMs);
       await tx.apply(change);
       return control;
@@ -113,7 +104,7 @@ export class LeaseService {
 
   async complete(attemptId: string, fence: LeaseFence, facts: CompletionFacts): Promise<WorkerCompletion> {
     return this.write(async (tx, nowMs) => {
-      const scope = await scopeOf(tx, attemptId);
+      const scope = await requireAttemptScope(tx, attemptId);
       const answer = workerComplete(scope, fence, facts, scope.definition.retry, nowMs);
       if (answer.kind === "replayed") return { status: answer.status, replayed: true };
       await tx.apply(answer.change);
@@ -124,7 +115,7 @@ export class LeaseService {
   /** The worker's trusted evidence that the process is gone without a receipt. */
   async lost(attemptId: string, fence: LeaseFence, reason: string): Promise<WorkerCompletion> {
     return this.write(async (tx, nowMs) => {
-      const scope = await scopeOf(tx, attemptId);
+      const scope = await requireAttemptScope(tx, attemptId);
       if (scope.attempt.leaseWorkerId !== fence.workerId || scope.attempt.leaseVersion !== fence.leaseVersion) throw new QlrError("conflict", `stale lease fence for attempt ${attemptId}`);
       if (scope.attempt.status === "lost") return { status: "lost", replayed: true };
       // A claim that never crossed the start barrier has no side effects: its step gets a new

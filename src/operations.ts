@@ -1,8 +1,10 @@
+import { requireAttemptScope } from "./attempt-scope.ts";
 import { QlrError } from "./errors.ts";
 import { manifestError, type Manifest } from "./manifest/index.ts";
 import type { Run, RunAttempt, RunEvent, StepRun } from "./model.ts";
 import { materializePlans, nextGeneration, reconcileTasks } from "./packages.ts";
 import type { StoreTx } from "./ports.ts";
+import { resolveFailedClosed } from "./recovery.ts";
 import { createOrdinaryRun, createWorkflowRun, requestCancel } from "./runs.ts";
 import { initialScheduleState, type ScheduleState } from "./schedules.ts";
 
@@ -93,6 +95,15 @@ export async function cancelRun(tx: StoreTx, runId: string, nowMs: number, reaso
   if (change === null) return run;
   await tx.apply(change);
   return change.runs[0]?.after ?? run;
+}
+
+/** `POST /attempts/:id/resolve`: an operator settles an attempt that failed closed (see `resolveFailedClosed`). */
+export async function resolveAttempt(tx: StoreTx, attemptId: string, resolution: { readonly as: "lost"; readonly reason: string }, nowMs: number): Promise<RunAttempt> {
+  const scope = await requireAttemptScope(tx, attemptId);
+  await tx.apply(resolveFailedClosed(scope, resolution.reason, scope.definition.retry, nowMs));
+  const resolved = await tx.getAttempt(attemptId);
+  if (resolved === null) throw new QlrError("integrity", `attempt ${attemptId} vanished while it was resolved`);
+  return resolved;
 }
 
 export interface RunDetail {

@@ -120,3 +120,24 @@ export function applyRecovery(scope: AttemptScope, decision: RecoveryDecision, r
     }
   }
 }
+
+/** The longest reason an operator may give when settling an attempt. */
+export const MAX_RESOLVE_REASON_LENGTH = 500;
+
+/**
+ * An operator settles an attempt that failed closed: recovery or execution control could not
+ * decide from trusted evidence (no persisted handle, a rejected receipt, an identity that
+ * changed) and left it `starting` or `running`, reported. The operator has looked at the host
+ * and says the process is gone: the attempt becomes `lost` exactly as trusted not-running
+ * evidence would make it (the step `failed`, never retried; an ordinary run `lost`), with the
+ * operator's reason in its event. Cancel and the frontier then converge the run. Only such an
+ * attempt may be settled this way: a healthy live attempt has evidence to go by.
+ */
+export function resolveFailedClosed(scope: AttemptScope, reason: string, retry: RetryPolicy, nowMs: number): ChangeSet {
+  const { attempt } = scope;
+  if (attempt.status !== "starting" && attempt.status !== "running") throw new QlrError("conflict", `attempt ${attempt.id} is ${attempt.status}: only a starting or running attempt that failed closed can be resolved`);
+  if (attempt.error === null) throw new QlrError("conflict", `attempt ${attempt.id} has not failed closed: recovery and execution control still decide it from its evidence`);
+  const change = applyRecovery(scope, { kind: "lost_failed", reason: `resolved as lost by an operator: ${reason}` }, retry, nowMs);
+  if (change === null) throw new QlrError("internal", `attempt ${attempt.id}: resolving it changed nothing`);
+  return change;
+}

@@ -8,7 +8,8 @@ import { isPortableId, PACKAGE_NAME_PATTERN, RESOURCE_NAME_PATTERN } from "../..
 import { MAX_MANIFEST_BYTES, utf8ByteLength } from "../../src/manifest/limits.ts";
 import { parseManifest } from "../../src/manifest/index.ts";
 import { RUN_STATUSES, type Run, type RunAttempt, type StepRun } from "../../src/model.ts";
-import { applyPackage, cancelRun, getRunDetail, getRunEvents, startRun } from "../../src/operations.ts";
+import { applyPackage, cancelRun, getRunDetail, getRunEvents, resolveAttempt, startRun } from "../../src/operations.ts";
+import { MAX_RESOLVE_REASON_LENGTH } from "../../src/recovery.ts";
 import type { Clock, IdSource, Store } from "../../src/ports.ts";
 import { LeaseService } from "../../src/lease-service.ts";
 import type { Metrics } from "./metrics.ts";
@@ -117,6 +118,14 @@ const startRunBody = z
   })
   .strict()
   .refine((body) => (body.workflow === undefined) !== (body.task === undefined), { message: "exactly one of workflow or task", path: ["workflow"] });
+
+const resolveBody = z
+  .object({
+    as: z.literal("lost"),
+    // Printable text on one line: it is shown in events, `qlr status` and the dashboard.
+    reason: z.string().min(1).max(MAX_RESOLVE_REASON_LENGTH).regex(/^[^\u0000-\u001f\u007f]+$/, "must be printable text on one line"),
+  })
+  .strict();
 
 const listQuery = z
   .object({
@@ -329,6 +338,15 @@ export function createApp(deps: AppDeps): Hono {
     const id = runId(c);
     const run = await write((tx, nowMs) => cancelRun(tx, id, nowMs));
     return c.json({ run: runView(run) }, 202);
+  });
+
+  app.post("/attempts/:id/resolve", async (c) => {
+    const id = c.req.param("id") ?? "";
+    if (!isPortableId(id)) fail("invalid_request", "attempt id must be a portable identity", [{ path: "id", message: "not a portable identity" }]);
+    const parsed = resolveBody.safeParse(await readJson(c));
+    if (!parsed.success) fail("invalid_request", "the resolution is not valid", zodDetails(parsed.error));
+    const attempt = await write((tx, nowMs) => resolveAttempt(tx, id, parsed.data, nowMs));
+    return c.json({ attempt: attemptView(attempt) });
   });
 
   app.get("/runs/:id/steps/:name/log", async (c) => {

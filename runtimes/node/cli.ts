@@ -20,6 +20,9 @@ Usage:
   qlr apply FILE                     apply a package manifest (YAML or JSON)
   qlr start PACKAGE/NAME [--wait]    start a workflow (or a task) run; --wait follows it
   qlr cancel RUN                     cancel a run (stops its processes)
+  qlr resolve ATTEMPT --as lost --reason TEXT
+                                     settle an attempt that failed closed, after checking
+                                     its process is gone (its step fails, never re-run)
   qlr runs [--status S]              list runs, newest first
   qlr status RUN                     a run with its steps and attempts
   qlr logs RUN STEP                  the latest attempt log of a step
@@ -46,6 +49,8 @@ const OPTIONS = {
   url: { type: "string" },
   apply: { type: "string", multiple: true },
   "tick-interval": { type: "string" },
+  as: { type: "string" },
+  reason: { type: "string" },
   wait: { type: "boolean" },
   status: { type: "string" },
   limit: { type: "string" },
@@ -326,6 +331,17 @@ export async function main(argv: readonly string[]): Promise<number> {
         const api = await client(config);
         const { run } = await api.call<{ run: RunView }>("POST", `/runs/${runId}/cancel`);
         print(config, { run }, () => `run ${run.id} ${run.status}, cancel requested: its processes are being stopped`);
+        return 0;
+      }
+      case "resolve": {
+        const attemptId = runRequired(rest, 0, "ATTEMPT");
+        if (!isPortableId(attemptId)) throw new UsageError("ATTEMPT must be an attempt id (qlr status RUN lists them)");
+        if (parsed.values.as !== "lost") throw new UsageError("qlr resolve needs --as lost (the only resolution: the process is gone and its outcome unknown)");
+        const reason = parsed.values.reason;
+        if (reason === undefined || reason.trim() === "") throw new UsageError("qlr resolve needs --reason TEXT: what you checked on the host");
+        const api = await client(config);
+        const { attempt } = await api.call<{ attempt: { id: string; status: string; error: string | null } }>("POST", `/attempts/${attemptId}/resolve`, { text: JSON.stringify({ as: "lost", reason }), contentType: "application/json" });
+        print(config, { attempt }, () => `attempt ${attempt.id} ${attempt.status}: ${attempt.error ?? ""}`);
         return 0;
       }
       case "runs": {

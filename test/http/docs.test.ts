@@ -7,6 +7,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { findAttemptScope } from "../../src/attempt-scope.ts";
+import { applyRecovery } from "../../src/recovery.ts";
 import { Harness, STORE_FACTORIES, TOKEN, errorOf, type ApplyView, type RunView } from "./support.ts";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -117,6 +119,21 @@ describe("docs/API.md", () => {
     return lease.attemptId;
   }
 
+  /** A demo run whose first step's attempt failed closed (as recovery leaves it), for the resolve example. */
+  async function failedClosedAttempt(): Promise<string> {
+    const run: RunView = await h.startRun({ package: "demo", workflow: "pipeline" });
+    await h.tickUntil(async () => (await h.runDetail(run.id)).attempts.some((attempt) => attempt.status === "running"));
+    const attempt = (await h.runDetail(run.id)).attempts.find((item) => item.status === "running");
+    if (attempt === undefined) throw new Error(`run ${run.id} has no running attempt`);
+    await h.store.transaction(async (tx) => {
+      const nowMs = await tx.observe(h.clock.nowMs());
+      const scope = await findAttemptScope(tx, attempt.id);
+      const change = scope === null ? null : applyRecovery(scope, { kind: "fail_closed", reason: "no persisted process handle" }, scope.definition.retry, nowMs);
+      if (change !== null) await tx.apply(change);
+    });
+    return attempt.id;
+  }
+
   afterAll(async () => {
     await h.close();
   });
@@ -125,11 +142,13 @@ describe("docs/API.md", () => {
     const lines = curlLines(page);
     expect(lines.length).toBeGreaterThanOrEqual(20);
     const literals = new Map<string, string>();
+    let attemptId = "";
     for (const line of lines) {
+      if (line.includes("/resolve")) attemptId = await failedClosedAttempt();
       if (line.includes("/worker/lost")) literals.set(LOST_EXAMPLE, await leasedAttempt());
       let text = line;
       for (const [example, actual] of literals) text = text.split(example).join(actual);
-      const command = parseCurl(text, { QLR_TOKEN: TOKEN, RUN_ID: runId });
+      const command = parseCurl(text, { QLR_TOKEN: TOKEN, RUN_ID: runId, ATTEMPT_ID: attemptId });
       expect(command.url.origin, command.source).toBe("http://127.0.0.1:8787");
       const { authorization = null, ...headers } = command.headers;
       if (command.url.pathname !== "/healthz") expect(authorization, command.source).toBe(`Bearer ${TOKEN}`);

@@ -4,7 +4,7 @@ import { advanceFrontier } from "../../src/frontier.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { expireLease } from "../../src/leases.ts";
 import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
-import { applyRecovery, decideRecovery, type LiveInspection, type RecoveryDecision, type RecoveryEvidence } from "../../src/recovery.ts";
+import { applyRecovery, decideRecovery, resolveFailedClosed, type LiveInspection, type RecoveryDecision, type RecoveryEvidence } from "../../src/recovery.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
 import { CoreWorld, definitionOf, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
@@ -297,3 +297,31 @@ describe("attempts past the start barrier", () => {
     expect(decide(world, world.model.attempt(attempt.id), NO_EVIDENCE)).toEqual({ kind: "none" });
   });
 });
+
+describe("an operator resolves an attempt that failed closed", () => {
+  it("a starting attempt without a handle that failed closed becomes lost with the operator's reason; its step fails and is never retried", () => {
+    const world = worldWith(IDEMPOTENT);
+    const attempt = starting(world);
+    const decision = recover(world, attempt, { receipt: { status: "none" }, journal: "present", inspections: [] });
+    expect(decision.kind).toBe("fail_closed");
+    const failedClosed = world.model.attempt(attempt.id);
+    expect(failedClosed.status).toBe("starting");
+    expect(failedClosed.error).not.toBeNull();
+    world.apply(resolveFailedClosed(world.model.scope(attempt.id), "host rebooted, no such process", IDEMPOTENT, T0 + 200));
+    const resolved = world.model.attempt(attempt.id);
+    expect(resolved.status).toBe("lost");
+    expect(resolved.error).toBe("resolved as lost by an operator: host rebooted, no such process");
+    expect(world.model.step("run-1", "a").status).toBe("failed");
+    expect(world.model.attemptsOf("run-1")).toHaveLength(1);
+  });
+
+  it("refuses a live attempt that did not fail closed, and a settled one, writing nothing", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    expect(() => resolveFailedClosed(world.model.scope(attempt.id), "looks stuck", NO_RETRY, T0 + 200)).toThrow(/has not failed closed/);
+    recover(world, attempt, inspected("not_running", "not_running"));
+    expect(world.model.attempt(attempt.id).status).toBe("lost");
+    expect(() => resolveFailedClosed(world.model.scope(attempt.id), "again", NO_RETRY, T0 + 300)).toThrow(/only a starting or running attempt/);
+  });
+});
+
