@@ -61,6 +61,8 @@ export interface CoordinatorDeps {
   readonly fault?: (point: FaultPoint) => void | Promise<void>;
   /** Observes stage timings for metrics; never required. */
   readonly onStage?: (stage: StageReport) => void;
+  /** Observes every finished cycle, whoever called it (a timer, `POST /tick`, a cron trigger); never required. */
+  readonly onTick?: (report: TickReport) => void;
   /** The monotonic-ish duration source for reports (performance.now on hosts); defaults to the clock. */
   readonly elapsedMs?: () => number;
 }
@@ -174,7 +176,9 @@ export class Coordinator {
       this.deps.onStage?.(report);
       stages.push(report);
     }
-    return { profile: this.deps.profile.name, stages, more: stages.some((stage) => stage.more), followUp: this.followUp, durationMs: Math.max(0, this.elapsed() - startedMs) };
+    const report: TickReport = { profile: this.deps.profile.name, stages, more: stages.some((stage) => stage.more), followUp: this.followUp, durationMs: Math.max(0, this.elapsed() - startedMs) };
+    this.deps.onTick?.(report);
+    return report;
   }
 
   private async runStage(name: StageName, context: StageContext): Promise<void> {

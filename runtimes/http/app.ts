@@ -243,7 +243,6 @@ export function createApp(deps: AppDeps): Hono {
 
   app.post("/tick", async (c) => {
     const report = await deps.coordinator.tick();
-    deps.metrics.observeTick();
     return c.json({ report });
   });
 

@@ -120,6 +120,7 @@ export class DeviceRuntime {
         executors: { local_process: executor },
         elapsedMs: () => performance.now(),
         onStage: (stage) => metrics.observeStage(stage),
+        onTick: () => metrics.observeTick(),
         fault: (point) => {
           // A crash test's named point: die exactly here, as a power cut or OOM kill would.
           if (point === crashAt) process.kill(process.pid, "SIGKILL");

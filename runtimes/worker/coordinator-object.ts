@@ -101,6 +101,7 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       executors: {},
       elapsedMs: () => performance.now(),
       onStage: (stage) => metrics.observeStage(stage),
+      onTick: () => metrics.observeTick(),
     });
     const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, token: this.env.QLR_TOKEN ?? "", metrics, supportedExecutors: ["remote_worker"] });
     return { store, coordinator, metrics, app };
@@ -124,7 +125,6 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
     if (problem !== null) throw new Error(problem);
     const runtime = await this.open();
     const report = await runtime.coordinator.tick();
-    runtime.metrics.observeTick();
     return report;
   }
 }

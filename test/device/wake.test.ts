@@ -54,6 +54,15 @@ describe("event-driven cadence (real processes)", () => {
     // Exactly one spawn per step: waking early never dispatches twice.
     const spawns = await dir.spawns();
     expect(spawns.map((spawn) => spawn.label).sort()).toEqual(["a", "b", "c", "d"]);
+    // Every cycle of the cadence is counted, not only POST /tick: one count per finished cycle,
+    // as many as the cancellation stage's (a stage every cycle runs), or one fewer while a
+    // cycle is between its first stage and its end.
+    const metrics = await served.api.call<string>("GET", "/metrics");
+    const ticks = Number(/\nqlr_ticks_total (\d+)\n/.exec(metrics.body)?.[1] ?? "0");
+    const cancellationCycles = Number(/\nqlr_tick_stage_seconds_count\{stage="cancellation"\} (\d+)\n/.exec(metrics.body)?.[1] ?? "-1");
+    expect(ticks).toBeGreaterThanOrEqual(4);
+    expect(ticks).toBeLessThanOrEqual(cancellationCycles);
+    expect(ticks).toBeGreaterThanOrEqual(cancellationCycles - 1);
     served.child.kill("SIGTERM");
     expect(await served.exited).toEqual({ code: 0, signal: null });
   });

@@ -242,6 +242,7 @@ export class Harness {
       profile: PROFILES.standalone,
       executors: { local_process: this.executor },
       onStage: (stage) => this.metrics.observeStage(stage),
+      onTick: () => this.metrics.observeTick(),
     });
     this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, token: TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)) });
   }
