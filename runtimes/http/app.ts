@@ -2,7 +2,6 @@ import { Hono, type Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { z } from "zod";
 import type { Coordinator } from "../../src/coordinator.ts";
-import { timingSafeEqualText } from "../../src/digest.ts";
 import { isQlrError, QlrError, type QlrErrorCode } from "../../src/errors.ts";
 import { isPortableId, PACKAGE_NAME_PATTERN, RESOURCE_NAME_PATTERN } from "../../src/identity.ts";
 import { MAX_MANIFEST_BYTES, utf8ByteLength } from "../../src/manifest/limits.ts";
@@ -11,6 +10,7 @@ import { RUN_STATUSES, type Run, type RunAttempt, type StepRun } from "../../src
 import { applyPackage, cancelRun, getRunDetail, getRunEvents, startRun } from "../../src/operations.ts";
 import type { Clock, IdSource, Store } from "../../src/ports.ts";
 import { LeaseService } from "../../src/lease-service.ts";
+import { isAuthorized } from "./auth.ts";
 import type { Metrics } from "./metrics.ts";
 import { mountWorkerRoutes } from "./worker-routes.ts";
 
@@ -23,13 +23,18 @@ import { mountWorkerRoutes } from "./worker-routes.ts";
 export const MAX_BODY_BYTES = MAX_MANIFEST_BYTES + 4096;
 export const MAX_LIST_LIMIT = 200;
 export const MAX_EVENTS_PAGE = 500;
+/** The most bytes of log one answer carries, stdout and stderr together (README: 1 MiB). */
+export const LOG_ANSWER_MAX_BYTES = 1024 * 1024;
 
 export interface AppDeps {
   readonly store: Store;
   readonly coordinator: Coordinator;
   readonly clock: Clock;
   readonly ids: IdSource;
+  /** The admin token: every route. */
   readonly token: string;
+  /** The remote workers' token: only `/worker/*` (see auth.ts). */
+  readonly workerToken?: string | null;
   readonly metrics: Metrics;
   /** Reads the latest attempt log of a step; absent on runtimes that hold no logs. */
   readonly readLog?: (attempt: RunAttempt, maxBytes: number) => Promise<string | null>;
@@ -202,10 +207,7 @@ export function createApp(deps: AppDeps): Hono {
   deps.mount?.(app);
 
   app.use("*", async (c, next) => {
-    const header = c.req.header("authorization") ?? "";
-    // The auth scheme is case-insensitive (RFC 9110 §11.1); the token itself is compared in constant time.
-    const presented = /^bearer +/i.test(header) ? header.replace(/^bearer +/i, "") : "";
-    if (presented.length === 0 || !timingSafeEqualText(presented, deps.token)) {
+    if (!isAuthorized(c.req.header("authorization"), new URL(c.req.url).pathname, { admin: deps.token, worker: deps.workerToken ?? null })) {
       deps.metrics.observeHttpError();
       return c.json({ error: { code: "unauthorized", message: "a valid bearer token is required", details: [] } }, 401);
     }
@@ -328,7 +330,7 @@ export function createApp(deps: AppDeps): Hono {
     if (detail.run.kind === "workflow" && step === undefined) fail("not_found", `run ${id} has no step ${name}`);
     const latest = detail.attempts.filter((attempt) => attempt.stepRunId === (targetStepId ?? null)).at(-1);
     if (latest === undefined || deps.readLog === undefined) fail("not_found", `step ${name} has no log yet`);
-    const text = await deps.readLog(latest, 1024 * 1024);
+    const text = await deps.readLog(latest, LOG_ANSWER_MAX_BYTES);
     if (text === null) fail("not_found", `step ${name} has no log yet`);
     return c.text(text, 200, { "content-type": "text/plain; charset=utf-8" });
   });

@@ -30,6 +30,8 @@ import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { SequentialIds } from "../support/fixtures.ts";
 
 export const TOKEN = "test-token";
+/** The remote workers' token: valid on /worker/* only. */
+export const WORKER_TOKEN = "test-worker-token";
 /** 2030-01-01T00:00:00Z: a whole hour, so schedule tests can align to it. */
 export const START_MS = Date.UTC(2030, 0, 1, 0, 0, 0);
 /** The default simulated task duration. */
@@ -242,7 +244,7 @@ export class Harness {
       executors: { local_process: this.executor },
       onStage: (stage) => this.metrics.observeStage(stage),
     });
-    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, token: TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)) });
+    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, token: TOKEN, workerToken: WORKER_TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)) });
   }
 
   static async open(factory: StoreFactory): Promise<Harness> {
