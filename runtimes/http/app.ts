@@ -8,7 +8,7 @@ import { MAX_MANIFEST_BYTES, utf8ByteLength } from "../../src/manifest/limits.ts
 import { parseManifest } from "../../src/manifest/index.ts";
 import { RUN_STATUSES, type Run, type RunAttempt, type StepRun } from "../../src/model.ts";
 import { applyPackage, cancelRun, getRunDetail, getRunEvents, startRun } from "../../src/operations.ts";
-import type { Clock, IdSource, Store } from "../../src/ports.ts";
+import type { Clock, IdSource, SecretSource, Store } from "../../src/ports.ts";
 import { LeaseService } from "../../src/lease-service.ts";
 import { isAuthorized } from "./auth.ts";
 import type { Metrics } from "./metrics.ts";
@@ -31,6 +31,8 @@ export interface AppDeps {
   readonly coordinator: Coordinator;
   readonly clock: Clock;
   readonly ids: IdSource;
+  /** Lease secrets for remote workers: the host's cryptographic random source. */
+  readonly secrets: SecretSource;
   /** The admin token: every route. */
   readonly token: string;
   /** The remote workers' token: only `/worker/*` (see auth.ts). */
@@ -335,7 +337,7 @@ export function createApp(deps: AppDeps): Hono {
     return c.text(text, 200, { "content-type": "text/plain; charset=utf-8" });
   });
 
-  mountWorkerRoutes(app, new LeaseService({ store, clock, ...(deps.leaseTtlMs === undefined ? {} : { ttlMs: deps.leaseTtlMs }) }));
+  mountWorkerRoutes(app, new LeaseService({ store, clock, secrets: deps.secrets, ...(deps.leaseTtlMs === undefined ? {} : { ttlMs: deps.leaseTtlMs }) }));
 
   app.get("/recovery", (c) => c.json({ recovery: deps.recoveryReport?.() ?? [] }));
 

@@ -12,7 +12,7 @@ import type { SqlStore } from "../../storage/sql-store.ts";
 import { mountDashboard } from "../browser/serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
 import { Metrics } from "../http/metrics.ts";
-import { systemClock, uuidv7Ids } from "./host.ts";
+import { randomSecrets, systemClock, uuidv7Ids } from "./host.ts";
 import { DEFAULT_GRACE_MS, DEFAULT_LOG_MAX_BYTES, loadOrCreateReceiptKey, PosixLauncher } from "./launcher/index.ts";
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
@@ -120,6 +120,7 @@ export class DeviceRuntime {
         coordinator,
         clock: systemClock,
         ids: uuidv7Ids,
+        secrets: randomSecrets,
         token: options.token,
         workerToken: options.workerToken ?? null,
         metrics,

@@ -8,7 +8,7 @@ import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { createApp } from "../http/app.ts";
 import { isAuthorized, MAX_TOKEN_LENGTH, MIN_TOKEN_LENGTH } from "../http/auth.ts";
 import { Metrics } from "../http/metrics.ts";
-import { uuidv7Ids, workerClock } from "./host.ts";
+import { randomSecrets, uuidv7Ids, workerClock } from "./host.ts";
 import type { DurableObjectNamespace, DurableObjectState, WorkerRequest, WorkerResponse } from "./types.ts";
 
 /** The Worker's bindings (wrangler.toml) and secrets. */
@@ -115,7 +115,7 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       elapsedMs: () => performance.now(),
       onStage: (stage) => metrics.observeStage(stage),
     });
-    const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, token: this.env.QLR_TOKEN ?? "", workerToken: this.workerToken(), metrics, supportedExecutors: ["remote_worker"] });
+    const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, secrets: randomSecrets, token: this.env.QLR_TOKEN ?? "", workerToken: this.workerToken(), metrics, supportedExecutors: ["remote_worker"] });
     return { store, coordinator, metrics, app };
   }
 

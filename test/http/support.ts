@@ -27,7 +27,7 @@ import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { SequentialIds } from "../support/fixtures.ts";
+import { SequentialIds, SequentialSecrets } from "../support/fixtures.ts";
 
 export const TOKEN = "test-token";
 /** The remote workers' token: valid on /worker/* only. */
@@ -244,7 +244,7 @@ export class Harness {
       executors: { local_process: this.executor },
       onStage: (stage) => this.metrics.observeStage(stage),
     });
-    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, token: TOKEN, workerToken: WORKER_TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)) });
+    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, secrets: new SequentialSecrets(), token: TOKEN, workerToken: WORKER_TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)) });
   }
 
   static async open(factory: StoreFactory): Promise<Harness> {

@@ -286,7 +286,7 @@ describe("qlr worker against qlr serve", () => {
     const unknownAttempt = "wta:0123456789abcdef0123456789abcdef";
     await promisify(execFile)("mkdir", ["-p", join(stateDir, "leases")]);
     await writeFile(join(stateDir, "worker-id"), `${workerId}\n`);
-    const lease = { attemptId: unknownAttempt, leaseVersion: 1, leaseExpiresAtMs: 0, runId: "run-from-elsewhere", stepRunId: null, taskRevision: "qltd:v1:1:x", execution: { executor: "remote_worker", pool: "p1", argv: ["true"], env: {}, timeoutMs: 1000, shell: false } };
+    const lease = { attemptId: unknownAttempt, leaseVersion: 1, leaseSecret: "secret-from-another-coordinator-01", leaseExpiresAtMs: 0, runId: "run-from-elsewhere", stepRunId: null, taskRevision: "qltd:v1:1:x", execution: { executor: "remote_worker", pool: "p1", argv: ["true"], env: {}, timeoutMs: 1000, shell: false } };
     await writeFile(join(stateDir, "leases", `${unknownAttempt}.json`), JSON.stringify({ lease, workerId, handle: null }));
     const worker = startWorker(stateDir, "worker-3");
     const before = await lines(join(markers, "two"));
