@@ -4,6 +4,7 @@ import type { FaultPoint } from "../../src/coordinator.ts";
 import { isPortableId } from "../../src/identity.ts";
 import { commonConfig, loadOrCreateToken, readStoredToken, UsageError, type CommonConfig } from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
+import { describeTightened, secureStateDir } from "./state-dir.ts";
 
 /**
  * `qlr`: the device runtime (`serve`) and a client of its HTTP API (every other command), so
@@ -212,6 +213,9 @@ async function waitForRun(api: Client, config: CommonConfig, runId: string): Pro
 }
 
 async function serveCommand(config: CommonConfig, applyFiles: string[]): Promise<number> {
+  // Before the token is written into it: the state dir must be the runtime's own and owner-only.
+  const secured = await secureStateDir(config.stateDir);
+  if (secured.tightenedFromMode !== null) process.stderr.write(`${describeTightened(config.stateDir, secured.tightenedFromMode)}\n`);
   const stored = config.token === null ? await loadOrCreateToken(config.stateDir) : null;
   const token = config.token ?? stored?.token ?? "";
   const fault = process.env.QLR_FAULT_POINT;

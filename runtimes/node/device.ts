@@ -1,4 +1,4 @@
-import { mkdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { Server as HttpServer } from "node:http";
 import { resolve } from "node:path";
 import { serve, type ServerType } from "@hono/node-server";
@@ -17,6 +17,7 @@ import { DEFAULT_GRACE_MS, DEFAULT_LOG_MAX_BYTES, loadOrCreateReceiptKey, PosixL
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
 import { readAttemptLog } from "./read-log.ts";
+import { describeTightened, secureStateDir } from "./state-dir.ts";
 
 export interface DeviceOptions {
   readonly stateDir: string;
@@ -77,7 +78,8 @@ export class DeviceRuntime {
   static async start(options: DeviceOptions): Promise<DeviceRuntime> {
     const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
     const stateDir = resolve(options.stateDir);
-    await mkdir(stateDir, { recursive: true, mode: 0o700 });
+    const secured = await secureStateDir(stateDir);
+    if (secured.tightenedFromMode !== null) log(describeTightened(stateDir, secured.tightenedFromMode));
     const hmacKey = await loadOrCreateReceiptKey(stateDir);
     const store = await openConfiguredStore({ kind: options.store, stateDir, databaseUrl: options.databaseUrl, nowMs: systemClock.nowMs() });
     try {

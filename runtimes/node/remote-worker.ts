@@ -5,6 +5,7 @@ import { assertPortableId, isPortableId } from "../../src/identity.ts";
 import type { Lease } from "../../src/lease-service.ts";
 import { LEASE_SECRET_PATTERN, type LeaseControl } from "../../src/leases.ts";
 import { systemClock } from "./host.ts";
+import { describeTightened, secureStateDir } from "./state-dir.ts";
 import { DEFAULT_LOG_MAX_BYTES, isSpawnFailedError, loadOrCreateReceiptKey, PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
 
 /**
@@ -84,6 +85,8 @@ export class RemoteWorker {
 
   static async create(options: RemoteWorkerOptions): Promise<RemoteWorker> {
     const stateDir = resolve(options.stateDir);
+    const secured = await secureStateDir(stateDir);
+    if (secured.tightenedFromMode !== null) (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(describeTightened(stateDir, secured.tightenedFromMode));
     await mkdir(join(stateDir, "leases"), { recursive: true, mode: 0o700 });
     const idPath = join(stateDir, "worker-id");
     let workerId = (await readFile(idPath, "utf8").catch(() => "")).trim();
