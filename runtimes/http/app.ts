@@ -119,15 +119,27 @@ const startRunBody = z
   .strict()
   .refine((body) => (body.workflow === undefined) !== (body.task === undefined), { message: "exactly one of workflow or task", path: ["workflow"] });
 
+/**
+ * A whole number in a query string: decimal digits only. `Number()` alone would read "" and
+ * " 5" as numbers, so an empty `after=` silently meant 0.
+ */
+function wholeNumberText(min: number, max: number): z.ZodType<number, string> {
+  return z
+    .string()
+    .regex(/^[0-9]{1,16}$/, "must be a whole number (decimal digits only)")
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max));
+}
+
 const listQuery = z
   .object({
     status: z.enum(RUN_STATUSES).optional(),
-    limit: z.coerce.number().int().min(1).max(MAX_LIST_LIMIT).default(50),
+    limit: wholeNumberText(1, MAX_LIST_LIMIT).default(50),
     cursor: z.string().refine(isPortableId, "cursor must be a run id").optional(),
   })
   .strict();
 
-const eventsQuery = z.object({ after: z.coerce.number().int().min(0).default(0), limit: z.coerce.number().int().min(1).max(MAX_EVENTS_PAGE).default(MAX_EVENTS_PAGE) }).strict();
+const eventsQuery = z.object({ after: wholeNumberText(0, Number.MAX_SAFE_INTEGER).default(0), limit: wholeNumberText(1, MAX_EVENTS_PAGE).default(MAX_EVENTS_PAGE) }).strict();
 
 function runId(c: Context): string {
   const id = c.req.param("id") ?? "";

@@ -366,6 +366,8 @@ workflows:
       ["after=-1", "after"],
       ["after=abc", "after"],
       ["after=1.5", "after"],
+      ["after=", "after"],
+      ["after=%205", "after"],
       ["limit=0", "limit"],
       ["limit=501", "limit"],
       ["since=3", "since"],
