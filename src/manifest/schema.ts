@@ -126,7 +126,7 @@ export const EnvSchema = z
   });
 
 const CwdSchema = processText("a directory path (a string)").superRefine((cwd, ctx) => {
-  if (cwd === "") ctx.addIssue({ code: "custom", message: "must not be empty (leave cwd out to use the runtime's directory)" });
+  if (cwd === "") ctx.addIssue({ code: "custom", message: "must not be empty (leave cwd out to run in a fresh directory per attempt)" });
   const bytes = utf8ByteLength(cwd);
   if (bytes > MAX_CWD_BYTES) ctx.addIssue({ code: "custom", message: `must be at most ${MAX_CWD_BYTES} bytes, got ${bytes}` });
 });
