@@ -32,5 +32,6 @@ export function claimedAttempt(
     leaseWorkerId: null,
     leaseVersion: 0,
     leaseExpiresAtMs: null,
+    leaseSecretDigest: null,
   };
 }

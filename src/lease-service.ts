@@ -1,10 +1,10 @@
 import { QlrError } from "./errors.ts";
 import { requireAttemptScope } from "./attempt-scope.ts";
 import type { CompletionFacts } from "./execution.ts";
-import { DEFAULT_LEASE_TTL_MS, grantLease, heartbeat, isClaimable, MAX_CLAIM_CAPACITY, workerComplete, workerRunning, workerStarting, type LeaseControl, type LeaseFence } from "./leases.ts";
+import { checkFence, DEFAULT_LEASE_TTL_MS, grantLease, heartbeat, isClaimable, MAX_CLAIM_CAPACITY, workerComplete, workerRunning, workerStarting, type LeaseControl, type LeaseFence } from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import type { RemoteWorkerRevision } from "./packages.ts";
-import type { Clock, Store, StoreTx } from "./ports.ts";
+import type { Clock, SecretSource, Store, StoreTx } from "./ports.ts";
 import { applyRecovery } from "./recovery.ts";
 
 /**
@@ -15,6 +15,8 @@ import { applyRecovery } from "./recovery.ts";
 export interface Lease {
   readonly attemptId: string;
   readonly leaseVersion: number;
+  /** Presented on every later call of this lease; answered once, here, and stored only as a digest. */
+  readonly leaseSecret: string;
   readonly leaseExpiresAtMs: number;
   readonly runId: string;
   readonly stepRunId: string | null;
@@ -25,6 +27,7 @@ export interface Lease {
 export interface LeaseServiceDeps {
   readonly store: Store;
   readonly clock: Clock;
+  readonly secrets: SecretSource;
   readonly ttlMs?: number;
 }
 
@@ -52,17 +55,21 @@ export class LeaseService {
     const leases: Lease[] = [];
     for (const candidate of candidates) {
       try {
+        // Drawn outside the transaction: a PostgreSQL retry re-runs the function, and the secret
+        // must be the one the answer carries.
+        const leaseSecret = this.deps.secrets.leaseSecret();
         const lease = await this.write(async (tx, nowMs) => {
           const scope = await requireAttemptScope(tx, candidate.id);
           // Re-read inside the transaction: another worker may have won it meanwhile.
           if (!isClaimable(scope.attempt, nowMs) || scope.run.cancelRequestedAtMs !== null) return null;
           if (scope.definition.execution.executor !== "remote_worker") return null;
-          await tx.apply(grantLease(scope, workerId, nowMs, this.ttlMs));
+          await tx.apply(grantLease(scope, workerId, leaseSecret, nowMs, this.ttlMs));
           const leased = await tx.getAttempt(candidate.id);
           if (leased === null) return null;
           return {
             attemptId: leased.id,
             leaseVersion: leased.leaseVersion,
+            leaseSecret,
             leaseExpiresAtMs: leased.leaseExpiresAtMs ?? nowMs + this.ttlMs,
             runId: leased.runId,
             stepRunId: leased.stepRunId,
@@ -116,7 +123,7 @@ export class LeaseService {
   async lost(attemptId: string, fence: LeaseFence, reason: string): Promise<WorkerCompletion> {
     return this.write(async (tx, nowMs) => {
       const scope = await requireAttemptScope(tx, attemptId);
-      if (scope.attempt.leaseWorkerId !== fence.workerId || scope.attempt.leaseVersion !== fence.leaseVersion) throw new QlrError("conflict", `stale lease fence for attempt ${attemptId}`);
+      checkFence(scope.attempt, fence);
       if (scope.attempt.status === "lost") return { status: "lost", replayed: true };
       // A claim that never crossed the start barrier has no side effects: its step gets a new
       // ready epoch (ADR-0227 §6). Only a started attempt is lost with its step failed.

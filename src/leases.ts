@@ -1,4 +1,5 @@
 import { assertNotBefore, RunChange } from "./aggregate.ts";
+import { sha256Hex, timingSafeEqualText } from "./digest.ts";
 import { QlrError } from "./errors.ts";
 import { complete, markRunning, markStarting, requestTimeoutStop, type AttemptScope, type CompletionFacts } from "./execution.ts";
 import type { ChangeSet, ProcessHandleFacts, RunAttempt, StopReason } from "./model.ts";
@@ -20,9 +21,36 @@ export const MAX_LEASE_TTL_MS = 10 * 60_000;
 /** The most leases one claim call hands out. */
 export const MAX_CLAIM_CAPACITY = 64;
 
+/**
+ * What a worker presents on every lease call after the claim. The worker id and version are
+ * not secret (they appear in events); the lease secret, handed out once at claim and stored
+ * only as its sha256, is what proves the caller holds the lease.
+ */
 export interface LeaseFence {
   readonly workerId: string;
   readonly leaseVersion: number;
+  readonly leaseSecret: string;
+}
+
+export const LEASE_SECRET_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;
+
+/**
+ * How far a worker's clock may run from the coordinator's before its reported times are
+ * refused. Worker times come from another machine; NTP keeps real clocks far closer than this,
+ * and a time further off is a broken clock or a forged report.
+ */
+export const WORKER_CLOCK_SKEW_MAX_MS = 10_000;
+
+/**
+ * The one answer to a fence that does not match, whoever holds the lease: it names neither the
+ * holder nor its version, so a refused caller learns nothing it could use next time.
+ */
+export function staleFence(attemptId: string): QlrError {
+  return new QlrError("conflict", `the lease fence for attempt ${attemptId} does not match a live lease`);
+}
+
+export function leaseSecretDigest(secret: string): string {
+  return sha256Hex(secret);
 }
 
 export type LeaseControl = { readonly action: "continue"; readonly leaseExpiresAtMs: number } | { readonly action: "stop_requested"; readonly reason: StopReason; readonly leaseExpiresAtMs: number };
@@ -33,17 +61,47 @@ export function isClaimable(attempt: RunAttempt, nowMs: number): boolean {
 }
 
 export function checkFence(attempt: RunAttempt, fence: LeaseFence): void {
-  if (attempt.executor !== "remote_worker") throw new QlrError("conflict", `attempt ${attempt.id} is not a remote attempt`);
-  if (attempt.leaseWorkerId !== fence.workerId || attempt.leaseVersion !== fence.leaseVersion) {
-    throw new QlrError("conflict", `stale lease fence for attempt ${attempt.id}: held by ${String(attempt.leaseWorkerId)} at version ${attempt.leaseVersion}, presented ${fence.workerId} at version ${fence.leaseVersion}`);
-  }
+  // Every comparison runs whatever the earlier ones found, and the secret's digest is compared
+  // in constant time, so neither the answer nor its timing says which part was wrong.
+  const presentedDigest = typeof fence.leaseSecret === "string" && LEASE_SECRET_PATTERN.test(fence.leaseSecret) ? leaseSecretDigest(fence.leaseSecret) : "";
+  const secretMatches = attempt.leaseSecretDigest !== null && timingSafeEqualText(presentedDigest, attempt.leaseSecretDigest);
+  const holderMatches = attempt.leaseWorkerId === fence.workerId && attempt.leaseVersion === fence.leaseVersion;
+  if (attempt.executor !== "remote_worker" || !holderMatches || !secretMatches) throw staleFence(attempt.id);
 }
 
-export function grantLease(scope: AttemptScope, workerId: string, nowMs: number, ttlMs: number): ChangeSet {
+/** Grants the lease; the secret is the worker's, only its digest is stored. */
+export function grantLease(scope: AttemptScope, workerId: string, leaseSecret: string, nowMs: number, ttlMs: number): ChangeSet {
   if (!isClaimable(scope.attempt, nowMs)) throw new QlrError("conflict", `attempt ${scope.attempt.id} is not claimable`);
+  if (!LEASE_SECRET_PATTERN.test(leaseSecret)) throw new QlrError("integrity", "the lease secret source returned a value outside the lease secret pattern");
   const change = new RunChange(scope.run, nowMs);
-  change.setAttempt(scope.attempt, null, { leaseWorkerId: workerId, leaseVersion: scope.attempt.leaseVersion + 1, leaseExpiresAtMs: nowMs + ttlMs }, { workerId, leaseVersion: scope.attempt.leaseVersion + 1 }, "attempt.leased");
+  change.setAttempt(
+    scope.attempt,
+    null,
+    { leaseWorkerId: workerId, leaseVersion: scope.attempt.leaseVersion + 1, leaseExpiresAtMs: nowMs + ttlMs, leaseSecretDigest: leaseSecretDigest(leaseSecret) },
+    { workerId, leaseVersion: scope.attempt.leaseVersion + 1 },
+    "attempt.leased",
+  );
   return change.build();
+}
+
+function implausible(path: string, message: string): QlrError {
+  return new QlrError("invalid_request", `implausible worker time: ${path} ${message}`, { details: [{ path, message }] });
+}
+
+/**
+ * Worker-reported times must be possible: a process starts no earlier than its attempt was
+ * claimed, finishes no earlier than it started, and neither happens in the coordinator's
+ * future. The bounds against the coordinator's clock allow WORKER_CLOCK_SKEW_MAX_MS of skew;
+ * start ≤ finish is exact, since both readings come from the same worker clock.
+ */
+export function checkWorkerTimes(attempt: RunAttempt, times: { readonly startedAtMs: number; readonly finishedAtMs?: number }, nowMs: number, paths: { readonly started: string; readonly finished?: string }): void {
+  const { startedAtMs, finishedAtMs } = times;
+  if (startedAtMs < attempt.createdAtMs - WORKER_CLOCK_SKEW_MAX_MS) throw implausible(paths.started, `is before the attempt was claimed (${attempt.createdAtMs}) by more than ${WORKER_CLOCK_SKEW_MAX_MS} ms`);
+  if (startedAtMs > nowMs + WORKER_CLOCK_SKEW_MAX_MS) throw implausible(paths.started, `is more than ${WORKER_CLOCK_SKEW_MAX_MS} ms in the coordinator's future`);
+  if (finishedAtMs === undefined) return;
+  const finishedPath = paths.finished ?? "finishedAtMs";
+  if (finishedAtMs < startedAtMs) throw implausible(finishedPath, "is before startedAtMs");
+  if (finishedAtMs > nowMs + WORKER_CLOCK_SKEW_MAX_MS) throw implausible(finishedPath, `is more than ${WORKER_CLOCK_SKEW_MAX_MS} ms in the coordinator's future`);
 }
 
 /**
@@ -65,6 +123,7 @@ export function extendLease(scope: AttemptScope, nowMs: number, ttlMs: number): 
 
 function expiredOrFence(attempt: RunAttempt, fence: LeaseFence, nowMs: number): void {
   checkFence(attempt, fence);
+  // The caller proved it holds the lease, so it may learn that its own lease expired.
   if (attempt.status === "claimed" && attempt.leaseExpiresAtMs !== null && attempt.leaseExpiresAtMs <= nowMs) {
     throw new QlrError("conflict", `the lease of attempt ${attempt.id} expired before it started`);
   }
@@ -92,6 +151,7 @@ export function workerRunning(scope: AttemptScope, fence: LeaseFence, handle: Pr
   if (attempt.status === "running" && attempt.pid === handle.pid && attempt.processStartTicks === handle.processStartTicks && attempt.bootId === handle.bootId && attempt.startedAtMs === handle.startedAtMs) {
     return EMPTY_CHANGE_SET;
   }
+  checkWorkerTimes(attempt, { startedAtMs: handle.startedAtMs }, nowMs, { started: "handle.startedAtMs" });
   return withLeaseExpiry(markRunning(scope, handle, nowMs), scope.attempt.id, nowMs + ttlMs);
 }
 
@@ -128,6 +188,7 @@ export function workerComplete(scope: AttemptScope, fence: LeaseFence, facts: Co
   checkFence(scope.attempt, fence);
   const attempt = scope.attempt;
   if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status)) return { kind: "replayed", status: attempt.status };
+  checkWorkerTimes(attempt, { startedAtMs: facts.startedAtMs, finishedAtMs: facts.finishedAtMs }, nowMs, { started: "startedAtMs", finished: "finishedAtMs" });
   if (attempt.status !== "running" && attempt.status !== "starting") throw new QlrError("conflict", `attempt ${attempt.id} is ${attempt.status}; it never started`);
   const deadlineAtMs = attempt.deadlineAtMs ?? (facts.handle?.startedAtMs ?? facts.startedAtMs) + attempt.timeoutMs;
   const overran = nowMs > deadlineAtMs && facts.stopReason !== "cancel" && facts.stopReason !== "shutdown";

@@ -102,6 +102,11 @@ export interface RunAttempt {
   /** Fencing version of the remote lease; 0 while no worker ever held it. */
   readonly leaseVersion: number;
   readonly leaseExpiresAtMs: number | null;
+  /**
+   * sha256 (hex) of the lease secret handed to the worker at claim; null while no worker holds
+   * a lease. Only the digest is stored, so a reader of the database cannot act as the worker.
+   */
+  readonly leaseSecretDigest: string | null;
 }
 
 export type EventType =

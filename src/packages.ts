@@ -36,6 +36,8 @@ export interface LocalProcessRevision {
   readonly argv: readonly string[];
   readonly env: Readonly<Record<string, string>>;
   readonly cwd: string | null;
+  /** Absent when the task runs as the runtime's user (so older digests are unchanged). */
+  readonly user?: string;
   readonly timeoutMs: number;
   readonly stdin: "none";
   readonly shell: boolean;
@@ -67,12 +69,13 @@ function sortedEnv(env: Readonly<Record<string, string>>): Record<string, string
  * The normalizers rebuild the revision field by field from what they are given and always
  * recompute its digest: a digest or executor type claimed by a caller is never trusted.
  */
-export function normalizeLocalProcess(input: { argv: readonly string[]; env: Readonly<Record<string, string>>; cwd: string | null; timeoutMs: number; shell: boolean }): NormalizedExecution {
+export function normalizeLocalProcess(input: { argv: readonly string[]; env: Readonly<Record<string, string>>; cwd: string | null; user?: string | undefined; timeoutMs: number; shell: boolean }): NormalizedExecution {
   const revision: LocalProcessRevision = {
     executor: "local_process",
     argv: [...input.argv],
     env: sortedEnv(input.env),
     cwd: input.cwd,
+    ...(input.user === undefined ? {} : { user: input.user }),
     timeoutMs: input.timeoutMs,
     stdin: "none",
     shell: input.shell,
@@ -102,7 +105,7 @@ export function executionForTask(task: TaskSpec): NormalizedExecution {
     if (task.pool === null) throw new QlrError("invalid_manifest", `task ${task.name}: remote_worker needs a pool`);
     return normalizeRemoteWorker({ pool: task.pool, argv: task.argv, env: task.env, timeoutMs: task.timeoutMs, shell: task.shell });
   }
-  return normalizeLocalProcess({ argv: task.argv, env: task.env, cwd: task.cwd, timeoutMs: task.timeoutMs, shell: task.shell });
+  return normalizeLocalProcess({ argv: task.argv, env: task.env, cwd: task.cwd, user: task.user, timeoutMs: task.timeoutMs, shell: task.shell });
 }
 
 export interface RetryPolicy {

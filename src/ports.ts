@@ -18,6 +18,15 @@ export interface IdSource {
   runId(): string;
 }
 
+/**
+ * Unguessable secrets for the core (lease secrets). Real runtimes draw them from the host's
+ * cryptographic random source; the core itself has no randomness.
+ */
+export interface SecretSource {
+  /** 16–128 characters of `A-Za-z0-9_-`, at least 128 bits of entropy on a real runtime. */
+  leaseSecret(): string;
+}
+
 export interface PackageHead {
   readonly package: string;
   readonly generation: number;

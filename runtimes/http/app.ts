@@ -2,7 +2,6 @@ import { Hono, type Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { z } from "zod";
 import type { Coordinator } from "../../src/coordinator.ts";
-import { timingSafeEqualText } from "../../src/digest.ts";
 import { isQlrError, QlrError, type QlrErrorCode } from "../../src/errors.ts";
 import { isPortableId, PACKAGE_NAME_PATTERN, RESOURCE_NAME_PATTERN } from "../../src/identity.ts";
 import { MAX_MANIFEST_BYTES, utf8ByteLength } from "../../src/manifest/limits.ts";
@@ -10,8 +9,9 @@ import { parseManifest } from "../../src/manifest/index.ts";
 import { RUN_STATUSES, type Run, type RunAttempt, type StepRun } from "../../src/model.ts";
 import { applyPackage, cancelRun, getRunDetail, getRunEvents, resolveAttempt, startRun } from "../../src/operations.ts";
 import { MAX_RESOLVE_REASON_LENGTH } from "../../src/recovery.ts";
-import type { Clock, IdSource, Store } from "../../src/ports.ts";
+import type { Clock, IdSource, SecretSource, Store } from "../../src/ports.ts";
 import { LeaseService } from "../../src/lease-service.ts";
+import { isAuthorized } from "./auth.ts";
 import type { Metrics } from "./metrics.ts";
 import { mountWorkerRoutes } from "./worker-routes.ts";
 
@@ -24,13 +24,20 @@ import { mountWorkerRoutes } from "./worker-routes.ts";
 export const MAX_BODY_BYTES = MAX_MANIFEST_BYTES + 4096;
 export const MAX_LIST_LIMIT = 200;
 export const MAX_EVENTS_PAGE = 500;
+/** The most bytes of log one answer carries, stdout and stderr together (README: 1 MiB). */
+export const LOG_ANSWER_MAX_BYTES = 1024 * 1024;
 
 export interface AppDeps {
   readonly store: Store;
   readonly coordinator: Coordinator;
   readonly clock: Clock;
   readonly ids: IdSource;
+  /** Lease secrets for remote workers: the host's cryptographic random source. */
+  readonly secrets: SecretSource;
+  /** The admin token: every route. */
   readonly token: string;
+  /** The remote workers' token: only `/worker/*` (see auth.ts). */
+  readonly workerToken?: string | null;
   readonly metrics: Metrics;
   /** Reads the latest attempt log of a step; absent on runtimes that hold no logs. */
   readonly readLog?: (attempt: RunAttempt, maxBytes: number) => Promise<string | null>;
@@ -123,19 +130,35 @@ const resolveBody = z
   .object({
     as: z.literal("lost"),
     // Printable text on one line: it is shown in events, `qlr status` and the dashboard.
-    reason: z.string().min(1).max(MAX_RESOLVE_REASON_LENGTH).regex(/^[^\u0000-\u001f\u007f]+$/, "must be printable text on one line"),
+    reason: z
+      .string()
+      .min(1)
+      .max(MAX_RESOLVE_REASON_LENGTH)
+      .refine((text) => [...text].every((char) => char.charCodeAt(0) >= 0x20 && char.charCodeAt(0) !== 0x7f), "must be printable text on one line"),
   })
   .strict();
+
+/**
+ * A whole number in a query string: decimal digits only. `Number()` alone would read "" and
+ * " 5" as numbers, so an empty `after=` silently meant 0.
+ */
+function wholeNumberText(min: number, max: number): z.ZodType<number, string> {
+  return z
+    .string()
+    .regex(/^[0-9]{1,16}$/, "must be a whole number (decimal digits only)")
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max));
+}
 
 const listQuery = z
   .object({
     status: z.enum(RUN_STATUSES).optional(),
-    limit: z.coerce.number().int().min(1).max(MAX_LIST_LIMIT).default(50),
+    limit: wholeNumberText(1, MAX_LIST_LIMIT).default(50),
     cursor: z.string().refine(isPortableId, "cursor must be a run id").optional(),
   })
   .strict();
 
-const eventsQuery = z.object({ after: z.coerce.number().int().min(0).default(0), limit: z.coerce.number().int().min(1).max(MAX_EVENTS_PAGE).default(MAX_EVENTS_PAGE) }).strict();
+const eventsQuery = z.object({ after: wholeNumberText(0, Number.MAX_SAFE_INTEGER).default(0), limit: wholeNumberText(1, MAX_EVENTS_PAGE).default(MAX_EVENTS_PAGE) }).strict();
 
 function runId(c: Context): string {
   const id = c.req.param("id") ?? "";
@@ -217,10 +240,7 @@ export function createApp(deps: AppDeps): Hono {
   deps.mount?.(app);
 
   app.use("*", async (c, next) => {
-    const header = c.req.header("authorization") ?? "";
-    // The auth scheme is case-insensitive (RFC 9110 §11.1); the token itself is compared in constant time.
-    const presented = /^bearer +/i.test(header) ? header.replace(/^bearer +/i, "") : "";
-    if (presented.length === 0 || !timingSafeEqualText(presented, deps.token)) {
+    if (!isAuthorized(c.req.header("authorization"), new URL(c.req.url).pathname, { admin: deps.token, worker: deps.workerToken ?? null })) {
       deps.metrics.observeHttpError();
       return c.json({ error: { code: "unauthorized", message: "a valid bearer token is required", details: [] } }, 401);
     }
@@ -358,12 +378,12 @@ export function createApp(deps: AppDeps): Hono {
     if (detail.run.kind === "workflow" && step === undefined) fail("not_found", `run ${id} has no step ${name}`);
     const latest = detail.attempts.filter((attempt) => attempt.stepRunId === (targetStepId ?? null)).at(-1);
     if (latest === undefined || deps.readLog === undefined) fail("not_found", `step ${name} has no log yet`);
-    const text = await deps.readLog(latest, 1024 * 1024);
+    const text = await deps.readLog(latest, LOG_ANSWER_MAX_BYTES);
     if (text === null) fail("not_found", `step ${name} has no log yet`);
     return c.text(text, 200, { "content-type": "text/plain; charset=utf-8" });
   });
 
-  mountWorkerRoutes(app, new LeaseService({ store, clock, ...(deps.leaseTtlMs === undefined ? {} : { ttlMs: deps.leaseTtlMs }) }));
+  mountWorkerRoutes(app, new LeaseService({ store, clock, secrets: deps.secrets, ...(deps.leaseTtlMs === undefined ? {} : { ttlMs: deps.leaseTtlMs }) }));
 
   app.get("/recovery", (c) => c.json({ recovery: deps.recoveryReport?.() ?? [] }));
 

@@ -3,17 +3,18 @@ import { z } from "zod";
 import { QlrError } from "../../src/errors.ts";
 import { isPortableId } from "../../src/identity.ts";
 import type { LeaseService } from "../../src/lease-service.ts";
-import { MAX_CLAIM_CAPACITY } from "../../src/leases.ts";
+import { LEASE_SECRET_PATTERN, MAX_CLAIM_CAPACITY } from "../../src/leases.ts";
 
 /**
- * The lease protocol for remote workers under `/worker/`, behind the same bearer token as the
- * rest of the API. Every call but claim carries the fence (worker id + lease version); a stale
- * fence answers 409 `conflict` and changes nothing.
+ * The lease protocol for remote workers under `/worker/`, behind the worker token (or the admin
+ * token). Every call but claim carries the fence (worker id + lease version + the lease secret
+ * the claim answered); a fence that does not match answers a 409 `conflict` that names no
+ * holder, and changes nothing.
  */
 
 const portable = z.string().refine(isPortableId, "must be a portable identity");
 const millis = z.number().int().min(0).max(8_640_000_000_000_000);
-const fence = { attemptId: portable, workerId: portable, leaseVersion: z.number().int().min(1).max(1_000_000_000) };
+const fence = { attemptId: portable, workerId: portable, leaseVersion: z.number().int().min(1).max(1_000_000_000), leaseSecret: z.string().regex(LEASE_SECRET_PATTERN, "must be the lease secret the claim answered") };
 
 const claimBody = z.object({ workerId: portable, pool: portable, capacity: z.number().int().min(0).max(MAX_CLAIM_CAPACITY) }).strict();
 const handleBody = z.object({ pid: z.number().int().min(1).max(4_194_304), processStartTicks: z.string().regex(/^[0-9]{1,20}$/), bootId: z.string().min(1).max(64).regex(/^[A-Za-z0-9-]+$/), startedAtMs: millis }).strict();
@@ -67,8 +68,8 @@ export function mountWorkerRoutes(app: Hono, leases: LeaseService): void {
   });
   app.post("/worker/complete", async (c) => {
     const request = await body(c.req.raw, completeBody);
-    const { attemptId, workerId, leaseVersion, ...facts } = request;
-    return c.json(await leases.complete(attemptId, { workerId, leaseVersion }, facts));
+    const { attemptId, workerId, leaseVersion, leaseSecret, ...facts } = request;
+    return c.json(await leases.complete(attemptId, { workerId, leaseVersion, leaseSecret }, facts));
   });
   app.post("/worker/lost", async (c) => {
     const request = await body(c.req.raw, lostBody);

@@ -5,6 +5,7 @@ import { isPortableId } from "../../src/identity.ts";
 import { tryParseDurationMs } from "../../src/manifest/duration.ts";
 import { commonConfig, loadOrCreateToken, readStoredToken, UsageError, type CommonConfig } from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
+import { describeTightened, secureStateDir } from "./state-dir.ts";
 
 /**
  * `qlr`: the device runtime (`serve`) and a client of its HTTP API (every other command), so
@@ -27,15 +28,20 @@ Usage:
   qlr status RUN                     a run with its steps and attempts
   qlr logs RUN STEP                  the latest attempt log of a step
   qlr tick                           run one cadence cycle now
-  qlr worker --coordinator URL --pool P [--capacity N]
+  qlr worker --coordinator URL --pool P [--capacity N] [--insecure]
                                      run remote_worker tasks leased from a coordinator
 
 Options:
   --state-dir DIR   (QLR_STATE_DIR, default ./.qlr)     --port N (QLR_PORT, default 8787)
-  --host H          (default 127.0.0.1)                  --token T (QLR_TOKEN; else the state dir's)
+  --host H          (default 127.0.0.1)                  --url URL of a running runtime
+  --token-file PATH the admin token (else QLR_TOKEN, else the state dir's token file)
+  --worker-token-file PATH
+                    the token remote workers use, valid on /worker/* only (else QLR_WORKER_TOKEN)
+  --token T, --worker-token T
+                    the same on the command line: every local user can read it there
   --profile edge|standalone|cluster                      --store sqlite|pglite|postgres
-  --database-url URL (QLR_DATABASE_URL)                  --url URL of a running runtime
-  --json            machine-readable output
+  --database-url URL (QLR_DATABASE_URL)                  --json machine-readable output
+  --insecure        qlr worker: allow plain http to a coordinator that is not on loopback
 `;
 
 const OPTIONS = {
@@ -43,6 +49,10 @@ const OPTIONS = {
   port: { type: "string" },
   host: { type: "string" },
   token: { type: "string" },
+  "token-file": { type: "string" },
+  "worker-token": { type: "string" },
+  "worker-token-file": { type: "string" },
+  insecure: { type: "boolean" },
   profile: { type: "string" },
   store: { type: "string" },
   "database-url": { type: "string" },
@@ -97,7 +107,7 @@ interface Client {
 async function client(config: CommonConfig): Promise<Client> {
   const base = config.url ?? `http://${config.host === "0.0.0.0" ? "127.0.0.1" : config.host}:${config.port}`;
   const token = config.token ?? (await readStoredToken(config.stateDir));
-  if (token === null) throw new UsageError(`no token: pass --token, set QLR_TOKEN, or point --state-dir at the runtime's state dir`);
+  if (token === null) throw new UsageError(`no token: pass --token-file, set QLR_TOKEN, or point --state-dir at the runtime's state dir`);
   const request = async (method: string, path: string, body?: { text: string; contentType: string }): Promise<Response> => {
     try {
       return await fetch(`${base}${path}`, {
@@ -223,6 +233,9 @@ function tickIntervalOption(text: string | undefined): number | undefined {
 }
 
 async function serveCommand(config: CommonConfig, applyFiles: string[], tickIntervalMs: number | undefined): Promise<number> {
+  // Before the token is written into it: the state dir must be the runtime's own and owner-only.
+  const secured = await secureStateDir(config.stateDir);
+  if (secured.tightenedFromMode !== null) process.stderr.write(`${describeTightened(config.stateDir, secured.tightenedFromMode)}\n`);
   const stored = config.token === null ? await loadOrCreateToken(config.stateDir) : null;
   const token = config.token ?? stored?.token ?? "";
   const fault = process.env.QLR_FAULT_POINT;
@@ -232,6 +245,7 @@ async function serveCommand(config: CommonConfig, applyFiles: string[], tickInte
     host: config.host,
     port: config.port,
     token,
+    workerToken: config.workerToken,
     profile: config.profile,
     store: config.store,
     databaseUrl: config.databaseUrl,
@@ -240,8 +254,11 @@ async function serveCommand(config: CommonConfig, applyFiles: string[], tickInte
     crashAt: (fault as FaultPoint | undefined) ?? null,
   });
   const lines = [`qlr serving ${runtime.url} (profile ${config.profile}, store ${config.store}, state ${config.stateDir})`];
-  if (stored?.created === true) lines.push(`token: ${token}  (stored in ${stored.path}; printed once)`);
+  // The token itself is never printed: terminal scrollback, CI logs and service journals keep
+  // stdout. Its file is readable by the owner only.
+  if (stored?.created === true) lines.push(`token: created in ${stored.path} (readable by its owner only)`);
   else if (stored !== null) lines.push(`token: stored in ${stored.path}`);
+  if (config.workerToken !== null) lines.push("worker token: set (accepted on /worker/* only)");
   lines.push(`try: qlr runs --state-dir ${config.stateDir}`);
   process.stdout.write(`${lines.join("\n")}\n`);
   await new Promise<void>((resolveStop) => {
@@ -258,15 +275,39 @@ async function serveCommand(config: CommonConfig, applyFiles: string[], tickInte
   return 0;
 }
 
-async function workerCommand(config: CommonConfig, coordinator: string | undefined, pool: string | undefined, capacityText: string | undefined): Promise<number> {
-  const coordinatorUrl = coordinator ?? process.env.QLR_COORDINATOR ?? config.url;
-  if (coordinatorUrl === null || coordinatorUrl === undefined) throw new UsageError("qlr worker needs --coordinator URL");
+/** Loopback hosts: a token sent there in clear never leaves the machine. */
+function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, "").toLowerCase();
+  return host === "localhost" || host === "::1" || /^127(\.[0-9]{1,3}){3}$/.test(host);
+}
+
+/** The coordinator URL, refused when it would carry the token in clear across a network. */
+export function checkCoordinatorUrl(text: string, insecure: boolean): string {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new UsageError(`--coordinator ${text} is not a URL`);
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:") throw new UsageError(`--coordinator must be an http(s) URL, got ${url.protocol}`);
+  if (url.protocol === "http:" && !isLoopbackHost(url.hostname) && !insecure) {
+    throw new UsageError(`--coordinator ${text} is plain http to another machine: the token would cross the network in clear. Use https, or pass --insecure on a network you trust`);
+  }
+  return text;
+}
+
+async function workerCommand(config: CommonConfig, coordinator: string | undefined, pool: string | undefined, capacityText: string | undefined, insecure: boolean): Promise<number> {
+  const coordinatorText = coordinator ?? process.env.QLR_COORDINATOR ?? config.url;
+  if (coordinatorText === null || coordinatorText === undefined) throw new UsageError("qlr worker needs --coordinator URL");
+  const coordinatorUrl = checkCoordinatorUrl(coordinatorText, insecure);
   if (pool === undefined || !isPortableId(pool)) throw new UsageError("qlr worker needs --pool NAME (a portable name)");
   const capacity = Number(capacityText ?? "1");
   if (!Number.isInteger(capacity) || capacity < 1 || capacity > 64) throw new UsageError("--capacity must be 1–64");
-  if (config.token === null) throw new UsageError("qlr worker needs --token or QLR_TOKEN (the coordinator's token)");
+  // The worker token opens only the lease routes; the admin token still works for compatibility.
+  const token = config.workerToken ?? config.token;
+  if (token === null) throw new UsageError("qlr worker needs --worker-token-file or QLR_WORKER_TOKEN (or the admin --token-file / QLR_TOKEN)");
   const { RemoteWorker } = await import("./remote-worker.ts");
-  const worker = await RemoteWorker.create({ coordinatorUrl, token: config.token, pool, capacity, stateDir: config.stateDir });
+  const worker = await RemoteWorker.create({ coordinatorUrl, token, pool, capacity, stateDir: config.stateDir });
   worker.start();
   process.stdout.write(`qlr worker ${worker.workerId} leasing pool ${pool} from ${coordinatorUrl} (capacity ${capacity}, state ${config.stateDir})\n`);
   await new Promise<void>((resolveStop) => {
@@ -294,7 +335,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     return command === undefined && parsed.values.help !== true ? EXIT_USAGE : 0;
   }
   try {
-    const config = commonConfig(parsed.values, process.env);
+    const config = await commonConfig(parsed.values, process.env);
     switch (command) {
       case "serve":
         return await serveCommand(config, parsed.values.apply ?? [], tickIntervalOption(parsed.values["tick-interval"] ?? process.env.QLR_TICK_INTERVAL));
@@ -376,7 +417,7 @@ export async function main(argv: readonly string[]): Promise<number> {
         return 0;
       }
       case "worker":
-        return await workerCommand(config, parsed.values.coordinator, parsed.values.pool, parsed.values.capacity);
+        return await workerCommand(config, parsed.values.coordinator, parsed.values.pool, parsed.values.capacity, parsed.values.insecure === true);
       default:
         throw new UsageError(`unknown command ${command}`);
     }

@@ -1,4 +1,4 @@
-import { mkdir, open, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { Server as HttpServer } from "node:http";
 import { resolve } from "node:path";
 import { serve, type ServerType } from "@hono/node-server";
@@ -12,16 +12,20 @@ import type { SqlStore } from "../../storage/sql-store.ts";
 import { mountDashboard } from "../browser/serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
 import { Metrics } from "../http/metrics.ts";
-import { systemClock, uuidv7Ids } from "./host.ts";
+import { randomSecrets, systemClock, uuidv7Ids } from "./host.ts";
 import { DEFAULT_GRACE_MS, DEFAULT_LOG_MAX_BYTES, loadOrCreateReceiptKey, PosixLauncher } from "./launcher/index.ts";
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
+import { readAttemptLog } from "./read-log.ts";
+import { describeTightened, secureStateDir } from "./state-dir.ts";
 
 export interface DeviceOptions {
   readonly stateDir: string;
   readonly host: string;
   readonly port: number;
   readonly token: string;
+  /** Accepted on /worker/* only; null when remote workers use the admin token. */
+  readonly workerToken?: string | null;
   readonly profile: ProfileName;
   readonly store: StoreKind;
   readonly databaseUrl: string | null;
@@ -41,24 +45,8 @@ export interface RecoveryEntry {
   readonly reason: string | null;
 }
 
-/** The most log bytes one API call returns; logs are capped on disk too. */
+/** The most log bytes one API call returns, stdout and stderr together; logs are capped on disk too. */
 export const LOG_READ_MAX_BYTES = 1024 * 1024;
-
-async function readCapped(path: string, maxBytes: number): Promise<string | null> {
-  let handle;
-  try {
-    handle = await open(path, "r");
-  } catch {
-    return null;
-  }
-  try {
-    const buffer = Buffer.alloc(maxBytes);
-    const { bytesRead } = await handle.read(buffer, 0, maxBytes, 0);
-    return buffer.subarray(0, bytesRead).toString("utf8");
-  } finally {
-    await handle.close();
-  }
-}
 
 /**
  * The device runtime (ADR-0229 §6). Start: open the store, recover, start the cadence and
@@ -94,7 +82,8 @@ export class DeviceRuntime {
   static async start(options: DeviceOptions): Promise<DeviceRuntime> {
     const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
     const stateDir = resolve(options.stateDir);
-    await mkdir(stateDir, { recursive: true, mode: 0o700 });
+    const secured = await secureStateDir(stateDir);
+    if (secured.tightenedFromMode !== null) log(describeTightened(stateDir, secured.tightenedFromMode));
     const hmacKey = await loadOrCreateReceiptKey(stateDir);
     // Local facts wake the cadence early; the runtime exists only once the server is up.
     let runtimeForWake: DeviceRuntime | null = null;
@@ -141,17 +130,14 @@ export class DeviceRuntime {
         coordinator,
         clock: systemClock,
         ids: uuidv7Ids,
+        secrets: randomSecrets,
         token: options.token,
+        workerToken: options.workerToken ?? null,
         metrics,
         recoveryReport: () => recovery,
         mount: (app) => mountDashboard(app),
         onChange: wake,
-        readLog: async (attempt: RunAttempt, maxBytes: number) => {
-          const stdout = await readCapped(launcher.logPath(attempt.id, "stdout"), maxBytes);
-          const stderr = await readCapped(launcher.logPath(attempt.id, "stderr"), maxBytes);
-          if (stdout === null && stderr === null) return null;
-          return stderr === null || stderr.length === 0 ? (stdout ?? "") : `${stdout ?? ""}${stdout?.endsWith("\n") === false ? "\n" : ""}--- stderr ---\n${stderr}`;
-        },
+        readLog: (attempt: RunAttempt, maxBytes: number) => readAttemptLog(launcher.logPath(attempt.id, "stdout"), launcher.logPath(attempt.id, "stderr"), Math.min(maxBytes, LOG_READ_MAX_BYTES)),
       });
       const server = await new Promise<ServerType>((resolveServer, rejectServer) => {
         const started = serve({ fetch: app.fetch, hostname: options.host, port: options.port }, () => resolveServer(started));

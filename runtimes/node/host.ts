@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import type { Clock, IdSource } from "../../src/ports.ts";
+import type { Clock, IdSource, SecretSource } from "../../src/ports.ts";
 
 /** The host's wall clock, the only place the Node runtime reads it for the core. */
 export const systemClock: Clock = { nowMs: () => Date.now() };
@@ -16,3 +16,6 @@ export function uuidv7(nowMs: number = Date.now()): string {
 }
 
 export const uuidv7Ids: IdSource = { runId: () => uuidv7() };
+
+/** 256 random bits as 43 base64url characters. */
+export const randomSecrets: SecretSource = { leaseSecret: () => randomBytes(32).toString("base64url") };

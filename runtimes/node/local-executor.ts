@@ -50,7 +50,7 @@ export class LocalProcessExecutor implements Executor {
   async launch(request: LaunchRequest): Promise<ProcessHandleFacts> {
     const execution = request.definition.execution;
     if (execution.executor !== "local_process") throw new QlrError("integrity", `attempt ${request.attempt.id} is not a local_process attempt`);
-    const handle = await this.launcher.launch({ attemptId: request.attempt.id, argv: execution.argv, env: execution.env, cwd: execution.cwd, logMaxBytes: this.logMaxBytes });
+    const handle = await this.launcher.launch({ attemptId: request.attempt.id, argv: execution.argv, env: execution.env, cwd: execution.cwd, user: execution.user ?? null, logMaxBytes: this.logMaxBytes });
     return { pid: handle.pid, processStartTicks: handle.processStartTicks, bootId: handle.bootId, startedAtMs: handle.startedAtMs };
   }
 

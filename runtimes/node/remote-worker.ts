@@ -1,10 +1,11 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { isPortableId } from "../../src/identity.ts";
+import { assertPortableId, isPortableId } from "../../src/identity.ts";
 import type { Lease } from "../../src/lease-service.ts";
-import type { LeaseControl } from "../../src/leases.ts";
+import { LEASE_SECRET_PATTERN, type LeaseControl } from "../../src/leases.ts";
 import { systemClock } from "./host.ts";
+import { describeTightened, secureStateDir } from "./state-dir.ts";
 import { DEFAULT_LOG_MAX_BYTES, isSpawnFailedError, loadOrCreateReceiptKey, PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
 
 /**
@@ -84,6 +85,8 @@ export class RemoteWorker {
 
   static async create(options: RemoteWorkerOptions): Promise<RemoteWorker> {
     const stateDir = resolve(options.stateDir);
+    const secured = await secureStateDir(stateDir);
+    if (secured.tightenedFromMode !== null) (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(describeTightened(stateDir, secured.tightenedFromMode));
     await mkdir(join(stateDir, "leases"), { recursive: true, mode: 0o700 });
     const idPath = join(stateDir, "worker-id");
     let workerId = (await readFile(idPath, "utf8").catch(() => "")).trim();
@@ -115,9 +118,14 @@ export class RemoteWorker {
   }
 
   private leaseFile(attemptId: string): string {
-    return join(this.leaseDir, `${attemptId}.json`);
+    return join(this.leaseDir, `${assertPortableId(attemptId, "attemptId")}.json`);
   }
 
+  /**
+   * The lease file holds the lease secret (the coordinator keeps only its digest, so a worker
+   * that lost it could never report this attempt again): owner-only, written whole and renamed
+   * into place.
+   */
   private async persist(held: HeldLease): Promise<void> {
     const path = this.leaseFile(held.lease.attemptId);
     await writeFile(`${path}.tmp`, JSON.stringify({ lease: held.lease, workerId: held.workerId, handle: held.handle }), { mode: 0o600 });
@@ -136,6 +144,10 @@ export class RemoteWorker {
       try {
         const saved = JSON.parse(await readFile(join(this.leaseDir, name), "utf8")) as { lease: Lease; workerId: string; handle: ProcessHandle | null };
         if (saved.lease.attemptId !== attemptId || saved.workerId !== this.workerId) continue;
+        if (typeof saved.lease.leaseSecret !== "string" || !LEASE_SECRET_PATTERN.test(saved.lease.leaseSecret)) {
+          this.log(`lease file ${name} has no lease secret (written by an older worker); the coordinator settles its attempt when the lease expires`);
+          continue;
+        }
         this.held.set(attemptId, { lease: saved.lease, workerId: saved.workerId, handle: saved.handle, done: false, lastHeartbeatMs: 0, goneSinceMs: null });
         this.log(`re-adopted lease of ${attemptId}`);
       } catch (error) {
@@ -181,6 +193,12 @@ export class RemoteWorker {
     if (free <= 0 || !this.running) return;
     const { leases } = await this.call<{ leases: Lease[] }>("/worker/claim", { workerId: this.workerId, pool: this.options.pool, capacity: free });
     for (const lease of leases) {
+      // The attempt id names the lease, journal, receipt and log files: a coordinator (or
+      // anything posing as one) must not be able to name a path outside the state dir.
+      if (!isPortableId(lease.attemptId) || typeof lease.leaseSecret !== "string" || !LEASE_SECRET_PATTERN.test(lease.leaseSecret)) {
+        this.log(`claim answered a lease with an invalid attempt id or secret (${JSON.stringify(String(lease.attemptId).slice(0, 64))}); ignored`);
+        continue;
+      }
       const held: HeldLease = { lease, workerId: this.workerId, handle: null, done: false, lastHeartbeatMs: systemClock.nowMs(), goneSinceMs: null };
       this.held.set(lease.attemptId, held);
       await this.persist(held);
@@ -188,8 +206,8 @@ export class RemoteWorker {
     }
   }
 
-  private fence(held: HeldLease): { attemptId: string; workerId: string; leaseVersion: number } {
-    return { attemptId: held.lease.attemptId, workerId: held.workerId, leaseVersion: held.lease.leaseVersion };
+  private fence(held: HeldLease): { attemptId: string; workerId: string; leaseVersion: number; leaseSecret: string } {
+    return { attemptId: held.lease.attemptId, workerId: held.workerId, leaseVersion: held.lease.leaseVersion, leaseSecret: held.lease.leaseSecret };
   }
 
   private async launch(held: HeldLease): Promise<void> {

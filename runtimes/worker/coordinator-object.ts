@@ -6,8 +6,9 @@ import { openDurableObjectSqliteDriver, type DurableObjectSqliteDriver } from ".
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { createApp } from "../http/app.ts";
+import { isAuthorized, MAX_TOKEN_LENGTH, MIN_TOKEN_LENGTH } from "../http/auth.ts";
 import { Metrics } from "../http/metrics.ts";
-import { uuidv7Ids, workerClock } from "./host.ts";
+import { randomSecrets, uuidv7Ids, workerClock } from "./host.ts";
 import type { DurableObjectNamespace, DurableObjectState, WorkerRequest, WorkerResponse } from "./types.ts";
 
 /** The Worker's bindings (wrangler.toml) and secrets. */
@@ -15,6 +16,8 @@ export interface WorkerEnv {
   readonly COORDINATOR: DurableObjectNamespace<CoordinatorObject>;
   /** The API bearer token: `npx wrangler secret put QLR_TOKEN`. Without it every route but /healthz answers 500. */
   readonly QLR_TOKEN?: string;
+  /** Optional: the remote workers' token, valid on /worker/* only (`npx wrangler secret put QLR_WORKER_TOKEN`). */
+  readonly QLR_WORKER_TOKEN?: string;
   /** `edge` (default), `standalone` or `cluster`: the budgets of one cadence cycle. */
   readonly QLR_PROFILE?: string;
 }
@@ -30,8 +33,15 @@ interface Runtime {
 }
 
 /** The configuration problem that keeps the object from serving, or null. */
-export function configurationProblem(env: Pick<WorkerEnv, "QLR_TOKEN" | "QLR_PROFILE">): string | null {
+export function configurationProblem(env: Pick<WorkerEnv, "QLR_TOKEN" | "QLR_WORKER_TOKEN" | "QLR_PROFILE">): string | null {
   if (env.QLR_TOKEN === undefined || env.QLR_TOKEN.length === 0) return "the QLR_TOKEN secret is not set (npx wrangler secret put QLR_TOKEN)";
+  // The same rule as the Node runtime's: a short token can be guessed.
+  if (env.QLR_TOKEN.length < MIN_TOKEN_LENGTH || env.QLR_TOKEN.length > MAX_TOKEN_LENGTH || /\s/.test(env.QLR_TOKEN)) return `the QLR_TOKEN secret must be ${MIN_TOKEN_LENGTH}–${MAX_TOKEN_LENGTH} characters without whitespace (openssl rand -hex 32)`;
+  const workerToken = env.QLR_WORKER_TOKEN;
+  if (workerToken !== undefined && workerToken !== "") {
+    if (workerToken.length < MIN_TOKEN_LENGTH || workerToken.length > MAX_TOKEN_LENGTH || /\s/.test(workerToken)) return `the QLR_WORKER_TOKEN secret must be ${MIN_TOKEN_LENGTH}–${MAX_TOKEN_LENGTH} characters without whitespace`;
+    if (workerToken === env.QLR_TOKEN) return "the QLR_WORKER_TOKEN secret must differ from QLR_TOKEN";
+  }
   if (env.QLR_PROFILE !== undefined && env.QLR_PROFILE !== "" && !isProfileName(env.QLR_PROFILE)) return `QLR_PROFILE ${JSON.stringify(env.QLR_PROFILE)} is not edge, standalone or cluster`;
   return null;
 }
@@ -41,9 +51,12 @@ function profileOf(env: Pick<WorkerEnv, "QLR_PROFILE">): Profile {
   return isProfileName(name) ? PROFILES[name] : PROFILES.edge;
 }
 
-function errorResponse(status: number, message: string): WorkerResponse {
-  return toWorkerResponse(Response.json({ error: { code: "internal", message, details: [] } }, { status }));
+function errorResponse(status: number, code: "internal" | "unauthorized", message: string): WorkerResponse {
+  return toWorkerResponse(Response.json({ error: { code, message, details: [] } }, { status }));
 }
+
+/** What a caller learns of a misconfigured Worker: that it is one, and where its operator looks. */
+export const NOT_CONFIGURED_MESSAGE = "the Worker is not configured; its operator finds the reason in its logs (npx wrangler tail)";
 
 /**
  * The request and response objects are workerd's own; the shared Hono app is typed with the
@@ -103,18 +116,36 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       onStage: (stage) => metrics.observeStage(stage),
       onTick: () => metrics.observeTick(),
     });
-    const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, token: this.env.QLR_TOKEN ?? "", metrics, supportedExecutors: ["remote_worker"] });
+    const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, secrets: randomSecrets, token: this.env.QLR_TOKEN ?? "", workerToken: this.workerToken(), metrics, supportedExecutors: ["remote_worker"] });
     return { store, coordinator, metrics, app };
   }
 
+  private workerToken(): string | null {
+    return this.env.QLR_WORKER_TOKEN === undefined || this.env.QLR_WORKER_TOKEN === "" ? null : this.env.QLR_WORKER_TOKEN;
+  }
+
+  /**
+   * Configuration first (its detail goes to the log, never to the caller: the caller is not
+   * authenticated, since no valid token exists yet), then authentication, then the store: an
+   * unauthenticated caller never causes a store open and never reads a store error.
+   */
   override async fetch(request: WorkerRequest): Promise<WorkerResponse> {
+    const pathname = new URL(request.url).pathname;
+    const isHealth = pathname === "/healthz";
     const problem = configurationProblem(this.env);
-    if (problem !== null && new URL(request.url).pathname !== "/healthz") return errorResponse(500, problem);
+    if (problem !== null && !isHealth) {
+      console.error(`qlr: ${problem}`);
+      return errorResponse(503, "internal", NOT_CONFIGURED_MESSAGE);
+    }
+    const authenticated = problem === null && isAuthorized(request.headers.get("authorization"), pathname, { admin: this.env.QLR_TOKEN ?? "", worker: this.workerToken() });
+    if (!authenticated && !isHealth) return errorResponse(401, "unauthorized", "a valid bearer token is required");
     let runtime: Runtime;
     try {
       runtime = await this.open();
     } catch (error) {
-      return errorResponse(500, `the store could not be opened: ${error instanceof Error ? error.message : String(error)}`);
+      const detail = error instanceof Error ? error.message : String(error);
+      console.error(`qlr: the store could not be opened: ${detail}`);
+      return errorResponse(503, "internal", authenticated ? `the store could not be opened: ${detail}` : "the store is unavailable");
     }
     return toWorkerResponse(await runtime.app.fetch(toWebRequest(request)));
   }

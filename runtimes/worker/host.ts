@@ -1,4 +1,4 @@
-import type { Clock, IdSource } from "../../src/ports.ts";
+import type { Clock, IdSource, SecretSource } from "../../src/ports.ts";
 
 /**
  * The Worker's host ports. `Date.now()` in workerd is the wall clock as of the start of the
@@ -22,3 +22,8 @@ export function uuidv7(nowMs: number = Date.now()): string {
 }
 
 export const uuidv7Ids: IdSource = { runId: () => uuidv7() };
+
+/** 256 random bits from Web Crypto as 64 hex digits. */
+export const randomSecrets: SecretSource = {
+  leaseSecret: () => Array.from(crypto.getRandomValues(new Uint8Array(32)), (byte) => byte.toString(16).padStart(2, "0")).join(""),
+};

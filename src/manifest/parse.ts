@@ -318,6 +318,8 @@ function normalize(document: ManifestDocument): Manifest {
       timeoutMs: task.timeout,
       env: Object.fromEntries(sortedEntries(task.env)),
       cwd: task.cwd ?? null,
+      // Present only when given, so the digests of every task without one stay as they were.
+      ...(task.user === undefined ? {} : { user: task.user }),
       executor: task.executor,
       pool: task.pool ?? null,
       retry: { max: task.retry.max, backoffMs: task.retry.backoff, idempotent: task.retry.idempotent },

@@ -126,10 +126,17 @@ export const EnvSchema = z
   });
 
 const CwdSchema = processText("a directory path (a string)").superRefine((cwd, ctx) => {
-  if (cwd === "") ctx.addIssue({ code: "custom", message: "must not be empty (leave cwd out to use the runtime's directory)" });
+  if (cwd === "") ctx.addIssue({ code: "custom", message: "must not be empty (leave cwd out to run in a fresh directory per attempt)" });
   const bytes = utf8ByteLength(cwd);
   if (bytes > MAX_CWD_BYTES) ctx.addIssue({ code: "custom", message: `must be at most ${MAX_CWD_BYTES} bytes, got ${bytes}` });
 });
+
+/** A user name (POSIX portable), a numeric uid, or `uid:gid`. */
+export const TASK_USER_PATTERN = /^(?:[a-z_][a-z0-9_-]{0,31}|[0-9]{1,10}(?::[0-9]{1,10})?)$/;
+
+const UserSchema = z
+  .string({ error: expecting("a user name, a uid or uid:gid") })
+  .regex(TASK_USER_PATTERN, "must be a user name (lower-case letters, digits, _ and -), a numeric uid, or uid:gid");
 
 const PoolSchema = z
   .string({ error: expecting("a pool name") })
@@ -162,6 +169,7 @@ function checkTaskChoices(task: unknown, ctx: z.RefinementCtx): void {
   if (task.executor === "remote_worker") {
     if (task.pool === undefined) ctx.addIssue({ code: "custom", path: ["pool"], message: "is required when executor is remote_worker" });
     if (task.cwd !== undefined) ctx.addIssue({ code: "custom", path: ["cwd"], message: "applies only to local_process: a remote worker chooses its own directory" });
+    if (task.user !== undefined) ctx.addIssue({ code: "custom", path: ["user"], message: "applies only to local_process: a remote worker runs tasks as its own user" });
   }
   if (task.executor === "local_process" && task.pool !== undefined) {
     ctx.addIssue({ code: "custom", path: ["pool"], message: "is allowed only when executor is remote_worker" });
@@ -186,6 +194,7 @@ export const TaskSchema = z
       timeout: durationMs(MIN_TIMEOUT_MS, MAX_TIMEOUT_MS).default(DEFAULT_TIMEOUT_MS),
       env: EnvSchema.default(() => ({})),
       cwd: CwdSchema.optional(),
+      user: UserSchema.optional(),
       executor: z.enum(["local_process", "remote_worker"], { error: expecting("local_process or remote_worker") }).default("local_process"),
       pool: PoolSchema.optional(),
       retry: RetrySchema.default(() => ({ max: 0, backoff: 0, idempotent: false })),

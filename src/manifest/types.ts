@@ -25,6 +25,8 @@ export interface TaskSpec {
   /** Sorted by variable name. */
   env: Record<string, string>;
   cwd: string | null;
+  /** The user the task runs as (name, uid or uid:gid); absent: the runtime's own user. */
+  user?: string;
   executor: ExecutorKind;
   /** Set exactly when the executor is `remote_worker`. */
   pool: string | null;

@@ -31,6 +31,10 @@
  */
 import { Buffer } from "node:buffer";
 import { closeSync, existsSync, fdatasyncSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+
+/** The database holds every secret a manifest carries (env values): owner-only, like the state dir. */
+const FILE_MODE = 0o600;
+const DIRECTORY_MODE = 0o700;
 import { join, resolve } from "node:path";
 import type { SqlJsStatic } from "sql.js";
 import { QlrError, isQlrError } from "../../src/errors.ts";
@@ -105,7 +109,7 @@ export interface SqlJsFileDriver extends SqlDriver {
 export async function openSqlJsFileDriver(SQL: SqlJsStatic, options: SqlJsFileDriverOptions): Promise<SqlJsFileDriver> {
   const directory = resolve(options.path);
   try {
-    mkdirSync(directory, { recursive: true });
+    mkdirSync(directory, { recursive: true, mode: DIRECTORY_MODE });
   } catch (error) {
     throw new QlrError("storage_unavailable", `The database directory ${directory} could not be created.`, { cause: error });
   }
@@ -172,7 +176,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       }
       const journalExisted = existsSync(journalPath);
       const journal = journalExisted ? readFileSync(journalPath) : Buffer.alloc(0);
-      journalFd = openSync(journalPath, "a");
+      journalFd = openSync(journalPath, "a", FILE_MODE);
       if (!journalExisted) fsyncDirectory(directory);
 
       const dictionary = new SqlTextDictionary();
@@ -347,7 +351,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     this.faults.duringCheckpoint?.("exported");
     try {
       const trailer = encodeSnapshotTrailer(image, this.sequence);
-      const fd = openSync(tempPath, "w");
+      const fd = openSync(tempPath, "w", FILE_MODE);
       try {
         this.bytesWrittenTotal += writeAll(fd, image);
         this.bytesWrittenTotal += writeAll(fd, trailer);

@@ -55,7 +55,7 @@ export async function acquireLock(directory: string): Promise<HeldLock> {
 function tryCreateLockFile(lockPath: string, holder: LockHolder): boolean {
   let fd: number;
   try {
-    fd = openSync(lockPath, "wx");
+    fd = openSync(lockPath, "wx", 0o600);
   } catch (error) {
     if (errorCode(error) === "EEXIST") return false;
     throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be created.`, { cause: error });

@@ -12,7 +12,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_BODY_BYTES, MAX_LIST_LIMIT } from "../../runtimes/http/app.ts";
 import { MAX_MANIFEST_BYTES } from "../../src/manifest/limits.ts";
-import { Harness, STORE_FACTORIES, TOKEN, diamondYaml, errorOf, yamlManifest, type CallOptions, type ErrorBody, type RunView } from "./support.ts";
+import { Harness, STORE_FACTORIES, TOKEN, WORKER_TOKEN, diamondYaml, errorOf, yamlManifest, type CallOptions, type ErrorBody, type RunView } from "./support.ts";
 
 const SEED = "seed";
 const SEED_KEY = "seed-key";
@@ -70,6 +70,34 @@ describe.each(STORE_FACTORIES)("bad input on $name", (factory) => {
       }
       const apply = await rejects(401, "unauthorized", "POST", "/packages", { authorization, body: diamondYaml("intruder"), contentType: "application/yaml" });
       expect(apply.message).toContain("bearer token");
+    });
+
+    it("the worker token is 401 on every route outside /worker/, and opens the lease routes", async () => {
+      const authorization = `Bearer ${WORKER_TOKEN}`;
+      for (const [method, path] of [
+        ["POST", "/tick"],
+        ["GET", "/packages"],
+        ["GET", `/packages/${SEED}`],
+        ["GET", "/runs"],
+        ["POST", "/runs"],
+        ["GET", `/runs/${finished.id}`],
+        ["GET", `/runs/${finished.id}/events`],
+        ["GET", `/runs/${finished.id}/steps/a/log`],
+        ["POST", `/runs/${live.id}/cancel`],
+        ["GET", "/recovery"],
+        ["GET", "/metrics"],
+        ["GET", "/no-such-route"],
+        ["GET", "/workers/claim"],
+        ["GET", "/worker"],
+      ] as const) {
+        await rejects(401, "unauthorized", method, path, { authorization, ...(method === "POST" ? { json: { package: SEED, task: "work" } } : {}) });
+      }
+      await rejects(401, "unauthorized", "POST", "/packages", { authorization, body: diamondYaml("by-worker"), contentType: "application/yaml" });
+      const claim = await h.call("POST", "/worker/claim", { authorization, json: { workerId: "w-1", pool: "no-such-pool", capacity: 1 } });
+      expect(claim.status, claim.text).toBe(200);
+      expect(claim.json()).toEqual({ leases: [] });
+      // The admin token keeps working on the lease routes.
+      expect((await h.call("POST", "/worker/claim", { json: { workerId: "w-1", pool: "no-such-pool", capacity: 1 } })).status).toBe(200);
     });
 
     it("GET /healthz needs no token", async () => {
@@ -338,6 +366,8 @@ workflows:
       ["after=-1", "after"],
       ["after=abc", "after"],
       ["after=1.5", "after"],
+      ["after=", "after"],
+      ["after=%205", "after"],
       ["limit=0", "limit"],
       ["limit=501", "limit"],
       ["since=3", "since"],

@@ -86,6 +86,9 @@ function parseCurl(line: string, variables: Record<string, string>): CurlCommand
 /** The example attempt ids of the worker section, replaced by real ones as the test goes. */
 const CLAIMED_EXAMPLE = "ora:8b95adb8378927ada17bb5e7f0c67c5f";
 const LOST_EXAMPLE = "ora:1f0e2d3c4b5a69788796a5b4c3d2e1f0";
+/** The example lease secrets of the same section, replaced by the ones the claims answered. */
+const CLAIMED_SECRET_EXAMPLE = "ls_claimed-example-4f9c2b7a1e8d6035c9b4a7e2";
+const LOST_SECRET_EXAMPLE = "ls_lost-example-0a1b2c3d4e5f60718293a4b5c6";
 const REMOTE_PACKAGE = "package: remote\ntasks:\n  render: { run: [blender, -b, scene.blend], executor: remote_worker, pool: gpu, timeout: 10m }\n";
 
 const factory = STORE_FACTORIES.find((candidate) => candidate.name === "sqljs-memory") ?? STORE_FACTORIES[0];
@@ -109,14 +112,14 @@ describe("docs/API.md", () => {
   });
 
   /** A remote attempt leased to worker-1 and started, for the `lost` example. */
-  async function leasedAttempt(): Promise<string> {
+  async function leasedAttempt(): Promise<{ attemptId: string; leaseSecret: string }> {
     await h.startRun({ package: "remote", task: "render" });
     await h.tick();
-    const { leases } = await h.expectJson<{ leases: { attemptId: string; leaseVersion: number }[] }>(200, "POST", "/worker/claim", { json: { workerId: "worker-1", pool: "gpu", capacity: 1 } });
+    const { leases } = await h.expectJson<{ leases: { attemptId: string; leaseVersion: number; leaseSecret: string }[] }>(200, "POST", "/worker/claim", { json: { workerId: "worker-1", pool: "gpu", capacity: 1 } });
     const lease = leases[0];
     if (lease === undefined || lease.leaseVersion !== 1) throw new Error(`unexpected claim: ${JSON.stringify(leases)}`);
-    await h.expectJson(200, "POST", "/worker/start", { json: { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: 1, phase: "starting" } });
-    return lease.attemptId;
+    await h.expectJson(200, "POST", "/worker/start", { json: { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: 1, leaseSecret: lease.leaseSecret, phase: "starting" } });
+    return { attemptId: lease.attemptId, leaseSecret: lease.leaseSecret };
   }
 
   /** A demo run whose first step's attempt failed closed (as recovery leaves it), for the resolve example. */
@@ -145,7 +148,11 @@ describe("docs/API.md", () => {
     let attemptId = "";
     for (const line of lines) {
       if (line.includes("/resolve")) attemptId = await failedClosedAttempt();
-      if (line.includes("/worker/lost")) literals.set(LOST_EXAMPLE, await leasedAttempt());
+      if (line.includes("/worker/lost")) {
+        const leased = await leasedAttempt();
+        literals.set(LOST_EXAMPLE, leased.attemptId);
+        literals.set(LOST_SECRET_EXAMPLE, leased.leaseSecret);
+      }
       let text = line;
       for (const [example, actual] of literals) text = text.split(example).join(actual);
       const command = parseCurl(text, { QLR_TOKEN: TOKEN, RUN_ID: runId, ATTEMPT_ID: attemptId });
@@ -160,9 +167,10 @@ describe("docs/API.md", () => {
       expect(result.status, `${command.source}\n→ ${result.text}`).toBeGreaterThanOrEqual(200);
       expect(result.status, `${command.source}\n→ ${result.text}`).toBeLessThan(300);
       if (command.url.pathname === "/worker/claim") {
-        const claimed = result.json<{ leases: { attemptId: string; leaseVersion: number }[] }>().leases;
+        const claimed = result.json<{ leases: { attemptId: string; leaseVersion: number; leaseSecret: string }[] }>().leases;
         expect(claimed.map((lease) => lease.leaseVersion)).toEqual([1]);
         literals.set(CLAIMED_EXAMPLE, claimed[0]?.attemptId ?? "");
+        literals.set(CLAIMED_SECRET_EXAMPLE, claimed[0]?.leaseSecret ?? "");
       }
     }
     // The worker walk-through ends with the claimed run succeeded and the other one lost.

@@ -8,7 +8,7 @@ import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { SequentialIds } from "../support/fixtures.ts";
+import { SequentialIds, SequentialSecrets } from "../support/fixtures.ts";
 
 const MANIFEST = `package: mixed
 tasks:
@@ -22,7 +22,7 @@ describe("a runtime that cannot spawn processes", () => {
     const ids = new SequentialIds("edge");
     const store = await openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), MIGRATIONS, clock.nowMs());
     const coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.edge, executors: {} });
-    const app = createApp({ store, coordinator, clock, ids, token: "edge-token-0123456789", metrics: new Metrics(), supportedExecutors: ["remote_worker"] });
+    const app = createApp({ store, coordinator, clock, ids, secrets: new SequentialSecrets(), token: "edge-token-0123456789", metrics: new Metrics(), supportedExecutors: ["remote_worker"] });
     const response = await app.request("/packages", { method: "POST", headers: { authorization: "Bearer edge-token-0123456789", "content-type": "application/yaml" }, body: MANIFEST });
     expect(response.status).toBe(400);
     const body = (await response.json()) as { error: { code: string; details: { path: string }[] } };

@@ -27,9 +27,11 @@ import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { SequentialIds } from "../support/fixtures.ts";
+import { SequentialIds, SequentialSecrets } from "../support/fixtures.ts";
 
 export const TOKEN = "test-token";
+/** The remote workers' token: valid on /worker/* only. */
+export const WORKER_TOKEN = "test-worker-token";
 /** 2030-01-01T00:00:00Z: a whole hour, so schedule tests can align to it. */
 export const START_MS = Date.UTC(2030, 0, 1, 0, 0, 0);
 /** The default simulated task duration. */
@@ -244,7 +246,7 @@ export class Harness {
       onStage: (stage) => this.metrics.observeStage(stage),
       onTick: () => this.metrics.observeTick(),
     });
-    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, token: TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)) });
+    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, secrets: new SequentialSecrets(), token: TOKEN, workerToken: WORKER_TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)) });
   }
 
   static async open(factory: StoreFactory): Promise<Harness> {

@@ -3,7 +3,7 @@ import { Coordinator, type TickReport } from "../../src/coordinator.ts";
 import type { CompletionFacts } from "../../src/execution.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { LeaseService, type Lease } from "../../src/lease-service.ts";
-import type { LeaseFence } from "../../src/leases.ts";
+import { leaseSecretDigest, WORKER_CLOCK_SKEW_MAX_MS, type LeaseFence } from "../../src/leases.ts";
 import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
 import type { ProcessHandleFacts, Run, RunAttempt, RunEvent, StepRun } from "../../src/model.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
@@ -12,7 +12,7 @@ import type { SqlDriver, SqlTx } from "../../storage/driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { SequentialIds, task, TestClock } from "../support/fixtures.ts";
+import { SequentialIds, SequentialSecrets, task, TestClock } from "../support/fixtures.ts";
 
 /**
  * The lease protocol contract (ADR-0227 §4–§6, DESIGN.md §3 "Lease"), run on every store.
@@ -84,17 +84,21 @@ function handleAt(startedAtMs: number, pid = 4242): ProcessHandleFacts {
 }
 
 function fenceOf(lease: Lease, workerId: string): LeaseFence {
-  return { workerId, leaseVersion: lease.leaseVersion };
+  return { workerId, leaseVersion: lease.leaseVersion, leaseSecret: lease.leaseSecret };
 }
 
 async function codeOf(promise: Promise<unknown>): Promise<string> {
+  return (await errorOf(promise)).code;
+}
+
+async function errorOf(promise: Promise<unknown>): Promise<{ code: string; message: string; details: readonly { path: string; message: string }[] }> {
   try {
     await promise;
   } catch (error) {
-    if (isQlrError(error)) return error.code;
+    if (isQlrError(error)) return { code: error.code, message: error.message, details: error.details };
     throw error;
   }
-  return "ok";
+  return { code: "ok", message: "", details: [] };
 }
 
 export function describeLeaseContract(factory: LeaseDriverFactory): void {
@@ -111,7 +115,7 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       const migrations = lossy.dialect === "sqlite" ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
       store = await openSqlStore(lossy, migrations, clock.nowMs());
       coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.standalone, executors: {} });
-      leases = new LeaseService({ store, clock, ttlMs: TTL_MS });
+      leases = new LeaseService({ store, clock, secrets: new SequentialSecrets(), ttlMs: TTL_MS });
     });
     afterAll(async () => {
       await store?.close();
@@ -203,15 +207,17 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
         expect(lease).toEqual({
           attemptId: attempt!.id,
           leaseVersion: 1,
+          leaseSecret: lease.leaseSecret,
           leaseExpiresAtMs: clock.nowMs() + TTL_MS,
           runId: runA,
           stepRunId: attempt!.stepRunId,
           taskRevision: definition.revision,
           execution: definition.execution,
         });
+        expect(lease.leaseSecret).toMatch(/^[A-Za-z0-9_-]{16,128}$/);
         expect(lease.execution).toMatchObject({ executor: "remote_worker", pool: "pool-claim-a", argv: ["sh", "-c", "echo remote"], timeoutMs: STEP_TIMEOUT_MS });
         const stored = await attemptOf(lease.attemptId);
-        expect(stored).toMatchObject({ status: "claimed", leaseWorkerId: "worker-1", leaseVersion: 1, leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+        expect(stored).toMatchObject({ status: "claimed", leaseWorkerId: "worker-1", leaseVersion: 1, leaseExpiresAtMs: clock.nowMs() + TTL_MS, leaseSecretDigest: leaseSecretDigest(lease.leaseSecret) });
       }
 
       const second = await leases.claim("worker-2", "pool-claim-a", 5);
@@ -439,16 +445,26 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       // The expired claim is re-granted to another worker at the next lease version.
       const current = await claimOne("worker-new", "pool-stale");
       expect(current).toMatchObject({ attemptId: attempt.id, leaseVersion: 2 });
+      expect(current.leaseSecret).not.toBe(old.leaseSecret);
       const stale: LeaseFence[] = [
         fenceOf(old, "worker-old"),
-        { workerId: "worker-old", leaseVersion: 2 },
-        { workerId: "worker-new", leaseVersion: 1 },
-        { workerId: "worker-new", leaseVersion: 3 },
+        { workerId: "worker-old", leaseVersion: 2, leaseSecret: current.leaseSecret },
+        { workerId: "worker-new", leaseVersion: 1, leaseSecret: current.leaseSecret },
+        { workerId: "worker-new", leaseVersion: 3, leaseSecret: current.leaseSecret },
+        // The holder and version are public (events name them); without the secret they open nothing.
+        { workerId: "worker-new", leaseVersion: 2, leaseSecret: old.leaseSecret },
+        { workerId: "worker-new", leaseVersion: 2, leaseSecret: `${current.leaseSecret.slice(0, -1)}x` },
+        { workerId: "worker-new", leaseVersion: 2, leaseSecret: "" },
+        { workerId: "worker-new", leaseVersion: 2, leaseSecret: leaseSecretDigest(current.leaseSecret) },
       ];
       const startedAtMs = clock.nowMs();
       const probe = async (): Promise<void> => {
         const before = await dump();
         for (const fence of stale) {
+          // The refusal names neither the holder nor its version.
+          const refused = await errorOf(leases.heartbeat(attempt.id, fence));
+          expect(refused.code).toBe("conflict");
+          expect(refused.message).not.toMatch(/worker-new|worker-old|version/);
           expect(await codeOf(leases.start(attempt.id, fence, "starting", null))).toBe("conflict");
           expect(await codeOf(leases.start(attempt.id, fence, "running", handleAt(startedAtMs)))).toBe("conflict");
           expect(await codeOf(leases.heartbeat(attempt.id, fence))).toBe("conflict");
@@ -470,6 +486,47 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       const before = await dump();
       expect(await codeOf(leases.heartbeat("wta:00000000000000000000000000000000", fence))).toBe("not_found");
       expect(await dump()).toBe(before);
+    });
+
+    it("the lease secret is answered once at claim and stored only as its sha256: no row or event holds it", async () => {
+      const { runId, attempt } = await admittedSingle("secret", "pool-secret");
+      const lease = await claimOne("worker-1", "pool-secret");
+      const fence = fenceOf(lease, "worker-1");
+      await leases.start(attempt.id, fence, "starting", null);
+      await leases.start(attempt.id, fence, "running", handleAt(clock.nowMs()));
+      await leases.heartbeat(attempt.id, fence);
+      const everything = await dump();
+      expect(everything).not.toContain(lease.leaseSecret);
+      expect(everything).toContain(leaseSecretDigest(lease.leaseSecret));
+      expect(JSON.stringify(await eventsOf(runId))).not.toContain(lease.leaseSecret);
+    });
+
+    it("implausible worker times (before the claim, finish before start, in the coordinator's future) are invalid_request and write nothing", async () => {
+      const { attempt } = await admittedSingle("times", "pool-times");
+      clock.advance(1000);
+      const lease = await claimOne("worker-1", "pool-times");
+      const fence = fenceOf(lease, "worker-1");
+      await leases.start(attempt.id, fence, "starting", null);
+      const claimedAtMs = attempt.createdAtMs;
+      const nowMs = clock.nowMs();
+      const before = await dump();
+      const cases: { call: () => Promise<unknown>; path: string }[] = [
+        { call: () => leases.start(attempt.id, fence, "running", handleAt(claimedAtMs - WORKER_CLOCK_SKEW_MAX_MS - 1)), path: "handle.startedAtMs" },
+        { call: () => leases.start(attempt.id, fence, "running", handleAt(nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1)), path: "handle.startedAtMs" },
+        { call: () => leases.complete(attempt.id, fence, completion(claimedAtMs - WORKER_CLOCK_SKEW_MAX_MS - 1, nowMs)), path: "startedAtMs" },
+        { call: () => leases.complete(attempt.id, fence, completion(nowMs, nowMs - 1)), path: "finishedAtMs" },
+        { call: () => leases.complete(attempt.id, fence, completion(nowMs, nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1)), path: "finishedAtMs" },
+        { call: () => leases.complete(attempt.id, fence, completion(nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1, nowMs + WORKER_CLOCK_SKEW_MAX_MS + 2)), path: "startedAtMs" },
+      ];
+      for (const { call, path } of cases) {
+        const error = await errorOf(call());
+        expect(error.code, path).toBe("invalid_request");
+        expect(error.details.map((detail) => detail.path)).toEqual([path]);
+      }
+      expect(await dump()).toBe(before);
+      // Within the skew allowance on either side, the same calls are accepted.
+      await leases.start(attempt.id, fence, "running", handleAt(claimedAtMs - 5));
+      expect(await leases.complete(attempt.id, fence, completion(claimedAtMs - 5, nowMs + WORKER_CLOCK_SKEW_MAX_MS))).toEqual({ status: "succeeded", replayed: false });
     });
 
     it("a duplicate completion is answered replayed with the same status and writes nothing", async () => {

@@ -49,9 +49,11 @@ let serverUrl: string;
 let token: string;
 let server: Proc;
 
-function start(name: string, args: readonly string[]): Proc {
+const WORKER_TOKEN = "remote-worker-e2e-lease-token";
+
+function start(name: string, args: readonly string[], extraEnv: Record<string, string> = {}): Proc {
   // The caller's QLR_* settings must not leak into the processes under test.
-  const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_")));
+  const env = { ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_"))), ...extraEnv };
   const child = spawn(process.execPath, [QLR, ...args], { cwd: scratch, stdio: ["ignore", "pipe", "pipe"], env });
   const proc: Proc = {
     child,
@@ -131,7 +133,7 @@ async function procState(pid: number): Promise<string | null> {
 }
 
 function startWorker(stateDir: string, name: string): Proc {
-  return start(name, ["worker", "--coordinator", serverUrl, "--token", token, "--pool", "p1", "--capacity", "2", "--state-dir", stateDir]);
+  return start(name, ["worker", "--coordinator", serverUrl, "--pool", "p1", "--capacity", "2", "--state-dir", stateDir], { QLR_WORKER_TOKEN: WORKER_TOKEN });
 }
 
 async function stopProc(proc: Proc, signal: NodeJS.Signals, boundMs = 10_000): Promise<void> {
@@ -190,7 +192,11 @@ workflows:
   const manifestPath = join(scratch, "e2e.yaml");
   await writeFile(manifestPath, manifest);
   const stateDir = join(scratch, "server");
-  server = start("server", ["serve", "--state-dir", stateDir, "--port", "0", "--apply", manifestPath]);
+  // Workers authenticate with a worker token from the environment, as the README shows; it
+  // opens the lease routes only.
+  const workerTokenFile = join(scratch, "worker.token");
+  await writeFile(workerTokenFile, `${WORKER_TOKEN}\n`, { mode: 0o600 });
+  server = start("server", ["serve", "--state-dir", stateDir, "--port", "0", "--apply", manifestPath, "--worker-token-file", workerTokenFile]);
   serverUrl = await waitFor("the server to listen", () => {
     if (!alive(server)) throw new Error(`qlr serve exited: ${server.stderr}`);
     return /qlr serving (http:\/\/127\.0\.0\.1:\d+)/.exec(server.stdout)?.[1];
@@ -286,7 +292,7 @@ describe("qlr worker against qlr serve", () => {
     const unknownAttempt = "wta:0123456789abcdef0123456789abcdef";
     await promisify(execFile)("mkdir", ["-p", join(stateDir, "leases")]);
     await writeFile(join(stateDir, "worker-id"), `${workerId}\n`);
-    const lease = { attemptId: unknownAttempt, leaseVersion: 1, leaseExpiresAtMs: 0, runId: "run-from-elsewhere", stepRunId: null, taskRevision: "qltd:v1:1:x", execution: { executor: "remote_worker", pool: "p1", argv: ["true"], env: {}, timeoutMs: 1000, shell: false } };
+    const lease = { attemptId: unknownAttempt, leaseVersion: 1, leaseSecret: "secret-from-another-coordinator-01", leaseExpiresAtMs: 0, runId: "run-from-elsewhere", stepRunId: null, taskRevision: "qltd:v1:1:x", execution: { executor: "remote_worker", pool: "p1", argv: ["true"], env: {}, timeoutMs: 1000, shell: false } };
     await writeFile(join(stateDir, "leases", `${unknownAttempt}.json`), JSON.stringify({ lease, workerId, handle: null }));
     const worker = startWorker(stateDir, "worker-3");
     const before = await lines(join(markers, "two"));

@@ -9,7 +9,7 @@ import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { SequentialIds, TestClock } from "../support/fixtures.ts";
+import { SequentialIds, SequentialSecrets, TestClock } from "../support/fixtures.ts";
 
 /**
  * The `/worker/*` routes through `app.request()` on sql.js: bad input is `400 invalid_request`
@@ -39,7 +39,7 @@ beforeAll(async () => {
   store = await openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), SQLITE_MIGRATIONS, clock.nowMs());
   const ids = new SequentialIds("wr");
   const coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.standalone, executors: {} });
-  app = createApp({ store, coordinator, clock, ids, token: TOKEN, metrics: new Metrics(), leaseTtlMs: TTL_MS });
+  app = createApp({ store, coordinator, clock, ids, secrets: new SequentialSecrets(), token: TOKEN, metrics: new Metrics(), leaseTtlMs: TTL_MS });
 });
 afterAll(async () => {
   await store?.close();
@@ -118,7 +118,7 @@ async function claim(workerId: string, pool: string): Promise<Lease> {
 }
 
 /** A valid body for each route, for a given fence: the bad-input cases are variations of it. */
-function validBodies(fence: { attemptId: string; workerId: string; leaseVersion: number }): Record<(typeof ROUTES)[number], Record<string, unknown>> {
+function validBodies(fence: { attemptId: string; workerId: string; leaseVersion: number; leaseSecret: string }): Record<(typeof ROUTES)[number], Record<string, unknown>> {
   const nowMs = clock.nowMs();
   return {
     "/worker/claim": { workerId: fence.workerId, pool: "pool-bad", capacity: 1 },
@@ -132,12 +132,12 @@ function validBodies(fence: { attemptId: string; workerId: string; leaseVersion:
 const NON_PORTABLE = ["", ".hidden", "../etc/passwd", "a/b", "a\\b", "has space", "nul\u0000byte", "x".repeat(37), "ü-not-ascii", "-leading-dash"];
 
 describe("worker routes", () => {
-  let fence: { attemptId: string; workerId: string; leaseVersion: number };
+  let fence: { attemptId: string; workerId: string; leaseVersion: number; leaseSecret: string };
 
   beforeAll(async () => {
     await admittedRun("bad-input", "pool-bad");
     const lease = await claim("worker-1", "pool-bad");
-    fence = { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: lease.leaseVersion };
+    fence = { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: lease.leaseVersion, leaseSecret: lease.leaseSecret };
     // Started, so that a valid body on any route would have written something.
     await ok("/worker/start", { ...fence, phase: "starting" });
   });
@@ -223,7 +223,7 @@ describe("worker routes", () => {
         phase: ["begun", "", null, 1, "RUNNING"],
         handle: ["4242", 42, null, [], { pid: "4242", processStartTicks: "1", bootId: "b", startedAtMs: 1 }, { pid: 0, processStartTicks: "1", bootId: "b", startedAtMs: 1 }, { pid: 1, processStartTicks: "12a", bootId: "b", startedAtMs: 1 }, { pid: 1, processStartTicks: "1", bootId: "../x", startedAtMs: 1 }, { pid: 1, processStartTicks: "1", bootId: "b", startedAtMs: -1 }, { pid: 1, processStartTicks: "1", bootId: "b", startedAtMs: 1, extra: 1 }, { pid: 1, processStartTicks: "1", bootId: "b" }],
       },
-      "/worker/heartbeat": { attemptId: [[]], workerId: [{}], leaseVersion: ["1", 0, 2.5, false] },
+      "/worker/heartbeat": { attemptId: [[]], workerId: [{}], leaseVersion: ["1", 0, 2.5, false], leaseSecret: [null, 1, "", "short", "has space in it, sixteen+", "x".repeat(129)] },
       "/worker/complete": {
         leaseVersion: ["x"],
         startedAtMs: ["1", -1, 1.5, null],
@@ -276,10 +276,13 @@ describe("worker routes", () => {
     const current = await claim("worker-new", "pool-stale-routes");
     expect(current).toMatchObject({ attemptId: old.attemptId, leaseVersion: 2 });
     const stale = [
-      { attemptId: old.attemptId, workerId: "worker-old", leaseVersion: 1 },
-      { attemptId: old.attemptId, workerId: "worker-old", leaseVersion: 2 },
-      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 1 },
-      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 3 },
+      { attemptId: old.attemptId, workerId: "worker-old", leaseVersion: 1, leaseSecret: old.leaseSecret },
+      { attemptId: old.attemptId, workerId: "worker-old", leaseVersion: 2, leaseSecret: current.leaseSecret },
+      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 1, leaseSecret: current.leaseSecret },
+      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 3, leaseSecret: current.leaseSecret },
+      // The current holder and version, as events publish them, without the lease's secret.
+      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 2, leaseSecret: old.leaseSecret },
+      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 2, leaseSecret: "guessed-secret-0123456789" },
     ];
     const probe = async (): Promise<void> => {
       const before = await dump();
@@ -289,6 +292,8 @@ describe("worker routes", () => {
           const answer = await call(route, { json: bodies[route] });
           expect(answer.status, `${route} ${JSON.stringify(staleFence)}`).toBe(409);
           expect(errorOf(answer).code).toBe("conflict");
+          // Generic: the answer names neither the holder nor its version.
+          expect(JSON.stringify(errorOf(answer))).not.toMatch(/worker-new|worker-old|version/);
         }
         const starting = await call("/worker/start", { json: { ...staleFence, phase: "starting" } });
         expect(starting.status).toBe(409);
@@ -296,12 +301,12 @@ describe("worker routes", () => {
       expect(await dump()).toBe(before);
     };
     await probe();
-    const fenceNow = { attemptId: current.attemptId, workerId: "worker-new", leaseVersion: 2 };
+    const fenceNow = { attemptId: current.attemptId, workerId: "worker-new", leaseVersion: 2, leaseSecret: current.leaseSecret };
     expect(await ok("/worker/start", { ...fenceNow, phase: "starting" })).toEqual({ status: "starting", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
     await probe();
 
     const before = await dump();
-    const unknown = { attemptId: "wta:00000000000000000000000000000000", workerId: "worker-new", leaseVersion: 1 };
+    const unknown = { attemptId: "wta:00000000000000000000000000000000", workerId: "worker-new", leaseVersion: 1, leaseSecret: current.leaseSecret };
     for (const route of ["/worker/start", "/worker/heartbeat", "/worker/complete", "/worker/lost"] as const) {
       const answer = await call(route, { json: validBodies(unknown)[route] });
       expect(answer.status, route).toBe(404);
@@ -313,9 +318,20 @@ describe("worker routes", () => {
   it("the happy path answers the documented shapes; a repeated completion is replayed and a late lost report is 409", async () => {
     const runId = await admittedRun("happy-routes", "pool-happy-routes");
     const lease = await claim("worker-1", "pool-happy-routes");
-    expect(Object.keys(lease).sort()).toEqual(["attemptId", "execution", "leaseExpiresAtMs", "leaseVersion", "runId", "stepRunId", "taskRevision"]);
+    expect(Object.keys(lease).sort()).toEqual(["attemptId", "execution", "leaseExpiresAtMs", "leaseSecret", "leaseVersion", "runId", "stepRunId", "taskRevision"]);
     expect(lease).toMatchObject({ runId, leaseVersion: 1, leaseExpiresAtMs: clock.nowMs() + TTL_MS, execution: { executor: "remote_worker", pool: "pool-happy-routes", argv: ["sh", "-c", "true"] } });
-    const fenceNow = { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: 1 };
+    const fenceNow = { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: 1, leaseSecret: lease.leaseSecret };
+    // Worker times the coordinator's clock makes impossible: a clear 400 naming the field.
+    for (const [startedAtMs, finishedAtMs, path] of [
+      [clock.nowMs() + 60_000, clock.nowMs() + 60_001, "startedAtMs"],
+      [clock.nowMs(), clock.nowMs() - 1, "finishedAtMs"],
+      [0, clock.nowMs(), "startedAtMs"],
+    ] as const) {
+      const answer = await call("/worker/complete", { json: { ...fenceNow, startedAtMs, finishedAtMs, exitCode: 0, signal: null, stopReason: null, spawnError: null } });
+      expect(answer.status, JSON.stringify(errorOf(answer))).toBe(400);
+      expect(errorOf(answer)).toMatchObject({ code: "invalid_request", details: [{ path }] });
+      expect(errorOf(answer).message).toMatch(/implausible worker time/);
+    }
     expect(await ok("/worker/start", { ...fenceNow, phase: "starting" })).toEqual({ status: "starting", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
     const startedAtMs = clock.nowMs();
     clock.advance(5);

@@ -47,6 +47,15 @@ export class TestClock {
   }
 }
 
+/** Deterministic lease secrets for tests: distinct, and inside the lease secret pattern. */
+export class SequentialSecrets {
+  private next = 0;
+  leaseSecret(): string {
+    this.next += 1;
+    return `lease-secret-${String(this.next).padStart(8, "0")}`;
+  }
+}
+
 /** Deterministic portable run ids for tests. */
 export class SequentialIds {
   private next = 0;

@@ -12,6 +12,7 @@ import {
   type Manifest,
   type ManifestIssue,
 } from "../../src/manifest/index.ts";
+import { executionForTask, renormalize } from "../../src/packages.ts";
 
 type Document = Record<string, unknown>;
 
@@ -161,6 +162,22 @@ describe("manifest schema", () => {
 
   it("pool without remote_worker is rejected", () => {
     expect(messageAt(rejected(withTask({ run: ["true"], pool: "gpu" })), "tasks.hello.pool")).toMatch(/only when executor is remote_worker/);
+  });
+
+  it("user: a name, a uid or uid:gid on a local task; present in the execution revision only when given", () => {
+    for (const user of ["nobody", "backup_1", "65534", "1000:1000"]) expect(accepted(withTask({ run: ["true"], user })).tasks[0]?.user).toBe(user);
+    expect(accepted(withTask({ run: ["true"] })).tasks[0]).not.toHaveProperty("user");
+    for (const user of ["", "Root", "a b", "../x", "1000:", ":1000", "x".repeat(33), "1:2:3", 7]) {
+      expect(messageAt(rejected(withTask({ run: ["true"], user })), "tasks.hello.user"), JSON.stringify(user)).toMatch(/user name|uid/);
+    }
+    expect(messageAt(rejected(withTask({ run: ["true"], executor: "remote_worker", pool: "gpu", user: "nobody" })), "tasks.hello.user")).toMatch(/local_process/);
+    const withUser = executionForTask(accepted(withTask({ run: ["true"], user: "nobody" })).tasks[0]!);
+    const without = executionForTask(accepted(withTask({ run: ["true"] })).tasks[0]!);
+    expect(withUser.revision).toMatchObject({ user: "nobody" });
+    expect(without.revision).not.toHaveProperty("user");
+    expect(withUser.digest).not.toBe(without.digest);
+    // A stored revision re-normalizes to the same digest, user included.
+    expect(renormalize(withUser.revision).digest).toBe(withUser.digest);
   });
 
   it("cwd is rejected on a remote_worker task", () => {

@@ -18,6 +18,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 const ROOT = resolve(import.meta.dirname, "../..");
 const QLR = join(ROOT, "dist/qlr.mjs");
 const TOKEN = "worker-e2e-token";
+/** The remote worker's credential: the Worker secret QLR_WORKER_TOKEN, valid on /worker/* only. */
+const WORKER_TOKEN = "worker-e2e-lease-token";
 const RUN_WAIT_MS = 60_000;
 const TICK_EVERY_MS = 200;
 const TERMINAL = ["succeeded", "failed", "timed_out", "cancelled", "lost"];
@@ -69,8 +71,8 @@ function alive(proc: Proc): boolean {
 
 function startWorker(stateDir: string): Proc {
   // The caller's QLR_* settings must not leak into the process under test.
-  const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_")));
-  const args = ["worker", "--coordinator", coordinatorUrl, "--token", TOKEN, "--pool", "p1", "--capacity", "2", "--state-dir", stateDir];
+  const env = { ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_"))), QLR_WORKER_TOKEN: WORKER_TOKEN };
+  const args = ["worker", "--coordinator", coordinatorUrl, "--pool", "p1", "--capacity", "2", "--state-dir", stateDir];
   const child = spawn(process.execPath, [QLR, ...args], { cwd: scratch, stdio: ["ignore", "pipe", "pipe"], env });
   const proc: Proc = { child, stdout: "", stderr: "", exited: new Promise((resolveExit) => child.once("exit", (code) => resolveExit(code))) };
   child.stdout?.setEncoding("utf8").on("data", (text: string) => (proc.stdout += text));
@@ -127,7 +129,7 @@ beforeAll(async () => {
     modulesRoot: scratch,
     compatibilityDate: "2026-04-01",
     durableObjects: { COORDINATOR: { className: "CoordinatorObject", useSQLite: true } },
-    bindings: { QLR_TOKEN: TOKEN },
+    bindings: { QLR_TOKEN: TOKEN, QLR_WORKER_TOKEN: WORKER_TOKEN },
     host: "127.0.0.1",
     port: 0,
   });

@@ -3,12 +3,18 @@ import type { CoordinatorObject, WorkerEnv } from "../../runtimes/worker/coordin
 import type { DurableObjectState, DurableObjectStub } from "../../runtimes/worker/types.ts";
 import type { SqlDriver, SqlTx } from "../../storage/driver.ts";
 
-/** The test Worker's bindings: wrangler.toml's plus `QLR_TOKEN` from test/worker/vitest.config.ts. */
+/** The test Worker's bindings: wrangler.toml's plus `QLR_TOKEN` and `QLR_WORKER_TOKEN` from test/worker/vitest.config.ts. */
 export const testEnv = env as WorkerEnv;
 
 export function token(): string {
   const value = testEnv.QLR_TOKEN;
   if (value === undefined || value === "") throw new Error("QLR_TOKEN binding missing from the test config");
+  return value;
+}
+
+export function workerToken(): string {
+  const value = testEnv.QLR_WORKER_TOKEN;
+  if (value === undefined || value === "") throw new Error("QLR_WORKER_TOKEN binding missing from the test config");
   return value;
 }
 

@@ -19,7 +19,7 @@ export default defineProject({
     cloudflareTest({
       main: "./runtimes/worker/index.ts",
       wrangler: { configPath: "./wrangler.toml" },
-      miniflare: { bindings: { QLR_TOKEN: "worker-test-token" } },
+      miniflare: { bindings: { QLR_TOKEN: "worker-test-token", QLR_WORKER_TOKEN: "worker-lease-test-token" } },
     }),
   ],
   test: {

@@ -6,8 +6,9 @@
 import { createScheduledController, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import worker from "../../runtimes/worker/index.ts";
-import { configurationProblem } from "../../runtimes/worker/coordinator-object.ts";
-import { testEnv, token } from "./support.ts";
+import { configurationProblem, CoordinatorObject, NOT_CONFIGURED_MESSAGE } from "../../runtimes/worker/coordinator-object.ts";
+import type { WorkerRequest } from "../../runtimes/worker/types.ts";
+import { freshObject, inObject, testEnv, token, workerToken } from "./support.ts";
 
 const BASE = "https://qlr.test";
 
@@ -121,11 +122,59 @@ describe("the Worker", () => {
     expect(await metrics.text()).toMatch(/^qlr_ticks_total [1-9]\d*$/m);
   });
 
-  it("refuses to serve without a token secret or with an unknown profile", () => {
-    expect(configurationProblem({ QLR_TOKEN: "t" })).toBeNull();
-    expect(configurationProblem({ QLR_TOKEN: "t", QLR_PROFILE: "standalone" })).toBeNull();
+  it("refuses to serve without a token secret of at least 16 characters, or with an unknown profile", () => {
+    const long = "a-token-of-twenty-chars";
+    expect(configurationProblem({ QLR_TOKEN: long })).toBeNull();
+    expect(configurationProblem({ QLR_TOKEN: long, QLR_PROFILE: "standalone" })).toBeNull();
+    expect(configurationProblem({ QLR_TOKEN: long, QLR_WORKER_TOKEN: "another-token-of-20" })).toBeNull();
     expect(configurationProblem({})).toMatch(/QLR_TOKEN/);
     expect(configurationProblem({ QLR_TOKEN: "" })).toMatch(/QLR_TOKEN/);
-    expect(configurationProblem({ QLR_TOKEN: "t", QLR_PROFILE: "huge" })).toMatch(/QLR_PROFILE/);
+    expect(configurationProblem({ QLR_TOKEN: "t" })).toMatch(/QLR_TOKEN.*16/);
+    expect(configurationProblem({ QLR_TOKEN: "fifteen-chars!!" })).toMatch(/QLR_TOKEN.*16/);
+    expect(configurationProblem({ QLR_TOKEN: long, QLR_WORKER_TOKEN: "short" })).toMatch(/QLR_WORKER_TOKEN/);
+    expect(configurationProblem({ QLR_TOKEN: long, QLR_WORKER_TOKEN: long })).toMatch(/differ/);
+    expect(configurationProblem({ QLR_TOKEN: long, QLR_PROFILE: "huge" })).toMatch(/QLR_PROFILE/);
+  });
+
+  it("a misconfigured Worker answers 503 without the reason, before any store is opened", async () => {
+    const stub = freshObject();
+    for (const QLR_TOKEN of [undefined, "", "short"]) {
+      const outcome = await inObject(stub, async (_instance, state) => {
+        const object = new CoordinatorObject(state, { ...testEnv, QLR_TOKEN });
+        const response = await object.fetch(new Request(`${BASE}/runs`, { headers: { authorization: `Bearer ${QLR_TOKEN ?? "x"}` } }) as unknown as WorkerRequest);
+        const tables = object.driver.transaction((tx) => tx.query("SELECT COUNT(*) AS count FROM sqlite_master WHERE type = 'table'"));
+        return { status: response.status, body: await response.json(), tables: await tables };
+      });
+      expect(outcome.status, String(QLR_TOKEN)).toBe(503);
+      expect(outcome.body).toEqual({ error: { code: "internal", message: NOT_CONFIGURED_MESSAGE, details: [] } });
+      expect(JSON.stringify(outcome.body)).not.toContain("QLR_TOKEN");
+      expect(outcome.tables).toEqual([{ count: 0 }]);
+    }
+  });
+
+  it("authenticates before it opens the store: an unauthenticated request leaves a fresh object's database empty", async () => {
+    const stub = freshObject();
+    const outcome = await inObject(stub, async (instance) => {
+      const response = await instance.fetch(new Request(`${BASE}/runs`, { headers: { authorization: "Bearer not-the-token-at-all" } }) as unknown as WorkerRequest);
+      const tables = await instance.driver.transaction((tx) => tx.query("SELECT COUNT(*) AS count FROM sqlite_master WHERE type = 'table'"));
+      return { status: response.status, body: await response.json(), tables };
+    });
+    expect(outcome.status).toBe(401);
+    expect(outcome.body).toMatchObject({ error: { code: "unauthorized" } });
+    expect(outcome.tables).toEqual([{ count: 0 }]);
+  });
+
+  it("the worker token opens /worker/* only; the admin token opens everything", async () => {
+    const claim = JSON.stringify({ workerId: "w-edge", pool: "nobody-uses-this", capacity: 1 });
+    const asWorker = await call("/worker/claim", { method: "POST", body: claim, contentType: "application/json", auth: `Bearer ${workerToken()}` });
+    expect(asWorker.status).toBe(200);
+    expect(await asWorker.json()).toEqual({ leases: [] });
+    const asAdmin = await call("/worker/claim", { method: "POST", body: claim, contentType: "application/json" });
+    expect(asAdmin.status).toBe(200);
+    for (const [method, path] of [["GET", "/runs"], ["POST", "/tick"], ["GET", "/packages"], ["GET", "/metrics"], ["POST", "/packages"]] as const) {
+      const response = await call(path, { method, auth: `Bearer ${workerToken()}`, ...(method === "POST" ? { body: MANIFEST.replace("edge-demo", "by-worker"), contentType: "application/yaml" } : {}) });
+      expect(response.status, `${method} ${path}`).toBe(401);
+    }
+    expect((await call("/packages/by-worker")).status).toBe(404);
   });
 });

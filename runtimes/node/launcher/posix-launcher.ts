@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { readdir, stat } from "node:fs/promises";
+import { chown, mkdir, readdir, stat } from "node:fs/promises";
 import { isAbsolute } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
@@ -10,9 +10,10 @@ import { createFileExclusiveDurable, ensureDurableDirectories, errorCode, readSm
 import { journalText, readJournalRecord, type JournalRecord } from "./journal.ts";
 import { DEFAULT_PROC_ROOT, isExitedState, readBootId, readProcStat } from "./proc.ts";
 import { checkReceiptText, isStopReason, readReceiptKey, RECEIPT_MAX_BYTES, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive, type CompletionReceipt, type StopReason } from "./receipt.ts";
-import { attemptLogPath, journalPath, JOURNAL_SUFFIX, receiptPath, stateLayout, type LogStream, type StateLayout } from "./state-layout.ts";
+import { attemptLogPath, attemptWorkPath, journalPath, JOURNAL_SUFFIX, receiptPath, stateLayout, type LogStream, type StateLayout } from "./state-layout.ts";
 import { recordStopIntent } from "./stop-intent.ts";
 import { parseSupervisorReport, SUPERVISOR_REPORT_MAX_BYTES, SUPERVISOR_SPEC_MAX_BYTES, type SupervisorReport, type SupervisorSpec } from "./supervisor-protocol.ts";
+import { resolveTaskUser, type TaskAccount } from "./task-user.ts";
 
 export interface LaunchSpec {
   /** Portable identity, e.g. `wta:<32 hex>`; it names the journal, receipt and log files. */
@@ -21,8 +22,13 @@ export interface LaunchSpec {
   readonly argv: readonly string[];
   /** Merged over `minimalBaseEnv()`; see there for why the runtime's own env is not passed. */
   readonly env: Readonly<Record<string, string>>;
-  /** Absolute; null runs the task in the runtime's working directory at launch time. */
+  /** Absolute; null runs the task in a directory of its own, `<stateDir>/work/<attemptId>/`. */
   readonly cwd: string | null;
+  /**
+   * The user to run the task as (name, uid or uid:gid; needs a root runtime); null or absent:
+   * the runtime's own user.
+   */
+  readonly user?: string | null;
   /** Cap per stream: stdout and stderr each keep at most this many bytes plus one marker line. */
   readonly logMaxBytes: number;
 }
@@ -185,13 +191,20 @@ export class PosixLauncher {
   async launch(spec: LaunchSpec): Promise<ProcessHandle> {
     const attemptId = assertPortableId(spec.attemptId, "attemptId");
     validateLaunchSpec(spec);
+    // A user that cannot be resolved or assumed is a spawn failure of this attempt (its step
+    // fails with the reason), recorded after the journal like any other.
+    const account = spec.user === undefined || spec.user === null ? null : await this.taskAccount(spec.user);
+    const ownWorkDir = spec.cwd === null ? attemptWorkPath(this.layout, attemptId) : null;
     const supervisorSpec: SupervisorSpec = {
       attemptId,
       argv: [...spec.argv],
-      env: { ...minimalBaseEnv(), ...spec.env },
-      cwd: spec.cwd ?? process.cwd(),
+      // A task run as another user gets its own home (or its work dir), not the runtime's.
+      env: { ...minimalBaseEnv(), ...(account !== null && typeof account !== "string" ? { HOME: account.home ?? ownWorkDir ?? spec.cwd ?? "/" } : {}), ...spec.env },
+      cwd: spec.cwd ?? ownWorkDir ?? "/",
       logMaxBytes: spec.logMaxBytes,
       receiptKeyPath: this.layout.receiptKeyPath,
+      uid: account !== null && typeof account !== "string" ? account.uid : null,
+      gid: account !== null && typeof account !== "string" ? account.gid : null,
     };
     const specText = JSON.stringify(supervisorSpec);
     if (Buffer.byteLength(specText, "utf8") > SUPERVISOR_SPEC_MAX_BYTES) throw invalidSpec("argv", `argv and env together exceed ${SUPERVISOR_SPEC_MAX_BYTES} bytes`);
@@ -209,6 +222,17 @@ export class PosixLauncher {
       throw new QlrError("storage_unavailable", `journal write for ${attemptId} failed`, { cause: error });
     }
 
+    if (typeof account === "string") return this.failWithoutSupervisor(attemptId, startedAtMs, account);
+    if (ownWorkDir !== null) {
+      try {
+        await mkdir(ownWorkDir, { recursive: true, mode: 0o700 });
+        // The task's user must own its directory; the path above it (the state dir) stays
+        // closed to that user: the child changes into the directory before it drops to the uid.
+        if (account !== null) await chown(ownWorkDir, account.uid, account.gid);
+      } catch (error) {
+        return this.failWithoutSupervisor(attemptId, startedAtMs, `the working directory ${ownWorkDir} could not be prepared: ${errorCode(error) ?? String(error)}`);
+      }
+    }
     const report = await this.startSupervisor(attemptId, specText, startedAtMs);
     if (report.kind === "spawn_failed") {
       const reading = await this.readReceipt(attemptId);
@@ -223,11 +247,19 @@ export class PosixLauncher {
     return { attemptId, pid: report.pid, processStartTicks: report.startTicks, bootId, startedAtMs };
   }
 
+  private async taskAccount(user: string): Promise<TaskAccount | string> {
+    const account = await resolveTaskUser(user);
+    if (typeof account === "string") return account;
+    const ownUid = process.getuid?.() ?? -1;
+    if (ownUid !== 0 && account.uid !== ownUid) return `task user ${JSON.stringify(user)} (uid ${account.uid}) needs the runtime to run as root; it runs as uid ${ownUid}`;
+    return account;
+  }
+
   /** Directories, the key check and the supervisor bundle, once per launcher (retried after a failure). */
   private prepare(): Promise<void> {
     this.prepared ??= (async () => {
-      const { stateDir, journalDir, receiptsDir, logsDir, stopsDir, tmpDir, receiptKeyPath } = this.layout;
-      await ensureDurableDirectories(stateDir, [journalDir, receiptsDir, logsDir, stopsDir, tmpDir]);
+      const { stateDir, journalDir, receiptsDir, logsDir, stopsDir, tmpDir, workDir, receiptKeyPath } = this.layout;
+      await ensureDurableDirectories(stateDir, [journalDir, receiptsDir, logsDir, stopsDir, tmpDir, workDir]);
       const fileKey = await readReceiptKey(receiptKeyPath);
       // The supervisor signs with the file's key and this launcher verifies with its own, so
       // they must be the same key or every receipt would read as invalid.

@@ -15,6 +15,12 @@ export interface StateLayout {
   readonly stopsDir: string;
   /** Temporary files live apart from the journal and receipts so a listing never meets them. */
   readonly tmpDir: string;
+  /**
+   * Per-attempt working directories (`work/<attemptId>/`) of tasks that declare no `cwd`: a
+   * task never starts in the runtime's directory or the state dir itself, so a relative path
+   * in a task cannot reach the key, the token or the database by accident.
+   */
+  readonly workDir: string;
   readonly receiptKeyPath: string;
 }
 
@@ -26,6 +32,7 @@ export function stateLayout(stateDir: string): StateLayout {
     logsDir: join(stateDir, "logs"),
     stopsDir: join(stateDir, "stops"),
     tmpDir: join(stateDir, "tmp"),
+    workDir: join(stateDir, "work"),
     receiptKeyPath: join(stateDir, "receipt.key"),
   };
 }
@@ -42,6 +49,10 @@ export function receiptPath(layout: StateLayout, attemptId: string): string {
 
 export function stopIntentPath(layout: StateLayout, attemptId: string): string {
   return join(layout.stopsDir, `${assertPortableId(attemptId, "attemptId")}.json`);
+}
+
+export function attemptWorkPath(layout: StateLayout, attemptId: string): string {
+  return join(layout.workDir, assertPortableId(attemptId, "attemptId"));
 }
 
 export type LogStream = "stdout" | "stderr";

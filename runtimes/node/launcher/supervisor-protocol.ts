@@ -15,6 +15,9 @@ export interface SupervisorSpec {
   readonly cwd: string;
   readonly logMaxBytes: number;
   readonly receiptKeyPath: string;
+  /** The task's uid and gid (the supervisor sets them in the child before exec); null: the supervisor's own. */
+  readonly uid: number | null;
+  readonly gid: number | null;
 }
 
 export type SupervisorReport =
@@ -47,6 +50,8 @@ export function parseSupervisorSpec(text: string, expectedAttemptId: string): Su
   if (typeof spec.cwd !== "string") return "the launch spec has no cwd";
   if (!Number.isSafeInteger(spec.logMaxBytes) || (spec.logMaxBytes as number) < 1) return "the launch spec has no log cap";
   if (typeof spec.receiptKeyPath !== "string") return "the launch spec has no receipt key path";
+  const isId = (value: unknown): boolean => value === null || (Number.isSafeInteger(value) && (value as number) >= 0);
+  if (!isId(spec.uid) || !isId(spec.gid) || (spec.uid === null) !== (spec.gid === null)) return "the launch spec's uid and gid are not both ids or both null";
   return spec as unknown as SupervisorSpec;
 }
 

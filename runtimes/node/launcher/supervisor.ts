@@ -9,7 +9,7 @@
  * fd 3 (see supervisor-protocol.ts).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { appendFileSync, closeSync, fsyncSync, openSync, readSync, writeSync } from "node:fs";
+import { appendFileSync, closeSync, fsyncSync, openSync, readdirSync, readFileSync, readSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { isPortableId } from "../../../src/identity.ts";
 import { errorCode } from "./durable-file.ts";
@@ -147,6 +147,47 @@ function describeError(error: unknown): string {
   return text.slice(0, SPAWN_ERROR_MAX_LENGTH);
 }
 
+/** O_CLOEXEC as /proc/<pid>/fdinfo shows it (octal `flags:`), on every Linux architecture Node runs on. */
+const O_CLOEXEC_FLAG = 0o2000000;
+
+/**
+ * Closes every descriptor above 2 that would survive exec. Node opens all of its own with
+ * close-on-exec, and at start-up marks the low inherited ones too, but a descriptor the
+ * runtime inherited above a gap (fd 40 from a service manager, a shell's `exec 9>file`, a
+ * leaked socket) stays inheritable and would reach the task, which could then read or write
+ * whatever it names. Only descriptors without close-on-exec are closed, so none of Node's own
+ * is touched.
+ */
+function closeInheritableDescriptors(procSelf = "/proc/self"): void {
+  let entries: string[];
+  try {
+    entries = readdirSync(`${procSelf}/fd`);
+  } catch {
+    return;
+  }
+  for (const entry of entries) {
+    const fd = Number(entry);
+    // The report channel is still needed; Node marked it close-on-exec at start-up (it is the
+    // lowest inherited descriptor above stdio), so it never reaches the task either.
+    if (!Number.isInteger(fd) || fd <= 2 || fd === SUPERVISOR_REPORT_FD) continue;
+    let flags: number;
+    try {
+      const match = /^flags:\s+([0-7]+)$/m.exec(readFileSync(`${procSelf}/fdinfo/${fd}`, "utf8"));
+      if (match?.[1] === undefined) continue;
+      flags = Number.parseInt(match[1], 8);
+    } catch {
+      // Gone since the listing (the directory handle of readdirSync itself).
+      continue;
+    }
+    if ((flags & O_CLOEXEC_FLAG) !== 0) continue;
+    try {
+      closeSync(fd);
+    } catch {
+      // Already closed.
+    }
+  }
+}
+
 /** Best-effort note for failures that leave no receipt; an operator finds it next to the logs. */
 function noteSupervisorFailure(layout: StateLayout, attemptId: string, message: string): void {
   try {
@@ -247,11 +288,16 @@ async function main(): Promise<number> {
   };
 
   const [command, ...args] = spec.argv;
+  // Right before the spawn: nothing but the three pipes and /dev/null may reach the task.
+  closeInheritableDescriptors();
   let child: ChildProcess;
   try {
     // detached: the child calls setsid() before exec, so it leads a new session and process
-    // group whose id is its pid; that group is what a stop signals.
-    child = spawn(command ?? "", args, { detached: true, stdio: ["ignore", "pipe", "pipe"], env: { ...spec.env }, cwd: spec.cwd });
+    // group whose id is its pid; that group is what a stop signals. With a task user the
+    // child changes into cwd, then drops supplementary groups, sets the gid, then the uid,
+    // all before exec.
+    const identity = spec.uid === null || spec.gid === null ? {} : { uid: spec.uid, gid: spec.gid };
+    child = spawn(command ?? "", args, { detached: true, stdio: ["ignore", "pipe", "pipe"], env: { ...spec.env }, cwd: spec.cwd, ...identity });
   } catch (error) {
     return failSpawn(error);
   }

@@ -1,0 +1,31 @@
+import { chmod, lstat, mkdir } from "node:fs/promises";
+import { QlrError } from "../../src/errors.ts";
+
+/**
+ * The state dir holds the token, the receipt key, the database, journals, receipts and logs:
+ * only the runtime's user may enter it. At start-up:
+ * - missing: created 0700;
+ * - not a directory, or a symbolic link: refused (a planted link could move the state anywhere);
+ * - owned by another user: refused (that user could swap the key or read every secret);
+ * - group or other bits set: tightened to 0700, and the caller reports it. Tightening rather
+ *   than refusing keeps an upgrade from an older version (which left 0755 directories behind)
+ *   working, and the directory's owner is the runtime's user, so nothing is taken from anyone
+ *   who was entitled to it.
+ * Files and directories created inside are 0600 and 0700 by their writers.
+ */
+export async function secureStateDir(stateDir: string): Promise<{ tightenedFromMode: number | null }> {
+  await mkdir(stateDir, { recursive: true, mode: 0o700 });
+  const stats = await lstat(stateDir);
+  if (stats.isSymbolicLink()) throw new QlrError("invalid_request", `state dir ${stateDir} is a symbolic link; give the directory itself`);
+  if (!stats.isDirectory()) throw new QlrError("invalid_request", `state dir ${stateDir} is not a directory`);
+  const uid = process.getuid?.() ?? stats.uid;
+  if (stats.uid !== uid) throw new QlrError("invalid_request", `state dir ${stateDir} belongs to uid ${stats.uid}, not to this runtime's uid ${uid}; another user could read or replace its secrets`);
+  const mode = stats.mode & 0o777;
+  if ((mode & 0o077) === 0) return { tightenedFromMode: null };
+  await chmod(stateDir, 0o700);
+  return { tightenedFromMode: mode };
+}
+
+export function describeTightened(stateDir: string, mode: number): string {
+  return `state dir ${stateDir} had mode ${mode.toString(8)}; tightened to 700 (it holds the token, the receipt key and every log)`;
+}
