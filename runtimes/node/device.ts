@@ -92,7 +92,7 @@ export class DeviceRuntime {
     const stateDir = resolve(options.stateDir);
     await mkdir(stateDir, { recursive: true, mode: 0o700 });
     const hmacKey = await loadOrCreateReceiptKey(stateDir);
-    const store = await openConfiguredStore({ kind: options.store, stateDir, databaseUrl: options.databaseUrl, nowMs: systemClock.nowMs() });
+    const store = await openConfiguredStore({ kind: options.store, stateDir, databaseUrl: options.databaseUrl, nowMs: systemClock.nowMs(), lowMemory: options.profile === "edge" });
     try {
       for (const file of options.applyFiles) {
         const applied = await applyFile(store, file);
