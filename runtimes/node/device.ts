@@ -12,7 +12,7 @@ import type { SqlStore } from "../../storage/sql-store.ts";
 import { mountDashboard } from "../browser/serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
 import { Metrics } from "../http/metrics.ts";
-import { systemClock, uuidv7Ids } from "./host.ts";
+import { processMemory, systemClock, uuidv7Ids } from "./host.ts";
 import { DEFAULT_GRACE_MS, DEFAULT_LOG_MAX_BYTES, loadOrCreateReceiptKey, PosixLauncher } from "./launcher/index.ts";
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
@@ -103,7 +103,7 @@ export class DeviceRuntime {
         logMaxBytes: options.logMaxBytes ?? DEFAULT_LOG_MAX_BYTES,
         onStopError: (attemptId, error) => log(`stop of ${attemptId} failed: ${error instanceof Error ? error.message : String(error)}`),
       });
-      const metrics = new Metrics();
+      const metrics = new Metrics(processMemory);
       const crashAt = options.crashAt ?? null;
       const coordinator = new Coordinator({
         store,

@@ -9,6 +9,7 @@ import { setFlagsFromString } from "node:v8";
 import initSqlJs from "sql.js";
 import type { SqlJsStatic } from "sql.js";
 import { QlrError } from "../../src/errors.ts";
+import { rememberSqlJsWasmMemory } from "./wasm-memory.ts";
 
 export interface LoadSqlJsOptions {
   /**
@@ -24,7 +25,6 @@ export interface LoadSqlJsOptions {
 }
 
 let loading: Promise<SqlJsStatic> | undefined;
-let wasmMemory: WebAssembly.Memory | undefined;
 
 /**
  * The cached sql.js module. Initialisation compiles about 1 MB of WebAssembly, so it happens
@@ -42,27 +42,17 @@ export function loadSqlJs(options: LoadSqlJsOptions = {}): Promise<SqlJsStatic> 
   return loading;
 }
 
-/**
- * The size of sql.js's WebAssembly memory in bytes (SQLite's heap: page cache, statements,
- * the rollback journal of an open transaction), or null before sql.js was loaded here. It
- * only grows: WebAssembly memory is never given back. The database file itself is not in it
- * (sql.js keeps that in a JavaScript ArrayBuffer, counted in `process.memoryUsage().arrayBuffers`).
- */
-export function sqlJsWasmMemoryBytes(): number | null {
-  return wasmMemory?.buffer.byteLength ?? null;
-}
-
 function initialise(options: LoadSqlJsOptions): Promise<SqlJsStatic> {
   const wasmPath = createRequire(import.meta.url).resolve("sql.js/dist/sql-wasm.wasm");
   const wasmBytes = readFileSync(wasmPath);
   if (options.baselineCompilerOnly === true) setFlagsFromString("--liftoff-only");
   return new Promise<SqlJsStatic>((resolve, reject) => {
-    // Instantiated here rather than by sql.js so that its memory can be measured; the
+    // Instantiated here rather than by sql.js so that its memory can be measured (wasm-memory.ts); the
     // instance is handed over exactly as sql.js's own loader would (Emscripten's
     // `instantiateWasm` hook). A failed instantiation rejects instead of leaving sql.js waiting.
     const instantiateWasm = (imports: WebAssembly.Imports, done: (instance: WebAssembly.Instance) => void): object => {
       WebAssembly.instantiate(wasmBytes, imports).then((result) => {
-        wasmMemory = Object.values(result.instance.exports).find((value): value is WebAssembly.Memory => value instanceof WebAssembly.Memory);
+        rememberSqlJsWasmMemory(Object.values(result.instance.exports).find((value): value is WebAssembly.Memory => value instanceof WebAssembly.Memory));
         done(result.instance);
       }, reject);
       return {};
