@@ -164,19 +164,15 @@ class SqlJsFileStore implements SqlJsFileDriver {
     try {
       // A leftover temporary snapshot is a checkpoint that crashed before its rename: the old snapshot and the journal still hold everything.
       rmSync(join(directory, SNAPSHOT_TEMP_FILE), { force: true });
-      const snapshot = existsSync(snapshotPath) ? decodeSnapshot(readFileSync(snapshotPath), snapshotPath) : undefined;
-      try {
-        connection = new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), { ...options, trackWrites: true });
-      } catch (error) {
-        throw mapSqlJsError(error, "open snapshot");
-      }
+      const loaded = loadSnapshot(SQL, snapshotPath, options);
+      connection = loaded.connection;
+      const snapshotSequence = loaded.includedSequence;
       const journalExisted = existsSync(journalPath);
       const journal = journalExisted ? readFileSync(journalPath) : Buffer.alloc(0);
       journalFd = openSync(journalPath, "a");
       if (!journalExisted) fsyncDirectory(directory);
 
       const dictionary = new SqlTextDictionary();
-      const snapshotSequence = snapshot?.includedSequence ?? 0;
       let sequence = snapshotSequence;
       let previousRecordSequence: number | undefined;
       let skippedRecords = 0;
@@ -397,6 +393,21 @@ class SqlJsFileStore implements SqlJsFileDriver {
     if (this.failure !== undefined) {
       throw new QlrError("storage_unavailable", `The journal in ${this.directory} failed and could not be restored; reopen the database.`, { cause: this.failure });
     }
+  }
+}
+
+/**
+ * Opens the snapshot as a sql.js database. The file's bytes live only in this function's frame:
+ * sql.js copies them into its own in-memory file, and once this returns nothing refers to them,
+ * so the next large allocation (the journal, read next) can reclaim them and the open does not
+ * hold the image twice over while it replays.
+ */
+function loadSnapshot(SQL: SqlJsStatic, snapshotPath: string, options: SqlJsFileDriverOptions): { connection: SqlJsConnection; includedSequence: number } {
+  const snapshot = existsSync(snapshotPath) ? decodeSnapshot(readFileSync(snapshotPath), snapshotPath) : undefined;
+  try {
+    return { connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), { ...options, trackWrites: true }), includedSequence: snapshot?.includedSequence ?? 0 };
+  } catch (error) {
+    throw mapSqlJsError(error, "open snapshot");
   }
 }
 
