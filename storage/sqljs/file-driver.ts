@@ -29,16 +29,15 @@
  * two steps opens correctly: before the rename the old snapshot and the full journal are
  * intact; after it, journal records up to the snapshot's included sequence are skipped.
  */
-import { Buffer } from "node:buffer";
-import { closeSync, existsSync, fdatasyncSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { SqlJsStatic } from "sql.js";
 import { QlrError, isQlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlTx } from "../driver.ts";
 import { SqlJsConnection, TransactionQueue, mapSqlJsError, runTransaction } from "./connection.ts";
 import type { RecordedWrite, SqlJsConnectionOptions } from "./connection.ts";
-import { SqlTextDictionary, corrupt, scanJournal } from "./journal.ts";
-import type { ParsedRecord } from "./journal.ts";
+import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
+import type { JournalScan, ParsedRecord } from "./journal.ts";
 import { acquireLock, errorCode } from "./lock.ts";
 import type { HeldLock } from "./lock.ts";
 import { decodeSnapshot, encodeSnapshotTrailer } from "./snapshot.ts";
@@ -168,7 +167,6 @@ class SqlJsFileStore implements SqlJsFileDriver {
       connection = loaded.connection;
       const snapshotSequence = loaded.includedSequence;
       const journalExisted = existsSync(journalPath);
-      const journal = journalExisted ? readFileSync(journalPath) : Buffer.alloc(0);
       journalFd = openSync(journalPath, "a");
       if (!journalExisted) fsyncDirectory(directory);
 
@@ -178,7 +176,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       let skippedRecords = 0;
       let appliedRecords = 0;
       const openConnection = connection;
-      const scan = scanJournal(journal, (record) => {
+      const scan = scanJournalAt(journalPath, journalExisted, (record) => {
         if (previousRecordSequence !== undefined && record.sequence !== previousRecordSequence + 1) {
           throw corrupt(record.offset, `its sequence ${record.sequence} does not follow the previous record's ${previousRecordSequence}`);
         }
@@ -408,6 +406,17 @@ function loadSnapshot(SQL: SqlJsStatic, snapshotPath: string, options: SqlJsFile
     return { connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), { ...options, trackWrites: true }), includedSequence: snapshot?.includedSequence ?? 0 };
   } catch (error) {
     throw mapSqlJsError(error, "open snapshot");
+  }
+}
+
+/** Scans the journal file record by record (journal.ts), through its own read-only descriptor. */
+function scanJournalAt(journalPath: string, exists: boolean, onRecord: (record: ParsedRecord) => void): JournalScan {
+  if (!exists) return { validBytes: 0, tornTailBytes: 0 };
+  const fd = openSync(journalPath, "r");
+  try {
+    return scanJournalFile(fd, fstatSync(fd).size, onRecord);
+  } finally {
+    closeSync(fd);
   }
 }
 
