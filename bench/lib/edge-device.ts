@@ -24,6 +24,7 @@ import { loadSqlJs } from "../../storage/sqljs/load.ts";
 import { openSqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { log, now, round } from "./common.ts";
+import { databaseComposition, type TableShare } from "./db-composition.ts";
 import { applyManifest, createWorld, driveUntilTerminal, startRuns } from "./world.ts";
 
 export interface EdgeDeviceConfig {
@@ -206,6 +207,8 @@ interface Seeded {
   readonly snapshotBytes: number;
   readonly runs: number;
   readonly succeeded: number;
+  /** What the history holds, table by table (VACUUMed copy). */
+  readonly composition: { totalBytes: number; tables: TableShare[] };
 }
 
 /** Writes `runs` finished runs into a fresh state dir's store (the layout `qlr serve` opens). */
@@ -232,8 +235,9 @@ async function seedHistory(config: EdgeDeviceConfig): Promise<Seeded> {
   } finally {
     await store.close();
   }
+  const seconds = round((now() - startedAt) / 1000, 1);
   const snapshotBytes = statSync(join(stateDir, "db", "snapshot.sqlite")).size;
-  return { stateDir, seconds: round((now() - startedAt) / 1000, 1), snapshotBytes, runs: config.historyRuns, succeeded };
+  return { stateDir, seconds, snapshotBytes, runs: config.historyRuns, succeeded, composition: await databaseComposition(join(stateDir, "db")) };
 }
 
 async function measureHistory(config: EdgeDeviceConfig, seeded: Seeded, flags: readonly string[]): Promise<Record<string, unknown>> {
@@ -336,6 +340,6 @@ export async function measureEdgeDevice(config: EdgeDeviceConfig): Promise<Recor
     bareNode: procMiB(bare),
     importSteps: imports,
     floors,
-    history: { runs: seeded.runs, succeeded: seeded.succeeded, seedSeconds: seeded.seconds, snapshotMiB: mib(seeded.snapshotBytes), snapshotBytesPerRun: Math.round(seeded.snapshotBytes / seeded.runs), durationS: config.durationMs / 1000, variants: history },
+    history: { runs: seeded.runs, succeeded: seeded.succeeded, seedSeconds: seeded.seconds, snapshotMiB: mib(seeded.snapshotBytes), snapshotBytesPerRun: Math.round(seeded.snapshotBytes / seeded.runs), composition: { vacuumedBytes: seeded.composition.totalBytes, tables: seeded.composition.tables.map((table) => ({ ...table, bytesPerRun: Math.round(table.bytes / seeded.runs) })) }, durationS: config.durationMs / 1000, variants: history },
   };
 }

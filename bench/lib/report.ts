@@ -450,6 +450,7 @@ interface DeviceMemoryResult {
     seedSeconds: number;
     snapshotMiB: number | null;
     snapshotBytesPerRun: number;
+    composition?: { vacuumedBytes: number; tables: { table: string; rows: number; bytes: number; bytesPerRun: number }[] };
     durationS: number;
     variants: {
       label: string;
@@ -490,6 +491,10 @@ function renderDeviceMemory(report: BenchReport, parts: string[]): void {
   parts.push(
     `With history: ${int(history.runs)} finished runs (half one-task runs, half two-step workflows; seeded in ${fmt(history.seedSeconds, 0)} s), a snapshot of ${fmt(history.snapshotMiB, 1)} MiB (${int(history.snapshotBytesPerRun)} B per run), opened by \`qlr serve --profile edge\` with a task scheduled every second and the workflow every 2 s for ${fmt(history.durationS, 0)} s, then SIGTERM (whose checkpoint exports the whole database once more).`,
   );
+  if (history.composition !== undefined) {
+    parts.push(`What the history holds (VACUUMed copy, ${mib(history.composition.vacuumedBytes)}; each table with its indexes):`);
+    parts.push(table(["table", "rows", "bytes", "bytes per run"], history.composition.tables.map((share) => [share.table, int(share.rows), int(share.bytes), int(share.bytesPerRun)])));
+  }
   parts.push(
     table(
       ["variant", "ready s", "runs finished in the window", "VmRSS at ready", "VmRSS before stop", "growth in the window", "**VmHWM before stop**", "**VmHWM at exit**", "heap used at ready", "ArrayBuffers at ready", "WASM at ready"],
