@@ -14,6 +14,7 @@ import { createApp } from "../http/app.ts";
 import { Metrics } from "../http/metrics.ts";
 import { processMemory, systemClock, uuidv7Ids } from "./host.ts";
 import { DEFAULT_GRACE_MS, DEFAULT_LOG_MAX_BYTES, loadOrCreateReceiptKey, PosixLauncher } from "./launcher/index.ts";
+import { BufferReclaimer } from "./buffer-reclaimer.ts";
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
 
@@ -75,6 +76,8 @@ export class DeviceRuntime {
   private readonly server: ServerType;
   private readonly options: DeviceOptions;
   private timer: ReturnType<typeof setTimeout> | null = null;
+  /** Edge profile only: frees dead database-sized buffers after a cycle (buffer-reclaimer.ts). */
+  private readonly reclaimer: BufferReclaimer | null;
   private stopping: Promise<void> | null = null;
 
   private constructor(parts: { url: string; store: SqlStore; coordinator: Coordinator; executor: LocalProcessExecutor; server: ServerType; options: DeviceOptions; recovery: RecoveryEntry[] }) {
@@ -85,6 +88,7 @@ export class DeviceRuntime {
     this.server = parts.server;
     this.options = parts.options;
     this.recovery = parts.recovery;
+    this.reclaimer = parts.options.profile === "edge" ? new BufferReclaimer() : null;
   }
 
   static async start(options: DeviceOptions): Promise<DeviceRuntime> {
@@ -166,7 +170,10 @@ export class DeviceRuntime {
       this.timer = null;
       void this.coordinator
         .tick()
-        .then((report: TickReport) => this.scheduleTick(report.more ? 0 : (this.options.tickIntervalMs ?? PROFILES[this.options.profile].tickIntervalMs)))
+        .then((report: TickReport) => {
+          this.reclaimer?.afterCycle();
+          this.scheduleTick(report.more ? 0 : (this.options.tickIntervalMs ?? PROFILES[this.options.profile].tickIntervalMs));
+        })
         .catch((error: unknown) => {
           (this.options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(`tick failed: ${error instanceof Error ? error.message : String(error)}`);
           this.scheduleTick(this.options.tickIntervalMs ?? PROFILES[this.options.profile].tickIntervalMs);
