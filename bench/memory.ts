@@ -1,5 +1,12 @@
 /**
- * Bench 4: memory of the device configuration: the sql.js file store, the edge profile and the
+ * Bench 4: memory of the device.
+ *
+ * Part "device" (bench/lib/edge-device.ts): the real `qlr serve --profile edge` process: what
+ * its floor is made of (RSS after each package import, then V8 heap, external memory and
+ * sql.js WebAssembly memory from its `GET /metrics`), and its peak with `historyRuns`
+ * finished runs of history while schedules fire.
+ *
+ * Part "drive" (below): the device configuration (sql.js compiled as on the edge profile): the sql.js file store, the edge profile and the
  * simulated executor, `runs` diamond workflow runs started and driven until all succeeded.
  * RSS is sampled with `process.memoryUsage.rss()` after every tick, and the kernel's own peak
  * (`VmHWM` in /proc/self/status, which also sees peaks inside a tick such as a checkpoint's
@@ -8,12 +15,16 @@
  */
 import { readConfig, readProcStatus, round, diamondManifest, log, now, writeResult } from "./lib/common.ts";
 import { statementExperiments } from "./lib/components.ts";
+import { loadSqlJs } from "../storage/sqljs/load.ts";
+import { measureEdgeDevice, type EdgeDeviceConfig } from "./lib/edge-device.ts";
 import { fileStoreSizes, openBenchStore } from "./lib/stores.ts";
 import { applyManifest, createWorld, driveUntilTerminal, startRuns } from "./lib/world.ts";
 
 const rssAtStart = process.memoryUsage.rss();
 
 export interface MemoryConfig {
+  /** Set for the device part (the real `qlr serve` process); the other fields are then unused. */
+  readonly device?: EdgeDeviceConfig;
   readonly runs: number;
   readonly maxTicks: number;
   readonly dataRoot: string;
@@ -27,6 +38,12 @@ const mean = (values: readonly number[]): number => (values.length === 0 ? Numbe
 
 async function main(): Promise<void> {
   const config = readConfig<MemoryConfig>();
+  if (config.device !== undefined) {
+    writeResult({ bench: "memory-device", store: "sqljs-file", profile: "edge", ...(await measureEdgeDevice(config.device)) });
+    return;
+  }
+  // As `qlr serve --profile edge` compiles it: the first load decides, openBenchStore reuses it.
+  await loadSqlJs({ baselineCompilerOnly: true });
   const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, { dataRoot: config.dataRoot });
   try {
     const world = createWorld(opened.store, { profile: "edge" });

@@ -13,6 +13,7 @@ import { summarizeCpuProfile, type CostCentre, type ProfileSummary } from "./lib
 import { renderMarkdown, type BenchReport, type ChildFailure } from "./lib/report.ts";
 import type { AdmissionConfig } from "./admission.ts";
 import type { BytesConfig } from "./bytes.ts";
+import type { EdgeDeviceConfig } from "./lib/edge-device.ts";
 import type { MemoryConfig } from "./memory.ts";
 import type { ThroughputConfig } from "./throughput.ts";
 import type { ServeConfig } from "./serve.ts";
@@ -36,6 +37,9 @@ interface Scale {
   readonly throughputRuns: number;
   readonly ordinaryRuns: number;
   readonly memoryRuns: number;
+  /** Finished runs of history for the memory of `qlr serve --profile edge`, and how long its schedules fire. */
+  readonly deviceHistoryRuns: number;
+  readonly deviceWindowMs: number;
   /** Also measure admission on a 4-step workflow (sql.js file store) to show what the width costs. */
   readonly narrowAdmission: boolean;
   /** Also run the memory bench under V8 flags that cap the heap. */
@@ -65,6 +69,8 @@ const DEFAULT_SCALE: Scale = {
   throughputRuns: 200,
   ordinaryRuns: 200,
   memoryRuns: 1000,
+  deviceHistoryRuns: 10_000,
+  deviceWindowMs: 60_000,
   narrowAdmission: true,
   memoryFlagVariant: true,
   childTimeoutMs: 8 * 60_000,
@@ -88,6 +94,8 @@ const QUICK_SCALE: Scale = {
   throughputRuns: 25,
   ordinaryRuns: 50,
   memoryRuns: 250,
+  deviceHistoryRuns: 1000,
+  deviceWindowMs: 15_000,
   narrowAdmission: false,
   memoryFlagVariant: false,
   childTimeoutMs: 4 * 60_000,
@@ -111,6 +119,8 @@ interface ChildOutcome {
 interface ChildOptions {
   readonly nodeFlags?: readonly string[];
   readonly env?: Record<string, string>;
+  /** Overrides the scale's child time limit (the device memory bench seeds a large history). */
+  readonly timeoutMs?: number;
 }
 
 function listFromEnv<T extends string>(name: string, allowed: readonly T[]): T[] {
@@ -160,7 +170,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
       });
       const timer = setTimeout(() => {
         if (child.pid !== undefined) process.kill(child.pid, "SIGKILL");
-      }, scale.childTimeoutMs);
+      }, childOptions.timeoutMs ?? scale.childTimeoutMs);
       child.on("close", (code, signal) => {
         clearTimeout(timer);
         const wallMs = now() - childStartedAt;
@@ -211,6 +221,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
     bytes: null,
     throughput: [],
     memory: [],
+    memoryDevice: null,
     serve: [],
     peers: [],
     workerd: null,
@@ -289,6 +300,20 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         const outcome = await runChild(`memory: sqljs-file, edge, ${scale.memoryRuns} runs (${variant.label})`, "memory", config, { nodeFlags: variant.flags });
         if (outcome.result !== null) report.memory.push(outcome.result);
       }
+      // The real device process: needs dist/ (npm run bench builds it first).
+      const device: EdgeDeviceConfig = {
+        root: options.root,
+        dataRoot,
+        historyRuns: scale.deviceHistoryRuns,
+        durationMs: scale.deviceWindowMs,
+        variants: [
+          { label: "node defaults", flags: [] },
+          { label: "--max-semi-space-size=1", flags: ["--max-semi-space-size=1"] },
+        ],
+      };
+      const deviceConfig: MemoryConfig = { device, runs: 0, maxTicks: 0, dataRoot, label: "device" };
+      const outcome = await runChild(`memory: qlr serve --profile edge, floor and ${scale.deviceHistoryRuns} runs of history with schedules firing`, "memory", deviceConfig, { timeoutMs: Math.max(scale.childTimeoutMs, 20 * 60_000) });
+      report.memoryDevice = outcome.result;
     }
 
     if (benches.includes("serve")) {

@@ -26,7 +26,29 @@ async function bundle(entry, outfile, options) {
   }
 }
 
-await bundle(join(root, "runtimes/node/main.ts"), join(dist, "qlr.mjs"), { packages: "external", banner: { js: "#!/usr/bin/env node" } });
+/**
+ * The CLI is split (esbuild `splitting`): every `import()` in the sources (the PGlite and pg
+ * stores, the remote worker) becomes its own chunk beside `qlr.mjs`, loaded only when that
+ * path runs. Unsplit, esbuild inlines a dynamically imported module and hoists its package
+ * imports to the top of the bundle, so `qlr serve` on a device loaded `pg` and PGlite at start
+ * (≈ 3–5 MiB RSS) without ever using them. Chunks stay in `dist/` itself, because code that
+ * finds `supervisor.mjs` and the dashboard relative to `import.meta.url` may land in a chunk.
+ * Chunk names carry a content hash and are written before the entry, so a process starting
+ * `qlr.mjs` during a build finds every chunk the entry it loads names.
+ */
+async function bundleSplit(entry, name, options) {
+  const result = await build({ entryPoints: { [name]: entry }, outdir: dist, outExtension: { ".js": ".mjs" }, chunkNames: "chunk-[hash]", splitting: true, bundle: true, platform: "node", format: "esm", target: "node20", legalComments: "none", logLevel: "warning", write: false, ...options });
+  const entryPath = join(dist, `${name}.mjs`);
+  const ordered = [...result.outputFiles.filter((file) => file.path !== entryPath), ...result.outputFiles.filter((file) => file.path === entryPath)];
+  for (const file of ordered) {
+    const temp = `${file.path}.tmp-${process.pid}`;
+    writeFileSync(temp, file.contents);
+    if (file.path === entryPath) chmodSync(temp, 0o755);
+    renameSync(temp, file.path);
+  }
+}
+
+await bundleSplit(join(root, "runtimes/node/main.ts"), "qlr", { packages: "external", banner: { js: "#!/usr/bin/env node" } });
 await bundle(join(root, "runtimes/node/launcher/supervisor.ts"), join(dist, "supervisor.mjs"), {});
 
 // The browser pages (dashboard served by `qlr serve`, static simulation page): dist/browser/.

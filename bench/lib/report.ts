@@ -31,6 +31,8 @@ export interface BenchReport {
   bytes: Record<string, unknown> | null;
   throughput: Record<string, unknown>[];
   memory: Record<string, unknown>[];
+  /** The real `qlr serve --profile edge` process: floor, its make-up, and history (bench/lib/edge-device.ts). */
+  memoryDevice: Record<string, unknown> | null;
   serve: Record<string, unknown>[];
   peers: Record<string, unknown>[];
   workerd: Record<string, unknown> | null;
@@ -427,6 +429,8 @@ export function renderMarkdown(report: BenchReport): string {
     parts.push(table(["statement", "mean ms", "context"], withExperiments.statementExperimentsAtEnd.map((entry) => [entry.name, fmt(entry.meanMs, 4), entry.note])));
   }
 
+  renderDeviceMemory(report, parts);
+
   renderServeAndPeers(report, parts);
 
   if (report.failures.length > 0) {
@@ -434,6 +438,81 @@ export function renderMarkdown(report: BenchReport): string {
     parts.push(report.failures.map((failure) => `- ${failure.label}: \`${failure.error.split("\n")[0] ?? ""}\``).join("\n"));
   }
   return `${parts.join("\n\n")}\n`;
+}
+
+interface DeviceMemoryResult {
+  bareNode: Record<string, number | null> | null;
+  importSteps: { label: string; rssMiB: number | null; vmHwmMiB: number | null; heapUsedMiB: number; externalMiB: number }[];
+  floors: { label: string; proc: Record<string, number | null> | null; metrics: Record<string, number | null> }[];
+  history: {
+    runs: number;
+    succeeded: number;
+    seedSeconds: number;
+    snapshotMiB: number | null;
+    snapshotBytesPerRun: number;
+    composition?: { vacuumedBytes: number; tables: { table: string; rows: number; bytes: number; bytesPerRun: number }[] };
+    durationS: number;
+    variants: {
+      label: string;
+      readyS: number;
+      windowS: number;
+      runsFinishedInWindow: number;
+      atReady: { proc: Record<string, number | null> | null; metrics: Record<string, number | null> };
+      beforeStop: { proc: Record<string, number | null> | null; metrics: Record<string, number | null> };
+      growthDuringWindowMiB: number | null;
+      vmHwmBeforeStopMiB: number | null;
+      vmHwmAtExitMiB: number | null;
+      rssMiBByTenthOfWindow: (number | null)[];
+    }[];
+  };
+}
+
+function renderDeviceMemory(report: BenchReport, parts: string[]): void {
+  const device = report.memoryDevice as unknown as DeviceMemoryResult | null;
+  if (device === null) return;
+  parts.push("## 4b. Memory of `qlr serve --profile edge` (the real process): floor and history");
+  parts.push(`A bare \`node\` waiting on a timer: VmRSS ${fmt(device.bareNode?.rss, 1)} MiB (anonymous ${fmt(device.bareNode?.rssAnon, 1)}, file-backed ${fmt(device.bareNode?.rssFile, 1)}: the node binary's own pages).`);
+  parts.push("What the floor is made of: one Node process importing the runtime's packages one after another (cumulative; the first import also pays for Node's ES module loader).");
+  parts.push(table(["step", "VmRSS", "VmHWM", "heap used", "external"], device.importSteps.map((step) => [step.label, `${fmt(step.rssMiB, 1)} MiB`, `${fmt(step.vmHwmMiB, 1)} MiB`, `${fmt(step.heapUsedMiB, 1)} MiB`, `${fmt(step.externalMiB, 1)} MiB`])));
+  const row = (label: string, proc: Record<string, number | null> | null, metrics: Record<string, number | null>): string[] => [
+    label,
+    `${fmt(proc?.rss, 1)} MiB`,
+    `**${fmt(proc?.vmHwm, 1)} MiB**`,
+    `${fmt(proc?.rssAnon, 1)} / ${fmt(proc?.rssFile, 1)} MiB`,
+    `${fmt(metrics.heap_used, 1)} / ${fmt(metrics.heap_total, 1)} MiB`,
+    `${fmt(metrics.external, 1)} MiB`,
+    `${fmt(metrics.array_buffers, 1)} MiB`,
+    `${fmt(metrics.wasm, 1)} MiB`,
+  ];
+  const header = ["", "VmRSS", "VmHWM", "anonymous / file-backed", "V8 heap used / total", "external (incl. WASM and ArrayBuffers)", "ArrayBuffers (the database image)", "sql.js WASM memory (reserved)"];
+  parts.push("The floor: an empty state dir, the package applied, HTTP listening, no run yet (1 s after ready); from `/proc/<pid>/status` and the process's own `GET /metrics`.");
+  parts.push(table(header, device.floors.map((floor) => row(floor.label, floor.proc, floor.metrics))));
+  const history = device.history;
+  parts.push(
+    `With history: ${int(history.runs)} finished runs (half one-task runs, half two-step workflows; seeded in ${fmt(history.seedSeconds, 0)} s), a snapshot of ${fmt(history.snapshotMiB, 1)} MiB (${int(history.snapshotBytesPerRun)} B per run), opened by \`qlr serve --profile edge\` with a task scheduled every second and the workflow every 2 s for ${fmt(history.durationS, 0)} s, then SIGTERM (whose checkpoint exports the whole database once more).`,
+  );
+  if (history.composition !== undefined) {
+    parts.push(`What the history holds (VACUUMed copy, ${mib(history.composition.vacuumedBytes)}; each table with its indexes):`);
+    parts.push(table(["table", "rows", "bytes", "bytes per run"], history.composition.tables.map((share) => [share.table, int(share.rows), int(share.bytes), int(share.bytesPerRun)])));
+  }
+  parts.push(
+    table(
+      ["variant", "ready s", "runs finished in the window", "VmRSS at ready", "VmRSS before stop", "growth in the window", "**VmHWM before stop**", "**VmHWM at exit**", "heap used at ready", "ArrayBuffers at ready", "WASM at ready"],
+      history.variants.map((variant) => [
+        variant.label,
+        fmt(variant.readyS, 2),
+        int(variant.runsFinishedInWindow),
+        `${fmt(variant.atReady.proc?.rss, 1)} MiB`,
+        `${fmt(variant.beforeStop.proc?.rss, 1)} MiB`,
+        `${fmt(variant.growthDuringWindowMiB, 1)} MiB`,
+        `**${fmt(variant.vmHwmBeforeStopMiB, 1)} MiB**`,
+        `**${fmt(variant.vmHwmAtExitMiB, 1)} MiB**`,
+        `${fmt(variant.atReady.metrics.heap_used, 1)} MiB`,
+        `${fmt(variant.atReady.metrics.array_buffers, 1)} MiB`,
+        `${fmt(variant.atReady.metrics.wasm, 1)} MiB`,
+      ]),
+    ),
+  );
 }
 
 const load = (value: { before: number; after: number } | undefined): string => (value === undefined ? "–" : `${fmt(value.before, 1)}→${fmt(value.after, 1)}`);

@@ -29,10 +29,14 @@ export interface WorldOptions {
   /** Simulated process durations; by default every process ends before the next tick of any profile. */
   readonly minDurationMs?: number;
   readonly maxDurationMs?: number;
+  /** The virtual clock's start; BENCH_START_MS by default. A store that a real `qlr serve` opens afterwards needs a start in the past (store time never goes back). */
+  readonly startMs?: number;
+  /** Run id prefix; "bench" by default. */
+  readonly idPrefix?: string;
 }
 
 export function createWorld(store: Store, options: WorldOptions): World {
-  const clock = new VirtualClock(BENCH_START_MS);
+  const clock = new VirtualClock(options.startMs ?? BENCH_START_MS);
   const profile = PROFILES[options.profile];
   const executor = new SimulatedExecutor({
     clock,
@@ -42,7 +46,7 @@ export function createWorld(store: Store, options: WorldOptions): World {
     minDurationMs: options.minDurationMs ?? 20,
     maxDurationMs: options.maxDurationMs ?? 200,
   });
-  const ids = new BenchIds("bench");
+  const ids = new BenchIds(options.idPrefix ?? "bench");
   const coordinator = new Coordinator({ store, clock, ids, profile, executors: { local_process: executor }, elapsedMs: now });
   return { clock, executor, coordinator, profile, ids, store };
 }

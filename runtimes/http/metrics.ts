@@ -6,6 +6,12 @@ import type { RunStatus } from "../../src/model.ts";
  * summary (sum and count), kept in fixed-size maps so memory stays flat on a router.
  */
 export class Metrics {
+  /**
+   * @param memory the host's memory figures in bytes by kind (`rss`, `heap_used`, …), read
+   * at each scrape; a host without them (a Worker) passes nothing.
+   */
+  constructor(private readonly memory: () => Readonly<Record<string, number | null>> = () => ({})) {}
+
   private readonly stageSeconds = new Map<string, { sum: number; count: number; errors: number; processed: number }>();
   private ticks = 0;
   private httpErrors = 0;
@@ -41,6 +47,11 @@ export class Metrics {
     }
     lines.push("# HELP qlr_tick_stage_errors_total Errors isolated per cadence stage.", "# TYPE qlr_tick_stage_errors_total counter");
     for (const [stage, entry] of this.stageSeconds) lines.push(`qlr_tick_stage_errors_total{stage="${stage}"} ${entry.errors}`);
+    const memory = Object.entries(this.memory()).filter((entry): entry is [string, number] => entry[1] !== null);
+    if (memory.length > 0) {
+      lines.push("# HELP qlr_process_memory_bytes Memory of the runtime process by kind (rss, peak_rss, heap_used, heap_total, external, array_buffers, wasm).", "# TYPE qlr_process_memory_bytes gauge");
+      for (const [kind, bytes] of memory) lines.push(`qlr_process_memory_bytes{kind="${kind}"} ${bytes}`);
+    }
     lines.push("# HELP qlr_http_errors_total HTTP requests answered with an error.", "# TYPE qlr_http_errors_total counter", `qlr_http_errors_total ${this.httpErrors}`);
     return `${lines.join("\n")}\n`;
   }

@@ -12,8 +12,9 @@ import type { SqlStore } from "../../storage/sql-store.ts";
 import { mountDashboard } from "../browser/serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
 import { Metrics } from "../http/metrics.ts";
-import { randomSecrets, systemClock, uuidv7Ids } from "./host.ts";
+import { processMemory, randomSecrets, systemClock, uuidv7Ids } from "./host.ts";
 import { DEFAULT_GRACE_MS, DEFAULT_LOG_MAX_BYTES, loadOrCreateReceiptKey, PosixLauncher } from "./launcher/index.ts";
+import { BufferReclaimer } from "./buffer-reclaimer.ts";
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
 import { readAttemptLog } from "./read-log.ts";
@@ -67,6 +68,8 @@ export class DeviceRuntime {
   private ticking = false;
   /** Something happened while a cycle ran: the next one starts at once. */
   private wakeRequested = false;
+  /** Edge profile only: frees dead database-sized buffers after a cycle (buffer-reclaimer.ts). */
+  private readonly reclaimer: BufferReclaimer | null;
   private stopping: Promise<void> | null = null;
 
   private constructor(parts: { url: string; store: SqlStore; coordinator: Coordinator; executor: LocalProcessExecutor; server: ServerType; options: DeviceOptions; recovery: RecoveryEntry[] }) {
@@ -77,6 +80,7 @@ export class DeviceRuntime {
     this.server = parts.server;
     this.options = parts.options;
     this.recovery = parts.recovery;
+    this.reclaimer = parts.options.profile === "edge" ? new BufferReclaimer() : null;
   }
 
   static async start(options: DeviceOptions): Promise<DeviceRuntime> {
@@ -88,7 +92,7 @@ export class DeviceRuntime {
     // Local facts wake the cadence early; the runtime exists only once the server is up.
     let runtimeForWake: DeviceRuntime | null = null;
     const wake = (): void => runtimeForWake?.wake();
-    const store = await openConfiguredStore({ kind: options.store, stateDir, databaseUrl: options.databaseUrl, nowMs: systemClock.nowMs() });
+    const store = await openConfiguredStore({ kind: options.store, stateDir, databaseUrl: options.databaseUrl, nowMs: systemClock.nowMs(), lowMemory: options.profile === "edge" });
     try {
       for (const file of options.applyFiles) {
         const applied = await applyFile(store, file);
@@ -99,7 +103,7 @@ export class DeviceRuntime {
         logMaxBytes: options.logMaxBytes ?? DEFAULT_LOG_MAX_BYTES,
         onStopError: (attemptId, error) => log(`stop of ${attemptId} failed: ${error instanceof Error ? error.message : String(error)}`),
       });
-      const metrics = new Metrics();
+      const metrics = new Metrics(processMemory);
       const crashAt = options.crashAt ?? null;
       const coordinator = new Coordinator({
         store,
@@ -168,7 +172,10 @@ export class DeviceRuntime {
       this.wakeRequested = false;
       void this.coordinator
         .tick()
-        .then((report: TickReport) => report.more || report.followUp)
+        .then((report: TickReport) => {
+          this.reclaimer?.afterCycle();
+          return report.more || report.followUp;
+        })
         .catch((error: unknown) => {
           (this.options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(`tick failed: ${error instanceof Error ? error.message : String(error)}`);
           return false;

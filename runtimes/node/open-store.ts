@@ -9,6 +9,8 @@ export interface OpenStoreOptions {
   readonly stateDir: string;
   readonly databaseUrl: string | null;
   readonly nowMs: number;
+  /** Memory before speed (the edge profile): sql.js is compiled by V8's baseline compiler only (see load.ts). */
+  readonly lowMemory?: boolean;
 }
 
 /**
@@ -23,7 +25,7 @@ export async function openConfiguredStore(options: OpenStoreOptions): Promise<Sq
         import("../../storage/sqljs/file-driver.ts"),
         import("../../storage/sqlite/store.ts"),
       ]);
-      const driver = await openSqlJsFileDriver(await loadSqlJs(), { path: join(options.stateDir, "db") });
+      const driver = await openSqlJsFileDriver(await loadSqlJs({ baselineCompilerOnly: options.lowMemory === true }), { path: join(options.stateDir, "db") });
       return openSqliteStore(driver, options.nowMs);
     }
     case "pglite": {

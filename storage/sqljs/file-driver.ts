@@ -29,8 +29,7 @@
  * two steps opens correctly: before the rename the old snapshot and the full journal are
  * intact; after it, journal records up to the snapshot's included sequence are skipped.
  */
-import { Buffer } from "node:buffer";
-import { closeSync, existsSync, fdatasyncSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
 
 /** The database holds every secret a manifest carries (env values): owner-only, like the state dir. */
 const FILE_MODE = 0o600;
@@ -41,8 +40,8 @@ import { QlrError, isQlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlTx } from "../driver.ts";
 import { SqlJsConnection, TransactionQueue, mapSqlJsError, runTransaction } from "./connection.ts";
 import type { RecordedWrite, SqlJsConnectionOptions } from "./connection.ts";
-import { SqlTextDictionary, corrupt, scanJournal } from "./journal.ts";
-import type { ParsedRecord } from "./journal.ts";
+import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
+import type { JournalScan, ParsedRecord } from "./journal.ts";
 import { acquireLock, errorCode } from "./lock.ts";
 import type { HeldLock } from "./lock.ts";
 import { decodeSnapshot, encodeSnapshotTrailer } from "./snapshot.ts";
@@ -168,25 +167,20 @@ class SqlJsFileStore implements SqlJsFileDriver {
     try {
       // A leftover temporary snapshot is a checkpoint that crashed before its rename: the old snapshot and the journal still hold everything.
       rmSync(join(directory, SNAPSHOT_TEMP_FILE), { force: true });
-      const snapshot = existsSync(snapshotPath) ? decodeSnapshot(readFileSync(snapshotPath), snapshotPath) : undefined;
-      try {
-        connection = new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), { ...options, trackWrites: true });
-      } catch (error) {
-        throw mapSqlJsError(error, "open snapshot");
-      }
+      const loaded = loadSnapshot(SQL, snapshotPath, options);
+      connection = loaded.connection;
+      const snapshotSequence = loaded.includedSequence;
       const journalExisted = existsSync(journalPath);
-      const journal = journalExisted ? readFileSync(journalPath) : Buffer.alloc(0);
       journalFd = openSync(journalPath, "a", FILE_MODE);
       if (!journalExisted) fsyncDirectory(directory);
 
       const dictionary = new SqlTextDictionary();
-      const snapshotSequence = snapshot?.includedSequence ?? 0;
       let sequence = snapshotSequence;
       let previousRecordSequence: number | undefined;
       let skippedRecords = 0;
       let appliedRecords = 0;
       const openConnection = connection;
-      const scan = scanJournal(journal, (record) => {
+      const scan = scanJournalAt(journalPath, journalExisted, (record) => {
         if (previousRecordSequence !== undefined && record.sequence !== previousRecordSequence + 1) {
           throw corrupt(record.offset, `its sequence ${record.sequence} does not follow the previous record's ${previousRecordSequence}`);
         }
@@ -401,6 +395,32 @@ class SqlJsFileStore implements SqlJsFileDriver {
     if (this.failure !== undefined) {
       throw new QlrError("storage_unavailable", `The journal in ${this.directory} failed and could not be restored; reopen the database.`, { cause: this.failure });
     }
+  }
+}
+
+/**
+ * Opens the snapshot as a sql.js database. The file's bytes live only in this function's frame:
+ * sql.js copies them into its own in-memory file, and once this returns nothing refers to them,
+ * so the next large allocation (the journal, read next) can reclaim them and the open does not
+ * hold the image twice over while it replays.
+ */
+function loadSnapshot(SQL: SqlJsStatic, snapshotPath: string, options: SqlJsFileDriverOptions): { connection: SqlJsConnection; includedSequence: number } {
+  const snapshot = existsSync(snapshotPath) ? decodeSnapshot(readFileSync(snapshotPath), snapshotPath) : undefined;
+  try {
+    return { connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), { ...options, trackWrites: true }), includedSequence: snapshot?.includedSequence ?? 0 };
+  } catch (error) {
+    throw mapSqlJsError(error, "open snapshot");
+  }
+}
+
+/** Scans the journal file record by record (journal.ts), through its own read-only descriptor. */
+function scanJournalAt(journalPath: string, exists: boolean, onRecord: (record: ParsedRecord) => void): JournalScan {
+  if (!exists) return { validBytes: 0, tornTailBytes: 0 };
+  const fd = openSync(journalPath, "r");
+  try {
+    return scanJournalFile(fd, fstatSync(fd).size, onRecord);
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -24,6 +24,7 @@
  * commits. Only one append is ever in flight, so only the last record can legitimately be torn.
  */
 import { Buffer } from "node:buffer";
+import { readSync } from "node:fs";
 import { QlrError } from "../../src/errors.ts";
 import type { SqlParam } from "../driver.ts";
 import type { RecordedWrite } from "./connection.ts";
@@ -151,24 +152,71 @@ export interface JournalScan {
 }
 
 /**
+ * Reads up to `length` bytes of the journal at `position` (fewer only where the journal ends).
+ * Lets one scan serve a journal in memory and one read from its file record by record.
+ */
+export type JournalReader = (position: number, length: number) => Buffer;
+
+/**
  * Walks the journal, handing each valid record to `onRecord` in order, and applies the torn
  * tail rule (see the top of this file). Throws `storage_corrupt` for damage before the tail.
  */
 export function scanJournal(bytes: Buffer, onRecord: (record: ParsedRecord) => void): JournalScan {
+  return scanJournalWith(bytes.length, (position, length) => bytes.subarray(position, position + length), onRecord);
+}
+
+/**
+ * The same scan over a journal file read one record at a time, so opening a store holds one
+ * record (at most MAX_RECORD_PAYLOAD_BYTES) rather than the whole journal, which may grow to
+ * the size of the snapshot before a checkpoint. Only after a bad record does it read the rest
+ * of the file at once, to tell a torn tail from damage.
+ */
+export function scanJournalFile(fd: number, sizeBytes: number, onRecord: (record: ParsedRecord) => void): JournalScan {
+  return scanJournalWith(sizeBytes, (position, length) => readAt(fd, position, length), onRecord);
+}
+
+function readAt(fd: number, position: number, length: number): Buffer {
+  const buffer = Buffer.allocUnsafe(length);
+  let filled = 0;
+  // Bounded by `length`: every iteration reads at least one byte or stops at the end of the file.
+  while (filled < length) {
+    const count = readSync(fd, buffer, filled, length - filled, position + filled);
+    if (count === 0) break;
+    filled += count;
+  }
+  return buffer.subarray(0, filled);
+}
+
+function scanJournalWith(sizeBytes: number, read: JournalReader, onRecord: (record: ParsedRecord) => void): JournalScan {
   let offset = 0;
-  while (offset < bytes.length) {
-    const outcome = parseRecordAt(bytes, offset);
+  // Bounded by the journal's size: each iteration consumes one record of at least a header, or returns.
+  while (offset < sizeBytes) {
+    const outcome = readRecord(read, sizeBytes, offset);
     if (!outcome.valid) {
-      const laterRecordOffset = findValidRecordAfter(bytes, offset + 1);
+      const rest = read(offset, sizeBytes - offset);
+      const laterRecordOffset = findValidRecordAfter(rest, 1);
       if (laterRecordOffset !== undefined) {
-        throw corrupt(offset, `${outcome.reason}, yet a valid record follows at byte offset ${laterRecordOffset}`);
+        throw corrupt(offset, `${outcome.reason}, yet a valid record follows at byte offset ${offset + laterRecordOffset}`);
       }
-      return { validBytes: offset, tornTailBytes: bytes.length - offset };
+      return { validBytes: offset, tornTailBytes: sizeBytes - offset };
     }
     onRecord(outcome.record);
     offset = outcome.record.endOffset;
   }
   return { validBytes: offset, tornTailBytes: 0 };
+}
+
+/** Reads and checks the record at `offset`: its header first, then exactly the bytes it declares. */
+function readRecord(read: JournalReader, sizeBytes: number, offset: number): ParseOutcome {
+  const header = read(offset, Math.min(RECORD_HEADER_BYTES, sizeBytes - offset));
+  const headerOutcome = parseRecordAt(header, 0);
+  // With the header alone, every check but "runs past the end" (and the checksum) has its final answer.
+  if (header.length < RECORD_HEADER_BYTES || !header.subarray(0, 4).equals(JOURNAL_MAGIC) || header.readUInt32LE(4) > MAX_RECORD_PAYLOAD_BYTES) return headerOutcome;
+  const endOffset = offset + RECORD_HEADER_BYTES + header.readUInt32LE(4);
+  if (endOffset > sizeBytes) return { valid: false, reason: "its declared length runs past the end of the file" };
+  const outcome = parseRecordAt(read(offset, endOffset - offset), 0);
+  if (!outcome.valid) return outcome;
+  return { valid: true, record: { ...outcome.record, offset, endOffset } };
 }
 
 function findValidRecordAfter(bytes: Buffer, from: number): number | undefined {
