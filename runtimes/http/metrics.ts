@@ -2,8 +2,15 @@ import type { StageReport } from "../../src/coordinator.ts";
 import type { RunStatus } from "../../src/model.ts";
 
 /**
- * A tiny Prometheus text exposition without a dependency: counters and a per-stage duration
- * summary (sum and count), kept in fixed-size maps so memory stays flat on a router.
+ * Upper bounds of the stage-duration histogram, in seconds: a stage takes well under a
+ * millisecond on an idle device and seconds when a page of processes starts on a loaded one.
+ */
+export const STAGE_SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5] as const;
+
+/**
+ * A tiny Prometheus text exposition without a dependency, following its naming conventions
+ * (base units in names, `_total` counters, `_seconds` histograms with buckets), kept in
+ * fixed-size maps so memory stays flat on a router.
  */
 export class Metrics {
   /**
@@ -12,15 +19,19 @@ export class Metrics {
    */
   constructor(private readonly memory: () => Readonly<Record<string, number | null>> = () => ({})) {}
 
-  private readonly stageSeconds = new Map<string, { sum: number; count: number; errors: number; processed: number }>();
+  private readonly stageSeconds = new Map<string, { sum: number; count: number; errors: number; processed: number; buckets: number[] }>();
   private ticks = 0;
   private httpErrors = 0;
   private admissions = 0;
 
   observeStage(stage: StageReport): void {
-    const entry = this.stageSeconds.get(stage.name) ?? { sum: 0, count: 0, errors: 0, processed: 0 };
-    entry.sum += stage.durationMs / 1000;
+    const entry = this.stageSeconds.get(stage.name) ?? { sum: 0, count: 0, errors: 0, processed: 0, buckets: STAGE_SECONDS_BUCKETS.map(() => 0) };
+    const seconds = stage.durationMs / 1000;
+    entry.sum += seconds;
     entry.count += 1;
+    STAGE_SECONDS_BUCKETS.forEach((bound, index) => {
+      if (seconds <= bound) entry.buckets[index] = (entry.buckets[index] ?? 0) + 1;
+    });
     entry.errors += stage.errors.length;
     entry.processed += stage.processed;
     this.stageSeconds.set(stage.name, entry);
@@ -41,9 +52,14 @@ export class Metrics {
     for (const [status, count] of Object.entries(runsByStatus)) lines.push(`qlr_runs{status="${status}"} ${count}`);
     lines.push("# HELP qlr_ticks_total Cadence cycles run.", "# TYPE qlr_ticks_total counter", `qlr_ticks_total ${this.ticks}`);
     lines.push("# HELP qlr_admissions_total Task attempts admitted.", "# TYPE qlr_admissions_total counter", `qlr_admissions_total ${this.admissions}`);
-    lines.push("# HELP qlr_tick_stage_seconds Time spent per cadence stage.", "# TYPE qlr_tick_stage_seconds summary");
+    lines.push("# HELP qlr_tick_stage_duration_seconds Time spent per cadence stage.", "# TYPE qlr_tick_stage_duration_seconds histogram");
     for (const [stage, entry] of this.stageSeconds) {
-      lines.push(`qlr_tick_stage_seconds_sum{stage="${stage}"} ${entry.sum}`, `qlr_tick_stage_seconds_count{stage="${stage}"} ${entry.count}`);
+      STAGE_SECONDS_BUCKETS.forEach((bound, index) => lines.push(`qlr_tick_stage_duration_seconds_bucket{stage="${stage}",le="${bound}"} ${entry.buckets[index] ?? 0}`));
+      lines.push(
+        `qlr_tick_stage_duration_seconds_bucket{stage="${stage}",le="+Inf"} ${entry.count}`,
+        `qlr_tick_stage_duration_seconds_sum{stage="${stage}"} ${entry.sum}`,
+        `qlr_tick_stage_duration_seconds_count{stage="${stage}"} ${entry.count}`,
+      );
     }
     lines.push("# HELP qlr_tick_stage_errors_total Errors isolated per cadence stage.", "# TYPE qlr_tick_stage_errors_total counter");
     for (const [stage, entry] of this.stageSeconds) lines.push(`qlr_tick_stage_errors_total{stage="${stage}"} ${entry.errors}`);

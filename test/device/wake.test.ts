@@ -59,7 +59,7 @@ describe("event-driven cadence (real processes)", () => {
     // cycle is between its first stage and its end.
     const metrics = await served.api.call<string>("GET", "/metrics");
     const ticks = Number(/\nqlr_ticks_total (\d+)\n/.exec(metrics.body)?.[1] ?? "0");
-    const cancellationCycles = Number(/\nqlr_tick_stage_seconds_count\{stage="cancellation"\} (\d+)\n/.exec(metrics.body)?.[1] ?? "-1");
+    const cancellationCycles = Number(/\nqlr_tick_stage_duration_seconds_count\{stage="cancellation"\} (\d+)\n/.exec(metrics.body)?.[1] ?? "-1");
     expect(ticks).toBeGreaterThanOrEqual(4);
     expect(ticks).toBeLessThanOrEqual(cancellationCycles);
     expect(ticks).toBeGreaterThanOrEqual(cancellationCycles - 1);

@@ -450,8 +450,14 @@ workflows:
       expect(metrics.text).toContain(`\nqlr_runs{status="${status}"} ${count}\n`);
     }
     expect(metrics.text).toMatch(/\nqlr_ticks_total [1-9]\d*\n/);
-    expect(metrics.text).toMatch(/\nqlr_tick_stage_seconds_count\{stage="admission"\} [1-9]\d*\n/);
-    for (const line of metrics.text.trimEnd().split("\n")) expect(line).toMatch(/^(# (HELP|TYPE) \w+ .+|\w+(\{\w+="[^"]*"\})? -?[\d.e+-]+)$/);
+    expect(metrics.text).toMatch(/\nqlr_tick_stage_duration_seconds_count\{stage="admission"\} [1-9]\d*\n/);
+    // A histogram: cumulative buckets that never decrease and end with +Inf equal to the count.
+    const buckets = [...metrics.text.matchAll(/\nqlr_tick_stage_duration_seconds_bucket\{stage="admission",le="([^"]+)"\} (\d+)/g)].map((match) => [match[1], Number(match[2])] as const);
+    const admissionCount = Number(/\nqlr_tick_stage_duration_seconds_count\{stage="admission"\} (\d+)/.exec(metrics.text)?.[1]);
+    expect(buckets.length).toBeGreaterThan(2);
+    expect(buckets.at(-1)).toEqual(["+Inf", admissionCount]);
+    for (let index = 1; index < buckets.length; index += 1) expect(buckets[index]![1]).toBeGreaterThanOrEqual(buckets[index - 1]![1]);
+    for (const line of metrics.text.trimEnd().split("\n")) expect(line).toMatch(/^(# (HELP|TYPE) \w+ .+|\w+(\{\w+="[^"]*"(,\w+="[^"]*")*\})? -?[\d.e+-]+)$/);
 
     const unauthenticated = await h.call("GET", "/metrics", { authorization: null });
     expect(unauthenticated.status).toBe(401);
