@@ -10,6 +10,7 @@ export class Metrics {
   private ticks = 0;
   private httpErrors = 0;
   private admissions = 0;
+  private purgedRuns = 0;
 
   observeStage(stage: StageReport): void {
     const entry = this.stageSeconds.get(stage.name) ?? { sum: 0, count: 0, errors: 0, processed: 0 };
@@ -19,6 +20,8 @@ export class Metrics {
     entry.processed += stage.processed;
     this.stageSeconds.set(stage.name, entry);
     if (stage.name === "admission") this.admissions += stage.processed;
+    // The purge stage's processed count is the number of runs it deleted.
+    if (stage.name === "purge") this.purgedRuns += stage.processed;
   }
 
   observeTick(): void {
@@ -35,6 +38,7 @@ export class Metrics {
     for (const [status, count] of Object.entries(runsByStatus)) lines.push(`qlr_runs{status="${status}"} ${count}`);
     lines.push("# HELP qlr_ticks_total Cadence cycles run.", "# TYPE qlr_ticks_total counter", `qlr_ticks_total ${this.ticks}`);
     lines.push("# HELP qlr_admissions_total Task attempts admitted.", "# TYPE qlr_admissions_total counter", `qlr_admissions_total ${this.admissions}`);
+    lines.push("# HELP qlr_runs_purged_total Terminal runs purged by retention, with everything they owned.", "# TYPE qlr_runs_purged_total counter", `qlr_runs_purged_total ${this.purgedRuns}`);
     lines.push("# HELP qlr_tick_stage_seconds Time spent per cadence stage.", "# TYPE qlr_tick_stage_seconds summary");
     for (const [stage, entry] of this.stageSeconds) {
       lines.push(`qlr_tick_stage_seconds_sum{stage="${stage}"} ${entry.sum}`, `qlr_tick_stage_seconds_count{stage="${stage}"} ${entry.count}`);

@@ -2,7 +2,8 @@ import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import type { FaultPoint } from "../../src/coordinator.ts";
 import { isPortableId } from "../../src/identity.ts";
-import { commonConfig, loadOrCreateToken, readStoredToken, UsageError, type CommonConfig } from "./config.ts";
+import type { RetentionPolicy } from "../../src/retention.ts";
+import { commonConfig, loadOrCreateToken, readStoredToken, retentionConfig, UsageError, type CommonConfig } from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
 
 /**
@@ -30,6 +31,10 @@ Options:
   --profile edge|standalone|cluster                      --store sqlite|pglite|postgres
   --database-url URL (QLR_DATABASE_URL)                  --url URL of a running runtime
   --json            machine-readable output
+
+Serve options:
+  --retention DURATION  (QLR_RETENTION, default 7d)    terminal runs finished longer ago are purged
+  --retention-runs N    (QLR_RETENTION_RUNS, default 10000)  at most N terminal runs are kept
 `;
 
 const OPTIONS = {
@@ -50,6 +55,8 @@ const OPTIONS = {
   coordinator: { type: "string" },
   pool: { type: "string" },
   capacity: { type: "string" },
+  retention: { type: "string" },
+  "retention-runs": { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -62,6 +69,9 @@ const FAULT_POINTS: readonly FaultPoint[] = [
   "completion.after_commit",
   "cancellation.after_stop_intent",
   "cancellation.after_stop",
+  "purge.after_commit",
+  "purge.after_discard",
+  "purge.discard_before_journal",
 ];
 
 /** Exit codes: 0 success, 1 a run that did not succeed, 2 an API error, 64 usage, 69 unreachable. */
@@ -202,7 +212,7 @@ async function waitForRun(api: Client, config: CommonConfig, runId: string): Pro
   }
 }
 
-async function serveCommand(config: CommonConfig, applyFiles: string[]): Promise<number> {
+async function serveCommand(config: CommonConfig, applyFiles: string[], retention: RetentionPolicy): Promise<number> {
   const stored = config.token === null ? await loadOrCreateToken(config.stateDir) : null;
   const token = config.token ?? stored?.token ?? "";
   const fault = process.env.QLR_FAULT_POINT;
@@ -217,6 +227,7 @@ async function serveCommand(config: CommonConfig, applyFiles: string[]): Promise
     databaseUrl: config.databaseUrl,
     applyFiles,
     crashAt: (fault as FaultPoint | undefined) ?? null,
+    retention,
   });
   const lines = [`qlr serving ${runtime.url} (profile ${config.profile}, store ${config.store}, state ${config.stateDir})`];
   if (stored?.created === true) lines.push(`token: ${token}  (stored in ${stored.path}; printed once)`);
@@ -276,7 +287,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     const config = commonConfig(parsed.values, process.env);
     switch (command) {
       case "serve":
-        return await serveCommand(config, parsed.values.apply ?? []);
+        // Validated before the token or the state dir is written: bad input writes nothing.
+        return await serveCommand(config, parsed.values.apply ?? [], retentionConfig(parsed.values, process.env));
       case "apply": {
         const file = runRequired(rest, 0, "FILE");
         const text = await readFile(file, "utf8");
