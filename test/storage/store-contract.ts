@@ -298,7 +298,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         (await raw<Record<string, unknown>>(`SELECT r.id, r.status, r.finished_at_ms, r.idempotency_key, r.frontier_due,
             (SELECT COUNT(*) FROM run_attempts a WHERE a.run_id = r.id AND a.status IN ('claimed', 'starting', 'running')) AS live,
             (SELECT COUNT(*) FROM schedules s WHERE s.last_run_id = r.id) AS refs FROM runs r`)).map((row) => ({
-          id: String(row.id), status: String(row.status), finished: row.finished_at_ms === null ? null : Number(row.finished_at_ms), key: row.idempotency_key === null ? null : String(row.idempotency_key),
+          id: String(row.id), status: String(row.status), finished: row.finished_at_ms === null ? null : Number(row.finished_at_ms), key: typeof row.idempotency_key === "string" ? row.idempotency_key : null,
           frontier: Number(row.frontier_due), live: Number(row.live), refs: Number(row.refs),
         }));
       const terminal = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
