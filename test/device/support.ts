@@ -354,8 +354,14 @@ export function stopAllServed(): void {
  * Starts `node qlr.mjs serve --state-dir DIR --port 0` and waits for its `qlr serving URL`
  * line. `fault` sets QLR_FAULT_POINT: the runtime SIGKILLs itself when that point is reached.
  */
-export async function startServe(bundle: Bundle, stateDir: string, options: { fault?: string; apply?: string[]; profile?: string } = {}): Promise<Served> {
-  const args = [bundle.qlr, "serve", "--state-dir", stateDir, "--port", "0", ...(options.profile === undefined ? [] : ["--profile", options.profile]), ...(options.apply ?? []).flatMap((file) => ["--apply", file])];
+export async function startServe(bundle: Bundle, stateDir: string, options: { fault?: string; apply?: string[]; profile?: string; retention?: string; retentionRuns?: string } = {}): Promise<Served> {
+  const args = [
+    bundle.qlr, "serve", "--state-dir", stateDir, "--port", "0",
+    ...(options.profile === undefined ? [] : ["--profile", options.profile]),
+    ...(options.retention === undefined ? [] : ["--retention", options.retention]),
+    ...(options.retentionRuns === undefined ? [] : ["--retention-runs", options.retentionRuns]),
+    ...(options.apply ?? []).flatMap((file) => ["--apply", file]),
+  ];
   const child = spawn(process.execPath, args, { env: childEnv(options.fault === undefined ? {} : { QLR_FAULT_POINT: options.fault }), stdio: ["ignore", "pipe", "pipe"] });
   servedChildren.add(child);
   const output = { stdout: "", stderr: "" };
