@@ -114,6 +114,8 @@ export interface StoreTx {
 /** What one purge deleted: the run and the attempts whose files may still exist. */
 export interface PurgedRun {
   readonly runId: string;
+  readonly status: RunStatus;
+  readonly idempotencyKey: string | null;
   readonly finishedAtMs: number | null;
   readonly attempts: readonly { readonly id: string; readonly executor: ExecutorType }[];
 }

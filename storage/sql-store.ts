@@ -417,7 +417,7 @@ class SqlStoreTx implements StoreTx {
   }
 
   async purgeRun(runId: string): Promise<PurgedRun> {
-    const run = await this.q<{ finished_at_ms: number | null }>("SELECT finished_at_ms FROM runs WHERE id = ?", [runId]);
+    const run = await this.q<{ status: RunStatus; idempotency_key: unknown; finished_at_ms: number | null }>("SELECT status, idempotency_key, finished_at_ms FROM runs WHERE id = ?", [runId]);
     if (run[0] === undefined) throw new QlrError("not_found", `run ${runId} does not exist`);
     const attempts = await this.q<{ id: string; executor: ExecutorType }>("SELECT id, executor FROM run_attempts WHERE run_id = ? ORDER BY number", [runId]);
     // Children first, in the order their references point: nothing is left pointing at a
@@ -430,7 +430,8 @@ class SqlStoreTx implements StoreTx {
     await this.q("DELETE FROM step_runs WHERE run_id = ?", [runId]);
     await this.q("DELETE FROM runs WHERE id = ?", [runId]);
     const finishedAtMs = run[0].finished_at_ms;
-    return { runId, finishedAtMs: finishedAtMs === null ? null : Number(finishedAtMs), attempts: attempts.map((row) => ({ id: String(row.id), executor: row.executor })) };
+    const idempotencyKey = typeof run[0].idempotency_key === "string" ? run[0].idempotency_key : null;
+    return { runId, status: run[0].status, idempotencyKey, finishedAtMs: finishedAtMs === null ? null : Number(finishedAtMs), attempts: attempts.map((row) => ({ id: String(row.id), executor: row.executor })) };
   }
 
   async existingAttemptIds(attemptIds: readonly string[]): Promise<string[]> {
