@@ -91,6 +91,13 @@ export function isSpawnFailure(error: unknown): boolean {
   return typeof error === "object" && error !== null && (error as { code?: unknown }).code === "spawn_failed";
 }
 
+/**
+ * Journal names the orphan sweep checks per page (`budget.pages` pages per cycle). Larger than
+ * a purge page on purpose: a name costs one indexed lookup, and after a crash the sweep should
+ * cover a device's whole journal (10 000 runs' worth) in tens of cycles, not thousands.
+ */
+export const ORPHAN_SWEEP_PAGE = 256;
+
 export class Coordinator {
   private frozen = false;
   private ticking: Promise<unknown> = Promise.resolve();
@@ -581,7 +588,7 @@ export class Coordinator {
    * its discard). Walks each executor's journal in id order, at most the stage budget of ids
    * per cycle, resuming where the previous cycle stopped; a journal's row is always committed
    * before the journal is written, so an id without a row is an orphan, never a launch in
-   * progress.
+   * progress. Bounded: `ORPHAN_SWEEP_PAGE × budget.pages` names per executor per cycle.
    */
   private async sweepOrphanFiles(budget: StageBudget): Promise<void> {
     if (!this.sweepDue) return;
@@ -592,13 +599,13 @@ export class Coordinator {
       let after = this.cursors.get(cursorKey) ?? null;
       let done = false;
       for (let page = 0; page < budget.pages && !done; page += 1) {
-        const held = await executor.listHeld(after, budget.pageSize);
+        const held = await executor.listHeld(after, ORPHAN_SWEEP_PAGE);
         if (held.length > 0) {
           const existing = new Set(await this.deps.store.transaction(async (tx) => tx.existingAttemptIds(held)));
           const orphans = held.filter((attemptId) => !existing.has(attemptId));
           if (orphans.length > 0) await executor.discard(orphans);
         }
-        if (held.length < budget.pageSize) {
+        if (held.length < ORPHAN_SWEEP_PAGE) {
           this.cursors.delete(cursorKey);
           done = true;
         } else {

@@ -68,10 +68,11 @@ class ImmutableCache {
 }
 
 /**
- * Terminal runs with a finish time: the exact predicate of the `runs_terminal_by_finish`
- * partial index (migration 0002), repeated so both query planners can prove they may use it.
+ * Runs with a finish time (only terminal runs have one): the exact predicate of the
+ * `runs_terminal_by_finish` partial index (migration 0002), so both planners walk that index.
+ * The status is not filtered here on purpose (see the migration); the purge decision checks it.
  */
-const TERMINAL_WITH_FINISH = "status IN ('succeeded', 'failed', 'timed_out', 'cancelled', 'lost') AND finished_at_ms IS NOT NULL";
+const TERMINAL_WITH_FINISH = "finished_at_ms IS NOT NULL";
 
 /** The facts of the purge decision, read in one statement per run (the core decides). */
 const PURGE_CANDIDATE_COLUMNS = `r.id, r.status, r.finished_at_ms, r.idempotency_key, r.frontier_due,
@@ -403,7 +404,7 @@ class SqlStoreTx implements StoreTx {
     const afterParams: SqlParam[] = after === null ? [] : [after.finishedAtMs, after.finishedAtMs, after.runId];
     const found = await this.q<PurgeCandidateRow>(
       `SELECT ${PURGE_CANDIDATE_COLUMNS} FROM runs r
-        WHERE ${TERMINAL_WITH_FINISH.replace(/(status|finished_at_ms)/g, "r.$1")} ${afterSql}
+        WHERE r.${TERMINAL_WITH_FINISH} ${afterSql}
           AND (r.finished_at_ms < ? OR (r.finished_at_ms = ? AND r.id < ?))
         ORDER BY r.finished_at_ms, r.id LIMIT ?`,
       [...afterParams, end.finishedAtMs, end.finishedAtMs, end.runId, cap(limit)],
