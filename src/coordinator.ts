@@ -98,6 +98,14 @@ export function isSpawnFailure(error: unknown): boolean {
  */
 export const ORPHAN_SWEEP_PAGE = 256;
 
+/**
+ * Every this many purge stages the orphan sweep walks the journal again, even without a crash
+ * or a failed discard: coordinator replicas sharing one database each keep their own state
+ * dir, and a run purged by one replica leaves the files another replica's launcher wrote.
+ * About 8.5 minutes at the standalone interval; a pass is a few journal listings.
+ */
+export const ORPHAN_SWEEP_EVERY_PURGES = 1024;
+
 export class Coordinator {
   private frozen = false;
   private ticking: Promise<unknown> = Promise.resolve();
@@ -111,6 +119,7 @@ export class Coordinator {
    * and again after a discard failed; one full pass clears it.
    */
   private sweepDue = true;
+  private purgeStages = 0;
   private readonly deps: CoordinatorDeps;
 
   constructor(deps: CoordinatorDeps) {
@@ -518,6 +527,8 @@ export class Coordinator {
   private async purge(budget: StageBudget, context: StageContext): Promise<void> {
     const policy = this.deps.retention ?? null;
     if (policy === null) return;
+    this.purgeStages += 1;
+    if (this.purgeStages % ORPHAN_SWEEP_EVERY_PURGES === 0) this.sweepDue = true;
     try {
       await this.sweepOrphanFiles(budget);
     } catch (error) {

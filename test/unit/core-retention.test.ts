@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SqlJsStatic } from "sql.js";
-import { Coordinator } from "../../src/coordinator.ts";
+import { Coordinator, ORPHAN_SWEEP_EVERY_PURGES } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
 import type { PurgedRun } from "../../src/ports.ts";
@@ -253,4 +253,15 @@ describe("the purge stage", () => {
     for (const attemptId of doomedAttempts) expect(r.executor.journal.has(attemptId)).toBe(false);
     for (const attemptId of keptAttempts) expect(r.executor.journal.has(attemptId)).toBe(true);
   });
+
+  it("walks the journal again every ORPHAN_SWEEP_EVERY_PURGES cycles, for files another replica's purge left", async () => {
+    const r = await rig({ horizonMs: DAY_MS, maxRuns: 100 });
+    await r.coordinator.tick();
+    // A journal record whose attempt this store never had appears after the start-up sweep.
+    r.executor.journal.add("ora:left-by-another-replica");
+    for (let cycle = 1; cycle < ORPHAN_SWEEP_EVERY_PURGES - 1; cycle += 1) await r.coordinator.tick();
+    expect(r.executor.journal.has("ora:left-by-another-replica")).toBe(true);
+    await r.coordinator.tick();
+    expect(r.executor.journal.has("ora:left-by-another-replica")).toBe(false);
+  }, 60_000);
 });
