@@ -4,10 +4,10 @@ import { isQlrError, QlrError } from "./errors.ts";
 import { complete, markRunning, markStarting, requestShutdownStop, requestTimeoutStop, startFailed, type AttemptScope } from "./execution.ts";
 import { advanceFrontier } from "./frontier.ts";
 import { expireLease } from "./leases.ts";
-import type { RunAttempt } from "./model.ts";
+import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
-import type { AdmissionCandidate, Clock, Executor, IdSource, PurgedRun, Store, StoreTx } from "./ports.ts";
+import { MAX_STORE_PAGE, type AdmissionCandidate, type Clock, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
 import { decidePurge, purgeRange, type PurgeKey, type PurgeRange, type RetentionPolicy } from "./retention.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
@@ -21,6 +21,21 @@ import type { RetryPolicy, TaskDefinition } from "./packages.ts";
  * others still run, and the next cycle retries it. No timer lives here: whoever calls
  * `tick()` (an in-process timer, a cron trigger, `POST /tick`, a simulation) is the cadence.
  */
+
+/** What start-up recovery decided for one attempt. */
+export interface RecoveryResult {
+  readonly attemptId: string;
+  readonly decision: RecoveryDecision["kind"];
+  readonly reason: string | null;
+}
+
+const LIVE_ATTEMPT_STATUSES: readonly RunAttempt["status"][] = ["claimed", "starting", "running"];
+/** How often recovery repeats a read, or reads and decides one attempt again, after its transaction failed. */
+const RECOVERY_WRITE_TRIES = 3;
+/** Live attempts start-up recovery reads per page: each costs two inspections and a receipt read. */
+const RECOVERY_PAGE = 64;
+/** A bound on one start-up recovery: attempts beyond it keep their state until the next start-up. */
+const MAX_RECOVERED_ATTEMPTS = 10_000;
 
 export type StageName = "cancellation" | "schedules" | "ordinary" | "frontier" | "admission" | "dispatch" | "execution_control" | "purge";
 export const STAGE_ORDER: readonly StageName[] = ["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "purge"];
@@ -72,6 +87,12 @@ export interface TickReport {
   readonly profile: string;
   readonly stages: readonly StageReport[];
   readonly more: boolean;
+  /**
+   * The cycle recorded an outcome (a completion, a start failure) that an earlier stage of the
+   * next cycle acts on (the frontier, retries): a runtime that wants low latency runs the next
+   * cycle at once rather than after its interval.
+   */
+  readonly followUp: boolean;
   readonly durationMs: number;
 }
 
@@ -108,6 +129,8 @@ export const ORPHAN_SWEEP_EVERY_PURGES = 1024;
 
 export class Coordinator {
   private frozen = false;
+  /** Set by the stages of the cycle in progress; see `TickReport.followUp`. */
+  private followUp = false;
   private ticking: Promise<unknown> = Promise.resolve();
   /** Where each paged stage resumes next cycle (in memory only: a restart simply starts over). */
   private readonly cursors = new Map<string, string | null>();
@@ -168,6 +191,7 @@ export class Coordinator {
   private async runTick(): Promise<TickReport> {
     const startedMs = this.elapsed();
     const stages: StageReport[] = [];
+    this.followUp = false;
     for (const name of STAGE_ORDER) {
       const stageStartedMs = this.elapsed();
       const context: StageContext = { processed: 0, more: false, errors: [] };
@@ -184,7 +208,7 @@ export class Coordinator {
       this.deps.onStage?.(report);
       stages.push(report);
     }
-    return { profile: this.deps.profile.name, stages, more: stages.some((stage) => stage.more), durationMs: Math.max(0, this.elapsed() - startedMs) };
+    return { profile: this.deps.profile.name, stages, more: stages.some((stage) => stage.more), followUp: this.followUp, durationMs: Math.max(0, this.elapsed() - startedMs) };
   }
 
   private async runStage(name: StageName, context: StageContext): Promise<void> {
@@ -348,18 +372,41 @@ export class Coordinator {
     return admitted;
   }
 
+  /**
+   * One page of claimed attempts per executor, in three phases: every `starting` commits in
+   * page order, then every launch runs at once (a launch is a journal barrier and a process
+   * start: the slow part, and independent per attempt), then every outcome commits in page
+   * order. The store sees the same sequence of writes whatever order the launches finish in,
+   * so a seed replays exactly; the page size (the profile's `dispatch`) bounds the concurrency.
+   */
   private async dispatch(limit: number, context: StageContext): Promise<void> {
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       const claimed = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed"], null, limit + 1));
       if (claimed.length > limit) context.more = true;
+      const started: { readonly attemptId: string; readonly request: LaunchRequest }[] = [];
       for (const attempt of claimed.slice(0, limit)) {
         try {
-          if (await this.dispatchOne(executor, attempt.id)) context.processed += 1;
+          const request = await this.markDispatchStarting(attempt.id);
+          if (request !== null) started.push({ attemptId: attempt.id, request });
         } catch (error) {
           context.errors.push({ ...describe(error), subject: attempt.id });
         }
       }
+      if (started.length === 0) continue;
+      await this.fault("dispatch.after_starting");
+      const launches = await Promise.allSettled(started.map(({ request }) => executor.launch(request)));
+      await this.fault("dispatch.after_spawn");
+      for (const [index, { attemptId }] of started.entries()) {
+        const launch = launches[index];
+        if (launch === undefined) continue;
+        try {
+          if (await this.recordLaunch(attemptId, launch)) context.processed += 1;
+        } catch (error) {
+          context.errors.push({ ...describe(error), subject: attemptId });
+        }
+      }
+      await this.fault("dispatch.after_running");
     }
   }
 
@@ -375,12 +422,9 @@ export class Coordinator {
     return { run, step, attempt, definition };
   }
 
-  /**
-   * claimed → starting (committed) → launcher journal + spawn → running (committed). The
-   * step enters `running` with the handle's pre-spawn `startedAtMs`.
-   */
-  private async dispatchOne(executor: Executor, attemptId: string): Promise<boolean> {
-    const starting = await this.write(async (tx, nowMs) => {
+  /** claimed → starting (committed): the launch request, or null when the attempt may not start. */
+  private async markDispatchStarting(attemptId: string): Promise<LaunchRequest | null> {
+    return this.write(async (tx, nowMs) => {
       const scope = await this.scope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "claimed") return null;
       if (scope.run.cancelRequestedAtMs !== null) return null;
@@ -388,31 +432,32 @@ export class Coordinator {
       await tx.apply(markStarting(scope, nowMs));
       return { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition };
     });
-    if (starting === null) return false;
-    await this.fault("dispatch.after_starting");
-    let handle;
-    try {
-      handle = await executor.launch({ attempt: starting.attempt, definition: starting.definition });
-    } catch (error) {
-      // Only a definite spawn failure (nothing ran) settles the attempt here. Any other launch
-      // error leaves it `starting`: the process may exist, and only its receipt or start-up
-      // recovery's evidence may settle it.
-      if (!isSpawnFailure(error)) throw error;
-      const message = describe(error).message;
+  }
+
+  /**
+   * starting → running with the handle's pre-spawn `startedAtMs` (committed). Only a definite
+   * spawn failure (nothing ran) settles the attempt as a start failure; any other launch error
+   * leaves it `starting`, since the process may exist, and only its receipt or recovery's
+   * evidence may settle it.
+   */
+  private async recordLaunch(attemptId: string, launch: PromiseSettledResult<ProcessHandleFacts>): Promise<boolean> {
+    if (launch.status === "rejected") {
+      if (!isSpawnFailure(launch.reason)) throw launch.reason;
+      const message = describe(launch.reason).message;
       await this.write(async (tx, nowMs) => {
         const scope = await this.scope(tx, attemptId);
         if (scope === null || scope.attempt.status !== "starting") return;
         await tx.apply(startFailed(scope, message, scope.definition.retry, nowMs));
       });
+      this.followUp = true;
       return true;
     }
-    await this.fault("dispatch.after_spawn");
+    const handle = launch.value;
     await this.write(async (tx, nowMs) => {
       const scope = await this.scope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "starting") return;
       await tx.apply(markRunning(scope, handle, nowMs));
     });
-    await this.fault("dispatch.after_running");
     return true;
   }
 
@@ -489,7 +534,10 @@ export class Coordinator {
         await tx.apply(complete(scope, receipt.facts, scope.definition.retry, nowMs));
         return true;
       });
-      if (completed) await this.fault("completion.after_commit");
+      if (completed) {
+        this.followUp = true;
+        await this.fault("completion.after_commit");
+      }
       return completed;
     }
     if (receipt.status === "invalid") {
@@ -633,36 +681,80 @@ export class Coordinator {
    * Start-up recovery of attempts this runtime owns, one attempt at a time. Returns each
    * decision so the runtime can report what failed closed.
    */
-  async recover(limit = 10_000): Promise<{ attemptId: string; decision: RecoveryDecision["kind"]; reason: string | null }[]> {
-    const results: { attemptId: string; decision: RecoveryDecision["kind"]; reason: string | null }[] = [];
+  async recover(limit = MAX_RECOVERED_ATTEMPTS): Promise<RecoveryResult[]> {
+    const results: RecoveryResult[] = [];
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       let after: string | null = null;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
       while (results.length < limit) {
-        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed", "starting", "running"], after, 64));
+        const cursor: string | null = after;
+        const attempts: RunAttempt[] = await this.readForRecovery((tx) => tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, cursor, RECOVERY_PAGE));
         for (const attempt of attempts) {
-          // Inspect first, read the receipt last: a process seen gone (with the supervisor that
-          // writes its receipt) has either left its receipt by then, or never will.
-          const inspections = attempt.status === "running" || attempt.status === "starting" ? [await executor.inspect(attempt), await executor.inspect(attempt)] : [];
-          const journal = attempt.status === "claimed" ? "absent" : await executor.hasJournal(attempt);
-          const receipt = attempt.status === "claimed" ? ({ status: "none" } as const) : await executor.readReceipt(attempt);
-          const outcome = await this.write(async (tx, nowMs) => {
-            const scope = await this.scope(tx, attempt.id);
-            if (scope === null || scope.attempt.version !== attempt.version) return null;
-            // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
-            const decision = decideRecovery(scope, { receipt, journal, inspections });
-            const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
-            if (change !== null) await tx.apply(change);
-            return decision;
-          });
-          if (outcome !== null) results.push({ attemptId: attempt.id, decision: outcome.kind, reason: "reason" in outcome ? outcome.reason : null });
+          const result = await this.recoverOne(executor, attempt);
+          if (result !== null) results.push(result);
         }
-        if (attempts.length < 64) break;
+        if (attempts.length < RECOVERY_PAGE) break;
         after = attempts[attempts.length - 1]?.id ?? null;
       }
     }
     return results;
+  }
+
+  /** A read of start-up recovery, tried again when its transaction fails (a read is safe to repeat). */
+  private async readForRecovery<T>(read: (tx: StoreTx) => Promise<T>): Promise<T> {
+    let lastError: unknown = null;
+    for (let round = 0; round < RECOVERY_WRITE_TRIES; round += 1) {
+      try {
+        return await this.deps.store.transaction(read);
+      } catch (error) {
+        if (isQlrError(error, "clock_regression")) throw error;
+        lastError = error;
+      }
+    }
+    throw lastError;
+  }
+
+  /**
+   * One attempt's recovery, met with a store failure the way the cadence's stages meet one:
+   * read again and decide again. A lost commit response either left nothing (the decision is
+   * made again from fresh evidence) or committed the decision (the attempt's version moved, so
+   * nothing is applied twice). A clock that reads behind the store refuses start-up as before;
+   * any other failure that persists is reported for this attempt, which keeps its state, and
+   * recovery goes on with the next one.
+   */
+  private async recoverOne(executor: Executor, listed: RunAttempt): Promise<RecoveryResult | null> {
+    let attempt = listed;
+    let lastError: unknown = null;
+    for (let round = 0; round < RECOVERY_WRITE_TRIES; round += 1) {
+      if (round > 0) {
+        const current = await this.readForRecovery((tx) => tx.getAttempt(listed.id));
+        if (current === null || !LIVE_ATTEMPT_STATUSES.includes(current.status)) return null;
+        attempt = current;
+      }
+      // Inspect first, read the receipt last: a process seen gone (with the supervisor that
+      // writes its receipt) has either left its receipt by then, or never will.
+      const inspections = attempt.status === "running" || attempt.status === "starting" ? [await executor.inspect(attempt), await executor.inspect(attempt)] : [];
+      const journal = attempt.status === "claimed" ? "absent" : await executor.hasJournal(attempt);
+      const receipt = attempt.status === "claimed" ? ({ status: "none" } as const) : await executor.readReceipt(attempt);
+      const expectedVersion = attempt.version;
+      try {
+        const outcome = await this.write(async (tx, nowMs) => {
+          const scope = await this.scope(tx, listed.id);
+          if (scope === null || scope.attempt.version !== expectedVersion) return null;
+          // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
+          const decision = decideRecovery(scope, { receipt, journal, inspections });
+          const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
+          if (change !== null) await tx.apply(change);
+          return decision;
+        });
+        return outcome === null ? null : { attemptId: listed.id, decision: outcome.kind, reason: "reason" in outcome ? outcome.reason : null };
+      } catch (error) {
+        if (isQlrError(error, "clock_regression")) throw error;
+        lastError = error;
+      }
+    }
+    return { attemptId: listed.id, decision: "fail_closed", reason: `recovery could not record its decision: ${describe(lastError).message}` };
   }
 
   /** Execution control stopAndDrain: persist shutdown intent, then stop the exact processes. */
@@ -670,19 +762,27 @@ export class Coordinator {
     let stopped = 0;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
-      const attempts = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], null, 10_000));
-      for (const attempt of attempts) {
-        const stop = await this.write(async (tx, nowMs) => {
-          const scope = await this.scope(tx, attempt.id);
-          if (scope === null) return null;
-          const change = requestShutdownStop(scope, nowMs);
-          if (change !== null) await tx.apply(change);
-          return tx.getAttempt(attempt.id);
-        });
-        if (stop !== null && stop.status === "running") {
-          await executor.stop(stop, stop.stopReason ?? "shutdown");
-          stopped += 1;
+      // Every running attempt, page by page: a shutdown that stopped only the first page would
+      // leave the rest running without their runtime.
+      let after: string | null = null;
+      for (;;) {
+        const cursor: string | null = after;
+        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], cursor, MAX_STORE_PAGE));
+        for (const attempt of attempts) {
+          const stop = await this.write(async (tx, nowMs) => {
+            const scope = await this.scope(tx, attempt.id);
+            if (scope === null) return null;
+            const change = requestShutdownStop(scope, nowMs);
+            if (change !== null) await tx.apply(change);
+            return tx.getAttempt(attempt.id);
+          });
+          if (stop !== null && stop.status === "running") {
+            await executor.stop(stop, stop.stopReason ?? "shutdown");
+            stopped += 1;
+          }
         }
+        if (attempts.length < MAX_STORE_PAGE) break;
+        after = attempts[attempts.length - 1]?.id ?? null;
       }
     }
     return stopped;

@@ -148,12 +148,12 @@ export type OrdinaryOutcome = "succeeded" | "failed" | "timed_out" | "cancelled"
 
 /**
  * An ordinary run ends with its latest attempt, or goes back to `queued` for a retry: definite
- * failures retry within the task's budget; a lost attempt (outcome unknown) only when the task
- * is declared idempotent.
+ * failures retry within the task's budget; a lost attempt (outcome unknown, past the start
+ * barrier) is never retried automatically (ADR-0227 §6), idempotent or not.
  */
 export function finishOrdinary(change: RunChange, outcome: OrdinaryOutcome, attemptNumber: number, retry: RetryPolicy, nowMs: number): void {
   const runStatus = outcome;
-  const retryable = (outcome === "failed" || outcome === "timed_out" || (outcome === "lost" && retry.idempotent)) && attemptNumber <= retry.max && change.run.cancelRequestedAtMs === null;
+  const retryable = (outcome === "failed" || outcome === "timed_out") && attemptNumber <= retry.max && change.run.cancelRequestedAtMs === null;
   if (retryable) change.setRunStatus("queued", { retry: attemptNumber, outcome }, { notBeforeMs: nowMs + retry.backoffMs });
   else change.setRunStatus(runStatus, { attemptNumber });
 }

@@ -120,6 +120,12 @@ export interface PurgedRun {
   readonly attempts: readonly { readonly id: string; readonly executor: ExecutorType }[];
 }
 
+/**
+ * The most rows any list of the store returns in one call: a larger `limit` is cut to this.
+ * Callers that need more page with the list's keyset cursor.
+ */
+export const MAX_STORE_PAGE = 500;
+
 export interface Store {
   readonly dialect: "sqlite" | "postgres";
   readonly driverName: string;

@@ -13,7 +13,7 @@ import type { RetryPolicy } from "./packages.ts";
  *   (an ordinary run goes back to `queued`).
  * - `starting`/`running`: a valid receipt completes it; otherwise only two consistent live
  *   inspections re-adopt it, and only trusted not-running evidence loses it (step `failed`,
- *   never a silent retry after the start barrier unless the task is idempotent). A `starting`
+ *   never an automatic retry after the start barrier, ADR-0227 §6). A `starting`
  *   attempt with no journal record never spawned (the journal is written before spawn), so it
  *   is handled like an orphaned claim.
  * - Anything else (tampered receipt, missing handle, changed identity, unverifiable platform,
@@ -104,15 +104,14 @@ export function applyRecovery(scope: AttemptScope, decision: RecoveryDecision, r
     case "lost_failed": {
       const change = new RunChange(run, nowMs);
       // The running path keeps its running → lost (attempt) and running → failed (step) chain.
+      // The attempt crossed the start barrier and its outcome is unknown: v1 has no step-level
+      // deduplication, so it is never retried automatically, whatever the task declares
+      // (ADR-0227 §6). Retries of idempotent tasks cover definite failures and timeouts only.
       const current = change.setAttempt(attempt, "lost", { finishedAtMs: nowMs, error: decision.reason }, { reason: decision.reason });
       if (step !== null) {
         const currentStep = change.step(step);
-        const retryable = retry.idempotent && currentStep.attemptCount <= retry.max && run.cancelRequestedAtMs === null;
-        if (currentStep.status === "running") {
-          if (retryable) change.setStep(step, "ready", { readyAtMs: nowMs, notBeforeMs: nowMs + retry.backoffMs, startedAtMs: null }, { reason: "idempotent retry after lost attempt", lostAttemptId: current.id });
-          else change.setStep(step, "failed", { finishedAtMs: nowMs }, { reason: decision.reason, lostAttemptId: current.id });
-        } else if (currentStep.status === "ready") {
-          change.setStep(step, retryable ? "ready" : "failed", retryable ? {} : { finishedAtMs: nowMs }, { reason: decision.reason, lostAttemptId: current.id });
+        if (currentStep.status === "running" || currentStep.status === "ready") {
+          change.setStep(step, "failed", { finishedAtMs: nowMs }, { reason: decision.reason, lostAttemptId: current.id });
         }
       } else {
         finishOrdinary(change, "lost", attempt.number, retry, nowMs);

@@ -2,7 +2,7 @@ import { QlrError } from "../src/errors.ts";
 import type { AdmissionReceipt, ChangeSet, ExecutorType, Run, RunAttempt, RunEvent, RunStatus, StepRun, StepMutation } from "../src/model.ts";
 import { RUN_STATUSES, SETTLED_STEP_STATUSES } from "../src/model.ts";
 import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "../src/packages.ts";
-import type { AdmissionCandidate, PackageHead, PurgedRun, RunListFilter, Store, StoreTx } from "../src/ports.ts";
+import { MAX_STORE_PAGE, type AdmissionCandidate, type PackageHead, type PurgedRun, type RunListFilter, type Store, type StoreTx } from "../src/ports.ts";
 import type { PurgeCandidate, PurgeKey } from "../src/retention.ts";
 import type { ScheduleState } from "../src/schedules.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
@@ -17,8 +17,8 @@ import * as rows from "./rows.ts";
  * `BEGIN IMMEDIATE` under one operation authority, PostgreSQL `SERIALIZABLE` with retries.
  */
 
-/** Upper bound on any list the store returns in one call. */
-export const MAX_PAGE = 500;
+/** Upper bound on any list the store returns in one call: the contract's. */
+export const MAX_PAGE = MAX_STORE_PAGE;
 
 function placeholders(sql: string): string {
   let index = 0;

@@ -50,6 +50,12 @@ export interface AppDeps {
   readonly profileName?: string;
   /** Extra routes mounted before auth (dashboard assets). */
   readonly mount?: (app: Hono) => void;
+  /**
+   * Called after a request that may have changed state succeeded (any method but GET and HEAD,
+   * answered below 400): a run started or cancelled, a package applied, a worker's report. The
+   * runtime runs its cadence at once instead of waiting for the interval.
+   */
+  readonly onChange?: () => void;
 }
 
 const STATUS_OF: Record<QlrErrorCode, 400 | 401 | 404 | 409 | 413 | 500 | 503> = {
@@ -216,6 +222,13 @@ export function createApp(deps: AppDeps): Hono {
     }
     await next();
   });
+  if (deps.onChange !== undefined) {
+    const onChange = deps.onChange;
+    app.use("*", async (c, next) => {
+      await next();
+      if (c.req.method !== "GET" && c.req.method !== "HEAD" && c.res.status < 400) onChange();
+    });
+  }
   app.use(
     "*",
     bodyLimit({

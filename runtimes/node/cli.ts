@@ -3,6 +3,7 @@ import { parseArgs } from "node:util";
 import type { FaultPoint } from "../../src/coordinator.ts";
 import { isPortableId } from "../../src/identity.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
+import { tryParseDurationMs } from "../../src/manifest/duration.ts";
 import { commonConfig, loadOrCreateToken, readStoredToken, retentionConfig, UsageError, type CommonConfig } from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
 
@@ -15,6 +16,10 @@ const USAGE = `qlr — durable workflows and tasks
 
 Usage:
   qlr serve [--apply FILE]...        run the runtime: store, cadence, launcher, HTTP API
+            [--tick-interval D]      cadence interval when nothing wakes it (QLR_TICK_INTERVAL;
+                                     default per profile: edge 1s, standalone 500ms, cluster 250ms)
+            [--retention D]          purge runs that ended longer ago (QLR_RETENTION, default 7d)
+            [--retention-runs N]     keep at most N ended runs (QLR_RETENTION_RUNS, default 10000)
   qlr apply FILE                     apply a package manifest (YAML or JSON)
   qlr start PACKAGE/NAME [--wait]    start a workflow (or a task) run; --wait follows it
   qlr cancel RUN                     cancel a run (stops its processes)
@@ -31,10 +36,6 @@ Options:
   --profile edge|standalone|cluster                      --store sqlite|pglite|postgres
   --database-url URL (QLR_DATABASE_URL)                  --url URL of a running runtime
   --json            machine-readable output
-
-Serve options:
-  --retention DURATION  (QLR_RETENTION, default 7d)    terminal runs finished longer ago are purged
-  --retention-runs N    (QLR_RETENTION_RUNS, default 10000)  at most N terminal runs are kept
 `;
 
 const OPTIONS = {
@@ -47,6 +48,7 @@ const OPTIONS = {
   "database-url": { type: "string" },
   url: { type: "string" },
   apply: { type: "string", multiple: true },
+  "tick-interval": { type: "string" },
   wait: { type: "boolean" },
   status: { type: "string" },
   limit: { type: "string" },
@@ -212,7 +214,18 @@ async function waitForRun(api: Client, config: CommonConfig, runId: string): Pro
   }
 }
 
-async function serveCommand(config: CommonConfig, applyFiles: string[], retention: RetentionPolicy): Promise<number> {
+/** The longest interval: a wake (a start, a cancel, an exit) runs the cadence sooner anyway. */
+const MAX_TICK_INTERVAL_MS = 24 * 3_600_000;
+
+function tickIntervalOption(text: string | undefined): number | undefined {
+  if (text === undefined || text === "") return undefined;
+  const parsed = tryParseDurationMs(text);
+  if (!parsed.ok) throw new UsageError(`--tick-interval: ${parsed.reason}`);
+  if (parsed.ms < 10 || parsed.ms > MAX_TICK_INTERVAL_MS) throw new UsageError(`--tick-interval must be from 10ms to 24h, got ${text}`);
+  return parsed.ms;
+}
+
+async function serveCommand(config: CommonConfig, applyFiles: string[], tickIntervalMs: number | undefined, retention: RetentionPolicy): Promise<number> {
   const stored = config.token === null ? await loadOrCreateToken(config.stateDir) : null;
   const token = config.token ?? stored?.token ?? "";
   const fault = process.env.QLR_FAULT_POINT;
@@ -226,6 +239,7 @@ async function serveCommand(config: CommonConfig, applyFiles: string[], retentio
     store: config.store,
     databaseUrl: config.databaseUrl,
     applyFiles,
+    ...(tickIntervalMs === undefined ? {} : { tickIntervalMs }),
     crashAt: (fault as FaultPoint | undefined) ?? null,
     retention,
   });
@@ -288,7 +302,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     switch (command) {
       case "serve":
         // Validated before the token or the state dir is written: bad input writes nothing.
-        return await serveCommand(config, parsed.values.apply ?? [], retentionConfig(parsed.values, process.env));
+        return await serveCommand(config, parsed.values.apply ?? [], tickIntervalOption(parsed.values["tick-interval"] ?? process.env.QLR_TICK_INTERVAL), retentionConfig(parsed.values, process.env));
       case "apply": {
         const file = runRequired(rest, 0, "FILE");
         const text = await readFile(file, "utf8");

@@ -78,6 +78,10 @@ export class DeviceRuntime {
   private readonly server: ServerType;
   private readonly options: DeviceOptions;
   private timer: ReturnType<typeof setTimeout> | null = null;
+  /** A cycle is running now (between its timer firing and its report). */
+  private ticking = false;
+  /** Something happened while a cycle ran: the next one starts at once. */
+  private wakeRequested = false;
   private stopping: Promise<void> | null = null;
 
   private constructor(parts: { url: string; store: SqlStore; coordinator: Coordinator; executor: LocalProcessExecutor; server: ServerType; options: DeviceOptions; recovery: RecoveryEntry[] }) {
@@ -95,13 +99,16 @@ export class DeviceRuntime {
     const stateDir = resolve(options.stateDir);
     await mkdir(stateDir, { recursive: true, mode: 0o700 });
     const hmacKey = await loadOrCreateReceiptKey(stateDir);
+    // Local facts wake the cadence early; the runtime exists only once the server is up.
+    let runtimeForWake: DeviceRuntime | null = null;
+    const wake = (): void => runtimeForWake?.wake();
     const store = await openConfiguredStore({ kind: options.store, stateDir, databaseUrl: options.databaseUrl, nowMs: systemClock.nowMs() });
     try {
       for (const file of options.applyFiles) {
         const applied = await applyFile(store, file);
         log(`applied ${file}: package ${applied.package} generation ${applied.generation}${applied.changed ? " (new)" : " (unchanged)"}`);
       }
-      const launcher = new PosixLauncher({ stateDir, hmacKey, nowMs: () => systemClock.nowMs(), graceMs: options.graceMs ?? DEFAULT_GRACE_MS, ...(options.supervisorPath === undefined ? {} : { supervisorPath: options.supervisorPath }) });
+      const launcher = new PosixLauncher({ stateDir, hmacKey, nowMs: () => systemClock.nowMs(), graceMs: options.graceMs ?? DEFAULT_GRACE_MS, onSupervisorExit: wake, ...(options.supervisorPath === undefined ? {} : { supervisorPath: options.supervisorPath }) });
       const crashAt = options.crashAt ?? null;
       // A crash test's named point: die exactly here, as a power cut or OOM kill would.
       const fault = (point: FaultPoint): void => {
@@ -146,6 +153,7 @@ export class DeviceRuntime {
         retention,
         profileName: options.profile,
         mount: (app) => mountDashboard(app),
+        onChange: wake,
         readLog: async (attempt: RunAttempt, maxBytes: number) => {
           const stdout = await readCapped(launcher.logPath(attempt.id, "stdout"), maxBytes);
           const stderr = await readCapped(launcher.logPath(attempt.id, "stderr"), maxBytes);
@@ -160,6 +168,7 @@ export class DeviceRuntime {
       const address = server.address();
       const port = typeof address === "object" && address !== null ? address.port : options.port;
       const runtime = new DeviceRuntime({ url: `http://${options.host}:${port}`, store, coordinator, executor, server, options, recovery });
+      runtimeForWake = runtime;
       runtime.scheduleTick(0);
       return runtime;
     } catch (error) {
@@ -168,19 +177,47 @@ export class DeviceRuntime {
     }
   }
 
-  /** The cadence: one timer, one tick at a time; a tick that found more work comes back at once. */
+  /**
+   * The cadence: one timer, one cycle at a time. A cycle that found more work, or during which
+   * something woke the cadence, is followed at once; otherwise the next one waits the interval.
+   */
   private scheduleTick(delayMs: number): void {
     if (this.stopping !== null) return;
+    const intervalMs = this.options.tickIntervalMs ?? PROFILES[this.options.profile].tickIntervalMs;
     this.timer = setTimeout(() => {
       this.timer = null;
+      this.ticking = true;
+      this.wakeRequested = false;
       void this.coordinator
         .tick()
-        .then((report: TickReport) => this.scheduleTick(report.more ? 0 : (this.options.tickIntervalMs ?? PROFILES[this.options.profile].tickIntervalMs)))
+        .then((report: TickReport) => report.more || report.followUp)
         .catch((error: unknown) => {
           (this.options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(`tick failed: ${error instanceof Error ? error.message : String(error)}`);
-          this.scheduleTick(this.options.tickIntervalMs ?? PROFILES[this.options.profile].tickIntervalMs);
+          return false;
+        })
+        .then((more) => {
+          this.ticking = false;
+          this.scheduleTick(more || this.wakeRequested ? 0 : intervalMs);
         });
     }, delayMs);
+  }
+
+  /**
+   * Runs the cadence now instead of at the end of the interval: a run was started or cancelled,
+   * a worker reported, a supervisor exited. Still one cycle at a time: during a cycle the wake
+   * is remembered and the next cycle follows it at once. No timer per run or per process.
+   */
+  wake(): void {
+    if (this.stopping !== null) return;
+    if (this.ticking) {
+      this.wakeRequested = true;
+      return;
+    }
+    if (this.timer !== null) {
+      clearTimeout(this.timer);
+      this.timer = null;
+      this.scheduleTick(0);
+    }
   }
 
   stop(): Promise<void> {

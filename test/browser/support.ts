@@ -1,7 +1,12 @@
 /**
- * The page tests' harness: Chromium through playwright-core (Debian's /usr/bin/chromium, the
- * flags of DESIGN.md §8 and a fresh user-data dir per launch), a tiny static file server bound
- * to 127.0.0.1, screenshots, bounded waits and /proc checks.
+ * The page tests' harness: Chromium through playwright-core (the binary found by
+ * test/support/chromium-setup.ts, the flags of DESIGN.md §8 and a fresh user-data dir per
+ * launch), a tiny static file server bound to 127.0.0.1, screenshots, bounded waits and /proc
+ * checks.
+ *
+ * Screenshots are test artifacts in a temporary folder (`QLR_ARTIFACTS_DIR` to choose it). The
+ * README's pictures in docs/screenshots are written only by `npm run screenshots`, which sets
+ * `QLR_UPDATE_SCREENSHOTS=1`: a plain test run changes no tracked file.
  */
 import { existsSync } from "node:fs";
 import { copyFile, mkdir, mkdtemp, readFile, readdir, rm } from "node:fs/promises";
@@ -11,11 +16,13 @@ import { dirname, join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { inject } from "vitest";
+// The type-only import ties this file to the `ProvidedContext` declaration it relies on.
+import type {} from "../support/chromium-setup.ts";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-export const CHROMIUM = process.env.QLR_CHROMIUM ?? "/usr/bin/chromium";
 export const CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
-export const RESULTS_DIR = join(REPO_ROOT, "test-results", "browser");
+export const RESULTS_DIR = process.env.QLR_ARTIFACTS_DIR ?? join(tmpdir(), "qlr-test-artifacts", "browser");
 export const SCREENSHOTS_DIR = join(REPO_ROOT, "docs", "screenshots");
 
 export interface Browser {
@@ -27,10 +34,11 @@ export interface Browser {
 }
 
 export async function launchBrowser(): Promise<Browser> {
-  if (!existsSync(CHROMIUM)) throw new Error(`Chromium is not installed at ${CHROMIUM} (apt-get install -y chromium)`);
+  const executablePath = inject("chromiumPath");
   const userDataDir = await mkdtemp(join(tmpdir(), "qlr-chromium-"));
   const context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
+    executablePath,
+    env: { ...process.env, ...inject("chromiumEnv") },
     headless: true,
     args: CHROMIUM_FLAGS,
     viewport: { width: 1280, height: 900 },
@@ -103,12 +111,12 @@ export async function serveStatic(dir: string): Promise<StaticServer> {
   };
 }
 
-/** Saves a screenshot as a test artifact and, when named, a copy for the README. */
+/** Saves a screenshot as a test artifact and, for `npm run screenshots`, the README's copy. */
 export async function screenshot(page: Page, name: string, options: { fullPage?: boolean; docs?: boolean } = {}): Promise<string> {
   await mkdir(RESULTS_DIR, { recursive: true });
   const file = join(RESULTS_DIR, `${name}.png`);
   await page.screenshot({ path: file, fullPage: options.fullPage ?? true, animations: "disabled" });
-  if (options.docs === true) {
+  if (options.docs === true && process.env.QLR_UPDATE_SCREENSHOTS === "1") {
     await mkdir(SCREENSHOTS_DIR, { recursive: true });
     await copyFile(file, join(SCREENSHOTS_DIR, `${name}.png`));
   }

@@ -422,9 +422,11 @@ workflows:
     const body = result.json<{ report: TickReportView }>();
     expect(sortedKeys(body)).toEqual(["report"]);
     const { report } = body;
-    expect(sortedKeys(report)).toEqual(["durationMs", "more", "profile", "stages"]);
+    expect(sortedKeys(report)).toEqual(["durationMs", "followUp", "more", "profile", "stages"]);
     expect(report.profile).toBe("standalone");
     expect(report.more).toBe(false);
+    // The launch is recorded; no completion or start failure yet, so nothing to follow up.
+    expect(report.followUp).toBe(false);
     expect(report.durationMs).toBeGreaterThanOrEqual(0);
     expect(report.stages.map((stage) => stage.name)).toEqual(STAGE_ORDER);
     for (const stage of report.stages) {

@@ -145,6 +145,7 @@ export interface TickReportView {
   readonly profile: string;
   readonly stages: readonly StageView[];
   readonly more: boolean;
+  readonly followUp: boolean;
   readonly durationMs: number;
 }
 

@@ -66,7 +66,7 @@ function lossy(driver: SqlDriver): { driver: SqlDriver; arm: () => void; disarm:
  * sql.js), so a seed's outcome depends on the seed alone and the cost per seed stays flat; a
  * shared database (PGlite, ~2 s and ~700 MB to open) chains the seeds' virtual clocks.
  */
-async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, freshPerSeed: boolean, migrations: typeof SQLITE_MIGRATIONS, count: number, retention: RetentionPolicy | null = null): Promise<{ seeds: number; crashes: number; runs: number; purges: number; purgeCrashes: number }> {
+async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, freshPerSeed: boolean, migrations: typeof SQLITE_MIGRATIONS, count: number, firstSeed = FIRST_SEED, retention: RetentionPolicy | null = null): Promise<{ seeds: number; crashes: number; runs: number; purges: number; purgeCrashes: number }> {
   let driver = await openDriver();
   let wrapped = lossy(driver);
   let store = await openSqlStore(wrapped.driver, migrations, 1_700_000_000_000);
@@ -75,8 +75,8 @@ async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, fre
   let purges = 0;
   let purgeCrashes = 0;
   let startMs = 1_800_000_000_000;
-  for (let seed = FIRST_SEED; seed < FIRST_SEED + count; seed += 1) {
-    if (freshPerSeed && seed !== FIRST_SEED) {
+  for (let seed = firstSeed; seed < firstSeed + count; seed += 1) {
+    if (freshPerSeed && seed !== firstSeed) {
       await store.close();
       driver = await openDriver();
       wrapped = lossy(driver);
@@ -121,6 +121,16 @@ describe("deterministic simulation", () => {
     expect(summary.crashes).toBeGreaterThan(0);
   }, timeoutFor(SQLJS_SEEDS, 1_000));
 
+  /**
+   * Seeds that long runs found, kept so every run replays them:
+   * - 507521: a commit response lost during start-up recovery (recovery reads and decides again).
+   */
+  it.each([507521])("holds every invariant on sql.js for seed %i, found by a long run", async (seed) => {
+    const SQL = await loadSqlJs();
+    const summary = await runSeeds("sqljs-memory", () => Promise.resolve(openSqlJsMemoryDriver(SQL)), true, SQLITE_MIGRATIONS, 1, seed);
+    expect(summary.runs).toBeGreaterThan(0);
+  });
+
   it(`holds every invariant over ${PGLITE_SEEDS} seeds on PGlite`, async () => {
     const summary = await runSeeds("pglite", () => openPgliteDriver(), false, POSTGRES_MIGRATIONS, PGLITE_SEEDS);
     expect(summary.runs).toBeGreaterThan(0);
@@ -128,13 +138,13 @@ describe("deterministic simulation", () => {
 
   it(`with retention on, purges only what nothing references over ${RETENTION_SEEDS} seeds on sql.js`, async () => {
     const SQL = await loadSqlJs();
-    const summary = await runSeeds("sqljs-memory+retention", () => Promise.resolve(openSqlJsMemoryDriver(SQL)), true, SQLITE_MIGRATIONS, RETENTION_SEEDS, SIM_RETENTION);
+    const summary = await runSeeds("sqljs-memory+retention", () => Promise.resolve(openSqlJsMemoryDriver(SQL)), true, SQLITE_MIGRATIONS, RETENTION_SEEDS, FIRST_SEED, SIM_RETENTION);
     expect(summary.purges).toBeGreaterThan(summary.seeds);
     expect(summary.purgeCrashes).toBeGreaterThan(0);
   }, timeoutFor(RETENTION_SEEDS, 1_000));
 
   it(`with retention on, purges only what nothing references over ${RETENTION_PGLITE_SEEDS} seeds on PGlite`, async () => {
-    const summary = await runSeeds("pglite+retention", () => openPgliteDriver(), false, POSTGRES_MIGRATIONS, RETENTION_PGLITE_SEEDS, SIM_RETENTION);
+    const summary = await runSeeds("pglite+retention", () => openPgliteDriver(), false, POSTGRES_MIGRATIONS, RETENTION_PGLITE_SEEDS, FIRST_SEED, SIM_RETENTION);
     expect(summary.purges).toBeGreaterThan(0);
   }, timeoutFor(RETENTION_PGLITE_SEEDS, 5_000));
 

@@ -3,7 +3,7 @@ import type { SqlJsStatic } from "sql.js";
 import { Coordinator, STAGE_ORDER } from "../../src/coordinator.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
-import type { Store, StoreTx } from "../../src/ports.ts";
+import { MAX_STORE_PAGE, type Executor, type Store, type StoreTx } from "../../src/ports.ts";
 import { PROFILES, type ProfileName } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
@@ -154,4 +154,59 @@ describe("the cadence cycle", () => {
     await c.tick();
     expect((await runState(store, runId)).status).toBe("cancelled");
   });
+
+  it("dispatch launches a page's attempts concurrently, commits their outcomes in page order whatever order launches end in, and asks for a follow-up after a completion", async () => {
+    const { store, clock, executor, start } = await rig();
+    const runId = await start(wideManifest("wide", 4), "wide");
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const launchOrder: string[] = [];
+    const racing: Executor = {
+      type: "local_process",
+      launch: async (request) => {
+        inFlight += 1;
+        maxInFlight = Math.max(maxInFlight, inFlight);
+        // The first attempt of the page is the slowest: its launch ends last.
+        const yields = launchOrder.length === 0 ? 20 : 1;
+        launchOrder.push(request.attempt.id);
+        for (let index = 0; index < yields; index += 1) await Promise.resolve();
+        inFlight -= 1;
+        return executor.launch(request);
+      },
+      readReceipt: (attempt) => executor.readReceipt(attempt),
+      hasJournal: (attempt) => executor.hasJournal(attempt),
+      inspect: (attempt) => executor.inspect(attempt),
+      stop: (attempt, reason) => executor.stop(attempt, reason),
+    };
+    const coordinator = new Coordinator({ store, clock, ids: new SequentialIds("x"), profile: PROFILES.standalone, executors: { local_process: racing } });
+    const first = await coordinator.tick();
+    expect(maxInFlight).toBe(PROFILES.standalone.dispatch);
+    expect(first.followUp).toBe(false);
+    const runningOrder = await store.transaction(async (tx) => {
+      const events = await tx.listEvents(runId, 0, 500);
+      return events.filter((event) => event.type === "attempt.status_changed" && event.data.to === "running").map((event) => event.attemptId);
+    });
+    expect(runningOrder).toEqual([...launchOrder]);
+    clock.nowMsValue += 1000;
+    const second = await coordinator.tick();
+    expect(second.followUp).toBe(true);
+    expect((await runState(store, runId)).steps).toEqual(["succeeded", "succeeded", "succeeded", "succeeded"]);
+  });
+
+  it("shutdown stops every running attempt, beyond the store's page cap", async () => {
+    const { store, clock, executor, start } = await rig();
+    const width = MAX_STORE_PAGE + 20;
+    const runId = await start(wideManifest("wide", width), "wide");
+    // A profile that admits and dispatches a page cap's worth per cycle: the run is running in a few cycles.
+    const wide = { ...PROFILES.cluster, frontier: { pageSize: 64, pages: 20 }, admission: { pageSize: 64, pages: 20 }, dispatch: width };
+    const coordinator = new Coordinator({ store, clock, ids: new SequentialIds("x"), profile: wide, executors: { local_process: executor } });
+    for (let cycle = 0; cycle < 10; cycle += 1) await coordinator.tick();
+    const runningBefore = await store.transaction(async (tx) => (await tx.getAttempts(runId)).filter((attempt) => attempt.status === "running").length);
+    expect(runningBefore).toBe(width);
+    coordinator.freezeAdmission();
+    expect(await coordinator.stopRunningForShutdown()).toBe(width);
+    const stopReasons = await store.transaction(async (tx) => (await tx.getAttempts(runId)).map((attempt) => attempt.stopReason));
+    expect(stopReasons.filter((reason) => reason === "shutdown")).toHaveLength(width);
+  });
 });
+

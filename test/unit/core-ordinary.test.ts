@@ -70,13 +70,13 @@ describe("the ordinary run path", () => {
     expect(errorCode(() => admitOrdinaryAttempt(run, { ...definition, execution: { ...definition.execution, argv: ["evil"] } }, T0 + 1))).toBe("integrity");
   });
 
-  it("ordinary runs retry definite failures within their budget and lost attempts only when idempotent", () => {
+  it("ordinary runs retry definite failures within their budget and never a lost attempt (ADR-0227 §6)", () => {
     const cases: [RetryPolicy, "failed" | "timed_out" | "lost", number, RunStatus][] = [
       [{ max: 2, backoffMs: 10, idempotent: false }, "failed", 1, "queued"],
       [{ max: 2, backoffMs: 10, idempotent: false }, "timed_out", 2, "queued"],
       [{ max: 2, backoffMs: 10, idempotent: false }, "failed", 3, "failed"],
       [{ max: 2, backoffMs: 10, idempotent: false }, "lost", 1, "lost"],
-      [{ max: 2, backoffMs: 10, idempotent: true }, "lost", 1, "queued"],
+      [{ max: 2, backoffMs: 10, idempotent: true }, "lost", 1, "lost"],
       [{ max: 2, backoffMs: 10, idempotent: true }, "lost", 3, "lost"],
       [{ max: 0, backoffMs: 10, idempotent: true }, "failed", 1, "failed"],
     ];

@@ -223,13 +223,15 @@ describe("attempts past the start barrier", () => {
     expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 1 });
   });
 
-  it("recovery of a running attempt of an idempotent task retries in a new ready epoch", () => {
+  it("ADR-0227 §6: a running attempt lost on trusted evidence is never retried after the start barrier, even for an idempotent task with budget left", () => {
     const world = worldWith(IDEMPOTENT);
     const attempt = running(world);
     const before = world.model.step("run-1", "a");
     recover(world, attempt, inspected("not_running", "not_running"));
     expect(world.model.attempt(attempt.id).status).toBe("lost");
-    expect(world.model.step("run-1", "a")).toMatchObject({ status: "ready", version: before.version + 1, attemptCount: 1, readyAtMs: T0 + 100, notBeforeMs: T0 + 350, startedAtMs: null });
+    expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", version: before.version + 1, attemptCount: 1 });
+    // Nothing new to admit: the step is terminal.
+    expect(world.model.attemptsOf("run-1")).toHaveLength(1);
   });
 
   it("a lost attempt of an idempotent task is not retried after a cancel intent", () => {
@@ -257,11 +259,11 @@ describe("attempts past the start barrier", () => {
     expect(world.model.run("run-1").status).toBe("failed");
   });
 
-  it("an ordinary running attempt lost on trusted evidence loses the run unless the task is idempotent with budget left", () => {
+  it("ADR-0227 §6: an ordinary running attempt lost on trusted evidence loses the run, whatever its retry policy", () => {
     for (const [retry, expected] of [
       [NO_RETRY, "lost"],
       [{ max: 1, backoffMs: 0, idempotent: false }, "lost"],
-      [IDEMPOTENT, "queued"],
+      [IDEMPOTENT, "lost"],
     ] as const) {
       const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["true"], { retry })] }));
       const run = world.startTask();

@@ -90,20 +90,31 @@ describe("do-sqlite driver", () => {
   });
 
   it("queues transactions so that awaits inside one never let another interleave", async () => {
-    const driver = await openWithTable();
-    await driver.transaction((tx) => tx.query("INSERT INTO items (name, amount) VALUES ('counter', 0)"));
-    const trace: string[] = [];
-    const increment = (label: string, pauseMs: number): Promise<void> =>
-      driver.transaction(async (tx) => {
-        trace.push(`${label}:start`);
-        const rows = await tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'");
-        await sleep(pauseMs);
-        await tx.query("UPDATE items SET amount = ? WHERE name = 'counter'", [(rows[0]?.amount ?? 0) + 1]);
-        trace.push(`${label}:end`);
-      });
-    await Promise.all([increment("a", 20), increment("b", 0), increment("c", 5)]);
-    expect(trace).toEqual(["a:start", "a:end", "b:start", "b:end", "c:start", "c:end"]);
-    expect(await driver.transaction((tx) => tx.query("SELECT amount FROM items WHERE name = 'counter'"))).toEqual([{ amount: 3 }]);
+    // The three transactions are enqueued by one synchronous piece of code inside the object, in
+    // a known order. (Issued from test code, each call would travel through its own
+    // runInDurableObject round trip, and those may reach the object in any order: what is
+    // tested is the queue, not the order of arrival.)
+    const stub = freshObject();
+    const trace = await inObject(stub, async (instance) => {
+      const driver = instance.driver;
+      await driver.transaction((tx) => tx.query("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, amount INTEGER)"));
+      await driver.transaction((tx) => tx.query("INSERT INTO items (name, amount) VALUES ('counter', 0)"));
+      const events: string[] = [];
+      const increment = (label: string, pauseMs: number): Promise<void> =>
+        driver.transaction(async (tx) => {
+          events.push(`${label}:start`);
+          const rows = await tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'");
+          // A real macrotask wait: without the queue, the next transaction would start here.
+          await sleep(pauseMs);
+          await tx.query("UPDATE items SET amount = ? WHERE name = 'counter'", [(rows[0]?.amount ?? 0) + 1]);
+          events.push(`${label}:end`);
+        });
+      await Promise.all([increment("a", 20), increment("b", 0), increment("c", 5)]);
+      const counter = await driver.transaction((tx) => tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'"));
+      events.push(`amount=${counter[0]?.amount ?? "missing"}`);
+      return events;
+    });
+    expect(trace).toEqual(["a:start", "a:end", "b:start", "b:end", "c:start", "c:end", "amount=3"]);
   });
 
   it("a failed transaction does not stop the queue", async () => {

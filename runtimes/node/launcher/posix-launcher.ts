@@ -71,6 +71,11 @@ export interface PosixLauncherOptions {
   readonly graceMs?: number;
   /** Where /proc is mounted; tests point it elsewhere to exercise the unverifiable path. */
   readonly procRoot?: string;
+  /**
+   * Told when a supervisor this launcher started has exited: its task has ended and its receipt
+   * is written (or it died). A hint to look now, never evidence: the receipt stays the record.
+   */
+  readonly onSupervisorExit?: (attemptId: string) => void;
 }
 
 export const DEFAULT_LOG_MAX_BYTES = 1024 * 1024;
@@ -169,6 +174,7 @@ export class PosixLauncher {
   private readonly supervisorPath: string;
   private readonly graceMs: number;
   private readonly procRoot: string;
+  private readonly onSupervisorExit: ((attemptId: string) => void) | undefined;
   private prepared: Promise<void> | null = null;
   private readonly stopsInFlight = new Map<string, Promise<StopResult>>();
 
@@ -179,6 +185,7 @@ export class PosixLauncher {
     this.supervisorPath = options.supervisorPath ?? DEFAULT_SUPERVISOR_PATH;
     this.graceMs = options.graceMs ?? DEFAULT_GRACE_MS;
     this.procRoot = options.procRoot ?? DEFAULT_PROC_ROOT;
+    this.onSupervisorExit = options.onSupervisorExit;
     if (!Number.isSafeInteger(this.graceMs) || this.graceMs < 0) throw new QlrError("invalid_request", "graceMs must be a non-negative integer");
   }
 
@@ -281,7 +288,10 @@ export class PosixLauncher {
         resolve(value);
       };
       child.on("error", (error) => settle({ failure: `the supervisor could not be started: ${error.message}`, supervisorStarted: child.pid !== undefined }));
-      child.once("exit", (code, signal) => (exitDescription = ` (it exited with ${signal ?? `code ${code}`})`));
+      child.once("exit", (code, signal) => {
+        exitDescription = ` (it exited with ${signal ?? `code ${code}`})`;
+        this.onSupervisorExit?.(attemptId);
+      });
       child.stdin?.on("error", () => undefined);
       child.stdin?.end(specText);
       if (reportStream === null || reportStream === undefined) {

@@ -1,0 +1,77 @@
+/**
+ * The event-driven cadence: `qlr serve --tick-interval 24h` runs its cadence once at start-up and
+ * then only when something wakes it. Every run below can reach its end only through wakes: a
+ * run started or cancelled over HTTP, a supervisor exiting after its task, a cycle that recorded
+ * a completion (`followUp`) or ran out of budget (`more`). Without them each run would sit for
+ * a day, and the bounded waits fail.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { attemptsOf, buildBundle, Scratch, startServe, stopAllServed, waitUntilGone, type Bundle } from "./support.ts";
+
+let bundle: Bundle;
+const scratches: Scratch[] = [];
+
+async function scratch(name: string): Promise<Scratch> {
+  const created = await Scratch.create(name);
+  scratches.push(created);
+  return created;
+}
+
+beforeAll(async () => {
+  bundle = await buildBundle();
+});
+
+afterEach(async () => {
+  stopAllServed();
+  for (const item of scratches.splice(0)) await item.cleanup();
+});
+
+afterAll(async () => {
+  await bundle.cleanup();
+});
+
+const NEVER_BY_INTERVAL = "24h";
+
+describe("event-driven cadence (real processes)", () => {
+  it("a diamond of four steps runs to success on wakes alone: start over HTTP, supervisor exits, follow-up cycles", { timeout: 60_000 }, async () => {
+    const dir = await scratch("wake-diamond");
+    const { text } = await dir.manifest(
+      "wake",
+      { ta: dir.task({ label: "a" }), tb: dir.task({ label: "b" }), tc: dir.task({ label: "c" }), td: dir.task({ label: "d" }) },
+      { diamond: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] }, c: { task: "tc", needs: ["a"] }, d: { task: "td", needs: ["b", "c"] } } } },
+    );
+    const served = await startServe(bundle, dir.stateDir, { tickInterval: NEVER_BY_INTERVAL });
+    await served.api.apply(text);
+    const created = await served.api.startWorkflow("wake", "diamond");
+    const detail = await served.api.waitTerminal(created.id, 30_000);
+    expect(detail.run.status).toBe("succeeded");
+    expect(detail.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
+      ["a", "succeeded", 1],
+      ["b", "succeeded", 1],
+      ["c", "succeeded", 1],
+      ["d", "succeeded", 1],
+    ]);
+    // Exactly one spawn per step: waking early never dispatches twice.
+    const spawns = await dir.spawns();
+    expect(spawns.map((spawn) => spawn.label).sort()).toEqual(["a", "b", "c", "d"]);
+    served.child.kill("SIGTERM");
+    expect(await served.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it("a cancel over HTTP stops a running step at once and the run ends cancelled, with no interval tick", { timeout: 60_000 }, async () => {
+    const dir = await scratch("wake-cancel");
+    const { text } = await dir.manifest("wakecancel", { long: dir.task({ label: "long", then: "sleep 30" }), after: dir.task({ label: "after" }) }, { pipeline: { steps: { long: { task: "long" }, after: { task: "after", needs: ["long"] } } } });
+    const served = await startServe(bundle, dir.stateDir, { tickInterval: NEVER_BY_INTERVAL });
+    await served.api.apply(text);
+    const created = await served.api.startWorkflow("wakecancel", "pipeline");
+    const { attempt } = await served.api.waitStepRunning(created.id, "long");
+    await served.api.cancel(created.id);
+    const detail = await served.api.waitTerminal(created.id, 30_000);
+    expect(detail.run.status).toBe("cancelled");
+    expect(attemptsOf(detail, "long").map((item) => item.status)).toEqual(["cancelled"]);
+    await waitUntilGone(attempt.pid);
+    expect(await dir.spawnCount("after")).toBe(0);
+    served.child.kill("SIGTERM");
+    expect(await served.exited).toEqual({ code: 0, signal: null });
+  });
+});
