@@ -8,7 +8,8 @@ import { expireLease } from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
-import { MAX_STORE_PAGE, type AdmissionCandidate, type Clock, type Executor, type IdSource, type LaunchRequest, type Store, type StoreTx } from "./ports.ts";
+import { MAX_STORE_PAGE, type AdmissionCandidate, type Clock, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
+import { decidePurge, purgeRange, type PurgeKey, type PurgeRange, type RetentionPolicy } from "./retention.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
 import { fireSchedule } from "./operations.ts";
@@ -37,8 +38,8 @@ const RECOVERY_PAGE = 64;
 /** A bound on one start-up recovery: attempts beyond it keep their state until the next start-up. */
 const MAX_RECOVERED_ATTEMPTS = 10_000;
 
-export type StageName = "cancellation" | "schedules" | "ordinary" | "frontier" | "admission" | "dispatch" | "execution_control";
-export const STAGE_ORDER: readonly StageName[] = ["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control"];
+export type StageName = "cancellation" | "schedules" | "ordinary" | "frontier" | "admission" | "dispatch" | "execution_control" | "purge";
+export const STAGE_ORDER: readonly StageName[] = ["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "purge"];
 
 /** Named points where crash and race tests inject faults; injected per coordinator, never global. */
 export type FaultPoint =
@@ -49,7 +50,10 @@ export type FaultPoint =
   | "completion.before_commit"
   | "completion.after_commit"
   | "cancellation.after_stop_intent"
-  | "cancellation.after_stop";
+  | "cancellation.after_stop"
+  | "purge.after_commit"
+  | "purge.after_discard"
+  | "purge.discard_before_journal";
 
 export interface CoordinatorDeps {
   readonly store: Store;
@@ -59,6 +63,13 @@ export interface CoordinatorDeps {
   /** Executors by type; a type without an executor here is dispatched elsewhere (remote leases). */
   readonly executors: Partial<Record<RunAttempt["executor"], Executor>>;
   readonly fault?: (point: FaultPoint) => void | Promise<void>;
+  /**
+   * Retention (bounded history). Absent: the purge stage does nothing and every run is kept;
+   * the runtimes always pass one (default 7 days, 10 000 runs).
+   */
+  readonly retention?: RetentionPolicy | null;
+  /** Observes each purged run after its rows are deleted (simulation checkers); never required. */
+  readonly onPurge?: (purged: PurgedRun, atMs: number) => void;
   /** Observes stage timings for metrics; never required. */
   readonly onStage?: (stage: StageReport) => void;
   /** Observes every finished cycle, whoever called it (a timer, `POST /tick`, a cron trigger); never required. */
@@ -104,6 +115,21 @@ export function isSpawnFailure(error: unknown): boolean {
   return typeof error === "object" && error !== null && (error as { code?: unknown }).code === "spawn_failed";
 }
 
+/**
+ * Journal names the orphan sweep checks per page (`budget.pages` pages per cycle). Larger than
+ * a purge page on purpose: a name costs one indexed lookup, and after a crash the sweep should
+ * cover a device's whole journal (10 000 runs' worth) in tens of cycles, not thousands.
+ */
+export const ORPHAN_SWEEP_PAGE = 256;
+
+/**
+ * Every this many purge stages the orphan sweep walks the journal again, even without a crash
+ * or a failed discard: coordinator replicas sharing one database each keep their own state
+ * dir, and a run purged by one replica leaves the files another replica's launcher wrote.
+ * About 8.5 minutes at the standalone interval; a pass is a few journal listings.
+ */
+export const ORPHAN_SWEEP_EVERY_PURGES = 1024;
+
 export class Coordinator {
   private frozen = false;
   /** Set by the stages of the cycle in progress; see `TickReport.followUp`. */
@@ -111,6 +137,15 @@ export class Coordinator {
   private ticking: Promise<unknown> = Promise.resolve();
   /** Where each paged stage resumes next cycle (in memory only: a restart simply starts over). */
   private readonly cursors = new Map<string, string | null>();
+  /** Where the purge resumes, with the range it walks (kept for one pass; a stale range only purges less). */
+  private purgePass: { range: PurgeRange; after: PurgeKey | null } | null = null;
+  /**
+   * Whether the orphan file sweep still has to walk the executors' journals. True at start-up
+   * (a crash between a purge's commit and its file discard leaves files whose rows are gone)
+   * and again after a discard failed; one full pass clears it.
+   */
+  private sweepDue = true;
+  private purgeStages = 0;
   private readonly deps: CoordinatorDeps;
 
   constructor(deps: CoordinatorDeps) {
@@ -164,8 +199,8 @@ export class Coordinator {
       const stageStartedMs = this.elapsed();
       const context: StageContext = { processed: 0, more: false, errors: [] };
       try {
-        if (this.frozen && (name === "schedules" || name === "ordinary" || name === "admission" || name === "dispatch")) {
-          // Frozen for shutdown: no new admission or dispatch.
+        if (this.frozen && (name === "schedules" || name === "ordinary" || name === "admission" || name === "dispatch" || name === "purge")) {
+          // Frozen for shutdown: no new admission or dispatch, and no housekeeping writes.
         } else {
           await this.runStage(name, context);
         }
@@ -198,6 +233,8 @@ export class Coordinator {
         return this.dispatch(profile.dispatch, context);
       case "execution_control":
         return this.executionControl(profile.executionControl, context);
+      case "purge":
+        return this.purge(profile.purge, context);
     }
   }
 
@@ -521,6 +558,118 @@ export class Coordinator {
     await executor.stop(stop, stop.stopReason);
     if (stop.stopReason === "cancel") await this.fault("cancellation.after_stop");
     return true;
+  }
+
+  /**
+   * Retention: first the orphan file sweep (bounded, only while due), then a bounded page walk
+   * over terminal runs in purge order, each purged in its own short transaction. `processed`
+   * counts purged runs. `more` is reported only when the budget filled while runs were being
+   * purged: a page of runs the rules keep (a schedule's last run, an idempotency window) must
+   * not make the device spin cycles back to back.
+   */
+  private async purge(budget: StageBudget, context: StageContext): Promise<void> {
+    const policy = this.deps.retention ?? null;
+    if (policy === null) return;
+    this.purgeStages += 1;
+    if (this.purgeStages % ORPHAN_SWEEP_EVERY_PURGES === 0) this.sweepDue = true;
+    try {
+      await this.sweepOrphanFiles(budget);
+    } catch (error) {
+      // A sweep that fails (an unreadable directory) is reported and retried; purging goes on.
+      context.errors.push({ ...describe(error), subject: "orphan file sweep" });
+    }
+    let pass = this.purgePass;
+    if (pass === null) {
+      const range = await this.deps.store.transaction(async (tx) => purgeRange(policy, await tx.observe(this.deps.clock.nowMs()), await tx.terminalRunAtRank(policy.maxRuns)));
+      pass = { range, after: null };
+    }
+    for (let page = 0; page < budget.pages; page += 1) {
+      const current: { range: PurgeRange; after: PurgeKey | null } = pass;
+      const candidates = await this.deps.store.transaction(async (tx) => tx.listPurgeCandidates(current.after, current.range.end, budget.pageSize));
+      for (const candidate of candidates) {
+        if (!decidePurge(candidate, current.range).purge) continue;
+        try {
+          if (await this.purgeOne(candidate.runId, current.range, context)) context.processed += 1;
+        } catch (error) {
+          context.errors.push({ ...describe(error), subject: candidate.runId });
+        }
+      }
+      const last = candidates[candidates.length - 1];
+      if (candidates.length < budget.pageSize || last === undefined || last.finishedAtMs === null) {
+        this.purgePass = null;
+        return;
+      }
+      pass = { range: current.range, after: { finishedAtMs: last.finishedAtMs, runId: last.runId } };
+      this.purgePass = pass;
+      if (page === budget.pages - 1 && context.processed > 0) context.more = true;
+    }
+  }
+
+  /**
+   * Purges one run. The crash-safe order: (1) one transaction re-reads the run's facts,
+   * re-decides and deletes every row of the run; (2) after the commit, the executors discard
+   * the attempts' files, journal last. A crash after (1) leaves files without rows, which the
+   * orphan sweep of the next start-up removes; no order ever leaves a row pointing at a
+   * deleted file.
+   */
+  private async purgeOne(runId: string, range: PurgeRange, context: StageContext): Promise<boolean> {
+    const purged = await this.write(async (tx, nowMs) => {
+      const candidate = await tx.getPurgeCandidate(runId);
+      if (candidate === null || !decidePurge(candidate, range).purge) return null;
+      return { run: await tx.purgeRun(runId), nowMs };
+    });
+    if (purged === null) return false;
+    this.deps.onPurge?.(purged.run, purged.nowMs);
+    await this.fault("purge.after_commit");
+    for (const executor of Object.values(this.deps.executors)) {
+      if (executor?.discard === undefined) continue;
+      const attemptIds = purged.run.attempts.filter((attempt) => attempt.executor === executor.type).map((attempt) => attempt.id);
+      if (attemptIds.length === 0) continue;
+      try {
+        await executor.discard(attemptIds);
+      } catch (error) {
+        // The rows are gone already: the files become orphans for the sweep to retry.
+        this.sweepDue = true;
+        context.errors.push({ ...describe(error), subject: runId });
+      }
+    }
+    await this.fault("purge.after_discard");
+    return true;
+  }
+
+  /**
+   * Removes files whose attempt no longer exists (a purge interrupted between its commit and
+   * its discard). Walks each executor's journal in id order, at most the stage budget of ids
+   * per cycle, resuming where the previous cycle stopped; a journal's row is always committed
+   * before the journal is written, so an id without a row is an orphan, never a launch in
+   * progress. Bounded: `ORPHAN_SWEEP_PAGE × budget.pages` names per executor per cycle.
+   */
+  private async sweepOrphanFiles(budget: StageBudget): Promise<void> {
+    if (!this.sweepDue) return;
+    let finished = true;
+    for (const executor of Object.values(this.deps.executors)) {
+      if (executor?.listHeld === undefined || executor.discard === undefined) continue;
+      const cursorKey = `sweep:${executor.type}`;
+      let after = this.cursors.get(cursorKey) ?? null;
+      let done = false;
+      for (let page = 0; page < budget.pages && !done; page += 1) {
+        const held = await executor.listHeld(after, ORPHAN_SWEEP_PAGE);
+        if (held.length > 0) {
+          const existing = new Set(await this.deps.store.transaction(async (tx) => tx.existingAttemptIds(held)));
+          const orphans = held.filter((attemptId) => !existing.has(attemptId));
+          if (orphans.length > 0) await executor.discard(orphans);
+        }
+        if (held.length < ORPHAN_SWEEP_PAGE) {
+          this.cursors.delete(cursorKey);
+          done = true;
+        } else {
+          after = held[held.length - 1] ?? null;
+          this.cursors.set(cursorKey, after);
+        }
+      }
+      if (!done) finished = false;
+    }
+    if (finished) this.sweepDue = false;
   }
 
   /**

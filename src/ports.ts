@@ -1,6 +1,7 @@
 import type { AdmissionReceipt, ChangeSet, ExecutorType, ProcessHandleFacts, Run, RunAttempt, RunEvent, RunStatus, StepRun, StopReason } from "./model.ts";
 import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "./packages.ts";
 import type { ReceiptEvidence, LiveInspection } from "./recovery.ts";
+import type { PurgeCandidate, PurgeKey } from "./retention.ts";
 import type { ScheduleState } from "./schedules.ts";
 
 /**
@@ -99,9 +100,33 @@ export interface StoreTx {
   /** Remote attempts whose lease expired while claimed, starting or running, keyset by id. */
   listExpiredLeases(nowMs: number, afterAttemptId: string | null, limit: number): Promise<RunAttempt[]>;
 
+  /** The `rank`-th newest terminal run in purge order (finish time, then id), or null when there are fewer. */
+  terminalRunAtRank(rank: number): Promise<PurgeKey | null>;
+  /** Terminal runs strictly between `after` and `end` in purge order, oldest first, with the facts the purge decision needs. */
+  listPurgeCandidates(after: PurgeKey | null, end: PurgeKey, limit: number): Promise<PurgeCandidate[]>;
+  /** The purge facts of one run, read fresh inside the deleting transaction; null when the run is gone. */
+  getPurgeCandidate(runId: string): Promise<PurgeCandidate | null>;
+  /**
+   * Deletes a run with everything it owns (mutations, events, admission receipts, attempts with
+   * their leases, steps, the run). The caller has decided it may go; the files its attempts
+   * left are the caller's to discard after this commits.
+   */
+  purgeRun(runId: string): Promise<PurgedRun>;
+  /** The ids among `attemptIds` that name a stored attempt (the orphan file sweep's question). */
+  existingAttemptIds(attemptIds: readonly string[]): Promise<string[]>;
+
   listRuns(filter: RunListFilter): Promise<Run[]>;
   listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]>;
   countRunsByStatus(): Promise<Record<RunStatus, number>>;
+}
+
+/** What one purge deleted: the run and the attempts whose files may still exist. */
+export interface PurgedRun {
+  readonly runId: string;
+  readonly status: RunStatus;
+  readonly idempotencyKey: string | null;
+  readonly finishedAtMs: number | null;
+  readonly attempts: readonly { readonly id: string; readonly executor: ExecutorType }[];
 }
 
 /**
@@ -135,4 +160,12 @@ export interface Executor {
   inspect(attempt: RunAttempt): Promise<LiveInspection>;
   /** Stops the exact process; returns at once, escalation to SIGKILL happens in the background. */
   stop(attempt: RunAttempt, reason: StopReason): Promise<void>;
+  /**
+   * Retention: removes every file kept for these attempts, their journal record last, so an
+   * interrupted discard always leaves the journal behind for `listHeld` to find again. Only
+   * called for attempts whose rows are already deleted. Absent: the executor keeps no files.
+   */
+  discard?(attemptIds: readonly string[]): Promise<void>;
+  /** Retention: attempt ids this executor holds a journal record for, ascending, after `afterAttemptId`. */
+  listHeld?(afterAttemptId: string | null, limit: number): Promise<string[]>;
 }

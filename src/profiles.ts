@@ -1,6 +1,6 @@
 /**
  * Budgets of one cadence cycle, per stage: `pageSize × pages` items at most. The edge and
- * standalone figures are ADR-0229's; schedules and the cluster profile are ours.
+ * standalone figures are ADR-0229's; schedules, purge and the cluster profile are ours.
  */
 export interface StageBudget {
   readonly pageSize: number;
@@ -16,6 +16,12 @@ export interface Profile {
   readonly admission: StageBudget;
   readonly dispatch: number;
   readonly executionControl: StageBudget;
+  /**
+   * Retention: runs purged per cycle (one short transaction each), and attempt ids the orphan
+   * file sweep looks at per cycle. Small on purpose: a purge is housekeeping and must never
+   * hold the cycle up for the stages that move work.
+   */
+  readonly purge: StageBudget;
   /** How often the device runtime's timer calls the cycle. */
   readonly tickIntervalMs: number;
 }
@@ -32,6 +38,7 @@ export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
     admission: { pageSize: 1, pages: 1 },
     dispatch: 1,
     executionControl: { pageSize: 8, pages: 1 },
+    purge: { pageSize: 4, pages: 1 },
     tickIntervalMs: 1000,
   },
   standalone: {
@@ -43,6 +50,7 @@ export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
     admission: { pageSize: 16, pages: 4 },
     dispatch: 4,
     executionControl: { pageSize: 32, pages: 4 },
+    purge: { pageSize: 16, pages: 2 },
     tickIntervalMs: 500,
   },
   cluster: {
@@ -54,6 +62,7 @@ export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
     admission: { pageSize: 64, pages: 4 },
     dispatch: 16,
     executionControl: { pageSize: 64, pages: 4 },
+    purge: { pageSize: 32, pages: 2 },
     tickIntervalMs: 250,
   },
 };

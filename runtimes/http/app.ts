@@ -12,6 +12,7 @@ import { MAX_RESOLVE_REASON_LENGTH } from "../../src/recovery.ts";
 import type { Clock, IdSource, SecretSource, Store } from "../../src/ports.ts";
 import { LeaseService } from "../../src/lease-service.ts";
 import { isAuthorized } from "./auth.ts";
+import type { RetentionPolicy } from "../../src/retention.ts";
 import type { Metrics } from "./metrics.ts";
 import { mountWorkerRoutes } from "./worker-routes.ts";
 
@@ -51,6 +52,10 @@ export interface AppDeps {
   readonly supportedExecutors?: readonly ("local_process" | "remote_worker")[];
   /** How long a remote worker's lease lasts without a heartbeat. */
   readonly leaseTtlMs?: number;
+  /** The retention this runtime purges by (`GET /info`); null or absent: nothing is purged. */
+  readonly retention?: RetentionPolicy | null;
+  /** The cadence profile's name, for `GET /info`. */
+  readonly profileName?: string;
   /** Extra routes mounted before auth (dashboard assets). */
   readonly mount?: (app: Hono) => void;
   /**
@@ -384,6 +389,15 @@ export function createApp(deps: AppDeps): Hono {
   });
 
   mountWorkerRoutes(app, new LeaseService({ store, clock, secrets: deps.secrets, ...(deps.leaseTtlMs === undefined ? {} : { ttlMs: deps.leaseTtlMs }) }));
+
+  app.get("/info", (c) => {
+    const retention = deps.retention ?? null;
+    return c.json({
+      profile: deps.profileName ?? null,
+      // The idempotency window is the horizon: a key whose run was purged starts a new run.
+      retention: retention === null ? null : { horizonMs: retention.horizonMs, maxRuns: retention.maxRuns, idempotencyWindowMs: retention.horizonMs },
+    });
+  });
 
   app.get("/recovery", (c) => c.json({ recovery: deps.recoveryReport?.() ?? [] }));
 

@@ -23,6 +23,7 @@ export class Metrics {
   private ticks = 0;
   private httpErrors = 0;
   private admissions = 0;
+  private purgedRuns = 0;
 
   observeStage(stage: StageReport): void {
     const entry = this.stageSeconds.get(stage.name) ?? { sum: 0, count: 0, errors: 0, processed: 0, buckets: STAGE_SECONDS_BUCKETS.map(() => 0) };
@@ -36,6 +37,8 @@ export class Metrics {
     entry.processed += stage.processed;
     this.stageSeconds.set(stage.name, entry);
     if (stage.name === "admission") this.admissions += stage.processed;
+    // The purge stage's processed count is the number of runs it deleted.
+    if (stage.name === "purge") this.purgedRuns += stage.processed;
   }
 
   observeTick(): void {
@@ -52,6 +55,7 @@ export class Metrics {
     for (const [status, count] of Object.entries(runsByStatus)) lines.push(`qlr_runs{status="${status}"} ${count}`);
     lines.push("# HELP qlr_ticks_total Cadence cycles run.", "# TYPE qlr_ticks_total counter", `qlr_ticks_total ${this.ticks}`);
     lines.push("# HELP qlr_admissions_total Task attempts admitted.", "# TYPE qlr_admissions_total counter", `qlr_admissions_total ${this.admissions}`);
+    lines.push("# HELP qlr_runs_purged_total Terminal runs purged by retention, with everything they owned.", "# TYPE qlr_runs_purged_total counter", `qlr_runs_purged_total ${this.purgedRuns}`);
     lines.push("# HELP qlr_tick_stage_duration_seconds Time spent per cadence stage.", "# TYPE qlr_tick_stage_duration_seconds histogram");
     for (const [stage, entry] of this.stageSeconds) {
       STAGE_SECONDS_BUCKETS.forEach((bound, index) => lines.push(`qlr_tick_stage_duration_seconds_bucket{stage="${stage}",le="${bound}"} ${entry.buckets[index] ?? 0}`));

@@ -2,8 +2,9 @@ import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import type { FaultPoint } from "../../src/coordinator.ts";
 import { isPortableId } from "../../src/identity.ts";
+import type { RetentionPolicy } from "../../src/retention.ts";
 import { tryParseDurationMs } from "../../src/manifest/duration.ts";
-import { commonConfig, loadOrCreateToken, readStoredToken, UsageError, type CommonConfig } from "./config.ts";
+import { commonConfig, loadOrCreateToken, readStoredToken, retentionConfig, UsageError, type CommonConfig } from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 
@@ -18,6 +19,8 @@ Usage:
   qlr serve [--apply FILE]...        run the runtime: store, cadence, launcher, HTTP API
             [--tick-interval D]      cadence interval when nothing wakes it (QLR_TICK_INTERVAL;
                                      default per profile: edge 1s, standalone 500ms, cluster 250ms)
+            [--retention D]          purge runs that ended longer ago (QLR_RETENTION, default 7d)
+            [--retention-runs N]     keep at most N ended runs (QLR_RETENTION_RUNS, default 10000)
   qlr apply FILE                     apply a package manifest (YAML or JSON)
   qlr start PACKAGE/NAME [--wait]    start a workflow (or a task) run; --wait follows it
   qlr cancel RUN                     cancel a run (stops its processes)
@@ -69,6 +72,8 @@ const OPTIONS = {
   coordinator: { type: "string" },
   pool: { type: "string" },
   capacity: { type: "string" },
+  retention: { type: "string" },
+  "retention-runs": { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -81,6 +86,9 @@ const FAULT_POINTS: readonly FaultPoint[] = [
   "completion.after_commit",
   "cancellation.after_stop_intent",
   "cancellation.after_stop",
+  "purge.after_commit",
+  "purge.after_discard",
+  "purge.discard_before_journal",
 ];
 
 /** Exit codes: 0 success, 1 a run that did not succeed, 2 an API error, 64 usage, 69 unreachable. */
@@ -232,7 +240,7 @@ function tickIntervalOption(text: string | undefined): number | undefined {
   return parsed.ms;
 }
 
-async function serveCommand(config: CommonConfig, applyFiles: string[], tickIntervalMs: number | undefined): Promise<number> {
+async function serveCommand(config: CommonConfig, applyFiles: string[], tickIntervalMs: number | undefined, retention: RetentionPolicy): Promise<number> {
   // Before the token is written into it: the state dir must be the runtime's own and owner-only.
   const secured = await secureStateDir(config.stateDir);
   if (secured.tightenedFromMode !== null) process.stderr.write(`${describeTightened(config.stateDir, secured.tightenedFromMode)}\n`);
@@ -252,6 +260,7 @@ async function serveCommand(config: CommonConfig, applyFiles: string[], tickInte
     applyFiles,
     ...(tickIntervalMs === undefined ? {} : { tickIntervalMs }),
     crashAt: (fault as FaultPoint | undefined) ?? null,
+    retention,
   });
   const lines = [`qlr serving ${runtime.url} (profile ${config.profile}, store ${config.store}, state ${config.stateDir})`];
   // The token itself is never printed: terminal scrollback, CI logs and service journals keep
@@ -338,7 +347,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     const config = await commonConfig(parsed.values, process.env);
     switch (command) {
       case "serve":
-        return await serveCommand(config, parsed.values.apply ?? [], tickIntervalOption(parsed.values["tick-interval"] ?? process.env.QLR_TICK_INTERVAL));
+        // Validated before the token or the state dir is written: bad input writes nothing.
+        return await serveCommand(config, parsed.values.apply ?? [], tickIntervalOption(parsed.values["tick-interval"] ?? process.env.QLR_TICK_INTERVAL), retentionConfig(parsed.values, process.env));
       case "apply": {
         const file = runRequired(rest, 0, "FILE");
         const text = await readFile(file, "utf8");

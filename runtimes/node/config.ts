@@ -2,8 +2,10 @@ import { randomBytes } from "node:crypto";
 import { constants } from "node:fs";
 import { mkdir, open } from "node:fs/promises";
 import { join, resolve } from "node:path";
+import { isQlrError } from "../../src/errors.ts";
 import { isProfileName, type ProfileName } from "../../src/profiles.ts";
 import { MAX_TOKEN_LENGTH, MIN_TOKEN_LENGTH } from "../http/auth.ts";
+import { parseRetentionPolicy, type RetentionPolicy } from "../../src/retention.ts";
 import type { StoreKind } from "./open-store.ts";
 
 /** Common options and their environment twins (DESIGN.md §6). Flags win over the environment. */
@@ -110,6 +112,26 @@ export async function commonConfig(values: OptionValues, env: NodeJS.ProcessEnv,
     url: text("url") ?? env.QLR_URL ?? null,
     json: values.json === true,
   };
+}
+
+/**
+ * `--retention DURATION` / `QLR_RETENTION` (default 7d) and `--retention-runs N` /
+ * `QLR_RETENTION_RUNS` (default 10000) of `qlr serve`. A bad value is a usage error naming
+ * the flag or variable it came from; it is checked before anything is written.
+ */
+export function retentionConfig(values: Record<string, string | boolean | string[] | undefined>, env: NodeJS.ProcessEnv): RetentionPolicy {
+  const flag = (key: string): string | undefined => (typeof values[key] === "string" ? values[key] : undefined);
+  const horizonFlag = flag("retention");
+  const runsFlag = flag("retention-runs");
+  try {
+    return parseRetentionPolicy(
+      { horizon: horizonFlag ?? env.QLR_RETENTION, maxRuns: runsFlag ?? env.QLR_RETENTION_RUNS },
+      { horizon: horizonFlag !== undefined ? "--retention" : "QLR_RETENTION", maxRuns: runsFlag !== undefined ? "--retention-runs" : "QLR_RETENTION_RUNS" },
+    );
+  } catch (error) {
+    if (isQlrError(error, "invalid_request")) throw new UsageError(error.details.map((detail) => `${detail.path} ${detail.message}`).join("\n"));
+    throw error;
+  }
 }
 
 export const TOKEN_FILE = "token";

@@ -8,6 +8,7 @@ import { manifestError, parseManifest } from "../../src/manifest/index.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { applyPackage, type ApplyResult } from "../../src/operations.ts";
 import { PROFILES, type ProfileName } from "../../src/profiles.ts";
+import { DEFAULT_RETENTION, type RetentionPolicy } from "../../src/retention.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { mountDashboard } from "../browser/serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
@@ -37,6 +38,8 @@ export interface DeviceOptions {
   readonly supervisorPath?: string;
   /** Crash tests: SIGKILL this process when the named fault point is reached (`QLR_FAULT_POINT`). */
   readonly crashAt?: FaultPoint | null;
+  /** Retention (bounded history); default 7 days and 10 000 terminal runs. */
+  readonly retention?: RetentionPolicy;
   readonly log?: (line: string) => void;
 }
 
@@ -99,12 +102,18 @@ export class DeviceRuntime {
         log(`applied ${file}: package ${applied.package} generation ${applied.generation}${applied.changed ? " (new)" : " (unchanged)"}`);
       }
       const launcher = new PosixLauncher({ stateDir, hmacKey, nowMs: () => systemClock.nowMs(), graceMs: options.graceMs ?? DEFAULT_GRACE_MS, onSupervisorExit: wake, ...(options.supervisorPath === undefined ? {} : { supervisorPath: options.supervisorPath }) });
+      const crashAt = options.crashAt ?? null;
+      // A crash test's named point: die exactly here, as a power cut or OOM kill would.
+      const fault = (point: FaultPoint): void => {
+        if (point === crashAt) process.kill(process.pid, "SIGKILL");
+      };
       const executor = new LocalProcessExecutor(launcher, {
         logMaxBytes: options.logMaxBytes ?? DEFAULT_LOG_MAX_BYTES,
         onStopError: (attemptId, error) => log(`stop of ${attemptId} failed: ${error instanceof Error ? error.message : String(error)}`),
+        fault,
       });
       const metrics = new Metrics(processMemory);
-      const crashAt = options.crashAt ?? null;
+      const retention = options.retention ?? DEFAULT_RETENTION;
       const coordinator = new Coordinator({
         store,
         clock: systemClock,
@@ -114,10 +123,8 @@ export class DeviceRuntime {
         elapsedMs: () => performance.now(),
         onStage: (stage) => metrics.observeStage(stage),
         onTick: () => metrics.observeTick(),
-        fault: (point) => {
-          // A crash test's named point: die exactly here, as a power cut or OOM kill would.
-          if (point === crashAt) process.kill(process.pid, "SIGKILL");
-        },
+        fault,
+        retention,
       });
       const recovery: RecoveryEntry[] = await coordinator.recover();
       for (const entry of recovery.filter((item) => item.decision === "fail_closed")) log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
@@ -139,6 +146,8 @@ export class DeviceRuntime {
         workerToken: options.workerToken ?? null,
         metrics,
         recoveryReport: () => recovery,
+        retention,
+        profileName: options.profile,
         mount: (app) => mountDashboard(app),
         onChange: wake,
         readLog: (attempt: RunAttempt, maxBytes: number) => readAttemptLog(launcher.logPath(attempt.id, "stdout"), launcher.logPath(attempt.id, "stderr"), Math.min(maxBytes, LOG_READ_MAX_BYTES)),

@@ -1,4 +1,5 @@
 import { readdir, readFile } from "node:fs/promises";
+import type { FaultPoint } from "../../src/coordinator.ts";
 import type { ProcessHandleFacts, RunAttempt, StopReason } from "../../src/model.ts";
 import type { Executor, LaunchRequest } from "../../src/ports.ts";
 import type { LiveInspection, ReceiptEvidence } from "../../src/recovery.ts";
@@ -38,13 +39,26 @@ export class LocalProcessExecutor implements Executor {
   private readonly launcher: PosixLauncher;
   private readonly logMaxBytes: number;
   private readonly onStopError: (attemptId: string, error: unknown) => void;
+  private readonly fault: ((point: FaultPoint) => void | Promise<void>) | undefined;
   /** Stops in flight, so shutdown can wait for them. */
   readonly stopping = new Map<string, Promise<unknown>>();
 
-  constructor(launcher: PosixLauncher, options: { logMaxBytes: number; onStopError: (attemptId: string, error: unknown) => void }) {
+  constructor(launcher: PosixLauncher, options: { logMaxBytes: number; onStopError: (attemptId: string, error: unknown) => void; fault?: (point: FaultPoint) => void | Promise<void> }) {
     this.launcher = launcher;
     this.logMaxBytes = options.logMaxBytes;
     this.onStopError = options.onStopError;
+    this.fault = options.fault;
+  }
+
+  /** Retention: the attempts' files, journal record last (see PosixLauncher.discard). */
+  async discard(attemptIds: readonly string[]): Promise<void> {
+    await this.launcher.discard(attemptIds, async () => {
+      await this.fault?.("purge.discard_before_journal");
+    });
+  }
+
+  listHeld(afterAttemptId: string | null, limit: number): Promise<string[]> {
+    return this.launcher.listJournalPage(afterAttemptId, limit);
   }
 
   async launch(request: LaunchRequest): Promise<ProcessHandleFacts> {

@@ -1,7 +1,9 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Hono } from "hono";
 import { Coordinator, type TickReport } from "../../src/coordinator.ts";
+import { isQlrError } from "../../src/errors.ts";
 import { isProfileName, PROFILES, type Profile } from "../../src/profiles.ts";
+import { parseRetentionPolicy, type RetentionPolicy } from "../../src/retention.ts";
 import { openDurableObjectSqliteDriver, type DurableObjectSqliteDriver } from "../../storage/do-sqlite/driver.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
@@ -20,6 +22,10 @@ export interface WorkerEnv {
   readonly QLR_WORKER_TOKEN?: string;
   /** `edge` (default), `standalone` or `cluster`: the budgets of one cadence cycle. */
   readonly QLR_PROFILE?: string;
+  /** Retention horizon, a duration such as `7d` (default): terminal runs finished longer ago are purged. */
+  readonly QLR_RETENTION?: string;
+  /** At most this many terminal runs are kept (default 10000). */
+  readonly QLR_RETENTION_RUNS?: string;
 }
 
 /** The one object that owns the store; the Worker routes everything to the instance of this name. */
@@ -33,7 +39,7 @@ interface Runtime {
 }
 
 /** The configuration problem that keeps the object from serving, or null. */
-export function configurationProblem(env: Pick<WorkerEnv, "QLR_TOKEN" | "QLR_WORKER_TOKEN" | "QLR_PROFILE">): string | null {
+export function configurationProblem(env: Pick<WorkerEnv, "QLR_TOKEN" | "QLR_WORKER_TOKEN" | "QLR_PROFILE" | "QLR_RETENTION" | "QLR_RETENTION_RUNS">): string | null {
   if (env.QLR_TOKEN === undefined || env.QLR_TOKEN.length === 0) return "the QLR_TOKEN secret is not set (npx wrangler secret put QLR_TOKEN)";
   // The same rule as the Node runtime's: a short token can be guessed.
   if (env.QLR_TOKEN.length < MIN_TOKEN_LENGTH || env.QLR_TOKEN.length > MAX_TOKEN_LENGTH || /\s/.test(env.QLR_TOKEN)) return `the QLR_TOKEN secret must be ${MIN_TOKEN_LENGTH}–${MAX_TOKEN_LENGTH} characters without whitespace (openssl rand -hex 32)`;
@@ -43,7 +49,18 @@ export function configurationProblem(env: Pick<WorkerEnv, "QLR_TOKEN" | "QLR_WOR
     if (workerToken === env.QLR_TOKEN) return "the QLR_WORKER_TOKEN secret must differ from QLR_TOKEN";
   }
   if (env.QLR_PROFILE !== undefined && env.QLR_PROFILE !== "" && !isProfileName(env.QLR_PROFILE)) return `QLR_PROFILE ${JSON.stringify(env.QLR_PROFILE)} is not edge, standalone or cluster`;
+  try {
+    retentionOf(env);
+  } catch (error) {
+    if (isQlrError(error, "invalid_request")) return error.details.map((detail) => `${detail.path} ${detail.message}`).join("; ");
+    throw error;
+  }
   return null;
+}
+
+/** The retention from `[vars]` (QLR_RETENTION, QLR_RETENTION_RUNS), the same defaults and bounds as `qlr serve`. */
+export function retentionOf(env: Pick<WorkerEnv, "QLR_RETENTION" | "QLR_RETENTION_RUNS">): RetentionPolicy {
+  return parseRetentionPolicy({ horizon: env.QLR_RETENTION, maxRuns: env.QLR_RETENTION_RUNS }, { horizon: "QLR_RETENTION", maxRuns: "QLR_RETENTION_RUNS" });
 }
 
 function profileOf(env: Pick<WorkerEnv, "QLR_PROFILE">): Profile {
@@ -106,17 +123,21 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
   private async build(): Promise<Runtime> {
     const store = await openSqliteStore(this.driver, workerClock.nowMs());
     const metrics = new Metrics();
+    // configurationProblem() refused a bad value before any request reached here.
+    const retention = retentionOf(this.env);
+    const profile = profileOf(this.env);
     const coordinator = new Coordinator({
       store,
       clock: workerClock,
       ids: uuidv7Ids,
-      profile: profileOf(this.env),
+      profile,
       executors: {},
       elapsedMs: () => performance.now(),
       onStage: (stage) => metrics.observeStage(stage),
       onTick: () => metrics.observeTick(),
+      retention,
     });
-    const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, secrets: randomSecrets, token: this.env.QLR_TOKEN ?? "", workerToken: this.workerToken(), metrics, supportedExecutors: ["remote_worker"] });
+    const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, secrets: randomSecrets, token: this.env.QLR_TOKEN ?? "", workerToken: this.workerToken(), metrics, supportedExecutors: ["remote_worker"], retention, profileName: profile.name });
     return { store, coordinator, metrics, app };
   }
 

@@ -48,6 +48,8 @@ export class SimulatedExecutor implements Executor {
   readonly processes = new Map<string, SimulatedProcess>();
   readonly spawnCounts = new Map<string, number>();
   readonly journal = new Set<string>();
+  /** Attempts whose files retention discarded, with the virtual time it happened. */
+  readonly discarded = new Map<string, number>();
   private nextPid = 1000;
   private readonly options: Required<Omit<SimulatedExecutorOptions, "clock" | "prng" | "outcome">> & Pick<SimulatedExecutorOptions, "clock" | "prng" | "outcome">;
 
@@ -95,7 +97,7 @@ export class SimulatedExecutor implements Executor {
 
   readReceipt(attempt: RunAttempt): Promise<ReceiptEvidence> {
     const proc = this.processes.get(attempt.id);
-    if (proc === undefined || this.options.clock.nowMs() < proc.finishAtMs) return Promise.resolve({ status: "none" });
+    if (proc === undefined || this.discarded.has(attempt.id) || this.options.clock.nowMs() < proc.finishAtMs) return Promise.resolve({ status: "none" });
     return Promise.resolve({
       status: "valid",
       facts: {
@@ -130,6 +132,20 @@ export class SimulatedExecutor implements Executor {
     proc.exitCode = null;
     proc.signal = "SIGTERM";
     return Promise.resolve();
+  }
+
+  /** Retention: forgets the attempts' journal records and receipts (the "files"); the processes themselves are the OS's. */
+  discard(attemptIds: readonly string[]): Promise<void> {
+    for (const attemptId of attemptIds) {
+      this.journal.delete(attemptId);
+      this.discarded.set(attemptId, this.options.clock.nowMs());
+    }
+    return Promise.resolve();
+  }
+
+  listHeld(afterAttemptId: string | null, limit: number): Promise<string[]> {
+    const after = afterAttemptId ?? "";
+    return Promise.resolve([...this.journal].filter((attemptId) => attemptId > after).sort().slice(0, Math.max(0, limit)));
   }
 
   /** Simulation helper: a "kill -9" of the task from outside, not through the runtime. */

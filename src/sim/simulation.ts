@@ -4,7 +4,8 @@ import { isQlrError } from "../errors.ts";
 import type { Manifest, TaskSpec, WorkflowSpec } from "../manifest/types.ts";
 import { TERMINAL_RUN_STATUSES, type Run } from "../model.ts";
 import { applyPackage, cancelRun, startRun } from "../operations.ts";
-import type { IdSource, Store, StoreTx } from "../ports.ts";
+import type { IdSource, PurgedRun, Store, StoreTx } from "../ports.ts";
+import type { RetentionPolicy } from "../retention.ts";
 import { PROFILES, type ProfileName } from "../profiles.ts";
 import { Prng } from "./prng.ts";
 import { SimulatedExecutor } from "./simulated-executor.ts";
@@ -33,6 +34,19 @@ export interface SimulationOptions {
    * same whatever they are, so only the outcomes of those draws change.
    */
   readonly executorFaults?: { readonly failureRate?: number; readonly spawnFailureRate?: number };
+  /**
+   * Retention on: the coordinator purges by this policy, crashes may also land on the purge
+   * stage's fault points, and after the drain the clock moves past the horizon so every
+   * expired run is purged before the simulation ends. Absent: nothing is purged (and the PRNG
+   * sequence is the one of earlier versions).
+   */
+  readonly retention?: RetentionPolicy;
+}
+
+/** One purge as the coordinator reported it, with the virtual time of its commit. */
+export interface PurgeRecord {
+  readonly run: PurgedRun;
+  readonly atMs: number;
 }
 
 export interface SimulationLogEntry {
@@ -54,6 +68,10 @@ export interface SimulationResult {
   readonly idempotentTasks: ReadonlySet<string>;
   /** The virtual time when the simulation ended. */
   readonly endMs: number;
+  /** Every purge, in order (empty without retention). */
+  readonly purges: readonly PurgeRecord[];
+  /** Every run id the simulation started (purged ones included). */
+  readonly runIds: ReadonlySet<string>;
 }
 
 class SimulatedCrash extends Error {
@@ -84,6 +102,7 @@ class KillableStore implements Store {
 }
 
 const FAULT_POINTS: readonly FaultPoint[] = ["admission.after_commit", "dispatch.after_starting", "dispatch.after_spawn", "dispatch.after_running", "completion.before_commit", "completion.after_commit", "cancellation.after_stop"];
+const PURGE_FAULT_POINTS: readonly FaultPoint[] = ["purge.after_commit", "purge.after_discard"];
 
 export function randomManifest(prng: Prng, packageName: string): Manifest {
   const taskCount = prng.int(1, 3);
@@ -141,6 +160,9 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
   let crashAt: FaultPoint | null = null;
   let handle = new KillableStore(store);
   const profile = PROFILES[options.profile ?? "standalone"];
+  const retention = options.retention ?? null;
+  const faultPoints = retention === null ? FAULT_POINTS : [...FAULT_POINTS, ...PURGE_FAULT_POINTS];
+  const purges: PurgeRecord[] = [];
 
   const makeCoordinator = (storeHandle: KillableStore): Coordinator =>
     new Coordinator({
@@ -149,6 +171,8 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
       ids,
       profile,
       executors: { local_process: executor },
+      retention,
+      onPurge: (run, atMs) => purges.push({ run, atMs }),
       fault: (point) => {
         if (crashAt === point) {
           crashAt = null;
@@ -228,7 +252,7 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
         await record("cancel", run.id);
       }
     } else if (roll < 0.17) {
-      crashAt = prng.pick(FAULT_POINTS);
+      crashAt = prng.pick(faultPoints);
       await record("arm-crash", `the coordinator dies at ${crashAt}`);
     } else if (roll < 0.19 && options.lostCommitResponses !== undefined) {
       // Only the coordinator's transactions lose responses: a tick retries through the store.
@@ -269,6 +293,13 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
     await tick();
   }
 
+  if (retention !== null && drained) {
+    // Past the horizon every terminal run has expired: a few cycles (bounded by the purge
+    // budget) must purge them all.
+    clock.advance(retention.horizonMs + 1);
+    for (let index = 0; index < 1 + Math.ceil(runIds.size / Math.max(1, profile.purge.pageSize * profile.purge.pages)); index += 1) await tick();
+  }
+
   const final = await store.transaction(async (tx) => {
     const detail = [];
     for (const id of [...runIds].sort()) {
@@ -284,5 +315,5 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
     }
     return detail;
   });
-  return { seed: options.seed, packageName, log, executor, finalDigest: digestOf(final), drained, crashes, runs: final.length, idempotentTasks, endMs: clock.nowMs() };
+  return { seed: options.seed, packageName, log, executor, finalDigest: digestOf(final), drained, crashes, runs: final.length, idempotentTasks, endMs: clock.nowMs(), purges, runIds };
 }

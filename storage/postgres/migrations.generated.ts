@@ -11,5 +11,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 2,
     "name": "lease_secret",
     "sql": "-- The lease secret: a worker proves it holds a lease with the random secret it got at claim,\n-- not with its worker id and lease version alone (both appear in events and answers). Only\n-- the secret's sha256 is stored. A lease granted before this migration has none and is\n-- refused; its attempt is settled by lease expiry like any lease whose worker went away.\nALTER TABLE run_attempts ADD COLUMN lease_secret_digest TEXT CHECK (lease_secret_digest IS NULL OR length(lease_secret_digest) = 64);\n"
+  },
+  {
+    "version": 3,
+    "name": "retention",
+    "sql": "-- Retention (bounded history). The purge stage walks finished runs by finish time, then id. Only\n-- terminal runs have a finish time (a retry back to queued clears it), so the index holds the\n-- retained history and nothing else. Its predicate is the finish time alone, not the status:\n-- SQLite's planner otherwise prefers runs_by_status and sorts, which costs tens of ms per pass\n-- over 10 000 runs; the core still checks the status of every candidate.\nCREATE INDEX runs_terminal_by_finish ON runs (finished_at_ms, id) WHERE finished_at_ms IS NOT NULL;\n-- A schedule's last run is never purged (its overlap rule reads it); the check is by run id.\nCREATE INDEX schedules_last_run ON schedules (last_run_id) WHERE last_run_id IS NOT NULL;\n-- The purge deletes a run's admission receipts and events by run id (both primary keys start\n-- with run_id); attempts, steps and mutations by run id too (their indexes above start with it).\n"
   }
 ];

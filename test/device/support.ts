@@ -354,7 +354,7 @@ export function stopAllServed(): void {
  * Starts `node qlr.mjs serve --state-dir DIR --port 0` and waits for its `qlr serving URL`
  * line. `fault` sets QLR_FAULT_POINT: the runtime SIGKILLs itself when that point is reached.
  */
-export async function startServe(bundle: Bundle, stateDir: string, options: { fault?: string; apply?: string[]; profile?: string; tickInterval?: string } = {}): Promise<Served> {
+export async function startServe(bundle: Bundle, stateDir: string, options: { fault?: string; apply?: string[]; profile?: string; tickInterval?: string; retention?: string; retentionRuns?: string } = {}): Promise<Served> {
   const args = [
     bundle.qlr,
     "serve",
@@ -364,6 +364,8 @@ export async function startServe(bundle: Bundle, stateDir: string, options: { fa
     "0",
     ...(options.profile === undefined ? [] : ["--profile", options.profile]),
     ...(options.tickInterval === undefined ? [] : ["--tick-interval", options.tickInterval]),
+    ...(options.retention === undefined ? [] : ["--retention", options.retention]),
+    ...(options.retentionRuns === undefined ? [] : ["--retention-runs", options.retentionRuns]),
     ...(options.apply ?? []).flatMap((file) => ["--apply", file]),
   ];
   const child = spawn(process.execPath, args, { env: childEnv(options.fault === undefined ? {} : { QLR_FAULT_POINT: options.fault }), stdio: ["ignore", "pipe", "pipe"] });

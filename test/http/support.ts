@@ -15,6 +15,7 @@ import type { Hono } from "hono";
 import { createApp } from "../../runtimes/http/app.ts";
 import { Metrics } from "../../runtimes/http/metrics.ts";
 import { Coordinator, STAGE_ORDER } from "../../src/coordinator.ts";
+import type { RetentionPolicy } from "../../src/retention.ts";
 import { PROFILES } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
@@ -231,7 +232,7 @@ export class Harness {
   readonly metrics: Metrics;
   readonly app: Hono;
 
-  private constructor(store: SqlStore) {
+  private constructor(store: SqlStore, retention: RetentionPolicy | null) {
     this.store = store;
     this.clock = new VirtualClock(START_MS);
     this.metrics = new Metrics();
@@ -245,12 +246,14 @@ export class Harness {
       executors: { local_process: this.executor },
       onStage: (stage) => this.metrics.observeStage(stage),
       onTick: () => this.metrics.observeTick(),
+      retention,
     });
-    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, secrets: new SequentialSecrets(), token: TOKEN, workerToken: WORKER_TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)) });
+    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, secrets: new SequentialSecrets(), token: TOKEN, workerToken: WORKER_TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)), retention, profileName: PROFILES.standalone.name });
   }
 
-  static async open(factory: StoreFactory): Promise<Harness> {
-    return new Harness(await factory.open());
+  /** A harness over a fresh store; `retention` null (the default) keeps every run, as most scenarios need. */
+  static async open(factory: StoreFactory, options: { retention?: RetentionPolicy | null } = {}): Promise<Harness> {
+    return new Harness(await factory.open(), options.retention ?? null);
   }
 
   close(): Promise<void> {

@@ -14,6 +14,8 @@ import { checkTerminalExactlyWhenSettled } from "./invariants/terminal-when-sett
 import { checkAttemptEndsOnce } from "./invariants/attempt-ends-once.ts";
 import { checkContiguousEvents } from "./invariants/contiguous-events.ts";
 import { checkNoRetryAfterStartBarrier } from "./invariants/no-retry-after-start-barrier.ts";
+import { checkPurgeOnlyUnreferenced } from "./invariants/purge-only-unreferenced.ts";
+import type { RetentionPolicy } from "../../src/retention.ts";
 
 /**
  * Seeded deterministic simulation. CI runs a bounded number of seeds per store; set
@@ -23,6 +25,10 @@ import { checkNoRetryAfterStartBarrier } from "./invariants/no-retry-after-start
 const SQLJS_SEEDS = Number(process.env.QLR_SIM_SEEDS ?? 300);
 const PGLITE_SEEDS = Number(process.env.QLR_SIM_PGLITE_SEEDS ?? Math.min(SQLJS_SEEDS, 30));
 const FIRST_SEED = Number(process.env.QLR_SIM_FIRST_SEED ?? 1);
+const RETENTION_SEEDS = Math.min(SQLJS_SEEDS, 80);
+const RETENTION_PGLITE_SEEDS = Math.min(PGLITE_SEEDS, 3);
+/** Small on purpose: two kept runs make the count rule purge in almost every seed. */
+const SIM_RETENTION: RetentionPolicy = { horizonMs: 60_000, maxRuns: 2 };
 
 /**
  * A bound that only catches a hang: a quiet 2-core machine runs a sql.js seed in ~50 ms and a
@@ -64,12 +70,14 @@ function lossy(driver: SqlDriver): { driver: SqlDriver; arm: () => void; disarm:
  * sql.js), so a seed's outcome depends on the seed alone and the cost per seed stays flat; a
  * shared database (PGlite, ~2 s and ~700 MB to open) chains the seeds' virtual clocks.
  */
-async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, freshPerSeed: boolean, migrations: typeof SQLITE_MIGRATIONS, count: number, firstSeed = FIRST_SEED): Promise<{ seeds: number; crashes: number; runs: number }> {
+async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, freshPerSeed: boolean, migrations: typeof SQLITE_MIGRATIONS, count: number, firstSeed = FIRST_SEED, retention: RetentionPolicy | null = null): Promise<{ seeds: number; crashes: number; runs: number; purges: number; purgeCrashes: number }> {
   let driver = await openDriver();
   let wrapped = lossy(driver);
   let store = await openSqlStore(wrapped.driver, migrations, 1_700_000_000_000);
   let crashes = 0;
   let runs = 0;
+  let purges = 0;
+  let purgeCrashes = 0;
   let startMs = 1_800_000_000_000;
   for (let seed = firstSeed; seed < firstSeed + count; seed += 1) {
     if (freshPerSeed && seed !== firstSeed) {
@@ -81,13 +89,15 @@ async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, fre
     }
     let result;
     try {
-      result = await simulate(store, { seed, startMs, lostCommitResponses: wrapped });
+      result = await simulate(store, { seed, startMs, lostCommitResponses: wrapped, ...(retention === null ? {} : { retention }) });
     } catch (error) {
       throw new Error(`simulation on ${label} threw for seed ${seed}: ${(error as Error).stack ?? String(error)}`, { cause: error });
     }
     startMs = result.endMs + 60_000;
     crashes += result.crashes;
     runs += result.runs;
+    purges += result.purges.length;
+    purgeCrashes += result.log.filter((entry) => entry.action === "arm-crash" && entry.detail.includes("purge.")).length;
     const world = await readWorld(driver, result.packageName, result.executor.spawnCounts, result.idempotentTasks);
     const problems = [
       ...checkOneLiveAttemptPerStep(world),
@@ -96,6 +106,7 @@ async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, fre
       ...checkAttemptEndsOnce(world, result.drained),
       ...checkContiguousEvents(world),
       ...checkNoRetryAfterStartBarrier(world),
+      ...(retention === null ? [] : checkPurgeOnlyUnreferenced(world, result.purges, result.executor, retention, result.drained)),
       ...(result.drained ? [] : [`seed ${seed} did not drain`]),
     ];
     if (problems.length > 0) {
@@ -103,7 +114,7 @@ async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, fre
     }
   }
   await store.close();
-  return { seeds: count, crashes, runs };
+  return { seeds: count, crashes, runs, purges, purgeCrashes };
 }
 
 describe("deterministic simulation", () => {
@@ -128,6 +139,18 @@ describe("deterministic simulation", () => {
     const summary = await runSeeds("pglite", () => openPgliteDriver(), false, POSTGRES_MIGRATIONS, PGLITE_SEEDS);
     expect(summary.runs).toBeGreaterThan(0);
   }, timeoutFor(PGLITE_SEEDS, 20_000));
+
+  it(`with retention on, purges only what nothing references over ${RETENTION_SEEDS} seeds on sql.js`, async () => {
+    const SQL = await loadSqlJs();
+    const summary = await runSeeds("sqljs-memory+retention", () => Promise.resolve(openSqlJsMemoryDriver(SQL)), true, SQLITE_MIGRATIONS, RETENTION_SEEDS, FIRST_SEED, SIM_RETENTION);
+    expect(summary.purges).toBeGreaterThan(summary.seeds);
+    expect(summary.purgeCrashes).toBeGreaterThan(0);
+  }, timeoutFor(RETENTION_SEEDS, 1_000));
+
+  it(`with retention on, purges only what nothing references over ${RETENTION_PGLITE_SEEDS} seeds on PGlite`, async () => {
+    const summary = await runSeeds("pglite+retention", () => openPgliteDriver(), false, POSTGRES_MIGRATIONS, RETENTION_PGLITE_SEEDS, FIRST_SEED, SIM_RETENTION);
+    expect(summary.purges).toBeGreaterThan(0);
+  }, timeoutFor(RETENTION_PGLITE_SEEDS, 5_000));
 
   it("the same seed gives the same final state on sql.js and PGlite", async () => {
     const sqljs = await openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), SQLITE_MIGRATIONS, 1_700_000_000_000);

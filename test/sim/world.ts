@@ -14,6 +14,8 @@ export interface World {
   readonly spawnCounts: ReadonlyMap<string, number>;
   /** Whether each task (by package/name) is declared idempotent. */
   readonly idempotentTasks: ReadonlySet<string>;
+  /** Rows anywhere in the store that name a run (or step run) that no longer exists. */
+  readonly orphanRows: number;
 }
 
 /** Reads the rows of one package's runs (a store may hold many simulations). */
@@ -29,5 +31,16 @@ export async function readWorld(driver: SqlDriver, packageName: string, spawnCou
     admissions: (await tx.query<{ body: string }>(`SELECT body FROM admission_receipts WHERE ${mine} ORDER BY run_id, step_run_id, step_run_version`, [packageName])).map((row) => JSON.parse(row.body) as AdmissionReceipt),
     spawnCounts,
     idempotentTasks,
+    orphanRows: await countOrphans(tx),
   }));
+}
+
+async function countOrphans(tx: Parameters<Parameters<SqlDriver["transaction"]>[0]>[0]): Promise<number> {
+  let total = 0;
+  for (const table of ["step_runs", "run_attempts", "admission_receipts", "run_events", "step_mutations"]) {
+    const found = await tx.query<{ n: number }>(`SELECT COUNT(*) AS n FROM ${table} t WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = t.run_id)`);
+    total += Number(found[0]?.n ?? 0);
+  }
+  const steps = await tx.query<{ n: number }>("SELECT COUNT(*) AS n FROM run_attempts a WHERE a.step_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM step_runs s WHERE s.id = a.step_run_id)");
+  return total + Number(steps[0]?.n ?? 0);
 }

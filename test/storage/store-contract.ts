@@ -12,6 +12,7 @@ import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
 import { diamondManifest, SequentialIds, TestClock, wideManifest } from "../support/fixtures.ts";
+import type { RetentionPolicy } from "../../src/retention.ts";
 
 /**
  * The one storage contract every driver passes. `describeStoreContract` takes a factory of a
@@ -261,6 +262,133 @@ export function describeStoreContract(factory: DriverFactory): void {
       expect(first.created).toBe(true);
       expect(second.created).toBe(false);
       expect(second.run.id).toBe(first.run.id);
+    });
+
+    /**
+     * Retention, checked against an oracle written here from raw rows (not the core's
+     * decision): after purging, exactly the runs the rule selects are gone with every row they
+     * owned, nothing left points at a purged run, and protected runs keep all their rows. It
+     * runs last in the file, over every run the tests above left in this database.
+     */
+    it("retention purges exactly the runs the rule selects, with all they own, and nothing referenced", async () => {
+      const p = (index: number): string => (driver.dialect === "postgres" ? `$${index}` : "?");
+      const raw = <R extends Record<string, unknown>>(sql: string, params: (string | number | null)[] = []) => driver.transaction((tx) => tx.query<R>(sql, params));
+      const c = coordinator();
+      /** A workflow run with an admitted attempt, cancelled and converged: terminal with a receipt, events and mutations. */
+      const finishedRun = async (idempotencyKey: string | null): Promise<string> => {
+        const runId = await store.transaction(async (tx) => {
+          const nowMs = await tx.observe(clock.nowMs());
+          await applyPackage(tx, diamondManifest("purge-pkg"), nowMs);
+          return (await startRun(tx, { package: "purge-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey, scheduleName: null, runId: ids.runId() }, nowMs)).run.id;
+        });
+        await c.frontier(runId);
+        const candidates = await store.transaction(async (tx) => (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter((item) => item.runId === runId));
+        for (const candidate of candidates) await c.admit(candidate);
+        await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
+        await c.convergeRun(runId);
+        const run = await store.transaction(async (tx) => tx.getRun(runId));
+        expect(run?.status).toBe("cancelled");
+        return runId;
+      };
+      // Settle what the tests above left moving, so the oracle's snapshot stays true while purging.
+      for (let round = 0; round < 20; round += 1) {
+        clock.advance(1);
+        const report = await c.tick();
+        if (report.stages.every((stage) => stage.processed === 0)) break;
+      }
+      clock.advance(1_000);
+      const plain = await finishedRun(null);
+      const keyed = await finishedRun("purge-contract-key");
+      const scheduled = await finishedRun(null);
+      const withLiveAttempt = await finishedRun(null);
+      const stillRunning = await newWorkflowRun("purge-pkg");
+      // A schedule's overlap rule reads its last run; an attempt marked live may still run.
+      await raw(`INSERT INTO schedules (package, name, generation, spec, next_fire_at_ms, last_fire_at_ms, last_run_id, missed_fires, skipped_overlaps, version) VALUES (${p(1)}, ${p(2)}, 1, '{}', NULL, NULL, ${p(3)}, 0, 0, 1)`, ["purge-pkg", "keeper", scheduled]);
+      await raw(`UPDATE run_attempts SET status = 'running' WHERE run_id = ${p(1)}`, [withLiveAttempt]);
+      clock.advance(10 * 60_000);
+      const recentA = await finishedRun(null);
+      clock.advance(1);
+      const recentB = await finishedRun(null);
+
+      interface Facts { id: string; status: string; finished: number | null; key: string | null; frontier: number; live: number; refs: number }
+      const facts = async (): Promise<Facts[]> =>
+        (await raw<Record<string, unknown>>(`SELECT r.id, r.status, r.finished_at_ms, r.idempotency_key, r.frontier_due,
+            (SELECT COUNT(*) FROM run_attempts a WHERE a.run_id = r.id AND a.status IN ('claimed', 'starting', 'running')) AS live,
+            (SELECT COUNT(*) FROM schedules s WHERE s.last_run_id = r.id) AS refs FROM runs r`)).map((row) => ({
+          id: String(row.id), status: String(row.status), finished: row.finished_at_ms === null ? null : Number(row.finished_at_ms), key: typeof row.idempotency_key === "string" ? row.idempotency_key : null,
+          frontier: Number(row.frontier_due), live: Number(row.live), refs: Number(row.refs),
+        }));
+      const terminal = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+      /** The oracle: which runs must go under `policy` at `nowMs`. */
+      const expectedPurge = (all: Facts[], policy: RetentionPolicy, nowMs: number): Set<string> => {
+        const finished = all.filter((run) => terminal.has(run.status) && run.finished !== null);
+        const newestFirst = [...finished].sort((a, b) => (b.finished! - a.finished!) || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
+        const kept = new Set(newestFirst.slice(0, policy.maxRuns).map((run) => run.id));
+        return new Set(
+          finished
+            .filter((run) => run.live === 0 && run.refs === 0 && run.frontier === 0)
+            .filter((run) => {
+              const expired = run.finished! < nowMs - policy.horizonMs;
+              return expired || (!kept.has(run.id) && run.key === null);
+            })
+            .map((run) => run.id),
+        );
+      };
+      const childCounts = async (runId: string): Promise<number[]> => {
+        const counts: number[] = [];
+        for (const table of ["step_runs", "run_attempts", "admission_receipts", "run_events", "step_mutations"]) {
+          counts.push(Number((await raw<{ n: number }>(`SELECT COUNT(*) AS n FROM ${table} WHERE run_id = ${p(1)}`, [runId]))[0]?.n ?? 0));
+        }
+        return counts;
+      };
+      const orphanRows = async (): Promise<number> => {
+        let total = 0;
+        for (const table of ["step_runs", "run_attempts", "admission_receipts", "run_events", "step_mutations"]) {
+          total += Number((await raw<{ n: number }>(`SELECT COUNT(*) AS n FROM ${table} t WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = t.run_id)`))[0]?.n ?? 0);
+        }
+        total += Number((await raw<{ n: number }>("SELECT COUNT(*) AS n FROM run_attempts a WHERE a.step_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM step_runs s WHERE s.id = a.step_run_id)"))[0]?.n ?? 0);
+        return total;
+      };
+      const purgeWith = async (policy: RetentionPolicy): Promise<{ before: Facts[]; expected: Set<string>; purged: string[] }> => {
+        const before = await facts();
+        const expected = expectedPurge(before, policy, clock.nowMs());
+        const purged: string[] = [];
+        const purging = new Coordinator({ store, clock, ids, profile: PROFILES.edge, executors: {}, retention: policy, onPurge: (run) => purged.push(run.runId) });
+        // Edge budget: 4 runs per cycle. Bounded: the expected set plus a margin of cycles.
+        for (let round = 0; round < expected.size + 5; round += 1) await purging.tick();
+        return { before, expected, purged };
+      };
+      // The still-running run moves on while the cycles run (admission, frontier); the others are settled.
+      const protectedCounts = { scheduled: await childCounts(scheduled), withLiveAttempt: await childCounts(withLiveAttempt), keyed: await childCounts(keyed) };
+
+      // Phase 1, by count: only the newest two terminal runs stay, besides what the rules protect.
+      const byCount = await purgeWith({ horizonMs: 3_650 * 86_400_000, maxRuns: 2 });
+      expect(byCount.expected.has(plain)).toBe(true);
+      for (const runId of [keyed, scheduled, withLiveAttempt, stillRunning, recentA, recentB]) expect(byCount.expected.has(runId), runId).toBe(false);
+      expect(new Set(byCount.purged)).toEqual(byCount.expected);
+      const afterCount = new Set((await facts()).map((run) => run.id));
+      expect(afterCount).toEqual(new Set(byCount.before.map((run) => run.id).filter((id) => !byCount.expected.has(id))));
+      expect(await childCounts(plain)).toEqual([0, 0, 0, 0, 0]);
+      expect(await orphanRows()).toBe(0);
+      expect(await childCounts(keyed)).toEqual(protectedCounts.keyed);
+
+      // Phase 2, by time: everything terminal older than a minute goes, the keyed run included.
+      clock.advance(2 * 60_000);
+      const byTime = await purgeWith({ horizonMs: 60_000, maxRuns: 10_000_000 });
+      for (const runId of [keyed, recentA, recentB]) expect(byTime.expected.has(runId), runId).toBe(true);
+      expect(new Set(byTime.purged)).toEqual(byTime.expected);
+      const afterTime = new Set((await facts()).map((run) => run.id));
+      expect(afterTime).toEqual(new Set(byTime.before.map((run) => run.id).filter((id) => !byTime.expected.has(id))));
+      expect(await orphanRows()).toBe(0);
+      expect(await childCounts(scheduled)).toEqual(protectedCounts.scheduled);
+      expect(await childCounts(withLiveAttempt)).toEqual(protectedCounts.withLiveAttempt);
+      expect((await childCounts(stillRunning))[0]).toBe(4);
+      for (const runId of [scheduled, withLiveAttempt, stillRunning]) expect(afterTime.has(runId), runId).toBe(true);
+      // A purged run reads as absent, and its idempotency key starts a new run.
+      expect(await store.transaction(async (tx) => tx.getRun(keyed))).toBeNull();
+      const restarted = await store.transaction(async (tx) => startRun(tx, { package: "purge-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: "purge-contract-key", scheduleName: null, runId: ids.runId() }, await tx.observe(clock.nowMs())));
+      expect(restarted.created).toBe(true);
+      expect(restarted.run.id).not.toBe(keyed);
     });
   });
 }

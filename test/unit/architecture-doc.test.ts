@@ -76,7 +76,7 @@ describe("docs/ARCHITECTURE.md", () => {
         case "execution_control":
           return `${profile.executionControl.pageSize}×${profile.executionControl.pages}`;
         default: {
-          const entry = profile[stage as "cancellation" | "schedules" | "ordinary" | "frontier" | "admission"];
+          const entry = profile[stage as "cancellation" | "schedules" | "ordinary" | "frontier" | "admission" | "purge"];
           return `${entry.pageSize}×${entry.pages}`;
         }
       }

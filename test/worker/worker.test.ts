@@ -6,7 +6,7 @@
 import { createScheduledController, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import worker from "../../runtimes/worker/index.ts";
-import { configurationProblem, CoordinatorObject, NOT_CONFIGURED_MESSAGE } from "../../runtimes/worker/coordinator-object.ts";
+import { configurationProblem, CoordinatorObject, NOT_CONFIGURED_MESSAGE, retentionOf } from "../../runtimes/worker/coordinator-object.ts";
 import type { WorkerRequest } from "../../runtimes/worker/types.ts";
 import { freshObject, inObject, testEnv, token, workerToken } from "./support.ts";
 
@@ -113,7 +113,7 @@ describe("the Worker", () => {
     expect(response.status).toBe(200);
     const { report } = await json<{ report: { profile: string; stages: { name: string; processed: number; errors: unknown[]; more: boolean }[]; more: boolean; durationMs: number } }>(response);
     expect(report.profile).toBe("edge");
-    expect(report.stages.map((stage) => stage.name)).toEqual(["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control"]);
+    expect(report.stages.map((stage) => stage.name)).toEqual(["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "purge"]);
     for (const stage of report.stages) expect(stage.errors, stage.name).toEqual([]);
     expect(typeof report.more).toBe("boolean");
     expect(report.durationMs).toBeGreaterThanOrEqual(0);
@@ -176,5 +176,16 @@ describe("the Worker", () => {
       expect(response.status, `${method} ${path}`).toBe(401);
     }
     expect((await call("/packages/by-worker")).status).toBe(404);
+  });
+
+  it("reads the retention from [vars] with the defaults of qlr serve, and refuses a bad one", async () => {
+    expect(retentionOf({})).toEqual({ horizonMs: 7 * 86_400_000, maxRuns: 10_000 });
+    expect(retentionOf({ QLR_RETENTION: "36h", QLR_RETENTION_RUNS: "500" })).toEqual({ horizonMs: 36 * 3_600_000, maxRuns: 500 });
+    expect(configurationProblem({ QLR_TOKEN: "t", QLR_RETENTION: "30s" })).toMatch(/QLR_RETENTION must be from 1m to 3650d/);
+    expect(configurationProblem({ QLR_TOKEN: "t", QLR_RETENTION_RUNS: "0" })).toMatch(/QLR_RETENTION_RUNS must be a whole number of runs/);
+    // The deployed object serves the policy of wrangler.toml's [vars].
+    const info = await call("/info");
+    expect(info.status).toBe(200);
+    expect(await info.json()).toEqual({ profile: "edge", retention: { horizonMs: 7 * 86_400_000, maxRuns: 10_000, idempotencyWindowMs: 7 * 86_400_000 } });
   });
 });

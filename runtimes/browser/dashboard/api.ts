@@ -76,6 +76,12 @@ export interface PackageDetail {
   }[];
 }
 
+/** `GET /info`: the runtime's profile and retention (null: it purges nothing). */
+export interface RuntimeInfo {
+  readonly profile: string | null;
+  readonly retention: { readonly horizonMs: number; readonly maxRuns: number; readonly idempotencyWindowMs: number } | null;
+}
+
 /** The runtime refused the token (401): the page goes back to the token form. */
 export class Unauthorized extends Error {
   constructor() {
@@ -154,6 +160,10 @@ export class Api {
 
   log(id: string, step: string): Promise<string> {
     return this.text(`runs/${encodeURIComponent(id)}/steps/${encodeURIComponent(step)}/log`);
+  }
+
+  info(): Promise<RuntimeInfo> {
+    return this.json("GET", "info");
   }
 
   packages(): Promise<{ packages: PackageHead[] }> {

@@ -10,7 +10,7 @@ import { renderDag, type DagStep } from "../shared/dag.ts";
 import { h, replaceKeepingFocus, type Child } from "../shared/dom.ts";
 import { formatDuration, formatRelative, formatTime, shortDigest } from "../shared/format.ts";
 import { statusBadge, TERMINAL_RUN_STATUSES } from "../shared/status.ts";
-import { Api, ApiFailure, Unauthorized, type AttemptView, type PackageDetail, type RunDetail, type RunView } from "./api.ts";
+import { Api, ApiFailure, Unauthorized, type AttemptView, type PackageDetail, type RunDetail, type RunView, type RuntimeInfo } from "./api.ts";
 
 const TOKEN_KEY = "qlr.dashboard.token";
 const LIVE_KEY = "qlr.dashboard.live";
@@ -67,6 +67,8 @@ let viewSerial = 0;
 let pollTimer: ReturnType<typeof setTimeout> | null = null;
 let updatedText: HTMLElement | null = null;
 let packagesCache: PackageDetail[] | null = null;
+/** `GET /info`, read once per page: the retention does not change while a runtime runs. */
+let infoCache: RuntimeInfo | null = null;
 let extraRuns: { status: string | null; runs: RunView[]; nextCursor: string | null } | null = null;
 let logState: LogState | null = null;
 let busy = false;
@@ -199,6 +201,29 @@ async function tryToken(candidate: string): Promise<void> {
 
 // ---------------------------------------------------------------- data loading
 
+/** The runtime's info; a runtime without `GET /info` (an older version) shows no retention note. */
+async function loadInfo(client: Api): Promise<RuntimeInfo> {
+  if (infoCache !== null) return infoCache;
+  try {
+    infoCache = await client.info();
+  } catch (error) {
+    if (error instanceof Unauthorized) throw error;
+    infoCache = { profile: null, retention: null };
+  }
+  return infoCache;
+}
+
+/** Where the runs list ends: finished runs past the horizon are purged and answer 404. */
+function retentionNote(info: RuntimeInfo): Child {
+  if (info.retention === null) return null;
+  const { horizonMs, maxRuns } = info.retention;
+  return h(
+    "p",
+    { class: "muted small", id: "retention-note" },
+    `Finished runs are kept for ${formatDuration(horizonMs)} and at most the newest ${maxRuns.toLocaleString("en")}; older ones are purged with their logs. An idempotency key answers the same run for as long.`,
+  );
+}
+
 async function loadPackages(client: Api, force: boolean): Promise<PackageDetail[]> {
   if (packagesCache !== null && !force) return packagesCache;
   const { packages } = await client.packages();
@@ -289,7 +314,7 @@ function runsTable(runs: readonly RunView[], nowMs: number): Child {
 }
 
 async function runsView(client: Api, view: Extract<Route, { view: "runs" }>, serial: number): Promise<{ signature: string; render: () => Child[] } | null> {
-  const [page, packages] = await Promise.all([client.listRuns(view.status, null), loadPackages(client, false)]);
+  const [page, packages, info] = await Promise.all([client.listRuns(view.status, null), loadPackages(client, false), loadInfo(client)]);
   if (serial !== viewSerial) return null;
   const more = extraRuns !== null && extraRuns.status === view.status ? extraRuns : null;
   const seen = new Set(page.runs.map((run) => run.id));
@@ -320,6 +345,7 @@ async function runsView(client: Api, view: Extract<Route, { view: "runs" }>, ser
           h("div", { class: "filters" }, h("label", { for: "status-filter" }, "Status"), select),
         ),
         runsTable(runs, nowMs),
+        retentionNote(info),
         nextCursor === null
           ? null
           : h("p", { class: "button-row" }, h("button", { type: "button", id: "load-more", "data-key": "load-more", onclick: () => void loadMore(client, view.status, nextCursor) }, "Load older runs")),

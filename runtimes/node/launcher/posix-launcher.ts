@@ -1,16 +1,16 @@
 import { spawn } from "node:child_process";
-import { chown, mkdir, readdir, stat } from "node:fs/promises";
+import { chown, mkdir, readdir, stat, unlink } from "node:fs/promises";
 import { isAbsolute } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { digestOf, timingSafeEqualText } from "../../../src/digest.ts";
 import { QlrError } from "../../../src/errors.ts";
 import { assertPortableId, isPortableId } from "../../../src/identity.ts";
-import { createFileExclusiveDurable, ensureDurableDirectories, errorCode, readSmallFile } from "./durable-file.ts";
+import { createFileExclusiveDurable, ensureDurableDirectories, errorCode, fsyncDirectory, readSmallFile } from "./durable-file.ts";
 import { journalText, readJournalRecord, type JournalRecord } from "./journal.ts";
 import { DEFAULT_PROC_ROOT, isExitedState, readBootId, readProcStat } from "./proc.ts";
 import { checkReceiptText, isStopReason, readReceiptKey, RECEIPT_MAX_BYTES, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive, type CompletionReceipt, type StopReason } from "./receipt.ts";
-import { attemptLogPath, attemptWorkPath, journalPath, JOURNAL_SUFFIX, receiptPath, stateLayout, type LogStream, type StateLayout } from "./state-layout.ts";
+import { attemptFilesBesideJournal, attemptLogPath, attemptWorkPath, journalPath, JOURNAL_SUFFIX, receiptPath, stateLayout, type LogStream, type StateLayout } from "./state-layout.ts";
 import { recordStopIntent } from "./stop-intent.ts";
 import { parseSupervisorReport, SUPERVISOR_REPORT_MAX_BYTES, SUPERVISOR_SPEC_MAX_BYTES, type SupervisorReport, type SupervisorSpec } from "./supervisor-protocol.ts";
 import { resolveTaskUser, type TaskAccount } from "./task-user.ts";
@@ -151,6 +151,22 @@ function validateLaunchSpec(spec: LaunchSpec): void {
   }
   if (spec.cwd !== null && (typeof spec.cwd !== "string" || !isAbsolute(spec.cwd) || spec.cwd.includes("\0"))) throw invalidSpec("cwd", "must be an absolute path or null");
   if (!Number.isSafeInteger(spec.logMaxBytes) || spec.logMaxBytes < 1 || spec.logMaxBytes > LOG_MAX_BYTES_LIMIT) throw invalidSpec("logMaxBytes", `must be an integer from 1 to ${LOG_MAX_BYTES_LIMIT}`);
+}
+
+async function unlinkIfPresent(path: string): Promise<void> {
+  try {
+    await unlink(path);
+  } catch (error) {
+    if (errorCode(error) !== "ENOENT") throw error;
+  }
+}
+
+async function fsyncDirectoryIfPresent(directory: string): Promise<void> {
+  try {
+    await fsyncDirectory(directory);
+  } catch (error) {
+    if (errorCode(error) !== "ENOENT") throw error;
+  }
 }
 
 /**
@@ -374,6 +390,37 @@ export class PosixLauncher {
     valid.sort();
     rejected.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     return { valid, rejected };
+  }
+
+  /**
+   * Journal record ids in ascending order after `afterAttemptId`, at most `limit` (the orphan
+   * sweep's page). Names that are not `<portable id>.json` are never returned.
+   */
+  async listJournalPage(afterAttemptId: string | null, limit: number): Promise<string[]> {
+    const listing = await this.listJournal();
+    const after = afterAttemptId ?? "";
+    return listing.valid.filter((attemptId) => attemptId > after).slice(0, Math.max(0, limit));
+  }
+
+  /**
+   * Deletes every file of these attempts (retention: their rows are already gone). Order, for
+   * crash and power-loss safety: (1) logs, stop intents and receipts are unlinked; (2) their
+   * directories are fsynced, so those unlinks are durable; (3) only then the journal records
+   * go. An interruption anywhere leaves the journal record, which the orphan sweep lists and
+   * finishes; a file without its journal can never be left behind. A missing file is fine
+   * (a task that never logged, a discard repeated after a crash).
+   */
+  async discard(attemptIds: readonly string[], beforeJournal?: () => void | Promise<void>): Promise<void> {
+    const ids = attemptIds.map((attemptId) => assertPortableId(attemptId, "attemptId"));
+    if (ids.length === 0) return;
+    for (const attemptId of ids) {
+      for (const path of attemptFilesBesideJournal(this.layout, attemptId)) await unlinkIfPresent(path);
+    }
+    for (const directory of [this.layout.logsDir, this.layout.stopsDir, this.layout.receiptsDir]) await fsyncDirectoryIfPresent(directory);
+    await beforeJournal?.();
+    for (const attemptId of ids) await unlinkIfPresent(journalPath(this.layout, attemptId));
+    // Not fsynced: a journal record that a power loss brings back is an orphan the next
+    // start-up's sweep removes again.
   }
 
   /**

@@ -60,3 +60,18 @@ export type LogStream = "stdout" | "stderr";
 export function attemptLogPath(layout: StateLayout, attemptId: string, stream: LogStream): string {
   return join(layout.logsDir, `${assertPortableId(attemptId, "attemptId")}.${stream}.log`);
 }
+
+/**
+ * Every file the launcher and the supervisor may keep for one attempt except its journal
+ * record: logs (both streams and the supervisor's own), the stop intent and the receipt.
+ */
+export function attemptFilesBesideJournal(layout: StateLayout, attemptId: string): string[] {
+  const id = assertPortableId(attemptId, "attemptId");
+  return [
+    attemptLogPath(layout, id, "stdout"),
+    attemptLogPath(layout, id, "stderr"),
+    join(layout.logsDir, `${id}.supervisor.log`),
+    stopIntentPath(layout, id),
+    receiptPath(layout, id),
+  ];
+}
