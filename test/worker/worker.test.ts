@@ -181,8 +181,8 @@ describe("the Worker", () => {
   it("reads the retention from [vars] with the defaults of qlr serve, and refuses a bad one", async () => {
     expect(retentionOf({})).toEqual({ horizonMs: 7 * 86_400_000, maxRuns: 10_000 });
     expect(retentionOf({ QLR_RETENTION: "36h", QLR_RETENTION_RUNS: "500" })).toEqual({ horizonMs: 36 * 3_600_000, maxRuns: 500 });
-    expect(configurationProblem({ QLR_TOKEN: "t", QLR_RETENTION: "30s" })).toMatch(/QLR_RETENTION must be from 1m to 3650d/);
-    expect(configurationProblem({ QLR_TOKEN: "t", QLR_RETENTION_RUNS: "0" })).toMatch(/QLR_RETENTION_RUNS must be a whole number of runs/);
+    expect(configurationProblem({ QLR_TOKEN: "a-token-of-16-chars-or-more", QLR_RETENTION: "30s" })).toMatch(/QLR_RETENTION must be from 1m to 3650d/);
+    expect(configurationProblem({ QLR_TOKEN: "a-token-of-16-chars-or-more", QLR_RETENTION_RUNS: "0" })).toMatch(/QLR_RETENTION_RUNS must be a whole number of runs/);
     // The deployed object serves the policy of wrangler.toml's [vars].
     const info = await call("/info");
     expect(info.status).toBe(200);
