@@ -63,7 +63,7 @@ export interface AppDeps {
    * answered below 400): a run started or cancelled, a package applied, a worker's report. The
    * runtime runs its cadence at once instead of waiting for the interval.
    */
-  readonly onChange?: () => void;
+  readonly onChange?: () => void | Promise<void>;
 }
 
 const STATUS_OF: Record<QlrErrorCode, 400 | 401 | 404 | 409 | 413 | 500 | 503> = {
@@ -255,7 +255,8 @@ export function createApp(deps: AppDeps): Hono {
     const onChange = deps.onChange;
     app.use("*", async (c, next) => {
       await next();
-      if (c.req.method !== "GET" && c.req.method !== "HEAD" && c.res.status < 400) onChange();
+      // Awaited, so a wake that writes (a Durable Object's alarm) is in place before the answer leaves.
+      if (c.req.method !== "GET" && c.req.method !== "HEAD" && c.res.status < 400) await onChange();
     });
   }
   app.use(

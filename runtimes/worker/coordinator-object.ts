@@ -137,7 +137,25 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       onTick: () => metrics.observeTick(),
       retention,
     });
-    const app = createApp({ store, coordinator, clock: workerClock, ids: uuidv7Ids, secrets: randomSecrets, token: this.env.QLR_TOKEN ?? "", workerToken: this.workerToken(), metrics, supportedExecutors: ["remote_worker"], retention, profileName: profile.name });
+    const app = createApp({
+      store,
+      coordinator,
+      clock: workerClock,
+      ids: uuidv7Ids,
+      secrets: randomSecrets,
+      token: this.env.QLR_TOKEN ?? "",
+      workerToken: this.workerToken(),
+      metrics,
+      supportedExecutors: ["remote_worker"],
+      retention,
+      profileName: profile.name,
+      // A run started or cancelled, a package applied, a worker's report: run a cycle now.
+      onChange: () =>
+        this.wakeSoon().catch((error: unknown) => {
+          // The cron trigger still runs the cadence: a lost wake delays work, it loses nothing.
+          console.error(`qlr: the alarm could not be set: ${error instanceof Error ? error.message : String(error)}`);
+        }),
+    });
     return { store, coordinator, metrics, app };
   }
 
@@ -177,6 +195,25 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
     if (problem !== null) throw new Error(problem);
     const runtime = await this.open();
     const report = await runtime.coordinator.tick();
+    if (report.more || report.followUp) await this.wakeSoon();
     return report;
+  }
+
+  /**
+   * The object's alarm is its event-driven cadence: the minute cron is only the fallback. A
+   * cycle that left work behind (`more`) or recorded an outcome the next cycle acts on
+   * (`followUp`) sets the alarm again, so a workflow moves cycle after cycle without waiting
+   * for the cron; a cycle with nothing left lets the alarm lapse. One alarm per object, and the
+   * coordinator runs one cycle at a time, as on a device.
+   */
+  override async alarm(): Promise<void> {
+    await this.tick();
+  }
+
+  /** Sets the alarm to now, unless one is already due sooner. */
+  private async wakeSoon(): Promise<void> {
+    const nowMs = workerClock.nowMs();
+    const current = await this.ctx.storage.getAlarm();
+    if (current === null || current > nowMs) await this.ctx.storage.setAlarm(nowMs);
   }
 }

@@ -13,5 +13,7 @@ declare module "cloudflare:test" {
   export const SELF: Fetcher;
   /** Runs `callback` inside the Durable Object `stub` points to (same isolate: values pass by reference). */
   export function runInDurableObject<O, R>(stub: DurableObjectStub<never>, callback: (instance: O, state: DurableObjectState) => R | Promise<R>): Promise<R>;
+  /** Runs and removes the object's alarm if one is set; true when an alarm ran. */
+  export function runDurableObjectAlarm(stub: DurableObjectStub<never>): Promise<boolean>;
   export function createScheduledController(options?: { scheduledTime?: Date | number; cron?: string }): ScheduledController;
 }

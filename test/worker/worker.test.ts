@@ -3,11 +3,11 @@
  * Object, the cron trigger's `scheduled` handler runs one cycle with the edge budgets, and
  * remote_worker steps are admitted (a `claimed` attempt) and wait for a remote worker.
  */
-import { createScheduledController, SELF } from "cloudflare:test";
+import { createScheduledController, runDurableObjectAlarm, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import worker from "../../runtimes/worker/index.ts";
-import { configurationProblem, CoordinatorObject, NOT_CONFIGURED_MESSAGE, retentionOf } from "../../runtimes/worker/coordinator-object.ts";
-import type { WorkerRequest } from "../../runtimes/worker/types.ts";
+import { configurationProblem, COORDINATOR_NAME, CoordinatorObject, NOT_CONFIGURED_MESSAGE, retentionOf } from "../../runtimes/worker/coordinator-object.ts";
+import type { DurableObjectStub, WorkerRequest } from "../../runtimes/worker/types.ts";
 import { freshObject, inObject, testEnv, token, workerToken } from "./support.ts";
 
 const BASE = "https://qlr.test";
@@ -22,6 +22,35 @@ function call(path: string, init: { method?: string; body?: string; contentType?
 
 async function json<T>(response: Response): Promise<T> {
   return (await response.json()) as T;
+}
+
+/** The named coordinator object the Worker routes every request to. */
+function coordinatorStub(): DurableObjectStub<never> {
+  return testEnv.COORDINATOR.get(testEnv.COORDINATOR.idFromName(COORDINATOR_NAME)) as unknown as DurableObjectStub<never>;
+}
+
+/**
+ * Runs the object's alarm until none is set (each cycle may set it again), bounded. workerd
+ * also fires a due alarm by itself, so an alarm may already have run, or be running, when this
+ * is called: what the tests check is where the run ends up, polled by `runReaches`.
+ */
+async function drainAlarms(): Promise<void> {
+  for (let round = 0; round < 50; round += 1) {
+    if (!(await runDurableObjectAlarm(coordinatorStub()))) return;
+  }
+  throw new Error("the object's alarm kept setting itself for 50 cycles");
+}
+
+/** Polls the run (draining alarms between reads) until `reached` holds; bounded, never a fixed sleep. */
+async function runReaches(runId: string, description: string, reached: (detail: RunDetail) => boolean): Promise<RunDetail> {
+  let last: RunDetail | null = null;
+  for (let round = 0; round < 100; round += 1) {
+    await drainAlarms();
+    last = await json<RunDetail>(await call(`/runs/${runId}`));
+    if (reached(last)) return last;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error(`run ${runId} did not reach ${description}: ${JSON.stringify(last)}`);
 }
 
 /** The cron trigger's invocation: the handler awaits the whole cycle (no waitUntil work is left). */
@@ -73,7 +102,7 @@ describe("the Worker", () => {
     expect((await call("/packages/unauthorized-pkg")).status).toBe(404);
   });
 
-  it("apply → run → scheduled ticks: steps become ready and one claimed attempt is admitted, nothing else", async () => {
+  it("apply → run: the object's alarm admits the first step at once, without the cron; more cron cycles move nothing while no worker claims", async () => {
     const applied = await call("/packages", { method: "POST", body: MANIFEST, contentType: "application/yaml" });
     expect(applied.status).toBe(201);
     expect(await applied.json()).toMatchObject({ package: "edge-demo", generation: 1, changed: true });
@@ -83,13 +112,8 @@ describe("the Worker", () => {
     const { run } = await json<{ run: { id: string; status: string; kind: string } }>(started);
     expect(run).toMatchObject({ kind: "workflow", status: "running" });
 
-    const before = await json<RunDetail>(await call(`/runs/${run.id}`));
-    expect(before.steps.map((step) => [step.name, step.status])).toEqual([["a", "pending"], ["b", "pending"]]);
-    expect(before.attempts).toEqual([]);
-
-    // The cron trigger: one edge cycle (frontier 1×1, admission 1×1).
-    await runScheduled();
-    const afterFirst = await json<RunDetail>(await call(`/runs/${run.id}`));
+    // The start set the alarm; its cycles are the event-driven cadence. No cron has run.
+    const afterFirst = await runReaches(run.id, "a claimed attempt for a", (detail) => detail.attempts.length === 1);
     expect(afterFirst.run.status).toBe("running");
     const [stepA, stepB] = afterFirst.steps;
     expect(stepA).toMatchObject({ name: "a", status: "ready", attemptCount: 0 });
@@ -97,7 +121,7 @@ describe("the Worker", () => {
     expect(afterFirst.attempts).toHaveLength(1);
     expect(afterFirst.attempts[0]).toMatchObject({ stepRunId: stepA!.id, number: 1, status: "claimed", executor: "remote_worker", startedAtMs: null, finishedAtMs: null, exitCode: null, pid: null });
 
-    // More cycles: no remote worker exists, so the claim just waits; nothing else moves.
+    // The cron trigger: no remote worker exists, so the claim just waits; nothing else moves.
     await runScheduled();
     await runScheduled();
     const afterMore = await json<RunDetail>(await call(`/runs/${run.id}`));
@@ -106,6 +130,40 @@ describe("the Worker", () => {
 
     const events = await json<{ events: { seq: number; type: string }[] }>(await call(`/runs/${run.id}/events?after=0`));
     expect(events.events.map((event) => event.seq)).toEqual(events.events.map((_, index) => index + 1));
+  });
+
+  it("a remote diamond finishes on worker reports and the object's alarm alone, with no cron cycle", async () => {
+    const diamond = MANIFEST.replace("edge-demo", "edge-diamond").replace(
+      "      a: { task: fetch }\n      b: { task: report, needs: [a] }",
+      "      a: { task: fetch }\n      b: { task: report, needs: [a] }\n      c: { task: report, needs: [a] }\n      d: { task: fetch, needs: [b, c] }",
+    );
+    expect((await call("/packages", { method: "POST", body: diamond, contentType: "application/yaml" })).status).toBe(201);
+    const started = await call("/runs", { method: "POST", body: JSON.stringify({ package: "edge-diamond", workflow: "pipeline" }), contentType: "application/json" });
+    const { run } = await json<{ run: { id: string } }>(started);
+    const asWorker = `Bearer ${workerToken()}`;
+    const completed: string[] = [];
+    for (let round = 0; round < 20 && completed.length < 4; round += 1) {
+      await drainAlarms();
+      const claim = await call("/worker/claim", { method: "POST", body: JSON.stringify({ workerId: "edge-worker", pool: "default", capacity: 4 }), contentType: "application/json", auth: asWorker });
+      expect(claim.status).toBe(200);
+      const { leases } = await json<{ leases: { attemptId: string; leaseVersion: number; leaseSecret: string; runId: string }[] }>(claim);
+      for (const lease of leases.filter((item) => item.runId === run.id)) {
+        const fence = { attemptId: lease.attemptId, workerId: "edge-worker", leaseVersion: lease.leaseVersion, leaseSecret: lease.leaseSecret };
+        const startedAtMs = Date.now();
+        expect((await call("/worker/start", { method: "POST", body: JSON.stringify({ ...fence, phase: "starting" }), contentType: "application/json", auth: asWorker })).status).toBe(200);
+        const finished = await call("/worker/complete", { method: "POST", body: JSON.stringify({ ...fence, startedAtMs, finishedAtMs: Date.now(), exitCode: 0, signal: null, stopReason: null, spawnError: null }), contentType: "application/json", auth: asWorker });
+        expect(finished.status, await finished.clone().text()).toBe(200);
+        completed.push(lease.attemptId);
+      }
+    }
+    const detail = await runReaches(run.id, "succeeded", (current) => current.run.status === "succeeded");
+    expect(detail.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
+      ["a", "succeeded", 1],
+      ["b", "succeeded", 1],
+      ["c", "succeeded", 1],
+      ["d", "succeeded", 1],
+    ]);
+    expect(completed).toHaveLength(4);
   });
 
   it("POST /tick answers the tick report with the edge profile", async () => {
