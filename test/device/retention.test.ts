@@ -32,9 +32,9 @@ afterAll(async () => {
   await bundle.cleanup();
 });
 
-const STATE_FILE_DIRS = ["journal", "receipts", "logs", "stops"] as const;
+const STATE_FILE_DIRS = ["journal", "receipts", "logs", "stops", "work"] as const;
 
-/** The attempt id each state file belongs to, by directory (`logs/<id>.stdout.log` → `<id>`). */
+/** The attempt id each state file belongs to, by directory (`logs/<id>.stdout.log` → `<id>`; `work/<id>` is the attempt's work directory). */
 async function filesByAttempt(stateDir: string): Promise<Map<string, string[]>> {
   const owners = new Map<string, string[]>();
   for (const dir of STATE_FILE_DIRS) {
@@ -85,7 +85,7 @@ async function finishedRun(api: Api): Promise<RunDetail> {
 }
 
 describe("retention on a device", () => {
-  it("a purged run's journals, receipts and logs are deleted; those of retained runs remain", { timeout: 90_000 }, async () => {
+  it("a purged run's journals, receipts, logs and work directories are deleted; those of retained runs remain", { timeout: 90_000 }, async () => {
     const dir = await Scratch.create("retention");
     scratches.push(dir);
     const served = await startServe(bundle, dir.stateDir, { retentionRuns: "2" });
@@ -93,8 +93,8 @@ describe("retention on a device", () => {
     await api.apply(await manifest(dir));
     const oldest = await finishedRun(api);
     const middle = await finishedRun(api);
-    // Every attempt left its journal, receipt and both logs.
-    for (const attempt of [...oldest.attempts, ...middle.attempts]) expect((await filesByAttempt(dir.stateDir)).get(attempt.id)?.length, attempt.id).toBe(4);
+    // Every attempt left its journal, receipt, both logs and its work directory.
+    for (const attempt of [...oldest.attempts, ...middle.attempts]) expect((await filesByAttempt(dir.stateDir)).get(attempt.id)?.length, attempt.id).toBe(5);
     const newest = await finishedRun(api);
     // The rows go first (404), the files right after that commit: wait for both.
     await waitFor("the oldest run and its files to be purged", async () => {
@@ -104,7 +104,7 @@ describe("retention on a device", () => {
     });
     const files = await filesByAttempt(dir.stateDir);
     for (const attempt of [...middle.attempts, ...newest.attempts]) {
-      expect([...(files.get(attempt.id) ?? [])].sort()).toEqual([`journal/${attempt.id}.json`, `logs/${attempt.id}.stderr.log`, `logs/${attempt.id}.stdout.log`, `receipts/${attempt.id}.json`]);
+      expect([...(files.get(attempt.id) ?? [])].sort()).toEqual([`journal/${attempt.id}.json`, `logs/${attempt.id}.stderr.log`, `logs/${attempt.id}.stdout.log`, `receipts/${attempt.id}.json`, `work/${attempt.id}`]);
     }
     const log = await api.call<string>("GET", `/runs/${newest.run.id}/steps/a/log`);
     expect(log.body).toContain("out of talk");
@@ -148,8 +148,8 @@ interface PurgeCrash {
 
 const CRASHES: readonly PurgeCrash[] = [
   // Rows deleted in one committed transaction, no file touched yet.
-  { point: "purge.after_commit", leftAtKill: ["journal", "logs", "logs", "receipts"] },
-  // Logs and receipts unlinked and their directories fsynced; the journal record still marks the attempt.
+  { point: "purge.after_commit", leftAtKill: ["journal", "logs", "logs", "receipts", "work"] },
+  // Logs, receipts and the work directory removed and their directories fsynced; the journal record still marks the attempt.
   { point: "purge.discard_before_journal", leftAtKill: ["journal"] },
   // Everything gone; nothing left for the sweep.
   { point: "purge.after_discard", leftAtKill: [] },
@@ -181,7 +181,7 @@ describe("SIGKILL at each named point of the purge stage", () => {
       expect(problems).toEqual([]);
       const remaining = await allRuns(api);
       expect(remaining.map((detail) => detail.run.status)).toEqual(["succeeded"]);
-      for (const attempt of remaining[0]?.attempts ?? []) expect((await filesByAttempt(dir.stateDir)).get(attempt.id)?.length).toBe(4);
+      for (const attempt of remaining[0]?.attempts ?? []) expect((await filesByAttempt(dir.stateDir)).get(attempt.id)?.length).toBe(5);
     });
   }
 });

@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { chown, mkdir, readdir, stat, unlink } from "node:fs/promises";
+import { chown, mkdir, readdir, rm, stat, unlink } from "node:fs/promises";
 import { isAbsolute } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
@@ -404,9 +404,9 @@ export class PosixLauncher {
 
   /**
    * Deletes every file of these attempts (retention: their rows are already gone). Order, for
-   * crash and power-loss safety: (1) logs, stop intents and receipts are unlinked; (2) their
-   * directories are fsynced, so those unlinks are durable; (3) only then the journal records
-   * go. An interruption anywhere leaves the journal record, which the orphan sweep lists and
+   * crash and power-loss safety: (1) logs, stop intents, receipts and the attempt's work
+   * directory (whatever the task left in it) are removed; (2) their directories are fsynced, so
+   * those removals are durable; (3) only then the journal records go. An interruption anywhere leaves the journal record, which the orphan sweep lists and
    * finishes; a file without its journal can never be left behind. A missing file is fine
    * (a task that never logged, a discard repeated after a crash).
    */
@@ -415,8 +415,10 @@ export class PosixLauncher {
     if (ids.length === 0) return;
     for (const attemptId of ids) {
       for (const path of attemptFilesBesideJournal(this.layout, attemptId)) await unlinkIfPresent(path);
+      // Removes symbolic links a task left there, never what they point to.
+      await rm(attemptWorkPath(this.layout, attemptId), { recursive: true, force: true });
     }
-    for (const directory of [this.layout.logsDir, this.layout.stopsDir, this.layout.receiptsDir]) await fsyncDirectoryIfPresent(directory);
+    for (const directory of [this.layout.logsDir, this.layout.stopsDir, this.layout.receiptsDir, this.layout.workDir]) await fsyncDirectoryIfPresent(directory);
     await beforeJournal?.();
     for (const attemptId of ids) await unlinkIfPresent(journalPath(this.layout, attemptId));
     // Not fsynced: a journal record that a power loss brings back is an orphan the next
