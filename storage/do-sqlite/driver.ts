@@ -18,7 +18,7 @@
  *
  * Isolation. workerd already serialises `storage.transaction` calls, but a plain `sql.exec`
  * made while one is pending would land inside its savepoint. This driver therefore runs
- * every query inside a transaction and puts every transaction through its own promise queue,
+ * every query inside a transaction and puts every transaction through its own serial queue,
  * so an `await` inside one transaction never lets another one (or a stray read) interleave.
  * Nothing else in the object may use `ctx.storage.sql`.
  *
@@ -32,6 +32,7 @@
  */
 import { isQlrError, QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../driver.ts";
+import { SerialQueue } from "../serial-queue.ts";
 
 /** The part of `DurableObjectStorage` (SQLite-backed) the driver uses. */
 export interface DurableObjectSqlStorage {
@@ -49,8 +50,7 @@ export interface DurableObjectSqliteDriver extends SqlDriver {
 const SQL_EXCERPT_CHARS = 160;
 
 export function openDurableObjectSqliteDriver(storage: DurableObjectSqlStorage): DurableObjectSqliteDriver {
-  let tail: Promise<void> = Promise.resolve();
-  let closing: Promise<void> | undefined;
+  const queue = new SerialQueue("The do-sqlite driver is closed.");
 
   function exec(sql: string, params: readonly SqlParam[]): SqlRow[] {
     for (const param of params) {
@@ -103,18 +103,11 @@ export function openDurableObjectSqliteDriver(storage: DurableObjectSqlStorage):
     dialect: "sqlite",
     name: "do-sqlite",
     transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-      if (closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", "The do-sqlite driver is closed."));
-      const result = tail.then(() => run(fn));
-      tail = result.then(
-        () => undefined,
-        () => undefined,
-      );
-      return result;
+      return queue.run(() => run(fn));
     },
     close(): Promise<void> {
       // The object's database needs no closing; waiting for the queue is all there is.
-      closing ??= tail;
-      return closing;
+      return queue.close();
     },
   };
 }

@@ -1,8 +1,8 @@
 /**
  * The single sql.js connection both sql.js drivers share: pragmas, a bounded cache of
  * prepared statements, rows as plain objects, the mapping of SQLite errors to `QlrError`,
- * the queue that keeps transactions from interleaving, and (for the file driver) the record
- * of which statements wrote. This module is isomorphic: it imports no `node:*` module, so
+ * one transaction's BEGIN … COMMIT, and (for the file driver) the record of which statements
+ * wrote; the queue that keeps transactions from interleaving is storage/serial-queue.ts. This module is isomorphic: it imports no `node:*` module, so
  * browser and worker runtimes can use the memory driver with their own `SqlJsStatic`.
  */
 import type { Database, SqlValue, Statement } from "sql.js";
@@ -346,29 +346,6 @@ export function mapSqlJsError(error: unknown, sql: string): QlrError {
     return new QlrError("storage_unavailable", described, { cause: error });
   }
   return new QlrError("internal", described, { cause: error });
-}
-
-/**
- * A promise chain that runs one task at a time. The drivers put every transaction through it,
- * so an `await` inside a transaction can never let a second transaction onto the single
- * connection.
- */
-export class TransactionQueue {
-  private tail: Promise<void> = Promise.resolve();
-
-  run<T>(task: () => Promise<T>): Promise<T> {
-    const result = this.tail.then(task);
-    this.tail = result.then(
-      () => undefined,
-      () => undefined,
-    );
-    return result;
-  }
-
-  /** Resolves once every task queued so far has settled. */
-  idle(): Promise<void> {
-    return this.tail;
-  }
 }
 
 export interface TransactionSteps {

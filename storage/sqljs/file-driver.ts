@@ -38,7 +38,8 @@ import { join, resolve } from "node:path";
 import type { SqlJsStatic } from "sql.js";
 import { QlrError, isQlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlTx } from "../driver.ts";
-import { SqlJsConnection, TransactionQueue, mapSqlJsError, runTransaction } from "./connection.ts";
+import { SerialQueue } from "../serial-queue.ts";
+import { SqlJsConnection, mapSqlJsError, runTransaction } from "./connection.ts";
 import type { RecordedWrite, SqlJsConnectionOptions } from "./connection.ts";
 import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
 import type { JournalScan, ParsedRecord } from "./journal.ts";
@@ -130,7 +131,7 @@ interface PendingRecord {
 class SqlJsFileStore implements SqlJsFileDriver {
   readonly dialect = "sqlite";
   readonly name = "sqljs-file";
-  private readonly queue = new TransactionQueue();
+  private readonly queue: SerialQueue;
   private readonly faults: SqlJsFileFaultPoints;
   private readonly checkpointJournalBytes: number;
   private lastSnapshotBytes = 0;
@@ -140,7 +141,6 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private checkpoints = 0;
   /** Set when the journal could not be restored after a failed write; the store refuses work until reopened. */
   private failure: unknown;
-  private closing: Promise<void> | undefined;
 
   private constructor(
     private readonly directory: string,
@@ -153,6 +153,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     private snapshotSequence: number,
     options: SqlJsFileDriverOptions,
   ) {
+    this.queue = new SerialQueue(`The sqljs-file driver for ${directory} is closed.`);
     this.faults = options.faultPoints ?? {};
     this.checkpointJournalBytes = Math.max(1, options.checkpointJournalBytes ?? DEFAULT_CHECKPOINT_JOURNAL_BYTES);
     this.nextCheckpointJournalBytes = this.checkpointJournalBytes;
@@ -220,12 +221,10 @@ class SqlJsFileStore implements SqlJsFileDriver {
   }
 
   transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-    if (this.closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", `The sqljs-file driver for ${this.directory} is closed.`));
     return this.queue.run(() => this.runQueuedTransaction(fn));
   }
 
   checkpoint(): Promise<void> {
-    if (this.closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", `The sqljs-file driver for ${this.directory} is closed.`));
     return this.queue.run(() =>
       settle(() => {
         this.assertUsable();
@@ -245,8 +244,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
   }
 
   close(): Promise<void> {
-    this.closing ??= this.queue.run(() => settle(() => this.shutdown()));
-    return this.closing;
+    return this.queue.close(() => this.shutdown());
   }
 
   private async runQueuedTransaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {

@@ -8,6 +8,7 @@
  * (never the lossy wrapper, whose armed state belongs to the simulation) to draw the runs.
  */
 import { simulate, type SimulationLogEntry, type SimulationResult } from "../../../src/sim/simulation.ts";
+import { lossyDriver } from "../../../storage/lossy-driver.ts";
 import { openSqlStore, SqlStore } from "../../../storage/sql-store.ts";
 import { layoutDag, renderDag } from "../shared/dag.ts";
 import { h, type Child } from "../shared/dom.ts";
@@ -18,7 +19,6 @@ import {
   DEFAULT_SETTINGS,
   faultTally,
   logDigest,
-  lossyDriver,
   MAX_ACTIONS,
   MAX_SEED,
   readRuns,
