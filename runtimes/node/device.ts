@@ -10,7 +10,7 @@ import { applyPackage, type ApplyResult } from "../../src/operations.ts";
 import { PROFILES, type ProfileName } from "../../src/profiles.ts";
 import { DEFAULT_RETENTION, type RetentionPolicy } from "../../src/retention.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
-import { mountDashboard } from "../browser/serve-dashboard.ts";
+import { mountDashboard } from "./serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
 import { Metrics } from "../http/metrics.ts";
 import { processMemory, randomSecrets, systemClock, uuidv7Ids } from "./host.ts";

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type { Clock, IdSource, SecretSource } from "../../src/ports.ts";
-import { sqlJsWasmMemoryBytes } from "../../storage/sqljs/wasm-memory.ts";
+import { sqlJsWasmMemoryBytes } from "../../storage/sqljs/node/wasm-memory.ts";
 
 /** The host's wall clock, the only place the Node runtime reads it for the core. */
 export const systemClock: Clock = { nowMs: () => Date.now() };

@@ -16,7 +16,7 @@ import { simulate } from "../../src/sim/simulation.ts";
 import { lossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { launchBrowser, REPO_ROOT, screenshot, serveStatic, type Browser, type StaticServer } from "./support.ts";
 

@@ -15,7 +15,7 @@
  * driver refuses further work until it is reopened).
  *
  * Which statements are journaled: those the connection judges to have written (the rule is on
- * `StatementKind` in connection.ts: reads never, INSERT/UPDATE/DELETE/REPLACE/WITH when
+ * `StatementKind` in ../connection.ts: reads never, INSERT/UPDATE/DELETE/REPLACE/WITH when
  * `total_changes()` moved, CREATE/DROP/ALTER when the schema version moved, the few others
  * always). A transaction that wrote nothing appends nothing. Journaled statements are replayed
  * verbatim at the next open, so they must be deterministic: pass time, ids and randomness as
@@ -36,11 +36,11 @@ const FILE_MODE = 0o600;
 const DIRECTORY_MODE = 0o700;
 import { join, resolve } from "node:path";
 import type { SqlJsStatic } from "sql.js";
-import { QlrError, isQlrError } from "../../src/errors.ts";
-import type { SqlDriver, SqlTx } from "../driver.ts";
-import { SerialQueue } from "../serial-queue.ts";
-import { SqlJsConnection, mapSqlJsError, runTransaction } from "./connection.ts";
-import type { RecordedWrite, SqlJsConnectionOptions } from "./connection.ts";
+import { QlrError, isQlrError } from "../../../src/errors.ts";
+import type { SqlDriver, SqlTx } from "../../driver.ts";
+import { SerialQueue } from "../../serial-queue.ts";
+import { SqlJsConnection, mapSqlJsError, runTransaction } from "../connection.ts";
+import type { RecordedWrite, SqlJsConnectionOptions } from "../connection.ts";
 import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
 import type { JournalScan, ParsedRecord } from "./journal.ts";
 import { acquireLock, errorCode } from "./lock.ts";

@@ -14,7 +14,7 @@ import { randomUUID } from "node:crypto";
 import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { QlrError } from "../../src/errors.ts";
+import { QlrError } from "../../../src/errors.ts";
 
 /** A lock file can be seen empty between its creation and its write; its reader waits this long, this often. */
 const UNREADABLE_LOCK_RETRY_MS = 50;
