@@ -62,13 +62,13 @@ export default tseslint.config(
     // The isomorphic storage (the SQL stores, the drivers for sql.js in memory, PGlite and
     // Durable Object SQLite, the serial queue) runs on the device, in workerd and in the page.
     files: ["storage/**/*.ts"],
-    ignores: ["storage/sqljs/node/**"],
+    ignores: ["storage/node/**", "storage/sqljs/node/**"],
     rules: {
-      "no-restricted-imports": ["error", withPatterns(noNodeBuiltins("Isomorphic storage: Node-only storage code lives in storage/sqljs/node/ (its own folder, its own imports)."), noRuntimesFromStorage)],
+      "no-restricted-imports": ["error", withPatterns(noNodeBuiltins("Isomorphic storage: Node-only storage code lives in a node/ folder (storage/node/, storage/sqljs/node/)."), noRuntimesFromStorage)],
     },
   },
   {
-    files: ["storage/sqljs/node/**/*.ts"],
+    files: ["storage/node/**/*.ts", "storage/sqljs/node/**/*.ts"],
     rules: {
       "no-restricted-imports": ["error", { patterns: [noRuntimesFromStorage] }],
     },
@@ -76,9 +76,9 @@ export default tseslint.config(
   {
     // The Worker and the pages run in workerd and the browser; the one Hono app serves both and
     // the device. Node-side serving or building of these lives in runtimes/node/ and scripts/.
-    files: ["runtimes/worker/**/*.ts", "runtimes/browser/**/*.ts", "runtimes/http/**/*.ts"],
+    files: ["runtimes/worker/**/*.ts", "runtimes/browser/**/*.ts", "runtimes/http/**/*.ts", "runtimes/shared/**/*.ts"],
     rules: {
-      "no-restricted-imports": ["error", noNodeBuiltins("runtimes/worker, runtimes/browser and runtimes/http run outside Node: use Web APIs, or put Node-side code under runtimes/node/.")],
+      "no-restricted-imports": ["error", noNodeBuiltins("runtimes/worker, runtimes/browser, runtimes/http and runtimes/shared run outside Node: use Web APIs, or put Node-side code under runtimes/node/.")],
     },
   },
 );

@@ -36,14 +36,15 @@ const FILE_MODE = 0o600;
 const DIRECTORY_MODE = 0o700;
 import { join, resolve } from "node:path";
 import type { SqlJsStatic } from "sql.js";
-import { QlrError, isQlrError } from "../../../src/errors.ts";
+import { QlrError, errorMessage, isQlrError } from "../../../src/errors.ts";
 import type { SqlDriver, SqlTx } from "../../driver.ts";
+import { fsyncDirectorySync } from "../../node/fsync-directory.ts";
 import { SerialQueue } from "../../serial-queue.ts";
 import { SqlJsConnection, mapSqlJsError, runTransaction } from "../connection.ts";
 import type { RecordedWrite, SqlJsConnectionOptions } from "../connection.ts";
 import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
 import type { JournalScan, ParsedRecord } from "./journal.ts";
-import { acquireLock, errorCode } from "./lock.ts";
+import { acquireLock } from "./lock.ts";
 import type { HeldLock } from "./lock.ts";
 import { decodeSnapshot, encodeSnapshotTrailer } from "./snapshot.ts";
 
@@ -173,7 +174,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       const snapshotSequence = loaded.includedSequence;
       const journalExisted = existsSync(journalPath);
       journalFd = openSync(journalPath, "a", FILE_MODE);
-      if (!journalExisted) fsyncDirectory(directory);
+      if (!journalExisted) fsyncDirectorySync(directory);
 
       const dictionary = new SqlTextDictionary();
       let sequence = snapshotSequence;
@@ -354,7 +355,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       this.faults.duringCheckpoint?.("temp-synced");
       renameSync(tempPath, snapshotPath);
       this.faults.duringCheckpoint?.("renamed");
-      fsyncDirectory(this.directory);
+      fsyncDirectorySync(this.directory);
       this.faults.duringCheckpoint?.("directory-synced");
     } catch (error) {
       if (isQlrError(error)) throw error;
@@ -429,7 +430,7 @@ function replayRecord(connection: SqlJsConnection, record: ParsedRecord, stateme
     connection.commit();
   } catch (error) {
     connection.rollbackQuietly();
-    const reason = error instanceof Error ? error.message : String(error);
+    const reason = errorMessage(error);
     throw corrupt(record.offset, `record ${record.sequence} does not replay on the snapshot (${reason})`, error);
   }
 }
@@ -444,26 +445,6 @@ function writeAll(fd: number, bytes: Uint8Array): number {
     written += count;
   }
   return written;
-}
-
-/** Makes a rename or a file creation in `directory` durable. */
-function fsyncDirectory(directory: string): void {
-  let fd: number;
-  try {
-    fd = openSync(directory, "r");
-  } catch (error) {
-    // Windows cannot open a directory for syncing (EISDIR/EPERM); it has no such step to take.
-    if (errorCode(error) === "EISDIR" || errorCode(error) === "EPERM") return;
-    throw error;
-  }
-  try {
-    fsyncSync(fd);
-  } catch (error) {
-    // Some file systems do not support syncing a directory and answer EINVAL; there is nothing more to do there.
-    if (errorCode(error) !== "EINVAL") throw error;
-  } finally {
-    closeSync(fd);
-  }
 }
 
 /** Runs synchronous work as a task for the queue, turning a throw into a rejection. */
