@@ -12,6 +12,20 @@ const bannedInCore = [
   { selector: "CallExpression[callee.name='fetch']", message: "src/ is pure: I/O goes through ports implemented in storage/ or runtimes/." },
 ];
 
+// Node's built-in modules, under both spellings: `node:*` as a pattern, the bare names exactly
+// (as patterns they would also match a folder such as runtimes/http). Code that must run in
+// workerd or a browser page (and the core) may import none of them.
+const bareNodeBuiltins = ["fs", "fs/promises", "path", "child_process", "os", "crypto", "url", "util", "module", "buffer", "v8", "net", "http", "https", "stream", "timers", "timers/promises", "worker_threads"];
+const noNodeBuiltins = (message) => ({
+  paths: bareNodeBuiltins.map((name) => ({ name, message })),
+  patterns: [{ group: ["node:*"], message }],
+});
+
+/** One no-restricted-imports option with more patterns; a later config object would replace the rule, not add to it. */
+const withPatterns = (options, ...patterns) => ({ ...options, patterns: [...options.patterns, ...patterns] });
+
+const noRuntimesFromStorage = { group: ["**/runtimes/**"], message: "storage/ must not import runtimes/: the runtimes wire storage in, never the other way round." };
+
 export default tseslint.config(
   { ignores: ["dist/**", "node_modules/**", "coverage/**", "test-results/**", "storage/*/migrations.generated.ts", ".qlr/**", ".wrangler/**"] },
   js.configs.recommended,
@@ -39,10 +53,32 @@ export default tseslint.config(
     files: ["src/**/*.ts"],
     rules: {
       "no-restricted-syntax": ["error", ...bannedInCore],
-      "no-restricted-imports": ["error", { patterns: [
-        { group: ["node:*", "fs", "path", "child_process", "os", "crypto"], message: "src/ is pure: platform modules belong in runtimes/ or storage/." },
+      "no-restricted-imports": ["error", withPatterns(noNodeBuiltins("src/ is pure: platform modules belong in runtimes/ or storage/."),
         { group: ["**/storage/**", "**/runtimes/**"], message: "src/ must not import storage/ or runtimes/: depend on a port in src/ instead." },
-      ] }],
+      )],
+    },
+  },
+  {
+    // The isomorphic storage (the SQL stores, the drivers for sql.js in memory, PGlite and
+    // Durable Object SQLite, the serial queue) runs on the device, in workerd and in the page.
+    files: ["storage/**/*.ts"],
+    ignores: ["storage/node/**", "storage/sqljs/node/**"],
+    rules: {
+      "no-restricted-imports": ["error", withPatterns(noNodeBuiltins("Isomorphic storage: Node-only storage code lives in a node/ folder (storage/node/, storage/sqljs/node/)."), noRuntimesFromStorage)],
+    },
+  },
+  {
+    files: ["storage/node/**/*.ts", "storage/sqljs/node/**/*.ts"],
+    rules: {
+      "no-restricted-imports": ["error", { patterns: [noRuntimesFromStorage] }],
+    },
+  },
+  {
+    // The Worker and the pages run in workerd and the browser; the one Hono app serves both and
+    // the device. Node-side serving or building of these lives in runtimes/node/ and scripts/.
+    files: ["runtimes/worker/**/*.ts", "runtimes/browser/**/*.ts", "runtimes/http/**/*.ts", "runtimes/shared/**/*.ts"],
+    rules: {
+      "no-restricted-imports": ["error", noNodeBuiltins("runtimes/worker, runtimes/browser, runtimes/http and runtimes/shared run outside Node: use Web APIs, or put Node-side code under runtimes/node/.")],
     },
   },
 );

@@ -15,7 +15,7 @@
  */
 import { readConfig, readProcStatus, round, diamondManifest, log, now, writeResult } from "./lib/common.ts";
 import { statementExperiments } from "./lib/components.ts";
-import { loadSqlJs } from "../storage/sqljs/load.ts";
+import { loadSqlJs } from "../storage/sqljs/node/load.ts";
 import { measureEdgeDevice, type EdgeDeviceConfig } from "./lib/edge-device.ts";
 import { fileStoreSizes, openBenchStore } from "./lib/stores.ts";
 import { applyManifest, createWorld, driveUntilTerminal, startRuns } from "./lib/world.ts";

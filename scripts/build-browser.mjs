@@ -1,6 +1,6 @@
 // Builds the two browser pages into dist/browser/ (run alone, or imported by scripts/build.mjs):
 // - dist/browser/dashboard/: index.html and assets/dashboard.{js,css}, served by `qlr serve`
-//   at / and /assets/ (runtimes/browser/serve-dashboard.ts holds the allow-list).
+//   at / and /assets/ (runtimes/node/serve-dashboard.ts holds the allow-list).
 // - dist/browser/simulation/: a static page (index.html, simulation.{js,css}, chunks) with
 //   sql.js's sql-wasm.wasm and PGlite's pglite.wasm, pglite.data and initdb.wasm beside the
 //   bundle, where both libraries look for them (relative to import.meta.url).

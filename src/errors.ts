@@ -43,3 +43,17 @@ export function isQlrError(value: unknown, code?: QlrErrorCode): value is QlrErr
   if (candidate.name !== "QlrError" || typeof candidate.code !== "string") return false;
   return code === undefined || candidate.code === code;
 }
+
+/**
+ * The string `code` an error carries (`ENOENT` from Node's file system, `SQLITE_BUSY` from
+ * sql.js, a `QlrErrorCode`), or undefined. Structural, like `isQlrError`, so it works on errors
+ * from another realm and on thrown non-errors.
+ */
+export function errorCode(error: unknown): string | undefined {
+  return typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : undefined;
+}
+
+/** The message of a thrown value for a log line or a report: an error's message, anything else as text. */
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

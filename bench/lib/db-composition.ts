@@ -6,7 +6,7 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { decodeSnapshot } from "../../storage/sqljs/snapshot.ts";
+import { decodeSnapshot } from "../../storage/sqljs/node/snapshot.ts";
 
 export interface TableShare {
   readonly table: string;
@@ -15,7 +15,7 @@ export interface TableShare {
 }
 
 export async function databaseComposition(directory: string): Promise<{ totalBytes: number; tables: TableShare[] }> {
-  const { loadSqlJs } = await import("../../storage/sqljs/load.ts");
+  const { loadSqlJs } = await import("../../storage/sqljs/node/load.ts");
   const SQL = await loadSqlJs();
   const path = join(directory, "snapshot.sqlite");
   const { image } = decodeSnapshot(readFileSync(path), path);

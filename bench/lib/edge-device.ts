@@ -20,8 +20,8 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, stat
 import { join } from "node:path";
 import { parseManifest } from "../../src/manifest/index.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
-import { openSqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
+import { openSqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { log, now, round } from "./common.ts";
 import { databaseComposition, type TableShare } from "./db-composition.ts";

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { RECORD_HEADER_BYTES, SqlTextDictionary, scanJournal } from "../../storage/sqljs/journal.ts";
+import { RECORD_HEADER_BYTES, SqlTextDictionary, scanJournal } from "../../storage/sqljs/node/journal.ts";
 
 export interface JournalAnatomy {
   readonly records: number;

@@ -14,7 +14,7 @@ import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../../storage/driver.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
-import type { SqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
+import type { SqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
 import { now, type StoreKind } from "./common.ts";
 
 export interface StatementTally {
@@ -165,12 +165,12 @@ export async function openBenchStore(kind: StoreKind, nowMs: number, options: Op
   let afterClose: () => Promise<void> = () => Promise.resolve();
   switch (kind) {
     case "sqljs-memory": {
-      const [{ loadSqlJs }, { openSqlJsMemoryDriver }] = await Promise.all([import("../../storage/sqljs/load.ts"), import("../../storage/sqljs/memory-driver.ts")]);
+      const [{ loadSqlJs }, { openSqlJsMemoryDriver }] = await Promise.all([import("../../storage/sqljs/node/load.ts"), import("../../storage/sqljs/memory-driver.ts")]);
       driver = openSqlJsMemoryDriver(await loadSqlJs());
       break;
     }
     case "sqljs-file": {
-      const [{ loadSqlJs }, { openSqlJsFileDriver }] = await Promise.all([import("../../storage/sqljs/load.ts"), import("../../storage/sqljs/file-driver.ts")]);
+      const [{ loadSqlJs }, { openSqlJsFileDriver }] = await Promise.all([import("../../storage/sqljs/node/load.ts"), import("../../storage/sqljs/node/file-driver.ts")]);
       const parent = mkdtempSync(join(options.dataRoot, "sqljs-file-"));
       directory = join(parent, "db");
       fileDriver = await openSqlJsFileDriver(await loadSqlJs(), { path: directory, ...(options.checkpointJournalBytes === undefined ? {} : { checkpointJournalBytes: options.checkpointJournalBytes }) });

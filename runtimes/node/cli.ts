@@ -4,6 +4,7 @@ import type { FaultPoint } from "../../src/coordinator.ts";
 import { isPortableId } from "../../src/identity.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import { tryParseDurationMs } from "../../src/manifest/duration.ts";
+import { errorMessage } from "../../src/errors.ts";
 import { commonConfig, loadOrCreateToken, readStoredToken, retentionConfig, UsageError, type CommonConfig } from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
@@ -125,7 +126,7 @@ async function client(config: CommonConfig): Promise<Client> {
         signal: AbortSignal.timeout(30_000),
       });
     } catch (error) {
-      throw new ApiError(0, "unreachable", `cannot reach the runtime at ${base}: ${error instanceof Error ? error.message : String(error)} (is \`qlr serve\` running?)`, []);
+      throw new ApiError(0, "unreachable", `cannot reach the runtime at ${base}: ${errorMessage(error)} (is \`qlr serve\` running?)`, []);
     }
   };
   const failFrom = async (response: Response): Promise<never> => {
@@ -335,7 +336,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   try {
     parsed = parseArgs({ args: [...argv], options: OPTIONS, allowPositionals: true, strict: true });
   } catch (error) {
-    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n\n${USAGE}`);
+    process.stderr.write(`${errorMessage(error)}\n\n${USAGE}`);
     return EXIT_USAGE;
   }
   const [command, ...rest] = parsed.positionals;

@@ -2,10 +2,10 @@ import { randomBytes } from "node:crypto";
 import { constants } from "node:fs";
 import { mkdir, open } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { isQlrError } from "../../src/errors.ts";
 import { isProfileName, type ProfileName } from "../../src/profiles.ts";
 import { MAX_TOKEN_LENGTH, MIN_TOKEN_LENGTH } from "../http/auth.ts";
 import { parseRetentionPolicy, type RetentionPolicy } from "../../src/retention.ts";
+import { isQlrError, errorCode } from "../../src/errors.ts";
 import type { StoreKind } from "./open-store.ts";
 
 /** Common options and their environment twins (DESIGN.md §6). Flags win over the environment. */
@@ -48,10 +48,10 @@ export async function readSecretFile(path: string, what: string): Promise<string
   try {
     handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
   } catch (error) {
-    const code = (error as { code?: unknown }).code;
+    const code = errorCode(error);
     if (code === "ENOENT") return null;
     if (code === "ELOOP") throw new UsageError(`${what} ${path} is a symbolic link; give the file itself`);
-    throw new UsageError(`${what} ${path} cannot be read: ${typeof code === "string" ? code : error instanceof Error ? error.message : "unknown error"}`);
+    throw new UsageError(`${what} ${path} cannot be read: ${code ?? (error instanceof Error ? error.message : "unknown error")}`);
   }
   try {
     const stats = await handle.stat();

@@ -3,14 +3,14 @@ import { Server as HttpServer } from "node:http";
 import { resolve } from "node:path";
 import { serve, type ServerType } from "@hono/node-server";
 import { Coordinator, type FaultPoint, type TickReport } from "../../src/coordinator.ts";
-import { isQlrError } from "../../src/errors.ts";
 import { manifestError, parseManifest } from "../../src/manifest/index.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { applyPackage, type ApplyResult } from "../../src/operations.ts";
 import { PROFILES, type ProfileName } from "../../src/profiles.ts";
 import { DEFAULT_RETENTION, type RetentionPolicy } from "../../src/retention.ts";
+import { isQlrError, errorMessage } from "../../src/errors.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
-import { mountDashboard } from "../browser/serve-dashboard.ts";
+import { mountDashboard } from "./serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
 import { Metrics } from "../http/metrics.ts";
 import { processMemory, randomSecrets, systemClock, uuidv7Ids } from "./host.ts";
@@ -109,7 +109,7 @@ export class DeviceRuntime {
       };
       const executor = new LocalProcessExecutor(launcher, {
         logMaxBytes: options.logMaxBytes ?? DEFAULT_LOG_MAX_BYTES,
-        onStopError: (attemptId, error) => log(`stop of ${attemptId} failed: ${error instanceof Error ? error.message : String(error)}`),
+        onStopError: (attemptId, error) => log(`stop of ${attemptId} failed: ${errorMessage(error)}`),
         fault,
       });
       const metrics = new Metrics(processMemory);
@@ -130,7 +130,7 @@ export class DeviceRuntime {
       for (const entry of recovery.filter((item) => item.decision === "fail_closed")) log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
       // Recovery goes by the store's attempts, never by journal file names; a file whose name is
       // not `<portable id>.json` is reported here so an operator sees it, and never used.
-      const journal = await launcher.listJournal().catch((error: unknown) => ({ valid: [], rejected: [{ name: "journal/", reason: `cannot be listed: ${error instanceof Error ? error.message : String(error)}` }] }));
+      const journal = await launcher.listJournal().catch((error: unknown) => ({ valid: [], rejected: [{ name: "journal/", reason: `cannot be listed: ${errorMessage(error)}` }] }));
       for (const rejected of journal.rejected) {
         log(`journal file ${JSON.stringify(rejected.name)} rejected: ${rejected.reason}; it is never treated as an attempt`);
         // Reported beside the recovery decisions, so `GET /recovery` shows it too.
@@ -186,7 +186,7 @@ export class DeviceRuntime {
           return report.more || report.followUp;
         })
         .catch((error: unknown) => {
-          (this.options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(`tick failed: ${error instanceof Error ? error.message : String(error)}`);
+          (this.options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(`tick failed: ${errorMessage(error)}`);
           return false;
         })
         .then((more) => {
@@ -256,5 +256,5 @@ export async function applyFile(store: SqlStore, file: string): Promise<ApplyRes
 
 export function describeStartupError(error: unknown): string {
   if (isQlrError(error)) return `${error.code}: ${error.message}${error.details.length > 0 ? `\n${error.details.map((detail) => `  ${detail.path}: ${detail.message}`).join("\n")}` : ""}`;
-  return error instanceof Error ? error.message : String(error);
+  return errorMessage(error);
 }

@@ -21,8 +21,8 @@ export async function openConfiguredStore(options: OpenStoreOptions): Promise<Sq
   switch (options.kind) {
     case "sqlite": {
       const [{ loadSqlJs }, { openSqlJsFileDriver }, { openSqliteStore }] = await Promise.all([
-        import("../../storage/sqljs/load.ts"),
-        import("../../storage/sqljs/file-driver.ts"),
+        import("../../storage/sqljs/node/load.ts"),
+        import("../../storage/sqljs/node/file-driver.ts"),
         import("../../storage/sqlite/store.ts"),
       ]);
       const driver = await openSqlJsFileDriver(await loadSqlJs({ baselineCompilerOnly: options.lowMemory === true }), { path: join(options.stateDir, "db") });

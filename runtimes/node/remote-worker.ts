@@ -4,6 +4,7 @@ import { join, resolve } from "node:path";
 import { assertPortableId, isPortableId } from "../../src/identity.ts";
 import type { Lease } from "../../src/lease-service.ts";
 import { LEASE_SECRET_PATTERN, type LeaseControl } from "../../src/leases.ts";
+import { errorMessage } from "../../src/errors.ts";
 import { systemClock } from "./host.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 import { DEFAULT_LOG_MAX_BYTES, isSpawnFailedError, loadOrCreateReceiptKey, PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
@@ -151,7 +152,7 @@ export class RemoteWorker {
         this.held.set(attemptId, { lease: saved.lease, workerId: saved.workerId, handle: saved.handle, done: false, lastHeartbeatMs: 0, goneSinceMs: null });
         this.log(`re-adopted lease of ${attemptId}`);
       } catch (error) {
-        this.log(`unreadable lease file ${name}: ${error instanceof Error ? error.message : String(error)}`);
+        this.log(`unreadable lease file ${name}: ${errorMessage(error)}`);
       }
     }
   }
@@ -163,7 +164,7 @@ export class RemoteWorker {
       await this.readopt();
       // Deliberately unbounded: the worker runs until stop(); each round is bounded and sleeps.
       while (this.running) {
-        await this.round().catch((error: unknown) => this.log(`round failed: ${error instanceof Error ? error.message : String(error)}`));
+        await this.round().catch((error: unknown) => this.log(`round failed: ${errorMessage(error)}`));
         await new Promise<void>((wake) => {
           this.wake = wake;
           setTimeout(wake, this.options.pollIntervalMs ?? 1000);
@@ -187,7 +188,7 @@ export class RemoteWorker {
     // One lease's failure (a coordinator error, a refused report) must not starve the others'
     // heartbeats and completions, nor stop the worker from claiming.
     for (const held of [...this.held.values()]) {
-      await this.tend(held).catch((error: unknown) => this.log(`lease of ${held.lease.attemptId}: ${error instanceof Error ? error.message : String(error)}`));
+      await this.tend(held).catch((error: unknown) => this.log(`lease of ${held.lease.attemptId}: ${errorMessage(error)}`));
     }
     const free = this.options.capacity - this.active;
     if (free <= 0 || !this.running) return;

@@ -1,9 +1,9 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Hono } from "hono";
 import { Coordinator, type TickReport } from "../../src/coordinator.ts";
-import { isQlrError } from "../../src/errors.ts";
 import { isProfileName, PROFILES, type Profile } from "../../src/profiles.ts";
 import { parseRetentionPolicy, type RetentionPolicy } from "../../src/retention.ts";
+import { isQlrError, errorMessage } from "../../src/errors.ts";
 import { openDurableObjectSqliteDriver, type DurableObjectSqliteDriver } from "../../storage/do-sqlite/driver.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
@@ -182,7 +182,7 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
     try {
       runtime = await this.open();
     } catch (error) {
-      const detail = error instanceof Error ? error.message : String(error);
+      const detail = errorMessage(error);
       console.error(`qlr: the store could not be opened: ${detail}`);
       return errorResponse(503, "internal", authenticated ? `the store could not be opened: ${detail}` : "the store is unavailable");
     }

@@ -18,7 +18,7 @@
  *
  * Isolation. workerd already serialises `storage.transaction` calls, but a plain `sql.exec`
  * made while one is pending would land inside its savepoint. This driver therefore runs
- * every query inside a transaction and puts every transaction through its own promise queue,
+ * every query inside a transaction and puts every transaction through its own serial queue,
  * so an `await` inside one transaction never lets another one (or a stray read) interleave.
  * Nothing else in the object may use `ctx.storage.sql`.
  *
@@ -30,8 +30,10 @@
  * REAL; INTEGER-affinity columns store integral REALs as INTEGERs, so what comes back is an
  * integer. Non-finite numbers and integers beyond 2^53 are refused before they are bound.
  */
-import { isQlrError, QlrError } from "../../src/errors.ts";
+import { errorMessage, QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../driver.ts";
+import { SerialQueue } from "../serial-queue.ts";
+import { mapSqliteError, sqlExcerpt } from "../sqlite/errors.ts";
 
 /** The part of `DurableObjectStorage` (SQLite-backed) the driver uses. */
 export interface DurableObjectSqlStorage {
@@ -46,16 +48,14 @@ export interface DurableObjectSqliteDriver extends SqlDriver {
   readonly name: "do-sqlite";
 }
 
-const SQL_EXCERPT_CHARS = 160;
 
 export function openDurableObjectSqliteDriver(storage: DurableObjectSqlStorage): DurableObjectSqliteDriver {
-  let tail: Promise<void> = Promise.resolve();
-  let closing: Promise<void> | undefined;
+  const queue = new SerialQueue("The do-sqlite driver is closed.");
 
   function exec(sql: string, params: readonly SqlParam[]): SqlRow[] {
     for (const param of params) {
       if (typeof param === "number" && (!Number.isFinite(param) || (Number.isInteger(param) && !Number.isSafeInteger(param)))) {
-        throw new QlrError("internal", `The number ${param} cannot be stored faithfully (in: ${excerpt(sql)}).`);
+        throw new QlrError("internal", `The number ${param} cannot be stored faithfully (in: ${sqlExcerpt(sql)}).`);
       }
     }
     const text = singleStatement(sql);
@@ -70,7 +70,7 @@ export function openDurableObjectSqliteDriver(storage: DurableObjectSqlStorage):
     let open = true;
     const tx: SqlTx = {
       query<R extends SqlRow = SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
-        if (!open) return Promise.reject(new QlrError("internal", `A query ran after its transaction ended (in: ${excerpt(sql)}).`));
+        if (!open) return Promise.reject(new QlrError("internal", `A query ran after its transaction ended (in: ${sqlExcerpt(sql)}).`));
         try {
           return Promise.resolve(exec(sql, params) as R[]);
         } catch (error) {
@@ -103,18 +103,11 @@ export function openDurableObjectSqliteDriver(storage: DurableObjectSqlStorage):
     dialect: "sqlite",
     name: "do-sqlite",
     transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-      if (closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", "The do-sqlite driver is closed."));
-      const result = tail.then(() => run(fn));
-      tail = result.then(
-        () => undefined,
-        () => undefined,
-      );
-      return result;
+      return queue.run(() => run(fn));
     },
     close(): Promise<void> {
       // The object's database needs no closing; waiting for the queue is all there is.
-      closing ??= tail;
-      return closing;
+      return queue.close();
     },
   };
 }
@@ -144,7 +137,7 @@ export function singleStatement(sql: string): string {
       index = end < 0 ? length : end + 2;
     } else if (char === ";") {
       if (!onlyTrivia(sql.slice(index + 1))) {
-        throw new QlrError("internal", `One statement per query: text follows the first statement (in: ${excerpt(sql)}).`);
+        throw new QlrError("internal", `One statement per query: text follows the first statement (in: ${sqlExcerpt(sql)}).`);
       }
       return sql.slice(0, index);
     } else {
@@ -186,37 +179,17 @@ function onlyTrivia(text: string): boolean {
   }
 }
 
-function excerpt(sql: string): string {
-  const flat = sql.replace(/\s+/g, " ").trim();
-  return flat.length > SQL_EXCERPT_CHARS ? `${flat.slice(0, SQL_EXCERPT_CHARS)}…` : flat;
-}
-
-const UNAVAILABLE_CODES = ["SQLITE_FULL", "SQLITE_IOERR", "SQLITE_NOMEM", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN", "SQLITE_READONLY"];
-
 /**
  * The SQLite result code named in a DO SQL error. workerd throws plain `Error`s whose message
  * ends with the primary code and, when there is one, the extended code:
  * `UNIQUE constraint failed: t.name: SQLITE_CONSTRAINT (extended: SQLITE_CONSTRAINT_UNIQUE)`.
  */
 export function sqliteCodeOf(error: unknown): string {
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorMessage(error);
   return /\(extended: (SQLITE_[A-Z_]+)\)/.exec(message)?.[1] ?? /\b(SQLITE_[A-Z_]+)\b/.exec(message)?.[1] ?? "";
 }
 
-/**
- * Maps an error thrown by DO SQL to a `QlrError` in the style of the sql.js drivers: unique
- * and primary key violations are `conflict`; corruption is `storage_corrupt`; full, I/O, busy
- * and out-of-memory are `storage_unavailable`; anything else (CHECK, NOT NULL, foreign keys,
- * syntax, the `_cf_` name authorizer, transaction statements) is `internal`. The original
- * error is the `cause`; a `QlrError` passes through unchanged.
- */
+/** Maps an error thrown by DO SQL to a `QlrError` by the rule every SQLite driver shares (storage/sqlite/errors.ts). */
 export function mapDurableObjectSqlError(error: unknown, sql: string): QlrError {
-  if (isQlrError(error)) return error;
-  const code = sqliteCodeOf(error);
-  const message = error instanceof Error ? error.message : String(error);
-  const described = `${message} (in: ${excerpt(sql)})`;
-  if (code === "SQLITE_CONSTRAINT_UNIQUE" || code === "SQLITE_CONSTRAINT_PRIMARYKEY") return new QlrError("conflict", described, { cause: error });
-  if (code.startsWith("SQLITE_CORRUPT") || code.startsWith("SQLITE_NOTADB")) return new QlrError("storage_corrupt", described, { cause: error });
-  if (UNAVAILABLE_CODES.some((prefix) => code.startsWith(prefix))) return new QlrError("storage_unavailable", described, { cause: error });
-  return new QlrError("internal", described, { cause: error });
+  return mapSqliteError(error, sqliteCodeOf(error), sql);
 }

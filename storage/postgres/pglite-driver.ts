@@ -9,14 +9,15 @@
  * Costs measured on Node 20: a fresh in-memory open takes 2–3 s and about 700 MiB RSS;
  * reopening an existing data directory about 0.3 s and 290 MiB. Open one per process.
  *
- * PGlite has exactly one connection, so transactions run one after another through a
- * promise chain: an `await` inside one transaction's `fn` cannot let another one in. For
+ * PGlite has exactly one connection, so transactions run one after another through the
+ * shared serial queue (storage/serial-queue.ts): an `await` inside one transaction's `fn` cannot let another one in. For
  * the same reason serialization failures cannot occur here; the shared retry logic stays
  * in place so both drivers behave identically.
  */
 import { PGlite } from "@electric-sql/pglite";
 import { QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlRow, SqlTx } from "../driver.ts";
+import { SerialQueue } from "../serial-queue.ts";
 import { parseInt8, parseNumeric, runSerializableTransaction, type PostgresSession } from "./transaction.ts";
 
 export interface PgliteDriverOptions {
@@ -48,8 +49,7 @@ export async function openPgliteDriver(options: PgliteDriverOptions = {}): Promi
     },
   };
 
-  let queueTail: Promise<unknown> = Promise.resolve();
-  let closing: Promise<void> | undefined;
+  const queue = new SerialQueue("the PGlite driver is closed");
   // A failed ROLLBACK may leave the one connection inside a transaction; every later
   // transaction would silently join it, so the driver refuses work from then on.
   let brokenBy: unknown;
@@ -69,18 +69,10 @@ export async function openPgliteDriver(options: PgliteDriverOptions = {}): Promi
     dialect: "postgres",
     name: "pglite",
     transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-      if (closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", "the PGlite driver is closed"));
-      const result = queueTail.then(() => runQueued(fn));
-      // The queue only orders work; each caller still receives its own outcome.
-      queueTail = result.catch(() => undefined);
-      return result;
+      return queue.run(() => runQueued(fn));
     },
     close(): Promise<void> {
-      closing ??= (async () => {
-        await queueTail;
-        await pglite.close();
-      })();
-      return closing;
+      return queue.close(() => pglite.close());
     },
   };
 }

@@ -1,17 +1,17 @@
 /**
  * The single sql.js connection both sql.js drivers share: pragmas, a bounded cache of
  * prepared statements, rows as plain objects, the mapping of SQLite errors to `QlrError`,
- * the queue that keeps transactions from interleaving, and (for the file driver) the record
- * of which statements wrote. This module is isomorphic: it imports no `node:*` module, so
+ * one transaction's BEGIN … COMMIT, and (for the file driver) the record of which statements
+ * wrote; the queue that keeps transactions from interleaving is storage/serial-queue.ts. This module is isomorphic: it imports no `node:*` module, so
  * browser and worker runtimes can use the memory driver with their own `SqlJsStatic`.
  */
 import type { Database, SqlValue, Statement } from "sql.js";
-import { QlrError, isQlrError } from "../../src/errors.ts";
+import { QlrError, errorCode } from "../../src/errors.ts";
 import type { SqlParam, SqlRow, SqlTx } from "../driver.ts";
+import { mapSqliteError, sqlExcerpt } from "../sqlite/errors.ts";
 
 export const DEFAULT_STATEMENT_CACHE_SIZE = 64;
 export const DEFAULT_PAGE_CACHE_KIB = 1024;
-const SQL_EXCERPT_CHARS = 160;
 
 export interface SqlJsConnectionOptions {
   /** Prepared statements kept per connection (least recently used are freed first). */
@@ -125,12 +125,12 @@ export class SqlJsConnection {
     if (this.closed) throw new QlrError("storage_unavailable", "The sql.js connection is closed.");
     for (const param of params) {
       if (typeof param === "number" && !Number.isFinite(param)) {
-        throw new QlrError("internal", `A non-finite number cannot be stored faithfully (in: ${excerpt(sql)}).`);
+        throw new QlrError("internal", `A non-finite number cannot be stored faithfully (in: ${sqlExcerpt(sql)}).`);
       }
     }
     const entry = this.prepared(sql);
     if (entry.kind === "forbidden") {
-      throw new QlrError("internal", `Transaction control belongs to the driver, not to the caller (in: ${excerpt(sql)}).`);
+      throw new QlrError("internal", `Transaction control belongs to the driver, not to the caller (in: ${sqlExcerpt(sql)}).`);
     }
     // The schema version is not monotonic (a rollback restores it), so it is read on both sides.
     const schemaVersionBefore = this.trackWrites && entry.kind === "schema" ? this.readSchemaVersion() : 0;
@@ -138,7 +138,7 @@ export class SqlJsConnection {
     try {
       rows = runStatement(entry.statement, params);
     } catch (error) {
-      if (this.trackWrites && entry.kind === "counted" && this.totalChangesMoved()) this.unjournaledChange = excerpt(sql);
+      if (this.trackWrites && entry.kind === "counted" && this.totalChangesMoved()) this.unjournaledChange = sqlExcerpt(sql);
       throw mapSqlJsError(error, sql);
     }
     if (this.trackWrites && this.wrote(entry.kind, schemaVersionBefore)) this.writes.push({ sql, params: [...params] });
@@ -192,7 +192,7 @@ export class SqlJsConnection {
     const remainder = sql.slice(statement.getSQL().length);
     if (stripCommentsAndSpace(remainder).replace(/;/g, "").trim() !== "") {
       statement.free();
-      throw new QlrError("internal", `One statement per query: text follows the first statement (in: ${excerpt(sql)}).`);
+      throw new QlrError("internal", `One statement per query: text follows the first statement (in: ${sqlExcerpt(sql)}).`);
     }
     const entry: CachedStatement = { statement, kind: classifyStatement(sql) };
     this.statements.set(sql, entry);
@@ -319,56 +319,13 @@ function stripCommentsAndSpace(sql: string): string {
   }
 }
 
-function excerpt(sql: string): string {
-  const flat = sql.replace(/\s+/g, " ").trim();
-  return flat.length > SQL_EXCERPT_CHARS ? `${flat.slice(0, SQL_EXCERPT_CHARS)}…` : flat;
-}
-
-const UNAVAILABLE_CODES = ["SQLITE_FULL", "SQLITE_IOERR", "SQLITE_NOMEM", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN", "SQLITE_READONLY"];
-
 /**
- * Maps an error thrown by sql.js to a `QlrError`. sql.js throws `Error`s carrying the extended
- * result code name in `code` (`SQLITE_CONSTRAINT_UNIQUE`), and plain strings for API misuse
- * ("Statement closed"). A `QlrError` passes through unchanged.
+ * Maps an error thrown by sql.js to a `QlrError` (the rule is storage/sqlite/errors.ts). sql.js
+ * throws `Error`s carrying the extended result code name in `code` (`SQLITE_CONSTRAINT_UNIQUE`),
+ * and plain strings for API misuse ("Statement closed").
  */
 export function mapSqlJsError(error: unknown, sql: string): QlrError {
-  if (isQlrError(error)) return error;
-  const code = typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : "";
-  const message = error instanceof Error ? error.message : String(error);
-  const described = `${message} (in: ${excerpt(sql)})`;
-  if (code === "SQLITE_CONSTRAINT_UNIQUE" || code === "SQLITE_CONSTRAINT_PRIMARYKEY") {
-    return new QlrError("conflict", described, { cause: error });
-  }
-  if (code.startsWith("SQLITE_CORRUPT") || code.startsWith("SQLITE_NOTADB")) {
-    return new QlrError("storage_corrupt", described, { cause: error });
-  }
-  if (UNAVAILABLE_CODES.some((prefix) => code.startsWith(prefix))) {
-    return new QlrError("storage_unavailable", described, { cause: error });
-  }
-  return new QlrError("internal", described, { cause: error });
-}
-
-/**
- * A promise chain that runs one task at a time. The drivers put every transaction through it,
- * so an `await` inside a transaction can never let a second transaction onto the single
- * connection.
- */
-export class TransactionQueue {
-  private tail: Promise<void> = Promise.resolve();
-
-  run<T>(task: () => Promise<T>): Promise<T> {
-    const result = this.tail.then(task);
-    this.tail = result.then(
-      () => undefined,
-      () => undefined,
-    );
-    return result;
-  }
-
-  /** Resolves once every task queued so far has settled. */
-  idle(): Promise<void> {
-    return this.tail;
-  }
+  return mapSqliteError(error, errorCode(error) ?? "", sql);
 }
 
 export interface TransactionSteps {
@@ -389,7 +346,7 @@ export async function runTransaction<T>(connection: SqlJsConnection, fn: (tx: Sq
   let open = true;
   const tx: SqlTx = {
     query<R extends SqlRow = SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
-      if (!open) return Promise.reject(new QlrError("internal", `A query ran after its transaction ended (in: ${excerpt(sql)}).`));
+      if (!open) return Promise.reject(new QlrError("internal", `A query ran after its transaction ended (in: ${sqlExcerpt(sql)}).`));
       try {
         return Promise.resolve(connection.query(sql, params) as R[]);
       } catch (error) {

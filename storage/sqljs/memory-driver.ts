@@ -4,9 +4,9 @@
  * initialised `SqlJsStatic` (Node code gets one from `loadSqlJs()` in load.ts).
  */
 import type { SqlJsStatic } from "sql.js";
-import { QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlTx } from "../driver.ts";
-import { SqlJsConnection, TransactionQueue, runTransaction } from "./connection.ts";
+import { SerialQueue } from "../serial-queue.ts";
+import { SqlJsConnection, runTransaction } from "./connection.ts";
 import type { SqlJsConnectionOptions } from "./connection.ts";
 
 export type SqlJsMemoryDriverOptions = SqlJsConnectionOptions;
@@ -17,19 +17,16 @@ export interface SqlJsMemoryDriver extends SqlDriver {
 
 export function openSqlJsMemoryDriver(SQL: SqlJsStatic, options: SqlJsMemoryDriverOptions = {}): SqlJsMemoryDriver {
   const connection = new SqlJsConnection(new SQL.Database(), { ...options, trackWrites: false });
-  const queue = new TransactionQueue();
-  let closing: Promise<void> | undefined;
+  const queue = new SerialQueue("The sqljs-memory driver is closed.");
 
   return {
     dialect: "sqlite",
     name: "sqljs-memory",
     transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-      if (closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", "The sqljs-memory driver is closed."));
       return queue.run(() => runTransaction(connection, fn));
     },
     close(): Promise<void> {
-      closing ??= queue.idle().then(() => connection.close());
-      return closing;
+      return queue.close(() => connection.close());
     },
   };
 }

@@ -14,7 +14,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { launchBrowser, pidsMarkedBy, procExists, REPO_ROOT, screenshot, waitFor, type Browser } from "./support.ts";
+import { waitFor } from "../support/wait.ts";
+import { launchBrowser, pidsMarkedBy, procExists, REPO_ROOT, screenshot, type Browser } from "./support.ts";
 
 const TAG = `qlr-browser-test-${randomBytes(6).toString("hex")}`;
 
@@ -113,7 +114,7 @@ beforeAll(async () => {
     baseUrl = await waitFor('"qlr serving" on stdout', () => {
       if (server?.exitCode !== null) throw new Error(`qlr serve exited with ${server?.exitCode}`);
       return /qlr serving (http:\/\/127\.0\.0\.1:\d+)/.exec(serverOutput)?.[1];
-    }, 30_000);
+    }, 30_000, 100);
   } catch (error) {
     throw new Error(`${error instanceof Error ? error.message : String(error)}; its output:\n${serverOutput}`, { cause: error });
   }

@@ -11,11 +11,12 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DEFAULT_SETTINGS, logDigest, lossyDriver, settingsToHash, SIM_START_MS, spawnDigest, STORE_OPENED_AT_MS, type SimSettings } from "../../runtimes/browser/simulation/engine.ts";
+import { DEFAULT_SETTINGS, logDigest, settingsToHash, SIM_START_MS, spawnDigest, STORE_OPENED_AT_MS, type SimSettings } from "../../runtimes/browser/simulation/engine.ts";
 import { simulate } from "../../src/sim/simulation.ts";
+import { lossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { launchBrowser, REPO_ROOT, screenshot, serveStatic, type Browser, type StaticServer } from "./support.ts";
 

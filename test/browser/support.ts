@@ -13,7 +13,6 @@ import { copyFile, mkdir, mkdtemp, readFile, readdir, rm } from "node:fs/promise
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { inject } from "vitest";
@@ -121,25 +120,6 @@ export async function screenshot(page: Page, name: string, options: { fullPage?:
     await copyFile(file, join(SCREENSHOTS_DIR, `${name}.png`));
   }
   return file;
-}
-
-/** Polls until the probe returns a value (not null/undefined/false), or fails after the timeout. */
-export async function waitFor<T>(description: string, probe: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 20_000, intervalMs = 100): Promise<T> {
-  const deadline = performance.now() + timeoutMs;
-  let lastError: unknown = null;
-  for (;;) {
-    try {
-      const value = await probe();
-      if (value !== null && value !== undefined && value !== false) return value;
-    } catch (error) {
-      lastError = error;
-    }
-    if (performance.now() > deadline) {
-      const cause = lastError === null ? "" : ` (last error: ${lastError instanceof Error ? lastError.message : JSON.stringify(lastError)})`;
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}${cause}`);
-    }
-    await sleep(intervalMs);
-  }
 }
 
 /** True while /proc/<pid> exists. */

@@ -4,7 +4,11 @@
  * as its own process, pointed at the runtime with --url and at the token with --state-dir.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { buildBundle, runCli, Scratch, startServe, stopAllServed, waitUntilGone, type Bundle } from "./support.ts";
+import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { waitUntilGone } from "../support/proc.ts";
+import { Scratch } from "../support/scratch.ts";
+import { startServe, stopAllServed } from "../support/serve-child.ts";
+import { runCli } from "../support/cli-runner.ts";
 
 let bundle: Bundle;
 const scratches: Scratch[] = [];

@@ -16,27 +16,14 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { FaultPoint } from "../../src/coordinator.ts";
-import {
-  attemptsOf,
-  buildBundle,
-  expectReceiptsHonoured,
-  isRunning,
-  readJournal,
-  readReceipt,
-  receiptPath,
-  Scratch,
-  startServe,
-  stepNamed,
-  stopAllServed,
-  waitFor,
-  waitUntilGone,
-  within,
-  type Api,
-  type Bundle,
-  type RecoveryView,
-  type RunDetail,
-  type Served,
-} from "./support.ts";
+import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { waitFor, within } from "../support/wait.ts";
+import { isRunning, waitUntilGone } from "../support/proc.ts";
+import { Scratch } from "../support/scratch.ts";
+import { expectReceiptsHonoured, readJournal, readReceipt, receiptPath } from "../support/state-files.ts";
+import { type Served, startServe, stopAllServed } from "../support/serve-child.ts";
+import { type Api, attemptsOf, stepNamed } from "../support/api-client.ts";
+import type { RecoveryView, RunDetail } from "../support/api-views.ts";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 
@@ -76,6 +63,8 @@ interface CrashCase {
   /** Checks right after the restart, before step a's gate opens. */
   readonly atRestart: (world: World) => Promise<void>;
   readonly final: "succeeded" | "cancelled";
+  /** Checks of this case alone once the run ended and replayed exactly. */
+  readonly atEnd?: (world: World, detail: RunDetail) => Promise<void>;
 }
 
 function recoveryOf(world: World, attemptId: string | undefined): RecoveryView[] {
@@ -135,6 +124,22 @@ const CASES: readonly CrashCase[] = [
       const again = await world.api.run(world.runId);
       expect(attemptsOf(again, "a")).toEqual([attempt]);
       expect(await world.dir.spawnCount("a")).toBe(1);
+    },
+    atEnd: async (world, detail) => {
+      // The completion path wrote ready → running → terminal in one transaction, with the
+      // journal's pre-spawn startedAtMs (§5), not a clock reading at recovery.
+      const [attempt] = attemptsOf(detail, "a");
+      const events = (await world.api.events(world.runId)).filter((event) => event.stepRunId === stepNamed(detail, "a").id && (event.type === "step.status_changed" || event.type === "attempt.status_changed"));
+      const transitions = events.map((event) => `${event.type === "step.status_changed" ? "step" : "attempt"}:${String(event.data.from)}→${String(event.data.to)}`);
+      expect(transitions).toEqual(["step:pending→ready", "attempt:claimed→starting", "attempt:starting→running", "step:ready→running", "attempt:running→succeeded", "step:running→succeeded"]);
+      const completion = events.slice(-4);
+      expect(new Set(completion.map((event) => event.atMs)).size).toBe(1);
+      expect(completion.map((event) => event.seq)).toEqual([0, 1, 2, 3].map((offset) => (completion[0]?.seq ?? 0) + offset));
+      expect(attempt?.startedAtMs).toBe((await readJournal(world.dir.stateDir, attempt?.id ?? ""))?.startedAtMs);
+      expect(attempt?.error).toBeNull();
+      // The process identity was never persisted, and the receipt does not carry one: it stays
+      // unknown (null) instead of being invented.
+      expect(attempt).toMatchObject({ pid: null, exitCode: 0, status: "succeeded" });
     },
   },
   {
@@ -302,22 +307,7 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
       } else {
         expect(detail.steps.map((step) => step.status)).toEqual(["succeeded", "succeeded"]);
       }
-      if (crash.point === "dispatch.after_spawn") {
-        // The completion path wrote ready → running → terminal in one transaction, with the
-        // journal's pre-spawn startedAtMs (§5), not a clock reading at recovery.
-        const [attempt] = attemptsOf(detail, "a");
-        const events = (await second.api.events(runId)).filter((event) => event.stepRunId === stepNamed(detail, "a").id && (event.type === "step.status_changed" || event.type === "attempt.status_changed"));
-        const transitions = events.map((event) => `${event.type === "step.status_changed" ? "step" : "attempt"}:${String(event.data.from)}→${String(event.data.to)}`);
-        expect(transitions).toEqual(["step:pending→ready", "attempt:claimed→starting", "attempt:starting→running", "step:ready→running", "attempt:running→succeeded", "step:running→succeeded"]);
-        const completion = events.slice(-4);
-        expect(new Set(completion.map((event) => event.atMs)).size).toBe(1);
-        expect(completion.map((event) => event.seq)).toEqual([0, 1, 2, 3].map((offset) => (completion[0]?.seq ?? 0) + offset));
-        expect(attempt?.startedAtMs).toBe((await readJournal(dir.stateDir, attempt?.id ?? ""))?.startedAtMs);
-        expect(attempt?.error).toBeNull();
-        // The process identity was never persisted, and the receipt does not carry one: it stays
-        // unknown (null) instead of being invented.
-        expect(attempt).toMatchObject({ pid: null, exitCode: 0, status: "succeeded" });
-      }
+      await crash.atEnd?.(world, detail);
       second.child.kill("SIGTERM");
       expect(await within("the runtime to stop", second.exited, 30_000)).toEqual({ code: 0, signal: null });
     });

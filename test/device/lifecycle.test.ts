@@ -12,22 +12,13 @@ import { systemClock, uuidv7, uuidv7Ids } from "../../runtimes/node/host.ts";
 import { loadOrCreateReceiptKey, PosixLauncher } from "../../runtimes/node/launcher/index.ts";
 import { LocalProcessExecutor } from "../../runtimes/node/local-executor.ts";
 import { openConfiguredStore } from "../../runtimes/node/open-store.ts";
-import {
-  attemptsOf,
-  buildBundle,
-  expectReceiptsHonoured,
-  isRunning,
-  journalNames,
-  readJournal,
-  readReceipt,
-  Scratch,
-  startServe,
-  stepNamed,
-  stopAllServed,
-  waitFor,
-  waitUntilGone,
-  type Bundle,
-} from "./support.ts";
+import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { waitFor } from "../support/wait.ts";
+import { isRunning, waitUntilGone } from "../support/proc.ts";
+import { Scratch } from "../support/scratch.ts";
+import { expectReceiptsHonoured, journalNames, readJournal, readReceipt } from "../support/state-files.ts";
+import { startServe, stopAllServed } from "../support/serve-child.ts";
+import { attemptsOf, stepNamed } from "../support/api-client.ts";
 
 let bundle: Bundle;
 const scratches: Scratch[] = [];

@@ -13,7 +13,12 @@ import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { FaultPoint } from "../../src/coordinator.ts";
-import { buildBundle, childEnv, Scratch, startServe, stopAllServed, waitFor, type Api, type Bundle, type RunDetail, type RunView } from "./support.ts";
+import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { waitFor } from "../support/wait.ts";
+import { Scratch } from "../support/scratch.ts";
+import { childEnv, startServe, stopAllServed } from "../support/serve-child.ts";
+import type { Api } from "../support/api-client.ts";
+import type { RunDetail, RunView } from "../support/api-views.ts";
 import { spawn } from "node:child_process";
 
 let bundle: Bundle;

@@ -13,7 +13,13 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { checkCoordinatorUrl } from "../../runtimes/node/cli.ts";
 import { RemoteWorker } from "../../runtimes/node/remote-worker.ts";
-import { attemptsOf, buildBundle, childEnv, runCli, Scratch, startServe, stopAllServed, waitFor, type Bundle, type RunDetail } from "./support.ts";
+import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { waitFor } from "../support/wait.ts";
+import { Scratch } from "../support/scratch.ts";
+import { childEnv, startServe, stopAllServed } from "../support/serve-child.ts";
+import { attemptsOf } from "../support/api-client.ts";
+import type { RunDetail } from "../support/api-views.ts";
+import { runCli } from "../support/cli-runner.ts";
 
 let bundle: Bundle;
 const scratches: Scratch[] = [];
@@ -195,7 +201,7 @@ describe("descriptors the runtime inherited never reach a task", () => {
       const runtimeFds = await readdir(`/proc/${child.pid}/fd`);
       expect(runtimeFds).toContain("40");
       const token = (await readFile(join(dir.stateDir, "token"), "utf8")).trim();
-      const api = new (await import("./support.ts")).Api(url, token);
+      const api = new (await import("../support/api-client.ts")).Api(url, token);
       await api.apply(text);
       const run = await api.startWorkflow("fds", "w");
       const detail = await api.waitTerminal(run.id);

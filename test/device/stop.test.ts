@@ -7,19 +7,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest
 import { DeviceRuntime } from "../../runtimes/node/device.ts";
 import { openConfiguredStore } from "../../runtimes/node/open-store.ts";
 import type { RunAttempt, RunEvent, StepRun, Run } from "../../src/model.ts";
-import {
-  Api,
-  attemptsOf,
-  buildBundle,
-  expectReceiptsHonoured,
-  isRunning,
-  Scratch,
-  startServe,
-  stepNamed,
-  stopAllServed,
-  within,
-  type Bundle,
-} from "./support.ts";
+import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { within } from "../support/wait.ts";
+import { isRunning } from "../support/proc.ts";
+import { Scratch } from "../support/scratch.ts";
+import { expectReceiptsHonoured } from "../support/state-files.ts";
+import { startServe, stopAllServed } from "../support/serve-child.ts";
+import { Api, attemptsOf, stepNamed } from "../support/api-client.ts";
 
 let bundle: Bundle;
 const scratches: Scratch[] = [];

@@ -9,21 +9,13 @@ import { readFile, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import {
-  attemptsOf,
-  buildBundle,
-  ensureDir,
-  journalNames,
-  readJournal,
-  receiptPath,
-  Scratch,
-  startServe,
-  stepNamed,
-  stopAllServed,
-  waitFor,
-  waitUntilGone,
-  type Bundle,
-} from "./support.ts";
+import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { waitFor } from "../support/wait.ts";
+import { waitUntilGone } from "../support/proc.ts";
+import { ensureDir, Scratch } from "../support/scratch.ts";
+import { journalNames, readJournal, receiptPath } from "../support/state-files.ts";
+import { startServe, stopAllServed } from "../support/serve-child.ts";
+import { attemptsOf, stepNamed } from "../support/api-client.ts";
 
 let bundle: Bundle;
 const scratches: Scratch[] = [];

@@ -6,7 +6,11 @@
  * a day, and the bounded waits fail.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { attemptsOf, buildBundle, Scratch, startServe, stopAllServed, waitUntilGone, type Bundle } from "./support.ts";
+import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { waitUntilGone } from "../support/proc.ts";
+import { Scratch } from "../support/scratch.ts";
+import { startServe, stopAllServed } from "../support/serve-child.ts";
+import { attemptsOf } from "../support/api-client.ts";
 
 let bundle: Bundle;
 const scratches: Scratch[] = [];

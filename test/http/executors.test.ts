@@ -6,7 +6,7 @@ import { PROFILES } from "../../src/profiles.ts";
 import { VirtualClock } from "../../src/sim/virtual-clock.ts";
 import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { SequentialIds, SequentialSecrets } from "../support/fixtures.ts";
 

@@ -26,9 +26,10 @@ import { openPgliteDriver } from "../../storage/postgres/pglite-driver.ts";
 import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { SequentialIds, SequentialSecrets } from "../support/fixtures.ts";
+import type { AttemptView, EventView, RunDetail, RunView, StepView } from "../support/api-views.ts";
 
 export const TOKEN = "test-token";
 /** The remote workers' token: valid on /worker/* only. */
@@ -79,61 +80,7 @@ export interface ErrorBody {
   readonly error: { readonly code: string; readonly message: string; readonly details: readonly ErrorDetail[] };
 }
 
-export interface RunView {
-  readonly id: string;
-  readonly kind: "ordinary" | "workflow";
-  readonly status: string;
-  readonly package: string;
-  readonly generation: number;
-  readonly target: string;
-  readonly createdAtMs: number;
-  readonly finishedAtMs: number | null;
-  readonly cancelRequestedAtMs: number | null;
-  readonly idempotencyKey: string | null;
-  readonly scheduleName: string | null;
-}
-
-export interface StepView {
-  readonly id: string;
-  readonly name: string;
-  readonly task: string;
-  readonly needs: readonly string[];
-  readonly status: string;
-  readonly version: number;
-  readonly attemptCount: number;
-  readonly startedAtMs: number | null;
-  readonly finishedAtMs: number | null;
-}
-
-export interface AttemptView {
-  readonly id: string;
-  readonly stepRunId: string | null;
-  readonly number: number;
-  readonly status: string;
-  readonly executor: string;
-  readonly startedAtMs: number | null;
-  readonly finishedAtMs: number | null;
-  readonly exitCode: number | null;
-  readonly signal: string | null;
-  readonly pid: number | null;
-  readonly stopReason: string | null;
-  readonly error: string | null;
-}
-
-export interface RunDetail {
-  readonly run: RunView;
-  readonly steps: readonly StepView[];
-  readonly attempts: readonly AttemptView[];
-}
-
-export interface EventView {
-  readonly seq: number;
-  readonly type: string;
-  readonly atMs: number;
-  readonly stepRunId: string | null;
-  readonly attemptId: string | null;
-  readonly data: Record<string, unknown>;
-}
+export type { RunView, StepView, AttemptView, RunDetail, EventView };
 
 export interface StageView {
   readonly name: string;

@@ -8,7 +8,8 @@ import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
 import type { ProcessHandleFacts, Run, RunAttempt, RunEvent, StepRun } from "../../src/model.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
 import { PROFILES } from "../../src/profiles.ts";
-import type { SqlDriver, SqlTx } from "../../storage/driver.ts";
+import type { SqlDriver } from "../../storage/driver.ts";
+import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
@@ -25,33 +26,6 @@ import { SequentialIds, SequentialSecrets, task, TestClock } from "../support/fi
 export interface LeaseDriverFactory {
   readonly name: string;
   open(): Promise<SqlDriver>;
-}
-
-/** A driver whose next committed transaction "loses" its response: it commits, then throws. */
-class LossyDriver implements SqlDriver {
-  readonly dialect;
-  readonly name;
-  private armed = false;
-  readonly inner: SqlDriver;
-  constructor(inner: SqlDriver) {
-    this.inner = inner;
-    this.dialect = inner.dialect;
-    this.name = `${inner.name}+lossy`;
-  }
-  loseNextCommitResponse(): void {
-    this.armed = true;
-  }
-  async transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-    const result = await this.inner.transaction(fn);
-    if (this.armed) {
-      this.armed = false;
-      throw new Error("connection reset after COMMIT was sent (simulated lost response)");
-    }
-    return result;
-  }
-  close(): Promise<void> {
-    return this.inner.close();
-  }
 }
 
 /** Every table, in a fixed order: "nothing written" means this text is unchanged. */
@@ -103,6 +77,7 @@ async function errorOf(promise: Promise<unknown>): Promise<{ code: string; messa
 
 export function describeLeaseContract(factory: LeaseDriverFactory): void {
   describe(`lease contract on ${factory.name}`, () => {
+    let driver: SqlDriver;
     let lossy: LossyDriver;
     let store: SqlStore;
     let coordinator: Coordinator;
@@ -111,9 +86,10 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
     const ids = new SequentialIds(`lease${factory.name.replace(/[^a-z0-9]/g, "")}`);
 
     beforeAll(async () => {
-      lossy = new LossyDriver(await factory.open());
-      const migrations = lossy.dialect === "sqlite" ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
-      store = await openSqlStore(lossy, migrations, clock.nowMs());
+      driver = await factory.open();
+      lossy = lossyDriver(driver);
+      const migrations = driver.dialect === "sqlite" ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
+      store = await openSqlStore(lossy.driver, migrations, clock.nowMs());
       coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.standalone, executors: {} });
       leases = new LeaseService({ store, clock, secrets: new SequentialSecrets(), ttlMs: TTL_MS });
     });
@@ -166,7 +142,7 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
 
     /** Every row of the run-bearing tables and the store clock, as one comparable text. */
     async function dump(): Promise<string> {
-      return lossy.inner.transaction(async (tx) => {
+      return driver.transaction(async (tx) => {
         const parts: string[] = [];
         for (const table of DUMP_TABLES) {
           const found = await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`);
@@ -561,8 +537,8 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       await leases.start(attempt.id, fence, "running", handleAt(startedAtMs));
       clock.advance(50);
       const facts = completion(startedAtMs, clock.nowMs());
-      lossy.loseNextCommitResponse();
-      await expect(leases.complete(attempt.id, fence, facts)).rejects.toThrow(/lost response/);
+      lossy.arm();
+      await expect(leases.complete(attempt.id, fence, facts)).rejects.toThrow(/lost commit response/);
       const afterLoss = await dump();
       expect((await attemptOf(attempt.id)).status).toBe("succeeded");
       clock.advance(50);
@@ -577,8 +553,8 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       await leases.start(second.attempt.id, fence2, "starting", null);
       await leases.start(second.attempt.id, fence2, "running", handleAt(clock.nowMs()));
       clock.advance(50);
-      lossy.loseNextCommitResponse();
-      await expect(leases.lost(second.attempt.id, fence2, "the process is gone")).rejects.toThrow(/lost response/);
+      lossy.arm();
+      await expect(leases.lost(second.attempt.id, fence2, "the process is gone")).rejects.toThrow(/lost commit response/);
       const afterLost = await dump();
       expect(await leases.lost(second.attempt.id, fence2, "the process is gone")).toEqual({ status: "lost", replayed: true });
       expect(await dump()).toBe(afterLost);
@@ -589,16 +565,16 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       const { attempt } = await admittedSingle("start-replay", "pool-start-replay");
       const lease = await claimOne("worker-1", "pool-start-replay");
       const fence = fenceOf(lease, "worker-1");
-      lossy.loseNextCommitResponse();
-      await expect(leases.start(attempt.id, fence, "starting", null)).rejects.toThrow(/lost response/);
+      lossy.arm();
+      await expect(leases.start(attempt.id, fence, "starting", null)).rejects.toThrow(/lost commit response/);
       const afterStarting = await dump();
       clock.advance(10);
       expect(await leases.start(attempt.id, fence, "starting", null)).toEqual({ status: "starting", leaseExpiresAtMs: (await attemptOf(attempt.id)).leaseExpiresAtMs });
       expect(await dump()).toBe(afterStarting);
 
       const handle = handleAt(clock.nowMs());
-      lossy.loseNextCommitResponse();
-      await expect(leases.start(attempt.id, fence, "running", handle)).rejects.toThrow(/lost response/);
+      lossy.arm();
+      await expect(leases.start(attempt.id, fence, "running", handle)).rejects.toThrow(/lost commit response/);
       const afterRunning = await dump();
       clock.advance(10);
       expect(await leases.start(attempt.id, fence, "running", handle)).toMatchObject({ status: "running" });

@@ -7,7 +7,7 @@ import type { Lease } from "../../src/lease-service.ts";
 import { PROFILES } from "../../src/profiles.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { SequentialIds, SequentialSecrets, TestClock } from "../support/fixtures.ts";
 

@@ -1,9 +1,10 @@
 import { describe, expect, it } from "vitest";
 import type { SqlDriver } from "../../storage/driver.ts";
+import { lossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { openPgliteDriver } from "../../storage/postgres/pglite-driver.ts";
 import { simulate } from "../../src/sim/simulation.ts";
@@ -39,32 +40,6 @@ function timeoutFor(seeds: number, perSeedMs: number): number {
   return Math.max(300_000, seeds * perSeedMs);
 }
 
-/** Wraps a driver so the simulation can lose one commit response (commit, then throw). */
-function lossy(driver: SqlDriver): { driver: SqlDriver; arm: () => void; disarm: () => void } {
-  let armed = false;
-  return {
-    arm: () => {
-      armed = true;
-    },
-    disarm: () => {
-      armed = false;
-    },
-    driver: {
-      dialect: driver.dialect,
-      name: driver.name,
-      close: () => driver.close(),
-      async transaction(fn) {
-        const result = await driver.transaction(fn);
-        if (armed) {
-          armed = false;
-          throw new Error("simulated lost commit response");
-        }
-        return result;
-      },
-    },
-  };
-}
-
 /**
  * Runs `count` seeds. With `freshPerSeed` every seed gets its own empty database (cheap for
  * sql.js), so a seed's outcome depends on the seed alone and the cost per seed stays flat; a
@@ -72,7 +47,7 @@ function lossy(driver: SqlDriver): { driver: SqlDriver; arm: () => void; disarm:
  */
 async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, freshPerSeed: boolean, migrations: typeof SQLITE_MIGRATIONS, count: number, firstSeed = FIRST_SEED, retention: RetentionPolicy | null = null): Promise<{ seeds: number; crashes: number; runs: number; purges: number; purgeCrashes: number }> {
   let driver = await openDriver();
-  let wrapped = lossy(driver);
+  let wrapped = lossyDriver(driver);
   let store = await openSqlStore(wrapped.driver, migrations, 1_700_000_000_000);
   let crashes = 0;
   let runs = 0;
@@ -83,7 +58,7 @@ async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, fre
     if (freshPerSeed && seed !== firstSeed) {
       await store.close();
       driver = await openDriver();
-      wrapped = lossy(driver);
+      wrapped = lossyDriver(driver);
       store = await openSqlStore(wrapped.driver, migrations, 1_700_000_000_000);
       startMs = 1_800_000_000_000;
     }

@@ -11,8 +11,8 @@ import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { SqlJsConnection, classifyStatement } from "../../storage/sqljs/connection.ts";
-import { openSqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { openSqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 
 let SQL: SqlJsStatic;

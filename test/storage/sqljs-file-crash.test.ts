@@ -11,9 +11,9 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { SqlJsStatic } from "sql.js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { SQLJS_CHECKPOINT_STEPS, openSqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
-import type { SqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { SQLJS_CHECKPOINT_STEPS, openSqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
+import type { SqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import type { SqlJsChildFault } from "./fixtures/sqljs-child.ts";
 import { SqlJsChild, bundleSqlJsChild } from "./fixtures/sqljs-child-process.ts";
 

@@ -12,10 +12,10 @@ import { join } from "node:path";
 import type { SqlJsStatic } from "sql.js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
-import { SQLJS_CHECKPOINT_STEPS, openSqlJsFileDriver } from "../../storage/sqljs/file-driver.ts";
-import type { SqlJsCheckpointStep, SqlJsFileDriver, SqlJsFileDriverOptions } from "../../storage/sqljs/file-driver.ts";
-import { parseRecordAt } from "../../storage/sqljs/journal.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { SQLJS_CHECKPOINT_STEPS, openSqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
+import type { SqlJsCheckpointStep, SqlJsFileDriver, SqlJsFileDriverOptions } from "../../storage/sqljs/node/file-driver.ts";
+import { parseRecordAt } from "../../storage/sqljs/node/journal.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { SqlJsChild, bundleSqlJsChild } from "./fixtures/sqljs-child-process.ts";
 
 const CHILD_TIMEOUT_MS = 20_000;

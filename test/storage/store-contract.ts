@@ -6,8 +6,9 @@ import type { ChangeSet } from "../../src/model.ts";
 import type { AdmissionCandidate } from "../../src/ports.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
 import { PROFILES } from "../../src/profiles.ts";
-import type { SqlDriver, SqlTx } from "../../storage/driver.ts";
+import type { SqlDriver } from "../../storage/driver.ts";
 import { migrate } from "../../storage/migrate.ts";
+import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
@@ -26,33 +27,6 @@ export interface DriverFactory {
   openSecond?: () => Promise<SqlDriver>;
 }
 
-/** A driver whose next committed transaction "loses" its response: it commits, then throws. */
-class LossyDriver implements SqlDriver {
-  readonly dialect;
-  readonly name;
-  private armed = false;
-  private readonly inner: SqlDriver;
-  constructor(inner: SqlDriver) {
-    this.inner = inner;
-    this.dialect = inner.dialect;
-    this.name = `${inner.name}+lossy`;
-  }
-  loseNextCommitResponse(): void {
-    this.armed = true;
-  }
-  async transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-    const result = await this.inner.transaction(fn);
-    if (this.armed) {
-      this.armed = false;
-      throw new Error("connection reset after COMMIT was sent (simulated lost response)");
-    }
-    return result;
-  }
-  close(): Promise<void> {
-    return this.inner.close();
-  }
-}
-
 async function snapshot(store: SqlStore, runId: string): Promise<unknown> {
   return store.transaction(async (tx) => ({ run: await tx.getRun(runId), steps: await tx.getSteps(runId), attempts: await tx.getAttempts(runId), events: await tx.listEvents(runId, 0, 500), mutations: await tx.listMutations(runId) }));
 }
@@ -69,8 +43,8 @@ export function describeStoreContract(factory: DriverFactory): void {
     beforeAll(async () => {
       driver = await factory.open();
       migrations = driver.dialect === "sqlite" ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
-      lossy = new LossyDriver(driver);
-      store = await openSqlStore(lossy, migrations, clock.nowMs());
+      lossy = lossyDriver(driver);
+      store = await openSqlStore(lossy.driver, migrations, clock.nowMs());
     });
     afterAll(async () => {
       await store?.close();
@@ -188,8 +162,8 @@ export function describeStoreContract(factory: DriverFactory): void {
       const c = coordinator();
       await c.frontier(runId);
       const [candidate] = await store.transaction(async (tx) => (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter((item) => item.runId === runId));
-      lossy.loseNextCommitResponse();
-      await expect(c.admit(candidate!)).rejects.toThrow(/lost response/);
+      lossy.arm();
+      await expect(c.admit(candidate!)).rejects.toThrow(/lost commit response/);
       const afterLoss = await snapshot(store, runId);
       expect(await c.admit(candidate!)).toBe(false);
       expect(await snapshot(store, runId)).toEqual(afterLoss);

@@ -8,7 +8,7 @@ import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import { VirtualClock } from "../../src/sim/virtual-clock.ts";
 import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/load.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { task } from "../support/fixtures.ts";
 

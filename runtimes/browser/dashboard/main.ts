@@ -6,6 +6,7 @@
  * view is polled every 2 s while live refresh is on and re-drawn only when its data changed,
  * keeping keyboard focus where it was.
  */
+import { errorMessage } from "../../../src/errors.ts";
 import { renderDag, type DagStep } from "../shared/dag.ts";
 import { h, replaceKeepingFocus, type Child } from "../shared/dom.ts";
 import { formatDuration, formatRelative, formatTime, shortDigest } from "../shared/format.ts";
@@ -85,7 +86,7 @@ function setMessage(next: Message | null): void {
 
 function describe(error: unknown): string {
   if (error instanceof ApiFailure) return `${error.code}: ${error.message}`;
-  return error instanceof Error ? error.message : String(error);
+  return errorMessage(error);
 }
 
 function messageBox(): Child {

@@ -1,13 +1,14 @@
 /**
  * What the simulation page and its Node twin share: the settings of one case and their URL
- * form, the simulate() options built from them, the lossy driver wrapper (the same one the
- * simulation tests use), and the digests the page displays. Isomorphic: no DOM, no node:*.
+ * form, the simulate() options built from them and the digests the page displays. The lossy
+ * driver wrapper is storage/lossy-driver.ts, the same one the simulation tests use.
+ * Isomorphic: no DOM, no node:*.
  */
 import { digestOf, type Digest } from "../../../src/digest.ts";
 import { TERMINAL_RUN_STATUSES, type RunStatus } from "../../../src/model.ts";
 import type { SimulationLogEntry, SimulationOptions, SimulationResult } from "../../../src/sim/simulation.ts";
 import type { Store } from "../../../src/ports.ts";
-import type { SqlDriver } from "../../../storage/driver.ts";
+import type { LossyDriver } from "../../../storage/lossy-driver.ts";
 import type { DagStep } from "../shared/dag.ts";
 
 export type SimStoreKind = "sqljs" | "pglite";
@@ -73,38 +74,6 @@ export function settingsToHash(settings: SimSettings): string {
   if (settings.spawnFailureRate !== null) params.set("spawnfail", String(settings.spawnFailureRate));
   if (settings.delayMs !== DEFAULT_SETTINGS.delayMs) params.set("delay", String(settings.delayMs));
   return `#${params.toString()}`;
-}
-
-export interface LossyDriver {
-  readonly driver: SqlDriver;
-  arm(): void;
-  disarm(): void;
-}
-
-/** Wraps a driver so the simulation can lose one commit response (commit, then throw). */
-export function lossyDriver(driver: SqlDriver): LossyDriver {
-  let armed = false;
-  return {
-    arm: () => {
-      armed = true;
-    },
-    disarm: () => {
-      armed = false;
-    },
-    driver: {
-      dialect: driver.dialect,
-      name: driver.name,
-      close: () => driver.close(),
-      async transaction(fn) {
-        const result = await driver.transaction(fn);
-        if (armed) {
-          armed = false;
-          throw new Error("simulated lost commit response");
-        }
-        return result;
-      },
-    },
-  };
 }
 
 /** The options simulate() gets for a case; everything not named here is simulate()'s default. */

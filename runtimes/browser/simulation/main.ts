@@ -8,6 +8,8 @@
  * (never the lossy wrapper, whose armed state belongs to the simulation) to draw the runs.
  */
 import { simulate, type SimulationLogEntry, type SimulationResult } from "../../../src/sim/simulation.ts";
+import { errorMessage } from "../../../src/errors.ts";
+import { lossyDriver } from "../../../storage/lossy-driver.ts";
 import { openSqlStore, SqlStore } from "../../../storage/sql-store.ts";
 import { layoutDag, renderDag } from "../shared/dag.ts";
 import { h, type Child } from "../shared/dom.ts";
@@ -18,7 +20,6 @@ import {
   DEFAULT_SETTINGS,
   faultTally,
   logDigest,
-  lossyDriver,
   MAX_ACTIONS,
   MAX_SEED,
   readRuns,
@@ -374,7 +375,7 @@ async function start(mode: Mode): Promise<void> {
     setState("done", `Finished seed ${settings.seed} on ${settings.store === "pglite" ? "PGlite" : "sql.js"}: ${result.runs} runs, ${result.crashes} coordinator crash${result.crashes === 1 ? "" : "es"}, ${result.drained ? "all settled" : "NOT settled"}.`);
   } catch (error) {
     if (error instanceof Aborted) setState("stopped", "Stopped. The next run starts again from a fresh store.");
-    else setState("error", `The simulation failed: ${error instanceof Error ? error.message : String(error)}`);
+    else setState("error", `The simulation failed: ${errorMessage(error)}`);
   } finally {
     session = null;
     updateButtons();

@@ -2,22 +2,8 @@ import { randomBytes } from "node:crypto";
 import { link, mkdir, open, unlink } from "node:fs/promises";
 import { constants } from "node:fs";
 import { basename, dirname, join } from "node:path";
-
-export function errorCode(error: unknown): string | undefined {
-  if (typeof error !== "object" || error === null) return undefined;
-  const code = (error as { code?: unknown }).code;
-  return typeof code === "string" ? code : undefined;
-}
-
-/** Makes a directory entry (a create, a link, an unlink) survive power loss. */
-export async function fsyncDirectory(directory: string): Promise<void> {
-  const handle = await open(directory, constants.O_RDONLY | constants.O_DIRECTORY);
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
+import { errorCode } from "../../../src/errors.ts";
+import { fsyncDirectory } from "../../../storage/node/fsync-directory.ts";
 
 /**
  * File systems that cannot hard-link (vfat and exfat on the USB disks routers often use, some

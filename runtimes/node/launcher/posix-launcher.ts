@@ -4,9 +4,10 @@ import { isAbsolute } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { digestOf, timingSafeEqualText } from "../../../src/digest.ts";
-import { QlrError } from "../../../src/errors.ts";
 import { assertPortableId, isPortableId } from "../../../src/identity.ts";
-import { createFileExclusiveDurable, ensureDurableDirectories, errorCode, fsyncDirectory, readSmallFile } from "./durable-file.ts";
+import { QlrError, errorMessage, errorCode } from "../../../src/errors.ts";
+import { fsyncDirectory } from "../../../storage/node/fsync-directory.ts";
+import { createFileExclusiveDurable, ensureDurableDirectories, readSmallFile } from "./durable-file.ts";
 import { journalText, readJournalRecord, type JournalRecord } from "./journal.ts";
 import { DEFAULT_PROC_ROOT, isExitedState, readBootId, readProcStat } from "./proc.ts";
 import { checkReceiptText, isStopReason, readReceiptKey, RECEIPT_MAX_BYTES, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive, type CompletionReceipt, type StopReason } from "./receipt.ts";
@@ -308,7 +309,7 @@ export class PosixLauncher {
         cwd: "/",
       });
     } catch (error) {
-      return this.failWithoutSupervisor(attemptId, startedAtMs, `the supervisor could not be started: ${error instanceof Error ? error.message : String(error)}`);
+      return this.failWithoutSupervisor(attemptId, startedAtMs, `the supervisor could not be started: ${errorMessage(error)}`);
     }
     const reportStream = child.stdio[3];
     const outcome = await new Promise<{ report: SupervisorReport } | { failure: string; supervisorStarted: boolean }>((resolve) => {
@@ -440,7 +441,7 @@ export class PosixLauncher {
     try {
       journal = await readJournalRecord(this.layout, attemptId);
     } catch (error) {
-      return { status: "invalid", reason: `journal unusable: ${error instanceof Error ? error.message : String(error)}` };
+      return { status: "invalid", reason: `journal unusable: ${errorMessage(error)}` };
     }
     if (journal === null) return { status: "invalid", reason: "no journal record for this receipt" };
     if (journal.startedAtMs !== checked.receipt.startedAtMs) return { status: "invalid", reason: `receipt startedAtMs ${checked.receipt.startedAtMs} differs from the journal's ${journal.startedAtMs}` };

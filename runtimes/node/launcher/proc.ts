@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
-import { errorCode } from "./durable-file.ts";
+import { errorCode } from "../../../src/errors.ts";
 
 /**
  * Linux /proc helpers. A process is identified by pid + start time (field 22 of

@@ -2,9 +2,9 @@ import { randomBytes } from "node:crypto";
 import { stat } from "node:fs/promises";
 import { canonicalJson } from "../../../src/canonical-json.ts";
 import { hmacSha256Hex, timingSafeEqualText } from "../../../src/digest.ts";
-import { QlrError } from "../../../src/errors.ts";
 import { isPortableId } from "../../../src/identity.ts";
-import { createFileExclusiveDurable, ensureDurableDirectories, errorCode, readSmallFile } from "./durable-file.ts";
+import { QlrError, errorCode } from "../../../src/errors.ts";
+import { createFileExclusiveDurable, ensureDurableDirectories, readSmallFile } from "./durable-file.ts";
 import { receiptPath, stateLayout, type StateLayout } from "./state-layout.ts";
 
 export const STOP_REASONS = ["cancel", "timeout", "shutdown"] as const;

@@ -1,5 +1,6 @@
 import { canonicalJson } from "../../../src/canonical-json.ts";
-import { createFileExclusiveDurable, errorCode, readSmallFile } from "./durable-file.ts";
+import { errorCode } from "../../../src/errors.ts";
+import { createFileExclusiveDurable, readSmallFile } from "./durable-file.ts";
 import { isStopReason, type StopReason } from "./receipt.ts";
 import { stopIntentPath, type StateLayout } from "./state-layout.ts";
 

@@ -12,7 +12,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { appendFileSync, closeSync, fsyncSync, openSync, readdirSync, readFileSync, readSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { isPortableId } from "../../../src/identity.ts";
-import { errorCode } from "./durable-file.ts";
+import { errorMessage, errorCode } from "../../../src/errors.ts";
 import { readJournalRecord } from "./journal.ts";
 import { readProcStatSync } from "./proc.ts";
 import { readReceiptKey, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive } from "./receipt.ts";
@@ -143,7 +143,7 @@ function openLog(layout: StateLayout, attemptId: string, stream: "stdout" | "std
 }
 
 function describeError(error: unknown): string {
-  const text = error instanceof Error ? error.message : String(error);
+  const text = errorMessage(error);
   return text.slice(0, SPAWN_ERROR_MAX_LENGTH);
 }
 

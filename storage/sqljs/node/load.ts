@@ -8,7 +8,7 @@ import { createRequire } from "node:module";
 import { setFlagsFromString } from "node:v8";
 import initSqlJs from "sql.js";
 import type { SqlJsStatic } from "sql.js";
-import { QlrError } from "../../src/errors.ts";
+import { QlrError } from "../../../src/errors.ts";
 import { rememberSqlJsWasmMemory } from "./wasm-memory.ts";
 
 export interface LoadSqlJsOptions {

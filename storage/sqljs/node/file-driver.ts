@@ -15,7 +15,7 @@
  * driver refuses further work until it is reopened).
  *
  * Which statements are journaled: those the connection judges to have written (the rule is on
- * `StatementKind` in connection.ts: reads never, INSERT/UPDATE/DELETE/REPLACE/WITH when
+ * `StatementKind` in ../connection.ts: reads never, INSERT/UPDATE/DELETE/REPLACE/WITH when
  * `total_changes()` moved, CREATE/DROP/ALTER when the schema version moved, the few others
  * always). A transaction that wrote nothing appends nothing. Journaled statements are replayed
  * verbatim at the next open, so they must be deterministic: pass time, ids and randomness as
@@ -36,13 +36,15 @@ const FILE_MODE = 0o600;
 const DIRECTORY_MODE = 0o700;
 import { join, resolve } from "node:path";
 import type { SqlJsStatic } from "sql.js";
-import { QlrError, isQlrError } from "../../src/errors.ts";
-import type { SqlDriver, SqlTx } from "../driver.ts";
-import { SqlJsConnection, TransactionQueue, mapSqlJsError, runTransaction } from "./connection.ts";
-import type { RecordedWrite, SqlJsConnectionOptions } from "./connection.ts";
+import { QlrError, errorMessage, isQlrError } from "../../../src/errors.ts";
+import type { SqlDriver, SqlTx } from "../../driver.ts";
+import { fsyncDirectorySync } from "../../node/fsync-directory.ts";
+import { SerialQueue } from "../../serial-queue.ts";
+import { SqlJsConnection, mapSqlJsError, runTransaction } from "../connection.ts";
+import type { RecordedWrite, SqlJsConnectionOptions } from "../connection.ts";
 import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
 import type { JournalScan, ParsedRecord } from "./journal.ts";
-import { acquireLock, errorCode } from "./lock.ts";
+import { acquireLock } from "./lock.ts";
 import type { HeldLock } from "./lock.ts";
 import { decodeSnapshot, encodeSnapshotTrailer } from "./snapshot.ts";
 
@@ -130,7 +132,7 @@ interface PendingRecord {
 class SqlJsFileStore implements SqlJsFileDriver {
   readonly dialect = "sqlite";
   readonly name = "sqljs-file";
-  private readonly queue = new TransactionQueue();
+  private readonly queue: SerialQueue;
   private readonly faults: SqlJsFileFaultPoints;
   private readonly checkpointJournalBytes: number;
   private lastSnapshotBytes = 0;
@@ -140,7 +142,6 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private checkpoints = 0;
   /** Set when the journal could not be restored after a failed write; the store refuses work until reopened. */
   private failure: unknown;
-  private closing: Promise<void> | undefined;
 
   private constructor(
     private readonly directory: string,
@@ -153,6 +154,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     private snapshotSequence: number,
     options: SqlJsFileDriverOptions,
   ) {
+    this.queue = new SerialQueue(`The sqljs-file driver for ${directory} is closed.`);
     this.faults = options.faultPoints ?? {};
     this.checkpointJournalBytes = Math.max(1, options.checkpointJournalBytes ?? DEFAULT_CHECKPOINT_JOURNAL_BYTES);
     this.nextCheckpointJournalBytes = this.checkpointJournalBytes;
@@ -172,7 +174,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       const snapshotSequence = loaded.includedSequence;
       const journalExisted = existsSync(journalPath);
       journalFd = openSync(journalPath, "a", FILE_MODE);
-      if (!journalExisted) fsyncDirectory(directory);
+      if (!journalExisted) fsyncDirectorySync(directory);
 
       const dictionary = new SqlTextDictionary();
       let sequence = snapshotSequence;
@@ -220,12 +222,10 @@ class SqlJsFileStore implements SqlJsFileDriver {
   }
 
   transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-    if (this.closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", `The sqljs-file driver for ${this.directory} is closed.`));
     return this.queue.run(() => this.runQueuedTransaction(fn));
   }
 
   checkpoint(): Promise<void> {
-    if (this.closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", `The sqljs-file driver for ${this.directory} is closed.`));
     return this.queue.run(() =>
       settle(() => {
         this.assertUsable();
@@ -245,8 +245,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
   }
 
   close(): Promise<void> {
-    this.closing ??= this.queue.run(() => settle(() => this.shutdown()));
-    return this.closing;
+    return this.queue.close(() => this.shutdown());
   }
 
   private async runQueuedTransaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
@@ -356,7 +355,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       this.faults.duringCheckpoint?.("temp-synced");
       renameSync(tempPath, snapshotPath);
       this.faults.duringCheckpoint?.("renamed");
-      fsyncDirectory(this.directory);
+      fsyncDirectorySync(this.directory);
       this.faults.duringCheckpoint?.("directory-synced");
     } catch (error) {
       if (isQlrError(error)) throw error;
@@ -431,7 +430,7 @@ function replayRecord(connection: SqlJsConnection, record: ParsedRecord, stateme
     connection.commit();
   } catch (error) {
     connection.rollbackQuietly();
-    const reason = error instanceof Error ? error.message : String(error);
+    const reason = errorMessage(error);
     throw corrupt(record.offset, `record ${record.sequence} does not replay on the snapshot (${reason})`, error);
   }
 }
@@ -446,26 +445,6 @@ function writeAll(fd: number, bytes: Uint8Array): number {
     written += count;
   }
   return written;
-}
-
-/** Makes a rename or a file creation in `directory` durable. */
-function fsyncDirectory(directory: string): void {
-  let fd: number;
-  try {
-    fd = openSync(directory, "r");
-  } catch (error) {
-    // Windows cannot open a directory for syncing (EISDIR/EPERM); it has no such step to take.
-    if (errorCode(error) === "EISDIR" || errorCode(error) === "EPERM") return;
-    throw error;
-  }
-  try {
-    fsyncSync(fd);
-  } catch (error) {
-    // Some file systems do not support syncing a directory and answer EINVAL; there is nothing more to do there.
-    if (errorCode(error) !== "EINVAL") throw error;
-  } finally {
-    closeSync(fd);
-  }
 }
 
 /** Runs synchronous work as a task for the queue, turning a throw into a rejection. */

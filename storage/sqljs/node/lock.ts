@@ -14,7 +14,7 @@ import { randomUUID } from "node:crypto";
 import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { QlrError } from "../../src/errors.ts";
+import { QlrError, errorCode } from "../../../src/errors.ts";
 
 /** A lock file can be seen empty between its creation and its write; its reader waits this long, this often. */
 const UNREADABLE_LOCK_RETRY_MS = 50;
@@ -151,8 +151,4 @@ function removeIfPresent(filePath: string): void {
   } catch (error) {
     if (errorCode(error) !== "ENOENT") throw new QlrError("storage_unavailable", `The file ${filePath} could not be removed.`, { cause: error });
   }
-}
-
-export function errorCode(error: unknown): string | undefined {
-  return typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : undefined;
 }

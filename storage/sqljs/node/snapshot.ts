@@ -16,8 +16,8 @@
  * The first `imageBytes` bytes are a plain SQLite database file.
  */
 import { Buffer } from "node:buffer";
-import { QlrError } from "../../src/errors.ts";
-import { crc32, crc32Update } from "./crc32.ts";
+import { QlrError } from "../../../src/errors.ts";
+import { crc32, crc32Update } from "../crc32.ts";
 
 const SNAPSHOT_MAGIC = Buffer.from("QLRSNAP1", "latin1");
 export const SNAPSHOT_TRAILER_BYTES = 32;

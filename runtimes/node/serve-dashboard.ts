@@ -29,7 +29,7 @@ export const DASHBOARD_CSP = "default-src 'none'; script-src 'self'; style-src '
 /**
  * Where the build puts the dashboard: `dist/browser/dashboard/` beside the running bundle
  * (`dist/qlr.mjs`); from the sources (tests that start the runtime without bundling) the same
- * folder seen from `runtimes/browser/`.
+ * folder seen from `runtimes/node/`.
  */
 export function defaultDashboardDirs(): string[] {
   const fromSources = new URL(import.meta.url).pathname.endsWith(".ts");

@@ -25,10 +25,10 @@
  */
 import { Buffer } from "node:buffer";
 import { readSync } from "node:fs";
-import { QlrError } from "../../src/errors.ts";
-import type { SqlParam } from "../driver.ts";
-import type { RecordedWrite } from "./connection.ts";
-import { crc32, crc32Update } from "./crc32.ts";
+import { QlrError } from "../../../src/errors.ts";
+import type { SqlParam } from "../../driver.ts";
+import type { RecordedWrite } from "../connection.ts";
+import { crc32, crc32Update } from "../crc32.ts";
 
 export const JOURNAL_MAGIC = Buffer.from("QLJ1", "latin1");
 export const RECORD_HEADER_BYTES = 20;

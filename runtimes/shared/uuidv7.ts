@@ -1,0 +1,22 @@
+/**
+ * UUIDv7 run ids for every runtime: time-ordered, 36 bytes, inside the portable identity
+ * pattern. Web Crypto's `getRandomValues` exists in Node (20 and later), workerd and browsers,
+ * so the device and the Worker draw their ids from this one function.
+ */
+import type { IdSource } from "../../src/ports.ts";
+
+export function uuidv7(nowMs: number = Date.now()): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  let time = nowMs;
+  // The first 48 bits are the time in milliseconds, big-endian.
+  for (let index = 5; index >= 0; index -= 1) {
+    bytes[index] = time % 256;
+    time = Math.floor(time / 256);
+  }
+  bytes[6] = ((bytes[6] ?? 0) & 0x0f) | 0x70;
+  bytes[8] = ((bytes[8] ?? 0) & 0x3f) | 0x80;
+  const hex = Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+export const uuidv7Ids: IdSource = { runId: () => uuidv7() };

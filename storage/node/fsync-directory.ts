@@ -1,0 +1,45 @@
+/**
+ * Making a directory entry (a create, a rename, a link, an unlink) survive power loss: open
+ * the directory and fsync it. Node-only. Two callers, two answers to a file system that
+ * cannot do it, both deliberate:
+ *
+ * - `fsyncDirectorySync`, for the sql.js file store (synchronous, inside its queued work):
+ *   a platform with no such step (Windows answers EISDIR or EPERM on opening a directory, some
+ *   file systems EINVAL on syncing one) has nothing more to do, so it returns;
+ * - `fsyncDirectory`, for the launcher's journal records and receipts: every error is thrown,
+ *   because the journal's directory entry must be durable before the task is spawned, and an
+ *   attempt that cannot promise that fails to start rather than run unrecorded.
+ */
+import { closeSync, constants, fsyncSync, openSync } from "node:fs";
+import { open } from "node:fs/promises";
+import { errorCode } from "../../src/errors.ts";
+
+/** Makes a rename or a file creation in `directory` durable where the platform can; see above. */
+export function fsyncDirectorySync(directory: string): void {
+  let fd: number;
+  try {
+    fd = openSync(directory, "r");
+  } catch (error) {
+    // Windows cannot open a directory for syncing (EISDIR/EPERM); it has no such step to take.
+    if (errorCode(error) === "EISDIR" || errorCode(error) === "EPERM") return;
+    throw error;
+  }
+  try {
+    fsyncSync(fd);
+  } catch (error) {
+    // Some file systems do not support syncing a directory and answer EINVAL; there is nothing more to do there.
+    if (errorCode(error) !== "EINVAL") throw error;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Makes a directory entry (a create, a link, an unlink) survive power loss, or throws. */
+export async function fsyncDirectory(directory: string): Promise<void> {
+  const handle = await open(directory, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}

@@ -1,0 +1,51 @@
+/**
+ * The queue every single-connection driver (sql.js memory and file, PGlite, Durable Object
+ * SQLite) puts its transactions through: a promise chain that runs one task at a time, so an
+ * `await` inside one transaction can never let a second one onto the one connection, and a
+ * closing state that refuses new work and waits for what is already queued.
+ *
+ * Isomorphic on purpose: no `node:*` import, because the same queue serves the Worker
+ * (workerd) and the browser (sql.js, PGlite) as well as the device.
+ */
+import { QlrError } from "../src/errors.ts";
+
+export class SerialQueue {
+  private tail: Promise<void> = Promise.resolve();
+  private closing: Promise<void> | undefined;
+  private readonly closedMessage: string;
+
+  /** `closedMessage` is what a task offered after `close()` is refused with (`storage_unavailable`). */
+  constructor(closedMessage: string) {
+    this.closedMessage = closedMessage;
+  }
+
+  /**
+   * Runs `task` once every task queued before it has settled. Each caller receives its own
+   * outcome; a failed task does not stop the ones behind it. Refused once `close()` was called.
+   */
+  run<T>(task: () => Promise<T>): Promise<T> {
+    if (this.closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", this.closedMessage));
+    return this.enqueue(task);
+  }
+
+  /**
+   * Refuses new tasks from now on, waits for the queued ones, then runs `release` (close the
+   * connection, the files, the lock) exactly once. Every call returns the same promise.
+   */
+  close(release: () => Promise<void> | void = () => undefined): Promise<void> {
+    this.closing ??= this.enqueue(async () => {
+      await release();
+    });
+    return this.closing;
+  }
+
+  private enqueue<T>(task: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(task);
+    // The chain only orders work, so it swallows each outcome; the caller holds the real one.
+    this.tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    return result;
+  }
+}

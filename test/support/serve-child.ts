@@ -1,0 +1,115 @@
+/** `qlr serve` as a child process of the test: started on port 0, watched, killed. */
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { Api } from "./api-client.ts";
+import type { Bundle } from "./bundle.ts";
+
+export interface Exit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+/** A clean environment for a child: no QLR_* settings or NODE_OPTIONS leak in from the test runner. */
+export function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) {
+    if (key.startsWith("QLR_") || key === "NODE_OPTIONS") continue;
+    env[key] = value;
+  }
+  return { ...env, ...extra };
+}
+
+export class Served {
+  readonly child: ChildProcess;
+  readonly url: string;
+  readonly token: string;
+  readonly stateDir: string;
+  readonly exited: Promise<Exit>;
+  private readonly output: { stdout: string; stderr: string };
+
+  constructor(parts: { child: ChildProcess; url: string; token: string; stateDir: string; exited: Promise<Exit>; output: { stdout: string; stderr: string } }) {
+    this.child = parts.child;
+    this.url = parts.url;
+    this.token = parts.token;
+    this.stateDir = parts.stateDir;
+    this.exited = parts.exited;
+    this.output = parts.output;
+  }
+
+  get pid(): number {
+    return this.child.pid ?? -1;
+  }
+
+  get stdout(): string {
+    return this.output.stdout;
+  }
+
+  get stderr(): string {
+    return this.output.stderr;
+  }
+
+  get api(): Api {
+    return new Api(this.url, this.token);
+  }
+
+  /** SIGKILL (a power cut, an OOM kill) and wait for the exit. */
+  async kill9(): Promise<Exit> {
+    this.child.kill("SIGKILL");
+    return this.exited;
+  }
+}
+
+/** Every runtime child of this test file, so `stopAllServed` can end what a failed test left. */
+const servedChildren = new Set<ChildProcess>();
+
+export function stopAllServed(): void {
+  for (const child of servedChildren) {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+  }
+  servedChildren.clear();
+}
+
+/**
+ * Starts `node qlr.mjs serve --state-dir DIR --port 0` and waits for its `qlr serving URL`
+ * line. `fault` sets QLR_FAULT_POINT: the runtime SIGKILLs itself when that point is reached.
+ */
+export async function startServe(bundle: Bundle, stateDir: string, options: { fault?: string; apply?: string[]; profile?: string; tickInterval?: string; retention?: string; retentionRuns?: string } = {}): Promise<Served> {
+  const args = [
+    bundle.qlr,
+    "serve",
+    "--state-dir",
+    stateDir,
+    "--port",
+    "0",
+    ...(options.profile === undefined ? [] : ["--profile", options.profile]),
+    ...(options.tickInterval === undefined ? [] : ["--tick-interval", options.tickInterval]),
+    ...(options.retention === undefined ? [] : ["--retention", options.retention]),
+    ...(options.retentionRuns === undefined ? [] : ["--retention-runs", options.retentionRuns]),
+    ...(options.apply ?? []).flatMap((file) => ["--apply", file]),
+  ];
+  const child = spawn(process.execPath, args, { env: childEnv(options.fault === undefined ? {} : { QLR_FAULT_POINT: options.fault }), stdio: ["ignore", "pipe", "pipe"] });
+  servedChildren.add(child);
+  const output = { stdout: "", stderr: "" };
+  const exited = new Promise<Exit>((resolveExit) => child.once("exit", (code, signal) => resolveExit({ code, signal })));
+  child.stdout?.setEncoding("utf8");
+  child.stderr?.setEncoding("utf8");
+  child.stderr?.on("data", (chunk: string) => (output.stderr += chunk));
+  const url = await new Promise<string>((resolveUrl, rejectUrl) => {
+    const timer = setTimeout(() => rejectUrl(new Error(`qlr serve did not print its URL within 30 s\nstdout: ${output.stdout}\nstderr: ${output.stderr}`)), 30_000);
+    child.stdout?.on("data", (chunk: string) => {
+      output.stdout += chunk;
+      const match = /qlr serving (http:\/\/\S+)/.exec(output.stdout);
+      if (match?.[1] !== undefined) {
+        clearTimeout(timer);
+        resolveUrl(match[1]);
+      }
+    });
+    void exited.then((exit) => {
+      clearTimeout(timer);
+      rejectUrl(new Error(`qlr serve exited (${exit.signal ?? `code ${exit.code}`}) before serving\nstdout: ${output.stdout}\nstderr: ${output.stderr}`));
+    });
+  });
+  const token = (await readFile(join(stateDir, "token"), "utf8")).trim();
+  return new Served({ child, url, token, stateDir, exited, output });
+}

@@ -1,0 +1,78 @@
+/**
+ * Readers of the launcher's state files (journal records and receipts) as the tests see them,
+ * and the exact replay check the crash and stop tests share.
+ */
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { TERMINAL_ATTEMPT } from "./api-client.ts";
+import type { RunDetail } from "./api-views.ts";
+
+export interface JournalFile {
+  readonly attemptId: string;
+  readonly startedAtMs: number;
+  readonly bootId: string;
+}
+
+export interface ReceiptFile {
+  readonly attemptId: string;
+  readonly startedAtMs: number;
+  readonly finishedAtMs: number;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly stopReason: string | null;
+  readonly spawnError: string | null;
+  readonly mac: string;
+}
+
+export function receiptPath(stateDir: string, attemptId: string): string {
+  return join(stateDir, "receipts", `${attemptId}.json`);
+}
+
+export async function readJournal(stateDir: string, attemptId: string): Promise<JournalFile | null> {
+  try {
+    return JSON.parse(await readFile(join(stateDir, "journal", `${attemptId}.json`), "utf8")) as JournalFile;
+  } catch {
+    return null;
+  }
+}
+
+export async function readReceipt(stateDir: string, attemptId: string): Promise<ReceiptFile | null> {
+  try {
+    return JSON.parse(await readFile(receiptPath(stateDir, attemptId), "utf8")) as ReceiptFile;
+  } catch {
+    return null;
+  }
+}
+
+/** The journal's file names (every attempt that crossed the pre-spawn barrier). */
+export async function journalNames(stateDir: string): Promise<string[]> {
+  return (await readdir(join(stateDir, "journal")).catch(() => [] as string[])).sort();
+}
+
+/**
+ * Every attempt that crossed the pre-spawn barrier (has a journal record) ended exactly as its
+ * authenticated receipt says: terminal, the receipt's exit code and signal, and the journal's
+ * pre-spawn startedAtMs (ADR-0229 §5) — no lost completion, no completion invented. Attempts
+ * without a journal never spawned and must not be running.
+ */
+export async function expectReceiptsHonoured(stateDir: string, detail: RunDetail): Promise<void> {
+  const names = await journalNames(stateDir);
+  const journaled = new Set(names.map((name) => name.replace(/\.json$/, "")));
+  for (const attempt of detail.attempts) {
+    if (!journaled.has(attempt.id)) {
+      if (attempt.status === "running" || attempt.status === "starting") throw new Error(`attempt ${attempt.id} is ${attempt.status} without a journal record`);
+      continue;
+    }
+    const journal = await readJournal(stateDir, attempt.id);
+    const receipt = await readReceipt(stateDir, attempt.id);
+    if (journal === null || receipt === null) throw new Error(`attempt ${attempt.id}: journal ${journal === null ? "missing" : "present"}, receipt ${receipt === null ? "missing" : "present"}`);
+    const facts = { status: TERMINAL_ATTEMPT.has(attempt.status), exitCode: attempt.exitCode, signal: attempt.signal, startedAtMs: attempt.startedAtMs, finishedAtMs: attempt.finishedAtMs };
+    const expected = { status: true, exitCode: receipt.exitCode, signal: receipt.signal, startedAtMs: journal.startedAtMs, finishedAtMs: receipt.finishedAtMs };
+    if (JSON.stringify(facts) !== JSON.stringify(expected) || receipt.startedAtMs !== journal.startedAtMs) {
+      throw new Error(`attempt ${attempt.id} (${attempt.status}) does not match its receipt: ${JSON.stringify(facts)} vs ${JSON.stringify(expected)}`);
+    }
+  }
+  // No journal record belongs to an attempt the store does not know.
+  const known = new Set(detail.attempts.map((attempt) => attempt.id));
+  for (const id of journaled) if (!known.has(id)) throw new Error(`journal record ${id} names no attempt of run ${detail.run.id}`);
+}
