@@ -439,7 +439,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
       mkdirSync(resultsDir, { recursive: true });
       const soakName = /^[A-Za-z0-9._-]+$/.test(process.env.QLR_BENCH_SOAK_RESULTS_NAME ?? "") ? (process.env.QLR_BENCH_SOAK_RESULTS_NAME ?? "soak") : "soak";
       writeFileSync(join(resultsDir, `${soakName}.json`), `${JSON.stringify(soakReport, null, 2)}\n`);
-      writeFileSync(join(resultsDir, `${soakName}.md`), renderSoakMarkdown(soakReport));
+      writeFileSync(join(resultsDir, `${soakName}.md`), renderSoakMarkdown(soakReport, `${soakName}.svg`));
       writeFileSync(join(resultsDir, `${soakName}.svg`), renderSoakSvg(soakReport));
       log(`wrote bench/results/${soakName}.json, ${soakName}.md and ${soakName}.svg`);
     }

@@ -175,6 +175,13 @@ export interface SoakDay {
   readonly arrayBuffersMiB: number | null;
   readonly wasmMiB: number | null;
   readonly load1m: number;
+  /**
+   * One purge pass's start (`terminalRunAtRank(maxRuns)`, an index walk of up to maxRuns
+   * terminal runs), ms: paid by every cycle whose previous pass ended, idle ones included.
+   */
+  readonly purgeRangeMs: number;
+  /** Rows per table: what a database that still grows keeps. */
+  readonly tableRows: Record<string, number>;
 }
 
 async function soakSimulated(config: SoakSimulatedConfig): Promise<Record<string, unknown>> {
@@ -248,7 +255,7 @@ async function soakSimulated(config: SoakSimulatedConfig): Promise<Record<string
         }
       }
       if (clock.nowMs() >= nextDayMs) {
-        days.push(await measureDay(store, stateDir, round((clock.nowMs() - startMs) / DAY_MS, 2), { wallS: (now() - dayStartedAt) / 1000, ticks: dayTicks, purged }));
+        days.push(await measureDay(store, stateDir, round((clock.nowMs() - startMs) / DAY_MS, 2), { wallS: (now() - dayStartedAt) / 1000, ticks: dayTicks, purged, maxRuns: policy.maxRuns }));
         const day = days[days.length - 1];
         if (day !== undefined) log(`soak ${config.label}: day ${day.day}, load ${day.load1m}: ${day.runsRetained} runs kept, ${day.runsPurged} purged, db ${day.databaseMiB} MiB, state dir ${day.stateDirMiB} MiB, RSS ${day.rssMiB} MiB, ${round(day.wallS, 1)} s`);
         nextDayMs += sampleMs;
@@ -295,14 +302,19 @@ async function soakSimulated(config: SoakSimulatedConfig): Promise<Record<string
   };
 }
 
-async function measureDay(store: Awaited<ReturnType<typeof openConfiguredStore>>, stateDir: string, day: number, facts: { wallS: number; ticks: number; purged: number }): Promise<SoakDay> {
+async function measureDay(store: Awaited<ReturnType<typeof openConfiguredStore>>, stateDir: string, day: number, facts: { wallS: number; ticks: number; purged: number; maxRuns: number }): Promise<SoakDay> {
   const counts = await store.transaction((tx) => tx.countRunsByStatus());
   const terminal = (counts.succeeded ?? 0) + (counts.failed ?? 0) + (counts.timed_out ?? 0) + (counts.cancelled ?? 0) + (counts.lost ?? 0);
   const total = Object.values(counts).reduce((sum, value) => sum + value, 0);
   const pages = await store.driver.transaction(async (tx) => {
     const value = async (sql: string): Promise<number> => Number(Object.values((await tx.query(sql))[0] ?? {})[0] ?? Number.NaN);
-    return { pageCount: await value("PRAGMA page_count"), pageSize: await value("PRAGMA page_size"), freelist: await value("PRAGMA freelist_count") };
+    const tableRows: Record<string, number> = {};
+    for (const row of await tx.query<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")) tableRows[row.name] = await value(`SELECT count(*) FROM "${row.name.replace(/"/g, '""')}"`);
+    return { pageCount: await value("PRAGMA page_count"), pageSize: await value("PRAGMA page_size"), freelist: await value("PRAGMA freelist_count"), tableRows };
   });
+  const rankStartedAt = now();
+  for (let index = 0; index < 5; index += 1) await store.transaction((tx) => tx.terminalRunAtRank(facts.maxRuns));
+  const purgeRangeMs = (now() - rankStartedAt) / 5;
   const db = join(stateDir, "db");
   const snapshot = diskBytes(join(db, "snapshot.sqlite"));
   const journal = diskBytes(join(db, "journal.log"));
@@ -327,6 +339,8 @@ async function measureDay(store: Awaited<ReturnType<typeof openConfiguredStore>>
     arrayBuffersMiB: mib(usage.arrayBuffers),
     wasmMiB: mib(sqlJsWasmMemoryBytes()),
     load1m: round(os.loadavg()[0] ?? 0, 2),
+    purgeRangeMs: round(purgeRangeMs, 3),
+    tableRows: pages.tableRows,
   };
 }
 
@@ -346,9 +360,13 @@ function flatness(days: readonly SoakDay[], policy: RetentionPolicy, runsPerDay:
     const last = values[values.length - 1] ?? Number.NaN;
     return { first, last, min: Math.min(...values), max: Math.max(...values), slopePerDay: round(slope(steady.map((day) => ({ x: day.day, y: Number(day[key]) }))), 3) };
   };
+  const firstRows = steady[0]?.tableRows ?? {};
+  const lastRows = steady[steady.length - 1]?.tableRows ?? {};
+  const tablesThatGrew = Object.fromEntries(Object.keys(lastRows).filter((name) => (lastRows[name] ?? 0) !== (firstRows[name] ?? 0)).map((name) => [name, { first: firstRows[name] ?? 0, last: lastRows[name] ?? 0 }]));
   return {
     steadyFromDay: steadyFrom,
     days: steady.length,
+    tablesThatChanged: tablesThatGrew,
     runsRetained: per("runsRetained"),
     databaseMiB: per("databaseMiB"),
     stateDirMiB: per("stateDirMiB"),

@@ -66,10 +66,10 @@ export function caughtUpDay(result: SoakSimulatedResult): number {
   return Math.min(result.retention.horizonDay, result.retention.maxRuns / result.runsPerDay);
 }
 
-export function renderSoakMarkdown(report: SoakReport): string {
+export function renderSoakMarkdown(report: SoakReport, svgName = "soak.svg"): string {
   const parts: string[] = [];
   parts.push(`# qlr long-life soak (${report.scale} scale)`);
-  parts.push(`Generated ${report.generatedAt}. ${report.machine.cpuModel}, ${report.machine.cores} cores, Node ${report.node}; state dir on ${report.machine.dataFileSystem}. Chart: [soak.svg](soak.svg).`);
+  parts.push(`Generated ${report.generatedAt}. ${report.machine.cpuModel}, ${report.machine.cores} cores, Node ${report.node}; state dir on ${report.machine.dataFileSystem}. Chart: [${svgName}](${svgName}).`);
   for (const result of report.simulated) {
     parts.push(`## In process: ${result.label}`);
     parts.push(
@@ -78,8 +78,8 @@ export function renderSoakMarkdown(report: SoakReport): string {
     );
     parts.push(
       table(
-        ["day", "runs kept", "purged so far", "database MiB", "free list MiB", "snapshot MiB", "journal MiB", "state dir MiB", "RSS MiB", "VmHWM MiB", "heap used MiB", "ArrayBuffers MiB", "wasm MiB", "wall s", "load"],
-        result.perDay.map((day) => [fmt(day.day, 2), String(day.runsRetained), String(day.runsPurged), fmt(day.databaseMiB, 2), fmt(day.freelistMiB, 2), fmt(day.snapshotMiB, 2), fmt(day.journalMiB, 2), fmt(day.stateDirMiB, 2), fmt(day.rssMiB), fmt(day.vmHwmMiB), fmt(day.heapUsedMiB), fmt(day.arrayBuffersMiB), fmt(day.wasmMiB), fmt(day.wallS, 0), fmt(day.load1m, 1)]),
+        ["day", "runs kept", "purged so far", "database MiB", "free list MiB", "snapshot MiB", "journal MiB", "state dir MiB", "RSS MiB", "VmHWM MiB", "heap used MiB", "ArrayBuffers MiB", "wasm MiB", "purge range ms", "wall s", "load"],
+        result.perDay.map((day) => [fmt(day.day, 2), String(day.runsRetained), String(day.runsPurged), fmt(day.databaseMiB, 2), fmt(day.freelistMiB, 2), fmt(day.snapshotMiB, 2), fmt(day.journalMiB, 2), fmt(day.stateDirMiB, 2), fmt(day.rssMiB), fmt(day.vmHwmMiB), fmt(day.heapUsedMiB), fmt(day.arrayBuffersMiB), fmt(day.wasmMiB), fmt(day.purgeRangeMs, 2), fmt(day.wallS, 0), fmt(day.load1m, 1)]),
       ),
     );
     parts.push(`After retention caught up: \`${JSON.stringify(result.flatness)}\``);
