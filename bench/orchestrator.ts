@@ -429,6 +429,9 @@ export async function main(options: { root: string; bundleDir: string }): Promis
       const soakReport: SoakReport = {
         generatedAt: new Date().toISOString(),
         scale: quick ? "quick" : "default",
+        overrides: Object.fromEntries(
+          ["DAYS", "HORIZON", "COUNT_RUNS", "SAMPLE_HOURS", "PROFILE", "SERVE_S"].map((name): [string, string] => [`QLR_BENCH_SOAK_${name}`, process.env[`QLR_BENCH_SOAK_${name}`] ?? ""]).filter(([, value]) => value !== ""),
+        ),
         machine: report.machine,
         node: process.version,
         simulated,

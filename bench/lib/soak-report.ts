@@ -47,6 +47,8 @@ export interface SoakServeResult {
 export interface SoakReport {
   readonly generatedAt: string;
   readonly scale: "quick" | "default";
+  /** QLR_BENCH_SOAK_* settings over the scale's own, as given. */
+  readonly overrides?: Record<string, string>;
   readonly machine: { cpuModel: string; cores: number; memoryGiB: number; kernel: string; dataFileSystem: string };
   readonly node: string;
   readonly simulated: SoakSimulatedResult[];
@@ -68,7 +70,7 @@ export function caughtUpDay(result: SoakSimulatedResult): number {
 
 export function renderSoakMarkdown(report: SoakReport, svgName = "soak.svg"): string {
   const parts: string[] = [];
-  parts.push(`# qlr long-life soak (${report.scale} scale)`);
+  parts.push(`# qlr long-life soak (${scaleLabel(report)})`);
   parts.push(`Generated ${report.generatedAt}. ${report.machine.cpuModel}, ${report.machine.cores} cores, Node ${report.node}; state dir on ${report.machine.dataFileSystem}. Chart: [${svgName}](${svgName}).`);
   for (const result of report.simulated) {
     parts.push(`## In process: ${result.label}`);
@@ -109,6 +111,11 @@ export function renderSoakMarkdown(report: SoakReport, svgName = "soak.svg"): st
   return `${parts.join("\n\n")}\n`;
 }
 
+function scaleLabel(report: SoakReport): string {
+  const overrides = Object.entries(report.overrides ?? {});
+  return overrides.length === 0 ? `${report.scale} scale` : `${report.scale} scale with ${overrides.map(([name, value]) => `${name.replace("QLR_BENCH_SOAK_", "").toLowerCase()}=${value}`).join(", ")}`;
+}
+
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
 const escapeXml = (text: string): string => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
 
@@ -139,7 +146,7 @@ export function renderSoakSvg(report: SoakReport): string {
   const out: string[] = [];
   out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`);
   out.push(`<rect width="${width}" height="${height}" fill="#fff"/>`);
-  out.push(`<text x="${left}" y="22" font-size="15" font-weight="bold">${escapeXml(`qlr long-life soak: ${results[0]?.schedules ?? "?"} schedules every 5 min, sql.js file store, per simulated day (${report.scale} scale)`)}</text>`);
+  out.push(`<text x="${left}" y="22" font-size="15" font-weight="bold">${escapeXml(`qlr long-life soak: ${results[0]?.schedules ?? "?"} schedules every 5 min, sql.js file store, per simulated day (${scaleLabel(report)})`)}</text>`);
   results.forEach((result, index) => {
     const colour = COLOURS[index % COLOURS.length] ?? "#000";
     const lx = left + index * 330;
@@ -167,7 +174,7 @@ export function renderSoakSvg(report: SoakReport): string {
       const mark = caughtUpDay(result);
       if (mark <= maxDay) {
         out.push(`<line x1="${fmt(x(mark), 1)}" y1="${y0}" x2="${fmt(x(mark), 1)}" y2="${y1}" stroke="${colour}" stroke-dasharray="2,3" opacity="0.7"/>`);
-        if (panelIndex === 0) out.push(`<text x="${fmt(x(mark) + 4, 1)}" y="${y0 + 14 + index * 14}" fill="${colour}">${escapeXml(result.retention.maxRuns / result.runsPerDay < result.retention.horizonDay ? `count cap ${result.retention.maxRuns} reached` : `horizon ${result.retention.horizon}`)}</text>`);
+        if (panelIndex === 0) out.push(`<text x="${fmt(x(mark) + 4, 1)}" y="${y1 - 8 - index * 14}" fill="${colour}">${escapeXml(result.retention.maxRuns / result.runsPerDay < result.retention.horizonDay ? `count cap ${result.retention.maxRuns} reached` : `horizon ${result.retention.horizon}`)}</text>`);
       }
       const line = (pick: (day: SoakDay) => number | null, dashed: boolean): void => {
         const points = [...result.perDay].filter((day) => pick(day) !== null).map((day) => `${fmt(x(day.day), 1)},${fmt(y(pick(day) ?? 0), 1)}`);
