@@ -137,7 +137,7 @@ export function renderSoakSvg(report: SoakReport): string {
   const panelHeight = 210;
   const left = 70;
   const right = 20;
-  const top = 60;
+  const top = 76;
   const gap = 50;
   const height = top + panels.length * (panelHeight + gap) + 10;
   const results = report.simulated;
@@ -146,12 +146,13 @@ export function renderSoakSvg(report: SoakReport): string {
   const out: string[] = [];
   out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`);
   out.push(`<rect width="${width}" height="${height}" fill="#fff"/>`);
-  out.push(`<text x="${left}" y="22" font-size="15" font-weight="bold">${escapeXml(`qlr long-life soak: ${results[0]?.schedules ?? "?"} schedules every 5 min, sql.js file store, per simulated day (${scaleLabel(report)})`)}</text>`);
+  out.push(`<text x="${left}" y="22" font-size="15" font-weight="bold">${escapeXml(`qlr long-life soak: ${results[0]?.schedules ?? "?"} schedules every 5 min on the sql.js file store`)}</text>`);
+  out.push(`<text x="${left}" y="40" fill="#555">${escapeXml(`${scaleLabel(report)}; ${report.machine.cores} vCPU ${report.machine.cpuModel.split(" ").slice(0, 2).join(" ")}, Node ${report.node}`)}</text>`);
   results.forEach((result, index) => {
     const colour = COLOURS[index % COLOURS.length] ?? "#000";
     const lx = left + index * 330;
-    out.push(`<line x1="${lx}" y1="42" x2="${lx + 24}" y2="42" stroke="${colour}" stroke-width="2.5"/>`);
-    out.push(`<text x="${lx + 30}" y="46">${escapeXml(`${result.label} (caught up day ${fmt(caughtUpDay(result), 2)})`)}</text>`);
+    out.push(`<line x1="${lx}" y1="58" x2="${lx + 24}" y2="58" stroke="${colour}" stroke-width="2.5"/>`);
+    out.push(`<text x="${lx + 30}" y="62">${escapeXml(`${result.label} (caught up day ${fmt(caughtUpDay(result), 2)})`)}</text>`);
   });
   panels.forEach((panel, panelIndex) => {
     const y0 = top + panelIndex * (panelHeight + gap) + 20;
