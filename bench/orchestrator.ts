@@ -19,11 +19,15 @@ import type { ThroughputConfig } from "./throughput.ts";
 import type { ServeConfig } from "./serve.ts";
 import type { PeersConfig } from "./peers.ts";
 import type { WorkerdConfig } from "./workerd.ts";
-import type { ProfileName } from "../src/profiles.ts";
+import type { SoakServeConfig, SoakSimulatedConfig } from "./soak.ts";
+import { renderSoakMarkdown, renderSoakSvg, type SoakReport, type SoakServeResult, type SoakSimulatedResult } from "./lib/soak-report.ts";
+import { isProfileName, type ProfileName } from "../src/profiles.ts";
 import type { BenchPostgres } from "./lib/postgres-server.ts";
 
-export type BenchName = "admission" | "profile" | "bytes" | "throughput" | "memory" | "serve" | "peers" | "workerd";
-const BENCH_NAMES: readonly BenchName[] = ["admission", "profile", "bytes", "throughput", "memory", "serve", "peers", "workerd"];
+export type BenchName = "admission" | "profile" | "bytes" | "throughput" | "memory" | "serve" | "peers" | "workerd" | "soak";
+const BENCH_NAMES: readonly BenchName[] = ["admission", "profile", "bytes", "throughput", "memory", "serve", "peers", "workerd", "soak"];
+/** Run only when QLR_BENCH_ONLY names them: the soak takes longer than all the others together. */
+const OPT_IN_BENCHES: readonly BenchName[] = ["soak"];
 
 interface Scale {
   readonly admissionsSqlite: number;
@@ -55,6 +59,20 @@ interface Scale {
   readonly peerCapMs: number;
   readonly workerdRuns: number;
   readonly workerdTicks: number;
+  /** The long-life soak (bench/soak.ts): simulated days, retention variants, the real process's minutes. */
+  readonly soak: SoakScale;
+}
+
+interface SoakScale {
+  readonly days: number;
+  readonly sampleEveryHours: number;
+  readonly profile: ProfileName;
+  /** A variant bounded by time (`--retention`), runs unbounded; and one bounded by count. */
+  readonly horizon: string;
+  readonly countRuns: number;
+  readonly serveMs: number;
+  readonly serveRetention: string;
+  readonly serveRetentionRuns: number;
 }
 
 const DEFAULT_SCALE: Scale = {
@@ -80,6 +98,7 @@ const DEFAULT_SCALE: Scale = {
   peerCapMs: 60_000,
   workerdRuns: 20,
   workerdTicks: 200,
+  soak: { days: 30, sampleEveryHours: 24, profile: "edge", horizon: "2d", countRuns: 3000, serveMs: 8 * 60_000, serveRetention: "2m", serveRetentionRuns: 100 },
 };
 
 const QUICK_SCALE: Scale = {
@@ -105,7 +124,34 @@ const QUICK_SCALE: Scale = {
   peerCapMs: 20_000,
   workerdRuns: 20,
   workerdTicks: 200,
+  soak: { days: 1, sampleEveryHours: 3, profile: "edge", horizon: "6h", countRuns: 1000, serveMs: 60_000, serveRetention: "1m", serveRetentionRuns: 20 },
 };
+
+/**
+ * The soak's scale from the environment, over the scale's: QLR_BENCH_SOAK_DAYS,
+ * QLR_BENCH_SOAK_HORIZON (a duration), QLR_BENCH_SOAK_COUNT_RUNS (0: no count variant),
+ * QLR_BENCH_SOAK_SAMPLE_HOURS, QLR_BENCH_SOAK_PROFILE, QLR_BENCH_SOAK_SERVE_S (0: no real process).
+ */
+function soakScale(base: SoakScale): SoakScale {
+  const number = (name: string, fallback: number): number => {
+    const raw = process.env[name];
+    if (raw === undefined || raw.trim() === "") return fallback;
+    const value = Number(raw);
+    if (!Number.isFinite(value) || value < 0) throw new Error(`${name}: not a non-negative number: ${raw}`);
+    return value;
+  };
+  const profile = process.env.QLR_BENCH_SOAK_PROFILE;
+  if (profile !== undefined && profile !== "" && !isProfileName(profile)) throw new Error(`QLR_BENCH_SOAK_PROFILE: unknown profile ${profile}`);
+  return {
+    ...base,
+    days: number("QLR_BENCH_SOAK_DAYS", base.days),
+    horizon: process.env.QLR_BENCH_SOAK_HORIZON ?? base.horizon,
+    countRuns: number("QLR_BENCH_SOAK_COUNT_RUNS", base.countRuns),
+    sampleEveryHours: number("QLR_BENCH_SOAK_SAMPLE_HOURS", base.sampleEveryHours),
+    profile: profile !== undefined && isProfileName(profile) ? profile : base.profile,
+    serveMs: number("QLR_BENCH_SOAK_SERVE_S", base.serveMs / 1000) * 1000,
+  };
+}
 
 const PROFILES: readonly ProfileName[] = ["edge", "standalone", "cluster"];
 
@@ -136,7 +182,8 @@ export async function main(options: { root: string; bundleDir: string }): Promis
   const startedAt = now();
   const quick = process.env.QLR_BENCH_QUICK === "1";
   const scale = quick ? QUICK_SCALE : DEFAULT_SCALE;
-  const benches = listFromEnv("QLR_BENCH_ONLY", BENCH_NAMES).filter((name) => name !== "profile" || process.env.QLR_BENCH_PROFILE !== "0");
+  const named = process.env.QLR_BENCH_ONLY !== undefined && process.env.QLR_BENCH_ONLY.trim() !== "";
+  const benches = listFromEnv("QLR_BENCH_ONLY", BENCH_NAMES).filter((name) => (name !== "profile" || process.env.QLR_BENCH_PROFILE !== "0") && (named || !OPT_IN_BENCHES.includes(name)));
   const stores = listFromEnv("QLR_BENCH_STORES", STORE_KINDS).filter(isStoreKind);
   const cacheDir = resolve(options.bundleDir, "..");
   const dataRoot = resolve(process.env.QLR_BENCH_DATA_DIR ?? join(cacheDir, "data"));
@@ -353,6 +400,52 @@ export async function main(options: { root: string; bundleDir: string }): Promis
       const outcome = await runChild(`workerd: POST /tick in Miniflare, ${scale.workerdTicks} ticks`, "workerd", config);
       report.workerd = outcome.result;
     }
+
+    if (benches.includes("soak")) {
+      const soak = soakScale(scale.soak);
+      // Sizes and memory are what the soak measures, not the disk: a tmpfs keeps fdatasync from
+      // setting its pace on a shared disk (QLR_BENCH_SOAK_DIR names another directory).
+      const soakRoot = process.env.QLR_BENCH_SOAK_DIR ?? (existsSync("/dev/shm") ? "/dev/shm" : dataRoot);
+      const soakDataRoot = join(soakRoot, `qlr-soak-${process.pid}`);
+      mkdirSync(soakDataRoot, { recursive: true });
+      const soakFailuresBefore = failures.length;
+      const simulated: SoakSimulatedResult[] = [];
+      let serve: SoakServeResult | null = null;
+      try {
+        const variants: SoakSimulatedConfig[] = [{ part: "simulated", label: `horizon ${soak.horizon}`, dataRoot: soakDataRoot, days: soak.days, schedules: 30, retention: soak.horizon, retentionRuns: "10000000", profile: soak.profile, sampleEveryHours: soak.sampleEveryHours }];
+        if (soak.countRuns > 0) variants.push({ part: "simulated", label: `at most ${soak.countRuns} runs`, dataRoot: soakDataRoot, days: soak.days, schedules: 30, retention: "7d", retentionRuns: String(soak.countRuns), profile: soak.profile, sampleEveryHours: soak.sampleEveryHours });
+        for (const variant of variants) {
+          const outcome = await runChild(`soak: ${variant.days} simulated days, 30 schedules every 5 min, ${variant.label} (${variant.profile} budgets)`, "soak", variant, { timeoutMs: 3 * 3_600_000 });
+          if (outcome.result !== null) simulated.push(outcome.result as unknown as SoakSimulatedResult);
+        }
+        if (soak.serveMs > 0) {
+          const config: SoakServeConfig = { part: "serve", root: options.root, dataRoot: soakDataRoot, durationMs: soak.serveMs, sampleMs: quick ? 2_000 : 5_000, schedules: 3, retention: soak.serveRetention, retentionRuns: String(soak.serveRetentionRuns) };
+          const outcome = await runChild(`soak: qlr serve --profile edge, 3 schedules every second, --retention ${config.retention} --retention-runs ${config.retentionRuns}, ${soak.serveMs / 1000} s`, "soak", config, { timeoutMs: soak.serveMs + 5 * 60_000 });
+          serve = outcome.result as unknown as SoakServeResult | null;
+        }
+      } finally {
+        rmSync(soakDataRoot, { recursive: true, force: true });
+      }
+      const soakReport: SoakReport = {
+        generatedAt: new Date().toISOString(),
+        scale: quick ? "quick" : "default",
+        overrides: Object.fromEntries(
+          ["DAYS", "HORIZON", "COUNT_RUNS", "SAMPLE_HOURS", "PROFILE", "SERVE_S"].map((name): [string, string] => [`QLR_BENCH_SOAK_${name}`, process.env[`QLR_BENCH_SOAK_${name}`] ?? ""]).filter(([, value]) => value !== ""),
+        ),
+        machine: report.machine,
+        node: process.version,
+        simulated,
+        serve,
+        failures: failures.slice(soakFailuresBefore),
+      };
+      const resultsDir = join(options.root, "bench", "results");
+      mkdirSync(resultsDir, { recursive: true });
+      const soakName = /^[A-Za-z0-9._-]+$/.test(process.env.QLR_BENCH_SOAK_RESULTS_NAME ?? "") ? (process.env.QLR_BENCH_SOAK_RESULTS_NAME ?? "soak") : "soak";
+      writeFileSync(join(resultsDir, `${soakName}.json`), `${JSON.stringify(soakReport, null, 2)}\n`);
+      writeFileSync(join(resultsDir, `${soakName}.md`), renderSoakMarkdown(soakReport, `${soakName}.svg`));
+      writeFileSync(join(resultsDir, `${soakName}.svg`), renderSoakSvg(soakReport));
+      log(`wrote bench/results/${soakName}.json, ${soakName}.md and ${soakName}.svg`);
+    }
   } finally {
     if (postgres !== null) {
       await postgres.stop().catch((error: unknown) => {
@@ -366,6 +459,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
     }
   }
 
+  if (benches.length === 1 && benches[0] === "soak") return failures.length > 0 ? 1 : 0;
   report.calibration.after = diskCalibration(dataRoot);
   report.durationS = round((now() - startedAt) / 1000, 1);
   const resultsDir = join(options.root, "bench", "results");

@@ -54,14 +54,14 @@ function manifestOf(text: string): Manifest {
   return parsed.manifest;
 }
 
-interface ProcMemory {
+export interface ProcMemory {
   readonly rss: number;
   readonly hwm: number;
   readonly anon: number;
   readonly file: number;
 }
 
-function procStatus(pid: number | "self"): ProcMemory | null {
+export function procStatus(pid: number | "self"): ProcMemory | null {
   try {
     const text = readFileSync(`/proc/${pid}/status`, "utf8");
     const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+)\\s+kB`, "m").exec(text)?.[1] ?? Number.NaN) * 1024;
@@ -122,7 +122,7 @@ async function importBreakdown(root: string): Promise<{ label: string; rssMiB: n
 // ---------------------------------------------------------------------------------------------
 // 2 and 3. The serve process
 
-interface Served {
+export interface Served {
   readonly child: ChildProcess;
   readonly pid: number;
   readonly url: string;
@@ -132,13 +132,14 @@ interface Served {
   readonly exit: Promise<void>;
 }
 
-async function startServe(root: string, stateDir: string, manifestPath: string, flags: readonly string[]): Promise<Served> {
+/** Starts `qlr serve --profile edge` on 127.0.0.1 with a free port; `extraArgs` follow the standard ones (e.g. retention flags). */
+export async function startServe(root: string, stateDir: string, manifestPath: string, flags: readonly string[], extraArgs: readonly string[] = []): Promise<Served> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.QLR_TOKEN;
   delete env.QLR_STATE_DIR;
   delete env.QLR_PORT;
   delete env.NODE_OPTIONS;
-  const child = spawn(process.execPath, [...flags, join(root, "dist", "qlr.mjs"), "serve", "--profile", "edge", "--state-dir", stateDir, "--port", "0", "--apply", manifestPath], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env });
+  const child = spawn(process.execPath, [...flags, join(root, "dist", "qlr.mjs"), "serve", "--profile", "edge", "--state-dir", stateDir, "--port", "0", "--apply", manifestPath, ...extraArgs], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env });
   let hasExited = false;
   const exit = new Promise<void>((resolve) => child.on("exit", () => ((hasExited = true), resolve())));
   let errors = "";
@@ -160,7 +161,7 @@ async function startServe(root: string, stateDir: string, manifestPath: string, 
   return { child, pid: child.pid ?? -1, url, token, exited: () => hasExited, exit };
 }
 
-async function metricsOf(served: Served): Promise<{ memoryMiB: Record<string, number | null>; runs: Record<string, number> }> {
+export async function metricsOf(served: Served): Promise<{ memoryMiB: Record<string, number | null>; runs: Record<string, number> }> {
   const text = await (await fetch(`${served.url}/metrics`, { headers: { authorization: `Bearer ${served.token}` } })).text();
   const memoryMiB: Record<string, number | null> = {};
   for (const match of text.matchAll(/^qlr_process_memory_bytes\{kind="([a-z_]+)"\} (\d+)$/gm)) memoryMiB[match[1] ?? "?"] = mib(Number(match[2]));
@@ -170,7 +171,7 @@ async function metricsOf(served: Served): Promise<{ memoryMiB: Record<string, nu
 }
 
 /** Stops the serve process (SIGTERM, SIGKILL after 20 s) and any supervisor still naming its state dir. */
-async function stopServe(served: Served, stateDir: string): Promise<void> {
+export async function stopServe(served: Served, stateDir: string): Promise<void> {
   if (!served.exited()) served.child.kill("SIGTERM");
   await Promise.race([served.exit, sleep(20_000)]);
   if (!served.exited()) served.child.kill("SIGKILL");
