@@ -36,7 +36,7 @@ import { SimulatedExecutor } from "../src/sim/simulated-executor.ts";
 import { VirtualClock } from "../src/sim/virtual-clock.ts";
 import { BufferReclaimer } from "../runtimes/node/buffer-reclaimer.ts";
 import { openConfiguredStore } from "../runtimes/node/open-store.ts";
-import { sqlJsWasmMemoryBytes } from "../storage/sqljs/wasm-memory.ts";
+import { sqlJsWasmMemoryBytes } from "../storage/sqljs/node/wasm-memory.ts";
 import { BENCH_START_MS, BenchIds, log, now, readConfig, readProcStatus, round, writeResult } from "./lib/common.ts";
 import { metricsOf, procStatus, startServe, stopServe } from "./lib/edge-device.ts";
 
