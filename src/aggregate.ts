@@ -1,7 +1,7 @@
 import { derivedId, digestOf, type Digest } from "./digest.ts";
 import { QlrError } from "./errors.ts";
 import type { ChangeSet, EventType, Run, RunAttempt, RunEvent, RunStatus, StepMutation, StepRun, StepStatus, AdmissionReceipt, RowChange } from "./model.ts";
-import { TERMINAL_RUN_STATUSES } from "./model.ts";
+import { EMPTY_CHANGE_SET, SETTLED_STEP_STATUSES, TERMINAL_RUN_STATUSES } from "./model.ts";
 import { transitionAttempt, transitionRun, transitionStep } from "./state-machines.ts";
 
 /** The digest of a step's canonical state; a new version always yields a new digest. */
@@ -160,7 +160,7 @@ export class RunChange {
   }
 
   build(): ChangeSet {
-    if (this.events.length === 0) return { runs: [], steps: [], attempts: [], events: [], mutations: [], admissions: [] };
+    if (this.events.length === 0) return EMPTY_CHANGE_SET;
     const after: Run = {
       ...this.currentRun,
       version: this.originalRun.version + 1,
@@ -169,15 +169,33 @@ export class RunChange {
     };
     const steps: RowChange<StepRun>[] = [...this.stepAfter.entries()].map(([id, step]) => ({ before: this.stepBefore.get(id) ?? null, after: step }));
     const attempts: RowChange<RunAttempt>[] = [...this.attemptAfter.entries()].map(([id, attempt]) => ({ before: this.attemptBefore.get(id) ?? null, after: attempt }));
+    const runs: RowChange<Run>[] = [{ before: this.originalRun, after }];
     return {
-      runs: [{ before: this.originalRun, after }],
+      runs,
       steps,
       attempts,
       events: [...this.events],
       mutations: [...this.mutations],
       admissions: [...this.admissions],
+      frontierDue: frontierMarks(runs, steps),
     };
   }
+}
+
+/**
+ * The workflow runs whose frontier may move after a change: a running workflow run that is new
+ * (its first steps become ready) or one of whose steps settled in this change (its dependants
+ * may become ready, or the run may finish). Anything else cannot move a frontier, so the
+ * frontier stage only visits runs this marks.
+ */
+export function frontierMarks(runs: readonly RowChange<Run>[], steps: readonly RowChange<StepRun>[]): string[] {
+  return runs
+    .filter(({ before, after }) => {
+      if (after.kind !== "workflow" || after.status !== "running") return false;
+      if (before === null) return true;
+      return steps.some((step) => step.after.runId === after.id && SETTLED_STEP_STATUSES.has(step.after.status) && step.before?.status !== step.after.status);
+    })
+    .map(({ after }) => after.id);
 }
 
 /** Merges change sets of different aggregates into one transaction's writes. */
@@ -189,5 +207,6 @@ export function mergeChangeSets(sets: readonly ChangeSet[]): ChangeSet {
     events: sets.flatMap((set) => set.events),
     mutations: sets.flatMap((set) => set.mutations),
     admissions: sets.flatMap((set) => set.admissions),
+    frontierDue: sets.flatMap((set) => set.frontierDue),
   };
 }

@@ -118,7 +118,7 @@ export function extendLease(scope: AttemptScope, nowMs: number, ttlMs: number): 
   // metadata, not a state transition, so it neither bumps the run version (which would make
   // every heartbeat contend with the cadence) nor appends an event.
   const after: RunAttempt = { ...attempt, leaseExpiresAtMs: nowMs + ttlMs, version: attempt.version + 1 };
-  return { runs: [], steps: [], attempts: [{ before: attempt, after }], events: [], mutations: [], admissions: [] };
+  return { ...EMPTY_CHANGE_SET, attempts: [{ before: attempt, after }] };
 }
 
 function expiredOrFence(attempt: RunAttempt, fence: LeaseFence, nowMs: number): void {

@@ -177,6 +177,12 @@ export interface ChangeSet {
   readonly events: readonly RunEvent[];
   readonly mutations: readonly StepMutation[];
   readonly admissions: readonly AdmissionReceipt[];
+  /**
+   * Workflow runs whose frontier may move after this change (created, or a step settled): the
+   * store marks them for the frontier stage and leaves every other run's mark as it is. The
+   * core decides (`frontierMarks` in aggregate.ts); the store only writes it.
+   */
+  readonly frontierDue: readonly string[];
 }
 
 export interface RowChange<T> {
@@ -184,4 +190,4 @@ export interface RowChange<T> {
   readonly after: T;
 }
 
-export const EMPTY_CHANGE_SET: ChangeSet = { runs: [], steps: [], attempts: [], events: [], mutations: [], admissions: [] };
+export const EMPTY_CHANGE_SET: ChangeSet = { runs: [], steps: [], attempts: [], events: [], mutations: [], admissions: [], frontierDue: [] };

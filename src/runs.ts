@@ -1,9 +1,9 @@
 import { derivedId } from "./digest.ts";
 import { QlrError } from "./errors.ts";
 import { assertPortableId } from "./identity.ts";
-import { eventId, RunChange, stepDigest } from "./aggregate.ts";
-import type { ChangeSet, Run, RunEvent, StepMutation, StepRun } from "./model.ts";
-import { TERMINAL_RUN_STATUSES } from "./model.ts";
+import { eventId, frontierMarks, RunChange, stepDigest } from "./aggregate.ts";
+import type { ChangeSet, RowChange, Run, RunEvent, StepMutation, StepRun } from "./model.ts";
+import { EMPTY_CHANGE_SET, TERMINAL_RUN_STATUSES } from "./model.ts";
 import type { ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "./packages.ts";
 
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
@@ -96,18 +96,9 @@ export function createWorkflowRun(plan: WorkflowPlan, reconciliation: Reconcilia
     eventSeq: 1,
     atMs: options.nowMs,
   }));
-  return {
-    run,
-    steps,
-    change: {
-      runs: [{ before: null, after: run }],
-      steps: steps.map((step) => ({ before: null, after: step })),
-      attempts: [],
-      events: [created],
-      mutations,
-      admissions: [],
-    },
-  };
+  const runs: RowChange<Run>[] = [{ before: null, after: run }];
+  const stepRows: RowChange<StepRun>[] = steps.map((step) => ({ before: null, after: step }));
+  return { run, steps, change: { runs, steps: stepRows, attempts: [], events: [created], mutations, admissions: [], frontierDue: frontierMarks(runs, stepRows) } };
 }
 
 /** An ordinary run executes one task definition of its generation; it starts `queued`. */
@@ -148,7 +139,7 @@ export function createOrdinaryRun(definition: TaskDefinition, reconciliation: Re
     attemptId: null,
     data: { kind: "ordinary", package: definition.package, generation: definition.generation, task: definition.task, taskRevision: definition.revision },
   };
-  return { run, change: { runs: [{ before: null, after: run }], steps: [], attempts: [], events: [created], mutations: [], admissions: [] } };
+  return { run, change: { ...EMPTY_CHANGE_SET, runs: [{ before: null, after: run }], events: [created] } };
 }
 
 /**

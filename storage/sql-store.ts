@@ -1,7 +1,7 @@
 import { QlrError } from "../src/errors.ts";
 import { MAX_ADMISSION_PAGE } from "../src/admission.ts";
 import type { AdmissionReceipt, ChangeSet, ExecutorType, Run, RunAttempt, RunEvent, RunStatus, StepRun, StepMutation } from "../src/model.ts";
-import { RUN_STATUSES, SETTLED_STEP_STATUSES } from "../src/model.ts";
+import { RUN_STATUSES } from "../src/model.ts";
 import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "../src/packages.ts";
 import { MAX_STORE_PAGE, type AdmissionCandidate, type PackageHead, type PurgedRun, type RunListFilter, type Store, type StoreTx } from "../src/ports.ts";
 import type { PurgeCandidate, PurgeKey } from "../src/retention.ts";
@@ -138,7 +138,8 @@ class SqlStoreTx implements StoreTx {
     const times = [...change.events.map((event) => event.atMs), ...change.runs.map((run) => run.after.updatedAtMs)];
     if (times.length === 0 && change.steps.length === 0 && change.attempts.length === 0 && change.admissions.length === 0) return;
     for (const { before, after } of change.runs) {
-      const frontierDue = after.kind === "workflow" && after.status === "running" && (before === null || change.steps.some((step) => step.after.runId === after.id && SETTLED_STEP_STATUSES.has(step.after.status) && step.before?.status !== step.after.status)) ? 1 : null;
+      // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
+      const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
       if (before === null) {
         await this.q(`INSERT INTO runs (${rows.RUN_COLUMNS.join(", ")}, frontier_due) VALUES (${rows.RUN_COLUMNS.map(() => "?").join(", ")}, ?)`, [...rows.runParams(after), frontierDue ?? 0]);
       } else {

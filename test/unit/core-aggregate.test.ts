@@ -81,7 +81,7 @@ describe("the RunChange builder", () => {
     const world = new CoreWorld();
     const change = new RunChange(world.startWorkflow(), T0);
     expect(change.changed).toBe(false);
-    expect(change.build()).toEqual({ runs: [], steps: [], attempts: [], events: [], mutations: [], admissions: [] });
+    expect(change.build()).toEqual({ runs: [], steps: [], attempts: [], events: [], mutations: [], admissions: [], frontierDue: [] });
   });
 
   it("every step change leaves a canonical mutation beside its event, with from/to status, from/to digest and the event seq", () => {

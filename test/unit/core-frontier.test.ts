@@ -3,9 +3,10 @@ import { complete, markRunning, markStarting, startFailed } from "../../src/exec
 import { advanceFrontier } from "../../src/frontier.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import type { RunAttempt } from "../../src/model.ts";
-import { requestCancel } from "../../src/runs.ts";
+import { frontierMarks } from "../../src/aggregate.ts";
+import { createOrdinaryRun, createWorkflowRun, requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
-import { CoreWorld, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
+import { CoreWorld, definitionOf, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
 
 /**
  * The workflow frontier (DESIGN.md §3–§4, ADR-0229 §2): the only place that moves pending
@@ -198,3 +199,50 @@ function twoRoots(): Manifest {
     schedules: [],
   };
 }
+
+describe("which changes mark a run for the frontier stage", () => {
+  it("a new workflow run is marked, a new ordinary run is not", () => {
+    const world = new CoreWorld();
+    const workflow = createWorkflowRun(world.planFor(world.startWorkflow("diamond", "run-seed")), world.pkg.reconciliation.receipt, { runId: "run-2", nowMs: T0, idempotencyKey: null, scheduleName: null });
+    expect(workflow.change.frontierDue).toEqual(["run-2"]);
+    const ordinary = createOrdinaryRun(definitionOf(world.pkg, "work"), world.pkg.reconciliation.receipt, { runId: "run-3", nowMs: T0, idempotencyKey: null, scheduleName: null });
+    expect(ordinary.change.frontierDue).toEqual([]);
+  });
+
+  it("a step that settles marks its run; readiness, admission and a start do not", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    const ready = advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1);
+    expect(ready?.frontierDue).toEqual([]);
+    world.apply(ready);
+    const admitted = world.tryAdmit(run.id, "a", T0 + 2);
+    expect(admitted.kind === "admitted" ? admitted.change.frontierDue : null).toEqual([]);
+    const attempt = world.admit(run.id, "a", T0 + 2);
+    const starting = markStarting(world.model.scope(attempt.id), T0 + 3);
+    expect(starting.frontierDue).toEqual([]);
+    world.apply(starting);
+    const running = markRunning(world.model.scope(attempt.id), handleAt(T0 + 3), T0 + 3);
+    expect(running.frontierDue).toEqual([]);
+    world.apply(running);
+    const completed = complete(world.model.scope(attempt.id), exitFacts(T0 + 3, T0 + 4, 1), NO_RETRY, T0 + 4);
+    expect(completed.frontierDue).toEqual([run.id]);
+  });
+
+  it("the change that finishes a workflow run does not mark it: a terminal run has no frontier left", () => {
+    const world = new CoreWorld();
+    world.startWorkflow();
+    frontier(world, T0 + 1);
+    for (const [index, name] of ["a", "b", "c", "d"].entries()) {
+      finishStep(world, name, T0 + 10 * index + 2, 0);
+      frontier(world, T0 + 10 * index + 4);
+    }
+    expect(world.model.run("run-1").status).toBe("succeeded");
+    const steps = world.model.stepsOf("run-1");
+    // The run row going terminal together with a settling step (a cancellation converging the last step) is still not marked.
+    const before = { ...world.model.run("run-1"), status: "running" as const };
+    const after = world.model.run("run-1");
+    expect(frontierMarks([{ before, after }], [{ before: { ...steps[0]!, status: "running" }, after: steps[0]! }])).toEqual([]);
+    expect(frontierMarks([{ before, after: { ...after, status: "running" } }], [{ before: { ...steps[0]!, status: "running" }, after: steps[0]! }])).toEqual(["run-1"]);
+    expect(frontierMarks([{ before, after: { ...after, status: "running" } }], [{ before: steps[0]!, after: steps[0]! }])).toEqual([]);
+  });
+});
