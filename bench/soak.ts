@@ -29,6 +29,7 @@ import { join } from "node:path";
 import { Coordinator } from "../src/coordinator.ts";
 import { parseManifest } from "../src/manifest/index.ts";
 import { applyPackage } from "../src/operations.ts";
+import { transactAtStoreTime } from "../src/ports.ts";
 import { PROFILES, type ProfileName } from "../src/profiles.ts";
 import { parseRetentionPolicy, type RetentionPolicy } from "../src/retention.ts";
 import { Prng } from "../src/sim/prng.ts";
@@ -217,7 +218,7 @@ async function soakSimulated(config: SoakSimulatedConfig): Promise<Record<string
   try {
     const parsed = parseManifest(soakManifest(config.schedules, "*/5 * * * *"), "yaml");
     if (!parsed.ok) throw new Error(`soak manifest: ${JSON.stringify(parsed.issues)}`);
-    await store.transaction(async (tx) => applyPackage(tx, parsed.manifest, await tx.observe(clock.nowMs())));
+    await transactAtStoreTime(store, clock, (tx, nowMs) => applyPackage(tx, parsed.manifest, nowMs));
     await coordinator.recover();
     const endMs = startMs + config.days * DAY_MS;
     const sampleMs = Math.max(1, config.sampleEveryHours) * 3_600_000;

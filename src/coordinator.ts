@@ -8,11 +8,11 @@ import { expireLease } from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
-import { MAX_STORE_PAGE, type AdmissionCandidate, type Clock, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
+import { MAX_STORE_PAGE, transactAtStoreTime, type AdmissionCandidate, type Clock, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
 import { decidePurge, purgeRange, type PurgeKey, type PurgeRange, type RetentionPolicy } from "./retention.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
-import { fireSchedule } from "./operations.ts";
+import { fireSchedule } from "./run-start.ts";
 import { decideSchedule } from "./schedules.ts";
 import type { RetryPolicy } from "./packages.ts";
 
@@ -170,10 +170,7 @@ export class Coordinator {
   }
 
   private async write<T>(fn: (tx: StoreTx, nowMs: number) => Promise<T>): Promise<T> {
-    return this.deps.store.transaction(async (tx) => {
-      const nowMs = await tx.observe(this.deps.clock.nowMs());
-      return fn(tx, nowMs);
-    });
+    return transactAtStoreTime(this.deps.store, this.deps.clock, fn);
   }
 
   /**
@@ -580,7 +577,7 @@ export class Coordinator {
     }
     let pass = this.purgePass;
     if (pass === null) {
-      const range = await this.deps.store.transaction(async (tx) => purgeRange(policy, await tx.observe(this.deps.clock.nowMs()), await tx.terminalRunAtRank(policy.maxRuns)));
+      const range = await this.write(async (tx, nowMs) => purgeRange(policy, nowMs, await tx.terminalRunAtRank(policy.maxRuns)));
       pass = { range, after: null };
     }
     for (let page = 0; page < budget.pages; page += 1) {

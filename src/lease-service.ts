@@ -4,7 +4,7 @@ import type { CompletionFacts } from "./execution.ts";
 import { checkFence, DEFAULT_LEASE_TTL_MS, grantLease, heartbeat, isClaimable, MAX_CLAIM_CAPACITY, workerComplete, workerRunning, workerStarting, type LeaseControl, type LeaseFence } from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import type { RemoteWorkerRevision } from "./packages.ts";
-import type { Clock, SecretSource, Store, StoreTx } from "./ports.ts";
+import { transactAtStoreTime, type Clock, type SecretSource, type Store, type StoreTx } from "./ports.ts";
 import { applyRecovery } from "./recovery.ts";
 
 /**
@@ -44,7 +44,7 @@ export class LeaseService {
   }
 
   private write<T>(fn: (tx: StoreTx, nowMs: number) => Promise<T>): Promise<T> {
-    return this.deps.store.transaction(async (tx) => fn(tx, await tx.observe(this.deps.clock.nowMs())));
+    return transactAtStoreTime(this.deps.store, this.deps.clock, fn);
   }
 
   /** Leases up to `capacity` claimable attempts of the pool; each lease is its own transaction. */

@@ -5,8 +5,8 @@ import type { Run, RunAttempt, RunEvent, StepRun } from "./model.ts";
 import { materializePlans, nextGeneration, reconcileTasks } from "./packages.ts";
 import type { StoreTx } from "./ports.ts";
 import { resolveFailedClosed } from "./recovery.ts";
-import { createOrdinaryRun, createWorkflowRun, requestCancel } from "./runs.ts";
-import { initialScheduleState, type ScheduleState } from "./schedules.ts";
+import { requestCancel } from "./runs.ts";
+import { initialScheduleState } from "./schedules.ts";
 
 /**
  * The operations behind the public API, each one short transaction body. They take the
@@ -42,51 +42,7 @@ export async function applyPackage(tx: StoreTx, manifest: Manifest, nowMs: numbe
   return { package: manifest.package, generation: generation.generation, digest: generation.manifestDigest, changed: true };
 }
 
-export type RunTarget = { readonly kind: "workflow"; readonly name: string } | { readonly kind: "task"; readonly name: string };
-
-export interface StartRunRequest {
-  readonly package: string;
-  readonly target: RunTarget;
-  readonly idempotencyKey: string | null;
-  readonly scheduleName: string | null;
-  readonly runId: string;
-}
-
-/** Creates a run on the package's head generation. The same idempotency key returns the same run. */
-export async function startRun(tx: StoreTx, request: StartRunRequest, nowMs: number): Promise<{ run: Run; created: boolean }> {
-  if (request.idempotencyKey !== null) {
-    const existing = await tx.getRunByIdempotencyKey(request.idempotencyKey);
-    if (existing !== null) {
-      if (existing.package !== request.package || existing.target !== request.target.name || (existing.kind === "workflow") !== (request.target.kind === "workflow")) {
-        throw new QlrError("conflict", `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} of another target`);
-      }
-      return { run: existing, created: false };
-    }
-  }
-  const head = await tx.getPackageHead(request.package);
-  if (head === null) throw new QlrError("not_found", `package ${request.package} is not applied`);
-  const reconciliation = await tx.getReconciliation(head.reconciliationDigest);
-  if (reconciliation === null) throw new QlrError("integrity", `package ${request.package}: reconciliation receipt missing`);
-  const options = { runId: request.runId, nowMs, idempotencyKey: request.idempotencyKey, scheduleName: request.scheduleName };
-  if (request.target.kind === "workflow") {
-    const plan = await tx.findPlan(request.package, head.generation, request.target.name);
-    if (plan === null) throw new QlrError("not_found", `package ${request.package} has no workflow ${request.target.name}`);
-    const created = createWorkflowRun(plan, reconciliation, options);
-    await tx.apply(created.change);
-    return { run: created.run, created: true };
-  }
-  const definition = await tx.getTaskDefinitionFor(reconciliation.digest, request.target.name);
-  if (definition === null) throw new QlrError("not_found", `package ${request.package} has no task ${request.target.name}`);
-  const created = createOrdinaryRun(definition, reconciliation, options);
-  await tx.apply(created.change);
-  return { run: created.run, created: true };
-}
-
-export async function fireSchedule(tx: StoreTx, schedule: ScheduleState, runId: string, nowMs: number): Promise<Run> {
-  const target: RunTarget = schedule.spec.target.kind === "workflow" ? { kind: "workflow", name: schedule.spec.target.name } : { kind: "task", name: schedule.spec.target.name };
-  const { run } = await startRun(tx, { package: schedule.package, target, idempotencyKey: null, scheduleName: schedule.name, runId }, nowMs);
-  return run;
-}
+export { fireSchedule, startRun, type RunTarget, type StartRunRequest } from "./run-start.ts";
 
 export async function cancelRun(tx: StoreTx, runId: string, nowMs: number, reason = "user"): Promise<Run> {
   const run = await tx.getRun(runId);

@@ -142,6 +142,16 @@ export interface Store {
   close(): Promise<void>;
 }
 
+/**
+ * One short transaction at store time: the host clock is observed inside the transaction
+ * first (a reading behind the store's last observation fails closed before anything is read
+ * or written), and `fn` gets that time. Every write of the core and the runtimes goes through
+ * here, so no write can carry a time the store has not checked.
+ */
+export function transactAtStoreTime<T>(store: Store, clock: Clock, fn: (tx: StoreTx, nowMs: number) => Promise<T>): Promise<T> {
+  return store.transaction(async (tx) => fn(tx, await tx.observe(clock.nowMs())));
+}
+
 export interface LaunchRequest {
   readonly attempt: RunAttempt;
   readonly definition: TaskDefinition;

@@ -7,7 +7,7 @@ import { Coordinator, type TickReport } from "../../src/coordinator.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import { TERMINAL_RUN_STATUSES, type RunStatus } from "../../src/model.ts";
 import { applyPackage, startRun, type RunTarget } from "../../src/operations.ts";
-import type { Store } from "../../src/ports.ts";
+import { transactAtStoreTime, type Store } from "../../src/ports.ts";
 import { PROFILES, type Profile, type ProfileName } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
@@ -52,7 +52,7 @@ export function createWorld(store: Store, options: WorldOptions): World {
 }
 
 export async function applyManifest(world: World, manifest: Manifest): Promise<void> {
-  await world.store.transaction(async (tx) => applyPackage(tx, manifest, await tx.observe(world.clock.nowMs())));
+  await transactAtStoreTime(world.store, world.clock, (tx, nowMs) => applyPackage(tx, manifest, nowMs));
 }
 
 /** Starts `count` runs, one transaction each (as `POST /runs` does); returns their ids. */
@@ -60,7 +60,7 @@ export async function startRuns(world: World, packageName: string, target: RunTa
   const runIds: string[] = [];
   for (let index = 0; index < count; index += 1) {
     const runId = world.ids.runId();
-    await world.store.transaction(async (tx) => startRun(tx, { package: packageName, target, idempotencyKey: null, scheduleName: null, runId }, await tx.observe(world.clock.nowMs())));
+    await transactAtStoreTime(world.store, world.clock, (tx, nowMs) => startRun(tx, { package: packageName, target, idempotencyKey: null, scheduleName: null, runId }, nowMs));
     runIds.push(runId);
   }
   return runIds;

@@ -9,7 +9,7 @@ import { parseManifest } from "../../src/manifest/index.ts";
 import { RUN_STATUSES, type Run, type RunAttempt, type StepRun } from "../../src/model.ts";
 import { applyPackage, cancelRun, getRunDetail, getRunEvents, resolveAttempt, startRun } from "../../src/operations.ts";
 import { MAX_RESOLVE_REASON_LENGTH } from "../../src/recovery.ts";
-import type { Clock, IdSource, SecretSource, Store } from "../../src/ports.ts";
+import { transactAtStoreTime, type Clock, type IdSource, type SecretSource, type Store, type StoreTx } from "../../src/ports.ts";
 import { LeaseService } from "../../src/lease-service.ts";
 import { isAuthorized } from "./auth.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
@@ -229,8 +229,7 @@ function attemptView(attempt: RunAttempt): Record<string, unknown> {
 export function createApp(deps: AppDeps): Hono {
   const app = new Hono();
   const { store, clock } = deps;
-  const write = <T>(fn: (tx: Parameters<Parameters<Store["transaction"]>[0]>[0], nowMs: number) => Promise<T>): Promise<T> =>
-    store.transaction(async (tx) => fn(tx, await tx.observe(clock.nowMs())));
+  const write = <T>(fn: (tx: StoreTx, nowMs: number) => Promise<T>): Promise<T> => transactAtStoreTime(store, clock, fn);
 
   app.onError((error, c) => {
     deps.metrics.observeHttpError();

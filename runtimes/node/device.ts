@@ -7,6 +7,7 @@ import { manifestError, parseManifest } from "../../src/manifest/index.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { applyPackage, type ApplyResult } from "../../src/operations.ts";
 import { PROFILES, type ProfileName } from "../../src/profiles.ts";
+import { transactAtStoreTime } from "../../src/ports.ts";
 import { DEFAULT_RETENTION, type RetentionPolicy } from "../../src/retention.ts";
 import { isQlrError, errorMessage } from "../../src/errors.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
@@ -251,7 +252,7 @@ export async function applyFile(store: SqlStore, file: string): Promise<ApplyRes
   const text = await readFile(file, "utf8");
   const result = parseManifest(text, file.endsWith(".json") ? "json" : "yaml");
   if (!result.ok) throw manifestError(result.issues);
-  return store.transaction(async (tx) => applyPackage(tx, result.manifest, await tx.observe(systemClock.nowMs())));
+  return transactAtStoreTime(store, systemClock, (tx, nowMs) => applyPackage(tx, result.manifest, nowMs));
 }
 
 export function describeStartupError(error: unknown): string {

@@ -4,7 +4,7 @@ import { isQlrError } from "../errors.ts";
 import type { Manifest, TaskSpec, WorkflowSpec } from "../manifest/types.ts";
 import { TERMINAL_RUN_STATUSES, type Run } from "../model.ts";
 import { applyPackage, cancelRun, startRun } from "../operations.ts";
-import type { IdSource, PurgedRun, Store, StoreTx } from "../ports.ts";
+import { transactAtStoreTime, type IdSource, type PurgedRun, type Store, type StoreTx } from "../ports.ts";
 import type { RetentionPolicy } from "../retention.ts";
 import { PROFILES, type ProfileName } from "../profiles.ts";
 import { Prng } from "./prng.ts";
@@ -183,7 +183,7 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
     });
   let coordinator = makeCoordinator(handle);
 
-  await store.transaction(async (tx) => applyPackage(tx, manifest, await tx.observe(clock.nowMs())));
+  await transactAtStoreTime(store, clock, (tx, nowMs) => applyPackage(tx, manifest, nowMs));
   await record("apply", `${manifest.tasks.length} tasks, ${manifest.workflows.map((workflow) => `${workflow.name}:${workflow.steps.length}`).join(" ")}`);
 
   // The simulation remembers its own run ids, so a store shared by many seeds is never scanned.
@@ -237,7 +237,7 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
       const target = workflow ? ({ kind: "workflow", name: prng.pick(manifest.workflows).name } as const) : ({ kind: "task", name: prng.pick(manifest.tasks).name } as const);
       const key = prng.chance(0.2) ? `k${prng.int(0, 3)}` : null;
       try {
-        const { run, created } = await store.transaction(async (tx) => startRun(tx, { package: packageName, target, idempotencyKey: key === null ? null : `${packageName}-${key}`, scheduleName: null, runId: ids.runId() }, await tx.observe(clock.nowMs())));
+        const { run, created } = await transactAtStoreTime(store, clock, (tx, nowMs) => startRun(tx, { package: packageName, target, idempotencyKey: key === null ? null : `${packageName}-${key}`, scheduleName: null, runId: ids.runId() }, nowMs));
         runIds.add(run.id);
         await record("start", `${run.id} ${target.kind}:${target.name}${created ? "" : " (same idempotency key: same run)"}`);
       } catch (error) {
@@ -248,7 +248,7 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
       const live = await liveRuns();
       if (live.length > 0) {
         const run = prng.pick(live);
-        await store.transaction(async (tx) => cancelRun(tx, run.id, await tx.observe(clock.nowMs()), "simulation"));
+        await transactAtStoreTime(store, clock, (tx, nowMs) => cancelRun(tx, run.id, nowMs, "simulation"));
         await record("cancel", run.id);
       }
     } else if (roll < 0.17) {
