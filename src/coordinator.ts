@@ -9,9 +9,10 @@ import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
 import { MAX_STORE_PAGE, transactAtStoreTime, type AdmissionCandidate, type Clock, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
-import { decidePurge, purgeRange, type PurgeKey, type PurgeRange, type RetentionPolicy } from "./retention.ts";
+import { decidePurge, purgeRange, type PurgeCandidate, type PurgeKey, type PurgeRange, type RetentionPolicy } from "./retention.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
+import { storePageSize, walkKeyset } from "./paging.ts";
 import { fireSchedule } from "./run-start.ts";
 import { decideSchedule } from "./schedules.ts";
 import type { RetryPolicy } from "./packages.ts";
@@ -235,7 +236,6 @@ export class Coordinator {
     }
   }
 
-  /** Pages through candidate runs; one short transaction per run; a failing run is reported, the page goes on. */
   /**
    * Pages through candidate runs; one short transaction per run; a failing run is reported, the
    * page goes on. Each stage resumes where its previous cycle stopped (round robin), so items
@@ -249,24 +249,31 @@ export class Coordinator {
     list: (tx: StoreTx, after: string | null, limit: number, nowMs: number) => Promise<string[]>,
     handle: (runId: string) => Promise<boolean>,
   ): Promise<void> {
-    let after: string | null = this.cursors.get(cursorKey) ?? null;
-    for (let page = 0; page < budget.pages; page += 1) {
-      const ids = await this.deps.store.transaction(async (tx) => list(tx, after, budget.pageSize, this.deps.clock.nowMs()));
-      for (const runId of ids) {
-        try {
-          if (await handle(runId)) context.processed += 1;
-        } catch (error) {
-          context.errors.push({ ...describe(error), subject: runId });
-        }
-      }
-      if (ids.length < budget.pageSize) {
-        this.cursors.delete(cursorKey);
-        return;
-      }
-      after = ids[ids.length - 1] ?? null;
-      this.cursors.set(cursorKey, after);
-      if (page === budget.pages - 1) context.more = true;
+    const more = await walkKeyset<string, string>({
+      after: this.cursors.get(cursorKey) ?? null,
+      pageSize: budget.pageSize,
+      pages: budget.pages,
+      read: (after, limit) => this.deps.store.transaction(async (tx) => list(tx, after, limit, this.deps.clock.nowMs())),
+      cursorOf: (runId) => runId,
+      handle: (runId) => this.countOne(context, runId, () => handle(runId)),
+      saved: (after) => this.saveCursor(cursorKey, after),
+    });
+    if (more) context.more = true;
+  }
+
+  /** One item of a stage: counted when it changed something; a failure is reported for it and the stage goes on. */
+  private async countOne(context: StageContext, subject: string, handle: () => Promise<boolean>): Promise<void> {
+    try {
+      if (await handle()) context.processed += 1;
+    } catch (error) {
+      context.errors.push({ ...describe(error), subject });
     }
+  }
+
+  /** Round robin: a stage's next cycle resumes after `after`, or from the start when its walk reached the end. */
+  private saveCursor(cursorKey: string, after: string | null): void {
+    if (after === null) this.cursors.delete(cursorKey);
+    else this.cursors.set(cursorKey, after);
   }
 
   async convergeRun(runId: string): Promise<boolean> {
@@ -285,8 +292,10 @@ export class Coordinator {
   }
 
   private async schedules(budget: StageBudget, context: StageContext): Promise<void> {
+    // Not a keyset walk: a schedule that fired is no longer due, so each page reads the due list afresh.
+    const pageSize = storePageSize(budget.pageSize);
     for (let page = 0; page < budget.pages; page += 1) {
-      const due = await this.deps.store.transaction(async (tx) => tx.listDueSchedules(this.deps.clock.nowMs(), budget.pageSize));
+      const due = await this.deps.store.transaction(async (tx) => tx.listDueSchedules(this.deps.clock.nowMs(), pageSize));
       for (const schedule of due) {
         try {
           await this.write(async (tx, nowMs) => {
@@ -306,7 +315,7 @@ export class Coordinator {
           context.errors.push({ ...describe(error), subject: `${schedule.package}/${schedule.name}` });
         }
       }
-      if (due.length < budget.pageSize) return;
+      if (due.length < pageSize) return;
       if (page === budget.pages - 1) context.more = true;
     }
   }
@@ -336,21 +345,16 @@ export class Coordinator {
   }
 
   private async admission(budget: StageBudget, context: StageContext): Promise<void> {
-    const pageSize = Math.min(budget.pageSize, MAX_ADMISSION_PAGE);
-    let after: AdmissionCandidate | null = null;
-    for (let page = 0; page < budget.pages; page += 1) {
-      const candidates: AdmissionCandidate[] = await this.deps.store.transaction(async (tx) => tx.listAdmissionCandidates(after, pageSize, this.deps.clock.nowMs()));
-      for (const candidate of candidates) {
-        try {
-          if (await this.admit(candidate)) context.processed += 1;
-        } catch (error) {
-          context.errors.push({ ...describe(error), subject: candidate.stepRunId });
-        }
-      }
-      if (candidates.length < pageSize) return;
-      after = candidates[candidates.length - 1] ?? null;
-      if (page === budget.pages - 1) context.more = true;
-    }
+    // Every cycle walks the candidates from the start: an admitted epoch is no longer a candidate.
+    const more = await walkKeyset<AdmissionCandidate, AdmissionCandidate>({
+      after: null,
+      pageSize: Math.min(budget.pageSize, MAX_ADMISSION_PAGE),
+      pages: budget.pages,
+      read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAdmissionCandidates(after, limit, this.deps.clock.nowMs())),
+      cursorOf: (candidate) => candidate,
+      handle: (candidate) => this.countOne(context, candidate.stepRunId, () => this.admit(candidate)),
+    });
+    if (more) context.more = true;
   }
 
   /** Admits one exact ready epoch; an existing winner is replayed from its receipt, nothing new is written. */
@@ -384,10 +388,12 @@ export class Coordinator {
   private async dispatch(limit: number, context: StageContext): Promise<void> {
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
-      const claimed = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed"], null, limit + 1));
-      if (claimed.length > limit) context.more = true;
+      // One row beyond the page tells whether more wait; the page stays within what the store returns.
+      const pageSize = Math.min(storePageSize(limit), MAX_STORE_PAGE - 1);
+      const claimed = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed"], null, pageSize + 1));
+      if (claimed.length > pageSize) context.more = true;
       const started: { readonly attemptId: string; readonly request: LaunchRequest }[] = [];
-      for (const attempt of claimed.slice(0, limit)) {
+      for (const attempt of claimed.slice(0, pageSize)) {
         try {
           const request = await this.markDispatchStarting(attempt.id);
           if (request !== null) started.push({ attemptId: attempt.id, request });
@@ -411,8 +417,6 @@ export class Coordinator {
       await this.fault("dispatch.after_running");
     }
   }
-
-
 
   /** claimed → starting (committed): the launch request, or null when the attempt may not start. */
   private async markDispatchStarting(attemptId: string): Promise<LaunchRequest | null> {
@@ -462,55 +466,41 @@ export class Coordinator {
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       const cursorKey = `control:${executor.type}`;
-      let after: string | null = this.cursors.get(cursorKey) ?? null;
-      for (let page = 0; page < budget.pages; page += 1) {
-        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["starting", "running"], after, budget.pageSize));
-        for (const attempt of attempts) {
-          try {
-            if (await this.controlOne(executor, attempt)) context.processed += 1;
-          } catch (error) {
-            context.errors.push({ ...describe(error), subject: attempt.id });
-          }
-        }
-        if (attempts.length < budget.pageSize) {
-          this.cursors.delete(cursorKey);
-          break;
-        }
-        after = attempts[attempts.length - 1]?.id ?? null;
-        this.cursors.set(cursorKey, after);
-        if (page === budget.pages - 1) context.more = true;
-      }
+      const more = await walkKeyset<RunAttempt, string>({
+        after: this.cursors.get(cursorKey) ?? null,
+        pageSize: budget.pageSize,
+        pages: budget.pages,
+        read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["starting", "running"], after, limit)),
+        cursorOf: (attempt) => attempt.id,
+        handle: (attempt) => this.countOne(context, attempt.id, () => this.controlOne(executor, attempt)),
+        saved: (after) => this.saveCursor(cursorKey, after),
+      });
+      if (more) context.more = true;
     }
   }
 
   /** Remote leases that expired: claims are re-opened, started attempts fail closed until their worker reports. */
   private async expireLeases(budget: StageBudget, context: StageContext): Promise<void> {
-    let after: string | null = this.cursors.get("leases") ?? null;
-    for (let page = 0; page < budget.pages; page += 1) {
-      const expired: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listExpiredLeases(this.deps.clock.nowMs(), after, budget.pageSize));
-      for (const attempt of expired) {
-        try {
-          const changed = await this.write(async (tx, nowMs) => {
+    const more = await walkKeyset<RunAttempt, string>({
+      after: this.cursors.get("leases") ?? null,
+      pageSize: budget.pageSize,
+      pages: budget.pages,
+      read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listExpiredLeases(this.deps.clock.nowMs(), after, limit)),
+      cursorOf: (attempt) => attempt.id,
+      handle: (attempt) =>
+        this.countOne(context, attempt.id, () =>
+          this.write(async (tx, nowMs) => {
             const scope = await findAttemptScope(tx, attempt.id);
             if (scope === null) return false;
             const change = expireLease(scope, scope.definition.retry, nowMs);
             if (change === null) return false;
             await tx.apply(change);
             return true;
-          });
-          if (changed) context.processed += 1;
-        } catch (error) {
-          context.errors.push({ ...describe(error), subject: attempt.id });
-        }
-      }
-      if (expired.length < budget.pageSize) {
-        this.cursors.delete("leases");
-        return;
-      }
-      after = expired[expired.length - 1]?.id ?? null;
-      this.cursors.set("leases", after);
-      if (page === budget.pages - 1) context.more = true;
-    }
+          }),
+        ),
+      saved: (after) => this.saveCursor("leases", after),
+    });
+    if (more) context.more = true;
   }
 
   private async controlOne(executor: Executor, attempt: RunAttempt): Promise<boolean> {
@@ -580,26 +570,22 @@ export class Coordinator {
       const range = await this.write(async (tx, nowMs) => purgeRange(policy, nowMs, await tx.terminalRunAtRank(policy.maxRuns)));
       pass = { range, after: null };
     }
-    for (let page = 0; page < budget.pages; page += 1) {
-      const current: { range: PurgeRange; after: PurgeKey | null } = pass;
-      const candidates = await this.deps.store.transaction(async (tx) => tx.listPurgeCandidates(current.after, current.range.end, budget.pageSize));
-      for (const candidate of candidates) {
-        if (!decidePurge(candidate, current.range).purge) continue;
-        try {
-          if (await this.purgeOne(candidate.runId, current.range, context)) context.processed += 1;
-        } catch (error) {
-          context.errors.push({ ...describe(error), subject: candidate.runId });
-        }
-      }
-      const last = candidates[candidates.length - 1];
-      if (candidates.length < budget.pageSize || last === undefined || last.finishedAtMs === null) {
-        this.purgePass = null;
-        return;
-      }
-      pass = { range: current.range, after: { finishedAtMs: last.finishedAtMs, runId: last.runId } };
-      this.purgePass = pass;
-      if (page === budget.pages - 1 && context.processed > 0) context.more = true;
-    }
+    const { range } = pass;
+    const more = await walkKeyset<PurgeCandidate, PurgeKey>({
+      after: pass.after,
+      pageSize: budget.pageSize,
+      pages: budget.pages,
+      read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listPurgeCandidates(after, range.end, limit)),
+      // A candidate without a finish time cannot be passed in purge order: the pass ends there.
+      cursorOf: (candidate) => (candidate.finishedAtMs === null ? null : { finishedAtMs: candidate.finishedAtMs, runId: candidate.runId }),
+      handle: async (candidate) => {
+        if (decidePurge(candidate, range).purge) await this.countOne(context, candidate.runId, () => this.purgeOne(candidate.runId, range, context));
+      },
+      saved: (after) => {
+        this.purgePass = after === null ? null : { range, after };
+      },
+    });
+    if (more && context.processed > 0) context.more = true;
   }
 
   /**
@@ -677,18 +663,19 @@ export class Coordinator {
     const results: RecoveryResult[] = [];
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
-      let after: string | null = null;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
-      while (results.length < limit) {
-        const cursor: string | null = after;
-        const attempts: RunAttempt[] = await this.readForRecovery((tx) => tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, cursor, RECOVERY_PAGE));
-        for (const attempt of attempts) {
+      await walkKeyset<RunAttempt, string>({
+        after: null,
+        pageSize: RECOVERY_PAGE,
+        pages: Infinity,
+        read: (after, limit) => this.readForRecovery((tx) => tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, after, limit)),
+        cursorOf: (attempt) => attempt.id,
+        handle: async (attempt) => {
           const result = await this.recoverOne(executor, attempt);
           if (result !== null) results.push(result);
-        }
-        if (attempts.length < RECOVERY_PAGE) break;
-        after = attempts[attempts.length - 1]?.id ?? null;
-      }
+        },
+        done: () => results.length >= limit,
+      });
     }
     return results;
   }
@@ -756,11 +743,13 @@ export class Coordinator {
       if (executor === undefined) continue;
       // Every running attempt, page by page: a shutdown that stopped only the first page would
       // leave the rest running without their runtime.
-      let after: string | null = null;
-      for (;;) {
-        const cursor: string | null = after;
-        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], cursor, MAX_STORE_PAGE));
-        for (const attempt of attempts) {
+      await walkKeyset<RunAttempt, string>({
+        after: null,
+        pageSize: MAX_STORE_PAGE,
+        pages: Infinity,
+        read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], after, limit)),
+        cursorOf: (attempt) => attempt.id,
+        handle: async (attempt) => {
           const stop = await this.write(async (tx, nowMs) => {
             const scope = await findAttemptScope(tx, attempt.id);
             if (scope === null) return null;
@@ -772,10 +761,8 @@ export class Coordinator {
             await executor.stop(stop, stop.stopReason ?? "shutdown");
             stopped += 1;
           }
-        }
-        if (attempts.length < MAX_STORE_PAGE) break;
-        after = attempts[attempts.length - 1]?.id ?? null;
-      }
+        },
+      });
     }
     return stopped;
   }

@@ -13,9 +13,12 @@ export function isPortableId(value: unknown): value is string {
   return typeof value === "string" && PORTABLE_ID_PATTERN.test(value);
 }
 
+/** How much of a rejected identity an error message quotes: enough to recognise it, never an unbounded echo. */
+const SHOWN_ID_CHARS = 64;
+
 export function assertPortableId(value: unknown, what: string): string {
   if (!isPortableId(value)) {
-    const shown = typeof value === "string" ? JSON.stringify(value.slice(0, 64)) : typeof value;
+    const shown = typeof value === "string" ? JSON.stringify(value.slice(0, SHOWN_ID_CHARS)) : typeof value;
     throw new QlrError("invalid_identity", `${what} must match ${PORTABLE_ID_PATTERN.source}, got ${shown}`, {
       details: [{ path: what, message: "not a portable identity" }],
     });

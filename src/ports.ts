@@ -88,7 +88,7 @@ export interface StoreTx {
   /** Workflow runs whose frontier may move (marked when a step settles or a run is created). */
   listFrontierRuns(afterRunId: string | null, limit: number): Promise<string[]>;
   clearFrontierMark(runId: string): Promise<void>;
-  /** Ready steps of running, uncancelled runs with no admission winner in their epoch. At most 64. */
+  /** Ready steps of running, uncancelled runs with no admission winner in their epoch. At most MAX_ADMISSION_PAGE (admission.ts). */
   listAdmissionCandidates(after: AdmissionCandidate | null, limit: number, nowMs: number): Promise<AdmissionCandidate[]>;
   /** Due queued ordinary runs without a cancel intent. */
   listQueuedOrdinaryRuns(afterRunId: string | null, limit: number, nowMs: number): Promise<string[]>;

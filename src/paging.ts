@@ -1,0 +1,52 @@
+import { QlrError } from "./errors.ts";
+import { MAX_STORE_PAGE } from "./ports.ts";
+
+/**
+ * The one keyset walk of the coordinator's stages: read a page (its own short transaction),
+ * handle each item, continue after the last item; stop on a short page (the list is
+ * exhausted) or when the page budget is spent.
+ */
+
+/**
+ * The page size a list may ask the store for: a positive integer, cut to MAX_STORE_PAGE. A walk
+ * asking for more than the store returns would take the store's full page for a short one and
+ * stop early, silently leaving the rest for a later cycle.
+ */
+export function storePageSize(requested: number): number {
+  if (!Number.isSafeInteger(requested) || requested < 1) throw new QlrError("internal", `page size ${requested} is not a positive integer`);
+  return Math.min(requested, MAX_STORE_PAGE);
+}
+
+export interface KeysetWalk<Item, Cursor> {
+  /** Where the walk starts: null for the beginning of the list, or a cursor saved by an earlier walk. */
+  readonly after: Cursor | null;
+  /** Items per page, cut to MAX_STORE_PAGE (see `storePageSize`). */
+  readonly pageSize: number;
+  /** At most this many pages; `Infinity` walks until the list is exhausted or `done` says so. */
+  readonly pages: number;
+  read(after: Cursor | null, limit: number): Promise<readonly Item[]>;
+  /** The cursor after an item; null ends the walk there (an item past which the list cannot continue). */
+  cursorOf(item: Item): Cursor | null;
+  handle(item: Item): Promise<void>;
+  /** After each page: where the next page starts, or null when the walk has reached the end. */
+  saved?(after: Cursor | null): void;
+  /** Checked before each page: true ends the walk with nothing more read. */
+  done?(): boolean;
+}
+
+/** Walks the list; true when pages were left unread (the budget or `done` stopped it before the end). */
+export async function walkKeyset<Item, Cursor>(walk: KeysetWalk<Item, Cursor>): Promise<boolean> {
+  const limit = storePageSize(walk.pageSize);
+  let after = walk.after;
+  for (let page = 0; page < walk.pages; page += 1) {
+    if (walk.done?.() === true) return true;
+    const items = await walk.read(after, limit);
+    for (const item of items) await walk.handle(item);
+    const last = items[items.length - 1];
+    const next = items.length < limit || last === undefined ? null : walk.cursorOf(last);
+    walk.saved?.(next);
+    if (next === null) return false;
+    after = next;
+  }
+  return true;
+}
