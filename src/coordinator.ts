@@ -392,11 +392,11 @@ export class Coordinator {
       const pageSize = Math.min(storePageSize(limit), MAX_STORE_PAGE - 1);
       const claimed = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed"], null, pageSize + 1));
       if (claimed.length > pageSize) context.more = true;
-      const started: { readonly attemptId: string; readonly request: LaunchRequest }[] = [];
+      const started: { readonly attemptId: string; readonly request: LaunchRequest; readonly startingAtMs: number }[] = [];
       for (const attempt of claimed.slice(0, pageSize)) {
         try {
-          const request = await this.markDispatchStarting(attempt.id);
-          if (request !== null) started.push({ attemptId: attempt.id, request });
+          const starting = await this.markDispatchStarting(attempt.id);
+          if (starting !== null) started.push({ attemptId: attempt.id, ...starting });
         } catch (error) {
           context.errors.push({ ...describe(error), subject: attempt.id });
         }
@@ -405,11 +405,11 @@ export class Coordinator {
       await this.fault("dispatch.after_starting");
       const launches = await Promise.allSettled(started.map(({ request }) => executor.launch(request)));
       await this.fault("dispatch.after_spawn");
-      for (const [index, { attemptId }] of started.entries()) {
+      for (const [index, { attemptId, startingAtMs }] of started.entries()) {
         const launch = launches[index];
         if (launch === undefined) continue;
         try {
-          if (await this.recordLaunch(attemptId, launch)) context.processed += 1;
+          if (await this.recordLaunch(attemptId, startingAtMs, launch)) context.processed += 1;
         } catch (error) {
           context.errors.push({ ...describe(error), subject: attemptId });
         }
@@ -418,32 +418,34 @@ export class Coordinator {
     }
   }
 
-  /** claimed → starting (committed): the launch request, or null when the attempt may not start. */
-  private async markDispatchStarting(attemptId: string): Promise<LaunchRequest | null> {
+  /** claimed → starting (committed): the launch request and the commit's store time, or null when the attempt may not start. */
+  private async markDispatchStarting(attemptId: string): Promise<{ readonly request: LaunchRequest; readonly startingAtMs: number } | null> {
     return this.write(async (tx, nowMs) => {
       const scope = await findAttemptScope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "claimed") return null;
       if (scope.run.cancelRequestedAtMs !== null) return null;
       if (scope.step !== null && (scope.step.status !== "ready" || scope.step.version !== scope.attempt.stepRunVersion)) return null;
       await tx.apply(markStarting(scope, nowMs));
-      return { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition };
+      return { request: { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition }, startingAtMs: nowMs };
     });
   }
 
   /**
    * starting → running with the handle's pre-spawn `startedAtMs` (committed). Only a definite
-   * spawn failure (nothing ran) settles the attempt as a start failure; any other launch error
+   * spawn failure (nothing ran) settles the attempt as a start failure (timed out when it is
+   * recorded after the deadline counted from `startingAtMs`); any other launch error
    * leaves it `starting`, since the process may exist, and only its receipt or recovery's
    * evidence may settle it.
    */
-  private async recordLaunch(attemptId: string, launch: PromiseSettledResult<ProcessHandleFacts>): Promise<boolean> {
+  private async recordLaunch(attemptId: string, startingAtMs: number, launch: PromiseSettledResult<ProcessHandleFacts>): Promise<boolean> {
     if (launch.status === "rejected") {
       if (!isSpawnFailure(launch.reason)) throw launch.reason;
       const message = describe(launch.reason).message;
       await this.write(async (tx, nowMs) => {
         const scope = await findAttemptScope(tx, attemptId);
         if (scope === null || scope.attempt.status !== "starting") return;
-        await tx.apply(startFailed(scope, message, scope.definition.retry, nowMs));
+        // The failure is recorded at store time and checked against the deadline (ADR-0227 §5).
+        await tx.apply(startFailed(scope, message, scope.definition.retry, nowMs, startingAtMs));
       });
       this.followUp = true;
       return true;

@@ -158,13 +158,25 @@ export function finishOrdinary(change: RunChange, outcome: OrdinaryOutcome, atte
   else change.setRunStatus(runStatus, { attemptNumber });
 }
 
-/** The spawn itself failed (no process ever ran): attempt `starting → failed`, step `ready → failed`. */
-export function startFailed(scope: AttemptScope, error: string, retry: RetryPolicy, nowMs: number): ChangeSet {
+/**
+ * The spawn itself failed (no process ever ran): attempt `starting → failed`, step
+ * `ready → failed`. ADR-0227 §5: the report rechecks the deadline with store time (`nowMs`):
+ * the attempt's time budget runs from the commit of its `starting` (`startingAtMs`; a
+ * recorded deadline wins), and a failure reported after it converges to `timed_out` instead,
+ * like a completion that overran.
+ */
+export function startFailed(scope: AttemptScope, error: string, retry: RetryPolicy, nowMs: number, startingAtMs: number | null = null): ChangeSet {
   const step = requireStep(scope);
+  const deadlineAtMs = scope.attempt.deadlineAtMs ?? (startingAtMs === null ? null : startingAtMs + scope.attempt.timeoutMs);
+  const outcome = deadlineAtMs !== null && nowMs > deadlineAtMs ? "timed_out" : "failed";
   const change = new RunChange(scope.run, nowMs);
-  change.setAttempt(scope.attempt, "failed", { finishedAtMs: nowMs, error }, { error });
-  if (step !== null) change.setStep(step, "failed", { finishedAtMs: nowMs }, { error });
-  else finishOrdinary(change, "failed", scope.attempt.number, retry, nowMs);
+  if (outcome === "timed_out") {
+    change.setAttempt(scope.attempt, outcome, { finishedAtMs: nowMs, error, stopReason: "timeout" }, { error, deadlineAtMs });
+  } else {
+    change.setAttempt(scope.attempt, outcome, { finishedAtMs: nowMs, error }, { error });
+  }
+  if (step !== null) change.setStep(step, outcome, { finishedAtMs: nowMs }, { error });
+  else finishOrdinary(change, outcome, scope.attempt.number, retry, nowMs);
   return change.build();
 }
 

@@ -11,7 +11,7 @@ export type TransitionTable<S extends string> = Readonly<Record<S, readonly S[]>
 /** Ordinary run: latest-attempt semantics, retries return the run to `queued`. */
 export const ORDINARY_RUN_TRANSITIONS: TransitionTable<RunStatus> = {
   queued: ["dispatching", "cancelled"],
-  dispatching: ["running", "queued", "failed", "cancelled", "lost"],
+  dispatching: ["running", "queued", "failed", "timed_out", "cancelled", "lost"],
   running: ["succeeded", "failed", "timed_out", "cancelled", "lost", "queued"],
   succeeded: [],
   failed: [],
@@ -38,12 +38,12 @@ export const WORKFLOW_RUN_TRANSITIONS: TransitionTable<RunStatus> = {
 /**
  * StepRun. `ready → ready` is a new ready epoch (recovery of an orphaned claim, or the
  * admission of a step whose attempt never crossed the start barrier). `ready → failed` is a
- * start failure. `running → ready` is the step-level retry, allowed only for tasks declared
+ * start failure (`ready → timed_out` one reported after the attempt's deadline). `running → ready` is the step-level retry, allowed only for tasks declared
  * idempotent (checked by the caller, which knows the task).
  */
 export const STEP_TRANSITIONS: TransitionTable<StepStatus> = {
   pending: ["ready", "skipped", "cancelled"],
-  ready: ["ready", "running", "failed", "cancelled"],
+  ready: ["ready", "running", "failed", "timed_out", "cancelled"],
   running: ["succeeded", "failed", "timed_out", "cancelled", "ready"],
   succeeded: [],
   failed: [],
@@ -55,7 +55,7 @@ export const STEP_TRANSITIONS: TransitionTable<StepStatus> = {
 /** RunAttempt. `lost` only on trusted evidence (or for a claim that never crossed the start barrier). */
 export const ATTEMPT_TRANSITIONS: TransitionTable<AttemptStatus> = {
   claimed: ["starting", "cancelled", "lost"],
-  starting: ["running", "failed", "lost"],
+  starting: ["running", "failed", "timed_out", "lost"],
   running: ["succeeded", "failed", "timed_out", "cancelled", "lost"],
   succeeded: [],
   failed: [],

@@ -194,6 +194,29 @@ describe("the cadence cycle", () => {
     expect((await runState(store, runId)).steps).toEqual(["succeeded", "succeeded", "succeeded", "succeeded"]);
   });
 
+  it("a spawn failure reported after the attempt's deadline is recorded at store time as a timeout, not a plain failure", async () => {
+    const { store, clock, executor, start } = await rig();
+    const runId = await start(diamondManifest("slow-start"), "diamond");
+    const timeoutMs = await store.transaction(async (tx) => (await tx.getTaskDefinitionFor((await tx.getRun(runId))!.reconciliationDigest, "work"))!.execution.timeoutMs);
+    // The launch hangs past the deadline (the clock moves while it runs), then fails to spawn.
+    const hanging: Executor = {
+      type: "local_process",
+      launch: () => {
+        clock.nowMsValue += timeoutMs + 1;
+        return Promise.reject(Object.assign(new Error("spawn ENOENT"), { code: "spawn_failed" }));
+      },
+      readReceipt: (attempt) => executor.readReceipt(attempt),
+      hasJournal: (attempt) => executor.hasJournal(attempt),
+      inspect: (attempt) => executor.inspect(attempt),
+      stop: (attempt, reason) => executor.stop(attempt, reason),
+    };
+    const coordinator = new Coordinator({ store, clock, ids: new SequentialIds("x"), profile: PROFILES.standalone, executors: { local_process: hanging } });
+    await coordinator.tick();
+    const attempts = await store.transaction(async (tx) => tx.getAttempts(runId));
+    expect(attempts.map((attempt) => [attempt.status, attempt.stopReason, attempt.error])).toEqual([["timed_out", "timeout", "spawn ENOENT"]]);
+    expect((await runState(store, runId)).steps[0]).toBe("timed_out");
+  });
+
   it("shutdown stops every running attempt, beyond the store's page cap", async () => {
     const { store, clock, executor, start } = await rig();
     const width = MAX_STORE_PAGE + 20;

@@ -198,6 +198,26 @@ describe("completion", () => {
     expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 0 });
     expect(world.model.run("run-1").status).toBe("running");
   });
+
+  it("a start failure recorded after the deadline (store time past starting + timeout) times the attempt and the step out", () => {
+    const world = worldWith();
+    const attempt = starting(world);
+    // On time: exactly at the deadline is still a plain failure.
+    expect(startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 3 + TIMEOUT_MS, T0 + 3).attempts[0]?.after.status).toBe("failed");
+    world.apply(startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 4 + TIMEOUT_MS, T0 + 3));
+    expect(world.model.attempt(attempt.id)).toMatchObject({ status: "timed_out", stopReason: "timeout", finishedAtMs: T0 + 4 + TIMEOUT_MS, error: "ENOENT" });
+    expect(world.model.step("run-1", "a")).toMatchObject({ status: "timed_out", attemptCount: 0 });
+    expect(world.model.run("run-1")).toMatchObject({ status: "running", cancelRequestedAtMs: null });
+    expect(world.model.eventsOf("run-1").find((event) => event.attemptId === attempt.id && event.data.to === "timed_out")?.data).toMatchObject({ from: "starting", deadlineAtMs: T0 + 3 + TIMEOUT_MS });
+  });
+
+  it("a recorded deadline wins over the starting time; without either a start failure stays a failure", () => {
+    const world = worldWith();
+    const attempt = starting(world);
+    const withDeadline = { ...world.model.scope(attempt.id), attempt: { ...attempt, deadlineAtMs: T0 + 10 } };
+    expect(startFailed(withDeadline, "ENOENT", NO_RETRY, T0 + 11, T0 + 3).attempts[0]?.after.status).toBe("timed_out");
+    expect(startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 10 * TIMEOUT_MS).attempts[0]?.after.status).toBe("failed");
+  });
 });
 
 describe("deadlines and stops", () => {

@@ -121,6 +121,23 @@ describe("the ordinary run path", () => {
     }
   });
 
+  it("a start failure recorded after the deadline times the ordinary run out, or requeues it while budget is left", () => {
+    for (const [retry, expected] of [
+      [{ max: 0, backoffMs: 0, idempotent: false }, "timed_out"],
+      [{ max: 1, backoffMs: 0, idempotent: false }, "queued"],
+    ] as const) {
+      const world = worldWith(retry);
+      const run = world.startTask();
+      const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
+      world.apply(admitted.change);
+      world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
+      const timeoutMs = world.model.attempt(admitted.attempt.id).timeoutMs;
+      world.apply(startFailed(world.model.scope(admitted.attempt.id), "ENOENT", retry, T0 + 3 + timeoutMs, T0 + 2));
+      expect(world.model.attempt(admitted.attempt.id).status).toBe("timed_out");
+      expect(world.model.run(run.id).status).toBe(expected);
+    }
+  });
+
   it("a run with a cancel intent is never retried", () => {
     const retry = { max: 3, backoffMs: 0, idempotent: true };
     const world = worldWith(retry);

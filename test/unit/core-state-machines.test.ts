@@ -48,7 +48,7 @@ describe("state machines", () => {
   it("the ordinary run machine is queued → dispatching → running → terminal, with retries back to queued", () => {
     expect(sorted(ORDINARY_RUN_TRANSITIONS)).toEqual({
       queued: ["cancelled", "dispatching"],
-      dispatching: ["cancelled", "failed", "lost", "queued", "running"],
+      dispatching: ["cancelled", "failed", "lost", "queued", "running", "timed_out"],
       running: ["cancelled", "failed", "lost", "queued", "succeeded", "timed_out"],
       succeeded: [],
       failed: [],
@@ -80,7 +80,7 @@ describe("state machines", () => {
   it("a step run moves pending → ready → running → terminal, pending → skipped, and ready → ready for a new epoch", () => {
     expect(sorted(STEP_TRANSITIONS)).toEqual({
       pending: ["cancelled", "ready", "skipped"],
-      ready: ["cancelled", "failed", "ready", "running"],
+      ready: ["cancelled", "failed", "ready", "running", "timed_out"],
       running: ["cancelled", "failed", "ready", "succeeded", "timed_out"],
       succeeded: [],
       failed: [],
@@ -90,10 +90,10 @@ describe("state machines", () => {
     });
   });
 
-  it("an attempt moves claimed → starting → running → terminal; a claim may be cancelled or lost, a start may fail or be lost, a running attempt may be lost", () => {
+  it("an attempt moves claimed → starting → running → terminal; a claim may be cancelled or lost, a start may fail, time out or be lost, a running attempt may be lost", () => {
     expect(sorted(ATTEMPT_TRANSITIONS)).toEqual({
       claimed: ["cancelled", "lost", "starting"],
-      starting: ["failed", "lost", "running"],
+      starting: ["failed", "lost", "running", "timed_out"],
       running: ["cancelled", "failed", "lost", "succeeded", "timed_out"],
       succeeded: [],
       failed: [],
