@@ -142,6 +142,8 @@ export interface Store {
   close(): Promise<void>;
 }
 
+export type JournalEvidence = "present" | "absent" | "invalid" | "never_spawned";
+
 export interface LaunchRequest {
   readonly attempt: RunAttempt;
   readonly definition: TaskDefinition;
@@ -156,7 +158,12 @@ export interface Executor {
   readonly type: ExecutorType;
   launch(request: LaunchRequest): Promise<ProcessHandleFacts>;
   readReceipt(attempt: RunAttempt): Promise<ReceiptEvidence>;
-  hasJournal(attempt: RunAttempt): Promise<"present" | "absent" | "invalid">;
+  /**
+   * The pre-spawn barrier records: `absent` (no journal: never spawned), `never_spawned` (a
+   * journal, but the executor proves the process was never spawned and never will be),
+   * `present` (maybe spawned) or `invalid`.
+   */
+  hasJournal(attempt: RunAttempt): Promise<JournalEvidence>;
   inspect(attempt: RunAttempt): Promise<LiveInspection>;
   /** Stops the exact process; returns at once, escalation to SIGKILL happens in the background. */
   stop(attempt: RunAttempt, reason: StopReason): Promise<void>;

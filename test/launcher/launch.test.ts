@@ -137,14 +137,14 @@ describe("launch", () => {
     expect(await readFile(launcher.logPath(spec.attemptId, "stdout"), "utf8")).toBe("abcd\n[qlr: log truncated at 4 bytes]\n");
   });
 
-  it("fails closed when the supervisor dies before reporting: an error, the journal, and no receipt", async () => {
+  it("refuses to launch when no supervisor can start: a clear error, and nothing journaled", async () => {
     const brokenSupervisor = join(scratch.dir, "broken-supervisor.mjs");
     await writeFile(brokenSupervisor, "process.exit(3);\n");
     const stateDir = await mkdtemp(join(scratch.dir, "state-"));
     const launcher = new PosixLauncher({ stateDir, hmacKey: await loadOrCreateReceiptKey(stateDir), nowMs: () => Date.now(), supervisorPath: brokenSupervisor });
     const spec = shellSpec("true");
-    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) => isQlrError(error, "internal") && /code 3|without reporting/.test((error as Error).message));
-    expect(await launcher.readJournal(spec.attemptId)).not.toBeNull();
+    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) => isQlrError(error, "storage_unavailable") && /supervisor could not start/.test((error as Error).message));
+    expect(await launcher.readJournal(spec.attemptId)).toBeNull();
     expect(await launcher.readReceipt(spec.attemptId)).toEqual({ status: "none" });
   });
 
