@@ -146,6 +146,14 @@ export class Coordinator {
    */
   private sweepDue = true;
   private purgeStages = 0;
+  /**
+   * Handles of launched processes whose `running` write failed (a store error after the
+   * spawn). Execution control retries the write with the handle this runtime still holds, so
+   * the attempt does not wait for a restart; lost with the process on a crash, where recovery
+   * and the executor's own evidence take over. Bounded by the dispatch page per cycle and
+   * emptied as the writes land or the attempts move on.
+   */
+  private readonly unrecordedHandles = new Map<string, ProcessHandleFacts>();
   private readonly deps: CoordinatorDeps;
 
   constructor(deps: CoordinatorDeps) {
@@ -448,12 +456,60 @@ export class Coordinator {
       return true;
     }
     const handle = launch.value;
-    await this.write(async (tx, nowMs) => {
-      const scope = await findAttemptScope(tx, attemptId);
-      if (scope === null || scope.attempt.status !== "starting") return;
-      await tx.apply(markRunning(scope, handle, nowMs));
-    });
+    try {
+      await this.write(async (tx, nowMs) => {
+        const scope = await findAttemptScope(tx, attemptId);
+        if (scope === null || scope.attempt.status !== "starting") return;
+        await tx.apply(markRunning(scope, handle, nowMs));
+      });
+    } catch (error) {
+      this.unrecordedHandles.set(attemptId, handle);
+      throw error;
+    }
     return true;
+  }
+
+  /**
+   * A `starting` attempt without a receipt, seen by execution control: its launch ended
+   * without a recorded handle (the runtime crashed between spawn and the running write, or
+   * that write failed). Re-examined every cycle, not only at start-up:
+   * - a handle this runtime still holds is written again;
+   * - an executor that proves the process never spawned (journal, but no spawn record and no
+   *   supervisor that could still write one) settles it as lost before the start barrier;
+   * - otherwise it may run: a cancel is passed to the executor, which stops the exact process
+   *   by durable intent without a handle; its deadline is enforced by the executor too, and
+   *   either way the receipt then completes it.
+   */
+  private async controlStarting(executor: Executor, attempt: RunAttempt): Promise<boolean> {
+    const held = this.unrecordedHandles.get(attempt.id);
+    if (held !== undefined) {
+      const recorded = await this.write(async (tx, nowMs) => {
+        const scope = await findAttemptScope(tx, attempt.id);
+        if (scope === null || scope.attempt.status !== "starting") return false;
+        await tx.apply(markRunning(scope, held, nowMs));
+        return true;
+      });
+      this.unrecordedHandles.delete(attempt.id);
+      return recorded;
+    }
+    const journal = await executor.hasJournal(attempt);
+    if (journal === "never_spawned") {
+      const settled = await this.write(async (tx, nowMs) => {
+        const scope = await findAttemptScope(tx, attempt.id);
+        if (scope === null || scope.attempt.status !== "starting") return false;
+        const change = applyRecovery(scope, decideRecovery(scope, { receipt: { status: "none" }, journal, inspections: [] }), scope.definition.retry, nowMs);
+        if (change === null) return false;
+        await tx.apply(change);
+        return true;
+      });
+      if (settled) this.followUp = true;
+      return settled;
+    }
+    const cancelRequested = await this.deps.store.transaction(async (tx) => (await tx.getRun(attempt.runId))?.cancelRequestedAtMs ?? null);
+    // Repeated each cycle until the receipt lands; the executor's stop is idempotent (the
+    // first durable intent wins) and does not count as progress.
+    if (cancelRequested !== null) await executor.stop(attempt, "cancel");
+    return false;
   }
 
   /**
@@ -518,9 +574,8 @@ export class Coordinator {
 
   private async controlOne(executor: Executor, attempt: RunAttempt): Promise<boolean> {
     const receipt = await executor.readReceipt(attempt);
-    // A `starting` attempt seen here outlived a crash between spawn and its running transition:
-    // only its receipt may settle it; deadlines and stops need the running handle.
-    if (attempt.status === "starting" && receipt.status === "none") return false;
+    if (attempt.status !== "starting" || receipt.status !== "none") this.unrecordedHandles.delete(attempt.id);
+    if (attempt.status === "starting" && receipt.status === "none") return this.controlStarting(executor, attempt);
     if (receipt.status === "valid") {
       await this.fault("completion.before_commit");
       const completed = await this.write(async (tx, nowMs) => {

@@ -212,8 +212,7 @@ export class PosixLauncher {
   }
 
   /**
-   * Supervisor reachable → journal (durable) → the supervisor's spawn record (durable) → spawn
-   * → handle. Every check that can fail without side effects runs before the journal is
+   * Journal (durable) → the resident supervisor's spawn record (durable) → spawn → handle. Every check that can fail without side effects runs before the journal is
    * written; once the journal exists, the attempt has "maybe started" and is never launched
    * again under the same id.
    */
@@ -243,9 +242,6 @@ export class PosixLauncher {
     if (this.launchesInFlight.has(attemptId)) throw new QlrError("conflict", `attempt ${attemptId} is being launched already`);
     this.launchesInFlight.add(attemptId);
     try {
-      // The supervisor is found (or started) before anything is written: a launcher that
-      // cannot reach one refuses with nothing journaled.
-      await this.supervisor.connected();
       const startedAtMs = this.nowMs();
       if (!Number.isSafeInteger(startedAtMs)) throw new QlrError("invalid_request", "nowMs() must return an integer");
       const journal: JournalRecord = { version: 1, attemptId, startedAtMs, bootId, argvDigest: digestOf(spec.argv), cwd: spec.cwd, logMaxBytes: spec.logMaxBytes };
@@ -267,6 +263,12 @@ export class PosixLauncher {
         } catch (error) {
           return await this.failWithoutSupervisor(attemptId, startedAtMs, `the working directory ${ownWorkDir} could not be prepared: ${errorCode(error) ?? String(error)}`);
         }
+      }
+      try {
+        await this.supervisor.connected();
+      } catch (error) {
+        // Nothing was asked of any supervisor, so nothing ran: a definite spawn failure.
+        return await this.failWithoutSupervisor(attemptId, startedAtMs, `no supervisor: ${errorMessage(error)}`);
       }
       let reply;
       try {
