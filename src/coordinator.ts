@@ -469,6 +469,24 @@ export class Coordinator {
     return true;
   }
 
+  /** A running attempt whose supervisor died: two inspections and the recovery decision; true when it was settled. */
+  private async settleOrphan(executor: Executor, attempt: RunAttempt): Promise<boolean> {
+    const inspections = [await executor.inspect(attempt), await executor.inspect(attempt)];
+    const receipt = await executor.readReceipt(attempt);
+    const settled = await this.write(async (tx, nowMs) => {
+      const scope = await findAttemptScope(tx, attempt.id);
+      if (scope === null || scope.attempt.status !== "running") return false;
+      const decision = decideRecovery(scope, { receipt, journal: "present", inspections });
+      if (decision.kind !== "lost_failed" && decision.kind !== "complete") return false;
+      const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
+      if (change === null) return false;
+      await tx.apply(change);
+      return true;
+    });
+    if (settled) this.followUp = true;
+    return settled;
+  }
+
   /**
    * A `starting` attempt without a receipt, seen by execution control: its launch ended
    * without a recorded handle (the runtime crashed between spawn and the running write, or
@@ -598,6 +616,13 @@ export class Coordinator {
         if (change !== null) await tx.apply(change);
       });
       return false;
+    }
+    if (attempt.status === "running" && (await executor.orphaned?.(attempt)) === true) {
+      // Its supervisor is gone, so no receipt is coming: the recovery rules decide, as at a
+      // restart. Still running → re-adopted (the deadline and stops below still apply, by
+      // exact identity); trusted not-running → lost.
+      const settled = await this.settleOrphan(executor, attempt);
+      if (settled) return true;
     }
     // No receipt yet: deadlines and stop intents.
     const stop = await this.write(async (tx, nowMs) => {

@@ -165,6 +165,12 @@ export interface Executor {
    */
   hasJournal(attempt: RunAttempt): Promise<JournalEvidence>;
   inspect(attempt: RunAttempt): Promise<LiveInspection>;
+  /**
+   * Whether the process of a running attempt has lost what would report its end (its
+   * supervisor died): no receipt will come, so execution control settles the attempt by the
+   * recovery rules (two live inspections) instead of waiting. Absent: never.
+   */
+  orphaned?(attempt: RunAttempt): Promise<boolean>;
   /** Stops the exact process; returns at once, escalation to SIGKILL happens in the background. */
   stop(attempt: RunAttempt, reason: StopReason): Promise<void>;
   /**

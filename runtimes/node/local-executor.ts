@@ -89,6 +89,10 @@ export class LocalProcessExecutor implements Executor {
     return inspection.state;
   }
 
+  async orphaned(attempt: RunAttempt): Promise<boolean> {
+    return (await this.launcher.supervision(attempt.id)) === "gone";
+  }
+
   stop(attempt: RunAttempt, reason: StopReason): Promise<void> {
     const handle = this.handleOf(attempt);
     if (this.stopping.has(attempt.id)) return Promise.resolve();

@@ -24,7 +24,7 @@ import { expectReceiptsHonoured, readJournal, readReceipt, receiptPath } from ".
 import { type Served, startServe, stopAllServed } from "../support/serve-child.ts";
 import { type Api, attemptsOf, stepNamed } from "../support/api-client.ts";
 import type { RecoveryView, RunDetail } from "../support/api-views.ts";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
 let bundle: Bundle;
@@ -312,6 +312,59 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
       expect(await within("the runtime to stop", second.exited, 30_000)).toEqual({ code: 0, signal: null });
     });
   }
+
+  /** The resident supervisor's pid, from the attempt's spawn record. */
+  function supervisorOf(stateDir: string, attemptId: string): number {
+    const record = JSON.parse(readFileSync(join(stateDir, "spawns", `${attemptId}.json`), "utf8")) as { supervisorPid: number };
+    return record.supervisorPid;
+  }
+
+  /** Step a waits on a gate; b needs a. */
+  async function gatedPair(name: string): Promise<{ dir: Scratch; gateA: string; file: string }> {
+    return prepare(name, true);
+  }
+
+  /** Final checks of the supervisor cases: a ran once and, with no receipt possible, is lost by trusted evidence; b never ran. */
+  async function expectLostWithoutReceipt(dir: Scratch, api: Api, runId: string, attemptId: string): Promise<void> {
+    const detail = await api.waitTerminal(runId, 45_000);
+    expect(detail.run.status).toBe("failed");
+    expect(detail.steps.map((step) => [step.name, step.status])).toEqual([["a", "failed"], ["b", "skipped"]]);
+    expect(attemptsOf(detail, "a")).toEqual([expect.objectContaining({ id: attemptId, status: "lost", error: "trusted evidence: the exact process is not running and left no receipt" })]);
+    expect(await readReceipt(dir.stateDir, attemptId)).toBeNull();
+    expect((await dir.spawns()).map((spawn) => spawn.label)).toEqual(["a"]);
+  }
+
+  it("supervisor killed while a task runs (runtime alive): the task runs on; once it ends, the live runtime settles it by the recovery rules, never re-run", { timeout: 90_000 }, async () => {
+    const { dir, gateA, file } = await gatedPair("supervisor-killed");
+    const served = await startServe(bundle, dir.stateDir, { apply: [file] });
+    const runId = (await served.api.startWorkflow("crash", "pipeline")).id;
+    const { attempt } = await served.api.waitStepRunning(runId, "a");
+    process.kill(supervisorOf(dir.stateDir, attempt.id), "SIGKILL");
+    // Re-adopted by identity while it runs: still running, nothing settled.
+    await served.api.tick();
+    expect(attemptsOf(await served.api.run(runId), "a")[0]).toMatchObject({ status: "running", pid: attempt.pid });
+    expect(await isRunning(attempt.pid)).toBe(true);
+    await dir.open(gateA);
+    await expectLostWithoutReceipt(dir, served.api, runId, attempt.id);
+    expect(served.child.exitCode).toBeNull();
+  });
+
+  it("runtime and supervisor killed together while a task runs: the restart re-adopts the task by identity, and its unreported end is settled by the recovery rules", { timeout: 90_000 }, async () => {
+    const { dir, gateA, file } = await gatedPair("both-killed");
+    const first = await startServe(bundle, dir.stateDir, { apply: [file] });
+    const runId = (await first.api.startWorkflow("crash", "pipeline")).id;
+    const { attempt } = await first.api.waitStepRunning(runId, "a");
+    const supervisorPid = supervisorOf(dir.stateDir, attempt.id);
+    process.kill(supervisorPid, "SIGKILL");
+    expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
+    await waitUntilGone(supervisorPid);
+
+    const second = await startServe(bundle, dir.stateDir);
+    expect((await second.api.recovery()).filter((entry) => entry.attemptId === attempt.id)).toEqual([{ attemptId: attempt.id, decision: "readopt", reason: null }]);
+    expect(await isRunning(attempt.pid)).toBe(true);
+    await dir.open(gateA);
+    await expectLostWithoutReceipt(dir, second.api, runId, attempt.id);
+  });
 
   it("a task that finishes while the runtime is down: §3 receipt first → its completion is recorded from the receipt, not re-run", { timeout: 90_000 }, async () => {
     const dir = await Scratch.create("finish-while-down");
