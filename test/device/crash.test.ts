@@ -273,11 +273,14 @@ async function expectExactReplay(dir: Scratch, api: Api, detail: RunDetail, fina
   expect(events.filter((event) => event.type === "attempt.stop_requested")).toHaveLength(final === "cancelled" ? 1 : 0);
 }
 
-describe("SIGKILL crash matrix: every named fault point, then exact replay", () => {
+/** Every case runs on both device profiles: edge (one dispatch per cycle, low-memory store) and standalone. */
+const PROFILES_UNDER_TEST = ["edge", "standalone"] as const;
+
+for (const profile of PROFILES_UNDER_TEST) describe(`SIGKILL crash matrix on ${profile}: every named fault point, then exact replay`, () => {
   for (const crash of CASES) {
     it(`${crash.point} — ${crash.rule}`, { timeout: 90_000 }, async () => {
       const { dir, gateA, file } = await prepare(crash.point.replace(/[._]/g, "-"), crash.gated);
-      const first = await startServe(bundle, dir.stateDir, { fault: crash.point, apply: [file] });
+      const first = await startServe(bundle, dir.stateDir, { profile, fault: crash.point, apply: [file] });
       let runId = await startTolerant(first.api);
       if (crash.cancel) {
         expect(runId).not.toBeNull();
@@ -289,7 +292,7 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
       const exit = await within(`the runtime to die at ${crash.point}`, first.exited, 45_000);
       expect(exit).toEqual({ code: null, signal: "SIGKILL" });
 
-      const second = await startServe(bundle, dir.stateDir);
+      const second = await startServe(bundle, dir.stateDir, { profile });
       runId = await findRunId(second.api, runId);
       const world: World = { dir, gateA, runId, served: second, api: second.api, recovery: await second.api.recovery() };
       await crash.atRestart(world);
@@ -336,7 +339,7 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
 
   it("supervisor killed while a task runs (runtime alive): the task runs on; once it ends, the live runtime settles it by the recovery rules, never re-run", { timeout: 90_000 }, async () => {
     const { dir, gateA, file } = await gatedPair("supervisor-killed");
-    const served = await startServe(bundle, dir.stateDir, { apply: [file] });
+    const served = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
     const runId = (await served.api.startWorkflow("crash", "pipeline")).id;
     const { attempt } = await served.api.waitStepRunning(runId, "a");
     process.kill(supervisorOf(dir.stateDir, attempt.id), "SIGKILL");
@@ -351,7 +354,7 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
 
   it("runtime and supervisor killed together while a task runs: the restart re-adopts the task by identity, and its unreported end is settled by the recovery rules", { timeout: 90_000 }, async () => {
     const { dir, gateA, file } = await gatedPair("both-killed");
-    const first = await startServe(bundle, dir.stateDir, { apply: [file] });
+    const first = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
     const runId = (await first.api.startWorkflow("crash", "pipeline")).id;
     const { attempt } = await first.api.waitStepRunning(runId, "a");
     const supervisorPid = supervisorOf(dir.stateDir, attempt.id);
@@ -359,7 +362,7 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
     expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
     await waitUntilGone(supervisorPid);
 
-    const second = await startServe(bundle, dir.stateDir);
+    const second = await startServe(bundle, dir.stateDir, { profile });
     expect((await second.api.recovery()).filter((entry) => entry.attemptId === attempt.id)).toEqual([{ attemptId: attempt.id, decision: "readopt", reason: null }]);
     expect(await isRunning(attempt.pid)).toBe(true);
     await dir.open(gateA);
@@ -374,7 +377,7 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
       { ta: dir.task({ label: "a", then: "sleep 1" }), tb: dir.task({ label: "b" }) },
       { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
     );
-    const first = await startServe(bundle, dir.stateDir, { apply: [file] });
+    const first = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
     const runId = (await first.api.startWorkflow("crash", "pipeline")).id;
     const { attempt } = await first.api.waitStepRunning(runId, "a");
     expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
@@ -382,7 +385,7 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
     await waitFor("the receipt written while the runtime is down", () => existsSync(receiptPath(dir.stateDir, attempt.id)));
     await waitUntilGone(attempt.pid);
 
-    const second = await startServe(bundle, dir.stateDir);
+    const second = await startServe(bundle, dir.stateDir, { profile });
     expect((await second.api.recovery()).filter((entry) => entry.attemptId === attempt.id)).toEqual([{ attemptId: attempt.id, decision: "complete", reason: null }]);
     const detail = await second.api.waitTerminal(runId);
     await expectExactReplay(dir, second.api, detail, "succeeded");
