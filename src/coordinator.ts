@@ -53,7 +53,9 @@ export type FaultPoint =
   | "cancellation.after_stop"
   | "purge.after_commit"
   | "purge.after_discard"
-  | "purge.discard_before_journal";
+  | "purge.discard_before_journal"
+  /** The executor's journal record is durable; nothing has been asked to spawn yet. */
+  | "launch.after_journal";
 
 export interface CoordinatorDeps {
   readonly store: Store;

@@ -107,7 +107,6 @@ export class DeviceRuntime {
         const applied = await applyFile(store, file);
         log(`applied ${file}: package ${applied.package} generation ${applied.generation}${applied.changed ? " (new)" : " (unchanged)"}`);
       }
-      const launcher = new PosixLauncher({ stateDir, hmacKey, nowMs: () => systemClock.nowMs(), graceMs: options.graceMs ?? DEFAULT_GRACE_MS, onSupervisorExit: wake, ...(options.supervisorPath === undefined ? {} : { supervisorPath: options.supervisorPath }) });
       const crashAt = options.crashAt ?? null;
       // A crash test's named point: die exactly here, as a power cut or OOM kill would, or
       // fail this one cycle here as a store error would.
@@ -120,6 +119,15 @@ export class DeviceRuntime {
           throw new Error(`injected fault at ${point}`);
         }
       };
+      const launcher = new PosixLauncher({
+        stateDir,
+        hmacKey,
+        nowMs: () => systemClock.nowMs(),
+        graceMs: options.graceMs ?? DEFAULT_GRACE_MS,
+        onSupervisorExit: wake,
+        afterJournal: () => fault("launch.after_journal"),
+        ...(options.supervisorPath === undefined ? {} : { supervisorPath: options.supervisorPath }),
+      });
       const executor = new LocalProcessExecutor(launcher, {
         logMaxBytes: options.logMaxBytes ?? DEFAULT_LOG_MAX_BYTES,
         onStopError: (attemptId, error) => log(`stop of ${attemptId} failed: ${errorMessage(error)}`),

@@ -101,6 +101,21 @@ const CASES: readonly CrashCase[] = [
     },
   },
   {
+    point: "launch.after_journal",
+    rule: "§3/§5 with the second barrier: journaled, but no spawn record and no supervisor that could still write one → provably never spawned → lost before the start barrier, new ready epoch (spawned once, in the new epoch)",
+    gated: false,
+    cancel: false,
+    final: "succeeded",
+    atRestart: async (world) => {
+      const detail = await world.api.run(world.runId);
+      const [first] = attemptsOf(detail, "a");
+      expect(recoveryOf(world, first?.id)).toEqual([{ attemptId: first?.id, decision: "lost_new_epoch", reason: "journaled but never spawned: no spawn record and no supervisor that could still write one" }]);
+      expect(first?.status).toBe("lost");
+      expect(await readJournal(world.dir.stateDir, first?.id ?? "")).not.toBeNull();
+      expect(await world.dir.spawnCount("a")).toBe(0);
+    },
+  },
+  {
     point: "dispatch.after_spawn",
     rule: "§3: a starting attempt with a journal but no persisted handle cannot be inspected → fails closed (reported) while it runs; its receipt later completes it ready → running → terminal",
     gated: true,

@@ -90,6 +90,8 @@ export interface PosixLauncherOptions {
    * evidence: the receipt stays the record.
    */
   readonly onSupervisorExit?: (attemptId: string) => void;
+  /** Crash tests: called once the journal record is durable, before the supervisor is asked to spawn. */
+  readonly afterJournal?: (attemptId: string) => void | Promise<void>;
 }
 
 export const DEFAULT_LOG_MAX_BYTES = 1024 * 1024;
@@ -191,6 +193,7 @@ export class PosixLauncher {
   private readonly graceMs: number;
   private readonly procRoot: string;
   private readonly supervisor: SupervisorClient;
+  private readonly afterJournal: ((attemptId: string) => void | Promise<void>) | undefined;
   private prepared: Promise<void> | null = null;
   private readonly stopsInFlight = new Map<string, Promise<StopResult>>();
   /** Launches between their journal write and the supervisor's answer: never settled as never spawned. */
@@ -203,6 +206,7 @@ export class PosixLauncher {
     this.supervisorPath = options.supervisorPath ?? DEFAULT_SUPERVISOR_PATH;
     this.graceMs = options.graceMs ?? DEFAULT_GRACE_MS;
     this.procRoot = options.procRoot ?? DEFAULT_PROC_ROOT;
+    this.afterJournal = options.afterJournal;
     this.supervisor = new SupervisorClient({ stateDir: options.stateDir, hmacKey: options.hmacKey, supervisorPath: this.supervisorPath, supervisorEnv: minimalBaseEnv(), ...(options.onSupervisorExit === undefined ? {} : { onExited: options.onSupervisorExit }) });
     if (!Number.isSafeInteger(this.graceMs) || this.graceMs < 0) throw new QlrError("invalid_request", "graceMs must be a non-negative integer");
   }
@@ -253,6 +257,7 @@ export class PosixLauncher {
         throw new QlrError("storage_unavailable", `the launcher cannot write the journal record of ${attemptId} (${errorCode(error) ?? errorMessage(error)}), so it does not start the task`, { cause: error });
       }
 
+      await this.afterJournal?.(attemptId);
       if (typeof account === "string") return await this.failWithoutSupervisor(attemptId, startedAtMs, account);
       if (ownWorkDir !== null) {
         try {
