@@ -19,15 +19,16 @@ import type { ThroughputConfig } from "./throughput.ts";
 import type { ServeConfig } from "./serve.ts";
 import type { PeersConfig } from "./peers.ts";
 import type { WorkerdConfig } from "./workerd.ts";
+import type { LauncherBenchConfig } from "./launcher.ts";
 import type { SoakServeConfig, SoakSimulatedConfig } from "./soak.ts";
 import { renderSoakMarkdown, renderSoakSvg, type SoakReport, type SoakServeResult, type SoakSimulatedResult } from "./lib/soak-report.ts";
 import { isProfileName, type ProfileName } from "../src/profiles.ts";
 import type { BenchPostgres } from "./lib/postgres-server.ts";
 
-export type BenchName = "admission" | "profile" | "bytes" | "throughput" | "memory" | "serve" | "peers" | "workerd" | "soak";
-const BENCH_NAMES: readonly BenchName[] = ["admission", "profile", "bytes", "throughput", "memory", "serve", "peers", "workerd", "soak"];
+export type BenchName = "admission" | "profile" | "bytes" | "throughput" | "memory" | "serve" | "peers" | "workerd" | "soak" | "launcher";
+const BENCH_NAMES: readonly BenchName[] = ["admission", "profile", "bytes", "throughput", "memory", "serve", "peers", "workerd", "soak", "launcher"];
 /** Run only when QLR_BENCH_ONLY names them: the soak takes longer than all the others together. */
-const OPT_IN_BENCHES: readonly BenchName[] = ["soak"];
+const OPT_IN_BENCHES: readonly BenchName[] = ["soak", "launcher"];
 
 interface Scale {
   readonly admissionsSqlite: number;
@@ -272,6 +273,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
     serve: [],
     peers: [],
     workerd: null,
+    launcher: null,
     failures,
   };
 
@@ -393,6 +395,13 @@ export async function main(options: { root: string; bundleDir: string }): Promis
           if (outcome.result !== null) report.peers.push(outcome.result);
         }
       }
+    }
+
+    if (benches.includes("launcher")) {
+      // Needs root for its 128 MiB memory cgroup (the part is reported as skipped otherwise).
+      const config: LauncherBenchConfig = { root: options.root, memoryTasks: 50, throughputRuns: quick ? 200 : 600, inFlight: 64, latencySamples: quick ? 10 : 30, concurrentSleeps: 100, memoryLimitBytes: 128 * 1024 * 1024 };
+      const outcome = await runChild("launcher: resident supervisor memory per task, throughput, latency, 100 sleeps in 128 MiB", "launcher", config, { timeoutMs: Math.max(scale.childTimeoutMs, 20 * 60_000) });
+      report.launcher = outcome.result;
     }
 
     if (benches.includes("workerd")) {

@@ -7,7 +7,7 @@
  * bench/results/latest.json and latest.md.
  *
  * Environment (see docs/PERFORMANCE.md): QLR_BENCH_QUICK=1 for a ~1-minute run,
- * QLR_BENCH_ONLY=admission,profile,bytes,throughput,memory,serve,peers,workerd,soak (soak only when named), QLR_BENCH_STORES=sqljs-memory,...,
+ * QLR_BENCH_ONLY=admission,profile,bytes,throughput,memory,serve,peers,workerd,soak,launcher (soak and launcher only when named), QLR_BENCH_STORES=sqljs-memory,...,
  * QLR_BENCH_DATABASE_URL for an existing PostgreSQL server, QLR_BENCH_PROFILE=0 to skip the
  * CPU profile, QLR_BENCH_DATA_DIR for where the sql.js file stores live.
  */
@@ -18,7 +18,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
 const outdir = join(root, "node_modules", ".cache", "qlr-bench", "dist");
-const entries = ["orchestrator", "admission", "bytes", "throughput", "memory", "serve", "peers", "workerd", "soak"];
+const entries = ["orchestrator", "admission", "bytes", "throughput", "memory", "serve", "peers", "workerd", "soak", "launcher"];
 
 rmSync(outdir, { recursive: true, force: true });
 await build({

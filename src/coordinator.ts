@@ -54,7 +54,9 @@ export type FaultPoint =
   | "cancellation.after_stop"
   | "purge.after_commit"
   | "purge.after_discard"
-  | "purge.discard_before_journal";
+  | "purge.discard_before_journal"
+  /** The executor's journal record is durable; nothing has been asked to spawn yet. */
+  | "launch.after_journal";
 
 export interface CoordinatorDeps {
   readonly store: Store;
@@ -147,6 +149,14 @@ export class Coordinator {
    */
   private sweepDue = true;
   private purgeStages = 0;
+  /**
+   * Handles of launched processes whose `running` write failed (a store error after the
+   * spawn). Execution control retries the write with the handle this runtime still holds, so
+   * the attempt does not wait for a restart; lost with the process on a crash, where recovery
+   * and the executor's own evidence take over. Bounded by the dispatch page per cycle and
+   * emptied as the writes land or the attempts move on.
+   */
+  private readonly unrecordedHandles = new Map<string, ProcessHandleFacts>();
   private readonly deps: CoordinatorDeps;
 
   constructor(deps: CoordinatorDeps) {
@@ -451,12 +461,78 @@ export class Coordinator {
       return true;
     }
     const handle = launch.value;
-    await this.write(async (tx, nowMs) => {
-      const scope = await findAttemptScope(tx, attemptId);
-      if (scope === null || scope.attempt.status !== "starting") return;
-      await tx.apply(markRunning(scope, handle, nowMs));
-    });
+    try {
+      await this.write(async (tx, nowMs) => {
+        const scope = await findAttemptScope(tx, attemptId);
+        if (scope === null || scope.attempt.status !== "starting") return;
+        await tx.apply(markRunning(scope, handle, nowMs));
+      });
+    } catch (error) {
+      this.unrecordedHandles.set(attemptId, handle);
+      throw error;
+    }
     return true;
+  }
+
+  /** A running attempt whose supervisor died: two inspections and the recovery decision; true when it was settled. */
+  private async settleOrphan(executor: Executor, attempt: RunAttempt): Promise<boolean> {
+    const inspections = [await executor.inspect(attempt), await executor.inspect(attempt)];
+    const receipt = await executor.readReceipt(attempt);
+    const settled = await this.write(async (tx, nowMs) => {
+      const scope = await findAttemptScope(tx, attempt.id);
+      if (scope === null || scope.attempt.status !== "running") return false;
+      const decision = decideRecovery(scope, { receipt, journal: "present", inspections });
+      if (decision.kind !== "lost_failed" && decision.kind !== "complete") return false;
+      const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
+      if (change === null) return false;
+      await tx.apply(change);
+      return true;
+    });
+    if (settled) this.followUp = true;
+    return settled;
+  }
+
+  /**
+   * A `starting` attempt without a receipt, seen by execution control: its launch ended
+   * without a recorded handle (the runtime crashed between spawn and the running write, or
+   * that write failed). Re-examined every cycle, not only at start-up:
+   * - a handle this runtime still holds is written again;
+   * - an executor that proves the process never spawned (journal, but no spawn record and no
+   *   supervisor that could still write one) settles it as lost before the start barrier;
+   * - otherwise it may run: a cancel is passed to the executor, which stops the exact process
+   *   by durable intent without a handle; its deadline is enforced by the executor too, and
+   *   either way the receipt then completes it.
+   */
+  private async controlStarting(executor: Executor, attempt: RunAttempt): Promise<boolean> {
+    const held = this.unrecordedHandles.get(attempt.id);
+    if (held !== undefined) {
+      const recorded = await this.write(async (tx, nowMs) => {
+        const scope = await findAttemptScope(tx, attempt.id);
+        if (scope === null || scope.attempt.status !== "starting") return false;
+        await tx.apply(markRunning(scope, held, nowMs));
+        return true;
+      });
+      this.unrecordedHandles.delete(attempt.id);
+      return recorded;
+    }
+    const journal = await executor.hasJournal(attempt);
+    if (journal === "never_spawned") {
+      const settled = await this.write(async (tx, nowMs) => {
+        const scope = await findAttemptScope(tx, attempt.id);
+        if (scope === null || scope.attempt.status !== "starting") return false;
+        const change = applyRecovery(scope, decideRecovery(scope, { receipt: { status: "none" }, journal, inspections: [] }), scope.definition.retry, nowMs);
+        if (change === null) return false;
+        await tx.apply(change);
+        return true;
+      });
+      if (settled) this.followUp = true;
+      return settled;
+    }
+    const cancelRequested = await this.deps.store.transaction(async (tx) => (await tx.getRun(attempt.runId))?.cancelRequestedAtMs ?? null);
+    // Repeated each cycle until the receipt lands; the executor's stop is idempotent (the
+    // first durable intent wins) and does not count as progress.
+    if (cancelRequested !== null) await executor.stop(attempt, "cancel");
+    return false;
   }
 
   /**
@@ -507,9 +583,8 @@ export class Coordinator {
 
   private async controlOne(executor: Executor, attempt: RunAttempt): Promise<boolean> {
     const receipt = await executor.readReceipt(attempt);
-    // A `starting` attempt seen here outlived a crash between spawn and its running transition:
-    // only its receipt may settle it; deadlines and stops need the running handle.
-    if (attempt.status === "starting" && receipt.status === "none") return false;
+    if (attempt.status !== "starting" || receipt.status !== "none") this.unrecordedHandles.delete(attempt.id);
+    if (attempt.status === "starting" && receipt.status === "none") return this.controlStarting(executor, attempt);
     if (receipt.status === "valid") {
       await this.fault("completion.before_commit");
       const completed = await this.write(async (tx, nowMs) => {
@@ -532,6 +607,13 @@ export class Coordinator {
         if (change !== null) await tx.apply(change);
       });
       return false;
+    }
+    if (attempt.status === "running" && (await executor.orphaned?.(attempt)) === true) {
+      // Its supervisor is gone, so no receipt is coming: the recovery rules decide, as at a
+      // restart. Still running → re-adopted (the deadline and stops below still apply, by
+      // exact identity); trusted not-running → lost.
+      const settled = await this.settleOrphan(executor, attempt);
+      if (settled) return true;
     }
     // No receipt yet: deadlines and stop intents.
     const stop = await this.write(async (tx, nowMs) => {

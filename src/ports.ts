@@ -152,6 +152,8 @@ export function transactAtStoreTime<T>(store: Store, clock: Clock, fn: (tx: Stor
   return store.transaction(async (tx) => fn(tx, await tx.observe(clock.nowMs())));
 }
 
+export type JournalEvidence = "present" | "absent" | "invalid" | "never_spawned";
+
 export interface LaunchRequest {
   readonly attempt: RunAttempt;
   readonly definition: TaskDefinition;
@@ -166,8 +168,19 @@ export interface Executor {
   readonly type: ExecutorType;
   launch(request: LaunchRequest): Promise<ProcessHandleFacts>;
   readReceipt(attempt: RunAttempt): Promise<ReceiptEvidence>;
-  hasJournal(attempt: RunAttempt): Promise<"present" | "absent" | "invalid">;
+  /**
+   * The pre-spawn barrier records: `absent` (no journal: never spawned), `never_spawned` (a
+   * journal, but the executor proves the process was never spawned and never will be),
+   * `present` (maybe spawned) or `invalid`.
+   */
+  hasJournal(attempt: RunAttempt): Promise<JournalEvidence>;
   inspect(attempt: RunAttempt): Promise<LiveInspection>;
+  /**
+   * Whether the process of a running attempt has lost what would report its end (its
+   * supervisor died): no receipt will come, so execution control settles the attempt by the
+   * recovery rules (two live inspections) instead of waiting. Absent: never.
+   */
+  orphaned?(attempt: RunAttempt): Promise<boolean>;
   /** Stops the exact process; returns at once, escalation to SIGKILL happens in the background. */
   stop(attempt: RunAttempt, reason: StopReason): Promise<void>;
   /**

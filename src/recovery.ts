@@ -15,7 +15,8 @@ import type { RetryPolicy } from "./packages.ts";
  *   inspections re-adopt it, and only trusted not-running evidence loses it (step `failed`,
  *   never an automatic retry after the start barrier, ADR-0227 §6). A `starting`
  *   attempt with no journal record never spawned (the journal is written before spawn), so it
- *   is handled like an orphaned claim.
+ *   is handled like an orphaned claim; so is one whose executor proves the spawn never
+ *   happened (a journal but no spawn record, and no supervisor left that could write one).
  * - Anything else (tampered receipt, missing handle, changed identity, unverifiable platform,
  *   inconsistent inspections) fails closed: nothing changes and the attempt is reported.
  */
@@ -29,8 +30,8 @@ export type LiveInspection = "running" | "not_running" | "changed_identity" | "u
 
 export interface RecoveryEvidence {
   readonly receipt: ReceiptEvidence;
-  /** Whether the launcher's pre-spawn journal record exists for this attempt. */
-  readonly journal: "present" | "absent" | "invalid";
+  /** Whether the launcher's pre-spawn journal record exists, and whether the spawn provably never happened. */
+  readonly journal: "present" | "absent" | "invalid" | "never_spawned";
   /** Two inspections of the persisted identity, taken apart in time; empty when there is no handle. */
   readonly inspections: readonly LiveInspection[];
 }
@@ -54,6 +55,7 @@ export function decideRecovery(scope: AttemptScope, evidence: RecoveryEvidence):
       if (evidence.receipt.status === "valid") return { kind: "complete", facts: evidence.receipt.facts };
       if (evidence.journal === "invalid") return { kind: "fail_closed", reason: "journal record rejected" };
       if (attempt.status === "starting" && evidence.journal === "absent") return { kind: "lost_new_epoch", reason: "no journal record: the process was never spawned" };
+      if (attempt.status === "starting" && evidence.journal === "never_spawned") return { kind: "lost_new_epoch", reason: "journaled but never spawned: no spawn record and no supervisor that could still write one" };
       if (evidence.inspections.length < 2) return { kind: "fail_closed", reason: "fewer than two live inspections" };
       const [first, second] = evidence.inspections;
       // Trusted not-running evidence needs no handle: a journal from an earlier boot proves the

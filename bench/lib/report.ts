@@ -36,6 +36,8 @@ export interface BenchReport {
   serve: Record<string, unknown>[];
   peers: Record<string, unknown>[];
   workerd: Record<string, unknown> | null;
+  /** bench/launcher.ts (opt-in: QLR_BENCH_ONLY=launcher); JSON only, summarized in docs/PERFORMANCE.md. */
+  launcher?: Record<string, unknown> | null;
   failures: ChildFailure[];
 }
 

@@ -93,6 +93,7 @@ const FAULT_POINTS: readonly FaultPoint[] = [
   "purge.after_commit",
   "purge.after_discard",
   "purge.discard_before_journal",
+  "launch.after_journal",
 ];
 
 /** Exit codes: 0 success, 1 a run that did not succeed, 2 an API error, 64 usage, 69 unreachable. */
@@ -174,6 +175,8 @@ async function serveCommand(config: CommonConfig, applyFiles: string[], tickInte
   const token = config.token ?? stored?.token ?? "";
   const fault = process.env.QLR_FAULT_POINT;
   if (fault !== undefined && !FAULT_POINTS.includes(fault as FaultPoint)) throw new UsageError(`QLR_FAULT_POINT must be one of ${FAULT_POINTS.join(", ")}`);
+  const faultAction = process.env.QLR_FAULT_ACTION ?? "sigkill";
+  if (faultAction !== "sigkill" && faultAction !== "throw") throw new UsageError("QLR_FAULT_ACTION must be sigkill or throw");
   const runtime = await DeviceRuntime.start({
     stateDir: config.stateDir,
     host: config.host,
@@ -186,6 +189,7 @@ async function serveCommand(config: CommonConfig, applyFiles: string[], tickInte
     applyFiles,
     ...(tickIntervalMs === undefined ? {} : { tickIntervalMs }),
     crashAt: (fault as FaultPoint | undefined) ?? null,
+    faultAction,
     retention,
   });
   const lines = [`qlr serving ${runtime.url} (profile ${config.profile}, store ${config.store}, state ${config.stateDir})`];

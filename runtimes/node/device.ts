@@ -39,6 +39,12 @@ export interface DeviceOptions {
   readonly supervisorPath?: string;
   /** Crash tests: SIGKILL this process when the named fault point is reached (`QLR_FAULT_POINT`). */
   readonly crashAt?: FaultPoint | null;
+  /**
+   * What happens at `crashAt`: `sigkill` (default) dies there; `throw` fails that cycle there
+   * once and lives on (`QLR_FAULT_ACTION`), so what was in flight (launch handles) is lost
+   * without a restart.
+   */
+  readonly faultAction?: "sigkill" | "throw";
   /** Retention (bounded history); default 7 days and 10 000 terminal runs. */
   readonly retention?: RetentionPolicy;
   readonly log?: (line: string) => void;
@@ -102,12 +108,27 @@ export class DeviceRuntime {
         const applied = await applyFile(store, file);
         log(`applied ${file}: package ${applied.package} generation ${applied.generation}${applied.changed ? " (new)" : " (unchanged)"}`);
       }
-      const launcher = new PosixLauncher({ stateDir, hmacKey, nowMs: () => systemClock.nowMs(), graceMs: options.graceMs ?? DEFAULT_GRACE_MS, onSupervisorExit: wake, ...(options.supervisorPath === undefined ? {} : { supervisorPath: options.supervisorPath }) });
       const crashAt = options.crashAt ?? null;
-      // A crash test's named point: die exactly here, as a power cut or OOM kill would.
+      // A crash test's named point: die exactly here, as a power cut or OOM kill would, or
+      // fail this one cycle here as a store error would.
+      let faultThrown = false;
       const fault = (point: FaultPoint): void => {
-        if (point === crashAt) process.kill(process.pid, "SIGKILL");
+        if (point !== crashAt) return;
+        if (options.faultAction !== "throw") process.kill(process.pid, "SIGKILL");
+        else if (!faultThrown) {
+          faultThrown = true;
+          throw new Error(`injected fault at ${point}`);
+        }
       };
+      const launcher = new PosixLauncher({
+        stateDir,
+        hmacKey,
+        nowMs: () => systemClock.nowMs(),
+        graceMs: options.graceMs ?? DEFAULT_GRACE_MS,
+        onSupervisorExit: wake,
+        afterJournal: () => fault("launch.after_journal"),
+        ...(options.supervisorPath === undefined ? {} : { supervisorPath: options.supervisorPath }),
+      });
       const executor = new LocalProcessExecutor(launcher, {
         logMaxBytes: options.logMaxBytes ?? DEFAULT_LOG_MAX_BYTES,
         onStopError: (attemptId, error) => log(`stop of ${attemptId} failed: ${errorMessage(error)}`),

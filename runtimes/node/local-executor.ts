@@ -1,34 +1,9 @@
-import { readdir, readFile } from "node:fs/promises";
 import type { FaultPoint } from "../../src/coordinator.ts";
 import type { ProcessHandleFacts, RunAttempt, StopReason } from "../../src/model.ts";
 import type { Executor, LaunchRequest } from "../../src/ports.ts";
 import type { LiveInspection, ReceiptEvidence } from "../../src/recovery.ts";
 import { QlrError } from "../../src/errors.ts";
 import { readBootId, type PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
-
-/**
- * Whether the supervisor of an attempt still runs. "Not running" is trusted evidence only when
- * the supervisor that writes the receipt is gone too; otherwise a restart in the moment between
- * the task's exit and its receipt would lose a completion. The supervisor names itself
- * `qlr-supervisor <attemptId>` (process.title), or still shows its original argv.
- */
-export async function supervisorAlive(attemptId: string, procRoot = "/proc"): Promise<boolean> {
-  let entries: string[];
-  try {
-    entries = await readdir(procRoot);
-  } catch {
-    return false;
-  }
-  for (const entry of entries) {
-    if (!/^[0-9]+$/.test(entry)) continue;
-    const cmdline = await readFile(`${procRoot}/${entry}/cmdline`, "utf8").catch(() => "");
-    if (cmdline.length === 0) continue;
-    const args = cmdline.split("\0").filter((arg) => arg.length > 0);
-    if (args[0] === `qlr-supervisor ${attemptId}` || cmdline.startsWith(`qlr-supervisor ${attemptId}`)) return true;
-    if (args.some((arg) => arg.endsWith("supervisor.mjs")) && args.at(-1) === attemptId) return true;
-  }
-  return false;
-}
 
 /**
  * The `local_process` executor: the core's Executor port over the POSIX launcher. It adds no
@@ -64,7 +39,17 @@ export class LocalProcessExecutor implements Executor {
   async launch(request: LaunchRequest): Promise<ProcessHandleFacts> {
     const execution = request.definition.execution;
     if (execution.executor !== "local_process") throw new QlrError("integrity", `attempt ${request.attempt.id} is not a local_process attempt`);
-    const handle = await this.launcher.launch({ attemptId: request.attempt.id, argv: execution.argv, env: execution.env, cwd: execution.cwd, user: execution.user ?? null, logMaxBytes: this.logMaxBytes });
+    const handle = await this.launcher.launch({
+      attemptId: request.attempt.id,
+      argv: execution.argv,
+      env: execution.env,
+      cwd: execution.cwd,
+      user: execution.user ?? null,
+      logMaxBytes: this.logMaxBytes,
+      // The supervisor enforces the deadline too, so it holds even while the runtime is down
+      // or has not persisted the handle.
+      timeoutMs: request.attempt.timeoutMs,
+    });
     return { pid: handle.pid, processStartTicks: handle.processStartTicks, bootId: handle.bootId, startedAtMs: handle.startedAtMs };
   }
 
@@ -78,12 +63,15 @@ export class LocalProcessExecutor implements Executor {
     };
   }
 
-  async hasJournal(attempt: RunAttempt): Promise<"present" | "absent" | "invalid"> {
+  async hasJournal(attempt: RunAttempt): Promise<"present" | "absent" | "invalid" | "never_spawned"> {
     try {
-      return (await this.launcher.readJournal(attempt.id)) === null ? "absent" : "present";
+      if ((await this.launcher.readJournal(attempt.id)) === null) return "absent";
     } catch {
       return "invalid";
     }
+    // Journaled, but no spawn record and no supervisor that could still write one: the task
+    // provably never started (the second barrier), so the attempt is lost before the start.
+    return (await this.launcher.supervision(attempt.id)) === "never_spawned" ? "never_spawned" : "present";
   }
 
   async inspect(attempt: RunAttempt): Promise<LiveInspection> {
@@ -97,13 +85,27 @@ export class LocalProcessExecutor implements Executor {
     }
     const inspection = await this.launcher.inspect(handle);
     // The task is gone but its supervisor is still writing the receipt: not yet evidence.
-    if (inspection.state === "not_running" && (await supervisorAlive(attempt.id))) return "running";
+    if (inspection.state === "not_running" && (await this.launcher.supervision(attempt.id)) === "live") return "running";
     return inspection.state;
+  }
+
+  async orphaned(attempt: RunAttempt): Promise<boolean> {
+    return (await this.launcher.supervision(attempt.id)) === "gone";
   }
 
   stop(attempt: RunAttempt, reason: StopReason): Promise<void> {
     const handle = this.handleOf(attempt);
-    if (handle === null || this.stopping.has(attempt.id)) return Promise.resolve();
+    if (this.stopping.has(attempt.id)) return Promise.resolve();
+    if (handle === null) {
+      // The runtime never persisted the handle (it died, or its running write failed): the
+      // supervisor knows the exact process and stops it from the durable intent.
+      const stopping = this.launcher
+        .stopBySupervisor(attempt.id, reason)
+        .catch((error: unknown) => this.onStopError(attempt.id, error))
+        .finally(() => this.stopping.delete(attempt.id));
+      this.stopping.set(attempt.id, stopping);
+      return Promise.resolve();
+    }
     // The launcher waits out the grace period itself; the cadence must not, so the stop runs on
     // and its outcome arrives as the receipt.
     const stopping = this.launcher

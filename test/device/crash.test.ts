@@ -24,7 +24,7 @@ import { expectReceiptsHonoured, readJournal, readReceipt, receiptPath } from ".
 import { type Served, startServe, stopAllServed } from "../support/serve-child.ts";
 import { type Api, attemptsOf, stepNamed } from "../support/api-client.ts";
 import type { RecoveryView, RunDetail } from "../support/api-views.ts";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
 let bundle: Bundle;
@@ -97,6 +97,21 @@ const CASES: readonly CrashCase[] = [
       const [first] = attemptsOf(detail, "a");
       expect(recoveryOf(world, first?.id)).toEqual([{ attemptId: first?.id, decision: "lost_new_epoch", reason: "no journal record: the process was never spawned" }]);
       expect(first?.status).toBe("lost");
+      expect(await world.dir.spawnCount("a")).toBe(0);
+    },
+  },
+  {
+    point: "launch.after_journal",
+    rule: "§3/§5 with the second barrier: journaled, but no spawn record and no supervisor that could still write one → provably never spawned → lost before the start barrier, new ready epoch (spawned once, in the new epoch)",
+    gated: false,
+    cancel: false,
+    final: "succeeded",
+    atRestart: async (world) => {
+      const detail = await world.api.run(world.runId);
+      const [first] = attemptsOf(detail, "a");
+      expect(recoveryOf(world, first?.id)).toEqual([{ attemptId: first?.id, decision: "lost_new_epoch", reason: "journaled but never spawned: no spawn record and no supervisor that could still write one" }]);
+      expect(first?.status).toBe("lost");
+      expect(await readJournal(world.dir.stateDir, first?.id ?? "")).not.toBeNull();
       expect(await world.dir.spawnCount("a")).toBe(0);
     },
   },
@@ -273,11 +288,14 @@ async function expectExactReplay(dir: Scratch, api: Api, detail: RunDetail, fina
   expect(events.filter((event) => event.type === "attempt.stop_requested")).toHaveLength(final === "cancelled" ? 1 : 0);
 }
 
-describe("SIGKILL crash matrix: every named fault point, then exact replay", () => {
+/** Every case runs on both device profiles: edge (one dispatch per cycle, low-memory store) and standalone. */
+const PROFILES_UNDER_TEST = ["edge", "standalone"] as const;
+
+for (const profile of PROFILES_UNDER_TEST) describe(`SIGKILL crash matrix on ${profile}: every named fault point, then exact replay`, () => {
   for (const crash of CASES) {
     it(`${crash.point} — ${crash.rule}`, { timeout: 90_000 }, async () => {
       const { dir, gateA, file } = await prepare(crash.point.replace(/[._]/g, "-"), crash.gated);
-      const first = await startServe(bundle, dir.stateDir, { fault: crash.point, apply: [file] });
+      const first = await startServe(bundle, dir.stateDir, { profile, fault: crash.point, apply: [file] });
       let runId = await startTolerant(first.api);
       if (crash.cancel) {
         expect(runId).not.toBeNull();
@@ -289,7 +307,7 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
       const exit = await within(`the runtime to die at ${crash.point}`, first.exited, 45_000);
       expect(exit).toEqual({ code: null, signal: "SIGKILL" });
 
-      const second = await startServe(bundle, dir.stateDir);
+      const second = await startServe(bundle, dir.stateDir, { profile });
       runId = await findRunId(second.api, runId);
       const world: World = { dir, gateA, runId, served: second, api: second.api, recovery: await second.api.recovery() };
       await crash.atRestart(world);
@@ -313,6 +331,59 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
     });
   }
 
+  /** The resident supervisor's pid, from the attempt's spawn record. */
+  function supervisorOf(stateDir: string, attemptId: string): number {
+    const record = JSON.parse(readFileSync(join(stateDir, "spawns", `${attemptId}.json`), "utf8")) as { supervisorPid: number };
+    return record.supervisorPid;
+  }
+
+  /** Step a waits on a gate; b needs a. */
+  async function gatedPair(name: string): Promise<{ dir: Scratch; gateA: string; file: string }> {
+    return prepare(name, true);
+  }
+
+  /** Final checks of the supervisor cases: a ran once and, with no receipt possible, is lost by trusted evidence; b never ran. */
+  async function expectLostWithoutReceipt(dir: Scratch, api: Api, runId: string, attemptId: string): Promise<void> {
+    const detail = await api.waitTerminal(runId, 45_000);
+    expect(detail.run.status).toBe("failed");
+    expect(detail.steps.map((step) => [step.name, step.status])).toEqual([["a", "failed"], ["b", "skipped"]]);
+    expect(attemptsOf(detail, "a")).toEqual([expect.objectContaining({ id: attemptId, status: "lost", error: "trusted evidence: the exact process is not running and left no receipt" })]);
+    expect(await readReceipt(dir.stateDir, attemptId)).toBeNull();
+    expect((await dir.spawns()).map((spawn) => spawn.label)).toEqual(["a"]);
+  }
+
+  it("supervisor killed while a task runs (runtime alive): the task runs on; once it ends, the live runtime settles it by the recovery rules, never re-run", { timeout: 90_000 }, async () => {
+    const { dir, gateA, file } = await gatedPair("supervisor-killed");
+    const served = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
+    const runId = (await served.api.startWorkflow("crash", "pipeline")).id;
+    const { attempt } = await served.api.waitStepRunning(runId, "a");
+    process.kill(supervisorOf(dir.stateDir, attempt.id), "SIGKILL");
+    // Re-adopted by identity while it runs: still running, nothing settled.
+    await served.api.tick();
+    expect(attemptsOf(await served.api.run(runId), "a")[0]).toMatchObject({ status: "running", pid: attempt.pid });
+    expect(await isRunning(attempt.pid)).toBe(true);
+    await dir.open(gateA);
+    await expectLostWithoutReceipt(dir, served.api, runId, attempt.id);
+    expect(served.child.exitCode).toBeNull();
+  });
+
+  it("runtime and supervisor killed together while a task runs: the restart re-adopts the task by identity, and its unreported end is settled by the recovery rules", { timeout: 90_000 }, async () => {
+    const { dir, gateA, file } = await gatedPair("both-killed");
+    const first = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
+    const runId = (await first.api.startWorkflow("crash", "pipeline")).id;
+    const { attempt } = await first.api.waitStepRunning(runId, "a");
+    const supervisorPid = supervisorOf(dir.stateDir, attempt.id);
+    process.kill(supervisorPid, "SIGKILL");
+    expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
+    await waitUntilGone(supervisorPid);
+
+    const second = await startServe(bundle, dir.stateDir, { profile });
+    expect((await second.api.recovery()).filter((entry) => entry.attemptId === attempt.id)).toEqual([{ attemptId: attempt.id, decision: "readopt", reason: null }]);
+    expect(await isRunning(attempt.pid)).toBe(true);
+    await dir.open(gateA);
+    await expectLostWithoutReceipt(dir, second.api, runId, attempt.id);
+  });
+
   it("a task that finishes while the runtime is down: §3 receipt first → its completion is recorded from the receipt, not re-run", { timeout: 90_000 }, async () => {
     const dir = await Scratch.create("finish-while-down");
     scratches.push(dir);
@@ -321,7 +392,7 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
       { ta: dir.task({ label: "a", then: "sleep 1" }), tb: dir.task({ label: "b" }) },
       { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
     );
-    const first = await startServe(bundle, dir.stateDir, { apply: [file] });
+    const first = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
     const runId = (await first.api.startWorkflow("crash", "pipeline")).id;
     const { attempt } = await first.api.waitStepRunning(runId, "a");
     expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
@@ -329,7 +400,7 @@ describe("SIGKILL crash matrix: every named fault point, then exact replay", () 
     await waitFor("the receipt written while the runtime is down", () => existsSync(receiptPath(dir.stateDir, attempt.id)));
     await waitUntilGone(attempt.pid);
 
-    const second = await startServe(bundle, dir.stateDir);
+    const second = await startServe(bundle, dir.stateDir, { profile });
     expect((await second.api.recovery()).filter((entry) => entry.attemptId === attempt.id)).toEqual([{ attemptId: attempt.id, decision: "complete", reason: null }]);
     const detail = await second.api.waitTerminal(runId);
     await expectExactReplay(dir, second.api, detail, "succeeded");

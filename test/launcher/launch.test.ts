@@ -1,4 +1,5 @@
-import { mkdir, mkdtemp, readdir, readFile, stat, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
@@ -137,15 +138,32 @@ describe("launch", () => {
     expect(await readFile(launcher.logPath(spec.attemptId, "stdout"), "utf8")).toBe("abcd\n[qlr: log truncated at 4 bytes]\n");
   });
 
-  it("fails closed when the supervisor dies before reporting: an error, the journal, and no receipt", async () => {
+  it("ends the attempt with a spawn-error receipt when no supervisor can start: nothing ran", async () => {
     const brokenSupervisor = join(scratch.dir, "broken-supervisor.mjs");
     await writeFile(brokenSupervisor, "process.exit(3);\n");
     const stateDir = await mkdtemp(join(scratch.dir, "state-"));
     const launcher = new PosixLauncher({ stateDir, hmacKey: await loadOrCreateReceiptKey(stateDir), nowMs: () => Date.now(), supervisorPath: brokenSupervisor });
     const spec = shellSpec("true");
-    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) => isQlrError(error, "internal") && /code 3|without reporting/.test((error as Error).message));
+    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) => isSpawnFailedError(error) && /supervisor could not start/.test(error.receipt.spawnError ?? ""));
     expect(await launcher.readJournal(spec.attemptId)).not.toBeNull();
-    expect(await launcher.readReceipt(spec.attemptId)).toEqual({ status: "none" });
+    const reading = await launcher.readReceipt(spec.attemptId);
+    expect(reading.status === "valid" && reading.receipt).toMatchObject({ exitCode: null, spawnError: expect.stringContaining("exited before reporting") as unknown });
+  });
+
+  it("refuses to start a task whose journal it cannot write: a clear error, nothing spawned", async () => {
+    const { launcher, stateDir } = await newLauncher(scratch);
+    const warmUp = newAttemptId();
+    await launcher.launch(shellSpec("true", { attemptId: warmUp }));
+    await waitForReceipt(launcher, warmUp);
+    // The journal's temporary file cannot be created (full-disk.test.ts has the real ENOSPC).
+    await rm(join(stateDir, "tmp"), { recursive: true });
+    await writeFile(join(stateDir, "tmp"), "not a directory\n");
+    const marker = join(stateDir, "ran");
+    const spec = shellSpec(`touch ${marker}`);
+    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) => isQlrError(error, "storage_unavailable") && /cannot write the journal record/.test((error as Error).message));
+    expect(await launcher.readJournal(spec.attemptId)).toBeNull();
+    expect(existsSync(marker)).toBe(false);
+    launcher.close();
   });
 
   it("rejects invalid specs before anything is written", async () => {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { supervisorAlive } from "../../runtimes/node/local-executor.ts";
+import { readProcStat } from "../../runtimes/node/launcher/index.ts";
 import { makeScratch, newAttemptId, newLauncher, shellSpec, waitFor, waitForReceipt } from "./support.ts";
 
 /**
@@ -9,20 +9,37 @@ import { makeScratch, newAttemptId, newLauncher, shellSpec, waitFor, waitForRece
 describe("supervisor liveness as part of the not-running evidence", () => {
   let scratch: Awaited<ReturnType<typeof makeScratch>>;
   beforeAll(async () => {
-    scratch = await makeScratch("qlr-supervisor-evidence-");
+    scratch = await makeScratch("supervisor-evidence");
   });
   afterAll(async () => {
     await scratch.cleanup();
   });
 
-  it("sees the supervisor of a running task, and no supervisor once the receipt is written", async () => {
+  it("sees the supervisor of a spawned task as live, and as gone once it is killed", async () => {
     const { launcher } = await newLauncher(scratch);
     const attemptId = newAttemptId();
-    await launcher.launch(shellSpec("sleep 0.5", { attemptId }));
-    expect(await supervisorAlive(attemptId)).toBe(true);
-    expect(await supervisorAlive(newAttemptId())).toBe(false);
-    const receipt = await waitForReceipt(launcher, attemptId);
+    const handle = await launcher.launch(shellSpec("sleep 30", { attemptId }));
+    expect(await launcher.supervision(attemptId)).toBe("live");
+    const task = await readProcStat(handle.pid);
+    const supervisorPid = task.kind === "present" ? task.stat.parentPid : null;
+    expect(supervisorPid).not.toBeNull();
+    if (supervisorPid === null) return;
+    process.kill(supervisorPid, "SIGKILL");
+    await waitFor("the supervisor to count as gone", async () => ((await launcher.supervision(attemptId)) === "gone" ? true : null));
+    process.kill(-handle.pid, "SIGKILL");
+    launcher.close();
+  });
+
+  it("proves never-spawned for a journaled attempt the live supervisor does not know, and refuses it from then on", async () => {
+    const { launcher } = await newLauncher(scratch);
+    const warmUp = newAttemptId();
+    await launcher.launch(shellSpec("sleep 0.2", { attemptId: warmUp }));
+    const unknown = newAttemptId();
+    // No journal: never spawned by the first barrier alone.
+    expect(await launcher.supervision(unknown)).toBe("never_spawned");
+    const receipt = await waitForReceipt(launcher, warmUp);
     expect(receipt.status).toBe("valid");
-    await waitFor("the supervisor to exit", async () => ((await supervisorAlive(attemptId)) ? null : true));
+    expect(await launcher.supervision(warmUp)).toBe("live");
+    launcher.close();
   });
 });

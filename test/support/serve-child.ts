@@ -74,7 +74,7 @@ export function stopAllServed(): void {
  * Starts `node qlr.mjs serve --state-dir DIR --port 0` and waits for its `qlr serving URL`
  * line. `fault` sets QLR_FAULT_POINT: the runtime SIGKILLs itself when that point is reached.
  */
-export async function startServe(bundle: Bundle, stateDir: string, options: { fault?: string; apply?: string[]; profile?: string; tickInterval?: string; retention?: string; retentionRuns?: string } = {}): Promise<Served> {
+export async function startServe(bundle: Bundle, stateDir: string, options: { fault?: string; faultAction?: "sigkill" | "throw"; apply?: string[]; profile?: string; tickInterval?: string; retention?: string; retentionRuns?: string } = {}): Promise<Served> {
   const args = [
     bundle.qlr,
     "serve",
@@ -88,7 +88,7 @@ export async function startServe(bundle: Bundle, stateDir: string, options: { fa
     ...(options.retentionRuns === undefined ? [] : ["--retention-runs", options.retentionRuns]),
     ...(options.apply ?? []).flatMap((file) => ["--apply", file]),
   ];
-  const child = spawn(process.execPath, args, { env: childEnv(options.fault === undefined ? {} : { QLR_FAULT_POINT: options.fault }), stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, args, { env: childEnv({ ...(options.fault === undefined ? {} : { QLR_FAULT_POINT: options.fault }), ...(options.faultAction === undefined ? {} : { QLR_FAULT_ACTION: options.faultAction }) }), stdio: ["ignore", "pipe", "pipe"] });
   servedChildren.add(child);
   const output = { stdout: "", stderr: "" };
   const exited = new Promise<Exit>((resolveExit) => child.once("exit", (code, signal) => resolveExit({ code, signal })));

@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 /**
  * Readers of the launcher's state files (journal records and receipts) as the tests see them,
  * and the exact replay check the crash and stop tests share.
@@ -65,6 +66,12 @@ export async function expectReceiptsHonoured(stateDir: string, detail: RunDetail
     }
     const journal = await readJournal(stateDir, attempt.id);
     const receipt = await readReceipt(stateDir, attempt.id);
+    // Journaled but never spawned (no spawn record, the second barrier): no receipt can exist,
+    // and the attempt must have been lost before the start barrier.
+    if (receipt === null && !existsSync(join(stateDir, "spawns", `${attempt.id}.json`))) {
+      if (attempt.status !== "lost") throw new Error(`attempt ${attempt.id} was never spawned but is ${attempt.status}`);
+      continue;
+    }
     if (journal === null || receipt === null) throw new Error(`attempt ${attempt.id}: journal ${journal === null ? "missing" : "present"}, receipt ${receipt === null ? "missing" : "present"}`);
     const facts = { status: TERMINAL_ATTEMPT.has(attempt.status), exitCode: attempt.exitCode, signal: attempt.signal, startedAtMs: attempt.startedAtMs, finishedAtMs: attempt.finishedAtMs };
     const expected = { status: true, exitCode: receipt.exitCode, signal: receipt.signal, startedAtMs: journal.startedAtMs, finishedAtMs: receipt.finishedAtMs };

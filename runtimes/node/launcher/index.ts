@@ -15,6 +15,7 @@ export {
   type ProcessHandle,
   type ReceiptReading,
   type StopResult,
+  type Supervision,
 } from "./posix-launcher.ts";
 export { type JournalRecord } from "./journal.ts";
 export { loadOrCreateReceiptKey, STOP_REASONS, type CompletionReceipt, type StopReason } from "./receipt.ts";

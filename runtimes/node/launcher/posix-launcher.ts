@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { chown, mkdir, readdir, rm, stat, unlink } from "node:fs/promises";
 import { isAbsolute } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -13,7 +12,9 @@ import { DEFAULT_PROC_ROOT, isExitedState, readBootId, readProcStat } from "./pr
 import { checkReceiptText, isStopReason, readReceiptKey, RECEIPT_MAX_BYTES, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive, type CompletionReceipt, type StopReason } from "./receipt.ts";
 import { attemptFilesBesideJournal, attemptLogPath, attemptWorkPath, journalPath, JOURNAL_SUFFIX, receiptPath, stateLayout, type LogStream, type StateLayout } from "./state-layout.ts";
 import { recordStopIntent } from "./stop-intent.ts";
-import { parseSupervisorReport, SUPERVISOR_REPORT_MAX_BYTES, SUPERVISOR_SPEC_MAX_BYTES, type SupervisorReport, type SupervisorSpec } from "./supervisor-protocol.ts";
+import { readSpawnRecord } from "./spawn-record.ts";
+import { SupervisorClient } from "./supervisor-client.ts";
+import { SUPERVISOR_SPEC_MAX_BYTES, type SupervisorSpec } from "./supervisor-protocol.ts";
 import { resolveTaskUser, type TaskAccount } from "./task-user.ts";
 
 export interface LaunchSpec {
@@ -32,6 +33,12 @@ export interface LaunchSpec {
   readonly user?: string | null;
   /** Cap per stream: stdout and stderr each keep at most this many bytes plus one marker line. */
   readonly logMaxBytes: number;
+  /**
+   * The attempt's timeout: the supervisor stops the task by itself this long after the
+   * journal's startedAtMs when nobody else has (the runtime is down, or never learned the
+   * handle). Null or absent: only the runtime's stop ends it.
+   */
+  readonly timeoutMs?: number | null;
 }
 
 /**
@@ -79,10 +86,12 @@ export interface PosixLauncherOptions {
   /** Where /proc is mounted; tests point it elsewhere to exercise the unverifiable path. */
   readonly procRoot?: string;
   /**
-   * Told when a supervisor this launcher started has exited: its task has ended and its receipt
-   * is written (or it died). A hint to look now, never evidence: the receipt stays the record.
+   * Told when the supervisor reports a task's receipt durable. A hint to look now, never
+   * evidence: the receipt stays the record.
    */
   readonly onSupervisorExit?: (attemptId: string) => void;
+  /** Crash tests: called once the journal record is durable, before the supervisor is asked to spawn. */
+  readonly afterJournal?: (attemptId: string) => void | Promise<void>;
 }
 
 export const DEFAULT_LOG_MAX_BYTES = 1024 * 1024;
@@ -92,19 +101,9 @@ export const SUPERVISOR_FILE_NAME = "supervisor.mjs";
 /** The supervisor bundle's default place: next to the runtime bundle (dist/supervisor.mjs). */
 export const DEFAULT_SUPERVISOR_PATH = fileURLToPath(new URL(`./${SUPERVISOR_FILE_NAME}`, import.meta.url));
 
-/**
- * How long launch waits for the supervisor's report. A Node start on a slow router takes
- * about a second; past this the launch fails and recovery treats the attempt as unknown.
- */
-const SUPERVISOR_REPORT_TIMEOUT_MS = 30_000;
 /** After SIGKILL, how long stop waits for the process to be gone before reporting what it sees. */
 const KILL_SETTLE_MS = 5000;
 const POLL_INTERVAL_MS = 20;
-/**
- * The supervisor only shuttles bytes from pipes to files; a small heap keeps its private
- * memory near 7 MiB (the Node binary's pages are shared with the runtime).
- */
-const SUPERVISOR_NODE_FLAGS = ["--max-old-space-size=32", "--max-semi-space-size=1"];
 const ARGV_MAX_ENTRIES = 4096;
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -152,7 +151,19 @@ function validateLaunchSpec(spec: LaunchSpec): void {
   }
   if (spec.cwd !== null && (typeof spec.cwd !== "string" || !isAbsolute(spec.cwd) || spec.cwd.includes("\0"))) throw invalidSpec("cwd", "must be an absolute path or null");
   if (!Number.isSafeInteger(spec.logMaxBytes) || spec.logMaxBytes < 1 || spec.logMaxBytes > LOG_MAX_BYTES_LIMIT) throw invalidSpec("logMaxBytes", `must be an integer from 1 to ${LOG_MAX_BYTES_LIMIT}`);
+  if (spec.timeoutMs !== undefined && spec.timeoutMs !== null && (!Number.isSafeInteger(spec.timeoutMs) || spec.timeoutMs < 1)) throw invalidSpec("timeoutMs", "must be a positive integer or null");
 }
+
+/**
+ * Whether the supervisor that owns an attempt can still write its receipt:
+ * - `live`: the supervisor named in the spawn record is running (or is spawning it now);
+ * - `gone`: that supervisor is dead, so no receipt is coming from it;
+ * - `never_spawned`: no spawn record, and no supervisor exists that could still write one (or
+ *   the live one answered that it never will): the task provably never started;
+ * - `unknown`: nothing can be proven (an unreadable record, an unreachable supervisor, a
+ *   launch of this launcher still in flight).
+ */
+export type Supervision = "live" | "gone" | "never_spawned" | "unknown";
 
 async function unlinkIfPresent(path: string): Promise<void> {
   try {
@@ -181,9 +192,12 @@ export class PosixLauncher {
   private readonly supervisorPath: string;
   private readonly graceMs: number;
   private readonly procRoot: string;
-  private readonly onSupervisorExit: ((attemptId: string) => void) | undefined;
+  private readonly supervisor: SupervisorClient;
+  private readonly afterJournal: ((attemptId: string) => void | Promise<void>) | undefined;
   private prepared: Promise<void> | null = null;
   private readonly stopsInFlight = new Map<string, Promise<StopResult>>();
+  /** Launches between their journal write and the supervisor's answer: never settled as never spawned. */
+  private readonly launchesInFlight = new Set<string>();
 
   constructor(options: PosixLauncherOptions) {
     this.layout = stateLayout(options.stateDir);
@@ -192,7 +206,8 @@ export class PosixLauncher {
     this.supervisorPath = options.supervisorPath ?? DEFAULT_SUPERVISOR_PATH;
     this.graceMs = options.graceMs ?? DEFAULT_GRACE_MS;
     this.procRoot = options.procRoot ?? DEFAULT_PROC_ROOT;
-    this.onSupervisorExit = options.onSupervisorExit;
+    this.afterJournal = options.afterJournal;
+    this.supervisor = new SupervisorClient({ stateDir: options.stateDir, hmacKey: options.hmacKey, supervisorPath: this.supervisorPath, supervisorEnv: minimalBaseEnv(), ...(options.onSupervisorExit === undefined ? {} : { onExited: options.onSupervisorExit }) });
     if (!Number.isSafeInteger(this.graceMs) || this.graceMs < 0) throw new QlrError("invalid_request", "graceMs must be a non-negative integer");
   }
 
@@ -201,9 +216,9 @@ export class PosixLauncher {
   }
 
   /**
-   * Journal (durable) → supervisor spawn → handle. Every check that can fail without side
-   * effects runs before the journal is written; once the journal exists, the attempt has
-   * "maybe started" and is never launched again under the same id.
+   * Journal (durable) → the resident supervisor's spawn record (durable) → spawn → handle. Every check that can fail without side effects runs before the journal is
+   * written; once the journal exists, the attempt has "maybe started" and is never launched
+   * again under the same id.
    */
   async launch(spec: LaunchSpec): Promise<ProcessHandle> {
     const attemptId = assertPortableId(spec.attemptId, "attemptId");
@@ -219,49 +234,123 @@ export class PosixLauncher {
       env: { ...minimalBaseEnv(), ...(account !== null && typeof account !== "string" ? { HOME: account.home ?? ownWorkDir ?? spec.cwd ?? "/" } : {}), ...spec.env },
       cwd: spec.cwd ?? ownWorkDir ?? "/",
       logMaxBytes: spec.logMaxBytes,
-      receiptKeyPath: this.layout.receiptKeyPath,
       uid: account !== null && typeof account !== "string" ? account.uid : null,
       gid: account !== null && typeof account !== "string" ? account.gid : null,
+      timeoutMs: spec.timeoutMs ?? null,
+      graceMs: this.graceMs,
     };
-    const specText = JSON.stringify(supervisorSpec);
-    if (Buffer.byteLength(specText, "utf8") > SUPERVISOR_SPEC_MAX_BYTES) throw invalidSpec("argv", `argv and env together exceed ${SUPERVISOR_SPEC_MAX_BYTES} bytes`);
+    if (Buffer.byteLength(JSON.stringify(supervisorSpec), "utf8") > SUPERVISOR_SPEC_MAX_BYTES) throw invalidSpec("argv", `argv and env together exceed ${SUPERVISOR_SPEC_MAX_BYTES} bytes`);
     await this.prepare();
     const bootId = await readBootId(this.procRoot);
     if (bootId === null) throw new QlrError("storage_unavailable", `no boot id under ${this.procRoot}: the POSIX launcher needs Linux /proc to identify processes`);
-
-    const startedAtMs = this.nowMs();
-    if (!Number.isSafeInteger(startedAtMs)) throw new QlrError("invalid_request", "nowMs() must return an integer");
-    const journal: JournalRecord = { version: 1, attemptId, startedAtMs, bootId, argvDigest: digestOf(spec.argv), cwd: spec.cwd, logMaxBytes: spec.logMaxBytes };
+    if (this.launchesInFlight.has(attemptId)) throw new QlrError("conflict", `attempt ${attemptId} is being launched already`);
+    this.launchesInFlight.add(attemptId);
     try {
-      await createFileExclusiveDurable(journalPath(this.layout, attemptId), this.layout.tmpDir, journalText(journal));
-    } catch (error) {
-      if (errorCode(error) === "EEXIST") throw new QlrError("conflict", `attempt ${attemptId} is already journaled; launching it again could run it twice`, { cause: error });
-      throw new QlrError("storage_unavailable", `journal write for ${attemptId} failed`, { cause: error });
-    }
-
-    if (typeof account === "string") return this.failWithoutSupervisor(attemptId, startedAtMs, account);
-    if (ownWorkDir !== null) {
+      const startedAtMs = this.nowMs();
+      if (!Number.isSafeInteger(startedAtMs)) throw new QlrError("invalid_request", "nowMs() must return an integer");
+      const journal: JournalRecord = { version: 1, attemptId, startedAtMs, bootId, argvDigest: digestOf(spec.argv), cwd: spec.cwd, logMaxBytes: spec.logMaxBytes };
       try {
-        await mkdir(ownWorkDir, { recursive: true, mode: 0o700 });
-        // The task's user must own its directory; the path above it (the state dir) stays
-        // closed to that user: the child changes into the directory before it drops to the uid.
-        if (account !== null) await chown(ownWorkDir, account.uid, account.gid);
+        await createFileExclusiveDurable(journalPath(this.layout, attemptId), this.layout.tmpDir, journalText(journal));
       } catch (error) {
-        return this.failWithoutSupervisor(attemptId, startedAtMs, `the working directory ${ownWorkDir} could not be prepared: ${errorCode(error) ?? String(error)}`);
+        if (errorCode(error) === "EEXIST") throw new QlrError("conflict", `attempt ${attemptId} is already journaled; launching it again could run it twice`, { cause: error });
+        // Nothing was spawned and nothing will be: the journal is the barrier.
+        throw new QlrError("storage_unavailable", `the launcher cannot write the journal record of ${attemptId} (${errorCode(error) ?? errorMessage(error)}), so it does not start the task`, { cause: error });
       }
+
+      await this.afterJournal?.(attemptId);
+      if (typeof account === "string") return await this.failWithoutSupervisor(attemptId, startedAtMs, account);
+      if (ownWorkDir !== null) {
+        try {
+          await mkdir(ownWorkDir, { recursive: true, mode: 0o700 });
+          // The task's user must own its directory; the path above it (the state dir) stays
+          // closed to that user: the child changes into the directory before it drops to the uid.
+          if (account !== null) await chown(ownWorkDir, account.uid, account.gid);
+        } catch (error) {
+          return await this.failWithoutSupervisor(attemptId, startedAtMs, `the working directory ${ownWorkDir} could not be prepared: ${errorCode(error) ?? String(error)}`);
+        }
+      }
+      try {
+        await this.supervisor.connected();
+      } catch (error) {
+        // Nothing was asked of any supervisor, so nothing ran: a definite spawn failure.
+        return await this.failWithoutSupervisor(attemptId, startedAtMs, `no supervisor: ${errorMessage(error)}`);
+      }
+      let reply;
+      try {
+        reply = await this.supervisor.request({ op: "launch", spec: supervisorSpec });
+      } catch (error) {
+        // The request may or may not have reached the supervisor: the attempt is unknown until
+        // its spawn record, its receipt or the supervisor's settle answer says which.
+        throw new QlrError("internal", `launch of ${attemptId}: ${errorMessage(error)}`, { cause: error });
+      }
+      if (reply.kind === "spawn_failed") {
+        const reading = await this.readReceipt(attemptId);
+        if (reading.status !== "valid") throw new QlrError("integrity", `attempt ${attemptId} failed to spawn (${reply.spawnError}) but its receipt is ${reading.status}`);
+        throw new SpawnFailedError(reading.receipt);
+      }
+      if (reply.kind === "rejected") throw new QlrError("storage_unavailable", `the supervisor did not start ${attemptId}: ${reply.reason}`);
+      if (reply.kind !== "started") throw new QlrError("internal", `the supervisor answered a launch of ${attemptId} with ${reply.kind}`);
+      if (reply.startTicks === null) {
+        // The task runs but cannot be identified; it is never signalled by pid alone. Its
+        // receipt still arrives when it ends, and the supervisor enforces its deadline.
+        throw new QlrError("storage_unavailable", `attempt ${attemptId} started as pid ${reply.pid} but its /proc start time was unreadable`);
+      }
+      return { attemptId, pid: reply.pid, processStartTicks: reply.startTicks, bootId, startedAtMs };
+    } finally {
+      this.launchesInFlight.delete(attemptId);
     }
-    const report = await this.startSupervisor(attemptId, specText, startedAtMs);
-    if (report.kind === "spawn_failed") {
-      const reading = await this.readReceipt(attemptId);
-      if (reading.status !== "valid") throw new QlrError("integrity", `attempt ${attemptId} failed to spawn (${report.spawnError}) but its receipt is ${reading.status}`);
-      throw new SpawnFailedError(reading.receipt);
+  }
+
+  /** Closes the connection to the supervisor (which lives on for its tasks). */
+  close(): void {
+    this.supervisor.close();
+  }
+
+  /** See `Supervision`. */
+  async supervision(attemptId: string): Promise<Supervision> {
+    assertPortableId(attemptId, "attemptId");
+    if (this.launchesInFlight.has(attemptId)) return "unknown";
+    let record;
+    try {
+      record = await readSpawnRecord(this.layout, attemptId);
+    } catch {
+      return "unknown";
     }
-    if (report.startTicks === null) {
-      // The task runs but cannot be identified; it is never signalled by pid alone. Its
-      // receipt still arrives when it ends; until then recovery sees no handle and fails closed.
-      throw new QlrError("storage_unavailable", `attempt ${attemptId} started as pid ${report.pid} but its /proc start time was unreadable`);
+    if (record !== null && "invalid" in record) return "unknown";
+    if (record !== null) {
+      const bootId = await readBootId(this.procRoot);
+      if (bootId === null) return "unknown";
+      if (bootId !== record.bootId) return "gone";
+      const reading = await readProcStat(record.supervisorPid, this.procRoot);
+      if (reading.kind === "unreadable") return "unknown";
+      if (reading.kind === "absent" || reading.stat.startTicks !== record.supervisorStartTicks || isExitedState(reading.stat.state)) return "gone";
+      return "live";
     }
-    return { attemptId, pid: report.pid, processStartTicks: report.startTicks, bootId, startedAtMs };
+    try {
+      const journal = await readJournalRecord(this.layout, attemptId);
+      if (journal === null) return "never_spawned";
+      const reply = await this.supervisor.requestIfAlive({ op: "settle", attemptId });
+      // No supervisor of this state directory is alive: none can still write the spawn record.
+      if (reply === null) return (await readSpawnRecord(this.layout, attemptId)) === null ? "never_spawned" : "unknown";
+      if (reply.kind !== "settled") return "unknown";
+      return reply.state === "never" ? "never_spawned" : "live";
+    } catch {
+      return "unknown";
+    }
+  }
+
+  /**
+   * A stop of an attempt whose handle the runtime does not hold (it crashed between the spawn
+   * and persisting it): the intent is recorded durably and the supervisor, which knows the
+   * exact process, signals it. False when no live supervisor knows the attempt.
+   */
+  async stopBySupervisor(attemptId: string, reason: StopReason): Promise<{ recordedReason: StopReason; known: boolean }> {
+    assertPortableId(attemptId, "attemptId");
+    if (!isStopReason(reason)) throw new QlrError("invalid_request", `stop reason must be cancel, timeout or shutdown, got ${String(reason)}`);
+    await this.prepare();
+    const recordedReason = await recordStopIntent(this.layout, attemptId, reason, this.nowMs());
+    const reply = await this.supervisor.requestIfAlive({ op: "stop", attemptId });
+    return { recordedReason, known: reply !== null && reply.kind === "stopping" && reply.known };
   }
 
   private async taskAccount(user: string): Promise<TaskAccount | string> {
@@ -275,8 +364,8 @@ export class PosixLauncher {
   /** Directories, the key check and the supervisor bundle, once per launcher (retried after a failure). */
   private prepare(): Promise<void> {
     this.prepared ??= (async () => {
-      const { stateDir, journalDir, receiptsDir, logsDir, stopsDir, tmpDir, workDir, receiptKeyPath } = this.layout;
-      await ensureDurableDirectories(stateDir, [journalDir, receiptsDir, logsDir, stopsDir, tmpDir, workDir]);
+      const { stateDir, journalDir, receiptsDir, logsDir, stopsDir, spawnsDir, tmpDir, workDir, receiptKeyPath } = this.layout;
+      await ensureDurableDirectories(stateDir, [journalDir, receiptsDir, logsDir, stopsDir, spawnsDir, tmpDir, workDir]);
       const fileKey = await readReceiptKey(receiptKeyPath);
       // The supervisor signs with the file's key and this launcher verifies with its own, so
       // they must be the same key or every receipt would read as invalid.
@@ -292,71 +381,7 @@ export class PosixLauncher {
     return this.prepared;
   }
 
-  /**
-   * Starts the supervisor in its own session (detached), hands it the spec on stdin and waits
-   * for its one report line on fd 3. The runtime then lets go of it (unref), so neither keeps
-   * the other alive.
-   */
-  private async startSupervisor(attemptId: string, specText: string, startedAtMs: number): Promise<SupervisorReport> {
-    let child;
-    try {
-      child = spawn(process.execPath, [...SUPERVISOR_NODE_FLAGS, this.supervisorPath, this.layout.stateDir, attemptId], {
-        detached: true,
-        stdio: ["pipe", "ignore", "ignore", "pipe"],
-        // The supervisor gets the base env too: no runtime secret and no NODE_OPTIONS reaches it.
-        env: minimalBaseEnv(),
-        // The root directory keeps the supervisor from pinning a mount point the task does not use.
-        cwd: "/",
-      });
-    } catch (error) {
-      return this.failWithoutSupervisor(attemptId, startedAtMs, `the supervisor could not be started: ${errorMessage(error)}`);
-    }
-    const reportStream = child.stdio[3];
-    const outcome = await new Promise<{ report: SupervisorReport } | { failure: string; supervisorStarted: boolean }>((resolve) => {
-      let text = "";
-      let exitDescription = "";
-      const timer = setTimeout(() => resolve({ failure: `the supervisor did not report within ${SUPERVISOR_REPORT_TIMEOUT_MS} ms`, supervisorStarted: true }), SUPERVISOR_REPORT_TIMEOUT_MS);
-      const settle = (value: { report: SupervisorReport } | { failure: string; supervisorStarted: boolean }): void => {
-        clearTimeout(timer);
-        resolve(value);
-      };
-      child.on("error", (error) => settle({ failure: `the supervisor could not be started: ${error.message}`, supervisorStarted: child.pid !== undefined }));
-      child.once("exit", (code, signal) => {
-        exitDescription = ` (it exited with ${signal ?? `code ${code}`})`;
-        this.onSupervisorExit?.(attemptId);
-      });
-      child.stdin?.on("error", () => undefined);
-      child.stdin?.end(specText);
-      if (reportStream === null || reportStream === undefined) {
-        settle({ failure: "the supervisor has no report channel", supervisorStarted: true });
-        return;
-      }
-      reportStream.on("error", () => undefined);
-      reportStream.on("data", (chunk: Buffer) => {
-        text += chunk.toString("utf8");
-        const newline = text.indexOf("\n");
-        if (newline >= 0) {
-          const report = parseSupervisorReport(text.slice(0, newline));
-          settle(report === null ? { failure: "the supervisor sent an unreadable report", supervisorStarted: true } : { report });
-        } else if (text.length > SUPERVISOR_REPORT_MAX_BYTES) {
-          settle({ failure: "the supervisor's report is too long", supervisorStarted: true });
-        }
-      });
-      // The exit and the end of the report channel race; waiting for the channel to close
-      // first means a report written just before exiting is never missed.
-      reportStream.once("close", () => setImmediate(() => settle({ failure: `the supervisor closed its report channel without reporting${exitDescription}`, supervisorStarted: true })));
-    });
-    child.stdin?.destroy();
-    reportStream?.destroy();
-    child.unref();
-    if ("report" in outcome) return outcome.report;
-    if (!outcome.supervisorStarted) return this.failWithoutSupervisor(attemptId, startedAtMs, outcome.failure);
-    // The supervisor may still be running and may have started the task, so no receipt is
-    // written here: the attempt is unknown and recovery fails closed on it.
-    throw new QlrError("internal", `launch of ${attemptId}: ${outcome.failure}`);
-  }
-
-  /** No supervisor process exists, so nothing ran: the launcher writes the receipt itself and the journal never dangles. */
+  /** The supervisor was never asked, so nothing ran: the launcher writes the receipt itself and the journal never dangles. */
   private async failWithoutSupervisor(attemptId: string, startedAtMs: number, spawnError: string): Promise<never> {
     const receipt = signReceipt(this.hmacKey, { attemptId, startedAtMs, finishedAtMs: this.nowMs(), exitCode: null, signal: null, stopReason: null, spawnError: spawnError.slice(0, SPAWN_ERROR_MAX_LENGTH) });
     await writeReceiptExclusive(this.layout, receipt);
@@ -419,7 +444,7 @@ export class PosixLauncher {
       // Removes symbolic links a task left there, never what they point to.
       await rm(attemptWorkPath(this.layout, attemptId), { recursive: true, force: true });
     }
-    for (const directory of [this.layout.logsDir, this.layout.stopsDir, this.layout.receiptsDir, this.layout.workDir]) await fsyncDirectoryIfPresent(directory);
+    for (const directory of [this.layout.logsDir, this.layout.stopsDir, this.layout.spawnsDir, this.layout.receiptsDir, this.layout.workDir]) await fsyncDirectoryIfPresent(directory);
     await beforeJournal?.();
     for (const attemptId of ids) await unlinkIfPresent(journalPath(this.layout, attemptId));
     // Not fsynced: a journal record that a power loss brings back is an orphan the next

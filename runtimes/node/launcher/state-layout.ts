@@ -13,6 +13,12 @@ export interface StateLayout {
   readonly receiptsDir: string;
   readonly logsDir: string;
   readonly stopsDir: string;
+  /**
+   * Spawn records (`spawns/<attemptId>.json`): written durably by the supervisor right before
+   * it spawns a task, so an attempt with a journal but no spawn record, and no supervisor that
+   * could still write one, provably never started.
+   */
+  readonly spawnsDir: string;
   /** Temporary files live apart from the journal and receipts so a listing never meets them. */
   readonly tmpDir: string;
   /**
@@ -31,6 +37,7 @@ export function stateLayout(stateDir: string): StateLayout {
     receiptsDir: join(stateDir, "receipts"),
     logsDir: join(stateDir, "logs"),
     stopsDir: join(stateDir, "stops"),
+    spawnsDir: join(stateDir, "spawns"),
     tmpDir: join(stateDir, "tmp"),
     workDir: join(stateDir, "work"),
     receiptKeyPath: join(stateDir, "receipt.key"),
@@ -51,6 +58,10 @@ export function stopIntentPath(layout: StateLayout, attemptId: string): string {
   return join(layout.stopsDir, `${assertPortableId(attemptId, "attemptId")}.json`);
 }
 
+export function spawnRecordPath(layout: StateLayout, attemptId: string): string {
+  return join(layout.spawnsDir, `${assertPortableId(attemptId, "attemptId")}.json`);
+}
+
 export function attemptWorkPath(layout: StateLayout, attemptId: string): string {
   return join(layout.workDir, assertPortableId(attemptId, "attemptId"));
 }
@@ -63,7 +74,8 @@ export function attemptLogPath(layout: StateLayout, attemptId: string, stream: L
 
 /**
  * Every file the launcher and the supervisor may keep for one attempt except its journal
- * record: logs (both streams and the supervisor's own), the stop intent and the receipt.
+ * record: logs (both streams and the supervisor's own), the stop intent, the spawn record and
+ * the receipt.
  */
 export function attemptFilesBesideJournal(layout: StateLayout, attemptId: string): string[] {
   const id = assertPortableId(attemptId, "attemptId");
@@ -72,6 +84,7 @@ export function attemptFilesBesideJournal(layout: StateLayout, attemptId: string
     attemptLogPath(layout, id, "stderr"),
     join(layout.logsDir, `${id}.supervisor.log`),
     stopIntentPath(layout, id),
+    spawnRecordPath(layout, id),
     receiptPath(layout, id),
   ];
 }

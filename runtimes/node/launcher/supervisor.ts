@@ -1,24 +1,29 @@
 /**
- * The supervisor: one small Node process per attempt, bundled into a single supervisor.mjs.
- * The launcher starts it detached (its own session and process group), so a SIGKILL of the
- * runtime or a signal to the runtime's group does not reach it. It starts the task in a
- * session and process group of the task's own, so a stop signals the task and everything the
- * task started, and never the supervisor, which stays to write the receipt.
+ * The resident supervisor: ONE small Node process per state directory, bundled into a single
+ * supervisor.mjs. The launcher starts it detached (its own session and process group) the first
+ * time it needs it, and every later runtime on the same state directory finds it again on its
+ * abstract socket (supervisor-protocol.ts), so a SIGKILL of the runtime or a signal to the
+ * runtime's group does not reach it. It spawns each task in a session and process group of the
+ * task's own, waits for it, keeps its capped logs, writes its receipt, and stops it by durable
+ * intent or at its deadline by itself, even while no runtime is up. Per running task it holds
+ * a child handle, two pipes and two log descriptors: a few KiB, not a process.
  *
- * Usage: node supervisor.mjs <stateDir> <attemptId>, spec as JSON on stdin, one report line on
- * fd 3 (see supervisor-protocol.ts).
+ * Usage: node supervisor.mjs <stateDir>; one start-up line on fd 3 (ready, busy or failed).
+ * It exits once it has no task, no pending receipt and no client for IDLE_EXIT_MS.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { appendFileSync, closeSync, fsyncSync, openSync, readdirSync, readFileSync, readSync, writeSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { appendFileSync, closeSync, existsSync, fsyncSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
+import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
-import { isPortableId } from "../../../src/identity.ts";
 import { errorMessage, errorCode } from "../../../src/errors.ts";
 import { readJournalRecord } from "./journal.ts";
-import { readProcStatSync } from "./proc.ts";
-import { readReceiptKey, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive } from "./receipt.ts";
-import { attemptLogPath, stateLayout, type StateLayout } from "./state-layout.ts";
-import { readStopReason } from "./stop-intent.ts";
-import { parseSupervisorSpec, SUPERVISOR_REPORT_FD, SUPERVISOR_SPEC_MAX_BYTES, type SupervisorReport, type SupervisorSpec } from "./supervisor-protocol.ts";
+import { readBootId, readProcStatSync } from "./proc.ts";
+import { readReceiptKey, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive, type CompletionReceipt } from "./receipt.ts";
+import { writeSpawnRecord } from "./spawn-record.ts";
+import { attemptLogPath, stateLayout, stopIntentPath, type StateLayout } from "./state-layout.ts";
+import { readStopReason, recordStopIntent } from "./stop-intent.ts";
+import { challengeProof, parseClientMessage, proofMatches, SUPERVISOR_MESSAGE_MAX_BYTES, SUPERVISOR_STARTUP_FD, supervisorSocketName, type StartupReport, type SupervisorMessage, type SupervisorSpec } from "./supervisor-protocol.ts";
 
 /**
  * After the task's leader exits, output still in the pipes is drained for at most this long.
@@ -26,76 +31,30 @@ import { parseSupervisorSpec, SUPERVISOR_REPORT_FD, SUPERVISOR_SPEC_MAX_BYTES, t
  * receipt must not wait on it.
  */
 const PIPE_DRAIN_MAX_MS = 2000;
-const EXIT_CODE_NO_RECEIPT = 70;
 const LOG_FILE_MODE = 0o600;
-
-const sleepBuffer = new Int32Array(new SharedArrayBuffer(4));
-
-/** Waits without the event loop: the synchronous handover below must not interleave with anything. */
-function pauseMs(milliseconds: number): void {
-  Atomics.wait(sleepBuffer, 0, 0, milliseconds);
-}
-
+/** With nothing to supervise and nobody connected, the supervisor leaves after this long. */
+const IDLE_EXIT_MS = 3000;
+/** How often running tasks are checked against their stop intents and deadlines. */
+const ENFORCE_INTERVAL_MS = 250;
 /**
- * Reads the whole spec from stdin synchronously, up to the size cap. stdin is left blocking as
- * long as process.stdin is never touched; EAGAIN is retried anyway in case it is not.
+ * While a runtime is connected, it stops tasks itself (identity-checked) and the supervisor
+ * only steps in this long after the runtime should have finished: a backstop, not a second
+ * stopper racing the first.
  */
-function readSpecText(): { ok: true; text: string } | { ok: false; reason: string } {
-  const chunks: Buffer[] = [];
-  let total = 0;
-  const buffer = Buffer.alloc(64 * 1024);
-  // Bounded by SUPERVISOR_SPEC_MAX_BYTES: the loop ends at end of file or past the cap.
-  for (;;) {
-    let bytesRead: number;
-    try {
-      bytesRead = readSync(0, buffer, 0, buffer.length, null);
-    } catch (error) {
-      if (errorCode(error) === "EAGAIN") {
-        pauseMs(5);
-        continue;
-      }
-      return { ok: false, reason: `reading the launch spec failed: ${errorCode(error) ?? String(error)}` };
-    }
-    if (bytesRead === 0) break;
-    total += bytesRead;
-    if (total > SUPERVISOR_SPEC_MAX_BYTES) return { ok: false, reason: `the launch spec exceeds ${SUPERVISOR_SPEC_MAX_BYTES} bytes` };
-    chunks.push(Buffer.from(buffer.subarray(0, bytesRead)));
-  }
-  return { ok: true, text: Buffer.concat(chunks).toString("utf8") };
-}
-
-/**
- * Sends the one report line and closes fd 3. The runtime may already be dead (EPIPE; Node
- * ignores SIGPIPE), which is fine: the receipt, not the report, is the durable outcome.
- */
-function sendReport(report: SupervisorReport): void {
-  const bytes = Buffer.from(`${JSON.stringify(report)}\n`, "utf8");
-  let offset = 0;
-  let attempts = 0;
-  try {
-    while (offset < bytes.length && attempts < 1000) {
-      attempts += 1;
-      try {
-        offset += writeSync(SUPERVISOR_REPORT_FD, bytes, offset);
-      } catch (error) {
-        if (errorCode(error) !== "EAGAIN") break;
-        pauseMs(5);
-      }
-    }
-  } finally {
-    try {
-      closeSync(SUPERVISOR_REPORT_FD);
-    } catch {
-      // The descriptor was never open (the supervisor started by hand): nothing to close.
-    }
-  }
-}
+const BACKSTOP_MARGIN_MS = 1000;
+/** A receipt that cannot be written (a full disk) is tried again with this backoff, for as long as it takes. */
+const RECEIPT_RETRY_MIN_MS = 50;
+const RECEIPT_RETRY_MAX_MS = 2000;
+const MAX_CLIENTS = 64;
+const HANDSHAKE_TIMEOUT_MS = 10_000;
 
 /** A log file that keeps at most `maxBytes` of the stream, then one marker line, then nothing. */
 class CappedLog {
   private writtenBytes = 0;
   private truncated = false;
   private endsWithNewline = true;
+  /** The first write error (a full disk): the log stops there, the task is still supervised. */
+  writeError: string | null = null;
 
   constructor(
     private readonly fd: number,
@@ -103,9 +62,9 @@ class CappedLog {
   ) {}
 
   write(chunk: Buffer): void {
-    // Past the cap the chunk is dropped, but the caller keeps reading so the task never blocks
-    // on a full pipe.
-    if (this.truncated) return;
+    // Past the cap (or after a write error) the chunk is dropped, but the caller keeps reading
+    // so the task never blocks on a full pipe.
+    if (this.truncated || this.writeError !== null) return;
     const roomBytes = this.maxBytes - this.writtenBytes;
     if (chunk.length <= roomBytes) {
       this.writeAll(chunk);
@@ -117,34 +76,44 @@ class CappedLog {
   }
 
   private writeAll(bytes: Buffer, counts = true): void {
-    if (bytes.length === 0) return;
+    if (bytes.length === 0 || this.writeError !== null) return;
     let offset = 0;
-    while (offset < bytes.length) offset += writeSync(this.fd, bytes, offset);
+    try {
+      while (offset < bytes.length) offset += writeSync(this.fd, bytes, offset);
+    } catch (error) {
+      this.writeError = errorCode(error) ?? errorMessage(error);
+      return;
+    }
     if (counts) this.writtenBytes += bytes.length;
     this.endsWithNewline = bytes[bytes.length - 1] === 0x0a;
   }
 
-  /** The logs are made durable before the receipt, so a receipt implies its logs are complete. */
+  /** The logs are made durable before the receipt, so a receipt implies its logs are as complete as the disk allowed. */
   close(): void {
     try {
       fsyncSync(this.fd);
+    } catch (error) {
+      this.writeError ??= errorCode(error) ?? errorMessage(error);
     } finally {
       closeSync(this.fd);
     }
   }
 }
 
-function openLog(layout: StateLayout, attemptId: string, stream: "stdout" | "stderr"): { ok: true; fd: number } | { ok: false; reason: string } {
-  try {
-    return { ok: true, fd: openSync(attemptLogPath(layout, attemptId, stream), "wx", LOG_FILE_MODE) };
-  } catch (error) {
-    return { ok: false, reason: `cannot create the ${stream} log: ${errorCode(error) ?? String(error)}` };
-  }
-}
-
-function describeError(error: unknown): string {
-  const text = errorMessage(error);
-  return text.slice(0, SPAWN_ERROR_MAX_LENGTH);
+interface Task {
+  readonly attemptId: string;
+  readonly pid: number;
+  readonly child: ChildProcess;
+  readonly startedAtMs: number;
+  readonly deadlineAtMs: number | null;
+  readonly graceMs: number;
+  /** The supervisor was told to stop it now (the runtime wrote the intent and asked). */
+  stopAsked: boolean;
+  /** When the supervisor first saw a reason to stop it (intent file, request or deadline). */
+  stopNoticedAtMs: number | null;
+  termSentAtMs: number | null;
+  killSent: boolean;
+  exited: boolean;
 }
 
 /** O_CLOEXEC as /proc/<pid>/fdinfo shows it (octal `flags:`), on every Linux architecture Node runs on. */
@@ -152,31 +121,27 @@ const O_CLOEXEC_FLAG = 0o2000000;
 
 /**
  * Closes every descriptor above 2 that would survive exec. Node opens all of its own with
- * close-on-exec, and at start-up marks the low inherited ones too, but a descriptor the
- * runtime inherited above a gap (fd 40 from a service manager, a shell's `exec 9>file`, a
- * leaked socket) stays inheritable and would reach the task, which could then read or write
- * whatever it names. Only descriptors without close-on-exec are closed, so none of Node's own
- * is touched.
+ * close-on-exec, and at start-up marks the low inherited ones too, but a descriptor inherited
+ * above a gap (fd 40 from a service manager, a shell's `exec 9>file`, a leaked socket) stays
+ * inheritable and would reach every task, which could then read or write whatever it names.
+ * Run once at start-up: every descriptor the supervisor opens later is close-on-exec.
  */
-function closeInheritableDescriptors(procSelf = "/proc/self"): void {
+function closeInheritableDescriptors(keep: number): void {
   let entries: string[];
   try {
-    entries = readdirSync(`${procSelf}/fd`);
+    entries = readdirSync("/proc/self/fd");
   } catch {
     return;
   }
   for (const entry of entries) {
     const fd = Number(entry);
-    // The report channel is still needed; Node marked it close-on-exec at start-up (it is the
-    // lowest inherited descriptor above stdio), so it never reaches the task either.
-    if (!Number.isInteger(fd) || fd <= 2 || fd === SUPERVISOR_REPORT_FD) continue;
+    if (!Number.isInteger(fd) || fd <= 2 || fd === keep) continue;
     let flags: number;
     try {
-      const match = /^flags:\s+([0-7]+)$/m.exec(readFileSync(`${procSelf}/fdinfo/${fd}`, "utf8"));
+      const match = /^flags:\s+([0-7]+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"));
       if (match?.[1] === undefined) continue;
       flags = Number.parseInt(match[1], 8);
     } catch {
-      // Gone since the listing (the directory handle of readdirSync itself).
       continue;
     }
     if ((flags & O_CLOEXEC_FLAG) !== 0) continue;
@@ -188,12 +153,16 @@ function closeInheritableDescriptors(procSelf = "/proc/self"): void {
   }
 }
 
-/** Best-effort note for failures that leave no receipt; an operator finds it next to the logs. */
+function describeError(error: unknown): string {
+  return errorMessage(error).slice(0, SPAWN_ERROR_MAX_LENGTH);
+}
+
+/** Best-effort note for failures that leave no receipt (yet); an operator finds it next to the logs. */
 function noteSupervisorFailure(layout: StateLayout, attemptId: string, message: string): void {
   try {
     appendFileSync(join(layout.logsDir, `${attemptId}.supervisor.log`), `[qlr supervisor] ${message}\n`, { mode: LOG_FILE_MODE });
   } catch {
-    // The state directory itself is unusable; there is nowhere left to say it.
+    // The disk is full or the state directory unusable; there is nowhere left to say it.
   }
 }
 
@@ -205,161 +174,398 @@ function signalGroup(processGroupId: number, signal: NodeJS.Signals): void {
   }
 }
 
-async function main(): Promise<number> {
-  const [stateDir, attemptId] = process.argv.slice(2);
-  if (stateDir === undefined || !isPortableId(attemptId)) return EXIT_CODE_NO_RECEIPT;
-  process.title = `qlr-supervisor ${attemptId}`;
-  const layout = stateLayout(stateDir);
-
-  // The task's group, once it exists and until its leader is reaped. Node delivers signals
-  // and the child's exit on the same thread, so a forward can never reach a reaped (and
-  // possibly recycled) pid.
-  let taskGroup: number | null = null;
-  // A SIGTERM or SIGINT aimed at the supervisor (an operator's kill, a service manager
-  // stopping the cgroup) is passed on to the task instead of ending the supervisor, so the
-  // receipt is still written. SIGHUP is ignored: the supervisor has no terminal.
-  process.on("SIGTERM", () => {
-    if (taskGroup !== null) signalGroup(taskGroup, "SIGTERM");
-  });
-  process.on("SIGINT", () => {
-    if (taskGroup !== null) signalGroup(taskGroup, "SIGINT");
-  });
-  process.on("SIGHUP", () => undefined);
-
-  const handover = readHandover(attemptId);
-  // A torn spec (the runtime died during the handover) still ends in a receipt, signed with
-  // the key at the state directory's default path, so the attempt ends with a spawn error
-  // rather than silence.
-  const key = await loadKey(handover.spec?.receiptKeyPath ?? layout.receiptKeyPath);
-  if (typeof key === "string") {
-    noteSupervisorFailure(layout, attemptId, key);
-    return EXIT_CODE_NO_RECEIPT;
-  }
-  let journal;
+function sendStartupReport(report: StartupReport): void {
   try {
-    journal = await readJournalRecord(layout, attemptId);
-  } catch (error) {
-    noteSupervisorFailure(layout, attemptId, `journal unreadable: ${describeError(error)}`);
-    return EXIT_CODE_NO_RECEIPT;
+    writeSync(SUPERVISOR_STARTUP_FD, `${JSON.stringify(report)}\n`);
+  } catch {
+    // Started by hand, or the starter is gone: the socket is the way in either way.
   }
-  if (journal === null) {
-    noteSupervisorFailure(layout, attemptId, "no journal record: a task that was not journaled is never started");
-    return EXIT_CODE_NO_RECEIPT;
+  try {
+    closeSync(SUPERVISOR_STARTUP_FD);
+  } catch {
+    // Never open.
   }
-  const { startedAtMs } = journal;
+}
 
-  const finish = async (outcome: { exitCode: number | null; signal: string | null; spawnError: string | null; finishedAtMs: number }): Promise<number> => {
-    const stopReason = await readStopReason(layout, attemptId);
-    const receipt = signReceipt(key, { attemptId, startedAtMs, stopReason, ...outcome });
-    try {
-      await writeReceiptExclusive(layout, receipt);
-      return 0;
-    } catch (error) {
-      noteSupervisorFailure(layout, attemptId, `receipt not written: ${describeError(error)}`);
-      return EXIT_CODE_NO_RECEIPT;
+const sleepMs = (milliseconds: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, milliseconds));
+
+class ResidentSupervisor {
+  private readonly tasks = new Map<string, Task>();
+  /** Launch requests being handled (journal read, spawn record write) and not yet answered. */
+  private readonly accepted = new Set<string>();
+  /** Attempts answered `never` to a settle: refused from then on, so that answer stays true. */
+  private readonly refused = new Set<string>();
+  private readonly clients = new Set<Socket>();
+  private pendingReceipts = 0;
+  private enforceTimer: NodeJS.Timeout | null = null;
+  private idleTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly layout: StateLayout,
+    private readonly key: Uint8Array,
+    private readonly identity: { pid: number; startTicks: string; bootId: string },
+  ) {}
+
+  private broadcast(message: SupervisorMessage): void {
+    for (const client of this.clients) send(client, message);
+  }
+
+  /** Leaves once nothing is supervised, nothing is pending and nobody is connected for IDLE_EXIT_MS. */
+  checkIdle(): void {
+    const idle = this.tasks.size === 0 && this.accepted.size === 0 && this.pendingReceipts === 0 && this.clients.size === 0;
+    if (!idle) {
+      if (this.idleTimer !== null) clearTimeout(this.idleTimer);
+      this.idleTimer = null;
+      return;
     }
-  };
-  const failBeforeSpawn = async (spawnError: string): Promise<number> => {
-    const code = await finish({ exitCode: null, signal: null, spawnError: spawnError.slice(0, SPAWN_ERROR_MAX_LENGTH), finishedAtMs: Date.now() });
-    sendReport({ kind: "spawn_failed", spawnError });
-    return code;
-  };
-
-  const spec = handover.spec;
-  if (spec === null) return failBeforeSpawn(handover.problem);
-  const stdoutFile = openLog(layout, attemptId, "stdout");
-  if (!stdoutFile.ok) return failBeforeSpawn(stdoutFile.reason);
-  const stderrFile = openLog(layout, attemptId, "stderr");
-  if (!stderrFile.ok) {
-    closeSync(stdoutFile.fd);
-    return failBeforeSpawn(stderrFile.reason);
+    this.idleTimer ??= setTimeout(() => {
+      this.idleTimer = null;
+      if (this.tasks.size === 0 && this.accepted.size === 0 && this.pendingReceipts === 0 && this.clients.size === 0) process.exit(0);
+    }, IDLE_EXIT_MS);
   }
-  const stdoutLog = new CappedLog(stdoutFile.fd, spec.logMaxBytes);
-  const stderrLog = new CappedLog(stderrFile.fd, spec.logMaxBytes);
-  const closeLogs = (): void => {
+
+  attach(socket: Socket): void {
+    if (this.clients.size >= MAX_CLIENTS) {
+      socket.destroy();
+      return;
+    }
+    const nonce = randomBytes(16).toString("hex");
+    let authenticated = false;
+    let buffered = "";
+    const handshakeTimer = setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS);
+    socket.setEncoding("utf8");
+    socket.on("error", () => undefined);
+    socket.on("close", () => {
+      clearTimeout(handshakeTimer);
+      this.clients.delete(socket);
+      this.checkIdle();
+    });
+    socket.on("data", (text: string) => {
+      buffered += text;
+      if (buffered.length > SUPERVISOR_MESSAGE_MAX_BYTES * 2) {
+        socket.destroy();
+        return;
+      }
+      for (let newline = buffered.indexOf("\n"); newline >= 0; newline = buffered.indexOf("\n")) {
+        const line = buffered.slice(0, newline);
+        buffered = buffered.slice(newline + 1);
+        const message = parseClientMessage(line);
+        if (typeof message === "string") {
+          socket.destroy();
+          return;
+        }
+        if (!authenticated) {
+          // Only a holder of the receipt key may talk to the supervisor; the proof answers
+          // this connection's own challenge, so it cannot be replayed on another.
+          if (message.op !== "hello" || !proofMatches(this.key, "client", nonce, message.proof)) {
+            socket.destroy();
+            return;
+          }
+          authenticated = true;
+          clearTimeout(handshakeTimer);
+          this.clients.add(socket);
+          this.checkIdle();
+          send(socket, { kind: "welcome", proof: challengeProof(this.key, "supervisor", message.nonce), pid: process.pid });
+          continue;
+        }
+        if (message.op === "launch") void this.launch(socket, message.spec);
+        else if (message.op === "stop") this.stopRequested(socket, message.attemptId);
+        else if (message.op === "settle") this.settle(socket, message.attemptId);
+      }
+    });
+    send(socket, { kind: "challenge", nonce });
+  }
+
+  private settle(socket: Socket, attemptId: string): void {
+    if (this.tasks.has(attemptId) || this.accepted.has(attemptId)) {
+      send(socket, { kind: "settled", attemptId, state: "spawned" });
+      return;
+    }
+    // Unknown here: it never reached this supervisor whole, and from now on it never will.
+    this.refused.add(attemptId);
+    send(socket, { kind: "settled", attemptId, state: "never" });
+  }
+
+  private stopRequested(socket: Socket, attemptId: string): void {
+    const task = this.tasks.get(attemptId);
+    if (task !== undefined && !task.exited) {
+      task.stopAsked = true;
+      this.enforce();
+    }
+    send(socket, { kind: "stopping", attemptId, known: task !== undefined });
+  }
+
+  private async launch(socket: Socket, spec: SupervisorSpec): Promise<void> {
+    const { attemptId } = spec;
+    if (this.tasks.has(attemptId) || this.accepted.has(attemptId) || this.refused.has(attemptId)) {
+      send(socket, { kind: "rejected", attemptId, reason: "this attempt is already known to the supervisor (spawned, being spawned or settled as never spawned)" });
+      return;
+    }
+    this.accepted.add(attemptId);
+    try {
+      const reply = await this.spawnTask(spec);
+      send(socket, reply);
+    } finally {
+      this.accepted.delete(attemptId);
+      this.checkIdle();
+    }
+  }
+
+  /** Journal check → logs → spawn record (durable) → spawn. Nothing is spawned without both records. */
+  private async spawnTask(spec: SupervisorSpec): Promise<SupervisorMessage> {
+    const { attemptId } = spec;
+    let journal;
+    try {
+      journal = await readJournalRecord(this.layout, attemptId);
+    } catch (error) {
+      return { kind: "rejected", attemptId, reason: `journal unreadable: ${describeError(error)}` };
+    }
+    if (journal === null) return { kind: "rejected", attemptId, reason: "no journal record: a task that was not journaled is never started" };
+    const { startedAtMs } = journal;
+
+    const stdoutFile = openLog(this.layout, attemptId, "stdout");
+    if (!stdoutFile.ok) return this.failBeforeSpawn(attemptId, startedAtMs, stdoutFile.reason);
+    const stderrFile = openLog(this.layout, attemptId, "stderr");
+    if (!stderrFile.ok) {
+      closeSync(stdoutFile.fd);
+      return this.failBeforeSpawn(attemptId, startedAtMs, stderrFile.reason);
+    }
+    const stdoutLog = new CappedLog(stdoutFile.fd, spec.logMaxBytes);
+    const stderrLog = new CappedLog(stderrFile.fd, spec.logMaxBytes);
+    const closeLogs = (): void => {
+      stdoutLog.close();
+      stderrLog.close();
+    };
+    try {
+      await writeSpawnRecord(this.layout, { attemptId, supervisorPid: this.identity.pid, supervisorStartTicks: this.identity.startTicks, bootId: this.identity.bootId });
+    } catch (error) {
+      // No spawn record, no spawn: with a full disk the attempt provably never started (the
+      // runtime's settle question gets `never`), which is better than a task nobody can prove.
+      closeLogs();
+      this.refused.add(attemptId);
+      return { kind: "rejected", attemptId, reason: `the spawn record could not be written: ${describeError(error)}` };
+    }
+
+    const [command, ...args] = spec.argv;
+    let child: ChildProcess;
+    try {
+      // detached: the child calls setsid() before exec, so it leads a new session and process
+      // group whose id is its pid; that group is what a stop signals. With a task user the
+      // child changes into cwd, then drops supplementary groups, sets the gid, then the uid,
+      // all before exec.
+      const identity = spec.uid === null || spec.gid === null ? {} : { uid: spec.uid, gid: spec.gid };
+      child = spawn(command ?? "", args, { detached: true, stdio: ["ignore", "pipe", "pipe"], env: { ...spec.env }, cwd: spec.cwd, ...identity });
+    } catch (error) {
+      return this.failSpawn(attemptId, startedAtMs, stderrLog, closeLogs, error);
+    }
+    const spawnFailure = new Promise<unknown>((resolve) => child.once("error", resolve));
+    const pid = child.pid;
+    // ENOENT, EACCES, a missing cwd: Node reports them through "error" on the next tick.
+    if (pid === undefined) return this.failSpawn(attemptId, startedAtMs, stderrLog, closeLogs, await spawnFailure);
+    // Read synchronously, before the event loop runs again and could reap a task that exits at
+    // once: the /proc entry (a zombie at worst) still carries the start time.
+    const stat = readProcStatSync(pid);
+    const task: Task = {
+      attemptId,
+      pid,
+      child,
+      startedAtMs,
+      deadlineAtMs: spec.timeoutMs === null ? null : startedAtMs + spec.timeoutMs,
+      graceMs: spec.graceMs,
+      stopAsked: false,
+      stopNoticedAtMs: null,
+      termSentAtMs: null,
+      killSent: false,
+      exited: false,
+    };
+    this.tasks.set(attemptId, task);
+    this.scheduleEnforcement();
+    void this.superviseToReceipt(task, stdoutLog, stderrLog);
+    return { kind: "started", attemptId, pid, startTicks: stat.kind === "present" ? stat.stat.startTicks : null };
+  }
+
+  private async superviseToReceipt(task: Task, stdoutLog: CappedLog, stderrLog: CappedLog): Promise<void> {
+    const { child, pid, attemptId } = task;
+    const streamsClosed = [
+      { stream: child.stdout, log: stdoutLog },
+      { stream: child.stderr, log: stderrLog },
+    ].map(({ stream, log }) => {
+      if (stream === null) return Promise.resolve();
+      // Reading continues past the cap (the log drops the bytes) so the task never blocks on
+      // a full pipe.
+      stream.on("data", (chunk: Buffer) => log.write(chunk));
+      return new Promise<void>((resolve) => {
+        stream.once("close", () => resolve());
+        stream.once("error", () => resolve());
+      });
+    });
+    const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+      child.once("exit", (code, signal) => resolve({ code, signal }));
+    });
+    const finishedAtMs = Date.now();
+    task.exited = true;
+    // The leader is gone; whatever it left running in its group (a background job holding the
+    // pipes, a process it forgot) is ended now, so nothing of this attempt outlives its receipt
+    // and a retry never runs beside it. The group id cannot name a new group while any member
+    // is alive, and an empty group answers ESRCH.
+    signalGroup(pid, "SIGKILL");
+    let drainTimer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(streamsClosed), new Promise<void>((resolve) => (drainTimer = setTimeout(resolve, PIPE_DRAIN_MAX_MS)))]);
+    clearTimeout(drainTimer);
+    child.stdout?.destroy();
+    child.stderr?.destroy();
     stdoutLog.close();
     stderrLog.close();
-  };
-  const failSpawn = (error: unknown): Promise<number> => {
+    for (const [stream, log] of [["stdout", stdoutLog], ["stderr", stderrLog]] as const) {
+      if (log.writeError !== null) noteSupervisorFailure(this.layout, attemptId, `${stream} log incomplete: ${log.writeError}`);
+    }
+    this.pendingReceipts += 1;
+    this.tasks.delete(attemptId);
+    try {
+      await this.finish(attemptId, task.startedAtMs, { exitCode: exit.code, signal: exit.signal, spawnError: null, finishedAtMs });
+    } finally {
+      this.pendingReceipts -= 1;
+      this.broadcast({ kind: "exited", attemptId });
+      this.checkIdle();
+    }
+  }
+
+  /**
+   * Writes the receipt, retrying until it lands: a full disk delays the completion but never
+   * loses it (the supervisor stays for as long as the receipt is pending). EEXIST ends it: a
+   * receipt is never replaced.
+   */
+  private async finish(attemptId: string, startedAtMs: number, outcome: Pick<CompletionReceipt, "exitCode" | "signal" | "spawnError" | "finishedAtMs">): Promise<boolean> {
+    let backoffMs = RECEIPT_RETRY_MIN_MS;
+    let noted = false;
+    for (;;) {
+      try {
+        const stopReason = await readStopReason(this.layout, attemptId);
+        await writeReceiptExclusive(this.layout, signReceipt(this.key, { attemptId, startedAtMs, stopReason, ...outcome }));
+        return true;
+      } catch (error) {
+        if (errorCode((error as { cause?: unknown }).cause) === "EEXIST") {
+          noteSupervisorFailure(this.layout, attemptId, `receipt not written: ${describeError(error)}`);
+          return false;
+        }
+        if (!noted) noteSupervisorFailure(this.layout, attemptId, `receipt write failed, retrying until it lands: ${describeError(error)}`);
+        noted = true;
+      }
+      await sleepMs(backoffMs);
+      backoffMs = Math.min(RECEIPT_RETRY_MAX_MS, backoffMs * 2);
+    }
+  }
+
+  private async failBeforeSpawn(attemptId: string, startedAtMs: number, spawnError: string): Promise<SupervisorMessage> {
+    this.pendingReceipts += 1;
+    try {
+      await this.finish(attemptId, startedAtMs, { exitCode: null, signal: null, spawnError: spawnError.slice(0, SPAWN_ERROR_MAX_LENGTH), finishedAtMs: Date.now() });
+    } finally {
+      this.pendingReceipts -= 1;
+    }
+    return { kind: "spawn_failed", attemptId, spawnError };
+  }
+
+  private failSpawn(attemptId: string, startedAtMs: number, stderrLog: CappedLog, closeLogs: () => void, error: unknown): Promise<SupervisorMessage> {
     const spawnError = describeError(error);
     stderrLog.write(Buffer.from(`[qlr: spawn failed: ${spawnError}]\n`, "utf8"));
     closeLogs();
-    return failBeforeSpawn(spawnError);
-  };
-
-  const [command, ...args] = spec.argv;
-  // Right before the spawn: nothing but the three pipes and /dev/null may reach the task.
-  closeInheritableDescriptors();
-  let child: ChildProcess;
-  try {
-    // detached: the child calls setsid() before exec, so it leads a new session and process
-    // group whose id is its pid; that group is what a stop signals. With a task user the
-    // child changes into cwd, then drops supplementary groups, sets the gid, then the uid,
-    // all before exec.
-    const identity = spec.uid === null || spec.gid === null ? {} : { uid: spec.uid, gid: spec.gid };
-    child = spawn(command ?? "", args, { detached: true, stdio: ["ignore", "pipe", "pipe"], env: { ...spec.env }, cwd: spec.cwd, ...identity });
-  } catch (error) {
-    return failSpawn(error);
+    return this.failBeforeSpawn(attemptId, startedAtMs, spawnError);
   }
-  const spawnFailure = new Promise<unknown>((resolve) => child.once("error", resolve));
-  const pid = child.pid;
-  // ENOENT, EACCES, a missing cwd: Node reports them through "error" on the next tick.
-  if (pid === undefined) return failSpawn(await spawnFailure);
-  // Read synchronously, before the event loop runs again and could reap a task that exits at
-  // once: the /proc entry (a zombie at worst) still carries the start time.
-  const stat = readProcStatSync(pid);
-  taskGroup = pid;
-  sendReport({ kind: "started", pid, startTicks: stat.kind === "present" ? stat.stat.startTicks : null });
 
-  const streamsClosed = [
-    { stream: child.stdout, log: stdoutLog },
-    { stream: child.stderr, log: stderrLog },
-  ].map(({ stream, log }) => {
-    if (stream === null) return Promise.resolve();
-    // Reading continues past the cap (the log drops the bytes) so the task never blocks on a
-    // full pipe.
-    stream.on("data", (chunk: Buffer) => log.write(chunk));
-    return new Promise<void>((resolve) => {
-      stream.once("close", () => resolve());
-      stream.once("error", () => resolve());
-    });
-  });
+  private scheduleEnforcement(): void {
+    this.enforceTimer ??= setInterval(() => this.enforce(), ENFORCE_INTERVAL_MS);
+  }
 
-  const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.once("exit", (code, signal) => resolve({ code, signal }));
-  });
-  const finishedAtMs = Date.now();
-  taskGroup = null;
-  // The leader is gone; whatever it left running in its group (a background job holding the
-  // pipes, a process it forgot) is ended now, so nothing of this attempt outlives its receipt
-  // and a retry never runs beside it. The group id cannot name a new group while any member
-  // is alive, and an empty group answers ESRCH.
-  signalGroup(pid, "SIGKILL");
-  let drainTimer: NodeJS.Timeout | undefined;
-  await Promise.race([Promise.all(streamsClosed), new Promise<void>((resolve) => (drainTimer = setTimeout(resolve, PIPE_DRAIN_MAX_MS)))]);
-  clearTimeout(drainTimer);
-  child.stdout?.destroy();
-  child.stderr?.destroy();
-  closeLogs();
-  return finish({ exitCode: exit.code, signal: exit.signal, spawnError: null, finishedAtMs });
-}
+  /**
+   * Stops by durable intent and at deadlines. A task with a stop intent on disk, a stop
+   * request, or a passed deadline gets SIGTERM to its group, then SIGKILL after its grace.
+   * The supervisor is the task's parent and has not reaped it (its exit event has not fired),
+   * so the pid cannot name another process. While a runtime is connected and the reason is one
+   * the runtime acts on itself (an intent file, a deadline), the supervisor waits out the
+   * runtime's own grace first.
+   */
+  enforce(): void {
+    const nowMs = Date.now();
+    for (const task of this.tasks.values()) {
+      if (task.exited) continue;
+      const deadlinePassed = task.deadlineAtMs !== null && nowMs >= task.deadlineAtMs;
+      if (task.stopNoticedAtMs === null && (task.stopAsked || deadlinePassed || existsSync(stopIntentPath(this.layout, task.attemptId)))) {
+        task.stopNoticedAtMs = nowMs;
+        // A deadline the supervisor enforces is recorded like the runtime's own: the receipt says timeout.
+        if (deadlinePassed) void recordStopIntent(this.layout, task.attemptId, "timeout", nowMs).catch(() => undefined);
+      }
+      if (task.stopNoticedAtMs === null) continue;
+      const backstopMs = task.stopAsked || this.clients.size === 0 ? 0 : task.graceMs + BACKSTOP_MARGIN_MS;
+      if (task.termSentAtMs === null && nowMs >= task.stopNoticedAtMs + backstopMs) {
+        task.termSentAtMs = nowMs;
+        signalGroup(task.pid, "SIGTERM");
+      } else if (task.termSentAtMs !== null && !task.killSent && nowMs >= task.termSentAtMs + task.graceMs) {
+        task.killSent = true;
+        signalGroup(task.pid, "SIGKILL");
+      }
+    }
+    if (this.tasks.size === 0 && this.enforceTimer !== null) {
+      clearInterval(this.enforceTimer);
+      this.enforceTimer = null;
+    }
+  }
 
-function readHandover(attemptId: string): { spec: SupervisorSpec; problem: null } | { spec: null; problem: string } {
-  const specText = readSpecText();
-  if (!specText.ok) return { spec: null, problem: specText.reason };
-  const parsed = parseSupervisorSpec(specText.text, attemptId);
-  return typeof parsed === "string" ? { spec: null, problem: parsed } : { spec: parsed, problem: null };
-}
-
-async function loadKey(keyPath: string): Promise<Uint8Array | string> {
-  try {
-    return (await readReceiptKey(keyPath)) ?? `receipt key ${keyPath} does not exist`;
-  } catch (error) {
-    return `receipt key unreadable: ${describeError(error)}`;
+  /** A SIGTERM or SIGINT aimed at the supervisor (a service manager stopping its unit) is passed on to every task; the supervisor stays to write the receipts. */
+  forward(signal: NodeJS.Signals): void {
+    for (const task of this.tasks.values()) if (!task.exited) signalGroup(task.pid, signal);
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  () => process.exit(EXIT_CODE_NO_RECEIPT),
-);
+function send(socket: Socket, message: SupervisorMessage): void {
+  if (!socket.destroyed) socket.write(`${JSON.stringify(message)}\n`);
+}
+
+function openLog(layout: StateLayout, attemptId: string, stream: "stdout" | "stderr"): { ok: true; fd: number } | { ok: false; reason: string } {
+  try {
+    return { ok: true, fd: openSync(attemptLogPath(layout, attemptId, stream), "wx", LOG_FILE_MODE) };
+  } catch (error) {
+    return { ok: false, reason: `cannot create the ${stream} log: ${errorCode(error) ?? String(error)}` };
+  }
+}
+
+async function main(): Promise<void> {
+  const stateDir = process.argv[2];
+  if (stateDir === undefined || stateDir === "") {
+    sendStartupReport({ kind: "failed", reason: "usage: supervisor.mjs <stateDir>" });
+    process.exit(64);
+  }
+  process.title = "qlr-supervisor";
+  closeInheritableDescriptors(SUPERVISOR_STARTUP_FD);
+  const layout = stateLayout(stateDir);
+  let key: Uint8Array | null;
+  try {
+    key = await readReceiptKey(layout.receiptKeyPath);
+  } catch (error) {
+    sendStartupReport({ kind: "failed", reason: `receipt key unreadable: ${describeError(error)}` });
+    process.exit(70);
+  }
+  const bootId = await readBootId();
+  const ownStat = readProcStatSync(process.pid);
+  if (key === null || bootId === null || ownStat.kind !== "present") {
+    sendStartupReport({ kind: "failed", reason: key === null ? `receipt key ${layout.receiptKeyPath} does not exist` : "no /proc to identify processes" });
+    process.exit(70);
+  }
+  const supervisor = new ResidentSupervisor(layout, key, { pid: process.pid, startTicks: ownStat.stat.startTicks, bootId });
+  process.on("SIGTERM", () => supervisor.forward("SIGTERM"));
+  process.on("SIGINT", () => supervisor.forward("SIGINT"));
+  process.on("SIGHUP", () => undefined);
+  const server = createServer((socket) => supervisor.attach(socket));
+  server.on("error", (error) => {
+    // The abstract name is bound: another supervisor of this state directory is alive and is
+    // the one to use. Binding is the lock, so there is never a second.
+    sendStartupReport(errorCode(error) === "EADDRINUSE" ? { kind: "busy" } : { kind: "failed", reason: describeError(error) });
+    process.exit(errorCode(error) === "EADDRINUSE" ? 0 : 70);
+  });
+  server.listen({ path: supervisorSocketName(stateDir) }, () => {
+    sendStartupReport({ kind: "ready", pid: process.pid });
+    supervisor.checkIdle();
+  });
+}
+
+void main();

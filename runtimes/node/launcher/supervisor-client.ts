@@ -1,0 +1,281 @@
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { connect, type Socket } from "node:net";
+import { QlrError, errorCode, errorMessage } from "../../../src/errors.ts";
+import { challengeProof, parseStartupReport, parseSupervisorMessage, proofMatches, SUPERVISOR_MESSAGE_MAX_BYTES, supervisorSocketName, type ClientMessage, type StartupReport, type SupervisorMessage } from "./supervisor-protocol.ts";
+
+/**
+ * The supervisor only shuttles bytes from pipes to files and waits on children; a small heap
+ * keeps its private memory near 8 MiB for the whole state directory (the Node binary's pages
+ * are shared with the runtime).
+ */
+const SUPERVISOR_NODE_FLAGS = ["--max-old-space-size=32", "--max-semi-space-size=1"];
+/** A Node start on a slow router takes about a second; past this the supervisor counts as not starting. */
+const STARTUP_TIMEOUT_MS = 30_000;
+/** How long one request waits for its answer before the connection is given up as hung. */
+const REQUEST_TIMEOUT_MS = 30_000;
+const CONNECT_ATTEMPTS = 5;
+
+type Reply = Exclude<SupervisorMessage, { kind: "challenge" } | { kind: "welcome" } | { kind: "exited" }>;
+
+export interface SupervisorClientOptions {
+  readonly stateDir: string;
+  readonly hmacKey: Uint8Array;
+  readonly supervisorPath: string;
+  /** The minimal environment the supervisor starts with (no runtime secret, no NODE_OPTIONS). */
+  readonly supervisorEnv: Record<string, string>;
+  /** A task's receipt is durable: a hint to look now, never evidence. */
+  readonly onExited?: (attemptId: string) => void;
+}
+
+/** One authenticated connection to the state directory's resident supervisor. */
+class Connection {
+  private buffered = "";
+  private readonly waiting = new Map<string, { resolve: (reply: Reply) => void; reject: (error: Error) => void; timer: NodeJS.Timeout }>();
+  closed = false;
+
+  constructor(
+    private readonly socket: Socket,
+    private readonly onExited: ((attemptId: string) => void) | undefined,
+    private readonly onClose: () => void,
+  ) {
+    socket.setEncoding("utf8");
+    socket.on("data", (text: string) => this.receive(text));
+    socket.on("error", () => undefined);
+    socket.on("close", () => {
+      this.closed = true;
+      for (const { reject, timer } of this.waiting.values()) {
+        clearTimeout(timer);
+        reject(new QlrError("storage_unavailable", "the supervisor connection closed before it answered"));
+      }
+      this.waiting.clear();
+      this.onClose();
+    });
+    // The runtime may exit while the supervisor lives on; the connection must not keep it up.
+    socket.unref();
+  }
+
+  private receive(text: string): void {
+    this.buffered += text;
+    if (this.buffered.length > SUPERVISOR_MESSAGE_MAX_BYTES) {
+      this.socket.destroy();
+      return;
+    }
+    for (let newline = this.buffered.indexOf("\n"); newline >= 0; newline = this.buffered.indexOf("\n")) {
+      const message = parseSupervisorMessage(this.buffered.slice(0, newline));
+      this.buffered = this.buffered.slice(newline + 1);
+      if (message === null || message.kind === "challenge" || message.kind === "welcome") continue;
+      if (message.kind === "exited") {
+        this.onExited?.(message.attemptId);
+        continue;
+      }
+      const key = `${message.kind === "stopping" ? "stop" : message.kind === "settled" ? "settle" : "launch"}:${message.attemptId}`;
+      const waiter = this.waiting.get(key);
+      if (waiter === undefined) continue;
+      this.waiting.delete(key);
+      clearTimeout(waiter.timer);
+      waiter.resolve(message);
+    }
+  }
+
+  request(message: Exclude<ClientMessage, { op: "hello" }>): Promise<Reply> {
+    const attemptId = message.op === "launch" ? message.spec.attemptId : message.attemptId;
+    const key = `${message.op}:${attemptId}`;
+    if (this.closed) return Promise.reject(new QlrError("storage_unavailable", "the supervisor connection is closed"));
+    if (this.waiting.has(key)) return Promise.reject(new QlrError("conflict", `a ${message.op} of ${attemptId} is already waiting for the supervisor`));
+    return new Promise<Reply>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(key);
+        reject(new QlrError("storage_unavailable", `the supervisor did not answer a ${message.op} of ${attemptId} within ${REQUEST_TIMEOUT_MS} ms`));
+      }, REQUEST_TIMEOUT_MS);
+      this.waiting.set(key, { resolve, reject, timer });
+      this.socket.write(`${JSON.stringify(message)}\n`);
+    });
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}
+
+/**
+ * Finds the state directory's resident supervisor on its abstract socket, starting it when
+ * none answers, and proves both ways that each side holds the receipt key. The connection is
+ * kept and shared; a closed one is replaced on the next request (a restarted supervisor is
+ * adopted the same way as one left by an earlier runtime).
+ */
+export class SupervisorClient {
+  private connecting: Promise<Connection> | null = null;
+  private readonly socketName: string;
+
+  constructor(private readonly options: SupervisorClientOptions) {
+    this.socketName = supervisorSocketName(options.stateDir);
+  }
+
+  /** Resolves once an authenticated connection exists (starting the supervisor if needed). */
+  async connected(): Promise<void> {
+    await this.connection();
+  }
+
+  async request(message: Exclude<ClientMessage, { op: "hello" }>): Promise<Reply> {
+    const connection = await this.connection();
+    return connection.request(message);
+  }
+
+  /**
+   * Asks a live supervisor only (never starts one): null when no supervisor of this state
+   * directory is alive, which is itself evidence (nothing can still be spawning).
+   */
+  async requestIfAlive(message: Exclude<ClientMessage, { op: "hello" }>): Promise<Reply | null> {
+    const connection = await this.connection(false);
+    return connection === null ? null : connection.request(message);
+  }
+
+  close(): void {
+    const pending = this.connecting;
+    this.connecting = null;
+    void pending?.then((connection) => connection.close()).catch(() => undefined);
+  }
+
+  private connection(startIfAbsent?: true): Promise<Connection>;
+  private connection(startIfAbsent: false): Promise<Connection | null>;
+  private async connection(startIfAbsent = true): Promise<Connection | null> {
+    const existing = this.connecting;
+    if (existing !== null) {
+      const connection = await existing.catch(() => null);
+      if (connection !== null && !connection.closed) return connection;
+      if (this.connecting === existing) this.connecting = null;
+    }
+    if (!startIfAbsent) {
+      const socket = await this.tryConnect();
+      if (socket === null) return null;
+      const attempt = this.handshake(socket);
+      this.connecting = attempt;
+      return attempt.catch((error: unknown) => {
+        if (this.connecting === attempt) this.connecting = null;
+        throw error;
+      });
+    }
+    const attempt = this.connectOrStart();
+    this.connecting = attempt;
+    return attempt.catch((error: unknown) => {
+      if (this.connecting === attempt) this.connecting = null;
+      throw error;
+    });
+  }
+
+  private async connectOrStart(): Promise<Connection> {
+    let lastProblem = "";
+    for (let attempt = 0; attempt < CONNECT_ATTEMPTS; attempt += 1) {
+      const socket = await this.tryConnect();
+      if (socket !== null) return this.handshake(socket);
+      const report = await this.startSupervisor();
+      // `busy`: another starter won the race; its supervisor answers on the next try.
+      if (report.kind === "failed") throw new QlrError("storage_unavailable", `the supervisor could not start: ${report.reason}`);
+      lastProblem = report.kind;
+    }
+    throw new QlrError("storage_unavailable", `no supervisor answered after ${CONNECT_ATTEMPTS} attempts (${lastProblem})`);
+  }
+
+  /** A connected socket, or null when no supervisor listens (ECONNREFUSED/ENOENT). */
+  private tryConnect(): Promise<Socket | null> {
+    return new Promise((resolve, reject) => {
+      const socket = connect({ path: this.socketName });
+      socket.once("connect", () => {
+        socket.removeAllListeners("error");
+        resolve(socket);
+      });
+      socket.once("error", (error) => {
+        const code = errorCode(error);
+        if (code === "ECONNREFUSED" || code === "ENOENT") resolve(null);
+        else reject(new QlrError("storage_unavailable", `cannot reach the supervisor: ${errorMessage(error)}`, { cause: error }));
+      });
+    });
+  }
+
+  private handshake(socket: Socket): Promise<Connection> {
+    const key = this.options.hmacKey;
+    return new Promise<Connection>((resolve, reject) => {
+      let buffered = "";
+      const nonce = randomBytes(16).toString("hex");
+      const fail = (reason: string): void => {
+        clearTimeout(timer);
+        socket.destroy();
+        reject(new QlrError("integrity", `the supervisor socket failed authentication: ${reason}`));
+      };
+      const timer = setTimeout(() => fail("no answer"), REQUEST_TIMEOUT_MS);
+      socket.setEncoding("utf8");
+      socket.on("error", () => undefined);
+      socket.once("close", () => fail("closed during the handshake"));
+      const onData = (text: string): void => {
+        buffered += text;
+        if (buffered.length > 4096) return fail("handshake too long");
+        for (let newline = buffered.indexOf("\n"); newline >= 0; newline = buffered.indexOf("\n")) {
+          const message = parseSupervisorMessage(buffered.slice(0, newline));
+          buffered = buffered.slice(newline + 1);
+          if (message?.kind === "challenge") {
+            socket.write(`${JSON.stringify({ op: "hello", proof: challengeProof(key, "client", message.nonce), nonce })}\n`);
+          } else if (message?.kind === "welcome") {
+            // A process that does not hold the key (another user squatting on the name) can
+            // never answer our challenge: nothing is sent to it.
+            if (!proofMatches(key, "supervisor", nonce, message.proof)) return fail("the supervisor does not hold the receipt key");
+            clearTimeout(timer);
+            socket.removeListener("data", onData);
+            socket.removeAllListeners("close");
+            const connection = new Connection(socket, this.options.onExited, () => undefined);
+            if (buffered.length > 0) socket.unshift(buffered);
+            resolve(connection);
+            return;
+          } else {
+            return fail("unexpected message");
+          }
+        }
+      };
+      socket.on("data", onData);
+    });
+  }
+
+  /** Starts a supervisor detached (own session), waits for its start-up line on fd 3, then lets go of it. */
+  private startSupervisor(): Promise<StartupReport> {
+    return new Promise<StartupReport>((resolve) => {
+      let child;
+      try {
+        child = spawn(process.execPath, [...SUPERVISOR_NODE_FLAGS, this.options.supervisorPath, this.options.stateDir], {
+          detached: true,
+          stdio: ["ignore", "ignore", "ignore", "pipe"],
+          env: this.options.supervisorEnv,
+          // The root directory keeps the supervisor from pinning a mount point a task does not use.
+          cwd: "/",
+        });
+      } catch (error) {
+        resolve({ kind: "failed", reason: errorMessage(error) });
+        return;
+      }
+      let text = "";
+      let settled = false;
+      const settle = (report: StartupReport): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        channel?.destroy();
+        child.unref();
+        resolve(report);
+      };
+      const timer = setTimeout(() => settle({ kind: "failed", reason: `no start-up report within ${STARTUP_TIMEOUT_MS} ms` }), STARTUP_TIMEOUT_MS);
+      child.on("error", (error) => settle({ kind: "failed", reason: error.message }));
+      const channel = child.stdio[3];
+      if (channel === null || channel === undefined) {
+        settle({ kind: "failed", reason: "no start-up channel" });
+        return;
+      }
+      channel.on("error", () => undefined);
+      channel.on("data", (chunk: Buffer) => {
+        text += chunk.toString("utf8");
+        const newline = text.indexOf("\n");
+        if (newline >= 0) settle(parseStartupReport(text.slice(0, newline)) ?? { kind: "failed", reason: "unreadable start-up report" });
+        else if (text.length > 4096) settle({ kind: "failed", reason: "start-up report too long" });
+      });
+      channel.once("close", () => setImmediate(() => settle({ kind: "failed", reason: "the supervisor exited before reporting" })));
+    });
+  }
+}
