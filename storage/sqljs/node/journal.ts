@@ -24,7 +24,6 @@
  * commits. Only one append is ever in flight, so only the last record can legitimately be torn.
  */
 import { Buffer } from "node:buffer";
-import { readSync } from "node:fs";
 import { QlrError } from "../../../src/errors.ts";
 import type { SqlParam } from "../../driver.ts";
 import type { RecordedWrite } from "../connection.ts";
@@ -166,25 +165,13 @@ export function scanJournal(bytes: Buffer, onRecord: (record: ParsedRecord) => v
 }
 
 /**
- * The same scan over a journal file read one record at a time, so opening a store holds one
- * record (at most MAX_RECORD_PAYLOAD_BYTES) rather than the whole journal, which may grow to
- * the size of the snapshot before a checkpoint. Only after a bad record does it read the rest
- * of the file at once, to tell a torn tail from damage.
+ * The same scan over a journal file read one record at a time through `read`, so opening a
+ * store holds one record (at most MAX_RECORD_PAYLOAD_BYTES) rather than the whole journal,
+ * which may grow to the size of the snapshot before a checkpoint. Only after a bad record does
+ * it read the rest of the file at once, to tell a torn tail from damage.
  */
-export function scanJournalFile(fd: number, sizeBytes: number, onRecord: (record: ParsedRecord) => void): JournalScan {
-  return scanJournalWith(sizeBytes, (position, length) => readAt(fd, position, length), onRecord);
-}
-
-function readAt(fd: number, position: number, length: number): Buffer {
-  const buffer = Buffer.allocUnsafe(length);
-  let filled = 0;
-  // Bounded by `length`: every iteration reads at least one byte or stops at the end of the file.
-  while (filled < length) {
-    const count = readSync(fd, buffer, filled, length - filled, position + filled);
-    if (count === 0) break;
-    filled += count;
-  }
-  return buffer.subarray(0, filled);
+export function scanJournalFile(read: JournalReader, sizeBytes: number, onRecord: (record: ParsedRecord) => void): JournalScan {
+  return scanJournalWith(sizeBytes, read, onRecord);
 }
 
 function scanJournalWith(sizeBytes: number, read: JournalReader, onRecord: (record: ParsedRecord) => void): JournalScan {
