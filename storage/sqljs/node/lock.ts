@@ -35,6 +35,13 @@ export interface HeldLock {
 }
 
 /** Takes the lock file `lock` inside `directory`, or throws `storage_locked` naming the holder. */
+/**
+ * Lock files this process holds now. A lock file naming this process that is not in here was
+ * left by one of its own attempts that failed half way (created, then a write or a sync
+ * failed, and the removal too, as on a failing disk): it is stale like a dead holder's.
+ */
+const heldByThisProcess = new Set<string>();
+
 export async function acquireLock(directory: string, fs: DurableFs): Promise<HeldLock> {
   const lockPath = join(directory, "lock");
   const holder: LockHolder = { pid: process.pid, startMarker: processStartMarker(fs, process.pid) ?? null, token: randomUUID() };
@@ -42,7 +49,7 @@ export async function acquireLock(directory: string, fs: DurableFs): Promise<Hel
     if (tryCreateLockFile(fs, lockPath, holder)) return heldLock(fs, lockPath, holder.token);
     const existing = await readHolder(fs, lockPath);
     if (existing === "missing") continue;
-    if (existing !== "unreadable" && holderIsAlive(fs, existing)) {
+    if (existing !== "unreadable" && holderIsAlive(fs, existing) && !(existing.pid === process.pid && !heldByThisProcess.has(lockPath))) {
       throw new QlrError(
         "storage_locked",
         `The database at ${directory} is in use by process ${existing.pid} (lock file ${lockPath}). Stop that process, or remove the lock file if that process is not a qlr runtime.`,
@@ -138,18 +145,25 @@ function processStartMarker(fs: DurableFs, pid: number): string | undefined {
 
 function heldLock(fs: DurableFs, lockPath: string, token: string): HeldLock {
   let released = false;
+  heldByThisProcess.add(lockPath);
   return {
     lockPath,
     release(): void {
       if (released) return;
       released = true;
+      heldByThisProcess.delete(lockPath);
       let text: string;
       try {
         text = new TextDecoder().decode(fs.readFile(lockPath));
       } catch {
         return;
       }
-      if (parseHolder(text)?.token === token) removeIfPresent(fs, lockPath);
+      if (parseHolder(text)?.token !== token) return;
+      try {
+        removeIfPresent(fs, lockPath);
+      } catch {
+        // A lock file left behind names this process and boot; the next opener finds it stale.
+      }
     },
   };
 }
