@@ -40,7 +40,7 @@ import { SerialQueue } from "../../serial-queue.ts";
 import { SqlJsConnection, mapSqlJsError, runTransaction } from "../connection.ts";
 import type { RecordedWrite, SqlJsConnectionOptions } from "../connection.ts";
 import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
-import type { JournalScan, ParsedRecord } from "./journal.ts";
+import type { JournalScan, ParsedRecord, RecordAdoption } from "./journal.ts";
 import { acquireLock } from "./lock.ts";
 import type { HeldLock } from "./lock.ts";
 import { decodeSnapshot, encodeSnapshotTrailer } from "./snapshot.ts";
@@ -134,7 +134,7 @@ export async function openSqlJsFileDriver(SQL: SqlJsStatic, options: SqlJsFileDr
 interface PendingRecord {
   readonly sequence: number;
   readonly journalBytesBefore: number;
-  readonly addedTexts: readonly string[];
+  readonly adoption: RecordAdoption;
 }
 
 /** What an open (or a reopen after a failed sync) rebuilt from the files. */
@@ -244,7 +244,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     });
     const pending = state.pending;
     if (pending === undefined) return result;
-    this.dictionary.adopt(pending.addedTexts);
+    this.dictionary.adopt(pending.adoption);
     this.neededJournalBytes = this.journalBytes;
     this.sequence = pending.sequence;
     this.commits += 1;
@@ -262,7 +262,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     const writes: readonly RecordedWrite[] = usable.connection.recordedWrites();
     if (writes.length === 0) return undefined;
     const sequence = this.sequence + 1;
-    const { bytes, addedTexts } = this.dictionary.encodeRecord(sequence, writes);
+    const { bytes, adoption } = this.dictionary.encodeRecord(sequence, writes);
     const journalBytesBefore = this.journalBytes;
     try {
       this.faults.beforeJournalWrite?.();
@@ -289,7 +289,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       this.cutJournalBack(usable.journal, journalBytesBefore);
       throw new QlrError("storage_unavailable", `The transaction in ${this.directory} failed after its journal record was synced; it was rolled back.`, { cause: error });
     }
-    return { sequence, journalBytesBefore, addedTexts };
+    return { sequence, journalBytesBefore, adoption };
   }
 
   /** Removes a record that will not be committed, so that no later record follows it. */
