@@ -11,8 +11,11 @@
  * Commit order. The transaction's statements run inside a sql.js transaction; then the record
  * is appended and `fdatasync`ed (the durable point); then sql.js commits; only then does the
  * caller see success. A failed append rolls back and answers `storage_unavailable`: nothing is
- * acknowledged, and the journal is cut back to its previous length (if even that fails, the
- * driver refuses further work until it is reopened).
+ * acknowledged, and the journal is cut back to its previous length. A failed sync (or a failed
+ * cut) is never retried: the store refuses work and, before its next transaction, cuts the
+ * journal back to what acknowledged commits need and reloads snapshot and journal from the
+ * files (the fault model is in ../README.md). Every file operation goes through `DurableFs`
+ * (../../node/durable-fs.ts), so the power-loss tests can run this code on a simulated machine.
  *
  * Which statements are journaled: those the connection judges to have written (the rule is on
  * `StatementKind` in ../connection.ts: reads never, INSERT/UPDATE/DELETE/REPLACE/WITH when
@@ -145,6 +148,8 @@ interface LoadedState {
   readonly journalBytes: number;
   readonly sequence: number;
   readonly snapshotSequence: number;
+  /** The image size of the snapshot loaded (0 without one). */
+  readonly snapshotBytes: number;
 }
 
 class SqlJsFileStore implements SqlJsFileDriver {
@@ -192,7 +197,9 @@ class SqlJsFileStore implements SqlJsFileDriver {
     this.queue = new SerialQueue(`The sqljs-file driver for ${directory} is closed.`);
     this.faults = options.faultPoints ?? {};
     this.checkpointJournalBytes = Math.max(1, options.checkpointJournalBytes ?? DEFAULT_CHECKPOINT_JOURNAL_BYTES);
-    this.nextCheckpointJournalBytes = this.checkpointJournalBytes;
+    // A reopened large database amortises its next snapshot over as much journal as the last one.
+    this.lastSnapshotBytes = loaded.snapshotBytes;
+    this.nextCheckpointJournalBytes = Math.min(MAX_CHECKPOINT_JOURNAL_BYTES, Math.max(this.checkpointJournalBytes, loaded.snapshotBytes));
     this.connection = loaded.connection;
     this.journal = loaded.journal;
     this.dictionary = loaded.dictionary;
@@ -499,7 +506,7 @@ function loadDurableState(SQL: SqlJsStatic, fs: DurableFs, directory: string, op
       journalBytes = 0;
       dictionary.reset();
     }
-    return { connection, journal, dictionary, journalBytes, sequence, snapshotSequence };
+    return { connection, journal, dictionary, journalBytes, sequence, snapshotSequence, snapshotBytes: loaded.imageBytes };
   } catch (error) {
     if (journal !== undefined) closeQuietly(fs, journal);
     connection?.close();
@@ -514,10 +521,14 @@ function loadDurableState(SQL: SqlJsStatic, fs: DurableFs, directory: string, op
  * so the next large allocation (the journal, read next) can reclaim them and the open does not
  * hold the image twice over while it replays.
  */
-function loadSnapshot(SQL: SqlJsStatic, fs: DurableFs, snapshotPath: string, options: SqlJsFileDriverOptions): { connection: SqlJsConnection; includedSequence: number } {
+function loadSnapshot(SQL: SqlJsStatic, fs: DurableFs, snapshotPath: string, options: SqlJsFileDriverOptions): { connection: SqlJsConnection; includedSequence: number; imageBytes: number } {
   const snapshot = fs.exists(snapshotPath) ? decodeSnapshot(asBuffer(fs.readFile(snapshotPath)), snapshotPath) : undefined;
   try {
-    return { connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), { ...options, trackWrites: true }), includedSequence: snapshot?.includedSequence ?? 0 };
+    return {
+      connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), { ...options, trackWrites: true }),
+      includedSequence: snapshot?.includedSequence ?? 0,
+      imageBytes: snapshot?.image.length ?? 0,
+    };
   } catch (error) {
     throw mapSqlJsError(error, "open snapshot");
   }
