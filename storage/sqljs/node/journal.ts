@@ -10,7 +10,7 @@
  *         16     4  CRC-32 over bytes 4..16 of the header and then the payload
  *         20     n  payload: UTF-8 JSON array of the transaction's write statements, in order,
  *                   or the byte 0x01 and that JSON compressed with raw deflate, whose preset
- *                   dictionary is the last 32 KiB of the JSON of the records before it
+ *                   dictionary is the last 8 KiB of the JSON of the records before it
  *
  * Each statement is `[sqlText, params?]` the first time its SQL text appears in the journal,
  * which also gives that text the next id (0, 1, 2, …), and `[id, params?]` afterwards; a
@@ -39,11 +39,11 @@ export const MAX_RECORD_PAYLOAD_BYTES = 16 * 1024 * 1024;
 /** The first payload byte of a compressed record (a JSON payload starts with `[`). */
 const COMPRESSED_PAYLOAD_MARK = 0x01;
 /** Deflate's window: the preceding payloads it may refer to. */
-const COMPRESSION_WINDOW_BYTES = 32 * 1024;
+const COMPRESSION_WINDOW_BYTES = 8 * 1024;
 
 /**
  * The statements of one record as JSON, then compressed with raw deflate whose preset
- * dictionary is the JSON of the records before it in this journal (the last 32 KiB): one
+ * dictionary is the JSON of the records before it in this journal (the last 8 KiB): one
  * transaction's parameters repeat the previous ones' ids, column values, event kinds and
  * receipt bodies, so a record shrinks to its differences. Kept uncompressed when that is not
  * smaller. Replay decodes in order from the start of the journal, as the statement ids
