@@ -58,6 +58,10 @@ function publicCode(code: QlrErrorCode): string {
     case "invalid_request":
     case "invalid_manifest":
       return code;
+    // Retry later: the disk is full or failing, or another process holds the database.
+    case "storage_unavailable":
+    case "storage_locked":
+      return "storage_unavailable";
     default:
       return "internal";
   }

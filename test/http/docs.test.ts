@@ -197,6 +197,7 @@ describe("docs/API.md", () => {
       not_found: "404",
       conflict: "409",
       payload_too_large: "413",
+      storage_unavailable: "503",
       internal: "500 / 503",
     });
   });

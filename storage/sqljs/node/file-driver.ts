@@ -11,8 +11,11 @@
  * Commit order. The transaction's statements run inside a sql.js transaction; then the record
  * is appended and `fdatasync`ed (the durable point); then sql.js commits; only then does the
  * caller see success. A failed append rolls back and answers `storage_unavailable`: nothing is
- * acknowledged, and the journal is cut back to its previous length (if even that fails, the
- * driver refuses further work until it is reopened).
+ * acknowledged, and the journal is cut back to its previous length. A failed sync (or a failed
+ * cut) is never retried: the store refuses work and, before its next transaction, cuts the
+ * journal back to what acknowledged commits need and reloads snapshot and journal from the
+ * files (the fault model is in ../README.md). Every file operation goes through `DurableFs`
+ * (../../node/durable-fs.ts), so the power-loss tests can run this code on a simulated machine.
  *
  * Which statements are journaled: those the connection judges to have written (the rule is on
  * `StatementKind` in ../connection.ts: reads never, INSERT/UPDATE/DELETE/REPLACE/WITH when
@@ -29,24 +32,25 @@
  * two steps opens correctly: before the rename the old snapshot and the full journal are
  * intact; after it, journal records up to the snapshot's included sequence are skipped.
  */
-import { closeSync, existsSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
-
-/** The database holds every secret a manifest carries (env values): owner-only, like the state dir. */
-const FILE_MODE = 0o600;
-const DIRECTORY_MODE = 0o700;
+import { Buffer } from "node:buffer";
 import { join, resolve } from "node:path";
 import type { SqlJsStatic } from "sql.js";
-import { QlrError, errorMessage, isQlrError } from "../../../src/errors.ts";
+import { QlrError, errorCode, errorMessage, isQlrError } from "../../../src/errors.ts";
 import type { SqlDriver, SqlTx } from "../../driver.ts";
-import { fsyncDirectorySync } from "../../node/fsync-directory.ts";
+import { nodeDurableFs } from "../../node/durable-fs.ts";
+import type { DurableFileHandle, DurableFs } from "../../node/durable-fs.ts";
 import { SerialQueue } from "../../serial-queue.ts";
 import { SqlJsConnection, mapSqlJsError, runTransaction } from "../connection.ts";
 import type { RecordedWrite, SqlJsConnectionOptions } from "../connection.ts";
 import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
-import type { JournalScan, ParsedRecord } from "./journal.ts";
+import type { JournalScan, ParsedRecord, RecordAdoption } from "./journal.ts";
 import { acquireLock } from "./lock.ts";
 import type { HeldLock } from "./lock.ts";
 import { decodeSnapshot, encodeSnapshotTrailer } from "./snapshot.ts";
+
+/** The database holds every secret a manifest carries (env values): owner-only, like the state dir. */
+const FILE_MODE = 0o600;
+const DIRECTORY_MODE = 0o700;
 
 export const DEFAULT_CHECKPOINT_JOURNAL_BYTES = 1024 * 1024;
 /** The journal never grows past this before a checkpoint, whatever the database size (open-time replay stays bounded). */
@@ -86,6 +90,8 @@ export interface SqlJsFileDriverOptions extends SqlJsConnectionOptions {
   readonly path: string;
   readonly checkpointJournalBytes?: number;
   readonly faultPoints?: SqlJsFileFaultPoints;
+  /** The file operations; the real file system by default, a simulated one in the power-loss and fault tests. */
+  readonly fs?: DurableFs;
 }
 
 export interface SqlJsFileStats {
@@ -98,6 +104,10 @@ export interface SqlJsFileStats {
   readonly checkpoints: number;
   /** The sequence number of the last committed write transaction. */
   readonly sequence: number;
+  /** Reopens from what is durable after a failed sync (or a failed write that could not be cut back). */
+  readonly reopens: number;
+  /** True while the store refuses work after such a failure (the next call tries to reopen). */
+  readonly failed: boolean;
 }
 
 export interface SqlJsFileDriver extends SqlDriver {
@@ -108,15 +118,16 @@ export interface SqlJsFileDriver extends SqlDriver {
 }
 
 export async function openSqlJsFileDriver(SQL: SqlJsStatic, options: SqlJsFileDriverOptions): Promise<SqlJsFileDriver> {
+  const fs = options.fs ?? nodeDurableFs;
   const directory = resolve(options.path);
   try {
-    mkdirSync(directory, { recursive: true, mode: DIRECTORY_MODE });
+    fs.mkdirp(directory, DIRECTORY_MODE);
   } catch (error) {
     throw new QlrError("storage_unavailable", `The database directory ${directory} could not be created.`, { cause: error });
   }
-  const lock = await acquireLock(directory);
+  const lock = await acquireLock(directory, fs);
   try {
-    return SqlJsFileStore.open(SQL, directory, lock, options);
+    return new SqlJsFileStore(SQL, fs, directory, lock, loadDurableState(SQL, fs, directory, options), options);
   } catch (error) {
     lock.release();
     throw error;
@@ -126,7 +137,19 @@ export async function openSqlJsFileDriver(SQL: SqlJsStatic, options: SqlJsFileDr
 interface PendingRecord {
   readonly sequence: number;
   readonly journalBytesBefore: number;
-  readonly addedTexts: readonly string[];
+  readonly adoption: RecordAdoption;
+}
+
+/** What an open (or a reopen after a failed sync) rebuilt from the files. */
+interface LoadedState {
+  readonly connection: SqlJsConnection;
+  readonly journal: DurableFileHandle;
+  readonly dictionary: SqlTextDictionary;
+  readonly journalBytes: number;
+  readonly sequence: number;
+  readonly snapshotSequence: number;
+  /** The image size of the snapshot loaded (0 without one). */
+  readonly snapshotBytes: number;
 }
 
 class SqlJsFileStore implements SqlJsFileDriver {
@@ -140,85 +163,50 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private bytesWrittenTotal = 0;
   private commits = 0;
   private checkpoints = 0;
-  /** Set when the journal could not be restored after a failed write; the store refuses work until reopened. */
+  private reopens = 0;
+  /** Absent only while a reopen after a failure has not succeeded yet. */
+  private connection: SqlJsConnection | undefined;
+  private journal: DurableFileHandle | undefined;
+  private dictionary: SqlTextDictionary;
+  private journalBytes: number;
+  /**
+   * The journal prefix every acknowledged commit needs: its length after the last sync that
+   * succeeded, or 0 once a durable snapshot holds every record. A reopen after a failure cuts
+   * the journal back to it before reading anything, so a record whose sync failed is never
+   * replayed, nor followed by new records.
+   */
+  private neededJournalBytes: number;
+  private sequence: number;
+  private snapshotSequence: number;
+  /**
+   * Set when the files may no longer match what the store believes is durable: a sync failed
+   * (its data may be lost although a later sync would succeed), or a failed write could not be
+   * cut back. The store refuses work until a reopen from what is durable succeeds; the next
+   * transaction or checkpoint tries that first.
+   */
   private failure: unknown;
 
-  private constructor(
+  constructor(
+    private readonly SQL: SqlJsStatic,
+    private readonly fs: DurableFs,
     private readonly directory: string,
     private readonly lock: HeldLock,
-    private readonly connection: SqlJsConnection,
-    private readonly journalFd: number,
-    private readonly dictionary: SqlTextDictionary,
-    private journalBytes: number,
-    private sequence: number,
-    private snapshotSequence: number,
-    options: SqlJsFileDriverOptions,
+    loaded: LoadedState,
+    private readonly options: SqlJsFileDriverOptions,
   ) {
     this.queue = new SerialQueue(`The sqljs-file driver for ${directory} is closed.`);
     this.faults = options.faultPoints ?? {};
     this.checkpointJournalBytes = Math.max(1, options.checkpointJournalBytes ?? DEFAULT_CHECKPOINT_JOURNAL_BYTES);
-    this.nextCheckpointJournalBytes = this.checkpointJournalBytes;
-  }
-
-  /** Loads the snapshot, replays the journal and cuts a torn tail; the caller holds the lock. */
-  static open(SQL: SqlJsStatic, directory: string, lock: HeldLock, options: SqlJsFileDriverOptions): SqlJsFileStore {
-    const snapshotPath = join(directory, SNAPSHOT_FILE);
-    const journalPath = join(directory, JOURNAL_FILE);
-    let connection: SqlJsConnection | undefined;
-    let journalFd: number | undefined;
-    try {
-      // A leftover temporary snapshot is a checkpoint that crashed before its rename: the old snapshot and the journal still hold everything.
-      rmSync(join(directory, SNAPSHOT_TEMP_FILE), { force: true });
-      const loaded = loadSnapshot(SQL, snapshotPath, options);
-      connection = loaded.connection;
-      const snapshotSequence = loaded.includedSequence;
-      const journalExisted = existsSync(journalPath);
-      journalFd = openSync(journalPath, "a", FILE_MODE);
-      if (!journalExisted) fsyncDirectorySync(directory);
-
-      const dictionary = new SqlTextDictionary();
-      let sequence = snapshotSequence;
-      let previousRecordSequence: number | undefined;
-      let skippedRecords = 0;
-      let appliedRecords = 0;
-      const openConnection = connection;
-      const scan = scanJournalAt(journalPath, journalExisted, (record) => {
-        if (previousRecordSequence !== undefined && record.sequence !== previousRecordSequence + 1) {
-          throw corrupt(record.offset, `its sequence ${record.sequence} does not follow the previous record's ${previousRecordSequence}`);
-        }
-        previousRecordSequence = record.sequence;
-        // Decoding even skipped records keeps the statement-id numbering the same as the writer's.
-        const statements = dictionary.decodeStatements(record.payload, record.offset);
-        if (record.sequence <= snapshotSequence) {
-          skippedRecords += 1;
-          return;
-        }
-        if (record.sequence !== sequence + 1) {
-          throw corrupt(record.offset, `its sequence ${record.sequence} leaves a gap after sequence ${sequence} of the snapshot`);
-        }
-        replayRecord(openConnection, record, statements);
-        sequence = record.sequence;
-        appliedRecords += 1;
-      });
-      let journalBytes = scan.validBytes;
-      if (scan.tornTailBytes > 0) {
-        ftruncateSync(journalFd, scan.validBytes);
-        fsyncSync(journalFd);
-      }
-      if (skippedRecords > 0 && appliedRecords === 0) {
-        // A checkpoint crashed after its rename and before emptying the journal: finish it.
-        ftruncateSync(journalFd, 0);
-        fsyncSync(journalFd);
-        journalBytes = 0;
-        dictionary.reset();
-      }
-      return new SqlJsFileStore(directory, lock, connection, journalFd, dictionary, journalBytes, sequence, snapshotSequence, options);
-    } catch (error) {
-      if (journalFd !== undefined) closeSync(journalFd);
-      connection?.close();
-      if (isQlrError(error)) throw error;
-      throw new QlrError("storage_unavailable", `The database in ${directory} could not be opened.`, { cause: error });
-    }
+    // A reopened large database amortises its next snapshot over as much journal as the last one.
+    this.lastSnapshotBytes = loaded.snapshotBytes;
+    this.nextCheckpointJournalBytes = Math.min(MAX_CHECKPOINT_JOURNAL_BYTES, Math.max(this.checkpointJournalBytes, loaded.snapshotBytes));
+    this.connection = loaded.connection;
+    this.journal = loaded.journal;
+    this.dictionary = loaded.dictionary;
+    this.journalBytes = loaded.journalBytes;
+    this.neededJournalBytes = loaded.journalBytes;
+    this.sequence = loaded.sequence;
+    this.snapshotSequence = loaded.snapshotSequence;
   }
 
   transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
@@ -228,8 +216,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
   checkpoint(): Promise<void> {
     return this.queue.run(() =>
       settle(() => {
-        this.assertUsable();
-        this.checkpointNow();
+        this.checkpointNow(this.usable());
       }),
     );
   }
@@ -241,6 +228,8 @@ class SqlJsFileStore implements SqlJsFileDriver {
       commits: this.commits,
       checkpoints: this.checkpoints,
       sequence: this.sequence,
+      reopens: this.reopens,
+      failed: this.failure !== undefined,
     };
   }
 
@@ -249,60 +238,76 @@ class SqlJsFileStore implements SqlJsFileDriver {
   }
 
   private async runQueuedTransaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-    this.assertUsable();
+    const usable = this.usable();
+    const connection = usable.connection;
     const state: { pending?: PendingRecord } = {};
-    const result = await runTransaction(this.connection, fn, {
+    const result = await runTransaction(connection, fn, {
       beforeCommit: () => {
-        state.pending = this.appendRecord();
+        state.pending = this.appendRecord(usable);
       },
       commitFailed: () => {
-        if (state.pending !== undefined) this.cutJournalBack(state.pending.journalBytesBefore);
+        if (state.pending !== undefined) this.cutJournalBack(usable.journal, state.pending.journalBytesBefore);
       },
     });
     const pending = state.pending;
     if (pending === undefined) return result;
-    this.dictionary.adopt(pending.addedTexts);
+    this.dictionary.adopt(pending.adoption);
+    this.neededJournalBytes = this.journalBytes;
     this.sequence = pending.sequence;
     this.commits += 1;
     this.faults.afterCommit?.();
-    if (this.journalBytes >= this.nextCheckpointJournalBytes) this.checkpointAfterCommit();
+    if (this.journalBytes >= this.nextCheckpointJournalBytes) this.checkpointAfterCommit(usable);
     return result;
   }
 
   /** Appends and syncs the current transaction's record; undefined when it wrote nothing. */
-  private appendRecord(): PendingRecord | undefined {
-    const unjournaled = this.connection.unjournaledChangeBy();
+  private appendRecord(usable: Usable): PendingRecord | undefined {
+    const unjournaled = usable.connection.unjournaledChangeBy();
     if (unjournaled !== undefined) {
       throw new QlrError("internal", `A statement failed after changing rows (an OR FAIL conflict clause?); the journal cannot replay that, so the transaction was rolled back (in: ${unjournaled}).`);
     }
-    const writes: readonly RecordedWrite[] = this.connection.recordedWrites();
+    const writes: readonly RecordedWrite[] = usable.connection.recordedWrites();
     if (writes.length === 0) return undefined;
     const sequence = this.sequence + 1;
-    const { bytes, addedTexts } = this.dictionary.encodeRecord(sequence, writes);
+    const { bytes, adoption } = this.dictionary.encodeRecord(sequence, writes);
     const journalBytesBefore = this.journalBytes;
     try {
       this.faults.beforeJournalWrite?.();
-      this.bytesWrittenTotal += writeAll(this.journalFd, bytes);
+      // Counted before the write: a failed append may still have written (and worn) a prefix.
+      this.bytesWrittenTotal += bytes.length;
+      this.fs.append(usable.journal, bytes);
       this.journalBytes = journalBytesBefore + bytes.length;
       this.faults.beforeJournalSync?.();
-      fdatasyncSync(this.journalFd);
+    } catch (error) {
+      this.cutJournalBack(usable.journal, journalBytesBefore);
+      throw new QlrError("storage_unavailable", `The journal in ${this.directory} could not be written (${errorMessage(error)}); the transaction was rolled back.`, { cause: error });
+    }
+    try {
+      this.fs.fdatasync(usable.journal);
+    } catch (error) {
+      // Never retried: after a failed sync the kernel may have dropped the record's pages and
+      // marked them clean, so a second sync would succeed without making them durable.
+      this.failure = error;
+      throw new QlrError("storage_unavailable", `The journal in ${this.directory} could not be synced (${errorMessage(error)}); the transaction was rolled back and the store reopens from what is durable before its next write.`, { cause: error });
+    }
+    try {
       this.faults.afterJournalSync?.();
     } catch (error) {
-      this.cutJournalBack(journalBytesBefore);
-      throw new QlrError("storage_unavailable", `The journal in ${this.directory} could not be written; the transaction was rolled back.`, { cause: error });
+      this.cutJournalBack(usable.journal, journalBytesBefore);
+      throw new QlrError("storage_unavailable", `The transaction in ${this.directory} failed after its journal record was synced; it was rolled back.`, { cause: error });
     }
-    return { sequence, journalBytesBefore, addedTexts };
+    return { sequence, journalBytesBefore, adoption };
   }
 
   /** Removes a record that will not be committed, so that no later record follows it. */
-  private cutJournalBack(journalBytes: number): void {
+  private cutJournalBack(journal: DurableFileHandle, journalBytes: number): void {
     try {
-      ftruncateSync(this.journalFd, journalBytes);
-      fdatasyncSync(this.journalFd);
+      this.fs.truncate(journal, journalBytes);
+      this.fs.fdatasync(journal);
       this.journalBytes = journalBytes;
     } catch (error) {
       // The journal may now end in a record sql.js rolled back; appending after it would make it
-      // a mid-journal record, so the store stops here and the next open decides (torn tail or replay).
+      // a mid-journal record, so the store stops here and reopens from what is durable.
       this.failure = error;
     }
   }
@@ -312,9 +317,9 @@ class SqlJsFileStore implements SqlJsFileDriver {
    * keeps growing and the next attempt waits until it has grown by another threshold, so a full
    * disk does not cost a snapshot write per commit.
    */
-  private checkpointAfterCommit(): void {
+  private checkpointAfterCommit(usable: Usable): void {
     try {
-      this.checkpointNow();
+      this.checkpointNow(usable);
       // The journal may grow to the size of the snapshot before the next one is written, so a
       // snapshot's bytes are amortised over at least as many journal bytes: flash writes per
       // commit stay bounded by about twice the journal record, however large the database grows.
@@ -324,49 +329,59 @@ class SqlJsFileStore implements SqlJsFileDriver {
     }
   }
 
-  private checkpointNow(): void {
+  private checkpointNow(usable: Usable): void {
     if (this.journalBytes === 0 && this.sequence === this.snapshotSequence) return;
+    const { connection, journal } = usable;
     const snapshotPath = join(this.directory, SNAPSHOT_FILE);
     const tempPath = join(this.directory, SNAPSHOT_TEMP_FILE);
     // sql.js 1.17 exports through SQLite's backup API and keeps statements alive, but earlier
     // versions closed and reopened the database inside export(); freeing the statements and
     // reapplying the pragmas costs little at checkpoint frequency and holds for both.
-    this.connection.clearStatements();
+    connection.clearStatements();
     let image: Uint8Array;
     try {
-      image = this.connection.db.export();
+      image = connection.db.export();
     } catch (error) {
       throw new QlrError("storage_unavailable", "sql.js could not export the database for a checkpoint.", { cause: error });
     } finally {
-      this.connection.applyPragmas();
+      connection.applyPragmas();
     }
     this.lastSnapshotBytes = image.length;
     this.faults.duringCheckpoint?.("exported");
+    let renamed = false;
     try {
       const trailer = encodeSnapshotTrailer(image, this.sequence);
-      const fd = openSync(tempPath, "w", FILE_MODE);
+      const fd = this.fs.open(tempPath, "truncate", FILE_MODE);
       try {
-        this.bytesWrittenTotal += writeAll(fd, image);
-        this.bytesWrittenTotal += writeAll(fd, trailer);
-        fsyncSync(fd);
+        this.bytesWrittenTotal += image.length + trailer.length;
+        this.fs.append(fd, image);
+        this.fs.append(fd, trailer);
+        // A failed sync here costs nothing but this attempt: the temporary file is never read,
+        // and the next checkpoint writes a new one from the start.
+        this.fs.fsync(fd);
       } finally {
-        closeSync(fd);
+        this.fs.close(fd);
       }
       this.faults.duringCheckpoint?.("temp-synced");
-      renameSync(tempPath, snapshotPath);
+      this.fs.rename(tempPath, snapshotPath);
+      renamed = true;
       this.faults.duringCheckpoint?.("renamed");
-      fsyncDirectorySync(this.directory);
+      this.fs.fsyncDirectory(this.directory);
       this.faults.duringCheckpoint?.("directory-synced");
     } catch (error) {
+      // A half-written temporary file holds space a full disk needs back (the open removes it too).
+      if (!renamed) removeQuietly(this.fs, tempPath);
       if (isQlrError(error)) throw error;
-      throw new QlrError("storage_unavailable", `The snapshot in ${this.directory} could not be written.`, { cause: error });
+      throw new QlrError("storage_unavailable", `The snapshot in ${this.directory} could not be written (${errorMessage(error)}).`, { cause: error });
     }
     this.snapshotSequence = this.sequence;
+    // Every journal record is in a durable snapshot now: none is needed to reopen.
+    this.neededJournalBytes = 0;
     try {
-      ftruncateSync(this.journalFd, 0);
+      this.fs.truncate(journal, 0);
       this.journalBytes = 0;
       this.dictionary.reset();
-      fsyncSync(this.journalFd);
+      this.fs.fsync(journal);
     } catch (error) {
       this.failure = error;
       throw new QlrError("storage_unavailable", `The journal in ${this.directory} could not be reset after a checkpoint.`, { cause: error });
@@ -375,25 +390,128 @@ class SqlJsFileStore implements SqlJsFileDriver {
     this.faults.duringCheckpoint?.("journal-reset");
   }
 
+  /**
+   * The connection and journal, after reopening from what is durable if a failure asked for it:
+   * the journal is cut back to the prefix acknowledged commits need and synced (a new sync of a
+   * new change, not a retry of the failed one), then the snapshot is loaded and the journal
+   * replayed as at open. If that fails too, the store stays refused and the next call tries again.
+   */
+  private usable(): Usable {
+    if (this.failure === undefined && this.connection !== undefined && this.journal !== undefined) return { connection: this.connection, journal: this.journal };
+    try {
+      if (this.journal !== undefined) {
+        const journal = this.journal;
+        if (this.fs.sizeOf(journal) > this.neededJournalBytes) this.fs.truncate(journal, this.neededJournalBytes);
+        this.fs.fsync(journal);
+        this.journal = undefined;
+        closeQuietly(this.fs, journal);
+      }
+      // Closed before loading: the old image and the new one are never in memory together.
+      this.connection?.close();
+      this.connection = undefined;
+      const loaded = loadDurableState(this.SQL, this.fs, this.directory, this.options);
+      this.connection = loaded.connection;
+      this.journal = loaded.journal;
+      this.dictionary = loaded.dictionary;
+      this.journalBytes = loaded.journalBytes;
+      this.neededJournalBytes = loaded.journalBytes;
+      this.sequence = loaded.sequence;
+      this.snapshotSequence = loaded.snapshotSequence;
+      this.failure = undefined;
+      this.reopens += 1;
+      return { connection: loaded.connection, journal: loaded.journal };
+    } catch (error) {
+      const cause = this.failure ?? error;
+      this.failure = cause;
+      throw new QlrError("storage_unavailable", `The store in ${this.directory} stopped after a failed write or sync and could not yet be reopened from what is durable (${errorMessage(error)}).`, { cause: error });
+    }
+  }
+
   private shutdown(): void {
     try {
-      if (this.failure === undefined) this.checkpointNow();
+      if (this.failure === undefined && this.connection !== undefined && this.journal !== undefined) this.checkpointNow({ connection: this.connection, journal: this.journal });
     } catch {
       // The journal still holds every commit, so a failed final checkpoint loses nothing.
     } finally {
       try {
-        closeSync(this.journalFd);
+        if (this.journal !== undefined) closeQuietly(this.fs, this.journal);
       } finally {
-        this.connection.close();
+        this.connection?.close();
         this.lock.release();
       }
     }
   }
+}
 
-  private assertUsable(): void {
-    if (this.failure !== undefined) {
-      throw new QlrError("storage_unavailable", `The journal in ${this.directory} failed and could not be restored; reopen the database.`, { cause: this.failure });
+interface Usable {
+  readonly connection: SqlJsConnection;
+  readonly journal: DurableFileHandle;
+}
+
+/**
+ * Loads the snapshot, replays the journal and cuts a torn tail; the caller holds the lock. Used
+ * by the open and by the reopen after a failure.
+ */
+function loadDurableState(SQL: SqlJsStatic, fs: DurableFs, directory: string, options: SqlJsFileDriverOptions): LoadedState {
+  const snapshotPath = join(directory, SNAPSHOT_FILE);
+  const journalPath = join(directory, JOURNAL_FILE);
+  let connection: SqlJsConnection | undefined;
+  let journal: DurableFileHandle | undefined;
+  try {
+    // A leftover temporary snapshot is a checkpoint that crashed before its rename: the old snapshot and the journal still hold everything.
+    removeIfPresent(fs, join(directory, SNAPSHOT_TEMP_FILE));
+    const loaded = loadSnapshot(SQL, fs, snapshotPath, options);
+    connection = loaded.connection;
+    const snapshotSequence = loaded.includedSequence;
+    const journalExisted = fs.exists(journalPath);
+    journal = fs.open(journalPath, "append", FILE_MODE);
+    if (!journalExisted) fs.fsyncDirectory(directory);
+
+    const dictionary = new SqlTextDictionary();
+    let sequence = snapshotSequence;
+    let previousRecordSequence: number | undefined;
+    let skippedRecords = 0;
+    let appliedRecords = 0;
+    const openConnection = connection;
+    const scan = scanJournalAt(fs, journalPath, journalExisted, (record) => {
+      if (previousRecordSequence !== undefined && record.sequence !== previousRecordSequence + 1) {
+        throw corrupt(record.offset, `its sequence ${record.sequence} does not follow the previous record's ${previousRecordSequence}`);
+      }
+      previousRecordSequence = record.sequence;
+      // Decoding even skipped records keeps the statement-id numbering the same as the writer's.
+      const statements = dictionary.decodeStatements(record.payload, record.offset);
+      if (record.sequence <= snapshotSequence) {
+        skippedRecords += 1;
+        return;
+      }
+      if (record.sequence !== sequence + 1) {
+        throw corrupt(record.offset, `its sequence ${record.sequence} leaves a gap after sequence ${sequence} of the snapshot`);
+      }
+      replayRecord(openConnection, record, statements);
+      sequence = record.sequence;
+      appliedRecords += 1;
+    });
+    let journalBytes = scan.validBytes;
+    if (scan.tornTailBytes > 0) {
+      fs.truncate(journal, scan.validBytes);
+      fs.fsync(journal);
     }
+    if (skippedRecords > 0 && appliedRecords === 0) {
+      // A checkpoint stopped after its rename and before emptying the journal: finish it. The
+      // rename may not be durable yet (the process that made it may have died before syncing
+      // the directory), and emptying the journal is only safe once it is.
+      fs.fsyncDirectory(directory);
+      fs.truncate(journal, 0);
+      fs.fsync(journal);
+      journalBytes = 0;
+      dictionary.reset();
+    }
+    return { connection, journal, dictionary, journalBytes, sequence, snapshotSequence, snapshotBytes: loaded.imageBytes };
+  } catch (error) {
+    if (journal !== undefined) closeQuietly(fs, journal);
+    connection?.close();
+    if (isQlrError(error)) throw error;
+    throw new QlrError("storage_unavailable", `The database in ${directory} could not be opened (${errorMessage(error)}).`, { cause: error });
   }
 }
 
@@ -403,23 +521,27 @@ class SqlJsFileStore implements SqlJsFileDriver {
  * so the next large allocation (the journal, read next) can reclaim them and the open does not
  * hold the image twice over while it replays.
  */
-function loadSnapshot(SQL: SqlJsStatic, snapshotPath: string, options: SqlJsFileDriverOptions): { connection: SqlJsConnection; includedSequence: number } {
-  const snapshot = existsSync(snapshotPath) ? decodeSnapshot(readFileSync(snapshotPath), snapshotPath) : undefined;
+function loadSnapshot(SQL: SqlJsStatic, fs: DurableFs, snapshotPath: string, options: SqlJsFileDriverOptions): { connection: SqlJsConnection; includedSequence: number; imageBytes: number } {
+  const snapshot = fs.exists(snapshotPath) ? decodeSnapshot(asBuffer(fs.readFile(snapshotPath)), snapshotPath) : undefined;
   try {
-    return { connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), { ...options, trackWrites: true }), includedSequence: snapshot?.includedSequence ?? 0 };
+    return {
+      connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), { ...options, trackWrites: true }),
+      includedSequence: snapshot?.includedSequence ?? 0,
+      imageBytes: snapshot?.image.length ?? 0,
+    };
   } catch (error) {
     throw mapSqlJsError(error, "open snapshot");
   }
 }
 
-/** Scans the journal file record by record (journal.ts), through its own read-only descriptor. */
-function scanJournalAt(journalPath: string, exists: boolean, onRecord: (record: ParsedRecord) => void): JournalScan {
+/** Scans the journal file record by record (journal.ts), through its own read-only handle. */
+function scanJournalAt(fs: DurableFs, journalPath: string, exists: boolean, onRecord: (record: ParsedRecord) => void): JournalScan {
   if (!exists) return { validBytes: 0, tornTailBytes: 0 };
-  const fd = openSync(journalPath, "r");
+  const handle = fs.open(journalPath, "read");
   try {
-    return scanJournalFile(fd, fstatSync(fd).size, onRecord);
+    return scanJournalFile((position, length) => asBuffer(fs.read(handle, position, length)), fs.sizeOf(handle), onRecord);
   } finally {
-    closeSync(fd);
+    fs.close(handle);
   }
 }
 
@@ -435,16 +557,33 @@ function replayRecord(connection: SqlJsConnection, record: ParsedRecord, stateme
   }
 }
 
-/** Writes every byte at the file's position (the end, for an append descriptor); returns the count. */
-function writeAll(fd: number, bytes: Uint8Array): number {
-  let written = 0;
-  // Bounded: every iteration writes at least one byte or throws.
-  while (written < bytes.length) {
-    const count = writeSync(fd, bytes, written, bytes.length - written);
-    if (count <= 0) throw new Error(`write made no progress at byte ${written} of ${bytes.length}`);
-    written += count;
+/** The same bytes as a Buffer, without copying them. */
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+}
+
+function removeIfPresent(fs: DurableFs, path: string): void {
+  try {
+    fs.unlink(path);
+  } catch (error) {
+    if (errorCode(error) !== "ENOENT") throw error;
   }
-  return written;
+}
+
+function removeQuietly(fs: DurableFs, path: string): void {
+  try {
+    fs.unlink(path);
+  } catch {
+    // Best effort: the next open removes a leftover temporary snapshot.
+  }
+}
+
+function closeQuietly(fs: DurableFs, handle: DurableFileHandle): void {
+  try {
+    fs.close(handle);
+  } catch {
+    // Nothing was pending on the handle that a close could still save; every write was synced or given up.
+  }
 }
 
 /** Runs synchronous work as a task for the queue, turning a throw into a rejection. */

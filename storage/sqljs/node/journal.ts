@@ -8,7 +8,9 @@
  *          4     4  payloadBytes
  *          8     8  sequence (u64; 1 for the first commit ever, +1 per commit, never reset)
  *         16     4  CRC-32 over bytes 4..16 of the header and then the payload
- *         20     n  payload: UTF-8 JSON array of the transaction's write statements, in order
+ *         20     n  payload: UTF-8 JSON array of the transaction's write statements, in order,
+ *                   or the byte 0x01 and that JSON compressed with raw deflate, whose preset
+ *                   dictionary is the last 8 KiB of the JSON of the records before it
  *
  * Each statement is `[sqlText, params?]` the first time its SQL text appears in the journal,
  * which also gives that text the next id (0, 1, 2, …), and `[id, params?]` afterwards; a
@@ -24,7 +26,7 @@
  * commits. Only one append is ever in flight, so only the last record can legitimately be torn.
  */
 import { Buffer } from "node:buffer";
-import { readSync } from "node:fs";
+import { constants as zlibConstants, deflateRawSync, inflateRawSync } from "node:zlib";
 import { QlrError } from "../../../src/errors.ts";
 import type { SqlParam } from "../../driver.ts";
 import type { RecordedWrite } from "../connection.ts";
@@ -34,17 +36,51 @@ export const JOURNAL_MAGIC = Buffer.from("QLJ1", "latin1");
 export const RECORD_HEADER_BYTES = 20;
 /** A transaction whose journal record would exceed this is refused before anything is written. */
 export const MAX_RECORD_PAYLOAD_BYTES = 16 * 1024 * 1024;
+/** The first payload byte of a compressed record (a JSON payload starts with `[`). */
+const COMPRESSED_PAYLOAD_MARK = 0x01;
+/** Deflate's window: the preceding payloads it may refer to. */
+const COMPRESSION_WINDOW_BYTES = 8 * 1024;
+
+/**
+ * The statements of one record as JSON, then compressed with raw deflate whose preset
+ * dictionary is the JSON of the records before it in this journal (the last 8 KiB): one
+ * transaction's parameters repeat the previous ones' ids, column values, event kinds and
+ * receipt bodies, so a record shrinks to its differences. Kept uncompressed when that is not
+ * smaller. Replay decodes in order from the start of the journal, as the statement ids
+ * already require.
+ */
+function compressPayload(json: Buffer, window: Buffer): Buffer {
+  const compressed = deflateRawSync(json, { level: 6, memLevel: 8, strategy: zlibConstants.Z_DEFAULT_STRATEGY, ...(window.length > 0 ? { dictionary: window } : {}) });
+  if (compressed.length + 1 >= json.length) return json;
+  const payload = Buffer.allocUnsafe(compressed.length + 1);
+  payload[0] = COMPRESSED_PAYLOAD_MARK;
+  compressed.copy(payload, 1);
+  return payload;
+}
+
+function nextWindow(window: Buffer, json: Buffer): Buffer {
+  const joined = Buffer.concat([window, json]);
+  return joined.length <= COMPRESSION_WINDOW_BYTES ? joined : Buffer.from(joined.subarray(joined.length - COMPRESSION_WINDOW_BYTES));
+}
 
 /**
  * The per-journal numbering of SQL texts. Ids become permanent only when the record defining
  * them is durable and committed (`adopt`), so a failed append leaves the numbering unchanged.
  */
+export interface RecordAdoption {
+  /** The SQL texts the record defines. */
+  readonly addedTexts: readonly string[];
+  /** The compression window once the record is kept. */
+  readonly window: Buffer;
+}
+
 export class SqlTextDictionary {
   private readonly ids = new Map<string, number>();
   private readonly texts: string[] = [];
+  private window: Buffer = Buffer.alloc(0);
 
-  /** Encodes a record; `addedTexts` are the texts this record defines, to `adopt` once it is kept. */
-  encodeRecord(sequence: number, writes: readonly RecordedWrite[]): { bytes: Buffer; addedTexts: string[] } {
+  /** Encodes a record; `adoption` is what to `adopt` once it is kept (texts it defines, the next compression window). */
+  encodeRecord(sequence: number, writes: readonly RecordedWrite[]): { bytes: Buffer; adoption: RecordAdoption } {
     const addedTexts: string[] = [];
     const pendingIds = new Map<string, number>();
     const statements = writes.map((write) => {
@@ -59,30 +95,45 @@ export class SqlTextDictionary {
       }
       return write.params.length === 0 ? [head] : [head, write.params];
     });
-    const payload = Buffer.from(JSON.stringify(statements), "utf8");
-    if (payload.length > MAX_RECORD_PAYLOAD_BYTES) {
-      throw new QlrError("limit_exceeded", `A transaction's journal record would take ${payload.length} bytes; the limit is ${MAX_RECORD_PAYLOAD_BYTES}.`);
+    const json = Buffer.from(JSON.stringify(statements), "utf8");
+    if (json.length > MAX_RECORD_PAYLOAD_BYTES) {
+      throw new QlrError("limit_exceeded", `A transaction's journal record would take ${json.length} bytes; the limit is ${MAX_RECORD_PAYLOAD_BYTES}.`);
     }
-    return { bytes: encodeRecordBytes(sequence, payload), addedTexts };
+    return { bytes: encodeRecordBytes(sequence, compressPayload(json, this.window)), adoption: { addedTexts, window: nextWindow(this.window, json) } };
   }
 
-  adopt(addedTexts: readonly string[]): void {
+  adopt(adoption: RecordAdoption): void {
+    this.adoptTexts(adoption.addedTexts);
+    this.window = adoption.window;
+  }
+
+  reset(): void {
+    this.ids.clear();
+    this.texts.length = 0;
+    this.window = Buffer.alloc(0);
+  }
+
+  private adoptTexts(addedTexts: readonly string[]): void {
     for (const text of addedTexts) {
       this.ids.set(text, this.texts.length);
       this.texts.push(text);
     }
   }
 
-  reset(): void {
-    this.ids.clear();
-    this.texts.length = 0;
-  }
-
   /** Resolves one record's statements, defining new texts as the writer did. */
   decodeStatements(payload: Uint8Array, offset: number): RecordedWrite[] {
+    let json = Buffer.from(payload.buffer, payload.byteOffset, payload.length);
+    if (json[0] === COMPRESSED_PAYLOAD_MARK) {
+      try {
+        json = inflateRawSync(json.subarray(1), { maxOutputLength: MAX_RECORD_PAYLOAD_BYTES, ...(this.window.length > 0 ? { dictionary: this.window } : {}) });
+      } catch (error) {
+        throw corrupt(offset, "its compressed payload does not inflate", error);
+      }
+    }
+    this.window = nextWindow(this.window, json);
     let parsed: unknown;
     try {
-      parsed = JSON.parse(Buffer.from(payload.buffer, payload.byteOffset, payload.length).toString("utf8"));
+      parsed = JSON.parse(json.toString("utf8"));
     } catch (error) {
       throw corrupt(offset, "its payload is not valid JSON", error);
     }
@@ -93,7 +144,7 @@ export class SqlTextDictionary {
       if (!Array.isArray(params) || !params.every(isSqlParam)) throw corrupt(offset, "a statement's parameters are malformed");
       let sql: string;
       if (typeof head === "string") {
-        this.adopt([head]);
+        this.adoptTexts([head]);
         sql = head;
       } else if (typeof head === "number" && this.texts[head] !== undefined) {
         sql = this.texts[head];
@@ -166,25 +217,13 @@ export function scanJournal(bytes: Buffer, onRecord: (record: ParsedRecord) => v
 }
 
 /**
- * The same scan over a journal file read one record at a time, so opening a store holds one
- * record (at most MAX_RECORD_PAYLOAD_BYTES) rather than the whole journal, which may grow to
- * the size of the snapshot before a checkpoint. Only after a bad record does it read the rest
- * of the file at once, to tell a torn tail from damage.
+ * The same scan over a journal file read one record at a time through `read`, so opening a
+ * store holds one record (at most MAX_RECORD_PAYLOAD_BYTES) rather than the whole journal,
+ * which may grow to the size of the snapshot before a checkpoint. Only after a bad record does
+ * it read the rest of the file at once, to tell a torn tail from damage.
  */
-export function scanJournalFile(fd: number, sizeBytes: number, onRecord: (record: ParsedRecord) => void): JournalScan {
-  return scanJournalWith(sizeBytes, (position, length) => readAt(fd, position, length), onRecord);
-}
-
-function readAt(fd: number, position: number, length: number): Buffer {
-  const buffer = Buffer.allocUnsafe(length);
-  let filled = 0;
-  // Bounded by `length`: every iteration reads at least one byte or stops at the end of the file.
-  while (filled < length) {
-    const count = readSync(fd, buffer, filled, length - filled, position + filled);
-    if (count === 0) break;
-    filled += count;
-  }
-  return buffer.subarray(0, filled);
+export function scanJournalFile(read: JournalReader, sizeBytes: number, onRecord: (record: ParsedRecord) => void): JournalScan {
+  return scanJournalWith(sizeBytes, read, onRecord);
 }
 
 function scanJournalWith(sizeBytes: number, read: JournalReader, onRecord: (record: ParsedRecord) => void): JournalScan {

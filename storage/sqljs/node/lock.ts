@@ -11,10 +11,11 @@
  * system calls wide and only follows a crash.
  */
 import { randomUUID } from "node:crypto";
-import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { QlrError, errorCode } from "../../../src/errors.ts";
+import type { DurableFs } from "../../node/durable-fs.ts";
 
 /** A lock file can be seen empty between its creation and its write; its reader waits this long, this often. */
 const UNREADABLE_LOCK_RETRY_MS = 50;
@@ -34,49 +35,59 @@ export interface HeldLock {
 }
 
 /** Takes the lock file `lock` inside `directory`, or throws `storage_locked` naming the holder. */
-export async function acquireLock(directory: string): Promise<HeldLock> {
+/**
+ * Lock files this process holds now. A lock file naming this process that is not in here was
+ * left by one of its own attempts that failed half way (created, then a write or a sync
+ * failed, and the removal too, as on a failing disk): it is stale like a dead holder's.
+ */
+const heldByThisProcess = new Set<string>();
+
+export async function acquireLock(directory: string, fs: DurableFs): Promise<HeldLock> {
   const lockPath = join(directory, "lock");
-  const holder: LockHolder = { pid: process.pid, startMarker: processStartMarker(process.pid) ?? null, token: randomUUID() };
+  const holder: LockHolder = { pid: process.pid, startMarker: processStartMarker(fs, process.pid) ?? null, token: randomUUID() };
   for (let attempt = 0; attempt < ACQUIRE_ATTEMPTS; attempt += 1) {
-    if (tryCreateLockFile(lockPath, holder)) return heldLock(lockPath, holder.token);
-    const existing = await readHolder(lockPath);
+    if (tryCreateLockFile(fs, lockPath, holder)) return heldLock(fs, lockPath, holder.token);
+    const existing = await readHolder(fs, lockPath);
     if (existing === "missing") continue;
-    if (existing !== "unreadable" && holderIsAlive(existing)) {
+    if (existing !== "unreadable" && holderIsAlive(fs, existing) && !(existing.pid === process.pid && !heldByThisProcess.has(lockPath))) {
       throw new QlrError(
         "storage_locked",
         `The database at ${directory} is in use by process ${existing.pid} (lock file ${lockPath}). Stop that process, or remove the lock file if that process is not a qlr runtime.`,
       );
     }
-    removeIfPresent(lockPath);
+    removeIfPresent(fs, lockPath);
   }
   throw new QlrError("storage_locked", `The lock ${lockPath} kept changing hands; another process is opening the same database.`);
 }
 
-function tryCreateLockFile(lockPath: string, holder: LockHolder): boolean {
+function tryCreateLockFile(fs: DurableFs, lockPath: string, holder: LockHolder): boolean {
   let fd: number;
   try {
-    fd = openSync(lockPath, "wx", 0o600);
+    fd = fs.open(lockPath, "exclusive", 0o600);
   } catch (error) {
     if (errorCode(error) === "EEXIST") return false;
     throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be created.`, { cause: error });
   }
   try {
-    writeSync(fd, `${JSON.stringify(holder)}\n`);
+    fs.append(fd, new TextEncoder().encode(`${JSON.stringify(holder)}\n`));
+    // Synced so that a lock found after a power cut names its boot and is taken over at once,
+    // instead of being read empty and waited for.
+    fs.fsync(fd);
   } catch (error) {
     // An empty lock would make the next opener wait for it; a full disk is better reported now.
-    closeSync(fd);
-    removeIfPresent(lockPath);
+    fs.close(fd);
+    removeIfPresent(fs, lockPath);
     throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be written.`, { cause: error });
   }
-  closeSync(fd);
+  fs.close(fd);
   return true;
 }
 
-async function readHolder(lockPath: string): Promise<LockHolder | "missing" | "unreadable"> {
+async function readHolder(fs: DurableFs, lockPath: string): Promise<LockHolder | "missing" | "unreadable"> {
   for (let attempt = 0; attempt <= UNREADABLE_LOCK_RETRIES; attempt += 1) {
     let text: string;
     try {
-      text = readFileSync(lockPath, "utf8");
+      text = new TextDecoder().decode(fs.readFile(lockPath));
     } catch (error) {
       if (errorCode(error) === "ENOENT") return "missing";
       throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be read.`, { cause: error });
@@ -100,22 +111,27 @@ function parseHolder(text: string): LockHolder | undefined {
   }
 }
 
-function holderIsAlive(holder: LockHolder): boolean {
+function holderIsAlive(fs: DurableFs, holder: LockHolder): boolean {
   try {
     process.kill(holder.pid, 0);
   } catch (error) {
     // EPERM means the process exists under another user: alive.
     if (errorCode(error) === "ESRCH") return false;
   }
-  const currentMarker = processStartMarker(holder.pid);
+  const currentMarker = processStartMarker(fs, holder.pid);
   if (holder.startMarker !== null && currentMarker !== undefined && currentMarker !== holder.startMarker) return false;
   return true;
 }
 
-/** Linux only: "<boot id>/<start time in clock ticks>"; undefined where /proc cannot tell. */
-function processStartMarker(pid: number): string | undefined {
+/**
+ * Linux only: "<boot id>/<start time in clock ticks>"; undefined where /proc cannot tell. The
+ * boot id comes from the file system's machine (`DurableFs.bootId`), so a lock written before
+ * a power cut, real or simulated, names another boot than the one reading it.
+ */
+function processStartMarker(fs: DurableFs, pid: number): string | undefined {
   try {
-    const bootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+    const bootId = fs.bootId();
+    if (bootId === undefined) return undefined;
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     // The command name (field 2) may contain spaces and parentheses, so count from its closing one.
     const fieldsAfterName = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
@@ -127,27 +143,34 @@ function processStartMarker(pid: number): string | undefined {
   }
 }
 
-function heldLock(lockPath: string, token: string): HeldLock {
+function heldLock(fs: DurableFs, lockPath: string, token: string): HeldLock {
   let released = false;
+  heldByThisProcess.add(lockPath);
   return {
     lockPath,
     release(): void {
       if (released) return;
       released = true;
+      heldByThisProcess.delete(lockPath);
       let text: string;
       try {
-        text = readFileSync(lockPath, "utf8");
+        text = new TextDecoder().decode(fs.readFile(lockPath));
       } catch {
         return;
       }
-      if (parseHolder(text)?.token === token) removeIfPresent(lockPath);
+      if (parseHolder(text)?.token !== token) return;
+      try {
+        removeIfPresent(fs, lockPath);
+      } catch {
+        // A lock file left behind names this process and boot; the next opener finds it stale.
+      }
     },
   };
 }
 
-function removeIfPresent(filePath: string): void {
+function removeIfPresent(fs: DurableFs, filePath: string): void {
   try {
-    unlinkSync(filePath);
+    fs.unlink(filePath);
   } catch (error) {
     if (errorCode(error) !== "ENOENT") throw new QlrError("storage_unavailable", `The file ${filePath} could not be removed.`, { cause: error });
   }
