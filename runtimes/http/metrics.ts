@@ -7,6 +7,48 @@ import type { RunStatus } from "../../src/model.ts";
  */
 export const STAGE_SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5] as const;
 
+interface StageCounters {
+  sum: number;
+  count: number;
+  errors: number;
+  processed: number;
+  buckets: number[];
+}
+
+/**
+ * The counters of a `Metrics`, as plain data: a runtime whose memory does not outlive it (a
+ * Durable Object is evicted when idle) saves them and restores them into its next instance.
+ */
+export interface MetricsCounters {
+  readonly ticks: number;
+  readonly admissions: number;
+  readonly purgedRuns: number;
+  readonly httpErrors: number;
+  readonly stages: Readonly<Record<string, Readonly<StageCounters>>>;
+}
+
+const isCount = (value: unknown): value is number => typeof value === "number" && Number.isFinite(value) && value >= 0;
+
+function isStageCounters(value: unknown): value is StageCounters {
+  if (typeof value !== "object" || value === null) return false;
+  const entry = value as Record<string, unknown>;
+  return isCount(entry.sum) && isCount(entry.count) && isCount(entry.errors) && isCount(entry.processed) && Array.isArray(entry.buckets) && entry.buckets.length === STAGE_SECONDS_BUCKETS.length && entry.buckets.every(isCount);
+}
+
+/** Saved counters as read back: null when they are not counters of this version (they are then not restored). */
+export function parseMetricsCounters(value: unknown): MetricsCounters | null {
+  if (typeof value !== "object" || value === null) return null;
+  const saved = value as Record<string, unknown>;
+  if (!isCount(saved.ticks) || !isCount(saved.admissions) || !isCount(saved.purgedRuns) || !isCount(saved.httpErrors)) return null;
+  if (typeof saved.stages !== "object" || saved.stages === null) return null;
+  const stages: Record<string, StageCounters> = {};
+  for (const [name, entry] of Object.entries(saved.stages)) {
+    if (!/^[a-z_]{1,32}$/.test(name) || !isStageCounters(entry)) return null;
+    stages[name] = { sum: entry.sum, count: entry.count, errors: entry.errors, processed: entry.processed, buckets: [...entry.buckets] };
+  }
+  return { ticks: saved.ticks, admissions: saved.admissions, purgedRuns: saved.purgedRuns, httpErrors: saved.httpErrors, stages };
+}
+
 /**
  * A tiny Prometheus text exposition without a dependency, following its naming conventions
  * (base units in names, `_total` counters, `_seconds` histograms with buckets), kept in
@@ -19,11 +61,28 @@ export class Metrics {
    */
   constructor(private readonly memory: () => Readonly<Record<string, number | null>> = () => ({})) {}
 
-  private readonly stageSeconds = new Map<string, { sum: number; count: number; errors: number; processed: number; buckets: number[] }>();
+  private readonly stageSeconds = new Map<string, StageCounters>();
   private ticks = 0;
   private httpErrors = 0;
   private admissions = 0;
   private purgedRuns = 0;
+
+  /** A copy of every counter (not the gauges, which are read at each scrape). */
+  counters(): MetricsCounters {
+    const stages: Record<string, StageCounters> = {};
+    for (const [name, entry] of this.stageSeconds) stages[name] = { ...entry, buckets: [...entry.buckets] };
+    return { ticks: this.ticks, admissions: this.admissions, purgedRuns: this.purgedRuns, httpErrors: this.httpErrors, stages };
+  }
+
+  /** Continues from saved counters: what a new instance of the same runtime counted before. */
+  restore(saved: MetricsCounters): void {
+    this.ticks = saved.ticks;
+    this.admissions = saved.admissions;
+    this.purgedRuns = saved.purgedRuns;
+    this.httpErrors = saved.httpErrors;
+    this.stageSeconds.clear();
+    for (const [name, entry] of Object.entries(saved.stages)) this.stageSeconds.set(name, { ...entry, buckets: [...entry.buckets] });
+  }
 
   observeStage(stage: StageReport): void {
     const entry = this.stageSeconds.get(stage.name) ?? { sum: 0, count: 0, errors: 0, processed: 0, buckets: STAGE_SECONDS_BUCKETS.map(() => 0) };

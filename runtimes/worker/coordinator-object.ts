@@ -9,7 +9,7 @@ import type { SqlStore } from "../../storage/sql-store.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { createApp } from "../http/app.ts";
 import { isAuthorized, tokenProblem } from "../http/auth.ts";
-import { Metrics } from "../http/metrics.ts";
+import { Metrics, parseMetricsCounters } from "../http/metrics.ts";
 import { randomSecrets, uuidv7Ids, workerClock } from "./host.ts";
 import type { DurableObjectNamespace, DurableObjectState, WorkerRequest, WorkerResponse } from "./types.ts";
 
@@ -91,6 +91,9 @@ function toWorkerResponse(response: Response): WorkerResponse {
   return response as unknown as WorkerResponse;
 }
 
+/** The storage key of the saved metric counters (the object's key-value storage, beside its SQL). */
+export const METRICS_KEY = "qlr.metrics.counters";
+
 /**
  * The coordinator Durable Object: its SQLite database is the store, `fetch` serves the shared
  * Hono app and `tick()` (RPC, called by the cron trigger) runs one bounded cycle. There are no
@@ -125,6 +128,8 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
   private async build(): Promise<Runtime> {
     const store = await openSqliteStore(this.driver, workerClock.nowMs());
     const metrics = new Metrics();
+    const saved = parseMetricsCounters(await this.ctx.storage.get(METRICS_KEY));
+    if (saved !== null) metrics.restore(saved);
     // configurationProblem() refused a bad value before any request reached here.
     const retention = retentionOf(this.env);
     const profile = profileOf(this.env);
@@ -188,7 +193,20 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       console.error(`qlr: the store could not be opened: ${detail}`);
       return errorResponse(503, "internal", authenticated ? `the store could not be opened: ${detail}` : "the store is unavailable");
     }
-    return toWorkerResponse(await runtime.app.fetch(toWebRequest(request)));
+    const response = await runtime.app.fetch(toWebRequest(request));
+    // A request that may have changed state (a `POST /tick` among them) saves the counters too.
+    if (request.method !== "GET" && request.method !== "HEAD") await this.saveMetrics(runtime);
+    return toWorkerResponse(response);
+  }
+
+  /**
+   * The counters live in the object's memory, which an idle object loses: they are saved in its
+   * storage (one small key) at the end of each cycle and after each writing request, and restored
+   * when the object is built again. What a read-only request counted since (an error answer of a
+   * GET) is lost with the memory; the gauges are read from the store at each scrape.
+   */
+  private async saveMetrics(runtime: Runtime): Promise<void> {
+    await this.ctx.storage.put(METRICS_KEY, runtime.metrics.counters());
   }
 
   /** One bounded cadence cycle (the cron trigger's call); the same report `POST /tick` answers. */
@@ -197,6 +215,7 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
     if (problem !== null) throw new Error(problem);
     const runtime = await this.open();
     const report = await runtime.coordinator.tick();
+    await this.saveMetrics(runtime);
     if (report.more || report.followUp) await this.wakeSoon();
     return report;
   }

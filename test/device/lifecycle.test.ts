@@ -3,7 +3,7 @@
  * `qlr serve` as a child process, real POSIX tasks through the launcher and supervisor, the
  * embedded SQLite file store, driven through the HTTP API.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Coordinator } from "../../src/coordinator.ts";
 import { cancelRun, startRun } from "../../src/operations.ts";
 import { PROFILES } from "../../src/profiles.ts";
@@ -12,45 +12,25 @@ import { systemClock, uuidv7, uuidv7Ids } from "../../runtimes/node/host.ts";
 import { loadOrCreateReceiptKey, PosixLauncher } from "../../runtimes/node/launcher/index.ts";
 import { LocalProcessExecutor } from "../../runtimes/node/local-executor.ts";
 import { openConfiguredStore } from "../../runtimes/node/open-store.ts";
-import { buildBundle, type Bundle } from "../support/bundle.ts";
 import { waitFor } from "../support/wait.ts";
 import { isRunning, waitUntilGone } from "../support/proc.ts";
 import { Scratch } from "../support/scratch.ts";
 import { expectReceiptsHonoured, journalNames, readJournal, readReceipt } from "../support/state-files.ts";
-import { startServe, stopAllServed } from "../support/serve-child.ts";
+import { startServe } from "../support/serve-child.ts";
 import { attemptsOf, stepNamed } from "../support/api-client.ts";
+import { useDeviceHarness } from "../support/device-harness.ts";
 
-let bundle: Bundle;
-const scratches: Scratch[] = [];
-
-async function scratch(name: string): Promise<Scratch> {
-  const created = await Scratch.create(name);
-  scratches.push(created);
-  return created;
-}
-
-beforeAll(async () => {
-  bundle = await buildBundle();
-});
-
-afterEach(async () => {
-  stopAllServed();
-  for (const item of scratches.splice(0)) await item.cleanup();
-});
-
-afterAll(async () => {
-  await bundle.cleanup();
-});
+const device = useDeviceHarness();
 
 describe("device lifecycle (real processes)", () => {
   it("product vertical: a → b both succeed, one attempt, one spawn and one admission per step, startedAtMs is the launcher's handle fact", { timeout: 60_000 }, async () => {
-    const dir = await scratch("vertical");
+    const dir = await device.scratch("vertical");
     const { text } = await dir.manifest(
       "vertical",
       { ta: dir.task({ label: "a", then: "sleep 0.3" }), tb: dir.task({ label: "b", then: "sleep 0.3" }) },
       { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
     );
-    const served = await startServe(bundle, dir.stateDir);
+    const served = await startServe(device.bundle, dir.stateDir);
     const api = served.api;
     await api.apply(text);
     const created = await api.startWorkflow("vertical", "pipeline");
@@ -121,13 +101,13 @@ describe("device lifecycle (real processes)", () => {
   }
 
   it("cancel before start (ADR-0229 verification 4): the first cycle converges the run to cancelled, no attempt is admitted", { timeout: 60_000 }, async () => {
-    const dir = await scratch("cancel-first-cycle");
+    const dir = await device.scratch("cancel-first-cycle");
     const runId = await prepareCancelledRun(dir, "early");
 
     const store = await openConfiguredStore({ kind: "sqlite", stateDir: dir.stateDir, databaseUrl: null, nowMs: Date.now() });
     try {
       const hmacKey = await loadOrCreateReceiptKey(dir.stateDir);
-      const launcher = new PosixLauncher({ stateDir: dir.stateDir, hmacKey, nowMs: () => Date.now(), supervisorPath: bundle.supervisor });
+      const launcher = new PosixLauncher({ stateDir: dir.stateDir, hmacKey, nowMs: () => Date.now(), supervisorPath: device.bundle.supervisor });
       const executor = new LocalProcessExecutor(launcher, { logMaxBytes: 1 << 20, onStopError: () => undefined });
       const coordinator = new Coordinator({ store, clock: systemClock, ids: uuidv7Ids, profile: PROFILES.standalone, executors: { local_process: executor } });
       expect(await coordinator.recover()).toEqual([]);
@@ -150,9 +130,9 @@ describe("device lifecycle (real processes)", () => {
   });
 
   it("cancel before start through qlr serve: cancelled atomically, nothing admitted, journaled or spawned, recovery scanned nothing", { timeout: 60_000 }, async () => {
-    const dir = await scratch("cancel-serve");
+    const dir = await device.scratch("cancel-serve");
     const runId = await prepareCancelledRun(dir, "early");
-    const served = await startServe(bundle, dir.stateDir);
+    const served = await startServe(device.bundle, dir.stateDir);
     const api = served.api;
     const detail = await api.waitTerminal(runId);
     expect(detail.run.status).toBe("cancelled");
@@ -179,13 +159,13 @@ describe("device lifecycle (real processes)", () => {
   });
 
   it("cancel in flight: the real process is stopped first, then attempt, every step and the run converge to cancelled", { timeout: 60_000 }, async () => {
-    const dir = await scratch("cancel-flight");
+    const dir = await device.scratch("cancel-flight");
     const { text } = await dir.manifest(
       "flight",
       { slow: dir.task({ label: "a", then: "sleep 30" }), tb: dir.task({ label: "b" }) },
       { pipeline: { steps: { a: { task: "slow" }, b: { task: "tb", needs: ["a"] } } } },
     );
-    const served = await startServe(bundle, dir.stateDir);
+    const served = await startServe(device.bundle, dir.stateDir);
     const api = served.api;
     await api.apply(text);
     const created = await api.startWorkflow("flight", "pipeline");
@@ -215,7 +195,7 @@ describe("device lifecycle (real processes)", () => {
   });
 
   it("step deadline: only the overrunning step's process is killed (timed_out), downstream skipped, a parallel step still succeeds, run failed", { timeout: 60_000 }, async () => {
-    const dir = await scratch("deadline");
+    const dir = await device.scratch("deadline");
     const parallelGate = dir.gate("parallel");
     const { text } = await dir.manifest(
       "deadline",
@@ -226,7 +206,7 @@ describe("device lifecycle (real processes)", () => {
       },
       { pipeline: { steps: { slow: { task: "slow" }, after: { task: "after", needs: ["slow"] }, side: { task: "side" } } } },
     );
-    const served = await startServe(bundle, dir.stateDir);
+    const served = await startServe(device.bundle, dir.stateDir);
     const api = served.api;
     await api.apply(text);
     const created = await api.startWorkflow("deadline", "pipeline");

@@ -11,31 +11,17 @@
  */
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { FaultPoint } from "../../src/coordinator.ts";
-import { buildBundle, type Bundle } from "../support/bundle.ts";
 import { waitFor } from "../support/wait.ts";
-import { Scratch } from "../support/scratch.ts";
-import { childEnv, startServe, stopAllServed } from "../support/serve-child.ts";
+import type { Scratch } from "../support/scratch.ts";
+import { childEnv, startServe } from "../support/serve-child.ts";
 import type { Api } from "../support/api-client.ts";
 import type { RunDetail, RunView } from "../support/api-views.ts";
 import { spawn } from "node:child_process";
+import { useDeviceHarness } from "../support/device-harness.ts";
 
-let bundle: Bundle;
-const scratches: Scratch[] = [];
-
-beforeAll(async () => {
-  bundle = await buildBundle();
-});
-
-afterEach(async () => {
-  stopAllServed();
-  for (const item of scratches.splice(0)) await item.cleanup();
-});
-
-afterAll(async () => {
-  await bundle.cleanup();
-});
+const device = useDeviceHarness();
 
 const STATE_FILE_DIRS = ["journal", "receipts", "logs", "stops", "work"] as const;
 
@@ -91,9 +77,8 @@ async function finishedRun(api: Api): Promise<RunDetail> {
 
 describe("retention on a device", () => {
   it("a purged run's journals, receipts, logs and work directories are deleted; those of retained runs remain", { timeout: 90_000 }, async () => {
-    const dir = await Scratch.create("retention");
-    scratches.push(dir);
-    const served = await startServe(bundle, dir.stateDir, { retentionRuns: "2" });
+    const dir = await device.scratch("retention");
+    const served = await startServe(device.bundle, dir.stateDir, { retentionRuns: "2" });
     const api = served.api;
     await api.apply(await manifest(dir));
     const oldest = await finishedRun(api);
@@ -121,8 +106,7 @@ describe("retention on a device", () => {
   });
 
   it("qlr serve refuses a bad retention with a usage error and writes nothing", { timeout: 30_000 }, async () => {
-    const dir = await Scratch.create("retention-bad");
-    scratches.push(dir);
+    const dir = await device.scratch("retention-bad");
     const cases: [string[], Record<string, string>, RegExp][] = [
       [["--retention", "30s"], {}, /--retention must be from 1m to 3650d, got 30s/],
       [["--retention-runs", "0"], {}, /--retention-runs must be a whole number of runs from 1 to 10000000/],
@@ -131,7 +115,7 @@ describe("retention on a device", () => {
     ];
     for (const [flags, env, message] of cases) {
       const result = await new Promise<{ code: number | null; stderr: string }>((resolveRun) => {
-        const child = spawn(process.execPath, [bundle.qlr, "serve", "--state-dir", dir.stateDir, "--port", "0", ...flags], { env: childEnv(env), stdio: ["ignore", "pipe", "pipe"] });
+        const child = spawn(process.execPath, [device.bundle.qlr, "serve", "--state-dir", dir.stateDir, "--port", "0", ...flags], { env: childEnv(env), stdio: ["ignore", "pipe", "pipe"] });
         let stderr = "";
         child.stderr.setEncoding("utf8");
         child.stderr.on("data", (chunk: string) => (stderr += chunk));
@@ -163,9 +147,8 @@ const CRASHES: readonly PurgeCrash[] = [
 describe("SIGKILL at each named point of the purge stage", () => {
   for (const crash of CRASHES) {
     it(`${crash.point}: after the restart the database and the state dir agree`, { timeout: 90_000 }, async () => {
-      const dir = await Scratch.create("retention-crash");
-      scratches.push(dir);
-      const dying = await startServe(bundle, dir.stateDir, { retentionRuns: "1", fault: crash.point });
+      const dir = await device.scratch("retention-crash");
+      const dying = await startServe(device.bundle, dir.stateDir, { retentionRuns: "1", fault: crash.point });
       await dying.api.apply(await manifest(dir));
       const doomed = await finishedRun(dying.api);
       // The next run's end makes the first one purgeable; the purge kills the runtime at the point.
@@ -175,7 +158,7 @@ describe("SIGKILL at each named point of the purge stage", () => {
       const files = await filesByAttempt(dir.stateDir);
       for (const attempt of doomed.attempts) expect((files.get(attempt.id) ?? []).map((name) => name.split("/")[0]).sort(), attempt.id).toEqual([...crash.leftAtKill]);
 
-      const served = await startServe(bundle, dir.stateDir, { retentionRuns: "1" });
+      const served = await startServe(device.bundle, dir.stateDir, { retentionRuns: "1" });
       const api = served.api;
       expect((await api.call("GET", `/runs/${doomed.run.id}`)).status).toBe(404);
       // The first cycles sweep the orphans; the second run (the newest) keeps everything.

@@ -10,45 +10,25 @@ import { chmod, chown, mkdir, open, readdir, readFile, stat, writeFile } from "n
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { checkCoordinatorUrl } from "../../runtimes/node/cli.ts";
 import { RemoteWorker } from "../../runtimes/node/remote-worker.ts";
-import { buildBundle, type Bundle } from "../support/bundle.ts";
 import { waitFor } from "../support/wait.ts";
-import { Scratch } from "../support/scratch.ts";
-import { childEnv, startServe, stopAllServed } from "../support/serve-child.ts";
+import type { Scratch } from "../support/scratch.ts";
+import { childEnv, startServe } from "../support/serve-child.ts";
 import { attemptsOf } from "../support/api-client.ts";
 import type { RunDetail } from "../support/api-views.ts";
 import { runCli } from "../support/cli-runner.ts";
+import { useDeviceHarness } from "../support/device-harness.ts";
 
-let bundle: Bundle;
-const scratches: Scratch[] = [];
-
-async function scratch(name: string): Promise<Scratch> {
-  const created = await Scratch.create(name);
-  scratches.push(created);
-  return created;
-}
-
-beforeAll(async () => {
-  bundle = await buildBundle();
-});
-
-afterEach(async () => {
-  stopAllServed();
-  for (const item of scratches.splice(0)) await item.cleanup();
-});
-
-afterAll(async () => {
-  await bundle.cleanup();
-});
+const device = useDeviceHarness();
 
 const MIB = 1024 * 1024;
 
 describe("tokens stay off stdout and command lines", () => {
   it("serve prints the token file's path, never the token", { timeout: 60_000 }, async () => {
-    const dir = await scratch("token-print");
-    const served = await startServe(bundle, dir.stateDir);
+    const dir = await device.scratch("token-print");
+    const served = await startServe(device.bundle, dir.stateDir);
     expect(served.token.length).toBeGreaterThanOrEqual(16);
     expect(served.stdout).not.toContain(served.token);
     expect(served.stderr).not.toContain(served.token);
@@ -56,27 +36,27 @@ describe("tokens stay off stdout and command lines", () => {
   });
 
   it("--token warns on stderr; --token-file must be owner-only; the state dir's token file too", { timeout: 60_000 }, async () => {
-    const dir = await scratch("token-file");
-    const served = await startServe(bundle, dir.stateDir);
+    const dir = await device.scratch("token-file");
+    const served = await startServe(device.bundle, dir.stateDir);
     const common = ["--url", served.url, "--state-dir", dir.path("elsewhere")];
 
-    const flagged = await runCli(bundle, ["runs", "--token", served.token, ...common]);
+    const flagged = await runCli(device.bundle, ["runs", "--token", served.token, ...common]);
     expect(flagged.code).toBe(0);
     expect(flagged.stderr).toMatch(/warning: --token puts the token on the command line.*--token-file/);
 
     const tokenFile = dir.path("admin.token");
     await writeFile(tokenFile, `${served.token}\n`, { mode: 0o600 });
-    const fromFile = await runCli(bundle, ["runs", "--token-file", tokenFile, ...common]);
+    const fromFile = await runCli(device.bundle, ["runs", "--token-file", tokenFile, ...common]);
     expect(fromFile).toMatchObject({ code: 0, stderr: "" });
 
     await chmod(tokenFile, 0o644);
-    const readable = await runCli(bundle, ["runs", "--token-file", tokenFile, ...common]);
+    const readable = await runCli(device.bundle, ["runs", "--token-file", tokenFile, ...common]);
     expect(readable.code).toBe(64);
     expect(readable.stderr).toContain(`--token-file ${tokenFile} has mode 644; others could read it`);
 
     // The state dir's own token file is held to the same rule.
     await chmod(join(dir.stateDir, "token"), 0o640);
-    const stored = await runCli(bundle, ["runs", "--url", served.url, "--state-dir", dir.stateDir]);
+    const stored = await runCli(device.bundle, ["runs", "--url", served.url, "--state-dir", dir.stateDir]);
     expect(stored.code).toBe(64);
     expect(stored.stderr).toContain("has mode 640");
   });
@@ -92,8 +72,8 @@ describe("qlr worker and its coordinator URL", () => {
   });
 
   it("the CLI exits 64 before sending anything", { timeout: 30_000 }, async () => {
-    const dir = await scratch("worker-http");
-    const result = await runCli(bundle, ["worker", "--coordinator", "http://coordinator.example:8787", "--pool", "p", "--state-dir", dir.stateDir], 20_000);
+    const dir = await device.scratch("worker-http");
+    const result = await runCli(device.bundle, ["worker", "--coordinator", "http://coordinator.example:8787", "--pool", "p", "--state-dir", dir.stateDir], 20_000);
     expect(result.code).toBe(64);
     expect(result.stderr).toContain("the token would cross the network in clear");
   });
@@ -101,11 +81,11 @@ describe("qlr worker and its coordinator URL", () => {
 
 describe("the log route", () => {
   it("answers at most 1 MiB for stdout and stderr together and keeps both truncation markers", { timeout: 60_000 }, async () => {
-    const dir = await scratch("log-cap");
+    const dir = await device.scratch("log-cap");
     // 1.5 MiB to each stream: each file is capped at 1 MiB on disk plus the supervisor's marker.
     const chatty = { shell: "head -c 1572864 /dev/zero | tr '\\0' o; head -c 1572864 /dev/zero | tr '\\0' e >&2", timeout: "30s" };
     const { text } = await dir.manifest("logcap", { chatty }, { pipeline: { steps: { a: { task: "chatty" } } } });
-    const served = await startServe(bundle, dir.stateDir);
+    const served = await startServe(device.bundle, dir.stateDir);
     await served.api.apply(text);
     const run = await served.api.startWorkflow("logcap", "pipeline");
     const detail = await served.api.waitTerminal(run.id);
@@ -128,7 +108,7 @@ const NOBODY_UID = 65534;
 /** Runs one single-step workflow `p/w` of `task` on a fresh runtime and answers the step's log and detail. */
 async function runOneStep(dir: Scratch, packageName: string, taskSpec: Record<string, unknown>): Promise<{ log: string; detail: RunDetail; stateDir: string }> {
   const { text } = await dir.manifest(packageName, { t: taskSpec }, { w: { steps: { a: { task: "t" } } } });
-  const served = await startServe(bundle, dir.stateDir);
+  const served = await startServe(device.bundle, dir.stateDir);
   await served.api.apply(text);
   const run = await served.api.startWorkflow(packageName, "w");
   const detail = await served.api.waitTerminal(run.id);
@@ -138,14 +118,14 @@ async function runOneStep(dir: Scratch, packageName: string, taskSpec: Record<st
 
 describe("tasks run in a directory of their own", () => {
   it("a task without cwd starts in <state>/work/<attemptId>, never in the state dir or its parent; a declared cwd is kept", { timeout: 60_000 }, async () => {
-    const dir = await scratch("task-cwd");
+    const dir = await device.scratch("task-cwd");
     const { log, detail } = await runOneStep(dir, "cwd", { shell: "pwd; ls -a", timeout: "10s" });
     expect(detail.run.status).toBe("succeeded");
     const attemptId = attemptsOf(detail, "a")[0]?.id ?? "";
     expect(log).toBe(`${join(dir.stateDir, "work", attemptId)}\n.\n..\n`);
     expect((await stat(join(dir.stateDir, "work", attemptId))).mode & 0o777).toBe(0o700);
 
-    const declared = await scratch("task-cwd-declared");
+    const declared = await device.scratch("task-cwd-declared");
     const chosen = declared.path("chosen");
     await mkdir(chosen);
     const second = await runOneStep(declared, "cwd", { shell: "pwd", cwd: chosen, timeout: "10s" });
@@ -157,7 +137,7 @@ describe("tasks run in a directory of their own", () => {
       console.log("skipped: `user:` needs the runtime to run as root, and this test runs as uid %d", process.getuid?.() ?? -1);
       context.skip();
     }
-    const dir = await scratch("task-user");
+    const dir = await device.scratch("task-user");
     await chmod(dir.root, 0o755);
     const script = [
       "id -u; id -g",
@@ -178,7 +158,7 @@ describe("tasks run in a directory of their own", () => {
   });
 
   it("user: on a runtime that cannot switch users is a spawn failure that names the reason", { timeout: 60_000 }, async () => {
-    const dir = await scratch("task-user-unknown");
+    const dir = await device.scratch("task-user-unknown");
     const { detail } = await runOneStep(dir, "user", { shell: "echo never", user: "no-such-user-qlr", timeout: "10s" });
     expect(detail.run.status).toBe("failed");
     expect(attemptsOf(detail, "a")[0]?.error).toMatch(/task user "no-such-user-qlr" is not in \/etc\/passwd/);
@@ -187,13 +167,13 @@ describe("tasks run in a directory of their own", () => {
 
 describe("descriptors the runtime inherited never reach a task", () => {
   it("a task started by a runtime holding an inheritable fd 40 sees only 0, 1 and 2", { timeout: 60_000 }, async () => {
-    const dir = await scratch("task-fds");
+    const dir = await device.scratch("task-fds");
     const { text } = await dir.manifest("fds", { t: { shell: "ls /proc/$$/fd", timeout: "10s" } }, { w: { steps: { a: { task: "t" } } } });
     const leaked = await open(dir.path("leaked-file"), "w");
     // stdio entries 3–39 are absent: the runtime's Node start-up marks only the low, contiguous
     // descriptors close-on-exec, so fd 40 stays inheritable, as one from a service manager would.
     const stdio: StdioOptions = ["ignore", "pipe", "pipe", ...Array.from({ length: 37 }, () => "ignore" as const), leaked.fd];
-    const child = spawn(process.execPath, [bundle.qlr, "serve", "--state-dir", dir.stateDir, "--port", "0"], { env: childEnv(), stdio });
+    const child = spawn(process.execPath, [device.bundle.qlr, "serve", "--state-dir", dir.stateDir, "--port", "0"], { env: childEnv(), stdio });
     try {
       let stdout = "";
       child.stdout?.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")));
@@ -217,10 +197,10 @@ describe("descriptors the runtime inherited never reach a task", () => {
 
 describe("the state dir is the runtime's own", () => {
   it("a state dir others could read is tightened to 0700; the store and token are owner-only", { timeout: 60_000 }, async () => {
-    const dir = await scratch("state-mode");
+    const dir = await device.scratch("state-mode");
     await mkdir(dir.stateDir, { mode: 0o755 });
     await chmod(dir.stateDir, 0o755);
-    const served = await startServe(bundle, dir.stateDir);
+    const served = await startServe(device.bundle, dir.stateDir);
     expect(served.stderr).toContain(`state dir ${dir.stateDir} had mode 755; tightened to 700`);
     expect((await stat(dir.stateDir)).mode & 0o777).toBe(0o700);
     expect((await stat(join(dir.stateDir, "token"))).mode & 0o777).toBe(0o600);
@@ -239,10 +219,10 @@ describe("the state dir is the runtime's own", () => {
       console.log("skipped: giving a directory to another user needs root, and this test runs as uid %d", process.getuid?.() ?? -1);
       context.skip();
     }
-    const dir = await scratch("state-owner");
+    const dir = await device.scratch("state-owner");
     await mkdir(dir.stateDir, { mode: 0o700 });
     await chown(dir.stateDir, NOBODY_UID, NOBODY_UID);
-    const result = await runCli(bundle, ["serve", "--state-dir", dir.stateDir, "--port", "0"], 30_000);
+    const result = await runCli(device.bundle, ["serve", "--state-dir", dir.stateDir, "--port", "0"], 30_000);
     expect(result.code).not.toBe(0);
     expect(result.stderr).toContain(`state dir ${dir.stateDir} belongs to uid ${NOBODY_UID}`);
     expect(await readdir(dir.stateDir)).toEqual([]);
@@ -251,7 +231,7 @@ describe("the state dir is the runtime's own", () => {
 
 describe("qlr worker checks claimed attempt ids", () => {
   it("an attempt id that is not portable names no file and is never started", { timeout: 30_000 }, async () => {
-    const dir = await scratch("worker-ids");
+    const dir = await device.scratch("worker-ids");
     const paths: string[] = [];
     let claims = 0;
     const bad = ["../../escape", "a/b", ".hidden", "x".repeat(40)].map((attemptId) => ({

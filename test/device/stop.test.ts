@@ -3,34 +3,23 @@
  * control stopAndDrain (durable shutdown intent, exact stops, step-scoped terminal outcome),
  * then close the store. Concurrent stops share one promise.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { DeviceRuntime } from "../../runtimes/node/device.ts";
 import { openConfiguredStore } from "../../runtimes/node/open-store.ts";
 import type { RunAttempt, RunEvent, StepRun, Run } from "../../src/model.ts";
-import { buildBundle, type Bundle } from "../support/bundle.ts";
 import { within } from "../support/wait.ts";
 import { isRunning } from "../support/proc.ts";
-import { Scratch } from "../support/scratch.ts";
 import { expectReceiptsHonoured } from "../support/state-files.ts";
-import { startServe, stopAllServed } from "../support/serve-child.ts";
+import { startServe } from "../support/serve-child.ts";
 import { Api, attemptsOf, stepNamed } from "../support/api-client.ts";
+import { useDeviceHarness } from "../support/device-harness.ts";
 
-let bundle: Bundle;
-const scratches: Scratch[] = [];
 const runtimes: DeviceRuntime[] = [];
 
-beforeAll(async () => {
-  bundle = await buildBundle();
-});
-
-afterEach(async () => {
-  for (const runtime of runtimes.splice(0)) await runtime.stop().catch(() => undefined);
-  stopAllServed();
-  for (const item of scratches.splice(0)) await item.cleanup();
-});
-
-afterAll(async () => {
-  await bundle.cleanup();
+const device = useDeviceHarness({
+  beforeCleanup: async () => {
+    for (const runtime of runtimes.splice(0)) await runtime.stop().catch(() => undefined);
+  },
 });
 
 /** Reads a run straight from the store file, with no runtime running (the store must open cleanly). */
@@ -45,8 +34,7 @@ async function readOffline(stateDir: string, runId: string): Promise<{ run: Run 
 
 describe("graceful stop", () => {
   it("SIGTERM with two steps running: exit 0, both processes gone, attempts stopped for shutdown, steps settled before the store closed; the idempotent step re-runs after restart", { timeout: 90_000 }, async () => {
-    const dir = await Scratch.create("sigterm");
-    scratches.push(dir);
+    const dir = await device.scratch("sigterm");
     // q's task is idempotent with one retry: its second run finds its first marker line and exits 0.
     const { file } = await dir.manifest(
       "stop",
@@ -56,7 +44,7 @@ describe("graceful stop", () => {
       },
       { pipeline: { steps: { p: { task: "tp" }, q: { task: "tq" } } } },
     );
-    const first = await startServe(bundle, dir.stateDir, { apply: [file] });
+    const first = await startServe(device.bundle, dir.stateDir, { apply: [file] });
     const runId = (await first.api.startWorkflow("stop", "pipeline")).id;
     const p = await first.api.waitStepRunning(runId, "p");
     const q = await first.api.waitStepRunning(runId, "q");
@@ -94,7 +82,7 @@ describe("graceful stop", () => {
     // Admission was frozen: no attempt was admitted for q's new epoch before the store closed.
     expect(offline.attempts).toHaveLength(2);
 
-    const second = await startServe(bundle, dir.stateDir);
+    const second = await startServe(device.bundle, dir.stateDir);
     expect(await second.api.recovery()).toEqual([...lateReceipts].map((attemptId) => ({ attemptId, decision: "complete", reason: null })));
     const detail = await second.api.waitTerminal(runId);
     expect(detail.run.status).toBe("failed");
@@ -113,8 +101,7 @@ describe("graceful stop", () => {
   });
 
   it("DeviceRuntime.stop(): concurrent calls share one promise, one shutdown round, and the store closes once", { timeout: 60_000 }, async () => {
-    const dir = await Scratch.create("stop-twice");
-    scratches.push(dir);
+    const dir = await device.scratch("stop-twice");
     const { file } = await dir.manifest("twice", { slow: dir.task({ label: "a", then: "sleep 30" }) }, { pipeline: { steps: { a: { task: "slow" } } } });
     const token = "device-test-token-0123456789";
     const logs: string[] = [];
@@ -127,7 +114,7 @@ describe("graceful stop", () => {
       store: "sqlite",
       databaseUrl: null,
       applyFiles: [file],
-      supervisorPath: bundle.supervisor,
+      supervisorPath: device.bundle.supervisor,
       log: (line) => logs.push(line),
     });
     runtimes.push(runtime);

@@ -8,30 +8,16 @@
 import { readFile, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { describe, expect, it } from "vitest";
 import { waitFor } from "../support/wait.ts";
 import { waitUntilGone } from "../support/proc.ts";
-import { ensureDir, Scratch } from "../support/scratch.ts";
+import { ensureDir } from "../support/scratch.ts";
 import { journalNames, readJournal, receiptPath } from "../support/state-files.ts";
-import { startServe, stopAllServed } from "../support/serve-child.ts";
+import { startServe } from "../support/serve-child.ts";
 import { attemptsOf, stepNamed } from "../support/api-client.ts";
+import { useDeviceHarness } from "../support/device-harness.ts";
 
-let bundle: Bundle;
-const scratches: Scratch[] = [];
-
-beforeAll(async () => {
-  bundle = await buildBundle();
-});
-
-afterEach(async () => {
-  stopAllServed();
-  for (const item of scratches.splice(0)) await item.cleanup();
-});
-
-afterAll(async () => {
-  await bundle.cleanup();
-});
+const device = useDeviceHarness();
 
 interface Tamper {
   readonly name: string;
@@ -59,14 +45,13 @@ const TAMPERS: readonly Tamper[] = [
 describe("tampered evidence fails closed", () => {
   for (const tamper of TAMPERS) {
     it(`a receipt edited while the runtime is down is never accepted: ${tamper.name}`, { timeout: 90_000 }, async () => {
-      const dir = await Scratch.create("tamper");
-      scratches.push(dir);
+      const dir = await device.scratch("tamper");
       const { file } = await dir.manifest(
         "tamper",
         { ta: dir.task({ label: "a", then: "sleep 1; exit 3" }), tb: dir.task({ label: "b" }) },
         { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
       );
-      const first = await startServe(bundle, dir.stateDir, { apply: [file] });
+      const first = await startServe(device.bundle, dir.stateDir, { apply: [file] });
       const runId = (await first.api.startWorkflow("tamper", "pipeline")).id;
       const { attempt } = await first.api.waitStepRunning(runId, "a");
       expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
@@ -79,7 +64,7 @@ describe("tampered evidence fails closed", () => {
       expect(original.exitCode).toBe(3);
       await writeFile(path, `${JSON.stringify(tamper.edit(original))}\n`);
 
-      const second = await startServe(bundle, dir.stateDir);
+      const second = await startServe(device.bundle, dir.stateDir);
       const api = second.api;
       expect((await api.recovery()).filter((entry) => entry.attemptId === attempt.id)).toEqual([{ attemptId: attempt.id, decision: "fail_closed", reason: tamper.reason }]);
       expect(second.stderr).toContain(`recovery failed closed for attempt ${attempt.id}: ${tamper.reason}`);
@@ -102,14 +87,13 @@ describe("tampered evidence fails closed", () => {
   }
 
   it("a journal file with a bad name is rejected and reported at start-up, never treated as an attempt", { timeout: 90_000 }, async () => {
-    const dir = await Scratch.create("bad-journal");
-    scratches.push(dir);
+    const dir = await device.scratch("bad-journal");
     const { file } = await dir.manifest(
       "journal",
       { ta: dir.task({ label: "a" }), tb: dir.task({ label: "b" }) },
       { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
     );
-    const first = await startServe(bundle, dir.stateDir, { apply: [file] });
+    const first = await startServe(device.bundle, dir.stateDir, { apply: [file] });
     const firstRun = await first.api.startWorkflow("journal", "pipeline");
     const done = await first.api.waitTerminal(firstRun.id);
     expect(done.run.status).toBe("succeeded");
@@ -123,7 +107,7 @@ describe("tampered evidence fails closed", () => {
     const planted = [".hidden.json", "bad name.json", `${"x".repeat(37)}.json`, "wta:not-json.txt"];
     for (const name of planted) await writeFile(join(journalDir, name), `${JSON.stringify({ ...real, attemptId: name.replace(/\.json$/, "") })}\n`);
 
-    const second = await startServe(bundle, dir.stateDir);
+    const second = await startServe(device.bundle, dir.stateDir);
     const api = second.api;
     for (const name of planted) expect(second.stderr).toContain(`journal file ${JSON.stringify(name)} rejected`);
     expect(second.stderr).toContain(`journal file ".hidden.json" rejected: name is not a portable identity`);

@@ -5,46 +5,25 @@
  * a completion (`followUp`) or ran out of budget (`more`). Without them each run would sit for
  * a day, and the bounded waits fail.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { describe, expect, it } from "vitest";
 import { waitUntilGone } from "../support/proc.ts";
-import { Scratch } from "../support/scratch.ts";
-import { startServe, stopAllServed } from "../support/serve-child.ts";
+import { startServe } from "../support/serve-child.ts";
 import { attemptsOf } from "../support/api-client.ts";
+import { useDeviceHarness } from "../support/device-harness.ts";
 
-let bundle: Bundle;
-const scratches: Scratch[] = [];
-
-async function scratch(name: string): Promise<Scratch> {
-  const created = await Scratch.create(name);
-  scratches.push(created);
-  return created;
-}
-
-beforeAll(async () => {
-  bundle = await buildBundle();
-});
-
-afterEach(async () => {
-  stopAllServed();
-  for (const item of scratches.splice(0)) await item.cleanup();
-});
-
-afterAll(async () => {
-  await bundle.cleanup();
-});
+const device = useDeviceHarness();
 
 const NEVER_BY_INTERVAL = "24h";
 
 describe("event-driven cadence (real processes)", () => {
   it("a diamond of four steps runs to success on wakes alone: start over HTTP, supervisor exits, follow-up cycles", { timeout: 60_000 }, async () => {
-    const dir = await scratch("wake-diamond");
+    const dir = await device.scratch("wake-diamond");
     const { text } = await dir.manifest(
       "wake",
       { ta: dir.task({ label: "a" }), tb: dir.task({ label: "b" }), tc: dir.task({ label: "c" }), td: dir.task({ label: "d" }) },
       { diamond: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] }, c: { task: "tc", needs: ["a"] }, d: { task: "td", needs: ["b", "c"] } } } },
     );
-    const served = await startServe(bundle, dir.stateDir, { tickInterval: NEVER_BY_INTERVAL });
+    const served = await startServe(device.bundle, dir.stateDir, { tickInterval: NEVER_BY_INTERVAL });
     await served.api.apply(text);
     const created = await served.api.startWorkflow("wake", "diamond");
     const detail = await served.api.waitTerminal(created.id, 30_000);
@@ -72,9 +51,9 @@ describe("event-driven cadence (real processes)", () => {
   });
 
   it("a cancel over HTTP stops a running step at once and the run ends cancelled, with no interval tick", { timeout: 60_000 }, async () => {
-    const dir = await scratch("wake-cancel");
+    const dir = await device.scratch("wake-cancel");
     const { text } = await dir.manifest("wakecancel", { long: dir.task({ label: "long", then: "sleep 30" }), after: dir.task({ label: "after" }) }, { pipeline: { steps: { long: { task: "long" }, after: { task: "after", needs: ["long"] } } } });
-    const served = await startServe(bundle, dir.stateDir, { tickInterval: NEVER_BY_INTERVAL });
+    const served = await startServe(device.bundle, dir.stateDir, { tickInterval: NEVER_BY_INTERVAL });
     await served.api.apply(text);
     const created = await served.api.startWorkflow("wakecancel", "pipeline");
     const { attempt } = await served.api.waitStepRunning(created.id, "long");

@@ -180,6 +180,27 @@ describe("the Worker", () => {
     expect(await metrics.text()).toMatch(/^qlr_ticks_total [1-9]\d*$/m);
   });
 
+  it("the counters outlive the object's memory: a new instance on the same storage continues them", async () => {
+    const stub = freshObject();
+    const scrape = async (object: CoordinatorObject): Promise<string> => {
+      const response = await object.fetch(new Request(`${BASE}/metrics`, { headers: { authorization: `Bearer ${token()}` } }) as unknown as WorkerRequest);
+      return response.text();
+    };
+    const outcome = await inObject(stub, async (instance, state) => {
+      await instance.tick();
+      await instance.tick();
+      const before = await scrape(instance);
+      // An evicted object is built again from its storage: a second instance stands for it.
+      const after = await scrape(new CoordinatorObject(state, testEnv));
+      return { before, after };
+    });
+    const ticksOf = (text: string): string | undefined => /^qlr_ticks_total (\d+)$/m.exec(text)?.[1];
+    const admissionCountOf = (text: string): string | undefined => /^qlr_tick_stage_duration_seconds_count\{stage="admission"\} (\d+)$/m.exec(text)?.[1];
+    expect(ticksOf(outcome.before)).toBe("2");
+    expect(ticksOf(outcome.after)).toBe("2");
+    expect(admissionCountOf(outcome.after)).toBe("2");
+  });
+
   it("refuses to serve without a token secret of at least 16 characters, or with an unknown profile", () => {
     const long = "a-token-of-twenty-chars";
     expect(configurationProblem({ QLR_TOKEN: long })).toBeNull();
