@@ -448,6 +448,9 @@ class ResidentSupervisor {
           noteSupervisorFailure(this.layout, attemptId, `receipt not written: ${describeError(error)}`);
           return false;
         }
+        // A state directory that is gone (removed by hand) will never take the receipt: give
+        // up instead of lingering forever. Anything else (a full disk) is waited out.
+        if (!existsSync(this.layout.receiptsDir)) return false;
         if (!noted) noteSupervisorFailure(this.layout, attemptId, `receipt write failed, retrying until it lands: ${describeError(error)}`);
         noted = true;
       }
