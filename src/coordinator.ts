@@ -8,10 +8,11 @@ import { expireLease } from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
-import { MAX_STORE_PAGE, type AdmissionCandidate, type Clock, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
+import { MAX_STORE_PAGE, type AdmissionCandidate, type Clock, type CoordinatorRecord, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
 import { decidePurge, purgeRange, type PurgeKey, type PurgeRange, type RetentionPolicy } from "./retention.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
+import { COORDINATOR_RENEW_EVERY_MS, orphanedReason, ownershipOf, registerNode, renewNode, validateNodeIdentity, type NodeIdentity } from "./ownership.ts";
 import { fireSchedule } from "./operations.ts";
 import { decideSchedule } from "./schedules.ts";
 import type { RetryPolicy } from "./packages.ts";
@@ -62,6 +63,13 @@ export interface CoordinatorDeps {
   readonly profile: Profile;
   /** Executors by type; a type without an executor here is dispatched elsewhere (remote leases). */
   readonly executors: Partial<Record<RunAttempt["executor"], Executor>>;
+  /**
+   * This runtime as one node of a store several coordinators share (src/ownership.ts): it
+   * registers with a heartbeat lease, records itself as the owner of what it dispatches, and
+   * recovers and controls only its own attempts. Absent: the store's only coordinator, which
+   * treats every attempt as its own (a device, a Durable Object, the simulation).
+   */
+  readonly node?: NodeIdentity;
   readonly fault?: (point: FaultPoint) => void | Promise<void>;
   /**
    * Retention (bounded history). Absent: the purge stage does nothing and every run is kept;
@@ -147,9 +155,61 @@ export class Coordinator {
   private sweepDue = true;
   private purgeStages = 0;
   private readonly deps: CoordinatorDeps;
+  private readonly node: NodeIdentity | null;
+  /** The incarnation this runtime registered; null until `register` ran. */
+  private incarnation: number | null = null;
+  /** Host time after which the next cycle renews the node's lease. */
+  private renewDueAtHostMs = 0;
 
   constructor(deps: CoordinatorDeps) {
     this.deps = deps;
+    this.node = deps.node === undefined ? null : validateNodeIdentity(deps.node);
+  }
+
+  /** This runtime's node id in a shared store; null for the store's only coordinator. */
+  get nodeId(): string | null {
+    return this.node?.nodeId ?? null;
+  }
+
+  /**
+   * Registers this node's next incarnation with a fresh lease (start-up, before recovery).
+   * Returns null for the store's only coordinator, which registers nothing.
+   */
+  async register(): Promise<CoordinatorRecord | null> {
+    const node = this.node;
+    if (node === null) return null;
+    const record = await this.write(async (tx, nowMs) => {
+      const previous = await tx.getCoordinator(node.nodeId);
+      const next = registerNode(previous, node, nowMs);
+      await tx.putCoordinator(next, previous?.incarnation ?? null);
+      return next;
+    });
+    this.incarnation = record.incarnation;
+    this.renewDueAtHostMs = this.deps.clock.nowMs() + COORDINATOR_RENEW_EVERY_MS;
+    return record;
+  }
+
+  /** Renews the node's lease when due; a superseded incarnation freezes admission and dispatch. */
+  private async heartbeat(): Promise<void> {
+    const node = this.node;
+    if (node === null) return;
+    if (this.incarnation === null) {
+      await this.register();
+      return;
+    }
+    if (this.deps.clock.nowMs() < this.renewDueAtHostMs) return;
+    const incarnation = this.incarnation;
+    try {
+      await this.write(async (tx, nowMs) => {
+        const current = await tx.getCoordinator(node.nodeId);
+        await tx.putCoordinator(renewNode(current, node.nodeId, incarnation, nowMs), incarnation);
+      });
+    } catch (error) {
+      // Another runtime took this node's identity: it owns the attempts now, this one must not dispatch.
+      if (isQlrError(error, "conflict")) this.frozen = true;
+      throw error;
+    }
+    this.renewDueAtHostMs = this.deps.clock.nowMs() + COORDINATOR_RENEW_EVERY_MS;
   }
 
   /** Freezes admission and dispatch (scheduler stopAndDrain): later cycles only converge and control. */
@@ -254,7 +314,7 @@ export class Coordinator {
   ): Promise<void> {
     let after: string | null = this.cursors.get(cursorKey) ?? null;
     for (let page = 0; page < budget.pages; page += 1) {
-      const ids = await this.deps.store.transaction(async (tx) => list(tx, after, budget.pageSize, this.deps.clock.nowMs()));
+      const ids = await this.deps.store.transaction(async (tx) => list(tx, after, budget.pageSize, await tx.observe(this.deps.clock.nowMs())));
       for (const runId of ids) {
         try {
           if (await handle(runId)) context.processed += 1;
@@ -289,7 +349,7 @@ export class Coordinator {
 
   private async schedules(budget: StageBudget, context: StageContext): Promise<void> {
     for (let page = 0; page < budget.pages; page += 1) {
-      const due = await this.deps.store.transaction(async (tx) => tx.listDueSchedules(this.deps.clock.nowMs(), budget.pageSize));
+      const due = await this.deps.store.transaction(async (tx) => tx.listDueSchedules(await tx.observe(this.deps.clock.nowMs()), budget.pageSize));
       for (const schedule of due) {
         try {
           await this.write(async (tx, nowMs) => {
@@ -342,7 +402,7 @@ export class Coordinator {
     const pageSize = Math.min(budget.pageSize, MAX_ADMISSION_PAGE);
     let after: AdmissionCandidate | null = null;
     for (let page = 0; page < budget.pages; page += 1) {
-      const candidates: AdmissionCandidate[] = await this.deps.store.transaction(async (tx) => tx.listAdmissionCandidates(after, pageSize, this.deps.clock.nowMs()));
+      const candidates: AdmissionCandidate[] = await this.deps.store.transaction(async (tx) => tx.listAdmissionCandidates(after, pageSize, await tx.observe(this.deps.clock.nowMs())));
       for (const candidate of candidates) {
         try {
           if (await this.admit(candidate)) context.processed += 1;
@@ -424,7 +484,7 @@ export class Coordinator {
       if (scope === null || scope.attempt.status !== "claimed") return null;
       if (scope.run.cancelRequestedAtMs !== null) return null;
       if (scope.step !== null && (scope.step.status !== "ready" || scope.step.version !== scope.attempt.stepRunVersion)) return null;
-      await tx.apply(markStarting(scope, nowMs));
+      await tx.apply(markStarting(scope, nowMs, this.node === null ? {} : { ownerNodeId: this.node.nodeId }));
       return { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition };
     });
   }
@@ -461,13 +521,20 @@ export class Coordinator {
    * deadlines become task-scoped timeout stops, stop intents stop exactly those processes.
    */
   private async executionControl(budget: StageBudget, context: StageContext): Promise<void> {
+    try {
+      await this.heartbeat();
+    } catch (error) {
+      context.errors.push({ ...describe(error), subject: this.node?.nodeId ?? null });
+    }
     await this.expireLeases(budget, context);
+    await this.reportOrphans(budget, context);
+    const owner = this.node?.nodeId;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       const cursorKey = `control:${executor.type}`;
       let after: string | null = this.cursors.get(cursorKey) ?? null;
       for (let page = 0; page < budget.pages; page += 1) {
-        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["starting", "running"], after, budget.pageSize));
+        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["starting", "running"], after, budget.pageSize, owner));
         for (const attempt of attempts) {
           try {
             if (await this.controlOne(executor, attempt)) context.processed += 1;
@@ -486,11 +553,48 @@ export class Coordinator {
     }
   }
 
+  /**
+   * Attempts of nodes whose lease expired fail closed, once each: their evidence is on another
+   * host, so nothing here may decide them (src/ownership.ts). The owner settles them when it
+   * returns; an operator may resolve them as lost. Only a node in a shared store does this.
+   */
+  private async reportOrphans(budget: StageBudget, context: StageContext): Promise<void> {
+    const node = this.node;
+    if (node === null) return;
+    for (const executor of Object.values(this.deps.executors)) {
+      if (executor === undefined) continue;
+      let after: string | null = null;
+      for (let page = 0; page < budget.pages; page += 1) {
+        const cursor: string | null = after;
+        const orphaned: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listOrphanedAttempts(executor.type, await tx.observe(this.deps.clock.nowMs()), cursor, budget.pageSize));
+        for (const attempt of orphaned) {
+          try {
+            const reported = await this.write(async (tx, nowMs) => {
+              const scope = await findAttemptScope(tx, attempt.id);
+              if (scope === null || scope.attempt.ownerNodeId === null || scope.attempt.error !== null) return false;
+              const owner = await tx.getCoordinator(scope.attempt.ownerNodeId);
+              if (ownershipOf(scope.attempt, node.nodeId, owner, nowMs) !== "foreign_expired") return false;
+              const change = applyRecovery(scope, { kind: "fail_closed", reason: orphanedReason(scope.attempt, owner) }, scope.definition.retry, nowMs);
+              if (change === null) return false;
+              await tx.apply(change);
+              return true;
+            });
+            if (reported) context.processed += 1;
+          } catch (error) {
+            context.errors.push({ ...describe(error), subject: attempt.id });
+          }
+        }
+        if (orphaned.length < budget.pageSize) break;
+        after = orphaned[orphaned.length - 1]?.id ?? null;
+      }
+    }
+  }
+
   /** Remote leases that expired: claims are re-opened, started attempts fail closed until their worker reports. */
   private async expireLeases(budget: StageBudget, context: StageContext): Promise<void> {
     let after: string | null = this.cursors.get("leases") ?? null;
     for (let page = 0; page < budget.pages; page += 1) {
-      const expired: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listExpiredLeases(this.deps.clock.nowMs(), after, budget.pageSize));
+      const expired: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listExpiredLeases(await tx.observe(this.deps.clock.nowMs()), after, budget.pageSize));
       for (const attempt of expired) {
         try {
           const changed = await this.write(async (tx, nowMs) => {
@@ -678,13 +782,17 @@ export class Coordinator {
    */
   async recover(limit = MAX_RECOVERED_ATTEMPTS): Promise<RecoveryResult[]> {
     const results: RecoveryResult[] = [];
+    // A node registers its new incarnation first: from here its lease is live again, so no other
+    // coordinator reports its attempts while it recovers them.
+    if (this.node !== null && this.incarnation === null) await this.register();
+    const owner = this.node?.nodeId;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       let after: string | null = null;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
       while (results.length < limit) {
         const cursor: string | null = after;
-        const attempts: RunAttempt[] = await this.readForRecovery((tx) => tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, cursor, RECOVERY_PAGE));
+        const attempts: RunAttempt[] = await this.readForRecovery((tx) => tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, cursor, RECOVERY_PAGE, owner));
         for (const attempt of attempts) {
           const result = await this.recoverOne(executor, attempt);
           if (result !== null) results.push(result);
@@ -737,6 +845,8 @@ export class Coordinator {
         const outcome = await this.write(async (tx, nowMs) => {
           const scope = await findAttemptScope(tx, listed.id);
           if (scope === null || scope.attempt.version !== expectedVersion) return null;
+          // Another node's attempt is never decided here (its evidence is on its own host).
+          if (this.node !== null && scope.attempt.ownerNodeId !== null && scope.attempt.ownerNodeId !== this.node.nodeId) return null;
           // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
           const decision = decideRecovery(scope, { receipt, journal, inspections });
           const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
@@ -762,7 +872,7 @@ export class Coordinator {
       let after: string | null = null;
       for (;;) {
         const cursor: string | null = after;
-        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], cursor, MAX_STORE_PAGE));
+        const attempts: RunAttempt[] = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], cursor, MAX_STORE_PAGE, this.node?.nodeId));
         for (const attempt of attempts) {
           const stop = await this.write(async (tx, nowMs) => {
             const scope = await findAttemptScope(tx, attempt.id);
