@@ -11,6 +11,7 @@ import { admitOrdinaryAttempt } from "./ordinary.ts";
 import { MAX_STORE_PAGE, type AdmissionCandidate, type Clock, type CoordinatorRecord, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
 import { decidePurge, purgeRange, type PurgeKey, type PurgeRange, type RetentionPolicy } from "./retention.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
+import { factsInStoreTime, handleInStoreTime, receiptInStoreTime } from "./host-time.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
 import { COORDINATOR_RENEW_EVERY_MS, orphanedReason, ownershipOf, registerNode, renewNode, validateNodeIdentity, type NodeIdentity } from "./ownership.ts";
 import { fireSchedule } from "./operations.ts";
@@ -229,10 +230,15 @@ export class Coordinator {
     await this.deps.fault?.(point);
   }
 
-  private async write<T>(fn: (tx: StoreTx, nowMs: number) => Promise<T>): Promise<T> {
+  /**
+   * One write transaction at store time. `hostOffsetMs` is store time minus this host's clock,
+   * measured now: host-stamped launcher facts are moved onto store time with it (host-time.ts).
+   */
+  private async write<T>(fn: (tx: StoreTx, nowMs: number, hostOffsetMs: number) => Promise<T>): Promise<T> {
     return this.deps.store.transaction(async (tx) => {
-      const nowMs = await tx.observe(this.deps.clock.nowMs());
-      return fn(tx, nowMs);
+      const hostNowMs = this.deps.clock.nowMs();
+      const nowMs = await tx.observe(hostNowMs);
+      return fn(tx, nowMs, nowMs - hostNowMs);
     });
   }
 
@@ -508,10 +514,10 @@ export class Coordinator {
       return true;
     }
     const handle = launch.value;
-    await this.write(async (tx, nowMs) => {
+    await this.write(async (tx, nowMs, hostOffsetMs) => {
       const scope = await findAttemptScope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "starting") return;
-      await tx.apply(markRunning(scope, handle, nowMs));
+      await tx.apply(markRunning(scope, handleInStoreTime(handle, hostOffsetMs), nowMs));
     });
     return true;
   }
@@ -627,10 +633,10 @@ export class Coordinator {
     if (attempt.status === "starting" && receipt.status === "none") return false;
     if (receipt.status === "valid") {
       await this.fault("completion.before_commit");
-      const completed = await this.write(async (tx, nowMs) => {
+      const completed = await this.write(async (tx, nowMs, hostOffsetMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null || (scope.attempt.status !== "running" && scope.attempt.status !== "starting")) return false;
-        await tx.apply(complete(scope, receipt.facts, scope.definition.retry, nowMs));
+        await tx.apply(complete(scope, factsInStoreTime(receipt.facts, hostOffsetMs), scope.definition.retry, nowMs));
         return true;
       });
       if (completed) {
@@ -842,13 +848,13 @@ export class Coordinator {
       const receipt = attempt.status === "claimed" ? ({ status: "none" } as const) : await executor.readReceipt(attempt);
       const expectedVersion = attempt.version;
       try {
-        const outcome = await this.write(async (tx, nowMs) => {
+        const outcome = await this.write(async (tx, nowMs, hostOffsetMs) => {
           const scope = await findAttemptScope(tx, listed.id);
           if (scope === null || scope.attempt.version !== expectedVersion) return null;
           // Another node's attempt is never decided here (its evidence is on its own host).
           if (this.node !== null && scope.attempt.ownerNodeId !== null && scope.attempt.ownerNodeId !== this.node.nodeId) return null;
           // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
-          const decision = decideRecovery(scope, { receipt, journal, inspections });
+          const decision = decideRecovery(scope, { receipt: receiptInStoreTime(receipt, hostOffsetMs), journal, inspections });
           const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
           if (change !== null) await tx.apply(change);
           return decision;
