@@ -104,10 +104,11 @@ export type StoreClockSource = "host" | "database";
 
 /**
  * With the database clock, the persisted observation (the fail-closed guard against time going
- * back) moves in steps of this much rather than on every write. Every write transaction reads
- * that one row; if each also wrote it, any two concurrent writers would conflict on it and the
- * serializable retries of busy coordinators would run out. A server clock stepping back by
- * less than one step goes unnoticed; a larger step back fails closed as before.
+ * back) is the sequence `qlr_store_clock_watermark` (migration 0004), and it moves in steps of
+ * this much rather than on every write. Every write transaction reads it; as a row that each
+ * also wrote, any two concurrent writers conflicted on it and the serializable retries of busy
+ * coordinators ran out (a sequence takes no serializable read lock either). A server clock
+ * stepping back by less than one step goes unnoticed; a larger step back fails closed.
  */
 export const DATABASE_CLOCK_WATERMARK_STEP_MS = 1_000;
 
@@ -164,7 +165,7 @@ class SqlStoreTx implements StoreTx {
     if (!Number.isSafeInteger(hostNowMs) || hostNowMs < 0) throw new QlrError("invalid_request", `host time ${hostNowMs} is not an epoch millisecond count`);
     if (this.clock === "database") {
       const found = await this.q<{ last_observed_ms: number; database_now_ms: number }>(
-        "SELECT last_observed_ms, CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT) AS database_now_ms FROM qlr_store_clock WHERE id = 1",
+        "SELECT last_value AS last_observed_ms, CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT) AS database_now_ms FROM qlr_store_clock_watermark",
       );
       const last = Number(found[0]?.last_observed_ms ?? 0);
       const databaseNowMs = Number(found[0]?.database_now_ms);
@@ -186,7 +187,14 @@ class SqlStoreTx implements StoreTx {
 
   /** Moves the persisted observation forward (see DATABASE_CLOCK_WATERMARK_STEP_MS for when). */
   private async advanceWatermark(latestMs: number): Promise<void> {
-    if (this.clock === "database" && this.watermarkMs !== null && latestMs - this.watermarkMs < DATABASE_CLOCK_WATERMARK_STEP_MS) return;
+    if (this.clock === "database") {
+      if (this.watermarkMs !== null && latestMs - this.watermarkMs < DATABASE_CLOCK_WATERMARK_STEP_MS) return;
+      // Not atomic with a concurrent setter: the watermark may land up to one step lower, which
+      // the step already tolerates; it never moves past a time some transaction observed.
+      await this.q("SELECT setval('qlr_store_clock_watermark', GREATEST(last_value, ?)) FROM qlr_store_clock_watermark", [latestMs]);
+      this.watermarkMs = Math.max(this.watermarkMs ?? 0, latestMs);
+      return;
+    }
     await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [latestMs, latestMs]);
     this.watermarkMs = Math.max(this.watermarkMs ?? 0, latestMs);
   }
@@ -352,7 +360,7 @@ class SqlStoreTx implements StoreTx {
       ]);
       if (updated.length !== 1) throw new QlrError("conflict", `package ${generation.package} moved past generation ${previousGeneration}; nothing written`);
     }
-    await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [generation.createdAtMs, generation.createdAtMs]);
+    await this.advanceWatermark(generation.createdAtMs);
   }
 
   async getSchedules(packageName: string): Promise<ScheduleState[]> {

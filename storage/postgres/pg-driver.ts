@@ -9,7 +9,7 @@ import { isQlrError, QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlRow, SqlTx } from "../driver.ts";
 import { toQlrError } from "./errors.ts";
 import {
-  DEFAULT_SERIALIZABLE_RETRY,
+  SHARED_SERVER_SERIALIZABLE_RETRY,
   parseInt8,
   parseNumeric,
   runSerializableTransaction,
@@ -66,7 +66,7 @@ const qlrTypeParsers: CustomTypesConfig = {
  * with `storage_unavailable` rather than on the first transaction.
  */
 export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver> {
-  const retryPolicy: SerializableRetryPolicy = { ...DEFAULT_SERIALIZABLE_RETRY, ...options.serializableRetry };
+  const retryPolicy: SerializableRetryPolicy = { ...SHARED_SERVER_SERIALIZABLE_RETRY, ...options.serializableRetry };
   const pool = new Pool({
     connectionString: options.connectionString,
     max: Math.max(1, Math.floor(options.poolSize ?? DEFAULT_POOL_SIZE)),

@@ -47,6 +47,14 @@ export interface SerializableRetryPolicy {
  */
 export const DEFAULT_SERIALIZABLE_RETRY: SerializableRetryPolicy = { maxAttempts: 8, baseDelayMs: 2, maxDelayMs: 100 };
 
+/**
+ * A server several coordinators share: each runs every stage every cycle, so a transaction
+ * meets more competitors, and a client's `POST /runs` must not be answered with their
+ * contention. 24 attempts with ceilings up to 250 ms: about three seconds in the worst case,
+ * still short next to an HTTP timeout.
+ */
+export const SHARED_SERVER_SERIALIZABLE_RETRY: SerializableRetryPolicy = { maxAttempts: 24, baseDelayMs: 2, maxDelayMs: 250 };
+
 export interface SerializableTransactionHooks {
   /**
    * Called when ROLLBACK itself failed, which leaves the session in an unknown state; the

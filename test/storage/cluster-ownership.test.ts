@@ -138,11 +138,21 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     });
     const error = await hostClockStore.transaction(async (tx) => tx.observe(Date.now() - 3_600_000)).catch((caught: unknown) => caught);
     expect(isQlrError(error, "clock_regression")).toBe(true);
-    // The database clock store reads the same watermark and refuses too, until the server catches up.
-    const databaseError = await store.transaction(async (tx) => tx.observe(Date.now())).catch((caught: unknown) => caught);
-    expect(isQlrError(databaseError, "clock_regression")).toBe(true);
+  });
+
+  it("a database server clock that went back by more than a step fails closed and writes nothing", async () => {
+    const runId = await startDiamond("server-clock-back", skewedClock(0));
+    const before = await store.transaction((tx) => tx.listEvents(runId, 0, 500));
+    // As if the server's clock stepped back an hour: the watermark is an hour ahead of it.
+    await store.driver.transaction((tx) => tx.query("SELECT setval('qlr_store_clock_watermark', $1)", [Date.now() + 3_600_000]));
+    const coordinatorBehind = coordinator(host("server-back", 0));
+    const report = await coordinatorBehind.tick();
+    expect(report.stages.flatMap((stage) => stage.errors).some((stageError) => stageError.code === "clock_regression")).toBe(true);
+    const error = await store.transaction(async (tx) => tx.observe(Date.now())).catch((caught: unknown) => caught);
+    expect(isQlrError(error, "clock_regression")).toBe(true);
+    expect(await store.transaction((tx) => tx.listEvents(runId, 0, 500))).toEqual(before);
     // Put the watermark back so later tests write again (the refusal is what was under test).
-    await store.driver.transaction((tx) => tx.query("UPDATE qlr_store_clock SET last_observed_ms = $1 WHERE id = 1", [Date.now() - 60_000]));
+    await store.driver.transaction((tx) => tx.query("SELECT setval('qlr_store_clock_watermark', $1)", [Date.now() - 60_000]));
   });
 
   it("a coordinator started while another sits between `starting` and its spawn leaves that attempt alone: one spawn", async () => {
