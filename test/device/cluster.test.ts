@@ -26,11 +26,14 @@ import { waitFor } from "../support/wait.ts";
  * - every non-idempotent step spawned at most once, exactly once when it succeeded;
  * - every run's events are numbered 1..n without a gap;
  * - no API call was answered 409 because the coordinators contended among themselves.
- * `QLR_CLUSTER_RUNS` scales it (default 120), `QLR_CLUSTER_SEED` replays a seed; a failure
+ * `QLR_CLUSTER_RUNS` scales it (default 60), `QLR_CLUSTER_SEED` replays a seed; a failure
  * names its seed.
  */
 
-const RUNS = Number(process.env.QLR_CLUSTER_RUNS ?? 120);
+const RUNS = Number(process.env.QLR_CLUSTER_RUNS ?? 60);
+/** Chaos goes on after the last run is submitted until this many members were killed (bounded by CHAOS_TAIL_MS). */
+const MIN_KILLS = 6;
+const CHAOS_TAIL_MS = 60_000;
 const SEED = Number(process.env.QLR_CLUSTER_SEED ?? Number.parseInt(randomBytes(4).toString("hex"), 16));
 const TOKEN = `cluster-admin-${randomBytes(12).toString("hex")}`;
 const WORKER_TOKEN = `cluster-worker-${randomBytes(12).toString("hex")}`;
@@ -193,6 +196,7 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
 
     // Chaos: SIGKILL one member at seeded random and start it again on the same state dir.
     let chaos = true;
+    let kills = 0;
     const chaosLoop = (async () => {
       while (chaos) {
         await sleep(prng.int(1_500, 4_000));
@@ -202,6 +206,7 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
         if (member.kind === "coordinator" && coordinators.filter(alive).length < 2) continue;
         if (!alive(member)) continue;
         member.child?.kill("SIGKILL");
+        kills += 1;
         await member.exited;
         await sleep(prng.int(200, 1_500));
         member.restarts += 1;
@@ -232,6 +237,8 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
       }
       if (index % 4 === 3) await sleep(prng.int(50, 400));
     }
+    const tailUntil = performance.now() + CHAOS_TAIL_MS;
+    while (kills < MIN_KILLS && performance.now() < tailUntil) await sleep(250);
     chaos = false;
     await chaosLoop;
     for (const member of members) {
