@@ -33,5 +33,6 @@ export function claimedAttempt(
     leaseVersion: 0,
     leaseExpiresAtMs: null,
     leaseSecretDigest: null,
+    ownerNodeId: null,
   };
 }

@@ -8,12 +8,14 @@ import { expireLease } from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
-import { MAX_STORE_PAGE, transactAtStoreTime, type AdmissionCandidate, type Clock, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
+import { MAX_STORE_PAGE, type AdmissionCandidate, type Clock, type CoordinatorRecord, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
 import { decidePurge, purgeRange, type PurgeCandidate, type PurgeKey, type PurgeRange, type RetentionPolicy } from "./retention.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
+import { factsInStoreTime, handleInStoreTime, receiptInStoreTime } from "./host-time.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
 import { storePageSize, walkKeyset } from "./paging.ts";
 import { fireSchedule } from "./run-start.ts";
+import { COORDINATOR_RENEW_EVERY_MS, orphanedReason, ownershipOf, registerNode, renewNode, validateNodeIdentity, type NodeIdentity } from "./ownership.ts";
 import { decideSchedule } from "./schedules.ts";
 import type { RetryPolicy } from "./packages.ts";
 
@@ -65,6 +67,13 @@ export interface CoordinatorDeps {
   readonly profile: Profile;
   /** Executors by type; a type without an executor here is dispatched elsewhere (remote leases). */
   readonly executors: Partial<Record<RunAttempt["executor"], Executor>>;
+  /**
+   * This runtime as one node of a store several coordinators share (src/ownership.ts): it
+   * registers with a heartbeat lease, records itself as the owner of what it dispatches, and
+   * recovers and controls only its own attempts. Absent: the store's only coordinator, which
+   * treats every attempt as its own (a device, a Durable Object, the simulation).
+   */
+  readonly node?: NodeIdentity;
   readonly fault?: (point: FaultPoint) => void | Promise<void>;
   /**
    * Retention (bounded history). Absent: the purge stage does nothing and every run is kept;
@@ -158,9 +167,61 @@ export class Coordinator {
    */
   private readonly unrecordedHandles = new Map<string, ProcessHandleFacts>();
   private readonly deps: CoordinatorDeps;
+  private readonly node: NodeIdentity | null;
+  /** The incarnation this runtime registered; null until `register` ran. */
+  private incarnation: number | null = null;
+  /** Host time after which the next cycle renews the node's lease. */
+  private renewDueAtHostMs = 0;
 
   constructor(deps: CoordinatorDeps) {
     this.deps = deps;
+    this.node = deps.node === undefined ? null : validateNodeIdentity(deps.node);
+  }
+
+  /** This runtime's node id in a shared store; null for the store's only coordinator. */
+  get nodeId(): string | null {
+    return this.node?.nodeId ?? null;
+  }
+
+  /**
+   * Registers this node's next incarnation with a fresh lease (start-up, before recovery).
+   * Returns null for the store's only coordinator, which registers nothing.
+   */
+  async register(): Promise<CoordinatorRecord | null> {
+    const node = this.node;
+    if (node === null) return null;
+    const record = await this.write(async (tx, nowMs) => {
+      const previous = await tx.getCoordinator(node.nodeId);
+      const next = registerNode(previous, node, nowMs);
+      await tx.putCoordinator(next, previous?.incarnation ?? null);
+      return next;
+    });
+    this.incarnation = record.incarnation;
+    this.renewDueAtHostMs = this.deps.clock.nowMs() + COORDINATOR_RENEW_EVERY_MS;
+    return record;
+  }
+
+  /** Renews the node's lease when due; a superseded incarnation freezes admission and dispatch. */
+  private async heartbeat(): Promise<void> {
+    const node = this.node;
+    if (node === null) return;
+    if (this.incarnation === null) {
+      await this.register();
+      return;
+    }
+    if (this.deps.clock.nowMs() < this.renewDueAtHostMs) return;
+    const incarnation = this.incarnation;
+    try {
+      await this.write(async (tx, nowMs) => {
+        const current = await tx.getCoordinator(node.nodeId);
+        await tx.putCoordinator(renewNode(current, node.nodeId, incarnation, nowMs), incarnation);
+      });
+    } catch (error) {
+      // Another runtime took this node's identity: it owns the attempts now, this one must not dispatch.
+      if (isQlrError(error, "conflict")) this.frozen = true;
+      throw error;
+    }
+    this.renewDueAtHostMs = this.deps.clock.nowMs() + COORDINATOR_RENEW_EVERY_MS;
   }
 
   /** Freezes admission and dispatch (scheduler stopAndDrain): later cycles only converge and control. */
@@ -180,8 +241,16 @@ export class Coordinator {
     await this.deps.fault?.(point);
   }
 
-  private async write<T>(fn: (tx: StoreTx, nowMs: number) => Promise<T>): Promise<T> {
-    return transactAtStoreTime(this.deps.store, this.deps.clock, fn);
+  /**
+   * One write transaction at store time. `hostOffsetMs` is store time minus this host's clock,
+   * measured now: host-stamped launcher facts are moved onto store time with it (host-time.ts).
+   */
+  private async write<T>(fn: (tx: StoreTx, nowMs: number, hostOffsetMs: number) => Promise<T>): Promise<T> {
+    return this.deps.store.transaction(async (tx) => {
+      const hostNowMs = this.deps.clock.nowMs();
+      const nowMs = await tx.observe(hostNowMs);
+      return fn(tx, nowMs, nowMs - hostNowMs);
+    });
   }
 
   /**
@@ -263,7 +332,7 @@ export class Coordinator {
       after: this.cursors.get(cursorKey) ?? null,
       pageSize: budget.pageSize,
       pages: budget.pages,
-      read: (after, limit) => this.deps.store.transaction(async (tx) => list(tx, after, limit, this.deps.clock.nowMs())),
+      read: (after, limit) => this.deps.store.transaction(async (tx) => list(tx, after, limit, await tx.observe(this.deps.clock.nowMs()))),
       cursorOf: (runId) => runId,
       handle: (runId) => this.countOne(context, runId, () => handle(runId)),
       saved: (after) => this.saveCursor(cursorKey, after),
@@ -305,7 +374,7 @@ export class Coordinator {
     // Not a keyset walk: a schedule that fired is no longer due, so each page reads the due list afresh.
     const pageSize = storePageSize(budget.pageSize);
     for (let page = 0; page < budget.pages; page += 1) {
-      const due = await this.deps.store.transaction(async (tx) => tx.listDueSchedules(this.deps.clock.nowMs(), pageSize));
+      const due = await this.deps.store.transaction(async (tx) => tx.listDueSchedules(await tx.observe(this.deps.clock.nowMs()), pageSize));
       for (const schedule of due) {
         try {
           await this.write(async (tx, nowMs) => {
@@ -360,7 +429,7 @@ export class Coordinator {
       after: null,
       pageSize: Math.min(budget.pageSize, MAX_ADMISSION_PAGE),
       pages: budget.pages,
-      read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAdmissionCandidates(after, limit, this.deps.clock.nowMs())),
+      read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAdmissionCandidates(after, limit, await tx.observe(this.deps.clock.nowMs()))),
       cursorOf: (candidate) => candidate,
       handle: (candidate) => this.countOne(context, candidate.stepRunId, () => this.admit(candidate)),
     });
@@ -435,7 +504,7 @@ export class Coordinator {
       if (scope === null || scope.attempt.status !== "claimed") return null;
       if (scope.run.cancelRequestedAtMs !== null) return null;
       if (scope.step !== null && (scope.step.status !== "ready" || scope.step.version !== scope.attempt.stepRunVersion)) return null;
-      await tx.apply(markStarting(scope, nowMs));
+      await tx.apply(markStarting(scope, nowMs, this.node === null ? {} : { ownerNodeId: this.node.nodeId }));
       return { request: { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition }, startingAtMs: nowMs };
     });
   }
@@ -462,10 +531,10 @@ export class Coordinator {
     }
     const handle = launch.value;
     try {
-      await this.write(async (tx, nowMs) => {
+      await this.write(async (tx, nowMs, hostOffsetMs) => {
         const scope = await findAttemptScope(tx, attemptId);
         if (scope === null || scope.attempt.status !== "starting") return;
-        await tx.apply(markRunning(scope, handle, nowMs));
+        await tx.apply(markRunning(scope, handleInStoreTime(handle, hostOffsetMs), nowMs));
       });
     } catch (error) {
       this.unrecordedHandles.set(attemptId, handle);
@@ -506,10 +575,10 @@ export class Coordinator {
   private async controlStarting(executor: Executor, attempt: RunAttempt): Promise<boolean> {
     const held = this.unrecordedHandles.get(attempt.id);
     if (held !== undefined) {
-      const recorded = await this.write(async (tx, nowMs) => {
+      const recorded = await this.write(async (tx, nowMs, hostOffsetMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null || scope.attempt.status !== "starting") return false;
-        await tx.apply(markRunning(scope, held, nowMs));
+        await tx.apply(markRunning(scope, handleInStoreTime(held, hostOffsetMs), nowMs));
         return true;
       });
       this.unrecordedHandles.delete(attempt.id);
@@ -540,7 +609,14 @@ export class Coordinator {
    * deadlines become task-scoped timeout stops, stop intents stop exactly those processes.
    */
   private async executionControl(budget: StageBudget, context: StageContext): Promise<void> {
+    try {
+      await this.heartbeat();
+    } catch (error) {
+      context.errors.push({ ...describe(error), subject: this.node?.nodeId ?? null });
+    }
     await this.expireLeases(budget, context);
+    await this.reportOrphans(budget, context);
+    const owner = this.node?.nodeId;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       const cursorKey = `control:${executor.type}`;
@@ -548,10 +624,44 @@ export class Coordinator {
         after: this.cursors.get(cursorKey) ?? null,
         pageSize: budget.pageSize,
         pages: budget.pages,
-        read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["starting", "running"], after, limit)),
+        read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner)),
         cursorOf: (attempt) => attempt.id,
         handle: (attempt) => this.countOne(context, attempt.id, () => this.controlOne(executor, attempt)),
         saved: (after) => this.saveCursor(cursorKey, after),
+      });
+      if (more) context.more = true;
+    }
+  }
+
+  /**
+   * Attempts of nodes whose lease expired fail closed, once each: their evidence is on another
+   * host, so nothing here may decide them (src/ownership.ts). The owner settles them when it
+   * returns; an operator may resolve them as lost. Only a node in a shared store does this.
+   */
+  private async reportOrphans(budget: StageBudget, context: StageContext): Promise<void> {
+    const node = this.node;
+    if (node === null) return;
+    for (const executor of Object.values(this.deps.executors)) {
+      if (executor === undefined) continue;
+      const more = await walkKeyset<RunAttempt, string>({
+        after: null,
+        pageSize: budget.pageSize,
+        pages: budget.pages,
+        read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listOrphanedAttempts(executor.type, await tx.observe(this.deps.clock.nowMs()), after, limit)),
+        cursorOf: (attempt) => attempt.id,
+        handle: (attempt) =>
+          this.countOne(context, attempt.id, () =>
+            this.write(async (tx, nowMs) => {
+              const scope = await findAttemptScope(tx, attempt.id);
+              if (scope === null || scope.attempt.ownerNodeId === null || scope.attempt.error !== null) return false;
+              const owner = await tx.getCoordinator(scope.attempt.ownerNodeId);
+              if (ownershipOf(scope.attempt, node.nodeId, owner, nowMs) !== "foreign_expired") return false;
+              const change = applyRecovery(scope, { kind: "fail_closed", reason: orphanedReason(scope.attempt, owner) }, scope.definition.retry, nowMs);
+              if (change === null) return false;
+              await tx.apply(change);
+              return true;
+            }),
+          ),
       });
       if (more) context.more = true;
     }
@@ -563,7 +673,7 @@ export class Coordinator {
       after: this.cursors.get("leases") ?? null,
       pageSize: budget.pageSize,
       pages: budget.pages,
-      read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listExpiredLeases(this.deps.clock.nowMs(), after, limit)),
+      read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listExpiredLeases(await tx.observe(this.deps.clock.nowMs()), after, limit)),
       cursorOf: (attempt) => attempt.id,
       handle: (attempt) =>
         this.countOne(context, attempt.id, () =>
@@ -587,10 +697,10 @@ export class Coordinator {
     if (attempt.status === "starting" && receipt.status === "none") return this.controlStarting(executor, attempt);
     if (receipt.status === "valid") {
       await this.fault("completion.before_commit");
-      const completed = await this.write(async (tx, nowMs) => {
+      const completed = await this.write(async (tx, nowMs, hostOffsetMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null || (scope.attempt.status !== "running" && scope.attempt.status !== "starting")) return false;
-        await tx.apply(complete(scope, receipt.facts, scope.definition.retry, nowMs));
+        await tx.apply(complete(scope, factsInStoreTime(receipt.facts, hostOffsetMs), scope.definition.retry, nowMs));
         return true;
       });
       if (completed) {
@@ -745,6 +855,10 @@ export class Coordinator {
    */
   async recover(limit = MAX_RECOVERED_ATTEMPTS): Promise<RecoveryResult[]> {
     const results: RecoveryResult[] = [];
+    // A node registers its new incarnation first: from here its lease is live again, so no other
+    // coordinator reports its attempts while it recovers them.
+    if (this.node !== null && this.incarnation === null) await this.register();
+    const owner = this.node?.nodeId;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
@@ -752,7 +866,7 @@ export class Coordinator {
         after: null,
         pageSize: RECOVERY_PAGE,
         pages: Infinity,
-        read: (after, limit) => this.readForRecovery((tx) => tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, after, limit)),
+        read: (after, limit) => this.readForRecovery((tx) => tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, after, limit, owner)),
         cursorOf: (attempt) => attempt.id,
         handle: async (attempt) => {
           const result = await this.recoverOne(executor, attempt);
@@ -802,11 +916,13 @@ export class Coordinator {
       const receipt = attempt.status === "claimed" ? ({ status: "none" } as const) : await executor.readReceipt(attempt);
       const expectedVersion = attempt.version;
       try {
-        const outcome = await this.write(async (tx, nowMs) => {
+        const outcome = await this.write(async (tx, nowMs, hostOffsetMs) => {
           const scope = await findAttemptScope(tx, listed.id);
           if (scope === null || scope.attempt.version !== expectedVersion) return null;
+          // Another node's attempt is never decided here (its evidence is on its own host).
+          if (this.node !== null && scope.attempt.ownerNodeId !== null && scope.attempt.ownerNodeId !== this.node.nodeId) return null;
           // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
-          const decision = decideRecovery(scope, { receipt, journal, inspections });
+          const decision = decideRecovery(scope, { receipt: receiptInStoreTime(receipt, hostOffsetMs), journal, inspections });
           const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
           if (change !== null) await tx.apply(change);
           return decision;
@@ -831,7 +947,7 @@ export class Coordinator {
         after: null,
         pageSize: MAX_STORE_PAGE,
         pages: Infinity,
-        read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], after, limit)),
+        read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], after, limit, this.node?.nodeId)),
         cursorOf: (attempt) => attempt.id,
         handle: async (attempt) => {
           const stop = await this.write(async (tx, nowMs) => {

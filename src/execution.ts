@@ -26,7 +26,7 @@ function requireStep(scope: AttemptScope): StepRun | null {
 }
 
 /** Dispatch intent crosses into `starting`: the next thing is the launcher's journal and spawn. */
-export function markStarting(scope: AttemptScope, nowMs: number, facts: { workerId?: string } = {}): ChangeSet {
+export function markStarting(scope: AttemptScope, nowMs: number, facts: { workerId?: string; ownerNodeId?: string } = {}): ChangeSet {
   const step = requireStep(scope);
   // ADR-0229 §2: a workflow task attempt is dispatched only while its exact ready epoch holds
   // and its parent is running; after a cancel intent no claim crosses the start barrier.
@@ -38,7 +38,11 @@ export function markStarting(scope: AttemptScope, nowMs: number, facts: { worker
     }
   }
   const change = new RunChange(scope.run, nowMs);
-  change.setAttempt(scope.attempt, "starting", facts.workerId === undefined ? {} : { leaseWorkerId: facts.workerId });
+  change.setAttempt(scope.attempt, "starting", {
+    ...(facts.workerId === undefined ? {} : { leaseWorkerId: facts.workerId }),
+    // The dispatching node owns the attempt from here: only it can read the journal and receipt.
+    ...(facts.ownerNodeId === undefined ? {} : { ownerNodeId: facts.ownerNodeId }),
+  });
   return change.build();
 }
 

@@ -107,6 +107,12 @@ export interface RunAttempt {
    * a lease. Only the digest is stored, so a reader of the database cannot act as the worker.
    */
   readonly leaseSecretDigest: string | null;
+  /**
+   * The coordinator node that dispatched a local attempt (set when it enters `starting`); null
+   * while claimed, for remote attempts, and for attempts dispatched before nodes were recorded.
+   * Only that node reads the attempt's journal and receipt and inspects its process.
+   */
+  readonly ownerNodeId: string | null;
 }
 
 export type EventType =

@@ -49,10 +49,27 @@ export interface AdmissionCandidate {
   readonly stepRunVersion: number;
 }
 
+/**
+ * A coordinator node registered in the store. The node id is stable across restarts of one
+ * runtime (kept in its state dir); each start takes a new incarnation. The lease is in store
+ * time: a node whose lease expired is gone until it registers again.
+ */
+export interface CoordinatorRecord {
+  readonly nodeId: string;
+  readonly incarnation: number;
+  readonly host: string;
+  readonly bootId: string | null;
+  readonly startedAtMs: number;
+  readonly heartbeatAtMs: number;
+  readonly leaseExpiresAtMs: number;
+}
+
 export interface StoreTx {
   /**
-   * Store time: the host clock reading checked against the last persisted observation. A
-   * reading earlier than it fails closed with `clock_regression`; nothing is written.
+   * Store time, checked against the last persisted observation: a reading earlier than it fails
+   * closed with `clock_regression` and nothing is written. A store on one host reads the host
+   * clock (`hostNowMs`); a store shared by several coordinators reads the database server's
+   * clock, so coordinators on skewed hosts agree, and ignores `hostNowMs`.
    */
   observe(hostNowMs: number): Promise<number>;
   apply(change: ChangeSet): Promise<void>;
@@ -92,8 +109,24 @@ export interface StoreTx {
   listAdmissionCandidates(after: AdmissionCandidate | null, limit: number, nowMs: number): Promise<AdmissionCandidate[]>;
   /** Due queued ordinary runs without a cancel intent. */
   listQueuedOrdinaryRuns(afterRunId: string | null, limit: number, nowMs: number): Promise<string[]>;
-  /** Attempts in the given statuses for one executor type, oldest first, keyset by attempt id. */
-  listAttempts(executor: ExecutorType, statuses: readonly RunAttempt["status"][], afterAttemptId: string | null, limit: number): Promise<RunAttempt[]>;
+  /**
+   * Attempts in the given statuses for one executor type, oldest first, keyset by attempt id.
+   * With `ownerNodeId`, only the attempts that node dispatched and those no node owns yet.
+   */
+  listAttempts(executor: ExecutorType, statuses: readonly RunAttempt["status"][], afterAttemptId: string | null, limit: number, ownerNodeId?: string): Promise<RunAttempt[]>;
+  /**
+   * Starting or running attempts of one executor type whose owner node's lease expired before
+   * `nowMs` (or whose owner is not registered), not yet reported (no error recorded), keyset by id.
+   */
+  listOrphanedAttempts(executor: ExecutorType, nowMs: number, afterAttemptId: string | null, limit: number): Promise<RunAttempt[]>;
+
+  getCoordinator(nodeId: string): Promise<CoordinatorRecord | null>;
+  /**
+   * Inserts a node (`expectedIncarnation` null) or replaces its row only while it still holds
+   * `expectedIncarnation`; a node superseded by a newer incarnation gets `conflict`.
+   */
+  putCoordinator(record: CoordinatorRecord, expectedIncarnation: number | null): Promise<void>;
+  listCoordinators(limit: number): Promise<CoordinatorRecord[]>;
 
   /** Claimed remote attempts of a pool that no live lease holds, oldest first. */
   listClaimableRemote(pool: string, nowMs: number, limit: number): Promise<RunAttempt[]>;

@@ -107,20 +107,20 @@ export function toStep(row: StepRow): StepRun {
 export const ATTEMPT_COLUMNS = [
   "id", "run_id", "step_run_id", "step_run_version", "number", "status", "executor", "pool", "version", "created_at_ms", "started_at_ms", "finished_at_ms", "deadline_at_ms",
   "timeout_ms", "exit_code", "signal", "pid", "process_start_ticks", "boot_id", "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms",
-  "lease_secret_digest",
+  "lease_secret_digest", "owner_node_id",
 ] as const;
 export type AttemptRow = Record<(typeof ATTEMPT_COLUMNS)[number], unknown>;
 
 /** The columns an attempt update may change (see RUN_MUTABLE_COLUMNS for why the rest are never rewritten). */
 export const ATTEMPT_MUTABLE_COLUMNS = [
   "status", "version", "started_at_ms", "finished_at_ms", "deadline_at_ms", "exit_code", "signal", "pid", "process_start_ticks", "boot_id",
-  "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms", "lease_secret_digest",
+  "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms", "lease_secret_digest", "owner_node_id",
 ] as const;
 
 export function attemptMutableParams(attempt: RunAttempt): SqlParam[] {
   return [
     attempt.status, attempt.version, attempt.startedAtMs, attempt.finishedAtMs, attempt.deadlineAtMs, attempt.exitCode, attempt.signal, attempt.pid, attempt.processStartTicks,
-    attempt.bootId, attempt.stopReason, attempt.stopRequestedAtMs, attempt.error, attempt.leaseWorkerId, attempt.leaseVersion, attempt.leaseExpiresAtMs, attempt.leaseSecretDigest,
+    attempt.bootId, attempt.stopReason, attempt.stopRequestedAtMs, attempt.error, attempt.leaseWorkerId, attempt.leaseVersion, attempt.leaseExpiresAtMs, attempt.leaseSecretDigest, attempt.ownerNodeId,
   ];
 }
 
@@ -129,7 +129,7 @@ export function attemptParams(attempt: RunAttempt): SqlParam[] {
     attempt.id, attempt.runId, attempt.stepRunId, attempt.stepRunVersion, attempt.number, attempt.status, attempt.executor, attempt.pool, attempt.version, attempt.createdAtMs,
     attempt.startedAtMs, attempt.finishedAtMs, attempt.deadlineAtMs, attempt.timeoutMs, attempt.exitCode, attempt.signal, attempt.pid, attempt.processStartTicks,
     attempt.bootId, attempt.stopReason, attempt.stopRequestedAtMs, attempt.error, attempt.leaseWorkerId, attempt.leaseVersion, attempt.leaseExpiresAtMs,
-    attempt.leaseSecretDigest,
+    attempt.leaseSecretDigest, attempt.ownerNodeId,
   ];
 }
 
@@ -161,6 +161,7 @@ export function toAttempt(row: AttemptRow): RunAttempt {
     leaseVersion: num(row.lease_version),
     leaseExpiresAtMs: numOrNull(row.lease_expires_at_ms),
     leaseSecretDigest: textOrNull(row.lease_secret_digest),
+    ownerNodeId: textOrNull(row.owner_node_id),
   };
 }
 

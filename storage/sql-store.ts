@@ -3,7 +3,7 @@ import { MAX_ADMISSION_PAGE } from "../src/admission.ts";
 import type { AdmissionReceipt, ChangeSet, ExecutorType, Run, RunAttempt, RunEvent, RunStatus, StepRun, StepMutation } from "../src/model.ts";
 import { RUN_STATUSES } from "../src/model.ts";
 import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "../src/packages.ts";
-import { MAX_STORE_PAGE, type AdmissionCandidate, type PackageHead, type PurgedRun, type RunListFilter, type Store, type StoreTx } from "../src/ports.ts";
+import { MAX_STORE_PAGE, type AdmissionCandidate, type CoordinatorRecord, type PackageHead, type PurgedRun, type RunListFilter, type Store, type StoreTx } from "../src/ports.ts";
 import type { PurgeCandidate, PurgeKey } from "../src/retention.ts";
 import type { ScheduleState } from "../src/schedules.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
@@ -94,17 +94,54 @@ function toPurgeCandidate(row: PurgeCandidateRow): PurgeCandidate {
   };
 }
 
+/**
+ * Where store time comes from. `host`: the caller's clock reading (one host owns the store: a
+ * device, PGlite, a Durable Object, tests with an injected clock). `database`: the PostgreSQL
+ * server's `clock_timestamp()`, so coordinators on several hosts share one clock whatever
+ * their own skew.
+ */
+export type StoreClockSource = "host" | "database";
+
+/**
+ * With the database clock, the persisted observation (the fail-closed guard against time going
+ * back) is the sequence `qlr_store_clock_watermark` (migration 0004), and it moves in steps of
+ * this much rather than on every write. Every write transaction reads it; as a row that each
+ * also wrote, any two concurrent writers conflicted on it and the serializable retries of busy
+ * coordinators ran out (a sequence takes no serializable read lock either). A server clock
+ * stepping back by less than one step goes unnoticed; a larger step back fails closed.
+ */
+export const DATABASE_CLOCK_WATERMARK_STEP_MS = 1_000;
+
+const COORDINATOR_COLUMNS = "node_id, incarnation, host, boot_id, started_at_ms, heartbeat_at_ms, lease_expires_at_ms";
+type CoordinatorRow = Record<"node_id" | "incarnation" | "host" | "boot_id" | "started_at_ms" | "heartbeat_at_ms" | "lease_expires_at_ms", unknown>;
+
+function toCoordinator(row: CoordinatorRow): CoordinatorRecord {
+  return {
+    nodeId: String(row.node_id),
+    incarnation: Number(row.incarnation),
+    host: String(row.host),
+    bootId: typeof row.boot_id === "string" ? row.boot_id : null,
+    startedAtMs: Number(row.started_at_ms),
+    heartbeatAtMs: Number(row.heartbeat_at_ms),
+    leaseExpiresAtMs: Number(row.lease_expires_at_ms),
+  };
+}
+
 class SqlStoreTx implements StoreTx {
   private readonly tx: SqlTx;
   private readonly rewrite: (sql: string) => string;
   private readonly cache: Map<string, string>;
   private readonly bodies: ImmutableCache;
+  private readonly clock: StoreClockSource;
+  /** The persisted observation this transaction read in `observe`; null before it. */
+  private watermarkMs: number | null = null;
 
-  constructor(tx: SqlTx, rewrite: (sql: string) => string, cache: Map<string, string>, bodies: ImmutableCache) {
+  constructor(tx: SqlTx, rewrite: (sql: string) => string, cache: Map<string, string>, bodies: ImmutableCache, clock: StoreClockSource) {
     this.tx = tx;
     this.rewrite = rewrite;
     this.cache = cache;
     this.bodies = bodies;
+    this.clock = clock;
   }
 
   private async body<T>(key: string, sql: string, params: readonly SqlParam[]): Promise<T | null> {
@@ -126,12 +163,40 @@ class SqlStoreTx implements StoreTx {
 
   async observe(hostNowMs: number): Promise<number> {
     if (!Number.isSafeInteger(hostNowMs) || hostNowMs < 0) throw new QlrError("invalid_request", `host time ${hostNowMs} is not an epoch millisecond count`);
+    if (this.clock === "database") {
+      const found = await this.q<{ last_observed_ms: number; database_now_ms: number }>(
+        "SELECT last_value AS last_observed_ms, CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT) AS database_now_ms FROM qlr_store_clock_watermark",
+      );
+      const last = Number(found[0]?.last_observed_ms ?? 0);
+      const databaseNowMs = Number(found[0]?.database_now_ms);
+      if (!Number.isSafeInteger(databaseNowMs)) throw new QlrError("internal", "the database server answered no clock reading");
+      if (databaseNowMs < last) {
+        throw new QlrError("clock_regression", `the database server's clock reads ${databaseNowMs}, before the last persisted observation ${last}; refusing to write until it catches up`);
+      }
+      this.watermarkMs = last;
+      return databaseNowMs;
+    }
     const found = await this.q<{ last_observed_ms: number }>("SELECT last_observed_ms FROM qlr_store_clock WHERE id = 1");
     const last = Number(found[0]?.last_observed_ms ?? 0);
     if (hostNowMs < last) {
       throw new QlrError("clock_regression", `the host clock reads ${hostNowMs}, before the last persisted observation ${last}; refusing to write until it catches up`);
     }
+    this.watermarkMs = last;
     return hostNowMs;
+  }
+
+  /** Moves the persisted observation forward (see DATABASE_CLOCK_WATERMARK_STEP_MS for when). */
+  private async advanceWatermark(latestMs: number): Promise<void> {
+    if (this.clock === "database") {
+      if (this.watermarkMs !== null && latestMs - this.watermarkMs < DATABASE_CLOCK_WATERMARK_STEP_MS) return;
+      // Not atomic with a concurrent setter: the watermark may land up to one step lower, which
+      // the step already tolerates; it never moves past a time some transaction observed.
+      await this.q("SELECT setval('qlr_store_clock_watermark', GREATEST(last_value, ?)) FROM qlr_store_clock_watermark", [latestMs]);
+      this.watermarkMs = Math.max(this.watermarkMs ?? 0, latestMs);
+      return;
+    }
+    await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [latestMs, latestMs]);
+    this.watermarkMs = Math.max(this.watermarkMs ?? 0, latestMs);
   }
 
   async apply(change: ChangeSet): Promise<void> {
@@ -187,10 +252,7 @@ class SqlStoreTx implements StoreTx {
         receipt.runId, receipt.stepRunId, receipt.stepRunVersion, receipt.attemptId, receipt.eventId, receipt.digest, JSON.stringify(receipt),
       ]);
     }
-    if (times.length > 0) {
-      const latest = Math.max(...times);
-      await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [latest, latest]);
-    }
+    if (times.length > 0) await this.advanceWatermark(Math.max(...times));
   }
 
   async getRun(runId: string): Promise<Run | null> {
@@ -299,7 +361,7 @@ class SqlStoreTx implements StoreTx {
       ]);
       if (updated.length !== 1) throw new QlrError("conflict", `package ${generation.package} moved past generation ${previousGeneration}; nothing written`);
     }
-    await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [generation.createdAtMs, generation.createdAtMs]);
+    await this.advanceWatermark(generation.createdAtMs);
   }
 
   async getSchedules(packageName: string): Promise<ScheduleState[]> {
@@ -365,13 +427,47 @@ class SqlStoreTx implements StoreTx {
     return found.map((row) => row.id);
   }
 
-  async listAttempts(executor: ExecutorType, statuses: readonly RunAttempt["status"][], afterAttemptId: string | null, limit: number): Promise<RunAttempt[]> {
+  async listAttempts(executor: ExecutorType, statuses: readonly RunAttempt["status"][], afterAttemptId: string | null, limit: number, ownerNodeId?: string): Promise<RunAttempt[]> {
     if (statuses.length === 0) return [];
+    const ownerSql = ownerNodeId === undefined ? "" : "AND (owner_node_id = ? OR owner_node_id IS NULL)";
     const found = await this.q<rows.AttemptRow>(
-      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE executor = ? AND status IN (${statuses.map(() => "?").join(", ")}) AND id > ? ORDER BY id LIMIT ?`,
-      [executor, ...statuses, afterAttemptId ?? "", cap(limit)],
+      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE executor = ? AND status IN (${statuses.map(() => "?").join(", ")}) ${ownerSql} AND id > ? ORDER BY id LIMIT ?`,
+      [executor, ...statuses, ...(ownerNodeId === undefined ? [] : [ownerNodeId]), afterAttemptId ?? "", cap(limit)],
     );
     return found.map(rows.toAttempt);
+  }
+
+  async listOrphanedAttempts(executor: ExecutorType, nowMs: number, afterAttemptId: string | null, limit: number): Promise<RunAttempt[]> {
+    const found = await this.q<rows.AttemptRow>(
+      `SELECT ${rows.ATTEMPT_COLUMNS.map((column) => `a.${column}`).join(", ")} FROM run_attempts a LEFT JOIN coordinators c ON c.node_id = a.owner_node_id
+        WHERE a.executor = ? AND a.status IN ('starting', 'running') AND a.owner_node_id IS NOT NULL AND a.error IS NULL
+          AND (c.node_id IS NULL OR c.lease_expires_at_ms <= ?) AND a.id > ? ORDER BY a.id LIMIT ?`,
+      [executor, nowMs, afterAttemptId ?? "", cap(limit)],
+    );
+    return found.map(rows.toAttempt);
+  }
+
+  async getCoordinator(nodeId: string): Promise<CoordinatorRecord | null> {
+    const found = await this.q<CoordinatorRow>(`SELECT ${COORDINATOR_COLUMNS} FROM coordinators WHERE node_id = ?`, [nodeId]);
+    return found[0] === undefined ? null : toCoordinator(found[0]);
+  }
+
+  async putCoordinator(record: CoordinatorRecord, expectedIncarnation: number | null): Promise<void> {
+    const params: SqlParam[] = [record.nodeId, record.incarnation, record.host, record.bootId, record.startedAtMs, record.heartbeatAtMs, record.leaseExpiresAtMs];
+    if (expectedIncarnation === null) {
+      await this.q(`INSERT INTO coordinators (${COORDINATOR_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)`, params);
+      return;
+    }
+    const updated = await this.q(
+      "UPDATE coordinators SET incarnation = ?, host = ?, boot_id = ?, started_at_ms = ?, heartbeat_at_ms = ?, lease_expires_at_ms = ? WHERE node_id = ? AND incarnation = ? RETURNING node_id",
+      [record.incarnation, record.host, record.bootId, record.startedAtMs, record.heartbeatAtMs, record.leaseExpiresAtMs, record.nodeId, expectedIncarnation],
+    );
+    if (updated.length !== 1) throw new QlrError("conflict", `coordinator node ${record.nodeId} is no longer at incarnation ${expectedIncarnation}; nothing written`);
+  }
+
+  async listCoordinators(limit: number): Promise<CoordinatorRecord[]> {
+    const found = await this.q<CoordinatorRow>(`SELECT ${COORDINATOR_COLUMNS} FROM coordinators ORDER BY node_id LIMIT ?`, [cap(limit)]);
+    return found.map(toCoordinator);
   }
 
   async listClaimableRemote(pool: string, nowMs: number, limit: number): Promise<RunAttempt[]> {
@@ -487,16 +583,19 @@ export class SqlStore implements Store {
   private readonly rewrite: (sql: string) => string;
   private readonly statementCache = new Map<string, string>();
   private readonly bodies = new ImmutableCache();
+  readonly clock: StoreClockSource;
 
-  constructor(driver: SqlDriver) {
+  constructor(driver: SqlDriver, options: { readonly clock?: StoreClockSource } = {}) {
     this.driver = driver;
+    this.clock = options.clock ?? "host";
+    if (this.clock === "database" && driver.dialect !== "postgres") throw new TypeError(`the database clock needs a postgres driver, got ${driver.dialect}`);
     this.dialect = driver.dialect;
     this.driverName = driver.name;
     this.rewrite = driver.dialect === "postgres" ? placeholders : (sql) => sql;
   }
 
   transaction<T>(fn: (tx: SqlStoreTx) => Promise<T>): Promise<T> {
-    return this.driver.transaction((tx) => fn(new SqlStoreTx(tx, this.rewrite, this.statementCache, this.bodies)));
+    return this.driver.transaction((tx) => fn(new SqlStoreTx(tx, this.rewrite, this.statementCache, this.bodies, this.clock)));
   }
 
   close(): Promise<void> {
@@ -507,7 +606,7 @@ export class SqlStore implements Store {
 export type { SqlStoreTx };
 
 /** Opens a store over a driver: applies the dialect's migrations first. */
-export async function openSqlStore(driver: SqlDriver, migrations: readonly Migration[], nowMs: number): Promise<SqlStore> {
+export async function openSqlStore(driver: SqlDriver, migrations: readonly Migration[], nowMs: number, options: { readonly clock?: StoreClockSource } = {}): Promise<SqlStore> {
   await migrate(driver, migrations, nowMs);
-  return new SqlStore(driver);
+  return new SqlStore(driver, options);
 }

@@ -21,6 +21,7 @@ import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
 import { readAttemptLog } from "./read-log.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
+import { loadOrCreateNodeIdentity } from "./node-identity.ts";
 
 export interface DeviceOptions {
   readonly stateDir: string;
@@ -136,7 +137,11 @@ export class DeviceRuntime {
       });
       const metrics = new Metrics(processMemory);
       const retention = options.retention ?? DEFAULT_RETENTION;
+      // A PostgreSQL server may be shared by several coordinators: this runtime is one node of
+      // it (src/ownership.ts). The embedded stores have exactly one coordinator.
+      const node = options.store === "postgres" ? await loadOrCreateNodeIdentity(stateDir) : undefined;
       const coordinator = new Coordinator({
+        ...(node === undefined ? {} : { node }),
         store,
         clock: systemClock,
         ids: uuidv7Ids,
@@ -257,7 +262,8 @@ export class DeviceRuntime {
       // Bounded: receipts land right after the processes end; a few frozen cycles record them.
       for (let round = 0; round < 20; round += 1) {
         await this.coordinator.tick();
-        const live = await this.store.transaction(async (tx) => tx.listAttempts("local_process", ["running"], null, 1));
+        const owner = this.coordinator.nodeId ?? undefined;
+        const live = await this.store.transaction(async (tx) => tx.listAttempts("local_process", ["running"], null, 1, owner));
         if (live.length === 0) break;
         await new Promise((wait) => setTimeout(wait, 100));
       }

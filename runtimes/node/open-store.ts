@@ -36,7 +36,8 @@ export async function openConfiguredStore(options: OpenStoreOptions): Promise<Sq
     case "postgres": {
       if (options.databaseUrl === null) throw new QlrError("invalid_request", "--store postgres needs --database-url or QLR_DATABASE_URL");
       const [{ openPgDriver }, { openPostgresStore }] = await Promise.all([import("../../storage/postgres/pg-driver.ts"), import("../../storage/postgres/store.ts")]);
-      return openPostgresStore(await openPgDriver({ connectionString: options.databaseUrl }), options.nowMs);
+      // Several coordinators share this server: store time is the server's clock, not this host's.
+      return openPostgresStore(await openPgDriver({ connectionString: options.databaseUrl }), options.nowMs, { clock: "database" });
     }
   }
 }

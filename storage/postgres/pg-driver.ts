@@ -7,9 +7,9 @@
 import { Pool, types as pgTypes, type CustomTypesConfig, type PoolClient } from "pg";
 import { isQlrError, QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlRow, SqlTx } from "../driver.ts";
-import { toQlrError } from "./errors.ts";
+import { isSerializationFailure, toQlrError } from "./errors.ts";
 import {
-  DEFAULT_SERIALIZABLE_RETRY,
+  SHARED_SERVER_SERIALIZABLE_RETRY,
   parseInt8,
   parseNumeric,
   runSerializableTransaction,
@@ -66,7 +66,7 @@ const qlrTypeParsers: CustomTypesConfig = {
  * with `storage_unavailable` rather than on the first transaction.
  */
 export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver> {
-  const retryPolicy: SerializableRetryPolicy = { ...DEFAULT_SERIALIZABLE_RETRY, ...options.serializableRetry };
+  const retryPolicy: SerializableRetryPolicy = { ...SHARED_SERVER_SERIALIZABLE_RETRY, ...options.serializableRetry };
   const pool = new Pool({
     connectionString: options.connectionString,
     max: Math.max(1, Math.floor(options.poolSize ?? DEFAULT_POOL_SIZE)),
@@ -122,7 +122,8 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
       });
     } catch (error) {
       // Any storage_unavailable outcome may have left the connection half-dead; a fresh one is cheap.
-      if (isQlrError(error, "storage_unavailable")) brokenBy ??= error;
+      // Exhausted serialization retries leave a healthy connection behind.
+      if (isQlrError(error, "storage_unavailable") && !isSerializationFailure(error)) brokenBy ??= error;
       throw error;
     } finally {
       client.off("error", onClientError);

@@ -47,6 +47,14 @@ export interface SerializableRetryPolicy {
  */
 export const DEFAULT_SERIALIZABLE_RETRY: SerializableRetryPolicy = { maxAttempts: 8, baseDelayMs: 2, maxDelayMs: 100 };
 
+/**
+ * A server several coordinators share: each runs every stage every cycle, so a transaction
+ * meets more competitors, and a client's `POST /runs` must not be answered with their
+ * contention. 24 attempts with ceilings up to 250 ms: about three seconds in the worst case,
+ * still short next to an HTTP timeout.
+ */
+export const SHARED_SERVER_SERIALIZABLE_RETRY: SerializableRetryPolicy = { maxAttempts: 24, baseDelayMs: 2, maxDelayMs: 250 };
+
 export interface SerializableTransactionHooks {
   /**
    * Called when ROLLBACK itself failed, which leaves the session in an unknown state; the
@@ -63,7 +71,8 @@ type AttemptOutcome<T> = { readonly ok: true; readonly value: T } | { readonly o
  *
  * Errors: a throw from `fn` is rethrown as the same value unless the attempt hit a
  * serialization failure. Driver errors become `QlrError`s (see errors.ts). Exhausted retries
- * become `QlrError("conflict")` whose cause is the last serialization failure.
+ * become `QlrError("storage_unavailable")` (nothing written, try again) whose cause is the last
+ * serialization failure.
  */
 export async function runSerializableTransaction<T>(
   session: PostgresSession,
@@ -80,7 +89,10 @@ export async function runSerializableTransaction<T>(
     lastSerializationFailure = outcome.error;
     if (attempt < maxAttempts) await sleep(backoffDelayMs(attempt, policy));
   }
-  throw new QlrError("conflict", `a concurrent transaction kept winning: gave up after ${maxAttempts} serializable attempts`, {
+  // Not `conflict`: nothing was decided against the caller, the database was only busy with
+  // competing transactions (other coordinators' cadences). A client or worker that reads
+  // `conflict` as "settled elsewhere" would drop its request; this one says "try again".
+  throw new QlrError("storage_unavailable", `a concurrent transaction kept winning: gave up after ${maxAttempts} serializable attempts; nothing was written, try again`, {
     cause: lastSerializationFailure,
   });
 }

@@ -16,5 +16,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 3,
     "name": "retention",
     "sql": "-- Retention (bounded history). The purge stage walks finished runs by finish time, then id. Only\n-- terminal runs have a finish time (a retry back to queued clears it), so the index holds the\n-- retained history and nothing else. Its predicate is the finish time alone, not the status:\n-- SQLite's planner otherwise prefers runs_by_status and sorts, which costs tens of ms per pass\n-- over 10 000 runs; the core still checks the status of every candidate.\nCREATE INDEX runs_terminal_by_finish ON runs (finished_at_ms, id) WHERE finished_at_ms IS NOT NULL;\n-- A schedule's last run is never purged (its overlap rule reads it); the check is by run id.\nCREATE INDEX schedules_last_run ON schedules (last_run_id) WHERE last_run_id IS NOT NULL;\n-- The purge deletes a run's admission receipts and events by run id (both primary keys start\n-- with run_id); attempts, steps and mutations by run id too (their indexes above start with it).\n"
+  },
+  {
+    "version": 4,
+    "name": "coordinator_ownership",
+    "sql": "-- Several coordinators on one database. Each registers its node (a stable identity kept in its\n-- state dir, so a restart on the same host is the same node) with a lease in store time; every\n-- local attempt records the node that dispatched it. Recovery and execution control act only\n-- on their own node's attempts: another node's journal, receipts and processes are on another\n-- host and are never guessed at.\nCREATE TABLE coordinators (\n  node_id TEXT PRIMARY KEY,\n  incarnation INTEGER NOT NULL CHECK (incarnation >= 1),\n  host TEXT NOT NULL,\n  boot_id TEXT,\n  started_at_ms INTEGER NOT NULL,\n  heartbeat_at_ms INTEGER NOT NULL,\n  lease_expires_at_ms INTEGER NOT NULL\n);\nALTER TABLE run_attempts ADD COLUMN owner_node_id TEXT;\n-- Execution control and recovery walk live attempts of one owner.\nCREATE INDEX run_attempts_live_by_owner ON run_attempts (owner_node_id, executor, status, id) WHERE status IN ('claimed', 'starting', 'running');\n"
   }
 ];

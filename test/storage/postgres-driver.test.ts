@@ -267,7 +267,7 @@ describe("pg driver on the real server", () => {
     expect(await readCounter(driver, "counter_retry")).toBe(2);
   });
 
-  it("ends in a typed conflict when the retries are exhausted, with nothing of the loser applied", async () => {
+  it("ends in a retryable storage_unavailable (never a conflict) when the retries are exhausted, with nothing of the loser applied", async () => {
     await createCounter(driver, "counter_exhausted");
     const singleAttempt = await openPgDriver({ connectionString: databaseUrl(), poolSize: 2, serializableRetry: { maxAttempts: 1 } });
     try {
@@ -275,7 +275,7 @@ describe("pg driver on the real server", () => {
       const { values, errors } = await race.outcome;
       expect(values).toEqual([1]);
       expect(errors).toHaveLength(1);
-      expect(isQlrError(errors[0], "conflict")).toBe(true);
+      expect(isQlrError(errors[0], "storage_unavailable")).toBe(true);
       expect(isSerializationFailure(errors[0])).toBe(true);
       expect(race.invocations()).toBe(2);
     } finally {
@@ -327,14 +327,14 @@ describe("pg driver on the real server", () => {
     expect(await readSum("pair_retry")).toBe(3);
   });
 
-  it("reports an unretried write skew as a typed conflict, with nothing of the loser applied", async () => {
+  it("reports an unretried write skew as a retryable storage_unavailable, with nothing of the loser applied", async () => {
     await createPair("pair_exhausted");
     const singleAttempt = await openPgDriver({ connectionString: databaseUrl(), poolSize: 2, serializableRetry: { maxAttempts: 1 } });
     try {
       const { values, errors } = await raceWriteSkew(singleAttempt, "pair_exhausted").outcome;
       expect(values).toEqual([1]);
       expect(errors).toHaveLength(1);
-      expect(isQlrError(errors[0], "conflict")).toBe(true);
+      expect(isQlrError(errors[0], "storage_unavailable")).toBe(true);
       expect(isSerializationFailure(errors[0])).toBe(true);
     } finally {
       await singleAttempt.close();
