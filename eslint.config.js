@@ -27,7 +27,7 @@ const withPatterns = (options, ...patterns) => ({ ...options, patterns: [...opti
 const noRuntimesFromStorage = { group: ["**/runtimes/**"], message: "storage/ must not import runtimes/: the runtimes wire storage in, never the other way round." };
 
 export default tseslint.config(
-  { ignores: ["dist/**", "node_modules/**", "coverage/**", "test-results/**", "storage/*/migrations.generated.ts", ".qlr/**", ".wrangler/**"] },
+  { ignores: ["dist/**", "node_modules/**", "coverage/**", "test-results/**", "storage/*/migrations.generated.ts", ".qlr/**", ".wrangler/**", ".stryker/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

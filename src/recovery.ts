@@ -32,7 +32,10 @@ export interface RecoveryEvidence {
   readonly receipt: ReceiptEvidence;
   /** Whether the launcher's pre-spawn journal record exists, and whether the spawn provably never happened. */
   readonly journal: "present" | "absent" | "invalid" | "never_spawned";
-  /** Two inspections of the persisted identity, taken apart in time; empty when there is no handle. */
+  /**
+   * Two inspections of the persisted identity, one after the other (docs/ARCHITECTURE.md §16,
+   * deviation 1: each compares the exact identity, so spacing them makes no decision safer).
+   */
   readonly inspections: readonly LiveInspection[];
 }
 
@@ -59,7 +62,8 @@ export function decideRecovery(scope: AttemptScope, evidence: RecoveryEvidence):
       if (evidence.inspections.length < 2) return { kind: "fail_closed", reason: "fewer than two live inspections" };
       const [first, second] = evidence.inspections;
       // Trusted not-running evidence needs no handle: a journal from an earlier boot proves the
-      // process is gone even when the runtime died before persisting the handle.
+      // process is gone even when the runtime died before persisting the handle (ADR-0229 §3
+      // accepts trusted not-running evidence; docs/ARCHITECTURE.md §16, deviation 2).
       if (first === "not_running" && second === "not_running") return { kind: "lost_failed", reason: "trusted evidence: the exact process is not running and left no receipt" };
       if (attempt.pid === null || attempt.processStartTicks === null || attempt.bootId === null) {
         return { kind: "fail_closed", reason: "no persisted process handle to inspect" };

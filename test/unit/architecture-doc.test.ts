@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { STAGE_ORDER } from "../../src/coordinator.ts";
@@ -89,5 +89,35 @@ describe("docs/ARCHITECTURE.md", () => {
   it("the numbered stage list follows STAGE_ORDER", () => {
     const listed = lines.map((line) => /^\d\. `([a-z_]+)`/.exec(line)?.[1]).filter((name): name is string => name !== undefined);
     expect(listed).toEqual([...STAGE_ORDER]);
+  });
+  it("every test the rule table names exists: the file, and an it/test with exactly that title in it", () => {
+    const rows = tableAfter("## 15. The design records, rule by rule");
+    expect(rows.length).toBeGreaterThan(20);
+    const root = join(import.meta.dirname, "..", "..");
+    const missing: string[] = [];
+    let cited = 0;
+    for (const [rule = "", , tests = ""] of rows) {
+      const entries = tests.split("<br>").map((entry) => entry.trim()).filter((entry) => entry.length > 0);
+      expect(entries.length, `rule ${rule} names no test`).toBeGreaterThan(0);
+      for (const entry of entries) {
+        const match = /^`([^`]+)` › (.+)$/.exec(entry);
+        if (match === null) {
+          missing.push(`${rule}: ${JSON.stringify(entry)} is not \`file\` › title`);
+          continue;
+        }
+        const [, file = "", title = ""] = match;
+        const path = join(root, file);
+        if (!existsSync(path)) {
+          missing.push(`${rule}: ${file} does not exist`);
+          continue;
+        }
+        const source = readFileSync(path, "utf8");
+        const quoted = JSON.stringify(title);
+        if (![`it(${quoted}`, `test(${quoted}`].some((call) => source.includes(call))) missing.push(`${rule}: ${file} has no it/test titled ${quoted}`);
+        cited += 1;
+      }
+    }
+    expect(missing).toEqual([]);
+    expect(cited).toBeGreaterThan(30);
   });
 });

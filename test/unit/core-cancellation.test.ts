@@ -164,3 +164,16 @@ describe("whole-run cancellation convergence", () => {
     expect(world.model.run(run.id).status).toBe("cancelled");
   });
 });
+
+describe("what a convergence records", () => {
+  it("each change of a convergence says why in its event: a cancelled claim, a stop intent, a cancelled step with its finish time", () => {
+    const { world, ids } = mixedWorld();
+    const change = converge(world, T0 + 11)!;
+    const data = (attemptId: string | null, stepName: string | null, type: string): unknown =>
+      change.events.find((event) => event.type === type && event.attemptId === attemptId && (stepName === null || event.stepRunId === world.model.step("run-1", stepName).id))?.data;
+    expect(data(ids.p, null, "attempt.status_changed")).toEqual({ from: "claimed", to: "cancelled", reason: "run cancelled before start" });
+    expect(data(ids.r, null, "attempt.stop_requested")).toEqual({ reason: "cancel" });
+    expect(data(null, "s", "step.status_changed")).toMatchObject({ from: "ready", to: "cancelled", reason: "run cancelled" });
+    expect(world.model.step("run-1", "s")).toMatchObject({ status: "cancelled", finishedAtMs: T0 + 11 });
+  });
+});

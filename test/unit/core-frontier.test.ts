@@ -103,6 +103,10 @@ describe("the workflow frontier", () => {
     const c = runStep(world, "c", T0 + 6);
     frontier(world, T0 + 7);
     expect(statuses(world)).toEqual({ a: "succeeded", b: "failed", c: "running", d: "skipped" });
+    // The skip names only the settled upstream that did not succeed (not the running sibling) and records its time.
+    const d = world.model.step("run-1", "d");
+    expect(d.finishedAtMs).toBe(T0 + 7);
+    expect(world.model.eventsOf("run-1").find((event) => event.stepRunId === d.id && event.data.to === "skipped")?.data).toMatchObject({ from: "pending", blockedBy: ["b"] });
     expect(world.model.run("run-1").status).toBe("running");
     world.apply(complete(world.model.scope(c.id), exitFacts(T0 + 6, T0 + 8, 0), NO_RETRY, T0 + 8));
     frontier(world, T0 + 9);

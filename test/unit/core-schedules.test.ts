@@ -109,3 +109,11 @@ describe("schedule decisions", () => {
     expect(initialScheduleState("demo", 1, spec({ enabled: false }), JAN_15, null).nextFireAtMs).toBeNull();
   });
 });
+
+describe("fires due exactly now", () => {
+  it("a fire time equal to now counts as come due: the latest due fire is now, the earlier one missed", () => {
+    const decision = decideSchedule(state({ nextFireAtMs: JAN_15 + HOUR }), JAN_15 + 2 * HOUR, false);
+    expect(decision).toMatchObject({ kind: "fire", dueAtMs: JAN_15 + 2 * HOUR, missed: 1 });
+    expect(decision.kind === "idle" ? null : decision.next.nextFireAtMs).toBe(JAN_15 + 3 * HOUR);
+  });
+});

@@ -170,3 +170,12 @@ describe("state machines", () => {
     expect(into.sort()).toEqual(["claimed", "running", "starting"]);
   });
 });
+
+describe("refusals name their machine", () => {
+  it("an illegal transition says which machine refused it and for what subject", () => {
+    expect(() => transitionRun("workflow", "running", "queued", "run-w")).toThrow(/^workflow run run-w: running → queued is not a legal transition$/);
+    expect(() => transitionRun("ordinary", "succeeded", "queued", "run-o")).toThrow(/^ordinary run run-o: succeeded → queued is not a legal transition$/);
+    expect(() => transitionStep("succeeded", "ready", "step-1")).toThrow(/^step run step-1: succeeded → ready is not a legal transition$/);
+    expect(() => transitionAttempt("lost", "running", "att-1")).toThrow(/^run attempt att-1: lost → running is not a legal transition$/);
+  });
+});

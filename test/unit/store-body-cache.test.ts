@@ -1,0 +1,47 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import type { SqlJsStatic } from "sql.js";
+import { applyPackage, startRun } from "../../src/operations.ts";
+import { transactAtStoreTime } from "../../src/ports.ts";
+import { openSqlStore } from "../../storage/sql-store.ts";
+import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
+import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
+import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import { diamondManifest, SequentialIds, TestClock } from "../support/fixtures.ts";
+import { T0 } from "./core-fixtures.ts";
+
+/**
+ * The store's cache of immutable bodies (docs/ARCHITECTURE.md §16, deviation 3): a body read
+ * twice is the same frozen object, so nothing can change what the core verified once.
+ */
+
+let SQL: SqlJsStatic;
+beforeAll(async () => {
+  SQL = await loadSqlJs();
+});
+
+describe("the immutable body cache", () => {
+  it("a plan, a reconciliation receipt and a task definition read twice are the same deeply frozen object", async () => {
+    const clock = new TestClock(T0);
+    const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
+    const run = await transactAtStoreTime(store, clock, async (tx, nowMs) => {
+      await applyPackage(tx, diamondManifest("cached"), nowMs);
+      return (await startRun(tx, { package: "cached", target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: new SequentialIds("run").runId() }, nowMs)).run;
+    });
+    const read = () =>
+      store.transaction(async (tx) => ({
+        plan: await tx.getPlan(run.planDigest ?? ""),
+        reconciliation: await tx.getReconciliation(run.reconciliationDigest),
+        definition: await tx.getTaskDefinitionFor(run.reconciliationDigest, "work"),
+      }));
+    const first = await read();
+    const second = await read();
+    for (const key of ["plan", "reconciliation", "definition"] as const) {
+      expect(first[key]).not.toBeNull();
+      expect(second[key]).toBe(first[key]);
+      expect(Object.isFrozen(first[key])).toBe(true);
+    }
+    expect(Object.isFrozen(first.plan?.steps[0])).toBe(true);
+    expect(() => (first.plan?.steps as unknown as unknown[]).push(null)).toThrow();
+    await store.close();
+  });
+});
