@@ -3,7 +3,8 @@ import { MAX_ADMISSION_PAGE } from "../src/admission.ts";
 import type { AdmissionReceipt, ChangeSet, ExecutorType, Run, RunAttempt, RunEvent, RunStatus, StepRun, StepMutation } from "../src/model.ts";
 import { RUN_STATUSES, SETTLED_STEP_STATUSES } from "../src/model.ts";
 import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "../src/packages.ts";
-import { MAX_STORE_PAGE, type AdmissionCandidate, type PackageHead, type PurgedRun, type RunListFilter, type Store, type StoreTx } from "../src/ports.ts";
+import { alertingRuns, entriesForRun, notifiersForRun, type NotificationEntry } from "../src/notifications.ts";
+import { MAX_STORE_PAGE, type AdmissionCandidate, type NotificationListFilter, type PackageHead, type PurgedRun, type RunListFilter, type Store, type StoreTx } from "../src/ports.ts";
 import type { PurgeCandidate, PurgeKey } from "../src/retention.ts";
 import type { ScheduleState } from "../src/schedules.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
@@ -186,10 +187,69 @@ class SqlStoreTx implements StoreTx {
         receipt.runId, receipt.stepRunId, receipt.stepRunVersion, receipt.attemptId, receipt.eventId, receipt.digest, JSON.stringify(receipt),
       ]);
     }
+    await this.enqueueAlerts(change);
     if (times.length > 0) {
       const latest = Math.max(...times);
       await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [latest, latest]);
     }
+  }
+
+  /**
+   * The outbox entries of runs that entered failed, timed_out or lost in this change, written
+   * in its transaction: the alert commits exactly when the transition does. The notifiers come
+   * from the run's own generation (what it ran with), decided by the core.
+   */
+  private async enqueueAlerts(change: ChangeSet): Promise<void> {
+    for (const run of alertingRuns(change)) {
+      const generation = await this.getGeneration(run.package, run.generation);
+      if (generation === null) continue;
+      for (const entry of entriesForRun(run, notifiersForRun(generation.manifest, run), run.updatedAtMs)) {
+        // A run enters a terminal status once, so the derived id is new; DO NOTHING keeps a
+        // replayed change (a lost commit answer) from failing on it.
+        await this.q(`INSERT INTO notifications (${rows.NOTIFICATION_COLUMNS.join(", ")}) VALUES (${rows.NOTIFICATION_COLUMNS.map(() => "?").join(", ")}) ON CONFLICT (id) DO NOTHING`, rows.notificationParams(entry));
+      }
+    }
+  }
+
+  async listDueNotifications(nowMs: number, limit: number): Promise<NotificationEntry[]> {
+    const found = await this.q<rows.NotificationRow>(
+      `SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications WHERE state = 'pending' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?`,
+      [nowMs, cap(limit)],
+    );
+    return found.map(rows.toNotification);
+  }
+
+  async getNotification(id: string): Promise<NotificationEntry | null> {
+    const found = await this.q<rows.NotificationRow>(`SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications WHERE id = ?`, [id]);
+    return found[0] === undefined ? null : rows.toNotification(found[0]);
+  }
+
+  async updateNotification(entry: NotificationEntry, expectedVersion: number): Promise<void> {
+    const updated = await this.q(
+      "UPDATE notifications SET state = ?, attempts = ?, next_attempt_at_ms = ?, last_error = ?, updated_at_ms = ?, delivered_at_ms = ?, version = ? WHERE id = ? AND version = ? RETURNING id",
+      [entry.state, entry.attempts, entry.nextAttemptAtMs, entry.lastError, entry.updatedAtMs, entry.deliveredAtMs, entry.version, entry.id, expectedVersion],
+    );
+    if (updated.length !== 1) throw new QlrError("conflict", `notification ${entry.id} changed since version ${expectedVersion}; nothing written`);
+  }
+
+  async listNotifications(filter: NotificationListFilter): Promise<NotificationEntry[]> {
+    const conditions: string[] = [];
+    const params: SqlParam[] = [];
+    if (filter.runId !== null) {
+      conditions.push("run_id = ?");
+      params.push(filter.runId);
+    }
+    if (filter.state !== null) {
+      conditions.push("state = ?");
+      params.push(filter.state);
+    }
+    if (filter.cursor !== null) {
+      conditions.push("(created_at_ms < (SELECT created_at_ms FROM notifications WHERE id = ?) OR (created_at_ms = (SELECT created_at_ms FROM notifications WHERE id = ?) AND id < ?))");
+      params.push(filter.cursor, filter.cursor, filter.cursor);
+    }
+    const where = conditions.length === 0 ? "" : `WHERE ${conditions.join(" AND ")}`;
+    const found = await this.q<rows.NotificationRow>(`SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications ${where} ORDER BY created_at_ms DESC, id DESC LIMIT ?`, [...params, cap(filter.limit)]);
+    return found.map(rows.toNotification);
   }
 
   async getRun(runId: string): Promise<Run | null> {
@@ -425,6 +485,7 @@ class SqlStoreTx implements StoreTx {
     // Children first, in the order their references point: nothing is left pointing at a
     // deleted row even where the schema does not enforce its foreign keys. Leases are columns
     // of the attempt rows, so they go with them.
+    await this.q("DELETE FROM notifications WHERE run_id = ?", [runId]);
     await this.q("DELETE FROM step_mutations WHERE run_id = ?", [runId]);
     await this.q("DELETE FROM run_events WHERE run_id = ?", [runId]);
     await this.q("DELETE FROM admission_receipts WHERE run_id = ?", [runId]);

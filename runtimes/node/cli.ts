@@ -90,6 +90,7 @@ const FAULT_POINTS: readonly FaultPoint[] = [
   "purge.after_commit",
   "purge.after_discard",
   "purge.discard_before_journal",
+  "notification.after_send",
 ];
 
 /** Exit codes: 0 success, 1 a run that did not succeed, 2 an API error, 64 usage, 69 unreachable. */

@@ -1,3 +1,4 @@
+import { nodeNotificationSender } from "./notification-sender.ts";
 import { readFile } from "node:fs/promises";
 import { Server as HttpServer } from "node:http";
 import { resolve } from "node:path";
@@ -125,6 +126,7 @@ export class DeviceRuntime {
         onTick: () => metrics.observeTick(),
         fault,
         retention,
+        notifier: nodeNotificationSender,
       });
       const recovery: RecoveryEntry[] = await coordinator.recover();
       for (const entry of recovery.filter((item) => item.decision === "fail_closed")) log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
