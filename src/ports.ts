@@ -2,6 +2,7 @@ import type { AdmissionReceipt, ChangeSet, ExecutorType, ProcessHandleFacts, Run
 import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "./packages.ts";
 import type { ReceiptEvidence, LiveInspection } from "./recovery.ts";
 import type { NotificationEntry, NotificationState } from "./notifications.ts";
+import type { Overview } from "./overview.ts";
 import type { PurgeCandidate, PurgeKey } from "./retention.ts";
 import type { ScheduleState } from "./schedules.ts";
 
@@ -139,6 +140,8 @@ export interface StoreTx {
   listRuns(filter: RunListFilter): Promise<Run[]>;
   listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]>;
   countRunsByStatus(): Promise<Record<RunStatus, number>>;
+  /** The dashboard's aggregates over `hours` whole hours ending at `nowMs` (src/overview.ts). */
+  overview(nowMs: number, hours: number): Promise<Overview>;
 }
 
 /** What one purge deleted: the run and the attempts whose files may still exist. */

@@ -429,5 +429,68 @@ export function describeStoreContract(factory: DriverFactory): void {
       await store.transaction(async (tx) => tx.purgeRun(failed));
       expect(await outbox(failed)).toEqual([]);
     });
+
+    it("the overview aggregates ended runs per hour and workflow in SQL, lists failures, active runs and next fires, bounded", async () => {
+      const manifest = diamondManifest("overview-pkg");
+      const startedAt = clock.nowMs();
+      const runIds = await store.transaction(async (tx) => {
+        const nowMs = await tx.observe(clock.nowMs());
+        await applyPackage(tx, manifest, nowMs);
+        const started: string[] = [];
+        for (let index = 0; index < 4; index += 1) started.push((await startRun(tx, { package: "overview-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs)).run.id);
+        return started;
+      });
+      const finalNow = startedAt + 90 * 60_000;
+      const before = await store.transaction(async (tx) => tx.overview(finalNow, 24));
+      const settle = async (runId: string, status: "failed" | "succeeded" | "timed_out"): Promise<number> =>
+        store.transaction(async (tx) => {
+          const nowMs = await tx.observe(clock.nowMs());
+          const run = await tx.getRun(runId);
+          if (run === null) throw new Error("no run");
+          await tx.apply({ runs: [{ before: run, after: { ...run, status, version: run.version + 1, updatedAtMs: nowMs, finishedAtMs: nowMs } }], steps: [], attempts: [], events: [], mutations: [], admissions: [] });
+          return nowMs;
+        });
+      clock.advance(30 * 60_000);
+      const firstEnd = await settle(runIds[0] ?? "", "failed");
+      clock.advance(60 * 60_000);
+      const secondEnd = await settle(runIds[1] ?? "", "succeeded");
+      await settle(runIds[2] ?? "", "timed_out");
+      expect(clock.nowMs()).toBe(finalNow);
+      const after = await store.transaction(async (tx) => tx.overview(finalNow, 24));
+
+      const hourOf = (ms: number): number => Math.floor(ms / 3_600_000) * 3_600_000;
+      const counts = (overview: typeof after): Map<string, number> => new Map(overview.runsPerHour.map((row) => [`${row.hourStartMs}|${row.status}`, row.count]));
+      const added = new Map<string, number>();
+      for (const [key, count] of counts(after)) {
+        const delta = count - (counts(before).get(key) ?? 0);
+        if (delta !== 0) added.set(key, delta);
+      }
+      const expected = new Map<string, number>();
+      for (const [ms, status] of [[firstEnd, "failed"], [secondEnd, "succeeded"], [secondEnd, "timed_out"]] as const) expected.set(`${hourOf(ms)}|${status}`, (expected.get(`${hourOf(ms)}|${status}`) ?? 0) + 1);
+      expect(added).toEqual(expected);
+
+      const mine = after.durations.filter((row) => row.package === "overview-pkg");
+      expect(mine.map((row) => [row.hourStartMs, row.workflow, row.runs, row.avgDurationMs, row.maxDurationMs])).toEqual(
+        [
+          [hourOf(firstEnd), "diamond", 1, 30 * 60_000, 30 * 60_000],
+          [hourOf(secondEnd), "diamond", 2, 90 * 60_000, 90 * 60_000],
+        ].sort((a, b) => Number(a[0]) - Number(b[0])).reduce<(string | number)[][]>((rowsByHour, row) => {
+          const last = rowsByHour[rowsByHour.length - 1];
+          if (last !== undefined && last[0] === row[0]) {
+            const runs = Number(last[2]) + Number(row[2]);
+            return [...rowsByHour.slice(0, -1), [row[0] ?? 0, "diamond", runs, Math.round((Number(last[3]) * Number(last[2]) + Number(row[3]) * Number(row[2])) / runs), Math.max(Number(last[4]), Number(row[4]))]];
+          }
+          return [...rowsByHour, row];
+        }, []),
+      );
+      expect(after.recentFailures.filter((run) => run.package === "overview-pkg").map((run) => [run.id, run.status])).toEqual([
+        [runIds[2], "timed_out"],
+        [runIds[0], "failed"],
+      ].sort((a, b) => (a[1] === "timed_out" ? -1 : b[1] === "timed_out" ? 1 : 0)));
+      expect(after.active.map((run) => run.id)).toContain(runIds[3]);
+      expect(after.activeCount).toBeGreaterThanOrEqual(1);
+      expect(after.active.length).toBeLessThanOrEqual(20);
+      expect(after.sinceMs).toBe(hourOf(finalNow) - 23 * 3_600_000);
+    });
   });
 }
