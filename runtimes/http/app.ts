@@ -15,6 +15,7 @@ import { isAuthorized } from "./auth.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import type { Metrics } from "./metrics.ts";
 import { mountWorkerRoutes } from "./worker-routes.ts";
+import { mountObserveRoutes, type ObserveDeps } from "./observe-routes.ts";
 
 /**
  * The one Hono app every runtime serves (device, server, Worker). It validates every input
@@ -42,6 +43,8 @@ export interface AppDeps {
   readonly metrics: Metrics;
   /** Reads the latest attempt log of a step; absent on runtimes that hold no logs. */
   readonly readLog?: (attempt: RunAttempt, maxBytes: number) => Promise<string | null>;
+  /** Reads a chunk of a step's log by byte offset (`GET …/log?offset=N`); absent on runtimes that hold no logs. */
+  readonly readLogChunk?: ObserveDeps["readLogChunk"];
   /** Recovery decisions that failed closed, shown by `status` and the API. */
   readonly recoveryReport?: () => readonly { attemptId: string; decision: string; reason: string | null }[];
   /**
@@ -289,6 +292,13 @@ export function createApp(deps: AppDeps): Hono {
     }
     if (!result.ok) fail("invalid_manifest", `the manifest has ${result.issues.length} problem(s)`, result.issues);
     const supported = deps.supportedExecutors ?? ["local_process", "remote_worker"];
+    // A command notifier runs on the runtime's own host, like a local_process task.
+    if (!supported.includes("local_process")) {
+      const commands = [...result.manifest.tasks.map((item) => ["tasks", item] as const), ...result.manifest.workflows.map((item) => ["workflows", item] as const), ...result.manifest.schedules.map((item) => ["schedules", item] as const)].flatMap(([section, item]) =>
+        (item.notify ?? []).flatMap((notifier, index) => (notifier.kind === "command" ? [{ path: `${section}.${item.name}.notify[${index}].command`, message: "a command notifier runs only on a device (qlr serve); use a webhook here" }] : [])),
+      );
+      if (commands.length > 0) fail("invalid_manifest", "this runtime cannot run command notifiers", commands);
+    }
     const unsupported = result.manifest.tasks.filter((task) => !supported.includes(task.executor));
     if (unsupported.length > 0) {
       fail(
@@ -373,6 +383,8 @@ export function createApp(deps: AppDeps): Hono {
     const attempt = await write((tx, nowMs) => resolveAttempt(tx, id, parsed.data, nowMs));
     return c.json({ attempt: attemptView(attempt) });
   });
+
+  mountObserveRoutes(app, { store, clock, ...(deps.readLogChunk === undefined ? {} : { readLogChunk: deps.readLogChunk }) });
 
   app.get("/runs/:id/steps/:name/log", async (c) => {
     const id = runId(c);

@@ -30,7 +30,10 @@ Usage:
                                      its process is gone (its step fails, never re-run)
   qlr runs [--status S]              list runs, newest first
   qlr status RUN                     a run with its steps and attempts
-  qlr logs RUN STEP                  the latest attempt log of a step
+  qlr logs RUN STEP [-f]             the latest attempt log of a step; -f follows it live
+                                     until the attempt ends
+  qlr notifications [--run RUN] [--state pending|delivered|failed]
+                                     alerts sent for failed, timed-out and lost runs
   qlr tick                           run one cadence cycle now
   qlr worker --coordinator URL --pool P [--capacity N] [--insecure]
                                      run remote_worker tasks leased from a coordinator
@@ -75,6 +78,9 @@ const OPTIONS = {
   capacity: { type: "string" },
   retention: { type: "string" },
   "retention-runs": { type: "string" },
+  follow: { type: "boolean", short: "f" },
+  run: { type: "string" },
+  state: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -228,6 +234,70 @@ async function waitForRun(api: Client, config: CommonConfig, runId: string): Pro
       return detail.run.status === "succeeded" ? 0 : 1;
     }
     await new Promise((wait) => setTimeout(wait, 500));
+  }
+}
+
+interface NotificationView {
+  id: string;
+  runId: string;
+  event: string;
+  notifier: { kind: "webhook"; url: string } | { kind: "command"; argv: string[] };
+  state: string;
+  attempts: number;
+  nextAttemptAtMs: number | null;
+  lastError: string | null;
+  createdAtMs: number;
+  deliveredAtMs: number | null;
+}
+
+function renderNotification(entry: NotificationView): string {
+  const target = entry.notifier.kind === "webhook" ? entry.notifier.url : entry.notifier.argv.join(" ");
+  const when = entry.state === "delivered" ? `delivered ${time(entry.deliveredAtMs)}` : entry.state === "pending" ? `next try ${time(entry.nextAttemptAtMs)}` : "gave up";
+  return `${entry.id}  ${entry.state.padEnd(9)} ${entry.event.padEnd(14)} run ${entry.runId}  ${target}  attempts ${entry.attempts}  ${when}${entry.lastError === null ? "" : `  (${entry.lastError})`}`;
+}
+
+interface LogChunkView {
+  attemptId: string;
+  nextOffset: number;
+  text: string;
+  finished: boolean;
+}
+
+/** How often `logs -f` asks for more; each answer carries at most one chunk per stream. */
+const FOLLOW_POLL_MS = 500;
+
+/**
+ * `qlr logs -f RUN STEP`: the step's latest attempt (waiting for one while the run has none),
+ * both streams by byte offset, stdout to stdout and stderr to stderr, until the attempt ended
+ * and both streams are read to their end. Memory stays at one chunk per stream.
+ */
+async function followLog(api: Client, runId: string, step: string): Promise<number> {
+  const base = `/runs/${runId}/steps/${encodeURIComponent(step)}/log`;
+  let attemptId: string | null = null;
+  const offsets = { stdout: 0, stderr: 0 };
+  const done = { stdout: false, stderr: false };
+  // Bounded by the attempt: it ends (deadline, cancel, exit), and then both streams end.
+  for (;;) {
+    for (const stream of ["stdout", "stderr"] as const) {
+      if (done[stream]) continue;
+      const query = new URLSearchParams({ offset: String(offsets[stream]), stream, ...(attemptId === null ? {} : { attempt: attemptId }) });
+      let chunk: LogChunkView;
+      try {
+        chunk = await api.call<LogChunkView>("GET", `${base}?${query.toString()}`);
+      } catch (error) {
+        if (!(error instanceof ApiError) || error.code !== "not_found" || attemptId !== null) throw error;
+        // No attempt yet: wait for one unless the run ended without one (a skipped step).
+        const detail = await api.call<RunDetailView>("GET", `/runs/${runId}`);
+        if (TERMINAL.has(detail.run.status)) throw error;
+        break;
+      }
+      attemptId = chunk.attemptId;
+      if (chunk.text !== "") (stream === "stdout" ? process.stdout : process.stderr).write(chunk.text);
+      offsets[stream] = chunk.nextOffset;
+      done[stream] = chunk.finished;
+    }
+    if (done.stdout && done.stderr) return 0;
+    await new Promise((wait) => setTimeout(wait, FOLLOW_POLL_MS));
   }
 }
 
@@ -419,7 +489,26 @@ export async function main(argv: readonly string[]): Promise<number> {
         const step = runRequired(rest, 1, "STEP");
         if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
         const api = await client(config);
+        if (parsed.values.follow === true) return await followLog(api, runId, step);
         process.stdout.write(await api.text(`/runs/${runId}/steps/${encodeURIComponent(step)}/log`));
+        return 0;
+      }
+      case "notifications": {
+        const query = new URLSearchParams();
+        const run = parsed.values.run;
+        if (run !== undefined) {
+          if (!isPortableId(run)) throw new UsageError("--run must be a run id");
+          query.set("run", run);
+        }
+        const state = parsed.values.state;
+        if (state !== undefined) {
+          if (state !== "pending" && state !== "delivered" && state !== "failed") throw new UsageError("--state must be pending, delivered or failed");
+          query.set("state", state);
+        }
+        query.set("limit", parsed.values.limit ?? "50");
+        const api = await client(config);
+        const page = await api.call<{ notifications: NotificationView[]; nextCursor: string | null }>("GET", `/notifications?${query.toString()}`);
+        print(config, page, () => (page.notifications.length === 0 ? "no notifications" : page.notifications.map(renderNotification).join("\n")));
         return 0;
       }
       case "tick": {

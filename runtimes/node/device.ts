@@ -19,7 +19,7 @@ import { DEFAULT_GRACE_MS, DEFAULT_LOG_MAX_BYTES, loadOrCreateReceiptKey, PosixL
 import { BufferReclaimer } from "./buffer-reclaimer.ts";
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
-import { readAttemptLog } from "./read-log.ts";
+import { readAttemptLog, readLogChunk } from "./read-log.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 
 export interface DeviceOptions {
@@ -152,6 +152,7 @@ export class DeviceRuntime {
         profileName: options.profile,
         mount: (app) => mountDashboard(app),
         onChange: wake,
+        readLogChunk: (attempt, stream, offset, limitBytes, complete) => readLogChunk(launcher.logPath(attempt.id, stream), offset, limitBytes, complete),
         readLog: (attempt: RunAttempt, maxBytes: number) => readAttemptLog(launcher.logPath(attempt.id, "stdout"), launcher.logPath(attempt.id, "stderr"), Math.min(maxBytes, LOG_READ_MAX_BYTES)),
       });
       const server = await new Promise<ServerType>((resolveServer, rejectServer) => {
