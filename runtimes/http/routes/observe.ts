@@ -1,12 +1,13 @@
-import type { Context, Hono } from "hono";
+import { Hono, type Context } from "hono";
 import { z } from "zod";
-import { QlrError } from "../../src/errors.ts";
-import { isPortableId, RESOURCE_NAME_PATTERN } from "../../src/identity.ts";
-import { TERMINAL_ATTEMPT_STATUSES, type RunAttempt } from "../../src/model.ts";
-import { NOTIFICATION_STATES, type NotificationEntry } from "../../src/notifications.ts";
-import { getRunDetail } from "../../src/operations.ts";
-import { DEFAULT_OVERVIEW_HOURS, MAX_OVERVIEW_HOURS } from "../../src/overview.ts";
-import type { Clock, Store } from "../../src/ports.ts";
+import { QlrError } from "../../../src/errors.ts";
+import { isPortableId, RESOURCE_NAME_PATTERN } from "../../../src/identity.ts";
+import { TERMINAL_ATTEMPT_STATUSES } from "../../../src/model.ts";
+import { NOTIFICATION_STATES } from "../../../src/notifications.ts";
+import { getRunDetail } from "../../../src/operations.ts";
+import { DEFAULT_OVERVIEW_HOURS, MAX_OVERVIEW_HOURS } from "../../../src/overview.ts";
+import { notificationView, type LogChunkView, type NotificationPage, type OverviewAnswer } from "../contract.ts";
+import type { AppDeps } from "../deps.ts";
 
 /**
  * Routes for watching the runtime: the notification outbox (`GET /notifications`), the
@@ -14,21 +15,6 @@ import type { Clock, Store } from "../../src/ports.ts";
  * (`GET /runs/:id/steps/:name/log?offset=N`). Every query is validated; every answer is
  * bounded (a page of entries, a window of hours, a chunk of bytes).
  */
-
-export type LogStream = "stdout" | "stderr";
-
-export interface LogChunkAnswer {
-  readonly text: string;
-  readonly nextOffset: number;
-  readonly sizeBytes: number;
-}
-
-export interface ObserveDeps {
-  readonly store: Store;
-  readonly clock: Clock;
-  /** Reads one chunk of one stream of an attempt's log; absent on runtimes that hold no logs. */
-  readonly readLogChunk?: (attempt: RunAttempt, stream: LogStream, offset: number, limitBytes: number, complete: boolean) => Promise<LogChunkAnswer | null>;
-}
 
 export const DEFAULT_LOG_CHUNK_BYTES = 64 * 1024;
 export const MAX_LOG_CHUNK_BYTES = 256 * 1024;
@@ -76,38 +62,22 @@ const logChunkQuery = z
   })
   .strict();
 
-/** An entry as the API shows it: a webhook's secret never leaves the store. */
-export function notificationView(entry: NotificationEntry): Record<string, unknown> {
-  const notifier = entry.notifier.kind === "webhook" ? { kind: "webhook", url: entry.notifier.url, signed: entry.notifier.secret !== null } : { kind: "command", argv: entry.notifier.argv };
-  return {
-    id: entry.id,
-    runId: entry.runId,
-    package: entry.package,
-    event: entry.event,
-    notifier,
-    state: entry.state,
-    attempts: entry.attempts,
-    nextAttemptAtMs: entry.state === "pending" ? entry.nextAttemptAtMs : null,
-    lastError: entry.lastError,
-    createdAtMs: entry.createdAtMs,
-    deliveredAtMs: entry.deliveredAtMs,
-  };
-}
-
-export function mountObserveRoutes(app: Hono, deps: ObserveDeps): void {
+/** Watching: the notification outbox, the overview, a step's log followed by byte offset. */
+export function observeRoutes(deps: AppDeps): Hono {
   const { store } = deps;
+  const app = new Hono();
 
   app.get("/notifications", async (c) => {
     const { run, state, limit, cursor } = parseQuery(notificationsQuery, c);
     const entries = await store.transaction(async (tx) => tx.listNotifications({ runId: run ?? null, state: state ?? null, cursor: cursor ?? null, limit: limit + 1 }));
     const page = entries.slice(0, limit);
-    return c.json({ notifications: page.map(notificationView), nextCursor: entries.length > limit ? (page[page.length - 1]?.id ?? null) : null });
+    return c.json({ notifications: page.map(notificationView), nextCursor: entries.length > limit ? (page[page.length - 1]?.id ?? null) : null } satisfies NotificationPage);
   });
 
   app.get("/overview", async (c) => {
     const { hours } = parseQuery(overviewQuery, c);
     const overview = await store.transaction(async (tx) => tx.overview(await tx.observe(deps.clock.nowMs()), hours));
-    return c.json({ overview });
+    return c.json({ overview } satisfies OverviewAnswer);
   });
 
   // With `offset`, the log is read as a chunk of one stream (JSON); without, the next route
@@ -141,6 +111,7 @@ export function mountObserveRoutes(app: Hono, deps: ObserveDeps): void {
       text: answer.text,
       // Nothing more will come: the attempt ended and this chunk reached the end of its file.
       finished: finished && answer.nextOffset >= answer.sizeBytes,
-    });
+    } satisfies LogChunkView);
   });
+  return app;
 }

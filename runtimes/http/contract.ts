@@ -1,0 +1,390 @@
+import type { StageReport, TickReport } from "../../src/coordinator.ts";
+import type { Lease, WorkerCompletion } from "../../src/lease-service.ts";
+import type { LeaseControl } from "../../src/leases.ts";
+import type { ApplyResult } from "../../src/operations.ts";
+import type { AttemptStatus, ExecutorType, Run, RunAttempt, RunEvent, RunKind, RunStatus, StepRun, StepStatus, StopReason } from "../../src/model.ts";
+import type { Generation } from "../../src/packages.ts";
+import type { PackageHead } from "../../src/ports.ts";
+import type { ScheduleState } from "../../src/schedules.ts";
+import type { NotificationEntry } from "../../src/notifications.ts";
+import type { Overview } from "../../src/overview.ts";
+import type { TaskSpec, WorkflowSpec } from "../../src/manifest/types.ts";
+
+/**
+ * The public HTTP contract (docs/API.md), declared once: the shapes the app answers, built by
+ * the view functions below from the core's records, and read by the one client (client.ts),
+ * the CLI, the remote worker, the dashboard and the tests. Request bodies are validated by the
+ * routes (routes/*.ts); their accepted shapes are the `*Request` types here.
+ */
+
+// ---- errors ----
+
+export interface ErrorDetail {
+  readonly path: string;
+  readonly message: string;
+}
+
+/** Every error answer: `{error: {code, message, details}}`. */
+export interface ErrorBody {
+  readonly error: { readonly code: string; readonly message: string; readonly details: readonly ErrorDetail[] };
+}
+
+// ---- runs ----
+
+export interface RunView {
+  readonly id: string;
+  readonly kind: RunKind;
+  readonly status: RunStatus;
+  readonly package: string;
+  readonly generation: number;
+  readonly target: string;
+  readonly createdAtMs: number;
+  readonly finishedAtMs: number | null;
+  readonly cancelRequestedAtMs: number | null;
+  readonly idempotencyKey: string | null;
+  readonly scheduleName: string | null;
+}
+
+export interface StepView {
+  readonly id: string;
+  readonly name: string;
+  readonly task: string;
+  readonly needs: readonly string[];
+  readonly status: StepStatus;
+  readonly version: number;
+  readonly attemptCount: number;
+  readonly startedAtMs: number | null;
+  readonly finishedAtMs: number | null;
+}
+
+export interface AttemptView {
+  readonly id: string;
+  readonly stepRunId: string | null;
+  readonly number: number;
+  readonly status: AttemptStatus;
+  readonly executor: ExecutorType;
+  readonly startedAtMs: number | null;
+  readonly finishedAtMs: number | null;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly pid: number | null;
+  readonly stopReason: StopReason | null;
+  readonly error: string | null;
+}
+
+export interface EventView {
+  readonly seq: number;
+  readonly type: string;
+  readonly atMs: number;
+  readonly stepRunId: string | null;
+  readonly attemptId: string | null;
+  readonly data: Readonly<Record<string, unknown>>;
+}
+
+/** `GET /runs/:id`. */
+export interface RunDetail {
+  readonly run: RunView;
+  readonly steps: readonly StepView[];
+  readonly attempts: readonly AttemptView[];
+}
+
+/** `GET /runs`: newest first, keyset-paged by `nextCursor`. */
+export interface RunPage {
+  readonly runs: readonly RunView[];
+  readonly nextCursor: string | null;
+}
+
+/** `POST /runs`, `POST /runs/:id/cancel`. */
+export interface RunAnswer {
+  readonly run: RunView;
+}
+
+/** `GET /runs/:id/events`. */
+export interface EventPage {
+  readonly events: readonly EventView[];
+}
+
+/** `POST /runs`: exactly one of `workflow` or `task`. */
+export interface StartRunRequest {
+  readonly package: string;
+  readonly workflow?: string;
+  readonly task?: string;
+  readonly idempotencyKey?: string;
+}
+
+export interface RunListQuery {
+  readonly status?: RunStatus | null;
+  readonly limit?: number;
+  readonly cursor?: string | null;
+}
+
+// ---- attempts ----
+
+/** `POST /attempts/:id/resolve`. */
+export interface ResolveRequest {
+  readonly as: "lost";
+  readonly reason: string;
+}
+
+export interface AttemptAnswer {
+  readonly attempt: AttemptView;
+}
+
+// ---- packages ----
+
+/** `POST /packages`: 201 when a new generation was created, 200 when unchanged. */
+export type ApplyView = ApplyResult;
+
+export type PackageHeadView = PackageHead;
+
+export interface ScheduleView {
+  readonly name: string;
+  readonly cron: string;
+  readonly timezone: string;
+  readonly target: { readonly kind: "workflow" | "task"; readonly name: string };
+  readonly overlap: string;
+  readonly nextFireAtMs: number | null;
+  readonly lastFireAtMs: number | null;
+  readonly missedFires: number;
+  readonly skippedOverlaps: number;
+}
+
+export interface TaskSummaryView {
+  readonly name: string;
+  readonly executor: ExecutorType;
+  readonly timeoutMs: number;
+}
+
+export type GenerationView = Omit<Generation, "manifest">;
+
+/** `GET /packages/:name`. */
+export interface PackageDetailView {
+  readonly package: PackageHeadView;
+  readonly generations: readonly GenerationView[];
+  readonly workflows: readonly ReturnType<typeof workflowSummaryView>[];
+  readonly tasks: readonly TaskSummaryView[];
+  readonly schedules: readonly ScheduleView[];
+}
+
+/** `GET /packages`. */
+export interface PackageList {
+  readonly packages: readonly PackageHeadView[];
+}
+
+// ---- system ----
+
+export type StageView = StageReport;
+export type TickReportView = TickReport;
+
+/** `POST /tick`. */
+export interface TickAnswer {
+  readonly report: TickReportView;
+}
+
+/** `GET /info`: the runtime's profile and retention (null: it purges nothing). */
+export interface RuntimeInfo {
+  readonly profile: string | null;
+  readonly retention: { readonly horizonMs: number; readonly maxRuns: number; readonly idempotencyWindowMs: number } | null;
+}
+
+export interface RecoveryView {
+  readonly attemptId: string;
+  readonly decision: string;
+  readonly reason: string | null;
+}
+
+/** `GET /recovery`. */
+export interface RecoveryList {
+  readonly recovery: readonly RecoveryView[];
+}
+
+// ---- remote workers (`/worker/*`) ----
+
+export type LeaseView = Lease;
+export type LeaseControlView = LeaseControl;
+
+/** Presented on every lease call but claim. */
+export interface LeaseFenceRequest {
+  readonly attemptId: string;
+  readonly workerId: string;
+  readonly leaseVersion: number;
+  readonly leaseSecret: string;
+}
+
+export interface ClaimRequest {
+  readonly workerId: string;
+  readonly pool: string;
+  readonly capacity: number;
+}
+
+export interface ClaimAnswer {
+  readonly leases: readonly LeaseView[];
+}
+
+export interface ProcessHandleRequest {
+  readonly pid: number;
+  readonly processStartTicks: string;
+  readonly bootId: string;
+  readonly startedAtMs: number;
+}
+
+export interface LeaseStartRequest extends LeaseFenceRequest {
+  readonly phase: "starting" | "running";
+  readonly handle?: ProcessHandleRequest;
+}
+
+export interface LeaseCompleteRequest extends LeaseFenceRequest {
+  readonly startedAtMs: number;
+  readonly finishedAtMs: number;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly stopReason: StopReason | null;
+  readonly spawnError: string | null;
+}
+
+export interface LeaseLostRequest extends LeaseFenceRequest {
+  readonly reason: string;
+}
+
+/** `POST /worker/start`. */
+export interface LeaseStartAnswer {
+  readonly status: AttemptStatus;
+  readonly leaseExpiresAtMs: number;
+}
+
+/** `POST /worker/complete` and `/worker/lost`; `replayed` when the report was already recorded. */
+export type WorkerCompletionView = WorkerCompletion;
+
+// ---- views of the core's records ----
+
+export function runView(run: Run): RunView {
+  return {
+    id: run.id,
+    kind: run.kind,
+    status: run.status,
+    package: run.package,
+    generation: run.generation,
+    target: run.target,
+    createdAtMs: run.createdAtMs,
+    finishedAtMs: run.finishedAtMs,
+    cancelRequestedAtMs: run.cancelRequestedAtMs,
+    idempotencyKey: run.idempotencyKey,
+    scheduleName: run.scheduleName,
+  };
+}
+
+export function stepView(step: StepRun): StepView {
+  return { id: step.id, name: step.name, task: step.task, needs: step.needs, status: step.status, version: step.version, attemptCount: step.attemptCount, startedAtMs: step.startedAtMs, finishedAtMs: step.finishedAtMs };
+}
+
+export function attemptView(attempt: RunAttempt): AttemptView {
+  return {
+    id: attempt.id,
+    stepRunId: attempt.stepRunId,
+    number: attempt.number,
+    status: attempt.status,
+    executor: attempt.executor,
+    startedAtMs: attempt.startedAtMs,
+    finishedAtMs: attempt.finishedAtMs,
+    exitCode: attempt.exitCode,
+    signal: attempt.signal,
+    pid: attempt.pid,
+    stopReason: attempt.stopReason,
+    error: attempt.error,
+  };
+}
+
+export function eventView(event: RunEvent): EventView {
+  return { seq: event.seq, type: event.type, atMs: event.atMs, stepRunId: event.stepRunId, attemptId: event.attemptId, data: event.data };
+}
+
+export function scheduleView(schedule: ScheduleState): ScheduleView {
+  return {
+    name: schedule.name,
+    cron: schedule.spec.cron,
+    timezone: schedule.spec.timezone,
+    target: schedule.spec.target,
+    overlap: schedule.spec.overlap,
+    nextFireAtMs: schedule.nextFireAtMs,
+    lastFireAtMs: schedule.lastFireAtMs,
+    missedFires: schedule.missedFires,
+    skippedOverlaps: schedule.skippedOverlaps,
+  };
+}
+
+export function taskSummaryView(task: TaskSpec): TaskSummaryView {
+  return { name: task.name, executor: task.executor, timeoutMs: task.timeoutMs };
+}
+
+// ---- watching: live logs, alerts, the overview (routes/observe.ts) ----
+
+export type LogStream = "stdout" | "stderr";
+
+/** `GET /runs/:id/steps/:name/log?offset=N`: one bounded chunk of one stream. */
+export interface LogChunkView {
+  readonly attemptId: string;
+  readonly attemptStatus: RunAttempt["status"];
+  readonly stream: LogStream;
+  readonly offset: number;
+  readonly nextOffset: number;
+  readonly sizeBytes: number;
+  readonly text: string;
+  /** The attempt ended and this chunk reached the end of its stream: nothing more will come. */
+  readonly finished: boolean;
+}
+
+/** A notification outbox entry as the API shows it: a webhook's secret never leaves the store. */
+export interface NotificationView {
+  readonly id: string;
+  readonly runId: string;
+  readonly package: string;
+  readonly event: NotificationEntry["event"];
+  readonly notifier: { readonly kind: "webhook"; readonly url: string; readonly signed: boolean } | { readonly kind: "command"; readonly argv: readonly string[] };
+  readonly state: NotificationEntry["state"];
+  readonly attempts: number;
+  /** When a pending entry is tried next; null once delivered or failed. */
+  readonly nextAttemptAtMs: number | null;
+  readonly lastError: string | null;
+  readonly createdAtMs: number;
+  readonly deliveredAtMs: number | null;
+}
+
+export interface NotificationPage {
+  readonly notifications: readonly NotificationView[];
+  readonly nextCursor: string | null;
+}
+
+export interface NotificationQuery {
+  readonly run?: string | null;
+  readonly state?: NotificationEntry["state"] | null;
+  readonly limit?: number;
+  readonly cursor?: string | null;
+}
+
+export interface OverviewAnswer {
+  readonly overview: Overview;
+}
+
+export function notificationView(entry: NotificationEntry): NotificationView {
+  const notifier = entry.notifier.kind === "webhook" ? { kind: "webhook" as const, url: entry.notifier.url, signed: entry.notifier.secret !== null } : { kind: "command" as const, argv: entry.notifier.argv };
+  return {
+    id: entry.id,
+    runId: entry.runId,
+    package: entry.package,
+    event: entry.event,
+    notifier,
+    state: entry.state,
+    attempts: entry.attempts,
+    nextAttemptAtMs: entry.state === "pending" ? entry.nextAttemptAtMs : null,
+    lastError: entry.lastError,
+    createdAtMs: entry.createdAtMs,
+    deliveredAtMs: entry.deliveredAtMs,
+  };
+}
+
+/** A workflow as `GET /packages/:name` shows it: its notifiers without their secrets. */
+export function workflowSummaryView(workflow: WorkflowSpec): Omit<WorkflowSpec, "notify"> & { notify?: NotificationView["notifier"][] } {
+  const { notify, ...rest } = workflow;
+  if (notify === undefined) return rest;
+  return { ...rest, notify: notify.map((notifier) => (notifier.kind === "webhook" ? { kind: "webhook" as const, url: notifier.url, signed: notifier.secret !== null } : { kind: "command" as const, argv: notifier.argv })) };
+}
