@@ -20,7 +20,11 @@ const CHART_WIDTH = 720;
 const CHART_HEIGHT = 180;
 const PAD = { left: 44, right: 8, top: 8, bottom: 22 };
 const STATUS_ORDER = ["succeeded", "failed", "timed_out", "lost", "cancelled"] as const;
-/** Line colours for workflows, told apart by the legend's names too (never by colour alone). */
+/**
+ * Line colours for workflows, told apart by the legend's names too (never by colour alone); the
+ * legend's swatches take the same colours from dashboard.css (`.swatch.series-N`), since the
+ * page's content security policy allows no inline style.
+ */
 const SERIES_COLOURS = ["#2563eb", "#b45309", "#7c3aed", "#0f766e", "#be123c", "#4d7c0f"];
 
 function hourLabel(ms: number): string {
@@ -88,7 +92,7 @@ function durationChart(overview: Overview, hours: readonly number[]): Child {
     "figure",
     { class: "chart", id: "duration-chart" },
     s("svg", { viewBox: `0 0 ${CHART_WIDTH} ${CHART_HEIGHT}`, role: "img", "aria-label": `Average duration per workflow and hour, ${workflows.length} workflows` }, ...axes(hours, maxMs, (value) => formatDuration(value)), ...lines),
-    h("figcaption", { class: "legend" }, workflows.map((name, index) => h("span", { class: "series-name" }, h("span", { class: "swatch", style: `background:${SERIES_COLOURS[index % SERIES_COLOURS.length] ?? "#2563eb"}`, "aria-hidden": "true" }), name))),
+    h("figcaption", { class: "legend" }, workflows.map((name, index) => h("span", { class: "series-name" }, h("span", { class: `swatch series-${index % SERIES_COLOURS.length}`, "aria-hidden": "true" }), name))),
   );
 }
 
