@@ -17,6 +17,7 @@ import { storePageSize, walkKeyset } from "./paging.ts";
 import { fireSchedule } from "./run-start.ts";
 import { COORDINATOR_RENEW_EVERY_MS, orphanedReason, ownershipOf, registerNode, renewNode, validateNodeIdentity, type NodeIdentity } from "./ownership.ts";
 import { decideSchedule } from "./schedules.ts";
+import { drainNotifications, type NotificationSender } from "./notification-stage.ts";
 import type { RetryPolicy } from "./packages.ts";
 
 /**
@@ -41,8 +42,8 @@ const RECOVERY_PAGE = 64;
 /** A bound on one start-up recovery: attempts beyond it keep their state until the next start-up. */
 const MAX_RECOVERED_ATTEMPTS = 10_000;
 
-export type StageName = "cancellation" | "schedules" | "ordinary" | "frontier" | "admission" | "dispatch" | "execution_control" | "purge";
-export const STAGE_ORDER: readonly StageName[] = ["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "purge"];
+export type StageName = "cancellation" | "schedules" | "ordinary" | "frontier" | "admission" | "dispatch" | "execution_control" | "notifications" | "purge";
+export const STAGE_ORDER: readonly StageName[] = ["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "notifications", "purge"];
 
 /** Named points where crash and race tests inject faults; injected per coordinator, never global. */
 export type FaultPoint =
@@ -58,7 +59,8 @@ export type FaultPoint =
   | "purge.after_discard"
   | "purge.discard_before_journal"
   /** The executor's journal record is durable; nothing has been asked to spawn yet. */
-  | "launch.after_journal";
+  | "launch.after_journal"
+  | "notification.after_send";
 
 export interface CoordinatorDeps {
   readonly store: Store;
@@ -80,6 +82,11 @@ export interface CoordinatorDeps {
    * the runtimes always pass one (default 7 days, 10 000 runs).
    */
   readonly retention?: RetentionPolicy | null;
+  /**
+   * Sends alerts from the notification outbox. Absent: the notifications stage does nothing
+   * and entries stay pending (visible through the API) until a runtime with a sender drains them.
+   */
+  readonly notifier?: NotificationSender | null;
   /** Observes each purged run after its rows are deleted (simulation checkers); never required. */
   readonly onPurge?: (purged: PurgedRun, atMs: number) => void;
   /** Observes stage timings for metrics; never required. */
@@ -276,8 +283,9 @@ export class Coordinator {
       const stageStartedMs = this.elapsed();
       const context: StageContext = { processed: 0, more: false, errors: [] };
       try {
-        if (this.frozen && (name === "schedules" || name === "ordinary" || name === "admission" || name === "dispatch" || name === "purge")) {
-          // Frozen for shutdown: no new admission or dispatch, and no housekeeping writes.
+        if (this.frozen && (name === "schedules" || name === "ordinary" || name === "admission" || name === "dispatch" || name === "notifications" || name === "purge")) {
+          // Frozen for shutdown: no new admission or dispatch, no housekeeping writes, and no
+          // network calls that would hold the stop up (the outbox keeps them for the next start).
         } else {
           await this.runStage(name, context);
         }
@@ -310,6 +318,8 @@ export class Coordinator {
         return this.dispatch(profile.dispatch, context);
       case "execution_control":
         return this.executionControl(profile.executionControl, context);
+      case "notifications":
+        return drainNotifications({ store: this.deps.store, clock: this.deps.clock, sender: this.deps.notifier ?? null, fault: (point) => this.fault(point) }, profile.notifications, context);
       case "purge":
         return this.purge(profile.purge, context);
     }

@@ -1,6 +1,8 @@
 import type { AdmissionReceipt, ChangeSet, ExecutorType, ProcessHandleFacts, Run, RunAttempt, RunEvent, RunStatus, StepRun, StopReason } from "./model.ts";
 import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "./packages.ts";
 import type { ReceiptEvidence, LiveInspection } from "./recovery.ts";
+import type { NotificationEntry, NotificationState } from "./notifications.ts";
+import type { Overview } from "./overview.ts";
 import type { PurgeCandidate, PurgeKey } from "./retention.ts";
 import type { ScheduleState } from "./schedules.ts";
 
@@ -39,6 +41,14 @@ export interface PackageHead {
 export interface RunListFilter {
   readonly status: RunStatus | null;
   /** Keyset cursor: the id of the last run of the previous page (runs are listed newest first). */
+  readonly cursor: string | null;
+  readonly limit: number;
+}
+
+export interface NotificationListFilter {
+  readonly runId: string | null;
+  readonly state: NotificationState | null;
+  /** Keyset cursor: the id of the last entry of the previous page. */
   readonly cursor: string | null;
   readonly limit: number;
 }
@@ -148,9 +158,23 @@ export interface StoreTx {
   /** The ids among `attemptIds` that name a stored attempt (the orphan file sweep's question). */
   existingAttemptIds(attemptIds: readonly string[]): Promise<string[]>;
 
+  /**
+   * The notification outbox. `apply` itself writes the entries of a run that enters failed,
+   * timed_out or lost (src/notifications.ts decides which), in the same transaction.
+   */
+  /** Pending entries due at `nowMs` (claims expired included), oldest due first. */
+  listDueNotifications(nowMs: number, limit: number): Promise<NotificationEntry[]>;
+  getNotification(id: string): Promise<NotificationEntry | null>;
+  /** CAS-updates an entry's delivery state; `conflict` when its version moved. */
+  updateNotification(entry: NotificationEntry, expectedVersion: number): Promise<void>;
+  /** Newest first, keyset by (created time, id) through `before`. */
+  listNotifications(filter: NotificationListFilter): Promise<NotificationEntry[]>;
+
   listRuns(filter: RunListFilter): Promise<Run[]>;
   listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]>;
   countRunsByStatus(): Promise<Record<RunStatus, number>>;
+  /** The dashboard's aggregates over `hours` whole hours ending at `nowMs` (src/overview.ts). */
+  overview(nowMs: number, hours: number): Promise<Overview>;
 }
 
 /** What one purge deleted: the run and the attempts whose files may still exist. */

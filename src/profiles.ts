@@ -22,6 +22,11 @@ export interface Profile {
    * hold the cycle up for the stages that move work.
    */
   readonly purge: StageBudget;
+  /**
+   * Alerts: outbox entries sent per cycle, each a network call or a command outside any
+   * transaction, so small: an unreachable receiver costs at most its sender's timeout each.
+   */
+  readonly notifications: StageBudget;
   /** How often the device runtime's timer calls the cycle. */
   readonly tickIntervalMs: number;
 }
@@ -39,6 +44,7 @@ export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
     dispatch: 1,
     executionControl: { pageSize: 8, pages: 1 },
     purge: { pageSize: 4, pages: 1 },
+    notifications: { pageSize: 2, pages: 1 },
     tickIntervalMs: 1000,
   },
   standalone: {
@@ -51,6 +57,7 @@ export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
     dispatch: 4,
     executionControl: { pageSize: 32, pages: 4 },
     purge: { pageSize: 16, pages: 2 },
+    notifications: { pageSize: 8, pages: 1 },
     tickIntervalMs: 500,
   },
   cluster: {
@@ -63,6 +70,7 @@ export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
     dispatch: 16,
     executionControl: { pageSize: 64, pages: 4 },
     purge: { pageSize: 32, pages: 2 },
+    notifications: { pageSize: 16, pages: 1 },
     tickIntervalMs: 250,
   },
 };

@@ -1,6 +1,7 @@
 import type { Digest } from "../src/digest.ts";
 import type { ChangeSet, EventType, Run, RunAttempt, RunEvent, StepMutation, StepRun } from "../src/model.ts";
 import type { PackageHead } from "../src/ports.ts";
+import type { NotificationEntry } from "../src/notifications.ts";
 import type { ScheduleState } from "../src/schedules.ts";
 import type { SqlParam } from "./driver.ts";
 
@@ -228,4 +229,34 @@ export function toSchedule(row: ScheduleRow): ScheduleState {
     skippedOverlaps: num(row.skipped_overlaps),
     version: num(row.version),
   };
+}
+
+export const NOTIFICATION_COLUMNS = [
+  "id", "run_id", "package", "event", "notifier", "payload", "state", "attempts", "next_attempt_at_ms", "last_error", "created_at_ms", "updated_at_ms", "delivered_at_ms", "version",
+] as const;
+export type NotificationRow = Record<(typeof NOTIFICATION_COLUMNS)[number], unknown>;
+
+export function toNotification(row: NotificationRow): NotificationEntry {
+  return {
+    id: String(row.id),
+    runId: String(row.run_id),
+    package: String(row.package),
+    event: row.event as NotificationEntry["event"],
+    notifier: JSON.parse(String(row.notifier)) as NotificationEntry["notifier"],
+    payload: String(row.payload),
+    state: row.state as NotificationEntry["state"],
+    attempts: num(row.attempts),
+    nextAttemptAtMs: num(row.next_attempt_at_ms),
+    lastError: textOrNull(row.last_error),
+    createdAtMs: num(row.created_at_ms),
+    updatedAtMs: num(row.updated_at_ms),
+    deliveredAtMs: numOrNull(row.delivered_at_ms),
+    version: num(row.version),
+  };
+}
+
+export function notificationParams(entry: NotificationEntry): SqlParam[] {
+  return [
+    entry.id, entry.runId, entry.package, entry.event, JSON.stringify(entry.notifier), entry.payload, entry.state, entry.attempts, entry.nextAttemptAtMs, entry.lastError, entry.createdAtMs, entry.updatedAtMs, entry.deliveredAtMs, entry.version,
+  ];
 }

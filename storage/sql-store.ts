@@ -3,8 +3,10 @@ import { MAX_ADMISSION_PAGE } from "../src/admission.ts";
 import type { AdmissionReceipt, ChangeSet, ExecutorType, Run, RunAttempt, RunEvent, RunStatus, StepRun, StepMutation } from "../src/model.ts";
 import { RUN_STATUSES } from "../src/model.ts";
 import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "../src/packages.ts";
-import { MAX_STORE_PAGE, type AdmissionCandidate, type CoordinatorRecord, type PackageHead, type PurgedRun, type RunListFilter, type Store, type StoreTx } from "../src/ports.ts";
+import { alertingRuns, entriesForRun, notifiersForRun, type NotificationEntry } from "../src/notifications.ts";
+import { MAX_STORE_PAGE, type AdmissionCandidate, type CoordinatorRecord, type NotificationListFilter, type PackageHead, type PurgedRun, type RunListFilter, type Store, type StoreTx } from "../src/ports.ts";
 import type { PurgeCandidate, PurgeKey } from "../src/retention.ts";
+import { HOUR_MS, OVERVIEW_LIST_LIMIT, OVERVIEW_SERIES_LIMIT, overviewSinceMs, type Overview, type OverviewRun } from "../src/overview.ts";
 import type { ScheduleState } from "../src/schedules.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
 import { migrate, type Migration } from "./migrate.ts";
@@ -252,7 +254,66 @@ class SqlStoreTx implements StoreTx {
         receipt.runId, receipt.stepRunId, receipt.stepRunVersion, receipt.attemptId, receipt.eventId, receipt.digest, JSON.stringify(receipt),
       ]);
     }
+    await this.enqueueAlerts(change);
     if (times.length > 0) await this.advanceWatermark(Math.max(...times));
+  }
+
+  /**
+   * The outbox entries of runs that entered failed, timed_out or lost in this change, written
+   * in its transaction: the alert commits exactly when the transition does. The notifiers come
+   * from the run's own generation (what it ran with), decided by the core.
+   */
+  private async enqueueAlerts(change: ChangeSet): Promise<void> {
+    for (const run of alertingRuns(change)) {
+      const generation = await this.getGeneration(run.package, run.generation);
+      if (generation === null) continue;
+      for (const entry of entriesForRun(run, notifiersForRun(generation.manifest, run), run.updatedAtMs)) {
+        // A run enters a terminal status once, so the derived id is new; DO NOTHING keeps a
+        // replayed change (a lost commit answer) from failing on it.
+        await this.q(`INSERT INTO notifications (${rows.NOTIFICATION_COLUMNS.join(", ")}) VALUES (${rows.NOTIFICATION_COLUMNS.map(() => "?").join(", ")}) ON CONFLICT (id) DO NOTHING`, rows.notificationParams(entry));
+      }
+    }
+  }
+
+  async listDueNotifications(nowMs: number, limit: number): Promise<NotificationEntry[]> {
+    const found = await this.q<rows.NotificationRow>(
+      `SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications WHERE state = 'pending' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?`,
+      [nowMs, cap(limit)],
+    );
+    return found.map(rows.toNotification);
+  }
+
+  async getNotification(id: string): Promise<NotificationEntry | null> {
+    const found = await this.q<rows.NotificationRow>(`SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications WHERE id = ?`, [id]);
+    return found[0] === undefined ? null : rows.toNotification(found[0]);
+  }
+
+  async updateNotification(entry: NotificationEntry, expectedVersion: number): Promise<void> {
+    const updated = await this.q(
+      "UPDATE notifications SET state = ?, attempts = ?, next_attempt_at_ms = ?, last_error = ?, updated_at_ms = ?, delivered_at_ms = ?, version = ? WHERE id = ? AND version = ? RETURNING id",
+      [entry.state, entry.attempts, entry.nextAttemptAtMs, entry.lastError, entry.updatedAtMs, entry.deliveredAtMs, entry.version, entry.id, expectedVersion],
+    );
+    if (updated.length !== 1) throw new QlrError("conflict", `notification ${entry.id} changed since version ${expectedVersion}; nothing written`);
+  }
+
+  async listNotifications(filter: NotificationListFilter): Promise<NotificationEntry[]> {
+    const conditions: string[] = [];
+    const params: SqlParam[] = [];
+    if (filter.runId !== null) {
+      conditions.push("run_id = ?");
+      params.push(filter.runId);
+    }
+    if (filter.state !== null) {
+      conditions.push("state = ?");
+      params.push(filter.state);
+    }
+    if (filter.cursor !== null) {
+      conditions.push("(created_at_ms < (SELECT created_at_ms FROM notifications WHERE id = ?) OR (created_at_ms = (SELECT created_at_ms FROM notifications WHERE id = ?) AND id < ?))");
+      params.push(filter.cursor, filter.cursor, filter.cursor);
+    }
+    const where = conditions.length === 0 ? "" : `WHERE ${conditions.join(" AND ")}`;
+    const found = await this.q<rows.NotificationRow>(`SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications ${where} ORDER BY created_at_ms DESC, id DESC LIMIT ?`, [...params, cap(filter.limit)]);
+    return found.map(rows.toNotification);
   }
 
   async getRun(runId: string): Promise<Run | null> {
@@ -522,6 +583,7 @@ class SqlStoreTx implements StoreTx {
     // Children first, in the order their references point: nothing is left pointing at a
     // deleted row even where the schema does not enforce its foreign keys. Leases are columns
     // of the attempt rows, so they go with them.
+    await this.q("DELETE FROM notifications WHERE run_id = ?", [runId]);
     await this.q("DELETE FROM step_mutations WHERE run_id = ?", [runId]);
     await this.q("DELETE FROM run_events WHERE run_id = ?", [runId]);
     await this.q("DELETE FROM admission_receipts WHERE run_id = ?", [runId]);
@@ -568,6 +630,49 @@ class SqlStoreTx implements StoreTx {
     const counts = Object.fromEntries(RUN_STATUSES.map((status) => [status, 0])) as Record<RunStatus, number>;
     for (const row of found) counts[row.status] = Number(row.count);
     return counts;
+  }
+
+  async overview(nowMs: number, hours: number): Promise<Overview> {
+    const sinceMs = overviewSinceMs(nowMs, hours);
+    const num = (value: unknown): number => Number(value);
+    // Bucketed by the finish time: the predicate of runs_terminal_by_finish, so both planners
+    // walk that index over the window only. Integer division floors on both dialects here (times are positive).
+    const perHour = await this.q<{ hour: unknown; status: RunStatus; count: unknown }>(
+      `SELECT finished_at_ms / ${HOUR_MS} AS hour, status, COUNT(*) AS count FROM runs WHERE ${TERMINAL_WITH_FINISH} AND finished_at_ms >= ? GROUP BY finished_at_ms / ${HOUR_MS}, status ORDER BY hour, status LIMIT ?`,
+      [sinceMs, OVERVIEW_SERIES_LIMIT],
+    );
+    const durations = await this.q<{ hour: unknown; package: string; target: string; runs: unknown; avg_ms: unknown; max_ms: unknown }>(
+      `SELECT finished_at_ms / ${HOUR_MS} AS hour, package, target, COUNT(*) AS runs, AVG(finished_at_ms - created_at_ms) AS avg_ms, MAX(finished_at_ms - created_at_ms) AS max_ms
+       FROM runs WHERE ${TERMINAL_WITH_FINISH} AND finished_at_ms >= ? AND kind = 'workflow'
+       GROUP BY finished_at_ms / ${HOUR_MS}, package, target ORDER BY hour, package, target LIMIT ?`,
+      [sinceMs, OVERVIEW_SERIES_LIMIT],
+    );
+    const toRun = (row: rows.RunRow): OverviewRun => {
+      const run = rows.toRun(row);
+      return { id: run.id, kind: run.kind, package: run.package, target: run.target, status: run.status, createdAtMs: run.createdAtMs, finishedAtMs: run.finishedAtMs };
+    };
+    const failures = await this.q<rows.RunRow>(
+      `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE ${TERMINAL_WITH_FINISH} AND finished_at_ms >= ? AND status IN ('failed', 'timed_out', 'lost') ORDER BY finished_at_ms DESC, id DESC LIMIT ?`,
+      [nowMs - 24 * HOUR_MS, OVERVIEW_LIST_LIMIT],
+    );
+    const activeWhere = "status IN ('queued', 'dispatching', 'running')";
+    const active = await this.q<rows.RunRow>(`SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE ${activeWhere} ORDER BY created_at_ms, id LIMIT ?`, [OVERVIEW_LIST_LIMIT]);
+    const activeCount = await this.q<{ count: unknown }>(`SELECT COUNT(*) AS count FROM runs WHERE ${activeWhere}`);
+    const fires = await this.q<{ package: string; name: string; next_fire_at_ms: unknown }>(
+      "SELECT package, name, next_fire_at_ms FROM schedules WHERE next_fire_at_ms IS NOT NULL ORDER BY next_fire_at_ms, package, name LIMIT ?",
+      [OVERVIEW_LIST_LIMIT],
+    );
+    return {
+      nowMs,
+      sinceMs,
+      hours,
+      runsPerHour: perHour.map((row) => ({ hourStartMs: num(row.hour) * HOUR_MS, status: row.status, count: num(row.count) })),
+      durations: durations.map((row) => ({ hourStartMs: num(row.hour) * HOUR_MS, package: row.package, workflow: row.target, runs: num(row.runs), avgDurationMs: Math.round(num(row.avg_ms)), maxDurationMs: num(row.max_ms) })),
+      recentFailures: failures.map(toRun),
+      active: active.map(toRun),
+      activeCount: num(activeCount[0]?.count ?? 0),
+      nextFires: fires.map((row) => ({ package: row.package, name: row.name, nextFireAtMs: num(row.next_fire_at_ms) })),
+    };
   }
 
   async listMutations(runId: string): Promise<StepMutation[]> {

@@ -9,6 +9,7 @@ import type { ErrorBody } from "./contract.ts";
 import type { AppDeps } from "./deps.ts";
 import { attemptRoutes } from "./routes/attempts.ts";
 import { packageRoutes } from "./routes/packages.ts";
+import { observeRoutes } from "./routes/observe.ts";
 import { runRoutes } from "./routes/runs.ts";
 import { systemRoutes } from "./routes/system.ts";
 import { workerRoutes } from "./routes/workers.ts";
@@ -121,6 +122,8 @@ export function createApp(deps: AppDeps): Hono {
 
   app.route("/", systemRoutes(deps));
   app.route("/", packageRoutes(deps));
+  // Before the run routes: with `offset`, a step's log is answered here as a chunk.
+  app.route("/", observeRoutes(deps));
   app.route("/", runRoutes(deps));
   app.route("/", attemptRoutes(deps));
   app.route("/", workerRoutes(deps));

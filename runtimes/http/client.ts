@@ -12,6 +12,11 @@ import type {
   LeaseLostRequest,
   LeaseStartAnswer,
   LeaseStartRequest,
+  LogChunkView,
+  LogStream,
+  NotificationPage,
+  NotificationQuery,
+  OverviewAnswer,
   PackageDetailView,
   PackageList,
   RecoveryList,
@@ -187,6 +192,31 @@ export class QlrClient {
   /** The latest attempt log of a step (of the task, for a task run), stdout then stderr. */
   log(runId: string, step: string): Promise<string> {
     return this.text(`runs/${segment(runId)}/steps/${segment(step)}/log`);
+  }
+
+  /** One bounded chunk of one stream of a step's log from a byte offset (`qlr logs -f`, the dashboard). */
+  logChunk(runId: string, step: string, query: { offset: number; stream?: LogStream; limit?: number; attempt?: string | null }): Promise<LogChunkView> {
+    const search = new URLSearchParams({ offset: String(query.offset) });
+    if (query.stream !== undefined) search.set("stream", query.stream);
+    if (query.limit !== undefined) search.set("limit", String(query.limit));
+    if (query.attempt !== undefined && query.attempt !== null) search.set("attempt", query.attempt);
+    return this.json("GET", `runs/${segment(runId)}/steps/${segment(step)}/log?${search.toString()}`);
+  }
+
+  // ---- watching ----
+
+  notifications(query: NotificationQuery = {}): Promise<NotificationPage> {
+    const search = new URLSearchParams();
+    if (query.run !== undefined && query.run !== null) search.set("run", query.run);
+    if (query.state !== undefined && query.state !== null) search.set("state", query.state);
+    if (query.limit !== undefined) search.set("limit", String(query.limit));
+    if (query.cursor !== undefined && query.cursor !== null) search.set("cursor", query.cursor);
+    const text = search.toString();
+    return this.json("GET", text === "" ? "notifications" : `notifications?${text}`);
+  }
+
+  overview(hours?: number): Promise<OverviewAnswer> {
+    return this.json("GET", hours === undefined ? "overview" : `overview?hours=${hours}`);
   }
 
   // ---- attempts ----

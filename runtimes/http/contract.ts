@@ -6,6 +6,8 @@ import type { AttemptStatus, ExecutorType, Run, RunAttempt, RunEvent, RunKind, R
 import type { Generation } from "../../src/packages.ts";
 import type { PackageHead } from "../../src/ports.ts";
 import type { ScheduleState } from "../../src/schedules.ts";
+import type { NotificationEntry } from "../../src/notifications.ts";
+import type { Overview } from "../../src/overview.ts";
 import type { TaskSpec, WorkflowSpec } from "../../src/manifest/types.ts";
 
 /**
@@ -159,7 +161,7 @@ export type GenerationView = Omit<Generation, "manifest">;
 export interface PackageDetailView {
   readonly package: PackageHeadView;
   readonly generations: readonly GenerationView[];
-  readonly workflows: readonly WorkflowSpec[];
+  readonly workflows: readonly ReturnType<typeof workflowSummaryView>[];
   readonly tasks: readonly TaskSummaryView[];
   readonly schedules: readonly ScheduleView[];
 }
@@ -312,4 +314,77 @@ export function scheduleView(schedule: ScheduleState): ScheduleView {
 
 export function taskSummaryView(task: TaskSpec): TaskSummaryView {
   return { name: task.name, executor: task.executor, timeoutMs: task.timeoutMs };
+}
+
+// ---- watching: live logs, alerts, the overview (routes/observe.ts) ----
+
+export type LogStream = "stdout" | "stderr";
+
+/** `GET /runs/:id/steps/:name/log?offset=N`: one bounded chunk of one stream. */
+export interface LogChunkView {
+  readonly attemptId: string;
+  readonly attemptStatus: RunAttempt["status"];
+  readonly stream: LogStream;
+  readonly offset: number;
+  readonly nextOffset: number;
+  readonly sizeBytes: number;
+  readonly text: string;
+  /** The attempt ended and this chunk reached the end of its stream: nothing more will come. */
+  readonly finished: boolean;
+}
+
+/** A notification outbox entry as the API shows it: a webhook's secret never leaves the store. */
+export interface NotificationView {
+  readonly id: string;
+  readonly runId: string;
+  readonly package: string;
+  readonly event: NotificationEntry["event"];
+  readonly notifier: { readonly kind: "webhook"; readonly url: string; readonly signed: boolean } | { readonly kind: "command"; readonly argv: readonly string[] };
+  readonly state: NotificationEntry["state"];
+  readonly attempts: number;
+  /** When a pending entry is tried next; null once delivered or failed. */
+  readonly nextAttemptAtMs: number | null;
+  readonly lastError: string | null;
+  readonly createdAtMs: number;
+  readonly deliveredAtMs: number | null;
+}
+
+export interface NotificationPage {
+  readonly notifications: readonly NotificationView[];
+  readonly nextCursor: string | null;
+}
+
+export interface NotificationQuery {
+  readonly run?: string | null;
+  readonly state?: NotificationEntry["state"] | null;
+  readonly limit?: number;
+  readonly cursor?: string | null;
+}
+
+export interface OverviewAnswer {
+  readonly overview: Overview;
+}
+
+export function notificationView(entry: NotificationEntry): NotificationView {
+  const notifier = entry.notifier.kind === "webhook" ? { kind: "webhook" as const, url: entry.notifier.url, signed: entry.notifier.secret !== null } : { kind: "command" as const, argv: entry.notifier.argv };
+  return {
+    id: entry.id,
+    runId: entry.runId,
+    package: entry.package,
+    event: entry.event,
+    notifier,
+    state: entry.state,
+    attempts: entry.attempts,
+    nextAttemptAtMs: entry.state === "pending" ? entry.nextAttemptAtMs : null,
+    lastError: entry.lastError,
+    createdAtMs: entry.createdAtMs,
+    deliveredAtMs: entry.deliveredAtMs,
+  };
+}
+
+/** A workflow as `GET /packages/:name` shows it: its notifiers without their secrets. */
+export function workflowSummaryView(workflow: WorkflowSpec): Omit<WorkflowSpec, "notify"> & { notify?: NotificationView["notifier"][] } {
+  const { notify, ...rest } = workflow;
+  if (notify === undefined) return rest;
+  return { ...rest, notify: notify.map((notifier) => (notifier.kind === "webhook" ? { kind: "webhook" as const, url: notifier.url, signed: notifier.secret !== null } : { kind: "command" as const, argv: notifier.argv })) };
 }

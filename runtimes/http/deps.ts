@@ -4,6 +4,7 @@ import type { RunAttempt } from "../../src/model.ts";
 import { transactAtStoreTime, type Clock, type IdSource, type SecretSource, type Store, type StoreTx } from "../../src/ports.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import type { Metrics } from "./metrics.ts";
+import type { LogStream } from "./contract.ts";
 
 /** What a runtime gives the app (app.ts) and its routes (routes/*.ts). */
 export interface AppDeps {
@@ -20,6 +21,12 @@ export interface AppDeps {
   readonly metrics: Metrics;
   /** Reads the latest attempt log of a step; absent on runtimes that hold no logs. */
   readonly readLog?: (attempt: RunAttempt, maxBytes: number) => Promise<string | null>;
+  /**
+   * Reads one chunk of one stream of an attempt's log by byte offset (`GET …/log?offset=N`);
+   * `complete`: the attempt ended, so a character cut at the end is given as it is. Absent on
+   * runtimes that hold no logs.
+   */
+  readonly readLogChunk?: (attempt: RunAttempt, stream: LogStream, offset: number, limitBytes: number, complete: boolean) => Promise<{ text: string; nextOffset: number; sizeBytes: number } | null>;
   /** Recovery decisions that failed closed, shown by `status` and the API. */
   readonly recoveryReport?: () => readonly { attemptId: string; decision: string; reason: string | null }[];
   /**

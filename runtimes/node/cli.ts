@@ -7,7 +7,7 @@ import { tryParseDurationMs } from "../../src/manifest/duration.ts";
 import { errorMessage } from "../../src/errors.ts";
 import { TERMINAL_RUN_STATUSES } from "../../src/model.ts";
 import { ApiError, QlrClient } from "../http/client.ts";
-import type { RunDetail, RunPage } from "../http/contract.ts";
+import type { LogChunkView, NotificationView, RunDetail, RunPage } from "../http/contract.ts";
 import { commonConfig, loadOrCreateToken, readStoredToken, retentionConfig, UsageError, type CommonConfig } from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
@@ -33,7 +33,10 @@ Usage:
                                      its process is gone (its step fails, never re-run)
   qlr runs [--status S]              list runs, newest first
   qlr status RUN                     a run with its steps and attempts
-  qlr logs RUN STEP                  the latest attempt log of a step
+  qlr logs RUN STEP [-f]             the latest attempt log of a step; -f follows it live
+                                     until the attempt ends
+  qlr notifications [--run RUN] [--state pending|delivered|failed]
+                                     alerts sent for failed, timed-out and lost runs
   qlr tick                           run one cadence cycle now
   qlr worker --coordinator URL --pool P [--capacity N] [--insecure]
                                      run remote_worker tasks leased from a coordinator
@@ -78,6 +81,9 @@ const OPTIONS = {
   capacity: { type: "string" },
   retention: { type: "string" },
   "retention-runs": { type: "string" },
+  follow: { type: "boolean", short: "f" },
+  run: { type: "string" },
+  state: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -94,6 +100,7 @@ const FAULT_POINTS: readonly FaultPoint[] = [
   "purge.after_discard",
   "purge.discard_before_journal",
   "launch.after_journal",
+  "notification.after_send",
 ];
 
 /** Exit codes: 0 success, 1 a run that did not succeed, 2 an API error, 64 usage, 69 unreachable. */
@@ -153,6 +160,48 @@ async function waitForRun(api: QlrClient, config: CommonConfig, runId: string): 
       return detail.run.status === "succeeded" ? 0 : 1;
     }
     await new Promise((wait) => setTimeout(wait, 500));
+  }
+}
+
+function renderNotification(entry: NotificationView): string {
+  const target = entry.notifier.kind === "webhook" ? entry.notifier.url : entry.notifier.argv.join(" ");
+  const when = entry.state === "delivered" ? `delivered ${time(entry.deliveredAtMs)}` : entry.state === "pending" ? `next try ${time(entry.nextAttemptAtMs)}` : "gave up";
+  return `${entry.id}  ${entry.state.padEnd(9)} ${entry.event.padEnd(14)} run ${entry.runId}  ${target}  attempts ${entry.attempts}  ${when}${entry.lastError === null ? "" : `  (${entry.lastError})`}`;
+}
+
+/** How often `logs -f` asks for more; each answer carries at most one chunk per stream. */
+const FOLLOW_POLL_MS = 500;
+
+/**
+ * `qlr logs -f RUN STEP`: the step's latest attempt (waiting for one while the run has none),
+ * both streams by byte offset, stdout to stdout and stderr to stderr, until the attempt ended
+ * and both streams are read to their end. Memory stays at one chunk per stream.
+ */
+async function followLog(api: QlrClient, runId: string, step: string): Promise<number> {
+  let attemptId: string | null = null;
+  const offsets = { stdout: 0, stderr: 0 };
+  const done = { stdout: false, stderr: false };
+  // Bounded by the attempt: it ends (deadline, cancel, exit), and then both streams end.
+  for (;;) {
+    for (const stream of ["stdout", "stderr"] as const) {
+      if (done[stream]) continue;
+      let chunk: LogChunkView;
+      try {
+        chunk = await api.logChunk(runId, step, { offset: offsets[stream], stream, attempt: attemptId });
+      } catch (error) {
+        if (!(error instanceof ApiError) || error.code !== "not_found" || attemptId !== null) throw error;
+        // No attempt yet: wait for one unless the run ended without one (a skipped step).
+        const detail = await api.run(runId);
+        if (TERMINAL_RUN_STATUSES.has(detail.run.status)) throw error;
+        break;
+      }
+      attemptId = chunk.attemptId;
+      if (chunk.text !== "") (stream === "stdout" ? process.stdout : process.stderr).write(chunk.text);
+      offsets[stream] = chunk.nextOffset;
+      done[stream] = chunk.finished;
+    }
+    if (done.stdout && done.stderr) return 0;
+    await new Promise((wait) => setTimeout(wait, FOLLOW_POLL_MS));
   }
 }
 
@@ -348,7 +397,20 @@ export async function main(argv: readonly string[]): Promise<number> {
         const step = runRequired(rest, 1, "STEP");
         if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
         const api = await client(config);
+        if (parsed.values.follow === true) return await followLog(api, runId, step);
         process.stdout.write(await api.log(runId, step));
+        return 0;
+      }
+      case "notifications": {
+        const run = parsed.values.run;
+        if (run !== undefined && !isPortableId(run)) throw new UsageError("--run must be a run id");
+        const state = parsed.values.state;
+        if (state !== undefined && state !== "pending" && state !== "delivered" && state !== "failed") throw new UsageError("--state must be pending, delivered or failed");
+        const limit = Number(parsed.values.limit ?? "50");
+        if (!Number.isInteger(limit) || limit < 1 || limit > 200) throw new UsageError("--limit must be 1–200");
+        const api = await client(config);
+        const page = await api.notifications({ run: run ?? null, state: state ?? null, limit });
+        print(config, page, () => (page.notifications.length === 0 ? "no notifications" : page.notifications.map(renderNotification).join("\n")));
         return 0;
       }
       case "tick": {

@@ -1,3 +1,4 @@
+import { nodeNotificationSender } from "./notification-sender.ts";
 import { readFile } from "node:fs/promises";
 import { Server as HttpServer } from "node:http";
 import { resolve } from "node:path";
@@ -19,7 +20,7 @@ import { DEFAULT_GRACE_MS, DEFAULT_LOG_MAX_BYTES, loadOrCreateReceiptKey, PosixL
 import { BufferReclaimer } from "./buffer-reclaimer.ts";
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
-import { readAttemptLog } from "./read-log.ts";
+import { readAttemptLog, readLogChunk } from "./read-log.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 import { loadOrCreateNodeIdentity } from "./node-identity.ts";
 
@@ -152,6 +153,7 @@ export class DeviceRuntime {
         onTick: () => metrics.observeTick(),
         fault,
         retention,
+        notifier: nodeNotificationSender,
       });
       const recovery: RecoveryEntry[] = await coordinator.recover();
       for (const entry of recovery.filter((item) => item.decision === "fail_closed")) log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
@@ -177,6 +179,7 @@ export class DeviceRuntime {
         profileName: options.profile,
         mount: (app) => mountDashboard(app),
         onChange: wake,
+        readLogChunk: (attempt, stream, offset, limitBytes, complete) => readLogChunk(launcher.logPath(attempt.id, stream), offset, limitBytes, complete),
         readLog: (attempt: RunAttempt, maxBytes: number) => readAttemptLog(launcher.logPath(attempt.id, "stdout"), launcher.logPath(attempt.id, "stderr"), Math.min(maxBytes, LOG_READ_MAX_BYTES)),
       });
       const server = await new Promise<ServerType>((resolveServer, rejectServer) => {

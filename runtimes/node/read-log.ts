@@ -74,3 +74,52 @@ export async function readAttemptLog(stdoutPath: string, stderrPath: string, max
   const newline = outPart.length > 0 && outPart[outPart.length - 1] !== 0x0a ? "\n" : "";
   return Buffer.concat([outPart, Buffer.from(`${newline}${STDERR_SEPARATOR}`, "utf8"), errPart]).toString("utf8");
 }
+
+/** One piece of one stream of an attempt's log, for a reader that follows it by byte offset. */
+export interface LogChunk {
+  /** Whole UTF-8 characters from `offset`; a character cut by the limit is left for the next read. */
+  readonly text: string;
+  /** Where the next read starts: `offset` plus the bytes of `text`. */
+  readonly nextOffset: number;
+  /** The file's size when it was read. */
+  readonly sizeBytes: number;
+}
+
+/** The longest prefix of `bytes` that does not end inside a UTF-8 character. */
+function wholeCharacters(bytes: Buffer): Buffer {
+  if (bytes.length === 0) return bytes;
+  // A lead byte's length: 0xxxxxxx 1, 110xxxxx 2, 1110xxxx 3, 11110xxx 4. Look back at most 3 bytes.
+  for (let back = 1; back <= Math.min(4, bytes.length); back += 1) {
+    const byte = bytes[bytes.length - back] ?? 0;
+    if ((byte & 0xc0) === 0x80) continue;
+    const length = byte < 0x80 ? 1 : byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1;
+    return length > back ? bytes.subarray(0, bytes.length - back) : bytes;
+  }
+  return bytes;
+}
+
+/**
+ * Reads at most `limitBytes` of a log file from `offset`: bounded memory whatever the file's
+ * size. A character the writer has not finished is held back for the next read, unless the
+ * file is `complete` (its attempt ended): then every byte is given, so a reader always reaches
+ * the end. Null when the file does not exist (yet).
+ */
+export async function readLogChunk(path: string, offset: number, limitBytes: number, complete: boolean): Promise<LogChunk | null> {
+  let handle;
+  try {
+    handle = await open(path, "r");
+  } catch {
+    return null;
+  }
+  try {
+    const { size } = await handle.stat();
+    const start = Math.min(offset, size);
+    const buffer = Buffer.alloc(Math.max(0, Math.min(limitBytes, size - start)));
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, start);
+    const read = buffer.subarray(0, bytesRead);
+    const kept = complete && start + bytesRead >= size ? read : wholeCharacters(read);
+    return { text: kept.toString("utf8"), nextOffset: start + kept.length, sizeBytes: size };
+  } finally {
+    await handle.close();
+  }
+}

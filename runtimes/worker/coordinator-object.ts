@@ -1,3 +1,4 @@
+import { workerNotificationSender } from "./notification-sender.ts";
 import { DurableObject } from "cloudflare:workers";
 import type { Hono } from "hono";
 import { Coordinator, type TickReport } from "../../src/coordinator.ts";
@@ -143,6 +144,7 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       onStage: (stage) => metrics.observeStage(stage),
       onTick: () => metrics.observeTick(),
       retention,
+      notifier: workerNotificationSender,
     });
     const app = createApp({
       store,

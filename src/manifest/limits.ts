@@ -63,6 +63,14 @@ export const MAX_BACKOFF_MS = DAY_MS;
  * on a large body is cheap. A lone surrogate counts as the 3 bytes of U+FFFD, which is what an
  * encoder would write for it.
  */
+/** Notifiers on one task, workflow or schedule. */
+export const MAX_NOTIFIERS = 4;
+/** A webhook URL's length. */
+export const MAX_WEBHOOK_URL_LENGTH = 2048;
+/** A webhook secret's length range (HMAC key). */
+export const MIN_WEBHOOK_SECRET_LENGTH = 16;
+export const MAX_WEBHOOK_SECRET_LENGTH = 256;
+
 export function utf8ByteLength(text: string): number {
   let bytes = 0;
   for (let index = 0; index < text.length; index += 1) {

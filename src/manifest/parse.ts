@@ -3,7 +3,7 @@ import { QlrError } from "../errors.ts";
 import { compareNames, findWorkflowProblems, type WorkflowProblem, type WorkflowStepInput } from "./dag.ts";
 import { MAX_MANIFEST_BYTES, utf8ByteLength } from "./limits.ts";
 import { formatIssuePath, issuesFromZod, ManifestSchema, SHELL_PATH, type ManifestDocument } from "./schema.ts";
-import type { Manifest, ManifestFormat, ManifestIssue, ManifestParseResult, ScheduleSpec, TaskSpec, WorkflowSpec } from "./types.ts";
+import type { Manifest, ManifestFormat, ManifestIssue, ManifestParseResult, NotifierSpec, ScheduleSpec, TaskSpec, WorkflowSpec } from "./types.ts";
 
 /**
  * Aliases a YAML manifest may expand. Anchors are handy for shared env blocks; a cap stops a
@@ -308,6 +308,14 @@ function sortedEntries<Value>(record: Readonly<Record<string, Value>>): [string,
   return Object.entries(record).sort(([a], [b]) => compareNames(a, b));
 }
 
+type NotifyDocument = readonly { webhook?: string | undefined; secret?: string | undefined; command?: string[] | undefined }[] | undefined;
+
+/** `notify` in its normal form, present only when given, so every digest without one stays as it was. */
+function normalizeNotify(notify: NotifyDocument): { notify?: NotifierSpec[] } {
+  if (notify === undefined) return {};
+  return { notify: notify.map((notifier): NotifierSpec => (notifier.command !== undefined ? { kind: "command", argv: [...notifier.command] } : { kind: "webhook", url: notifier.webhook ?? "", secret: notifier.secret ?? null })) };
+}
+
 function normalize(document: ManifestDocument): Manifest {
   const tasks = sortedEntries(document.tasks).map(([name, task]): TaskSpec => {
     const argv = task.run === undefined ? [SHELL_PATH, "-c", task.shell ?? ""] : [...task.run];
@@ -323,6 +331,7 @@ function normalize(document: ManifestDocument): Manifest {
       executor: task.executor,
       pool: task.pool ?? null,
       retry: { max: task.retry.max, backoffMs: task.retry.backoff, idempotent: task.retry.idempotent },
+      ...normalizeNotify(task.notify),
     };
   });
   const workflows = sortedEntries(document.workflows).map(
@@ -330,6 +339,7 @@ function normalize(document: ManifestDocument): Manifest {
       name,
       description: workflow.description ?? null,
       steps: sortedEntries(workflow.steps).map(([stepName, step]) => ({ name: stepName, task: step.task, needs: [...step.needs].sort(compareNames) })),
+      ...normalizeNotify(workflow.notify),
     }),
   );
   const schedules = sortedEntries(document.schedules).map(
@@ -341,6 +351,7 @@ function normalize(document: ManifestDocument): Manifest {
       overlap: schedule.overlap,
       missed: schedule.missed,
       enabled: schedule.enabled,
+      ...normalizeNotify(schedule.notify),
     }),
   );
   return { package: document.package, description: document.description ?? null, tasks, workflows, schedules };

@@ -13,6 +13,10 @@ import {
   MAX_ENV_ENTRIES,
   MAX_NAME_LENGTH,
   MAX_NEEDS_PER_STEP,
+  MAX_NOTIFIERS,
+  MAX_WEBHOOK_SECRET_LENGTH,
+  MAX_WEBHOOK_URL_LENGTH,
+  MIN_WEBHOOK_SECRET_LENGTH,
   MAX_PACKAGE_DESCRIPTION_LENGTH,
   MAX_RETRY,
   MAX_SCHEDULES_PER_PACKAGE,
@@ -156,6 +160,60 @@ const RetrySchema = z.strictObject(
   { error: expecting("a mapping such as { max: 2, backoff: 5s }") },
 );
 
+const always = () => true;
+
+const WebhookUrlSchema = z
+  .string({ error: expecting("an http(s) URL") })
+  .max(MAX_WEBHOOK_URL_LENGTH, `must be at most ${MAX_WEBHOOK_URL_LENGTH} characters`)
+  .superRefine((text, ctx) => {
+    let url: URL;
+    try {
+      url = new URL(text);
+    } catch {
+      ctx.addIssue({ code: "custom", message: "must be an absolute http(s) URL" });
+      return;
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") ctx.addIssue({ code: "custom", message: `must be an http(s) URL, got ${url.protocol}` });
+    if (url.username !== "" || url.password !== "") ctx.addIssue({ code: "custom", message: "must not carry a user or password: use secret for the signature" });
+  });
+
+/** One notifier: `{ webhook: URL, secret? }` or `{ command: [argv] }`. */
+const NotifierSchema = z
+  .strictObject(
+    {
+      webhook: WebhookUrlSchema.optional(),
+      secret: z
+        .string({ error: expecting("a string") })
+        .min(MIN_WEBHOOK_SECRET_LENGTH, `must be at least ${MIN_WEBHOOK_SECRET_LENGTH} characters`)
+        .max(MAX_WEBHOOK_SECRET_LENGTH, `must be at most ${MAX_WEBHOOK_SECRET_LENGTH} characters`)
+        .optional(),
+      command: ArgvSchema.optional(),
+    },
+    { error: expecting("a mapping such as { webhook: https://example.com/hook } or { command: [notify-send, failed] }") },
+  )
+  .superRefine((notifier, ctx) => {
+    if (!isObjectLike(notifier)) return;
+    const hasWebhook = notifier.webhook !== undefined;
+    const hasCommand = notifier.command !== undefined;
+    if (hasWebhook && hasCommand) ctx.addIssue({ code: "custom", path: ["command"], message: "a notifier is either a webhook or a command, not both" });
+    if (!hasWebhook && !hasCommand) ctx.addIssue({ code: "custom", path: ["webhook"], message: "is required: the URL to call (or give command: instead)" });
+    if (notifier.secret !== undefined && !hasWebhook) ctx.addIssue({ code: "custom", path: ["secret"], message: "applies only to a webhook" });
+  }, { when: always });
+
+/**
+ * `notify:` is one notifier or a list of them; a single one is read as a list of one, so its
+ * problems are reported at `notify[0]`.
+ */
+export const NotifySchema = z
+  .preprocess(
+    (value) => (isObjectLike(value) ? [value] : value),
+    z
+      .array(NotifierSchema, { error: expecting("a notifier ({ webhook: URL } or { command: [argv] }) or a list of them") })
+      .min(1, "must list at least one notifier")
+      .max(MAX_NOTIFIERS, `must list at most ${MAX_NOTIFIERS} notifiers`),
+  )
+  .optional();
+
 /**
  * Rules that span fields. They run even when a field failed (`when`), so one pass reports
  * every problem; the value may then hold unparsed input, hence the defensive checks.
@@ -184,8 +242,6 @@ function checkScheduleTarget(schedule: unknown, ctx: z.RefinementCtx): void {
   if (!hasWorkflow && !hasTask) ctx.addIssue({ code: "custom", path: ["workflow"], message: "is required: the workflow to start (or give task: instead)" });
 }
 
-const always = () => true;
-
 export const TaskSchema = z
   .strictObject(
     {
@@ -198,6 +254,7 @@ export const TaskSchema = z
       executor: z.enum(["local_process", "remote_worker"], { error: expecting("local_process or remote_worker") }).default("local_process"),
       pool: PoolSchema.optional(),
       retry: RetrySchema.default(() => ({ max: 0, backoff: 0, idempotent: false })),
+      notify: NotifySchema,
     },
     { error: expecting("a mapping with run (an argv array) or shell (a script)") },
   )
@@ -221,6 +278,7 @@ export const WorkflowSchema = z.strictObject(
       .max(MAX_WORKFLOW_DESCRIPTION_LENGTH, `must be at most ${MAX_WORKFLOW_DESCRIPTION_LENGTH} characters`)
       .optional(),
     steps: namedRecord(StepSchema, "step", { min: 1, max: MAX_STEPS_PER_WORKFLOW }),
+    notify: NotifySchema,
   },
   { error: expecting("a mapping with steps") },
 );
@@ -276,6 +334,7 @@ export const ScheduleSchema = z
       overlap: z.enum(["skip", "allow"], { error: expecting("skip or allow") }).default("skip"),
       missed: z.enum(["skip", "fire_once"], { error: expecting("skip or fire_once") }).default("skip"),
       enabled: z.boolean({ error: expecting("true or false") }).default(true),
+      notify: NotifySchema,
     },
     { error: expecting('a mapping such as { cron: "0 3 * * *", workflow: pipeline }') },
   )

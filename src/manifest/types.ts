@@ -16,6 +16,12 @@ export interface RetryPolicy {
   idempotent: boolean;
 }
 
+/**
+ * Where an alert goes when a run fails, times out or is lost: a webhook (POSTed JSON, signed
+ * with HMAC-SHA256 when a secret is given) or, on a device, a local command.
+ */
+export type NotifierSpec = { kind: "webhook"; url: string; secret: string | null } | { kind: "command"; argv: string[] };
+
 export interface TaskSpec {
   name: string;
   /** The exact argv; a `shell:` task is `["/bin/sh", "-c", script]` with `shell: true`. */
@@ -31,6 +37,8 @@ export interface TaskSpec {
   /** Set exactly when the executor is `remote_worker`. */
   pool: string | null;
   retry: RetryPolicy;
+  /** Alerts for ordinary runs of this task; absent when none (so older digests are unchanged). */
+  notify?: NotifierSpec[];
 }
 
 export interface StepSpec {
@@ -45,6 +53,8 @@ export interface WorkflowSpec {
   description: string | null;
   /** Sorted by name; use `topologicalOrder` for execution order. */
   steps: StepSpec[];
+  /** Alerts for runs of this workflow; absent when none. */
+  notify?: NotifierSpec[];
 }
 
 export interface ScheduleTarget {
@@ -60,6 +70,8 @@ export interface ScheduleSpec {
   overlap: OverlapPolicy;
   missed: MissedFirePolicy;
   enabled: boolean;
+  /** Alerts for the runs this schedule starts; absent when none. */
+  notify?: NotifierSpec[];
 }
 
 export interface Manifest {

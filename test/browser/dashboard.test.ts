@@ -40,6 +40,14 @@ tasks:
     run: ["sh", "-c", "echo published report; echo 'one warning' >&2"]
     timeout: 30s
     ${env}
+  blip:
+    run: ["true"]
+    timeout: 30s
+    ${env}
+  oops:
+    run: ["sh", "-c", "exit 1"]
+    timeout: 30s
+    ${env}
   wait-upstream:
     run: ["sleep", "30"]
     timeout: 120s
@@ -52,6 +60,9 @@ workflows:
       prices: { task: prices, needs: [extract] }
       rates: { task: rates, needs: [extract] }
       publish: { task: publish, needs: [prices, rates] }
+  tiny:
+    steps:
+      one: { task: blip }
   long-import:
     steps:
       prepare: { task: extract }
@@ -174,6 +185,9 @@ describe("dashboard on qlr serve", () => {
     await expect(page.locator("#token-problem").isVisible()).resolves.toBe(true);
     await page.locator("#token-input").fill(token);
     await page.locator("#token-submit").click();
+    // The dashboard opens on the overview.
+    await expectText(page, "h1.view-title", "Overview");
+    await page.locator("#nav-runs").click();
     await expectText(page, "h1.view-title", "Runs");
     await page.locator('.start-groups button[data-start="reports/nightly-report"]').waitFor();
     expect(await page.evaluate(() => localStorage.getItem("qlr.dashboard.token"))).toBe(token);
@@ -268,6 +282,42 @@ describe("dashboard on qlr serve", () => {
     await page.close();
     expect(unexpectedErrors()).toEqual([]);
   }, 60_000);
+
+  it("opens on an overview of a few hundred runs: charts with data, failures with links, at desktop and phone width", async () => {
+    // History: quick workflow runs and failing task runs, started through the API, all ended.
+    const started: string[] = [];
+    for (let batch = 0; batch < 15; batch += 1) {
+      const bodies = [...Array.from({ length: 8 }, () => ({ package: "reports", workflow: "tiny" })), ...Array.from({ length: 2 }, () => ({ package: "reports", task: "oops" }))];
+      const runs = await Promise.all(bodies.map((body) => api<{ run: { id: string } }>("/runs", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })));
+      started.push(...runs.map((answer) => answer.run.id));
+    }
+    await waitFor("every history run to end", async () => {
+      const { overview } = await api<{ overview: { activeCount: number; active: { id: string }[] } }>("/overview?hours=24");
+      return overview.active.every((run) => !started.includes(run.id)) ? true : null;
+    }, 240_000, 500);
+    const { overview } = await api<{ overview: { runsPerHour: { count: number }[]; recentFailures: { id: string }[] } }>("/overview?hours=24");
+    const ended = overview.runsPerHour.reduce((sum, row) => sum + row.count, 0);
+    expect(ended).toBeGreaterThanOrEqual(150);
+
+    for (const viewport of [{ width: 1280, height: 900 }, { width: 390, height: 844 }]) {
+      const page = await browser!.newPage(viewport);
+      await page.goto(`${baseUrl}/`);
+      await expectText(page, "h1.view-title", "Overview");
+      await page.locator("#runs-chart svg rect.bar").first().waitFor();
+      expect(Number(await page.locator("#runs-chart").getAttribute("data-total"))).toBe(ended);
+      expect(await page.locator('#runs-chart rect.bar[data-status="failed"]').count()).toBeGreaterThan(0);
+      expect(await page.locator('#duration-chart g.series[data-workflow="reports/tiny"] circle').count()).toBeGreaterThan(0);
+      expect(await page.locator("#failures a").count()).toBe(Math.min(20, overview.recentFailures.length));
+      expect(await noHorizontalOverflow(page)).toBe(true);
+      await screenshot(page, `dashboard-overview-${viewport.width}`);
+      // A failure links to its run.
+      await page.locator("#failures a").first().click();
+      await page.waitForURL(/#\/runs\//);
+      expect(runIdOf(page)).toBe(overview.recentFailures[0]?.id);
+      await page.close();
+    }
+    expect(unexpectedErrors()).toEqual([]);
+  }, 300_000);
 });
 
 /** Page errors, minus the browser's own note about the 401 the wrong-token test provokes. */

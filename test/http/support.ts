@@ -125,6 +125,15 @@ export function simulatedLog(executor: SimulatedExecutor, attempt: RunAttempt): 
   return proc === undefined ? null : `simulated attempt ${attempt.number} pid ${proc.pid}\n`;
 }
 
+/** The simulated log by byte offset (stdout only; the simulated stderr is empty). */
+export function simulatedLogChunk(executor: SimulatedExecutor, attempt: RunAttempt, stream: "stdout" | "stderr", offset: number, limitBytes: number): { text: string; nextOffset: number; sizeBytes: number } | null {
+  const whole = simulatedLog(executor, attempt);
+  if (whole === null) return null;
+  const bytes = Buffer.from(stream === "stdout" ? whole : "", "utf8");
+  const part = bytes.subarray(Math.min(offset, bytes.length), Math.min(offset + limitBytes, bytes.length));
+  return { text: part.toString("utf8"), nextOffset: Math.min(offset, bytes.length) + part.length, sizeBytes: bytes.length };
+}
+
 export class Harness {
   readonly store: SqlStore;
   readonly clock: VirtualClock;
@@ -149,7 +158,7 @@ export class Harness {
       onTick: () => this.metrics.observeTick(),
       retention,
     });
-    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, secrets: new SequentialSecrets(), token: TOKEN, workerToken: WORKER_TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)), retention, profileName: PROFILES.standalone.name });
+    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, secrets: new SequentialSecrets(), token: TOKEN, workerToken: WORKER_TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)), readLogChunk: (attempt, stream, offset, limitBytes) => Promise.resolve(simulatedLogChunk(this.executor, attempt, stream, offset, limitBytes)), retention, profileName: PROFILES.standalone.name });
   }
 
   /** A harness over a fresh store; `retention` null (the default) keeps every run, as most scenarios need. */

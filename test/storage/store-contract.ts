@@ -14,6 +14,7 @@ import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations
 import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
 import { diamondManifest, SequentialIds, TestClock, wideManifest } from "../support/fixtures.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
+import { claimForDelivery, recordDelivery } from "../../src/notifications.ts";
 
 /**
  * The one storage contract every driver passes. `describeStoreContract` takes a factory of a
@@ -363,6 +364,133 @@ export function describeStoreContract(factory: DriverFactory): void {
       const restarted = await store.transaction(async (tx) => startRun(tx, { package: "purge-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: "purge-contract-key", scheduleName: null, runId: ids.runId() }, await tx.observe(clock.nowMs())));
       expect(restarted.created).toBe(true);
       expect(restarted.run.id).not.toBe(keyed);
+    });
+
+    it("a run entering failed, timed_out or lost writes its alerts in the same transaction, once; the outbox is CAS-guarded and purged with the run", async () => {
+      const base = diamondManifest("notify-pkg");
+      const hook = { kind: "webhook" as const, url: "http://127.0.0.1:9/hook", secret: null };
+      const manifest = { ...base, workflows: base.workflows.map((workflow) => ({ ...workflow, notify: [hook, { kind: "command" as const, argv: ["logger", "x"] }] })) };
+      const start = async (): Promise<string> =>
+        store.transaction(async (tx) => {
+          const nowMs = await tx.observe(clock.nowMs());
+          await applyPackage(tx, manifest, nowMs);
+          const { run } = await startRun(tx, { package: "notify-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs);
+          return run.id;
+        });
+      const settle = async (runId: string, status: "failed" | "succeeded" | "lost", failWith: Error | null = null): Promise<void> =>
+        store.transaction(async (tx) => {
+          const nowMs = await tx.observe(clock.nowMs());
+          const run = await tx.getRun(runId);
+          if (run === null) throw new Error("no run");
+          await tx.apply({ runs: [{ before: run, after: { ...run, status, version: run.version + 1, updatedAtMs: nowMs, finishedAtMs: nowMs } }], steps: [], attempts: [], events: [], mutations: [], admissions: [], frontierDue: [] });
+          if (failWith !== null) throw failWith;
+        });
+      const outbox = async (runId: string) => store.transaction(async (tx) => tx.listNotifications({ runId, state: null, cursor: null, limit: 10 }));
+
+      // A transaction that fails after the transition leaves neither the transition nor an alert.
+      const rolledBack = await start();
+      await expect(settle(rolledBack, "failed", new Error("after the transition"))).rejects.toThrow("after the transition");
+      expect(await outbox(rolledBack)).toEqual([]);
+
+      const failed = await start();
+      clock.advance(1000);
+      await settle(failed, "failed");
+      const entries = await outbox(failed);
+      expect(entries.map((entry) => [entry.event, entry.notifier.kind, entry.state, entry.attempts])).toEqual(
+        expect.arrayContaining([
+          ["run.failed", "webhook", "pending", 0],
+          ["run.failed", "command", "pending", 0],
+        ]),
+      );
+      expect(entries).toHaveLength(2);
+      expect(JSON.parse(entries[0]?.payload ?? "{}")).toMatchObject({ event: "run.failed", run: { id: failed, status: "failed", package: "notify-pkg", target: "diamond" } });
+
+      // A run that succeeded alerts nobody.
+      const succeeded = await start();
+      await settle(succeeded, "succeeded");
+      expect(await outbox(succeeded)).toEqual([]);
+
+      // Due entries, then one claim and one record under the version fence; a stale writer conflicts.
+      const nowMs = clock.nowMs();
+      const due = (await store.transaction(async (tx) => tx.listDueNotifications(nowMs, 500))).filter((entry) => entry.runId === failed);
+      expect(due).toHaveLength(2);
+      const first = due[0];
+      if (first === undefined) throw new Error("no entry");
+      const claim = claimForDelivery(first, nowMs);
+      if (claim === null) throw new Error("not claimable");
+      await store.transaction(async (tx) => tx.updateNotification(claim, first.version));
+      await expect(store.transaction(async (tx) => tx.updateNotification(claim, first.version))).rejects.toSatisfy((error: unknown) => isQlrError(error, "conflict"));
+      expect((await store.transaction(async (tx) => tx.listDueNotifications(nowMs, 500))).map((entry) => entry.id)).not.toContain(first.id);
+      await store.transaction(async (tx) => tx.updateNotification(recordDelivery(claim, { ok: true }, nowMs), claim.version));
+      expect(await store.transaction(async (tx) => tx.getNotification(first.id))).toMatchObject({ state: "delivered", attempts: 1, deliveredAtMs: nowMs });
+      expect((await store.transaction(async (tx) => tx.listNotifications({ runId: null, state: "delivered", cursor: null, limit: 500 }))).map((entry) => entry.id)).toContain(first.id);
+
+      // Retention takes a run's alerts with it.
+      await store.transaction(async (tx) => tx.purgeRun(failed));
+      expect(await outbox(failed)).toEqual([]);
+    });
+
+    it("the overview aggregates ended runs per hour and workflow in SQL, lists failures, active runs and next fires, bounded", async () => {
+      const manifest = diamondManifest("overview-pkg");
+      const startedAt = clock.nowMs();
+      const runIds = await store.transaction(async (tx) => {
+        const nowMs = await tx.observe(clock.nowMs());
+        await applyPackage(tx, manifest, nowMs);
+        const started: string[] = [];
+        for (let index = 0; index < 4; index += 1) started.push((await startRun(tx, { package: "overview-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs)).run.id);
+        return started;
+      });
+      const finalNow = startedAt + 90 * 60_000;
+      const before = await store.transaction(async (tx) => tx.overview(finalNow, 24));
+      const settle = async (runId: string, status: "failed" | "succeeded" | "timed_out"): Promise<number> =>
+        store.transaction(async (tx) => {
+          const nowMs = await tx.observe(clock.nowMs());
+          const run = await tx.getRun(runId);
+          if (run === null) throw new Error("no run");
+          await tx.apply({ runs: [{ before: run, after: { ...run, status, version: run.version + 1, updatedAtMs: nowMs, finishedAtMs: nowMs } }], steps: [], attempts: [], events: [], mutations: [], admissions: [], frontierDue: [] });
+          return nowMs;
+        });
+      clock.advance(30 * 60_000);
+      const firstEnd = await settle(runIds[0] ?? "", "failed");
+      clock.advance(60 * 60_000);
+      const secondEnd = await settle(runIds[1] ?? "", "succeeded");
+      await settle(runIds[2] ?? "", "timed_out");
+      expect(clock.nowMs()).toBe(finalNow);
+      const after = await store.transaction(async (tx) => tx.overview(finalNow, 24));
+
+      const hourOf = (ms: number): number => Math.floor(ms / 3_600_000) * 3_600_000;
+      const counts = (overview: typeof after): Map<string, number> => new Map(overview.runsPerHour.map((row) => [`${row.hourStartMs}|${row.status}`, row.count]));
+      const added = new Map<string, number>();
+      for (const [key, count] of counts(after)) {
+        const delta = count - (counts(before).get(key) ?? 0);
+        if (delta !== 0) added.set(key, delta);
+      }
+      const expected = new Map<string, number>();
+      for (const [ms, status] of [[firstEnd, "failed"], [secondEnd, "succeeded"], [secondEnd, "timed_out"]] as const) expected.set(`${hourOf(ms)}|${status}`, (expected.get(`${hourOf(ms)}|${status}`) ?? 0) + 1);
+      expect(added).toEqual(expected);
+
+      const mine = after.durations.filter((row) => row.package === "overview-pkg");
+      expect(mine.map((row) => [row.hourStartMs, row.workflow, row.runs, row.avgDurationMs, row.maxDurationMs])).toEqual(
+        [
+          [hourOf(firstEnd), "diamond", 1, 30 * 60_000, 30 * 60_000],
+          [hourOf(secondEnd), "diamond", 2, 90 * 60_000, 90 * 60_000],
+        ].sort((a, b) => Number(a[0]) - Number(b[0])).reduce<(string | number)[][]>((rowsByHour, row) => {
+          const last = rowsByHour[rowsByHour.length - 1];
+          if (last !== undefined && last[0] === row[0]) {
+            const runs = Number(last[2]) + Number(row[2]);
+            return [...rowsByHour.slice(0, -1), [row[0] ?? 0, "diamond", runs, Math.round((Number(last[3]) * Number(last[2]) + Number(row[3]) * Number(row[2])) / runs), Math.max(Number(last[4]), Number(row[4]))]];
+          }
+          return [...rowsByHour, row];
+        }, []),
+      );
+      expect(after.recentFailures.filter((run) => run.package === "overview-pkg").map((run) => [run.id, run.status])).toEqual([
+        [runIds[2], "timed_out"],
+        [runIds[0], "failed"],
+      ].sort((a, b) => (a[1] === "timed_out" ? -1 : b[1] === "timed_out" ? 1 : 0)));
+      expect(after.active.map((run) => run.id)).toContain(runIds[3]);
+      expect(after.activeCount).toBeGreaterThanOrEqual(1);
+      expect(after.active.length).toBeLessThanOrEqual(20);
+      expect(after.sinceMs).toBe(hourOf(finalNow) - 23 * 3_600_000);
     });
   });
 }

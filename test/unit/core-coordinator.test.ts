@@ -66,9 +66,9 @@ async function runState(store: Store, runId: string): Promise<{ status: string; 
 }
 
 describe("the cadence cycle", () => {
-  it("the tick runs its stages in the fixed order: cancellation, schedules and ordinary runs, frontier, admission, dispatch, execution control, purge", async () => {
+  it("the tick runs its stages in the fixed order: cancellation, schedules and ordinary runs, frontier, admission, dispatch, execution control, notifications, purge", async () => {
     const { coordinator } = await rig();
-    expect(STAGE_ORDER).toEqual(["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "purge"]);
+    expect(STAGE_ORDER).toEqual(["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "notifications", "purge"]);
     const report = await coordinator().tick();
     expect(report.stages.map((stage) => stage.name)).toEqual([...STAGE_ORDER]);
     expect(report.profile).toBe("standalone");

@@ -3,6 +3,7 @@ import { isUnauthorized } from "../../http/client.ts";
 import { h, replaceKeepingFocus } from "../shared/dom.ts";
 import { main, markNav, messageBox, renderConnection, renderTokenForm, stamp } from "./shell.ts";
 import { describe, POLL_MS, state, TOKEN_KEY, type BuiltView } from "./state.ts";
+import { overviewView } from "./views/overview.ts";
 import { packagesView } from "./views/packages.ts";
 import { runView } from "./views/run.ts";
 import { runsView } from "./views/runs.ts";
@@ -20,7 +21,14 @@ export async function refresh(routeChanged: boolean): Promise<void> {
   const serial = state.viewSerial;
   let built: BuiltView;
   try {
-    built = state.route.view === "runs" ? await runsView(client, state.route, serial) : state.route.view === "run" ? await runView(client, state.route, serial) : await packagesView(client, serial);
+    built =
+      state.route.view === "overview"
+        ? await overviewView(client, serial)
+        : state.route.view === "runs"
+          ? await runsView(client, state.route, serial)
+          : state.route.view === "run"
+            ? await runView(client, state.route, serial)
+            : await packagesView(client, serial);
   } catch (error) {
     if (isUnauthorized(error)) {
       localStorage.removeItem(TOKEN_KEY);

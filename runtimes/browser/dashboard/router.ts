@@ -2,11 +2,11 @@
 import { RUN_STATUSES, type RunStatus } from "../../../src/model.ts";
 
 /**
- * The dashboard's routes live in the hash (`#/runs?status=running`, `#/runs/<id>`,
+ * The dashboard's routes live in the hash (`#/overview`, `#/runs?status=running`, `#/runs/<id>`,
  * `#/runs/<id>/steps/<name>`, `#/packages`), so every view is a link.
  */
 
-export type Route = { readonly view: "runs"; readonly status: RunStatus | null } | { readonly view: "run"; readonly id: string; readonly step: string | null } | { readonly view: "packages" };
+export type Route = { readonly view: "overview" } | { readonly view: "runs"; readonly status: RunStatus | null } | { readonly view: "run"; readonly id: string; readonly step: string | null } | { readonly view: "packages" };
 
 function isRunStatus(text: string | null): text is RunStatus {
   return text !== null && (RUN_STATUSES as readonly string[]).includes(text);
@@ -14,7 +14,8 @@ function isRunStatus(text: string | null): text is RunStatus {
 
 export function parseRoute(hash: string): Route | null {
   const path = hash.replace(/^#/, "");
-  if (path === "" || path === "/") return { view: "runs", status: null };
+  // The dashboard opens on the overview.
+  if (path === "" || path === "/") return { view: "overview" };
   if (!path.startsWith("/")) return null;
   const [pathname = "", query = ""] = path.split("?", 2);
   let parts: string[];
@@ -24,6 +25,7 @@ export function parseRoute(hash: string): Route | null {
     return null;
   }
   if (parts[0] === "packages") return { view: "packages" };
+  if (parts[0] === "overview") return { view: "overview" };
   if (parts[0] === "runs" && parts[1] !== undefined) return { view: "run", id: parts[1], step: parts[2] === "steps" && parts[3] !== undefined ? parts[3] : null };
   if (parts[0] === "runs") {
     const status = new URLSearchParams(query).get("status");

@@ -23,6 +23,7 @@ export function dismiss(): void {
 
 export function markNav(): void {
   for (const [id, view] of [
+    ["nav-overview", "overview"],
     ["nav-runs", "runs"],
     ["nav-packages", "packages"],
   ] as const) {

@@ -3,7 +3,7 @@ import { PACKAGE_NAME_PATTERN } from "../../../src/identity.ts";
 import { parseManifest } from "../../../src/manifest/index.ts";
 import { MAX_MANIFEST_BYTES, utf8ByteLength } from "../../../src/manifest/limits.ts";
 import { applyPackage } from "../../../src/operations.ts";
-import { scheduleView, taskSummaryView, type ApplyView, type PackageDetailView, type PackageList } from "../contract.ts";
+import { scheduleView, taskSummaryView, workflowSummaryView, type ApplyView, type PackageDetailView, type PackageList } from "../contract.ts";
 import { writeTransaction, type AppDeps } from "../deps.ts";
 import { fail, mediaType, paramsOf } from "../validation.ts";
 import { MAX_LIST_LIMIT } from "./runs.ts";
@@ -47,6 +47,14 @@ export function packageRoutes(deps: AppDeps): Hono {
           unsupported.map((task) => ({ path: `tasks.${task.name}.executor`, message: `${task.executor} is not available here; use one of ${supported.join(", ")}` })),
         );
       }
+      // A command notifier runs on the runtime's own host, like a local_process task.
+      if (!supported.includes("local_process")) {
+        const sections = [...result.manifest.tasks.map((item) => ["tasks", item] as const), ...result.manifest.workflows.map((item) => ["workflows", item] as const), ...result.manifest.schedules.map((item) => ["schedules", item] as const)];
+        const commands = sections.flatMap(([section, item]) =>
+          (item.notify ?? []).flatMap((notifier, index) => (notifier.kind === "command" ? [{ path: `${section}.${item.name}.notify[${index}].command`, message: "a command notifier runs only on a device (qlr serve); use a webhook here" }] : [])),
+        );
+        if (commands.length > 0) fail("invalid_manifest", "this runtime cannot run command notifiers", commands);
+      }
       const manifest = result.manifest;
       const applied = await writeTransaction(deps, (tx, nowMs) => applyPackage(tx, manifest, nowMs));
       return c.json(applied satisfies ApplyView, applied.changed ? 201 : 200);
@@ -69,7 +77,7 @@ export function packageRoutes(deps: AppDeps): Hono {
       return c.json({
         package: found.head,
         generations: found.generations,
-        workflows: found.manifest?.workflows ?? [],
+        workflows: (found.manifest?.workflows ?? []).map(workflowSummaryView),
         tasks: (found.manifest?.tasks ?? []).map(taskSummaryView),
         schedules: found.schedules.map(scheduleView),
       } satisfies PackageDetailView);

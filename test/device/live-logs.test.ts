@@ -1,0 +1,111 @@
+/**
+ * Live logs against a real `qlr serve`: a step that writes over time (each part released by a
+ * gate file the test opens, never by sleeping) is followed by `qlr logs -f` and by the chunk
+ * route (`GET …/log?offset=N`), which answers bounded chunks, a next offset, and `finished`
+ * only once the attempt ended and its log was read to the end.
+ */
+import { spawn } from "node:child_process";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { Scratch } from "../support/scratch.ts";
+import { childEnv, startServe, stopAllServed } from "../support/serve-child.ts";
+import { waitFor } from "../support/wait.ts";
+
+let bundle: Bundle;
+const scratches: Scratch[] = [];
+
+beforeAll(async () => {
+  bundle = await buildBundle();
+});
+
+afterEach(async () => {
+  stopAllServed();
+  for (const item of scratches.splice(0)) await item.cleanup();
+});
+
+afterAll(async () => {
+  await bundle.cleanup();
+});
+
+interface Chunk {
+  attemptId: string;
+  attemptStatus: string;
+  stream: string;
+  offset: number;
+  nextOffset: number;
+  sizeBytes: number;
+  text: string;
+  finished: boolean;
+}
+
+/** sh that waits for a gate file (polling, bounded at 60 s). */
+function waitGate(gate: string): string {
+  return `n=0; while [ ! -e '${gate}' ]; do n=$((n+1)); if [ "$n" -gt 1200 ]; then exit 99; fi; sleep 0.05; done`;
+}
+
+describe("live logs", () => {
+  it("qlr logs -f and the chunk route follow a step's output while it runs, until the attempt ends", { timeout: 120_000 }, async () => {
+    const dir = await Scratch.create("live-logs");
+    scratches.push(dir);
+    const first = dir.gate("first");
+    const second = dir.gate("second");
+    const script = ["echo 'line 1'", waitGate(first), "printf 'line 2 \\342\\234\\223\\n'", "echo 'oops' >&2", waitGate(second), "echo 'line 3'"].join("\n");
+    const { text } = await dir.manifest("live", { talk: dir.task({ label: "talk", then: script }) }, { chatty: { steps: { talk: { task: "talk" } } } });
+    const served = await startServe(bundle, dir.stateDir);
+    await served.api.apply(text);
+    const run = await served.api.startWorkflow("live", "chatty");
+    const chunk = async (query: string): Promise<{ status: number; body: Chunk }> => served.api.call<Chunk>("GET", `/runs/${run.id}/steps/talk/log?${query}`);
+
+    const early = await waitFor("the first line through the chunk route", async () => {
+      const answer = await chunk("offset=0");
+      return answer.status === 200 && answer.body.text.includes("line 1") ? answer.body : null;
+    }, 30_000);
+    expect(early).toMatchObject({ stream: "stdout", offset: 0, finished: false, text: "line 1\n", nextOffset: 7 });
+    // The process writes as soon as it exists, possibly before its attempt is recorded running.
+    expect(["starting", "running"]).toContain(early.attemptStatus);
+
+    const follower = spawn(process.execPath, [bundle.qlr, "logs", "-f", run.id, "talk", "--state-dir", dir.stateDir, "--url", served.url], { env: childEnv(), stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    follower.stdout.setEncoding("utf8");
+    follower.stderr.setEncoding("utf8");
+    follower.stdout.on("data", (data: string) => (stdout += data));
+    follower.stderr.on("data", (data: string) => (stderr += data));
+    const exited = new Promise<number | null>((resolveExit) => follower.once("exit", (code) => resolveExit(code)));
+    try {
+      await waitFor("logs -f to print the first line", () => stdout === "line 1\n", 30_000);
+      await dir.open(first);
+      await waitFor("logs -f to print the second line and the stderr line", () => stdout === "line 1\nline 2 ✓\n" && stderr === "oops\n", 30_000);
+      expect(follower.exitCode).toBeNull();
+      // From an offset: only what came after it; the check mark is 3 bytes.
+      expect((await chunk("offset=7")).body).toMatchObject({ text: "line 2 ✓\n", nextOffset: 7 + Buffer.byteLength("line 2 ✓\n"), finished: false });
+      expect((await chunk("offset=0&stream=stderr")).body).toMatchObject({ text: "oops\n", finished: false });
+      await dir.open(second);
+      expect(await exited).toBe(0);
+    } finally {
+      if (follower.exitCode === null) follower.kill("SIGKILL");
+    }
+    expect(stdout).toBe("line 1\nline 2 ✓\nline 3\n");
+    expect(stderr).toBe("oops\n");
+
+    // Once the attempt ended, a read to the end says finished; a small limit pages without
+    // splitting the check mark.
+    const whole = (await chunk("offset=0")).body;
+    expect(whole).toMatchObject({ attemptStatus: "succeeded", text: "line 1\nline 2 ✓\nline 3\n", finished: true });
+    const paged = (await chunk("offset=0&limit=1024")).body;
+    expect(paged.finished).toBe(true);
+    const pinned = (await chunk(`offset=0&attempt=${whole.attemptId}`)).body;
+    expect(pinned.text).toBe(whole.text);
+
+    // Bad input: a clear 400 naming the field.
+    for (const [query, field] of [["offset=-1", "offset"], ["offset=x", "offset"], ["offset=0&limit=10", "limit"], ["offset=0&limit=99999999", "limit"], ["offset=0&stream=both", "stream"], ["offset=0&attempt=..", "attempt"], ["offset=0&color=1", "$"]] as const) {
+      const answer = await served.api.call<{ error: { code: string; details: { path: string }[] } }>("GET", `/runs/${run.id}/steps/talk/log?${query}`);
+      expect(answer.status, query).toBe(400);
+      expect(answer.body.error.code).toBe("invalid_request");
+      expect(answer.body.error.details.map((detail) => detail.path).join(","), query).toContain(field);
+    }
+    expect((await served.api.call("GET", `/runs/${run.id}/steps/nope/log?offset=0`)).status).toBe(404);
+    // Without an offset the route still answers the whole log as text.
+    expect((await served.api.call<string>("GET", `/runs/${run.id}/steps/talk/log`)).body).toBe("line 1\nline 2 ✓\nline 3\n--- stderr ---\noops\n");
+  });
+});
