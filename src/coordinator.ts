@@ -13,6 +13,7 @@ import { decidePurge, purgeRange, type PurgeKey, type PurgeRange, type Retention
 import type { Profile, StageBudget } from "./profiles.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
 import { fireSchedule } from "./operations.ts";
+import { taskContext } from "./task-context.ts";
 import { decideSchedule } from "./schedules.ts";
 import type { RetryPolicy } from "./packages.ts";
 
@@ -425,7 +426,8 @@ export class Coordinator {
       if (scope.run.cancelRequestedAtMs !== null) return null;
       if (scope.step !== null && (scope.step.status !== "ready" || scope.step.version !== scope.attempt.stepRunVersion)) return null;
       await tx.apply(markStarting(scope, nowMs));
-      return { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition };
+      const context = taskContext(scope, scope.step === null ? [] : await tx.getSteps(scope.run.id), scope.definition.task);
+      return { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition, context };
     });
   }
 

@@ -2,10 +2,12 @@ import { requireAttemptScope } from "./attempt-scope.ts";
 import { QlrError } from "./errors.ts";
 import { manifestError, type Manifest } from "./manifest/index.ts";
 import type { Run, RunAttempt, RunEvent, StepRun } from "./model.ts";
-import { materializePlans, nextGeneration, reconcileTasks } from "./packages.ts";
+import { TERMINAL_RUN_STATUSES } from "./model.ts";
+import { materializePlans, nextGeneration, reconcileTasks, type WorkflowPlan } from "./packages.ts";
 import type { StoreTx } from "./ports.ts";
 import { resolveFailedClosed } from "./recovery.ts";
 import { createOrdinaryRun, createWorkflowRun, requestCancel } from "./runs.ts";
+import { resolveRunInput, sameInput, type InputDeclaration } from "./run-inputs.ts";
 import { initialScheduleState, type ScheduleState } from "./schedules.ts";
 
 /**
@@ -50,15 +52,34 @@ export interface StartRunRequest {
   readonly idempotencyKey: string | null;
   readonly scheduleName: string | null;
   readonly runId: string;
+  /** The raw run input, checked against the workflow's declared inputs; absent: none. */
+  readonly input?: unknown;
 }
 
-/** Creates a run on the package's head generation. The same idempotency key returns the same run. */
+/** The input declarations a run of this plan is checked against; null: the workflow declares none. */
+function declaredInputs(plan: WorkflowPlan | null): readonly InputDeclaration[] | null {
+  return plan?.inputs ?? null;
+}
+
+/**
+ * Creates a run on the package's head generation. The same idempotency key returns the same
+ * run, but only for the same target and the same input: a key names one request, and a
+ * different input under it is a conflict, never silently the earlier run.
+ */
 export async function startRun(tx: StoreTx, request: StartRunRequest, nowMs: number): Promise<{ run: Run; created: boolean }> {
   if (request.idempotencyKey !== null) {
     const existing = await tx.getRunByIdempotencyKey(request.idempotencyKey);
     if (existing !== null) {
       if (existing.package !== request.package || existing.target !== request.target.name || (existing.kind === "workflow") !== (request.target.kind === "workflow")) {
         throw new QlrError("conflict", `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} of another target`);
+      }
+      // Resolved against the declarations the existing run was created under, so defaults compare equal.
+      const plan = existing.planDigest === null ? null : await tx.getPlan(existing.planDigest);
+      const input = resolveRunInput(request.input, declaredInputs(plan));
+      if (!sameInput(existing.input, input)) {
+        throw new QlrError("conflict", `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} with another input`, {
+          details: [{ path: "input", message: "differs from the input of the run this idempotency key names" }],
+        });
       }
       return { run: existing, created: false };
     }
@@ -67,25 +88,80 @@ export async function startRun(tx: StoreTx, request: StartRunRequest, nowMs: num
   if (head === null) throw new QlrError("not_found", `package ${request.package} is not applied`);
   const reconciliation = await tx.getReconciliation(head.reconciliationDigest);
   if (reconciliation === null) throw new QlrError("integrity", `package ${request.package}: reconciliation receipt missing`);
-  const options = { runId: request.runId, nowMs, idempotencyKey: request.idempotencyKey, scheduleName: request.scheduleName };
+  const options = { runId: request.runId, nowMs, idempotencyKey: request.idempotencyKey, scheduleName: request.scheduleName, rerunOf: null };
   if (request.target.kind === "workflow") {
     const plan = await tx.findPlan(request.package, head.generation, request.target.name);
     if (plan === null) throw new QlrError("not_found", `package ${request.package} has no workflow ${request.target.name}`);
-    const created = createWorkflowRun(plan, reconciliation, options);
+    const created = createWorkflowRun(plan, reconciliation, { ...options, input: resolveRunInput(request.input, declaredInputs(plan)) });
     await tx.apply(created.change);
     return { run: created.run, created: true };
   }
   const definition = await tx.getTaskDefinitionFor(reconciliation.digest, request.target.name);
   if (definition === null) throw new QlrError("not_found", `package ${request.package} has no task ${request.target.name}`);
-  const created = createOrdinaryRun(definition, reconciliation, options);
+  const created = createOrdinaryRun(definition, reconciliation, { ...options, input: resolveRunInput(request.input, null) });
   await tx.apply(created.change);
   return { run: created.run, created: true };
 }
 
 export async function fireSchedule(tx: StoreTx, schedule: ScheduleState, runId: string, nowMs: number): Promise<Run> {
   const target: RunTarget = schedule.spec.target.kind === "workflow" ? { kind: "workflow", name: schedule.spec.target.name } : { kind: "task", name: schedule.spec.target.name };
-  const { run } = await startRun(tx, { package: schedule.package, target, idempotencyKey: null, scheduleName: schedule.name, runId }, nowMs);
+  const { run } = await startRun(tx, { package: schedule.package, target, idempotencyKey: null, scheduleName: schedule.name, runId, input: schedule.spec.input }, nowMs);
   return run;
+}
+
+export interface RerunRequest {
+  readonly runId: string;
+  /** Reuse the succeeded steps' outcomes and outputs; run only what did not succeed. */
+  readonly fromFailed: boolean;
+  readonly newRunId: string;
+  readonly idempotencyKey: string | null;
+}
+
+/**
+ * `qlr rerun`: a new run of the same generation (the same plan and reconciliation receipt, not
+ * the package head) with the same input, linked to the old one by `rerunOf`. From the failed
+ * steps, every succeeded step is created `succeeded` with the output it had and never runs
+ * again; the others run as in a fresh run. Only a finished run can be rerun, and a rerun from
+ * the failed steps of a run that failed nothing is refused: there would be nothing to run.
+ * The same idempotency key returns the same rerun for the same request, and is a conflict for
+ * another one.
+ */
+export async function rerunRun(tx: StoreTx, request: RerunRequest, nowMs: number): Promise<{ run: Run; created: boolean }> {
+  if (request.idempotencyKey !== null) {
+    const existing = await tx.getRunByIdempotencyKey(request.idempotencyKey);
+    if (existing !== null) {
+      if (existing.rerunOf !== request.runId) throw new QlrError("conflict", `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id}, which is not a rerun of ${request.runId}`);
+      return { run: existing, created: false };
+    }
+  }
+  const old = await tx.getRun(request.runId);
+  if (old === null) throw new QlrError("not_found", `run ${request.runId} does not exist`);
+  if (!TERMINAL_RUN_STATUSES.has(old.status)) throw new QlrError("conflict", `run ${old.id} is ${old.status}: only a finished run can be rerun`);
+  const reconciliation = await tx.getReconciliation(old.reconciliationDigest);
+  if (reconciliation === null) throw new QlrError("integrity", `run ${old.id}: reconciliation receipt missing`);
+  const options = { runId: request.newRunId, nowMs, idempotencyKey: request.idempotencyKey, scheduleName: null, input: old.input, rerunOf: old.id };
+  if (old.kind === "ordinary") {
+    if (request.fromFailed && old.status === "succeeded") throw new QlrError("conflict", `run ${old.id} succeeded: there is no failed step to rerun`);
+    const definition = await tx.getTaskDefinitionFor(old.reconciliationDigest, old.target);
+    if (definition === null) throw new QlrError("integrity", `run ${old.id}: task ${old.target} has no definition in its generation`);
+    const created = createOrdinaryRun(definition, reconciliation, options);
+    await tx.apply(created.change);
+    return { run: created.run, created: true };
+  }
+  const plan = old.planDigest === null ? null : await tx.getPlan(old.planDigest);
+  if (plan === null) throw new QlrError("integrity", `run ${old.id}: plan ${String(old.planDigest)} missing`);
+  const reused = new Map<string, { output: StepRun["output"]; fromStepRunId: string }>();
+  if (request.fromFailed) {
+    const steps = await tx.getSteps(old.id);
+    for (const step of steps) {
+      // Failed, timed-out, cancelled and skipped steps (anything but succeeded) run again.
+      if (step.status === "succeeded") reused.set(step.name, { output: step.output, fromStepRunId: step.id });
+    }
+    if (reused.size === steps.length) throw new QlrError("conflict", `run ${old.id}: every step succeeded, there is no failed step to rerun`);
+  }
+  const created = createWorkflowRun(plan, reconciliation, options, reused);
+  await tx.apply(created.change);
+  return { run: created.run, created: true };
 }
 
 export async function cancelRun(tx: StoreTx, runId: string, nowMs: number, reason = "user"): Promise<Run> {

@@ -3,6 +3,7 @@ import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } 
 import type { ReceiptEvidence, LiveInspection } from "./recovery.ts";
 import type { PurgeCandidate, PurgeKey } from "./retention.ts";
 import type { ScheduleState } from "./schedules.ts";
+import type { TaskContext } from "./task-context.ts";
 
 /**
  * The ports the core drives. They are shaped by what the cadence and the API need and
@@ -145,6 +146,8 @@ export interface Store {
 export interface LaunchRequest {
   readonly attempt: RunAttempt;
   readonly definition: TaskDefinition;
+  /** What the task is told about its run (ids, input, the outputs of the steps it needs). */
+  readonly context: TaskContext;
 }
 
 /**

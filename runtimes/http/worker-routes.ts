@@ -4,6 +4,7 @@ import { QlrError } from "../../src/errors.ts";
 import { isPortableId } from "../../src/identity.ts";
 import type { LeaseService } from "../../src/lease-service.ts";
 import { LEASE_SECRET_PATTERN, MAX_CLAIM_CAPACITY } from "../../src/leases.ts";
+import { checkOutput } from "../../src/task-output.ts";
 
 /**
  * The lease protocol for remote workers under `/worker/`, behind the worker token (or the admin
@@ -29,6 +30,9 @@ const completeBody = z
     signal: z.string().max(16).regex(/^[A-Z0-9]*$/).nullable(),
     stopReason: z.enum(["cancel", "timeout", "shutdown"]).nullable(),
     spawnError: z.string().max(1024).nullable(),
+    /** The task's output as its receipt carries it; checked against the output rules below. */
+    output: z.unknown().optional(),
+    outputError: z.string().max(1024).nullable().optional(),
   })
   .strict();
 const lostBody = z.object({ ...fence, reason: z.string().min(1).max(512) }).strict();
@@ -68,8 +72,11 @@ export function mountWorkerRoutes(app: Hono, leases: LeaseService): void {
   });
   app.post("/worker/complete", async (c) => {
     const request = await body(c.req.raw, completeBody);
-    const { attemptId, workerId, leaseVersion, leaseSecret, ...facts } = request;
-    return c.json(await leases.complete(attemptId, { workerId, leaseVersion, leaseSecret }, facts));
+    const { attemptId, workerId, leaseVersion, leaseSecret, output, outputError, ...facts } = request;
+    // An output the rules refuse (too large, too deep) is recorded as a refused output, like a
+    // local one: the completion itself is still the worker's evidence and is kept.
+    const checked = outputError === undefined || outputError === null ? checkOutput(output ?? null) : { output: null, outputError };
+    return c.json(await leases.complete(attemptId, { workerId, leaseVersion, leaseSecret }, { ...facts, ...checked }));
   });
   app.post("/worker/lost", async (c) => {
     const request = await body(c.req.raw, lostBody);

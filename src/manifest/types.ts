@@ -1,3 +1,5 @@
+import type { InputDeclaration, InputValue } from "../run-inputs.ts";
+
 /**
  * The normalized manifest: every default filled in, durations in milliseconds, names as the
  * user wrote them, and every collection an array sorted by name (code-unit order, never
@@ -43,6 +45,8 @@ export interface StepSpec {
 export interface WorkflowSpec {
   name: string;
   description: string | null;
+  /** Sorted by name; present only when the workflow declares `inputs:` (so other digests stay as they were). */
+  inputs?: InputDeclaration[];
   /** Sorted by name; use `topologicalOrder` for execution order. */
   steps: StepSpec[];
 }
@@ -60,6 +64,8 @@ export interface ScheduleSpec {
   overlap: OverlapPolicy;
   missed: MissedFirePolicy;
   enabled: boolean;
+  /** The input of every run the schedule starts, resolved against the target's declarations; present only when given. */
+  input?: Record<string, InputValue>;
 }
 
 export interface Manifest {

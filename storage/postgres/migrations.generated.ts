@@ -16,5 +16,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 3,
     "name": "retention",
     "sql": "-- Retention (bounded history). The purge stage walks finished runs by finish time, then id. Only\n-- terminal runs have a finish time (a retry back to queued clears it), so the index holds the\n-- retained history and nothing else. Its predicate is the finish time alone, not the status:\n-- SQLite's planner otherwise prefers runs_by_status and sorts, which costs tens of ms per pass\n-- over 10 000 runs; the core still checks the status of every candidate.\nCREATE INDEX runs_terminal_by_finish ON runs (finished_at_ms, id) WHERE finished_at_ms IS NOT NULL;\n-- A schedule's last run is never purged (its overlap rule reads it); the check is by run id.\nCREATE INDEX schedules_last_run ON schedules (last_run_id) WHERE last_run_id IS NOT NULL;\n-- The purge deletes a run's admission receipts and events by run id (both primary keys start\n-- with run_id); attempts, steps and mutations by run id too (their indexes above start with it).\n"
+  },
+  {
+    "version": 5,
+    "name": "inputs_outputs",
+    "sql": "-- Run inputs, step outputs and reruns. A run keeps its resolved input (canonical JSON, '{}' when\n-- none) and the run it reruns; an attempt keeps the JSON result its task left (canonical JSON,\n-- NULL for none), recorded once with its completion; a step keeps the output the steps that\n-- need it receive (its succeeded attempt's, or the one a rerun reused).\nALTER TABLE runs ADD COLUMN input TEXT NOT NULL DEFAULT '{}';\nALTER TABLE runs ADD COLUMN rerun_of TEXT;\nALTER TABLE step_runs ADD COLUMN output TEXT;\nALTER TABLE run_attempts ADD COLUMN output TEXT;\n"
   }
 ];

@@ -15,7 +15,10 @@ import { isPortableId } from "../../../src/identity.ts";
 import { errorMessage, errorCode } from "../../../src/errors.ts";
 import { readJournalRecord } from "./journal.ts";
 import { readProcStatSync } from "./proc.ts";
-import { readReceiptKey, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive } from "./receipt.ts";
+import { OUTPUT_ERROR_MAX_LENGTH, readReceiptKey, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive } from "./receipt.ts";
+import { NO_OUTPUT } from "../../../src/task-output.ts";
+import { taskOutputPath } from "../task-env.ts";
+import { readTaskOutput } from "../task-output.ts";
 import { attemptLogPath, stateLayout, type StateLayout } from "./state-layout.ts";
 import { readStopReason } from "./stop-intent.ts";
 import { parseSupervisorSpec, SUPERVISOR_REPORT_FD, SUPERVISOR_SPEC_MAX_BYTES, type SupervisorReport, type SupervisorSpec } from "./supervisor-protocol.ts";
@@ -250,7 +253,10 @@ async function main(): Promise<number> {
 
   const finish = async (outcome: { exitCode: number | null; signal: string | null; spawnError: string | null; finishedAtMs: number }): Promise<number> => {
     const stopReason = await readStopReason(layout, attemptId);
-    const receipt = signReceipt(key, { attemptId, startedAtMs, stopReason, ...outcome });
+    // Read once, after the task's group is gone and before the receipt: the output is signed
+    // with the exit code, so it is recorded exactly as the completion is.
+    const { output, outputError } = outcome.spawnError === null ? await readTaskOutput(taskOutputPath(stateDir, attemptId)) : NO_OUTPUT;
+    const receipt = signReceipt(key, { attemptId, startedAtMs, stopReason, ...outcome, output, outputError: outputError?.slice(0, OUTPUT_ERROR_MAX_LENGTH) ?? null });
     try {
       await writeReceiptExclusive(layout, receipt);
       return 0;
