@@ -250,7 +250,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         return (await startRun(tx, { package: "io-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: ids.runId(), input }, nowMs)).run.id;
       });
       await coordinator().frontier(runId);
-      const candidate = (await store.transaction((tx) => tx.listAdmissionCandidates({ runId, stepRunId: "" }, 64, clock.nowMs()))).find((item) => item.runId === runId);
+      const candidate = (await store.transaction((tx) => tx.listAdmissionCandidates({ runId, stepRunId: "", stepRunVersion: 0 }, 64, clock.nowMs()))).find((item) => item.runId === runId);
       expect(candidate).toBeDefined();
       if (candidate !== undefined) await coordinator().admit(candidate);
       const attemptId = (await store.transaction((tx) => tx.getAttempts(runId)))[0]?.id ?? "";
