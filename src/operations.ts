@@ -200,4 +200,21 @@ export async function getRunEvents(tx: StoreTx, runId: string, afterSeq: number,
   return tx.listEvents(runId, afterSeq, limit);
 }
 
+/**
+ * The attempt whose log answers "the log of step NAME": the step's latest attempt. A task run
+ * has no steps: its latest attempt answers whatever name is asked (the dashboard and the CLI
+ * name it by the task). Null when no attempt has started yet; a workflow run without that step
+ * is not found.
+ */
+export async function latestStepAttempt(tx: StoreTx, runId: string, stepName: string): Promise<RunAttempt | null> {
+  const detail = await getRunDetail(tx, runId);
+  let stepRunId: string | null = null;
+  if (detail.run.kind === "workflow") {
+    const step = detail.steps.find((candidate) => candidate.name === stepName);
+    if (step === undefined) throw new QlrError("not_found", `run ${runId} has no step ${stepName}`);
+    stepRunId = step.id;
+  }
+  return detail.attempts.filter((attempt) => attempt.stepRunId === stepRunId).at(-1) ?? null;
+}
+
 export { manifestError };

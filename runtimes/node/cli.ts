@@ -6,6 +6,9 @@ import { INPUT_KEY_PATTERN } from "../../src/run-inputs.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import { tryParseDurationMs } from "../../src/manifest/duration.ts";
 import { errorMessage } from "../../src/errors.ts";
+import { TERMINAL_RUN_STATUSES } from "../../src/model.ts";
+import { ApiError, QlrClient } from "../http/client.ts";
+import type { RunDetail, RunPage } from "../http/contract.ts";
 import { commonConfig, loadOrCreateToken, readStoredToken, retentionConfig, UsageError, type CommonConfig } from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
@@ -103,96 +106,15 @@ const FAULT_POINTS: readonly FaultPoint[] = [
 const EXIT_USAGE = 64;
 const EXIT_UNAVAILABLE = 69;
 
-class ApiError extends Error {
-  readonly status: number;
-  readonly code: string;
-  readonly details: { path: string; message: string }[];
-  constructor(status: number, code: string, message: string, details: { path: string; message: string }[]) {
-    super(message);
-    this.status = status;
-    this.code = code;
-    this.details = details;
-  }
-}
-
-interface Client {
-  call<T>(method: string, path: string, body?: { text: string; contentType: string }): Promise<T>;
-  text(path: string): Promise<string>;
-}
-
-async function client(config: CommonConfig): Promise<Client> {
-  const base = config.url ?? `http://${config.host === "0.0.0.0" ? "127.0.0.1" : config.host}:${config.port}`;
+async function client(config: CommonConfig): Promise<QlrClient> {
+  const baseUrl = config.url ?? `http://${config.host === "0.0.0.0" ? "127.0.0.1" : config.host}:${config.port}`;
   const token = config.token ?? (await readStoredToken(config.stateDir));
   if (token === null) throw new UsageError(`no token: pass --token-file, set QLR_TOKEN, or point --state-dir at the runtime's state dir`);
-  const request = async (method: string, path: string, body?: { text: string; contentType: string }): Promise<Response> => {
-    try {
-      return await fetch(`${base}${path}`, {
-        method,
-        headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": body.contentType }) },
-        ...(body === undefined ? {} : { body: body.text }),
-        signal: AbortSignal.timeout(30_000),
-      });
-    } catch (error) {
-      throw new ApiError(0, "unreachable", `cannot reach the runtime at ${base}: ${errorMessage(error)} (is \`qlr serve\` running?)`, []);
-    }
-  };
-  const failFrom = async (response: Response): Promise<never> => {
-    const payload = (await response.json().catch(() => null)) as { error?: { code?: string; message?: string; details?: { path: string; message: string }[] } } | null;
-    throw new ApiError(response.status, payload?.error?.code ?? "internal", payload?.error?.message ?? response.statusText, payload?.error?.details ?? []);
-  };
-  return {
-    async call<T>(method: string, path: string, body?: { text: string; contentType: string }): Promise<T> {
-      const response = await request(method, path, body);
-      if (!response.ok) return failFrom(response);
-      const value: unknown = await response.json();
-      return value as T;
-    },
-    async text(path: string): Promise<string> {
-      const response = await request("GET", path);
-      if (!response.ok) return failFrom(response);
-      return response.text();
-    },
-  };
+  return new QlrClient({ baseUrl, token, timeoutMs: CLI_REQUEST_TIMEOUT_MS, unreachableHint: "(is `qlr serve` running?)" });
 }
 
-interface RunView {
-  id: string;
-  kind: string;
-  status: string;
-  package: string;
-  target: string;
-  createdAtMs: number;
-  finishedAtMs: number | null;
-  input?: Record<string, unknown>;
-  rerunOf?: string | null;
-}
-interface StepView {
-  id: string;
-  name: string;
-  status: string;
-  attemptCount: number;
-  output?: unknown;
-}
-interface AttemptView {
-  id: string;
-  stepRunId: string | null;
-  number: number;
-  status: string;
-  pid: number | null;
-  exitCode: number | null;
-  signal: string | null;
-  startedAtMs: number | null;
-  finishedAtMs: number | null;
-  stopReason: string | null;
-  error: string | null;
-}
-interface RunDetailView {
-  run: RunView;
-  steps: StepView[];
-  attempts: AttemptView[];
-}
-
-const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+/** A command waits longer than a page: an apply of a large manifest on a loaded router. */
+const CLI_REQUEST_TIMEOUT_MS = 30_000;
 
 function time(ms: number | null): string {
   return ms === null ? "-" : new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
@@ -228,7 +150,7 @@ function brief(value: unknown, width = 72): string {
   return text.length <= width ? text : `${text.slice(0, width - 1)}…`;
 }
 
-function renderDetail(detail: RunDetailView): string {
+function renderDetail(detail: RunDetail): string {
   const lines = [`run ${detail.run.id}  ${detail.run.kind} ${detail.run.package}/${detail.run.target}  ${detail.run.status}`, `  created ${time(detail.run.createdAtMs)}  finished ${time(detail.run.finishedAtMs)}`];
   if (detail.run.input !== undefined && Object.keys(detail.run.input).length > 0) lines.push(`  input ${brief(detail.run.input, 200)}`);
   if (detail.run.rerunOf !== undefined && detail.run.rerunOf !== null) lines.push(`  rerun of ${detail.run.rerunOf}`);
@@ -244,18 +166,18 @@ function renderDetail(detail: RunDetailView): string {
   return lines.join("\n");
 }
 
-async function waitForRun(api: Client, config: CommonConfig, runId: string): Promise<number> {
+async function waitForRun(api: QlrClient, config: CommonConfig, runId: string): Promise<number> {
   const seen = new Map<string, string>();
   // Bounded only by the run itself: the loop ends when the run is terminal, polling twice a second.
   for (;;) {
-    const detail = await api.call<RunDetailView>("GET", `/runs/${runId}`);
+    const detail = await api.run(runId);
     for (const step of detail.steps) {
       if (seen.get(step.id) !== step.status) {
         seen.set(step.id, step.status);
         if (!config.json) process.stdout.write(`${time(Date.now())}  ${step.name}: ${step.status}\n`);
       }
     }
-    if (TERMINAL.has(detail.run.status)) {
+    if (TERMINAL_RUN_STATUSES.has(detail.run.status)) {
       print(config, detail, () => renderDetail(detail));
       return detail.run.status === "succeeded" ? 0 : 1;
     }
@@ -387,7 +309,7 @@ export async function main(argv: readonly string[]): Promise<number> {
         const file = runRequired(rest, 0, "FILE");
         const text = await readFile(file, "utf8");
         const api = await client(config);
-        const result = await api.call<{ package: string; generation: number; digest: string; changed: boolean }>("POST", "/packages", { text, contentType: file.endsWith(".json") ? "application/json" : "application/yaml" });
+        const result = await api.apply({ text, contentType: file.endsWith(".json") ? "application/json" : "application/yaml" });
         print(config, result, () => `package ${result.package} generation ${result.generation}${result.changed ? " (new)" : " (unchanged)"}\ndigest ${result.digest}`);
         return 0;
       }
@@ -397,13 +319,13 @@ export async function main(argv: readonly string[]): Promise<number> {
         if (match === null) throw new UsageError(`expected PACKAGE/NAME, got ${target}`);
         const [, packageName, name] = match as unknown as [string, string, string];
         const api = await client(config);
-        const info = await api.call<{ workflows: { name: string }[]; tasks: { name: string }[] }>("GET", `/packages/${packageName}`);
+        const info = await api.packageDetail(packageName);
         const isWorkflow = info.workflows.some((workflow) => workflow.name === name);
         if (!isWorkflow && !info.tasks.some((task) => task.name === name)) throw new UsageError(`package ${packageName} has no workflow or task named ${name}`);
         const key = parsed.values["idempotency-key"];
         const input = parseInputOptions(parsed.values.input ?? []);
         const body = { package: packageName, ...(isWorkflow ? { workflow: name } : { task: name }), ...(key === undefined ? {} : { idempotencyKey: key }), ...(Object.keys(input).length === 0 ? {} : { input }) };
-        const { run } = await api.call<{ run: RunView }>("POST", "/runs", { text: JSON.stringify(body), contentType: "application/json" });
+        const { run } = await api.startRun(body);
         if (parsed.values.wait === true) {
           if (!config.json) process.stdout.write(`run ${run.id} started\n`);
           return await waitForRun(api, config, run.id);
@@ -417,7 +339,7 @@ export async function main(argv: readonly string[]): Promise<number> {
         const key = parsed.values["idempotency-key"];
         const api = await client(config);
         const body = { fromFailed: parsed.values["from-failed"] === true, ...(key === undefined ? {} : { idempotencyKey: key }) };
-        const { run } = await api.call<{ run: RunView }>("POST", `/runs/${runId}/rerun`, { text: JSON.stringify(body), contentType: "application/json" });
+        const { run } = await api.rerun(runId, body);
         if (parsed.values.wait === true) {
           if (!config.json) process.stdout.write(`run ${run.id} started (rerun of ${runId})\n`);
           return await waitForRun(api, config, run.id);
@@ -429,7 +351,7 @@ export async function main(argv: readonly string[]): Promise<number> {
         const runId = runRequired(rest, 0, "RUN");
         if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
         const api = await client(config);
-        const { run } = await api.call<{ run: RunView }>("POST", `/runs/${runId}/cancel`);
+        const { run } = await api.cancel(runId);
         print(config, { run }, () => `run ${run.id} ${run.status}, cancel requested: its processes are being stopped`);
         return 0;
       }
@@ -440,16 +362,17 @@ export async function main(argv: readonly string[]): Promise<number> {
         const reason = parsed.values.reason;
         if (reason === undefined || reason.trim() === "") throw new UsageError("qlr resolve needs --reason TEXT: what you checked on the host");
         const api = await client(config);
-        const { attempt } = await api.call<{ attempt: { id: string; status: string; error: string | null } }>("POST", `/attempts/${attemptId}/resolve`, { text: JSON.stringify({ as: "lost", reason }), contentType: "application/json" });
+        const { attempt } = await api.resolve(attemptId, { as: "lost", reason });
         print(config, { attempt }, () => `attempt ${attempt.id} ${attempt.status}: ${attempt.error ?? ""}`);
         return 0;
       }
       case "runs": {
         const api = await client(config);
+        // The status and the limit go to the runtime as written: it is the one that validates them.
         const query = new URLSearchParams();
         if (parsed.values.status !== undefined) query.set("status", parsed.values.status);
         query.set("limit", parsed.values.limit ?? "50");
-        const page = await api.call<{ runs: RunView[]; nextCursor: string | null }>("GET", `/runs?${query.toString()}`);
+        const page = await api.json<RunPage>("GET", `runs?${query.toString()}`);
         print(config, page, () => (page.runs.length === 0 ? "no runs" : page.runs.map((run) => `${run.id}  ${run.status.padEnd(11)} ${run.kind.padEnd(8)} ${run.package}/${run.target}  ${time(run.createdAtMs)}`).join("\n")));
         return 0;
       }
@@ -457,7 +380,7 @@ export async function main(argv: readonly string[]): Promise<number> {
         const runId = runRequired(rest, 0, "RUN");
         if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
         const api = await client(config);
-        const detail = await api.call<RunDetailView>("GET", `/runs/${runId}`);
+        const detail = await api.run(runId);
         print(config, detail, () => renderDetail(detail));
         return 0;
       }
@@ -466,12 +389,12 @@ export async function main(argv: readonly string[]): Promise<number> {
         const step = runRequired(rest, 1, "STEP");
         if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
         const api = await client(config);
-        process.stdout.write(await api.text(`/runs/${runId}/steps/${encodeURIComponent(step)}/log`));
+        process.stdout.write(await api.log(runId, step));
         return 0;
       }
       case "tick": {
         const api = await client(config);
-        const { report } = await api.call<{ report: { stages: { name: string; processed: number; errors: unknown[]; more: boolean }[]; more: boolean; durationMs: number } }>("POST", "/tick");
+        const { report } = await api.tick();
         print(config, { report }, () => `${report.stages.map((stage) => `${stage.name}=${stage.processed}${stage.errors.length > 0 ? `(${stage.errors.length} errors)` : ""}`).join(" ")}  more=${report.more} ${report.durationMs.toFixed(1)}ms`);
         return 0;
       }

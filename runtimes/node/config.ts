@@ -3,7 +3,7 @@ import { constants } from "node:fs";
 import { mkdir, open } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { isProfileName, type ProfileName } from "../../src/profiles.ts";
-import { MAX_TOKEN_LENGTH, MIN_TOKEN_LENGTH } from "../http/auth.ts";
+import { tokenProblem } from "../http/auth.ts";
 import { parseRetentionPolicy, type RetentionPolicy } from "../../src/retention.ts";
 import { isQlrError, errorCode } from "../../src/errors.ts";
 import type { StoreKind } from "./open-store.ts";
@@ -34,7 +34,8 @@ export class UsageError extends Error {
 type OptionValues = Record<string, string | boolean | string[] | undefined>;
 
 function checkToken(token: string, origin: string): string {
-  if (token.length < MIN_TOKEN_LENGTH || token.length > MAX_TOKEN_LENGTH || /\s/.test(token)) throw new UsageError(`${origin} must hold a token of ${MIN_TOKEN_LENGTH}–${MAX_TOKEN_LENGTH} characters without whitespace`);
+  const problem = tokenProblem(token);
+  if (problem !== null) throw new UsageError(`${origin}: the token ${problem}`);
   return token;
 }
 

@@ -3,8 +3,10 @@ import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promise
 import { join, resolve } from "node:path";
 import { assertPortableId, isPortableId } from "../../src/identity.ts";
 import type { Lease } from "../../src/lease-service.ts";
-import { LEASE_SECRET_PATTERN, type LeaseControl } from "../../src/leases.ts";
+import { LEASE_SECRET_PATTERN } from "../../src/leases.ts";
 import { errorMessage } from "../../src/errors.ts";
+import { ApiError, QlrClient } from "../http/client.ts";
+import type { LeaseFenceRequest } from "../http/contract.ts";
 import { systemClock } from "./host.ts";
 import { receiptOutput } from "./local-executor.ts";
 import { prepareTaskEnvironment } from "./task-env.ts";
@@ -47,23 +49,13 @@ interface HeldLease {
  */
 const RECEIPT_GRACE_MS = 10_000;
 
-class CoordinatorError extends Error {
-  readonly status: number;
-  readonly code: string;
-  constructor(status: number, code: string, message: string) {
-    super(message);
-    this.status = status;
-    this.code = code;
-  }
-}
-
 /**
  * The coordinator refuses the fence (409) or does not know the attempt at all (404, e.g. a
  * state dir reused against another coordinator): another authority owns it, and retrying
  * the report can never succeed.
  */
-function settledElsewhere(error: unknown): error is CoordinatorError {
-  return error instanceof CoordinatorError && (error.status === 409 || error.status === 404);
+function settledElsewhere(error: unknown): error is ApiError {
+  return error instanceof ApiError && (error.status === 409 || error.status === 404);
 }
 
 /** Bounded request timeout; a coordinator that does not answer is retried on the next round. */
@@ -73,6 +65,7 @@ export class RemoteWorker {
   readonly workerId: string;
   private readonly options: RemoteWorkerOptions;
   private readonly launcher: PosixLauncher;
+  private readonly coordinator: QlrClient;
   private readonly held = new Map<string, HeldLease>();
   private readonly leaseDir: string;
   private running = false;
@@ -83,6 +76,7 @@ export class RemoteWorker {
     this.options = options;
     this.workerId = workerId;
     this.launcher = launcher;
+    this.coordinator = new QlrClient({ baseUrl: options.coordinatorUrl, token: options.token, timeoutMs: REQUEST_TIMEOUT_MS });
     this.leaseDir = join(options.stateDir, "leases");
   }
 
@@ -104,20 +98,6 @@ export class RemoteWorker {
 
   private log(line: string): void {
     (this.options.log ?? ((text: string) => process.stderr.write(`${text}\n`)))(line);
-  }
-
-  private async call<T>(path: string, payload: unknown): Promise<T> {
-    const response = await fetch(`${this.options.coordinatorUrl.replace(/\/$/, "")}${path}`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${this.options.token}`, "content-type": "application/json" },
-      body: JSON.stringify(payload),
-      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-    });
-    if (!response.ok) {
-      const error = (await response.json().catch(() => null)) as { error?: { code?: string; message?: string } } | null;
-      throw new CoordinatorError(response.status, error?.error?.code ?? "internal", error?.error?.message ?? response.statusText);
-    }
-    return (await response.json()) as T;
   }
 
   private leaseFile(attemptId: string): string {
@@ -194,7 +174,7 @@ export class RemoteWorker {
     }
     const free = this.options.capacity - this.active;
     if (free <= 0 || !this.running) return;
-    const { leases } = await this.call<{ leases: Lease[] }>("/worker/claim", { workerId: this.workerId, pool: this.options.pool, capacity: free });
+    const { leases } = await this.coordinator.claim({ workerId: this.workerId, pool: this.options.pool, capacity: free });
     for (const lease of leases) {
       // The attempt id names the lease, journal, receipt and log files: a coordinator (or
       // anything posing as one) must not be able to name a path outside the state dir.
@@ -209,13 +189,13 @@ export class RemoteWorker {
     }
   }
 
-  private fence(held: HeldLease): { attemptId: string; workerId: string; leaseVersion: number; leaseSecret: string } {
+  private fence(held: HeldLease): LeaseFenceRequest {
     return { attemptId: held.lease.attemptId, workerId: held.workerId, leaseVersion: held.lease.leaseVersion, leaseSecret: held.lease.leaseSecret };
   }
 
   private async launch(held: HeldLease): Promise<void> {
     const { lease } = held;
-    await this.call("/worker/start", { ...this.fence(held), phase: "starting" });
+    await this.coordinator.leaseStart({ ...this.fence(held), phase: "starting" });
     let handle: ProcessHandle;
     try {
       const env = await prepareTaskEnvironment(this.launcher.stateDir, lease.context, lease.execution.env);
@@ -227,7 +207,7 @@ export class RemoteWorker {
     }
     held.handle = handle;
     await this.persist(held);
-    await this.call("/worker/start", { ...this.fence(held), phase: "running", handle: { pid: handle.pid, processStartTicks: handle.processStartTicks, bootId: handle.bootId, startedAtMs: handle.startedAtMs } });
+    await this.coordinator.leaseStart({ ...this.fence(held), phase: "running", handle: { pid: handle.pid, processStartTicks: handle.processStartTicks, bootId: handle.bootId, startedAtMs: handle.startedAtMs } });
   }
 
   private async tend(held: HeldLease): Promise<void> {
@@ -240,7 +220,7 @@ export class RemoteWorker {
       // answer) carries the same receipt, and the coordinator records the first one only.
       const { output, outputError } = receiptOutput(receipt.receipt);
       try {
-        await this.call("/worker/complete", { ...this.fence(held), startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError, output, outputError });
+        await this.coordinator.leaseComplete({ ...this.fence(held), startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError, output, outputError });
       } catch (error) {
         // A completion is retried until acknowledged; only a refused fence ends it (another
         // worker or the coordinator settled the attempt).
@@ -261,7 +241,7 @@ export class RemoteWorker {
       const journal = await this.launcher.readJournal(attemptId).catch(() => null);
       if (journal === null && this.running) {
         try {
-          await this.call("/worker/lost", { ...this.fence(held), reason: "the worker stopped before spawning" });
+          await this.coordinator.leaseLost({ ...this.fence(held), reason: "the worker stopped before spawning" });
         } catch (error) {
           if (!settledElsewhere(error)) throw error;
         }
@@ -279,7 +259,7 @@ export class RemoteWorker {
       const again = await this.launcher.readReceipt(attemptId);
       if (again.status === "none") {
         try {
-          await this.call("/worker/lost", { ...this.fence(held), reason: "the process is gone and left no receipt" });
+          await this.coordinator.leaseLost({ ...this.fence(held), reason: "the process is gone and left no receipt" });
         } catch (error) {
           if (!settledElsewhere(error)) throw error;
         }
@@ -294,7 +274,7 @@ export class RemoteWorker {
     if (nowMs - held.lastHeartbeatMs < (this.options.heartbeatIntervalMs ?? 2000)) return;
     held.lastHeartbeatMs = nowMs;
     try {
-      const control = await this.call<LeaseControl>("/worker/heartbeat", this.fence(held));
+      const control = await this.coordinator.leaseHeartbeat(this.fence(held));
       if (control.action === "stop_requested") void this.launcher.stop(held.handle, control.reason).catch((error: unknown) => this.log(`stop of ${attemptId} failed: ${String(error)}`));
     } catch (error) {
       if (settledElsewhere(error)) {

@@ -8,7 +8,7 @@ import { openDurableObjectSqliteDriver, type DurableObjectSqliteDriver } from ".
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { createApp } from "../http/app.ts";
-import { isAuthorized, MAX_TOKEN_LENGTH, MIN_TOKEN_LENGTH } from "../http/auth.ts";
+import { isAuthorized, tokenProblem } from "../http/auth.ts";
 import { Metrics } from "../http/metrics.ts";
 import { randomSecrets, uuidv7Ids, workerClock } from "./host.ts";
 import type { DurableObjectNamespace, DurableObjectState, WorkerRequest, WorkerResponse } from "./types.ts";
@@ -42,10 +42,12 @@ interface Runtime {
 export function configurationProblem(env: Pick<WorkerEnv, "QLR_TOKEN" | "QLR_WORKER_TOKEN" | "QLR_PROFILE" | "QLR_RETENTION" | "QLR_RETENTION_RUNS">): string | null {
   if (env.QLR_TOKEN === undefined || env.QLR_TOKEN.length === 0) return "the QLR_TOKEN secret is not set (npx wrangler secret put QLR_TOKEN)";
   // The same rule as the Node runtime's: a short token can be guessed.
-  if (env.QLR_TOKEN.length < MIN_TOKEN_LENGTH || env.QLR_TOKEN.length > MAX_TOKEN_LENGTH || /\s/.test(env.QLR_TOKEN)) return `the QLR_TOKEN secret must be ${MIN_TOKEN_LENGTH}–${MAX_TOKEN_LENGTH} characters without whitespace (openssl rand -hex 32)`;
+  const adminProblem = tokenProblem(env.QLR_TOKEN);
+  if (adminProblem !== null) return `the QLR_TOKEN secret ${adminProblem} (openssl rand -hex 32)`;
   const workerToken = env.QLR_WORKER_TOKEN;
   if (workerToken !== undefined && workerToken !== "") {
-    if (workerToken.length < MIN_TOKEN_LENGTH || workerToken.length > MAX_TOKEN_LENGTH || /\s/.test(workerToken)) return `the QLR_WORKER_TOKEN secret must be ${MIN_TOKEN_LENGTH}–${MAX_TOKEN_LENGTH} characters without whitespace`;
+    const workerProblem = tokenProblem(workerToken);
+    if (workerProblem !== null) return `the QLR_WORKER_TOKEN secret ${workerProblem}`;
     if (workerToken === env.QLR_TOKEN) return "the QLR_WORKER_TOKEN secret must differ from QLR_TOKEN";
   }
   if (env.QLR_PROFILE !== undefined && env.QLR_PROFILE !== "" && !isProfileName(env.QLR_PROFILE)) return `QLR_PROFILE ${JSON.stringify(env.QLR_PROFILE)} is not edge, standalone or cluster`;

@@ -29,7 +29,7 @@ import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { SequentialIds, SequentialSecrets } from "../support/fixtures.ts";
-import type { AttemptView, EventView, RunDetail, RunView, StepView } from "../support/api-views.ts";
+import type { ErrorBody, EventView, PackageDetailView, RunDetail, RunView, TickReportView } from "../../runtimes/http/contract.ts";
 
 export const TOKEN = "test-token";
 /** The remote workers' token: valid on /worker/* only. */
@@ -69,69 +69,23 @@ export const DUMP_TABLES = [
   "qlr_schema",
 ] as const;
 
-// ---- response shapes (DESIGN.md §6, as the app answers them) ----
+// ---- response shapes: the contract (runtimes/http/contract.ts) ----
 
-export interface ErrorDetail {
-  readonly path: string;
-  readonly message: string;
-}
-
-export interface ErrorBody {
-  readonly error: { readonly code: string; readonly message: string; readonly details: readonly ErrorDetail[] };
-}
-
-export type { RunView, StepView, AttemptView, RunDetail, EventView };
-
-export interface StageView {
-  readonly name: string;
-  readonly processed: number;
-  readonly errors: readonly { code: string; message: string; subject: string | null }[];
-  readonly more: boolean;
-  readonly durationMs: number;
-}
-
-export interface TickReportView {
-  readonly profile: string;
-  readonly stages: readonly StageView[];
-  readonly more: boolean;
-  readonly followUp: boolean;
-  readonly durationMs: number;
-}
-
-export interface ApplyView {
-  readonly package: string;
-  readonly generation: number;
-  readonly digest: string;
-  readonly changed: boolean;
-}
-
-export interface ScheduleView {
-  readonly name: string;
-  readonly cron: string;
-  readonly timezone: string;
-  readonly target: { kind: string; name: string };
-  readonly overlap: string;
-  readonly nextFireAtMs: number | null;
-  readonly lastFireAtMs: number | null;
-  readonly missedFires: number;
-  readonly skippedOverlaps: number;
-}
-
-export interface PackageHeadView {
-  readonly package: string;
-  readonly generation: number;
-  readonly manifestDigest: string;
-  readonly reconciliationDigest: string;
-  readonly updatedAtMs: number;
-}
-
-export interface PackageDetailView {
-  readonly package: PackageHeadView;
-  readonly generations: readonly { package: string; generation: number; manifestDigest: string; createdAtMs: number }[];
-  readonly workflows: readonly { name: string; steps: readonly { name: string; task: string; needs: string[] }[] }[];
-  readonly tasks: readonly { name: string; executor: string; timeoutMs: number }[];
-  readonly schedules: readonly ScheduleView[];
-}
+export type {
+  ApplyView,
+  AttemptView,
+  ErrorBody,
+  ErrorDetail,
+  EventView,
+  PackageDetailView,
+  PackageHeadView,
+  RunDetail,
+  RunView,
+  ScheduleView,
+  StageView,
+  StepView,
+  TickReportView,
+} from "../../runtimes/http/contract.ts";
 
 export const RUN_VIEW_KEYS = ["cancelRequestedAtMs", "createdAtMs", "finishedAtMs", "generation", "id", "idempotencyKey", "kind", "package", "scheduleName", "status", "target"];
 export const STEP_VIEW_KEYS = ["attemptCount", "finishedAtMs", "id", "name", "needs", "startedAtMs", "status", "task", "version"];

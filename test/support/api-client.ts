@@ -1,26 +1,29 @@
-/** The device suites' client of a running runtime's HTTP API (views in api-views.ts). */
-import type { AttemptView, EventView, RecoveryView, RunDetail, RunView, StepView } from "./api-views.ts";
+/**
+ * The device suites' client of a running runtime's HTTP API: the one client (`client`), with
+ * the shapes these suites read (arrays rather than pages), raw calls and waits.
+ */
+import { TERMINAL_ATTEMPT_STATUSES, TERMINAL_RUN_STATUSES } from "../../src/model.ts";
+import { QlrClient } from "../../runtimes/http/client.ts";
+import type { ApplyView, AttemptView, EventView, RecoveryView, RunDetail, RunView, StepView, TickReportView } from "../../runtimes/http/contract.ts";
 import { waitFor } from "./wait.ts";
 
-export const TERMINAL_RUN = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
-export const TERMINAL_ATTEMPT = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+export const TERMINAL_RUN: ReadonlySet<string> = TERMINAL_RUN_STATUSES;
+export const TERMINAL_ATTEMPT: ReadonlySet<string> = TERMINAL_ATTEMPT_STATUSES;
 
 export class Api {
   readonly url: string;
   readonly token: string;
+  readonly client: QlrClient;
 
   constructor(url: string, token: string) {
     this.url = url;
     this.token = token;
+    this.client = new QlrClient({ baseUrl: url, token });
   }
 
+  /** Any call, whatever its status: the body parsed as JSON when it is JSON, else the text. */
   async call<T>(method: string, path: string, body?: { text: string; contentType: string }): Promise<{ status: number; body: T }> {
-    const response = await fetch(`${this.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${this.token}`, ...(body === undefined ? {} : { "content-type": body.contentType }) },
-      ...(body === undefined ? {} : { body: body.text }),
-      signal: AbortSignal.timeout(15_000),
-    });
+    const response = await this.client.send(method, path, body);
     const text = await response.text();
     let parsed: unknown = text;
     try {
@@ -31,47 +34,42 @@ export class Api {
     return { status: response.status, body: parsed as T };
   }
 
-  private async ok<T>(method: string, path: string, body?: { text: string; contentType: string }): Promise<T> {
-    const answer = await this.call<T>(method, path, body);
-    if (answer.status >= 300) throw new Error(`${method} ${path} answered ${answer.status}: ${JSON.stringify(answer.body)}`);
-    return answer.body;
-  }
-
-  async apply(manifestText: string): Promise<{ package: string; generation: number; changed: boolean }> {
-    return this.ok("POST", "/packages", { text: manifestText, contentType: "application/json" });
+  apply(manifestText: string): Promise<ApplyView> {
+    return this.client.apply({ text: manifestText, contentType: "application/json" });
   }
 
   async startWorkflow(packageName: string, workflow: string): Promise<RunView> {
-    return (await this.ok<{ run: RunView }>("POST", "/runs", { text: JSON.stringify({ package: packageName, workflow }), contentType: "application/json" })).run;
+    return (await this.client.startRun({ package: packageName, workflow })).run;
   }
 
+  /** Cancels; a cancel is accepted (202) or throws. */
   async cancel(runId: string): Promise<{ status: number; run: RunView }> {
-    const answer = await this.call<{ run: RunView }>("POST", `/runs/${runId}/cancel`);
+    const answer = await this.call<{ run: RunView }>("POST", `runs/${encodeURIComponent(runId)}/cancel`);
     if (answer.status !== 202) throw new Error(`cancel answered ${answer.status}: ${JSON.stringify(answer.body)}`);
     return { status: answer.status, run: answer.body.run };
   }
 
-  async run(runId: string): Promise<RunDetail> {
-    return this.ok("GET", `/runs/${runId}`);
+  run(runId: string): Promise<RunDetail> {
+    return this.client.run(runId);
   }
 
   async events(runId: string): Promise<EventView[]> {
-    return (await this.ok<{ events: EventView[] }>("GET", `/runs/${runId}/events`)).events;
+    return [...(await this.client.events(runId)).events];
   }
 
   async recovery(): Promise<RecoveryView[]> {
-    return (await this.ok<{ recovery: RecoveryView[] }>("GET", "/recovery")).recovery;
+    return [...(await this.client.recovery()).recovery];
   }
 
-  async tick(): Promise<{ stages: { name: string; processed: number; errors: unknown[] }[] }> {
-    return (await this.ok<{ report: { stages: { name: string; processed: number; errors: unknown[] }[] } }>("POST", "/tick")).report;
+  async tick(): Promise<TickReportView> {
+    return (await this.client.tick()).report;
   }
 
   /** Waits until the run is terminal and returns its detail. */
   async waitTerminal(runId: string, timeoutMs = 30_000): Promise<RunDetail> {
     return waitFor(`run ${runId} to end`, async () => {
       const detail = await this.run(runId);
-      return TERMINAL_RUN.has(detail.run.status) ? detail : null;
+      return TERMINAL_RUN_STATUSES.has(detail.run.status) ? detail : null;
     }, timeoutMs);
   }
 

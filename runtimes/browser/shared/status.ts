@@ -27,8 +27,6 @@ export function statusInfo(status: string): { glyph: string; tone: Tone } {
   return INFO[status] ?? { glyph: "•", tone: "waiting" };
 }
 
-export const TERMINAL_RUN_STATUSES: ReadonlySet<string> = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
-
 /** A badge: glyph (hidden from screen readers) and the exact status word. */
 export function statusBadge(status: string, extraClass = ""): HTMLSpanElement {
   const info = statusInfo(status);

@@ -1,0 +1,55 @@
+/// <reference lib="dom" />
+import { isUnauthorized, type QlrClient } from "../../http/client.ts";
+import type { RunStatus } from "../../../src/model.ts";
+import { refresh } from "./refresh.ts";
+import { runHref } from "./router.ts";
+import { renderTokenForm } from "./shell.ts";
+import { describe, RUNS_PAGE, setMessage, state } from "./state.ts";
+
+/** What a button or a link does: each action changes the state, then refreshes the view. */
+
+export async function startRun(packageName: string, kind: "workflow" | "task", name: string): Promise<void> {
+  if (state.api === null || state.busy) return;
+  state.busy = true;
+  try {
+    const { run } = await state.api.startRun({ package: packageName, [kind]: name });
+    setMessage({ kind: "info", text: `Started ${packageName}/${name}: run ${run.id}.` });
+    location.hash = runHref(run.id);
+  } catch (error) {
+    if (isUnauthorized(error)) return renderTokenForm("rejected");
+    setMessage({ kind: "error", text: `Could not start ${packageName}/${name}: ${describe(error)}` });
+    await refresh(false);
+  } finally {
+    state.busy = false;
+  }
+}
+
+export async function cancelRun(id: string, button: HTMLButtonElement): Promise<void> {
+  if (state.api === null) return;
+  button.disabled = true;
+  button.textContent = "Cancelling…";
+  try {
+    await state.api.cancel(id);
+    setMessage({ kind: "info", text: `Cancel requested for run ${id}: its processes are being stopped.` });
+  } catch (error) {
+    if (isUnauthorized(error)) return renderTokenForm("rejected");
+    setMessage({ kind: "error", text: `Could not cancel: ${describe(error)}` });
+  }
+  await refresh(false);
+}
+
+export async function loadMore(client: QlrClient, status: RunStatus | null, cursor: string): Promise<void> {
+  try {
+    const page = await client.listRuns({ status, cursor, limit: RUNS_PAGE });
+    const previous = state.extraRuns !== null && state.extraRuns.status === status ? state.extraRuns.runs : [];
+    state.extraRuns = { status, runs: [...previous, ...page.runs], nextCursor: page.nextCursor };
+  } catch (error) {
+    setMessage({ kind: "error", text: `Could not load more runs: ${describe(error)}` });
+  }
+  await refresh(false);
+}
+
+export function reloadLog(): void {
+  state.logState = null;
+  void refresh(false);
+}

@@ -1,0 +1,340 @@
+import type { StageReport, TickReport } from "../../src/coordinator.ts";
+import type { Lease, WorkerCompletion } from "../../src/lease-service.ts";
+import type { LeaseControl } from "../../src/leases.ts";
+import type { ApplyResult } from "../../src/operations.ts";
+import type { AttemptStatus, ExecutorType, Run, RunAttempt, RunEvent, RunKind, RunStatus, StepRun, StepStatus, StopReason } from "../../src/model.ts";
+import type { Generation } from "../../src/packages.ts";
+import type { PackageHead } from "../../src/ports.ts";
+import type { ScheduleState } from "../../src/schedules.ts";
+import type { TaskSpec, WorkflowSpec } from "../../src/manifest/types.ts";
+import type { JsonValue } from "../../src/canonical-json.ts";
+import type { RunInput } from "../../src/run-inputs.ts";
+
+/**
+ * The public HTTP contract (docs/API.md), declared once: the shapes the app answers, built by
+ * the view functions below from the core's records, and read by the one client (client.ts),
+ * the CLI, the remote worker, the dashboard and the tests. Request bodies are validated by the
+ * routes (routes/*.ts); their accepted shapes are the `*Request` types here.
+ */
+
+// ---- errors ----
+
+export interface ErrorDetail {
+  readonly path: string;
+  readonly message: string;
+}
+
+/** Every error answer: `{error: {code, message, details}}`. */
+export interface ErrorBody {
+  readonly error: { readonly code: string; readonly message: string; readonly details: readonly ErrorDetail[] };
+}
+
+// ---- runs ----
+
+export interface RunView {
+  readonly id: string;
+  readonly kind: RunKind;
+  readonly status: RunStatus;
+  readonly package: string;
+  readonly generation: number;
+  readonly target: string;
+  readonly createdAtMs: number;
+  readonly finishedAtMs: number | null;
+  readonly cancelRequestedAtMs: number | null;
+  readonly idempotencyKey: string | null;
+  readonly scheduleName: string | null;
+  /** The resolved run input (declared defaults filled in); `{}` when none. */
+  readonly input: RunInput;
+  /** The run this one reruns, or null. */
+  readonly rerunOf: string | null;
+}
+
+export interface StepView {
+  readonly id: string;
+  readonly name: string;
+  readonly task: string;
+  readonly needs: readonly string[];
+  readonly status: StepStatus;
+  readonly version: number;
+  readonly attemptCount: number;
+  readonly startedAtMs: number | null;
+  readonly finishedAtMs: number | null;
+  /** What the steps that need this one receive: its succeeded attempt's output (or a rerun's reused one); null: none. */
+  readonly output: JsonValue | null;
+}
+
+export interface AttemptView {
+  readonly id: string;
+  readonly stepRunId: string | null;
+  readonly number: number;
+  readonly status: AttemptStatus;
+  readonly executor: ExecutorType;
+  readonly startedAtMs: number | null;
+  readonly finishedAtMs: number | null;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly pid: number | null;
+  readonly stopReason: StopReason | null;
+  readonly error: string | null;
+  /** The JSON the task left at `QLR_OUTPUT`, recorded with its completion; null: none. */
+  readonly output: JsonValue | null;
+}
+
+export interface EventView {
+  readonly seq: number;
+  readonly type: string;
+  readonly atMs: number;
+  readonly stepRunId: string | null;
+  readonly attemptId: string | null;
+  readonly data: Readonly<Record<string, unknown>>;
+}
+
+/** `GET /runs/:id`. */
+export interface RunDetail {
+  readonly run: RunView;
+  readonly steps: readonly StepView[];
+  readonly attempts: readonly AttemptView[];
+}
+
+/** `GET /runs`: newest first, keyset-paged by `nextCursor`. */
+export interface RunPage {
+  readonly runs: readonly RunView[];
+  readonly nextCursor: string | null;
+}
+
+/** `POST /runs`, `POST /runs/:id/cancel`. */
+export interface RunAnswer {
+  readonly run: RunView;
+}
+
+/** `GET /runs/:id/events`. */
+export interface EventPage {
+  readonly events: readonly EventView[];
+}
+
+/** `POST /runs`: exactly one of `workflow` or `task`. */
+export interface StartRunRequest {
+  readonly package: string;
+  readonly workflow?: string;
+  readonly task?: string;
+  readonly idempotencyKey?: string;
+  /** The run's input: at most 64 keys, 8 KiB as canonical JSON; checked against the workflow's `inputs:`. */
+  readonly input?: Readonly<Record<string, string | number | boolean>>;
+}
+
+/** `POST /runs/:id/rerun`. */
+export interface RerunRequest {
+  /** Reuse the succeeded steps (and their outputs); run the others. Default false: a full fresh run. */
+  readonly fromFailed?: boolean;
+  readonly idempotencyKey?: string;
+}
+
+export interface RunListQuery {
+  readonly status?: RunStatus | null;
+  readonly limit?: number;
+  readonly cursor?: string | null;
+}
+
+// ---- attempts ----
+
+/** `POST /attempts/:id/resolve`. */
+export interface ResolveRequest {
+  readonly as: "lost";
+  readonly reason: string;
+}
+
+export interface AttemptAnswer {
+  readonly attempt: AttemptView;
+}
+
+// ---- packages ----
+
+/** `POST /packages`: 201 when a new generation was created, 200 when unchanged. */
+export type ApplyView = ApplyResult;
+
+export type PackageHeadView = PackageHead;
+
+export interface ScheduleView {
+  readonly name: string;
+  readonly cron: string;
+  readonly timezone: string;
+  readonly target: { readonly kind: "workflow" | "task"; readonly name: string };
+  readonly overlap: string;
+  readonly nextFireAtMs: number | null;
+  readonly lastFireAtMs: number | null;
+  readonly missedFires: number;
+  readonly skippedOverlaps: number;
+}
+
+export interface TaskSummaryView {
+  readonly name: string;
+  readonly executor: ExecutorType;
+  readonly timeoutMs: number;
+}
+
+export type GenerationView = Omit<Generation, "manifest">;
+
+/** `GET /packages/:name`. */
+export interface PackageDetailView {
+  readonly package: PackageHeadView;
+  readonly generations: readonly GenerationView[];
+  readonly workflows: readonly WorkflowSpec[];
+  readonly tasks: readonly TaskSummaryView[];
+  readonly schedules: readonly ScheduleView[];
+}
+
+/** `GET /packages`. */
+export interface PackageList {
+  readonly packages: readonly PackageHeadView[];
+}
+
+// ---- system ----
+
+export type StageView = StageReport;
+export type TickReportView = TickReport;
+
+/** `POST /tick`. */
+export interface TickAnswer {
+  readonly report: TickReportView;
+}
+
+/** `GET /info`: the runtime's profile and retention (null: it purges nothing). */
+export interface RuntimeInfo {
+  readonly profile: string | null;
+  readonly retention: { readonly horizonMs: number; readonly maxRuns: number; readonly idempotencyWindowMs: number } | null;
+}
+
+export interface RecoveryView {
+  readonly attemptId: string;
+  readonly decision: string;
+  readonly reason: string | null;
+}
+
+/** `GET /recovery`. */
+export interface RecoveryList {
+  readonly recovery: readonly RecoveryView[];
+}
+
+// ---- remote workers (`/worker/*`) ----
+
+export type LeaseView = Lease;
+export type LeaseControlView = LeaseControl;
+
+/** Presented on every lease call but claim. */
+export interface LeaseFenceRequest {
+  readonly attemptId: string;
+  readonly workerId: string;
+  readonly leaseVersion: number;
+  readonly leaseSecret: string;
+}
+
+export interface ClaimRequest {
+  readonly workerId: string;
+  readonly pool: string;
+  readonly capacity: number;
+}
+
+export interface ClaimAnswer {
+  readonly leases: readonly LeaseView[];
+}
+
+export interface ProcessHandleRequest {
+  readonly pid: number;
+  readonly processStartTicks: string;
+  readonly bootId: string;
+  readonly startedAtMs: number;
+}
+
+export interface LeaseStartRequest extends LeaseFenceRequest {
+  readonly phase: "starting" | "running";
+  readonly handle?: ProcessHandleRequest;
+}
+
+export interface LeaseCompleteRequest extends LeaseFenceRequest {
+  readonly startedAtMs: number;
+  readonly finishedAtMs: number;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly stopReason: StopReason | null;
+  readonly spawnError: string | null;
+  /** The output the receipt carries (null: none) and why it was refused; absent: none. */
+  readonly output?: JsonValue | null;
+  readonly outputError?: string | null;
+}
+
+export interface LeaseLostRequest extends LeaseFenceRequest {
+  readonly reason: string;
+}
+
+/** `POST /worker/start`. */
+export interface LeaseStartAnswer {
+  readonly status: AttemptStatus;
+  readonly leaseExpiresAtMs: number;
+}
+
+/** `POST /worker/complete` and `/worker/lost`; `replayed` when the report was already recorded. */
+export type WorkerCompletionView = WorkerCompletion;
+
+// ---- views of the core's records ----
+
+export function runView(run: Run): RunView {
+  return {
+    id: run.id,
+    kind: run.kind,
+    status: run.status,
+    package: run.package,
+    generation: run.generation,
+    target: run.target,
+    createdAtMs: run.createdAtMs,
+    finishedAtMs: run.finishedAtMs,
+    cancelRequestedAtMs: run.cancelRequestedAtMs,
+    idempotencyKey: run.idempotencyKey,
+    scheduleName: run.scheduleName,
+    input: run.input,
+    rerunOf: run.rerunOf,
+  };
+}
+
+export function stepView(step: StepRun): StepView {
+  return { id: step.id, name: step.name, task: step.task, needs: step.needs, status: step.status, version: step.version, attemptCount: step.attemptCount, startedAtMs: step.startedAtMs, finishedAtMs: step.finishedAtMs, output: step.output };
+}
+
+export function attemptView(attempt: RunAttempt): AttemptView {
+  return {
+    id: attempt.id,
+    stepRunId: attempt.stepRunId,
+    number: attempt.number,
+    status: attempt.status,
+    executor: attempt.executor,
+    startedAtMs: attempt.startedAtMs,
+    finishedAtMs: attempt.finishedAtMs,
+    exitCode: attempt.exitCode,
+    signal: attempt.signal,
+    pid: attempt.pid,
+    stopReason: attempt.stopReason,
+    error: attempt.error,
+    output: attempt.output,
+  };
+}
+
+export function eventView(event: RunEvent): EventView {
+  return { seq: event.seq, type: event.type, atMs: event.atMs, stepRunId: event.stepRunId, attemptId: event.attemptId, data: event.data };
+}
+
+export function scheduleView(schedule: ScheduleState): ScheduleView {
+  return {
+    name: schedule.name,
+    cron: schedule.spec.cron,
+    timezone: schedule.spec.timezone,
+    target: schedule.spec.target,
+    overlap: schedule.spec.overlap,
+    nextFireAtMs: schedule.nextFireAtMs,
+    lastFireAtMs: schedule.lastFireAtMs,
+    missedFires: schedule.missedFires,
+    skippedOverlaps: schedule.skippedOverlaps,
+  };
+}
+
+export function taskSummaryView(task: TaskSpec): TaskSummaryView {
+  return { name: task.name, executor: task.executor, timeoutMs: task.timeoutMs };
+}

@@ -1,0 +1,119 @@
+import { Hono } from "hono";
+import { z } from "zod";
+import { isPortableId, PACKAGE_NAME_PATTERN, RESOURCE_NAME_PATTERN } from "../../../src/identity.ts";
+import { RUN_STATUSES } from "../../../src/model.ts";
+import { cancelRun, getRunDetail, getRunEvents, latestStepAttempt, rerunRun, startRun } from "../../../src/operations.ts";
+import { attemptView, eventView, runView, stepView, type EventPage, type RunAnswer, type RunDetail, type RunPage } from "../contract.ts";
+import { writeTransaction, type AppDeps } from "../deps.ts";
+import { fail, jsonBody, paramsOf, queryOf } from "../validation.ts";
+
+export const MAX_LIST_LIMIT = 200;
+export const MAX_EVENTS_PAGE = 500;
+/** The most bytes of log one answer carries, stdout and stderr together (README: 1 MiB). */
+export const LOG_ANSWER_MAX_BYTES = 1024 * 1024;
+
+const startRunBody = z
+  .object({
+    package: z.string().regex(PACKAGE_NAME_PATTERN),
+    workflow: z.string().regex(RESOURCE_NAME_PATTERN).optional(),
+    task: z.string().regex(RESOURCE_NAME_PATTERN).optional(),
+    idempotencyKey: z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/).optional(),
+    // Checked by the core (resolveRunInput): keys, types, declarations, size.
+    input: z.record(z.string(), z.unknown()).optional(),
+  })
+  .strict()
+  .refine((body) => (body.workflow === undefined) !== (body.task === undefined), { message: "exactly one of workflow or task", path: ["workflow"] });
+
+const rerunBody = z
+  .object({
+    fromFailed: z.boolean().default(false),
+    idempotencyKey: z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/).optional(),
+  })
+  .strict();
+
+/**
+ * A whole number in a query string: decimal digits only. `Number()` alone would read "" and
+ * " 5" as numbers, so an empty `after=` silently meant 0.
+ */
+function wholeNumberText(min: number, max: number): z.ZodType<number, string> {
+  return z
+    .string()
+    .regex(/^[0-9]{1,16}$/, "must be a whole number (decimal digits only)")
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max));
+}
+
+const listQuery = z
+  .object({
+    status: z.enum(RUN_STATUSES).optional(),
+    limit: wholeNumberText(1, MAX_LIST_LIMIT).default(50),
+    cursor: z.string().refine(isPortableId, "cursor must be a run id").optional(),
+  })
+  .strict();
+
+const eventsQuery = z.object({ after: wholeNumberText(0, Number.MAX_SAFE_INTEGER).default(0), limit: wholeNumberText(1, MAX_EVENTS_PAGE).default(MAX_EVENTS_PAGE) }).strict();
+
+function checkRunId(params: Record<string, string>): string {
+  const id = params.id ?? "";
+  if (!isPortableId(id)) fail("invalid_request", "run id must be a portable identity", [{ path: "id", message: "not a portable identity" }]);
+  return id;
+}
+
+const runParam = paramsOf((params) => ({ id: checkRunId(params) }));
+
+/** One validator for both: a later param validator would replace the earlier one's data. */
+const runStepParams = paramsOf((params) => {
+  const id = checkRunId(params);
+  const name = params.name ?? "";
+  if (!RESOURCE_NAME_PATTERN.test(name)) fail("invalid_request", "step name is not valid", [{ path: "name", message: "invalid" }]);
+  return { id, name };
+});
+
+/** Runs: start, list, read, follow events, cancel, and the latest log of a step. */
+export function runRoutes(deps: AppDeps): Hono {
+  const { store } = deps;
+  return new Hono()
+    .post("/runs", jsonBody(startRunBody, "the run request"), async (c) => {
+      const body = c.req.valid("json");
+      const target = body.workflow !== undefined ? ({ kind: "workflow", name: body.workflow } as const) : ({ kind: "task", name: body.task ?? "" } as const);
+      const started = await writeTransaction(deps, (tx, nowMs) => startRun(tx, { package: body.package, target, idempotencyKey: body.idempotencyKey ?? null, scheduleName: null, runId: deps.ids.runId(), input: body.input }, nowMs));
+      return c.json({ run: runView(started.run) } satisfies RunAnswer, started.created ? 201 : 200);
+    })
+    .get("/runs", queryOf(listQuery), async (c) => {
+      const { status, limit, cursor } = c.req.valid("query");
+      const runs = await store.transaction(async (tx) => tx.listRuns({ status: status ?? null, cursor: cursor ?? null, limit: limit + 1 }));
+      const page = runs.slice(0, limit);
+      return c.json({ runs: page.map(runView), nextCursor: runs.length > limit ? (page[page.length - 1]?.id ?? null) : null } satisfies RunPage);
+    })
+    .get("/runs/:id", runParam, async (c) => {
+      const { id } = c.req.valid("param");
+      const detail = await store.transaction(async (tx) => getRunDetail(tx, id));
+      return c.json({ run: runView(detail.run), steps: detail.steps.map(stepView), attempts: detail.attempts.map(attemptView) } satisfies RunDetail);
+    })
+    .get("/runs/:id/events", runParam, queryOf(eventsQuery), async (c) => {
+      const { id } = c.req.valid("param");
+      const { after, limit } = c.req.valid("query");
+      const events = await store.transaction(async (tx) => getRunEvents(tx, id, after, limit));
+      return c.json({ events: events.map(eventView) } satisfies EventPage);
+    })
+    .post("/runs/:id/rerun", runParam, jsonBody(rerunBody, "the rerun request"), async (c) => {
+      const { id } = c.req.valid("param");
+      const body = c.req.valid("json");
+      const newRunId = deps.ids.runId();
+      const rerun = await writeTransaction(deps, (tx, nowMs) => rerunRun(tx, { runId: id, fromFailed: body.fromFailed, newRunId, idempotencyKey: body.idempotencyKey ?? null }, nowMs));
+      return c.json({ run: runView(rerun.run) } satisfies RunAnswer, rerun.created ? 201 : 200);
+    })
+    .post("/runs/:id/cancel", runParam, async (c) => {
+      const { id } = c.req.valid("param");
+      const run = await writeTransaction(deps, (tx, nowMs) => cancelRun(tx, id, nowMs));
+      return c.json({ run: runView(run) } satisfies RunAnswer, 202);
+    })
+    .get("/runs/:id/steps/:name/log", runStepParams, async (c) => {
+      const { id, name } = c.req.valid("param");
+      const latest = await store.transaction(async (tx) => latestStepAttempt(tx, id, name));
+      if (latest === null || deps.readLog === undefined) fail("not_found", `step ${name} has no log yet`);
+      const text = await deps.readLog(latest, LOG_ANSWER_MAX_BYTES);
+      if (text === null) fail("not_found", `step ${name} has no log yet`);
+      return c.text(text, 200, { "content-type": "text/plain; charset=utf-8" });
+    });
+}
