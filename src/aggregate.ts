@@ -19,6 +19,8 @@ export function stepDigest(step: Omit<StepRun, "digest">): Digest {
     notBeforeMs: step.notBeforeMs,
     startedAtMs: step.startedAtMs,
     finishedAtMs: step.finishedAtMs,
+    // Present only when the step has an output, so every digest written before outputs existed stays valid.
+    ...(step.output === null ? {} : { output: step.output }),
   });
 }
 
@@ -111,7 +113,7 @@ export class RunChange {
   setStep(
     original: StepRun,
     to: StepStatus,
-    patch: Partial<Pick<StepRun, "attemptCount" | "readyAtMs" | "notBeforeMs" | "startedAtMs" | "finishedAtMs">> = {},
+    patch: Partial<Pick<StepRun, "attemptCount" | "readyAtMs" | "notBeforeMs" | "startedAtMs" | "finishedAtMs" | "output">> = {},
     data: Record<string, unknown> = {},
   ): StepRun {
     const current = this.step(original);

@@ -29,6 +29,7 @@ export function claimedAttempt(
     stopReason: null,
     stopRequestedAtMs: null,
     error: null,
+    output: null,
     leaseWorkerId: null,
     leaseVersion: 0,
     leaseExpiresAtMs: null,

@@ -16,6 +16,7 @@ import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery
 import { storePageSize, walkKeyset } from "./paging.ts";
 import { fireSchedule } from "./run-start.ts";
 import { COORDINATOR_RENEW_EVERY_MS, orphanedReason, ownershipOf, registerNode, renewNode, validateNodeIdentity, type NodeIdentity } from "./ownership.ts";
+import { taskContext } from "./task-context.ts";
 import { decideSchedule } from "./schedules.ts";
 import { drainNotifications, type NotificationSender } from "./notification-stage.ts";
 import type { RetryPolicy } from "./packages.ts";
@@ -515,7 +516,8 @@ export class Coordinator {
       if (scope.run.cancelRequestedAtMs !== null) return null;
       if (scope.step !== null && (scope.step.status !== "ready" || scope.step.version !== scope.attempt.stepRunVersion)) return null;
       await tx.apply(markStarting(scope, nowMs, this.node === null ? {} : { ownerNodeId: this.node.nodeId }));
-      return { request: { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition }, startingAtMs: nowMs };
+      const context = taskContext(scope, scope.step === null ? [] : await tx.getSteps(scope.run.id), scope.definition.task);
+      return { request: { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition, context }, startingAtMs: nowMs };
     });
   }
 

@@ -1,4 +1,5 @@
 import { RunChange } from "./aggregate.ts";
+import type { JsonValue } from "./canonical-json.ts";
 import { QlrError } from "./errors.ts";
 import type { AttemptStatus, ChangeSet, ProcessHandleFacts, Run, RunAttempt, StepRun, StepStatus, StopReason } from "./model.ts";
 import type { RetryPolicy } from "./packages.ts";
@@ -87,6 +88,10 @@ export interface CompletionFacts {
   readonly spawnError: string | null;
   /** Present when the attempt completed before its running transition was recorded. */
   readonly handle?: ProcessHandleFacts;
+  /** The JSON result the task left at `QLR_OUTPUT`, as its completion evidence carries it; absent or null: none. */
+  readonly output?: JsonValue | null;
+  /** Why the task's output was refused (too large, not JSON); absent or null: no problem. */
+  readonly outputError?: string | null;
 }
 
 export interface OutcomeDecision {
@@ -105,7 +110,9 @@ export function decideOutcome(attempt: RunAttempt, facts: CompletionFacts): Outc
   if (facts.stopReason === "timeout" || facts.finishedAtMs > deadlineAtMs) return { attempt: "timed_out", step: "timed_out" };
   if (facts.stopReason === "cancel") return { attempt: "cancelled", step: "cancelled" };
   if (facts.stopReason === "shutdown") return { attempt: "cancelled", step: "failed" };
-  if (facts.exitCode === 0 && facts.signal === null) return { attempt: "succeeded", step: "succeeded" };
+  // A refused output fails an attempt that otherwise succeeded: the steps that need it would
+  // run without the result they depend on.
+  if (facts.exitCode === 0 && facts.signal === null && (facts.outputError ?? null) === null) return { attempt: "succeeded", step: "succeeded" };
   return { attempt: "failed", step: "failed" };
 }
 
@@ -128,19 +135,22 @@ export function complete(scope: AttemptScope, facts: CompletionFacts, retry: Ret
   if (attempt.status !== "running") throw new QlrError("illegal_transition", `attempt ${attempt.id} is ${attempt.status}; only a running attempt completes`);
   const outcome = decideOutcome(attempt, facts);
   const stopReason = facts.stopReason ?? (outcome.attempt === "timed_out" ? "timeout" : attempt.stopReason);
+  const output = facts.output ?? null;
+  const outputError = facts.outputError ?? null;
   change.setAttempt(scope.attempt, outcome.attempt, {
     finishedAtMs: facts.finishedAtMs,
     exitCode: facts.exitCode,
     signal: facts.signal,
     stopReason,
-    error: facts.spawnError,
-  }, { exitCode: facts.exitCode, signal: facts.signal });
+    error: facts.spawnError ?? (outputError === null ? null : `output refused: ${outputError}`),
+    output,
+  }, { exitCode: facts.exitCode, signal: facts.signal, ...(output === null ? {} : { output: true }), ...(outputError === null ? {} : { outputError }) });
   if (step !== null) {
     const current = change.step(step);
     if (stepMayRetry(current, outcome.step, retry) && scope.run.cancelRequestedAtMs === null) {
       change.setStep(step, "ready", { readyAtMs: nowMs, notBeforeMs: nowMs + retry.backoffMs, startedAtMs: null }, { retry: current.attemptCount, outcome: outcome.step });
     } else {
-      change.setStep(step, outcome.step, { finishedAtMs: facts.finishedAtMs }, { exitCode: facts.exitCode });
+      change.setStep(step, outcome.step, { finishedAtMs: facts.finishedAtMs, ...(outcome.step === "succeeded" ? { output } : {}) }, { exitCode: facts.exitCode });
     }
   } else {
     finishOrdinary(change, outcome.step === "skipped" || outcome.step === "pending" || outcome.step === "ready" || outcome.step === "running" ? "failed" : outcome.step, attempt.number, retry, nowMs);

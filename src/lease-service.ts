@@ -6,6 +6,7 @@ import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import type { RemoteWorkerRevision } from "./packages.ts";
 import { transactAtStoreTime, type Clock, type SecretSource, type Store, type StoreTx } from "./ports.ts";
 import { applyRecovery } from "./recovery.ts";
+import { taskContext, type TaskContext } from "./task-context.ts";
 
 /**
  * The lease protocol over the store: one short transaction per call, the same operations for
@@ -22,6 +23,8 @@ export interface Lease {
   readonly stepRunId: string | null;
   readonly taskRevision: string;
   readonly execution: RemoteWorkerRevision;
+  /** What the task is told about its run: the worker builds the task's environment from it. */
+  readonly context: TaskContext;
 }
 
 export interface LeaseServiceDeps {
@@ -75,6 +78,7 @@ export class LeaseService {
             stepRunId: leased.stepRunId,
             taskRevision: scope.definition.revision,
             execution: scope.definition.execution,
+            context: taskContext({ ...scope, attempt: leased }, scope.step === null ? [] : await tx.getSteps(scope.run.id), scope.definition.task),
           } satisfies Lease;
         });
         if (lease !== null) leases.push(lease);

@@ -1,4 +1,6 @@
+import type { JsonValue } from "./canonical-json.ts";
 import type { Digest } from "./digest.ts";
+import type { RunInput } from "./run-inputs.ts";
 
 /** Status words are exactly those of the public contract; storage keeps them as literal unions. */
 export const RUN_STATUSES = ["queued", "dispatching", "running", "succeeded", "failed", "timed_out", "cancelled", "lost"] as const;
@@ -37,6 +39,10 @@ export interface Run {
   readonly attemptSeq: number;
   readonly idempotencyKey: string | null;
   readonly scheduleName: string | null;
+  /** The resolved run input (declared defaults filled in, keys sorted); `{}` when none. Never changes. */
+  readonly input: RunInput;
+  /** The run this one reruns (`qlr rerun`), or null. */
+  readonly rerunOf: string | null;
   readonly cancelRequestedAtMs: number | null;
   /** Ordinary runs waiting for a retry backoff are not admitted before this time. */
   readonly notBeforeMs: number | null;
@@ -62,6 +68,11 @@ export interface StepRun {
   readonly startedAtMs: number | null;
   readonly finishedAtMs: number | null;
   readonly createdAtMs: number;
+  /**
+   * The step's result for the steps that need it: the output of its succeeded attempt, or the
+   * output a rerun reused from the run it reruns. Null when the step has none (yet).
+   */
+  readonly output: JsonValue | null;
 }
 
 export interface ProcessHandleFacts {
@@ -98,6 +109,8 @@ export interface RunAttempt {
   readonly stopReason: StopReason | null;
   readonly stopRequestedAtMs: number | null;
   readonly error: string | null;
+  /** The JSON result the task left at `QLR_OUTPUT`, recorded once with its completion; null when it left none. */
+  readonly output: JsonValue | null;
   readonly leaseWorkerId: string | null;
   /** Fencing version of the remote lease; 0 while no worker ever held it. */
   readonly leaseVersion: number;

@@ -2,10 +2,11 @@ import { requireAttemptScope } from "./attempt-scope.ts";
 import { QlrError } from "./errors.ts";
 import { manifestError, type Manifest } from "./manifest/index.ts";
 import type { Run, RunAttempt, RunEvent, StepRun } from "./model.ts";
+import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { materializePlans, nextGeneration, reconcileTasks } from "./packages.ts";
 import type { StoreTx } from "./ports.ts";
 import { resolveFailedClosed } from "./recovery.ts";
-import { requestCancel } from "./runs.ts";
+import { createOrdinaryRun, createWorkflowRun, requestCancel } from "./runs.ts";
 import { initialScheduleState } from "./schedules.ts";
 
 /**
@@ -43,6 +44,61 @@ export async function applyPackage(tx: StoreTx, manifest: Manifest, nowMs: numbe
 }
 
 export { fireSchedule, startRun, type RunTarget, type StartRunRequest } from "./run-start.ts";
+
+export interface RerunRequest {
+  readonly runId: string;
+  /** Reuse the succeeded steps' outcomes and outputs; run only what did not succeed. */
+  readonly fromFailed: boolean;
+  readonly newRunId: string;
+  readonly idempotencyKey: string | null;
+}
+
+/**
+ * `qlr rerun`: a new run of the same generation (the same plan and reconciliation receipt, not
+ * the package head) with the same input, linked to the old one by `rerunOf`. From the failed
+ * steps, every succeeded step is created `succeeded` with the output it had and never runs
+ * again; the others run as in a fresh run. Only a finished run can be rerun, and a rerun from
+ * the failed steps of a run that failed nothing is refused: there would be nothing to run.
+ * The same idempotency key returns the same rerun for the same request, and is a conflict for
+ * another one.
+ */
+export async function rerunRun(tx: StoreTx, request: RerunRequest, nowMs: number): Promise<{ run: Run; created: boolean }> {
+  if (request.idempotencyKey !== null) {
+    const existing = await tx.getRunByIdempotencyKey(request.idempotencyKey);
+    if (existing !== null) {
+      if (existing.rerunOf !== request.runId) throw new QlrError("conflict", `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id}, which is not a rerun of ${request.runId}`);
+      return { run: existing, created: false };
+    }
+  }
+  const old = await tx.getRun(request.runId);
+  if (old === null) throw new QlrError("not_found", `run ${request.runId} does not exist`);
+  if (!TERMINAL_RUN_STATUSES.has(old.status)) throw new QlrError("conflict", `run ${old.id} is ${old.status}: only a finished run can be rerun`);
+  const reconciliation = await tx.getReconciliation(old.reconciliationDigest);
+  if (reconciliation === null) throw new QlrError("integrity", `run ${old.id}: reconciliation receipt missing`);
+  const options = { runId: request.newRunId, nowMs, idempotencyKey: request.idempotencyKey, scheduleName: null, input: old.input, rerunOf: old.id };
+  if (old.kind === "ordinary") {
+    if (request.fromFailed && old.status === "succeeded") throw new QlrError("conflict", `run ${old.id} succeeded: there is no failed step to rerun`);
+    const definition = await tx.getTaskDefinitionFor(old.reconciliationDigest, old.target);
+    if (definition === null) throw new QlrError("integrity", `run ${old.id}: task ${old.target} has no definition in its generation`);
+    const created = createOrdinaryRun(definition, reconciliation, options);
+    await tx.apply(created.change);
+    return { run: created.run, created: true };
+  }
+  const plan = old.planDigest === null ? null : await tx.getPlan(old.planDigest);
+  if (plan === null) throw new QlrError("integrity", `run ${old.id}: plan ${String(old.planDigest)} missing`);
+  const reused = new Map<string, { output: StepRun["output"]; fromStepRunId: string }>();
+  if (request.fromFailed) {
+    const steps = await tx.getSteps(old.id);
+    for (const step of steps) {
+      // Failed, timed-out, cancelled and skipped steps (anything but succeeded) run again.
+      if (step.status === "succeeded") reused.set(step.name, { output: step.output, fromStepRunId: step.id });
+    }
+    if (reused.size === steps.length) throw new QlrError("conflict", `run ${old.id}: every step succeeded, there is no failed step to rerun`);
+  }
+  const created = createWorkflowRun(plan, reconciliation, options, reused);
+  await tx.apply(created.change);
+  return { run: created.run, created: true };
+}
 
 export async function cancelRun(tx: StoreTx, runId: string, nowMs: number, reason = "user"): Promise<Run> {
   const run = await tx.getRun(runId);

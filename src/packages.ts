@@ -1,3 +1,4 @@
+import type { InputDeclaration } from "./run-inputs.ts";
 import { digestOf, type Digest } from "./digest.ts";
 import { QlrError } from "./errors.ts";
 import type { ExecutorType } from "./model.ts";
@@ -244,6 +245,8 @@ export interface WorkflowPlan {
   readonly reconciliationDigest: Digest;
   /** Steps in a deterministic topological order. */
   readonly steps: readonly PlanStep[];
+  /** The workflow's declared inputs; present only when it declares any, so other plan digests stay as they were. */
+  readonly inputs?: readonly InputDeclaration[];
   readonly digest: Digest;
 }
 
@@ -270,6 +273,7 @@ function materializePlan(generation: Generation, receipt: ReconciliationReceipt,
     manifestDigest: generation.manifestDigest,
     reconciliationDigest: receipt.digest,
     steps,
+    ...(workflow.inputs === undefined ? {} : { inputs: workflow.inputs }),
   };
   return { ...body, digest: digestOf(body) };
 }

@@ -5,6 +5,7 @@ import type { NotificationEntry, NotificationState } from "./notifications.ts";
 import type { Overview } from "./overview.ts";
 import type { PurgeCandidate, PurgeKey } from "./retention.ts";
 import type { ScheduleState } from "./schedules.ts";
+import type { TaskContext } from "./task-context.ts";
 
 /**
  * The ports the core drives. They are shaped by what the cadence and the API need and
@@ -214,6 +215,8 @@ export type JournalEvidence = "present" | "absent" | "invalid" | "never_spawned"
 export interface LaunchRequest {
   readonly attempt: RunAttempt;
   readonly definition: TaskDefinition;
+  /** What the task is told about its run (ids, input, the outputs of the steps it needs). */
+  readonly context: TaskContext;
 }
 
 /**

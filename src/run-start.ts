@@ -1,6 +1,8 @@
 import { QlrError } from "./errors.ts";
 import type { Run } from "./model.ts";
+import type { WorkflowPlan } from "./packages.ts";
 import type { StoreTx } from "./ports.ts";
+import { resolveRunInput, sameInput, type InputDeclaration } from "./run-inputs.ts";
 import { createOrdinaryRun, createWorkflowRun } from "./runs.ts";
 import type { ScheduleState } from "./schedules.ts";
 
@@ -18,15 +20,34 @@ export interface StartRunRequest {
   readonly idempotencyKey: string | null;
   readonly scheduleName: string | null;
   readonly runId: string;
+  /** The raw run input, checked against the workflow's declared inputs; absent: none. */
+  readonly input?: unknown;
 }
 
-/** Creates a run on the package's head generation. The same idempotency key returns the same run. */
+/** The input declarations a run of this plan is checked against; null: the workflow declares none. */
+function declaredInputs(plan: WorkflowPlan | null): readonly InputDeclaration[] | null {
+  return plan?.inputs ?? null;
+}
+
+/**
+ * Creates a run on the package's head generation. The same idempotency key returns the same
+ * run, but only for the same target and the same input: a key names one request, and a
+ * different input under it is a conflict, never silently the earlier run.
+ */
 export async function startRun(tx: StoreTx, request: StartRunRequest, nowMs: number): Promise<{ run: Run; created: boolean }> {
   if (request.idempotencyKey !== null) {
     const existing = await tx.getRunByIdempotencyKey(request.idempotencyKey);
     if (existing !== null) {
       if (existing.package !== request.package || existing.target !== request.target.name || (existing.kind === "workflow") !== (request.target.kind === "workflow")) {
         throw new QlrError("conflict", `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} of another target`);
+      }
+      // Resolved against the declarations the existing run was created under, so defaults compare equal.
+      const plan = existing.planDigest === null ? null : await tx.getPlan(existing.planDigest);
+      const input = resolveRunInput(request.input, declaredInputs(plan));
+      if (!sameInput(existing.input, input)) {
+        throw new QlrError("conflict", `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} with another input`, {
+          details: [{ path: "input", message: "differs from the input of the run this idempotency key names" }],
+        });
       }
       return { run: existing, created: false };
     }
@@ -35,23 +56,23 @@ export async function startRun(tx: StoreTx, request: StartRunRequest, nowMs: num
   if (head === null) throw new QlrError("not_found", `package ${request.package} is not applied`);
   const reconciliation = await tx.getReconciliation(head.reconciliationDigest);
   if (reconciliation === null) throw new QlrError("integrity", `package ${request.package}: reconciliation receipt missing`);
-  const options = { runId: request.runId, nowMs, idempotencyKey: request.idempotencyKey, scheduleName: request.scheduleName };
+  const options = { runId: request.runId, nowMs, idempotencyKey: request.idempotencyKey, scheduleName: request.scheduleName, rerunOf: null };
   if (request.target.kind === "workflow") {
     const plan = await tx.findPlan(request.package, head.generation, request.target.name);
     if (plan === null) throw new QlrError("not_found", `package ${request.package} has no workflow ${request.target.name}`);
-    const created = createWorkflowRun(plan, reconciliation, options);
+    const created = createWorkflowRun(plan, reconciliation, { ...options, input: resolveRunInput(request.input, declaredInputs(plan)) });
     await tx.apply(created.change);
     return { run: created.run, created: true };
   }
   const definition = await tx.getTaskDefinitionFor(reconciliation.digest, request.target.name);
   if (definition === null) throw new QlrError("not_found", `package ${request.package} has no task ${request.target.name}`);
-  const created = createOrdinaryRun(definition, reconciliation, options);
+  const created = createOrdinaryRun(definition, reconciliation, { ...options, input: resolveRunInput(request.input, null) });
   await tx.apply(created.change);
   return { run: created.run, created: true };
 }
 
 export async function fireSchedule(tx: StoreTx, schedule: ScheduleState, runId: string, nowMs: number): Promise<Run> {
   const target: RunTarget = schedule.spec.target.kind === "workflow" ? { kind: "workflow", name: schedule.spec.target.name } : { kind: "task", name: schedule.spec.target.name };
-  const { run } = await startRun(tx, { package: schedule.package, target, idempotencyKey: null, scheduleName: schedule.name, runId }, nowMs);
+  const { run } = await startRun(tx, { package: schedule.package, target, idempotencyKey: null, scheduleName: schedule.name, runId, input: schedule.spec.input }, nowMs);
   return run;
 }

@@ -1,6 +1,8 @@
 import { derivedId } from "./digest.ts";
 import { QlrError } from "./errors.ts";
 import { assertPortableId } from "./identity.ts";
+import type { JsonValue } from "./canonical-json.ts";
+import type { RunInput } from "./run-inputs.ts";
 import { eventId, frontierMarks, RunChange, stepDigest } from "./aggregate.ts";
 import type { ChangeSet, RowChange, Run, RunEvent, StepMutation, StepRun } from "./model.ts";
 import { EMPTY_CHANGE_SET, TERMINAL_RUN_STATUSES } from "./model.ts";
@@ -24,14 +26,24 @@ export interface NewRunOptions {
   readonly nowMs: number;
   readonly idempotencyKey: string | null;
   readonly scheduleName: string | null;
+  /** The resolved input (see `resolveRunInput`); absent: `{}`. */
+  readonly input?: RunInput;
+  /** A rerun: the run it reruns; absent: null. */
+  readonly rerunOf?: string | null;
 }
+
+/**
+ * A rerun's reused steps: step name to the output it keeps. Each is created `succeeded` with
+ * that output and never runs again; the frontier readies what needs it as usual.
+ */
+export type ReusedSteps = ReadonlyMap<string, { readonly output: JsonValue | null; readonly fromStepRunId: string }>;
 
 /**
  * A workflow run is created `running` with every step `pending`, bound to one plan and the
  * reconciliation receipt of the same generation. One `run.created` event carries the plan;
  * each step's creation leaves its canonical mutation.
  */
-export function createWorkflowRun(plan: WorkflowPlan, reconciliation: ReconciliationReceipt, options: NewRunOptions): { run: Run; steps: StepRun[]; change: ChangeSet } {
+export function createWorkflowRun(plan: WorkflowPlan, reconciliation: ReconciliationReceipt, options: NewRunOptions, reused: ReusedSteps = new Map()): { run: Run; steps: StepRun[]; change: ChangeSet } {
   assertPortableId(options.runId, "runId");
   checkIdempotencyKey(options.idempotencyKey);
   if (reconciliation.package !== plan.package || reconciliation.generation !== plan.generation || reconciliation.digest !== plan.reconciliationDigest) {
@@ -51,6 +63,8 @@ export function createWorkflowRun(plan: WorkflowPlan, reconciliation: Reconcilia
     attemptSeq: 0,
     idempotencyKey: options.idempotencyKey,
     scheduleName: options.scheduleName,
+    input: options.input ?? {},
+    rerunOf: options.rerunOf ?? null,
     cancelRequestedAtMs: null,
     notBeforeMs: null,
     createdAtMs: options.nowMs,
@@ -65,23 +79,37 @@ export function createWorkflowRun(plan: WorkflowPlan, reconciliation: Reconcilia
     atMs: options.nowMs,
     stepRunId: null,
     attemptId: null,
-    data: { kind: "workflow", package: plan.package, generation: plan.generation, workflow: plan.workflow, planDigest: plan.digest, steps: plan.steps.map((step) => step.name) },
+    data: {
+      kind: "workflow",
+      package: plan.package,
+      generation: plan.generation,
+      workflow: plan.workflow,
+      planDigest: plan.digest,
+      steps: plan.steps.map((step) => step.name),
+      ...runCreatedExtras(options),
+      ...(reused.size === 0 ? {} : { reusedSteps: [...reused.entries()].map(([name, from]) => ({ step: name, fromStepRunId: from.fromStepRunId })) }),
+    },
   };
+  for (const name of reused.keys()) {
+    if (!plan.steps.some((step) => step.name === name)) throw new QlrError("integrity", `rerun reuses step ${name}, which plan ${plan.digest} does not have`);
+  }
   const steps: StepRun[] = plan.steps.map((planStep) => {
-    const base = {
+    const kept = reused.get(planStep.name);
+    const base: Omit<StepRun, "digest"> = {
       id: stepRunId(run.id, planStep.name),
       runId: run.id,
       name: planStep.name,
       task: planStep.task,
       needs: [...planStep.needs],
-      status: "pending" as const,
+      status: kept === undefined ? "pending" : "succeeded",
       version: 1,
       attemptCount: 0,
       readyAtMs: null,
       notBeforeMs: null,
       startedAtMs: null,
-      finishedAtMs: null,
+      finishedAtMs: kept === undefined ? null : options.nowMs,
       createdAtMs: options.nowMs,
+      output: kept?.output ?? null,
     };
     return { ...base, digest: stepDigest(base) };
   });
@@ -90,7 +118,7 @@ export function createWorkflowRun(plan: WorkflowPlan, reconciliation: Reconcilia
     stepRunId: step.id,
     version: 1,
     fromStatus: null,
-    toStatus: "pending",
+    toStatus: step.status,
     fromDigest: null,
     toDigest: step.digest,
     eventSeq: 1,
@@ -99,6 +127,14 @@ export function createWorkflowRun(plan: WorkflowPlan, reconciliation: Reconcilia
   const runs: RowChange<Run>[] = [{ before: null, after: run }];
   const stepRows: RowChange<StepRun>[] = steps.map((step) => ({ before: null, after: step }));
   return { run, steps, change: { runs, steps: stepRows, attempts: [], events: [created], mutations, admissions: [], frontierDue: frontierMarks(runs, stepRows) } };
+}
+
+/** What `run.created` says beyond the target: the input and the rerun link, only when there are any. */
+function runCreatedExtras(options: NewRunOptions): Record<string, unknown> {
+  return {
+    ...(options.input === undefined || Object.keys(options.input).length === 0 ? {} : { input: options.input }),
+    ...(options.rerunOf === undefined || options.rerunOf === null ? {} : { rerunOf: options.rerunOf }),
+  };
 }
 
 /** An ordinary run executes one task definition of its generation; it starts `queued`. */
@@ -123,6 +159,8 @@ export function createOrdinaryRun(definition: TaskDefinition, reconciliation: Re
     attemptSeq: 0,
     idempotencyKey: options.idempotencyKey,
     scheduleName: options.scheduleName,
+    input: options.input ?? {},
+    rerunOf: options.rerunOf ?? null,
     cancelRequestedAtMs: null,
     notBeforeMs: null,
     createdAtMs: options.nowMs,
@@ -137,7 +175,7 @@ export function createOrdinaryRun(definition: TaskDefinition, reconciliation: Re
     atMs: options.nowMs,
     stepRunId: null,
     attemptId: null,
-    data: { kind: "ordinary", package: definition.package, generation: definition.generation, task: definition.task, taskRevision: definition.revision },
+    data: { kind: "ordinary", package: definition.package, generation: definition.generation, task: definition.task, taskRevision: definition.revision, ...runCreatedExtras(options) },
   };
   return { run, change: { ...EMPTY_CHANGE_SET, runs: [{ before: null, after: run }], events: [created] } };
 }

@@ -1,3 +1,4 @@
+import { canonicalJson, type JsonValue } from "../src/canonical-json.ts";
 import type { Digest } from "../src/digest.ts";
 import type { ChangeSet, EventType, Run, RunAttempt, RunEvent, StepMutation, StepRun } from "../src/model.ts";
 import type { PackageHead } from "../src/ports.ts";
@@ -27,7 +28,7 @@ function textOrNull(value: unknown): string | null {
 
 export const RUN_COLUMNS = [
   "id", "kind", "package", "generation", "target", "plan_digest", "reconciliation_digest", "status", "version", "event_seq", "attempt_seq",
-  "idempotency_key", "schedule_name", "cancel_requested_at_ms", "not_before_ms", "created_at_ms", "updated_at_ms", "finished_at_ms",
+  "idempotency_key", "schedule_name", "cancel_requested_at_ms", "not_before_ms", "created_at_ms", "updated_at_ms", "finished_at_ms", "input", "rerun_of",
 ] as const;
 export type RunRow = Record<(typeof RUN_COLUMNS)[number], unknown>;
 
@@ -45,8 +46,19 @@ export function runMutableParams(run: Run): SqlParam[] {
 export function runParams(run: Run): SqlParam[] {
   return [
     run.id, run.kind, run.package, run.generation, run.target, run.planDigest, run.reconciliationDigest, run.status, run.version, run.eventSeq, run.attemptSeq,
-    run.idempotencyKey, run.scheduleName, run.cancelRequestedAtMs, run.notBeforeMs, run.createdAtMs, run.updatedAtMs, run.finishedAtMs,
+    run.idempotencyKey, run.scheduleName, run.cancelRequestedAtMs, run.notBeforeMs, run.createdAtMs, run.updatedAtMs, run.finishedAtMs, canonicalJson(run.input), run.rerunOf,
   ];
+}
+
+/** A JSON column: text on SQLite, text or an already-parsed value on some PostgreSQL drivers. */
+function jsonOrNull(value: unknown): JsonValue | null {
+  if (value === null || value === undefined) return null;
+  return typeof value === "string" ? (JSON.parse(value) as JsonValue) : (value as JsonValue);
+}
+
+/** An output as stored: canonical JSON text, or NULL for none (a JSON `null` output is no output). */
+function outputParam(output: JsonValue | null): string | null {
+  return output === null ? null : canonicalJson(output);
 }
 
 export function toRun(row: RunRow): Run {
@@ -69,11 +81,13 @@ export function toRun(row: RunRow): Run {
     createdAtMs: num(row.created_at_ms),
     updatedAtMs: num(row.updated_at_ms),
     finishedAtMs: numOrNull(row.finished_at_ms),
+    input: (jsonOrNull(row.input) ?? {}) as Run["input"],
+    rerunOf: textOrNull(row.rerun_of),
   };
 }
 
 export const STEP_COLUMNS = [
-  "id", "run_id", "position", "name", "task", "needs", "status", "version", "digest", "attempt_count", "ready_at_ms", "not_before_ms", "started_at_ms", "finished_at_ms", "created_at_ms",
+  "id", "run_id", "position", "name", "task", "needs", "status", "version", "digest", "attempt_count", "ready_at_ms", "not_before_ms", "started_at_ms", "finished_at_ms", "created_at_ms", "output",
 ] as const;
 export type StepRow = Record<(typeof STEP_COLUMNS)[number], unknown>;
 
@@ -82,7 +96,7 @@ export function stepParams(step: StepRun, change: ChangeSet): SqlParam[] {
   const position = change.steps.findIndex((candidate) => candidate.after.id === step.id);
   return [
     step.id, step.runId, position, step.name, step.task, JSON.stringify(step.needs), step.status, step.version, step.digest, step.attemptCount,
-    step.readyAtMs, step.notBeforeMs, step.startedAtMs, step.finishedAtMs, step.createdAtMs,
+    step.readyAtMs, step.notBeforeMs, step.startedAtMs, step.finishedAtMs, step.createdAtMs, outputParam(step.output),
   ];
 }
 
@@ -102,26 +116,32 @@ export function toStep(row: StepRow): StepRun {
     startedAtMs: numOrNull(row.started_at_ms),
     finishedAtMs: numOrNull(row.finished_at_ms),
     createdAtMs: num(row.created_at_ms),
+    output: jsonOrNull(row.output),
   };
+}
+
+export function stepOutputParam(step: StepRun): string | null {
+  return outputParam(step.output);
 }
 
 export const ATTEMPT_COLUMNS = [
   "id", "run_id", "step_run_id", "step_run_version", "number", "status", "executor", "pool", "version", "created_at_ms", "started_at_ms", "finished_at_ms", "deadline_at_ms",
   "timeout_ms", "exit_code", "signal", "pid", "process_start_ticks", "boot_id", "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms",
-  "lease_secret_digest", "owner_node_id",
+  "lease_secret_digest", "owner_node_id", "output",
 ] as const;
 export type AttemptRow = Record<(typeof ATTEMPT_COLUMNS)[number], unknown>;
 
 /** The columns an attempt update may change (see RUN_MUTABLE_COLUMNS for why the rest are never rewritten). */
 export const ATTEMPT_MUTABLE_COLUMNS = [
   "status", "version", "started_at_ms", "finished_at_ms", "deadline_at_ms", "exit_code", "signal", "pid", "process_start_ticks", "boot_id",
-  "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms", "lease_secret_digest", "owner_node_id",
+  "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms", "lease_secret_digest", "owner_node_id", "output",
 ] as const;
 
 export function attemptMutableParams(attempt: RunAttempt): SqlParam[] {
   return [
     attempt.status, attempt.version, attempt.startedAtMs, attempt.finishedAtMs, attempt.deadlineAtMs, attempt.exitCode, attempt.signal, attempt.pid, attempt.processStartTicks,
     attempt.bootId, attempt.stopReason, attempt.stopRequestedAtMs, attempt.error, attempt.leaseWorkerId, attempt.leaseVersion, attempt.leaseExpiresAtMs, attempt.leaseSecretDigest, attempt.ownerNodeId,
+    outputParam(attempt.output),
   ];
 }
 
@@ -130,7 +150,7 @@ export function attemptParams(attempt: RunAttempt): SqlParam[] {
     attempt.id, attempt.runId, attempt.stepRunId, attempt.stepRunVersion, attempt.number, attempt.status, attempt.executor, attempt.pool, attempt.version, attempt.createdAtMs,
     attempt.startedAtMs, attempt.finishedAtMs, attempt.deadlineAtMs, attempt.timeoutMs, attempt.exitCode, attempt.signal, attempt.pid, attempt.processStartTicks,
     attempt.bootId, attempt.stopReason, attempt.stopRequestedAtMs, attempt.error, attempt.leaseWorkerId, attempt.leaseVersion, attempt.leaseExpiresAtMs,
-    attempt.leaseSecretDigest, attempt.ownerNodeId,
+    attempt.leaseSecretDigest, attempt.ownerNodeId, outputParam(attempt.output),
   ];
 }
 
@@ -163,6 +183,7 @@ export function toAttempt(row: AttemptRow): RunAttempt {
     leaseExpiresAtMs: numOrNull(row.lease_expires_at_ms),
     leaseSecretDigest: textOrNull(row.lease_secret_digest),
     ownerNodeId: textOrNull(row.owner_node_id),
+    output: jsonOrNull(row.output),
   };
 }
 

@@ -222,8 +222,8 @@ class SqlStoreTx implements StoreTx {
         await this.q(`INSERT INTO step_runs (${rows.STEP_COLUMNS.join(", ")}) VALUES (${rows.STEP_COLUMNS.map(() => "?").join(", ")})`, rows.stepParams(after, change));
       } else {
         const updated = await this.q(
-          `UPDATE step_runs SET status = ?, version = ?, digest = ?, attempt_count = ?, ready_at_ms = ?, not_before_ms = ?, started_at_ms = ?, finished_at_ms = ? WHERE id = ? AND version = ? RETURNING id`,
-          [after.status, after.version, after.digest, after.attemptCount, after.readyAtMs, after.notBeforeMs, after.startedAtMs, after.finishedAtMs, before.id, before.version],
+          `UPDATE step_runs SET status = ?, version = ?, digest = ?, attempt_count = ?, ready_at_ms = ?, not_before_ms = ?, started_at_ms = ?, finished_at_ms = ?, output = ? WHERE id = ? AND version = ? RETURNING id`,
+          [after.status, after.version, after.digest, after.attemptCount, after.readyAtMs, after.notBeforeMs, after.startedAtMs, after.finishedAtMs, rows.stepOutputParam(after), before.id, before.version],
         );
         if (updated.length !== 1) throw new QlrError("conflict", `step run ${before.id} changed since version ${before.version}; nothing written`);
       }

@@ -20,6 +20,7 @@ import type {
   PackageDetailView,
   PackageList,
   RecoveryList,
+  RerunRequest,
   ResolveRequest,
   RunAnswer,
   RunDetail,
@@ -183,6 +184,10 @@ export class QlrClient {
     if (page.limit !== undefined) search.set("limit", String(page.limit));
     const text = search.toString();
     return this.json("GET", `runs/${segment(id)}/events${text === "" ? "" : `?${text}`}`);
+  }
+
+  rerun(id: string, request: RerunRequest = {}): Promise<RunAnswer> {
+    return this.json("POST", `runs/${segment(id)}/rerun`, jsonBody(request));
   }
 
   cancel(id: string): Promise<RunAnswer> {

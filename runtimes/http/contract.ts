@@ -9,6 +9,8 @@ import type { ScheduleState } from "../../src/schedules.ts";
 import type { NotificationEntry } from "../../src/notifications.ts";
 import type { Overview } from "../../src/overview.ts";
 import type { TaskSpec, WorkflowSpec } from "../../src/manifest/types.ts";
+import type { JsonValue } from "../../src/canonical-json.ts";
+import type { RunInput } from "../../src/run-inputs.ts";
 
 /**
  * The public HTTP contract (docs/API.md), declared once: the shapes the app answers, built by
@@ -43,6 +45,10 @@ export interface RunView {
   readonly cancelRequestedAtMs: number | null;
   readonly idempotencyKey: string | null;
   readonly scheduleName: string | null;
+  /** The resolved run input (declared defaults filled in); `{}` when none. */
+  readonly input: RunInput;
+  /** The run this one reruns, or null. */
+  readonly rerunOf: string | null;
 }
 
 export interface StepView {
@@ -55,6 +61,8 @@ export interface StepView {
   readonly attemptCount: number;
   readonly startedAtMs: number | null;
   readonly finishedAtMs: number | null;
+  /** What the steps that need this one receive: its succeeded attempt's output (or a rerun's reused one); null: none. */
+  readonly output: JsonValue | null;
 }
 
 export interface AttemptView {
@@ -70,6 +78,8 @@ export interface AttemptView {
   readonly pid: number | null;
   readonly stopReason: StopReason | null;
   readonly error: string | null;
+  /** The JSON the task left at `QLR_OUTPUT`, recorded with its completion; null: none. */
+  readonly output: JsonValue | null;
 }
 
 export interface EventView {
@@ -109,6 +119,15 @@ export interface StartRunRequest {
   readonly package: string;
   readonly workflow?: string;
   readonly task?: string;
+  readonly idempotencyKey?: string;
+  /** The run's input: at most 64 keys, 8 KiB as canonical JSON; checked against the workflow's `inputs:`. */
+  readonly input?: Readonly<Record<string, string | number | boolean>>;
+}
+
+/** `POST /runs/:id/rerun`. */
+export interface RerunRequest {
+  /** Reuse the succeeded steps (and their outputs); run the others. Default false: a full fresh run. */
+  readonly fromFailed?: boolean;
   readonly idempotencyKey?: string;
 }
 
@@ -240,6 +259,9 @@ export interface LeaseCompleteRequest extends LeaseFenceRequest {
   readonly signal: string | null;
   readonly stopReason: StopReason | null;
   readonly spawnError: string | null;
+  /** The output the receipt carries (null: none) and why it was refused; absent: none. */
+  readonly output?: JsonValue | null;
+  readonly outputError?: string | null;
 }
 
 export interface LeaseLostRequest extends LeaseFenceRequest {
@@ -270,11 +292,13 @@ export function runView(run: Run): RunView {
     cancelRequestedAtMs: run.cancelRequestedAtMs,
     idempotencyKey: run.idempotencyKey,
     scheduleName: run.scheduleName,
+    input: run.input,
+    rerunOf: run.rerunOf,
   };
 }
 
 export function stepView(step: StepRun): StepView {
-  return { id: step.id, name: step.name, task: step.task, needs: step.needs, status: step.status, version: step.version, attemptCount: step.attemptCount, startedAtMs: step.startedAtMs, finishedAtMs: step.finishedAtMs };
+  return { id: step.id, name: step.name, task: step.task, needs: step.needs, status: step.status, version: step.version, attemptCount: step.attemptCount, startedAtMs: step.startedAtMs, finishedAtMs: step.finishedAtMs, output: step.output };
 }
 
 export function attemptView(attempt: RunAttempt): AttemptView {
@@ -291,6 +315,7 @@ export function attemptView(attempt: RunAttempt): AttemptView {
     pid: attempt.pid,
     stopReason: attempt.stopReason,
     error: attempt.error,
+    output: attempt.output,
   };
 }
 

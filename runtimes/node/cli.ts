@@ -2,6 +2,7 @@ import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import type { FaultPoint } from "../../src/coordinator.ts";
 import { isPortableId } from "../../src/identity.ts";
+import { INPUT_KEY_PATTERN } from "../../src/run-inputs.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import { tryParseDurationMs } from "../../src/manifest/duration.ts";
 import { errorMessage } from "../../src/errors.ts";
@@ -27,6 +28,10 @@ Usage:
             [--retention-runs N]     keep at most N ended runs (QLR_RETENTION_RUNS, default 10000)
   qlr apply FILE                     apply a package manifest (YAML or JSON)
   qlr start PACKAGE/NAME [--wait]    start a workflow (or a task) run; --wait follows it
+            [--input KEY=VALUE]...   the run's input (checked against the workflow's inputs:)
+  qlr rerun RUN [--from-failed] [--wait]
+                                     run a finished run again (same generation and input);
+                                     --from-failed reuses its succeeded steps and their outputs
   qlr cancel RUN                     cancel a run (stops its processes)
   qlr resolve ATTEMPT --as lost --reason TEXT
                                      settle an attempt that failed closed, after checking
@@ -75,6 +80,8 @@ const OPTIONS = {
   status: { type: "string" },
   limit: { type: "string" },
   "idempotency-key": { type: "string" },
+  input: { type: "string", multiple: true },
+  "from-failed": { type: "boolean" },
   json: { type: "boolean" },
   coordinator: { type: "string" },
   pool: { type: "string" },
@@ -131,12 +138,35 @@ function runRequired(positionals: string[], index: number, what: string): string
   return value;
 }
 
+/** `--input KEY=VALUE` options as an input object; values stay text (the runtime applies declared types). */
+export function parseInputOptions(options: readonly string[]): Record<string, string> {
+  const input: Record<string, string> = {};
+  for (const option of options) {
+    const equals = option.indexOf("=");
+    if (equals < 1) throw new UsageError(`--input expects KEY=VALUE, got ${JSON.stringify(option)}`);
+    const key = option.slice(0, equals);
+    if (!INPUT_KEY_PATTERN.test(key)) throw new UsageError(`--input key ${JSON.stringify(key)} must match ${INPUT_KEY_PATTERN.source}`);
+    if (Object.hasOwn(input, key)) throw new UsageError(`--input ${key} is given twice`);
+    input[key] = option.slice(equals + 1);
+  }
+  return input;
+}
+
+/** A JSON value on one line, cut to `width` characters. */
+function brief(value: unknown, width = 72): string {
+  const text = JSON.stringify(value) ?? "null";
+  return text.length <= width ? text : `${text.slice(0, width - 1)}…`;
+}
+
 function renderDetail(detail: RunDetail): string {
   const lines = [`run ${detail.run.id}  ${detail.run.kind} ${detail.run.package}/${detail.run.target}  ${detail.run.status}`, `  created ${time(detail.run.createdAtMs)}  finished ${time(detail.run.finishedAtMs)}`];
+  if (detail.run.input !== undefined && Object.keys(detail.run.input).length > 0) lines.push(`  input ${brief(detail.run.input, 200)}`);
+  if (detail.run.rerunOf !== undefined && detail.run.rerunOf !== null) lines.push(`  rerun of ${detail.run.rerunOf}`);
   for (const step of detail.steps) {
     const attempts = detail.attempts.filter((attempt) => attempt.stepRunId === step.id);
     const last = attempts.at(-1);
     lines.push(`  ${step.name.padEnd(16)} ${step.status.padEnd(10)} attempts ${step.attemptCount}${last === undefined ? "" : `  last ${last.status} pid ${last.pid ?? "-"} exit ${last.exitCode ?? last.signal ?? "-"}${last.error === null ? "" : `  (${last.error})`}`}`);
+    if (step.output !== undefined && step.output !== null) lines.push(`  ${"".padEnd(16)} output ${brief(step.output)}`);
   }
   if (detail.run.kind === "ordinary") {
     for (const attempt of detail.attempts) lines.push(`  attempt ${attempt.number} ${attempt.status.padEnd(10)} pid ${attempt.pid ?? "-"} exit ${attempt.exitCode ?? attempt.signal ?? "-"}${attempt.error === null ? "" : `  (${attempt.error})`}`);
@@ -346,13 +376,28 @@ export async function main(argv: readonly string[]): Promise<number> {
         const isWorkflow = info.workflows.some((workflow) => workflow.name === name);
         if (!isWorkflow && !info.tasks.some((task) => task.name === name)) throw new UsageError(`package ${packageName} has no workflow or task named ${name}`);
         const key = parsed.values["idempotency-key"];
-        const body = { package: packageName, ...(isWorkflow ? { workflow: name } : { task: name }), ...(key === undefined ? {} : { idempotencyKey: key }) };
+        const input = parseInputOptions(parsed.values.input ?? []);
+        const body = { package: packageName, ...(isWorkflow ? { workflow: name } : { task: name }), ...(key === undefined ? {} : { idempotencyKey: key }), ...(Object.keys(input).length === 0 ? {} : { input }) };
         const { run } = await api.startRun(body);
         if (parsed.values.wait === true) {
           if (!config.json) process.stdout.write(`run ${run.id} started\n`);
           return await waitForRun(api, config, run.id);
         }
         print(config, { run }, () => `run ${run.id} ${run.status}`);
+        return 0;
+      }
+      case "rerun": {
+        const runId = runRequired(rest, 0, "RUN");
+        if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
+        const key = parsed.values["idempotency-key"];
+        const api = await client(config);
+        const body = { fromFailed: parsed.values["from-failed"] === true, ...(key === undefined ? {} : { idempotencyKey: key }) };
+        const { run } = await api.rerun(runId, body);
+        if (parsed.values.wait === true) {
+          if (!config.json) process.stdout.write(`run ${run.id} started (rerun of ${runId})\n`);
+          return await waitForRun(api, config, run.id);
+        }
+        print(config, { run }, () => `run ${run.id} ${run.status} (rerun of ${runId})`);
         return 0;
       }
       case "cancel": {

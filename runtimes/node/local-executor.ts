@@ -3,7 +3,16 @@ import type { ProcessHandleFacts, RunAttempt, StopReason } from "../../src/model
 import type { Executor, LaunchRequest } from "../../src/ports.ts";
 import type { LiveInspection, ReceiptEvidence } from "../../src/recovery.ts";
 import { QlrError } from "../../src/errors.ts";
-import { readBootId, type PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
+import { readBootId, type CompletionReceipt, type PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
+import { checkOutput, type OutputEvidence } from "../../src/task-output.ts";
+import { prepareTaskEnvironment } from "./task-env.ts";
+
+/** The output a valid receipt carries, checked against the output rules once more. */
+export function receiptOutput(receipt: CompletionReceipt): OutputEvidence {
+  const outputError = receipt.outputError ?? null;
+  if (outputError !== null) return { output: null, outputError };
+  return checkOutput(receipt.output ?? null);
+}
 
 /**
  * The `local_process` executor: the core's Executor port over the POSIX launcher. It adds no
@@ -39,10 +48,11 @@ export class LocalProcessExecutor implements Executor {
   async launch(request: LaunchRequest): Promise<ProcessHandleFacts> {
     const execution = request.definition.execution;
     if (execution.executor !== "local_process") throw new QlrError("integrity", `attempt ${request.attempt.id} is not a local_process attempt`);
+    const env = await prepareTaskEnvironment(this.launcher.stateDir, request.context, execution.env);
     const handle = await this.launcher.launch({
       attemptId: request.attempt.id,
       argv: execution.argv,
-      env: execution.env,
+      env,
       cwd: execution.cwd,
       user: execution.user ?? null,
       logMaxBytes: this.logMaxBytes,
@@ -59,7 +69,16 @@ export class LocalProcessExecutor implements Executor {
     const receipt = reading.receipt;
     return {
       status: "valid",
-      facts: { startedAtMs: receipt.startedAtMs, finishedAtMs: receipt.finishedAtMs, exitCode: receipt.exitCode, signal: receipt.signal, stopReason: receipt.stopReason, spawnError: receipt.spawnError },
+      facts: {
+        startedAtMs: receipt.startedAtMs,
+        finishedAtMs: receipt.finishedAtMs,
+        exitCode: receipt.exitCode,
+        signal: receipt.signal,
+        stopReason: receipt.stopReason,
+        spawnError: receipt.spawnError,
+        // Re-checked here too: the receipt authenticates the bytes, the rules are the core's.
+        ...receiptOutput(receipt),
+      },
     };
   }
 

@@ -8,6 +8,8 @@ import { errorMessage } from "../../src/errors.ts";
 import { ApiError, QlrClient } from "../http/client.ts";
 import type { LeaseFenceRequest } from "../http/contract.ts";
 import { systemClock } from "./host.ts";
+import { receiptOutput } from "./local-executor.ts";
+import { prepareTaskEnvironment } from "./task-env.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 import { DEFAULT_LOG_MAX_BYTES, isSpawnFailedError, loadOrCreateReceiptKey, PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
 
@@ -196,7 +198,8 @@ export class RemoteWorker {
     await this.coordinator.leaseStart({ ...this.fence(held), phase: "starting" });
     let handle: ProcessHandle;
     try {
-      handle = await this.launcher.launch({ attemptId: lease.attemptId, argv: lease.execution.argv, env: lease.execution.env, cwd: null, logMaxBytes: DEFAULT_LOG_MAX_BYTES });
+      const env = await prepareTaskEnvironment(this.launcher.stateDir, lease.context, lease.execution.env);
+      handle = await this.launcher.launch({ attemptId: lease.attemptId, argv: lease.execution.argv, env, cwd: null, logMaxBytes: DEFAULT_LOG_MAX_BYTES });
     } catch (error) {
       if (!isSpawnFailedError(error)) throw error;
       // Nothing ran; the receipt with the spawn error is on disk and is reported by tend().
@@ -213,8 +216,11 @@ export class RemoteWorker {
     const receipt = await this.launcher.readReceipt(attemptId);
     if (receipt.status === "valid") {
       const { startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError } = receipt.receipt;
+      // The output travels with the completion it was signed with; a repeated call (a lost
+      // answer) carries the same receipt, and the coordinator records the first one only.
+      const { output, outputError } = receiptOutput(receipt.receipt);
       try {
-        await this.coordinator.leaseComplete({ ...this.fence(held), startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError });
+        await this.coordinator.leaseComplete({ ...this.fence(held), startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError, output, outputError });
       } catch (error) {
         // A completion is retried until acknowledged; only a refused fence ends it (another
         // worker or the coordinator settled the attempt).

@@ -2,6 +2,7 @@ import { LineCounter, parseDocument } from "yaml";
 import { QlrError } from "../errors.ts";
 import { compareNames, findWorkflowProblems, type WorkflowProblem, type WorkflowStepInput } from "./dag.ts";
 import { MAX_MANIFEST_BYTES, utf8ByteLength } from "./limits.ts";
+import { resolveRunInput, type InputDeclaration, type InputValue } from "../run-inputs.ts";
 import { formatIssuePath, issuesFromZod, ManifestSchema, SHELL_PATH, type ManifestDocument } from "./schema.ts";
 import type { Manifest, ManifestFormat, ManifestIssue, ManifestParseResult, NotifierSpec, ScheduleSpec, TaskSpec, WorkflowSpec } from "./types.ts";
 
@@ -37,7 +38,30 @@ export function validateManifest(value: unknown): ManifestParseResult {
   if (!parsed.success) issues.push(...issuesFromZod(parsed.error));
   issues.push(...crossReferenceIssues(value));
   if (!parsed.success || issues.length > 0) return { ok: false, issues: sortIssues(issues) };
-  return { ok: true, manifest: normalize(parsed.data) };
+  const manifest = normalize(parsed.data);
+  const inputIssues = scheduleInputIssues(manifest);
+  if (inputIssues.length > 0) return { ok: false, issues: sortIssues(inputIssues) };
+  return { ok: true, manifest };
+}
+
+/**
+ * A schedule's `input:` is resolved against its workflow's declarations once, here: a schedule
+ * whose runs would all be refused (a missing required input, a wrong type) is a manifest error,
+ * not a failure at every fire. The stored spec keeps the resolved input, defaults filled in.
+ */
+function scheduleInputIssues(manifest: Manifest): ManifestIssue[] {
+  const issues: ManifestIssue[] = [];
+  for (const schedule of manifest.schedules) {
+    const workflow = schedule.target.kind === "workflow" ? manifest.workflows.find((candidate) => candidate.name === schedule.target.name) : undefined;
+    try {
+      const resolved = resolveRunInput(schedule.input ?? {}, workflow?.inputs ?? null, "input");
+      if (schedule.input !== undefined || Object.keys(resolved).length > 0) schedule.input = resolved;
+    } catch (error) {
+      const details = error instanceof QlrError ? error.details : [];
+      for (const detail of details) issues.push({ path: formatIssuePath(["schedules", schedule.name, ...detail.path.split(".")]), message: detail.message });
+    }
+  }
+  return issues;
 }
 
 /** The error an API answers with for a rejected manifest; `details` holds every issue. */
@@ -338,6 +362,8 @@ function normalize(document: ManifestDocument): Manifest {
     ([name, workflow]): WorkflowSpec => ({
       name,
       description: workflow.description ?? null,
+      // Present only when declared, so the digests of every workflow without inputs stay as they were.
+      ...(workflow.inputs === undefined ? {} : { inputs: sortedEntries(workflow.inputs).map(([inputName, declaration]): InputDeclaration => ({ name: inputName, type: declaration.type, required: declaration.required, default: (declaration.default ?? null) as InputDeclaration["default"] })) }),
       steps: sortedEntries(workflow.steps).map(([stepName, step]) => ({ name: stepName, task: step.task, needs: [...step.needs].sort(compareNames) })),
       ...normalizeNotify(workflow.notify),
     }),
@@ -352,6 +378,7 @@ function normalize(document: ManifestDocument): Manifest {
       missed: schedule.missed,
       enabled: schedule.enabled,
       ...normalizeNotify(schedule.notify),
+      ...(schedule.input === undefined ? {} : { input: schedule.input as Record<string, InputValue> }),
     }),
   );
   return { package: document.package, description: document.description ?? null, tasks, workflows, schedules };

@@ -31,6 +31,7 @@ import {
   utf8ByteLength,
 } from "./limits.ts";
 import type { ManifestIssue } from "./types.ts";
+import { INPUT_KEY_PATTERN, inputValueProblem, MAX_INPUT_KEYS } from "../run-inputs.ts";
 
 /**
  * The zod schemas of the manifest document (DESIGN.md §6). Every object is strict, so a typo
@@ -271,8 +272,44 @@ export const StepSchema = z.strictObject(
   { error: expecting("a mapping such as { task: hello, needs: [a] }") },
 );
 
+/** A declared input's value (a default, or a schedule's input): a string, a number or a boolean. */
+const InputValueSchema = z.unknown().superRefine((value, ctx) => {
+  const problem = inputValueProblem(value);
+  if (problem !== null) ctx.addIssue({ code: "custom", message: problem });
+});
+
+function checkInputDeclaration(declaration: unknown, ctx: z.RefinementCtx): void {
+  if (!isObjectLike(declaration) || declaration.default === undefined) return;
+  const type = declaration.type;
+  const value = declaration.default;
+  if ((type === "string" || type === "number" || type === "boolean") && typeof value !== type) {
+    ctx.addIssue({ code: "custom", path: ["default"], message: `must be a ${type}, as the input's type says` });
+  }
+  if (declaration.required === true) ctx.addIssue({ code: "custom", path: ["required"], message: "an input with a default is never missing: give either required: true or a default" });
+}
+
+export const InputDeclarationSchema = z
+  .strictObject(
+    {
+      type: z.enum(["string", "number", "boolean"], { error: expecting("string, number or boolean") }),
+      required: z.boolean({ error: expecting("true or false") }).default(false),
+      default: InputValueSchema.optional(),
+    },
+    { error: expecting("a mapping such as { type: string, required: true }") },
+  )
+  .superRefine(checkInputDeclaration, { when: always });
+
+function inputRecord<Value extends z.ZodType>(value: Value, noun: string) {
+  const keys = z.string().regex(INPUT_KEY_PATTERN, `the input name must match ${INPUT_KEY_PATTERN.source}`);
+  return z.record(keys, value, { error: expecting(`a mapping of input name to ${noun}`) }).superRefine((record, ctx) => {
+    const count = Object.keys(record).length;
+    if (count > MAX_INPUT_KEYS) ctx.addIssue({ code: "custom", message: `must have at most ${MAX_INPUT_KEYS} inputs, got ${count}` });
+  });
+}
+
 export const WorkflowSchema = z.strictObject(
   {
+    inputs: inputRecord(InputDeclarationSchema, "declaration").optional(),
     description: z
       .string({ error: expecting("a string") })
       .max(MAX_WORKFLOW_DESCRIPTION_LENGTH, `must be at most ${MAX_WORKFLOW_DESCRIPTION_LENGTH} characters`)
@@ -335,6 +372,7 @@ export const ScheduleSchema = z
       missed: z.enum(["skip", "fire_once"], { error: expecting("skip or fire_once") }).default("skip"),
       enabled: z.boolean({ error: expecting("true or false") }).default(true),
       notify: NotifySchema,
+      input: inputRecord(InputValueSchema, "value").optional(),
     },
     { error: expecting('a mapping such as { cron: "0 3 * * *", workflow: pipeline }') },
   )

@@ -1,3 +1,5 @@
+import type { InputDeclaration, InputValue } from "../run-inputs.ts";
+
 /**
  * The normalized manifest: every default filled in, durations in milliseconds, names as the
  * user wrote them, and every collection an array sorted by name (code-unit order, never
@@ -51,6 +53,8 @@ export interface StepSpec {
 export interface WorkflowSpec {
   name: string;
   description: string | null;
+  /** Sorted by name; present only when the workflow declares `inputs:` (so other digests stay as they were). */
+  inputs?: InputDeclaration[];
   /** Sorted by name; use `topologicalOrder` for execution order. */
   steps: StepSpec[];
   /** Alerts for runs of this workflow; absent when none. */
@@ -72,6 +76,8 @@ export interface ScheduleSpec {
   enabled: boolean;
   /** Alerts for the runs this schedule starts; absent when none. */
   notify?: NotifierSpec[];
+  /** The input of every run the schedule starts, resolved against the target's declarations; present only when given. */
+  input?: Record<string, InputValue>;
 }
 
 export interface Manifest {

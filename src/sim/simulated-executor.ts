@@ -1,4 +1,6 @@
+import type { JsonValue } from "../canonical-json.ts";
 import { QlrError } from "../errors.ts";
+import { checkOutput } from "../task-output.ts";
 import type { ProcessHandleFacts, RunAttempt, StopReason } from "../model.ts";
 import type { Clock, Executor, LaunchRequest } from "../ports.ts";
 import type { LiveInspection, ReceiptEvidence } from "../recovery.ts";
@@ -19,6 +21,9 @@ export interface SimulatedProcess {
   signal: string | null;
   stopReason: StopReason | null;
   spawnError: string | null;
+  /** What the process leaves at `QLR_OUTPUT` (null: nothing) and why it was refused. */
+  output: JsonValue | null;
+  outputError: string | null;
 }
 
 export interface SimulatedExecutorOptions {
@@ -41,6 +46,8 @@ export interface SimulatedExecutorOptions {
 export interface SimulatedOutcome {
   readonly exitCode: number;
   readonly durationMs: number;
+  /** The output the process leaves, as the runtime reads it (checked by the output rules). */
+  readonly output?: unknown;
 }
 
 export class SimulatedExecutor implements Executor {
@@ -89,8 +96,10 @@ export class SimulatedExecutor implements Executor {
             signal: null,
             stopReason: null,
             spawnError: spawnFails ? "ENOENT: simulated spawn failure" : null,
+            output: null,
+            outputError: null,
           }
-        : { attemptId: attempt.id, pid, startedAtMs, finishAtMs: startedAtMs + forced.durationMs, exitCode: forced.exitCode, signal: null, stopReason: null, spawnError: null };
+        : { attemptId: attempt.id, pid, startedAtMs, finishAtMs: startedAtMs + forced.durationMs, exitCode: forced.exitCode, signal: null, stopReason: null, spawnError: null, ...checkOutput(forced.output ?? null) };
     this.processes.set(attempt.id, simulated);
     return Promise.resolve({ pid, processStartTicks: String(startedAtMs), bootId: "sim-boot", startedAtMs });
   }
@@ -107,6 +116,8 @@ export class SimulatedExecutor implements Executor {
         signal: proc.signal,
         stopReason: proc.stopReason,
         spawnError: proc.spawnError,
+        output: proc.output,
+        outputError: proc.outputError,
         handle: { pid: proc.pid, processStartTicks: String(proc.startedAtMs), bootId: "sim-boot", startedAtMs: proc.startedAtMs },
       },
     });

@@ -111,7 +111,7 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
     const createdAtMs = h.clock.nowMs();
     const run = await h.startRun({ package: name, workflow: "diamond" });
     expect(sortedKeys(run)).toEqual(RUN_VIEW_KEYS);
-    expect(run).toEqual({ id: run.id, kind: "workflow", status: "running", package: name, generation: 1, target: "diamond", createdAtMs, finishedAtMs: null, cancelRequestedAtMs: null, idempotencyKey: null, scheduleName: null });
+    expect(run).toEqual({ id: run.id, kind: "workflow", status: "running", package: name, generation: 1, target: "diamond", createdAtMs, finishedAtMs: null, cancelRequestedAtMs: null, idempotencyKey: null, scheduleName: null, input: {}, rerunOf: null });
 
     const created = await h.runDetail(run.id);
     expect(created.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([

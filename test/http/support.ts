@@ -87,9 +87,9 @@ export type {
   TickReportView,
 } from "../../runtimes/http/contract.ts";
 
-export const RUN_VIEW_KEYS = ["cancelRequestedAtMs", "createdAtMs", "finishedAtMs", "generation", "id", "idempotencyKey", "kind", "package", "scheduleName", "status", "target"];
-export const STEP_VIEW_KEYS = ["attemptCount", "finishedAtMs", "id", "name", "needs", "startedAtMs", "status", "task", "version"];
-export const ATTEMPT_VIEW_KEYS = ["error", "executor", "exitCode", "finishedAtMs", "id", "number", "pid", "signal", "startedAtMs", "status", "stepRunId", "stopReason"];
+export const RUN_VIEW_KEYS = ["cancelRequestedAtMs", "createdAtMs", "finishedAtMs", "generation", "id", "idempotencyKey", "input", "kind", "package", "rerunOf", "scheduleName", "status", "target"];
+export const STEP_VIEW_KEYS = ["attemptCount", "finishedAtMs", "id", "name", "needs", "output", "startedAtMs", "status", "task", "version"];
+export const ATTEMPT_VIEW_KEYS = ["error", "executor", "exitCode", "finishedAtMs", "id", "number", "output", "pid", "signal", "startedAtMs", "status", "stepRunId", "stopReason"];
 export const EVENT_VIEW_KEYS = ["atMs", "attemptId", "data", "seq", "stepRunId", "type"];
 
 export interface CallOptions {
@@ -112,11 +112,13 @@ export interface CallResult {
 }
 
 /** What one test's simulated tasks do, decided by argv (see the file comment). */
-export function simulatedOutcome(request: LaunchRequest): { exitCode: number; durationMs: number } | undefined {
+export function simulatedOutcome(request: LaunchRequest): { exitCode: number; durationMs: number; output?: unknown } | undefined {
   const argv = request.definition.execution.argv;
   if (argv[0] !== "sim") return undefined;
   const durationMs = argv[2] === undefined ? DEFAULT_TASK_MS : Number(argv[2]);
-  return { exitCode: argv[1] === "fail" ? 1 : 0, durationMs };
+  // `["sim", "ok", "1000", "echo"]`: the step's output is its context (step, input, needs), as a task could write it.
+  const output = argv[3] === "echo" ? { step: request.context.step, input: request.context.input, needs: request.context.needs } : undefined;
+  return { exitCode: argv[1] === "fail" ? 1 : 0, durationMs, ...(output === undefined ? {} : { output }) };
 }
 
 /** The "log" of a simulated attempt: one line naming it, or null before it was launched. */

@@ -189,6 +189,7 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
           stepRunId: attempt!.stepRunId,
           taskRevision: definition.revision,
           execution: definition.execution,
+          context: { runId: runA, package: expect.any(String) as string, generation: 1, step: expect.any(String) as string, task: "work", attemptId: attempt!.id, attemptNumber: attempt!.number, input: {}, needs: expect.any(Object) as object },
         });
         expect(lease.leaseSecret).toMatch(/^[A-Za-z0-9_-]{16,128}$/);
         expect(lease.execution).toMatchObject({ executor: "remote_worker", pool: "pool-claim-a", argv: ["sh", "-c", "echo remote"], timeoutMs: STEP_TIMEOUT_MS });

@@ -318,7 +318,7 @@ describe("worker routes", () => {
   it("the happy path answers the documented shapes; a repeated completion is replayed and a late lost report is 409", async () => {
     const runId = await admittedRun("happy-routes", "pool-happy-routes");
     const lease = await claim("worker-1", "pool-happy-routes");
-    expect(Object.keys(lease).sort()).toEqual(["attemptId", "execution", "leaseExpiresAtMs", "leaseSecret", "leaseVersion", "runId", "stepRunId", "taskRevision"]);
+    expect(Object.keys(lease).sort()).toEqual(["attemptId", "context", "execution", "leaseExpiresAtMs", "leaseSecret", "leaseVersion", "runId", "stepRunId", "taskRevision"]);
     expect(lease).toMatchObject({ runId, leaseVersion: 1, leaseExpiresAtMs: clock.nowMs() + TTL_MS, execution: { executor: "remote_worker", pool: "pool-happy-routes", argv: ["sh", "-c", "true"] } });
     const fenceNow = { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: 1, leaseSecret: lease.leaseSecret };
     // Worker times the coordinator's clock makes impossible: a clear 400 naming the field.
@@ -340,9 +340,13 @@ describe("worker routes", () => {
     expect(await ok("/worker/heartbeat", fenceNow)).toEqual({ action: "continue", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
     clock.advance(1_000);
     const facts = { startedAtMs, finishedAtMs: clock.nowMs(), exitCode: 0, signal: null, stopReason: null, spawnError: null };
-    expect(await ok("/worker/complete", { ...fenceNow, ...facts })).toEqual({ status: "succeeded", replayed: false });
+    expect(await ok("/worker/complete", { ...fenceNow, ...facts, output: { rows: 3 }, outputError: null })).toEqual({ status: "succeeded", replayed: false });
     const before = await dump();
-    expect(await ok("/worker/complete", { ...fenceNow, ...facts })).toEqual({ status: "succeeded", replayed: true });
+    // A repeated completion (a lost answer) never records a second output, even a different one.
+    expect(await ok("/worker/complete", { ...fenceNow, ...facts, output: { rows: 4 }, outputError: null })).toEqual({ status: "succeeded", replayed: true });
+    expect(await dump()).toBe(before);
+    // The stored output is the first one (as the dump writes a text column).
+    expect(before).toContain(JSON.stringify(JSON.stringify({ rows: 3 })).slice(1, -1));
     const late = await call("/worker/lost", { json: { ...fenceNow, reason: "late" } });
     expect(late.status).toBe(409);
     expect(errorOf(late).code).toBe("conflict");

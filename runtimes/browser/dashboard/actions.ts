@@ -24,6 +24,23 @@ export async function startRun(packageName: string, kind: "workflow" | "task", n
   }
 }
 
+/** A finished run again (same generation and input); `fromFailed` keeps its succeeded steps and their outputs. */
+export async function rerunRun(id: string, fromFailed: boolean): Promise<void> {
+  if (state.api === null || state.busy) return;
+  state.busy = true;
+  try {
+    const { run } = await state.api.rerun(id, { fromFailed });
+    setMessage({ kind: "info", text: `Rerun of ${id}${fromFailed ? " from its failed steps" : ""}: run ${run.id}.` });
+    location.hash = runHref(run.id);
+  } catch (error) {
+    if (isUnauthorized(error)) return renderTokenForm("rejected");
+    setMessage({ kind: "error", text: `Could not rerun ${id}: ${describe(error)}` });
+    await refresh(false);
+  } finally {
+    state.busy = false;
+  }
+}
+
 export async function cancelRun(id: string, button: HTMLButtonElement): Promise<void> {
   if (state.api === null) return;
   button.disabled = true;

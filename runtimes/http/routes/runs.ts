@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import { z } from "zod";
 import { isPortableId, PACKAGE_NAME_PATTERN, RESOURCE_NAME_PATTERN } from "../../../src/identity.ts";
 import { RUN_STATUSES } from "../../../src/model.ts";
-import { cancelRun, getRunDetail, getRunEvents, latestStepAttempt, startRun } from "../../../src/operations.ts";
+import { cancelRun, getRunDetail, getRunEvents, latestStepAttempt, rerunRun, startRun } from "../../../src/operations.ts";
 import { attemptView, eventView, runView, stepView, type EventPage, type RunAnswer, type RunDetail, type RunPage } from "../contract.ts";
 import { writeTransaction, type AppDeps } from "../deps.ts";
 import { fail, jsonBody, paramsOf, queryOf } from "../validation.ts";
@@ -18,9 +18,18 @@ const startRunBody = z
     workflow: z.string().regex(RESOURCE_NAME_PATTERN).optional(),
     task: z.string().regex(RESOURCE_NAME_PATTERN).optional(),
     idempotencyKey: z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/).optional(),
+    // Checked by the core (resolveRunInput): keys, types, declarations, size.
+    input: z.record(z.string(), z.unknown()).optional(),
   })
   .strict()
   .refine((body) => (body.workflow === undefined) !== (body.task === undefined), { message: "exactly one of workflow or task", path: ["workflow"] });
+
+const rerunBody = z
+  .object({
+    fromFailed: z.boolean().default(false),
+    idempotencyKey: z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/).optional(),
+  })
+  .strict();
 
 /**
  * A whole number in a query string: decimal digits only. `Number()` alone would read "" and
@@ -67,7 +76,7 @@ export function runRoutes(deps: AppDeps): Hono {
     .post("/runs", jsonBody(startRunBody, "the run request"), async (c) => {
       const body = c.req.valid("json");
       const target = body.workflow !== undefined ? ({ kind: "workflow", name: body.workflow } as const) : ({ kind: "task", name: body.task ?? "" } as const);
-      const started = await writeTransaction(deps, (tx, nowMs) => startRun(tx, { package: body.package, target, idempotencyKey: body.idempotencyKey ?? null, scheduleName: null, runId: deps.ids.runId() }, nowMs));
+      const started = await writeTransaction(deps, (tx, nowMs) => startRun(tx, { package: body.package, target, idempotencyKey: body.idempotencyKey ?? null, scheduleName: null, runId: deps.ids.runId(), input: body.input }, nowMs));
       return c.json({ run: runView(started.run) } satisfies RunAnswer, started.created ? 201 : 200);
     })
     .get("/runs", queryOf(listQuery), async (c) => {
@@ -86,6 +95,13 @@ export function runRoutes(deps: AppDeps): Hono {
       const { after, limit } = c.req.valid("query");
       const events = await store.transaction(async (tx) => getRunEvents(tx, id, after, limit));
       return c.json({ events: events.map(eventView) } satisfies EventPage);
+    })
+    .post("/runs/:id/rerun", runParam, jsonBody(rerunBody, "the rerun request"), async (c) => {
+      const { id } = c.req.valid("param");
+      const body = c.req.valid("json");
+      const newRunId = deps.ids.runId();
+      const rerun = await writeTransaction(deps, (tx, nowMs) => rerunRun(tx, { runId: id, fromFailed: body.fromFailed, newRunId, idempotencyKey: body.idempotencyKey ?? null }, nowMs));
+      return c.json({ run: runView(rerun.run) } satisfies RunAnswer, rerun.created ? 201 : 200);
     })
     .post("/runs/:id/cancel", runParam, async (c) => {
       const { id } = c.req.valid("param");

@@ -3,6 +3,7 @@ import { z } from "zod";
 import { isPortableId } from "../../../src/identity.ts";
 import { LeaseService } from "../../../src/lease-service.ts";
 import { LEASE_SECRET_PATTERN, MAX_CLAIM_CAPACITY } from "../../../src/leases.ts";
+import { checkOutput } from "../../../src/task-output.ts";
 import type { ClaimAnswer, LeaseControlView, LeaseStartAnswer, WorkerCompletionView } from "../contract.ts";
 import type { AppDeps } from "../deps.ts";
 import { jsonBody } from "../validation.ts";
@@ -31,6 +32,9 @@ const completeBody = z
     signal: z.string().max(16).regex(/^[A-Z0-9]*$/).nullable(),
     stopReason: z.enum(["cancel", "timeout", "shutdown"]).nullable(),
     spawnError: z.string().max(1024).nullable(),
+    /** The task's output as its receipt carries it; checked against the output rules below. */
+    output: z.unknown().optional(),
+    outputError: z.string().max(1024).nullable().optional(),
   })
   .strict();
 const lostBody = z.object({ ...fence, reason: z.string().min(1).max(512) }).strict();
@@ -53,8 +57,11 @@ export function workerRoutes(deps: AppDeps): Hono {
       return c.json((await leases.heartbeat(request.attemptId, request)) satisfies LeaseControlView);
     })
     .post("/worker/complete", jsonBody(completeBody, WHAT), async (c) => {
-      const { attemptId, workerId, leaseVersion, leaseSecret, ...facts } = c.req.valid("json");
-      return c.json((await leases.complete(attemptId, { workerId, leaseVersion, leaseSecret }, facts)) satisfies WorkerCompletionView);
+      const { attemptId, workerId, leaseVersion, leaseSecret, output, outputError, ...facts } = c.req.valid("json");
+      // An output the rules refuse (too large, too deep) is recorded as a refused output, like a
+      // local one: the completion itself is still the worker's evidence and is kept.
+      const checked = outputError === undefined || outputError === null ? checkOutput(output ?? null) : { output: null, outputError };
+      return c.json((await leases.complete(attemptId, { workerId, leaseVersion, leaseSecret }, { ...facts, ...checked })) satisfies WorkerCompletionView);
     })
     .post("/worker/lost", jsonBody(lostBody, WHAT), async (c) => {
       const request = c.req.valid("json");

@@ -211,6 +211,11 @@ export class PosixLauncher {
     if (!Number.isSafeInteger(this.graceMs) || this.graceMs < 0) throw new QlrError("invalid_request", "graceMs must be a non-negative integer");
   }
 
+  /** The state directory the launcher keeps its files in (task files are kept beside them). */
+  get stateDir(): string {
+    return this.layout.stateDir;
+  }
+
   logPath(attemptId: string, stream: LogStream): string {
     return attemptLogPath(this.layout, attemptId, stream);
   }

@@ -3,6 +3,8 @@ import { stat } from "node:fs/promises";
 import { canonicalJson } from "../../../src/canonical-json.ts";
 import { hmacSha256Hex, timingSafeEqualText } from "../../../src/digest.ts";
 import { isPortableId } from "../../../src/identity.ts";
+import type { JsonValue } from "../../../src/canonical-json.ts";
+import { MAX_OUTPUT_BYTES } from "../../../src/task-output.ts";
 import { QlrError, errorCode } from "../../../src/errors.ts";
 import { createFileExclusiveDurable, ensureDurableDirectories, readSmallFile } from "./durable-file.ts";
 import { receiptPath, stateLayout, type StateLayout } from "./state-layout.ts";
@@ -28,13 +30,24 @@ export interface CompletionReceipt {
   readonly signal: string | null;
   readonly stopReason: StopReason | null;
   readonly spawnError: string | null;
+  /**
+   * The task's output (`QLR_OUTPUT`), read once after its process group ended, and why it was
+   * refused. Authenticated with the exit code, so an output is recorded exactly as its
+   * completion is. Receipts written before outputs existed have neither field.
+   */
+  readonly output?: JsonValue | null;
+  readonly outputError?: string | null;
   readonly mac: string;
 }
 
 export type UnsignedReceipt = Omit<CompletionReceipt, "mac">;
 
 const RECEIPT_KEYS = ["attemptId", "exitCode", "finishedAtMs", "mac", "signal", "spawnError", "startedAtMs", "stopReason"];
-export const RECEIPT_MAX_BYTES = 16 * 1024;
+const RECEIPT_KEYS_WITH_OUTPUT = ["attemptId", "exitCode", "finishedAtMs", "mac", "output", "outputError", "signal", "spawnError", "startedAtMs", "stopReason"];
+/** Room for the largest output (MAX_OUTPUT_BYTES of canonical JSON) besides the receipt's own fields. */
+export const RECEIPT_MAX_BYTES = 16 * 1024 + MAX_OUTPUT_BYTES;
+/** Output refusal reasons are clipped like spawn errors. */
+export const OUTPUT_ERROR_MAX_LENGTH = 1024;
 /** Spawn error texts are clipped so a receipt stays far below RECEIPT_MAX_BYTES. */
 export const SPAWN_ERROR_MAX_LENGTH = 1024;
 const MAC_PATTERN = /^[0-9a-f]{64}$/;
@@ -42,14 +55,20 @@ const MAC_PATTERN = /^[0-9a-f]{64}$/;
 /** MAC = HMAC-SHA256(key, canonical JSON of every receipt field except `mac`). */
 export function receiptMac(key: Uint8Array, fields: UnsignedReceipt): string {
   // The fields are picked one by one so an object carrying extra members (a whole receipt,
-  // say) can never change what is authenticated.
+  // say) can never change what is authenticated. The output fields are authenticated only
+  // when they say something, so a receipt without an output keeps the MAC it always had.
   const { attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError } = fields;
-  return hmacSha256Hex(key, canonicalJson({ attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError }));
+  const output = fields.output ?? null;
+  const outputError = fields.outputError ?? null;
+  const withOutput = output === null && outputError === null ? {} : { output, outputError };
+  return hmacSha256Hex(key, canonicalJson({ attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError, ...withOutput }));
 }
 
 export function signReceipt(key: Uint8Array, fields: UnsignedReceipt): CompletionReceipt {
   const { attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError } = fields;
-  return { attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError, mac: receiptMac(key, fields) };
+  const output = fields.output ?? null;
+  const outputError = fields.outputError ?? null;
+  return { attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError, output, outputError, mac: receiptMac(key, fields) };
 }
 
 /** Checks the exact shape of a parsed receipt; returns the reason it is not one, or null. */
@@ -57,7 +76,9 @@ function receiptShapeProblem(value: unknown): string | null {
   if (typeof value !== "object" || value === null || Array.isArray(value)) return "not a JSON object";
   const record = value as Record<string, unknown>;
   const keys = Object.keys(record).sort();
-  if (keys.length !== RECEIPT_KEYS.length || keys.some((key, index) => key !== RECEIPT_KEYS[index])) return `fields are [${keys.join(",")}], expected [${RECEIPT_KEYS.join(",")}]`;
+  const expected = keys.includes("output") ? RECEIPT_KEYS_WITH_OUTPUT : RECEIPT_KEYS;
+  if (keys.length !== expected.length || keys.some((key, index) => key !== expected[index])) return `fields are [${keys.join(",")}], expected [${expected.join(",")}]`;
+  if (record.outputError !== undefined && record.outputError !== null && typeof record.outputError !== "string") return "outputError is neither text nor null";
   if (!isPortableId(record.attemptId)) return "attemptId is not a portable identity";
   if (!Number.isSafeInteger(record.startedAtMs) || !Number.isSafeInteger(record.finishedAtMs)) return "times are not integers";
   if (record.exitCode !== null && !Number.isSafeInteger(record.exitCode)) return "exitCode is neither an integer nor null";

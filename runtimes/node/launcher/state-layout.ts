@@ -86,5 +86,8 @@ export function attemptFilesBesideJournal(layout: StateLayout, attemptId: string
     stopIntentPath(layout, id),
     spawnRecordPath(layout, id),
     receiptPath(layout, id),
+    // The task's output and needs files (runtimes/node/task-env.ts names them the same way).
+    join(layout.stateDir, "outputs", `${id}.output.json`),
+    join(layout.stateDir, "outputs", `${id}.needs.json`),
   ];
 }

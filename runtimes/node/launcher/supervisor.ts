@@ -19,7 +19,10 @@ import { join } from "node:path";
 import { errorMessage, errorCode } from "../../../src/errors.ts";
 import { readJournalRecord } from "./journal.ts";
 import { readBootId, readProcStatSync } from "./proc.ts";
-import { readReceiptKey, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive, type CompletionReceipt } from "./receipt.ts";
+import { OUTPUT_ERROR_MAX_LENGTH, readReceiptKey, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive, type CompletionReceipt } from "./receipt.ts";
+import { NO_OUTPUT } from "../../../src/task-output.ts";
+import { taskOutputPath } from "../task-env.ts";
+import { readTaskOutput } from "../task-output.ts";
 import { writeSpawnRecord } from "./spawn-record.ts";
 import { attemptLogPath, stateLayout, stopIntentPath, type StateLayout } from "./state-layout.ts";
 import { readStopReason, recordStopIntent } from "./stop-intent.ts";
@@ -436,12 +439,16 @@ class ResidentSupervisor {
    * receipt is never replaced.
    */
   private async finish(attemptId: string, startedAtMs: number, outcome: Pick<CompletionReceipt, "exitCode" | "signal" | "spawnError" | "finishedAtMs">): Promise<boolean> {
+    // Read once, after the task's group is gone and before the receipt: the output is signed
+    // with the exit code, so it is recorded exactly as the completion is.
+    const { output, outputError } = outcome.spawnError === null ? await readTaskOutput(taskOutputPath(this.layout.stateDir, attemptId)) : NO_OUTPUT;
+    const outputFields = { output, outputError: outputError?.slice(0, OUTPUT_ERROR_MAX_LENGTH) ?? null };
     let backoffMs = RECEIPT_RETRY_MIN_MS;
     let noted = false;
     for (;;) {
       try {
         const stopReason = await readStopReason(this.layout, attemptId);
-        await writeReceiptExclusive(this.layout, signReceipt(this.key, { attemptId, startedAtMs, stopReason, ...outcome }));
+        await writeReceiptExclusive(this.layout, signReceipt(this.key, { attemptId, startedAtMs, stopReason, ...outcome, ...outputFields }));
         return true;
       } catch (error) {
         if (errorCode((error as { cause?: unknown }).cause) === "EEXIST") {

@@ -6,10 +6,17 @@ import { renderDag, type DagStep } from "../../shared/dag.ts";
 import { h } from "../../shared/dom.ts";
 import { formatDuration, formatTime } from "../../shared/format.ts";
 import { statusBadge } from "../../shared/status.ts";
-import { cancelRun, reloadLog, startRun } from "../actions.ts";
+import { cancelRun, reloadLog, rerunRun, startRun } from "../actions.ts";
 import { runHref, stepHref, type Route } from "../router.ts";
 import { messageBox } from "../shell.ts";
 import { describe, state, type BuiltView, type LogState } from "../state.ts";
+
+/** A JSON value on one line, cut to `width` characters ("—" for none): outputs and inputs in tables. */
+export function briefJson(value: unknown, width = 80): string {
+  if (value === null || value === undefined) return "—";
+  const text = JSON.stringify(value);
+  return text.length <= width ? text : `${text.slice(0, width - 1)}…`;
+}
 
 /** `#/runs/<id>[/steps/<name>]`: one run with its graph, steps, attempts and a step's log. */
 
@@ -87,9 +94,18 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
             run.cancelRequestedAtMs === null ? null : [h("dt", {}, "Cancel requested"), h("dd", { class: "num" }, formatTime(run.cancelRequestedAtMs))],
             run.scheduleName === null ? null : [h("dt", {}, "Schedule"), h("dd", {}, run.scheduleName)],
             run.idempotencyKey === null ? null : [h("dt", {}, "Idempotency key"), h("dd", { class: "mono" }, run.idempotencyKey)],
+            Object.keys(run.input).length === 0 ? null : [h("dt", {}, "Input"), h("dd", { class: "mono", id: "run-input" }, JSON.stringify(run.input))],
+            run.rerunOf === null ? null : [h("dt", {}, "Rerun of"), h("dd", { class: "mono" }, h("a", { href: runHref(run.rerunOf), id: "rerun-of" }, run.rerunOf))],
           ),
           h("span", { class: "spacer" }),
-          h("div", { class: "button-row" }, cancel, again),
+          h(
+            "div",
+            { class: "button-row" },
+            cancel,
+            again,
+            terminal ? h("button", { type: "button", id: "rerun", "data-key": "rerun", onclick: () => void rerunRun(run.id, false) }, "Rerun") : null,
+            terminal && run.status !== "succeeded" ? h("button", { type: "button", id: "rerun-failed", "data-key": "rerun-failed", onclick: () => void rerunRun(run.id, true) }, "Rerun failed steps") : null,
+          ),
         ),
       ),
       h(
@@ -110,7 +126,7 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
               h(
                 "table",
                 { id: "steps-table" },
-                h("thead", {}, h("tr", {}, ["Step", "Task", "Needs", "Status", "Attempts", "Started", "Finished", "Log"].map((label) => h("th", { scope: "col", class: label === "Task" || label === "Needs" || label === "Started" ? "hide-narrow" : "" }, label)))),
+                h("thead", {}, h("tr", {}, ["Step", "Task", "Needs", "Status", "Attempts", "Started", "Finished", "Output", "Log"].map((label) => h("th", { scope: "col", class: label === "Task" || label === "Needs" || label === "Started" ? "hide-narrow" : "" }, label)))),
                 h(
                   "tbody",
                   {},
@@ -125,6 +141,7 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
                       h("td", { class: "num" }, String(step.attemptCount)),
                       h("td", { class: "num hide-narrow" }, formatTime(step.startedAtMs)),
                       h("td", { class: "num" }, formatTime(step.finishedAtMs)),
+                      h("td", { class: "mono", "data-output": step.name }, briefJson(step.output)),
                       h("td", {}, h("a", { href: stepHref(run.id, step.name), "data-key": `log-${step.name}`, "aria-label": `Log of step ${step.name}`, ...(selected === step.name ? { "aria-current": "true" } : {}) }, "View log")),
                     ),
                   ),
@@ -145,7 +162,7 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
               h(
                 "table",
                 { id: "attempts-table" },
-                h("thead", {}, h("tr", {}, ["#", "Step", "Status", "Executor", "PID", "Started", "Finished", "Exit", "Stop reason", "Error"].map((label) => h("th", { scope: "col" }, label)))),
+                h("thead", {}, h("tr", {}, ["#", "Step", "Status", "Executor", "PID", "Started", "Finished", "Exit", "Stop reason", "Output", "Error"].map((label) => h("th", { scope: "col" }, label)))),
                 h(
                   "tbody",
                   {},
@@ -162,6 +179,7 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
                       h("td", { class: "num" }, formatTime(attempt.finishedAtMs)),
                       h("td", { class: "num mono" }, attemptExit(attempt)),
                       h("td", {}, attempt.stopReason ?? "—"),
+                      h("td", { class: "mono" }, briefJson(attempt.output)),
                       h("td", { class: "error" }, attempt.error ?? ""),
                     ),
                   ),

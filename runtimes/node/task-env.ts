@@ -1,0 +1,74 @@
+import { mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { canonicalJson } from "../../src/canonical-json.ts";
+import { assertPortableId } from "../../src/identity.ts";
+import { inputValueText } from "../../src/run-inputs.ts";
+import type { TaskContext } from "../../src/task-context.ts";
+
+/**
+ * The environment a task runs with, beyond its own declared `env`: who it is (run, step,
+ * attempt, package, generation), the run's input, where to leave its output and where to read
+ * the outputs of the steps it needs. The one place that builds it, for the local executor and
+ * the remote worker alike; the launcher receives the result through its `env` parameter.
+ *
+ * | variable | value |
+ * |---|---|
+ * | `QLR_RUN_ID`, `QLR_PACKAGE`, `QLR_GENERATION` | the run |
+ * | `QLR_STEP`, `QLR_TASK` | the step name (an ordinary run: the task name) and its task |
+ * | `QLR_ATTEMPT_ID`, `QLR_ATTEMPT_NUMBER` | the attempt (numbers count per run, from 1) |
+ * | `QLR_INPUT_<key>` | each input value: text as given, numbers and booleans as JSON |
+ * | `QLR_INPUTS` | the whole input as canonical JSON (`{}` when none) |
+ * | `QLR_OUTPUT` | the path to write the step's JSON output to (optional) |
+ * | `QLR_NEEDS` | the path of a JSON file `{ "<step>": output or null }` of the needed steps |
+ *
+ * These names win over a declared `env` entry of the same name: a task cannot be told a wrong
+ * run id by its own manifest.
+ */
+
+/** Per-attempt task files (`<stateDir>/outputs/<attemptId>.output.json`, `.needs.json`). */
+export function taskFilesDir(stateDir: string): string {
+  return join(stateDir, "outputs");
+}
+
+export function taskOutputPath(stateDir: string, attemptId: string): string {
+  return join(taskFilesDir(stateDir), `${assertPortableId(attemptId, "attemptId")}.output.json`);
+}
+
+export function taskNeedsPath(stateDir: string, attemptId: string): string {
+  return join(taskFilesDir(stateDir), `${assertPortableId(attemptId, "attemptId")}.needs.json`);
+}
+
+/** The context variables alone (pure: tests and docs use it). */
+export function contextEnvironment(context: TaskContext, paths: { readonly outputPath: string; readonly needsPath: string }): Record<string, string> {
+  const env: Record<string, string> = {
+    QLR_RUN_ID: context.runId,
+    QLR_PACKAGE: context.package,
+    QLR_GENERATION: String(context.generation),
+    QLR_STEP: context.step,
+    QLR_TASK: context.task,
+    QLR_ATTEMPT_ID: context.attemptId,
+    QLR_ATTEMPT_NUMBER: String(context.attemptNumber),
+    QLR_INPUTS: canonicalJson(context.input),
+    QLR_OUTPUT: paths.outputPath,
+    QLR_NEEDS: paths.needsPath,
+  };
+  for (const [key, value] of Object.entries(context.input)) env[`QLR_INPUT_${key}`] = inputValueText(value);
+  return env;
+}
+
+/**
+ * Writes the attempt's needs file (temporary name, then rename: a task never reads half of
+ * it), clears any output file left under its name, and returns the task's whole environment:
+ * its declared env with the context variables over it. Called before the launch, so a task
+ * that starts finds everything in place.
+ */
+export async function prepareTaskEnvironment(stateDir: string, context: TaskContext, declaredEnv: Readonly<Record<string, string>>): Promise<Record<string, string>> {
+  const outputPath = taskOutputPath(stateDir, context.attemptId);
+  const needsPath = taskNeedsPath(stateDir, context.attemptId);
+  await mkdir(taskFilesDir(stateDir), { recursive: true, mode: 0o700 });
+  await rm(outputPath, { force: true });
+  const temporary = `${needsPath}.tmp-${process.pid}`;
+  await writeFile(temporary, `${canonicalJson(context.needs)}\n`, { mode: 0o600 });
+  await rename(temporary, needsPath);
+  return { ...declaredEnv, ...contextEnvironment(context, { outputPath, needsPath }) };
+}
