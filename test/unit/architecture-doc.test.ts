@@ -91,7 +91,7 @@ describe("docs/ARCHITECTURE.md", () => {
     expect(listed).toEqual([...STAGE_ORDER]);
   });
   it("every test the rule table names exists: the file, and an it/test with exactly that title in it", () => {
-    const rows = tableAfter("## 15. The design records, rule by rule");
+    const rows = tableAfter("## 16. The design records, rule by rule");
     expect(rows.length).toBeGreaterThan(20);
     const root = join(import.meta.dirname, "..", "..");
     const missing: string[] = [];

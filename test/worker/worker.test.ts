@@ -171,7 +171,7 @@ describe("the Worker", () => {
     expect(response.status).toBe(200);
     const { report } = await json<{ report: { profile: string; stages: { name: string; processed: number; errors: unknown[]; more: boolean }[]; more: boolean; durationMs: number } }>(response);
     expect(report.profile).toBe("edge");
-    expect(report.stages.map((stage) => stage.name)).toEqual(["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "purge"]);
+    expect(report.stages.map((stage) => stage.name)).toEqual(["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "notifications", "purge"]);
     for (const stage of report.stages) expect(stage.errors, stage.name).toEqual([]);
     expect(typeof report.more).toBe("boolean");
     expect(report.durationMs).toBeGreaterThanOrEqual(0);
