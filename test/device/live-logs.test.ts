@@ -5,27 +5,12 @@
  * only once the attempt ended and its log was read to the end.
  */
 import { spawn } from "node:child_process";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { buildBundle, type Bundle } from "../support/bundle.ts";
-import { Scratch } from "../support/scratch.ts";
-import { childEnv, startServe, stopAllServed } from "../support/serve-child.ts";
+import { describe, expect, it } from "vitest";
+import { useDeviceHarness } from "../support/device-harness.ts";
+import { childEnv, startServe } from "../support/serve-child.ts";
 import { waitFor } from "../support/wait.ts";
 
-let bundle: Bundle;
-const scratches: Scratch[] = [];
-
-beforeAll(async () => {
-  bundle = await buildBundle();
-});
-
-afterEach(async () => {
-  stopAllServed();
-  for (const item of scratches.splice(0)) await item.cleanup();
-});
-
-afterAll(async () => {
-  await bundle.cleanup();
-});
+const harness = useDeviceHarness();
 
 interface Chunk {
   attemptId: string;
@@ -45,13 +30,12 @@ function waitGate(gate: string): string {
 
 describe("live logs", () => {
   it("qlr logs -f and the chunk route follow a step's output while it runs, until the attempt ends", { timeout: 120_000 }, async () => {
-    const dir = await Scratch.create("live-logs");
-    scratches.push(dir);
+    const dir = await harness.scratch("live-logs");
     const first = dir.gate("first");
     const second = dir.gate("second");
     const script = ["echo 'line 1'", waitGate(first), "printf 'line 2 \\342\\234\\223\\n'", "echo 'oops' >&2", waitGate(second), "echo 'line 3'"].join("\n");
     const { text } = await dir.manifest("live", { talk: dir.task({ label: "talk", then: script }) }, { chatty: { steps: { talk: { task: "talk" } } } });
-    const served = await startServe(bundle, dir.stateDir);
+    const served = await startServe(harness.bundle, dir.stateDir);
     await served.api.apply(text);
     const run = await served.api.startWorkflow("live", "chatty");
     const chunk = async (query: string): Promise<{ status: number; body: Chunk }> => served.api.call<Chunk>("GET", `/runs/${run.id}/steps/talk/log?${query}`);
@@ -64,7 +48,7 @@ describe("live logs", () => {
     // The process writes as soon as it exists, possibly before its attempt is recorded running.
     expect(["starting", "running"]).toContain(early.attemptStatus);
 
-    const follower = spawn(process.execPath, [bundle.qlr, "logs", "-f", run.id, "talk", "--state-dir", dir.stateDir, "--url", served.url], { env: childEnv(), stdio: ["ignore", "pipe", "pipe"] });
+    const follower = spawn(process.execPath, [harness.bundle.qlr, "logs", "-f", run.id, "talk", "--state-dir", dir.stateDir, "--url", served.url], { env: childEnv(), stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     follower.stdout.setEncoding("utf8");

@@ -5,38 +5,23 @@
  * restart, a cancel and a 1 s deadline still reach the exact process through the resident
  * supervisor, and the run converges in bounded cycles.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { describe, expect, it } from "vitest";
+import { useDeviceHarness } from "../support/device-harness.ts";
 import { waitFor } from "../support/wait.ts";
 import { isRunning, waitUntilGone } from "../support/proc.ts";
-import { Scratch } from "../support/scratch.ts";
+import type { Scratch } from "../support/scratch.ts";
 import { expectReceiptsHonoured, readReceipt } from "../support/state-files.ts";
-import { type Served, startServe, stopAllServed } from "../support/serve-child.ts";
+import { type Served, startServe } from "../support/serve-child.ts";
 import { attemptsOf, stepNamed } from "../support/api-client.ts";
 import type { RunDetail } from "../support/api-views.ts";
 
-let bundle: Bundle;
-const scratches: Scratch[] = [];
-
-beforeAll(async () => {
-  bundle = await buildBundle();
-});
-
-afterEach(async () => {
-  stopAllServed();
-  for (const item of scratches.splice(0)) await item.cleanup();
-});
-
-afterAll(async () => {
-  await bundle.cleanup();
-});
+const harness = useDeviceHarness();
 
 /** Starts a one-step workflow under the fault and waits until its process runs with no persisted handle. */
 async function startStuck(name: string, task: (dir: Scratch) => Record<string, unknown>): Promise<{ dir: Scratch; served: Served; runId: string; pid: number; attemptId: string }> {
-  const dir = await Scratch.create(name);
-  scratches.push(dir);
+  const dir = await harness.scratch(name);
   const { file } = await dir.manifest("stuck", { ta: task(dir) }, { pipeline: { steps: { a: { task: "ta" } } } });
-  const served = await startServe(bundle, dir.stateDir, { fault: "dispatch.after_spawn", faultAction: "throw", apply: [file] });
+  const served = await startServe(harness.bundle, dir.stateDir, { fault: "dispatch.after_spawn", faultAction: "throw", apply: [file] });
   const runId = (await served.api.startWorkflow("stuck", "pipeline")).id;
   const spawn = await waitFor("step a's process to run", async () => (await dir.spawns()).find((entry) => entry.label === "a"));
   // Cycles pass; the attempt stays `starting` without a handle while its process runs.
