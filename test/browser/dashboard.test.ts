@@ -273,7 +273,8 @@ describe("dashboard on qlr serve", () => {
     expect(await page.evaluate(() => document.activeElement?.id)).toBe("skip-link");
     await page.locator("#status-filter").selectOption("cancelled");
     await page.waitForURL(/status=cancelled/);
-    await page.locator('#runs-table tr[data-status="cancelled"]').first().waitFor();
+    // The URL changes before the filtered list arrives: wait for the table rendered for this filter.
+    await page.locator('#runs-table[data-filter="cancelled"] tr[data-status="cancelled"]').first().waitFor();
     expect(await page.locator('#runs-table tbody tr:not([data-status="cancelled"])').count()).toBe(0);
     await page.locator("#runs-table a.run-target").first().click();
     await page.locator("svg.dag").waitFor();

@@ -13,14 +13,16 @@ import { retentionNote, startButtons } from "./parts.ts";
 
 /** `#/runs`: start buttons and the runs, newest first, filtered by status and paged by cursor. */
 
-export function runsTable(runs: readonly RunView[], nowMs: number): Child {
-  if (runs.length === 0) return h("p", { class: "empty" }, "No runs match.");
+/** The table says which filter it shows (`data-filter`), so a reader never mistakes the previous list for the new one. */
+export function runsTable(runs: readonly RunView[], nowMs: number, statusFilter: string | null): Child {
+  const filter = statusFilter ?? "";
+  if (runs.length === 0) return h("p", { class: "empty", id: "runs-empty", "data-filter": filter }, "No runs match.");
   return h(
     "div",
     { class: "table-wrap" },
     h(
       "table",
-      { id: "runs-table" },
+      { id: "runs-table", "data-filter": filter },
       h("caption", { class: "visually-hidden" }, "Runs, newest first"),
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Run"), h("th", { scope: "col" }, "Status"), h("th", { scope: "col", class: "hide-narrow" }, "Kind"), h("th", { scope: "col" }, "Created"), h("th", { scope: "col", class: "hide-narrow" }, "Duration"))),
       h(
@@ -73,7 +75,7 @@ export async function runsView(client: QlrClient, view: Extract<Route, { view: "
           h("span", { class: "spacer" }),
           h("div", { class: "filters" }, h("label", { for: "status-filter" }, "Status"), select),
         ),
-        runsTable(runs, nowMs),
+        runsTable(runs, nowMs, view.status),
         retentionNote(info),
         nextCursor === null
           ? null
