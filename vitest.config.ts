@@ -19,7 +19,11 @@ import { configDefaults, defineConfig, type TestProjectInlineConfiguration } fro
 const POSTGRES_SETUP = "test/support/global-setup.ts";
 const CHROMIUM_SETUP = "test/support/chromium-setup.ts";
 
-function nodeProject(name: string, include: string[], options: { globalSetup?: string[]; exclude?: string[] } = {}): TestProjectInlineConfiguration {
+function nodeProject(
+  name: string,
+  include: string[],
+  options: { globalSetup?: string[]; exclude?: string[] } = {},
+): TestProjectInlineConfiguration {
   return {
     test: {
       name,
@@ -38,9 +42,20 @@ export default defineConfig({
   test: {
     projects: [
       nodeProject("unit", ["test/unit/**/*.test.ts"]),
-      nodeProject("storage", ["test/storage/**/*.test.ts", "test/leases/lease-contract.test.ts"], { globalSetup: [POSTGRES_SETUP] }),
+      nodeProject("storage", ["test/storage/**/*.test.ts", "test/leases/lease-contract.test.ts"], {
+        globalSetup: [POSTGRES_SETUP],
+      }),
       nodeProject("http", ["test/http/**/*.test.ts", "test/leases/worker-routes.test.ts"]),
-      nodeProject("device", ["test/device/**/*.test.ts", "test/launcher/**/*.test.ts", "test/leases/remote-worker-e2e.test.ts", "test/worker-e2e/**/*.test.ts"], { globalSetup: [POSTGRES_SETUP] }),
+      nodeProject(
+        "device",
+        [
+          "test/device/**/*.test.ts",
+          "test/launcher/**/*.test.ts",
+          "test/leases/remote-worker-e2e.test.ts",
+          "test/worker-e2e/**/*.test.ts",
+        ],
+        { globalSetup: [POSTGRES_SETUP] },
+      ),
       nodeProject("sim", ["test/sim/**/*.test.ts"]),
       nodeProject("browser", ["test/browser/**/*.test.ts"], { globalSetup: [CHROMIUM_SETUP] }),
       "test/worker/vitest.config.ts",

@@ -11,10 +11,27 @@
  * during the warm-up the statements of each transaction are counted.
  */
 import type { AdmissionCandidate } from "../src/ports.ts";
-import { coreComponents, fdatasyncComponent, statementExperiments, storeComponents, type ComponentTiming } from "./lib/components.ts";
+import {
+  coreComponents,
+  fdatasyncComponent,
+  statementExperiments,
+  storeComponents,
+  type ComponentTiming,
+} from "./lib/components.ts";
 import { startCpuProfile } from "./lib/profiler.ts";
 import { fileStoreSizes, openBenchStore, type StatementTally } from "./lib/stores.ts";
-import { ioDelta, log, now, readConfig, readProcIo, round, summarize, wideManifest, writeResult, type StoreKind } from "./lib/common.ts";
+import {
+  ioDelta,
+  log,
+  now,
+  readConfig,
+  readProcIo,
+  round,
+  summarize,
+  wideManifest,
+  writeResult,
+  type StoreKind,
+} from "./lib/common.ts";
 import { applyManifest, createWorld, startRuns } from "./lib/world.ts";
 
 export interface AdmissionConfig {
@@ -35,7 +52,10 @@ export interface AdmissionConfig {
 
 async function main(): Promise<void> {
   const config = readConfig<AdmissionConfig>();
-  const opened = await openBenchStore(config.store, 1_800_000_000_000, { dataRoot: config.dataRoot, postgresAdminUrl: process.env.QLR_BENCH_PG_URL });
+  const opened = await openBenchStore(config.store, 1_800_000_000_000, {
+    dataRoot: config.dataRoot,
+    postgresAdminUrl: process.env.QLR_BENCH_PG_URL,
+  });
   try {
     const world = createWorld(opened.store, { profile: "cluster" });
     const packageName = "bench";
@@ -43,19 +63,28 @@ async function main(): Promise<void> {
     const total = config.warmup + config.instrumented + config.admissions;
     const runCount = Math.ceil(total / config.width);
     const setupStartedAt = now();
-    const runIds = await startRuns(world, packageName, { kind: "workflow", name: "wide" }, runCount);
+    const runIds = await startRuns(
+      world,
+      packageName,
+      { kind: "workflow", name: "wide" },
+      runCount,
+    );
     for (const runId of runIds) await world.coordinator.frontier(runId);
     const candidates: AdmissionCandidate[] = [];
     let after: AdmissionCandidate | null = null;
     // Bounded: each page adds up to 64 candidates until `total` are listed or none remain.
     while (candidates.length < total) {
-      const page: AdmissionCandidate[] = await opened.store.transaction((tx) => tx.listAdmissionCandidates(after, 64, world.clock.nowMs()));
+      const page: AdmissionCandidate[] = await opened.store.transaction((tx) =>
+        tx.listAdmissionCandidates(after, 64, world.clock.nowMs()),
+      );
       candidates.push(...page);
       if (page.length === 0) break;
       after = page[page.length - 1] ?? null;
     }
     const setupMs = now() - setupStartedAt;
-    log(`${config.store}: ${runCount} runs of ${config.width} steps ready, ${candidates.length} candidates (setup ${Math.round(setupMs)} ms)`);
+    log(
+      `${config.store}: ${runCount} runs of ${config.width} steps ready, ${candidates.length} candidates (setup ${Math.round(setupMs)} ms)`,
+    );
 
     // Warm-up, then the instrumented admissions (counted and split into phases).
     let rejected = 0;
@@ -75,7 +104,8 @@ async function main(): Promise<void> {
     const instrumentedMs = now() - instrumentedStartedAt;
     opened.driver.counting = false;
     const tally: StatementTally = opened.driver.tally;
-    const perAdmission = (value: number, digits = 2): number => round(instrumented.length === 0 ? Number.NaN : value / instrumented.length, digits);
+    const perAdmission = (value: number, digits = 2): number =>
+      round(instrumented.length === 0 ? Number.NaN : value / instrumented.length, digits);
 
     // Timed.
     const timed = candidates.slice(config.warmup + config.instrumented);
@@ -85,7 +115,10 @@ async function main(): Promise<void> {
     const journalDeltas: number[] = [];
     const file = opened.fileDriver;
     const statsBefore = file?.stats();
-    const profiler = config.cpuProfilePath === undefined ? null : await startCpuProfile(config.cpuProfileIntervalUs ?? 100);
+    const profiler =
+      config.cpuProfilePath === undefined
+        ? null
+        : await startCpuProfile(config.cpuProfileIntervalUs ?? 100);
     const ioBefore = readProcIo();
     const startedAt = now();
     for (const candidate of timed) {
@@ -107,7 +140,8 @@ async function main(): Promise<void> {
     }
     const wallMs = now() - startedAt;
     const io = ioDelta(ioBefore, readProcIo());
-    if (profiler !== null && config.cpuProfilePath !== undefined) await profiler.stop(config.cpuProfilePath);
+    if (profiler !== null && config.cpuProfilePath !== undefined)
+      await profiler.stop(config.cpuProfilePath);
     const latency = summarize(samples);
     const busyMs = samples.reduce((sum, value) => sum + value, 0);
 
@@ -121,26 +155,68 @@ async function main(): Promise<void> {
       const checkpointAfter = file.stats();
       const count = timed.length;
       fileFigures = {
-        bytesWrittenPerAdmission: round((statsAfter.bytesWrittenTotal - statsBefore.bytesWrittenTotal) / count, 1),
-        journalBytesPerAdmission: round(journalDeltas.reduce((sum, value) => sum + value, 0) / Math.max(1, journalDeltas.length), 1),
+        bytesWrittenPerAdmission: round(
+          (statsAfter.bytesWrittenTotal - statsBefore.bytesWrittenTotal) / count,
+          1,
+        ),
+        journalBytesPerAdmission: round(
+          journalDeltas.reduce((sum, value) => sum + value, 0) / Math.max(1, journalDeltas.length),
+          1,
+        ),
         checkpointsDuringRun: statsAfter.checkpoints - statsBefore.checkpoints,
         admissionsWithCheckpoint: summarize(checkpointSamples),
         latencyWithoutCheckpoints: summarize(samplesWithoutCheckpoint),
-        explicitCheckpoint: { bytes: checkpointAfter.bytesWrittenTotal - checkpointBefore.bytesWrittenTotal, ms: round(checkpointMs, 3) },
+        explicitCheckpoint: {
+          bytes: checkpointAfter.bytesWrittenTotal - checkpointBefore.bytesWrittenTotal,
+          ms: round(checkpointMs, 3),
+        },
         sizesAfter: fileStoreSizes(opened.directory),
-        procIoPerAdmission: io === null ? null : { wchar: round(io.wchar / count, 1), writeBytes: round(io.writeBytes / count, 1), syscw: round(io.syscw / count, 2) },
+        procIoPerAdmission:
+          io === null
+            ? null
+            : {
+                wchar: round(io.wchar / count, 1),
+                writeBytes: round(io.writeBytes / count, 1),
+                syscw: round(io.syscw / count, 2),
+              },
       };
     }
 
     let components: ComponentTiming[] = [];
     const sample = timed[0] ?? instrumented[0] ?? warmup[0];
     if (config.componentIterations > 0 && sample !== undefined) {
-      components = await storeComponents(opened.store, opened.driver.inner, sample, world.clock.nowMs(), config.componentIterations);
-      components.push(...(await statementExperiments(opened.store, opened.driver.inner, sample, config.componentIterations)));
+      components = await storeComponents(
+        opened.store,
+        opened.driver.inner,
+        sample,
+        world.clock.nowMs(),
+        config.componentIterations,
+      );
+      components.push(
+        ...(await statementExperiments(
+          opened.store,
+          opened.driver.inner,
+          sample,
+          config.componentIterations,
+        )),
+      );
       if (config.store === "sqljs-file") {
-        components.push(...(await coreComponents(opened.store, opened.driver.inner, sample, world.clock.nowMs(), config.componentIterations)));
-        const recordBytes = typeof fileFigures?.journalBytesPerAdmission === "number" ? fileFigures.journalBytesPerAdmission : 2048;
-        components.push(await fdatasyncComponent(config.dataRoot, recordBytes, config.componentIterations));
+        components.push(
+          ...(await coreComponents(
+            opened.store,
+            opened.driver.inner,
+            sample,
+            world.clock.nowMs(),
+            config.componentIterations,
+          )),
+        );
+        const recordBytes =
+          typeof fileFigures?.journalBytesPerAdmission === "number"
+            ? fileFigures.journalBytesPerAdmission
+            : 2048;
+        components.push(
+          await fdatasyncComponent(config.dataRoot, recordBytes, config.componentIterations),
+        );
       }
     }
 
@@ -177,7 +253,11 @@ async function main(): Promise<void> {
       },
       statements: Object.entries(tally.byStatement)
         .sort((a, b) => b[1].ms - a[1].ms)
-        .map(([sql, entry]) => ({ sql, perAdmission: perAdmission(entry.count), msPerAdmission: perAdmission(entry.ms, 4) })),
+        .map(([sql, entry]) => ({
+          sql,
+          perAdmission: perAdmission(entry.count),
+          msPerAdmission: perAdmission(entry.ms, 4),
+        })),
       file: fileFigures,
       components,
     });

@@ -18,7 +18,18 @@ import { statSync } from "node:fs";
 import { readFileSync } from "node:fs";
 import type { AdmissionCandidate } from "../src/ports.ts";
 import type { ProfileName } from "../src/profiles.ts";
-import { diamondManifest, ioDelta, log, now, readConfig, readProcIo, round, wideManifest, writeResult, type ProcIo } from "./lib/common.ts";
+import {
+  diamondManifest,
+  ioDelta,
+  log,
+  now,
+  readConfig,
+  readProcIo,
+  round,
+  wideManifest,
+  writeResult,
+  type ProcIo,
+} from "./lib/common.ts";
 import { databaseComposition } from "./lib/db-composition.ts";
 import { journalAnatomy } from "./lib/journal-anatomy.ts";
 import { fileStoreSizes, openBenchStore, type OpenedStore } from "./lib/stores.ts";
@@ -40,7 +51,9 @@ function deviceBytesWritten(path: string): number | null {
     // glibc's st_dev encoding: minor in bits 0–7 and 20–31, major in bits 8–19 (device numbers below 2^32 here).
     const major = Math.floor(dev / 256) & 0xfff;
     const minor = (dev & 0xff) | (Math.floor(dev / 4096) & 0xfff00);
-    const fields = readFileSync(`/sys/dev/block/${major}:${minor}/stat`, "utf8").trim().split(/\s+/);
+    const fields = readFileSync(`/sys/dev/block/${major}:${minor}/stat`, "utf8")
+      .trim()
+      .split(/\s+/);
     const sectors = Number(fields[6]);
     return Number.isFinite(sectors) ? sectors * 512 : null;
   } catch {
@@ -53,27 +66,47 @@ function perUnit(value: number | null | undefined, units: number, digits = 1): n
   return round(value / units, digits);
 }
 
-function ioPer(io: ProcIo | null, units: number): { wchar: number | null; writeBytes: number | null; syscw: number | null } {
-  return { wchar: perUnit(io?.wchar, units), writeBytes: perUnit(io?.writeBytes, units), syscw: perUnit(io?.syscw, units, 2) };
+function ioPer(
+  io: ProcIo | null,
+  units: number,
+): { wchar: number | null; writeBytes: number | null; syscw: number | null } {
+  return {
+    wchar: perUnit(io?.wchar, units),
+    writeBytes: perUnit(io?.writeBytes, units),
+    syscw: perUnit(io?.syscw, units, 2),
+  };
 }
 
-function requireFile(opened: OpenedStore): { driver: NonNullable<OpenedStore["fileDriver"]>; directory: string } {
-  if (opened.fileDriver === null || opened.directory === null) throw new Error("bench: the bytes bench needs the sql.js file store");
+function requireFile(opened: OpenedStore): {
+  driver: NonNullable<OpenedStore["fileDriver"]>;
+  directory: string;
+} {
+  if (opened.fileDriver === null || opened.directory === null)
+    throw new Error("bench: the bytes bench needs the sql.js file store");
   return { driver: opened.fileDriver, directory: opened.directory };
 }
 
 async function admissions(config: BytesConfig): Promise<Record<string, unknown>> {
-  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, { dataRoot: config.dataRoot });
+  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, {
+    dataRoot: config.dataRoot,
+  });
   try {
     const { driver, directory } = requireFile(opened);
     const world = createWorld(opened.store, { profile: "cluster" });
     await applyManifest(world, wideManifest("bench", config.width));
-    const runIds = await startRuns(world, "bench", { kind: "workflow", name: "wide" }, Math.ceil(config.admissions / config.width));
+    const runIds = await startRuns(
+      world,
+      "bench",
+      { kind: "workflow", name: "wide" },
+      Math.ceil(config.admissions / config.width),
+    );
     for (const runId of runIds) await world.coordinator.frontier(runId);
     const candidates: AdmissionCandidate[] = [];
     let after: AdmissionCandidate | null = null;
     while (candidates.length < config.admissions) {
-      const page: AdmissionCandidate[] = await opened.store.transaction((tx) => tx.listAdmissionCandidates(after, 64, world.clock.nowMs()));
+      const page: AdmissionCandidate[] = await opened.store.transaction((tx) =>
+        tx.listAdmissionCandidates(after, 64, world.clock.nowMs()),
+      );
       candidates.push(...page.slice(0, config.admissions - candidates.length));
       if (page.length === 0) break;
       after = page[page.length - 1] ?? null;
@@ -109,19 +142,31 @@ async function admissions(config: BytesConfig): Promise<Record<string, unknown>>
     await driver.checkpoint();
     const checkpointMs = now() - startedAt;
     const explicitBytes = driver.stats().bytesWrittenTotal - explicitBefore.bytesWrittenTotal;
-    log(`bytes: ${count} admissions, ${statsAfter.checkpoints - statsBefore.checkpoints} checkpoints`);
+    log(
+      `bytes: ${count} admissions, ${statsAfter.checkpoints - statsBefore.checkpoints} checkpoints`,
+    );
     return {
       admissions: count,
       width: config.width,
       commits: statsAfter.commits - statsBefore.commits,
-      driverBytesPerAdmission: perUnit(statsAfter.bytesWrittenTotal - statsBefore.bytesWrittenTotal, count),
+      driverBytesPerAdmission: perUnit(
+        statsAfter.bytesWrittenTotal - statsBefore.bytesWrittenTotal,
+        count,
+      ),
       journalBytesPerAdmission: perUnit(journalBytes, count),
       checkpointBytesPerAdmission: perUnit(checkpointBytes, count),
       checkpoints: statsAfter.checkpoints - statsBefore.checkpoints,
       procIoPerAdmission: ioPer(io, count),
-      deviceBytesPerAdmission: deviceBefore === null || deviceAfter === null ? null : perUnit(deviceAfter - deviceBefore, count),
+      deviceBytesPerAdmission:
+        deviceBefore === null || deviceAfter === null
+          ? null
+          : perUnit(deviceAfter - deviceBefore, count),
       databaseBytesBefore: sizesBefore.snapshotBytes,
-      checkpoint: { bytes: explicitBytes, ms: round(checkpointMs, 2), snapshotBytes: fileStoreSizes(directory).snapshotBytes },
+      checkpoint: {
+        bytes: explicitBytes,
+        ms: round(checkpointMs, 2),
+        snapshotBytes: fileStoreSizes(directory).snapshotBytes,
+      },
     };
   } finally {
     await opened.close();
@@ -129,7 +174,9 @@ async function admissions(config: BytesConfig): Promise<Record<string, unknown>>
 }
 
 async function workflowSteps(config: BytesConfig): Promise<Record<string, unknown>> {
-  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, { dataRoot: config.dataRoot });
+  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, {
+    dataRoot: config.dataRoot,
+  });
   try {
     const { driver, directory } = requireFile(opened);
     const world = createWorld(opened.store, { profile: config.profile });
@@ -152,7 +199,8 @@ async function workflowSteps(config: BytesConfig): Promise<Record<string, unknow
       const delta = stats.bytesWrittenTotal - lastBytes;
       if (stats.checkpoints !== lastCheckpoints) {
         // At most one checkpoint per commit; a tick has several commits, so attribute the snapshot size per checkpoint.
-        const snapshot = fileStoreSizes(directory).snapshotBytes * (stats.checkpoints - lastCheckpoints);
+        const snapshot =
+          fileStoreSizes(directory).snapshotBytes * (stats.checkpoints - lastCheckpoints);
         checkpointBytes += snapshot;
         journalBytes += delta - snapshot;
       } else {
@@ -169,7 +217,9 @@ async function workflowSteps(config: BytesConfig): Promise<Record<string, unknow
     // Fold the journal into the snapshot (after the figures above) to see what the database holds per step.
     await driver.checkpoint();
     const composition = await databaseComposition(directory);
-    log(`bytes: ${config.workflowRuns} diamond runs (${config.profile}) in ${drive.ticks} ticks, ${drive.statuses.succeeded} succeeded`);
+    log(
+      `bytes: ${config.workflowRuns} diamond runs (${config.profile}) in ${drive.ticks} ticks, ${drive.statuses.succeeded} succeeded`,
+    );
     return {
       profile: config.profile,
       runs: config.workflowRuns,
@@ -178,7 +228,10 @@ async function workflowSteps(config: BytesConfig): Promise<Record<string, unknow
       ticks: drive.ticks,
       stageErrors: drive.stageErrors,
       firstStageError: drive.firstStageError,
-      bytesPerRunStart: perUnit(afterStart.bytesWrittenTotal - startStats.bytesWrittenTotal, config.workflowRuns),
+      bytesPerRunStart: perUnit(
+        afterStart.bytesWrittenTotal - startStats.bytesWrittenTotal,
+        config.workflowRuns,
+      ),
       commitsPerRunStart: perUnit(afterStart.commits - startStats.commits, config.workflowRuns, 2),
       procIoPerRunStart: ioPer(runStartIo, config.workflowRuns),
       driverBytesPerStep: perUnit(end.bytesWrittenTotal - afterStart.bytesWrittenTotal, steps),
@@ -188,13 +241,19 @@ async function workflowSteps(config: BytesConfig): Promise<Record<string, unknow
       commitsPerStep: perUnit(end.commits - afterStart.commits, steps, 2),
       journalBytesPerCommit: perUnit(journalBytes, end.commits - afterStart.commits),
       procIoPerStep: ioPer(io, steps),
-      deviceBytesPerStep: deviceBefore === null || deviceAfter === null ? null : perUnit(deviceAfter - deviceBefore, steps),
+      deviceBytesPerStep:
+        deviceBefore === null || deviceAfter === null
+          ? null
+          : perUnit(deviceAfter - deviceBefore, steps),
       databaseBytesAtEnd: sizesAtEnd,
       // Per table (with its indexes), after VACUUM; includes the run starts and the package.
       composition: {
         totalBytes: composition.totalBytes,
         bytesPerStep: round(composition.totalBytes / steps, 1),
-        tables: composition.tables.map((table) => ({ ...table, bytesPerStep: round(table.bytes / steps, 1) })),
+        tables: composition.tables.map((table) => ({
+          ...table,
+          bytesPerStep: round(table.bytes / steps, 1),
+        })),
       },
     };
   } finally {
@@ -204,7 +263,10 @@ async function workflowSteps(config: BytesConfig): Promise<Record<string, unknow
 
 async function anatomy(config: BytesConfig): Promise<Record<string, unknown>> {
   const runs = Math.min(50, config.workflowRuns);
-  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, { dataRoot: config.dataRoot, checkpointJournalBytes: 1024 ** 3 });
+  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, {
+    dataRoot: config.dataRoot,
+    checkpointJournalBytes: 1024 ** 3,
+  });
   try {
     const { directory } = requireFile(opened);
     const world = createWorld(opened.store, { profile: config.profile });
@@ -226,7 +288,11 @@ async function anatomy(config: BytesConfig): Promise<Record<string, unknown>> {
       statements: after.statements
         .map((entry) => {
           const earlier = beforeBySql.get(entry.sql);
-          return { sql: entry.sql, perStep: round((entry.count - (earlier?.count ?? 0)) / steps, 2), bytesPerStep: round((entry.bytes - (earlier?.bytes ?? 0)) / steps, 1) };
+          return {
+            sql: entry.sql,
+            perStep: round((entry.count - (earlier?.count ?? 0)) / steps, 2),
+            bytesPerStep: round((entry.bytes - (earlier?.bytes ?? 0)) / steps, 1),
+          };
         })
         .filter((entry) => entry.perStep > 0),
     };
@@ -240,7 +306,13 @@ async function main(): Promise<void> {
   const admissionFigures = await admissions(config);
   const stepFigures = await workflowSteps(config);
   const anatomyFigures = await anatomy(config);
-  writeResult({ bench: "bytes", store: "sqljs-file", admissions: admissionFigures, workflow: stepFigures, journalAnatomy: anatomyFigures });
+  writeResult({
+    bench: "bytes",
+    store: "sqljs-file",
+    admissions: admissionFigures,
+    workflow: stepFigures,
+    journalAnatomy: anatomyFigures,
+  });
 }
 
 await main();

@@ -20,7 +20,16 @@
  * the defaults below.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  rmdirSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadOrCreateReceiptKey, PosixLauncher } from "../runtimes/node/launcher/index.ts";
@@ -36,7 +45,14 @@ export interface LauncherBenchConfig {
   readonly memoryLimitBytes: number;
 }
 
-const DEFAULTS: Omit<LauncherBenchConfig, "root"> = { memoryTasks: 50, throughputRuns: 600, inFlight: 64, latencySamples: 30, concurrentSleeps: 100, memoryLimitBytes: 128 * 1024 * 1024 };
+const DEFAULTS: Omit<LauncherBenchConfig, "root"> = {
+  memoryTasks: 50,
+  throughputRuns: 600,
+  inFlight: 64,
+  latencySamples: 30,
+  concurrentSleeps: 100,
+  memoryLimitBytes: 128 * 1024 * 1024,
+};
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 const KIB = 1024;
 
@@ -47,13 +63,20 @@ interface Served {
   readonly stateDir: string;
 }
 
-function manifest(tasks: Record<string, string>, workflows: Record<string, Record<string, { task: string; needs?: string[] }>>): string {
+function manifest(
+  tasks: Record<string, string>,
+  workflows: Record<string, Record<string, { task: string; needs?: string[] }>>,
+): string {
   const lines = ["package: bench", "tasks:"];
-  for (const [name, argv] of Object.entries(tasks)) lines.push(`  ${name}:`, `    run: ${argv}`, "    timeout: 120s");
+  for (const [name, argv] of Object.entries(tasks))
+    lines.push(`  ${name}:`, `    run: ${argv}`, "    timeout: 120s");
   lines.push("workflows:");
   for (const [name, steps] of Object.entries(workflows)) {
     lines.push(`  ${name}:`, "    steps:");
-    for (const [step, spec] of Object.entries(steps)) lines.push(`      ${step}: { task: ${spec.task}${spec.needs === undefined ? "" : `, needs: [${spec.needs.join(", ")}]`} }`);
+    for (const [step, spec] of Object.entries(steps))
+      lines.push(
+        `      ${step}: { task: ${spec.task}${spec.needs === undefined ? "" : `, needs: [${spec.needs.join(", ")}]`} }`,
+      );
   }
   return `${lines.join("\n")}\n`;
 }
@@ -62,25 +85,52 @@ const PACKAGE = manifest(
   { noop: '["true"]', nap: '["sleep", "5"]', long: '["sleep", "600"]' },
   {
     one: { a: { task: "noop" } },
-    diamond: { a: { task: "noop" }, b: { task: "noop", needs: ["a"] }, c: { task: "noop", needs: ["a"] }, d: { task: "noop", needs: ["b", "c"] } },
+    diamond: {
+      a: { task: "noop" },
+      b: { task: "noop", needs: ["a"] },
+      c: { task: "noop", needs: ["a"] },
+      d: { task: "noop", needs: ["b", "c"] },
+    },
     nap: { a: { task: "nap" } },
     long: { a: { task: "long" } },
   },
 );
 
-async function startServe(root: string, profile: "edge" | "standalone", cgroupProcs: string | null): Promise<Served> {
+async function startServe(
+  root: string,
+  profile: "edge" | "standalone",
+  cgroupProcs: string | null,
+): Promise<Served> {
   const stateDir = mkdtempSync(join(tmpdir(), `qlr-bench-launcher-${profile}-`));
   const manifestPath = join(stateDir, "..", `${stateDir.split("/").pop() ?? "x"}.yaml`);
   writeFileSync(manifestPath, PACKAGE);
-  const argv = [join(root, "dist", "qlr.mjs"), "serve", "--profile", profile, "--state-dir", stateDir, "--port", "0", "--apply", manifestPath];
+  const argv = [
+    join(root, "dist", "qlr.mjs"),
+    "serve",
+    "--profile",
+    profile,
+    "--state-dir",
+    stateDir,
+    "--port",
+    "0",
+    "--apply",
+    manifestPath,
+  ];
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const key of Object.keys(env)) if (key.startsWith("QLR_")) delete env[key];
   const child =
     cgroupProcs === null
       ? spawn(process.execPath, argv, { cwd: root, stdio: ["ignore", "pipe", "pipe"], env })
-      : spawn("/bin/sh", ["-c", `echo $$ > ${cgroupProcs} && exec "$0" "$@"`, process.execPath, ...argv], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env });
+      : spawn(
+          "/bin/sh",
+          ["-c", `echo $$ > ${cgroupProcs} && exec "$0" "$@"`, process.execPath, ...argv],
+          { cwd: root, stdio: ["ignore", "pipe", "pipe"], env },
+        );
   let errors = "";
-  child.stderr?.on("data", (chunk: Buffer) => (errors = (errors + chunk.toString("utf8")).slice(-4000)));
+  child.stderr?.on(
+    "data",
+    (chunk: Buffer) => (errors = (errors + chunk.toString("utf8")).slice(-4000)),
+  );
   const url = await new Promise<string>((resolve, reject) => {
     let text = "";
     const timer = setTimeout(() => reject(new Error(`qlr serve did not start: ${errors}`)), 60_000);
@@ -95,12 +145,22 @@ async function startServe(root: string, profile: "edge" | "standalone", cgroupPr
     child.once("exit", () => reject(new Error(`qlr serve exited: ${errors}`)));
   });
   const token = readFileSync(join(stateDir, "token"), "utf8").trim();
-  return { child, url, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, stateDir };
+  return {
+    child,
+    url,
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    stateDir,
+  };
 }
 
 async function startRun(served: Served, workflow: string): Promise<string> {
-  const response = await fetch(`${served.url}/runs`, { method: "POST", headers: served.headers, body: JSON.stringify({ package: "bench", workflow }) });
-  if (response.status !== 201) throw new Error(`POST /runs answered ${response.status}: ${await response.text()}`);
+  const response = await fetch(`${served.url}/runs`, {
+    method: "POST",
+    headers: served.headers,
+    body: JSON.stringify({ package: "bench", workflow }),
+  });
+  if (response.status !== 201)
+    throw new Error(`POST /runs answered ${response.status}: ${await response.text()}`);
   return ((await response.json()) as { run: { id: string } }).run.id;
 }
 
@@ -109,13 +169,16 @@ async function runStatus(served: Served, runId: string): Promise<string> {
   return ((await response.json()) as { run: { status: string } }).run.status;
 }
 
-async function counts(served: Served): Promise<{ terminal: number; succeeded: number; running: number }> {
+async function counts(
+  served: Served,
+): Promise<{ terminal: number; succeeded: number; running: number }> {
   const text = await (await fetch(`${served.url}/metrics`, { headers: served.headers })).text();
   const result = { terminal: 0, succeeded: 0, running: 0 };
   for (const match of text.matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm)) {
     const status = match[1] ?? "";
     const count = Number(match[2]);
-    if (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status)) result.terminal += count;
+    if (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status))
+      result.terminal += count;
     if (status === "succeeded") result.succeeded += count;
     if (status === "running") result.running += count;
   }
@@ -127,7 +190,9 @@ function supervisorPid(stateDir: string): number | null {
   const spawns = join(stateDir, "spawns");
   if (!existsSync(spawns)) return null;
   for (const name of readdirSync(spawns)) {
-    const parsed = JSON.parse(readFileSync(join(spawns, name), "utf8")) as { supervisorPid?: number };
+    const parsed = JSON.parse(readFileSync(join(spawns, name), "utf8")) as {
+      supervisorPid?: number;
+    };
     if (typeof parsed.supervisorPid === "number") return parsed.supervisorPid;
   }
   return null;
@@ -151,15 +216,26 @@ function childrenOf(pid: number): number[] {
 /** Private_Clean + Private_Dirty and Pss of a process, bytes. */
 function privateBytes(pid: number): { privateBytes: number; pssBytes: number; rssBytes: number } {
   const text = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
-  const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? Number.NaN) * KIB;
-  return { privateBytes: field("Private_Clean") + field("Private_Dirty"), pssBytes: field("Pss"), rssBytes: field("Rss") };
+  const field = (name: string): number =>
+    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? Number.NaN) * KIB;
+  return {
+    privateBytes: field("Private_Clean") + field("Private_Dirty"),
+    pssBytes: field("Pss"),
+    rssBytes: field("Rss"),
+  };
 }
 
 async function stopServe(served: Served): Promise<void> {
   const supervisor = supervisorPid(served.stateDir);
   served.child.kill("SIGTERM");
-  for (let waited = 0; waited < 20_000 && served.child.exitCode === null && served.child.signalCode === null; waited += 50) await sleep(50);
-  if (served.child.exitCode === null && served.child.signalCode === null) served.child.kill("SIGKILL");
+  for (
+    let waited = 0;
+    waited < 20_000 && served.child.exitCode === null && served.child.signalCode === null;
+    waited += 50
+  )
+    await sleep(50);
+  if (served.child.exitCode === null && served.child.signalCode === null)
+    served.child.kill("SIGKILL");
   if (supervisor !== null) {
     for (const task of childrenOf(supervisor)) {
       try {
@@ -168,13 +244,19 @@ async function stopServe(served: Served): Promise<void> {
         // Gone.
       }
     }
-    for (let waited = 0; waited < 10_000 && existsSync(`/proc/${supervisor}`); waited += 50) await sleep(50);
+    for (let waited = 0; waited < 10_000 && existsSync(`/proc/${supervisor}`); waited += 50)
+      await sleep(50);
   }
   rmSync(served.stateDir, { recursive: true, force: true });
   rmSync(`${served.stateDir}.yaml`, { force: true });
 }
 
-async function waitUntil(description: string, probe: () => Promise<boolean>, timeoutMs: number, intervalMs = 20): Promise<void> {
+async function waitUntil(
+  description: string,
+  probe: () => Promise<boolean>,
+  timeoutMs: number,
+  intervalMs = 20,
+): Promise<void> {
   const deadline = now() + timeoutMs;
   while (!(await probe())) {
     if (now() > deadline) throw new Error(`timed out waiting for ${description}`);
@@ -186,21 +268,42 @@ async function memoryPerTask(config: LauncherBenchConfig): Promise<unknown> {
   const served = await startServe(config.root, "standalone", null);
   try {
     await startRun(served, "long");
-    await waitUntil("the first task to run", async () => (await counts(served)).running >= 1 && supervisorPid(served.stateDir) !== null, 60_000);
+    await waitUntil(
+      "the first task to run",
+      async () => (await counts(served)).running >= 1 && supervisorPid(served.stateDir) !== null,
+      60_000,
+    );
     const pid = supervisorPid(served.stateDir) ?? -1;
-    await waitUntil("one task under the supervisor", () => Promise.resolve(childrenOf(pid).length >= 1), 30_000);
+    await waitUntil(
+      "one task under the supervisor",
+      () => Promise.resolve(childrenOf(pid).length >= 1),
+      30_000,
+    );
     await sleep(500);
     const one = privateBytes(pid);
     for (let index = 0; index < config.memoryTasks; index += 1) await startRun(served, "long");
-    await waitUntil(`${config.memoryTasks + 1} tasks under the supervisor`, () => Promise.resolve(childrenOf(pid).length >= config.memoryTasks + 1), 120_000, 100);
+    await waitUntil(
+      `${config.memoryTasks + 1} tasks under the supervisor`,
+      () => Promise.resolve(childrenOf(pid).length >= config.memoryTasks + 1),
+      120_000,
+      100,
+    );
     await sleep(1000);
     const many = privateBytes(pid);
     const perTaskBytes = (many.privateBytes - one.privateBytes) / config.memoryTasks;
-    log(`memory: supervisor private ${round(one.privateBytes / KIB / KIB, 2)} MiB with 1 task, ${round(many.privateBytes / KIB / KIB, 2)} MiB with ${config.memoryTasks + 1}: ${round(perTaskBytes / KIB, 1)} KiB per task`);
+    log(
+      `memory: supervisor private ${round(one.privateBytes / KIB / KIB, 2)} MiB with 1 task, ${round(many.privateBytes / KIB / KIB, 2)} MiB with ${config.memoryTasks + 1}: ${round(perTaskBytes / KIB, 1)} KiB per task`,
+    );
     return {
       tasks: config.memoryTasks + 1,
-      supervisorPrivateMiB: { oneTask: round(one.privateBytes / KIB / KIB, 2), allTasks: round(many.privateBytes / KIB / KIB, 2) },
-      supervisorPssMiB: { oneTask: round(one.pssBytes / KIB / KIB, 2), allTasks: round(many.pssBytes / KIB / KIB, 2) },
+      supervisorPrivateMiB: {
+        oneTask: round(one.privateBytes / KIB / KIB, 2),
+        allTasks: round(many.privateBytes / KIB / KIB, 2),
+      },
+      supervisorPssMiB: {
+        oneTask: round(one.pssBytes / KIB / KIB, 2),
+        allTasks: round(many.pssBytes / KIB / KIB, 2),
+      },
       privateKiBPerTask: round(perTaskBytes / KIB, 1),
     };
   } finally {
@@ -225,8 +328,16 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     }
     const wallMs = now() - t0;
     const stepsPerSecond = round((state.succeeded / wallMs) * 1000, 1);
-    log(`throughput: ${state.succeeded}/${config.throughputRuns} one-step runs of true in ${Math.round(wallMs)} ms: ${stepsPerSecond} steps/s`);
-    return { runs: config.throughputRuns, succeeded: state.succeeded, inFlight: config.inFlight, wallMs: Math.round(wallMs), stepsPerSecond };
+    log(
+      `throughput: ${state.succeeded}/${config.throughputRuns} one-step runs of true in ${Math.round(wallMs)} ms: ${stepsPerSecond} steps/s`,
+    );
+    return {
+      runs: config.throughputRuns,
+      succeeded: state.succeeded,
+      inFlight: config.inFlight,
+      wallMs: Math.round(wallMs),
+      stepsPerSecond,
+    };
   } finally {
     await stopServe(served);
   }
@@ -245,13 +356,16 @@ async function latency(config: LauncherBenchConfig): Promise<unknown> {
         let status = "queued";
         while (status !== "succeeded") {
           status = await runStatus(served, runId);
-          if (["failed", "cancelled", "timed_out", "lost"].includes(status)) throw new Error(`run ${runId} ended ${status}`);
+          if (["failed", "cancelled", "timed_out", "lost"].includes(status))
+            throw new Error(`run ${runId} ended ${status}`);
           if (status !== "succeeded") await sleep(2);
         }
         if (index > 0) samples.push(now() - t0);
       }
       const summary = summarize(samples);
-      log(`latency ${workflow}: p50 ${summary.p50Ms} ms, p95 ${summary.p95Ms} ms over ${samples.length} runs`);
+      log(
+        `latency ${workflow}: p50 ${summary.p50Ms} ms, p95 ${summary.p95Ms} ms over ${samples.length} runs`,
+      );
       result[workflow] = summary;
     }
     return result;
@@ -261,7 +375,15 @@ async function latency(config: LauncherBenchConfig): Promise<unknown> {
 }
 
 /** A memory cgroup with a limit (v2, else v1), or the reason there is none. */
-function memoryCgroup(limitBytes: number): { procs: string; read: () => { peakBytes: number | null; oomKills: number | null }; remove: () => void } | string {
+function memoryCgroup(
+  limitBytes: number,
+):
+  | {
+      procs: string;
+      read: () => { peakBytes: number | null; oomKills: number | null };
+      remove: () => void;
+    }
+  | string {
   const name = `qlr-bench-launcher-${process.pid}`;
   const read = (path: string): string | null => {
     try {
@@ -280,7 +402,12 @@ function memoryCgroup(limitBytes: number): { procs: string; read: () => { peakBy
     }
     return {
       procs: join(path, "cgroup.procs"),
-      read: () => ({ peakBytes: Number(read(join(path, "memory.peak")) ?? Number.NaN), oomKills: Number(/^oom_kill (\d+)$/m.exec(read(join(path, "memory.events")) ?? "")?.[1] ?? Number.NaN) }),
+      read: () => ({
+        peakBytes: Number(read(join(path, "memory.peak")) ?? Number.NaN),
+        oomKills: Number(
+          /^oom_kill (\d+)$/m.exec(read(join(path, "memory.events")) ?? "")?.[1] ?? Number.NaN,
+        ),
+      }),
       remove: () => rmdirSync(path),
     };
   }
@@ -295,7 +422,12 @@ function memoryCgroup(limitBytes: number): { procs: string; read: () => { peakBy
   }
   return {
     procs: join(path, "cgroup.procs"),
-    read: () => ({ peakBytes: Number(read(join(path, "memory.max_usage_in_bytes")) ?? Number.NaN), oomKills: Number(/^oom_kill (\d+)$/m.exec(read(join(path, "memory.oom_control")) ?? "")?.[1] ?? Number.NaN) }),
+    read: () => ({
+      peakBytes: Number(read(join(path, "memory.max_usage_in_bytes")) ?? Number.NaN),
+      oomKills: Number(
+        /^oom_kill (\d+)$/m.exec(read(join(path, "memory.oom_control")) ?? "")?.[1] ?? Number.NaN,
+      ),
+    }),
     remove: () => rmdirSync(path),
   };
 }
@@ -317,13 +449,27 @@ async function concurrentUnderLimit(config: LauncherBenchConfig): Promise<unknow
       state = await counts(served);
       const supervisor = supervisorPid(served.stateDir);
       if (supervisor !== null) peakRunning = Math.max(peakRunning, childrenOf(supervisor).length);
-      if (now() - t0 > 300_000) throw new Error("the concurrent sleeps did not finish in 5 minutes");
-      if (served.child.exitCode !== null || served.child.signalCode !== null) throw new Error(`qlr serve exited under the limit: ${served.child.signalCode ?? served.child.exitCode}`);
+      if (now() - t0 > 300_000)
+        throw new Error("the concurrent sleeps did not finish in 5 minutes");
+      if (served.child.exitCode !== null || served.child.signalCode !== null)
+        throw new Error(
+          `qlr serve exited under the limit: ${served.child.signalCode ?? served.child.exitCode}`,
+        );
     }
     const wallMs = now() - t0;
     const usage = cgroup.read();
-    log(`concurrent sleeps: ${state.succeeded}/${config.concurrentSleeps} succeeded in ${Math.round(wallMs)} ms, at most ${peakRunning} tasks at once, cgroup peak ${round((usage.peakBytes ?? 0) / KIB / KIB, 1)} MiB, OOM kills ${usage.oomKills}`);
-    return { runs: config.concurrentSleeps, succeeded: state.succeeded, wallMs: Math.round(wallMs), peakConcurrentTasks: peakRunning, limitMiB: config.memoryLimitBytes / KIB / KIB, cgroupPeakMiB: round((usage.peakBytes ?? 0) / KIB / KIB, 1), oomKills: usage.oomKills };
+    log(
+      `concurrent sleeps: ${state.succeeded}/${config.concurrentSleeps} succeeded in ${Math.round(wallMs)} ms, at most ${peakRunning} tasks at once, cgroup peak ${round((usage.peakBytes ?? 0) / KIB / KIB, 1)} MiB, OOM kills ${usage.oomKills}`,
+    );
+    return {
+      runs: config.concurrentSleeps,
+      succeeded: state.succeeded,
+      wallMs: Math.round(wallMs),
+      peakConcurrentTasks: peakRunning,
+      limitMiB: config.memoryLimitBytes / KIB / KIB,
+      cgroupPeakMiB: round((usage.peakBytes ?? 0) / KIB / KIB, 1),
+      oomKills: usage.oomKills,
+    };
   } finally {
     await stopServe(served);
     for (let tries = 0; tries < 40; tries += 1) {
@@ -339,11 +485,26 @@ async function concurrentUnderLimit(config: LauncherBenchConfig): Promise<unknow
 
 async function launcherAlone(config: LauncherBenchConfig): Promise<unknown> {
   const stateDir = mkdtempSync(join(tmpdir(), "qlr-bench-launcher-alone-"));
-  const launcher = new PosixLauncher({ stateDir, hmacKey: await loadOrCreateReceiptKey(stateDir), nowMs: () => Date.now(), supervisorPath: join(config.root, "dist", "supervisor.mjs") });
+  const launcher = new PosixLauncher({
+    stateDir,
+    hmacKey: await loadOrCreateReceiptKey(stateDir),
+    nowMs: () => Date.now(),
+    supervisorPath: join(config.root, "dist", "supervisor.mjs"),
+  });
   try {
     // Warm-up: the first launch starts the resident supervisor.
-    const warm = await launcher.launch({ attemptId: "wta:warmup", argv: ["true"], env: {}, cwd: null, logMaxBytes: 4096 });
-    await waitUntil("the warm-up receipt", async () => (await launcher.readReceipt(warm.attemptId)).status === "valid", 30_000);
+    const warm = await launcher.launch({
+      attemptId: "wta:warmup",
+      argv: ["true"],
+      env: {},
+      cwd: null,
+      logMaxBytes: 4096,
+    });
+    await waitUntil(
+      "the warm-up receipt",
+      async () => (await launcher.readReceipt(warm.attemptId)).status === "valid",
+      30_000,
+    );
     const total = config.throughputRuns;
     const launchMs: number[] = [];
     let next = 0;
@@ -355,14 +516,27 @@ async function launcherAlone(config: LauncherBenchConfig): Promise<unknown> {
         const started = now();
         await launcher.launch({ attemptId, argv: ["true"], env: {}, cwd: null, logMaxBytes: 4096 });
         launchMs.push(now() - started);
-        await waitUntil(`the receipt of ${attemptId}`, async () => (await launcher.readReceipt(attemptId)).status === "valid", 60_000, 2);
+        await waitUntil(
+          `the receipt of ${attemptId}`,
+          async () => (await launcher.readReceipt(attemptId)).status === "valid",
+          60_000,
+          2,
+        );
       }
     };
     await Promise.all(Array.from({ length: config.inFlight }, () => worker()));
     const wallMs = now() - t0;
     const summary = summarize(launchMs);
-    log(`launcher alone: ${total} launches of true to a valid receipt in ${Math.round(wallMs)} ms: ${round((total / wallMs) * 1000, 1)} tasks/s, launch p50 ${summary.p50Ms} ms`);
-    return { launches: total, inFlight: config.inFlight, wallMs: Math.round(wallMs), tasksPerSecond: round((total / wallMs) * 1000, 1), launch: summary };
+    log(
+      `launcher alone: ${total} launches of true to a valid receipt in ${Math.round(wallMs)} ms: ${round((total / wallMs) * 1000, 1)} tasks/s, launch p50 ${summary.p50Ms} ms`,
+    );
+    return {
+      launches: total,
+      inFlight: config.inFlight,
+      wallMs: Math.round(wallMs),
+      tasksPerSecond: round((total / wallMs) * 1000, 1),
+      launch: summary,
+    };
   } finally {
     launcher.close();
     rmSync(stateDir, { recursive: true, force: true });
@@ -371,8 +545,17 @@ async function launcherAlone(config: LauncherBenchConfig): Promise<unknown> {
 
 async function main(): Promise<void> {
   const text = process.env.QLR_BENCH_CONFIG;
-  const config: LauncherBenchConfig = text === undefined || text === "" ? { root: process.cwd(), ...DEFAULTS } : { ...DEFAULTS, ...(JSON.parse(text) as Partial<LauncherBenchConfig>), root: (JSON.parse(text) as { root?: string }).root ?? process.cwd() };
-  const only = (process.env.QLR_BENCH_LAUNCHER_PARTS ?? "alone,memory,throughput,latency,concurrent").split(",");
+  const config: LauncherBenchConfig =
+    text === undefined || text === ""
+      ? { root: process.cwd(), ...DEFAULTS }
+      : {
+          ...DEFAULTS,
+          ...(JSON.parse(text) as Partial<LauncherBenchConfig>),
+          root: (JSON.parse(text) as { root?: string }).root ?? process.cwd(),
+        };
+  const only = (
+    process.env.QLR_BENCH_LAUNCHER_PARTS ?? "alone,memory,throughput,latency,concurrent"
+  ).split(",");
   const result: Record<string, unknown> = { bench: "launcher" };
   if (only.includes("alone")) result.alone = await launcherAlone(config);
   if (only.includes("memory")) result.memory = await memoryPerTask(config);

@@ -13,7 +13,15 @@
  * export) is read at the end. This process imports only the core and the storage code (no HTTP
  * server), so it is a lower bound for the device runtime.
  */
-import { readConfig, readProcStatus, round, diamondManifest, log, now, writeResult } from "./lib/common.ts";
+import {
+  readConfig,
+  readProcStatus,
+  round,
+  diamondManifest,
+  log,
+  now,
+  writeResult,
+} from "./lib/common.ts";
 import { statementExperiments } from "./lib/components.ts";
 import { loadSqlJs } from "../storage/sqljs/node/load.ts";
 import { measureEdgeDevice, type EdgeDeviceConfig } from "./lib/edge-device.ts";
@@ -34,17 +42,25 @@ export interface MemoryConfig {
 
 const MIB = 1024 * 1024;
 const mib = (bytes: number): number => round(bytes / MIB, 1);
-const mean = (values: readonly number[]): number => (values.length === 0 ? Number.NaN : values.reduce((sum, value) => sum + value, 0) / values.length);
+const mean = (values: readonly number[]): number =>
+  values.length === 0 ? Number.NaN : values.reduce((sum, value) => sum + value, 0) / values.length;
 
 async function main(): Promise<void> {
   const config = readConfig<MemoryConfig>();
   if (config.device !== undefined) {
-    writeResult({ bench: "memory-device", store: "sqljs-file", profile: "edge", ...(await measureEdgeDevice(config.device)) });
+    writeResult({
+      bench: "memory-device",
+      store: "sqljs-file",
+      profile: "edge",
+      ...(await measureEdgeDevice(config.device)),
+    });
     return;
   }
   // As `qlr serve --profile edge` compiles it: the first load decides, openBenchStore reuses it.
   await loadSqlJs({ baselineCompilerOnly: true });
-  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, { dataRoot: config.dataRoot });
+  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, {
+    dataRoot: config.dataRoot,
+  });
   try {
     const world = createWorld(opened.store, { profile: "edge" });
     await applyManifest(world, diamondManifest("bench"));
@@ -64,13 +80,25 @@ async function main(): Promise<void> {
     const status = readProcStatus();
     const sizes = opened.directory === null ? null : fileStoreSizes(opened.directory);
     // After every memory figure is taken: the run update's cost on this (large) database.
-    const firstRun = (await opened.store.transaction((tx) => tx.listRuns({ status: null, cursor: null, limit: 1 })))[0];
-    const firstStep = firstRun === undefined ? undefined : (await opened.store.transaction((tx) => tx.getSteps(firstRun.id)))[0];
+    const firstRun = (
+      await opened.store.transaction((tx) => tx.listRuns({ status: null, cursor: null, limit: 1 }))
+    )[0];
+    const firstStep =
+      firstRun === undefined
+        ? undefined
+        : (await opened.store.transaction((tx) => tx.getSteps(firstRun.id)))[0];
     const experiments =
       firstRun === undefined || firstStep === undefined
         ? []
-        : await statementExperiments(opened.store, opened.driver.inner, { runId: firstRun.id, stepRunId: firstStep.id, stepRunVersion: firstStep.version }, 50);
-    log(`memory (${config.label}): ${config.runs} runs in ${drive.ticks} ticks, peak ${mib(peakSampled)} MiB sampled, VmHWM ${status === null ? "?" : mib(status.vmHwmBytes)} MiB`);
+        : await statementExperiments(
+            opened.store,
+            opened.driver.inner,
+            { runId: firstRun.id, stepRunId: firstStep.id, stepRunVersion: firstStep.version },
+            50,
+          );
+    log(
+      `memory (${config.label}): ${config.runs} runs in ${drive.ticks} ticks, peak ${mib(peakSampled)} MiB sampled, VmHWM ${status === null ? "?" : mib(status.vmHwmBytes)} MiB`,
+    );
     writeResult({
       bench: "memory",
       store: "sqljs-file",
@@ -84,8 +112,14 @@ async function main(): Promise<void> {
       stageErrors: drive.stageErrors,
       wallMs: round(wallMs, 1),
       // The edge tick's cost as the database grows: mean of the first and of the last tenth of the ticks.
-      tickMsFirstTenth: round(mean(drive.tickMs.slice(0, Math.max(1, Math.floor(drive.tickMs.length / 10)))), 3),
-      tickMsLastTenth: round(mean(drive.tickMs.slice(-Math.max(1, Math.floor(drive.tickMs.length / 10)))), 3),
+      tickMsFirstTenth: round(
+        mean(drive.tickMs.slice(0, Math.max(1, Math.floor(drive.tickMs.length / 10)))),
+        3,
+      ),
+      tickMsLastTenth: round(
+        mean(drive.tickMs.slice(-Math.max(1, Math.floor(drive.tickMs.length / 10)))),
+        3,
+      ),
       rssMiB: {
         processStart: mib(rssAtStart),
         afterOpen: mib(rssAfterOpen),
@@ -96,7 +130,12 @@ async function main(): Promise<void> {
         growthDuringDrive: mib(usage.rss - rssAfterRunStarts),
         growthFromProcessStart: mib(usage.rss - rssAtStart),
       },
-      endUsageMiB: { heapUsed: mib(usage.heapUsed), heapTotal: mib(usage.heapTotal), external: mib(usage.external), arrayBuffers: mib(usage.arrayBuffers) },
+      endUsageMiB: {
+        heapUsed: mib(usage.heapUsed),
+        heapTotal: mib(usage.heapTotal),
+        external: mib(usage.external),
+        arrayBuffers: mib(usage.arrayBuffers),
+      },
       database: sizes,
       statementExperimentsAtEnd: experiments,
       // Flash wear of the same drive, on a database that grows to its final size: checkpoints rewrite all of it.
@@ -104,9 +143,15 @@ async function main(): Promise<void> {
         statsBefore === undefined || statsAfter === undefined
           ? null
           : {
-              driverBytesPerStep: round((statsAfter.bytesWrittenTotal - statsBefore.bytesWrittenTotal) / (config.runs * 4), 1),
+              driverBytesPerStep: round(
+                (statsAfter.bytesWrittenTotal - statsBefore.bytesWrittenTotal) / (config.runs * 4),
+                1,
+              ),
               checkpoints: statsAfter.checkpoints - statsBefore.checkpoints,
-              commitsPerStep: round((statsAfter.commits - statsBefore.commits) / (config.runs * 4), 2),
+              commitsPerStep: round(
+                (statsAfter.commits - statsBefore.commits) / (config.runs * 4),
+                2,
+              ),
             },
     });
   } finally {

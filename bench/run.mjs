@@ -18,7 +18,18 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
 const outdir = join(root, "node_modules", ".cache", "qlr-bench", "dist");
-const entries = ["orchestrator", "admission", "bytes", "throughput", "memory", "serve", "peers", "workerd", "soak", "launcher"];
+const entries = [
+  "orchestrator",
+  "admission",
+  "bytes",
+  "throughput",
+  "memory",
+  "serve",
+  "peers",
+  "workerd",
+  "soak",
+  "launcher",
+];
 
 rmSync(outdir, { recursive: true, force: true });
 await build({

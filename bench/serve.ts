@@ -11,7 +11,16 @@
  * attempt, the task's process) is charged to that cgroup too.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  rmdirSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import type { ProfileName } from "../src/profiles.ts";
 import { log, now, readConfig, round, writeResult } from "./lib/common.ts";
@@ -32,21 +41,39 @@ export interface ServeConfig {
 }
 
 const MIB = 1024 * 1024;
-const mib = (bytes: number | null): number | null => (bytes === null ? null : round(bytes / MIB, 1));
+const mib = (bytes: number | null): number | null =>
+  bytes === null ? null : round(bytes / MIB, 1);
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 function manifestYaml(workflow: ServeConfig["workflow"]): string {
   const steps =
     workflow === "diamond"
-      ? ["      a: { task: noop }", "      b: { task: noop, needs: [a] }", "      c: { task: noop, needs: [a] }", "      d: { task: noop, needs: [b, c] }"]
+      ? [
+          "      a: { task: noop }",
+          "      b: { task: noop, needs: [a] }",
+          "      c: { task: noop, needs: [a] }",
+          "      d: { task: noop, needs: [b, c] }",
+        ]
       : ["      a: { task: noop }", "      b: { task: noop, needs: [a] }"];
-  return ["package: bench", "tasks:", "  noop:", '    run: ["true"]', "    timeout: 30s", "workflows:", "  w:", "    steps:", ...steps, ""].join("\n");
+  return [
+    "package: bench",
+    "tasks:",
+    "  noop:",
+    '    run: ["true"]',
+    "    timeout: 30s",
+    "workflows:",
+    "  w:",
+    "    steps:",
+    ...steps,
+    "",
+  ].join("\n");
 }
 
 function procStatus(pid: number): { rss: number; hwm: number } | null {
   try {
     const text = readFileSync(`/proc/${pid}/status`, "utf8");
-    const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+)\\s+kB`, "m").exec(text)?.[1] ?? Number.NaN) * 1024;
+    const field = (name: string): number =>
+      Number(new RegExp(`^${name}:\\s+(\\d+)\\s+kB`, "m").exec(text)?.[1] ?? Number.NaN) * 1024;
     return { rss: field("VmRSS"), hwm: field("VmHWM") };
   } catch {
     return null;
@@ -57,7 +84,12 @@ interface MemoryCgroup {
   readonly version: "v2" | "v1";
   readonly path: string;
   addPid(pid: number): void;
-  read(): { peakBytes: number | null; oomEvents: number | null; oomKills: number | null; limitHits: number | null };
+  read(): {
+    peakBytes: number | null;
+    oomEvents: number | null;
+    oomKills: number | null;
+    limitHits: number | null;
+  };
   pids(): number[];
   /** Anonymous memory (heap, stacks) and page cache charged to the cgroup now, bytes. */
   usage(): { anonBytes: number; fileBytes: number };
@@ -66,7 +98,9 @@ interface MemoryCgroup {
 
 function statField(path: string, key: string): number {
   try {
-    return Number(new RegExp(`^${key} (\\d+)$`, "m").exec(readFileSync(path, "utf8"))?.[1] ?? Number.NaN);
+    return Number(
+      new RegExp(`^${key} (\\d+)$`, "m").exec(readFileSync(path, "utf8"))?.[1] ?? Number.NaN,
+    );
   } catch {
     return Number.NaN;
   }
@@ -90,7 +124,8 @@ function createMemoryCgroup(limitBytes: number): { cgroup: MemoryCgroup | null; 
     try {
       mkdirSync(path);
       writeFileSync(join(path, "memory.max"), String(limitBytes));
-      if (existsSync(join(path, "memory.swap.max"))) writeFileSync(join(path, "memory.swap.max"), "0");
+      if (existsSync(join(path, "memory.swap.max")))
+        writeFileSync(join(path, "memory.swap.max"), "0");
       const cgroup: MemoryCgroup = {
         version: "v2",
         path,
@@ -102,10 +137,22 @@ function createMemoryCgroup(limitBytes: number): { cgroup: MemoryCgroup | null; 
             return match?.[1] === undefined ? null : Number(match[1]);
           };
           const peakPath = join(path, "memory.peak");
-          return { peakBytes: existsSync(peakPath) ? Number(readFileSync(peakPath, "utf8")) : null, oomEvents: count("oom"), oomKills: count("oom_kill"), limitHits: count("max") };
+          return {
+            peakBytes: existsSync(peakPath) ? Number(readFileSync(peakPath, "utf8")) : null,
+            oomEvents: count("oom"),
+            oomKills: count("oom_kill"),
+            limitHits: count("max"),
+          };
         },
-        pids: () => readFileSync(join(path, "cgroup.procs"), "utf8").split("\n").filter((line) => line !== "").map(Number),
-        usage: () => ({ anonBytes: statField(join(path, "memory.stat"), "anon"), fileBytes: statField(join(path, "memory.stat"), "file") }),
+        pids: () =>
+          readFileSync(join(path, "cgroup.procs"), "utf8")
+            .split("\n")
+            .filter((line) => line !== "")
+            .map(Number),
+        usage: () => ({
+          anonBytes: statField(join(path, "memory.stat"), "anon"),
+          fileBytes: statField(join(path, "memory.stat"), "file"),
+        }),
         remove: () => rmdirSync(path),
       };
       return { cgroup, why: `cgroup v2 at ${path} (memory.max=${limitBytes}, memory.swap.max=0)` };
@@ -122,7 +169,8 @@ function createMemoryCgroup(limitBytes: number): { cgroup: MemoryCgroup | null; 
       mkdirSync(path);
       writeFileSync(join(path, "memory.limit_in_bytes"), String(limitBytes));
       // memsw = memory + swap: the same limit means no swap to escape to.
-      if (existsSync(join(path, "memory.memsw.limit_in_bytes"))) writeFileSync(join(path, "memory.memsw.limit_in_bytes"), String(limitBytes));
+      if (existsSync(join(path, "memory.memsw.limit_in_bytes")))
+        writeFileSync(join(path, "memory.memsw.limit_in_bytes"), String(limitBytes));
       const cgroup: MemoryCgroup = {
         version: "v1",
         path,
@@ -137,16 +185,29 @@ function createMemoryCgroup(limitBytes: number): { cgroup: MemoryCgroup | null; 
             limitHits: Number(readFileSync(join(path, "memory.failcnt"), "utf8")),
           };
         },
-        pids: () => readFileSync(join(path, "cgroup.procs"), "utf8").split("\n").filter((line) => line !== "").map(Number),
-        usage: () => ({ anonBytes: statField(join(path, "memory.stat"), "total_rss"), fileBytes: statField(join(path, "memory.stat"), "total_cache") }),
+        pids: () =>
+          readFileSync(join(path, "cgroup.procs"), "utf8")
+            .split("\n")
+            .filter((line) => line !== "")
+            .map(Number),
+        usage: () => ({
+          anonBytes: statField(join(path, "memory.stat"), "total_rss"),
+          fileBytes: statField(join(path, "memory.stat"), "total_cache"),
+        }),
         remove: () => rmdirSync(path),
       };
-      return { cgroup, why: `cgroup v1 at ${path} (memory.limit_in_bytes = memory.memsw.limit_in_bytes = ${limitBytes}; cgroup v2 has no memory controller here: ${attempts.join("; ") || "not mounted"})` };
+      return {
+        cgroup,
+        why: `cgroup v1 at ${path} (memory.limit_in_bytes = memory.memsw.limit_in_bytes = ${limitBytes}; cgroup v2 has no memory controller here: ${attempts.join("; ") || "not mounted"})`,
+      };
     } catch (error) {
       attempts.push(`${path}: ${error instanceof Error ? error.message : String(error)}`);
     }
   }
-  return { cgroup: null, why: `no writable memory cgroup: ${attempts.join("; ") || "no cgroup mount"}` };
+  return {
+    cgroup: null,
+    why: `no writable memory cgroup: ${attempts.join("; ") || "no cgroup mount"}`,
+  };
 }
 
 /** Processes whose command line names the state dir (the serve process and its supervisors). */
@@ -155,7 +216,8 @@ function processesNaming(stateDir: string): number[] {
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
     try {
-      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(stateDir)) found.push(Number(entry));
+      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(stateDir))
+        found.push(Number(entry));
     } catch {
       // Gone.
     }
@@ -195,7 +257,19 @@ async function main(): Promise<void> {
   let sampler: NodeJS.Timeout | null = null;
   try {
     // The cgroup is joined by a tiny shell that then execs node, so no byte of the serve process is charged elsewhere.
-    const argv = [...config.nodeFlags, join(config.root, "dist", "qlr.mjs"), "serve", "--profile", config.profile, "--state-dir", stateDir, "--port", "0", "--apply", manifestPath];
+    const argv = [
+      ...config.nodeFlags,
+      join(config.root, "dist", "qlr.mjs"),
+      "serve",
+      "--profile",
+      config.profile,
+      "--state-dir",
+      stateDir,
+      "--port",
+      "0",
+      "--apply",
+      manifestPath,
+    ];
     // The token is the state dir's (read back below), never one inherited from the environment.
     const childEnv: NodeJS.ProcessEnv = { ...process.env };
     delete childEnv.QLR_TOKEN;
@@ -204,8 +278,21 @@ async function main(): Promise<void> {
     const startedAt = now();
     child =
       cgroup === null
-        ? spawn(process.execPath, argv, { cwd: config.root, stdio: ["ignore", "pipe", "pipe"], env: childEnv })
-        : spawn("/bin/sh", ["-c", `echo $$ > ${join(cgroup.path, "cgroup.procs")} && exec "$0" "$@"`, process.execPath, ...argv], { cwd: config.root, stdio: ["ignore", "pipe", "pipe"], env: childEnv });
+        ? spawn(process.execPath, argv, {
+            cwd: config.root,
+            stdio: ["ignore", "pipe", "pipe"],
+            env: childEnv,
+          })
+        : spawn(
+            "/bin/sh",
+            [
+              "-c",
+              `echo $$ > ${join(cgroup.path, "cgroup.procs")} && exec "$0" "$@"`,
+              process.execPath,
+              ...argv,
+            ],
+            { cwd: config.root, stdio: ["ignore", "pipe", "pipe"], env: childEnv },
+          );
     const pid = child.pid ?? -1;
     child.on("exit", (code, signal) => {
       exited = { code, signal };
@@ -216,7 +303,10 @@ async function main(): Promise<void> {
     });
     const url = await new Promise<string>((resolve, reject) => {
       let text = "";
-      const timer = setTimeout(() => reject(new Error(`qlr serve did not report its URL in 30 s: ${text} ${output}`)), 30_000);
+      const timer = setTimeout(
+        () => reject(new Error(`qlr serve did not report its URL in 30 s: ${text} ${output}`)),
+        30_000,
+      );
       child?.stdout?.on("data", (chunk: Buffer) => {
         text += chunk.toString("utf8");
         const match = /qlr serving (http:\/\/[^\s]+)/.exec(text);
@@ -249,7 +339,8 @@ async function main(): Promise<void> {
       for (const match of text.matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm)) {
         const status = match[1] ?? "";
         const count = Number(match[2]);
-        if (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status)) terminal += count;
+        if (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status))
+          terminal += count;
         if (status === "succeeded") succeeded += count;
       }
       return { terminal, succeeded };
@@ -265,15 +356,23 @@ async function main(): Promise<void> {
     while (state.terminal < config.runs && now() < deadline && exited === null) {
       while (started < config.runs && started - state.terminal < config.inFlight) {
         const t0 = now();
-        const response = await fetch(`${url}/runs`, { method: "POST", headers, body: JSON.stringify({ package: "bench", workflow: "w" }) });
+        const response = await fetch(`${url}/runs`, {
+          method: "POST",
+          headers,
+          body: JSON.stringify({ package: "bench", workflow: "w" }),
+        });
         startMsTotal += now() - t0;
-        if (response.status !== 201) throw new Error(`POST /runs answered ${response.status}: ${await response.text()}`);
+        if (response.status !== 201)
+          throw new Error(`POST /runs answered ${response.status}: ${await response.text()}`);
         started += 1;
       }
       await sleep(50);
       state = await counts();
       while (state.terminal >= nextMark && nextMark <= config.runs) {
-        rssAtProgress.push({ runsTerminal: state.terminal, rssMiB: mib(procStatus(pid)?.rss ?? null) });
+        rssAtProgress.push({
+          runsTerminal: state.terminal,
+          rssMiB: mib(procStatus(pid)?.rss ?? null),
+        });
         nextMark += Math.ceil(config.runs / 10);
       }
     }
@@ -315,7 +414,17 @@ async function main(): Promise<void> {
       memoryLimit:
         config.memoryLimitBytes === null
           ? null
-          : { limitMiB: mib(config.memoryLimitBytes), method: limitMethod, cgroupVersion: cgroup?.version ?? null, peakMiB: mib(limit?.peakBytes ?? null), anonPeakSampledMiB: mib(cgroupAnonPeak), pageCachePeakSampledMiB: mib(cgroupFilePeak), limitHits: limit?.limitHits ?? null, oomEvents: limit?.oomEvents ?? null, oomKills: limit?.oomKills ?? null },
+          : {
+              limitMiB: mib(config.memoryLimitBytes),
+              method: limitMethod,
+              cgroupVersion: cgroup?.version ?? null,
+              peakMiB: mib(limit?.peakBytes ?? null),
+              anonPeakSampledMiB: mib(cgroupAnonPeak),
+              pageCachePeakSampledMiB: mib(cgroupFilePeak),
+              limitHits: limit?.limitHits ?? null,
+              oomEvents: limit?.oomEvents ?? null,
+              oomKills: limit?.oomKills ?? null,
+            },
     });
   } finally {
     if (sampler !== null) clearInterval(sampler);

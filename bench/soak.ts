@@ -38,7 +38,16 @@ import { VirtualClock } from "../src/sim/virtual-clock.ts";
 import { BufferReclaimer } from "../runtimes/node/buffer-reclaimer.ts";
 import { openConfiguredStore } from "../runtimes/node/open-store.ts";
 import { sqlJsWasmMemoryBytes } from "../storage/sqljs/node/wasm-memory.ts";
-import { BENCH_START_MS, BenchIds, log, now, readConfig, readProcStatus, round, writeResult } from "./lib/common.ts";
+import {
+  BENCH_START_MS,
+  BenchIds,
+  log,
+  now,
+  readConfig,
+  readProcStatus,
+  round,
+  writeResult,
+} from "./lib/common.ts";
 import { metricsOf, procStatus, startServe, stopServe } from "./lib/edge-device.ts";
 
 export interface SoakSimulatedConfig {
@@ -73,7 +82,8 @@ export type SoakConfig = SoakSimulatedConfig | SoakServeConfig;
 const MIB = 1024 * 1024;
 const DAY_MS = 86_400_000;
 const SLOT_MS = 5 * 60_000;
-const mib = (bytes: number | null | undefined): number | null => (bytes === null || bytes === undefined || Number.isNaN(bytes) ? null : round(bytes / MIB, 2));
+const mib = (bytes: number | null | undefined): number | null =>
+  bytes === null || bytes === undefined || Number.isNaN(bytes) ? null : round(bytes / MIB, 2);
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Bytes a path occupies on disk (allocated blocks, recursively), as `du` counts them. */
@@ -124,7 +134,9 @@ class ForgetfulExecutor extends SimulatedExecutor {
   /** Attempts whose simulated process may still be running (a handful: one slot's runs at most). */
   private readonly running = new Set<string>();
 
-  override async launch(request: Parameters<SimulatedExecutor["launch"]>[0]): ReturnType<SimulatedExecutor["launch"]> {
+  override async launch(
+    request: Parameters<SimulatedExecutor["launch"]>[0],
+  ): ReturnType<SimulatedExecutor["launch"]> {
     const facts = await super.launch(request);
     this.running.add(request.attempt.id);
     return facts;
@@ -152,8 +164,16 @@ class ForgetfulExecutor extends SimulatedExecutor {
 }
 
 function soakManifest(schedules: number, cron: string): string {
-  const lines = ["package: soak", "tasks:", "  job:", '    run: ["true"]', "    timeout: 60s", "schedules:"];
-  for (let index = 0; index < schedules; index += 1) lines.push(`  s${String(index).padStart(2, "0")}: { cron: "${cron}", task: job }`);
+  const lines = [
+    "package: soak",
+    "tasks:",
+    "  job:",
+    '    run: ["true"]',
+    "    timeout: 60s",
+    "schedules:",
+  ];
+  for (let index = 0; index < schedules; index += 1)
+    lines.push(`  s${String(index).padStart(2, "0")}: { cron: "${cron}", task: job }`);
   return `${lines.join("\n")}\n`;
 }
 
@@ -186,14 +206,30 @@ export interface SoakDay {
 }
 
 async function soakSimulated(config: SoakSimulatedConfig): Promise<Record<string, unknown>> {
-  const policy: RetentionPolicy = parseRetentionPolicy({ horizon: config.retention, maxRuns: config.retentionRuns });
+  const policy: RetentionPolicy = parseRetentionPolicy({
+    horizon: config.retention,
+    maxRuns: config.retentionRuns,
+  });
   const parent = mkdtempSync(join(config.dataRoot, "soak-"));
   const stateDir = join(parent, "state");
   const startMs = BENCH_START_MS;
   const clock = new VirtualClock(startMs);
-  const store = await openConfiguredStore({ kind: "sqlite", stateDir, databaseUrl: null, nowMs: startMs, lowMemory: true });
+  const store = await openConfiguredStore({
+    kind: "sqlite",
+    stateDir,
+    databaseUrl: null,
+    nowMs: startMs,
+    lowMemory: true,
+  });
   const profile = PROFILES[config.profile];
-  const executor = new ForgetfulExecutor({ clock, prng: new Prng(0x50a6), failureRate: 0, spawnFailureRate: 0, minDurationMs: 1_000, maxDurationMs: 5_000 });
+  const executor = new ForgetfulExecutor({
+    clock,
+    prng: new Prng(0x50a6),
+    failureRate: 0,
+    spawnFailureRate: 0,
+    minDurationMs: 1_000,
+    maxDurationMs: 5_000,
+  });
   let purged = 0;
   const coordinator = new Coordinator({
     store,
@@ -218,7 +254,9 @@ async function soakSimulated(config: SoakSimulatedConfig): Promise<Record<string
   try {
     const parsed = parseManifest(soakManifest(config.schedules, "*/5 * * * *"), "yaml");
     if (!parsed.ok) throw new Error(`soak manifest: ${JSON.stringify(parsed.issues)}`);
-    await transactAtStoreTime(store, clock, (tx, nowMs) => applyPackage(tx, parsed.manifest, nowMs));
+    await transactAtStoreTime(store, clock, (tx, nowMs) =>
+      applyPackage(tx, parsed.manifest, nowMs),
+    );
     await coordinator.recover();
     const endMs = startMs + config.days * DAY_MS;
     const sampleMs = Math.max(1, config.sampleEveryHours) * 3_600_000;
@@ -236,7 +274,8 @@ async function soakSimulated(config: SoakSimulatedConfig): Promise<Record<string
         processed += stage.processed;
         stageErrors += stage.errors.length;
         const error = stage.errors[0];
-        if (firstStageError === null && error !== undefined) firstStageError = `${stage.name}: ${error.code}: ${error.message}`;
+        if (firstStageError === null && error !== undefined)
+          firstStageError = `${stage.name}: ${error.code}: ${error.message}`;
         if (stage.name === "schedules") fired += stage.processed;
       }
       // As the device's timer: at once while a cycle reports more (a few ms pass), else the interval.
@@ -252,13 +291,26 @@ async function soakSimulated(config: SoakSimulatedConfig): Promise<Record<string
           const nowMs = clock.nowMs();
           const nextSlot = (Math.floor((nowMs - startMs) / SLOT_MS) + 1) * SLOT_MS + startMs;
           const wakeAt = Math.min(executor.nextFinishAfter(nowMs) ?? nextSlot, nextSlot);
-          clock.advance(Math.max(1, Math.ceil((wakeAt - nowMs) / profile.tickIntervalMs)) * profile.tickIntervalMs);
+          clock.advance(
+            Math.max(1, Math.ceil((wakeAt - nowMs) / profile.tickIntervalMs)) *
+              profile.tickIntervalMs,
+          );
         }
       }
       if (clock.nowMs() >= nextDayMs) {
-        days.push(await measureDay(store, stateDir, round((clock.nowMs() - startMs) / DAY_MS, 2), { wallS: (now() - dayStartedAt) / 1000, ticks: dayTicks, purged, maxRuns: policy.maxRuns }));
+        days.push(
+          await measureDay(store, stateDir, round((clock.nowMs() - startMs) / DAY_MS, 2), {
+            wallS: (now() - dayStartedAt) / 1000,
+            ticks: dayTicks,
+            purged,
+            maxRuns: policy.maxRuns,
+          }),
+        );
         const day = days[days.length - 1];
-        if (day !== undefined) log(`soak ${config.label}: day ${day.day}, load ${day.load1m}: ${day.runsRetained} runs kept, ${day.runsPurged} purged, db ${day.databaseMiB} MiB, state dir ${day.stateDirMiB} MiB, RSS ${day.rssMiB} MiB, ${round(day.wallS, 1)} s`);
+        if (day !== undefined)
+          log(
+            `soak ${config.label}: day ${day.day}, load ${day.load1m}: ${day.runsRetained} runs kept, ${day.runsPurged} purged, db ${day.databaseMiB} MiB, state dir ${day.stateDirMiB} MiB, RSS ${day.rssMiB} MiB, ${round(day.wallS, 1)} s`,
+          );
         nextDayMs += sampleMs;
         dayStartedAt = now();
         dayTicks = 0;
@@ -289,7 +341,12 @@ async function soakSimulated(config: SoakSimulatedConfig): Promise<Record<string
     slotMinutes: 5,
     sampleEveryHours: config.sampleEveryHours,
     runsPerDay: config.schedules * (DAY_MS / SLOT_MS),
-    retention: { horizon: config.retention, horizonMs: policy.horizonMs, horizonDay: round(horizonDay, 3), maxRuns: policy.maxRuns },
+    retention: {
+      horizon: config.retention,
+      horizonMs: policy.horizonMs,
+      horizonDay: round(horizonDay, 3),
+      maxRuns: policy.maxRuns,
+    },
     ticks,
     schedulesFired: fired,
     skippedOverlaps: overlaps.skipped,
@@ -303,18 +360,38 @@ async function soakSimulated(config: SoakSimulatedConfig): Promise<Record<string
   };
 }
 
-async function measureDay(store: Awaited<ReturnType<typeof openConfiguredStore>>, stateDir: string, day: number, facts: { wallS: number; ticks: number; purged: number; maxRuns: number }): Promise<SoakDay> {
+async function measureDay(
+  store: Awaited<ReturnType<typeof openConfiguredStore>>,
+  stateDir: string,
+  day: number,
+  facts: { wallS: number; ticks: number; purged: number; maxRuns: number },
+): Promise<SoakDay> {
   const counts = await store.transaction((tx) => tx.countRunsByStatus());
-  const terminal = (counts.succeeded ?? 0) + (counts.failed ?? 0) + (counts.timed_out ?? 0) + (counts.cancelled ?? 0) + (counts.lost ?? 0);
+  const terminal =
+    (counts.succeeded ?? 0) +
+    (counts.failed ?? 0) +
+    (counts.timed_out ?? 0) +
+    (counts.cancelled ?? 0) +
+    (counts.lost ?? 0);
   const total = Object.values(counts).reduce((sum, value) => sum + value, 0);
   const pages = await store.driver.transaction(async (tx) => {
-    const value = async (sql: string): Promise<number> => Number(Object.values((await tx.query(sql))[0] ?? {})[0] ?? Number.NaN);
+    const value = async (sql: string): Promise<number> =>
+      Number(Object.values((await tx.query(sql))[0] ?? {})[0] ?? Number.NaN);
     const tableRows: Record<string, number> = {};
-    for (const row of await tx.query<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")) tableRows[row.name] = await value(`SELECT count(*) FROM "${row.name.replace(/"/g, '""')}"`);
-    return { pageCount: await value("PRAGMA page_count"), pageSize: await value("PRAGMA page_size"), freelist: await value("PRAGMA freelist_count"), tableRows };
+    for (const row of await tx.query<{ name: string }>(
+      "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+    ))
+      tableRows[row.name] = await value(`SELECT count(*) FROM "${row.name.replace(/"/g, '""')}"`);
+    return {
+      pageCount: await value("PRAGMA page_count"),
+      pageSize: await value("PRAGMA page_size"),
+      freelist: await value("PRAGMA freelist_count"),
+      tableRows,
+    };
   });
   const rankStartedAt = now();
-  for (let index = 0; index < 5; index += 1) await store.transaction((tx) => tx.terminalRunAtRank(facts.maxRuns));
+  for (let index = 0; index < 5; index += 1)
+    await store.transaction((tx) => tx.terminalRunAtRank(facts.maxRuns));
   const purgeRangeMs = (now() - rankStartedAt) / 5;
   const db = join(stateDir, "db");
   const snapshot = diskBytes(join(db, "snapshot.sqlite"));
@@ -349,21 +426,42 @@ async function measureDay(store: Awaited<ReturnType<typeof openConfiguredStore>>
  * Flat or not, by the numbers: the days after retention has caught up (the horizon, or the day
  * the count cap is reached, plus half of that and at least 6 hours for the store to settle).
  */
-function flatness(days: readonly SoakDay[], policy: RetentionPolicy, runsPerDay: number): Record<string, unknown> {
+function flatness(
+  days: readonly SoakDay[],
+  policy: RetentionPolicy,
+  runsPerDay: number,
+): Record<string, unknown> {
   const capDay = policy.maxRuns / runsPerDay;
   const caughtUp = Math.min(policy.horizonMs / DAY_MS, capDay);
   const steadyFrom = caughtUp + Math.max(0.25, caughtUp / 2);
   const steady = days.filter((day) => day.day >= steadyFrom);
-  if (steady.length < 2) return { steadyFromDay: steadyFrom, days: steady.length, note: "fewer than two days after retention caught up" };
+  if (steady.length < 2)
+    return {
+      steadyFromDay: steadyFrom,
+      days: steady.length,
+      note: "fewer than two days after retention caught up",
+    };
   const per = (key: keyof SoakDay): Record<string, number | null> => {
-    const values = steady.map((day) => day[key]).filter((value): value is number => typeof value === "number");
+    const values = steady
+      .map((day) => day[key])
+      .filter((value): value is number => typeof value === "number");
     const first = values[0] ?? Number.NaN;
     const last = values[values.length - 1] ?? Number.NaN;
-    return { first, last, min: Math.min(...values), max: Math.max(...values), slopePerDay: round(slope(steady.map((day) => ({ x: day.day, y: Number(day[key]) }))), 3) };
+    return {
+      first,
+      last,
+      min: Math.min(...values),
+      max: Math.max(...values),
+      slopePerDay: round(slope(steady.map((day) => ({ x: day.day, y: Number(day[key]) }))), 3),
+    };
   };
   const firstRows = steady[0]?.tableRows ?? {};
   const lastRows = steady[steady.length - 1]?.tableRows ?? {};
-  const tablesThatGrew = Object.fromEntries(Object.keys(lastRows).filter((name) => (lastRows[name] ?? 0) !== (firstRows[name] ?? 0)).map((name) => [name, { first: firstRows[name] ?? 0, last: lastRows[name] ?? 0 }]));
+  const tablesThatGrew = Object.fromEntries(
+    Object.keys(lastRows)
+      .filter((name) => (lastRows[name] ?? 0) !== (firstRows[name] ?? 0))
+      .map((name) => [name, { first: firstRows[name] ?? 0, last: lastRows[name] ?? 0 }]),
+  );
   return {
     steadyFromDay: steadyFrom,
     days: steady.length,
@@ -386,30 +484,74 @@ async function soakServe(config: SoakServeConfig): Promise<Record<string, unknow
   const stateDir = join(dir, "state");
   const manifestPath = join(dir, "package.yaml");
   writeFileSync(manifestPath, soakManifest(config.schedules, "* * * * * *"));
-  const samples: { tS: number; rssMiB: number | null; vmHwmMiB: number | null; stateDirMiB: number | null; dbMiB: number | null; load1m: number }[] = [];
-  const extraArgs = ["--host", "127.0.0.1", "--retention", config.retention, "--retention-runs", config.retentionRuns];
+  const samples: {
+    tS: number;
+    rssMiB: number | null;
+    vmHwmMiB: number | null;
+    stateDirMiB: number | null;
+    dbMiB: number | null;
+    load1m: number;
+  }[] = [];
+  const extraArgs = [
+    "--host",
+    "127.0.0.1",
+    "--retention",
+    config.retention,
+    "--retention-runs",
+    config.retentionRuns,
+  ];
   const served = await startServe(config.root, stateDir, manifestPath, [], extraArgs);
   const startedAt = now();
   const load1Before = os.loadavg()[0] ?? 0;
-  let metricsAtEnd: { runs: Record<string, number>; purged: number | null; memoryMiB: Record<string, number | null> } | null;
+  let metricsAtEnd: {
+    runs: Record<string, number>;
+    purged: number | null;
+    memoryMiB: Record<string, number | null>;
+  } | null;
   try {
     const sampleCount = Math.max(2, Math.floor(config.durationMs / config.sampleMs));
     for (let index = 0; index <= sampleCount && !served.exited(); index += 1) {
       if (index > 0) await sleep(Math.max(0, startedAt + index * config.sampleMs - now()));
       const status = procStatus(served.pid);
-      samples.push({ tS: round((now() - startedAt) / 1000, 1), rssMiB: mib(status?.rss), vmHwmMiB: mib(status?.hwm), stateDirMiB: mib(diskBytes(stateDir)), dbMiB: mib(diskBytes(join(stateDir, "db"))), load1m: round(os.loadavg()[0] ?? 0, 2) });
+      samples.push({
+        tS: round((now() - startedAt) / 1000, 1),
+        rssMiB: mib(status?.rss),
+        vmHwmMiB: mib(status?.hwm),
+        stateDirMiB: mib(diskBytes(stateDir)),
+        dbMiB: mib(diskBytes(join(stateDir, "db"))),
+        load1m: round(os.loadavg()[0] ?? 0, 2),
+      });
     }
     const metrics = await metricsOf(served);
-    const text = await (await fetch(`${served.url}/metrics`, { headers: { authorization: `Bearer ${served.token}` } })).text();
+    const text = await (
+      await fetch(`${served.url}/metrics`, { headers: { authorization: `Bearer ${served.token}` } })
+    ).text();
     const purgedMatch = /^qlr_runs_purged_total (\d+)$/m.exec(text);
-    metricsAtEnd = { runs: metrics.runs, purged: purgedMatch?.[1] === undefined ? null : Number(purgedMatch[1]), memoryMiB: metrics.memoryMiB };
+    metricsAtEnd = {
+      runs: metrics.runs,
+      purged: purgedMatch?.[1] === undefined ? null : Number(purgedMatch[1]),
+      memoryMiB: metrics.memoryMiB,
+    };
   } finally {
     await stopServe(served, stateDir);
     rmSync(dir, { recursive: true, force: true });
   }
   const half = samples.filter((sample) => sample.tS >= config.durationMs / 2000);
-  const points = (key: "rssMiB" | "stateDirMiB" | "vmHwmMiB") => half.filter((sample) => sample[key] !== null).map((sample) => ({ x: sample.tS / 3600, y: Number(sample[key]) }));
-  const finished = metricsAtEnd === null ? null : Object.entries(metricsAtEnd.runs).reduce((sum, [status, count]) => sum + (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status) ? count : 0), 0);
+  const points = (key: "rssMiB" | "stateDirMiB" | "vmHwmMiB") =>
+    half
+      .filter((sample) => sample[key] !== null)
+      .map((sample) => ({ x: sample.tS / 3600, y: Number(sample[key]) }));
+  const finished =
+    metricsAtEnd === null
+      ? null
+      : Object.entries(metricsAtEnd.runs).reduce(
+          (sum, [status, count]) =>
+            sum +
+            (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status)
+              ? count
+              : 0),
+          0,
+        );
   const first = samples[0];
   const last = samples[samples.length - 1];
   return {
@@ -425,7 +567,11 @@ async function soakServe(config: SoakServeConfig): Promise<Record<string, unknow
     runsAtEnd: metricsAtEnd?.runs ?? null,
     runsRetainedTerminalAtEnd: finished,
     runsPurgedAtEnd: metricsAtEnd?.purged ?? null,
-    runsStartedTotal: finished === null || metricsAtEnd?.purged === null || metricsAtEnd === null ? null : Object.values(metricsAtEnd.runs).reduce((sum, count) => sum + count, 0) + (metricsAtEnd.purged ?? 0),
+    runsStartedTotal:
+      finished === null || metricsAtEnd?.purged === null || metricsAtEnd === null
+        ? null
+        : Object.values(metricsAtEnd.runs).reduce((sum, count) => sum + count, 0) +
+          (metricsAtEnd.purged ?? 0),
     memoryAtEndMiB: metricsAtEnd?.memoryMiB ?? null,
     secondHalf: {
       fromS: round(config.durationMs / 2000, 1),
@@ -436,9 +582,21 @@ async function soakServe(config: SoakServeConfig): Promise<Record<string, unknow
       rssMinMiB: Math.min(...half.map((sample) => sample.rssMiB ?? Number.NaN)),
       rssMaxMiB: Math.max(...half.map((sample) => sample.rssMiB ?? Number.NaN)),
     },
-    rssMiB: { first: first?.rssMiB ?? null, last: last?.rssMiB ?? null, vmHwmLast: last?.vmHwmMiB ?? null },
-    stateDirMiB: { first: first?.stateDirMiB ?? null, last: last?.stateDirMiB ?? null, max: Math.max(...samples.map((sample) => sample.stateDirMiB ?? 0)) },
-    load1m: { before: round(load1Before, 2), after: round(os.loadavg()[0] ?? 0, 2), max: Math.max(...samples.map((sample) => sample.load1m)) },
+    rssMiB: {
+      first: first?.rssMiB ?? null,
+      last: last?.rssMiB ?? null,
+      vmHwmLast: last?.vmHwmMiB ?? null,
+    },
+    stateDirMiB: {
+      first: first?.stateDirMiB ?? null,
+      last: last?.stateDirMiB ?? null,
+      max: Math.max(...samples.map((sample) => sample.stateDirMiB ?? 0)),
+    },
+    load1m: {
+      before: round(load1Before, 2),
+      after: round(os.loadavg()[0] ?? 0, 2),
+      max: Math.max(...samples.map((sample) => sample.load1m)),
+    },
     samples,
   };
 }

@@ -11,9 +11,24 @@
  * done for ordinary runs (runs of one task).
  */
 import type { ProfileName } from "../src/profiles.ts";
-import { diamondManifest, log, now, readConfig, round, summarize, writeResult, type StoreKind } from "./lib/common.ts";
+import {
+  diamondManifest,
+  log,
+  now,
+  readConfig,
+  round,
+  summarize,
+  writeResult,
+  type StoreKind,
+} from "./lib/common.ts";
 import { openBenchStore } from "./lib/stores.ts";
-import { applyManifest, createWorld, driveUntilTerminal, startRuns, type DriveResult } from "./lib/world.ts";
+import {
+  applyManifest,
+  createWorld,
+  driveUntilTerminal,
+  startRuns,
+  type DriveResult,
+} from "./lib/world.ts";
 
 export interface ThroughputConfig {
   readonly store: StoreKind;
@@ -40,7 +55,10 @@ function driveFigures(drive: DriveResult, units: number): Record<string, unknown
 
 async function main(): Promise<void> {
   const config = readConfig<ThroughputConfig>();
-  const opened = await openBenchStore(config.store, 1_800_000_000_000, { dataRoot: config.dataRoot, postgresAdminUrl: process.env.QLR_BENCH_PG_URL });
+  const opened = await openBenchStore(config.store, 1_800_000_000_000, {
+    dataRoot: config.dataRoot,
+    postgresAdminUrl: process.env.QLR_BENCH_PG_URL,
+  });
   try {
     const world = createWorld(opened.store, { profile: config.profile });
     await applyManifest(world, diamondManifest("bench"));
@@ -50,16 +68,28 @@ async function main(): Promise<void> {
     const startMs = now() - startedAt;
     const workflow = await driveUntilTerminal(world, config.workflowRuns, config.maxTicks);
     const steps = config.workflowRuns * 4;
-    log(`${config.store}/${config.profile}: ${config.workflowRuns} diamond runs, ${workflow.ticks} ticks, ${Math.round(workflow.tickWallMs)} ms`);
+    log(
+      `${config.store}/${config.profile}: ${config.workflowRuns} diamond runs, ${workflow.ticks} ticks, ${Math.round(workflow.tickWallMs)} ms`,
+    );
 
     let ordinary: Record<string, unknown> | null = null;
     if (config.ordinaryRuns > 0) {
       const ordinaryStartedAt = now();
       await startRuns(world, "bench", { kind: "task", name: "work" }, config.ordinaryRuns);
       const ordinaryStartMs = now() - ordinaryStartedAt;
-      const drive = await driveUntilTerminal(world, config.workflowRuns + config.ordinaryRuns, config.maxTicks);
-      ordinary = { runs: config.ordinaryRuns, runStartsPerSecond: round((config.ordinaryRuns / ordinaryStartMs) * 1000, 1), ...driveFigures(drive, config.ordinaryRuns) };
-      log(`${config.store}/${config.profile}: ${config.ordinaryRuns} ordinary runs, ${drive.ticks} ticks, ${Math.round(drive.tickWallMs)} ms`);
+      const drive = await driveUntilTerminal(
+        world,
+        config.workflowRuns + config.ordinaryRuns,
+        config.maxTicks,
+      );
+      ordinary = {
+        runs: config.ordinaryRuns,
+        runStartsPerSecond: round((config.ordinaryRuns / ordinaryStartMs) * 1000, 1),
+        ...driveFigures(drive, config.ordinaryRuns),
+      };
+      log(
+        `${config.store}/${config.profile}: ${config.ordinaryRuns} ordinary runs, ${drive.ticks} ticks, ${Math.round(drive.tickWallMs)} ms`,
+      );
     }
 
     writeResult({
@@ -67,7 +97,12 @@ async function main(): Promise<void> {
       store: config.store,
       engineVersion: opened.engineVersion,
       profile: config.profile,
-      workflow: { runs: config.workflowRuns, steps, runStartsPerSecond: round((config.workflowRuns / startMs) * 1000, 1), ...driveFigures(workflow, steps) },
+      workflow: {
+        runs: config.workflowRuns,
+        steps,
+        runStartsPerSecond: round((config.workflowRuns / startMs) * 1000, 1),
+        ...driveFigures(workflow, steps),
+      },
       ordinary,
     });
   } finally {

@@ -46,8 +46,20 @@ async function main(): Promise<void> {
   try {
     await mf.ready;
     const readyMs = now() - startedAt;
-    const call = async (path: string, method = "GET", body?: string, contentType = "application/json"): Promise<{ status: number; text: string }> => {
-      const response = await mf.dispatchFetch(`http://localhost${path}`, { method, headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": contentType }) }, body });
+    const call = async (
+      path: string,
+      method = "GET",
+      body?: string,
+      contentType = "application/json",
+    ): Promise<{ status: number; text: string }> => {
+      const response = await mf.dispatchFetch(`http://localhost${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${token}`,
+          ...(body === undefined ? {} : { "content-type": contentType }),
+        },
+        body,
+      });
       return { status: response.status, text: await response.text() };
     };
     const applied = await call("/packages", "POST", MANIFEST, "application/yaml");
@@ -55,7 +67,11 @@ async function main(): Promise<void> {
     const startMs: number[] = [];
     for (let index = 0; index < config.runs; index += 1) {
       const t0 = now();
-      const started = await call("/runs", "POST", JSON.stringify({ package: "bench", workflow: "w" }));
+      const started = await call(
+        "/runs",
+        "POST",
+        JSON.stringify({ package: "bench", workflow: "w" }),
+      );
       startMs.push(now() - t0);
       if (started.status !== 201) throw new Error(`POST /runs: ${started.status} ${started.text}`);
     }
@@ -65,12 +81,17 @@ async function main(): Promise<void> {
       const t0 = now();
       const response = await call("/tick", "POST");
       tickMs.push(now() - t0);
-      if (response.status !== 200) throw new Error(`POST /tick: ${response.status} ${response.text}`);
-      const report = JSON.parse(response.text) as { report: { stages: { name: string; processed: number }[] } };
+      if (response.status !== 200)
+        throw new Error(`POST /tick: ${response.status} ${response.text}`);
+      const report = JSON.parse(response.text) as {
+        report: { stages: { name: string; processed: number }[] };
+      };
       admitted += report.report.stages.find((stage) => stage.name === "admission")?.processed ?? 0;
     }
     const summary = summarize(tickMs);
-    log(`workerd POST /tick: p50 ${summary.p50Ms} ms, p95 ${summary.p95Ms} ms, p99 ${summary.p99Ms} ms over ${config.ticks} ticks (${config.runs} runs, ${admitted} admissions)`);
+    log(
+      `workerd POST /tick: p50 ${summary.p50Ms} ms, p95 ${summary.p95Ms} ms, p99 ${summary.p99Ms} ms over ${config.ticks} ticks (${config.runs} runs, ${admitted} admissions)`,
+    );
     writeResult({
       bench: "workerd",
       runs: config.runs,

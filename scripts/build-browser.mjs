@@ -16,7 +16,8 @@ import { parseArgs } from "node:util";
 import { build } from "esbuild";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const isMain = process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url);
+const isMain =
+  process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url);
 const args = isMain ? parseArgs({ options: { out: { type: "string" } } }).values : {};
 const out = resolve(args.out ?? join(root, "dist", "browser"));
 const require = createRequire(import.meta.url);
@@ -24,7 +25,22 @@ const pages = join(root, "runtimes", "browser");
 
 // PGlite imports Node modules behind runtime checks that are false in a browser; they stay
 // unresolved imports in a chunk the page never loads.
-const NODE_ONLY = ["fs", "fs/promises", "path", "url", "crypto", "stream", "stream/promises", "zlib", "module", "os", "child_process", "worker_threads", "util", "node:*"];
+const NODE_ONLY = [
+  "fs",
+  "fs/promises",
+  "path",
+  "url",
+  "crypto",
+  "stream",
+  "stream/promises",
+  "zlib",
+  "module",
+  "os",
+  "child_process",
+  "worker_threads",
+  "util",
+  "node:*",
+];
 
 const common = {
   bundle: true,
@@ -56,7 +72,11 @@ async function buildBrowser() {
     outdir: join(dashboard, "assets"),
     // The dashboard talks HTTP only: any node module pulled in is a mistake, so none is external.
   });
-  await build({ ...common, entryPoints: { dashboard: join(pages, "dashboard", "dashboard.css") }, outdir: join(dashboard, "assets") });
+  await build({
+    ...common,
+    entryPoints: { dashboard: join(pages, "dashboard", "dashboard.css") },
+    outdir: join(dashboard, "assets"),
+  });
   copyFileSync(join(pages, "dashboard", "index.html"), join(dashboard, "index.html"));
 
   const simulation = join(out, `.simulation-${process.pid}`);
@@ -70,11 +90,16 @@ async function buildBrowser() {
     chunkNames: "chunk-[hash]",
     external: NODE_ONLY,
   });
-  await build({ ...common, entryPoints: { simulation: join(pages, "simulation", "simulation.css") }, outdir: simulation });
+  await build({
+    ...common,
+    entryPoints: { simulation: join(pages, "simulation", "simulation.css") },
+    outdir: simulation,
+  });
   copyFileSync(join(pages, "simulation", "index.html"), join(simulation, "index.html"));
   copyFileSync(require.resolve("sql.js/dist/sql-wasm.wasm"), join(simulation, "sql-wasm.wasm"));
   const pglite = dirname(require.resolve("@electric-sql/pglite"));
-  for (const file of ["pglite.wasm", "pglite.data", "initdb.wasm"]) copyFileSync(join(pglite, file), join(simulation, file));
+  for (const file of ["pglite.wasm", "pglite.data", "initdb.wasm"])
+    copyFileSync(join(pglite, file), join(simulation, file));
 
   swapIntoPlace(dashboard, join(out, "dashboard"));
   swapIntoPlace(simulation, join(out, "simulation"));

@@ -17,7 +17,18 @@ generateAll();
  * another build runs (tests build in parallel) never loads a half-written bundle.
  */
 async function bundle(entry, outfile, options) {
-  const result = await build({ entryPoints: [entry], outfile, bundle: true, platform: "node", format: "esm", target: "node20", legalComments: "none", logLevel: "warning", write: false, ...options });
+  const result = await build({
+    entryPoints: [entry],
+    outfile,
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    legalComments: "none",
+    logLevel: "warning",
+    write: false,
+    ...options,
+  });
   for (const file of result.outputFiles) {
     const temp = `${file.path}.tmp-${process.pid}`;
     writeFileSync(temp, file.contents);
@@ -37,9 +48,26 @@ async function bundle(entry, outfile, options) {
  * `qlr.mjs` during a build finds every chunk the entry it loads names.
  */
 async function bundleSplit(entry, name, options) {
-  const result = await build({ entryPoints: { [name]: entry }, outdir: dist, outExtension: { ".js": ".mjs" }, chunkNames: "chunk-[hash]", splitting: true, bundle: true, platform: "node", format: "esm", target: "node20", legalComments: "none", logLevel: "warning", write: false, ...options });
+  const result = await build({
+    entryPoints: { [name]: entry },
+    outdir: dist,
+    outExtension: { ".js": ".mjs" },
+    chunkNames: "chunk-[hash]",
+    splitting: true,
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    legalComments: "none",
+    logLevel: "warning",
+    write: false,
+    ...options,
+  });
   const entryPath = join(dist, `${name}.mjs`);
-  const ordered = [...result.outputFiles.filter((file) => file.path !== entryPath), ...result.outputFiles.filter((file) => file.path === entryPath)];
+  const ordered = [
+    ...result.outputFiles.filter((file) => file.path !== entryPath),
+    ...result.outputFiles.filter((file) => file.path === entryPath),
+  ];
   for (const file of ordered) {
     const temp = `${file.path}.tmp-${process.pid}`;
     writeFileSync(temp, file.contents);
@@ -48,7 +76,10 @@ async function bundleSplit(entry, name, options) {
   }
 }
 
-await bundleSplit(join(root, "runtimes/node/main.ts"), "qlr", { packages: "external", banner: { js: "#!/usr/bin/env node" } });
+await bundleSplit(join(root, "runtimes/node/main.ts"), "qlr", {
+  packages: "external",
+  banner: { js: "#!/usr/bin/env node" },
+});
 await bundle(join(root, "runtimes/node/launcher/supervisor.ts"), join(dist, "supervisor.mjs"), {});
 
 // The browser pages (dashboard served by `qlr serve`, static simulation page): dist/browser/.

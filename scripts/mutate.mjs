@@ -17,16 +17,28 @@ const files = process.argv.slice(2).length > 0 ? process.argv.slice(2) : config.
 const summary = [];
 for (const file of files) {
   const report = path.basename(file, path.extname(file));
-  const result = spawnSync(process.execPath, [path.join(root, "node_modules/@stryker-mutator/core/bin/stryker.js"), "run", "stryker.config.mjs", "--mutate", file], {
-    cwd: root,
-    stdio: "inherit",
-    env: { ...process.env, QLR_MUTATE_REPORT: report },
-  });
+  const result = spawnSync(
+    process.execPath,
+    [
+      path.join(root, "node_modules/@stryker-mutator/core/bin/stryker.js"),
+      "run",
+      "stryker.config.mjs",
+      "--mutate",
+      file,
+    ],
+    {
+      cwd: root,
+      stdio: "inherit",
+      env: { ...process.env, QLR_MUTATE_REPORT: report },
+    },
+  );
   if (result.status !== 0) {
     summary.push(`${file}: stryker exited with ${result.status ?? result.signal}`);
     continue;
   }
-  const json = JSON.parse(readFileSync(path.join(root, ".stryker/report", `${report}.json`), "utf8"));
+  const json = JSON.parse(
+    readFileSync(path.join(root, ".stryker/report", `${report}.json`), "utf8"),
+  );
   let killed = 0;
   let survived = 0;
   let other = 0;
@@ -38,6 +50,8 @@ for (const file of files) {
     }
   }
   const total = killed + survived;
-  summary.push(`${file}: ${killed}/${total} killed (${total === 0 ? "n/a" : ((100 * killed) / total).toFixed(1)} %), ${survived} surviving, ${other} not counted (compile errors, ignored)`);
+  summary.push(
+    `${file}: ${killed}/${total} killed (${total === 0 ? "n/a" : ((100 * killed) / total).toFixed(1)} %), ${survived} surviving, ${other} not counted (compile errors, ignored)`,
+  );
 }
 console.log(["", "Mutation score per file:", ...summary].join("\n"));

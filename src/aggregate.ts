@@ -1,6 +1,18 @@
 import { derivedId, digestOf, type Digest } from "./digest.ts";
 import { QlrError } from "./errors.ts";
-import type { ChangeSet, EventType, Run, RunAttempt, RunEvent, RunStatus, StepMutation, StepRun, StepStatus, AdmissionReceipt, RowChange } from "./model.ts";
+import type {
+  ChangeSet,
+  EventType,
+  Run,
+  RunAttempt,
+  RunEvent,
+  RunStatus,
+  StepMutation,
+  StepRun,
+  StepStatus,
+  AdmissionReceipt,
+  RowChange,
+} from "./model.ts";
 import { EMPTY_CHANGE_SET, SETTLED_STEP_STATUSES, TERMINAL_RUN_STATUSES } from "./model.ts";
 import { transitionAttempt, transitionRun, transitionStep } from "./state-machines.ts";
 
@@ -30,9 +42,13 @@ export function eventId(runId: string, seq: number): string {
 
 /** Event time never precedes the creation of what it speaks of; a clock that went back fails closed. */
 export function assertNotBefore(nowMs: number, createdAtMs: number, subject: string): void {
-  if (!Number.isSafeInteger(nowMs)) throw new QlrError("invalid_request", `${subject}: time must be an integer of milliseconds`);
+  if (!Number.isSafeInteger(nowMs))
+    throw new QlrError("invalid_request", `${subject}: time must be an integer of milliseconds`);
   if (nowMs < createdAtMs) {
-    throw new QlrError("clock_regression", `${subject}: observation time ${nowMs} is before its creation at ${createdAtMs}; refusing to write`);
+    throw new QlrError(
+      "clock_regression",
+      `${subject}: observation time ${nowMs} is before its creation at ${createdAtMs}; refusing to write`,
+    );
   }
 }
 
@@ -78,7 +94,11 @@ export class RunChange {
     return this.attemptAfter.get(attempt.id) ?? attempt;
   }
 
-  emit(type: EventType, refs: { stepRunId?: string | null; attemptId?: string | null; id?: string }, data: Record<string, unknown> = {}): RunEvent {
+  emit(
+    type: EventType,
+    refs: { stepRunId?: string | null; attemptId?: string | null; id?: string },
+    data: Record<string, unknown> = {},
+  ): RunEvent {
     const seq = this.currentRun.eventSeq + this.events.length + 1;
     const event: RunEvent = {
       id: refs.id ?? eventId(this.currentRun.id, seq),
@@ -98,7 +118,11 @@ export class RunChange {
     this.currentRun = { ...this.currentRun, ...patch };
   }
 
-  setRunStatus(to: RunStatus, data: Record<string, unknown> = {}, patch: Partial<Pick<Run, "notBeforeMs">> = {}): void {
+  setRunStatus(
+    to: RunStatus,
+    data: Record<string, unknown> = {},
+    patch: Partial<Pick<Run, "notBeforeMs">> = {},
+  ): void {
     const from = this.currentRun.status;
     transitionRun(this.currentRun.kind, from, to, this.currentRun.id);
     this.currentRun = {
@@ -113,18 +137,31 @@ export class RunChange {
   setStep(
     original: StepRun,
     to: StepStatus,
-    patch: Partial<Pick<StepRun, "attemptCount" | "readyAtMs" | "notBeforeMs" | "startedAtMs" | "finishedAtMs" | "output">> = {},
+    patch: Partial<
+      Pick<
+        StepRun,
+        "attemptCount" | "readyAtMs" | "notBeforeMs" | "startedAtMs" | "finishedAtMs" | "output"
+      >
+    > = {},
     data: Record<string, unknown> = {},
   ): StepRun {
     const current = this.step(original);
     assertNotBefore(this.nowMs, current.createdAtMs, `step ${current.id}`);
     transitionStep(current.status, to, current.id);
-    if (original.runId !== this.currentRun.id) throw new QlrError("internal", `step ${original.id} is not part of run ${this.currentRun.id}`);
+    if (original.runId !== this.currentRun.id)
+      throw new QlrError(
+        "internal",
+        `step ${original.id} is not part of run ${this.currentRun.id}`,
+      );
     const withoutDigest = { ...current, ...patch, status: to, version: current.version + 1 };
     const next: StepRun = { ...withoutDigest, digest: stepDigest(withoutDigest) };
     if (!this.stepBefore.has(original.id)) this.stepBefore.set(original.id, original);
     this.stepAfter.set(original.id, next);
-    const event = this.emit("step.status_changed", { stepRunId: next.id }, { step: next.name, from: current.status, to, version: next.version, ...data });
+    const event = this.emit(
+      "step.status_changed",
+      { stepRunId: next.id },
+      { step: next.name, from: current.status, to, version: next.version, ...data },
+    );
     this.mutations.push({
       runId: next.runId,
       stepRunId: next.id,
@@ -139,21 +176,46 @@ export class RunChange {
     return next;
   }
 
-  insertAttempt(attempt: RunAttempt, eventRefs: { id?: string } = {}, type: EventType = "attempt.status_changed", data: Record<string, unknown> = {}): void {
-    if (this.attemptAfter.has(attempt.id)) throw new QlrError("internal", `attempt ${attempt.id} inserted twice`);
+  insertAttempt(
+    attempt: RunAttempt,
+    eventRefs: { id?: string } = {},
+    type: EventType = "attempt.status_changed",
+    data: Record<string, unknown> = {},
+  ): void {
+    if (this.attemptAfter.has(attempt.id))
+      throw new QlrError("internal", `attempt ${attempt.id} inserted twice`);
     this.attemptBefore.set(attempt.id, null);
     this.attemptAfter.set(attempt.id, attempt);
-    this.emit(type, { stepRunId: attempt.stepRunId, attemptId: attempt.id, ...eventRefs }, { to: attempt.status, number: attempt.number, ...data });
+    this.emit(
+      type,
+      { stepRunId: attempt.stepRunId, attemptId: attempt.id, ...eventRefs },
+      { to: attempt.status, number: attempt.number, ...data },
+    );
   }
 
-  setAttempt(original: RunAttempt, to: RunAttempt["status"] | null, patch: Partial<RunAttempt>, data: Record<string, unknown> = {}, type: EventType = "attempt.status_changed"): RunAttempt {
+  setAttempt(
+    original: RunAttempt,
+    to: RunAttempt["status"] | null,
+    patch: Partial<RunAttempt>,
+    data: Record<string, unknown> = {},
+    type: EventType = "attempt.status_changed",
+  ): RunAttempt {
     const current = this.attempt(original);
     assertNotBefore(this.nowMs, current.createdAtMs, `attempt ${current.id}`);
     if (to !== null) transitionAttempt(current.status, to, current.id);
-    const next: RunAttempt = { ...current, ...patch, status: to ?? current.status, version: current.version + 1 };
+    const next: RunAttempt = {
+      ...current,
+      ...patch,
+      status: to ?? current.status,
+      version: current.version + 1,
+    };
     if (!this.attemptBefore.has(original.id)) this.attemptBefore.set(original.id, original);
     this.attemptAfter.set(original.id, next);
-    this.emit(type, { stepRunId: next.stepRunId, attemptId: next.id }, to === null ? data : { from: current.status, to, ...data });
+    this.emit(
+      type,
+      { stepRunId: next.stepRunId, attemptId: next.id },
+      to === null ? data : { from: current.status, to, ...data },
+    );
     return next;
   }
 
@@ -169,8 +231,13 @@ export class RunChange {
       eventSeq: this.originalRun.eventSeq + this.events.length,
       updatedAtMs: this.nowMs,
     };
-    const steps: RowChange<StepRun>[] = [...this.stepAfter.entries()].map(([id, step]) => ({ before: this.stepBefore.get(id) ?? null, after: step }));
-    const attempts: RowChange<RunAttempt>[] = [...this.attemptAfter.entries()].map(([id, attempt]) => ({ before: this.attemptBefore.get(id) ?? null, after: attempt }));
+    const steps: RowChange<StepRun>[] = [...this.stepAfter.entries()].map(([id, step]) => ({
+      before: this.stepBefore.get(id) ?? null,
+      after: step,
+    }));
+    const attempts: RowChange<RunAttempt>[] = [...this.attemptAfter.entries()].map(
+      ([id, attempt]) => ({ before: this.attemptBefore.get(id) ?? null, after: attempt }),
+    );
     const runs: RowChange<Run>[] = [{ before: this.originalRun, after }];
     return {
       runs,
@@ -190,12 +257,20 @@ export class RunChange {
  * may become ready, or the run may finish). Anything else cannot move a frontier, so the
  * frontier stage only visits runs this marks.
  */
-export function frontierMarks(runs: readonly RowChange<Run>[], steps: readonly RowChange<StepRun>[]): string[] {
+export function frontierMarks(
+  runs: readonly RowChange<Run>[],
+  steps: readonly RowChange<StepRun>[],
+): string[] {
   return runs
     .filter(({ before, after }) => {
       if (after.kind !== "workflow" || after.status !== "running") return false;
       if (before === null) return true;
-      return steps.some((step) => step.after.runId === after.id && SETTLED_STEP_STATUSES.has(step.after.status) && step.before?.status !== step.after.status);
+      return steps.some(
+        (step) =>
+          step.after.runId === after.id &&
+          SETTLED_STEP_STATUSES.has(step.after.status) &&
+          step.before?.status !== step.after.status,
+      );
     })
     .map(({ after }) => after.id);
 }

@@ -9,20 +9,41 @@ import { LIVE_ATTEMPT_STATUSES, SETTLED_STEP_STATUSES, TERMINAL_RUN_STATUSES } f
  * that execution control carries out on the exact process. The run becomes `cancelled` only
  * when no attempt is live and every step is settled.
  */
-export function convergeCancellation(run: Run, steps: readonly StepRun[], attempts: readonly RunAttempt[], nowMs: number): ChangeSet | null {
+export function convergeCancellation(
+  run: Run,
+  steps: readonly StepRun[],
+  attempts: readonly RunAttempt[],
+  nowMs: number,
+): ChangeSet | null {
   if (run.cancelRequestedAtMs === null || TERMINAL_RUN_STATUSES.has(run.status)) return null;
   const change = new RunChange(run, nowMs);
 
   for (const original of attempts) {
     const attempt = change.attempt(original);
     if (attempt.status === "claimed") {
-      change.setAttempt(original, "cancelled", { finishedAtMs: nowMs, stopReason: "cancel" }, { reason: "run cancelled before start" });
+      change.setAttempt(
+        original,
+        "cancelled",
+        { finishedAtMs: nowMs, stopReason: "cancel" },
+        { reason: "run cancelled before start" },
+      );
     } else if (attempt.status === "running" && attempt.stopReason === null) {
-      change.setAttempt(original, null, { stopReason: "cancel", stopRequestedAtMs: nowMs }, { reason: "cancel" }, "attempt.stop_requested");
+      change.setAttempt(
+        original,
+        null,
+        { stopReason: "cancel", stopRequestedAtMs: nowMs },
+        { reason: "cancel" },
+        "attempt.stop_requested",
+      );
     }
   }
 
-  const liveByStep = new Set(attempts.map((attempt) => change.attempt(attempt)).filter((attempt) => LIVE_ATTEMPT_STATUSES.has(attempt.status)).map((attempt) => attempt.stepRunId));
+  const liveByStep = new Set(
+    attempts
+      .map((attempt) => change.attempt(attempt))
+      .filter((attempt) => LIVE_ATTEMPT_STATUSES.has(attempt.status))
+      .map((attempt) => attempt.stepRunId),
+  );
   for (const original of steps) {
     const step = change.step(original);
     if ((step.status === "pending" || step.status === "ready") && !liveByStep.has(step.id)) {
@@ -30,7 +51,9 @@ export function convergeCancellation(run: Run, steps: readonly StepRun[], attemp
     }
   }
 
-  const anyLive = attempts.some((attempt) => LIVE_ATTEMPT_STATUSES.has(change.attempt(attempt).status));
+  const anyLive = attempts.some((attempt) =>
+    LIVE_ATTEMPT_STATUSES.has(change.attempt(attempt).status),
+  );
   const allSettled = steps.every((step) => SETTLED_STEP_STATUSES.has(change.step(step).status));
   if (!anyLive && allSettled) change.setRunStatus("cancelled");
   return change.changed ? change.build() : null;

@@ -1,6 +1,7 @@
 import { QlrError } from "./errors.ts";
 
-export type JsonValue = null | boolean | number | string | readonly JsonValue[] | { readonly [key: string]: JsonValue };
+export type JsonValue =
+  null | boolean | number | string | readonly JsonValue[] | { readonly [key: string]: JsonValue };
 
 /**
  * Canonical JSON: object keys sorted by UTF-16 code unit order, no insignificant space,
@@ -17,20 +18,32 @@ function write(value: unknown, path: string): string {
     case "boolean":
       return value ? "true" : "false";
     case "number":
-      if (!Number.isFinite(value)) throw new QlrError("invalid_request", `canonical JSON cannot hold ${String(value)} at ${path}`);
+      if (!Number.isFinite(value))
+        throw new QlrError(
+          "invalid_request",
+          `canonical JSON cannot hold ${String(value)} at ${path}`,
+        );
       return JSON.stringify(value);
     case "string":
       return JSON.stringify(value);
     case "object": {
-      if (Array.isArray(value)) return `[${value.map((item, index) => write(item, `${path}[${index}]`)).join(",")}]`;
+      if (Array.isArray(value))
+        return `[${value.map((item, index) => write(item, `${path}[${index}]`)).join(",")}]`;
       const proto = Object.getPrototypeOf(value) as unknown;
-      if (proto !== Object.prototype && proto !== null) throw new QlrError("invalid_request", `canonical JSON holds only plain objects, not at ${path}`);
+      if (proto !== Object.prototype && proto !== null)
+        throw new QlrError(
+          "invalid_request",
+          `canonical JSON holds only plain objects, not at ${path}`,
+        );
       const entries = Object.entries(value as Record<string, unknown>)
         .filter(([, member]) => member !== undefined)
         .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
       return `{${entries.map(([key, member]) => `${JSON.stringify(key)}:${write(member, `${path}.${key}`)}`).join(",")}}`;
     }
     default:
-      throw new QlrError("invalid_request", `canonical JSON cannot hold a ${typeof value} at ${path}`);
+      throw new QlrError(
+        "invalid_request",
+        `canonical JSON cannot hold a ${typeof value} at ${path}`,
+      );
   }
 }

@@ -2,20 +2,53 @@ import { admitTaskAttempt, MAX_ADMISSION_PAGE } from "./admission.ts";
 import { findAttemptScope } from "./attempt-scope.ts";
 import { convergeCancellation } from "./cancellation.ts";
 import { isQlrError, QlrError } from "./errors.ts";
-import { complete, markRunning, markStarting, requestShutdownStop, requestTimeoutStop, startFailed } from "./execution.ts";
+import {
+  complete,
+  markRunning,
+  markStarting,
+  requestShutdownStop,
+  requestTimeoutStop,
+  startFailed,
+} from "./execution.ts";
 import { advanceFrontier } from "./frontier.ts";
 import { expireLease } from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
-import { MAX_STORE_PAGE, type AdmissionCandidate, type Clock, type CoordinatorRecord, type Executor, type IdSource, type LaunchRequest, type PurgedRun, type Store, type StoreTx } from "./ports.ts";
-import { decidePurge, purgeRange, type PurgeCandidate, type PurgeKey, type PurgeRange, type RetentionPolicy } from "./retention.ts";
+import {
+  MAX_STORE_PAGE,
+  type AdmissionCandidate,
+  type Clock,
+  type CoordinatorRecord,
+  type Executor,
+  type IdSource,
+  type LaunchRequest,
+  type PurgedRun,
+  type Store,
+  type StoreTx,
+} from "./ports.ts";
+import {
+  decidePurge,
+  purgeRange,
+  type PurgeCandidate,
+  type PurgeKey,
+  type PurgeRange,
+  type RetentionPolicy,
+} from "./retention.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
 import { factsInStoreTime, handleInStoreTime, receiptInStoreTime } from "./host-time.ts";
 import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
 import { storePageSize, walkKeyset } from "./paging.ts";
 import { fireSchedule } from "./run-start.ts";
-import { COORDINATOR_RENEW_EVERY_MS, orphanedReason, ownershipOf, registerNode, renewNode, validateNodeIdentity, type NodeIdentity } from "./ownership.ts";
+import {
+  COORDINATOR_RENEW_EVERY_MS,
+  orphanedReason,
+  ownershipOf,
+  registerNode,
+  renewNode,
+  validateNodeIdentity,
+  type NodeIdentity,
+} from "./ownership.ts";
 import { taskContext } from "./task-context.ts";
 import { decideSchedule } from "./schedules.ts";
 import { drainNotifications, type NotificationSender } from "./notification-stage.ts";
@@ -43,8 +76,27 @@ const RECOVERY_PAGE = 64;
 /** A bound on one start-up recovery: attempts beyond it keep their state until the next start-up. */
 const MAX_RECOVERED_ATTEMPTS = 10_000;
 
-export type StageName = "cancellation" | "schedules" | "ordinary" | "frontier" | "admission" | "dispatch" | "execution_control" | "notifications" | "purge";
-export const STAGE_ORDER: readonly StageName[] = ["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "notifications", "purge"];
+export type StageName =
+  | "cancellation"
+  | "schedules"
+  | "ordinary"
+  | "frontier"
+  | "admission"
+  | "dispatch"
+  | "execution_control"
+  | "notifications"
+  | "purge";
+export const STAGE_ORDER: readonly StageName[] = [
+  "cancellation",
+  "schedules",
+  "ordinary",
+  "frontier",
+  "admission",
+  "dispatch",
+  "execution_control",
+  "notifications",
+  "purge",
+];
 
 /** Named points where crash and race tests inject faults; injected per coordinator, never global. */
 export type FaultPoint =
@@ -101,7 +153,11 @@ export interface CoordinatorDeps {
 export interface StageReport {
   readonly name: StageName;
   readonly processed: number;
-  readonly errors: readonly { readonly code: string; readonly message: string; readonly subject: string | null }[];
+  readonly errors: readonly {
+    readonly code: string;
+    readonly message: string;
+    readonly subject: string | null;
+  }[];
   readonly more: boolean;
   readonly durationMs: number;
 }
@@ -132,7 +188,11 @@ function describe(error: unknown): { code: string; message: string } {
 
 /** Executors signal "the task could not be started, nothing ran" with code `spawn_failed`. */
 export function isSpawnFailure(error: unknown): boolean {
-  return typeof error === "object" && error !== null && (error as { code?: unknown }).code === "spawn_failed";
+  return (
+    typeof error === "object" &&
+    error !== null &&
+    (error as { code?: unknown }).code === "spawn_failed"
+  );
 }
 
 /**
@@ -253,7 +313,9 @@ export class Coordinator {
    * One write transaction at store time. `hostOffsetMs` is store time minus this host's clock,
    * measured now: host-stamped launcher facts are moved onto store time with it (host-time.ts).
    */
-  private async write<T>(fn: (tx: StoreTx, nowMs: number, hostOffsetMs: number) => Promise<T>): Promise<T> {
+  private async write<T>(
+    fn: (tx: StoreTx, nowMs: number, hostOffsetMs: number) => Promise<T>,
+  ): Promise<T> {
     return this.deps.store.transaction(async (tx) => {
       const hostNowMs = this.deps.clock.nowMs();
       const nowMs = await tx.observe(hostNowMs);
@@ -284,7 +346,15 @@ export class Coordinator {
       const stageStartedMs = this.elapsed();
       const context: StageContext = { processed: 0, more: false, errors: [] };
       try {
-        if (this.frozen && (name === "schedules" || name === "ordinary" || name === "admission" || name === "dispatch" || name === "notifications" || name === "purge")) {
+        if (
+          this.frozen &&
+          (name === "schedules" ||
+            name === "ordinary" ||
+            name === "admission" ||
+            name === "dispatch" ||
+            name === "notifications" ||
+            name === "purge")
+        ) {
           // Frozen for shutdown: no new admission or dispatch, no housekeeping writes, and no
           // network calls that would hold the stop up (the outbox keeps them for the next start).
         } else {
@@ -293,11 +363,23 @@ export class Coordinator {
       } catch (error) {
         context.errors.push({ ...describe(error), subject: null });
       }
-      const report: StageReport = { name, processed: context.processed, errors: context.errors, more: context.more, durationMs: Math.max(0, this.elapsed() - stageStartedMs) };
+      const report: StageReport = {
+        name,
+        processed: context.processed,
+        errors: context.errors,
+        more: context.more,
+        durationMs: Math.max(0, this.elapsed() - stageStartedMs),
+      };
       this.deps.onStage?.(report);
       stages.push(report);
     }
-    const report: TickReport = { profile: this.deps.profile.name, stages, more: stages.some((stage) => stage.more), followUp: this.followUp, durationMs: Math.max(0, this.elapsed() - startedMs) };
+    const report: TickReport = {
+      profile: this.deps.profile.name,
+      stages,
+      more: stages.some((stage) => stage.more),
+      followUp: this.followUp,
+      durationMs: Math.max(0, this.elapsed() - startedMs),
+    };
     this.deps.onTick?.(report);
     return report;
   }
@@ -306,13 +388,31 @@ export class Coordinator {
     const profile = this.deps.profile;
     switch (name) {
       case "cancellation":
-        return this.pagedRuns("cancellation", profile.cancellation, context, (tx, after, limit) => tx.listCancellingRuns(after, limit), (runId) => this.convergeRun(runId));
+        return this.pagedRuns(
+          "cancellation",
+          profile.cancellation,
+          context,
+          (tx, after, limit) => tx.listCancellingRuns(after, limit),
+          (runId) => this.convergeRun(runId),
+        );
       case "schedules":
         return this.schedules(profile.schedules, context);
       case "ordinary":
-        return this.pagedRuns("ordinary", profile.ordinary, context, (tx, after, limit, nowMs) => tx.listQueuedOrdinaryRuns(after, limit, nowMs), (runId) => this.admitOrdinary(runId));
+        return this.pagedRuns(
+          "ordinary",
+          profile.ordinary,
+          context,
+          (tx, after, limit, nowMs) => tx.listQueuedOrdinaryRuns(after, limit, nowMs),
+          (runId) => this.admitOrdinary(runId),
+        );
       case "frontier":
-        return this.pagedRuns("frontier", profile.frontier, context, (tx, after, limit) => tx.listFrontierRuns(after, limit), (runId) => this.frontier(runId));
+        return this.pagedRuns(
+          "frontier",
+          profile.frontier,
+          context,
+          (tx, after, limit) => tx.listFrontierRuns(after, limit),
+          (runId) => this.frontier(runId),
+        );
       case "admission":
         return this.admission(profile.admission, context);
       case "dispatch":
@@ -320,7 +420,16 @@ export class Coordinator {
       case "execution_control":
         return this.executionControl(profile.executionControl, context);
       case "notifications":
-        return drainNotifications({ store: this.deps.store, clock: this.deps.clock, sender: this.deps.notifier ?? null, fault: (point) => this.fault(point) }, profile.notifications, context);
+        return drainNotifications(
+          {
+            store: this.deps.store,
+            clock: this.deps.clock,
+            sender: this.deps.notifier ?? null,
+            fault: (point) => this.fault(point),
+          },
+          profile.notifications,
+          context,
+        );
       case "purge":
         return this.purge(profile.purge, context);
     }
@@ -343,7 +452,10 @@ export class Coordinator {
       after: this.cursors.get(cursorKey) ?? null,
       pageSize: budget.pageSize,
       pages: budget.pages,
-      read: (after, limit) => this.deps.store.transaction(async (tx) => list(tx, after, limit, await tx.observe(this.deps.clock.nowMs()))),
+      read: (after, limit) =>
+        this.deps.store.transaction(async (tx) =>
+          list(tx, after, limit, await tx.observe(this.deps.clock.nowMs())),
+        ),
       cursorOf: (runId) => runId,
       handle: (runId) => this.countOne(context, runId, () => handle(runId)),
       saved: (after) => this.saveCursor(cursorKey, after),
@@ -352,7 +464,11 @@ export class Coordinator {
   }
 
   /** One item of a stage: counted when it changed something; a failure is reported for it and the stage goes on. */
-  private async countOne(context: StageContext, subject: string, handle: () => Promise<boolean>): Promise<void> {
+  private async countOne(
+    context: StageContext,
+    subject: string,
+    handle: () => Promise<boolean>,
+  ): Promise<void> {
     try {
       if (await handle()) context.processed += 1;
     } catch (error) {
@@ -370,14 +486,20 @@ export class Coordinator {
     const change = await this.write(async (tx, nowMs) => {
       const run = await tx.getRun(runId);
       if (run === null) return null;
-      const converged = convergeCancellation(run, await tx.getSteps(runId), await tx.getAttempts(runId), nowMs);
+      const converged = convergeCancellation(
+        run,
+        await tx.getSteps(runId),
+        await tx.getAttempts(runId),
+        nowMs,
+      );
       if (converged === null) return null;
       await tx.apply(converged);
       return converged;
     });
     if (change === null) return false;
     // The cancel stop intent of a running attempt is durable; its process is not stopped yet.
-    if (change.events.some((event) => event.type === "attempt.stop_requested")) await this.fault("cancellation.after_stop_intent");
+    if (change.events.some((event) => event.type === "attempt.stop_requested"))
+      await this.fault("cancellation.after_stop_intent");
     return true;
   }
 
@@ -385,11 +507,14 @@ export class Coordinator {
     // Not a keyset walk: a schedule that fired is no longer due, so each page reads the due list afresh.
     const pageSize = storePageSize(budget.pageSize);
     for (let page = 0; page < budget.pages; page += 1) {
-      const due = await this.deps.store.transaction(async (tx) => tx.listDueSchedules(await tx.observe(this.deps.clock.nowMs()), pageSize));
+      const due = await this.deps.store.transaction(async (tx) =>
+        tx.listDueSchedules(await tx.observe(this.deps.clock.nowMs()), pageSize),
+      );
       for (const schedule of due) {
         try {
           await this.write(async (tx, nowMs) => {
-            const lastRun = schedule.lastRunId === null ? null : await tx.getRun(schedule.lastRunId);
+            const lastRun =
+              schedule.lastRunId === null ? null : await tx.getRun(schedule.lastRunId);
             const lastRunLive = lastRun !== null && !TERMINAL_RUN_STATUSES.has(lastRun.status);
             const decision = decideSchedule(schedule, nowMs, lastRunLive);
             if (decision.kind === "idle") return;
@@ -402,7 +527,10 @@ export class Coordinator {
           });
           context.processed += 1;
         } catch (error) {
-          context.errors.push({ ...describe(error), subject: `${schedule.package}/${schedule.name}` });
+          context.errors.push({
+            ...describe(error),
+            subject: `${schedule.package}/${schedule.name}`,
+          });
         }
       }
       if (due.length < pageSize) return;
@@ -415,7 +543,11 @@ export class Coordinator {
       const run = await tx.getRun(runId);
       if (run === null || run.kind !== "ordinary") return false;
       const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, run.target);
-      if (definition === null) throw new QlrError("integrity", `run ${run.id}: task ${run.target} has no definition in its generation`);
+      if (definition === null)
+        throw new QlrError(
+          "integrity",
+          `run ${run.id}: task ${run.target} has no definition in its generation`,
+        );
       const admitted = admitOrdinaryAttempt(run, definition, nowMs);
       if (admitted === null) return false;
       await tx.apply(admitted.change);
@@ -427,7 +559,12 @@ export class Coordinator {
     return this.write(async (tx, nowMs) => {
       const run = await tx.getRun(runId);
       if (run === null) return false;
-      const change = advanceFrontier(run, await tx.getSteps(runId), await tx.getAttempts(runId), nowMs);
+      const change = advanceFrontier(
+        run,
+        await tx.getSteps(runId),
+        await tx.getAttempts(runId),
+        nowMs,
+      );
       if (change !== null) await tx.apply(change);
       await tx.clearFrontierMark(runId);
       return change !== null;
@@ -440,9 +577,13 @@ export class Coordinator {
       after: null,
       pageSize: Math.min(budget.pageSize, MAX_ADMISSION_PAGE),
       pages: budget.pages,
-      read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAdmissionCandidates(after, limit, await tx.observe(this.deps.clock.nowMs()))),
+      read: (after, limit) =>
+        this.deps.store.transaction(async (tx) =>
+          tx.listAdmissionCandidates(after, limit, await tx.observe(this.deps.clock.nowMs())),
+        ),
       cursorOf: (candidate) => candidate,
-      handle: (candidate) => this.countOne(context, candidate.stepRunId, () => this.admit(candidate)),
+      handle: (candidate) =>
+        this.countOne(context, candidate.stepRunId, () => this.admit(candidate)),
     });
     if (more) context.more = true;
   }
@@ -452,14 +593,33 @@ export class Coordinator {
     const admitted = await this.write(async (tx, nowMs) => {
       const run = await tx.getRun(candidate.runId);
       const step = await tx.getStep(candidate.stepRunId);
-      if (run === null || step === null || step.runId !== run.id || step.version !== candidate.stepRunVersion || step.status !== "ready") return false;
+      if (
+        run === null ||
+        step === null ||
+        step.runId !== run.id ||
+        step.version !== candidate.stepRunVersion ||
+        step.status !== "ready"
+      )
+        return false;
       if (run.status !== "running" || run.cancelRequestedAtMs !== null) return false;
       const plan = run.planDigest === null ? null : await tx.getPlan(run.planDigest);
       const reconciliation = await tx.getReconciliation(run.reconciliationDigest);
       const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, step.task);
-      if (plan === null || reconciliation === null || definition === null) throw new QlrError("integrity", `run ${run.id}: plan, reconciliation or task definition missing`);
+      if (plan === null || reconciliation === null || definition === null)
+        throw new QlrError(
+          "integrity",
+          `run ${run.id}: plan, reconciliation or task definition missing`,
+        );
       const existing = await tx.getAdmission(run.id, step.id, step.version);
-      const result = admitTaskAttempt({ plan, run, step, reconciliation, definition, existing, nowMs });
+      const result = admitTaskAttempt({
+        plan,
+        run,
+        step,
+        reconciliation,
+        definition,
+        existing,
+        nowMs,
+      });
       if (result.kind === "replayed") return false;
       await tx.apply(result.change);
       return true;
@@ -480,9 +640,15 @@ export class Coordinator {
       if (executor === undefined) continue;
       // One row beyond the page tells whether more wait; the page stays within what the store returns.
       const pageSize = Math.min(storePageSize(limit), MAX_STORE_PAGE - 1);
-      const claimed = await this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["claimed"], null, pageSize + 1));
+      const claimed = await this.deps.store.transaction(async (tx) =>
+        tx.listAttempts(executor.type, ["claimed"], null, pageSize + 1),
+      );
       if (claimed.length > pageSize) context.more = true;
-      const started: { readonly attemptId: string; readonly request: LaunchRequest; readonly startingAtMs: number }[] = [];
+      const started: {
+        readonly attemptId: string;
+        readonly request: LaunchRequest;
+        readonly startingAtMs: number;
+      }[] = [];
       for (const attempt of claimed.slice(0, pageSize)) {
         try {
           const starting = await this.markDispatchStarting(attempt.id);
@@ -493,7 +659,9 @@ export class Coordinator {
       }
       if (started.length === 0) continue;
       await this.fault("dispatch.after_starting");
-      const launches = await Promise.allSettled(started.map(({ request }) => executor.launch(request)));
+      const launches = await Promise.allSettled(
+        started.map(({ request }) => executor.launch(request)),
+      );
       await this.fault("dispatch.after_spawn");
       for (const [index, { attemptId, startingAtMs }] of started.entries()) {
         const launch = launches[index];
@@ -509,15 +677,34 @@ export class Coordinator {
   }
 
   /** claimed → starting (committed): the launch request and the commit's store time, or null when the attempt may not start. */
-  private async markDispatchStarting(attemptId: string): Promise<{ readonly request: LaunchRequest; readonly startingAtMs: number } | null> {
+  private async markDispatchStarting(
+    attemptId: string,
+  ): Promise<{ readonly request: LaunchRequest; readonly startingAtMs: number } | null> {
     return this.write(async (tx, nowMs) => {
       const scope = await findAttemptScope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "claimed") return null;
       if (scope.run.cancelRequestedAtMs !== null) return null;
-      if (scope.step !== null && (scope.step.status !== "ready" || scope.step.version !== scope.attempt.stepRunVersion)) return null;
-      await tx.apply(markStarting(scope, nowMs, this.node === null ? {} : { ownerNodeId: this.node.nodeId }));
-      const context = taskContext(scope, scope.step === null ? [] : await tx.getSteps(scope.run.id), scope.definition.task);
-      return { request: { attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt, definition: scope.definition, context }, startingAtMs: nowMs };
+      if (
+        scope.step !== null &&
+        (scope.step.status !== "ready" || scope.step.version !== scope.attempt.stepRunVersion)
+      )
+        return null;
+      await tx.apply(
+        markStarting(scope, nowMs, this.node === null ? {} : { ownerNodeId: this.node.nodeId }),
+      );
+      const context = taskContext(
+        scope,
+        scope.step === null ? [] : await tx.getSteps(scope.run.id),
+        scope.definition.task,
+      );
+      return {
+        request: {
+          attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt,
+          definition: scope.definition,
+          context,
+        },
+        startingAtMs: nowMs,
+      };
     });
   }
 
@@ -528,7 +715,11 @@ export class Coordinator {
    * leaves it `starting`, since the process may exist, and only its receipt or recovery's
    * evidence may settle it.
    */
-  private async recordLaunch(attemptId: string, startingAtMs: number, launch: PromiseSettledResult<ProcessHandleFacts>): Promise<boolean> {
+  private async recordLaunch(
+    attemptId: string,
+    startingAtMs: number,
+    launch: PromiseSettledResult<ProcessHandleFacts>,
+  ): Promise<boolean> {
     if (launch.status === "rejected") {
       if (!isSpawnFailure(launch.reason)) throw launch.reason;
       const message = describe(launch.reason).message;
@@ -601,7 +792,12 @@ export class Coordinator {
       const settled = await this.write(async (tx, nowMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null || scope.attempt.status !== "starting") return false;
-        const change = applyRecovery(scope, decideRecovery(scope, { receipt: { status: "none" }, journal, inspections: [] }), scope.definition.retry, nowMs);
+        const change = applyRecovery(
+          scope,
+          decideRecovery(scope, { receipt: { status: "none" }, journal, inspections: [] }),
+          scope.definition.retry,
+          nowMs,
+        );
         if (change === null) return false;
         await tx.apply(change);
         return true;
@@ -609,7 +805,9 @@ export class Coordinator {
       if (settled) this.followUp = true;
       return settled;
     }
-    const cancelRequested = await this.deps.store.transaction(async (tx) => (await tx.getRun(attempt.runId))?.cancelRequestedAtMs ?? null);
+    const cancelRequested = await this.deps.store.transaction(
+      async (tx) => (await tx.getRun(attempt.runId))?.cancelRequestedAtMs ?? null,
+    );
     // Repeated each cycle until the receipt lands; the executor's stop is idempotent (the
     // first durable intent wins) and does not count as progress.
     if (cancelRequested !== null) await executor.stop(attempt, "cancel");
@@ -636,9 +834,13 @@ export class Coordinator {
         after: this.cursors.get(cursorKey) ?? null,
         pageSize: budget.pageSize,
         pages: budget.pages,
-        read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner)),
+        read: (after, limit) =>
+          this.deps.store.transaction(async (tx) =>
+            tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner),
+          ),
         cursorOf: (attempt) => attempt.id,
-        handle: (attempt) => this.countOne(context, attempt.id, () => this.controlOne(executor, attempt)),
+        handle: (attempt) =>
+          this.countOne(context, attempt.id, () => this.controlOne(executor, attempt)),
         saved: (after) => this.saveCursor(cursorKey, after),
       });
       if (more) context.more = true;
@@ -659,16 +861,35 @@ export class Coordinator {
         after: null,
         pageSize: budget.pageSize,
         pages: budget.pages,
-        read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listOrphanedAttempts(executor.type, await tx.observe(this.deps.clock.nowMs()), after, limit)),
+        read: (after, limit) =>
+          this.deps.store.transaction(async (tx) =>
+            tx.listOrphanedAttempts(
+              executor.type,
+              await tx.observe(this.deps.clock.nowMs()),
+              after,
+              limit,
+            ),
+          ),
         cursorOf: (attempt) => attempt.id,
         handle: (attempt) =>
           this.countOne(context, attempt.id, () =>
             this.write(async (tx, nowMs) => {
               const scope = await findAttemptScope(tx, attempt.id);
-              if (scope === null || scope.attempt.ownerNodeId === null || scope.attempt.error !== null) return false;
+              if (
+                scope === null ||
+                scope.attempt.ownerNodeId === null ||
+                scope.attempt.error !== null
+              )
+                return false;
               const owner = await tx.getCoordinator(scope.attempt.ownerNodeId);
-              if (ownershipOf(scope.attempt, node.nodeId, owner, nowMs) !== "foreign_expired") return false;
-              const change = applyRecovery(scope, { kind: "fail_closed", reason: orphanedReason(scope.attempt, owner) }, scope.definition.retry, nowMs);
+              if (ownershipOf(scope.attempt, node.nodeId, owner, nowMs) !== "foreign_expired")
+                return false;
+              const change = applyRecovery(
+                scope,
+                { kind: "fail_closed", reason: orphanedReason(scope.attempt, owner) },
+                scope.definition.retry,
+                nowMs,
+              );
               if (change === null) return false;
               await tx.apply(change);
               return true;
@@ -685,7 +906,10 @@ export class Coordinator {
       after: this.cursors.get("leases") ?? null,
       pageSize: budget.pageSize,
       pages: budget.pages,
-      read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listExpiredLeases(await tx.observe(this.deps.clock.nowMs()), after, limit)),
+      read: (after, limit) =>
+        this.deps.store.transaction(async (tx) =>
+          tx.listExpiredLeases(await tx.observe(this.deps.clock.nowMs()), after, limit),
+        ),
       cursorOf: (attempt) => attempt.id,
       handle: (attempt) =>
         this.countOne(context, attempt.id, () =>
@@ -705,14 +929,27 @@ export class Coordinator {
 
   private async controlOne(executor: Executor, attempt: RunAttempt): Promise<boolean> {
     const receipt = await executor.readReceipt(attempt);
-    if (attempt.status !== "starting" || receipt.status !== "none") this.unrecordedHandles.delete(attempt.id);
-    if (attempt.status === "starting" && receipt.status === "none") return this.controlStarting(executor, attempt);
+    if (attempt.status !== "starting" || receipt.status !== "none")
+      this.unrecordedHandles.delete(attempt.id);
+    if (attempt.status === "starting" && receipt.status === "none")
+      return this.controlStarting(executor, attempt);
     if (receipt.status === "valid") {
       await this.fault("completion.before_commit");
       const completed = await this.write(async (tx, nowMs, hostOffsetMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
-        if (scope === null || (scope.attempt.status !== "running" && scope.attempt.status !== "starting")) return false;
-        await tx.apply(complete(scope, factsInStoreTime(receipt.facts, hostOffsetMs), scope.definition.retry, nowMs));
+        if (
+          scope === null ||
+          (scope.attempt.status !== "running" && scope.attempt.status !== "starting")
+        )
+          return false;
+        await tx.apply(
+          complete(
+            scope,
+            factsInStoreTime(receipt.facts, hostOffsetMs),
+            scope.definition.retry,
+            nowMs,
+          ),
+        );
         return true;
       });
       if (completed) {
@@ -725,7 +962,12 @@ export class Coordinator {
       await this.write(async (tx, nowMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null) return;
-        const change = applyRecovery(scope, { kind: "fail_closed", reason: `receipt rejected: ${receipt.reason}` }, scope.definition.retry, nowMs);
+        const change = applyRecovery(
+          scope,
+          { kind: "fail_closed", reason: `receipt rejected: ${receipt.reason}` },
+          scope.definition.retry,
+          nowMs,
+        );
         if (change !== null) await tx.apply(change);
       });
       return false;
@@ -773,7 +1015,9 @@ export class Coordinator {
     }
     let pass = this.purgePass;
     if (pass === null) {
-      const range = await this.write(async (tx, nowMs) => purgeRange(policy, nowMs, await tx.terminalRunAtRank(policy.maxRuns)));
+      const range = await this.write(async (tx, nowMs) =>
+        purgeRange(policy, nowMs, await tx.terminalRunAtRank(policy.maxRuns)),
+      );
       pass = { range, after: null };
     }
     const { range } = pass;
@@ -781,11 +1025,18 @@ export class Coordinator {
       after: pass.after,
       pageSize: budget.pageSize,
       pages: budget.pages,
-      read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listPurgeCandidates(after, range.end, limit)),
+      read: (after, limit) =>
+        this.deps.store.transaction(async (tx) => tx.listPurgeCandidates(after, range.end, limit)),
       // A candidate without a finish time cannot be passed in purge order: the pass ends there.
-      cursorOf: (candidate) => (candidate.finishedAtMs === null ? null : { finishedAtMs: candidate.finishedAtMs, runId: candidate.runId }),
+      cursorOf: (candidate) =>
+        candidate.finishedAtMs === null
+          ? null
+          : { finishedAtMs: candidate.finishedAtMs, runId: candidate.runId },
       handle: async (candidate) => {
-        if (decidePurge(candidate, range).purge) await this.countOne(context, candidate.runId, () => this.purgeOne(candidate.runId, range, context));
+        if (decidePurge(candidate, range).purge)
+          await this.countOne(context, candidate.runId, () =>
+            this.purgeOne(candidate.runId, range, context),
+          );
       },
       saved: (after) => {
         this.purgePass = after === null ? null : { range, after };
@@ -801,7 +1052,11 @@ export class Coordinator {
    * orphan sweep of the next start-up removes; no order ever leaves a row pointing at a
    * deleted file.
    */
-  private async purgeOne(runId: string, range: PurgeRange, context: StageContext): Promise<boolean> {
+  private async purgeOne(
+    runId: string,
+    range: PurgeRange,
+    context: StageContext,
+  ): Promise<boolean> {
     const purged = await this.write(async (tx, nowMs) => {
       const candidate = await tx.getPurgeCandidate(runId);
       if (candidate === null || !decidePurge(candidate, range).purge) return null;
@@ -812,7 +1067,9 @@ export class Coordinator {
     await this.fault("purge.after_commit");
     for (const executor of Object.values(this.deps.executors)) {
       if (executor?.discard === undefined) continue;
-      const attemptIds = purged.run.attempts.filter((attempt) => attempt.executor === executor.type).map((attempt) => attempt.id);
+      const attemptIds = purged.run.attempts
+        .filter((attempt) => attempt.executor === executor.type)
+        .map((attempt) => attempt.id);
       if (attemptIds.length === 0) continue;
       try {
         await executor.discard(attemptIds);
@@ -844,7 +1101,9 @@ export class Coordinator {
       for (let page = 0; page < budget.pages && !done; page += 1) {
         const held = await executor.listHeld(after, ORPHAN_SWEEP_PAGE);
         if (held.length > 0) {
-          const existing = new Set(await this.deps.store.transaction(async (tx) => tx.existingAttemptIds(held)));
+          const existing = new Set(
+            await this.deps.store.transaction(async (tx) => tx.existingAttemptIds(held)),
+          );
           const orphans = held.filter((attemptId) => !existing.has(attemptId));
           if (orphans.length > 0) await executor.discard(orphans);
         }
@@ -878,7 +1137,10 @@ export class Coordinator {
         after: null,
         pageSize: RECOVERY_PAGE,
         pages: Infinity,
-        read: (after, limit) => this.readForRecovery((tx) => tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, after, limit, owner)),
+        read: (after, limit) =>
+          this.readForRecovery((tx) =>
+            tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, after, limit, owner),
+          ),
         cursorOf: (attempt) => attempt.id,
         handle: async (attempt) => {
           const result = await this.recoverOne(executor, attempt);
@@ -923,29 +1185,54 @@ export class Coordinator {
       }
       // Inspect first, read the receipt last: a process seen gone (with the supervisor that
       // writes its receipt) has either left its receipt by then, or never will.
-      const inspections = attempt.status === "running" || attempt.status === "starting" ? [await executor.inspect(attempt), await executor.inspect(attempt)] : [];
+      const inspections =
+        attempt.status === "running" || attempt.status === "starting"
+          ? [await executor.inspect(attempt), await executor.inspect(attempt)]
+          : [];
       const journal = attempt.status === "claimed" ? "absent" : await executor.hasJournal(attempt);
-      const receipt = attempt.status === "claimed" ? ({ status: "none" } as const) : await executor.readReceipt(attempt);
+      const receipt =
+        attempt.status === "claimed"
+          ? ({ status: "none" } as const)
+          : await executor.readReceipt(attempt);
       const expectedVersion = attempt.version;
       try {
         const outcome = await this.write(async (tx, nowMs, hostOffsetMs) => {
           const scope = await findAttemptScope(tx, listed.id);
           if (scope === null || scope.attempt.version !== expectedVersion) return null;
           // Another node's attempt is never decided here (its evidence is on its own host).
-          if (this.node !== null && scope.attempt.ownerNodeId !== null && scope.attempt.ownerNodeId !== this.node.nodeId) return null;
+          if (
+            this.node !== null &&
+            scope.attempt.ownerNodeId !== null &&
+            scope.attempt.ownerNodeId !== this.node.nodeId
+          )
+            return null;
           // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
-          const decision = decideRecovery(scope, { receipt: receiptInStoreTime(receipt, hostOffsetMs), journal, inspections });
+          const decision = decideRecovery(scope, {
+            receipt: receiptInStoreTime(receipt, hostOffsetMs),
+            journal,
+            inspections,
+          });
           const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
           if (change !== null) await tx.apply(change);
           return decision;
         });
-        return outcome === null ? null : { attemptId: listed.id, decision: outcome.kind, reason: "reason" in outcome ? outcome.reason : null };
+        return outcome === null
+          ? null
+          : {
+              attemptId: listed.id,
+              decision: outcome.kind,
+              reason: "reason" in outcome ? outcome.reason : null,
+            };
       } catch (error) {
         if (isQlrError(error, "clock_regression")) throw error;
         lastError = error;
       }
     }
-    return { attemptId: listed.id, decision: "fail_closed", reason: `recovery could not record its decision: ${describe(lastError).message}` };
+    return {
+      attemptId: listed.id,
+      decision: "fail_closed",
+      reason: `recovery could not record its decision: ${describe(lastError).message}`,
+    };
   }
 
   /** Execution control stopAndDrain: persist shutdown intent, then stop the exact processes. */
@@ -959,7 +1246,10 @@ export class Coordinator {
         after: null,
         pageSize: MAX_STORE_PAGE,
         pages: Infinity,
-        read: (after, limit) => this.deps.store.transaction(async (tx) => tx.listAttempts(executor.type, ["running"], after, limit, this.node?.nodeId)),
+        read: (after, limit) =>
+          this.deps.store.transaction(async (tx) =>
+            tx.listAttempts(executor.type, ["running"], after, limit, this.node?.nodeId),
+          ),
         cursorOf: (attempt) => attempt.id,
         handle: async (attempt) => {
           const stop = await this.write(async (tx, nowMs) => {

@@ -29,7 +29,8 @@ export function timingSafeEqualText(a: string, b: string): boolean {
   const right = utf8ToBytes(b);
   let difference = left.length ^ right.length;
   const length = Math.max(left.length, right.length);
-  for (let index = 0; index < length; index += 1) difference |= (left[index] ?? 0) ^ (right[index] ?? 0);
+  for (let index = 0; index < length; index += 1)
+    difference |= (left[index] ?? 0) ^ (right[index] ?? 0);
   return difference === 0;
 }
 

@@ -29,7 +29,11 @@ export class QlrError extends Error {
   readonly code: QlrErrorCode;
   readonly details: readonly QlrErrorDetail[];
 
-  constructor(code: QlrErrorCode, message: string, options?: { details?: readonly QlrErrorDetail[]; cause?: unknown }) {
+  constructor(
+    code: QlrErrorCode,
+    message: string,
+    options?: { details?: readonly QlrErrorDetail[]; cause?: unknown },
+  ) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = "QlrError";
     this.code = code;
@@ -50,7 +54,12 @@ export function isQlrError(value: unknown, code?: QlrErrorCode): value is QlrErr
  * from another realm and on thrown non-errors.
  */
 export function errorCode(error: unknown): string | undefined {
-  return typeof error === "object" && error !== null && "code" in error && typeof error.code === "string" ? error.code : undefined;
+  return typeof error === "object" &&
+    error !== null &&
+    "code" in error &&
+    typeof error.code === "string"
+    ? error.code
+    : undefined;
 }
 
 /** The message of a thrown value for a log line or a report: an error's message, anything else as text. */

@@ -1,7 +1,16 @@
 import { RunChange } from "./aggregate.ts";
 import type { JsonValue } from "./canonical-json.ts";
 import { QlrError } from "./errors.ts";
-import type { AttemptStatus, ChangeSet, ProcessHandleFacts, Run, RunAttempt, StepRun, StepStatus, StopReason } from "./model.ts";
+import type {
+  AttemptStatus,
+  ChangeSet,
+  ProcessHandleFacts,
+  Run,
+  RunAttempt,
+  StepRun,
+  StepStatus,
+  StopReason,
+} from "./model.ts";
 import type { RetryPolicy } from "./packages.ts";
 
 /**
@@ -20,22 +29,38 @@ export interface AttemptScope {
 
 function requireStep(scope: AttemptScope): StepRun | null {
   if (scope.run.kind === "workflow") {
-    if (scope.step === null || scope.attempt.stepRunId !== scope.step.id) throw new QlrError("integrity", `attempt ${scope.attempt.id} is not bound to its step`);
+    if (scope.step === null || scope.attempt.stepRunId !== scope.step.id)
+      throw new QlrError("integrity", `attempt ${scope.attempt.id} is not bound to its step`);
     return scope.step;
   }
   return null;
 }
 
 /** Dispatch intent crosses into `starting`: the next thing is the launcher's journal and spawn. */
-export function markStarting(scope: AttemptScope, nowMs: number, facts: { workerId?: string; ownerNodeId?: string } = {}): ChangeSet {
+export function markStarting(
+  scope: AttemptScope,
+  nowMs: number,
+  facts: { workerId?: string; ownerNodeId?: string } = {},
+): ChangeSet {
   const step = requireStep(scope);
   // ADR-0229 §2: a workflow task attempt is dispatched only while its exact ready epoch holds
   // and its parent is running; after a cancel intent no claim crosses the start barrier.
-  if (scope.run.cancelRequestedAtMs !== null) throw new QlrError("conflict", `run ${scope.run.id} has a cancel intent; attempt ${scope.attempt.id} is not dispatched`);
+  if (scope.run.cancelRequestedAtMs !== null)
+    throw new QlrError(
+      "conflict",
+      `run ${scope.run.id} has a cancel intent; attempt ${scope.attempt.id} is not dispatched`,
+    );
   if (step !== null) {
-    if (scope.run.status !== "running") throw new QlrError("conflict", `run ${scope.run.id} is ${scope.run.status}; attempt ${scope.attempt.id} is not dispatched`);
+    if (scope.run.status !== "running")
+      throw new QlrError(
+        "conflict",
+        `run ${scope.run.id} is ${scope.run.status}; attempt ${scope.attempt.id} is not dispatched`,
+      );
     if (step.status !== "ready" || step.version !== scope.attempt.stepRunVersion) {
-      throw new QlrError("conflict", `step ${step.id} is ${step.status} at version ${step.version}, not the ready epoch ${String(scope.attempt.stepRunVersion)} of attempt ${scope.attempt.id}`);
+      throw new QlrError(
+        "conflict",
+        `step ${step.id} is ${step.status} at version ${step.version}, not the ready epoch ${String(scope.attempt.stepRunVersion)} of attempt ${scope.attempt.id}`,
+      );
     }
   }
   const change = new RunChange(scope.run, nowMs);
@@ -52,28 +77,50 @@ export function markStarting(scope: AttemptScope, nowMs: number, facts: { worker
  * completes an attempt whose handle was never persisted (a crash between spawn and the running
  * transition): the identity stays unknown rather than invented.
  */
-type RunningFacts = Pick<ProcessHandleFacts, "startedAtMs"> & { readonly pid: number | null; readonly processStartTicks: string | null; readonly bootId: string | null };
+type RunningFacts = Pick<ProcessHandleFacts, "startedAtMs"> & {
+  readonly pid: number | null;
+  readonly processStartTicks: string | null;
+  readonly bootId: string | null;
+};
 
 function enterRunning(change: RunChange, scope: AttemptScope, handle: RunningFacts): void {
   const step = requireStep(scope);
   // startedAtMs is the launcher's pre-spawn handle fact (ADR-0229 §5), never this clock reading.
-  change.setAttempt(scope.attempt, "running", {
-    startedAtMs: handle.startedAtMs,
-    deadlineAtMs: handle.startedAtMs + scope.attempt.timeoutMs,
-    pid: handle.pid,
-    processStartTicks: handle.processStartTicks,
-    bootId: handle.bootId,
-  }, { pid: handle.pid });
+  change.setAttempt(
+    scope.attempt,
+    "running",
+    {
+      startedAtMs: handle.startedAtMs,
+      deadlineAtMs: handle.startedAtMs + scope.attempt.timeoutMs,
+      pid: handle.pid,
+      processStartTicks: handle.processStartTicks,
+      bootId: handle.bootId,
+    },
+    { pid: handle.pid },
+  );
   if (step !== null) {
     const current = change.step(step);
-    change.setStep(step, "running", { attemptCount: current.attemptCount + 1, startedAtMs: handle.startedAtMs }, { attemptId: scope.attempt.id });
+    change.setStep(
+      step,
+      "running",
+      { attemptCount: current.attemptCount + 1, startedAtMs: handle.startedAtMs },
+      { attemptId: scope.attempt.id },
+    );
   } else if (change.run.status === "dispatching") {
     change.setRunStatus("running", { attemptId: scope.attempt.id });
   }
 }
 
-export function markRunning(scope: AttemptScope, handle: ProcessHandleFacts, nowMs: number): ChangeSet {
-  if (scope.attempt.status !== "starting") throw new QlrError("illegal_transition", `attempt ${scope.attempt.id} is ${scope.attempt.status}, not starting`);
+export function markRunning(
+  scope: AttemptScope,
+  handle: ProcessHandleFacts,
+  nowMs: number,
+): ChangeSet {
+  if (scope.attempt.status !== "starting")
+    throw new QlrError(
+      "illegal_transition",
+      `attempt ${scope.attempt.id} is ${scope.attempt.status}, not starting`,
+    );
   const change = new RunChange(scope.run, nowMs);
   enterRunning(change, scope, handle);
   return change.build();
@@ -107,53 +154,105 @@ export function decideOutcome(attempt: RunAttempt, facts: CompletionFacts): Outc
   const deadlineAtMs = attempt.deadlineAtMs ?? facts.startedAtMs + attempt.timeoutMs;
   // ADR-0227 §5: the completion rechecks the deadline and converges to `timed_out` when it
   // passed, whatever the exit code; a process that overran its timeout did not succeed in time.
-  if (facts.stopReason === "timeout" || facts.finishedAtMs > deadlineAtMs) return { attempt: "timed_out", step: "timed_out" };
+  if (facts.stopReason === "timeout" || facts.finishedAtMs > deadlineAtMs)
+    return { attempt: "timed_out", step: "timed_out" };
   if (facts.stopReason === "cancel") return { attempt: "cancelled", step: "cancelled" };
   if (facts.stopReason === "shutdown") return { attempt: "cancelled", step: "failed" };
   // A refused output fails an attempt that otherwise succeeded: the steps that need it would
   // run without the result they depend on.
-  if (facts.exitCode === 0 && facts.signal === null && (facts.outputError ?? null) === null) return { attempt: "succeeded", step: "succeeded" };
+  if (facts.exitCode === 0 && facts.signal === null && (facts.outputError ?? null) === null)
+    return { attempt: "succeeded", step: "succeeded" };
   return { attempt: "failed", step: "failed" };
 }
 
 /** A workflow step may be retried only for a task declared idempotent, within its budget. */
 export function stepMayRetry(step: StepRun, outcome: StepStatus, retry: RetryPolicy): boolean {
-  return (outcome === "failed" || outcome === "timed_out") && retry.idempotent && step.attemptCount <= retry.max;
+  return (
+    (outcome === "failed" || outcome === "timed_out") &&
+    retry.idempotent &&
+    step.attemptCount <= retry.max
+  );
 }
 
-export function complete(scope: AttemptScope, facts: CompletionFacts, retry: RetryPolicy, nowMs: number): ChangeSet {
+export function complete(
+  scope: AttemptScope,
+  facts: CompletionFacts,
+  retry: RetryPolicy,
+  nowMs: number,
+): ChangeSet {
   const step = requireStep(scope);
   const change = new RunChange(scope.run, nowMs);
   let attempt = scope.attempt;
   if (attempt.status === "starting") {
     // The crash window between spawn and the running transition: write ready → running → terminal
     // atomically instead of skipping the start barrier (ADR-0227 §4).
-    const handle: RunningFacts = facts.handle ?? { pid: attempt.pid, processStartTicks: attempt.processStartTicks, bootId: attempt.bootId, startedAtMs: facts.startedAtMs };
+    const handle: RunningFacts = facts.handle ?? {
+      pid: attempt.pid,
+      processStartTicks: attempt.processStartTicks,
+      bootId: attempt.bootId,
+      startedAtMs: facts.startedAtMs,
+    };
     enterRunning(change, scope, handle);
     attempt = change.attempt(attempt);
   }
-  if (attempt.status !== "running") throw new QlrError("illegal_transition", `attempt ${attempt.id} is ${attempt.status}; only a running attempt completes`);
+  if (attempt.status !== "running")
+    throw new QlrError(
+      "illegal_transition",
+      `attempt ${attempt.id} is ${attempt.status}; only a running attempt completes`,
+    );
   const outcome = decideOutcome(attempt, facts);
-  const stopReason = facts.stopReason ?? (outcome.attempt === "timed_out" ? "timeout" : attempt.stopReason);
+  const stopReason =
+    facts.stopReason ?? (outcome.attempt === "timed_out" ? "timeout" : attempt.stopReason);
   const output = facts.output ?? null;
   const outputError = facts.outputError ?? null;
-  change.setAttempt(scope.attempt, outcome.attempt, {
-    finishedAtMs: facts.finishedAtMs,
-    exitCode: facts.exitCode,
-    signal: facts.signal,
-    stopReason,
-    error: facts.spawnError ?? (outputError === null ? null : `output refused: ${outputError}`),
-    output,
-  }, { exitCode: facts.exitCode, signal: facts.signal, ...(output === null ? {} : { output: true }), ...(outputError === null ? {} : { outputError }) });
+  change.setAttempt(
+    scope.attempt,
+    outcome.attempt,
+    {
+      finishedAtMs: facts.finishedAtMs,
+      exitCode: facts.exitCode,
+      signal: facts.signal,
+      stopReason,
+      error: facts.spawnError ?? (outputError === null ? null : `output refused: ${outputError}`),
+      output,
+    },
+    {
+      exitCode: facts.exitCode,
+      signal: facts.signal,
+      ...(output === null ? {} : { output: true }),
+      ...(outputError === null ? {} : { outputError }),
+    },
+  );
   if (step !== null) {
     const current = change.step(step);
     if (stepMayRetry(current, outcome.step, retry) && scope.run.cancelRequestedAtMs === null) {
-      change.setStep(step, "ready", { readyAtMs: nowMs, notBeforeMs: nowMs + retry.backoffMs, startedAtMs: null }, { retry: current.attemptCount, outcome: outcome.step });
+      change.setStep(
+        step,
+        "ready",
+        { readyAtMs: nowMs, notBeforeMs: nowMs + retry.backoffMs, startedAtMs: null },
+        { retry: current.attemptCount, outcome: outcome.step },
+      );
     } else {
-      change.setStep(step, outcome.step, { finishedAtMs: facts.finishedAtMs, ...(outcome.step === "succeeded" ? { output } : {}) }, { exitCode: facts.exitCode });
+      change.setStep(
+        step,
+        outcome.step,
+        { finishedAtMs: facts.finishedAtMs, ...(outcome.step === "succeeded" ? { output } : {}) },
+        { exitCode: facts.exitCode },
+      );
     }
   } else {
-    finishOrdinary(change, outcome.step === "skipped" || outcome.step === "pending" || outcome.step === "ready" || outcome.step === "running" ? "failed" : outcome.step, attempt.number, retry, nowMs);
+    finishOrdinary(
+      change,
+      outcome.step === "skipped" ||
+        outcome.step === "pending" ||
+        outcome.step === "ready" ||
+        outcome.step === "running"
+        ? "failed"
+        : outcome.step,
+      attempt.number,
+      retry,
+      nowMs,
+    );
   }
   return change.build();
 }
@@ -165,10 +264,24 @@ export type OrdinaryOutcome = "succeeded" | "failed" | "timed_out" | "cancelled"
  * failures retry within the task's budget; a lost attempt (outcome unknown, past the start
  * barrier) is never retried automatically (ADR-0227 §6), idempotent or not.
  */
-export function finishOrdinary(change: RunChange, outcome: OrdinaryOutcome, attemptNumber: number, retry: RetryPolicy, nowMs: number): void {
+export function finishOrdinary(
+  change: RunChange,
+  outcome: OrdinaryOutcome,
+  attemptNumber: number,
+  retry: RetryPolicy,
+  nowMs: number,
+): void {
   const runStatus = outcome;
-  const retryable = (outcome === "failed" || outcome === "timed_out") && attemptNumber <= retry.max && change.run.cancelRequestedAtMs === null;
-  if (retryable) change.setRunStatus("queued", { retry: attemptNumber, outcome }, { notBeforeMs: nowMs + retry.backoffMs });
+  const retryable =
+    (outcome === "failed" || outcome === "timed_out") &&
+    attemptNumber <= retry.max &&
+    change.run.cancelRequestedAtMs === null;
+  if (retryable)
+    change.setRunStatus(
+      "queued",
+      { retry: attemptNumber, outcome },
+      { notBeforeMs: nowMs + retry.backoffMs },
+    );
   else change.setRunStatus(runStatus, { attemptNumber });
 }
 
@@ -179,13 +292,26 @@ export function finishOrdinary(change: RunChange, outcome: OrdinaryOutcome, atte
  * recorded deadline wins), and a failure reported after it converges to `timed_out` instead,
  * like a completion that overran.
  */
-export function startFailed(scope: AttemptScope, error: string, retry: RetryPolicy, nowMs: number, startingAtMs: number | null = null): ChangeSet {
+export function startFailed(
+  scope: AttemptScope,
+  error: string,
+  retry: RetryPolicy,
+  nowMs: number,
+  startingAtMs: number | null = null,
+): ChangeSet {
   const step = requireStep(scope);
-  const deadlineAtMs = scope.attempt.deadlineAtMs ?? (startingAtMs === null ? null : startingAtMs + scope.attempt.timeoutMs);
+  const deadlineAtMs =
+    scope.attempt.deadlineAtMs ??
+    (startingAtMs === null ? null : startingAtMs + scope.attempt.timeoutMs);
   const outcome = deadlineAtMs !== null && nowMs > deadlineAtMs ? "timed_out" : "failed";
   const change = new RunChange(scope.run, nowMs);
   if (outcome === "timed_out") {
-    change.setAttempt(scope.attempt, outcome, { finishedAtMs: nowMs, error, stopReason: "timeout" }, { error, deadlineAtMs });
+    change.setAttempt(
+      scope.attempt,
+      outcome,
+      { finishedAtMs: nowMs, error, stopReason: "timeout" },
+      { error, deadlineAtMs },
+    );
   } else {
     change.setAttempt(scope.attempt, outcome, { finishedAtMs: nowMs, error }, { error });
   }
@@ -200,10 +326,21 @@ export function startFailed(scope: AttemptScope, error: string, retry: RetryPoli
  */
 export function requestTimeoutStop(scope: AttemptScope, nowMs: number): ChangeSet | null {
   const attempt = scope.attempt;
-  if (attempt.status !== "running" || attempt.deadlineAtMs === null || nowMs < attempt.deadlineAtMs || attempt.stopReason !== null) return null;
+  if (
+    attempt.status !== "running" ||
+    attempt.deadlineAtMs === null ||
+    nowMs < attempt.deadlineAtMs ||
+    attempt.stopReason !== null
+  )
+    return null;
   const change = new RunChange(scope.run, nowMs);
-  change.setAttempt(attempt, null, { stopReason: "timeout", stopRequestedAtMs: nowMs }, { reason: "timeout", deadlineAtMs: attempt.deadlineAtMs },
-    scope.run.kind === "workflow" ? "workflow.task_timeout_requested" : "attempt.stop_requested");
+  change.setAttempt(
+    attempt,
+    null,
+    { stopReason: "timeout", stopRequestedAtMs: nowMs },
+    { reason: "timeout", deadlineAtMs: attempt.deadlineAtMs },
+    scope.run.kind === "workflow" ? "workflow.task_timeout_requested" : "attempt.stop_requested",
+  );
   return change.build();
 }
 
@@ -212,6 +349,12 @@ export function requestShutdownStop(scope: AttemptScope, nowMs: number): ChangeS
   const attempt = scope.attempt;
   if (attempt.status !== "running" || attempt.stopReason !== null) return null;
   const change = new RunChange(scope.run, nowMs);
-  change.setAttempt(attempt, null, { stopReason: "shutdown", stopRequestedAtMs: nowMs }, { reason: "shutdown" }, "attempt.stop_requested");
+  change.setAttempt(
+    attempt,
+    null,
+    { stopReason: "shutdown", stopRequestedAtMs: nowMs },
+    { reason: "shutdown" },
+    "attempt.stop_requested",
+  );
   return change.build();
 }

@@ -9,7 +9,10 @@ import type { ReceiptEvidence } from "./recovery.ts";
  * `observe`), so deadlines and durations compare times of one clock whatever the host's skew.
  * On a store with the host clock the offset is 0 and nothing changes.
  */
-export function handleInStoreTime(handle: ProcessHandleFacts, offsetMs: number): ProcessHandleFacts {
+export function handleInStoreTime(
+  handle: ProcessHandleFacts,
+  offsetMs: number,
+): ProcessHandleFacts {
   return offsetMs === 0 ? handle : { ...handle, startedAtMs: handle.startedAtMs + offsetMs };
 }
 
@@ -24,5 +27,7 @@ export function factsInStoreTime(facts: CompletionFacts, offsetMs: number): Comp
 }
 
 export function receiptInStoreTime(receipt: ReceiptEvidence, offsetMs: number): ReceiptEvidence {
-  return receipt.status === "valid" ? { status: "valid", facts: factsInStoreTime(receipt.facts, offsetMs) } : receipt;
+  return receipt.status === "valid"
+    ? { status: "valid", facts: factsInStoreTime(receipt.facts, offsetMs) }
+    : receipt;
 }

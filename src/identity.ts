@@ -18,10 +18,15 @@ const SHOWN_ID_CHARS = 64;
 
 export function assertPortableId(value: unknown, what: string): string {
   if (!isPortableId(value)) {
-    const shown = typeof value === "string" ? JSON.stringify(value.slice(0, SHOWN_ID_CHARS)) : typeof value;
-    throw new QlrError("invalid_identity", `${what} must match ${PORTABLE_ID_PATTERN.source}, got ${shown}`, {
-      details: [{ path: what, message: "not a portable identity" }],
-    });
+    const shown =
+      typeof value === "string" ? JSON.stringify(value.slice(0, SHOWN_ID_CHARS)) : typeof value;
+    throw new QlrError(
+      "invalid_identity",
+      `${what} must match ${PORTABLE_ID_PATTERN.source}, got ${shown}`,
+      {
+        details: [{ path: what, message: "not a portable identity" }],
+      },
+    );
   }
   return value;
 }

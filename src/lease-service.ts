@@ -1,10 +1,28 @@
 import { QlrError } from "./errors.ts";
 import { requireAttemptScope } from "./attempt-scope.ts";
 import type { CompletionFacts } from "./execution.ts";
-import { checkFence, DEFAULT_LEASE_TTL_MS, grantLease, heartbeat, isClaimable, MAX_CLAIM_CAPACITY, workerComplete, workerRunning, workerStarting, type LeaseControl, type LeaseFence } from "./leases.ts";
+import {
+  checkFence,
+  DEFAULT_LEASE_TTL_MS,
+  grantLease,
+  heartbeat,
+  isClaimable,
+  MAX_CLAIM_CAPACITY,
+  workerComplete,
+  workerRunning,
+  workerStarting,
+  type LeaseControl,
+  type LeaseFence,
+} from "./leases.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import type { RemoteWorkerRevision } from "./packages.ts";
-import { transactAtStoreTime, type Clock, type SecretSource, type Store, type StoreTx } from "./ports.ts";
+import {
+  transactAtStoreTime,
+  type Clock,
+  type SecretSource,
+  type Store,
+  type StoreTx,
+} from "./ports.ts";
 import { applyRecovery } from "./recovery.ts";
 import { taskContext, type TaskContext } from "./task-context.ts";
 
@@ -34,8 +52,10 @@ export interface LeaseServiceDeps {
   readonly ttlMs?: number;
 }
 
-export type WorkerCompletion = { readonly status: RunAttempt["status"]; readonly replayed: boolean };
-
+export type WorkerCompletion = {
+  readonly status: RunAttempt["status"];
+  readonly replayed: boolean;
+};
 
 export class LeaseService {
   private readonly deps: LeaseServiceDeps;
@@ -54,7 +74,9 @@ export class LeaseService {
   async claim(workerId: string, pool: string, capacity: number): Promise<Lease[]> {
     const limit = Math.max(0, Math.min(capacity, MAX_CLAIM_CAPACITY));
     if (limit === 0) return [];
-    const candidates = await this.deps.store.transaction(async (tx) => tx.listClaimableRemote(pool, this.deps.clock.nowMs(), limit));
+    const candidates = await this.deps.store.transaction(async (tx) =>
+      tx.listClaimableRemote(pool, this.deps.clock.nowMs(), limit),
+    );
     const leases: Lease[] = [];
     for (const candidate of candidates) {
       try {
@@ -64,7 +86,8 @@ export class LeaseService {
         const lease = await this.write(async (tx, nowMs) => {
           const scope = await requireAttemptScope(tx, candidate.id);
           // Re-read inside the transaction: another worker may have won it meanwhile.
-          if (!isClaimable(scope.attempt, nowMs) || scope.run.cancelRequestedAtMs !== null) return null;
+          if (!isClaimable(scope.attempt, nowMs) || scope.run.cancelRequestedAtMs !== null)
+            return null;
           if (scope.definition.execution.executor !== "remote_worker") return null;
           await tx.apply(grantLease(scope, workerId, leaseSecret, nowMs, this.ttlMs));
           const leased = await tx.getAttempt(candidate.id);
@@ -78,7 +101,11 @@ export class LeaseService {
             stepRunId: leased.stepRunId,
             taskRevision: scope.definition.revision,
             execution: scope.definition.execution,
-            context: taskContext({ ...scope, attempt: leased }, scope.step === null ? [] : await tx.getSteps(scope.run.id), scope.definition.task),
+            context: taskContext(
+              { ...scope, attempt: leased },
+              scope.step === null ? [] : await tx.getSteps(scope.run.id),
+              scope.definition.task,
+            ),
           } satisfies Lease;
         });
         if (lease !== null) leases.push(lease);
@@ -90,17 +117,26 @@ export class LeaseService {
     return leases;
   }
 
-  async start(attemptId: string, fence: LeaseFence, phase: "starting" | "running", handle: ProcessHandleFacts | null): Promise<{ status: RunAttempt["status"]; leaseExpiresAtMs: number }> {
+  async start(
+    attemptId: string,
+    fence: LeaseFence,
+    phase: "starting" | "running",
+    handle: ProcessHandleFacts | null,
+  ): Promise<{ status: RunAttempt["status"]; leaseExpiresAtMs: number }> {
     return this.write(async (tx, nowMs) => {
       const scope = await requireAttemptScope(tx, attemptId);
       if (phase === "starting") {
         await tx.apply(workerStarting(scope, fence, nowMs, this.ttlMs));
       } else {
-        if (handle === null) throw new QlrError("invalid_request", "phase running needs the process handle");
+        if (handle === null)
+          throw new QlrError("invalid_request", "phase running needs the process handle");
         await tx.apply(workerRunning(scope, fence, handle, nowMs, this.ttlMs));
       }
       const after = await tx.getAttempt(attemptId);
-      return { status: after?.status ?? scope.attempt.status, leaseExpiresAtMs: after?.leaseExpiresAtMs ?? nowMs + this.ttlMs };
+      return {
+        status: after?.status ?? scope.attempt.status,
+        leaseExpiresAtMs: after?.leaseExpiresAtMs ?? nowMs + this.ttlMs,
+      };
     });
   }
 
@@ -113,13 +149,20 @@ export class LeaseService {
     });
   }
 
-  async complete(attemptId: string, fence: LeaseFence, facts: CompletionFacts): Promise<WorkerCompletion> {
+  async complete(
+    attemptId: string,
+    fence: LeaseFence,
+    facts: CompletionFacts,
+  ): Promise<WorkerCompletion> {
     return this.write(async (tx, nowMs) => {
       const scope = await requireAttemptScope(tx, attemptId);
       const answer = workerComplete(scope, fence, facts, scope.definition.retry, nowMs);
       if (answer.kind === "replayed") return { status: answer.status, replayed: true };
       await tx.apply(answer.change);
-      return { status: (await tx.getAttempt(attemptId))?.status ?? scope.attempt.status, replayed: false };
+      return {
+        status: (await tx.getAttempt(attemptId))?.status ?? scope.attempt.status,
+        replayed: false,
+      };
     });
   }
 
@@ -132,10 +175,16 @@ export class LeaseService {
       // A claim that never crossed the start barrier has no side effects: its step gets a new
       // ready epoch (ADR-0227 §6). Only a started attempt is lost with its step failed.
       const why = `worker ${fence.workerId}: ${reason}`;
-      const decision = scope.attempt.status === "claimed" ? ({ kind: "lost_new_epoch", reason: why } as const) : ({ kind: "lost_failed", reason: why } as const);
+      const decision =
+        scope.attempt.status === "claimed"
+          ? ({ kind: "lost_new_epoch", reason: why } as const)
+          : ({ kind: "lost_failed", reason: why } as const);
       const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
       if (change !== null) await tx.apply(change);
-      return { status: (await tx.getAttempt(attemptId))?.status ?? scope.attempt.status, replayed: false };
+      return {
+        status: (await tx.getAttempt(attemptId))?.status ?? scope.attempt.status,
+        replayed: false,
+      };
     });
   }
 }

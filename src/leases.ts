@@ -1,7 +1,14 @@
 import { assertNotBefore, RunChange } from "./aggregate.ts";
 import { sha256Hex, timingSafeEqualText } from "./digest.ts";
 import { QlrError } from "./errors.ts";
-import { complete, markRunning, markStarting, requestTimeoutStop, type AttemptScope, type CompletionFacts } from "./execution.ts";
+import {
+  complete,
+  markRunning,
+  markStarting,
+  requestTimeoutStop,
+  type AttemptScope,
+  type CompletionFacts,
+} from "./execution.ts";
 import type { ChangeSet, ProcessHandleFacts, RunAttempt, StopReason } from "./model.ts";
 import { EMPTY_CHANGE_SET, TERMINAL_ATTEMPT_STATUSES } from "./model.ts";
 import type { RetryPolicy } from "./packages.ts";
@@ -46,38 +53,74 @@ export const WORKER_CLOCK_SKEW_MAX_MS = 10_000;
  * holder nor its version, so a refused caller learns nothing it could use next time.
  */
 export function staleFence(attemptId: string): QlrError {
-  return new QlrError("conflict", `the lease fence for attempt ${attemptId} does not match a live lease`);
+  return new QlrError(
+    "conflict",
+    `the lease fence for attempt ${attemptId} does not match a live lease`,
+  );
 }
 
 export function leaseSecretDigest(secret: string): string {
   return sha256Hex(secret);
 }
 
-export type LeaseControl = { readonly action: "continue"; readonly leaseExpiresAtMs: number } | { readonly action: "stop_requested"; readonly reason: StopReason; readonly leaseExpiresAtMs: number };
+export type LeaseControl =
+  | { readonly action: "continue"; readonly leaseExpiresAtMs: number }
+  | {
+      readonly action: "stop_requested";
+      readonly reason: StopReason;
+      readonly leaseExpiresAtMs: number;
+    };
 
 /** A lease can be granted on a claimed remote attempt that no worker holds, or whose lease expired. */
 export function isClaimable(attempt: RunAttempt, nowMs: number): boolean {
-  return attempt.executor === "remote_worker" && attempt.status === "claimed" && (attempt.leaseExpiresAtMs === null || attempt.leaseExpiresAtMs <= nowMs);
+  return (
+    attempt.executor === "remote_worker" &&
+    attempt.status === "claimed" &&
+    (attempt.leaseExpiresAtMs === null || attempt.leaseExpiresAtMs <= nowMs)
+  );
 }
 
 export function checkFence(attempt: RunAttempt, fence: LeaseFence): void {
   // Every comparison runs whatever the earlier ones found, and the secret's digest is compared
   // in constant time, so neither the answer nor its timing says which part was wrong.
-  const presentedDigest = typeof fence.leaseSecret === "string" && LEASE_SECRET_PATTERN.test(fence.leaseSecret) ? leaseSecretDigest(fence.leaseSecret) : "";
-  const secretMatches = attempt.leaseSecretDigest !== null && timingSafeEqualText(presentedDigest, attempt.leaseSecretDigest);
-  const holderMatches = attempt.leaseWorkerId === fence.workerId && attempt.leaseVersion === fence.leaseVersion;
-  if (attempt.executor !== "remote_worker" || !holderMatches || !secretMatches) throw staleFence(attempt.id);
+  const presentedDigest =
+    typeof fence.leaseSecret === "string" && LEASE_SECRET_PATTERN.test(fence.leaseSecret)
+      ? leaseSecretDigest(fence.leaseSecret)
+      : "";
+  const secretMatches =
+    attempt.leaseSecretDigest !== null &&
+    timingSafeEqualText(presentedDigest, attempt.leaseSecretDigest);
+  const holderMatches =
+    attempt.leaseWorkerId === fence.workerId && attempt.leaseVersion === fence.leaseVersion;
+  if (attempt.executor !== "remote_worker" || !holderMatches || !secretMatches)
+    throw staleFence(attempt.id);
 }
 
 /** Grants the lease; the secret is the worker's, only its digest is stored. */
-export function grantLease(scope: AttemptScope, workerId: string, leaseSecret: string, nowMs: number, ttlMs: number): ChangeSet {
-  if (!isClaimable(scope.attempt, nowMs)) throw new QlrError("conflict", `attempt ${scope.attempt.id} is not claimable`);
-  if (!LEASE_SECRET_PATTERN.test(leaseSecret)) throw new QlrError("integrity", "the lease secret source returned a value outside the lease secret pattern");
+export function grantLease(
+  scope: AttemptScope,
+  workerId: string,
+  leaseSecret: string,
+  nowMs: number,
+  ttlMs: number,
+): ChangeSet {
+  if (!isClaimable(scope.attempt, nowMs))
+    throw new QlrError("conflict", `attempt ${scope.attempt.id} is not claimable`);
+  if (!LEASE_SECRET_PATTERN.test(leaseSecret))
+    throw new QlrError(
+      "integrity",
+      "the lease secret source returned a value outside the lease secret pattern",
+    );
   const change = new RunChange(scope.run, nowMs);
   change.setAttempt(
     scope.attempt,
     null,
-    { leaseWorkerId: workerId, leaseVersion: scope.attempt.leaseVersion + 1, leaseExpiresAtMs: nowMs + ttlMs, leaseSecretDigest: leaseSecretDigest(leaseSecret) },
+    {
+      leaseWorkerId: workerId,
+      leaseVersion: scope.attempt.leaseVersion + 1,
+      leaseExpiresAtMs: nowMs + ttlMs,
+      leaseSecretDigest: leaseSecretDigest(leaseSecret),
+    },
     { workerId, leaseVersion: scope.attempt.leaseVersion + 1 },
     "attempt.leased",
   );
@@ -85,7 +128,9 @@ export function grantLease(scope: AttemptScope, workerId: string, leaseSecret: s
 }
 
 function implausible(path: string, message: string): QlrError {
-  return new QlrError("invalid_request", `implausible worker time: ${path} ${message}`, { details: [{ path, message }] });
+  return new QlrError("invalid_request", `implausible worker time: ${path} ${message}`, {
+    details: [{ path, message }],
+  });
 }
 
 /**
@@ -94,14 +139,31 @@ function implausible(path: string, message: string): QlrError {
  * future. The bounds against the coordinator's clock allow WORKER_CLOCK_SKEW_MAX_MS of skew;
  * start ≤ finish is exact, since both readings come from the same worker clock.
  */
-export function checkWorkerTimes(attempt: RunAttempt, times: { readonly startedAtMs: number; readonly finishedAtMs?: number }, nowMs: number, paths: { readonly started: string; readonly finished?: string }): void {
+export function checkWorkerTimes(
+  attempt: RunAttempt,
+  times: { readonly startedAtMs: number; readonly finishedAtMs?: number },
+  nowMs: number,
+  paths: { readonly started: string; readonly finished?: string },
+): void {
   const { startedAtMs, finishedAtMs } = times;
-  if (startedAtMs < attempt.createdAtMs - WORKER_CLOCK_SKEW_MAX_MS) throw implausible(paths.started, `is before the attempt was claimed (${attempt.createdAtMs}) by more than ${WORKER_CLOCK_SKEW_MAX_MS} ms`);
-  if (startedAtMs > nowMs + WORKER_CLOCK_SKEW_MAX_MS) throw implausible(paths.started, `is more than ${WORKER_CLOCK_SKEW_MAX_MS} ms in the coordinator's future`);
+  if (startedAtMs < attempt.createdAtMs - WORKER_CLOCK_SKEW_MAX_MS)
+    throw implausible(
+      paths.started,
+      `is before the attempt was claimed (${attempt.createdAtMs}) by more than ${WORKER_CLOCK_SKEW_MAX_MS} ms`,
+    );
+  if (startedAtMs > nowMs + WORKER_CLOCK_SKEW_MAX_MS)
+    throw implausible(
+      paths.started,
+      `is more than ${WORKER_CLOCK_SKEW_MAX_MS} ms in the coordinator's future`,
+    );
   if (finishedAtMs === undefined) return;
   const finishedPath = paths.finished ?? "finishedAtMs";
   if (finishedAtMs < startedAtMs) throw implausible(finishedPath, "is before startedAtMs");
-  if (finishedAtMs > nowMs + WORKER_CLOCK_SKEW_MAX_MS) throw implausible(finishedPath, `is more than ${WORKER_CLOCK_SKEW_MAX_MS} ms in the coordinator's future`);
+  if (finishedAtMs > nowMs + WORKER_CLOCK_SKEW_MAX_MS)
+    throw implausible(
+      finishedPath,
+      `is more than ${WORKER_CLOCK_SKEW_MAX_MS} ms in the coordinator's future`,
+    );
 }
 
 /**
@@ -117,14 +179,22 @@ export function extendLease(scope: AttemptScope, nowMs: number, ttlMs: number): 
   // Only the attempt row moves, under its own version fence: a lease expiry is operational
   // metadata, not a state transition, so it neither bumps the run version (which would make
   // every heartbeat contend with the cadence) nor appends an event.
-  const after: RunAttempt = { ...attempt, leaseExpiresAtMs: nowMs + ttlMs, version: attempt.version + 1 };
+  const after: RunAttempt = {
+    ...attempt,
+    leaseExpiresAtMs: nowMs + ttlMs,
+    version: attempt.version + 1,
+  };
   return { ...EMPTY_CHANGE_SET, attempts: [{ before: attempt, after }] };
 }
 
 function expiredOrFence(attempt: RunAttempt, fence: LeaseFence, nowMs: number): void {
   checkFence(attempt, fence);
   // The caller proved it holds the lease, so it may learn that its own lease expired.
-  if (attempt.status === "claimed" && attempt.leaseExpiresAtMs !== null && attempt.leaseExpiresAtMs <= nowMs) {
+  if (
+    attempt.status === "claimed" &&
+    attempt.leaseExpiresAtMs !== null &&
+    attempt.leaseExpiresAtMs <= nowMs
+  ) {
     throw new QlrError("conflict", `the lease of attempt ${attempt.id} expired before it started`);
   }
 }
@@ -134,29 +204,61 @@ function expiredOrFence(attempt: RunAttempt, fence: LeaseFence, nowMs: number): 
  * the same start whose answer was lost (the attempt is already `starting` under this very
  * fence) is answered from the durable state and writes nothing, like a repeated completion.
  */
-export function workerStarting(scope: AttemptScope, fence: LeaseFence, nowMs: number, ttlMs: number): ChangeSet {
+export function workerStarting(
+  scope: AttemptScope,
+  fence: LeaseFence,
+  nowMs: number,
+  ttlMs: number,
+): ChangeSet {
   checkFence(scope.attempt, fence);
   if (scope.attempt.status === "starting") return EMPTY_CHANGE_SET;
   expiredOrFence(scope.attempt, fence, nowMs);
-  if (scope.attempt.status !== "claimed") throw new QlrError("conflict", `attempt ${scope.attempt.id} is ${scope.attempt.status}, not claimed`);
+  if (scope.attempt.status !== "claimed")
+    throw new QlrError(
+      "conflict",
+      `attempt ${scope.attempt.id} is ${scope.attempt.status}, not claimed`,
+    );
   const change = markStarting(scope, nowMs, { workerId: fence.workerId });
   return withLeaseExpiry(change, scope.attempt.id, nowMs + ttlMs);
 }
 
 /** The process exists: `starting → running` with the worker's handle facts. */
-export function workerRunning(scope: AttemptScope, fence: LeaseFence, handle: ProcessHandleFacts, nowMs: number, ttlMs: number): ChangeSet {
+export function workerRunning(
+  scope: AttemptScope,
+  fence: LeaseFence,
+  handle: ProcessHandleFacts,
+  nowMs: number,
+  ttlMs: number,
+): ChangeSet {
   checkFence(scope.attempt, fence);
   const attempt = scope.attempt;
   // The same running report repeated after a lost answer: already recorded, nothing to write.
-  if (attempt.status === "running" && attempt.pid === handle.pid && attempt.processStartTicks === handle.processStartTicks && attempt.bootId === handle.bootId && attempt.startedAtMs === handle.startedAtMs) {
+  if (
+    attempt.status === "running" &&
+    attempt.pid === handle.pid &&
+    attempt.processStartTicks === handle.processStartTicks &&
+    attempt.bootId === handle.bootId &&
+    attempt.startedAtMs === handle.startedAtMs
+  ) {
     return EMPTY_CHANGE_SET;
   }
-  checkWorkerTimes(attempt, { startedAtMs: handle.startedAtMs }, nowMs, { started: "handle.startedAtMs" });
+  checkWorkerTimes(attempt, { startedAtMs: handle.startedAtMs }, nowMs, {
+    started: "handle.startedAtMs",
+  });
   return withLeaseExpiry(markRunning(scope, handle, nowMs), scope.attempt.id, nowMs + ttlMs);
 }
 
-function withLeaseExpiry(change: ChangeSet, attemptId: string, leaseExpiresAtMs: number): ChangeSet {
-  return { ...change, attempts: change.attempts.map((row) => (row.after.id === attemptId ? { ...row, after: { ...row.after, leaseExpiresAtMs } } : row)) };
+function withLeaseExpiry(
+  change: ChangeSet,
+  attemptId: string,
+  leaseExpiresAtMs: number,
+): ChangeSet {
+  return {
+    ...change,
+    attempts: change.attempts.map((row) =>
+      row.after.id === attemptId ? { ...row, after: { ...row.after, leaseExpiresAtMs } } : row,
+    ),
+  };
 }
 
 /**
@@ -164,34 +266,67 @@ function withLeaseExpiry(change: ChangeSet, attemptId: string, leaseExpiresAtMs:
  * record. A passed deadline records `workflow.task_timeout_requested` (never the parent's
  * cancel intent) and answers `stop_requested(timeout)`.
  */
-export function heartbeat(scope: AttemptScope, fence: LeaseFence, nowMs: number, ttlMs: number): { control: LeaseControl; change: ChangeSet } {
+export function heartbeat(
+  scope: AttemptScope,
+  fence: LeaseFence,
+  nowMs: number,
+  ttlMs: number,
+): { control: LeaseControl; change: ChangeSet } {
   checkFence(scope.attempt, fence);
   const attempt = scope.attempt;
-  if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status)) throw new QlrError("conflict", `attempt ${attempt.id} is already ${attempt.status}`);
+  if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status))
+    throw new QlrError("conflict", `attempt ${attempt.id} is already ${attempt.status}`);
   const leaseExpiresAtMs = nowMs + ttlMs;
   if (attempt.stopReason !== null) {
-    return { control: { action: "stop_requested", reason: attempt.stopReason, leaseExpiresAtMs }, change: extendLease(scope, nowMs, ttlMs) };
+    return {
+      control: { action: "stop_requested", reason: attempt.stopReason, leaseExpiresAtMs },
+      change: extendLease(scope, nowMs, ttlMs),
+    };
   }
   const timeout = requestTimeoutStop(scope, nowMs);
-  if (timeout !== null) return { control: { action: "stop_requested", reason: "timeout", leaseExpiresAtMs }, change: withLeaseExpiry(timeout, attempt.id, leaseExpiresAtMs) };
-  return { control: { action: "continue", leaseExpiresAtMs }, change: extendLease(scope, nowMs, ttlMs) };
+  if (timeout !== null)
+    return {
+      control: { action: "stop_requested", reason: "timeout", leaseExpiresAtMs },
+      change: withLeaseExpiry(timeout, attempt.id, leaseExpiresAtMs),
+    };
+  return {
+    control: { action: "continue", leaseExpiresAtMs },
+    change: extendLease(scope, nowMs, ttlMs),
+  };
 }
 
-export type CompletionAnswer = { readonly kind: "recorded"; readonly change: ChangeSet } | { readonly kind: "replayed"; readonly status: RunAttempt["status"] };
+export type CompletionAnswer =
+  | { readonly kind: "recorded"; readonly change: ChangeSet }
+  | { readonly kind: "replayed"; readonly status: RunAttempt["status"] };
 
 /**
  * Completion under the fence. The deadline is rechecked with store time: a completion observed
  * after the deadline is `timed_out`. A completion already recorded (a retry after a lost
  * response) is answered from the durable attempt and writes nothing.
  */
-export function workerComplete(scope: AttemptScope, fence: LeaseFence, facts: CompletionFacts, retry: RetryPolicy, nowMs: number): CompletionAnswer {
+export function workerComplete(
+  scope: AttemptScope,
+  fence: LeaseFence,
+  facts: CompletionFacts,
+  retry: RetryPolicy,
+  nowMs: number,
+): CompletionAnswer {
   checkFence(scope.attempt, fence);
   const attempt = scope.attempt;
-  if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status)) return { kind: "replayed", status: attempt.status };
-  checkWorkerTimes(attempt, { startedAtMs: facts.startedAtMs, finishedAtMs: facts.finishedAtMs }, nowMs, { started: "startedAtMs", finished: "finishedAtMs" });
-  if (attempt.status !== "running" && attempt.status !== "starting") throw new QlrError("conflict", `attempt ${attempt.id} is ${attempt.status}; it never started`);
-  const deadlineAtMs = attempt.deadlineAtMs ?? (facts.handle?.startedAtMs ?? facts.startedAtMs) + attempt.timeoutMs;
-  const overran = nowMs > deadlineAtMs && facts.stopReason !== "cancel" && facts.stopReason !== "shutdown";
+  if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status))
+    return { kind: "replayed", status: attempt.status };
+  checkWorkerTimes(
+    attempt,
+    { startedAtMs: facts.startedAtMs, finishedAtMs: facts.finishedAtMs },
+    nowMs,
+    { started: "startedAtMs", finished: "finishedAtMs" },
+  );
+  if (attempt.status !== "running" && attempt.status !== "starting")
+    throw new QlrError("conflict", `attempt ${attempt.id} is ${attempt.status}; it never started`);
+  const deadlineAtMs =
+    attempt.deadlineAtMs ?? (facts.handle?.startedAtMs ?? facts.startedAtMs) + attempt.timeoutMs;
+  const overran =
+    nowMs > deadlineAtMs && facts.stopReason !== "cancel" && facts.stopReason !== "shutdown";
   const checked: CompletionFacts = overran ? { ...facts, stopReason: "timeout" } : facts;
   return { kind: "recorded", change: complete(scope, checked, retry, nowMs) };
 }
@@ -202,12 +337,36 @@ export function workerComplete(scope: AttemptScope, fence: LeaseFence, facts: Co
  * coordinator cannot know, so it fails closed (reported) and keeps the fence: the worker can
  * still complete it when it comes back.
  */
-export function expireLease(scope: AttemptScope, retry: RetryPolicy, nowMs: number): ChangeSet | null {
+export function expireLease(
+  scope: AttemptScope,
+  retry: RetryPolicy,
+  nowMs: number,
+): ChangeSet | null {
   const attempt = scope.attempt;
-  if (attempt.executor !== "remote_worker" || attempt.leaseExpiresAtMs === null || attempt.leaseExpiresAtMs > nowMs) return null;
-  if (attempt.status === "claimed") return applyRecovery(scope, { kind: "lost_new_epoch", reason: "the lease expired before the attempt started" }, retry, nowMs);
+  if (
+    attempt.executor !== "remote_worker" ||
+    attempt.leaseExpiresAtMs === null ||
+    attempt.leaseExpiresAtMs > nowMs
+  )
+    return null;
+  if (attempt.status === "claimed")
+    return applyRecovery(
+      scope,
+      { kind: "lost_new_epoch", reason: "the lease expired before the attempt started" },
+      retry,
+      nowMs,
+    );
   if (attempt.status === "starting" || attempt.status === "running") {
-    return applyRecovery(scope, { kind: "fail_closed", reason: "the lease expired while the attempt may be running; waiting for its worker's evidence" }, retry, nowMs);
+    return applyRecovery(
+      scope,
+      {
+        kind: "fail_closed",
+        reason:
+          "the lease expired while the attempt may be running; waiting for its worker's evidence",
+      },
+      retry,
+      nowMs,
+    );
   }
   return null;
 }

@@ -3,21 +3,70 @@ import type { Digest } from "./digest.ts";
 import type { RunInput } from "./run-inputs.ts";
 
 /** Status words are exactly those of the public contract; storage keeps them as literal unions. */
-export const RUN_STATUSES = ["queued", "dispatching", "running", "succeeded", "failed", "timed_out", "cancelled", "lost"] as const;
+export const RUN_STATUSES = [
+  "queued",
+  "dispatching",
+  "running",
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "lost",
+] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
-export const STEP_STATUSES = ["pending", "ready", "running", "succeeded", "failed", "timed_out", "cancelled", "skipped"] as const;
+export const STEP_STATUSES = [
+  "pending",
+  "ready",
+  "running",
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "skipped",
+] as const;
 export type StepStatus = (typeof STEP_STATUSES)[number];
-export const ATTEMPT_STATUSES = ["claimed", "starting", "running", "succeeded", "failed", "timed_out", "cancelled", "lost"] as const;
+export const ATTEMPT_STATUSES = [
+  "claimed",
+  "starting",
+  "running",
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "lost",
+] as const;
 export type AttemptStatus = (typeof ATTEMPT_STATUSES)[number];
 
 export type RunKind = "ordinary" | "workflow";
 export type ExecutorType = "local_process" | "remote_worker";
 export type StopReason = "cancel" | "timeout" | "shutdown";
 
-export const TERMINAL_RUN_STATUSES: ReadonlySet<RunStatus> = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
-export const SETTLED_STEP_STATUSES: ReadonlySet<StepStatus> = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped"]);
-export const TERMINAL_ATTEMPT_STATUSES: ReadonlySet<AttemptStatus> = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
-export const LIVE_ATTEMPT_STATUSES: ReadonlySet<AttemptStatus> = new Set(["claimed", "starting", "running"]);
+export const TERMINAL_RUN_STATUSES: ReadonlySet<RunStatus> = new Set([
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "lost",
+]);
+export const SETTLED_STEP_STATUSES: ReadonlySet<StepStatus> = new Set([
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "skipped",
+]);
+export const TERMINAL_ATTEMPT_STATUSES: ReadonlySet<AttemptStatus> = new Set([
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "lost",
+]);
+export const LIVE_ATTEMPT_STATUSES: ReadonlySet<AttemptStatus> = new Set([
+  "claimed",
+  "starting",
+  "running",
+]);
 
 export interface Run {
   readonly id: string;
@@ -209,4 +258,12 @@ export interface RowChange<T> {
   readonly after: T;
 }
 
-export const EMPTY_CHANGE_SET: ChangeSet = { runs: [], steps: [], attempts: [], events: [], mutations: [], admissions: [], frontierDue: [] };
+export const EMPTY_CHANGE_SET: ChangeSet = {
+  runs: [],
+  steps: [],
+  attempts: [],
+  events: [],
+  mutations: [],
+  admissions: [],
+  frontierDue: [],
+};

@@ -1,5 +1,12 @@
 import { isQlrError } from "./errors.ts";
-import { claimForDelivery, deliveryRequest, expireStaleClaim, recordDelivery, type DeliveryOutcome, type NotificationSender } from "./notifications.ts";
+import {
+  claimForDelivery,
+  deliveryRequest,
+  expireStaleClaim,
+  recordDelivery,
+  type DeliveryOutcome,
+  type NotificationSender,
+} from "./notifications.ts";
 import type { Clock, Store } from "./ports.ts";
 import type { StageBudget } from "./profiles.ts";
 
@@ -29,15 +36,25 @@ export interface NotificationStageDeps {
  * another coordinator took first fails its CAS and this one skips the entry. `processed`
  * counts entries whose outcome was recorded.
  */
-export async function drainNotifications(deps: NotificationStageDeps, budget: StageBudget, context: NotificationStageContext): Promise<void> {
+export async function drainNotifications(
+  deps: NotificationStageDeps,
+  budget: StageBudget,
+  context: NotificationStageContext,
+): Promise<void> {
   if (deps.sender === null) return;
   for (let page = 0; page < budget.pages; page += 1) {
-    const due = await deps.store.transaction(async (tx) => tx.listDueNotifications(await tx.observe(deps.clock.nowMs()), budget.pageSize));
+    const due = await deps.store.transaction(async (tx) =>
+      tx.listDueNotifications(await tx.observe(deps.clock.nowMs()), budget.pageSize),
+    );
     for (const listed of due) {
       try {
         if (await deliverOne(deps, deps.sender, listed.id)) context.processed += 1;
       } catch (error) {
-        context.errors.push({ code: isQlrError(error) ? error.code : "internal", message: error instanceof Error ? error.message : String(error), subject: listed.id });
+        context.errors.push({
+          code: isQlrError(error) ? error.code : "internal",
+          message: error instanceof Error ? error.message : String(error),
+          subject: listed.id,
+        });
       }
     }
     if (due.length < budget.pageSize) return;
@@ -45,7 +62,11 @@ export async function drainNotifications(deps: NotificationStageDeps, budget: St
   }
 }
 
-async function deliverOne(deps: NotificationStageDeps, sender: NotificationSender, id: string): Promise<boolean> {
+async function deliverOne(
+  deps: NotificationStageDeps,
+  sender: NotificationSender,
+  id: string,
+): Promise<boolean> {
   const claimed = await deps.store.transaction(async (tx) => {
     const nowMs = await tx.observe(deps.clock.nowMs());
     const entry = await tx.getNotification(id);
@@ -66,7 +87,11 @@ async function deliverOne(deps: NotificationStageDeps, sender: NotificationSende
     outcome = await sender.send(deliveryRequest(claimed));
   } catch (error) {
     // A sender reports failures as outcomes; a throw is a failure it did not foresee, worth a retry.
-    outcome = { ok: false, error: error instanceof Error ? error.message : String(error), retryable: true };
+    outcome = {
+      ok: false,
+      error: error instanceof Error ? error.message : String(error),
+      retryable: true,
+    };
   }
   await deps.fault("notification.after_send");
   await deps.store.transaction(async (tx) => {

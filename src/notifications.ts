@@ -54,10 +54,22 @@ export interface NotificationEntry {
 
 /** What a sender is asked to do: the core computes every byte and header; the sender only moves them. */
 export type DeliveryRequest =
-  | { readonly kind: "webhook"; readonly url: string; readonly body: string; readonly headers: Readonly<Record<string, string>> }
-  | { readonly kind: "command"; readonly argv: readonly string[]; readonly stdin: string; readonly env: Readonly<Record<string, string>> };
+  | {
+      readonly kind: "webhook";
+      readonly url: string;
+      readonly body: string;
+      readonly headers: Readonly<Record<string, string>>;
+    }
+  | {
+      readonly kind: "command";
+      readonly argv: readonly string[];
+      readonly stdin: string;
+      readonly env: Readonly<Record<string, string>>;
+    };
 
-export type DeliveryOutcome = { readonly ok: true } | { readonly ok: false; readonly error: string; readonly retryable: boolean };
+export type DeliveryOutcome =
+  | { readonly ok: true }
+  | { readonly ok: false; readonly error: string; readonly retryable: boolean };
 
 /** Delivery of one request (runtimes/node: fetch and a local command; runtimes/worker: fetch). */
 export interface NotificationSender {
@@ -66,13 +78,28 @@ export interface NotificationSender {
 
 /** The runs of a change set that have just entered an alerting terminal status. */
 export function alertingRuns(change: ChangeSet): Run[] {
-  return change.runs.filter(({ before, after }) => ALERT_RUN_STATUSES.has(after.status) && (before === null || !TERMINAL_RUN_STATUSES.has(before.status))).map(({ after }) => after);
+  return change.runs
+    .filter(
+      ({ before, after }) =>
+        ALERT_RUN_STATUSES.has(after.status) &&
+        (before === null || !TERMINAL_RUN_STATUSES.has(before.status)),
+    )
+    .map(({ after }) => after);
 }
 
 /** The notifiers of a run: its workflow's or task's, then its schedule's; one per distinct notifier. */
-export function notifiersForRun(manifest: Manifest, run: Pick<Run, "kind" | "target" | "scheduleName">): NotifierSpec[] {
-  const own = run.kind === "workflow" ? manifest.workflows.find((workflow) => workflow.name === run.target)?.notify : manifest.tasks.find((task) => task.name === run.target)?.notify;
-  const schedule = run.scheduleName === null ? undefined : manifest.schedules.find((item) => item.name === run.scheduleName)?.notify;
+export function notifiersForRun(
+  manifest: Manifest,
+  run: Pick<Run, "kind" | "target" | "scheduleName">,
+): NotifierSpec[] {
+  const own =
+    run.kind === "workflow"
+      ? manifest.workflows.find((workflow) => workflow.name === run.target)?.notify
+      : manifest.tasks.find((task) => task.name === run.target)?.notify;
+  const schedule =
+    run.scheduleName === null
+      ? undefined
+      : manifest.schedules.find((item) => item.name === run.scheduleName)?.notify;
   const seen = new Set<string>();
   const notifiers: NotifierSpec[] = [];
   for (const notifier of [...(own ?? []), ...(schedule ?? [])]) {
@@ -85,7 +112,11 @@ export function notifiersForRun(manifest: Manifest, run: Pick<Run, "kind" | "tar
 }
 
 /** The outbox entries a run's terminal transition writes (none for a run without notifiers). */
-export function entriesForRun(run: Run, notifiers: readonly NotifierSpec[], nowMs: number): NotificationEntry[] {
+export function entriesForRun(
+  run: Run,
+  notifiers: readonly NotifierSpec[],
+  nowMs: number,
+): NotificationEntry[] {
   if (!ALERT_RUN_STATUSES.has(run.status)) return [];
   const event = `run.${run.status}` as NotificationEntry["event"];
   return notifiers.map((notifier) => {
@@ -93,9 +124,34 @@ export function entriesForRun(run: Run, notifiers: readonly NotifierSpec[], nowM
     const payload = canonicalJson({
       id,
       event,
-      run: { id: run.id, kind: run.kind, package: run.package, generation: run.generation, target: run.target, status: run.status, schedule: run.scheduleName, createdAtMs: run.createdAtMs, finishedAtMs: run.finishedAtMs },
+      run: {
+        id: run.id,
+        kind: run.kind,
+        package: run.package,
+        generation: run.generation,
+        target: run.target,
+        status: run.status,
+        schedule: run.scheduleName,
+        createdAtMs: run.createdAtMs,
+        finishedAtMs: run.finishedAtMs,
+      },
     });
-    return { id, runId: run.id, package: run.package, event, notifier, payload, state: "pending", attempts: 0, nextAttemptAtMs: nowMs, lastError: null, createdAtMs: nowMs, updatedAtMs: nowMs, deliveredAtMs: null, version: 1 };
+    return {
+      id,
+      runId: run.id,
+      package: run.package,
+      event,
+      notifier,
+      payload,
+      state: "pending",
+      attempts: 0,
+      nextAttemptAtMs: nowMs,
+      lastError: null,
+      createdAtMs: nowMs,
+      updatedAtMs: nowMs,
+      deliveredAtMs: null,
+      version: 1,
+    };
   });
 }
 
@@ -103,30 +159,68 @@ export function entriesForRun(run: Run, notifiers: readonly NotifierSpec[], nowM
 export function deliveryRequest(entry: NotificationEntry): DeliveryRequest {
   const notifier = entry.notifier;
   if (notifier.kind === "command") {
-    return { kind: "command", argv: notifier.argv, stdin: entry.payload, env: { QLR_NOTIFICATION_ID: entry.id, QLR_EVENT: entry.event, QLR_RUN_ID: entry.runId, QLR_PACKAGE: entry.package } };
+    return {
+      kind: "command",
+      argv: notifier.argv,
+      stdin: entry.payload,
+      env: {
+        QLR_NOTIFICATION_ID: entry.id,
+        QLR_EVENT: entry.event,
+        QLR_RUN_ID: entry.runId,
+        QLR_PACKAGE: entry.package,
+      },
+    };
   }
-  const headers: Record<string, string> = { "content-type": "application/json", "idempotency-key": entry.id, "x-qlr-event": entry.event };
-  if (notifier.secret !== null) headers["x-qlr-signature"] = `sha256=${hmacSha256Hex(utf8ToBytes(notifier.secret), entry.payload)}`;
+  const headers: Record<string, string> = {
+    "content-type": "application/json",
+    "idempotency-key": entry.id,
+    "x-qlr-event": entry.event,
+  };
+  if (notifier.secret !== null)
+    headers["x-qlr-signature"] =
+      `sha256=${hmacSha256Hex(utf8ToBytes(notifier.secret), entry.payload)}`;
   return { kind: "webhook", url: notifier.url, body: entry.payload, headers };
 }
 
 /** The wait before attempt `attempts + 1`, after `attempts` failed ones. */
 export function retryDelayMs(attempts: number): number {
-  return Math.min(DELIVERY_BACKOFF_CAP_MS, DELIVERY_BACKOFF_BASE_MS * 2 ** Math.max(0, attempts - 1));
+  return Math.min(
+    DELIVERY_BACKOFF_CAP_MS,
+    DELIVERY_BACKOFF_BASE_MS * 2 ** Math.max(0, attempts - 1),
+  );
 }
 
 /** Claims a due pending entry for one send: one more attempt, held for `DELIVERY_CLAIM_MS`. Null when it is not due. */
-export function claimForDelivery(entry: NotificationEntry, nowMs: number): NotificationEntry | null {
-  if (entry.state !== "pending" || entry.nextAttemptAtMs > nowMs || entry.attempts >= MAX_DELIVERY_ATTEMPTS) return null;
-  return { ...entry, attempts: entry.attempts + 1, nextAttemptAtMs: nowMs + DELIVERY_CLAIM_MS, updatedAtMs: nowMs, version: entry.version + 1 };
+export function claimForDelivery(
+  entry: NotificationEntry,
+  nowMs: number,
+): NotificationEntry | null {
+  if (
+    entry.state !== "pending" ||
+    entry.nextAttemptAtMs > nowMs ||
+    entry.attempts >= MAX_DELIVERY_ATTEMPTS
+  )
+    return null;
+  return {
+    ...entry,
+    attempts: entry.attempts + 1,
+    nextAttemptAtMs: nowMs + DELIVERY_CLAIM_MS,
+    updatedAtMs: nowMs,
+    version: entry.version + 1,
+  };
 }
 
 /** Records one send's outcome on the claimed entry. */
-export function recordDelivery(claimed: NotificationEntry, outcome: DeliveryOutcome, nowMs: number): NotificationEntry {
+export function recordDelivery(
+  claimed: NotificationEntry,
+  outcome: DeliveryOutcome,
+  nowMs: number,
+): NotificationEntry {
   const base = { ...claimed, updatedAtMs: nowMs, version: claimed.version + 1 };
   if (outcome.ok) return { ...base, state: "delivered", deliveredAtMs: nowMs, lastError: null };
   const lastError = outcome.error.slice(0, MAX_DELIVERY_ERROR_LENGTH);
-  if (!outcome.retryable || claimed.attempts >= MAX_DELIVERY_ATTEMPTS) return { ...base, state: "failed", lastError };
+  if (!outcome.retryable || claimed.attempts >= MAX_DELIVERY_ATTEMPTS)
+    return { ...base, state: "failed", lastError };
   return { ...base, lastError, nextAttemptAtMs: nowMs + retryDelayMs(claimed.attempts) };
 }
 
@@ -134,7 +228,21 @@ export function recordDelivery(claimed: NotificationEntry, outcome: DeliveryOutc
  * An entry whose claim expired without a record (the runtime died during the send) is due
  * again; at its last attempt it is failed instead, since the claim already spent that attempt.
  */
-export function expireStaleClaim(entry: NotificationEntry, nowMs: number): NotificationEntry | null {
-  if (entry.state !== "pending" || entry.attempts < MAX_DELIVERY_ATTEMPTS || entry.nextAttemptAtMs > nowMs) return null;
-  return { ...entry, state: "failed", lastError: entry.lastError ?? "the runtime stopped during the last delivery attempt", updatedAtMs: nowMs, version: entry.version + 1 };
+export function expireStaleClaim(
+  entry: NotificationEntry,
+  nowMs: number,
+): NotificationEntry | null {
+  if (
+    entry.state !== "pending" ||
+    entry.attempts < MAX_DELIVERY_ATTEMPTS ||
+    entry.nextAttemptAtMs > nowMs
+  )
+    return null;
+  return {
+    ...entry,
+    state: "failed",
+    lastError: entry.lastError ?? "the runtime stopped during the last delivery attempt",
+    updatedAtMs: nowMs,
+    version: entry.version + 1,
+  };
 }

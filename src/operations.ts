@@ -23,24 +23,50 @@ export interface ApplyResult {
 }
 
 /** Applying an unchanged manifest changes nothing; a changed one creates a new immutable generation. */
-export async function applyPackage(tx: StoreTx, manifest: Manifest, nowMs: number): Promise<ApplyResult> {
+export async function applyPackage(
+  tx: StoreTx,
+  manifest: Manifest,
+  nowMs: number,
+): Promise<ApplyResult> {
   const head = await tx.getPackageHead(manifest.package);
   const decision = nextGeneration(head, manifest, nowMs);
-  if (!decision.changed) return { package: manifest.package, generation: decision.generation, digest: head?.manifestDigest ?? "", changed: false };
+  if (!decision.changed)
+    return {
+      package: manifest.package,
+      generation: decision.generation,
+      digest: head?.manifestDigest ?? "",
+      changed: false,
+    };
   const generation = decision.generation;
   const reconciliation = reconcileTasks(generation);
   const plans = materializePlans(generation, reconciliation);
-  await tx.putGeneration(generation, reconciliation.receipt, reconciliation.definitions, plans, head?.generation ?? null);
+  await tx.putGeneration(
+    generation,
+    reconciliation.receipt,
+    reconciliation.definitions,
+    plans,
+    head?.generation ?? null,
+  );
 
   // Schedules follow the head generation; removed ones are deleted, kept ones keep their history.
-  const previous = new Map((await tx.getSchedules(manifest.package)).map((state) => [state.name, state]));
+  const previous = new Map(
+    (await tx.getSchedules(manifest.package)).map((state) => [state.name, state]),
+  );
   for (const spec of manifest.schedules) {
     const before = previous.get(spec.name) ?? null;
-    await tx.putSchedule(initialScheduleState(manifest.package, generation.generation, spec, nowMs, before), before?.version ?? null);
+    await tx.putSchedule(
+      initialScheduleState(manifest.package, generation.generation, spec, nowMs, before),
+      before?.version ?? null,
+    );
     previous.delete(spec.name);
   }
   for (const removed of previous.keys()) await tx.deleteSchedule(manifest.package, removed);
-  return { package: manifest.package, generation: generation.generation, digest: generation.manifestDigest, changed: true };
+  return {
+    package: manifest.package,
+    generation: generation.generation,
+    digest: generation.manifestDigest,
+    changed: true,
+  };
 }
 
 export { fireSchedule, startRun, type RunTarget, type StartRunRequest } from "./run-start.ts";
@@ -62,45 +88,81 @@ export interface RerunRequest {
  * The same idempotency key returns the same rerun for the same request, and is a conflict for
  * another one.
  */
-export async function rerunRun(tx: StoreTx, request: RerunRequest, nowMs: number): Promise<{ run: Run; created: boolean }> {
+export async function rerunRun(
+  tx: StoreTx,
+  request: RerunRequest,
+  nowMs: number,
+): Promise<{ run: Run; created: boolean }> {
   if (request.idempotencyKey !== null) {
     const existing = await tx.getRunByIdempotencyKey(request.idempotencyKey);
     if (existing !== null) {
-      if (existing.rerunOf !== request.runId) throw new QlrError("conflict", `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id}, which is not a rerun of ${request.runId}`);
+      if (existing.rerunOf !== request.runId)
+        throw new QlrError(
+          "conflict",
+          `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id}, which is not a rerun of ${request.runId}`,
+        );
       return { run: existing, created: false };
     }
   }
   const old = await tx.getRun(request.runId);
   if (old === null) throw new QlrError("not_found", `run ${request.runId} does not exist`);
-  if (!TERMINAL_RUN_STATUSES.has(old.status)) throw new QlrError("conflict", `run ${old.id} is ${old.status}: only a finished run can be rerun`);
+  if (!TERMINAL_RUN_STATUSES.has(old.status))
+    throw new QlrError(
+      "conflict",
+      `run ${old.id} is ${old.status}: only a finished run can be rerun`,
+    );
   const reconciliation = await tx.getReconciliation(old.reconciliationDigest);
-  if (reconciliation === null) throw new QlrError("integrity", `run ${old.id}: reconciliation receipt missing`);
-  const options = { runId: request.newRunId, nowMs, idempotencyKey: request.idempotencyKey, scheduleName: null, input: old.input, rerunOf: old.id };
+  if (reconciliation === null)
+    throw new QlrError("integrity", `run ${old.id}: reconciliation receipt missing`);
+  const options = {
+    runId: request.newRunId,
+    nowMs,
+    idempotencyKey: request.idempotencyKey,
+    scheduleName: null,
+    input: old.input,
+    rerunOf: old.id,
+  };
   if (old.kind === "ordinary") {
-    if (request.fromFailed && old.status === "succeeded") throw new QlrError("conflict", `run ${old.id} succeeded: there is no failed step to rerun`);
+    if (request.fromFailed && old.status === "succeeded")
+      throw new QlrError("conflict", `run ${old.id} succeeded: there is no failed step to rerun`);
     const definition = await tx.getTaskDefinitionFor(old.reconciliationDigest, old.target);
-    if (definition === null) throw new QlrError("integrity", `run ${old.id}: task ${old.target} has no definition in its generation`);
+    if (definition === null)
+      throw new QlrError(
+        "integrity",
+        `run ${old.id}: task ${old.target} has no definition in its generation`,
+      );
     const created = createOrdinaryRun(definition, reconciliation, options);
     await tx.apply(created.change);
     return { run: created.run, created: true };
   }
   const plan = old.planDigest === null ? null : await tx.getPlan(old.planDigest);
-  if (plan === null) throw new QlrError("integrity", `run ${old.id}: plan ${String(old.planDigest)} missing`);
+  if (plan === null)
+    throw new QlrError("integrity", `run ${old.id}: plan ${String(old.planDigest)} missing`);
   const reused = new Map<string, { output: StepRun["output"]; fromStepRunId: string }>();
   if (request.fromFailed) {
     const steps = await tx.getSteps(old.id);
     for (const step of steps) {
       // Failed, timed-out, cancelled and skipped steps (anything but succeeded) run again.
-      if (step.status === "succeeded") reused.set(step.name, { output: step.output, fromStepRunId: step.id });
+      if (step.status === "succeeded")
+        reused.set(step.name, { output: step.output, fromStepRunId: step.id });
     }
-    if (reused.size === steps.length) throw new QlrError("conflict", `run ${old.id}: every step succeeded, there is no failed step to rerun`);
+    if (reused.size === steps.length)
+      throw new QlrError(
+        "conflict",
+        `run ${old.id}: every step succeeded, there is no failed step to rerun`,
+      );
   }
   const created = createWorkflowRun(plan, reconciliation, options, reused);
   await tx.apply(created.change);
   return { run: created.run, created: true };
 }
 
-export async function cancelRun(tx: StoreTx, runId: string, nowMs: number, reason = "user"): Promise<Run> {
+export async function cancelRun(
+  tx: StoreTx,
+  runId: string,
+  nowMs: number,
+  reason = "user",
+): Promise<Run> {
   const run = await tx.getRun(runId);
   if (run === null) throw new QlrError("not_found", `run ${runId} does not exist`);
   const change = requestCancel(run, nowMs, reason);
@@ -110,11 +172,17 @@ export async function cancelRun(tx: StoreTx, runId: string, nowMs: number, reaso
 }
 
 /** `POST /attempts/:id/resolve`: an operator settles an attempt that failed closed (see `resolveFailedClosed`). */
-export async function resolveAttempt(tx: StoreTx, attemptId: string, resolution: { readonly as: "lost"; readonly reason: string }, nowMs: number): Promise<RunAttempt> {
+export async function resolveAttempt(
+  tx: StoreTx,
+  attemptId: string,
+  resolution: { readonly as: "lost"; readonly reason: string },
+  nowMs: number,
+): Promise<RunAttempt> {
   const scope = await requireAttemptScope(tx, attemptId);
   await tx.apply(resolveFailedClosed(scope, resolution.reason, scope.definition.retry, nowMs));
   const resolved = await tx.getAttempt(attemptId);
-  if (resolved === null) throw new QlrError("integrity", `attempt ${attemptId} vanished while it was resolved`);
+  if (resolved === null)
+    throw new QlrError("integrity", `attempt ${attemptId} vanished while it was resolved`);
   return resolved;
 }
 
@@ -130,7 +198,12 @@ export async function getRunDetail(tx: StoreTx, runId: string): Promise<RunDetai
   return { run, steps: await tx.getSteps(runId), attempts: await tx.getAttempts(runId) };
 }
 
-export async function getRunEvents(tx: StoreTx, runId: string, afterSeq: number, limit: number): Promise<RunEvent[]> {
+export async function getRunEvents(
+  tx: StoreTx,
+  runId: string,
+  afterSeq: number,
+  limit: number,
+): Promise<RunEvent[]> {
   const run = await tx.getRun(runId);
   if (run === null) throw new QlrError("not_found", `run ${runId} does not exist`);
   return tx.listEvents(runId, afterSeq, limit);
@@ -142,7 +215,11 @@ export async function getRunEvents(tx: StoreTx, runId: string, afterSeq: number,
  * name it by the task). Null when no attempt has started yet; a workflow run without that step
  * is not found.
  */
-export async function latestStepAttempt(tx: StoreTx, runId: string, stepName: string): Promise<RunAttempt | null> {
+export async function latestStepAttempt(
+  tx: StoreTx,
+  runId: string,
+  stepName: string,
+): Promise<RunAttempt | null> {
   const detail = await getRunDetail(tx, runId);
   let stepRunId: string | null = null;
   if (detail.run.kind === "workflow") {

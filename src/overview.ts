@@ -30,16 +30,31 @@ export interface Overview {
   readonly sinceMs: number;
   readonly hours: number;
   /** Ended runs per hour (of their finish) and status; hours without runs are absent. */
-  readonly runsPerHour: readonly { readonly hourStartMs: number; readonly status: RunStatus; readonly count: number }[];
+  readonly runsPerHour: readonly {
+    readonly hourStartMs: number;
+    readonly status: RunStatus;
+    readonly count: number;
+  }[];
   /** Workflow runs that ended, per hour and workflow: how long they took, created to finished. */
-  readonly durations: readonly { readonly hourStartMs: number; readonly package: string; readonly workflow: string; readonly runs: number; readonly avgDurationMs: number; readonly maxDurationMs: number }[];
+  readonly durations: readonly {
+    readonly hourStartMs: number;
+    readonly package: string;
+    readonly workflow: string;
+    readonly runs: number;
+    readonly avgDurationMs: number;
+    readonly maxDurationMs: number;
+  }[];
   /** Failed, timed-out and lost runs of the last 24 hours, newest first. */
   readonly recentFailures: readonly OverviewRun[];
   /** Runs not ended yet, oldest first, and how many there are. */
   readonly active: readonly OverviewRun[];
   readonly activeCount: number;
   /** Enabled schedules by their next fire time. */
-  readonly nextFires: readonly { readonly package: string; readonly name: string; readonly nextFireAtMs: number }[];
+  readonly nextFires: readonly {
+    readonly package: string;
+    readonly name: string;
+    readonly nextFireAtMs: number;
+  }[];
 }
 
 /** The window's start for `hours` hours ending now: whole hours, the current one included. */

@@ -38,14 +38,24 @@ export const COORDINATOR_RENEW_EVERY_MS = 5_000;
 const NODE_ID_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;
 
 export function validateNodeIdentity(node: NodeIdentity): NodeIdentity {
-  if (!NODE_ID_PATTERN.test(node.nodeId)) throw new QlrError("invalid_request", `node id ${JSON.stringify(node.nodeId.slice(0, 80))} is not 1–64 characters of A-Za-z0-9_.-`);
-  if (node.host.length === 0 || node.host.length > 255) throw new QlrError("invalid_request", "a node's host name must be 1–255 characters");
-  if (node.bootId !== null && (node.bootId.length === 0 || node.bootId.length > 64)) throw new QlrError("invalid_request", "a node's boot id must be 1–64 characters");
+  if (!NODE_ID_PATTERN.test(node.nodeId))
+    throw new QlrError(
+      "invalid_request",
+      `node id ${JSON.stringify(node.nodeId.slice(0, 80))} is not 1–64 characters of A-Za-z0-9_.-`,
+    );
+  if (node.host.length === 0 || node.host.length > 255)
+    throw new QlrError("invalid_request", "a node's host name must be 1–255 characters");
+  if (node.bootId !== null && (node.bootId.length === 0 || node.bootId.length > 64))
+    throw new QlrError("invalid_request", "a node's boot id must be 1–64 characters");
   return node;
 }
 
 /** A start of this node: the next incarnation, its lease running from `nowMs`. */
-export function registerNode(previous: CoordinatorRecord | null, node: NodeIdentity, nowMs: number): CoordinatorRecord {
+export function registerNode(
+  previous: CoordinatorRecord | null,
+  node: NodeIdentity,
+  nowMs: number,
+): CoordinatorRecord {
   return {
     nodeId: node.nodeId,
     incarnation: (previous?.incarnation ?? 0) + 1,
@@ -58,11 +68,23 @@ export function registerNode(previous: CoordinatorRecord | null, node: NodeIdent
 }
 
 /** A heartbeat of the incarnation this runtime registered; a newer incarnation supersedes it. */
-export function renewNode(current: CoordinatorRecord | null, nodeId: string, incarnation: number, nowMs: number): CoordinatorRecord {
+export function renewNode(
+  current: CoordinatorRecord | null,
+  nodeId: string,
+  incarnation: number,
+  nowMs: number,
+): CoordinatorRecord {
   if (current === null || current.incarnation !== incarnation) {
-    throw new QlrError("conflict", `coordinator node ${nodeId} incarnation ${incarnation} was superseded${current === null ? "" : ` by incarnation ${current.incarnation}`}: another runtime uses this state dir`);
+    throw new QlrError(
+      "conflict",
+      `coordinator node ${nodeId} incarnation ${incarnation} was superseded${current === null ? "" : ` by incarnation ${current.incarnation}`}: another runtime uses this state dir`,
+    );
   }
-  return { ...current, heartbeatAtMs: nowMs, leaseExpiresAtMs: Math.max(current.leaseExpiresAtMs, nowMs + COORDINATOR_LEASE_MS) };
+  return {
+    ...current,
+    heartbeatAtMs: nowMs,
+    leaseExpiresAtMs: Math.max(current.leaseExpiresAtMs, nowMs + COORDINATOR_LEASE_MS),
+  };
 }
 
 export type Ownership = "own" | "foreign_live" | "foreign_expired";
@@ -71,14 +93,23 @@ export type Ownership = "own" | "foreign_live" | "foreign_expired";
  * Whose an attempt is, seen from `nodeId` at store time `nowMs`. `owner` is the owner node's
  * record (null when it never registered, which counts as expired).
  */
-export function ownershipOf(attempt: RunAttempt, nodeId: string, owner: CoordinatorRecord | null, nowMs: number): Ownership {
+export function ownershipOf(
+  attempt: RunAttempt,
+  nodeId: string,
+  owner: CoordinatorRecord | null,
+  nowMs: number,
+): Ownership {
   if (attempt.ownerNodeId === null || attempt.ownerNodeId === nodeId) return "own";
-  if (owner !== null && owner.nodeId === attempt.ownerNodeId && owner.leaseExpiresAtMs > nowMs) return "foreign_live";
+  if (owner !== null && owner.nodeId === attempt.ownerNodeId && owner.leaseExpiresAtMs > nowMs)
+    return "foreign_live";
   return "foreign_expired";
 }
 
 /** The reason an orphaned attempt fails closed with (recorded once, shown in status and the API). */
 export function orphanedReason(attempt: RunAttempt, owner: CoordinatorRecord | null): string {
-  const where = owner === null ? "an unregistered node" : `host ${owner.host}${owner.bootId === null ? "" : ` (boot ${owner.bootId})`}`;
+  const where =
+    owner === null
+      ? "an unregistered node"
+      : `host ${owner.host}${owner.bootId === null ? "" : ` (boot ${owner.bootId})`}`;
   return `owner node ${String(attempt.ownerNodeId)} on ${where} lost its lease: only that node can read the attempt's evidence, so it is left as it is until that node returns or an operator resolves it`;
 }

@@ -19,17 +19,33 @@ export interface Generation {
   readonly createdAtMs: number;
 }
 
-export type GenerationDecision = { readonly changed: false; readonly generation: number } | { readonly changed: true; readonly generation: Generation };
+export type GenerationDecision =
+  | { readonly changed: false; readonly generation: number }
+  | { readonly changed: true; readonly generation: Generation };
 
 export function manifestDigest(manifest: Manifest): Digest {
   return digestOf(manifest);
 }
 
 /** An unchanged canonical digest never creates a new generation. */
-export function nextGeneration(head: { readonly generation: number; readonly manifestDigest: Digest } | null, manifest: Manifest, nowMs: number): GenerationDecision {
+export function nextGeneration(
+  head: { readonly generation: number; readonly manifestDigest: Digest } | null,
+  manifest: Manifest,
+  nowMs: number,
+): GenerationDecision {
   const digest = manifestDigest(manifest);
-  if (head !== null && head.manifestDigest === digest) return { changed: false, generation: head.generation };
-  return { changed: true, generation: { package: manifest.package, generation: (head?.generation ?? 0) + 1, manifestDigest: digest, manifest, createdAtMs: nowMs } };
+  if (head !== null && head.manifestDigest === digest)
+    return { changed: false, generation: head.generation };
+  return {
+    changed: true,
+    generation: {
+      package: manifest.package,
+      generation: (head?.generation ?? 0) + 1,
+      manifestDigest: digest,
+      manifest,
+      createdAtMs: nowMs,
+    },
+  };
 }
 
 export interface LocalProcessRevision {
@@ -70,7 +86,14 @@ function sortedEnv(env: Readonly<Record<string, string>>): Record<string, string
  * The normalizers rebuild the revision field by field from what they are given and always
  * recompute its digest: a digest or executor type claimed by a caller is never trusted.
  */
-export function normalizeLocalProcess(input: { argv: readonly string[]; env: Readonly<Record<string, string>>; cwd: string | null; user?: string | undefined; timeoutMs: number; shell: boolean }): NormalizedExecution {
+export function normalizeLocalProcess(input: {
+  argv: readonly string[];
+  env: Readonly<Record<string, string>>;
+  cwd: string | null;
+  user?: string | undefined;
+  timeoutMs: number;
+  shell: boolean;
+}): NormalizedExecution {
   const revision: LocalProcessRevision = {
     executor: "local_process",
     argv: [...input.argv],
@@ -84,7 +107,13 @@ export function normalizeLocalProcess(input: { argv: readonly string[]; env: Rea
   return { revision, digest: digestOf(revision) };
 }
 
-export function normalizeRemoteWorker(input: { pool: string; argv: readonly string[]; env: Readonly<Record<string, string>>; timeoutMs: number; shell: boolean }): NormalizedExecution {
+export function normalizeRemoteWorker(input: {
+  pool: string;
+  argv: readonly string[];
+  env: Readonly<Record<string, string>>;
+  timeoutMs: number;
+  shell: boolean;
+}): NormalizedExecution {
   const revision: RemoteWorkerRevision = {
     executor: "remote_worker",
     pool: input.pool,
@@ -98,15 +127,31 @@ export function normalizeRemoteWorker(input: { pool: string; argv: readonly stri
 
 /** Re-normalizes a stored or received revision; a tampered field changes the digest. */
 export function renormalize(revision: ExecutionRevision): NormalizedExecution {
-  return revision.executor === "local_process" ? normalizeLocalProcess(revision) : normalizeRemoteWorker(revision);
+  return revision.executor === "local_process"
+    ? normalizeLocalProcess(revision)
+    : normalizeRemoteWorker(revision);
 }
 
 export function executionForTask(task: TaskSpec): NormalizedExecution {
   if (task.executor === "remote_worker") {
-    if (task.pool === null) throw new QlrError("invalid_manifest", `task ${task.name}: remote_worker needs a pool`);
-    return normalizeRemoteWorker({ pool: task.pool, argv: task.argv, env: task.env, timeoutMs: task.timeoutMs, shell: task.shell });
+    if (task.pool === null)
+      throw new QlrError("invalid_manifest", `task ${task.name}: remote_worker needs a pool`);
+    return normalizeRemoteWorker({
+      pool: task.pool,
+      argv: task.argv,
+      env: task.env,
+      timeoutMs: task.timeoutMs,
+      shell: task.shell,
+    });
   }
-  return normalizeLocalProcess({ argv: task.argv, env: task.env, cwd: task.cwd, user: task.user, timeoutMs: task.timeoutMs, shell: task.shell });
+  return normalizeLocalProcess({
+    argv: task.argv,
+    env: task.env,
+    cwd: task.cwd,
+    user: task.user,
+    timeoutMs: task.timeoutMs,
+    shell: task.shell,
+  });
 }
 
 export interface RetryPolicy {
@@ -134,10 +179,24 @@ export function runtimeTaskId(packageName: string, task: string): string {
   return `pkg:${packageName}:${task}`;
 }
 
-export function taskDefinitionFor(packageName: string, generation: number, task: TaskSpec): TaskDefinition {
+export function taskDefinitionFor(
+  packageName: string,
+  generation: number,
+  task: TaskSpec,
+): TaskDefinition {
   const execution = executionForTask(task);
-  const retry: RetryPolicy = { max: task.retry.max, backoffMs: task.retry.backoffMs, idempotent: task.retry.idempotent };
-  const definitionDigest = digestOf({ package: packageName, task: task.name, execution: execution.revision, executionDigest: execution.digest, retry });
+  const retry: RetryPolicy = {
+    max: task.retry.max,
+    backoffMs: task.retry.backoffMs,
+    idempotent: task.retry.idempotent,
+  };
+  const definitionDigest = digestOf({
+    package: packageName,
+    task: task.name,
+    execution: execution.revision,
+    executionDigest: execution.digest,
+    retry,
+  });
   return {
     id: runtimeTaskId(packageName, task.name),
     revision: `qltd:v1:${generation}:${definitionDigest}`,
@@ -188,7 +247,14 @@ export function reconcileTasks(generation: Generation): Reconciliation {
     executionDigest: definition.executionDigest,
   }));
   const lockDigest = digestOf(items);
-  const body = { package: generation.package, generation: generation.generation, manifestDigest: generation.manifestDigest, lockDigest, items, createdAtMs: generation.createdAtMs };
+  const body = {
+    package: generation.package,
+    generation: generation.generation,
+    manifestDigest: generation.manifestDigest,
+    lockDigest,
+    items,
+    createdAtMs: generation.createdAtMs,
+  };
   return { definitions, receipt: { ...body, digest: digestOf(body) } };
 }
 
@@ -219,7 +285,13 @@ export function verifyTaskDefinition(definition: TaskDefinition): boolean {
 
 function checkTaskDefinition(definition: TaskDefinition): boolean {
   const execution = renormalize(definition.execution);
-  const definitionDigest = digestOf({ package: definition.package, task: definition.task, execution: execution.revision, executionDigest: execution.digest, retry: definition.retry });
+  const definitionDigest = digestOf({
+    package: definition.package,
+    task: definition.task,
+    execution: execution.revision,
+    executionDigest: execution.digest,
+    retry: definition.retry,
+  });
   return (
     execution.digest === definition.executionDigest &&
     definitionDigest === definition.definitionDigest &&
@@ -251,20 +323,41 @@ export interface WorkflowPlan {
 }
 
 /** Materializes every workflow of a generation into an immutable, digest-addressed plan. */
-export function materializePlans(generation: Generation, reconciliation: Reconciliation): WorkflowPlan[] {
-  const byTask = new Map(reconciliation.definitions.map((definition) => [definition.task, definition]));
-  return generation.manifest.workflows.map((workflow) => materializePlan(generation, reconciliation.receipt, byTask, workflow));
+export function materializePlans(
+  generation: Generation,
+  reconciliation: Reconciliation,
+): WorkflowPlan[] {
+  const byTask = new Map(
+    reconciliation.definitions.map((definition) => [definition.task, definition]),
+  );
+  return generation.manifest.workflows.map((workflow) =>
+    materializePlan(generation, reconciliation.receipt, byTask, workflow),
+  );
 }
 
-function materializePlan(generation: Generation, receipt: ReconciliationReceipt, byTask: ReadonlyMap<string, TaskDefinition>, workflow: WorkflowSpec): WorkflowPlan {
+function materializePlan(
+  generation: Generation,
+  receipt: ReconciliationReceipt,
+  byTask: ReadonlyMap<string, TaskDefinition>,
+  workflow: WorkflowSpec,
+): WorkflowPlan {
   const order = topologicalOrder(workflow.steps);
   const byName = new Map(workflow.steps.map((step) => [step.name, step]));
   const steps: PlanStep[] = order.map((name) => {
     const step = byName.get(name);
     if (step === undefined) throw new QlrError("internal", `plan order names unknown step ${name}`);
     const definition = byTask.get(step.task);
-    if (definition === undefined) throw new QlrError("invalid_manifest", `workflow ${workflow.name} step ${name} names unknown task ${step.task}`);
-    return { name, task: step.task, needs: [...step.needs].sort(), sourceTaskDigest: definition.definitionDigest };
+    if (definition === undefined)
+      throw new QlrError(
+        "invalid_manifest",
+        `workflow ${workflow.name} step ${name} names unknown task ${step.task}`,
+      );
+    return {
+      name,
+      task: step.task,
+      needs: [...step.needs].sort(),
+      sourceTaskDigest: definition.definitionDigest,
+    };
   });
   const body = {
     package: generation.package,

@@ -13,7 +13,8 @@ import { MAX_STORE_PAGE } from "./ports.ts";
  * stop early, silently leaving the rest for a later cycle.
  */
 export function storePageSize(requested: number): number {
-  if (!Number.isSafeInteger(requested) || requested < 1) throw new QlrError("internal", `page size ${requested} is not a positive integer`);
+  if (!Number.isSafeInteger(requested) || requested < 1)
+    throw new QlrError("internal", `page size ${requested} is not a positive integer`);
   return Math.min(requested, MAX_STORE_PAGE);
 }
 

@@ -1,5 +1,21 @@
-import type { AdmissionReceipt, ChangeSet, ExecutorType, ProcessHandleFacts, Run, RunAttempt, RunEvent, RunStatus, StepRun, StopReason } from "./model.ts";
-import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "./packages.ts";
+import type {
+  AdmissionReceipt,
+  ChangeSet,
+  ExecutorType,
+  ProcessHandleFacts,
+  Run,
+  RunAttempt,
+  RunEvent,
+  RunStatus,
+  StepRun,
+  StopReason,
+} from "./model.ts";
+import type {
+  Generation,
+  ReconciliationReceipt,
+  TaskDefinition,
+  WorkflowPlan,
+} from "./packages.ts";
 import type { ReceiptEvidence, LiveInspection } from "./recovery.ts";
 import type { NotificationEntry, NotificationState } from "./notifications.ts";
 import type { Overview } from "./overview.ts";
@@ -91,7 +107,11 @@ export interface StoreTx {
   getStep(stepRunId: string): Promise<StepRun | null>;
   getAttempts(runId: string): Promise<RunAttempt[]>;
   getAttempt(attemptId: string): Promise<RunAttempt | null>;
-  getAdmission(runId: string, stepRunId: string, stepRunVersion: number): Promise<AdmissionReceipt | null>;
+  getAdmission(
+    runId: string,
+    stepRunId: string,
+    stepRunVersion: number,
+  ): Promise<AdmissionReceipt | null>;
   getPlan(digest: string): Promise<WorkflowPlan | null>;
   getReconciliation(digest: string): Promise<ReconciliationReceipt | null>;
   getTaskDefinition(revision: string): Promise<TaskDefinition | null>;
@@ -103,7 +123,13 @@ export interface StoreTx {
   getGeneration(name: string, generation: number): Promise<Generation | null>;
   findPlan(packageName: string, generation: number, workflow: string): Promise<WorkflowPlan | null>;
   /** Writes a new generation with its reconciliation, definitions and plans, and moves the head. */
-  putGeneration(generation: Generation, reconciliation: ReconciliationReceipt, definitions: readonly TaskDefinition[], plans: readonly WorkflowPlan[], previousGeneration: number | null): Promise<void>;
+  putGeneration(
+    generation: Generation,
+    reconciliation: ReconciliationReceipt,
+    definitions: readonly TaskDefinition[],
+    plans: readonly WorkflowPlan[],
+    previousGeneration: number | null,
+  ): Promise<void>;
 
   getSchedules(packageName: string): Promise<ScheduleState[]>;
   listDueSchedules(nowMs: number, limit: number): Promise<ScheduleState[]>;
@@ -117,19 +143,38 @@ export interface StoreTx {
   listFrontierRuns(afterRunId: string | null, limit: number): Promise<string[]>;
   clearFrontierMark(runId: string): Promise<void>;
   /** Ready steps of running, uncancelled runs with no admission winner in their epoch. At most MAX_ADMISSION_PAGE (admission.ts). */
-  listAdmissionCandidates(after: AdmissionCandidate | null, limit: number, nowMs: number): Promise<AdmissionCandidate[]>;
+  listAdmissionCandidates(
+    after: AdmissionCandidate | null,
+    limit: number,
+    nowMs: number,
+  ): Promise<AdmissionCandidate[]>;
   /** Due queued ordinary runs without a cancel intent. */
-  listQueuedOrdinaryRuns(afterRunId: string | null, limit: number, nowMs: number): Promise<string[]>;
+  listQueuedOrdinaryRuns(
+    afterRunId: string | null,
+    limit: number,
+    nowMs: number,
+  ): Promise<string[]>;
   /**
    * Attempts in the given statuses for one executor type, oldest first, keyset by attempt id.
    * With `ownerNodeId`, only the attempts that node dispatched and those no node owns yet.
    */
-  listAttempts(executor: ExecutorType, statuses: readonly RunAttempt["status"][], afterAttemptId: string | null, limit: number, ownerNodeId?: string): Promise<RunAttempt[]>;
+  listAttempts(
+    executor: ExecutorType,
+    statuses: readonly RunAttempt["status"][],
+    afterAttemptId: string | null,
+    limit: number,
+    ownerNodeId?: string,
+  ): Promise<RunAttempt[]>;
   /**
    * Starting or running attempts of one executor type whose owner node's lease expired before
    * `nowMs` (or whose owner is not registered), not yet reported (no error recorded), keyset by id.
    */
-  listOrphanedAttempts(executor: ExecutorType, nowMs: number, afterAttemptId: string | null, limit: number): Promise<RunAttempt[]>;
+  listOrphanedAttempts(
+    executor: ExecutorType,
+    nowMs: number,
+    afterAttemptId: string | null,
+    limit: number,
+  ): Promise<RunAttempt[]>;
 
   getCoordinator(nodeId: string): Promise<CoordinatorRecord | null>;
   /**
@@ -142,12 +187,20 @@ export interface StoreTx {
   /** Claimed remote attempts of a pool that no live lease holds, oldest first. */
   listClaimableRemote(pool: string, nowMs: number, limit: number): Promise<RunAttempt[]>;
   /** Remote attempts whose lease expired while claimed, starting or running, keyset by id. */
-  listExpiredLeases(nowMs: number, afterAttemptId: string | null, limit: number): Promise<RunAttempt[]>;
+  listExpiredLeases(
+    nowMs: number,
+    afterAttemptId: string | null,
+    limit: number,
+  ): Promise<RunAttempt[]>;
 
   /** The `rank`-th newest terminal run in purge order (finish time, then id), or null when there are fewer. */
   terminalRunAtRank(rank: number): Promise<PurgeKey | null>;
   /** Terminal runs strictly between `after` and `end` in purge order, oldest first, with the facts the purge decision needs. */
-  listPurgeCandidates(after: PurgeKey | null, end: PurgeKey, limit: number): Promise<PurgeCandidate[]>;
+  listPurgeCandidates(
+    after: PurgeKey | null,
+    end: PurgeKey,
+    limit: number,
+  ): Promise<PurgeCandidate[]>;
   /** The purge facts of one run, read fresh inside the deleting transaction; null when the run is gone. */
   getPurgeCandidate(runId: string): Promise<PurgeCandidate | null>;
   /**
@@ -206,7 +259,11 @@ export interface Store {
  * or written), and `fn` gets that time. Every write of the core and the runtimes goes through
  * here, so no write can carry a time the store has not checked.
  */
-export function transactAtStoreTime<T>(store: Store, clock: Clock, fn: (tx: StoreTx, nowMs: number) => Promise<T>): Promise<T> {
+export function transactAtStoreTime<T>(
+  store: Store,
+  clock: Clock,
+  fn: (tx: StoreTx, nowMs: number) => Promise<T>,
+): Promise<T> {
   return store.transaction(async (tx) => fn(tx, await tx.observe(clock.nowMs())));
 }
 

@@ -54,24 +54,46 @@ export function decideRecovery(scope: AttemptScope, evidence: RecoveryEvidence):
       return { kind: "lost_new_epoch", reason: "orphaned claim never crossed the start barrier" };
     case "starting":
     case "running": {
-      if (evidence.receipt.status === "invalid") return { kind: "fail_closed", reason: `receipt rejected: ${evidence.receipt.reason}` };
-      if (evidence.receipt.status === "valid") return { kind: "complete", facts: evidence.receipt.facts };
-      if (evidence.journal === "invalid") return { kind: "fail_closed", reason: "journal record rejected" };
-      if (attempt.status === "starting" && evidence.journal === "absent") return { kind: "lost_new_epoch", reason: "no journal record: the process was never spawned" };
-      if (attempt.status === "starting" && evidence.journal === "never_spawned") return { kind: "lost_new_epoch", reason: "journaled but never spawned: no spawn record and no supervisor that could still write one" };
-      if (evidence.inspections.length < 2) return { kind: "fail_closed", reason: "fewer than two live inspections" };
+      if (evidence.receipt.status === "invalid")
+        return { kind: "fail_closed", reason: `receipt rejected: ${evidence.receipt.reason}` };
+      if (evidence.receipt.status === "valid")
+        return { kind: "complete", facts: evidence.receipt.facts };
+      if (evidence.journal === "invalid")
+        return { kind: "fail_closed", reason: "journal record rejected" };
+      if (attempt.status === "starting" && evidence.journal === "absent")
+        return {
+          kind: "lost_new_epoch",
+          reason: "no journal record: the process was never spawned",
+        };
+      if (attempt.status === "starting" && evidence.journal === "never_spawned")
+        return {
+          kind: "lost_new_epoch",
+          reason:
+            "journaled but never spawned: no spawn record and no supervisor that could still write one",
+        };
+      if (evidence.inspections.length < 2)
+        return { kind: "fail_closed", reason: "fewer than two live inspections" };
       const [first, second] = evidence.inspections;
       // Trusted not-running evidence needs no handle: a journal from an earlier boot proves the
       // process is gone even when the runtime died before persisting the handle (ADR-0229 §3
       // accepts trusted not-running evidence; docs/ARCHITECTURE.md §16, deviation 2).
-      if (first === "not_running" && second === "not_running") return { kind: "lost_failed", reason: "trusted evidence: the exact process is not running and left no receipt" };
+      if (first === "not_running" && second === "not_running")
+        return {
+          kind: "lost_failed",
+          reason: "trusted evidence: the exact process is not running and left no receipt",
+        };
       if (attempt.pid === null || attempt.processStartTicks === null || attempt.bootId === null) {
         return { kind: "fail_closed", reason: "no persisted process handle to inspect" };
       }
       if (first === "running" && second === "running") return { kind: "readopt" };
-      if (first === "changed_identity" || second === "changed_identity") return { kind: "fail_closed", reason: "the pid now belongs to another process" };
-      if (first === "unverifiable" || second === "unverifiable") return { kind: "fail_closed", reason: "the platform cannot verify the process identity" };
-      return { kind: "fail_closed", reason: `inconsistent inspections: ${String(first)}, ${String(second)}` };
+      if (first === "changed_identity" || second === "changed_identity")
+        return { kind: "fail_closed", reason: "the pid now belongs to another process" };
+      if (first === "unverifiable" || second === "unverifiable")
+        return { kind: "fail_closed", reason: "the platform cannot verify the process identity" };
+      return {
+        kind: "fail_closed",
+        reason: `inconsistent inspections: ${String(first)}, ${String(second)}`,
+      };
     }
     default:
       return { kind: "none" };
@@ -79,7 +101,12 @@ export function decideRecovery(scope: AttemptScope, evidence: RecoveryEvidence):
 }
 
 /** Applies a recovery decision as one change set; `null` when nothing is written. */
-export function applyRecovery(scope: AttemptScope, decision: RecoveryDecision, retry: RetryPolicy, nowMs: number): ChangeSet | null {
+export function applyRecovery(
+  scope: AttemptScope,
+  decision: RecoveryDecision,
+  retry: RetryPolicy,
+  nowMs: number,
+): ChangeSet | null {
   const { run, step, attempt } = scope;
   switch (decision.kind) {
     case "none":
@@ -92,16 +119,36 @@ export function applyRecovery(scope: AttemptScope, decision: RecoveryDecision, r
       // in `qlr status` and the API, and repeating the same decision writes nothing.
       if (attempt.error === decision.reason) return null;
       const change = new RunChange(run, nowMs);
-      change.setAttempt(attempt, null, { error: decision.reason }, { reason: decision.reason, status: attempt.status }, "attempt.recovery_failed_closed");
+      change.setAttempt(
+        attempt,
+        null,
+        { error: decision.reason },
+        { reason: decision.reason, status: attempt.status },
+        "attempt.recovery_failed_closed",
+      );
       return change.build();
     }
     case "lost_new_epoch": {
       const change = new RunChange(run, nowMs);
-      change.setAttempt(attempt, "lost", { finishedAtMs: nowMs, error: decision.reason }, { reason: decision.reason });
+      change.setAttempt(
+        attempt,
+        "lost",
+        { finishedAtMs: nowMs, error: decision.reason },
+        { reason: decision.reason },
+      );
       if (step !== null) {
         // A new ready epoch: version and digest move, attempt count and ready time stay.
-        if (change.step(step).status !== "ready") throw new QlrError("integrity", `step ${step.id} of orphaned attempt ${attempt.id} is ${step.status}, not ready`);
-        change.setStep(step, "ready", {}, { reason: "new ready epoch after orphaned claim", lostAttemptId: attempt.id });
+        if (change.step(step).status !== "ready")
+          throw new QlrError(
+            "integrity",
+            `step ${step.id} of orphaned attempt ${attempt.id} is ${step.status}, not ready`,
+          );
+        change.setStep(
+          step,
+          "ready",
+          {},
+          { reason: "new ready epoch after orphaned claim", lostAttemptId: attempt.id },
+        );
       } else if (run.status === "dispatching") {
         change.setRunStatus("queued", { reason: decision.reason });
       }
@@ -113,11 +160,21 @@ export function applyRecovery(scope: AttemptScope, decision: RecoveryDecision, r
       // The attempt crossed the start barrier and its outcome is unknown: v1 has no step-level
       // deduplication, so it is never retried automatically, whatever the task declares
       // (ADR-0227 §6). Retries of idempotent tasks cover definite failures and timeouts only.
-      const current = change.setAttempt(attempt, "lost", { finishedAtMs: nowMs, error: decision.reason }, { reason: decision.reason });
+      const current = change.setAttempt(
+        attempt,
+        "lost",
+        { finishedAtMs: nowMs, error: decision.reason },
+        { reason: decision.reason },
+      );
       if (step !== null) {
         const currentStep = change.step(step);
         if (currentStep.status === "running" || currentStep.status === "ready") {
-          change.setStep(step, "failed", { finishedAtMs: nowMs }, { reason: decision.reason, lostAttemptId: current.id });
+          change.setStep(
+            step,
+            "failed",
+            { finishedAtMs: nowMs },
+            { reason: decision.reason, lostAttemptId: current.id },
+          );
         }
       } else {
         finishOrdinary(change, "lost", attempt.number, retry, nowMs);
@@ -139,11 +196,30 @@ export const MAX_RESOLVE_REASON_LENGTH = 500;
  * operator's reason in its event. Cancel and the frontier then converge the run. Only such an
  * attempt may be settled this way: a healthy live attempt has evidence to go by.
  */
-export function resolveFailedClosed(scope: AttemptScope, reason: string, retry: RetryPolicy, nowMs: number): ChangeSet {
+export function resolveFailedClosed(
+  scope: AttemptScope,
+  reason: string,
+  retry: RetryPolicy,
+  nowMs: number,
+): ChangeSet {
   const { attempt } = scope;
-  if (attempt.status !== "starting" && attempt.status !== "running") throw new QlrError("conflict", `attempt ${attempt.id} is ${attempt.status}: only a starting or running attempt that failed closed can be resolved`);
-  if (attempt.error === null) throw new QlrError("conflict", `attempt ${attempt.id} has not failed closed: recovery and execution control still decide it from its evidence`);
-  const change = applyRecovery(scope, { kind: "lost_failed", reason: `resolved as lost by an operator: ${reason}` }, retry, nowMs);
-  if (change === null) throw new QlrError("internal", `attempt ${attempt.id}: resolving it changed nothing`);
+  if (attempt.status !== "starting" && attempt.status !== "running")
+    throw new QlrError(
+      "conflict",
+      `attempt ${attempt.id} is ${attempt.status}: only a starting or running attempt that failed closed can be resolved`,
+    );
+  if (attempt.error === null)
+    throw new QlrError(
+      "conflict",
+      `attempt ${attempt.id} has not failed closed: recovery and execution control still decide it from its evidence`,
+    );
+  const change = applyRecovery(
+    scope,
+    { kind: "lost_failed", reason: `resolved as lost by an operator: ${reason}` },
+    retry,
+    nowMs,
+  );
+  if (change === null)
+    throw new QlrError("internal", `attempt ${attempt.id}: resolving it changed nothing`);
   return change;
 }

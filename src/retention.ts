@@ -35,30 +35,56 @@ export interface RetentionPolicy {
   readonly maxRuns: number;
 }
 
-export const DEFAULT_RETENTION: RetentionPolicy = { horizonMs: DEFAULT_RETENTION_MS, maxRuns: DEFAULT_RETENTION_RUNS };
+export const DEFAULT_RETENTION: RetentionPolicy = {
+  horizonMs: DEFAULT_RETENTION_MS,
+  maxRuns: DEFAULT_RETENTION_RUNS,
+};
 
 /**
  * Parses the two settings as an operator writes them (`--retention 7d`, `QLR_RETENTION_RUNS`).
  * Every problem is named in one `invalid_request` error whose details carry the setting's name;
  * undefined or empty text means the default.
  */
-export function parseRetentionPolicy(input: { readonly horizon?: string | undefined; readonly maxRuns?: string | undefined }, names: { readonly horizon: string; readonly maxRuns: string } = { horizon: "retention", maxRuns: "retention-runs" }): RetentionPolicy {
+export function parseRetentionPolicy(
+  input: { readonly horizon?: string | undefined; readonly maxRuns?: string | undefined },
+  names: { readonly horizon: string; readonly maxRuns: string } = {
+    horizon: "retention",
+    maxRuns: "retention-runs",
+  },
+): RetentionPolicy {
   const problems: { path: string; message: string }[] = [];
   let horizonMs = DEFAULT_RETENTION_MS;
   if (input.horizon !== undefined && input.horizon !== "") {
     const parsed = tryParseDurationMs(input.horizon);
-    if (!parsed.ok) problems.push({ path: names.horizon, message: `${JSON.stringify(input.horizon)} ${parsed.reason}` });
-    else if (parsed.ms < MIN_RETENTION_MS || parsed.ms > MAX_RETENTION_MS) problems.push({ path: names.horizon, message: `must be from ${formatDurationMs(MIN_RETENTION_MS)} to ${formatDurationMs(MAX_RETENTION_MS)}, got ${input.horizon}` });
+    if (!parsed.ok)
+      problems.push({
+        path: names.horizon,
+        message: `${JSON.stringify(input.horizon)} ${parsed.reason}`,
+      });
+    else if (parsed.ms < MIN_RETENTION_MS || parsed.ms > MAX_RETENTION_MS)
+      problems.push({
+        path: names.horizon,
+        message: `must be from ${formatDurationMs(MIN_RETENTION_MS)} to ${formatDurationMs(MAX_RETENTION_MS)}, got ${input.horizon}`,
+      });
     else horizonMs = parsed.ms;
   }
   let maxRuns = DEFAULT_RETENTION_RUNS;
   if (input.maxRuns !== undefined && input.maxRuns !== "") {
     const text = input.maxRuns;
     const count = /^[0-9]{1,9}$/.test(text) ? Number(text) : Number.NaN;
-    if (!Number.isSafeInteger(count) || count < MIN_RETENTION_RUNS || count > MAX_RETENTION_RUNS) problems.push({ path: names.maxRuns, message: `must be a whole number of runs from ${MIN_RETENTION_RUNS} to ${MAX_RETENTION_RUNS}, got ${JSON.stringify(text)}` });
+    if (!Number.isSafeInteger(count) || count < MIN_RETENTION_RUNS || count > MAX_RETENTION_RUNS)
+      problems.push({
+        path: names.maxRuns,
+        message: `must be a whole number of runs from ${MIN_RETENTION_RUNS} to ${MAX_RETENTION_RUNS}, got ${JSON.stringify(text)}`,
+      });
     else maxRuns = count;
   }
-  if (problems.length > 0) throw new QlrError("invalid_request", `invalid retention: ${problems.map((problem) => `${problem.path} ${problem.message}`).join("; ")}`, { details: problems });
+  if (problems.length > 0)
+    throw new QlrError(
+      "invalid_request",
+      `invalid retention: ${problems.map((problem) => `${problem.path} ${problem.message}`).join("; ")}`,
+      { details: problems },
+    );
   return { horizonMs, maxRuns };
 }
 
@@ -103,7 +129,11 @@ export function comparePurgeKeys(a: PurgeKey, b: PurgeKey): number {
  * The purge range at store time `nowMs`. `newestKept` is the `maxRuns`-th newest terminal run
  * (the store finds it by rank), or null when there are not that many.
  */
-export function purgeRange(policy: RetentionPolicy, nowMs: number, newestKept: PurgeKey | null): PurgeRange {
+export function purgeRange(
+  policy: RetentionPolicy,
+  nowMs: number,
+  newestKept: PurgeKey | null,
+): PurgeRange {
   const finishedBeforeMs = nowMs - policy.horizonMs;
   // The empty id sorts before every portable id: "finished strictly before finishedBeforeMs".
   const byTime: PurgeKey = { finishedAtMs: finishedBeforeMs, runId: "" };
@@ -113,7 +143,17 @@ export function purgeRange(policy: RetentionPolicy, nowMs: number, newestKept: P
 
 export type PurgeDecision =
   | { readonly purge: true; readonly reason: "expired" | "over_count" }
-  | { readonly purge: false; readonly reason: "not_terminal" | "not_finished" | "live_attempt" | "schedule_last_run" | "frontier_due" | "idempotency_window" | "retained" };
+  | {
+      readonly purge: false;
+      readonly reason:
+        | "not_terminal"
+        | "not_finished"
+        | "live_attempt"
+        | "schedule_last_run"
+        | "frontier_due"
+        | "idempotency_window"
+        | "retained";
+    };
 
 /**
  * Whether one candidate is purged now. Re-run inside the deleting transaction on freshly read

@@ -62,7 +62,11 @@ function asDeclared(value: InputValue, type: InputType): InputValue | null {
       return typeof value === "string" ? value : null;
     case "number":
       if (typeof value === "number") return value;
-      return typeof value === "string" && DECIMAL_NUMBER.test(value) && Number.isFinite(Number(value)) ? Number(value) : null;
+      return typeof value === "string" &&
+        DECIMAL_NUMBER.test(value) &&
+        Number.isFinite(Number(value))
+        ? Number(value)
+        : null;
     case "boolean":
       if (typeof value === "boolean") return value;
       return value === "true" ? true : value === "false" ? false : null;
@@ -79,18 +83,32 @@ function invalid(message: string, details: QlrErrorDetail[]): QlrError {
  * (an ordinary run, a workflow without `inputs:`) and any well-formed key is accepted as given.
  * Every problem is reported at once (`details`, path `input.<key>`); nothing is partially kept.
  */
-export function resolveRunInput(raw: unknown, declarations: readonly InputDeclaration[] | null, path = "input"): RunInput {
+export function resolveRunInput(
+  raw: unknown,
+  declarations: readonly InputDeclaration[] | null,
+  path = "input",
+): RunInput {
   const given = raw === undefined || raw === null ? {} : raw;
-  if (!isPlainRecord(given)) throw invalid(`${path} must be an object of key to value`, [{ path, message: "must be an object" }]);
+  if (!isPlainRecord(given))
+    throw invalid(`${path} must be an object of key to value`, [
+      { path, message: "must be an object" },
+    ]);
   const details: QlrErrorDetail[] = [];
   const keys = Object.keys(given);
-  if (keys.length > MAX_INPUT_KEYS) details.push({ path, message: `must have at most ${MAX_INPUT_KEYS} keys, got ${keys.length}` });
-  const declared = declarations === null ? null : new Map(declarations.map((declaration) => [declaration.name, declaration]));
+  if (keys.length > MAX_INPUT_KEYS)
+    details.push({ path, message: `must have at most ${MAX_INPUT_KEYS} keys, got ${keys.length}` });
+  const declared =
+    declarations === null
+      ? null
+      : new Map(declarations.map((declaration) => [declaration.name, declaration]));
   const resolved: Record<string, InputValue> = {};
   for (const key of keys) {
     const value = given[key];
     if (!INPUT_KEY_PATTERN.test(key)) {
-      details.push({ path: `${path}.${key}`, message: `the key must match ${INPUT_KEY_PATTERN.source}` });
+      details.push({
+        path: `${path}.${key}`,
+        message: `the key must match ${INPUT_KEY_PATTERN.source}`,
+      });
       continue;
     }
     const problem = inputValueProblem(value);
@@ -105,28 +123,47 @@ export function resolveRunInput(raw: unknown, declarations: readonly InputDeclar
     }
     const declaration = declared.get(key);
     if (declaration === undefined) {
-      details.push({ path: `${path}.${key}`, message: `is not a declared input (declared: ${[...declared.keys()].join(", ") || "none"})` });
+      details.push({
+        path: `${path}.${key}`,
+        message: `is not a declared input (declared: ${[...declared.keys()].join(", ") || "none"})`,
+      });
       continue;
     }
     const typed = asDeclared(scalar, declaration.type);
-    if (typed === null) details.push({ path: `${path}.${key}`, message: `must be a ${declaration.type}` });
+    if (typed === null)
+      details.push({ path: `${path}.${key}`, message: `must be a ${declaration.type}` });
     else resolved[key] = typed;
   }
   for (const declaration of declarations ?? []) {
     if (Object.hasOwn(given, declaration.name)) continue;
     if (declaration.default !== null) resolved[declaration.name] = declaration.default;
-    else if (declaration.required) details.push({ path: `${path}.${declaration.name}`, message: "is required" });
+    else if (declaration.required)
+      details.push({ path: `${path}.${declaration.name}`, message: "is required" });
   }
   if (details.length === 0) {
     const bytes = utf8ByteLength(canonicalJson(resolved));
-    if (bytes > MAX_INPUT_BYTES) details.push({ path, message: `must be at most ${MAX_INPUT_BYTES} bytes as canonical JSON, got ${bytes}` });
+    if (bytes > MAX_INPUT_BYTES)
+      details.push({
+        path,
+        message: `must be at most ${MAX_INPUT_BYTES} bytes as canonical JSON, got ${bytes}`,
+      });
   }
   if (details.length > 0) {
     const first = details[0];
-    const more = details.length > 1 ? ` (and ${details.length - 1} more problem${details.length > 2 ? "s" : ""})` : "";
-    throw invalid(`invalid run input: ${first?.path ?? path}: ${first?.message ?? "invalid"}${more}`, details);
+    const more =
+      details.length > 1
+        ? ` (and ${details.length - 1} more problem${details.length > 2 ? "s" : ""})`
+        : "";
+    throw invalid(
+      `invalid run input: ${first?.path ?? path}: ${first?.message ?? "invalid"}${more}`,
+      details,
+    );
   }
-  return Object.fromEntries(Object.keys(resolved).sort().map((key) => [key, resolved[key] as InputValue]));
+  return Object.fromEntries(
+    Object.keys(resolved)
+      .sort()
+      .map((key) => [key, resolved[key] as InputValue]),
+  );
 }
 
 /** Whether two resolved inputs are the same input (the idempotency key's question). */

@@ -12,7 +12,9 @@ import type { ScheduleState } from "./schedules.ts";
  * hand and one started by a schedule are created the same way.
  */
 
-export type RunTarget = { readonly kind: "workflow"; readonly name: string } | { readonly kind: "task"; readonly name: string };
+export type RunTarget =
+  | { readonly kind: "workflow"; readonly name: string }
+  | { readonly kind: "task"; readonly name: string };
 
 export interface StartRunRequest {
   readonly package: string;
@@ -34,20 +36,40 @@ function declaredInputs(plan: WorkflowPlan | null): readonly InputDeclaration[] 
  * run, but only for the same target and the same input: a key names one request, and a
  * different input under it is a conflict, never silently the earlier run.
  */
-export async function startRun(tx: StoreTx, request: StartRunRequest, nowMs: number): Promise<{ run: Run; created: boolean }> {
+export async function startRun(
+  tx: StoreTx,
+  request: StartRunRequest,
+  nowMs: number,
+): Promise<{ run: Run; created: boolean }> {
   if (request.idempotencyKey !== null) {
     const existing = await tx.getRunByIdempotencyKey(request.idempotencyKey);
     if (existing !== null) {
-      if (existing.package !== request.package || existing.target !== request.target.name || (existing.kind === "workflow") !== (request.target.kind === "workflow")) {
-        throw new QlrError("conflict", `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} of another target`);
+      if (
+        existing.package !== request.package ||
+        existing.target !== request.target.name ||
+        (existing.kind === "workflow") !== (request.target.kind === "workflow")
+      ) {
+        throw new QlrError(
+          "conflict",
+          `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} of another target`,
+        );
       }
       // Resolved against the declarations the existing run was created under, so defaults compare equal.
       const plan = existing.planDigest === null ? null : await tx.getPlan(existing.planDigest);
       const input = resolveRunInput(request.input, declaredInputs(plan));
       if (!sameInput(existing.input, input)) {
-        throw new QlrError("conflict", `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} with another input`, {
-          details: [{ path: "input", message: "differs from the input of the run this idempotency key names" }],
-        });
+        throw new QlrError(
+          "conflict",
+          `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} with another input`,
+          {
+            details: [
+              {
+                path: "input",
+                message: "differs from the input of the run this idempotency key names",
+              },
+            ],
+          },
+        );
       }
       return { run: existing, created: false };
     }
@@ -55,24 +77,64 @@ export async function startRun(tx: StoreTx, request: StartRunRequest, nowMs: num
   const head = await tx.getPackageHead(request.package);
   if (head === null) throw new QlrError("not_found", `package ${request.package} is not applied`);
   const reconciliation = await tx.getReconciliation(head.reconciliationDigest);
-  if (reconciliation === null) throw new QlrError("integrity", `package ${request.package}: reconciliation receipt missing`);
-  const options = { runId: request.runId, nowMs, idempotencyKey: request.idempotencyKey, scheduleName: request.scheduleName, rerunOf: null };
+  if (reconciliation === null)
+    throw new QlrError("integrity", `package ${request.package}: reconciliation receipt missing`);
+  const options = {
+    runId: request.runId,
+    nowMs,
+    idempotencyKey: request.idempotencyKey,
+    scheduleName: request.scheduleName,
+    rerunOf: null,
+  };
   if (request.target.kind === "workflow") {
     const plan = await tx.findPlan(request.package, head.generation, request.target.name);
-    if (plan === null) throw new QlrError("not_found", `package ${request.package} has no workflow ${request.target.name}`);
-    const created = createWorkflowRun(plan, reconciliation, { ...options, input: resolveRunInput(request.input, declaredInputs(plan)) });
+    if (plan === null)
+      throw new QlrError(
+        "not_found",
+        `package ${request.package} has no workflow ${request.target.name}`,
+      );
+    const created = createWorkflowRun(plan, reconciliation, {
+      ...options,
+      input: resolveRunInput(request.input, declaredInputs(plan)),
+    });
     await tx.apply(created.change);
     return { run: created.run, created: true };
   }
   const definition = await tx.getTaskDefinitionFor(reconciliation.digest, request.target.name);
-  if (definition === null) throw new QlrError("not_found", `package ${request.package} has no task ${request.target.name}`);
-  const created = createOrdinaryRun(definition, reconciliation, { ...options, input: resolveRunInput(request.input, null) });
+  if (definition === null)
+    throw new QlrError(
+      "not_found",
+      `package ${request.package} has no task ${request.target.name}`,
+    );
+  const created = createOrdinaryRun(definition, reconciliation, {
+    ...options,
+    input: resolveRunInput(request.input, null),
+  });
   await tx.apply(created.change);
   return { run: created.run, created: true };
 }
 
-export async function fireSchedule(tx: StoreTx, schedule: ScheduleState, runId: string, nowMs: number): Promise<Run> {
-  const target: RunTarget = schedule.spec.target.kind === "workflow" ? { kind: "workflow", name: schedule.spec.target.name } : { kind: "task", name: schedule.spec.target.name };
-  const { run } = await startRun(tx, { package: schedule.package, target, idempotencyKey: null, scheduleName: schedule.name, runId, input: schedule.spec.input }, nowMs);
+export async function fireSchedule(
+  tx: StoreTx,
+  schedule: ScheduleState,
+  runId: string,
+  nowMs: number,
+): Promise<Run> {
+  const target: RunTarget =
+    schedule.spec.target.kind === "workflow"
+      ? { kind: "workflow", name: schedule.spec.target.name }
+      : { kind: "task", name: schedule.spec.target.name };
+  const { run } = await startRun(
+    tx,
+    {
+      package: schedule.package,
+      target,
+      idempotencyKey: null,
+      scheduleName: schedule.name,
+      runId,
+      input: schedule.spec.input,
+    },
+    nowMs,
+  );
   return run;
 }

@@ -16,8 +16,16 @@ export function stepRunId(runId: string, stepName: string): string {
 
 function checkIdempotencyKey(key: string | null): void {
   if (key === null) return;
-  if (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY_LENGTH || [...key].some((char) => char.charCodeAt(0) < 0x20)) {
-    throw new QlrError("invalid_request", `idempotencyKey must be 1–${MAX_IDEMPOTENCY_KEY_LENGTH} printable characters`, { details: [{ path: "idempotencyKey", message: "invalid" }] });
+  if (
+    key.length === 0 ||
+    key.length > MAX_IDEMPOTENCY_KEY_LENGTH ||
+    [...key].some((char) => char.charCodeAt(0) < 0x20)
+  ) {
+    throw new QlrError(
+      "invalid_request",
+      `idempotencyKey must be 1–${MAX_IDEMPOTENCY_KEY_LENGTH} printable characters`,
+      { details: [{ path: "idempotencyKey", message: "invalid" }] },
+    );
   }
 }
 
@@ -36,18 +44,33 @@ export interface NewRunOptions {
  * A rerun's reused steps: step name to the output it keeps. Each is created `succeeded` with
  * that output and never runs again; the frontier readies what needs it as usual.
  */
-export type ReusedSteps = ReadonlyMap<string, { readonly output: JsonValue | null; readonly fromStepRunId: string }>;
+export type ReusedSteps = ReadonlyMap<
+  string,
+  { readonly output: JsonValue | null; readonly fromStepRunId: string }
+>;
 
 /**
  * A workflow run is created `running` with every step `pending`, bound to one plan and the
  * reconciliation receipt of the same generation. One `run.created` event carries the plan;
  * each step's creation leaves its canonical mutation.
  */
-export function createWorkflowRun(plan: WorkflowPlan, reconciliation: ReconciliationReceipt, options: NewRunOptions, reused: ReusedSteps = new Map()): { run: Run; steps: StepRun[]; change: ChangeSet } {
+export function createWorkflowRun(
+  plan: WorkflowPlan,
+  reconciliation: ReconciliationReceipt,
+  options: NewRunOptions,
+  reused: ReusedSteps = new Map(),
+): { run: Run; steps: StepRun[]; change: ChangeSet } {
   assertPortableId(options.runId, "runId");
   checkIdempotencyKey(options.idempotencyKey);
-  if (reconciliation.package !== plan.package || reconciliation.generation !== plan.generation || reconciliation.digest !== plan.reconciliationDigest) {
-    throw new QlrError("integrity", `plan ${plan.digest} is not bound to reconciliation receipt ${reconciliation.digest}`);
+  if (
+    reconciliation.package !== plan.package ||
+    reconciliation.generation !== plan.generation ||
+    reconciliation.digest !== plan.reconciliationDigest
+  ) {
+    throw new QlrError(
+      "integrity",
+      `plan ${plan.digest} is not bound to reconciliation receipt ${reconciliation.digest}`,
+    );
   }
   const run: Run = {
     id: options.runId,
@@ -87,11 +110,22 @@ export function createWorkflowRun(plan: WorkflowPlan, reconciliation: Reconcilia
       planDigest: plan.digest,
       steps: plan.steps.map((step) => step.name),
       ...runCreatedExtras(options),
-      ...(reused.size === 0 ? {} : { reusedSteps: [...reused.entries()].map(([name, from]) => ({ step: name, fromStepRunId: from.fromStepRunId })) }),
+      ...(reused.size === 0
+        ? {}
+        : {
+            reusedSteps: [...reused.entries()].map(([name, from]) => ({
+              step: name,
+              fromStepRunId: from.fromStepRunId,
+            })),
+          }),
     },
   };
   for (const name of reused.keys()) {
-    if (!plan.steps.some((step) => step.name === name)) throw new QlrError("integrity", `rerun reuses step ${name}, which plan ${plan.digest} does not have`);
+    if (!plan.steps.some((step) => step.name === name))
+      throw new QlrError(
+        "integrity",
+        `rerun reuses step ${name}, which plan ${plan.digest} does not have`,
+      );
   }
   const steps: StepRun[] = plan.steps.map((planStep) => {
     const kept = reused.get(planStep.name);
@@ -126,24 +160,51 @@ export function createWorkflowRun(plan: WorkflowPlan, reconciliation: Reconcilia
   }));
   const runs: RowChange<Run>[] = [{ before: null, after: run }];
   const stepRows: RowChange<StepRun>[] = steps.map((step) => ({ before: null, after: step }));
-  return { run, steps, change: { runs, steps: stepRows, attempts: [], events: [created], mutations, admissions: [], frontierDue: frontierMarks(runs, stepRows) } };
+  return {
+    run,
+    steps,
+    change: {
+      runs,
+      steps: stepRows,
+      attempts: [],
+      events: [created],
+      mutations,
+      admissions: [],
+      frontierDue: frontierMarks(runs, stepRows),
+    },
+  };
 }
 
 /** What `run.created` says beyond the target: the input and the rerun link, only when there are any. */
 function runCreatedExtras(options: NewRunOptions): Record<string, unknown> {
   return {
-    ...(options.input === undefined || Object.keys(options.input).length === 0 ? {} : { input: options.input }),
-    ...(options.rerunOf === undefined || options.rerunOf === null ? {} : { rerunOf: options.rerunOf }),
+    ...(options.input === undefined || Object.keys(options.input).length === 0
+      ? {}
+      : { input: options.input }),
+    ...(options.rerunOf === undefined || options.rerunOf === null
+      ? {}
+      : { rerunOf: options.rerunOf }),
   };
 }
 
 /** An ordinary run executes one task definition of its generation; it starts `queued`. */
-export function createOrdinaryRun(definition: TaskDefinition, reconciliation: ReconciliationReceipt, options: NewRunOptions): { run: Run; change: ChangeSet } {
+export function createOrdinaryRun(
+  definition: TaskDefinition,
+  reconciliation: ReconciliationReceipt,
+  options: NewRunOptions,
+): { run: Run; change: ChangeSet } {
   assertPortableId(options.runId, "runId");
   checkIdempotencyKey(options.idempotencyKey);
   const item = reconciliation.items.find((candidate) => candidate.task === definition.task);
-  if (item === undefined || item.runtimeTaskRevision !== definition.revision || reconciliation.package !== definition.package) {
-    throw new QlrError("integrity", `task definition ${definition.revision} is not part of reconciliation receipt ${reconciliation.digest}`);
+  if (
+    item === undefined ||
+    item.runtimeTaskRevision !== definition.revision ||
+    reconciliation.package !== definition.package
+  ) {
+    throw new QlrError(
+      "integrity",
+      `task definition ${definition.revision} is not part of reconciliation receipt ${reconciliation.digest}`,
+    );
   }
   const run: Run = {
     id: options.runId,
@@ -175,9 +236,19 @@ export function createOrdinaryRun(definition: TaskDefinition, reconciliation: Re
     atMs: options.nowMs,
     stepRunId: null,
     attemptId: null,
-    data: { kind: "ordinary", package: definition.package, generation: definition.generation, task: definition.task, taskRevision: definition.revision, ...runCreatedExtras(options) },
+    data: {
+      kind: "ordinary",
+      package: definition.package,
+      generation: definition.generation,
+      task: definition.task,
+      taskRevision: definition.revision,
+      ...runCreatedExtras(options),
+    },
   };
-  return { run, change: { ...EMPTY_CHANGE_SET, runs: [{ before: null, after: run }], events: [created] } };
+  return {
+    run,
+    change: { ...EMPTY_CHANGE_SET, runs: [{ before: null, after: run }], events: [created] },
+  };
 }
 
 /**

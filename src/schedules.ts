@@ -27,28 +27,51 @@ export interface ScheduleState {
   readonly version: number;
 }
 
-export function nextFireAfter(spec: Pick<ScheduleSpec, "cron" | "timezone">, afterMs: number): number | null {
+export function nextFireAfter(
+  spec: Pick<ScheduleSpec, "cron" | "timezone">,
+  afterMs: number,
+): number | null {
   try {
     const cron = new Cron(spec.cron, { timezone: spec.timezone, paused: true });
     // A Date built from an explicit instant is deterministic; the ambient clock is never read.
     const next = cron.nextRun(new Date(afterMs));
     return next === null ? null : next.getTime();
   } catch (error) {
-    throw new QlrError("invalid_manifest", `schedule cron ${JSON.stringify(spec.cron)} cannot be evaluated: ${(error as Error).message}`, { cause: error });
+    throw new QlrError(
+      "invalid_manifest",
+      `schedule cron ${JSON.stringify(spec.cron)} cannot be evaluated: ${(error as Error).message}`,
+      { cause: error },
+    );
   }
 }
 
 export type ScheduleDecision =
   | { readonly kind: "idle" }
-  | { readonly kind: "fire"; readonly dueAtMs: number; readonly missed: number; readonly next: ScheduleState }
-  | { readonly kind: "skip"; readonly reason: "overlap" | "missed"; readonly missed: number; readonly next: ScheduleState };
+  | {
+      readonly kind: "fire";
+      readonly dueAtMs: number;
+      readonly missed: number;
+      readonly next: ScheduleState;
+    }
+  | {
+      readonly kind: "skip";
+      readonly reason: "overlap" | "missed";
+      readonly missed: number;
+      readonly next: ScheduleState;
+    };
 
 /**
  * Decides one due schedule. `lastRunLive` says whether the run of its previous fire is still
  * working (overlap policy). The returned state always moves `nextFireAtMs` past `nowMs`.
  */
-export function decideSchedule(state: ScheduleState, nowMs: number, lastRunLive: boolean, graceMs: number = DEFAULT_MISSED_GRACE_MS): ScheduleDecision {
-  if (!state.spec.enabled || state.nextFireAtMs === null || state.nextFireAtMs > nowMs) return { kind: "idle" };
+export function decideSchedule(
+  state: ScheduleState,
+  nowMs: number,
+  lastRunLive: boolean,
+  graceMs: number = DEFAULT_MISSED_GRACE_MS,
+): ScheduleDecision {
+  if (!state.spec.enabled || state.nextFireAtMs === null || state.nextFireAtMs > nowMs)
+    return { kind: "idle" };
   // Count the fire times that came due up to now (bounded), keeping the latest one.
   let dueAtMs = state.nextFireAtMs;
   let count = 1;
@@ -61,15 +84,32 @@ export function decideSchedule(state: ScheduleState, nowMs: number, lastRunLive:
   const nextFireAtMs = nextFireAfter(state.spec, nowMs);
   const late = nowMs - dueAtMs > graceMs;
   const missed = late ? count : count - 1;
-  const base = { ...state, nextFireAtMs, missedFires: state.missedFires + missed, version: state.version + 1 };
-  if (late && state.spec.missed === "skip") return { kind: "skip", reason: "missed", missed, next: base };
+  const base = {
+    ...state,
+    nextFireAtMs,
+    missedFires: state.missedFires + missed,
+    version: state.version + 1,
+  };
+  if (late && state.spec.missed === "skip")
+    return { kind: "skip", reason: "missed", missed, next: base };
   if (state.spec.overlap === "skip" && lastRunLive) {
-    return { kind: "skip", reason: "overlap", missed, next: { ...base, skippedOverlaps: state.skippedOverlaps + 1 } };
+    return {
+      kind: "skip",
+      reason: "overlap",
+      missed,
+      next: { ...base, skippedOverlaps: state.skippedOverlaps + 1 },
+    };
   }
   return { kind: "fire", dueAtMs, missed, next: { ...base, lastFireAtMs: dueAtMs } };
 }
 
-export function initialScheduleState(packageName: string, generation: number, spec: ScheduleSpec, nowMs: number, previous: ScheduleState | null): ScheduleState {
+export function initialScheduleState(
+  packageName: string,
+  generation: number,
+  spec: ScheduleSpec,
+  nowMs: number,
+  previous: ScheduleState | null,
+): ScheduleState {
   // Re-applying a package keeps the schedule's history; the next fire is recomputed from now.
   return {
     package: packageName,

@@ -64,17 +64,32 @@ export const ATTEMPT_TRANSITIONS: TransitionTable<AttemptStatus> = {
   lost: [],
 };
 
-function check<S extends string>(machine: string, table: TransitionTable<S>, from: S, to: S, subject: string): S {
+function check<S extends string>(
+  machine: string,
+  table: TransitionTable<S>,
+  from: S,
+  to: S,
+  subject: string,
+): S {
   const allowed = table[from];
   if (!allowed.includes(to)) {
-    throw new QlrError("illegal_transition", `${machine} ${subject}: ${from} → ${to} is not a legal transition`, {
-      details: [{ path: machine, message: `${from} → ${to}` }],
-    });
+    throw new QlrError(
+      "illegal_transition",
+      `${machine} ${subject}: ${from} → ${to} is not a legal transition`,
+      {
+        details: [{ path: machine, message: `${from} → ${to}` }],
+      },
+    );
   }
   return to;
 }
 
-export function transitionRun(kind: RunKind, from: RunStatus, to: RunStatus, subject: string): RunStatus {
+export function transitionRun(
+  kind: RunKind,
+  from: RunStatus,
+  to: RunStatus,
+  subject: string,
+): RunStatus {
   return kind === "workflow"
     ? check("workflow run", WORKFLOW_RUN_TRANSITIONS, from, to, subject)
     : check("ordinary run", ORDINARY_RUN_TRANSITIONS, from, to, subject);
@@ -84,10 +99,18 @@ export function transitionStep(from: StepStatus, to: StepStatus, subject: string
   return check("step run", STEP_TRANSITIONS, from, to, subject);
 }
 
-export function transitionAttempt(from: AttemptStatus, to: AttemptStatus, subject: string): AttemptStatus {
+export function transitionAttempt(
+  from: AttemptStatus,
+  to: AttemptStatus,
+  subject: string,
+): AttemptStatus {
   return check("run attempt", ATTEMPT_TRANSITIONS, from, to, subject);
 }
 
-export function isLegalTransition<S extends string>(table: TransitionTable<S>, from: S, to: S): boolean {
+export function isLegalTransition<S extends string>(
+  table: TransitionTable<S>,
+  from: S,
+  to: S,
+): boolean {
   return table[from].includes(to);
 }

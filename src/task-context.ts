@@ -25,7 +25,11 @@ export interface TaskContext {
 }
 
 /** The context of a scope's attempt; `steps` are the run's steps (only the needed ones are read). */
-export function taskContext(scope: AttemptScope, steps: readonly StepRun[], task: string): TaskContext {
+export function taskContext(
+  scope: AttemptScope,
+  steps: readonly StepRun[],
+  task: string,
+): TaskContext {
   const byName = new Map(steps.map((step) => [step.name, step]));
   const needs: Record<string, JsonValue | null> = {};
   for (const name of scope.step?.needs ?? []) needs[name] = byName.get(name)?.output ?? null;

@@ -12,7 +12,10 @@ export const MAX_OUTPUT_BYTES = 64 * 1024;
 /** Nesting depth of an output; deep enough for any real result, shallow enough for every parser's stack. */
 export const MAX_OUTPUT_DEPTH = 32;
 
-export type OutputEvidence = { readonly output: JsonValue | null; readonly outputError: string | null };
+export type OutputEvidence = {
+  readonly output: JsonValue | null;
+  readonly outputError: string | null;
+};
 
 export const NO_OUTPUT: OutputEvidence = { output: null, outputError: null };
 
@@ -23,7 +26,8 @@ function depthOf(value: unknown): number {
     deepest = Math.max(deepest, item.depth);
     if (deepest > MAX_OUTPUT_DEPTH) return deepest;
     if (typeof item.value === "object" && item.value !== null) {
-      for (const member of Object.values(item.value as Record<string, unknown>)) pending.push({ value: member, depth: item.depth + 1 });
+      for (const member of Object.values(item.value as Record<string, unknown>))
+        pending.push({ value: member, depth: item.depth + 1 });
     }
   }
   return deepest;
@@ -40,7 +44,10 @@ export function outputFromText(text: string): OutputEvidence {
   try {
     parsed = JSON.parse(text);
   } catch (error) {
-    return { output: null, outputError: `not valid JSON: ${(error instanceof Error ? error.message : String(error)).split("\n")[0] ?? ""}` };
+    return {
+      output: null,
+      outputError: `not valid JSON: ${(error instanceof Error ? error.message : String(error)).split("\n")[0] ?? ""}`,
+    };
   }
   return checkOutput(parsed);
 }
@@ -48,7 +55,8 @@ export function outputFromText(text: string): OutputEvidence {
 /** Checks an already-parsed output (a remote worker's completion call carries one). */
 export function checkOutput(value: unknown): OutputEvidence {
   if (value === null || value === undefined) return NO_OUTPUT;
-  if (depthOf(value) > MAX_OUTPUT_DEPTH) return { output: null, outputError: `nests deeper than ${MAX_OUTPUT_DEPTH} levels` };
+  if (depthOf(value) > MAX_OUTPUT_DEPTH)
+    return { output: null, outputError: `nests deeper than ${MAX_OUTPUT_DEPTH} levels` };
   let text: string;
   try {
     text = canonicalJson(value);
@@ -56,6 +64,10 @@ export function checkOutput(value: unknown): OutputEvidence {
     return { output: null, outputError: error instanceof Error ? error.message : String(error) };
   }
   const bytes = utf8ByteLength(text);
-  if (bytes > MAX_OUTPUT_BYTES) return { output: null, outputError: `is ${bytes} bytes as canonical JSON, more than the ${MAX_OUTPUT_BYTES} allowed` };
+  if (bytes > MAX_OUTPUT_BYTES)
+    return {
+      output: null,
+      outputError: `is ${bytes} bytes as canonical JSON, more than the ${MAX_OUTPUT_BYTES} allowed`,
+    };
   return { output: JSON.parse(text) as JsonValue, outputError: null };
 }

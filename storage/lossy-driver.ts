@@ -16,7 +16,8 @@ export interface LossyDriver {
   disarm(): void;
 }
 
-export const LOST_COMMIT_RESPONSE_MESSAGE = "connection reset after COMMIT was sent (simulated lost commit response)";
+export const LOST_COMMIT_RESPONSE_MESSAGE =
+  "connection reset after COMMIT was sent (simulated lost commit response)";
 
 export function lossyDriver(inner: SqlDriver): LossyDriver {
   let armed = false;

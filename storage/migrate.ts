@@ -25,30 +25,50 @@ export function splitStatements(sql: string): string[] {
  * database whose schema is newer than this build refuses to open: an old binary must never
  * write into a schema it does not know.
  */
-export async function migrate(driver: SqlDriver, migrations: readonly Migration[], nowMs: number): Promise<{ applied: number[]; version: number }> {
+export async function migrate(
+  driver: SqlDriver,
+  migrations: readonly Migration[],
+  nowMs: number,
+): Promise<{ applied: number[]; version: number }> {
   const bigint = driver.dialect === "postgres" ? "BIGINT" : "INTEGER";
   const p = (index: number): string => (driver.dialect === "postgres" ? `$${index}` : "?");
   await driver.transaction(async (tx) => {
-    await tx.query(`CREATE TABLE IF NOT EXISTS qlr_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at_ms ${bigint} NOT NULL)`);
+    await tx.query(
+      `CREATE TABLE IF NOT EXISTS qlr_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at_ms ${bigint} NOT NULL)`,
+    );
   });
   const latestKnown = migrations.reduce((max, migration) => Math.max(max, migration.version), 0);
   const applied: number[] = [];
   for (const migration of [...migrations].sort((a, b) => a.version - b.version)) {
     const done = await driver.transaction(async (tx) => {
-      const rows = await tx.query<{ version: number }>("SELECT MAX(version) AS version FROM qlr_schema");
+      const rows = await tx.query<{ version: number }>(
+        "SELECT MAX(version) AS version FROM qlr_schema",
+      );
       const current = Number(rows[0]?.version ?? 0);
       if (current > latestKnown) {
-        throw new QlrError("schema_too_new", `the database schema is version ${current}, newer than this build knows (${latestKnown}); upgrade qlr before opening it`);
+        throw new QlrError(
+          "schema_too_new",
+          `the database schema is version ${current}, newer than this build knows (${latestKnown}); upgrade qlr before opening it`,
+        );
       }
       if (current >= migration.version) return false;
-      await tx.query(`INSERT INTO qlr_schema (version, name, applied_at_ms) VALUES (${p(1)}, ${p(2)}, ${p(3)})`, [migration.version, migration.name, nowMs]);
+      await tx.query(
+        `INSERT INTO qlr_schema (version, name, applied_at_ms) VALUES (${p(1)}, ${p(2)}, ${p(3)})`,
+        [migration.version, migration.name, nowMs],
+      );
       for (const statement of splitStatements(migration.sql)) await tx.query(statement);
       return true;
     });
     if (done) applied.push(migration.version);
   }
-  const rows = await driver.transaction(async (tx) => tx.query<{ version: number }>("SELECT MAX(version) AS version FROM qlr_schema"));
+  const rows = await driver.transaction(async (tx) =>
+    tx.query<{ version: number }>("SELECT MAX(version) AS version FROM qlr_schema"),
+  );
   const version = Number(rows[0]?.version ?? 0);
-  if (version > latestKnown) throw new QlrError("schema_too_new", `the database schema is version ${version}, newer than this build knows (${latestKnown}); upgrade qlr before opening it`);
+  if (version > latestKnown)
+    throw new QlrError(
+      "schema_too_new",
+      `the database schema is version ${version}, newer than this build knows (${latestKnown}); upgrade qlr before opening it`,
+    );
   return { applied, version };
 }

@@ -1,6 +1,14 @@
 import { canonicalJson, type JsonValue } from "../src/canonical-json.ts";
 import type { Digest } from "../src/digest.ts";
-import type { ChangeSet, EventType, Run, RunAttempt, RunEvent, StepMutation, StepRun } from "../src/model.ts";
+import type {
+  ChangeSet,
+  EventType,
+  Run,
+  RunAttempt,
+  RunEvent,
+  StepMutation,
+  StepRun,
+} from "../src/model.ts";
 import type { PackageHead } from "../src/ports.ts";
 import type { NotificationEntry } from "../src/notifications.ts";
 import type { ScheduleState } from "../src/schedules.ts";
@@ -23,12 +31,34 @@ function numOrNull(value: unknown): number | null {
 
 function textOrNull(value: unknown): string | null {
   if (value === null || value === undefined) return null;
-  return typeof value === "string" ? value : typeof value === "number" || typeof value === "bigint" ? String(value) : JSON.stringify(value);
+  return typeof value === "string"
+    ? value
+    : typeof value === "number" || typeof value === "bigint"
+      ? String(value)
+      : JSON.stringify(value);
 }
 
 export const RUN_COLUMNS = [
-  "id", "kind", "package", "generation", "target", "plan_digest", "reconciliation_digest", "status", "version", "event_seq", "attempt_seq",
-  "idempotency_key", "schedule_name", "cancel_requested_at_ms", "not_before_ms", "created_at_ms", "updated_at_ms", "finished_at_ms", "input", "rerun_of",
+  "id",
+  "kind",
+  "package",
+  "generation",
+  "target",
+  "plan_digest",
+  "reconciliation_digest",
+  "status",
+  "version",
+  "event_seq",
+  "attempt_seq",
+  "idempotency_key",
+  "schedule_name",
+  "cancel_requested_at_ms",
+  "not_before_ms",
+  "created_at_ms",
+  "updated_at_ms",
+  "finished_at_ms",
+  "input",
+  "rerun_of",
 ] as const;
 export type RunRow = Record<(typeof RUN_COLUMNS)[number], unknown>;
 
@@ -37,16 +67,52 @@ export type RunRow = Record<(typeof RUN_COLUMNS)[number], unknown>;
  * setting the primary key, even to its own value, makes SQLite search every child table for
  * references, and repeating unchanged columns only makes journal records larger.
  */
-export const RUN_MUTABLE_COLUMNS = ["status", "version", "event_seq", "attempt_seq", "cancel_requested_at_ms", "not_before_ms", "updated_at_ms", "finished_at_ms"] as const;
+export const RUN_MUTABLE_COLUMNS = [
+  "status",
+  "version",
+  "event_seq",
+  "attempt_seq",
+  "cancel_requested_at_ms",
+  "not_before_ms",
+  "updated_at_ms",
+  "finished_at_ms",
+] as const;
 
 export function runMutableParams(run: Run): SqlParam[] {
-  return [run.status, run.version, run.eventSeq, run.attemptSeq, run.cancelRequestedAtMs, run.notBeforeMs, run.updatedAtMs, run.finishedAtMs];
+  return [
+    run.status,
+    run.version,
+    run.eventSeq,
+    run.attemptSeq,
+    run.cancelRequestedAtMs,
+    run.notBeforeMs,
+    run.updatedAtMs,
+    run.finishedAtMs,
+  ];
 }
 
 export function runParams(run: Run): SqlParam[] {
   return [
-    run.id, run.kind, run.package, run.generation, run.target, run.planDigest, run.reconciliationDigest, run.status, run.version, run.eventSeq, run.attemptSeq,
-    run.idempotencyKey, run.scheduleName, run.cancelRequestedAtMs, run.notBeforeMs, run.createdAtMs, run.updatedAtMs, run.finishedAtMs, canonicalJson(run.input), run.rerunOf,
+    run.id,
+    run.kind,
+    run.package,
+    run.generation,
+    run.target,
+    run.planDigest,
+    run.reconciliationDigest,
+    run.status,
+    run.version,
+    run.eventSeq,
+    run.attemptSeq,
+    run.idempotencyKey,
+    run.scheduleName,
+    run.cancelRequestedAtMs,
+    run.notBeforeMs,
+    run.createdAtMs,
+    run.updatedAtMs,
+    run.finishedAtMs,
+    canonicalJson(run.input),
+    run.rerunOf,
   ];
 }
 
@@ -87,7 +153,22 @@ export function toRun(row: RunRow): Run {
 }
 
 export const STEP_COLUMNS = [
-  "id", "run_id", "position", "name", "task", "needs", "status", "version", "digest", "attempt_count", "ready_at_ms", "not_before_ms", "started_at_ms", "finished_at_ms", "created_at_ms", "output",
+  "id",
+  "run_id",
+  "position",
+  "name",
+  "task",
+  "needs",
+  "status",
+  "version",
+  "digest",
+  "attempt_count",
+  "ready_at_ms",
+  "not_before_ms",
+  "started_at_ms",
+  "finished_at_ms",
+  "created_at_ms",
+  "output",
 ] as const;
 export type StepRow = Record<(typeof STEP_COLUMNS)[number], unknown>;
 
@@ -95,8 +176,22 @@ export type StepRow = Record<(typeof STEP_COLUMNS)[number], unknown>;
 export function stepParams(step: StepRun, change: ChangeSet): SqlParam[] {
   const position = change.steps.findIndex((candidate) => candidate.after.id === step.id);
   return [
-    step.id, step.runId, position, step.name, step.task, JSON.stringify(step.needs), step.status, step.version, step.digest, step.attemptCount,
-    step.readyAtMs, step.notBeforeMs, step.startedAtMs, step.finishedAtMs, step.createdAtMs, outputParam(step.output),
+    step.id,
+    step.runId,
+    position,
+    step.name,
+    step.task,
+    JSON.stringify(step.needs),
+    step.status,
+    step.version,
+    step.digest,
+    step.attemptCount,
+    step.readyAtMs,
+    step.notBeforeMs,
+    step.startedAtMs,
+    step.finishedAtMs,
+    step.createdAtMs,
+    outputParam(step.output),
   ];
 }
 
@@ -125,32 +220,114 @@ export function stepOutputParam(step: StepRun): string | null {
 }
 
 export const ATTEMPT_COLUMNS = [
-  "id", "run_id", "step_run_id", "step_run_version", "number", "status", "executor", "pool", "version", "created_at_ms", "started_at_ms", "finished_at_ms", "deadline_at_ms",
-  "timeout_ms", "exit_code", "signal", "pid", "process_start_ticks", "boot_id", "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms",
-  "lease_secret_digest", "owner_node_id", "output",
+  "id",
+  "run_id",
+  "step_run_id",
+  "step_run_version",
+  "number",
+  "status",
+  "executor",
+  "pool",
+  "version",
+  "created_at_ms",
+  "started_at_ms",
+  "finished_at_ms",
+  "deadline_at_ms",
+  "timeout_ms",
+  "exit_code",
+  "signal",
+  "pid",
+  "process_start_ticks",
+  "boot_id",
+  "stop_reason",
+  "stop_requested_at_ms",
+  "error",
+  "lease_worker_id",
+  "lease_version",
+  "lease_expires_at_ms",
+  "lease_secret_digest",
+  "owner_node_id",
+  "output",
 ] as const;
 export type AttemptRow = Record<(typeof ATTEMPT_COLUMNS)[number], unknown>;
 
 /** The columns an attempt update may change (see RUN_MUTABLE_COLUMNS for why the rest are never rewritten). */
 export const ATTEMPT_MUTABLE_COLUMNS = [
-  "status", "version", "started_at_ms", "finished_at_ms", "deadline_at_ms", "exit_code", "signal", "pid", "process_start_ticks", "boot_id",
-  "stop_reason", "stop_requested_at_ms", "error", "lease_worker_id", "lease_version", "lease_expires_at_ms", "lease_secret_digest", "owner_node_id", "output",
+  "status",
+  "version",
+  "started_at_ms",
+  "finished_at_ms",
+  "deadline_at_ms",
+  "exit_code",
+  "signal",
+  "pid",
+  "process_start_ticks",
+  "boot_id",
+  "stop_reason",
+  "stop_requested_at_ms",
+  "error",
+  "lease_worker_id",
+  "lease_version",
+  "lease_expires_at_ms",
+  "lease_secret_digest",
+  "owner_node_id",
+  "output",
 ] as const;
 
 export function attemptMutableParams(attempt: RunAttempt): SqlParam[] {
   return [
-    attempt.status, attempt.version, attempt.startedAtMs, attempt.finishedAtMs, attempt.deadlineAtMs, attempt.exitCode, attempt.signal, attempt.pid, attempt.processStartTicks,
-    attempt.bootId, attempt.stopReason, attempt.stopRequestedAtMs, attempt.error, attempt.leaseWorkerId, attempt.leaseVersion, attempt.leaseExpiresAtMs, attempt.leaseSecretDigest, attempt.ownerNodeId,
+    attempt.status,
+    attempt.version,
+    attempt.startedAtMs,
+    attempt.finishedAtMs,
+    attempt.deadlineAtMs,
+    attempt.exitCode,
+    attempt.signal,
+    attempt.pid,
+    attempt.processStartTicks,
+    attempt.bootId,
+    attempt.stopReason,
+    attempt.stopRequestedAtMs,
+    attempt.error,
+    attempt.leaseWorkerId,
+    attempt.leaseVersion,
+    attempt.leaseExpiresAtMs,
+    attempt.leaseSecretDigest,
+    attempt.ownerNodeId,
     outputParam(attempt.output),
   ];
 }
 
 export function attemptParams(attempt: RunAttempt): SqlParam[] {
   return [
-    attempt.id, attempt.runId, attempt.stepRunId, attempt.stepRunVersion, attempt.number, attempt.status, attempt.executor, attempt.pool, attempt.version, attempt.createdAtMs,
-    attempt.startedAtMs, attempt.finishedAtMs, attempt.deadlineAtMs, attempt.timeoutMs, attempt.exitCode, attempt.signal, attempt.pid, attempt.processStartTicks,
-    attempt.bootId, attempt.stopReason, attempt.stopRequestedAtMs, attempt.error, attempt.leaseWorkerId, attempt.leaseVersion, attempt.leaseExpiresAtMs,
-    attempt.leaseSecretDigest, attempt.ownerNodeId, outputParam(attempt.output),
+    attempt.id,
+    attempt.runId,
+    attempt.stepRunId,
+    attempt.stepRunVersion,
+    attempt.number,
+    attempt.status,
+    attempt.executor,
+    attempt.pool,
+    attempt.version,
+    attempt.createdAtMs,
+    attempt.startedAtMs,
+    attempt.finishedAtMs,
+    attempt.deadlineAtMs,
+    attempt.timeoutMs,
+    attempt.exitCode,
+    attempt.signal,
+    attempt.pid,
+    attempt.processStartTicks,
+    attempt.bootId,
+    attempt.stopReason,
+    attempt.stopRequestedAtMs,
+    attempt.error,
+    attempt.leaseWorkerId,
+    attempt.leaseVersion,
+    attempt.leaseExpiresAtMs,
+    attempt.leaseSecretDigest,
+    attempt.ownerNodeId,
+    outputParam(attempt.output),
   ];
 }
 
@@ -187,7 +364,10 @@ export function toAttempt(row: AttemptRow): RunAttempt {
   };
 }
 
-export type EventRow = Record<"run_id" | "seq" | "id" | "type" | "at_ms" | "step_run_id" | "attempt_id" | "data", unknown>;
+export type EventRow = Record<
+  "run_id" | "seq" | "id" | "type" | "at_ms" | "step_run_id" | "attempt_id" | "data",
+  unknown
+>;
 
 export function toEvent(row: EventRow): RunEvent {
   return {
@@ -202,7 +382,18 @@ export function toEvent(row: EventRow): RunEvent {
   };
 }
 
-export type MutationRow = Record<"run_id" | "step_run_id" | "version" | "from_status" | "to_status" | "from_digest" | "to_digest" | "event_seq" | "at_ms", unknown>;
+export type MutationRow = Record<
+  | "run_id"
+  | "step_run_id"
+  | "version"
+  | "from_status"
+  | "to_status"
+  | "from_digest"
+  | "to_digest"
+  | "event_seq"
+  | "at_ms",
+  unknown
+>;
 
 export function toMutation(row: MutationRow): StepMutation {
   return {
@@ -218,7 +409,10 @@ export function toMutation(row: MutationRow): StepMutation {
   };
 }
 
-export type PackageRow = Record<"name" | "generation" | "manifest_digest" | "reconciliation_digest" | "updated_at_ms", unknown>;
+export type PackageRow = Record<
+  "name" | "generation" | "manifest_digest" | "reconciliation_digest" | "updated_at_ms",
+  unknown
+>;
 
 export function toPackageHead(row: PackageRow): PackageHead {
   return {
@@ -230,11 +424,33 @@ export function toPackageHead(row: PackageRow): PackageHead {
   };
 }
 
-export const SCHEDULE_COLUMNS = ["package", "name", "generation", "spec", "next_fire_at_ms", "last_fire_at_ms", "last_run_id", "missed_fires", "skipped_overlaps", "version"] as const;
+export const SCHEDULE_COLUMNS = [
+  "package",
+  "name",
+  "generation",
+  "spec",
+  "next_fire_at_ms",
+  "last_fire_at_ms",
+  "last_run_id",
+  "missed_fires",
+  "skipped_overlaps",
+  "version",
+] as const;
 export type ScheduleRow = Record<(typeof SCHEDULE_COLUMNS)[number], unknown>;
 
 export function scheduleParams(state: ScheduleState): SqlParam[] {
-  return [state.package, state.name, state.generation, JSON.stringify(state.spec), state.nextFireAtMs, state.lastFireAtMs, state.lastRunId, state.missedFires, state.skippedOverlaps, state.version];
+  return [
+    state.package,
+    state.name,
+    state.generation,
+    JSON.stringify(state.spec),
+    state.nextFireAtMs,
+    state.lastFireAtMs,
+    state.lastRunId,
+    state.missedFires,
+    state.skippedOverlaps,
+    state.version,
+  ];
 }
 
 export function toSchedule(row: ScheduleRow): ScheduleState {
@@ -253,7 +469,20 @@ export function toSchedule(row: ScheduleRow): ScheduleState {
 }
 
 export const NOTIFICATION_COLUMNS = [
-  "id", "run_id", "package", "event", "notifier", "payload", "state", "attempts", "next_attempt_at_ms", "last_error", "created_at_ms", "updated_at_ms", "delivered_at_ms", "version",
+  "id",
+  "run_id",
+  "package",
+  "event",
+  "notifier",
+  "payload",
+  "state",
+  "attempts",
+  "next_attempt_at_ms",
+  "last_error",
+  "created_at_ms",
+  "updated_at_ms",
+  "delivered_at_ms",
+  "version",
 ] as const;
 export type NotificationRow = Record<(typeof NOTIFICATION_COLUMNS)[number], unknown>;
 
@@ -278,6 +507,19 @@ export function toNotification(row: NotificationRow): NotificationEntry {
 
 export function notificationParams(entry: NotificationEntry): SqlParam[] {
   return [
-    entry.id, entry.runId, entry.package, entry.event, JSON.stringify(entry.notifier), entry.payload, entry.state, entry.attempts, entry.nextAttemptAtMs, entry.lastError, entry.createdAtMs, entry.updatedAtMs, entry.deliveredAtMs, entry.version,
+    entry.id,
+    entry.runId,
+    entry.package,
+    entry.event,
+    JSON.stringify(entry.notifier),
+    entry.payload,
+    entry.state,
+    entry.attempts,
+    entry.nextAttemptAtMs,
+    entry.lastError,
+    entry.createdAtMs,
+    entry.updatedAtMs,
+    entry.deliveredAtMs,
+    entry.version,
   ];
 }

@@ -24,7 +24,8 @@ export class SerialQueue {
    * outcome; a failed task does not stop the ones behind it. Refused once `close()` was called.
    */
   run<T>(task: () => Promise<T>): Promise<T> {
-    if (this.closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", this.closedMessage));
+    if (this.closing !== undefined)
+      return Promise.reject(new QlrError("storage_unavailable", this.closedMessage));
     return this.enqueue(task);
   }
 

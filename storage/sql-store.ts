@@ -1,12 +1,49 @@
 import { QlrError } from "../src/errors.ts";
 import { MAX_ADMISSION_PAGE } from "../src/admission.ts";
-import type { AdmissionReceipt, ChangeSet, ExecutorType, Run, RunAttempt, RunEvent, RunStatus, StepRun, StepMutation } from "../src/model.ts";
+import type {
+  AdmissionReceipt,
+  ChangeSet,
+  ExecutorType,
+  Run,
+  RunAttempt,
+  RunEvent,
+  RunStatus,
+  StepRun,
+  StepMutation,
+} from "../src/model.ts";
 import { RUN_STATUSES } from "../src/model.ts";
-import type { Generation, ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "../src/packages.ts";
-import { alertingRuns, entriesForRun, notifiersForRun, type NotificationEntry } from "../src/notifications.ts";
-import { MAX_STORE_PAGE, type AdmissionCandidate, type CoordinatorRecord, type NotificationListFilter, type PackageHead, type PurgedRun, type RunListFilter, type Store, type StoreTx } from "../src/ports.ts";
+import type {
+  Generation,
+  ReconciliationReceipt,
+  TaskDefinition,
+  WorkflowPlan,
+} from "../src/packages.ts";
+import {
+  alertingRuns,
+  entriesForRun,
+  notifiersForRun,
+  type NotificationEntry,
+} from "../src/notifications.ts";
+import {
+  MAX_STORE_PAGE,
+  type AdmissionCandidate,
+  type CoordinatorRecord,
+  type NotificationListFilter,
+  type PackageHead,
+  type PurgedRun,
+  type RunListFilter,
+  type Store,
+  type StoreTx,
+} from "../src/ports.ts";
 import type { PurgeCandidate, PurgeKey } from "../src/retention.ts";
-import { HOUR_MS, OVERVIEW_LIST_LIMIT, OVERVIEW_SERIES_LIMIT, overviewSinceMs, type Overview, type OverviewRun } from "../src/overview.ts";
+import {
+  HOUR_MS,
+  OVERVIEW_LIST_LIMIT,
+  OVERVIEW_SERIES_LIMIT,
+  overviewSinceMs,
+  type Overview,
+  type OverviewRun,
+} from "../src/overview.ts";
 import type { ScheduleState } from "../src/schedules.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
 import { migrate, type Migration } from "./migrate.ts";
@@ -82,13 +119,25 @@ const PURGE_CANDIDATE_COLUMNS = `r.id, r.status, r.finished_at_ms, r.idempotency
   (SELECT COUNT(*) FROM run_attempts a WHERE a.run_id = r.id AND a.status IN ('claimed', 'starting', 'running')) AS live_attempts,
   (SELECT COUNT(*) FROM schedules s WHERE s.last_run_id = r.id) AS schedule_refs`;
 
-type PurgeCandidateRow = Record<"id" | "status" | "finished_at_ms" | "idempotency_key" | "frontier_due" | "live_attempts" | "schedule_refs", unknown>;
+type PurgeCandidateRow = Record<
+  | "id"
+  | "status"
+  | "finished_at_ms"
+  | "idempotency_key"
+  | "frontier_due"
+  | "live_attempts"
+  | "schedule_refs",
+  unknown
+>;
 
 function toPurgeCandidate(row: PurgeCandidateRow): PurgeCandidate {
   return {
     runId: String(row.id),
     status: row.status as RunStatus,
-    finishedAtMs: row.finished_at_ms === null || row.finished_at_ms === undefined ? null : Number(row.finished_at_ms),
+    finishedAtMs:
+      row.finished_at_ms === null || row.finished_at_ms === undefined
+        ? null
+        : Number(row.finished_at_ms),
     idempotencyKey: typeof row.idempotency_key === "string" ? row.idempotency_key : null,
     liveAttempts: Number(row.live_attempts),
     scheduleLastRun: Number(row.schedule_refs) > 0,
@@ -114,8 +163,18 @@ export type StoreClockSource = "host" | "database";
  */
 export const DATABASE_CLOCK_WATERMARK_STEP_MS = 1_000;
 
-const COORDINATOR_COLUMNS = "node_id, incarnation, host, boot_id, started_at_ms, heartbeat_at_ms, lease_expires_at_ms";
-type CoordinatorRow = Record<"node_id" | "incarnation" | "host" | "boot_id" | "started_at_ms" | "heartbeat_at_ms" | "lease_expires_at_ms", unknown>;
+const COORDINATOR_COLUMNS =
+  "node_id, incarnation, host, boot_id, started_at_ms, heartbeat_at_ms, lease_expires_at_ms";
+type CoordinatorRow = Record<
+  | "node_id"
+  | "incarnation"
+  | "host"
+  | "boot_id"
+  | "started_at_ms"
+  | "heartbeat_at_ms"
+  | "lease_expires_at_ms",
+  unknown
+>;
 
 function toCoordinator(row: CoordinatorRow): CoordinatorRecord {
   return {
@@ -138,7 +197,13 @@ class SqlStoreTx implements StoreTx {
   /** The persisted observation this transaction read in `observe`; null before it. */
   private watermarkMs: number | null = null;
 
-  constructor(tx: SqlTx, rewrite: (sql: string) => string, cache: Map<string, string>, bodies: ImmutableCache, clock: StoreClockSource) {
+  constructor(
+    tx: SqlTx,
+    rewrite: (sql: string) => string,
+    cache: Map<string, string>,
+    bodies: ImmutableCache,
+    clock: StoreClockSource,
+  ) {
     this.tx = tx;
     this.rewrite = rewrite;
     this.cache = cache;
@@ -164,24 +229,37 @@ class SqlStoreTx implements StoreTx {
   }
 
   async observe(hostNowMs: number): Promise<number> {
-    if (!Number.isSafeInteger(hostNowMs) || hostNowMs < 0) throw new QlrError("invalid_request", `host time ${hostNowMs} is not an epoch millisecond count`);
+    if (!Number.isSafeInteger(hostNowMs) || hostNowMs < 0)
+      throw new QlrError(
+        "invalid_request",
+        `host time ${hostNowMs} is not an epoch millisecond count`,
+      );
     if (this.clock === "database") {
       const found = await this.q<{ last_observed_ms: number; database_now_ms: number }>(
         "SELECT last_value AS last_observed_ms, CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT) AS database_now_ms FROM qlr_store_clock_watermark",
       );
       const last = Number(found[0]?.last_observed_ms ?? 0);
       const databaseNowMs = Number(found[0]?.database_now_ms);
-      if (!Number.isSafeInteger(databaseNowMs)) throw new QlrError("internal", "the database server answered no clock reading");
+      if (!Number.isSafeInteger(databaseNowMs))
+        throw new QlrError("internal", "the database server answered no clock reading");
       if (databaseNowMs < last) {
-        throw new QlrError("clock_regression", `the database server's clock reads ${databaseNowMs}, before the last persisted observation ${last}; refusing to write until it catches up`);
+        throw new QlrError(
+          "clock_regression",
+          `the database server's clock reads ${databaseNowMs}, before the last persisted observation ${last}; refusing to write until it catches up`,
+        );
       }
       this.watermarkMs = last;
       return databaseNowMs;
     }
-    const found = await this.q<{ last_observed_ms: number }>("SELECT last_observed_ms FROM qlr_store_clock WHERE id = 1");
+    const found = await this.q<{ last_observed_ms: number }>(
+      "SELECT last_observed_ms FROM qlr_store_clock WHERE id = 1",
+    );
     const last = Number(found[0]?.last_observed_ms ?? 0);
     if (hostNowMs < last) {
-      throw new QlrError("clock_regression", `the host clock reads ${hostNowMs}, before the last persisted observation ${last}; refusing to write until it catches up`);
+      throw new QlrError(
+        "clock_regression",
+        `the host clock reads ${hostNowMs}, before the last persisted observation ${last}; refusing to write until it catches up`,
+      );
     }
     this.watermarkMs = last;
     return hostNowMs;
@@ -190,69 +268,151 @@ class SqlStoreTx implements StoreTx {
   /** Moves the persisted observation forward (see DATABASE_CLOCK_WATERMARK_STEP_MS for when). */
   private async advanceWatermark(latestMs: number): Promise<void> {
     if (this.clock === "database") {
-      if (this.watermarkMs !== null && latestMs - this.watermarkMs < DATABASE_CLOCK_WATERMARK_STEP_MS) return;
+      if (
+        this.watermarkMs !== null &&
+        latestMs - this.watermarkMs < DATABASE_CLOCK_WATERMARK_STEP_MS
+      )
+        return;
       // Not atomic with a concurrent setter: the watermark may land up to one step lower, which
       // the step already tolerates; it never moves past a time some transaction observed.
-      await this.q("SELECT setval('qlr_store_clock_watermark', GREATEST(last_value, ?)) FROM qlr_store_clock_watermark", [latestMs]);
+      await this.q(
+        "SELECT setval('qlr_store_clock_watermark', GREATEST(last_value, ?)) FROM qlr_store_clock_watermark",
+        [latestMs],
+      );
       this.watermarkMs = Math.max(this.watermarkMs ?? 0, latestMs);
       return;
     }
-    await this.q("UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?", [latestMs, latestMs]);
+    await this.q(
+      "UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?",
+      [latestMs, latestMs],
+    );
     this.watermarkMs = Math.max(this.watermarkMs ?? 0, latestMs);
   }
 
   async apply(change: ChangeSet): Promise<void> {
-    const times = [...change.events.map((event) => event.atMs), ...change.runs.map((run) => run.after.updatedAtMs)];
-    if (times.length === 0 && change.steps.length === 0 && change.attempts.length === 0 && change.admissions.length === 0) return;
+    const times = [
+      ...change.events.map((event) => event.atMs),
+      ...change.runs.map((run) => run.after.updatedAtMs),
+    ];
+    if (
+      times.length === 0 &&
+      change.steps.length === 0 &&
+      change.attempts.length === 0 &&
+      change.admissions.length === 0
+    )
+      return;
     for (const { before, after } of change.runs) {
       // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
       if (before === null) {
-        await this.q(`INSERT INTO runs (${rows.RUN_COLUMNS.join(", ")}, frontier_due) VALUES (${rows.RUN_COLUMNS.map(() => "?").join(", ")}, ?)`, [...rows.runParams(after), frontierDue ?? 0]);
+        await this.q(
+          `INSERT INTO runs (${rows.RUN_COLUMNS.join(", ")}, frontier_due) VALUES (${rows.RUN_COLUMNS.map(() => "?").join(", ")}, ?)`,
+          [...rows.runParams(after), frontierDue ?? 0],
+        );
       } else {
         const updated = await this.q(
           `UPDATE runs SET ${rows.RUN_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
           [...rows.runMutableParams(after), frontierDue, before.id, before.version],
         );
-        if (updated.length !== 1) throw new QlrError("conflict", `run ${before.id} changed since version ${before.version}; nothing written`);
+        if (updated.length !== 1)
+          throw new QlrError(
+            "conflict",
+            `run ${before.id} changed since version ${before.version}; nothing written`,
+          );
       }
     }
     for (const { before, after } of change.steps) {
       if (before === null) {
-        await this.q(`INSERT INTO step_runs (${rows.STEP_COLUMNS.join(", ")}) VALUES (${rows.STEP_COLUMNS.map(() => "?").join(", ")})`, rows.stepParams(after, change));
+        await this.q(
+          `INSERT INTO step_runs (${rows.STEP_COLUMNS.join(", ")}) VALUES (${rows.STEP_COLUMNS.map(() => "?").join(", ")})`,
+          rows.stepParams(after, change),
+        );
       } else {
         const updated = await this.q(
           `UPDATE step_runs SET status = ?, version = ?, digest = ?, attempt_count = ?, ready_at_ms = ?, not_before_ms = ?, started_at_ms = ?, finished_at_ms = ?, output = ? WHERE id = ? AND version = ? RETURNING id`,
-          [after.status, after.version, after.digest, after.attemptCount, after.readyAtMs, after.notBeforeMs, after.startedAtMs, after.finishedAtMs, rows.stepOutputParam(after), before.id, before.version],
+          [
+            after.status,
+            after.version,
+            after.digest,
+            after.attemptCount,
+            after.readyAtMs,
+            after.notBeforeMs,
+            after.startedAtMs,
+            after.finishedAtMs,
+            rows.stepOutputParam(after),
+            before.id,
+            before.version,
+          ],
         );
-        if (updated.length !== 1) throw new QlrError("conflict", `step run ${before.id} changed since version ${before.version}; nothing written`);
+        if (updated.length !== 1)
+          throw new QlrError(
+            "conflict",
+            `step run ${before.id} changed since version ${before.version}; nothing written`,
+          );
       }
     }
     for (const { before, after } of change.attempts) {
       if (before === null) {
-        await this.q(`INSERT INTO run_attempts (${rows.ATTEMPT_COLUMNS.join(", ")}) VALUES (${rows.ATTEMPT_COLUMNS.map(() => "?").join(", ")})`, rows.attemptParams(after));
+        await this.q(
+          `INSERT INTO run_attempts (${rows.ATTEMPT_COLUMNS.join(", ")}) VALUES (${rows.ATTEMPT_COLUMNS.map(() => "?").join(", ")})`,
+          rows.attemptParams(after),
+        );
       } else {
         const updated = await this.q(
           `UPDATE run_attempts SET ${rows.ATTEMPT_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE id = ? AND version = ? RETURNING id`,
           [...rows.attemptMutableParams(after), before.id, before.version],
         );
-        if (updated.length !== 1) throw new QlrError("conflict", `attempt ${before.id} changed since version ${before.version}; nothing written`);
+        if (updated.length !== 1)
+          throw new QlrError(
+            "conflict",
+            `attempt ${before.id} changed since version ${before.version}; nothing written`,
+          );
       }
     }
     for (const event of change.events) {
-      await this.q("INSERT INTO run_events (run_id, seq, id, type, at_ms, step_run_id, attempt_id, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
-        event.runId, event.seq, event.id, event.type, event.atMs, event.stepRunId, event.attemptId, JSON.stringify(event.data),
-      ]);
+      await this.q(
+        "INSERT INTO run_events (run_id, seq, id, type, at_ms, step_run_id, attempt_id, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+          event.runId,
+          event.seq,
+          event.id,
+          event.type,
+          event.atMs,
+          event.stepRunId,
+          event.attemptId,
+          JSON.stringify(event.data),
+        ],
+      );
     }
     for (const mutation of change.mutations) {
-      await this.q("INSERT INTO step_mutations (run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-        mutation.runId, mutation.stepRunId, mutation.version, mutation.fromStatus, mutation.toStatus, mutation.fromDigest, mutation.toDigest, mutation.eventSeq, mutation.atMs,
-      ]);
+      await this.q(
+        "INSERT INTO step_mutations (run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+          mutation.runId,
+          mutation.stepRunId,
+          mutation.version,
+          mutation.fromStatus,
+          mutation.toStatus,
+          mutation.fromDigest,
+          mutation.toDigest,
+          mutation.eventSeq,
+          mutation.atMs,
+        ],
+      );
     }
     for (const receipt of change.admissions) {
-      await this.q("INSERT INTO admission_receipts (run_id, step_run_id, step_run_version, attempt_id, event_id, digest, body) VALUES (?, ?, ?, ?, ?, ?, ?)", [
-        receipt.runId, receipt.stepRunId, receipt.stepRunVersion, receipt.attemptId, receipt.eventId, receipt.digest, JSON.stringify(receipt),
-      ]);
+      await this.q(
+        "INSERT INTO admission_receipts (run_id, step_run_id, step_run_version, attempt_id, event_id, digest, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+          receipt.runId,
+          receipt.stepRunId,
+          receipt.stepRunVersion,
+          receipt.attemptId,
+          receipt.eventId,
+          receipt.digest,
+          JSON.stringify(receipt),
+        ],
+      );
     }
     await this.enqueueAlerts(change);
     if (times.length > 0) await this.advanceWatermark(Math.max(...times));
@@ -267,10 +427,17 @@ class SqlStoreTx implements StoreTx {
     for (const run of alertingRuns(change)) {
       const generation = await this.getGeneration(run.package, run.generation);
       if (generation === null) continue;
-      for (const entry of entriesForRun(run, notifiersForRun(generation.manifest, run), run.updatedAtMs)) {
+      for (const entry of entriesForRun(
+        run,
+        notifiersForRun(generation.manifest, run),
+        run.updatedAtMs,
+      )) {
         // A run enters a terminal status once, so the derived id is new; DO NOTHING keeps a
         // replayed change (a lost commit answer) from failing on it.
-        await this.q(`INSERT INTO notifications (${rows.NOTIFICATION_COLUMNS.join(", ")}) VALUES (${rows.NOTIFICATION_COLUMNS.map(() => "?").join(", ")}) ON CONFLICT (id) DO NOTHING`, rows.notificationParams(entry));
+        await this.q(
+          `INSERT INTO notifications (${rows.NOTIFICATION_COLUMNS.join(", ")}) VALUES (${rows.NOTIFICATION_COLUMNS.map(() => "?").join(", ")}) ON CONFLICT (id) DO NOTHING`,
+          rows.notificationParams(entry),
+        );
       }
     }
   }
@@ -284,16 +451,33 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getNotification(id: string): Promise<NotificationEntry | null> {
-    const found = await this.q<rows.NotificationRow>(`SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications WHERE id = ?`, [id]);
+    const found = await this.q<rows.NotificationRow>(
+      `SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications WHERE id = ?`,
+      [id],
+    );
     return found[0] === undefined ? null : rows.toNotification(found[0]);
   }
 
   async updateNotification(entry: NotificationEntry, expectedVersion: number): Promise<void> {
     const updated = await this.q(
       "UPDATE notifications SET state = ?, attempts = ?, next_attempt_at_ms = ?, last_error = ?, updated_at_ms = ?, delivered_at_ms = ?, version = ? WHERE id = ? AND version = ? RETURNING id",
-      [entry.state, entry.attempts, entry.nextAttemptAtMs, entry.lastError, entry.updatedAtMs, entry.deliveredAtMs, entry.version, entry.id, expectedVersion],
+      [
+        entry.state,
+        entry.attempts,
+        entry.nextAttemptAtMs,
+        entry.lastError,
+        entry.updatedAtMs,
+        entry.deliveredAtMs,
+        entry.version,
+        entry.id,
+        expectedVersion,
+      ],
     );
-    if (updated.length !== 1) throw new QlrError("conflict", `notification ${entry.id} changed since version ${expectedVersion}; nothing written`);
+    if (updated.length !== 1)
+      throw new QlrError(
+        "conflict",
+        `notification ${entry.id} changed since version ${expectedVersion}; nothing written`,
+      );
   }
 
   async listNotifications(filter: NotificationListFilter): Promise<NotificationEntry[]> {
@@ -308,142 +492,286 @@ class SqlStoreTx implements StoreTx {
       params.push(filter.state);
     }
     if (filter.cursor !== null) {
-      conditions.push("(created_at_ms < (SELECT created_at_ms FROM notifications WHERE id = ?) OR (created_at_ms = (SELECT created_at_ms FROM notifications WHERE id = ?) AND id < ?))");
+      conditions.push(
+        "(created_at_ms < (SELECT created_at_ms FROM notifications WHERE id = ?) OR (created_at_ms = (SELECT created_at_ms FROM notifications WHERE id = ?) AND id < ?))",
+      );
       params.push(filter.cursor, filter.cursor, filter.cursor);
     }
     const where = conditions.length === 0 ? "" : `WHERE ${conditions.join(" AND ")}`;
-    const found = await this.q<rows.NotificationRow>(`SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications ${where} ORDER BY created_at_ms DESC, id DESC LIMIT ?`, [...params, cap(filter.limit)]);
+    const found = await this.q<rows.NotificationRow>(
+      `SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications ${where} ORDER BY created_at_ms DESC, id DESC LIMIT ?`,
+      [...params, cap(filter.limit)],
+    );
     return found.map(rows.toNotification);
   }
 
   async getRun(runId: string): Promise<Run | null> {
-    const found = await this.q<rows.RunRow>(`SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE id = ?`, [runId]);
+    const found = await this.q<rows.RunRow>(
+      `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE id = ?`,
+      [runId],
+    );
     return found[0] === undefined ? null : rows.toRun(found[0]);
   }
 
   async getRunByIdempotencyKey(key: string): Promise<Run | null> {
-    const found = await this.q<rows.RunRow>(`SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE idempotency_key = ?`, [key]);
+    const found = await this.q<rows.RunRow>(
+      `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE idempotency_key = ?`,
+      [key],
+    );
     return found[0] === undefined ? null : rows.toRun(found[0]);
   }
 
   async getSteps(runId: string): Promise<StepRun[]> {
-    const found = await this.q<rows.StepRow>(`SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE run_id = ? ORDER BY position`, [runId]);
+    const found = await this.q<rows.StepRow>(
+      `SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE run_id = ? ORDER BY position`,
+      [runId],
+    );
     return found.map(rows.toStep);
   }
 
   async getStep(stepRunId: string): Promise<StepRun | null> {
-    const found = await this.q<rows.StepRow>(`SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE id = ?`, [stepRunId]);
+    const found = await this.q<rows.StepRow>(
+      `SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE id = ?`,
+      [stepRunId],
+    );
     return found[0] === undefined ? null : rows.toStep(found[0]);
   }
 
   async getAttempts(runId: string): Promise<RunAttempt[]> {
-    const found = await this.q<rows.AttemptRow>(`SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE run_id = ? ORDER BY number`, [runId]);
+    const found = await this.q<rows.AttemptRow>(
+      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE run_id = ? ORDER BY number`,
+      [runId],
+    );
     return found.map(rows.toAttempt);
   }
 
   async getAttempt(attemptId: string): Promise<RunAttempt | null> {
-    const found = await this.q<rows.AttemptRow>(`SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE id = ?`, [attemptId]);
+    const found = await this.q<rows.AttemptRow>(
+      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE id = ?`,
+      [attemptId],
+    );
     return found[0] === undefined ? null : rows.toAttempt(found[0]);
   }
 
-  async getAdmission(runId: string, stepRunId: string, stepRunVersion: number): Promise<AdmissionReceipt | null> {
-    const found = await this.q<{ body: string }>("SELECT body FROM admission_receipts WHERE run_id = ? AND step_run_id = ? AND step_run_version = ?", [runId, stepRunId, stepRunVersion]);
+  async getAdmission(
+    runId: string,
+    stepRunId: string,
+    stepRunVersion: number,
+  ): Promise<AdmissionReceipt | null> {
+    const found = await this.q<{ body: string }>(
+      "SELECT body FROM admission_receipts WHERE run_id = ? AND step_run_id = ? AND step_run_version = ?",
+      [runId, stepRunId, stepRunVersion],
+    );
     return found[0] === undefined ? null : (JSON.parse(found[0].body) as AdmissionReceipt);
   }
 
   async getPlan(digest: string): Promise<WorkflowPlan | null> {
-    return this.body<WorkflowPlan>(`plan:${digest}`, "SELECT body FROM workflow_plans WHERE digest = ?", [digest]);
+    return this.body<WorkflowPlan>(
+      `plan:${digest}`,
+      "SELECT body FROM workflow_plans WHERE digest = ?",
+      [digest],
+    );
   }
 
-  async findPlan(packageName: string, generation: number, workflow: string): Promise<WorkflowPlan | null> {
-    const found = await this.q<{ body: string }>("SELECT body FROM workflow_plans WHERE package = ? AND generation = ? AND workflow = ?", [packageName, generation, workflow]);
+  async findPlan(
+    packageName: string,
+    generation: number,
+    workflow: string,
+  ): Promise<WorkflowPlan | null> {
+    const found = await this.q<{ body: string }>(
+      "SELECT body FROM workflow_plans WHERE package = ? AND generation = ? AND workflow = ?",
+      [packageName, generation, workflow],
+    );
     return found[0] === undefined ? null : (JSON.parse(found[0].body) as WorkflowPlan);
   }
 
   async getReconciliation(digest: string): Promise<ReconciliationReceipt | null> {
-    return this.body<ReconciliationReceipt>(`reconciliation:${digest}`, "SELECT body FROM reconciliation_receipts WHERE digest = ?", [digest]);
+    return this.body<ReconciliationReceipt>(
+      `reconciliation:${digest}`,
+      "SELECT body FROM reconciliation_receipts WHERE digest = ?",
+      [digest],
+    );
   }
 
   async getTaskDefinition(revision: string): Promise<TaskDefinition | null> {
-    const found = await this.q<{ body: string }>("SELECT body FROM task_definitions WHERE revision = ?", [revision]);
+    const found = await this.q<{ body: string }>(
+      "SELECT body FROM task_definitions WHERE revision = ?",
+      [revision],
+    );
     return found[0] === undefined ? null : (JSON.parse(found[0].body) as TaskDefinition);
   }
 
-  async getTaskDefinitionFor(reconciliationDigest: string, task: string): Promise<TaskDefinition | null> {
-    return this.body<TaskDefinition>(`definition:${reconciliationDigest}:${task}`, "SELECT body FROM task_definitions WHERE reconciliation_digest = ? AND task = ?", [reconciliationDigest, task]);
+  async getTaskDefinitionFor(
+    reconciliationDigest: string,
+    task: string,
+  ): Promise<TaskDefinition | null> {
+    return this.body<TaskDefinition>(
+      `definition:${reconciliationDigest}:${task}`,
+      "SELECT body FROM task_definitions WHERE reconciliation_digest = ? AND task = ?",
+      [reconciliationDigest, task],
+    );
   }
 
   async getPackageHead(name: string): Promise<PackageHead | null> {
-    const found = await this.q<rows.PackageRow>("SELECT name, generation, manifest_digest, reconciliation_digest, updated_at_ms FROM packages WHERE name = ?", [name]);
+    const found = await this.q<rows.PackageRow>(
+      "SELECT name, generation, manifest_digest, reconciliation_digest, updated_at_ms FROM packages WHERE name = ?",
+      [name],
+    );
     return found[0] === undefined ? null : rows.toPackageHead(found[0]);
   }
 
   async listPackageHeads(limit: number): Promise<PackageHead[]> {
-    const found = await this.q<rows.PackageRow>("SELECT name, generation, manifest_digest, reconciliation_digest, updated_at_ms FROM packages ORDER BY name LIMIT ?", [cap(limit)]);
+    const found = await this.q<rows.PackageRow>(
+      "SELECT name, generation, manifest_digest, reconciliation_digest, updated_at_ms FROM packages ORDER BY name LIMIT ?",
+      [cap(limit)],
+    );
     return found.map(rows.toPackageHead);
   }
 
   async listGenerations(name: string, limit: number): Promise<Omit<Generation, "manifest">[]> {
-    const found = await this.q<{ package: string; generation: number; manifest_digest: string; created_at_ms: number }>(
+    const found = await this.q<{
+      package: string;
+      generation: number;
+      manifest_digest: string;
+      created_at_ms: number;
+    }>(
       "SELECT package, generation, manifest_digest, created_at_ms FROM generations WHERE package = ? ORDER BY generation DESC LIMIT ?",
       [name, cap(limit)],
     );
-    return found.map((row) => ({ package: row.package, generation: Number(row.generation), manifestDigest: row.manifest_digest as Generation["manifestDigest"], createdAtMs: Number(row.created_at_ms) }));
+    return found.map((row) => ({
+      package: row.package,
+      generation: Number(row.generation),
+      manifestDigest: row.manifest_digest as Generation["manifestDigest"],
+      createdAtMs: Number(row.created_at_ms),
+    }));
   }
 
   async getGeneration(name: string, generation: number): Promise<Generation | null> {
-    const found = await this.q<{ package: string; generation: number; manifest_digest: string; manifest: string; created_at_ms: number }>(
+    const found = await this.q<{
+      package: string;
+      generation: number;
+      manifest_digest: string;
+      manifest: string;
+      created_at_ms: number;
+    }>(
       "SELECT package, generation, manifest_digest, manifest, created_at_ms FROM generations WHERE package = ? AND generation = ?",
       [name, generation],
     );
     const row = found[0];
     if (row === undefined) return null;
-    return { package: row.package, generation: Number(row.generation), manifestDigest: row.manifest_digest as Generation["manifestDigest"], manifest: JSON.parse(row.manifest) as Generation["manifest"], createdAtMs: Number(row.created_at_ms) };
+    return {
+      package: row.package,
+      generation: Number(row.generation),
+      manifestDigest: row.manifest_digest as Generation["manifestDigest"],
+      manifest: JSON.parse(row.manifest) as Generation["manifest"],
+      createdAtMs: Number(row.created_at_ms),
+    };
   }
 
-  async putGeneration(generation: Generation, reconciliation: ReconciliationReceipt, definitions: readonly TaskDefinition[], plans: readonly WorkflowPlan[], previousGeneration: number | null): Promise<void> {
-    await this.q("INSERT INTO generations (package, generation, manifest_digest, reconciliation_digest, manifest, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)", [
-      generation.package, generation.generation, generation.manifestDigest, reconciliation.digest, JSON.stringify(generation.manifest), generation.createdAtMs,
-    ]);
-    await this.q("INSERT INTO reconciliation_receipts (digest, package, generation, body) VALUES (?, ?, ?, ?)", [reconciliation.digest, reconciliation.package, reconciliation.generation, JSON.stringify(reconciliation)]);
+  async putGeneration(
+    generation: Generation,
+    reconciliation: ReconciliationReceipt,
+    definitions: readonly TaskDefinition[],
+    plans: readonly WorkflowPlan[],
+    previousGeneration: number | null,
+  ): Promise<void> {
+    await this.q(
+      "INSERT INTO generations (package, generation, manifest_digest, reconciliation_digest, manifest, created_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
+      [
+        generation.package,
+        generation.generation,
+        generation.manifestDigest,
+        reconciliation.digest,
+        JSON.stringify(generation.manifest),
+        generation.createdAtMs,
+      ],
+    );
+    await this.q(
+      "INSERT INTO reconciliation_receipts (digest, package, generation, body) VALUES (?, ?, ?, ?)",
+      [
+        reconciliation.digest,
+        reconciliation.package,
+        reconciliation.generation,
+        JSON.stringify(reconciliation),
+      ],
+    );
     for (const definition of definitions) {
-      await this.q("INSERT INTO task_definitions (revision, reconciliation_digest, task, body) VALUES (?, ?, ?, ?)", [definition.revision, reconciliation.digest, definition.task, JSON.stringify(definition)]);
+      await this.q(
+        "INSERT INTO task_definitions (revision, reconciliation_digest, task, body) VALUES (?, ?, ?, ?)",
+        [definition.revision, reconciliation.digest, definition.task, JSON.stringify(definition)],
+      );
     }
     for (const plan of plans) {
-      await this.q("INSERT INTO workflow_plans (digest, package, generation, workflow, body) VALUES (?, ?, ?, ?, ?)", [plan.digest, plan.package, plan.generation, plan.workflow, JSON.stringify(plan)]);
+      await this.q(
+        "INSERT INTO workflow_plans (digest, package, generation, workflow, body) VALUES (?, ?, ?, ?, ?)",
+        [plan.digest, plan.package, plan.generation, plan.workflow, JSON.stringify(plan)],
+      );
     }
     if (previousGeneration === null) {
-      await this.q("INSERT INTO packages (name, generation, manifest_digest, reconciliation_digest, updated_at_ms) VALUES (?, ?, ?, ?, ?)", [
-        generation.package, generation.generation, generation.manifestDigest, reconciliation.digest, generation.createdAtMs,
-      ]);
+      await this.q(
+        "INSERT INTO packages (name, generation, manifest_digest, reconciliation_digest, updated_at_ms) VALUES (?, ?, ?, ?, ?)",
+        [
+          generation.package,
+          generation.generation,
+          generation.manifestDigest,
+          reconciliation.digest,
+          generation.createdAtMs,
+        ],
+      );
     } else {
-      const updated = await this.q("UPDATE packages SET generation = ?, manifest_digest = ?, reconciliation_digest = ?, updated_at_ms = ? WHERE name = ? AND generation = ? RETURNING name", [
-        generation.generation, generation.manifestDigest, reconciliation.digest, generation.createdAtMs, generation.package, previousGeneration,
-      ]);
-      if (updated.length !== 1) throw new QlrError("conflict", `package ${generation.package} moved past generation ${previousGeneration}; nothing written`);
+      const updated = await this.q(
+        "UPDATE packages SET generation = ?, manifest_digest = ?, reconciliation_digest = ?, updated_at_ms = ? WHERE name = ? AND generation = ? RETURNING name",
+        [
+          generation.generation,
+          generation.manifestDigest,
+          reconciliation.digest,
+          generation.createdAtMs,
+          generation.package,
+          previousGeneration,
+        ],
+      );
+      if (updated.length !== 1)
+        throw new QlrError(
+          "conflict",
+          `package ${generation.package} moved past generation ${previousGeneration}; nothing written`,
+        );
     }
     await this.advanceWatermark(generation.createdAtMs);
   }
 
   async getSchedules(packageName: string): Promise<ScheduleState[]> {
-    const found = await this.q<rows.ScheduleRow>(`SELECT ${rows.SCHEDULE_COLUMNS.join(", ")} FROM schedules WHERE package = ? ORDER BY name`, [packageName]);
+    const found = await this.q<rows.ScheduleRow>(
+      `SELECT ${rows.SCHEDULE_COLUMNS.join(", ")} FROM schedules WHERE package = ? ORDER BY name`,
+      [packageName],
+    );
     return found.map(rows.toSchedule);
   }
 
   async listDueSchedules(nowMs: number, limit: number): Promise<ScheduleState[]> {
-    const found = await this.q<rows.ScheduleRow>(`SELECT ${rows.SCHEDULE_COLUMNS.join(", ")} FROM schedules WHERE next_fire_at_ms IS NOT NULL AND next_fire_at_ms <= ? ORDER BY next_fire_at_ms, package, name LIMIT ?`, [nowMs, cap(limit)]);
+    const found = await this.q<rows.ScheduleRow>(
+      `SELECT ${rows.SCHEDULE_COLUMNS.join(", ")} FROM schedules WHERE next_fire_at_ms IS NOT NULL AND next_fire_at_ms <= ? ORDER BY next_fire_at_ms, package, name LIMIT ?`,
+      [nowMs, cap(limit)],
+    );
     return found.map(rows.toSchedule);
   }
 
   async putSchedule(state: ScheduleState, expectedVersion: number | null): Promise<void> {
     if (expectedVersion === null) {
-      await this.q(`INSERT INTO schedules (${rows.SCHEDULE_COLUMNS.join(", ")}) VALUES (${rows.SCHEDULE_COLUMNS.map(() => "?").join(", ")})`, rows.scheduleParams(state));
+      await this.q(
+        `INSERT INTO schedules (${rows.SCHEDULE_COLUMNS.join(", ")}) VALUES (${rows.SCHEDULE_COLUMNS.map(() => "?").join(", ")})`,
+        rows.scheduleParams(state),
+      );
       return;
     }
-    const updated = await this.q(`UPDATE schedules SET ${rows.SCHEDULE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE package = ? AND name = ? AND version = ? RETURNING name`, [
-      ...rows.scheduleParams(state), state.package, state.name, expectedVersion,
-    ]);
-    if (updated.length !== 1) throw new QlrError("conflict", `schedule ${state.package}/${state.name} changed since version ${expectedVersion}; nothing written`);
+    const updated = await this.q(
+      `UPDATE schedules SET ${rows.SCHEDULE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE package = ? AND name = ? AND version = ? RETURNING name`,
+      [...rows.scheduleParams(state), state.package, state.name, expectedVersion],
+    );
+    if (updated.length !== 1)
+      throw new QlrError(
+        "conflict",
+        `schedule ${state.package}/${state.name} changed since version ${expectedVersion}; nothing written`,
+      );
   }
 
   async deleteSchedule(packageName: string, name: string): Promise<void> {
@@ -459,7 +787,10 @@ class SqlStoreTx implements StoreTx {
   }
 
   async listFrontierRuns(afterRunId: string | null, limit: number): Promise<string[]> {
-    const found = await this.q<{ id: string }>("SELECT id FROM runs WHERE frontier_due = 1 AND id > ? ORDER BY id LIMIT ?", [afterRunId ?? "", cap(limit)]);
+    const found = await this.q<{ id: string }>(
+      "SELECT id FROM runs WHERE frontier_due = 1 AND id > ? ORDER BY id LIMIT ?",
+      [afterRunId ?? "", cap(limit)],
+    );
     return found.map((row) => row.id);
   }
 
@@ -467,7 +798,11 @@ class SqlStoreTx implements StoreTx {
     await this.q("UPDATE runs SET frontier_due = 0 WHERE id = ? AND frontier_due = 1", [runId]);
   }
 
-  async listAdmissionCandidates(after: AdmissionCandidate | null, limit: number, nowMs: number): Promise<AdmissionCandidate[]> {
+  async listAdmissionCandidates(
+    after: AdmissionCandidate | null,
+    limit: number,
+    nowMs: number,
+  ): Promise<AdmissionCandidate[]> {
     const found = await this.q<{ run_id: string; id: string; version: number }>(
       `SELECT s.run_id, s.id, s.version FROM step_runs s JOIN runs r ON r.id = s.run_id
         WHERE s.status = 'ready' AND r.status = 'running' AND r.cancel_requested_at_ms IS NULL
@@ -475,12 +810,26 @@ class SqlStoreTx implements StoreTx {
           AND NOT EXISTS (SELECT 1 FROM admission_receipts a WHERE a.run_id = s.run_id AND a.step_run_id = s.id AND a.step_run_version = s.version)
           AND (s.run_id > ? OR (s.run_id = ? AND s.id > ?))
         ORDER BY s.run_id, s.id LIMIT ?`,
-      [nowMs, after?.runId ?? "", after?.runId ?? "", after?.stepRunId ?? "", Math.min(cap(limit), MAX_ADMISSION_PAGE)],
+      [
+        nowMs,
+        after?.runId ?? "",
+        after?.runId ?? "",
+        after?.stepRunId ?? "",
+        Math.min(cap(limit), MAX_ADMISSION_PAGE),
+      ],
     );
-    return found.map((row) => ({ runId: row.run_id, stepRunId: row.id, stepRunVersion: Number(row.version) }));
+    return found.map((row) => ({
+      runId: row.run_id,
+      stepRunId: row.id,
+      stepRunVersion: Number(row.version),
+    }));
   }
 
-  async listQueuedOrdinaryRuns(afterRunId: string | null, limit: number, nowMs: number): Promise<string[]> {
+  async listQueuedOrdinaryRuns(
+    afterRunId: string | null,
+    limit: number,
+    nowMs: number,
+  ): Promise<string[]> {
     const found = await this.q<{ id: string }>(
       "SELECT id FROM runs WHERE status = 'queued' AND kind = 'ordinary' AND cancel_requested_at_ms IS NULL AND (not_before_ms IS NULL OR not_before_ms <= ?) AND id > ? ORDER BY id LIMIT ?",
       [nowMs, afterRunId ?? "", cap(limit)],
@@ -488,17 +837,35 @@ class SqlStoreTx implements StoreTx {
     return found.map((row) => row.id);
   }
 
-  async listAttempts(executor: ExecutorType, statuses: readonly RunAttempt["status"][], afterAttemptId: string | null, limit: number, ownerNodeId?: string): Promise<RunAttempt[]> {
+  async listAttempts(
+    executor: ExecutorType,
+    statuses: readonly RunAttempt["status"][],
+    afterAttemptId: string | null,
+    limit: number,
+    ownerNodeId?: string,
+  ): Promise<RunAttempt[]> {
     if (statuses.length === 0) return [];
-    const ownerSql = ownerNodeId === undefined ? "" : "AND (owner_node_id = ? OR owner_node_id IS NULL)";
+    const ownerSql =
+      ownerNodeId === undefined ? "" : "AND (owner_node_id = ? OR owner_node_id IS NULL)";
     const found = await this.q<rows.AttemptRow>(
       `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE executor = ? AND status IN (${statuses.map(() => "?").join(", ")}) ${ownerSql} AND id > ? ORDER BY id LIMIT ?`,
-      [executor, ...statuses, ...(ownerNodeId === undefined ? [] : [ownerNodeId]), afterAttemptId ?? "", cap(limit)],
+      [
+        executor,
+        ...statuses,
+        ...(ownerNodeId === undefined ? [] : [ownerNodeId]),
+        afterAttemptId ?? "",
+        cap(limit),
+      ],
     );
     return found.map(rows.toAttempt);
   }
 
-  async listOrphanedAttempts(executor: ExecutorType, nowMs: number, afterAttemptId: string | null, limit: number): Promise<RunAttempt[]> {
+  async listOrphanedAttempts(
+    executor: ExecutorType,
+    nowMs: number,
+    afterAttemptId: string | null,
+    limit: number,
+  ): Promise<RunAttempt[]> {
     const found = await this.q<rows.AttemptRow>(
       `SELECT ${rows.ATTEMPT_COLUMNS.map((column) => `a.${column}`).join(", ")} FROM run_attempts a LEFT JOIN coordinators c ON c.node_id = a.owner_node_id
         WHERE a.executor = ? AND a.status IN ('starting', 'running') AND a.owner_node_id IS NOT NULL AND a.error IS NULL
@@ -509,25 +876,58 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getCoordinator(nodeId: string): Promise<CoordinatorRecord | null> {
-    const found = await this.q<CoordinatorRow>(`SELECT ${COORDINATOR_COLUMNS} FROM coordinators WHERE node_id = ?`, [nodeId]);
+    const found = await this.q<CoordinatorRow>(
+      `SELECT ${COORDINATOR_COLUMNS} FROM coordinators WHERE node_id = ?`,
+      [nodeId],
+    );
     return found[0] === undefined ? null : toCoordinator(found[0]);
   }
 
-  async putCoordinator(record: CoordinatorRecord, expectedIncarnation: number | null): Promise<void> {
-    const params: SqlParam[] = [record.nodeId, record.incarnation, record.host, record.bootId, record.startedAtMs, record.heartbeatAtMs, record.leaseExpiresAtMs];
+  async putCoordinator(
+    record: CoordinatorRecord,
+    expectedIncarnation: number | null,
+  ): Promise<void> {
+    const params: SqlParam[] = [
+      record.nodeId,
+      record.incarnation,
+      record.host,
+      record.bootId,
+      record.startedAtMs,
+      record.heartbeatAtMs,
+      record.leaseExpiresAtMs,
+    ];
     if (expectedIncarnation === null) {
-      await this.q(`INSERT INTO coordinators (${COORDINATOR_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)`, params);
+      await this.q(
+        `INSERT INTO coordinators (${COORDINATOR_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+        params,
+      );
       return;
     }
     const updated = await this.q(
       "UPDATE coordinators SET incarnation = ?, host = ?, boot_id = ?, started_at_ms = ?, heartbeat_at_ms = ?, lease_expires_at_ms = ? WHERE node_id = ? AND incarnation = ? RETURNING node_id",
-      [record.incarnation, record.host, record.bootId, record.startedAtMs, record.heartbeatAtMs, record.leaseExpiresAtMs, record.nodeId, expectedIncarnation],
+      [
+        record.incarnation,
+        record.host,
+        record.bootId,
+        record.startedAtMs,
+        record.heartbeatAtMs,
+        record.leaseExpiresAtMs,
+        record.nodeId,
+        expectedIncarnation,
+      ],
     );
-    if (updated.length !== 1) throw new QlrError("conflict", `coordinator node ${record.nodeId} is no longer at incarnation ${expectedIncarnation}; nothing written`);
+    if (updated.length !== 1)
+      throw new QlrError(
+        "conflict",
+        `coordinator node ${record.nodeId} is no longer at incarnation ${expectedIncarnation}; nothing written`,
+      );
   }
 
   async listCoordinators(limit: number): Promise<CoordinatorRecord[]> {
-    const found = await this.q<CoordinatorRow>(`SELECT ${COORDINATOR_COLUMNS} FROM coordinators ORDER BY node_id LIMIT ?`, [cap(limit)]);
+    const found = await this.q<CoordinatorRow>(
+      `SELECT ${COORDINATOR_COLUMNS} FROM coordinators ORDER BY node_id LIMIT ?`,
+      [cap(limit)],
+    );
     return found.map(toCoordinator);
   }
 
@@ -539,7 +939,11 @@ class SqlStoreTx implements StoreTx {
     return found.map(rows.toAttempt);
   }
 
-  async listExpiredLeases(nowMs: number, afterAttemptId: string | null, limit: number): Promise<RunAttempt[]> {
+  async listExpiredLeases(
+    nowMs: number,
+    afterAttemptId: string | null,
+    limit: number,
+  ): Promise<RunAttempt[]> {
     const found = await this.q<rows.AttemptRow>(
       `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE executor = 'remote_worker' AND status IN ('claimed', 'starting', 'running') AND lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms <= ? AND id > ? ORDER BY id LIMIT ?`,
       [nowMs, afterAttemptId ?? "", cap(limit)],
@@ -548,19 +952,28 @@ class SqlStoreTx implements StoreTx {
   }
 
   async terminalRunAtRank(rank: number): Promise<PurgeKey | null> {
-    if (!Number.isSafeInteger(rank) || rank < 1) throw new QlrError("invalid_request", `rank must be a positive integer, got ${rank}`);
+    if (!Number.isSafeInteger(rank) || rank < 1)
+      throw new QlrError("invalid_request", `rank must be a positive integer, got ${rank}`);
     const found = await this.q<{ finished_at_ms: number; id: string }>(
       `SELECT finished_at_ms, id FROM runs WHERE ${TERMINAL_WITH_FINISH} ORDER BY finished_at_ms DESC, id DESC LIMIT 1 OFFSET ?`,
       [rank - 1],
     );
     const row = found[0];
-    return row === undefined ? null : { finishedAtMs: Number(row.finished_at_ms), runId: String(row.id) };
+    return row === undefined
+      ? null
+      : { finishedAtMs: Number(row.finished_at_ms), runId: String(row.id) };
   }
 
-  async listPurgeCandidates(after: PurgeKey | null, end: PurgeKey, limit: number): Promise<PurgeCandidate[]> {
+  async listPurgeCandidates(
+    after: PurgeKey | null,
+    end: PurgeKey,
+    limit: number,
+  ): Promise<PurgeCandidate[]> {
     // Keyset on (finished_at_ms, id), written as OR of comparisons: both dialects use the index.
-    const afterSql = after === null ? "" : "AND (r.finished_at_ms > ? OR (r.finished_at_ms = ? AND r.id > ?))";
-    const afterParams: SqlParam[] = after === null ? [] : [after.finishedAtMs, after.finishedAtMs, after.runId];
+    const afterSql =
+      after === null ? "" : "AND (r.finished_at_ms > ? OR (r.finished_at_ms = ? AND r.id > ?))";
+    const afterParams: SqlParam[] =
+      after === null ? [] : [after.finishedAtMs, after.finishedAtMs, after.runId];
     const found = await this.q<PurgeCandidateRow>(
       `SELECT ${PURGE_CANDIDATE_COLUMNS} FROM runs r
         WHERE r.${TERMINAL_WITH_FINISH} ${afterSql}
@@ -572,14 +985,24 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getPurgeCandidate(runId: string): Promise<PurgeCandidate | null> {
-    const found = await this.q<PurgeCandidateRow>(`SELECT ${PURGE_CANDIDATE_COLUMNS} FROM runs r WHERE r.id = ?`, [runId]);
+    const found = await this.q<PurgeCandidateRow>(
+      `SELECT ${PURGE_CANDIDATE_COLUMNS} FROM runs r WHERE r.id = ?`,
+      [runId],
+    );
     return found[0] === undefined ? null : toPurgeCandidate(found[0]);
   }
 
   async purgeRun(runId: string): Promise<PurgedRun> {
-    const run = await this.q<{ status: RunStatus; idempotency_key: unknown; finished_at_ms: number | null }>("SELECT status, idempotency_key, finished_at_ms FROM runs WHERE id = ?", [runId]);
+    const run = await this.q<{
+      status: RunStatus;
+      idempotency_key: unknown;
+      finished_at_ms: number | null;
+    }>("SELECT status, idempotency_key, finished_at_ms FROM runs WHERE id = ?", [runId]);
     if (run[0] === undefined) throw new QlrError("not_found", `run ${runId} does not exist`);
-    const attempts = await this.q<{ id: string; executor: ExecutorType }>("SELECT id, executor FROM run_attempts WHERE run_id = ? ORDER BY number", [runId]);
+    const attempts = await this.q<{ id: string; executor: ExecutorType }>(
+      "SELECT id, executor FROM run_attempts WHERE run_id = ? ORDER BY number",
+      [runId],
+    );
     // Children first, in the order their references point: nothing is left pointing at a
     // deleted row even where the schema does not enforce its foreign keys. Leases are columns
     // of the attempt rows, so they go with them.
@@ -591,14 +1014,28 @@ class SqlStoreTx implements StoreTx {
     await this.q("DELETE FROM step_runs WHERE run_id = ?", [runId]);
     await this.q("DELETE FROM runs WHERE id = ?", [runId]);
     const finishedAtMs = run[0].finished_at_ms;
-    const idempotencyKey = typeof run[0].idempotency_key === "string" ? run[0].idempotency_key : null;
-    return { runId, status: run[0].status, idempotencyKey, finishedAtMs: finishedAtMs === null ? null : Number(finishedAtMs), attempts: attempts.map((row) => ({ id: String(row.id), executor: row.executor })) };
+    const idempotencyKey =
+      typeof run[0].idempotency_key === "string" ? run[0].idempotency_key : null;
+    return {
+      runId,
+      status: run[0].status,
+      idempotencyKey,
+      finishedAtMs: finishedAtMs === null ? null : Number(finishedAtMs),
+      attempts: attempts.map((row) => ({ id: String(row.id), executor: row.executor })),
+    };
   }
 
   async existingAttemptIds(attemptIds: readonly string[]): Promise<string[]> {
     if (attemptIds.length === 0) return [];
-    if (attemptIds.length > MAX_PAGE) throw new QlrError("invalid_request", `at most ${MAX_PAGE} attempt ids per call, got ${attemptIds.length}`);
-    const found = await this.q<{ id: string }>(`SELECT id FROM run_attempts WHERE id IN (${attemptIds.map(() => "?").join(", ")})`, [...attemptIds]);
+    if (attemptIds.length > MAX_PAGE)
+      throw new QlrError(
+        "invalid_request",
+        `at most ${MAX_PAGE} attempt ids per call, got ${attemptIds.length}`,
+      );
+    const found = await this.q<{ id: string }>(
+      `SELECT id FROM run_attempts WHERE id IN (${attemptIds.map(() => "?").join(", ")})`,
+      [...attemptIds],
+    );
     return found.map((row) => String(row.id));
   }
 
@@ -612,22 +1049,35 @@ class SqlStoreTx implements StoreTx {
     }
     if (filter.cursor !== null) {
       // Keyset on (created_at_ms, id) descending: stable while new runs are inserted.
-      conditions.push("(created_at_ms < (SELECT created_at_ms FROM runs WHERE id = ?) OR (created_at_ms = (SELECT created_at_ms FROM runs WHERE id = ?) AND id < ?))");
+      conditions.push(
+        "(created_at_ms < (SELECT created_at_ms FROM runs WHERE id = ?) OR (created_at_ms = (SELECT created_at_ms FROM runs WHERE id = ?) AND id < ?))",
+      );
       params.push(filter.cursor, filter.cursor, filter.cursor);
     }
     const where = conditions.length === 0 ? "" : `WHERE ${conditions.join(" AND ")}`;
-    const found = await this.q<rows.RunRow>(`SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs ${where} ORDER BY created_at_ms DESC, id DESC LIMIT ?`, [...params, limit]);
+    const found = await this.q<rows.RunRow>(
+      `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs ${where} ORDER BY created_at_ms DESC, id DESC LIMIT ?`,
+      [...params, limit],
+    );
     return found.map(rows.toRun);
   }
 
   async listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]> {
-    const found = await this.q<rows.EventRow>("SELECT run_id, seq, id, type, at_ms, step_run_id, attempt_id, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?", [runId, afterSeq, cap(limit)]);
+    const found = await this.q<rows.EventRow>(
+      "SELECT run_id, seq, id, type, at_ms, step_run_id, attempt_id, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+      [runId, afterSeq, cap(limit)],
+    );
     return found.map(rows.toEvent);
   }
 
   async countRunsByStatus(): Promise<Record<RunStatus, number>> {
-    const found = await this.q<{ status: RunStatus; count: number }>("SELECT status, COUNT(*) AS count FROM runs GROUP BY status");
-    const counts = Object.fromEntries(RUN_STATUSES.map((status) => [status, 0])) as Record<RunStatus, number>;
+    const found = await this.q<{ status: RunStatus; count: number }>(
+      "SELECT status, COUNT(*) AS count FROM runs GROUP BY status",
+    );
+    const counts = Object.fromEntries(RUN_STATUSES.map((status) => [status, 0])) as Record<
+      RunStatus,
+      number
+    >;
     for (const row of found) counts[row.status] = Number(row.count);
     return counts;
   }
@@ -641,7 +1091,14 @@ class SqlStoreTx implements StoreTx {
       `SELECT finished_at_ms / ${HOUR_MS} AS hour, status, COUNT(*) AS count FROM runs WHERE ${TERMINAL_WITH_FINISH} AND finished_at_ms >= ? GROUP BY finished_at_ms / ${HOUR_MS}, status ORDER BY hour, status LIMIT ?`,
       [sinceMs, OVERVIEW_SERIES_LIMIT],
     );
-    const durations = await this.q<{ hour: unknown; package: string; target: string; runs: unknown; avg_ms: unknown; max_ms: unknown }>(
+    const durations = await this.q<{
+      hour: unknown;
+      package: string;
+      target: string;
+      runs: unknown;
+      avg_ms: unknown;
+      max_ms: unknown;
+    }>(
       `SELECT finished_at_ms / ${HOUR_MS} AS hour, package, target, COUNT(*) AS runs, AVG(finished_at_ms - created_at_ms) AS avg_ms, MAX(finished_at_ms - created_at_ms) AS max_ms
        FROM runs WHERE ${TERMINAL_WITH_FINISH} AND finished_at_ms >= ? AND kind = 'workflow'
        GROUP BY finished_at_ms / ${HOUR_MS}, package, target ORDER BY hour, package, target LIMIT ?`,
@@ -649,15 +1106,28 @@ class SqlStoreTx implements StoreTx {
     );
     const toRun = (row: rows.RunRow): OverviewRun => {
       const run = rows.toRun(row);
-      return { id: run.id, kind: run.kind, package: run.package, target: run.target, status: run.status, createdAtMs: run.createdAtMs, finishedAtMs: run.finishedAtMs };
+      return {
+        id: run.id,
+        kind: run.kind,
+        package: run.package,
+        target: run.target,
+        status: run.status,
+        createdAtMs: run.createdAtMs,
+        finishedAtMs: run.finishedAtMs,
+      };
     };
     const failures = await this.q<rows.RunRow>(
       `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE ${TERMINAL_WITH_FINISH} AND finished_at_ms >= ? AND status IN ('failed', 'timed_out', 'lost') ORDER BY finished_at_ms DESC, id DESC LIMIT ?`,
       [nowMs - 24 * HOUR_MS, OVERVIEW_LIST_LIMIT],
     );
     const activeWhere = "status IN ('queued', 'dispatching', 'running')";
-    const active = await this.q<rows.RunRow>(`SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE ${activeWhere} ORDER BY created_at_ms, id LIMIT ?`, [OVERVIEW_LIST_LIMIT]);
-    const activeCount = await this.q<{ count: unknown }>(`SELECT COUNT(*) AS count FROM runs WHERE ${activeWhere}`);
+    const active = await this.q<rows.RunRow>(
+      `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE ${activeWhere} ORDER BY created_at_ms, id LIMIT ?`,
+      [OVERVIEW_LIST_LIMIT],
+    );
+    const activeCount = await this.q<{ count: unknown }>(
+      `SELECT COUNT(*) AS count FROM runs WHERE ${activeWhere}`,
+    );
     const fires = await this.q<{ package: string; name: string; next_fire_at_ms: unknown }>(
       "SELECT package, name, next_fire_at_ms FROM schedules WHERE next_fire_at_ms IS NOT NULL ORDER BY next_fire_at_ms, package, name LIMIT ?",
       [OVERVIEW_LIST_LIMIT],
@@ -666,17 +1136,35 @@ class SqlStoreTx implements StoreTx {
       nowMs,
       sinceMs,
       hours,
-      runsPerHour: perHour.map((row) => ({ hourStartMs: num(row.hour) * HOUR_MS, status: row.status, count: num(row.count) })),
-      durations: durations.map((row) => ({ hourStartMs: num(row.hour) * HOUR_MS, package: row.package, workflow: row.target, runs: num(row.runs), avgDurationMs: Math.round(num(row.avg_ms)), maxDurationMs: num(row.max_ms) })),
+      runsPerHour: perHour.map((row) => ({
+        hourStartMs: num(row.hour) * HOUR_MS,
+        status: row.status,
+        count: num(row.count),
+      })),
+      durations: durations.map((row) => ({
+        hourStartMs: num(row.hour) * HOUR_MS,
+        package: row.package,
+        workflow: row.target,
+        runs: num(row.runs),
+        avgDurationMs: Math.round(num(row.avg_ms)),
+        maxDurationMs: num(row.max_ms),
+      })),
       recentFailures: failures.map(toRun),
       active: active.map(toRun),
       activeCount: num(activeCount[0]?.count ?? 0),
-      nextFires: fires.map((row) => ({ package: row.package, name: row.name, nextFireAtMs: num(row.next_fire_at_ms) })),
+      nextFires: fires.map((row) => ({
+        package: row.package,
+        name: row.name,
+        nextFireAtMs: num(row.next_fire_at_ms),
+      })),
     };
   }
 
   async listMutations(runId: string): Promise<StepMutation[]> {
-    const found = await this.q<rows.MutationRow>("SELECT run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms FROM step_mutations WHERE run_id = ? ORDER BY event_seq, step_run_id", [runId]);
+    const found = await this.q<rows.MutationRow>(
+      "SELECT run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms FROM step_mutations WHERE run_id = ? ORDER BY event_seq, step_run_id",
+      [runId],
+    );
     return found.map(rows.toMutation);
   }
 }
@@ -693,14 +1181,17 @@ export class SqlStore implements Store {
   constructor(driver: SqlDriver, options: { readonly clock?: StoreClockSource } = {}) {
     this.driver = driver;
     this.clock = options.clock ?? "host";
-    if (this.clock === "database" && driver.dialect !== "postgres") throw new TypeError(`the database clock needs a postgres driver, got ${driver.dialect}`);
+    if (this.clock === "database" && driver.dialect !== "postgres")
+      throw new TypeError(`the database clock needs a postgres driver, got ${driver.dialect}`);
     this.dialect = driver.dialect;
     this.driverName = driver.name;
     this.rewrite = driver.dialect === "postgres" ? placeholders : (sql) => sql;
   }
 
   transaction<T>(fn: (tx: SqlStoreTx) => Promise<T>): Promise<T> {
-    return this.driver.transaction((tx) => fn(new SqlStoreTx(tx, this.rewrite, this.statementCache, this.bodies, this.clock)));
+    return this.driver.transaction((tx) =>
+      fn(new SqlStoreTx(tx, this.rewrite, this.statementCache, this.bodies, this.clock)),
+    );
   }
 
   close(): Promise<void> {
@@ -711,7 +1202,12 @@ export class SqlStore implements Store {
 export type { SqlStoreTx };
 
 /** Opens a store over a driver: applies the dialect's migrations first. */
-export async function openSqlStore(driver: SqlDriver, migrations: readonly Migration[], nowMs: number, options: { readonly clock?: StoreClockSource } = {}): Promise<SqlStore> {
+export async function openSqlStore(
+  driver: SqlDriver,
+  migrations: readonly Migration[],
+  nowMs: number,
+  options: { readonly clock?: StoreClockSource } = {},
+): Promise<SqlStore> {
   await migrate(driver, migrations, nowMs);
   return new SqlStore(driver, options);
 }

@@ -20,7 +20,8 @@ export const BENCH_START_MS = 1_800_000_000_000;
 /** Reads the JSON configuration the orchestrator passes in `QLR_BENCH_CONFIG`. */
 export function readConfig<T>(): T {
   const text = process.env.QLR_BENCH_CONFIG;
-  if (text === undefined || text === "") throw new Error("QLR_BENCH_CONFIG is not set: run the benches through bench/run.mjs");
+  if (text === undefined || text === "")
+    throw new Error("QLR_BENCH_CONFIG is not set: run the benches through bench/run.mjs");
   return JSON.parse(text) as T;
 }
 
@@ -135,13 +136,33 @@ export function readProcStatus(): { vmHwmBytes: number; vmRssBytes: number } | n
 }
 
 export function task(name: string): TaskSpec {
-  return { name, argv: ["true"], shell: false, timeoutMs: 60_000, env: {}, cwd: null, executor: "local_process", pool: null, retry: { max: 0, backoffMs: 0, idempotent: false } };
+  return {
+    name,
+    argv: ["true"],
+    shell: false,
+    timeoutMs: 60_000,
+    env: {},
+    cwd: null,
+    executor: "local_process",
+    pool: null,
+    retry: { max: 0, backoffMs: 0, idempotent: false },
+  };
 }
 
 /** A wide workflow of independent steps: every step is ready after the first frontier pass. */
 export function wideManifest(packageName: string, width: number): Manifest {
-  const steps = Array.from({ length: width }, (_, index) => ({ name: `s${String(index).padStart(3, "0")}`, task: "work", needs: [] as string[] }));
-  return { package: packageName, description: null, tasks: [task("work")], workflows: [{ name: "wide", description: null, steps }], schedules: [] };
+  const steps = Array.from({ length: width }, (_, index) => ({
+    name: `s${String(index).padStart(3, "0")}`,
+    task: "work",
+    needs: [] as string[],
+  }));
+  return {
+    package: packageName,
+    description: null,
+    tasks: [task("work")],
+    workflows: [{ name: "wide", description: null, steps }],
+    schedules: [],
+  };
 }
 
 /** A diamond: a → b, a → c, {b, c} → d. */

@@ -10,7 +10,12 @@ import { join } from "node:path";
 import { admitTaskAttempt } from "../../src/admission.ts";
 import { canonicalJson } from "../../src/canonical-json.ts";
 import { digestOf } from "../../src/digest.ts";
-import { renormalize, verifyPlan, verifyReconciliationReceipt, verifyTaskDefinition } from "../../src/packages.ts";
+import {
+  renormalize,
+  verifyPlan,
+  verifyReconciliationReceipt,
+  verifyTaskDefinition,
+} from "../../src/packages.ts";
 import type { AdmissionCandidate } from "../../src/ports.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
@@ -31,7 +36,12 @@ async function time(iterations: number, fn: () => unknown): Promise<number> {
 }
 
 /** Mean time of one statement alone, measured inside its own transaction (BEGIN/COMMIT and journaling excluded). */
-async function statementTime(driver: SqlDriver, iterations: number, sql: string, params: () => (string | number | null)[]): Promise<number> {
+async function statementTime(
+  driver: SqlDriver,
+  iterations: number,
+  sql: string,
+  params: () => (string | number | null)[],
+): Promise<number> {
   let total = 0;
   for (let index = 0; index < iterations + 20; index += 1) {
     await driver.transaction(async (tx) => {
@@ -49,7 +59,12 @@ async function statementTime(driver: SqlDriver, iterations: number, sql: string,
  * sets only what an admission changes, and reading every step of the run against reading the
  * one step being admitted. Both write the values already stored, so nothing changes.
  */
-export async function statementExperiments(store: SqlStore, driver: SqlDriver, candidate: AdmissionCandidate, iterations: number): Promise<ComponentTiming[]> {
+export async function statementExperiments(
+  store: SqlStore,
+  driver: SqlDriver,
+  candidate: AdmissionCandidate,
+  iterations: number,
+): Promise<ComponentTiming[]> {
   const run = await store.transaction((tx) => tx.getRun(candidate.runId));
   if (run === null) throw new Error("bench: candidate run missing");
   const rewrite = (sql: string): string => {
@@ -57,29 +72,91 @@ export async function statementExperiments(store: SqlStore, driver: SqlDriver, c
     let index = 0;
     return sql.replace(/\?/g, () => `$${(index += 1)}`);
   };
-  const all = rewrite(`UPDATE runs SET ${rows.RUN_COLUMNS.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`);
+  const all = rewrite(
+    `UPDATE runs SET ${rows.RUN_COLUMNS.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
+  );
   const columnsButId = rows.RUN_COLUMNS.filter((column) => column !== "id");
-  const allButId = rewrite(`UPDATE runs SET ${columnsButId.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`);
-  const few = rewrite("UPDATE runs SET version = ?, event_seq = ?, attempt_seq = ?, updated_at_ms = ? WHERE id = ? AND version = ? RETURNING id");
-  const stepsOfRun = rewrite(`SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE run_id = ? ORDER BY position`);
-  const oneStep = rewrite(`SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE run_id = ? AND id = ?`);
-  const mutations = await driver.transaction(async (tx) => Number((await tx.query<{ n: number }>("SELECT COUNT(*) AS n FROM step_mutations"))[0]?.n ?? 0));
+  const allButId = rewrite(
+    `UPDATE runs SET ${columnsButId.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
+  );
+  const few = rewrite(
+    "UPDATE runs SET version = ?, event_seq = ?, attempt_seq = ?, updated_at_ms = ? WHERE id = ? AND version = ? RETURNING id",
+  );
+  const stepsOfRun = rewrite(
+    `SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE run_id = ? ORDER BY position`,
+  );
+  const oneStep = rewrite(
+    `SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE run_id = ? AND id = ?`,
+  );
+  const mutations = await driver.transaction(async (tx) =>
+    Number((await tx.query<{ n: number }>("SELECT COUNT(*) AS n FROM step_mutations"))[0]?.n ?? 0),
+  );
   const context = `same values written back; statement time only; ${mutations} rows in step_mutations`;
   return [
-    { name: "UPDATE runs, all 18 columns (as apply() does)", meanMs: round(await statementTime(driver, iterations, all, () => [...rows.runParams(run), null, run.id, run.version])), note: context },
+    {
+      name: "UPDATE runs, all 18 columns (as apply() does)",
+      meanMs: round(
+        await statementTime(driver, iterations, all, () => [
+          ...rows.runParams(run),
+          null,
+          run.id,
+          run.version,
+        ]),
+      ),
+      note: context,
+    },
     {
       name: "UPDATE runs, all columns but id",
-      meanMs: round(await statementTime(driver, iterations, allButId, () => [...rows.runParams(run).slice(1), null, run.id, run.version])),
+      meanMs: round(
+        await statementTime(driver, iterations, allButId, () => [
+          ...rows.runParams(run).slice(1),
+          null,
+          run.id,
+          run.version,
+        ]),
+      ),
       note: `${context}; isolates the cost of naming the primary key (a parent key of foreign keys) in SET`,
     },
-    { name: "UPDATE runs, the 4 columns an admission changes", meanMs: round(await statementTime(driver, iterations, few, () => [run.version, run.eventSeq, run.attemptSeq, run.updatedAtMs, run.id, run.version])), note: context },
-    { name: "SELECT all step_runs of the run (as admit() does)", meanMs: round(await statementTime(driver, iterations, stepsOfRun, () => [candidate.runId])), note: "statement time only, rows materialized by the driver" },
-    { name: "SELECT the one step_run being admitted", meanMs: round(await statementTime(driver, iterations, oneStep, () => [candidate.runId, candidate.stepRunId])), note: "statement time only" },
+    {
+      name: "UPDATE runs, the 4 columns an admission changes",
+      meanMs: round(
+        await statementTime(driver, iterations, few, () => [
+          run.version,
+          run.eventSeq,
+          run.attemptSeq,
+          run.updatedAtMs,
+          run.id,
+          run.version,
+        ]),
+      ),
+      note: context,
+    },
+    {
+      name: "SELECT all step_runs of the run (as admit() does)",
+      meanMs: round(await statementTime(driver, iterations, stepsOfRun, () => [candidate.runId])),
+      note: "statement time only, rows materialized by the driver",
+    },
+    {
+      name: "SELECT the one step_run being admitted",
+      meanMs: round(
+        await statementTime(driver, iterations, oneStep, () => [
+          candidate.runId,
+          candidate.stepRunId,
+        ]),
+      ),
+      note: "statement time only",
+    },
   ];
 }
 
 /** Store-dependent parts: the empty transaction and the admission's reads. */
-export async function storeComponents(store: SqlStore, driver: SqlDriver, candidate: AdmissionCandidate, nowMs: number, iterations: number): Promise<ComponentTiming[]> {
+export async function storeComponents(
+  store: SqlStore,
+  driver: SqlDriver,
+  candidate: AdmissionCandidate,
+  nowMs: number,
+  iterations: number,
+): Promise<ComponentTiming[]> {
   const results: ComponentTiming[] = [];
   const placeholder = driver.dialect === "postgres" ? "$1" : "?";
   results.push({
@@ -89,7 +166,16 @@ export async function storeComponents(store: SqlStore, driver: SqlDriver, candid
   });
   results.push({
     name: "1-row write transaction",
-    meanMs: round(await time(iterations, () => driver.transaction((tx) => tx.query(`UPDATE qlr_store_clock SET last_observed_ms = last_observed_ms WHERE id = ${placeholder}`, [1])))),
+    meanMs: round(
+      await time(iterations, () =>
+        driver.transaction((tx) =>
+          tx.query(
+            `UPDATE qlr_store_clock SET last_observed_ms = last_observed_ms WHERE id = ${placeholder}`,
+            [1],
+          ),
+        ),
+      ),
+    ),
     note: "one UPDATE that changes a row: the file store journals and fdatasyncs it",
   });
   results.push({
@@ -115,47 +201,97 @@ export async function storeComponents(store: SqlStore, driver: SqlDriver, candid
 }
 
 /** Store-independent parts: the pure core and the JSON/digest work inside it. */
-export async function coreComponents(store: SqlStore, driver: SqlDriver, candidate: AdmissionCandidate, nowMs: number, iterations: number): Promise<ComponentTiming[]> {
+export async function coreComponents(
+  store: SqlStore,
+  driver: SqlDriver,
+  candidate: AdmissionCandidate,
+  nowMs: number,
+  iterations: number,
+): Promise<ComponentTiming[]> {
   const inputs = await store.transaction(async (tx) => {
     const run = await tx.getRun(candidate.runId);
-    const step = (await tx.getSteps(candidate.runId)).find((item) => item.id === candidate.stepRunId);
-    if (run === null || step === undefined || run.planDigest === null) throw new Error("bench: candidate run or step missing");
+    const step = (await tx.getSteps(candidate.runId)).find(
+      (item) => item.id === candidate.stepRunId,
+    );
+    if (run === null || step === undefined || run.planDigest === null)
+      throw new Error("bench: candidate run or step missing");
     const plan = await tx.getPlan(run.planDigest);
     const reconciliation = await tx.getReconciliation(run.reconciliationDigest);
     const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, step.task);
-    if (plan === null || reconciliation === null || definition === null) throw new Error("bench: plan, reconciliation or definition missing");
+    if (plan === null || reconciliation === null || definition === null)
+      throw new Error("bench: plan, reconciliation or definition missing");
     return { run, step, plan, reconciliation, definition };
   });
   const placeholder = driver.dialect === "postgres" ? "$1" : "?";
   const bodies = await driver.transaction(async (tx) => ({
-    plan: (await tx.query<{ body: string }>(`SELECT body FROM workflow_plans WHERE digest = ${placeholder}`, [inputs.plan.digest]))[0]?.body ?? "{}",
-    reconciliation: (await tx.query<{ body: string }>(`SELECT body FROM reconciliation_receipts WHERE digest = ${placeholder}`, [inputs.reconciliation.digest]))[0]?.body ?? "{}",
-    definition: (await tx.query<{ body: string }>(`SELECT body FROM task_definitions WHERE revision = ${placeholder}`, [inputs.definition.revision]))[0]?.body ?? "{}",
+    plan:
+      (
+        await tx.query<{ body: string }>(
+          `SELECT body FROM workflow_plans WHERE digest = ${placeholder}`,
+          [inputs.plan.digest],
+        )
+      )[0]?.body ?? "{}",
+    reconciliation:
+      (
+        await tx.query<{ body: string }>(
+          `SELECT body FROM reconciliation_receipts WHERE digest = ${placeholder}`,
+          [inputs.reconciliation.digest],
+        )
+      )[0]?.body ?? "{}",
+    definition:
+      (
+        await tx.query<{ body: string }>(
+          `SELECT body FROM task_definitions WHERE revision = ${placeholder}`,
+          [inputs.definition.revision],
+        )
+      )[0]?.body ?? "{}",
   }));
   const { digest: _planDigest, ...planBody } = inputs.plan;
   const results: ComponentTiming[] = [];
   const add = async (name: string, note: string, fn: () => unknown): Promise<void> => {
     results.push({ name, meanMs: round(await time(iterations, fn)), note });
   };
-  await add("admitTaskAttempt (pure core)", "the whole decision with the inputs in hand: verifications, ids, receipt digest, change set", () =>
-    admitTaskAttempt({ ...inputs, existing: null, nowMs }),
+  await add(
+    "admitTaskAttempt (pure core)",
+    "the whole decision with the inputs in hand: verifications, ids, receipt digest, change set",
+    () => admitTaskAttempt({ ...inputs, existing: null, nowMs }),
   );
-  await add("verifyPlan", `canonical JSON + sha256 of the plan (${canonicalJson(planBody).length} chars canonical)`, () => verifyPlan(inputs.plan));
-  await add("verifyReconciliationReceipt", "two digests: the receipt body and its items", () => verifyReconciliationReceipt(inputs.reconciliation));
-  await add("verifyTaskDefinition", "renormalize the execution revision + definition digest", () => verifyTaskDefinition(inputs.definition));
-  await add("renormalize", "execution revision digest", () => renormalize(inputs.definition.execution));
-  await add("canonicalJson(plan)", "canonical JSON text of the plan only", () => canonicalJson(planBody));
+  await add(
+    "verifyPlan",
+    `canonical JSON + sha256 of the plan (${canonicalJson(planBody).length} chars canonical)`,
+    () => verifyPlan(inputs.plan),
+  );
+  await add("verifyReconciliationReceipt", "two digests: the receipt body and its items", () =>
+    verifyReconciliationReceipt(inputs.reconciliation),
+  );
+  await add("verifyTaskDefinition", "renormalize the execution revision + definition digest", () =>
+    verifyTaskDefinition(inputs.definition),
+  );
+  await add("renormalize", "execution revision digest", () =>
+    renormalize(inputs.definition.execution),
+  );
+  await add("canonicalJson(plan)", "canonical JSON text of the plan only", () =>
+    canonicalJson(planBody),
+  );
   await add("digestOf(plan)", "canonical JSON + sha256 of the plan", () => digestOf(planBody));
-  await add("JSON.parse of the 3 bodies", `plan ${bodies.plan.length} + reconciliation ${bodies.reconciliation.length} + definition ${bodies.definition.length} chars`, () => {
-    JSON.parse(bodies.plan);
-    JSON.parse(bodies.reconciliation);
-    JSON.parse(bodies.definition);
-  });
+  await add(
+    "JSON.parse of the 3 bodies",
+    `plan ${bodies.plan.length} + reconciliation ${bodies.reconciliation.length} + definition ${bodies.definition.length} chars`,
+    () => {
+      JSON.parse(bodies.plan);
+      JSON.parse(bodies.reconciliation);
+      JSON.parse(bodies.definition);
+    },
+  );
   return results;
 }
 
 /** The raw cost of what the file store's journal does per commit: append a record, fdatasync. */
-export async function fdatasyncComponent(dataRoot: string, recordBytes: number, iterations: number): Promise<ComponentTiming> {
+export async function fdatasyncComponent(
+  dataRoot: string,
+  recordBytes: number,
+  iterations: number,
+): Promise<ComponentTiming> {
   const path = join(dataRoot, `fdatasync-probe-${process.pid}.log`);
   const fd = openSync(path, "a");
   const record = new Uint8Array(Math.max(1, Math.round(recordBytes))).fill(0x61);
@@ -164,7 +300,11 @@ export async function fdatasyncComponent(dataRoot: string, recordBytes: number, 
       writeSync(fd, record);
       fdatasyncSync(fd);
     });
-    return { name: "append + fdatasync (raw fs)", meanMs: round(meanMs), note: `${record.length}-byte append to a growing file, then fdatasync, without SQLite` };
+    return {
+      name: "append + fdatasync (raw fs)",
+      meanMs: round(meanMs),
+      note: `${record.length}-byte append to a growing file, then fdatasync, without SQLite`,
+    };
   } finally {
     closeSync(fd);
     rmSync(path, { force: true });

@@ -39,8 +39,16 @@ export interface CostCentre {
 export interface ProfileSummary {
   /** Time under the scope function (or all sampled time), ms. */
   readonly scopeMs: number;
-  readonly topSelf: readonly { readonly name: string; readonly ms: number; readonly share: number }[];
-  readonly centres: readonly { readonly name: string; readonly ms: number; readonly share: number }[];
+  readonly topSelf: readonly {
+    readonly name: string;
+    readonly ms: number;
+    readonly share: number;
+  }[];
+  readonly centres: readonly {
+    readonly name: string;
+    readonly ms: number;
+    readonly share: number;
+  }[];
 }
 
 const BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -95,7 +103,10 @@ class SourceResolver {
       map = null;
       const path = `${fileURLToPath(frame.url)}.map`;
       if (existsSync(path)) {
-        const raw = JSON.parse(readFileSync(path, "utf8")) as { sources: string[]; mappings: string };
+        const raw = JSON.parse(readFileSync(path, "utf8")) as {
+          sources: string[];
+          mappings: string;
+        };
         map = { sources: raw.sources, lines: decodeMappings(raw.mappings) };
       }
       this.maps.set(frame.url, map);
@@ -130,7 +141,12 @@ function frameLabel(frame: CallFrame, resolver: SourceResolver): string {
   return name;
 }
 
-export function summarizeCpuProfile(path: string, centres: readonly CostCentre[], scopeFunction?: string, top = 15): ProfileSummary {
+export function summarizeCpuProfile(
+  path: string,
+  centres: readonly CostCentre[],
+  scopeFunction?: string,
+  top = 15,
+): ProfileSummary {
   const profile = JSON.parse(readFileSync(path, "utf8")) as CpuProfile;
   const byId = new Map<number, ProfileNode>();
   const parent = new Map<number, number>();
@@ -152,7 +168,8 @@ export function summarizeCpuProfile(path: string, centres: readonly CostCentre[]
       const node = byId.get(id);
       if (node !== undefined) stack.push(node.callFrame);
     }
-    if (scopeFunction !== undefined && !stack.some((frame) => frame.functionName === scopeFunction)) continue;
+    if (scopeFunction !== undefined && !stack.some((frame) => frame.functionName === scopeFunction))
+      continue;
     // The profiler's own stop request is not part of the measured work.
     if (stack.some((frame) => frame.url === "node:inspector")) continue;
     scopeUs += delta;
@@ -162,11 +179,15 @@ export function summarizeCpuProfile(path: string, centres: readonly CostCentre[]
       self.set(label, (self.get(label) ?? 0) + delta);
     }
     for (const centre of centres) {
-      const hit = centre.selfOnly === true ? leaf !== undefined && centre.match(leaf) : stack.some(centre.match);
+      const hit =
+        centre.selfOnly === true
+          ? leaf !== undefined && centre.match(leaf)
+          : stack.some(centre.match);
       if (hit) centreTime.set(centre.name, (centreTime.get(centre.name) ?? 0) + delta);
     }
   }
-  const share = (us: number): number => (scopeUs === 0 ? 0 : Math.round((us / scopeUs) * 1000) / 10);
+  const share = (us: number): number =>
+    scopeUs === 0 ? 0 : Math.round((us / scopeUs) * 1000) / 10;
   const ms = (us: number): number => Math.round(us / 10) / 100;
   return {
     scopeMs: ms(scopeUs),

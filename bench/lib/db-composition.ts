@@ -14,7 +14,9 @@ export interface TableShare {
   readonly bytes: number;
 }
 
-export async function databaseComposition(directory: string): Promise<{ totalBytes: number; tables: TableShare[] }> {
+export async function databaseComposition(
+  directory: string,
+): Promise<{ totalBytes: number; tables: TableShare[] }> {
   const { loadSqlJs } = await import("../../storage/sqljs/node/load.ts");
   const SQL = await loadSqlJs();
   const path = join(directory, "snapshot.sqlite");
@@ -28,7 +30,11 @@ export async function databaseComposition(directory: string): Promise<{ totalByt
     };
     db.run("VACUUM");
     const totalBytes = size();
-    const names = (db.exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")[0]?.values ?? []).map((row) => String(row[0]));
+    const names = (
+      db.exec(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+      )[0]?.values ?? []
+    ).map((row) => String(row[0]));
     const tables: TableShare[] = [];
     let before = totalBytes;
     for (const table of names) {

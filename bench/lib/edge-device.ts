@@ -16,7 +16,16 @@
  *    opening the snapshot and of the closing checkpoint are both seen.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  cpSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { parseManifest } from "../../src/manifest/index.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
@@ -39,12 +48,30 @@ export interface EdgeDeviceConfig {
 }
 
 const MIB = 1024 * 1024;
-const mib = (bytes: number | null | undefined): number | null => (bytes === null || bytes === undefined || Number.isNaN(bytes) ? null : round(bytes / MIB, 1));
+const mib = (bytes: number | null | undefined): number | null =>
+  bytes === null || bytes === undefined || Number.isNaN(bytes) ? null : round(bytes / MIB, 1);
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-const TASK_AND_WORKFLOW = ["package: edge", "tasks:", "  noop:", '    run: ["true"]', "    timeout: 30s", "workflows:", "  pair:", "    steps:", "      a: { task: noop }", "      b: { task: noop, needs: [a] }"];
+const TASK_AND_WORKFLOW = [
+  "package: edge",
+  "tasks:",
+  "  noop:",
+  '    run: ["true"]',
+  "    timeout: 30s",
+  "workflows:",
+  "  pair:",
+  "    steps:",
+  "      a: { task: noop }",
+  "      b: { task: noop, needs: [a] }",
+];
 /** What the device serves: the same package plus two schedules that fire real processes. */
-const SERVED_MANIFEST = [...TASK_AND_WORKFLOW, "schedules:", '  each-second: { cron: "* * * * * *", task: noop }', '  every-two-seconds: { cron: "*/2 * * * * *", workflow: pair }', ""].join("\n");
+const SERVED_MANIFEST = [
+  ...TASK_AND_WORKFLOW,
+  "schedules:",
+  '  each-second: { cron: "* * * * * *", task: noop }',
+  '  every-two-seconds: { cron: "*/2 * * * * *", workflow: pair }',
+  "",
+].join("\n");
 /** What the history was written with (no schedules: the seeding clock is virtual). */
 const HISTORY_MANIFEST = [...TASK_AND_WORKFLOW, ""].join("\n");
 
@@ -64,15 +91,28 @@ export interface ProcMemory {
 export function procStatus(pid: number | "self"): ProcMemory | null {
   try {
     const text = readFileSync(`/proc/${pid}/status`, "utf8");
-    const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+)\\s+kB`, "m").exec(text)?.[1] ?? Number.NaN) * 1024;
-    return { rss: field("VmRSS"), hwm: field("VmHWM"), anon: field("RssAnon"), file: field("RssFile") };
+    const field = (name: string): number =>
+      Number(new RegExp(`^${name}:\\s+(\\d+)\\s+kB`, "m").exec(text)?.[1] ?? Number.NaN) * 1024;
+    return {
+      rss: field("VmRSS"),
+      hwm: field("VmHWM"),
+      anon: field("RssAnon"),
+      file: field("RssFile"),
+    };
   } catch {
     return null;
   }
 }
 
 const procMiB = (memory: ProcMemory | null): Record<string, number | null> | null =>
-  memory === null ? null : { rss: mib(memory.rss), vmHwm: mib(memory.hwm), rssAnon: mib(memory.anon), rssFile: mib(memory.file) };
+  memory === null
+    ? null
+    : {
+        rss: mib(memory.rss),
+        vmHwm: mib(memory.hwm),
+        rssAnon: mib(memory.anon),
+        rssFile: mib(memory.file),
+      };
 
 // ---------------------------------------------------------------------------------------------
 // 1. The floor, import by import
@@ -80,24 +120,49 @@ const procMiB = (memory: ProcMemory | null): Record<string, number | null> | nul
 /** Cumulative steps; each names what it adds and the code that adds it. */
 const IMPORT_STEPS: readonly { readonly label: string; readonly code: string }[] = [
   { label: "node (nothing imported)", code: "" },
-  { label: "+ @noble/hashes, croner", code: 'await import("@noble/hashes/sha2.js"); await import("croner");' },
+  {
+    label: "+ @noble/hashes, croner",
+    code: 'await import("@noble/hashes/sha2.js"); await import("croner");',
+  },
   { label: "+ zod", code: 'await import("zod");' },
   { label: "+ yaml", code: 'await import("yaml");' },
-  { label: "+ hono, @hono/node-server", code: 'await import("hono"); await import("@hono/node-server");' },
+  {
+    label: "+ hono, @hono/node-server",
+    code: 'await import("hono"); await import("@hono/node-server");',
+  },
   { label: "+ sql.js module", code: 'globalThis.init = (await import("sql.js")).default;' },
-  { label: "+ sql.js compiled, Liftoff only (edge)", code: 'v8.setFlagsFromString("--liftoff-only"); globalThis.SQL = await globalThis.init();' },
+  {
+    label: "+ sql.js compiled, Liftoff only (edge)",
+    code: 'v8.setFlagsFromString("--liftoff-only"); globalThis.SQL = await globalThis.init();',
+  },
   { label: "+ one empty database", code: "new globalThis.SQL.Database();" },
   { label: "(+ pg, no longer loaded by the device)", code: 'await import("pg");' },
-  { label: "(+ PGlite, no longer loaded by the device)", code: 'await import("@electric-sql/pglite");' },
+  {
+    label: "(+ PGlite, no longer loaded by the device)",
+    code: 'await import("@electric-sql/pglite");',
+  },
 ];
 
-async function importBreakdown(root: string): Promise<{ label: string; rssMiB: number | null; vmHwmMiB: number | null; heapUsedMiB: number; externalMiB: number }[]> {
+async function importBreakdown(
+  root: string,
+): Promise<
+  {
+    label: string;
+    rssMiB: number | null;
+    vmHwmMiB: number | null;
+    heapUsedMiB: number;
+    externalMiB: number;
+  }[]
+> {
   const lines = [
     'import v8 from "node:v8";',
     'import { readFileSync } from "node:fs";',
     "const out = [];",
     'const mark = (label) => { const text = readFileSync("/proc/self/status", "utf8"); const kb = (name) => Number(new RegExp(`^${name}:\\\\s+(\\\\d+)`, "m").exec(text)?.[1] ?? NaN) * 1024; const usage = process.memoryUsage(); out.push({ label, rss: kb("VmRSS"), hwm: kb("VmHWM"), heapUsed: usage.heapUsed, external: usage.external }); };',
-    ...IMPORT_STEPS.map((step) => `${step.code} await new Promise((r) => setTimeout(r, 200)); mark(${JSON.stringify(step.label)});`),
+    ...IMPORT_STEPS.map(
+      (step) =>
+        `${step.code} await new Promise((r) => setTimeout(r, 200)); mark(${JSON.stringify(step.label)});`,
+    ),
     "process.stdout.write(JSON.stringify(out));",
   ];
   // Inside node_modules/.cache so that the bare specifiers resolve from the repository's node_modules.
@@ -107,13 +172,30 @@ async function importBreakdown(root: string): Promise<{ label: string; rssMiB: n
   writeFileSync(script, lines.join("\n"));
   try {
     const text = await new Promise<string>((resolve, reject) => {
-      const child = spawn(process.execPath, [script], { cwd: root, stdio: ["ignore", "pipe", "inherit"] });
+      const child = spawn(process.execPath, [script], {
+        cwd: root,
+        stdio: ["ignore", "pipe", "inherit"],
+      });
       let stdout = "";
       child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")));
-      child.on("exit", (code) => (code === 0 ? resolve(stdout) : reject(new Error(`import steps exited with ${code}`))));
+      child.on("exit", (code) =>
+        code === 0 ? resolve(stdout) : reject(new Error(`import steps exited with ${code}`)),
+      );
     });
-    const steps = JSON.parse(text) as { label: string; rss: number; hwm: number; heapUsed: number; external: number }[];
-    return steps.map((step) => ({ label: step.label, rssMiB: mib(step.rss), vmHwmMiB: mib(step.hwm), heapUsedMiB: mib(step.heapUsed) ?? 0, externalMiB: mib(step.external) ?? 0 }));
+    const steps = JSON.parse(text) as {
+      label: string;
+      rss: number;
+      hwm: number;
+      heapUsed: number;
+      external: number;
+    }[];
+    return steps.map((step) => ({
+      label: step.label,
+      rssMiB: mib(step.rss),
+      vmHwmMiB: mib(step.hwm),
+      heapUsedMiB: mib(step.heapUsed) ?? 0,
+      externalMiB: mib(step.external) ?? 0,
+    }));
   } finally {
     rmSync(script, { force: true });
   }
@@ -133,20 +215,51 @@ export interface Served {
 }
 
 /** Starts `qlr serve --profile edge` on 127.0.0.1 with a free port; `extraArgs` follow the standard ones (e.g. retention flags). */
-export async function startServe(root: string, stateDir: string, manifestPath: string, flags: readonly string[], extraArgs: readonly string[] = []): Promise<Served> {
+export async function startServe(
+  root: string,
+  stateDir: string,
+  manifestPath: string,
+  flags: readonly string[],
+  extraArgs: readonly string[] = [],
+): Promise<Served> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.QLR_TOKEN;
   delete env.QLR_STATE_DIR;
   delete env.QLR_PORT;
   delete env.NODE_OPTIONS;
-  const child = spawn(process.execPath, [...flags, join(root, "dist", "qlr.mjs"), "serve", "--profile", "edge", "--state-dir", stateDir, "--port", "0", "--apply", manifestPath, ...extraArgs], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env });
+  const child = spawn(
+    process.execPath,
+    [
+      ...flags,
+      join(root, "dist", "qlr.mjs"),
+      "serve",
+      "--profile",
+      "edge",
+      "--state-dir",
+      stateDir,
+      "--port",
+      "0",
+      "--apply",
+      manifestPath,
+      ...extraArgs,
+    ],
+    { cwd: root, stdio: ["ignore", "pipe", "pipe"], env },
+  );
   let hasExited = false;
-  const exit = new Promise<void>((resolve) => child.on("exit", () => ((hasExited = true), resolve())));
+  const exit = new Promise<void>((resolve) =>
+    child.on("exit", () => ((hasExited = true), resolve())),
+  );
   let errors = "";
-  child.stderr?.on("data", (chunk: Buffer) => (errors = (errors + chunk.toString("utf8")).slice(-4000)));
+  child.stderr?.on(
+    "data",
+    (chunk: Buffer) => (errors = (errors + chunk.toString("utf8")).slice(-4000)),
+  );
   const url = await new Promise<string>((resolve, reject) => {
     let text = "";
-    const timer = setTimeout(() => reject(new Error(`qlr serve did not report its URL in 60 s: ${text} ${errors}`)), 60_000);
+    const timer = setTimeout(
+      () => reject(new Error(`qlr serve did not report its URL in 60 s: ${text} ${errors}`)),
+      60_000,
+    );
     child.stdout?.on("data", (chunk: Buffer) => {
       text += chunk.toString("utf8");
       const match = /qlr serving (http:\/\/\S+)/.exec(text);
@@ -161,12 +274,18 @@ export async function startServe(root: string, stateDir: string, manifestPath: s
   return { child, pid: child.pid ?? -1, url, token, exited: () => hasExited, exit };
 }
 
-export async function metricsOf(served: Served): Promise<{ memoryMiB: Record<string, number | null>; runs: Record<string, number> }> {
-  const text = await (await fetch(`${served.url}/metrics`, { headers: { authorization: `Bearer ${served.token}` } })).text();
+export async function metricsOf(
+  served: Served,
+): Promise<{ memoryMiB: Record<string, number | null>; runs: Record<string, number> }> {
+  const text = await (
+    await fetch(`${served.url}/metrics`, { headers: { authorization: `Bearer ${served.token}` } })
+  ).text();
   const memoryMiB: Record<string, number | null> = {};
-  for (const match of text.matchAll(/^qlr_process_memory_bytes\{kind="([a-z_]+)"\} (\d+)$/gm)) memoryMiB[match[1] ?? "?"] = mib(Number(match[2]));
+  for (const match of text.matchAll(/^qlr_process_memory_bytes\{kind="([a-z_]+)"\} (\d+)$/gm))
+    memoryMiB[match[1] ?? "?"] = mib(Number(match[2]));
   const runs: Record<string, number> = {};
-  for (const match of text.matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm)) runs[match[1] ?? "?"] = Number(match[2]);
+  for (const match of text.matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm))
+    runs[match[1] ?? "?"] = Number(match[2]);
   return { memoryMiB, runs };
 }
 
@@ -178,14 +297,18 @@ export async function stopServe(served: Served, stateDir: string): Promise<void>
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
     try {
-      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(stateDir)) process.kill(Number(entry), "SIGKILL");
+      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(stateDir))
+        process.kill(Number(entry), "SIGKILL");
     } catch {
       // Gone.
     }
   }
 }
 
-async function measureFloor(config: EdgeDeviceConfig, flags: readonly string[]): Promise<Record<string, unknown>> {
+async function measureFloor(
+  config: EdgeDeviceConfig,
+  flags: readonly string[],
+): Promise<Record<string, unknown>> {
   const dir = mkdtempSync(join(config.dataRoot, "edge-floor-"));
   const manifestPath = join(dir, "package.yaml");
   writeFileSync(manifestPath, SERVED_MANIFEST.replace(/^schedules:[\s\S]*$/m, ""));
@@ -216,7 +339,9 @@ interface Seeded {
 async function seedHistory(config: EdgeDeviceConfig): Promise<Seeded> {
   const startedAt = now();
   const stateDir = mkdtempSync(join(config.dataRoot, "edge-history-"));
-  const driver = await openSqlJsFileDriver(await loadSqlJs({ baselineCompilerOnly: true }), { path: join(stateDir, "db") });
+  const driver = await openSqlJsFileDriver(await loadSqlJs({ baselineCompilerOnly: true }), {
+    path: join(stateDir, "db"),
+  });
   // Store time must stay behind the wall clock the serve process will read.
   const startMs = Date.now() - 24 * 3600 * 1000;
   const store = await openSqliteStore(driver, startMs);
@@ -231,17 +356,31 @@ async function seedHistory(config: EdgeDeviceConfig): Promise<Seeded> {
       await startRuns(world, "edge", { kind: "task", name: "noop" }, Math.floor(size / 2));
       const drive = await driveUntilTerminal(world, done + size, 100_000);
       succeeded = drive.statuses.succeeded;
-      if (!drive.finished) throw new Error(`seeding stopped at ${drive.terminal} terminal runs: ${drive.firstStageError ?? "no stage error"}`);
+      if (!drive.finished)
+        throw new Error(
+          `seeding stopped at ${drive.terminal} terminal runs: ${drive.firstStageError ?? "no stage error"}`,
+        );
     }
   } finally {
     await store.close();
   }
   const seconds = round((now() - startedAt) / 1000, 1);
   const snapshotBytes = statSync(join(stateDir, "db", "snapshot.sqlite")).size;
-  return { stateDir, seconds, snapshotBytes, runs: config.historyRuns, succeeded, composition: await databaseComposition(join(stateDir, "db")) };
+  return {
+    stateDir,
+    seconds,
+    snapshotBytes,
+    runs: config.historyRuns,
+    succeeded,
+    composition: await databaseComposition(join(stateDir, "db")),
+  };
 }
 
-async function measureHistory(config: EdgeDeviceConfig, seeded: Seeded, flags: readonly string[]): Promise<Record<string, unknown>> {
+async function measureHistory(
+  config: EdgeDeviceConfig,
+  seeded: Seeded,
+  flags: readonly string[],
+): Promise<Record<string, unknown>> {
   const dir = mkdtempSync(join(config.dataRoot, "edge-run-"));
   const stateDir = join(dir, "state");
   cpSync(seeded.stateDir, stateDir, { recursive: true });
@@ -274,7 +413,12 @@ async function measureHistory(config: EdgeDeviceConfig, seeded: Seeded, flags: r
     const stopS = round((now() - stopStart) / 1000, 2);
     clearInterval(sampler);
     const last = samples[samples.length - 1]?.memory ?? null;
-    const finishedBefore = (runs: Record<string, number>): number => (runs.succeeded ?? 0) + (runs.failed ?? 0) + (runs.timed_out ?? 0) + (runs.cancelled ?? 0) + (runs.lost ?? 0);
+    const finishedBefore = (runs: Record<string, number>): number =>
+      (runs.succeeded ?? 0) +
+      (runs.failed ?? 0) +
+      (runs.timed_out ?? 0) +
+      (runs.cancelled ?? 0) +
+      (runs.lost ?? 0);
     const firedRuns = finishedBefore(metricsBeforeStop.runs) - finishedBefore(metricsAtReady.runs);
     const snapshotAfter = (() => {
       try {
@@ -293,7 +437,8 @@ async function measureHistory(config: EdgeDeviceConfig, seeded: Seeded, flags: r
       atReady: { proc: procMiB(atReady), metrics: metricsAtReady.memoryMiB },
       beforeStop: { proc: procMiB(beforeStop), metrics: metricsBeforeStop.memoryMiB },
       rssMiBByTenthOfWindow: rssByTenth,
-      growthDuringWindowMiB: atReady === null || beforeStop === null ? null : mib(beforeStop.rss - atReady.rss),
+      growthDuringWindowMiB:
+        atReady === null || beforeStop === null ? null : mib(beforeStop.rss - atReady.rss),
       vmHwmBeforeStopMiB: mib(beforeStop?.hwm),
       // The last sample before exit: its VmHWM includes the closing checkpoint's export.
       vmHwmAtExitMiB: mib(last?.hwm),
@@ -307,7 +452,9 @@ async function measureHistory(config: EdgeDeviceConfig, seeded: Seeded, flags: r
   }
 }
 
-export async function measureEdgeDevice(config: EdgeDeviceConfig): Promise<Record<string, unknown>> {
+export async function measureEdgeDevice(
+  config: EdgeDeviceConfig,
+): Promise<Record<string, unknown>> {
   const bare = await new Promise<ProcMemory | null>((resolve) => {
     const child = spawn(process.execPath, ["-e", "setTimeout(() => {}, 1e5)"], { stdio: "ignore" });
     setTimeout(() => {
@@ -321,7 +468,11 @@ export async function measureEdgeDevice(config: EdgeDeviceConfig): Promise<Recor
   const floors: Record<string, unknown>[] = [];
   for (const variant of config.variants) {
     log(`edge device: floor (${variant.label})`);
-    floors.push({ label: variant.label, flags: variant.flags, ...(await measureFloor(config, variant.flags)) });
+    floors.push({
+      label: variant.label,
+      flags: variant.flags,
+      ...(await measureFloor(config, variant.flags)),
+    });
   }
   log(`edge device: seeding ${config.historyRuns} finished runs`);
   const seeded = await seedHistory(config);
@@ -329,9 +480,13 @@ export async function measureEdgeDevice(config: EdgeDeviceConfig): Promise<Recor
   const history: Record<string, unknown>[] = [];
   try {
     for (const variant of config.variants) {
-      log(`edge device: ${config.historyRuns} runs of history, schedules firing for ${config.durationMs / 1000} s (${variant.label})`);
+      log(
+        `edge device: ${config.historyRuns} runs of history, schedules firing for ${config.durationMs / 1000} s (${variant.label})`,
+      );
       const measured = await measureHistory(config, seeded, variant.flags);
-      log(`edge device: VmHWM ${String(measured.vmHwmBeforeStopMiB)} MiB before stop, ${String(measured.vmHwmAtExitMiB)} MiB at exit`);
+      log(
+        `edge device: VmHWM ${String(measured.vmHwmBeforeStopMiB)} MiB before stop, ${String(measured.vmHwmAtExitMiB)} MiB at exit`,
+      );
       history.push({ label: variant.label, flags: variant.flags, ...measured });
     }
   } finally {
@@ -341,6 +496,21 @@ export async function measureEdgeDevice(config: EdgeDeviceConfig): Promise<Recor
     bareNode: procMiB(bare),
     importSteps: imports,
     floors,
-    history: { runs: seeded.runs, succeeded: seeded.succeeded, seedSeconds: seeded.seconds, snapshotMiB: mib(seeded.snapshotBytes), snapshotBytesPerRun: Math.round(seeded.snapshotBytes / seeded.runs), composition: { vacuumedBytes: seeded.composition.totalBytes, tables: seeded.composition.tables.map((table) => ({ ...table, bytesPerRun: Math.round(table.bytes / seeded.runs) })) }, durationS: config.durationMs / 1000, variants: history },
+    history: {
+      runs: seeded.runs,
+      succeeded: seeded.succeeded,
+      seedSeconds: seeded.seconds,
+      snapshotMiB: mib(seeded.snapshotBytes),
+      snapshotBytesPerRun: Math.round(seeded.snapshotBytes / seeded.runs),
+      composition: {
+        vacuumedBytes: seeded.composition.totalBytes,
+        tables: seeded.composition.tables.map((table) => ({
+          ...table,
+          bytesPerRun: Math.round(table.bytes / seeded.runs),
+        })),
+      },
+      durationS: config.durationMs / 1000,
+      variants: history,
+    },
   };
 }

@@ -6,7 +6,11 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { RECORD_HEADER_BYTES, SqlTextDictionary, scanJournal } from "../../storage/sqljs/node/journal.ts";
+import {
+  RECORD_HEADER_BYTES,
+  SqlTextDictionary,
+  scanJournal,
+} from "../../storage/sqljs/node/journal.ts";
 
 export interface JournalAnatomy {
   readonly records: number;
@@ -44,6 +48,8 @@ export function journalAnatomy(directory: string): JournalAnatomy {
     totalBytes: bytes.length,
     headerBytes: records * RECORD_HEADER_BYTES,
     sqlTextBytes,
-    statements: [...byStatement.entries()].map(([sql, entry]) => ({ sql, ...entry })).sort((a, b) => b.bytes - a.bytes),
+    statements: [...byStatement.entries()]
+      .map(([sql, entry]) => ({ sql, ...entry }))
+      .sort((a, b) => b.bytes - a.bytes),
   };
 }

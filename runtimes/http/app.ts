@@ -68,7 +68,11 @@ function publicCode(code: QlrErrorCode): string {
   }
 }
 
-function errorBody(code: string, message: string, details: ErrorBody["error"]["details"] = []): ErrorBody {
+function errorBody(
+  code: string,
+  message: string,
+  details: ErrorBody["error"]["details"] = [],
+): ErrorBody {
   return { error: { code, message, details } };
 }
 
@@ -87,10 +91,16 @@ export function createApp(deps: AppDeps): Hono {
   app.onError((error, c) => {
     deps.metrics.observeHttpError();
     if (error instanceof HTTPException) return error.getResponse();
-    if (isQlrError(error)) return c.json(errorBody(publicCode(error.code), error.message, error.details), STATUS_OF[error.code]);
+    if (isQlrError(error))
+      return c.json(
+        errorBody(publicCode(error.code), error.message, error.details),
+        STATUS_OF[error.code],
+      );
     return c.json(errorBody("internal", "internal error"), 500);
   });
-  app.notFound((c) => c.json(errorBody("not_found", `no route ${c.req.method} ${new URL(c.req.url).pathname}`), 404));
+  app.notFound((c) =>
+    c.json(errorBody("not_found", `no route ${c.req.method} ${new URL(c.req.url).pathname}`), 404),
+  );
 
   app.get("/healthz", (c) => c.json({ ok: true }));
   deps.mount?.(app);
@@ -116,7 +126,8 @@ export function createApp(deps: AppDeps): Hono {
     "*",
     bodyLimit({
       maxSize: MAX_BODY_BYTES,
-      onError: (c) => c.json(errorBody("payload_too_large", `the body exceeds ${MAX_BODY_BYTES} bytes`), 413),
+      onError: (c) =>
+        c.json(errorBody("payload_too_large", `the body exceeds ${MAX_BODY_BYTES} bytes`), 413),
     }),
   );
 

@@ -27,7 +27,11 @@ export const TOKEN_PATTERN = /^[A-Za-z0-9._~+/-]+=*$/;
 
 /** Why a configured token cannot serve, or null when it can. */
 export function tokenProblem(token: string): string | null {
-  if (token.length < MIN_TOKEN_LENGTH || token.length > MAX_TOKEN_LENGTH || !TOKEN_PATTERN.test(token)) {
+  if (
+    token.length < MIN_TOKEN_LENGTH ||
+    token.length > MAX_TOKEN_LENGTH ||
+    !TOKEN_PATTERN.test(token)
+  ) {
     return `must be ${MIN_TOKEN_LENGTH}–${MAX_TOKEN_LENGTH} characters of letters, digits and - . _ ~ + / (then = padding), as bearer tokens are`;
   }
   return null;
@@ -49,11 +53,18 @@ export function presentedToken(authorization: string | null | undefined): string
 export function isTokenAuthorized(presented: string, pathname: string, tokens: Tokens): boolean {
   if (presented.length === 0) return false;
   const isAdmin = tokens.admin.length > 0 && timingSafeEqualText(presented, tokens.admin);
-  const isWorker = tokens.worker !== null && tokens.worker.length > 0 && timingSafeEqualText(presented, tokens.worker);
+  const isWorker =
+    tokens.worker !== null &&
+    tokens.worker.length > 0 &&
+    timingSafeEqualText(presented, tokens.worker);
   return isAdmin || (isWorker && pathname.startsWith(WORKER_ROUTE_PREFIX));
 }
 
 /** Whether a request with this Authorization header may proceed to `pathname`. */
-export function isAuthorized(authorization: string | null | undefined, pathname: string, tokens: Tokens): boolean {
+export function isAuthorized(
+  authorization: string | null | undefined,
+  pathname: string,
+  tokens: Tokens,
+): boolean {
   return isTokenAuthorized(presentedToken(authorization), pathname, tokens);
 }

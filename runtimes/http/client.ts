@@ -102,7 +102,10 @@ export class QlrClient {
 
   constructor(options: ClientOptions) {
     this.options = options;
-    this.baseUrl = options.baseUrl === "" || options.baseUrl.endsWith("/") ? options.baseUrl : `${options.baseUrl}/`;
+    this.baseUrl =
+      options.baseUrl === "" || options.baseUrl.endsWith("/")
+        ? options.baseUrl
+        : `${options.baseUrl}/`;
   }
 
   /** The URL of a contract path (`runs/…`, without a leading slash). */
@@ -112,11 +115,15 @@ export class QlrClient {
 
   /** One request; throws only when the runtime cannot be reached. */
   async send(method: string, path: string, body?: RawBody): Promise<Response> {
-    const fetchFn = this.options.fetch ?? ((input: string, init: RequestInit) => fetch(input, init));
+    const fetchFn =
+      this.options.fetch ?? ((input: string, init: RequestInit) => fetch(input, init));
     try {
       return await fetchFn(this.url(path), {
         method,
-        headers: { authorization: `Bearer ${this.options.token}`, ...(body === undefined ? {} : { "content-type": body.contentType }) },
+        headers: {
+          authorization: `Bearer ${this.options.token}`,
+          ...(body === undefined ? {} : { "content-type": body.contentType }),
+        },
         ...(body === undefined ? {} : { body: body.text }),
         ...(this.options.cache === undefined ? {} : { cache: this.options.cache }),
         signal: AbortSignal.timeout(this.options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS),
@@ -124,7 +131,11 @@ export class QlrClient {
     } catch (error) {
       const reason = error instanceof Error ? error.message : String(error);
       const where = this.baseUrl === "" ? "the runtime" : `the runtime at ${this.baseUrl}`;
-      throw new ApiError(0, "unreachable", `cannot reach ${where}: ${reason}${this.options.unreachableHint === undefined ? "" : ` ${this.options.unreachableHint}`}`);
+      throw new ApiError(
+        0,
+        "unreachable",
+        `cannot reach ${where}: ${reason}${this.options.unreachableHint === undefined ? "" : ` ${this.options.unreachableHint}`}`,
+      );
     }
   }
 
@@ -132,7 +143,12 @@ export class QlrClient {
     const response = await this.send(method, path, body);
     if (response.ok) return response;
     const payload = (await response.json().catch(() => null)) as Partial<ErrorBody> | null;
-    throw new ApiError(response.status, payload?.error?.code ?? `http_${response.status}`, payload?.error?.message ?? (response.statusText || `HTTP ${response.status}`), payload?.error?.details ?? []);
+    throw new ApiError(
+      response.status,
+      payload?.error?.code ?? `http_${response.status}`,
+      payload?.error?.message ?? (response.statusText || `HTTP ${response.status}`),
+      payload?.error?.details ?? [],
+    );
   }
 
   /** A JSON answer typed by the contract; throws `ApiError` on any status but 2xx. */
@@ -200,12 +216,19 @@ export class QlrClient {
   }
 
   /** One bounded chunk of one stream of a step's log from a byte offset (`qlr logs -f`, the dashboard). */
-  logChunk(runId: string, step: string, query: { offset: number; stream?: LogStream; limit?: number; attempt?: string | null }): Promise<LogChunkView> {
+  logChunk(
+    runId: string,
+    step: string,
+    query: { offset: number; stream?: LogStream; limit?: number; attempt?: string | null },
+  ): Promise<LogChunkView> {
     const search = new URLSearchParams({ offset: String(query.offset) });
     if (query.stream !== undefined) search.set("stream", query.stream);
     if (query.limit !== undefined) search.set("limit", String(query.limit));
     if (query.attempt !== undefined && query.attempt !== null) search.set("attempt", query.attempt);
-    return this.json("GET", `runs/${segment(runId)}/steps/${segment(step)}/log?${search.toString()}`);
+    return this.json(
+      "GET",
+      `runs/${segment(runId)}/steps/${segment(step)}/log?${search.toString()}`,
+    );
   }
 
   // ---- watching ----

@@ -2,7 +2,18 @@ import type { StageReport, TickReport } from "../../src/coordinator.ts";
 import type { Lease, WorkerCompletion } from "../../src/lease-service.ts";
 import type { LeaseControl } from "../../src/leases.ts";
 import type { ApplyResult } from "../../src/operations.ts";
-import type { AttemptStatus, ExecutorType, Run, RunAttempt, RunEvent, RunKind, RunStatus, StepRun, StepStatus, StopReason } from "../../src/model.ts";
+import type {
+  AttemptStatus,
+  ExecutorType,
+  Run,
+  RunAttempt,
+  RunEvent,
+  RunKind,
+  RunStatus,
+  StepRun,
+  StepStatus,
+  StopReason,
+} from "../../src/model.ts";
 import type { Generation } from "../../src/packages.ts";
 import type { PackageHead } from "../../src/ports.ts";
 import type { ScheduleState } from "../../src/schedules.ts";
@@ -28,7 +39,11 @@ export interface ErrorDetail {
 
 /** Every error answer: `{error: {code, message, details}}`. */
 export interface ErrorBody {
-  readonly error: { readonly code: string; readonly message: string; readonly details: readonly ErrorDetail[] };
+  readonly error: {
+    readonly code: string;
+    readonly message: string;
+    readonly details: readonly ErrorDetail[];
+  };
 }
 
 // ---- runs ----
@@ -203,7 +218,11 @@ export interface TickAnswer {
 /** `GET /info`: the runtime's profile and retention (null: it purges nothing). */
 export interface RuntimeInfo {
   readonly profile: string | null;
-  readonly retention: { readonly horizonMs: number; readonly maxRuns: number; readonly idempotencyWindowMs: number } | null;
+  readonly retention: {
+    readonly horizonMs: number;
+    readonly maxRuns: number;
+    readonly idempotencyWindowMs: number;
+  } | null;
 }
 
 export interface RecoveryView {
@@ -298,7 +317,18 @@ export function runView(run: Run): RunView {
 }
 
 export function stepView(step: StepRun): StepView {
-  return { id: step.id, name: step.name, task: step.task, needs: step.needs, status: step.status, version: step.version, attemptCount: step.attemptCount, startedAtMs: step.startedAtMs, finishedAtMs: step.finishedAtMs, output: step.output };
+  return {
+    id: step.id,
+    name: step.name,
+    task: step.task,
+    needs: step.needs,
+    status: step.status,
+    version: step.version,
+    attemptCount: step.attemptCount,
+    startedAtMs: step.startedAtMs,
+    finishedAtMs: step.finishedAtMs,
+    output: step.output,
+  };
 }
 
 export function attemptView(attempt: RunAttempt): AttemptView {
@@ -320,7 +350,14 @@ export function attemptView(attempt: RunAttempt): AttemptView {
 }
 
 export function eventView(event: RunEvent): EventView {
-  return { seq: event.seq, type: event.type, atMs: event.atMs, stepRunId: event.stepRunId, attemptId: event.attemptId, data: event.data };
+  return {
+    seq: event.seq,
+    type: event.type,
+    atMs: event.atMs,
+    stepRunId: event.stepRunId,
+    attemptId: event.attemptId,
+    data: event.data,
+  };
 }
 
 export function scheduleView(schedule: ScheduleState): ScheduleView {
@@ -364,7 +401,9 @@ export interface NotificationView {
   readonly runId: string;
   readonly package: string;
   readonly event: NotificationEntry["event"];
-  readonly notifier: { readonly kind: "webhook"; readonly url: string; readonly signed: boolean } | { readonly kind: "command"; readonly argv: readonly string[] };
+  readonly notifier:
+    | { readonly kind: "webhook"; readonly url: string; readonly signed: boolean }
+    | { readonly kind: "command"; readonly argv: readonly string[] };
   readonly state: NotificationEntry["state"];
   readonly attempts: number;
   /** When a pending entry is tried next; null once delivered or failed. */
@@ -391,7 +430,14 @@ export interface OverviewAnswer {
 }
 
 export function notificationView(entry: NotificationEntry): NotificationView {
-  const notifier = entry.notifier.kind === "webhook" ? { kind: "webhook" as const, url: entry.notifier.url, signed: entry.notifier.secret !== null } : { kind: "command" as const, argv: entry.notifier.argv };
+  const notifier =
+    entry.notifier.kind === "webhook"
+      ? {
+          kind: "webhook" as const,
+          url: entry.notifier.url,
+          signed: entry.notifier.secret !== null,
+        }
+      : { kind: "command" as const, argv: entry.notifier.argv };
   return {
     id: entry.id,
     runId: entry.runId,
@@ -408,8 +454,17 @@ export function notificationView(entry: NotificationEntry): NotificationView {
 }
 
 /** A workflow as `GET /packages/:name` shows it: its notifiers without their secrets. */
-export function workflowSummaryView(workflow: WorkflowSpec): Omit<WorkflowSpec, "notify"> & { notify?: NotificationView["notifier"][] } {
+export function workflowSummaryView(
+  workflow: WorkflowSpec,
+): Omit<WorkflowSpec, "notify"> & { notify?: NotificationView["notifier"][] } {
   const { notify, ...rest } = workflow;
   if (notify === undefined) return rest;
-  return { ...rest, notify: notify.map((notifier) => (notifier.kind === "webhook" ? { kind: "webhook" as const, url: notifier.url, signed: notifier.secret !== null } : { kind: "command" as const, argv: notifier.argv })) };
+  return {
+    ...rest,
+    notify: notify.map((notifier) =>
+      notifier.kind === "webhook"
+        ? { kind: "webhook" as const, url: notifier.url, signed: notifier.secret !== null }
+        : { kind: "command" as const, argv: notifier.argv },
+    ),
+  };
 }

@@ -1,7 +1,14 @@
 import type { Hono } from "hono";
 import type { Coordinator } from "../../src/coordinator.ts";
 import type { RunAttempt } from "../../src/model.ts";
-import { transactAtStoreTime, type Clock, type IdSource, type SecretSource, type Store, type StoreTx } from "../../src/ports.ts";
+import {
+  transactAtStoreTime,
+  type Clock,
+  type IdSource,
+  type SecretSource,
+  type Store,
+  type StoreTx,
+} from "../../src/ports.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import type { Metrics } from "./metrics.ts";
 import type { LogStream } from "./contract.ts";
@@ -26,9 +33,19 @@ export interface AppDeps {
    * `complete`: the attempt ended, so a character cut at the end is given as it is. Absent on
    * runtimes that hold no logs.
    */
-  readonly readLogChunk?: (attempt: RunAttempt, stream: LogStream, offset: number, limitBytes: number, complete: boolean) => Promise<{ text: string; nextOffset: number; sizeBytes: number } | null>;
+  readonly readLogChunk?: (
+    attempt: RunAttempt,
+    stream: LogStream,
+    offset: number,
+    limitBytes: number,
+    complete: boolean,
+  ) => Promise<{ text: string; nextOffset: number; sizeBytes: number } | null>;
   /** Recovery decisions that failed closed, shown by `status` and the API. */
-  readonly recoveryReport?: () => readonly { attemptId: string; decision: string; reason: string | null }[];
+  readonly recoveryReport?: () => readonly {
+    attemptId: string;
+    decision: string;
+    reason: string | null;
+  }[];
   /**
    * The executor types this runtime can run. A runtime that cannot spawn processes (an edge
    * function) refuses `local_process` tasks at apply time instead of admitting steps that
@@ -52,6 +69,9 @@ export interface AppDeps {
 }
 
 /** A write transaction at the store clock's observed now (it never runs backwards). */
-export function writeTransaction<T>(deps: Pick<AppDeps, "store" | "clock">, fn: (tx: StoreTx, nowMs: number) => Promise<T>): Promise<T> {
+export function writeTransaction<T>(
+  deps: Pick<AppDeps, "store" | "clock">,
+  fn: (tx: StoreTx, nowMs: number) => Promise<T>,
+): Promise<T> {
   return transactAtStoreTime(deps.store, deps.clock, fn);
 }

@@ -17,10 +17,13 @@ export function fail(code: QlrErrorCode, message: string, details: ErrorDetail[]
 }
 
 export function zodDetails(error: z.ZodError): ErrorDetail[] {
-  const pathOf = (segments: readonly PropertyKey[]): string => (segments.length === 0 ? "$" : segments.map(String).join("."));
+  const pathOf = (segments: readonly PropertyKey[]): string =>
+    segments.length === 0 ? "$" : segments.map(String).join(".");
   // An unknown field is named by its own path, one detail per field, as manifest issues are.
   return error.issues.flatMap((issue) =>
-    issue.code === "unrecognized_keys" ? issue.keys.map((key) => ({ path: pathOf([...issue.path, key]), message: "unknown field" })) : [{ path: pathOf(issue.path), message: issue.message }],
+    issue.code === "unrecognized_keys"
+      ? issue.keys.map((key) => ({ path: pathOf([...issue.path, key]), message: "unknown field" }))
+      : [{ path: pathOf(issue.path), message: issue.message }],
   );
 }
 
@@ -31,17 +34,25 @@ export function mediaType(c: Context): string {
 
 async function readJson(c: Context): Promise<unknown> {
   const contentType = mediaType(c);
-  if (contentType !== "application/json" && contentType !== "") fail("invalid_request", `unsupported content-type ${contentType}; use application/json`, [{ path: "content-type", message: "unsupported" }]);
+  if (contentType !== "application/json" && contentType !== "")
+    fail("invalid_request", `unsupported content-type ${contentType}; use application/json`, [
+      { path: "content-type", message: "unsupported" },
+    ]);
   const text = await c.req.text();
   try {
     return JSON.parse(text) as unknown;
   } catch {
-    fail("invalid_request", "the body is not valid JSON", [{ path: "$", message: "malformed JSON" }]);
+    fail("invalid_request", "the body is not valid JSON", [
+      { path: "$", message: "malformed JSON" },
+    ]);
   }
 }
 
 /** A JSON body (content-type JSON or none) checked by `schema`; the route reads it with `c.req.valid("json")`. */
-export function jsonBody<S extends z.ZodType<object>>(schema: S, what: string): MiddlewareHandler<object, string, { in: { json: z.input<S> }; out: { json: z.output<S> } }> {
+export function jsonBody<S extends z.ZodType<object>>(
+  schema: S,
+  what: string,
+): MiddlewareHandler<object, string, { in: { json: z.input<S> }; out: { json: z.output<S> } }> {
   return async (c, next) => {
     const parsed = schema.safeParse(await readJson(c));
     if (!parsed.success) fail("invalid_request", `${what} is not valid`, zodDetails(parsed.error));
@@ -54,7 +65,8 @@ export function jsonBody<S extends z.ZodType<object>>(schema: S, what: string): 
 export function queryOf<S extends z.ZodType>(schema: S) {
   return validator("query", (value): z.output<S> => {
     const parsed = schema.safeParse(value);
-    if (!parsed.success) fail("invalid_request", "the query is not valid", zodDetails(parsed.error));
+    if (!parsed.success)
+      fail("invalid_request", "the query is not valid", zodDetails(parsed.error));
     return parsed.data;
   });
 }

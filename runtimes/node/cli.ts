@@ -9,7 +9,14 @@ import { errorMessage } from "../../src/errors.ts";
 import { TERMINAL_RUN_STATUSES } from "../../src/model.ts";
 import { ApiError, QlrClient } from "../http/client.ts";
 import type { LogChunkView, NotificationView, RunDetail, RunPage } from "../http/contract.ts";
-import { commonConfig, loadOrCreateToken, readStoredToken, retentionConfig, UsageError, type CommonConfig } from "./config.ts";
+import {
+  commonConfig,
+  loadOrCreateToken,
+  readStoredToken,
+  retentionConfig,
+  UsageError,
+  type CommonConfig,
+} from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 
@@ -115,17 +122,31 @@ const EXIT_USAGE = 64;
 const EXIT_UNAVAILABLE = 69;
 
 async function client(config: CommonConfig): Promise<QlrClient> {
-  const baseUrl = config.url ?? `http://${config.host === "0.0.0.0" ? "127.0.0.1" : config.host}:${config.port}`;
+  const baseUrl =
+    config.url ?? `http://${config.host === "0.0.0.0" ? "127.0.0.1" : config.host}:${config.port}`;
   const token = config.token ?? (await readStoredToken(config.stateDir));
-  if (token === null) throw new UsageError(`no token: pass --token-file, set QLR_TOKEN, or point --state-dir at the runtime's state dir`);
-  return new QlrClient({ baseUrl, token, timeoutMs: CLI_REQUEST_TIMEOUT_MS, unreachableHint: "(is `qlr serve` running?)" });
+  if (token === null)
+    throw new UsageError(
+      `no token: pass --token-file, set QLR_TOKEN, or point --state-dir at the runtime's state dir`,
+    );
+  return new QlrClient({
+    baseUrl,
+    token,
+    timeoutMs: CLI_REQUEST_TIMEOUT_MS,
+    unreachableHint: "(is `qlr serve` running?)",
+  });
 }
 
 /** A command waits longer than a page: an apply of a large manifest on a loaded router. */
 const CLI_REQUEST_TIMEOUT_MS = 30_000;
 
 function time(ms: number | null): string {
-  return ms === null ? "-" : new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+  return ms === null
+    ? "-"
+    : new Date(ms)
+        .toISOString()
+        .replace("T", " ")
+        .replace(/\.\d+Z$/, "Z");
 }
 
 function print(config: CommonConfig, value: unknown, human: () => string): void {
@@ -143,9 +164,13 @@ export function parseInputOptions(options: readonly string[]): Record<string, st
   const input: Record<string, string> = {};
   for (const option of options) {
     const equals = option.indexOf("=");
-    if (equals < 1) throw new UsageError(`--input expects KEY=VALUE, got ${JSON.stringify(option)}`);
+    if (equals < 1)
+      throw new UsageError(`--input expects KEY=VALUE, got ${JSON.stringify(option)}`);
     const key = option.slice(0, equals);
-    if (!INPUT_KEY_PATTERN.test(key)) throw new UsageError(`--input key ${JSON.stringify(key)} must match ${INPUT_KEY_PATTERN.source}`);
+    if (!INPUT_KEY_PATTERN.test(key))
+      throw new UsageError(
+        `--input key ${JSON.stringify(key)} must match ${INPUT_KEY_PATTERN.source}`,
+      );
     if (Object.hasOwn(input, key)) throw new UsageError(`--input ${key} is given twice`);
     input[key] = option.slice(equals + 1);
   }
@@ -159,17 +184,28 @@ function brief(value: unknown, width = 72): string {
 }
 
 function renderDetail(detail: RunDetail): string {
-  const lines = [`run ${detail.run.id}  ${detail.run.kind} ${detail.run.package}/${detail.run.target}  ${detail.run.status}`, `  created ${time(detail.run.createdAtMs)}  finished ${time(detail.run.finishedAtMs)}`];
-  if (detail.run.input !== undefined && Object.keys(detail.run.input).length > 0) lines.push(`  input ${brief(detail.run.input, 200)}`);
-  if (detail.run.rerunOf !== undefined && detail.run.rerunOf !== null) lines.push(`  rerun of ${detail.run.rerunOf}`);
+  const lines = [
+    `run ${detail.run.id}  ${detail.run.kind} ${detail.run.package}/${detail.run.target}  ${detail.run.status}`,
+    `  created ${time(detail.run.createdAtMs)}  finished ${time(detail.run.finishedAtMs)}`,
+  ];
+  if (detail.run.input !== undefined && Object.keys(detail.run.input).length > 0)
+    lines.push(`  input ${brief(detail.run.input, 200)}`);
+  if (detail.run.rerunOf !== undefined && detail.run.rerunOf !== null)
+    lines.push(`  rerun of ${detail.run.rerunOf}`);
   for (const step of detail.steps) {
     const attempts = detail.attempts.filter((attempt) => attempt.stepRunId === step.id);
     const last = attempts.at(-1);
-    lines.push(`  ${step.name.padEnd(16)} ${step.status.padEnd(10)} attempts ${step.attemptCount}${last === undefined ? "" : `  last ${last.status} pid ${last.pid ?? "-"} exit ${last.exitCode ?? last.signal ?? "-"}${last.error === null ? "" : `  (${last.error})`}`}`);
-    if (step.output !== undefined && step.output !== null) lines.push(`  ${"".padEnd(16)} output ${brief(step.output)}`);
+    lines.push(
+      `  ${step.name.padEnd(16)} ${step.status.padEnd(10)} attempts ${step.attemptCount}${last === undefined ? "" : `  last ${last.status} pid ${last.pid ?? "-"} exit ${last.exitCode ?? last.signal ?? "-"}${last.error === null ? "" : `  (${last.error})`}`}`,
+    );
+    if (step.output !== undefined && step.output !== null)
+      lines.push(`  ${"".padEnd(16)} output ${brief(step.output)}`);
   }
   if (detail.run.kind === "ordinary") {
-    for (const attempt of detail.attempts) lines.push(`  attempt ${attempt.number} ${attempt.status.padEnd(10)} pid ${attempt.pid ?? "-"} exit ${attempt.exitCode ?? attempt.signal ?? "-"}${attempt.error === null ? "" : `  (${attempt.error})`}`);
+    for (const attempt of detail.attempts)
+      lines.push(
+        `  attempt ${attempt.number} ${attempt.status.padEnd(10)} pid ${attempt.pid ?? "-"} exit ${attempt.exitCode ?? attempt.signal ?? "-"}${attempt.error === null ? "" : `  (${attempt.error})`}`,
+      );
   }
   return lines.join("\n");
 }
@@ -182,7 +218,8 @@ async function waitForRun(api: QlrClient, config: CommonConfig, runId: string): 
     for (const step of detail.steps) {
       if (seen.get(step.id) !== step.status) {
         seen.set(step.id, step.status);
-        if (!config.json) process.stdout.write(`${time(Date.now())}  ${step.name}: ${step.status}\n`);
+        if (!config.json)
+          process.stdout.write(`${time(Date.now())}  ${step.name}: ${step.status}\n`);
       }
     }
     if (TERMINAL_RUN_STATUSES.has(detail.run.status)) {
@@ -194,8 +231,14 @@ async function waitForRun(api: QlrClient, config: CommonConfig, runId: string): 
 }
 
 function renderNotification(entry: NotificationView): string {
-  const target = entry.notifier.kind === "webhook" ? entry.notifier.url : entry.notifier.argv.join(" ");
-  const when = entry.state === "delivered" ? `delivered ${time(entry.deliveredAtMs)}` : entry.state === "pending" ? `next try ${time(entry.nextAttemptAtMs)}` : "gave up";
+  const target =
+    entry.notifier.kind === "webhook" ? entry.notifier.url : entry.notifier.argv.join(" ");
+  const when =
+    entry.state === "delivered"
+      ? `delivered ${time(entry.deliveredAtMs)}`
+      : entry.state === "pending"
+        ? `next try ${time(entry.nextAttemptAtMs)}`
+        : "gave up";
   return `${entry.id}  ${entry.state.padEnd(9)} ${entry.event.padEnd(14)} run ${entry.runId}  ${target}  attempts ${entry.attempts}  ${when}${entry.lastError === null ? "" : `  (${entry.lastError})`}`;
 }
 
@@ -217,16 +260,22 @@ async function followLog(api: QlrClient, runId: string, step: string): Promise<n
       if (done[stream]) continue;
       let chunk: LogChunkView;
       try {
-        chunk = await api.logChunk(runId, step, { offset: offsets[stream], stream, attempt: attemptId });
+        chunk = await api.logChunk(runId, step, {
+          offset: offsets[stream],
+          stream,
+          attempt: attemptId,
+        });
       } catch (error) {
-        if (!(error instanceof ApiError) || error.code !== "not_found" || attemptId !== null) throw error;
+        if (!(error instanceof ApiError) || error.code !== "not_found" || attemptId !== null)
+          throw error;
         // No attempt yet: wait for one unless the run ended without one (a skipped step).
         const detail = await api.run(runId);
         if (TERMINAL_RUN_STATUSES.has(detail.run.status)) throw error;
         break;
       }
       attemptId = chunk.attemptId;
-      if (chunk.text !== "") (stream === "stdout" ? process.stdout : process.stderr).write(chunk.text);
+      if (chunk.text !== "")
+        (stream === "stdout" ? process.stdout : process.stderr).write(chunk.text);
       offsets[stream] = chunk.nextOffset;
       done[stream] = chunk.finished;
     }
@@ -242,20 +291,29 @@ function tickIntervalOption(text: string | undefined): number | undefined {
   if (text === undefined || text === "") return undefined;
   const parsed = tryParseDurationMs(text);
   if (!parsed.ok) throw new UsageError(`--tick-interval: ${parsed.reason}`);
-  if (parsed.ms < 10 || parsed.ms > MAX_TICK_INTERVAL_MS) throw new UsageError(`--tick-interval must be from 10ms to 24h, got ${text}`);
+  if (parsed.ms < 10 || parsed.ms > MAX_TICK_INTERVAL_MS)
+    throw new UsageError(`--tick-interval must be from 10ms to 24h, got ${text}`);
   return parsed.ms;
 }
 
-async function serveCommand(config: CommonConfig, applyFiles: string[], tickIntervalMs: number | undefined, retention: RetentionPolicy): Promise<number> {
+async function serveCommand(
+  config: CommonConfig,
+  applyFiles: string[],
+  tickIntervalMs: number | undefined,
+  retention: RetentionPolicy,
+): Promise<number> {
   // Before the token is written into it: the state dir must be the runtime's own and owner-only.
   const secured = await secureStateDir(config.stateDir);
-  if (secured.tightenedFromMode !== null) process.stderr.write(`${describeTightened(config.stateDir, secured.tightenedFromMode)}\n`);
+  if (secured.tightenedFromMode !== null)
+    process.stderr.write(`${describeTightened(config.stateDir, secured.tightenedFromMode)}\n`);
   const stored = config.token === null ? await loadOrCreateToken(config.stateDir) : null;
   const token = config.token ?? stored?.token ?? "";
   const fault = process.env.QLR_FAULT_POINT;
-  if (fault !== undefined && !FAULT_POINTS.includes(fault as FaultPoint)) throw new UsageError(`QLR_FAULT_POINT must be one of ${FAULT_POINTS.join(", ")}`);
+  if (fault !== undefined && !FAULT_POINTS.includes(fault as FaultPoint))
+    throw new UsageError(`QLR_FAULT_POINT must be one of ${FAULT_POINTS.join(", ")}`);
   const faultAction = process.env.QLR_FAULT_ACTION ?? "sigkill";
-  if (faultAction !== "sigkill" && faultAction !== "throw") throw new UsageError("QLR_FAULT_ACTION must be sigkill or throw");
+  if (faultAction !== "sigkill" && faultAction !== "throw")
+    throw new UsageError("QLR_FAULT_ACTION must be sigkill or throw");
   const runtime = await DeviceRuntime.start({
     stateDir: config.stateDir,
     host: config.host,
@@ -271,17 +329,22 @@ async function serveCommand(config: CommonConfig, applyFiles: string[], tickInte
     faultAction,
     retention,
   });
-  const lines = [`qlr serving ${runtime.url} (profile ${config.profile}, store ${config.store}, state ${config.stateDir})`];
+  const lines = [
+    `qlr serving ${runtime.url} (profile ${config.profile}, store ${config.store}, state ${config.stateDir})`,
+  ];
   // The token itself is never printed: terminal scrollback, CI logs and service journals keep
   // stdout. Its file is readable by the owner only.
-  if (stored?.created === true) lines.push(`token: created in ${stored.path} (readable by its owner only)`);
+  if (stored?.created === true)
+    lines.push(`token: created in ${stored.path} (readable by its owner only)`);
   else if (stored !== null) lines.push(`token: stored in ${stored.path}`);
   if (config.workerToken !== null) lines.push("worker token: set (accepted on /worker/* only)");
   lines.push(`try: qlr runs --state-dir ${config.stateDir}`);
   process.stdout.write(`${lines.join("\n")}\n`);
   await new Promise<void>((resolveStop) => {
     const onSignal = (signal: NodeJS.Signals): void => {
-      process.stdout.write(`${signal}: stopping (admission frozen, running steps stopped, store closed)\n`);
+      process.stdout.write(
+        `${signal}: stopping (admission frozen, running steps stopped, store closed)\n`,
+      );
       void runtime.stop().then(resolveStop, (error: unknown) => {
         process.stderr.write(`stop failed: ${describeStartupError(error)}\n`);
         resolveStop();
@@ -307,27 +370,50 @@ export function checkCoordinatorUrl(text: string, insecure: boolean): string {
   } catch {
     throw new UsageError(`--coordinator ${text} is not a URL`);
   }
-  if (url.protocol !== "https:" && url.protocol !== "http:") throw new UsageError(`--coordinator must be an http(s) URL, got ${url.protocol}`);
+  if (url.protocol !== "https:" && url.protocol !== "http:")
+    throw new UsageError(`--coordinator must be an http(s) URL, got ${url.protocol}`);
   if (url.protocol === "http:" && !isLoopbackHost(url.hostname) && !insecure) {
-    throw new UsageError(`--coordinator ${text} is plain http to another machine: the token would cross the network in clear. Use https, or pass --insecure on a network you trust`);
+    throw new UsageError(
+      `--coordinator ${text} is plain http to another machine: the token would cross the network in clear. Use https, or pass --insecure on a network you trust`,
+    );
   }
   return text;
 }
 
-async function workerCommand(config: CommonConfig, coordinator: string | undefined, pool: string | undefined, capacityText: string | undefined, insecure: boolean): Promise<number> {
+async function workerCommand(
+  config: CommonConfig,
+  coordinator: string | undefined,
+  pool: string | undefined,
+  capacityText: string | undefined,
+  insecure: boolean,
+): Promise<number> {
   const coordinatorText = coordinator ?? process.env.QLR_COORDINATOR ?? config.url;
-  if (coordinatorText === null || coordinatorText === undefined) throw new UsageError("qlr worker needs --coordinator URL");
+  if (coordinatorText === null || coordinatorText === undefined)
+    throw new UsageError("qlr worker needs --coordinator URL");
   const coordinatorUrl = checkCoordinatorUrl(coordinatorText, insecure);
-  if (pool === undefined || !isPortableId(pool)) throw new UsageError("qlr worker needs --pool NAME (a portable name)");
+  if (pool === undefined || !isPortableId(pool))
+    throw new UsageError("qlr worker needs --pool NAME (a portable name)");
   const capacity = Number(capacityText ?? "1");
-  if (!Number.isInteger(capacity) || capacity < 1 || capacity > 64) throw new UsageError("--capacity must be 1–64");
+  if (!Number.isInteger(capacity) || capacity < 1 || capacity > 64)
+    throw new UsageError("--capacity must be 1–64");
   // The worker token opens only the lease routes; the admin token still works for compatibility.
   const token = config.workerToken ?? config.token;
-  if (token === null) throw new UsageError("qlr worker needs --worker-token-file or QLR_WORKER_TOKEN (or the admin --token-file / QLR_TOKEN)");
+  if (token === null)
+    throw new UsageError(
+      "qlr worker needs --worker-token-file or QLR_WORKER_TOKEN (or the admin --token-file / QLR_TOKEN)",
+    );
   const { RemoteWorker } = await import("./remote-worker.ts");
-  const worker = await RemoteWorker.create({ coordinatorUrl, token, pool, capacity, stateDir: config.stateDir });
+  const worker = await RemoteWorker.create({
+    coordinatorUrl,
+    token,
+    pool,
+    capacity,
+    stateDir: config.stateDir,
+  });
   worker.start();
-  process.stdout.write(`qlr worker ${worker.workerId} leasing pool ${pool} from ${coordinatorUrl} (capacity ${capacity}, state ${config.stateDir})\n`);
+  process.stdout.write(
+    `qlr worker ${worker.workerId} leasing pool ${pool} from ${coordinatorUrl} (capacity ${capacity}, state ${config.stateDir})\n`,
+  );
   await new Promise<void>((resolveStop) => {
     const onSignal = (): void => {
       // Running tasks keep running under their supervisors; a restarted worker re-adopts them.
@@ -357,13 +443,26 @@ export async function main(argv: readonly string[]): Promise<number> {
     switch (command) {
       case "serve":
         // Validated before the token or the state dir is written: bad input writes nothing.
-        return await serveCommand(config, parsed.values.apply ?? [], tickIntervalOption(parsed.values["tick-interval"] ?? process.env.QLR_TICK_INTERVAL), retentionConfig(parsed.values, process.env));
+        return await serveCommand(
+          config,
+          parsed.values.apply ?? [],
+          tickIntervalOption(parsed.values["tick-interval"] ?? process.env.QLR_TICK_INTERVAL),
+          retentionConfig(parsed.values, process.env),
+        );
       case "apply": {
         const file = runRequired(rest, 0, "FILE");
         const text = await readFile(file, "utf8");
         const api = await client(config);
-        const result = await api.apply({ text, contentType: file.endsWith(".json") ? "application/json" : "application/yaml" });
-        print(config, result, () => `package ${result.package} generation ${result.generation}${result.changed ? " (new)" : " (unchanged)"}\ndigest ${result.digest}`);
+        const result = await api.apply({
+          text,
+          contentType: file.endsWith(".json") ? "application/json" : "application/yaml",
+        });
+        print(
+          config,
+          result,
+          () =>
+            `package ${result.package} generation ${result.generation}${result.changed ? " (new)" : " (unchanged)"}\ndigest ${result.digest}`,
+        );
         return 0;
       }
       case "start": {
@@ -374,10 +473,16 @@ export async function main(argv: readonly string[]): Promise<number> {
         const api = await client(config);
         const info = await api.packageDetail(packageName);
         const isWorkflow = info.workflows.some((workflow) => workflow.name === name);
-        if (!isWorkflow && !info.tasks.some((task) => task.name === name)) throw new UsageError(`package ${packageName} has no workflow or task named ${name}`);
+        if (!isWorkflow && !info.tasks.some((task) => task.name === name))
+          throw new UsageError(`package ${packageName} has no workflow or task named ${name}`);
         const key = parsed.values["idempotency-key"];
         const input = parseInputOptions(parsed.values.input ?? []);
-        const body = { package: packageName, ...(isWorkflow ? { workflow: name } : { task: name }), ...(key === undefined ? {} : { idempotencyKey: key }), ...(Object.keys(input).length === 0 ? {} : { input }) };
+        const body = {
+          package: packageName,
+          ...(isWorkflow ? { workflow: name } : { task: name }),
+          ...(key === undefined ? {} : { idempotencyKey: key }),
+          ...(Object.keys(input).length === 0 ? {} : { input }),
+        };
         const { run } = await api.startRun(body);
         if (parsed.values.wait === true) {
           if (!config.json) process.stdout.write(`run ${run.id} started\n`);
@@ -391,7 +496,10 @@ export async function main(argv: readonly string[]): Promise<number> {
         if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
         const key = parsed.values["idempotency-key"];
         const api = await client(config);
-        const body = { fromFailed: parsed.values["from-failed"] === true, ...(key === undefined ? {} : { idempotencyKey: key }) };
+        const body = {
+          fromFailed: parsed.values["from-failed"] === true,
+          ...(key === undefined ? {} : { idempotencyKey: key }),
+        };
         const { run } = await api.rerun(runId, body);
         if (parsed.values.wait === true) {
           if (!config.json) process.stdout.write(`run ${run.id} started (rerun of ${runId})\n`);
@@ -405,18 +513,31 @@ export async function main(argv: readonly string[]): Promise<number> {
         if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
         const api = await client(config);
         const { run } = await api.cancel(runId);
-        print(config, { run }, () => `run ${run.id} ${run.status}, cancel requested: its processes are being stopped`);
+        print(
+          config,
+          { run },
+          () => `run ${run.id} ${run.status}, cancel requested: its processes are being stopped`,
+        );
         return 0;
       }
       case "resolve": {
         const attemptId = runRequired(rest, 0, "ATTEMPT");
-        if (!isPortableId(attemptId)) throw new UsageError("ATTEMPT must be an attempt id (qlr status RUN lists them)");
-        if (parsed.values.as !== "lost") throw new UsageError("qlr resolve needs --as lost (the only resolution: the process is gone and its outcome unknown)");
+        if (!isPortableId(attemptId))
+          throw new UsageError("ATTEMPT must be an attempt id (qlr status RUN lists them)");
+        if (parsed.values.as !== "lost")
+          throw new UsageError(
+            "qlr resolve needs --as lost (the only resolution: the process is gone and its outcome unknown)",
+          );
         const reason = parsed.values.reason;
-        if (reason === undefined || reason.trim() === "") throw new UsageError("qlr resolve needs --reason TEXT: what you checked on the host");
+        if (reason === undefined || reason.trim() === "")
+          throw new UsageError("qlr resolve needs --reason TEXT: what you checked on the host");
         const api = await client(config);
         const { attempt } = await api.resolve(attemptId, { as: "lost", reason });
-        print(config, { attempt }, () => `attempt ${attempt.id} ${attempt.status}: ${attempt.error ?? ""}`);
+        print(
+          config,
+          { attempt },
+          () => `attempt ${attempt.id} ${attempt.status}: ${attempt.error ?? ""}`,
+        );
         return 0;
       }
       case "runs": {
@@ -426,7 +547,16 @@ export async function main(argv: readonly string[]): Promise<number> {
         if (parsed.values.status !== undefined) query.set("status", parsed.values.status);
         query.set("limit", parsed.values.limit ?? "50");
         const page = await api.json<RunPage>("GET", `runs?${query.toString()}`);
-        print(config, page, () => (page.runs.length === 0 ? "no runs" : page.runs.map((run) => `${run.id}  ${run.status.padEnd(11)} ${run.kind.padEnd(8)} ${run.package}/${run.target}  ${time(run.createdAtMs)}`).join("\n")));
+        print(config, page, () =>
+          page.runs.length === 0
+            ? "no runs"
+            : page.runs
+                .map(
+                  (run) =>
+                    `${run.id}  ${run.status.padEnd(11)} ${run.kind.padEnd(8)} ${run.package}/${run.target}  ${time(run.createdAtMs)}`,
+                )
+                .join("\n"),
+        );
         return 0;
       }
       case "status": {
@@ -450,22 +580,44 @@ export async function main(argv: readonly string[]): Promise<number> {
         const run = parsed.values.run;
         if (run !== undefined && !isPortableId(run)) throw new UsageError("--run must be a run id");
         const state = parsed.values.state;
-        if (state !== undefined && state !== "pending" && state !== "delivered" && state !== "failed") throw new UsageError("--state must be pending, delivered or failed");
+        if (
+          state !== undefined &&
+          state !== "pending" &&
+          state !== "delivered" &&
+          state !== "failed"
+        )
+          throw new UsageError("--state must be pending, delivered or failed");
         const limit = Number(parsed.values.limit ?? "50");
-        if (!Number.isInteger(limit) || limit < 1 || limit > 200) throw new UsageError("--limit must be 1–200");
+        if (!Number.isInteger(limit) || limit < 1 || limit > 200)
+          throw new UsageError("--limit must be 1–200");
         const api = await client(config);
         const page = await api.notifications({ run: run ?? null, state: state ?? null, limit });
-        print(config, page, () => (page.notifications.length === 0 ? "no notifications" : page.notifications.map(renderNotification).join("\n")));
+        print(config, page, () =>
+          page.notifications.length === 0
+            ? "no notifications"
+            : page.notifications.map(renderNotification).join("\n"),
+        );
         return 0;
       }
       case "tick": {
         const api = await client(config);
         const { report } = await api.tick();
-        print(config, { report }, () => `${report.stages.map((stage) => `${stage.name}=${stage.processed}${stage.errors.length > 0 ? `(${stage.errors.length} errors)` : ""}`).join(" ")}  more=${report.more} ${report.durationMs.toFixed(1)}ms`);
+        print(
+          config,
+          { report },
+          () =>
+            `${report.stages.map((stage) => `${stage.name}=${stage.processed}${stage.errors.length > 0 ? `(${stage.errors.length} errors)` : ""}`).join(" ")}  more=${report.more} ${report.durationMs.toFixed(1)}ms`,
+        );
         return 0;
       }
       case "worker":
-        return await workerCommand(config, parsed.values.coordinator, parsed.values.pool, parsed.values.capacity, parsed.values.insecure === true);
+        return await workerCommand(
+          config,
+          parsed.values.coordinator,
+          parsed.values.pool,
+          parsed.values.capacity,
+          parsed.values.insecure === true,
+        );
       default:
         throw new UsageError(`unknown command ${command}`);
     }
@@ -475,7 +627,9 @@ export async function main(argv: readonly string[]): Promise<number> {
       return EXIT_USAGE;
     }
     if (error instanceof ApiError) {
-      process.stderr.write(`${error.code}: ${error.message}\n${error.details.map((detail) => `  ${detail.path}: ${detail.message}`).join("\n")}${error.details.length > 0 ? "\n" : ""}`);
+      process.stderr.write(
+        `${error.code}: ${error.message}\n${error.details.map((detail) => `  ${detail.path}: ${detail.message}`).join("\n")}${error.details.length > 0 ? "\n" : ""}`,
+      );
       return error.status === 0 ? EXIT_UNAVAILABLE : 2;
     }
     process.stderr.write(`${describeStartupError(error)}\n`);

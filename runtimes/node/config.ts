@@ -51,14 +51,21 @@ export async function readSecretFile(path: string, what: string): Promise<string
   } catch (error) {
     const code = errorCode(error);
     if (code === "ENOENT") return null;
-    if (code === "ELOOP") throw new UsageError(`${what} ${path} is a symbolic link; give the file itself`);
-    throw new UsageError(`${what} ${path} cannot be read: ${code ?? (error instanceof Error ? error.message : "unknown error")}`);
+    if (code === "ELOOP")
+      throw new UsageError(`${what} ${path} is a symbolic link; give the file itself`);
+    throw new UsageError(
+      `${what} ${path} cannot be read: ${code ?? (error instanceof Error ? error.message : "unknown error")}`,
+    );
   }
   try {
     const stats = await handle.stat();
     if (!stats.isFile()) throw new UsageError(`${what} ${path} is not a regular file`);
-    if ((stats.mode & 0o077) !== 0) throw new UsageError(`${what} ${path} has mode ${(stats.mode & 0o777).toString(8)}; others could read it. Make it readable by its owner only (chmod 600 ${path})`);
-    if (stats.size > 4096) throw new UsageError(`${what} ${path} is ${stats.size} bytes; a token file holds one token`);
+    if ((stats.mode & 0o077) !== 0)
+      throw new UsageError(
+        `${what} ${path} has mode ${(stats.mode & 0o777).toString(8)}; others could read it. Make it readable by its owner only (chmod 600 ${path})`,
+      );
+    if (stats.size > 4096)
+      throw new UsageError(`${what} ${path} is ${stats.size} bytes; a token file holds one token`);
     return (await handle.readFile("utf8")).trim();
   } finally {
     await handle.close();
@@ -70,37 +77,68 @@ export async function readSecretFile(path: string, what: string): Promise<string
  * option. The command line comes last and draws a warning: /proc/<pid>/cmdline is readable by
  * every local user, so a token given there is no longer a secret on a shared machine.
  */
-async function secretOption(values: OptionValues, env: NodeJS.ProcessEnv, names: { flag: string; fileFlag: string; variable: string }, warn: (line: string) => void): Promise<string | null> {
-  const text = (key: string): string | undefined => (typeof values[key] === "string" ? values[key] : undefined);
+async function secretOption(
+  values: OptionValues,
+  env: NodeJS.ProcessEnv,
+  names: { flag: string; fileFlag: string; variable: string },
+  warn: (line: string) => void,
+): Promise<string | null> {
+  const text = (key: string): string | undefined =>
+    typeof values[key] === "string" ? values[key] : undefined;
   const file = text(names.fileFlag);
   const flag = text(names.flag);
-  if (file !== undefined && flag !== undefined) throw new UsageError(`give --${names.flag} or --${names.fileFlag}, not both`);
-  if (flag !== undefined) warn(`warning: --${names.flag} puts the token on the command line, which every local user can read in /proc; use --${names.fileFlag} PATH or ${names.variable} instead`);
+  if (file !== undefined && flag !== undefined)
+    throw new UsageError(`give --${names.flag} or --${names.fileFlag}, not both`);
+  if (flag !== undefined)
+    warn(
+      `warning: --${names.flag} puts the token on the command line, which every local user can read in /proc; use --${names.fileFlag} PATH or ${names.variable} instead`,
+    );
   if (file !== undefined) {
     const token = await readSecretFile(resolve(file), `--${names.fileFlag}`);
     if (token === null) throw new UsageError(`--${names.fileFlag} ${file} does not exist`);
     return checkToken(token, `--${names.fileFlag} ${file}`);
   }
   const fromEnv = env[names.variable];
-  if (flag === undefined && fromEnv !== undefined && fromEnv !== "") return checkToken(fromEnv, names.variable);
+  if (flag === undefined && fromEnv !== undefined && fromEnv !== "")
+    return checkToken(fromEnv, names.variable);
   return flag === undefined ? null : checkToken(flag, `--${names.flag}`);
 }
 
-export async function commonConfig(values: OptionValues, env: NodeJS.ProcessEnv, warn: (line: string) => void = (line) => process.stderr.write(`${line}\n`)): Promise<CommonConfig> {
+export async function commonConfig(
+  values: OptionValues,
+  env: NodeJS.ProcessEnv,
+  warn: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
+): Promise<CommonConfig> {
   const text = (key: string): string | undefined => {
     const value = values[key];
     return typeof value === "string" ? value : undefined;
   };
   const portText = text("port") ?? env.QLR_PORT ?? "8787";
   const port = Number(portText);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`--port must be 0–65535, got ${portText}`);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new UsageError(`--port must be 0–65535, got ${portText}`);
   const profile = text("profile") ?? env.QLR_PROFILE ?? "standalone";
-  if (!isProfileName(profile)) throw new UsageError(`--profile must be edge, standalone or cluster, got ${profile}`);
+  if (!isProfileName(profile))
+    throw new UsageError(`--profile must be edge, standalone or cluster, got ${profile}`);
   const store = text("store") ?? env.QLR_STORE ?? "sqlite";
-  if (store !== "sqlite" && store !== "pglite" && store !== "postgres") throw new UsageError(`--store must be sqlite, pglite or postgres, got ${store}`);
-  const token = await secretOption(values, env, { flag: "token", fileFlag: "token-file", variable: "QLR_TOKEN" }, warn);
-  const workerToken = await secretOption(values, env, { flag: "worker-token", fileFlag: "worker-token-file", variable: "QLR_WORKER_TOKEN" }, warn);
-  if (token !== null && workerToken !== null && token === workerToken) throw new UsageError("the worker token must differ from the admin token, or it would open every route");
+  if (store !== "sqlite" && store !== "pglite" && store !== "postgres")
+    throw new UsageError(`--store must be sqlite, pglite or postgres, got ${store}`);
+  const token = await secretOption(
+    values,
+    env,
+    { flag: "token", fileFlag: "token-file", variable: "QLR_TOKEN" },
+    warn,
+  );
+  const workerToken = await secretOption(
+    values,
+    env,
+    { flag: "worker-token", fileFlag: "worker-token-file", variable: "QLR_WORKER_TOKEN" },
+    warn,
+  );
+  if (token !== null && workerToken !== null && token === workerToken)
+    throw new UsageError(
+      "the worker token must differ from the admin token, or it would open every route",
+    );
   return {
     stateDir: resolve(text("state-dir") ?? env.QLR_STATE_DIR ?? ".qlr"),
     host: text("host") ?? env.QLR_HOST ?? "127.0.0.1",
@@ -120,17 +158,27 @@ export async function commonConfig(values: OptionValues, env: NodeJS.ProcessEnv,
  * `QLR_RETENTION_RUNS` (default 10000) of `qlr serve`. A bad value is a usage error naming
  * the flag or variable it came from; it is checked before anything is written.
  */
-export function retentionConfig(values: Record<string, string | boolean | string[] | undefined>, env: NodeJS.ProcessEnv): RetentionPolicy {
-  const flag = (key: string): string | undefined => (typeof values[key] === "string" ? values[key] : undefined);
+export function retentionConfig(
+  values: Record<string, string | boolean | string[] | undefined>,
+  env: NodeJS.ProcessEnv,
+): RetentionPolicy {
+  const flag = (key: string): string | undefined =>
+    typeof values[key] === "string" ? values[key] : undefined;
   const horizonFlag = flag("retention");
   const runsFlag = flag("retention-runs");
   try {
     return parseRetentionPolicy(
       { horizon: horizonFlag ?? env.QLR_RETENTION, maxRuns: runsFlag ?? env.QLR_RETENTION_RUNS },
-      { horizon: horizonFlag !== undefined ? "--retention" : "QLR_RETENTION", maxRuns: runsFlag !== undefined ? "--retention-runs" : "QLR_RETENTION_RUNS" },
+      {
+        horizon: horizonFlag !== undefined ? "--retention" : "QLR_RETENTION",
+        maxRuns: runsFlag !== undefined ? "--retention-runs" : "QLR_RETENTION_RUNS",
+      },
     );
   } catch (error) {
-    if (isQlrError(error, "invalid_request")) throw new UsageError(error.details.map((detail) => `${detail.path} ${detail.message}`).join("\n"));
+    if (isQlrError(error, "invalid_request"))
+      throw new UsageError(
+        error.details.map((detail) => `${detail.path} ${detail.message}`).join("\n"),
+      );
     throw error;
   }
 }
@@ -141,13 +189,20 @@ export const TOKEN_FILE = "token";
  * Reads the stored token, or creates one (0600, created exclusively so two starts never write
  * two tokens) when absent; `created` says it is new. A stored token others can read is refused.
  */
-export async function loadOrCreateToken(stateDir: string): Promise<{ token: string; created: boolean; path: string }> {
+export async function loadOrCreateToken(
+  stateDir: string,
+): Promise<{ token: string; created: boolean; path: string }> {
   const path = join(stateDir, TOKEN_FILE);
   const existing = await readSecretFile(path, "the token file");
-  if (existing !== null) return { token: checkToken(existing, `the token file ${path}`), created: false, path };
+  if (existing !== null)
+    return { token: checkToken(existing, `the token file ${path}`), created: false, path };
   await mkdir(stateDir, { recursive: true, mode: 0o700 });
   const token = `qlr_${randomBytes(24).toString("base64url")}`;
-  const handle = await open(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+  const handle = await open(
+    path,
+    constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+    0o600,
+  );
   try {
     await handle.writeFile(`${token}\n`, "utf8");
     await handle.sync();

@@ -16,7 +16,12 @@ import { mountDashboard } from "./serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
 import { Metrics } from "../http/metrics.ts";
 import { processMemory, randomSecrets, systemClock, uuidv7Ids } from "./host.ts";
-import { DEFAULT_GRACE_MS, DEFAULT_LOG_MAX_BYTES, loadOrCreateReceiptKey, PosixLauncher } from "./launcher/index.ts";
+import {
+  DEFAULT_GRACE_MS,
+  DEFAULT_LOG_MAX_BYTES,
+  loadOrCreateReceiptKey,
+  PosixLauncher,
+} from "./launcher/index.ts";
 import { BufferReclaimer } from "./buffer-reclaimer.ts";
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
@@ -84,7 +89,15 @@ export class DeviceRuntime {
   private readonly reclaimer: BufferReclaimer | null;
   private stopping: Promise<void> | null = null;
 
-  private constructor(parts: { url: string; store: SqlStore; coordinator: Coordinator; executor: LocalProcessExecutor; server: ServerType; options: DeviceOptions; recovery: RecoveryEntry[] }) {
+  private constructor(parts: {
+    url: string;
+    store: SqlStore;
+    coordinator: Coordinator;
+    executor: LocalProcessExecutor;
+    server: ServerType;
+    options: DeviceOptions;
+    recovery: RecoveryEntry[];
+  }) {
     this.url = parts.url;
     this.store = parts.store;
     this.coordinator = parts.coordinator;
@@ -99,16 +112,25 @@ export class DeviceRuntime {
     const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
     const stateDir = resolve(options.stateDir);
     const secured = await secureStateDir(stateDir);
-    if (secured.tightenedFromMode !== null) log(describeTightened(stateDir, secured.tightenedFromMode));
+    if (secured.tightenedFromMode !== null)
+      log(describeTightened(stateDir, secured.tightenedFromMode));
     const hmacKey = await loadOrCreateReceiptKey(stateDir);
     // Local facts wake the cadence early; the runtime exists only once the server is up.
     let runtimeForWake: DeviceRuntime | null = null;
     const wake = (): void => runtimeForWake?.wake();
-    const store = await openConfiguredStore({ kind: options.store, stateDir, databaseUrl: options.databaseUrl, nowMs: systemClock.nowMs(), lowMemory: options.profile === "edge" });
+    const store = await openConfiguredStore({
+      kind: options.store,
+      stateDir,
+      databaseUrl: options.databaseUrl,
+      nowMs: systemClock.nowMs(),
+      lowMemory: options.profile === "edge",
+    });
     try {
       for (const file of options.applyFiles) {
         const applied = await applyFile(store, file);
-        log(`applied ${file}: package ${applied.package} generation ${applied.generation}${applied.changed ? " (new)" : " (unchanged)"}`);
+        log(
+          `applied ${file}: package ${applied.package} generation ${applied.generation}${applied.changed ? " (new)" : " (unchanged)"}`,
+        );
       }
       const crashAt = options.crashAt ?? null;
       // A crash test's named point: die exactly here, as a power cut or OOM kill would, or
@@ -133,14 +155,16 @@ export class DeviceRuntime {
       });
       const executor = new LocalProcessExecutor(launcher, {
         logMaxBytes: options.logMaxBytes ?? DEFAULT_LOG_MAX_BYTES,
-        onStopError: (attemptId, error) => log(`stop of ${attemptId} failed: ${errorMessage(error)}`),
+        onStopError: (attemptId, error) =>
+          log(`stop of ${attemptId} failed: ${errorMessage(error)}`),
         fault,
       });
       const metrics = new Metrics(processMemory);
       const retention = options.retention ?? DEFAULT_RETENTION;
       // A PostgreSQL server may be shared by several coordinators: this runtime is one node of
       // it (src/ownership.ts). The embedded stores have exactly one coordinator.
-      const node = options.store === "postgres" ? await loadOrCreateNodeIdentity(stateDir) : undefined;
+      const node =
+        options.store === "postgres" ? await loadOrCreateNodeIdentity(stateDir) : undefined;
       const coordinator = new Coordinator({
         ...(node === undefined ? {} : { node }),
         store,
@@ -156,14 +180,26 @@ export class DeviceRuntime {
         notifier: nodeNotificationSender,
       });
       const recovery: RecoveryEntry[] = await coordinator.recover();
-      for (const entry of recovery.filter((item) => item.decision === "fail_closed")) log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
+      for (const entry of recovery.filter((item) => item.decision === "fail_closed"))
+        log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
       // Recovery goes by the store's attempts, never by journal file names; a file whose name is
       // not `<portable id>.json` is reported here so an operator sees it, and never used.
-      const journal = await launcher.listJournal().catch((error: unknown) => ({ valid: [], rejected: [{ name: "journal/", reason: `cannot be listed: ${errorMessage(error)}` }] }));
+      const journal = await launcher
+        .listJournal()
+        .catch((error: unknown) => ({
+          valid: [],
+          rejected: [{ name: "journal/", reason: `cannot be listed: ${errorMessage(error)}` }],
+        }));
       for (const rejected of journal.rejected) {
-        log(`journal file ${JSON.stringify(rejected.name)} rejected: ${rejected.reason}; it is never treated as an attempt`);
+        log(
+          `journal file ${JSON.stringify(rejected.name)} rejected: ${rejected.reason}; it is never treated as an attempt`,
+        );
         // Reported beside the recovery decisions, so `GET /recovery` shows it too.
-        recovery.push({ attemptId: rejected.name.slice(0, 64), decision: "journal_rejected", reason: rejected.reason });
+        recovery.push({
+          attemptId: rejected.name.slice(0, 64),
+          decision: "journal_rejected",
+          reason: rejected.reason,
+        });
       }
       const app = createApp({
         store,
@@ -179,16 +215,33 @@ export class DeviceRuntime {
         profileName: options.profile,
         mount: (app) => mountDashboard(app),
         onChange: wake,
-        readLogChunk: (attempt, stream, offset, limitBytes, complete) => readLogChunk(launcher.logPath(attempt.id, stream), offset, limitBytes, complete),
-        readLog: (attempt: RunAttempt, maxBytes: number) => readAttemptLog(launcher.logPath(attempt.id, "stdout"), launcher.logPath(attempt.id, "stderr"), Math.min(maxBytes, LOG_READ_MAX_BYTES)),
+        readLogChunk: (attempt, stream, offset, limitBytes, complete) =>
+          readLogChunk(launcher.logPath(attempt.id, stream), offset, limitBytes, complete),
+        readLog: (attempt: RunAttempt, maxBytes: number) =>
+          readAttemptLog(
+            launcher.logPath(attempt.id, "stdout"),
+            launcher.logPath(attempt.id, "stderr"),
+            Math.min(maxBytes, LOG_READ_MAX_BYTES),
+          ),
       });
       const server = await new Promise<ServerType>((resolveServer, rejectServer) => {
-        const started = serve({ fetch: app.fetch, hostname: options.host, port: options.port }, () => resolveServer(started));
+        const started = serve(
+          { fetch: app.fetch, hostname: options.host, port: options.port },
+          () => resolveServer(started),
+        );
         started.once("error", rejectServer);
       });
       const address = server.address();
       const port = typeof address === "object" && address !== null ? address.port : options.port;
-      const runtime = new DeviceRuntime({ url: `http://${options.host}:${port}`, store, coordinator, executor, server, options, recovery });
+      const runtime = new DeviceRuntime({
+        url: `http://${options.host}:${port}`,
+        store,
+        coordinator,
+        executor,
+        server,
+        options,
+        recovery,
+      });
       runtimeForWake = runtime;
       runtime.scheduleTick(0);
       return runtime;
@@ -216,7 +269,9 @@ export class DeviceRuntime {
           return report.more || report.followUp;
         })
         .catch((error: unknown) => {
-          (this.options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(`tick failed: ${errorMessage(error)}`);
+          (this.options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(
+            `tick failed: ${errorMessage(error)}`,
+          );
           return false;
         })
         .then((more) => {
@@ -266,7 +321,9 @@ export class DeviceRuntime {
       for (let round = 0; round < 20; round += 1) {
         await this.coordinator.tick();
         const owner = this.coordinator.nodeId ?? undefined;
-        const live = await this.store.transaction(async (tx) => tx.listAttempts("local_process", ["running"], null, 1, owner));
+        const live = await this.store.transaction(async (tx) =>
+          tx.listAttempts("local_process", ["running"], null, 1, owner),
+        );
         if (live.length === 0) break;
         await new Promise((wait) => setTimeout(wait, 100));
       }
@@ -282,10 +339,13 @@ export async function applyFile(store: SqlStore, file: string): Promise<ApplyRes
   const text = await readFile(file, "utf8");
   const result = parseManifest(text, file.endsWith(".json") ? "json" : "yaml");
   if (!result.ok) throw manifestError(result.issues);
-  return transactAtStoreTime(store, systemClock, (tx, nowMs) => applyPackage(tx, result.manifest, nowMs));
+  return transactAtStoreTime(store, systemClock, (tx, nowMs) =>
+    applyPackage(tx, result.manifest, nowMs),
+  );
 }
 
 export function describeStartupError(error: unknown): string {
-  if (isQlrError(error)) return `${error.code}: ${error.message}${error.details.length > 0 ? `\n${error.details.map((detail) => `  ${detail.path}: ${detail.message}`).join("\n")}` : ""}`;
+  if (isQlrError(error))
+    return `${error.code}: ${error.message}${error.details.length > 0 ? `\n${error.details.map((detail) => `  ${detail.path}: ${detail.message}`).join("\n")}` : ""}`;
   return errorMessage(error);
 }

@@ -10,7 +10,9 @@ export const systemClock: Clock = { nowMs: () => Date.now() };
 export { uuidv7, uuidv7Ids } from "../shared/uuidv7.ts";
 
 /** 256 random bits as 43 base64url characters. */
-export const randomSecrets: SecretSource = { leaseSecret: () => randomBytes(32).toString("base64url") };
+export const randomSecrets: SecretSource = {
+  leaseSecret: () => randomBytes(32).toString("base64url"),
+};
 
 /**
  * The process's memory by kind, in bytes, for `GET /metrics`: `rss` and `peak_rss` (VmHWM,
@@ -26,5 +28,13 @@ export function processMemory(): Record<string, number | null> {
   } catch {
     // Not Linux: no peak from the kernel.
   }
-  return { rss: usage.rss, peak_rss: peakRss, heap_used: usage.heapUsed, heap_total: usage.heapTotal, external: usage.external, array_buffers: usage.arrayBuffers, wasm: sqlJsWasmMemoryBytes() };
+  return {
+    rss: usage.rss,
+    peak_rss: peakRss,
+    heap_used: usage.heapUsed,
+    heap_total: usage.heapTotal,
+    external: usage.external,
+    array_buffers: usage.arrayBuffers,
+    wasm: sqlJsWasmMemoryBytes(),
+  };
 }

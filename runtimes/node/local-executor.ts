@@ -3,7 +3,12 @@ import type { ProcessHandleFacts, RunAttempt, StopReason } from "../../src/model
 import type { Executor, LaunchRequest } from "../../src/ports.ts";
 import type { LiveInspection, ReceiptEvidence } from "../../src/recovery.ts";
 import { QlrError } from "../../src/errors.ts";
-import { readBootId, type CompletionReceipt, type PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
+import {
+  readBootId,
+  type CompletionReceipt,
+  type PosixLauncher,
+  type ProcessHandle,
+} from "./launcher/index.ts";
 import { checkOutput, type OutputEvidence } from "../../src/task-output.ts";
 import { prepareTaskEnvironment } from "./task-env.ts";
 
@@ -27,7 +32,14 @@ export class LocalProcessExecutor implements Executor {
   /** Stops in flight, so shutdown can wait for them. */
   readonly stopping = new Map<string, Promise<unknown>>();
 
-  constructor(launcher: PosixLauncher, options: { logMaxBytes: number; onStopError: (attemptId: string, error: unknown) => void; fault?: (point: FaultPoint) => void | Promise<void> }) {
+  constructor(
+    launcher: PosixLauncher,
+    options: {
+      logMaxBytes: number;
+      onStopError: (attemptId: string, error: unknown) => void;
+      fault?: (point: FaultPoint) => void | Promise<void>;
+    },
+  ) {
     this.launcher = launcher;
     this.logMaxBytes = options.logMaxBytes;
     this.onStopError = options.onStopError;
@@ -47,8 +59,16 @@ export class LocalProcessExecutor implements Executor {
 
   async launch(request: LaunchRequest): Promise<ProcessHandleFacts> {
     const execution = request.definition.execution;
-    if (execution.executor !== "local_process") throw new QlrError("integrity", `attempt ${request.attempt.id} is not a local_process attempt`);
-    const env = await prepareTaskEnvironment(this.launcher.stateDir, request.context, execution.env);
+    if (execution.executor !== "local_process")
+      throw new QlrError(
+        "integrity",
+        `attempt ${request.attempt.id} is not a local_process attempt`,
+      );
+    const env = await prepareTaskEnvironment(
+      this.launcher.stateDir,
+      request.context,
+      execution.env,
+    );
     const handle = await this.launcher.launch({
       attemptId: request.attempt.id,
       argv: execution.argv,
@@ -60,7 +80,12 @@ export class LocalProcessExecutor implements Executor {
       // or has not persisted the handle.
       timeoutMs: request.attempt.timeoutMs,
     });
-    return { pid: handle.pid, processStartTicks: handle.processStartTicks, bootId: handle.bootId, startedAtMs: handle.startedAtMs };
+    return {
+      pid: handle.pid,
+      processStartTicks: handle.processStartTicks,
+      bootId: handle.bootId,
+      startedAtMs: handle.startedAtMs,
+    };
   }
 
   async readReceipt(attempt: RunAttempt): Promise<ReceiptEvidence> {
@@ -82,7 +107,9 @@ export class LocalProcessExecutor implements Executor {
     };
   }
 
-  async hasJournal(attempt: RunAttempt): Promise<"present" | "absent" | "invalid" | "never_spawned"> {
+  async hasJournal(
+    attempt: RunAttempt,
+  ): Promise<"present" | "absent" | "invalid" | "never_spawned"> {
     try {
       if ((await this.launcher.readJournal(attempt.id)) === null) return "absent";
     } catch {
@@ -90,7 +117,9 @@ export class LocalProcessExecutor implements Executor {
     }
     // Journaled, but no spawn record and no supervisor that could still write one: the task
     // provably never started (the second barrier), so the attempt is lost before the start.
-    return (await this.launcher.supervision(attempt.id)) === "never_spawned" ? "never_spawned" : "present";
+    return (await this.launcher.supervision(attempt.id)) === "never_spawned"
+      ? "never_spawned"
+      : "present";
   }
 
   async inspect(attempt: RunAttempt): Promise<LiveInspection> {
@@ -104,7 +133,11 @@ export class LocalProcessExecutor implements Executor {
     }
     const inspection = await this.launcher.inspect(handle);
     // The task is gone but its supervisor is still writing the receipt: not yet evidence.
-    if (inspection.state === "not_running" && (await this.launcher.supervision(attempt.id)) === "live") return "running";
+    if (
+      inspection.state === "not_running" &&
+      (await this.launcher.supervision(attempt.id)) === "live"
+    )
+      return "running";
     return inspection.state;
   }
 
@@ -140,7 +173,19 @@ export class LocalProcessExecutor implements Executor {
   }
 
   private handleOf(attempt: RunAttempt): ProcessHandle | null {
-    if (attempt.pid === null || attempt.processStartTicks === null || attempt.bootId === null || attempt.startedAtMs === null) return null;
-    return { attemptId: attempt.id, pid: attempt.pid, processStartTicks: attempt.processStartTicks, bootId: attempt.bootId, startedAtMs: attempt.startedAtMs };
+    if (
+      attempt.pid === null ||
+      attempt.processStartTicks === null ||
+      attempt.bootId === null ||
+      attempt.startedAtMs === null
+    )
+      return null;
+    return {
+      attemptId: attempt.id,
+      pid: attempt.pid,
+      processStartTicks: attempt.processStartTicks,
+      bootId: attempt.bootId,
+      startedAtMs: attempt.startedAtMs,
+    };
   }
 }

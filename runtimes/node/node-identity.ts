@@ -28,9 +28,17 @@ export async function loadOrCreateNodeIdentity(stateDir: string): Promise<NodeId
       if ((error as { code?: unknown }).code !== "EEXIST") throw error;
     }
     nodeId = await readNodeId(path);
-    if (nodeId === null) throw new QlrError("storage_unavailable", `node id file ${path} vanished right after it was created`);
+    if (nodeId === null)
+      throw new QlrError(
+        "storage_unavailable",
+        `node id file ${path} vanished right after it was created`,
+      );
   }
-  return validateNodeIdentity({ nodeId, host: hostname().slice(0, 255) || "unknown", bootId: await readBootId("/proc") });
+  return validateNodeIdentity({
+    nodeId,
+    host: hostname().slice(0, 255) || "unknown",
+    bootId: await readBootId("/proc"),
+  });
 }
 
 async function readNodeId(path: string): Promise<string | null> {
@@ -42,6 +50,10 @@ async function readNodeId(path: string): Promise<string | null> {
     throw error;
   }
   const nodeId = text.trim();
-  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(nodeId)) throw new QlrError("integrity", `node id file ${path} does not hold a node id; it is never replaced automatically (attempts in the store name it)`);
+  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(nodeId))
+    throw new QlrError(
+      "integrity",
+      `node id file ${path} does not hold a node id; it is never replaced automatically (attempts in the store name it)`,
+    );
   return nodeId;
 }

@@ -25,19 +25,39 @@ export async function openConfiguredStore(options: OpenStoreOptions): Promise<Sq
         import("../../storage/sqljs/node/file-driver.ts"),
         import("../../storage/sqlite/store.ts"),
       ]);
-      const driver = await openSqlJsFileDriver(await loadSqlJs({ baselineCompilerOnly: options.lowMemory === true }), { path: join(options.stateDir, "db") });
+      const driver = await openSqlJsFileDriver(
+        await loadSqlJs({ baselineCompilerOnly: options.lowMemory === true }),
+        { path: join(options.stateDir, "db") },
+      );
       return openSqliteStore(driver, options.nowMs);
     }
     case "pglite": {
       // PGlite on disk is not power-loss durable (it runs with fsync off): development only.
-      const [{ openPgliteDriver }, { openPostgresStore }] = await Promise.all([import("../../storage/postgres/pglite-driver.ts"), import("../../storage/postgres/store.ts")]);
-      return openPostgresStore(await openPgliteDriver({ dataDir: join(options.stateDir, "pglite") }), options.nowMs);
+      const [{ openPgliteDriver }, { openPostgresStore }] = await Promise.all([
+        import("../../storage/postgres/pglite-driver.ts"),
+        import("../../storage/postgres/store.ts"),
+      ]);
+      return openPostgresStore(
+        await openPgliteDriver({ dataDir: join(options.stateDir, "pglite") }),
+        options.nowMs,
+      );
     }
     case "postgres": {
-      if (options.databaseUrl === null) throw new QlrError("invalid_request", "--store postgres needs --database-url or QLR_DATABASE_URL");
-      const [{ openPgDriver }, { openPostgresStore }] = await Promise.all([import("../../storage/postgres/pg-driver.ts"), import("../../storage/postgres/store.ts")]);
+      if (options.databaseUrl === null)
+        throw new QlrError(
+          "invalid_request",
+          "--store postgres needs --database-url or QLR_DATABASE_URL",
+        );
+      const [{ openPgDriver }, { openPostgresStore }] = await Promise.all([
+        import("../../storage/postgres/pg-driver.ts"),
+        import("../../storage/postgres/store.ts"),
+      ]);
       // Several coordinators share this server: store time is the server's clock, not this host's.
-      return openPostgresStore(await openPgDriver({ connectionString: options.databaseUrl }), options.nowMs, { clock: "database" });
+      return openPostgresStore(
+        await openPgDriver({ connectionString: options.databaseUrl }),
+        options.nowMs,
+        { clock: "database" },
+      );
     }
   }
 }

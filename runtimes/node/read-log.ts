@@ -54,10 +54,17 @@ function fitStream(stream: StreamFile, shareBytes: number): Buffer {
   if (stream.sizeBytes <= shareBytes && stream.head.length === stream.sizeBytes) return stream.head;
   const kept = utf8Prefix(stream.head, Math.max(0, shareBytes - MARKER_RESERVE_BYTES));
   const newline = kept.length > 0 && kept[kept.length - 1] !== 0x0a ? "\n" : "";
-  return Buffer.concat([kept, Buffer.from(`${newline}${answerCutMarker(kept.length, stream.sizeBytes)}`, "utf8")]);
+  return Buffer.concat([
+    kept,
+    Buffer.from(`${newline}${answerCutMarker(kept.length, stream.sizeBytes)}`, "utf8"),
+  ]);
 }
 
-export async function readAttemptLog(stdoutPath: string, stderrPath: string, maxBytes: number): Promise<string | null> {
+export async function readAttemptLog(
+  stdoutPath: string,
+  stderrPath: string,
+  maxBytes: number,
+): Promise<string | null> {
   const stdout = await readHead(stdoutPath, maxBytes);
   const stderr = await readHead(stderrPath, maxBytes);
   if (stdout === null && stderr === null) return null;
@@ -67,12 +74,21 @@ export async function readAttemptLog(stdoutPath: string, stderrPath: string, max
   const budgetBytes = maxBytes - Buffer.byteLength(STDERR_SEPARATOR) - 1;
   const half = Math.floor(budgetBytes / 2);
   // Each stream gets half; what one does not need goes to the other.
-  const stdoutShare = out.sizeBytes <= half ? out.sizeBytes : stderr.sizeBytes <= half ? budgetBytes - stderr.sizeBytes : half;
+  const stdoutShare =
+    out.sizeBytes <= half
+      ? out.sizeBytes
+      : stderr.sizeBytes <= half
+        ? budgetBytes - stderr.sizeBytes
+        : half;
   const stderrShare = budgetBytes - stdoutShare;
   const outPart = fitStream(out, stdoutShare);
   const errPart = fitStream(stderr, stderrShare);
   const newline = outPart.length > 0 && outPart[outPart.length - 1] !== 0x0a ? "\n" : "";
-  return Buffer.concat([outPart, Buffer.from(`${newline}${STDERR_SEPARATOR}`, "utf8"), errPart]).toString("utf8");
+  return Buffer.concat([
+    outPart,
+    Buffer.from(`${newline}${STDERR_SEPARATOR}`, "utf8"),
+    errPart,
+  ]).toString("utf8");
 }
 
 /** One piece of one stream of an attempt's log, for a reader that follows it by byte offset. */
@@ -104,7 +120,12 @@ function wholeCharacters(bytes: Buffer): Buffer {
  * file is `complete` (its attempt ended): then every byte is given, so a reader always reaches
  * the end. Null when the file does not exist (yet).
  */
-export async function readLogChunk(path: string, offset: number, limitBytes: number, complete: boolean): Promise<LogChunk | null> {
+export async function readLogChunk(
+  path: string,
+  offset: number,
+  limitBytes: number,
+  complete: boolean,
+): Promise<LogChunk | null> {
   let handle;
   try {
     handle = await open(path, "r");

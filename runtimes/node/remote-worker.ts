@@ -11,7 +11,13 @@ import { systemClock } from "./host.ts";
 import { receiptOutput } from "./local-executor.ts";
 import { prepareTaskEnvironment } from "./task-env.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
-import { DEFAULT_LOG_MAX_BYTES, isSpawnFailedError, loadOrCreateReceiptKey, PosixLauncher, type ProcessHandle } from "./launcher/index.ts";
+import {
+  DEFAULT_LOG_MAX_BYTES,
+  isSpawnFailedError,
+  loadOrCreateReceiptKey,
+  PosixLauncher,
+  type ProcessHandle,
+} from "./launcher/index.ts";
 
 /**
  * `qlr worker`: a remote worker holding leases from a coordinator (a Worker, a server, a
@@ -76,14 +82,21 @@ export class RemoteWorker {
     this.options = options;
     this.workerId = workerId;
     this.launcher = launcher;
-    this.coordinator = new QlrClient({ baseUrl: options.coordinatorUrl, token: options.token, timeoutMs: REQUEST_TIMEOUT_MS });
+    this.coordinator = new QlrClient({
+      baseUrl: options.coordinatorUrl,
+      token: options.token,
+      timeoutMs: REQUEST_TIMEOUT_MS,
+    });
     this.leaseDir = join(options.stateDir, "leases");
   }
 
   static async create(options: RemoteWorkerOptions): Promise<RemoteWorker> {
     const stateDir = resolve(options.stateDir);
     const secured = await secureStateDir(stateDir);
-    if (secured.tightenedFromMode !== null) (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(describeTightened(stateDir, secured.tightenedFromMode));
+    if (secured.tightenedFromMode !== null)
+      (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(
+        describeTightened(stateDir, secured.tightenedFromMode),
+      );
     await mkdir(join(stateDir, "leases"), { recursive: true, mode: 0o700 });
     const idPath = join(stateDir, "worker-id");
     let workerId = (await readFile(idPath, "utf8").catch(() => "")).trim();
@@ -111,7 +124,11 @@ export class RemoteWorker {
    */
   private async persist(held: HeldLease): Promise<void> {
     const path = this.leaseFile(held.lease.attemptId);
-    await writeFile(`${path}.tmp`, JSON.stringify({ lease: held.lease, workerId: held.workerId, handle: held.handle }), { mode: 0o600 });
+    await writeFile(
+      `${path}.tmp`,
+      JSON.stringify({ lease: held.lease, workerId: held.workerId, handle: held.handle }),
+      { mode: 0o600 },
+    );
     await rename(`${path}.tmp`, path);
   }
 
@@ -125,13 +142,29 @@ export class RemoteWorker {
         continue;
       }
       try {
-        const saved = JSON.parse(await readFile(join(this.leaseDir, name), "utf8")) as { lease: Lease; workerId: string; handle: ProcessHandle | null };
+        const saved = JSON.parse(await readFile(join(this.leaseDir, name), "utf8")) as {
+          lease: Lease;
+          workerId: string;
+          handle: ProcessHandle | null;
+        };
         if (saved.lease.attemptId !== attemptId || saved.workerId !== this.workerId) continue;
-        if (typeof saved.lease.leaseSecret !== "string" || !LEASE_SECRET_PATTERN.test(saved.lease.leaseSecret)) {
-          this.log(`lease file ${name} has no lease secret (written by an older worker); the coordinator settles its attempt when the lease expires`);
+        if (
+          typeof saved.lease.leaseSecret !== "string" ||
+          !LEASE_SECRET_PATTERN.test(saved.lease.leaseSecret)
+        ) {
+          this.log(
+            `lease file ${name} has no lease secret (written by an older worker); the coordinator settles its attempt when the lease expires`,
+          );
           continue;
         }
-        this.held.set(attemptId, { lease: saved.lease, workerId: saved.workerId, handle: saved.handle, done: false, lastHeartbeatMs: 0, goneSinceMs: null });
+        this.held.set(attemptId, {
+          lease: saved.lease,
+          workerId: saved.workerId,
+          handle: saved.handle,
+          done: false,
+          lastHeartbeatMs: 0,
+          goneSinceMs: null,
+        });
         this.log(`re-adopted lease of ${attemptId}`);
       } catch (error) {
         this.log(`unreadable lease file ${name}: ${errorMessage(error)}`);
@@ -146,7 +179,9 @@ export class RemoteWorker {
       await this.readopt();
       // Deliberately unbounded: the worker runs until stop(); each round is bounded and sleeps.
       while (this.running) {
-        await this.round().catch((error: unknown) => this.log(`round failed: ${errorMessage(error)}`));
+        await this.round().catch((error: unknown) =>
+          this.log(`round failed: ${errorMessage(error)}`),
+        );
         await new Promise<void>((wake) => {
           this.wake = wake;
           setTimeout(wake, this.options.pollIntervalMs ?? 1000);
@@ -170,19 +205,38 @@ export class RemoteWorker {
     // One lease's failure (a coordinator error, a refused report) must not starve the others'
     // heartbeats and completions, nor stop the worker from claiming.
     for (const held of [...this.held.values()]) {
-      await this.tend(held).catch((error: unknown) => this.log(`lease of ${held.lease.attemptId}: ${errorMessage(error)}`));
+      await this.tend(held).catch((error: unknown) =>
+        this.log(`lease of ${held.lease.attemptId}: ${errorMessage(error)}`),
+      );
     }
     const free = this.options.capacity - this.active;
     if (free <= 0 || !this.running) return;
-    const { leases } = await this.coordinator.claim({ workerId: this.workerId, pool: this.options.pool, capacity: free });
+    const { leases } = await this.coordinator.claim({
+      workerId: this.workerId,
+      pool: this.options.pool,
+      capacity: free,
+    });
     for (const lease of leases) {
       // The attempt id names the lease, journal, receipt and log files: a coordinator (or
       // anything posing as one) must not be able to name a path outside the state dir.
-      if (!isPortableId(lease.attemptId) || typeof lease.leaseSecret !== "string" || !LEASE_SECRET_PATTERN.test(lease.leaseSecret)) {
-        this.log(`claim answered a lease with an invalid attempt id or secret (${JSON.stringify(String(lease.attemptId).slice(0, 64))}); ignored`);
+      if (
+        !isPortableId(lease.attemptId) ||
+        typeof lease.leaseSecret !== "string" ||
+        !LEASE_SECRET_PATTERN.test(lease.leaseSecret)
+      ) {
+        this.log(
+          `claim answered a lease with an invalid attempt id or secret (${JSON.stringify(String(lease.attemptId).slice(0, 64))}); ignored`,
+        );
         continue;
       }
-      const held: HeldLease = { lease, workerId: this.workerId, handle: null, done: false, lastHeartbeatMs: systemClock.nowMs(), goneSinceMs: null };
+      const held: HeldLease = {
+        lease,
+        workerId: this.workerId,
+        handle: null,
+        done: false,
+        lastHeartbeatMs: systemClock.nowMs(),
+        goneSinceMs: null,
+      };
       this.held.set(lease.attemptId, held);
       await this.persist(held);
       await this.launch(held);
@@ -190,7 +244,12 @@ export class RemoteWorker {
   }
 
   private fence(held: HeldLease): LeaseFenceRequest {
-    return { attemptId: held.lease.attemptId, workerId: held.workerId, leaseVersion: held.lease.leaseVersion, leaseSecret: held.lease.leaseSecret };
+    return {
+      attemptId: held.lease.attemptId,
+      workerId: held.workerId,
+      leaseVersion: held.lease.leaseVersion,
+      leaseSecret: held.lease.leaseSecret,
+    };
   }
 
   private async launch(held: HeldLease): Promise<void> {
@@ -198,8 +257,18 @@ export class RemoteWorker {
     await this.coordinator.leaseStart({ ...this.fence(held), phase: "starting" });
     let handle: ProcessHandle;
     try {
-      const env = await prepareTaskEnvironment(this.launcher.stateDir, lease.context, lease.execution.env);
-      handle = await this.launcher.launch({ attemptId: lease.attemptId, argv: lease.execution.argv, env, cwd: null, logMaxBytes: DEFAULT_LOG_MAX_BYTES });
+      const env = await prepareTaskEnvironment(
+        this.launcher.stateDir,
+        lease.context,
+        lease.execution.env,
+      );
+      handle = await this.launcher.launch({
+        attemptId: lease.attemptId,
+        argv: lease.execution.argv,
+        env,
+        cwd: null,
+        logMaxBytes: DEFAULT_LOG_MAX_BYTES,
+      });
     } catch (error) {
       if (!isSpawnFailedError(error)) throw error;
       // Nothing ran; the receipt with the spawn error is on disk and is reported by tend().
@@ -207,7 +276,16 @@ export class RemoteWorker {
     }
     held.handle = handle;
     await this.persist(held);
-    await this.coordinator.leaseStart({ ...this.fence(held), phase: "running", handle: { pid: handle.pid, processStartTicks: handle.processStartTicks, bootId: handle.bootId, startedAtMs: handle.startedAtMs } });
+    await this.coordinator.leaseStart({
+      ...this.fence(held),
+      phase: "running",
+      handle: {
+        pid: handle.pid,
+        processStartTicks: handle.processStartTicks,
+        bootId: handle.bootId,
+        startedAtMs: handle.startedAtMs,
+      },
+    });
   }
 
   private async tend(held: HeldLease): Promise<void> {
@@ -215,12 +293,23 @@ export class RemoteWorker {
     const attemptId = held.lease.attemptId;
     const receipt = await this.launcher.readReceipt(attemptId);
     if (receipt.status === "valid") {
-      const { startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError } = receipt.receipt;
+      const { startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError } =
+        receipt.receipt;
       // The output travels with the completion it was signed with; a repeated call (a lost
       // answer) carries the same receipt, and the coordinator records the first one only.
       const { output, outputError } = receiptOutput(receipt.receipt);
       try {
-        await this.coordinator.leaseComplete({ ...this.fence(held), startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError, output, outputError });
+        await this.coordinator.leaseComplete({
+          ...this.fence(held),
+          startedAtMs,
+          finishedAtMs,
+          exitCode,
+          signal,
+          stopReason,
+          spawnError,
+          output,
+          outputError,
+        });
       } catch (error) {
         // A completion is retried until acknowledged; only a refused fence ends it (another
         // worker or the coordinator settled the attempt).
@@ -241,7 +330,10 @@ export class RemoteWorker {
       const journal = await this.launcher.readJournal(attemptId).catch(() => null);
       if (journal === null && this.running) {
         try {
-          await this.coordinator.leaseLost({ ...this.fence(held), reason: "the worker stopped before spawning" });
+          await this.coordinator.leaseLost({
+            ...this.fence(held),
+            reason: "the worker stopped before spawning",
+          });
         } catch (error) {
           if (!settledElsewhere(error)) throw error;
         }
@@ -259,7 +351,10 @@ export class RemoteWorker {
       const again = await this.launcher.readReceipt(attemptId);
       if (again.status === "none") {
         try {
-          await this.coordinator.leaseLost({ ...this.fence(held), reason: "the process is gone and left no receipt" });
+          await this.coordinator.leaseLost({
+            ...this.fence(held),
+            reason: "the process is gone and left no receipt",
+          });
         } catch (error) {
           if (!settledElsewhere(error)) throw error;
         }
@@ -275,7 +370,10 @@ export class RemoteWorker {
     held.lastHeartbeatMs = nowMs;
     try {
       const control = await this.coordinator.leaseHeartbeat(this.fence(held));
-      if (control.action === "stop_requested") void this.launcher.stop(held.handle, control.reason).catch((error: unknown) => this.log(`stop of ${attemptId} failed: ${String(error)}`));
+      if (control.action === "stop_requested")
+        void this.launcher
+          .stop(held.handle, control.reason)
+          .catch((error: unknown) => this.log(`stop of ${attemptId} failed: ${String(error)}`));
     } catch (error) {
       if (settledElsewhere(error)) {
         // The fence is stale: another authority owns this attempt now. Stop the process so

@@ -24,7 +24,8 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, Asset>> = {
 };
 
 /** Only the page's own script, style and API; no inline code, no framing. */
-export const DASHBOARD_CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+export const DASHBOARD_CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /**
  * Where the build puts the dashboard: `dist/browser/dashboard/` beside the running bundle
@@ -33,7 +34,14 @@ export const DASHBOARD_CSP = "default-src 'none'; script-src 'self'; style-src '
  */
 export function defaultDashboardDirs(): string[] {
   const fromSources = new URL(import.meta.url).pathname.endsWith(".ts");
-  return [fileURLToPath(new URL(fromSources ? "../../dist/browser/dashboard/" : "./browser/dashboard/", import.meta.url))];
+  return [
+    fileURLToPath(
+      new URL(
+        fromSources ? "../../dist/browser/dashboard/" : "./browser/dashboard/",
+        import.meta.url,
+      ),
+    ),
+  ];
 }
 
 async function readFirst(dirs: readonly string[], file: string): Promise<Buffer | null> {
@@ -51,16 +59,30 @@ export function mountDashboard(app: Hono, dirs: readonly string[] = defaultDashb
   for (const [path, asset] of Object.entries(DASHBOARD_ASSETS)) {
     app.get(path, async (c) => {
       const body = await readFirst(dirs, asset.file);
-      if (body === null) return c.json({ error: { code: "not_found", message: "the dashboard is not built: run `node scripts/build.mjs`", details: [] } }, 404);
+      if (body === null)
+        return c.json(
+          {
+            error: {
+              code: "not_found",
+              message: "the dashboard is not built: run `node scripts/build.mjs`",
+              details: [],
+            },
+          },
+          404,
+        );
       return c.body(new Uint8Array(body), 200, {
         "content-type": asset.type,
         "cache-control": "no-cache",
         "x-content-type-options": "nosniff",
         "referrer-policy": "no-referrer",
-        ...(asset === PAGE ? { "content-security-policy": DASHBOARD_CSP, "x-frame-options": "DENY" } : {}),
+        ...(asset === PAGE
+          ? { "content-security-policy": DASHBOARD_CSP, "x-frame-options": "DENY" }
+          : {}),
       });
     });
   }
   // Any other asset name is unknown: answered here, so it is a 404 and not a token prompt.
-  app.get("/assets/*", (c) => c.json({ error: { code: "not_found", message: "no such dashboard asset", details: [] } }, 404));
+  app.get("/assets/*", (c) =>
+    c.json({ error: { code: "not_found", message: "no such dashboard asset", details: [] } }, 404),
+  );
 }

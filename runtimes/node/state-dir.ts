@@ -13,13 +13,24 @@ import { QlrError } from "../../src/errors.ts";
  *   who was entitled to it.
  * Files and directories created inside are 0600 and 0700 by their writers.
  */
-export async function secureStateDir(stateDir: string): Promise<{ tightenedFromMode: number | null }> {
+export async function secureStateDir(
+  stateDir: string,
+): Promise<{ tightenedFromMode: number | null }> {
   await mkdir(stateDir, { recursive: true, mode: 0o700 });
   const stats = await lstat(stateDir);
-  if (stats.isSymbolicLink()) throw new QlrError("invalid_request", `state dir ${stateDir} is a symbolic link; give the directory itself`);
-  if (!stats.isDirectory()) throw new QlrError("invalid_request", `state dir ${stateDir} is not a directory`);
+  if (stats.isSymbolicLink())
+    throw new QlrError(
+      "invalid_request",
+      `state dir ${stateDir} is a symbolic link; give the directory itself`,
+    );
+  if (!stats.isDirectory())
+    throw new QlrError("invalid_request", `state dir ${stateDir} is not a directory`);
   const uid = process.getuid?.() ?? stats.uid;
-  if (stats.uid !== uid) throw new QlrError("invalid_request", `state dir ${stateDir} belongs to uid ${stats.uid}, not to this runtime's uid ${uid}; another user could read or replace its secrets`);
+  if (stats.uid !== uid)
+    throw new QlrError(
+      "invalid_request",
+      `state dir ${stateDir} belongs to uid ${stats.uid}, not to this runtime's uid ${uid}; another user could read or replace its secrets`,
+    );
   const mode = stats.mode & 0o777;
   if ((mode & 0o077) === 0) return { tightenedFromMode: null };
   await chmod(stateDir, 0o700);

@@ -39,7 +39,10 @@ export function taskNeedsPath(stateDir: string, attemptId: string): string {
 }
 
 /** The context variables alone (pure: tests and docs use it). */
-export function contextEnvironment(context: TaskContext, paths: { readonly outputPath: string; readonly needsPath: string }): Record<string, string> {
+export function contextEnvironment(
+  context: TaskContext,
+  paths: { readonly outputPath: string; readonly needsPath: string },
+): Record<string, string> {
   const env: Record<string, string> = {
     QLR_RUN_ID: context.runId,
     QLR_PACKAGE: context.package,
@@ -52,7 +55,8 @@ export function contextEnvironment(context: TaskContext, paths: { readonly outpu
     QLR_OUTPUT: paths.outputPath,
     QLR_NEEDS: paths.needsPath,
   };
-  for (const [key, value] of Object.entries(context.input)) env[`QLR_INPUT_${key}`] = inputValueText(value);
+  for (const [key, value] of Object.entries(context.input))
+    env[`QLR_INPUT_${key}`] = inputValueText(value);
   return env;
 }
 
@@ -62,7 +66,11 @@ export function contextEnvironment(context: TaskContext, paths: { readonly outpu
  * its declared env with the context variables over it. Called before the launch, so a task
  * that starts finds everything in place.
  */
-export async function prepareTaskEnvironment(stateDir: string, context: TaskContext, declaredEnv: Readonly<Record<string, string>>): Promise<Record<string, string>> {
+export async function prepareTaskEnvironment(
+  stateDir: string,
+  context: TaskContext,
+  declaredEnv: Readonly<Record<string, string>>,
+): Promise<Record<string, string>> {
   const outputPath = taskOutputPath(stateDir, context.attemptId);
   const needsPath = taskNeedsPath(stateDir, context.attemptId);
   await mkdir(taskFilesDir(stateDir), { recursive: true, mode: 0o700 });

@@ -1,4 +1,9 @@
-import { MAX_OUTPUT_BYTES, NO_OUTPUT, outputFromText, type OutputEvidence } from "../../src/task-output.ts";
+import {
+  MAX_OUTPUT_BYTES,
+  NO_OUTPUT,
+  outputFromText,
+  type OutputEvidence,
+} from "../../src/task-output.ts";
 import { readSmallFile } from "./launcher/durable-file.ts";
 
 /**
@@ -19,7 +24,10 @@ export async function readTaskOutput(path: string): Promise<OutputEvidence> {
   try {
     file = await readSmallFile(path, MAX_OUTPUT_FILE_BYTES);
   } catch (error) {
-    return { output: null, outputError: `the output file could not be read: ${error instanceof Error ? error.message : String(error)}` };
+    return {
+      output: null,
+      outputError: `the output file could not be read: ${error instanceof Error ? error.message : String(error)}`,
+    };
   }
   if (file === null) return NO_OUTPUT;
   if (!file.ok) return { output: null, outputError: `the output file ${file.reason}` };

@@ -10,6 +10,9 @@
 declare module "cloudflare:workers" {
   import type { CloudflareWorkersModule } from "@cloudflare/workers-types/index.ts";
 
-  export type DurableObject<Env = unknown, Props = object> = CloudflareWorkersModule.DurableObject<Env, Props>;
+  export type DurableObject<Env = unknown, Props = object> = CloudflareWorkersModule.DurableObject<
+    Env,
+    Props
+  >;
   export const DurableObject: typeof CloudflareWorkersModule.DurableObject;
 }

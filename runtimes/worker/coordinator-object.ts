@@ -5,14 +5,22 @@ import { Coordinator, type TickReport } from "../../src/coordinator.ts";
 import { isProfileName, PROFILES, type Profile } from "../../src/profiles.ts";
 import { parseRetentionPolicy, type RetentionPolicy } from "../../src/retention.ts";
 import { isQlrError, errorMessage } from "../../src/errors.ts";
-import { openDurableObjectSqliteDriver, type DurableObjectSqliteDriver } from "../../storage/do-sqlite/driver.ts";
+import {
+  openDurableObjectSqliteDriver,
+  type DurableObjectSqliteDriver,
+} from "../../storage/do-sqlite/driver.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { createApp } from "../http/app.ts";
 import { isAuthorized, tokenProblem } from "../http/auth.ts";
 import { Metrics, parseMetricsCounters } from "../http/metrics.ts";
 import { randomSecrets, uuidv7Ids, workerClock } from "./host.ts";
-import type { DurableObjectNamespace, DurableObjectState, WorkerRequest, WorkerResponse } from "./types.ts";
+import type {
+  DurableObjectNamespace,
+  DurableObjectState,
+  WorkerRequest,
+  WorkerResponse,
+} from "./types.ts";
 
 /** The Worker's bindings (wrangler.toml) and secrets. */
 export interface WorkerEnv {
@@ -40,8 +48,14 @@ interface Runtime {
 }
 
 /** The configuration problem that keeps the object from serving, or null. */
-export function configurationProblem(env: Pick<WorkerEnv, "QLR_TOKEN" | "QLR_WORKER_TOKEN" | "QLR_PROFILE" | "QLR_RETENTION" | "QLR_RETENTION_RUNS">): string | null {
-  if (env.QLR_TOKEN === undefined || env.QLR_TOKEN.length === 0) return "the QLR_TOKEN secret is not set (npx wrangler secret put QLR_TOKEN)";
+export function configurationProblem(
+  env: Pick<
+    WorkerEnv,
+    "QLR_TOKEN" | "QLR_WORKER_TOKEN" | "QLR_PROFILE" | "QLR_RETENTION" | "QLR_RETENTION_RUNS"
+  >,
+): string | null {
+  if (env.QLR_TOKEN === undefined || env.QLR_TOKEN.length === 0)
+    return "the QLR_TOKEN secret is not set (npx wrangler secret put QLR_TOKEN)";
   // The same rule as the Node runtime's: a short token can be guessed.
   const adminProblem = tokenProblem(env.QLR_TOKEN);
   if (adminProblem !== null) return `the QLR_TOKEN secret ${adminProblem} (openssl rand -hex 32)`;
@@ -49,21 +63,29 @@ export function configurationProblem(env: Pick<WorkerEnv, "QLR_TOKEN" | "QLR_WOR
   if (workerToken !== undefined && workerToken !== "") {
     const workerProblem = tokenProblem(workerToken);
     if (workerProblem !== null) return `the QLR_WORKER_TOKEN secret ${workerProblem}`;
-    if (workerToken === env.QLR_TOKEN) return "the QLR_WORKER_TOKEN secret must differ from QLR_TOKEN";
+    if (workerToken === env.QLR_TOKEN)
+      return "the QLR_WORKER_TOKEN secret must differ from QLR_TOKEN";
   }
-  if (env.QLR_PROFILE !== undefined && env.QLR_PROFILE !== "" && !isProfileName(env.QLR_PROFILE)) return `QLR_PROFILE ${JSON.stringify(env.QLR_PROFILE)} is not edge, standalone or cluster`;
+  if (env.QLR_PROFILE !== undefined && env.QLR_PROFILE !== "" && !isProfileName(env.QLR_PROFILE))
+    return `QLR_PROFILE ${JSON.stringify(env.QLR_PROFILE)} is not edge, standalone or cluster`;
   try {
     retentionOf(env);
   } catch (error) {
-    if (isQlrError(error, "invalid_request")) return error.details.map((detail) => `${detail.path} ${detail.message}`).join("; ");
+    if (isQlrError(error, "invalid_request"))
+      return error.details.map((detail) => `${detail.path} ${detail.message}`).join("; ");
     throw error;
   }
   return null;
 }
 
 /** The retention from `[vars]` (QLR_RETENTION, QLR_RETENTION_RUNS), the same defaults and bounds as `qlr serve`. */
-export function retentionOf(env: Pick<WorkerEnv, "QLR_RETENTION" | "QLR_RETENTION_RUNS">): RetentionPolicy {
-  return parseRetentionPolicy({ horizon: env.QLR_RETENTION, maxRuns: env.QLR_RETENTION_RUNS }, { horizon: "QLR_RETENTION", maxRuns: "QLR_RETENTION_RUNS" });
+export function retentionOf(
+  env: Pick<WorkerEnv, "QLR_RETENTION" | "QLR_RETENTION_RUNS">,
+): RetentionPolicy {
+  return parseRetentionPolicy(
+    { horizon: env.QLR_RETENTION, maxRuns: env.QLR_RETENTION_RUNS },
+    { horizon: "QLR_RETENTION", maxRuns: "QLR_RETENTION_RUNS" },
+  );
 }
 
 function profileOf(env: Pick<WorkerEnv, "QLR_PROFILE">): Profile {
@@ -71,12 +93,17 @@ function profileOf(env: Pick<WorkerEnv, "QLR_PROFILE">): Profile {
   return isProfileName(name) ? PROFILES[name] : PROFILES.edge;
 }
 
-function errorResponse(status: number, code: "internal" | "unauthorized", message: string): WorkerResponse {
+function errorResponse(
+  status: number,
+  code: "internal" | "unauthorized",
+  message: string,
+): WorkerResponse {
   return toWorkerResponse(Response.json({ error: { code, message, details: [] } }, { status }));
 }
 
 /** What a caller learns of a misconfigured Worker: that it is one, and where its operator looks. */
-export const NOT_CONFIGURED_MESSAGE = "the Worker is not configured; its operator finds the reason in its logs (npx wrangler tail)";
+export const NOT_CONFIGURED_MESSAGE =
+  "the Worker is not configured; its operator finds the reason in its logs (npx wrangler tail)";
 
 /**
  * The request and response objects are workerd's own; the shared Hono app is typed with the
@@ -162,14 +189,18 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       onChange: () =>
         this.wakeSoon().catch((error: unknown) => {
           // The cron trigger still runs the cadence: a lost wake delays work, it loses nothing.
-          console.error(`qlr: the alarm could not be set: ${error instanceof Error ? error.message : String(error)}`);
+          console.error(
+            `qlr: the alarm could not be set: ${error instanceof Error ? error.message : String(error)}`,
+          );
         }),
     });
     return { store, coordinator, metrics, app };
   }
 
   private workerToken(): string | null {
-    return this.env.QLR_WORKER_TOKEN === undefined || this.env.QLR_WORKER_TOKEN === "" ? null : this.env.QLR_WORKER_TOKEN;
+    return this.env.QLR_WORKER_TOKEN === undefined || this.env.QLR_WORKER_TOKEN === ""
+      ? null
+      : this.env.QLR_WORKER_TOKEN;
   }
 
   /**
@@ -185,15 +216,25 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       console.error(`qlr: ${problem}`);
       return errorResponse(503, "internal", NOT_CONFIGURED_MESSAGE);
     }
-    const authenticated = problem === null && isAuthorized(request.headers.get("authorization"), pathname, { admin: this.env.QLR_TOKEN ?? "", worker: this.workerToken() });
-    if (!authenticated && !isHealth) return errorResponse(401, "unauthorized", "a valid bearer token is required");
+    const authenticated =
+      problem === null &&
+      isAuthorized(request.headers.get("authorization"), pathname, {
+        admin: this.env.QLR_TOKEN ?? "",
+        worker: this.workerToken(),
+      });
+    if (!authenticated && !isHealth)
+      return errorResponse(401, "unauthorized", "a valid bearer token is required");
     let runtime: Runtime;
     try {
       runtime = await this.open();
     } catch (error) {
       const detail = errorMessage(error);
       console.error(`qlr: the store could not be opened: ${detail}`);
-      return errorResponse(503, "internal", authenticated ? `the store could not be opened: ${detail}` : "the store is unavailable");
+      return errorResponse(
+        503,
+        "internal",
+        authenticated ? `the store could not be opened: ${detail}` : "the store is unavailable",
+      );
     }
     const response = await runtime.app.fetch(toWebRequest(request));
     // A request that may have changed state (a `POST /tick` among them) saves the counters too.

@@ -12,5 +12,8 @@ export { uuidv7, uuidv7Ids } from "../shared/uuidv7.ts";
 
 /** 256 random bits from Web Crypto as 64 hex digits. */
 export const randomSecrets: SecretSource = {
-  leaseSecret: () => Array.from(crypto.getRandomValues(new Uint8Array(32)), (byte) => byte.toString(16).padStart(2, "0")).join(""),
+  leaseSecret: () =>
+    Array.from(crypto.getRandomValues(new Uint8Array(32)), (byte) =>
+      byte.toString(16).padStart(2, "0"),
+    ).join(""),
 };

@@ -9,6 +9,11 @@ import { sendWebhook } from "../shared/webhook-sender.ts";
 export const workerNotificationSender: NotificationSender = {
   send(request) {
     if (request.kind === "webhook") return sendWebhook(request);
-    return Promise.resolve({ ok: false, error: "a command notifier runs only on a device (qlr serve); this runtime is a Cloudflare Worker", retryable: false });
+    return Promise.resolve({
+      ok: false,
+      error:
+        "a command notifier runs only on a device (qlr serve); this runtime is a Cloudflare Worker",
+      retryable: false,
+    });
   },
 };

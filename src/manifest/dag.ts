@@ -18,12 +18,37 @@ export interface WorkflowStepInput extends DagStep {
 
 export type WorkflowProblem =
   | { readonly kind: "duplicate_step"; readonly step: string; readonly message: string }
-  | { readonly kind: "unknown_task"; readonly step: string; readonly task: string; readonly message: string }
-  | { readonly kind: "unknown_need"; readonly step: string; readonly index: number; readonly message: string }
-  | { readonly kind: "duplicate_need"; readonly step: string; readonly index: number; readonly message: string }
-  | { readonly kind: "self_need"; readonly step: string; readonly index: number; readonly message: string }
+  | {
+      readonly kind: "unknown_task";
+      readonly step: string;
+      readonly task: string;
+      readonly message: string;
+    }
+  | {
+      readonly kind: "unknown_need";
+      readonly step: string;
+      readonly index: number;
+      readonly message: string;
+    }
+  | {
+      readonly kind: "duplicate_need";
+      readonly step: string;
+      readonly index: number;
+      readonly message: string;
+    }
+  | {
+      readonly kind: "self_need";
+      readonly step: string;
+      readonly index: number;
+      readonly message: string;
+    }
   /** `cycle` starts and ends at the same step, e.g. ["a", "b", "a"]; `step` is its first name. */
-  | { readonly kind: "cycle"; readonly step: string; readonly cycle: readonly string[]; readonly message: string };
+  | {
+      readonly kind: "cycle";
+      readonly step: string;
+      readonly cycle: readonly string[];
+      readonly message: string;
+    };
 
 /** Names compare by UTF-16 code units (like canonical JSON keys), never by locale. */
 export function compareNames(a: string, b: string): number {
@@ -40,28 +65,56 @@ export function formatCycle(cycle: readonly string[]): string {
  * connected group of steps). Edges that are themselves problems are left out of the cycle
  * search, so each mistake is reported once.
  */
-export function findWorkflowProblems(steps: readonly WorkflowStepInput[], knownTasks?: ReadonlySet<string>): WorkflowProblem[] {
+export function findWorkflowProblems(
+  steps: readonly WorkflowStepInput[],
+  knownTasks?: ReadonlySet<string>,
+): WorkflowProblem[] {
   const problems: WorkflowProblem[] = [];
   const stepNames = new Set<string>();
   for (const step of steps) {
     // A record cannot repeat a name, but an array handed in by other code can.
-    if (stepNames.has(step.name)) problems.push({ kind: "duplicate_step", step: step.name, message: `step ${JSON.stringify(step.name)} is declared more than once` });
+    if (stepNames.has(step.name))
+      problems.push({
+        kind: "duplicate_step",
+        step: step.name,
+        message: `step ${JSON.stringify(step.name)} is declared more than once`,
+      });
     stepNames.add(step.name);
   }
   const validNeeds = new Map<string, string[]>();
   for (const step of [...steps].sort((a, b) => compareNames(a.name, b.name))) {
     if (knownTasks !== undefined && step.task !== undefined && !knownTasks.has(step.task)) {
-      problems.push({ kind: "unknown_task", step: step.name, task: step.task, message: `unknown task ${JSON.stringify(step.task)}` });
+      problems.push({
+        kind: "unknown_task",
+        step: step.name,
+        task: step.task,
+        message: `unknown task ${JSON.stringify(step.task)}`,
+      });
     }
     const seen = new Set<string>();
     const needs: string[] = [];
     step.needs.forEach((need, index) => {
       if (need === step.name) {
-        problems.push({ kind: "self_need", step: step.name, index, message: "a step cannot need itself" });
+        problems.push({
+          kind: "self_need",
+          step: step.name,
+          index,
+          message: "a step cannot need itself",
+        });
       } else if (!stepNames.has(need)) {
-        problems.push({ kind: "unknown_need", step: step.name, index, message: `unknown step ${JSON.stringify(need)}` });
+        problems.push({
+          kind: "unknown_need",
+          step: step.name,
+          index,
+          message: `unknown step ${JSON.stringify(need)}`,
+        });
       } else if (seen.has(need)) {
-        problems.push({ kind: "duplicate_need", step: step.name, index, message: `${JSON.stringify(need)} is listed more than once` });
+        problems.push({
+          kind: "duplicate_need",
+          step: step.name,
+          index,
+          message: `${JSON.stringify(need)} is listed more than once`,
+        });
       } else {
         needs.push(need);
       }
@@ -70,7 +123,12 @@ export function findWorkflowProblems(steps: readonly WorkflowStepInput[], knownT
     validNeeds.set(step.name, needs);
   }
   for (const cycle of findCycles(validNeeds)) {
-    problems.push({ kind: "cycle", step: cycle[0] ?? "", cycle, message: `cycle: ${formatCycle(cycle)}` });
+    problems.push({
+      kind: "cycle",
+      step: cycle[0] ?? "",
+      cycle,
+      message: `cycle: ${formatCycle(cycle)}`,
+    });
   }
   return problems;
 }
@@ -84,14 +142,21 @@ export function findWorkflowProblems(steps: readonly WorkflowStepInput[], knownT
 export function topologicalOrder(steps: readonly DagStep[]): string[] {
   const problems = findWorkflowProblems(steps);
   if (problems.length > 0) {
-    throw new QlrError("invalid_manifest", `steps do not form a DAG: ${problems[0]?.message ?? ""}`, {
-      details: problems.map((problem) => ({ path: problem.step, message: problem.message })),
-    });
+    throw new QlrError(
+      "invalid_manifest",
+      `steps do not form a DAG: ${problems[0]?.message ?? ""}`,
+      {
+        details: problems.map((problem) => ({ path: problem.step, message: problem.message })),
+      },
+    );
   }
   const waitingOn = new Map(steps.map((step) => [step.name, step.needs.length]));
   const dependents = dependentsOf(steps);
   // Kept sorted descending so the smallest ready name is popped from the end in O(1).
-  const ready = steps.filter((step) => step.needs.length === 0).map((step) => step.name).sort((a, b) => compareNames(b, a));
+  const ready = steps
+    .filter((step) => step.needs.length === 0)
+    .map((step) => step.name)
+    .sort((a, b) => compareNames(b, a));
   const order: string[] = [];
   for (let name = ready.pop(); name !== undefined; name = ready.pop()) {
     order.push(name);
@@ -137,7 +202,8 @@ function insertDescending(sorted: string[], name: string): void {
 function findCycles(needsOf: ReadonlyMap<string, readonly string[]>): string[][] {
   const names = [...needsOf.keys()].sort(compareNames);
   const runsBefore = new Map<string, string[]>(names.map((name) => [name, []]));
-  for (const name of names) for (const need of needsOf.get(name) ?? []) runsBefore.get(need)?.push(name);
+  for (const name of names)
+    for (const need of needsOf.get(name) ?? []) runsBefore.get(need)?.push(name);
   for (const list of runsBefore.values()) list.sort(compareNames);
 
   const finished = finishOrder(names, runsBefore);
@@ -168,13 +234,20 @@ function findCycles(needsOf: ReadonlyMap<string, readonly string[]>): string[][]
     if (group.length < 2) continue;
     const id = component.get(group[0] ?? "");
     const start = [...group].sort(compareNames)[0] ?? "";
-    cycles.push(shortestCycleThrough(start, (name) => (runsBefore.get(name) ?? []).filter((next) => component.get(next) === id)));
+    cycles.push(
+      shortestCycleThrough(start, (name) =>
+        (runsBefore.get(name) ?? []).filter((next) => component.get(next) === id),
+      ),
+    );
   }
   return cycles.sort((a, b) => compareNames(a[0] ?? "", b[0] ?? ""));
 }
 
 /** Depth-first finishing order over `edges`, iteratively. */
-function finishOrder(names: readonly string[], edges: ReadonlyMap<string, readonly string[]>): string[] {
+function finishOrder(
+  names: readonly string[],
+  edges: ReadonlyMap<string, readonly string[]>,
+): string[] {
   const visited = new Set<string>();
   const finished: string[] = [];
   for (const root of names) {
@@ -207,7 +280,12 @@ function shortestCycleThrough(start: string, next: (name: string) => readonly st
     for (const target of next(name)) {
       if (target === start) {
         const path = [start];
-        for (let at: string | undefined = name; at !== undefined && at !== start; at = parent.get(at)) path.push(at);
+        for (
+          let at: string | undefined = name;
+          at !== undefined && at !== start;
+          at = parent.get(at)
+        )
+          path.push(at);
         path.push(start);
         // The walk above went backwards from the closing edge; reverse it into "runs before" order.
         return [start, ...path.slice(1, -1).reverse(), start];

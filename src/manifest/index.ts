@@ -1,6 +1,11 @@
 /** The manifest module: parse, validate and normalize a package manifest (DESIGN.md §6). */
 export * from "./limits.ts";
-export { formatDurationMs, parseDurationMs, tryParseDurationMs, type DurationParseResult } from "./duration.ts";
+export {
+  formatDurationMs,
+  parseDurationMs,
+  tryParseDurationMs,
+  type DurationParseResult,
+} from "./duration.ts";
 export {
   compareNames,
   findWorkflowProblems,

@@ -77,7 +77,12 @@ export function utf8ByteLength(text: string): number {
     const unit = text.charCodeAt(index);
     if (unit < 0x80) bytes += 1;
     else if (unit < 0x800) bytes += 2;
-    else if (unit >= 0xd800 && unit <= 0xdbff && index + 1 < text.length && isLowSurrogate(text.charCodeAt(index + 1))) {
+    else if (
+      unit >= 0xd800 &&
+      unit <= 0xdbff &&
+      index + 1 < text.length &&
+      isLowSurrogate(text.charCodeAt(index + 1))
+    ) {
       bytes += 4;
       index += 1;
     } else bytes += 3;

@@ -1,10 +1,30 @@
 import { LineCounter, parseDocument } from "yaml";
 import { QlrError } from "../errors.ts";
-import { compareNames, findWorkflowProblems, type WorkflowProblem, type WorkflowStepInput } from "./dag.ts";
+import {
+  compareNames,
+  findWorkflowProblems,
+  type WorkflowProblem,
+  type WorkflowStepInput,
+} from "./dag.ts";
 import { MAX_MANIFEST_BYTES, utf8ByteLength } from "./limits.ts";
 import { resolveRunInput, type InputDeclaration, type InputValue } from "../run-inputs.ts";
-import { formatIssuePath, issuesFromZod, ManifestSchema, SHELL_PATH, type ManifestDocument } from "./schema.ts";
-import type { Manifest, ManifestFormat, ManifestIssue, ManifestParseResult, NotifierSpec, ScheduleSpec, TaskSpec, WorkflowSpec } from "./types.ts";
+import {
+  formatIssuePath,
+  issuesFromZod,
+  ManifestSchema,
+  SHELL_PATH,
+  type ManifestDocument,
+} from "./schema.ts";
+import type {
+  Manifest,
+  ManifestFormat,
+  ManifestIssue,
+  ManifestParseResult,
+  NotifierSpec,
+  ScheduleSpec,
+  TaskSpec,
+  WorkflowSpec,
+} from "./types.ts";
 
 /**
  * Aliases a YAML manifest may expand. Anchors are handy for shared env blocks; a cap stops a
@@ -12,7 +32,9 @@ import type { Manifest, ManifestFormat, ManifestIssue, ManifestParseResult, Noti
  */
 const MAX_YAML_ALIAS_COUNT = 100;
 
-type Decoded = { readonly ok: true; readonly value: unknown; readonly issues: ManifestIssue[] } | { readonly ok: false; readonly issues: ManifestIssue[] };
+type Decoded =
+  | { readonly ok: true; readonly value: unknown; readonly issues: ManifestIssue[] }
+  | { readonly ok: false; readonly issues: ManifestIssue[] };
 
 /**
  * Parses and validates a manifest text. The size is checked first, so an oversize body costs
@@ -22,13 +44,24 @@ type Decoded = { readonly ok: true; readonly value: unknown; readonly issues: Ma
 export function parseManifest(text: string, format: ManifestFormat): ManifestParseResult {
   // Every UTF-16 code unit is at least one UTF-8 byte, so a long string is oversize without counting.
   if (text.length > MAX_MANIFEST_BYTES || utf8ByteLength(text) > MAX_MANIFEST_BYTES) {
-    return { ok: false, issues: [{ path: "$", message: `the manifest is larger than ${MAX_MANIFEST_BYTES} bytes (${MAX_MANIFEST_BYTES / 1024} KiB)` }] };
+    return {
+      ok: false,
+      issues: [
+        {
+          path: "$",
+          message: `the manifest is larger than ${MAX_MANIFEST_BYTES} bytes (${MAX_MANIFEST_BYTES / 1024} KiB)`,
+        },
+      ],
+    };
   }
   const decoded = decode(text, format);
   if (!decoded.ok) return { ok: false, issues: sortIssues(decoded.issues) };
   const result = validateManifest(decoded.value);
   if (decoded.issues.length === 0) return result;
-  return { ok: false, issues: sortIssues([...decoded.issues, ...(result.ok ? [] : result.issues)]) };
+  return {
+    ok: false,
+    issues: sortIssues([...decoded.issues, ...(result.ok ? [] : result.issues)]),
+  };
 }
 
 /** Validates an already-decoded manifest (an HTTP JSON body, for example) and normalizes it. */
@@ -52,13 +85,21 @@ export function validateManifest(value: unknown): ManifestParseResult {
 function scheduleInputIssues(manifest: Manifest): ManifestIssue[] {
   const issues: ManifestIssue[] = [];
   for (const schedule of manifest.schedules) {
-    const workflow = schedule.target.kind === "workflow" ? manifest.workflows.find((candidate) => candidate.name === schedule.target.name) : undefined;
+    const workflow =
+      schedule.target.kind === "workflow"
+        ? manifest.workflows.find((candidate) => candidate.name === schedule.target.name)
+        : undefined;
     try {
       const resolved = resolveRunInput(schedule.input ?? {}, workflow?.inputs ?? null, "input");
-      if (schedule.input !== undefined || Object.keys(resolved).length > 0) schedule.input = resolved;
+      if (schedule.input !== undefined || Object.keys(resolved).length > 0)
+        schedule.input = resolved;
     } catch (error) {
       const details = error instanceof QlrError ? error.details : [];
-      for (const detail of details) issues.push({ path: formatIssuePath(["schedules", schedule.name, ...detail.path.split(".")]), message: detail.message });
+      for (const detail of details)
+        issues.push({
+          path: formatIssuePath(["schedules", schedule.name, ...detail.path.split(".")]),
+          message: detail.message,
+        });
     }
   }
   return issues;
@@ -67,8 +108,12 @@ function scheduleInputIssues(manifest: Manifest): ManifestIssue[] {
 /** The error an API answers with for a rejected manifest; `details` holds every issue. */
 export function manifestError(issues: readonly ManifestIssue[]): QlrError {
   const first = issues[0];
-  const summary = first === undefined ? "invalid manifest" : `invalid manifest: ${first.path}: ${first.message}`;
-  const more = issues.length > 1 ? ` (and ${issues.length - 1} more problem${issues.length > 2 ? "s" : ""})` : "";
+  const summary =
+    first === undefined ? "invalid manifest" : `invalid manifest: ${first.path}: ${first.message}`;
+  const more =
+    issues.length > 1
+      ? ` (and ${issues.length - 1} more problem${issues.length > 2 ? "s" : ""})`
+      : "";
   return new QlrError("invalid_manifest", summary + more, { details: issues });
 }
 
@@ -79,7 +124,10 @@ function decode(text: string, format: ManifestFormat): Decoded {
     case "json":
       return decodeJson(text);
     default:
-      throw new QlrError("invalid_request", `unsupported manifest format ${JSON.stringify(format satisfies never)}`);
+      throw new QlrError(
+        "invalid_request",
+        `unsupported manifest format ${JSON.stringify(format satisfies never)}`,
+      );
   }
 }
 
@@ -104,13 +152,28 @@ function decodeYaml(text: string): Decoded {
     });
     const problems = [...document.errors, ...document.warnings].sort((a, b) => a.pos[0] - b.pos[0]);
     if (problems.length > 0) {
-      return { ok: false, issues: problems.map((problem) => ({ path: "$", message: `YAML: ${problem.message} at ${at(problem.pos[0])}` })) };
+      return {
+        ok: false,
+        issues: problems.map((problem) => ({
+          path: "$",
+          message: `YAML: ${problem.message} at ${at(problem.pos[0])}`,
+        })),
+      };
     }
-    return { ok: true, value: document.toJS({ maxAliasCount: MAX_YAML_ALIAS_COUNT }) as unknown, issues: [] };
+    return {
+      ok: true,
+      value: document.toJS({ maxAliasCount: MAX_YAML_ALIAS_COUNT }) as unknown,
+      issues: [],
+    };
   } catch (error) {
     // toJS throws for an unresolved alias or too many aliases; a pathological nesting depth can
     // exhaust the parser's stack. Either way the text is not a usable manifest.
-    return { ok: false, issues: [{ path: "$", message: `YAML: ${error instanceof Error ? error.message : String(error)}` }] };
+    return {
+      ok: false,
+      issues: [
+        { path: "$", message: `YAML: ${error instanceof Error ? error.message : String(error)}` },
+      ],
+    };
   }
 }
 
@@ -120,7 +183,10 @@ function decodeJson(text: string): Decoded {
   try {
     value = JSON.parse(body);
   } catch (error) {
-    return { ok: false, issues: [{ path: "$", message: `JSON: ${jsonErrorMessage(error, body)}` }] };
+    return {
+      ok: false,
+      issues: [{ path: "$", message: `JSON: ${jsonErrorMessage(error, body)}` }],
+    };
   }
   return { ok: true, value, issues: duplicateJsonKeyIssues(body) };
 }
@@ -185,7 +251,10 @@ function duplicateJsonKeyIssues(text: string): ManifestIssue[] {
       if (expectingKey && top?.kind === "object") {
         const key = JSON.parse(text.slice(index, end)) as string;
         if (top.keys.has(key)) {
-          issues.push({ path: formatIssuePath([...framePath(top), key]), message: "duplicate key: JSON would keep only the last one" });
+          issues.push({
+            path: formatIssuePath([...framePath(top), key]),
+            message: "duplicate key: JSON would keep only the last one",
+          });
         }
         top.keys.add(key);
         top.key = key;
@@ -212,7 +281,8 @@ function endOfJsonString(text: string, start: number): number {
 
 function framePath(frame: JsonFrame): (string | number)[] {
   const segments: (string | number)[] = [];
-  for (let at: JsonFrame | null = frame; at !== null && at.segment !== null; at = at.parent) segments.push(at.segment);
+  for (let at: JsonFrame | null = frame; at !== null && at.segment !== null; at = at.parent)
+    segments.push(at.segment);
   return segments.reverse();
 }
 
@@ -235,7 +305,8 @@ function reservedKeyIssues(document: unknown): ManifestIssue[] {
   }
   const pathOf = (visit: Visit): (string | number)[] => {
     const segments: (string | number)[] = [];
-    for (let at: Visit | null = visit; at !== null && at.segment !== null; at = at.parent) segments.push(at.segment);
+    for (let at: Visit | null = visit; at !== null && at.segment !== null; at = at.parent)
+      segments.push(at.segment);
     return segments.reverse();
   };
   const issues: ManifestIssue[] = [];
@@ -243,10 +314,16 @@ function reservedKeyIssues(document: unknown): ManifestIssue[] {
   for (let visit = pending.pop(); visit !== undefined; visit = pending.pop()) {
     const { value } = visit;
     if (Array.isArray(value)) {
-      value.forEach((item: unknown, index) => pending.push({ value: item, parent: visit, segment: index }));
+      value.forEach((item: unknown, index) =>
+        pending.push({ value: item, parent: visit, segment: index }),
+      );
     } else if (isPlainObject(value)) {
       for (const [key, member] of Object.entries(value)) {
-        if (key === "__proto__") issues.push({ path: formatIssuePath([...pathOf(visit), key]), message: "the name __proto__ is reserved" });
+        if (key === "__proto__")
+          issues.push({
+            path: formatIssuePath([...pathOf(visit), key]),
+            message: "the name __proto__ is reserved",
+          });
         else pending.push({ value: member, parent: visit, segment: key });
       }
     }
@@ -276,7 +353,10 @@ function crossReferenceIssues(document: unknown): ManifestIssue[] {
       if (!isPlainObject(workflow) || !isPlainObject(workflow.steps)) continue;
       const steps = Object.entries(workflow.steps).map(([name, step]) => stepInput(name, step));
       for (const problem of findWorkflowProblems(steps, taskNames ?? undefined)) {
-        issues.push({ path: formatIssuePath(["workflows", workflowName, "steps", ...problemSegments(problem)]), message: problem.message });
+        issues.push({
+          path: formatIssuePath(["workflows", workflowName, "steps", ...problemSegments(problem)]),
+          message: problem.message,
+        });
       }
     }
   }
@@ -284,11 +364,25 @@ function crossReferenceIssues(document: unknown): ManifestIssue[] {
   if (isPlainObject(document.schedules)) {
     for (const [scheduleName, schedule] of Object.entries(document.schedules)) {
       if (!isPlainObject(schedule)) continue;
-      if (typeof schedule.workflow === "string" && workflowNames !== null && !workflowNames.has(schedule.workflow)) {
-        issues.push({ path: formatIssuePath(["schedules", scheduleName, "workflow"]), message: `unknown workflow ${JSON.stringify(schedule.workflow)}` });
+      if (
+        typeof schedule.workflow === "string" &&
+        workflowNames !== null &&
+        !workflowNames.has(schedule.workflow)
+      ) {
+        issues.push({
+          path: formatIssuePath(["schedules", scheduleName, "workflow"]),
+          message: `unknown workflow ${JSON.stringify(schedule.workflow)}`,
+        });
       }
-      if (typeof schedule.task === "string" && taskNames !== null && !taskNames.has(schedule.task)) {
-        issues.push({ path: formatIssuePath(["schedules", scheduleName, "task"]), message: `unknown task ${JSON.stringify(schedule.task)}` });
+      if (
+        typeof schedule.task === "string" &&
+        taskNames !== null &&
+        !taskNames.has(schedule.task)
+      ) {
+        issues.push({
+          path: formatIssuePath(["schedules", scheduleName, "task"]),
+          message: `unknown task ${JSON.stringify(schedule.task)}`,
+        });
       }
     }
   }
@@ -302,7 +396,11 @@ function crossReferenceIssues(document: unknown): ManifestIssue[] {
 function stepInput(name: string, step: unknown): WorkflowStepInput {
   if (!isPlainObject(step)) return { name, needs: [] };
   const task = typeof step.task === "string" ? step.task : undefined;
-  const needs = Array.isArray(step.needs) && step.needs.every((need): need is string => typeof need === "string") ? step.needs : [];
+  const needs =
+    Array.isArray(step.needs) &&
+    step.needs.every((need): need is string => typeof need === "string")
+      ? step.needs
+      : [];
   return { name, task, needs };
 }
 
@@ -325,19 +423,33 @@ function problemSegments(problem: WorkflowProblem): (string | number)[] {
 function sortIssues(issues: readonly ManifestIssue[]): ManifestIssue[] {
   const unique = new Map<string, ManifestIssue>();
   for (const issue of issues) unique.set(`${issue.path}\u0000${issue.message}`, issue);
-  return [...unique.values()].sort((a, b) => compareNames(a.path, b.path) || compareNames(a.message, b.message));
+  return [...unique.values()].sort(
+    (a, b) => compareNames(a.path, b.path) || compareNames(a.message, b.message),
+  );
 }
 
 function sortedEntries<Value>(record: Readonly<Record<string, Value>>): [string, Value][] {
   return Object.entries(record).sort(([a], [b]) => compareNames(a, b));
 }
 
-type NotifyDocument = readonly { webhook?: string | undefined; secret?: string | undefined; command?: string[] | undefined }[] | undefined;
+type NotifyDocument =
+  | readonly {
+      webhook?: string | undefined;
+      secret?: string | undefined;
+      command?: string[] | undefined;
+    }[]
+  | undefined;
 
 /** `notify` in its normal form, present only when given, so every digest without one stays as it was. */
 function normalizeNotify(notify: NotifyDocument): { notify?: NotifierSpec[] } {
   if (notify === undefined) return {};
-  return { notify: notify.map((notifier): NotifierSpec => (notifier.command !== undefined ? { kind: "command", argv: [...notifier.command] } : { kind: "webhook", url: notifier.webhook ?? "", secret: notifier.secret ?? null })) };
+  return {
+    notify: notify.map((notifier): NotifierSpec =>
+      notifier.command !== undefined
+        ? { kind: "command", argv: [...notifier.command] }
+        : { kind: "webhook", url: notifier.webhook ?? "", secret: notifier.secret ?? null },
+    ),
+  };
 }
 
 function normalize(document: ManifestDocument): Manifest {
@@ -354,32 +466,58 @@ function normalize(document: ManifestDocument): Manifest {
       ...(task.user === undefined ? {} : { user: task.user }),
       executor: task.executor,
       pool: task.pool ?? null,
-      retry: { max: task.retry.max, backoffMs: task.retry.backoff, idempotent: task.retry.idempotent },
+      retry: {
+        max: task.retry.max,
+        backoffMs: task.retry.backoff,
+        idempotent: task.retry.idempotent,
+      },
       ...normalizeNotify(task.notify),
     };
   });
-  const workflows = sortedEntries(document.workflows).map(
-    ([name, workflow]): WorkflowSpec => ({
-      name,
-      description: workflow.description ?? null,
-      // Present only when declared, so the digests of every workflow without inputs stay as they were.
-      ...(workflow.inputs === undefined ? {} : { inputs: sortedEntries(workflow.inputs).map(([inputName, declaration]): InputDeclaration => ({ name: inputName, type: declaration.type, required: declaration.required, default: (declaration.default ?? null) as InputDeclaration["default"] })) }),
-      steps: sortedEntries(workflow.steps).map(([stepName, step]) => ({ name: stepName, task: step.task, needs: [...step.needs].sort(compareNames) })),
-      ...normalizeNotify(workflow.notify),
-    }),
-  );
-  const schedules = sortedEntries(document.schedules).map(
-    ([name, schedule]): ScheduleSpec => ({
-      name,
-      cron: schedule.cron,
-      timezone: schedule.timezone,
-      target: schedule.workflow === undefined ? { kind: "task", name: schedule.task ?? "" } : { kind: "workflow", name: schedule.workflow },
-      overlap: schedule.overlap,
-      missed: schedule.missed,
-      enabled: schedule.enabled,
-      ...normalizeNotify(schedule.notify),
-      ...(schedule.input === undefined ? {} : { input: schedule.input as Record<string, InputValue> }),
-    }),
-  );
-  return { package: document.package, description: document.description ?? null, tasks, workflows, schedules };
+  const workflows = sortedEntries(document.workflows).map(([name, workflow]): WorkflowSpec => ({
+    name,
+    description: workflow.description ?? null,
+    // Present only when declared, so the digests of every workflow without inputs stay as they were.
+    ...(workflow.inputs === undefined
+      ? {}
+      : {
+          inputs: sortedEntries(workflow.inputs).map(
+            ([inputName, declaration]): InputDeclaration => ({
+              name: inputName,
+              type: declaration.type,
+              required: declaration.required,
+              default: (declaration.default ?? null) as InputDeclaration["default"],
+            }),
+          ),
+        }),
+    steps: sortedEntries(workflow.steps).map(([stepName, step]) => ({
+      name: stepName,
+      task: step.task,
+      needs: [...step.needs].sort(compareNames),
+    })),
+    ...normalizeNotify(workflow.notify),
+  }));
+  const schedules = sortedEntries(document.schedules).map(([name, schedule]): ScheduleSpec => ({
+    name,
+    cron: schedule.cron,
+    timezone: schedule.timezone,
+    target:
+      schedule.workflow === undefined
+        ? { kind: "task", name: schedule.task ?? "" }
+        : { kind: "workflow", name: schedule.workflow },
+    overlap: schedule.overlap,
+    missed: schedule.missed,
+    enabled: schedule.enabled,
+    ...normalizeNotify(schedule.notify),
+    ...(schedule.input === undefined
+      ? {}
+      : { input: schedule.input as Record<string, InputValue> }),
+  }));
+  return {
+    package: document.package,
+    description: document.description ?? null,
+    tasks,
+    workflows,
+    schedules,
+  };
 }

@@ -58,7 +58,8 @@ const CRON_PROBE_START = "2000-01-01T00:00:00Z";
 
 /** Says "is required" for a missing value and names the expected shape otherwise. */
 function expecting(shape: string) {
-  return (issue: { input?: unknown }) => (issue.input === undefined ? "is required" : `must be ${shape}`);
+  return (issue: { input?: unknown }) =>
+    issue.input === undefined ? "is required" : `must be ${shape}`;
 }
 
 function isObjectLike(value: unknown): value is Record<string, unknown> {
@@ -68,53 +69,89 @@ function isObjectLike(value: unknown): value is Record<string, unknown> {
 /** Text that may reach a process (argv, env, cwd): no NUL, which would truncate it, and valid Unicode. */
 function processText(shape: string) {
   return z.string({ error: expecting(shape) }).superRefine((text, ctx) => {
-    if (text.includes("\u0000")) ctx.addIssue({ code: "custom", message: "must not contain a NUL character" });
-    if (LONE_SURROGATE.test(text)) ctx.addIssue({ code: "custom", message: "must be valid Unicode (it holds a lone surrogate)" });
+    if (text.includes("\u0000"))
+      ctx.addIssue({ code: "custom", message: "must not contain a NUL character" });
+    if (LONE_SURROGATE.test(text))
+      ctx.addIssue({
+        code: "custom",
+        message: "must be valid Unicode (it holds a lone surrogate)",
+      });
   });
 }
 
 function durationMs(minMs: number, maxMs: number) {
-  return z.union([z.number(), z.string()], { error: expecting("whole milliseconds (a number) or a duration string such as 30s") }).transform((value, ctx) => {
-    const parsed = tryParseDurationMs(value);
-    if (!parsed.ok) {
-      ctx.addIssue({ code: "custom", message: parsed.reason });
-      return z.NEVER;
-    }
-    if (parsed.ms < minMs || parsed.ms > maxMs) {
-      ctx.addIssue({ code: "custom", message: `must be between ${formatDurationMs(minMs)} and ${formatDurationMs(maxMs)}, got ${formatDurationMs(parsed.ms)}` });
-      return z.NEVER;
-    }
-    return parsed.ms;
-  });
+  return z
+    .union([z.number(), z.string()], {
+      error: expecting("whole milliseconds (a number) or a duration string such as 30s"),
+    })
+    .transform((value, ctx) => {
+      const parsed = tryParseDurationMs(value);
+      if (!parsed.ok) {
+        ctx.addIssue({ code: "custom", message: parsed.reason });
+        return z.NEVER;
+      }
+      if (parsed.ms < minMs || parsed.ms > maxMs) {
+        ctx.addIssue({
+          code: "custom",
+          message: `must be between ${formatDurationMs(minMs)} and ${formatDurationMs(maxMs)}, got ${formatDurationMs(parsed.ms)}`,
+        });
+        return z.NEVER;
+      }
+      return parsed.ms;
+    });
 }
 
 /** A record keyed by resource names, with a bound on its size (and a floor for steps). */
-function namedRecord<Value extends z.ZodType>(value: Value, noun: string, bounds: { min: number; max: number }) {
+function namedRecord<Value extends z.ZodType>(
+  value: Value,
+  noun: string,
+  bounds: { min: number; max: number },
+) {
   const keys = z.string().regex(RESOURCE_NAME_PATTERN, `the name ${RESOURCE_NAME_RULE}`);
-  return z.record(keys, value, { error: expecting(`a mapping of name to ${noun}`) }).superRefine((record, ctx) => {
-    const count = Object.keys(record).length;
-    if (count < bounds.min) ctx.addIssue({ code: "custom", message: `must declare at least ${bounds.min} ${noun}` });
-    if (count > bounds.max) ctx.addIssue({ code: "custom", message: `must declare at most ${bounds.max} ${noun}s, got ${count}` });
-  });
+  return z
+    .record(keys, value, { error: expecting(`a mapping of name to ${noun}`) })
+    .superRefine((record, ctx) => {
+      const count = Object.keys(record).length;
+      if (count < bounds.min)
+        ctx.addIssue({ code: "custom", message: `must declare at least ${bounds.min} ${noun}` });
+      if (count > bounds.max)
+        ctx.addIssue({
+          code: "custom",
+          message: `must declare at most ${bounds.max} ${noun}s, got ${count}`,
+        });
+    });
 }
 
 export const ArgvSchema = z
-  .array(processText("a string"), { error: expecting("an argv array of strings, such as [echo, hello]") })
+  .array(processText("a string"), {
+    error: expecting("an argv array of strings, such as [echo, hello]"),
+  })
   .min(1, "must name the program to run")
   .max(MAX_ARGV_ITEMS, `must have at most ${MAX_ARGV_ITEMS} items`)
   .superRefine((argv, ctx) => {
     // Later arguments may be empty (`printf ""` is meaningful); only the program name may not.
-    if (argv[0] === "") ctx.addIssue({ code: "custom", path: [0], message: "the program must not be empty" });
+    if (argv[0] === "")
+      ctx.addIssue({ code: "custom", path: [0], message: "the program must not be empty" });
     // Each argument costs its bytes plus the NUL terminator, as the kernel counts it against ARG_MAX.
     const bytes = argv.reduce((sum, argument) => sum + utf8ByteLength(argument) + 1, 0);
-    if (bytes > MAX_ARGV_BYTES) ctx.addIssue({ code: "custom", message: `must total at most ${MAX_ARGV_BYTES} bytes, got ${bytes}` });
+    if (bytes > MAX_ARGV_BYTES)
+      ctx.addIssue({
+        code: "custom",
+        message: `must total at most ${MAX_ARGV_BYTES} bytes, got ${bytes}`,
+      });
   });
 
-export const ShellScriptSchema = processText("a shell script (a string)").superRefine((script, ctx) => {
-  if (script.trim() === "") ctx.addIssue({ code: "custom", message: "must not be blank" });
-  const bytes = utf8ByteLength(script);
-  if (bytes > MAX_SHELL_BYTES) ctx.addIssue({ code: "custom", message: `must be at most ${MAX_SHELL_BYTES} bytes, got ${bytes}` });
-});
+export const ShellScriptSchema = processText("a shell script (a string)").superRefine(
+  (script, ctx) => {
+    if (script.trim() === "") ctx.addIssue({ code: "custom", message: "must not be blank" });
+    const bytes = utf8ByteLength(script);
+    if (bytes > MAX_SHELL_BYTES)
+      ctx.addIssue({
+        code: "custom",
+        message: `must be at most ${MAX_SHELL_BYTES} bytes, got ${bytes}`,
+      });
+  },
+);
 
 export const EnvSchema = z
   .record(
@@ -124,16 +161,35 @@ export const EnvSchema = z
   )
   .superRefine((env, ctx) => {
     const entries = Object.entries(env);
-    if (entries.length > MAX_ENV_ENTRIES) ctx.addIssue({ code: "custom", message: `must have at most ${MAX_ENV_ENTRIES} variables, got ${entries.length}` });
+    if (entries.length > MAX_ENV_ENTRIES)
+      ctx.addIssue({
+        code: "custom",
+        message: `must have at most ${MAX_ENV_ENTRIES} variables, got ${entries.length}`,
+      });
     // Counted as the process sees it: NAME=value and a NUL terminator per variable.
-    const bytes = entries.reduce((sum, [name, value]) => sum + utf8ByteLength(name) + utf8ByteLength(value) + 2, 0);
-    if (bytes > MAX_ENV_BYTES) ctx.addIssue({ code: "custom", message: `must total at most ${MAX_ENV_BYTES} bytes, got ${bytes}` });
+    const bytes = entries.reduce(
+      (sum, [name, value]) => sum + utf8ByteLength(name) + utf8ByteLength(value) + 2,
+      0,
+    );
+    if (bytes > MAX_ENV_BYTES)
+      ctx.addIssue({
+        code: "custom",
+        message: `must total at most ${MAX_ENV_BYTES} bytes, got ${bytes}`,
+      });
   });
 
 const CwdSchema = processText("a directory path (a string)").superRefine((cwd, ctx) => {
-  if (cwd === "") ctx.addIssue({ code: "custom", message: "must not be empty (leave cwd out to run in a fresh directory per attempt)" });
+  if (cwd === "")
+    ctx.addIssue({
+      code: "custom",
+      message: "must not be empty (leave cwd out to run in a fresh directory per attempt)",
+    });
   const bytes = utf8ByteLength(cwd);
-  if (bytes > MAX_CWD_BYTES) ctx.addIssue({ code: "custom", message: `must be at most ${MAX_CWD_BYTES} bytes, got ${bytes}` });
+  if (bytes > MAX_CWD_BYTES)
+    ctx.addIssue({
+      code: "custom",
+      message: `must be at most ${MAX_CWD_BYTES} bytes, got ${bytes}`,
+    });
 });
 
 /** A user name (POSIX portable), a numeric uid, or `uid:gid`. */
@@ -141,11 +197,17 @@ export const TASK_USER_PATTERN = /^(?:[a-z_][a-z0-9_-]{0,31}|[0-9]{1,10}(?::[0-9
 
 const UserSchema = z
   .string({ error: expecting("a user name, a uid or uid:gid") })
-  .regex(TASK_USER_PATTERN, "must be a user name (lower-case letters, digits, _ and -), a numeric uid, or uid:gid");
+  .regex(
+    TASK_USER_PATTERN,
+    "must be a user name (lower-case letters, digits, _ and -), a numeric uid, or uid:gid",
+  );
 
 const PoolSchema = z
   .string({ error: expecting("a pool name") })
-  .regex(PORTABLE_ID_PATTERN, "must be a portable name: 1 to 36 characters of letters, digits, . _ : -, starting with a letter or digit");
+  .regex(
+    PORTABLE_ID_PATTERN,
+    "must be a portable name: 1 to 36 characters of letters, digits, . _ : -, starting with a letter or digit",
+  );
 
 const RetrySchema = z.strictObject(
   {
@@ -174,8 +236,13 @@ const WebhookUrlSchema = z
       ctx.addIssue({ code: "custom", message: "must be an absolute http(s) URL" });
       return;
     }
-    if (url.protocol !== "http:" && url.protocol !== "https:") ctx.addIssue({ code: "custom", message: `must be an http(s) URL, got ${url.protocol}` });
-    if (url.username !== "" || url.password !== "") ctx.addIssue({ code: "custom", message: "must not carry a user or password: use secret for the signature" });
+    if (url.protocol !== "http:" && url.protocol !== "https:")
+      ctx.addIssue({ code: "custom", message: `must be an http(s) URL, got ${url.protocol}` });
+    if (url.username !== "" || url.password !== "")
+      ctx.addIssue({
+        code: "custom",
+        message: "must not carry a user or password: use secret for the signature",
+      });
   });
 
 /** One notifier: `{ webhook: URL, secret? }` or `{ command: [argv] }`. */
@@ -190,16 +257,34 @@ const NotifierSchema = z
         .optional(),
       command: ArgvSchema.optional(),
     },
-    { error: expecting("a mapping such as { webhook: https://example.com/hook } or { command: [notify-send, failed] }") },
+    {
+      error: expecting(
+        "a mapping such as { webhook: https://example.com/hook } or { command: [notify-send, failed] }",
+      ),
+    },
   )
-  .superRefine((notifier, ctx) => {
-    if (!isObjectLike(notifier)) return;
-    const hasWebhook = notifier.webhook !== undefined;
-    const hasCommand = notifier.command !== undefined;
-    if (hasWebhook && hasCommand) ctx.addIssue({ code: "custom", path: ["command"], message: "a notifier is either a webhook or a command, not both" });
-    if (!hasWebhook && !hasCommand) ctx.addIssue({ code: "custom", path: ["webhook"], message: "is required: the URL to call (or give command: instead)" });
-    if (notifier.secret !== undefined && !hasWebhook) ctx.addIssue({ code: "custom", path: ["secret"], message: "applies only to a webhook" });
-  }, { when: always });
+  .superRefine(
+    (notifier, ctx) => {
+      if (!isObjectLike(notifier)) return;
+      const hasWebhook = notifier.webhook !== undefined;
+      const hasCommand = notifier.command !== undefined;
+      if (hasWebhook && hasCommand)
+        ctx.addIssue({
+          code: "custom",
+          path: ["command"],
+          message: "a notifier is either a webhook or a command, not both",
+        });
+      if (!hasWebhook && !hasCommand)
+        ctx.addIssue({
+          code: "custom",
+          path: ["webhook"],
+          message: "is required: the URL to call (or give command: instead)",
+        });
+      if (notifier.secret !== undefined && !hasWebhook)
+        ctx.addIssue({ code: "custom", path: ["secret"], message: "applies only to a webhook" });
+    },
+    { when: always },
+  );
 
 /**
  * `notify:` is one notifier or a list of them; a single one is read as a list of one, so its
@@ -209,7 +294,9 @@ export const NotifySchema = z
   .preprocess(
     (value) => (isObjectLike(value) ? [value] : value),
     z
-      .array(NotifierSchema, { error: expecting("a notifier ({ webhook: URL } or { command: [argv] }) or a list of them") })
+      .array(NotifierSchema, {
+        error: expecting("a notifier ({ webhook: URL } or { command: [argv] }) or a list of them"),
+      })
       .min(1, "must list at least one notifier")
       .max(MAX_NOTIFIERS, `must list at most ${MAX_NOTIFIERS} notifiers`),
   )
@@ -223,15 +310,44 @@ function checkTaskChoices(task: unknown, ctx: z.RefinementCtx): void {
   if (!isObjectLike(task)) return;
   const hasRun = task.run !== undefined;
   const hasShell = task.shell !== undefined;
-  if (hasRun && hasShell) ctx.addIssue({ code: "custom", path: ["shell"], message: "a task has either run or shell, not both" });
-  if (!hasRun && !hasShell) ctx.addIssue({ code: "custom", path: ["run"], message: "is required: an argv array (or give shell: a script instead)" });
+  if (hasRun && hasShell)
+    ctx.addIssue({
+      code: "custom",
+      path: ["shell"],
+      message: "a task has either run or shell, not both",
+    });
+  if (!hasRun && !hasShell)
+    ctx.addIssue({
+      code: "custom",
+      path: ["run"],
+      message: "is required: an argv array (or give shell: a script instead)",
+    });
   if (task.executor === "remote_worker") {
-    if (task.pool === undefined) ctx.addIssue({ code: "custom", path: ["pool"], message: "is required when executor is remote_worker" });
-    if (task.cwd !== undefined) ctx.addIssue({ code: "custom", path: ["cwd"], message: "applies only to local_process: a remote worker chooses its own directory" });
-    if (task.user !== undefined) ctx.addIssue({ code: "custom", path: ["user"], message: "applies only to local_process: a remote worker runs tasks as its own user" });
+    if (task.pool === undefined)
+      ctx.addIssue({
+        code: "custom",
+        path: ["pool"],
+        message: "is required when executor is remote_worker",
+      });
+    if (task.cwd !== undefined)
+      ctx.addIssue({
+        code: "custom",
+        path: ["cwd"],
+        message: "applies only to local_process: a remote worker chooses its own directory",
+      });
+    if (task.user !== undefined)
+      ctx.addIssue({
+        code: "custom",
+        path: ["user"],
+        message: "applies only to local_process: a remote worker runs tasks as its own user",
+      });
   }
   if (task.executor === "local_process" && task.pool !== undefined) {
-    ctx.addIssue({ code: "custom", path: ["pool"], message: "is allowed only when executor is remote_worker" });
+    ctx.addIssue({
+      code: "custom",
+      path: ["pool"],
+      message: "is allowed only when executor is remote_worker",
+    });
   }
 }
 
@@ -239,8 +355,18 @@ function checkScheduleTarget(schedule: unknown, ctx: z.RefinementCtx): void {
   if (!isObjectLike(schedule)) return;
   const hasWorkflow = schedule.workflow !== undefined;
   const hasTask = schedule.task !== undefined;
-  if (hasWorkflow && hasTask) ctx.addIssue({ code: "custom", path: ["task"], message: "a schedule starts either a workflow or a task, not both" });
-  if (!hasWorkflow && !hasTask) ctx.addIssue({ code: "custom", path: ["workflow"], message: "is required: the workflow to start (or give task: instead)" });
+  if (hasWorkflow && hasTask)
+    ctx.addIssue({
+      code: "custom",
+      path: ["task"],
+      message: "a schedule starts either a workflow or a task, not both",
+    });
+  if (!hasWorkflow && !hasTask)
+    ctx.addIssue({
+      code: "custom",
+      path: ["workflow"],
+      message: "is required: the workflow to start (or give task: instead)",
+    });
 }
 
 export const TaskSchema = z
@@ -252,7 +378,11 @@ export const TaskSchema = z
       env: EnvSchema.default(() => ({})),
       cwd: CwdSchema.optional(),
       user: UserSchema.optional(),
-      executor: z.enum(["local_process", "remote_worker"], { error: expecting("local_process or remote_worker") }).default("local_process"),
+      executor: z
+        .enum(["local_process", "remote_worker"], {
+          error: expecting("local_process or remote_worker"),
+        })
+        .default("local_process"),
       pool: PoolSchema.optional(),
       retry: RetrySchema.default(() => ({ max: 0, backoff: 0, idempotent: false })),
       notify: NotifySchema,
@@ -265,7 +395,9 @@ export const StepSchema = z.strictObject(
   {
     task: z.string({ error: expecting("the name of a task") }),
     needs: z
-      .array(z.string({ error: expecting("a step name") }), { error: expecting("a list of step names") })
+      .array(z.string({ error: expecting("a step name") }), {
+        error: expecting("a list of step names"),
+      })
       .max(MAX_NEEDS_PER_STEP, `must list at most ${MAX_NEEDS_PER_STEP} steps`)
       .default(() => []),
   },
@@ -283,15 +415,26 @@ function checkInputDeclaration(declaration: unknown, ctx: z.RefinementCtx): void
   const type = declaration.type;
   const value = declaration.default;
   if ((type === "string" || type === "number" || type === "boolean") && typeof value !== type) {
-    ctx.addIssue({ code: "custom", path: ["default"], message: `must be a ${type}, as the input's type says` });
+    ctx.addIssue({
+      code: "custom",
+      path: ["default"],
+      message: `must be a ${type}, as the input's type says`,
+    });
   }
-  if (declaration.required === true) ctx.addIssue({ code: "custom", path: ["required"], message: "an input with a default is never missing: give either required: true or a default" });
+  if (declaration.required === true)
+    ctx.addIssue({
+      code: "custom",
+      path: ["required"],
+      message: "an input with a default is never missing: give either required: true or a default",
+    });
 }
 
 export const InputDeclarationSchema = z
   .strictObject(
     {
-      type: z.enum(["string", "number", "boolean"], { error: expecting("string, number or boolean") }),
+      type: z.enum(["string", "number", "boolean"], {
+        error: expecting("string, number or boolean"),
+      }),
       required: z.boolean({ error: expecting("true or false") }).default(false),
       default: InputValueSchema.optional(),
     },
@@ -300,11 +443,19 @@ export const InputDeclarationSchema = z
   .superRefine(checkInputDeclaration, { when: always });
 
 function inputRecord<Value extends z.ZodType>(value: Value, noun: string) {
-  const keys = z.string().regex(INPUT_KEY_PATTERN, `the input name must match ${INPUT_KEY_PATTERN.source}`);
-  return z.record(keys, value, { error: expecting(`a mapping of input name to ${noun}`) }).superRefine((record, ctx) => {
-    const count = Object.keys(record).length;
-    if (count > MAX_INPUT_KEYS) ctx.addIssue({ code: "custom", message: `must have at most ${MAX_INPUT_KEYS} inputs, got ${count}` });
-  });
+  const keys = z
+    .string()
+    .regex(INPUT_KEY_PATTERN, `the input name must match ${INPUT_KEY_PATTERN.source}`);
+  return z
+    .record(keys, value, { error: expecting(`a mapping of input name to ${noun}`) })
+    .superRefine((record, ctx) => {
+      const count = Object.keys(record).length;
+      if (count > MAX_INPUT_KEYS)
+        ctx.addIssue({
+          code: "custom",
+          message: `must have at most ${MAX_INPUT_KEYS} inputs, got ${count}`,
+        });
+    });
 }
 
 export const WorkflowSchema = z.strictObject(
@@ -312,7 +463,10 @@ export const WorkflowSchema = z.strictObject(
     inputs: inputRecord(InputDeclarationSchema, "declaration").optional(),
     description: z
       .string({ error: expecting("a string") })
-      .max(MAX_WORKFLOW_DESCRIPTION_LENGTH, `must be at most ${MAX_WORKFLOW_DESCRIPTION_LENGTH} characters`)
+      .max(
+        MAX_WORKFLOW_DESCRIPTION_LENGTH,
+        `must be at most ${MAX_WORKFLOW_DESCRIPTION_LENGTH} characters`,
+      )
       .optional(),
     steps: namedRecord(StepSchema, "step", { min: 1, max: MAX_STEPS_PER_WORKFLOW }),
     notify: NotifySchema,
@@ -326,12 +480,14 @@ export function cronProblem(expression: string): string | null {
     // CronPattern only parses; unlike Cron it never reads a pattern with ":" as a one-off date.
     new CronPattern(expression, undefined, { mode: "5-or-6-parts" });
   } catch (error) {
-    const reason = error instanceof Error ? error.message.replace(/^CronPattern:\s*/, "") : String(error);
+    const reason =
+      error instanceof Error ? error.message.replace(/^CronPattern:\s*/, "") : String(error);
     return `is not a valid cron expression: ${reason}`;
   }
   // A job without a callback schedules no timer; nextRun from a fixed instant is a pure search.
   const probe = new Cron(expression, { mode: "5-or-6-parts", timezone: "UTC", paused: true });
-  if (probe.nextRun(CRON_PROBE_START) === null) return "never fires: no date matches it (for example the 30th of February)";
+  if (probe.nextRun(CRON_PROBE_START) === null)
+    return "never fires: no date matches it (for example the 30th of February)";
   return null;
 }
 
@@ -353,13 +509,21 @@ const CronSchema = z
     if (problem !== null) ctx.addIssue({ code: "custom", message: problem });
   });
 
-const TimezoneSchema = z.string({ error: expecting("an IANA time zone name such as UTC or Europe/Berlin") }).superRefine((timeZone, ctx) => {
-  if (timeZone.length > MAX_TIMEZONE_LENGTH || !TIMEZONE_NAME_SHAPE.test(timeZone)) {
-    ctx.addIssue({ code: "custom", message: "must be an IANA time zone name such as UTC or Europe/Berlin" });
-  } else if (!isKnownTimeZone(timeZone)) {
-    ctx.addIssue({ code: "custom", message: `is not a known IANA time zone: ${JSON.stringify(timeZone)}` });
-  }
-});
+const TimezoneSchema = z
+  .string({ error: expecting("an IANA time zone name such as UTC or Europe/Berlin") })
+  .superRefine((timeZone, ctx) => {
+    if (timeZone.length > MAX_TIMEZONE_LENGTH || !TIMEZONE_NAME_SHAPE.test(timeZone)) {
+      ctx.addIssue({
+        code: "custom",
+        message: "must be an IANA time zone name such as UTC or Europe/Berlin",
+      });
+    } else if (!isKnownTimeZone(timeZone)) {
+      ctx.addIssue({
+        code: "custom",
+        message: `is not a known IANA time zone: ${JSON.stringify(timeZone)}`,
+      });
+    }
+  });
 
 export const ScheduleSchema = z
   .strictObject(
@@ -369,7 +533,9 @@ export const ScheduleSchema = z
       workflow: z.string({ error: expecting("the name of a workflow") }).optional(),
       task: z.string({ error: expecting("the name of a task") }).optional(),
       overlap: z.enum(["skip", "allow"], { error: expecting("skip or allow") }).default("skip"),
-      missed: z.enum(["skip", "fire_once"], { error: expecting("skip or fire_once") }).default("skip"),
+      missed: z
+        .enum(["skip", "fire_once"], { error: expecting("skip or fire_once") })
+        .default("skip"),
       enabled: z.boolean({ error: expecting("true or false") }).default(true),
       notify: NotifySchema,
       input: inputRecord(InputValueSchema, "value").optional(),
@@ -380,16 +546,33 @@ export const ScheduleSchema = z
 
 export const ManifestSchema = z.strictObject(
   {
-    package: z.string({ error: expecting("a package name") }).regex(PACKAGE_NAME_PATTERN, `the package name ${PACKAGE_NAME_RULE}`),
+    package: z
+      .string({ error: expecting("a package name") })
+      .regex(PACKAGE_NAME_PATTERN, `the package name ${PACKAGE_NAME_RULE}`),
     description: z
       .string({ error: expecting("a string") })
-      .max(MAX_PACKAGE_DESCRIPTION_LENGTH, `must be at most ${MAX_PACKAGE_DESCRIPTION_LENGTH} characters`)
+      .max(
+        MAX_PACKAGE_DESCRIPTION_LENGTH,
+        `must be at most ${MAX_PACKAGE_DESCRIPTION_LENGTH} characters`,
+      )
       .optional(),
-    tasks: namedRecord(TaskSchema, "task", { min: 0, max: MAX_TASKS_PER_PACKAGE }).default(() => ({})),
-    workflows: namedRecord(WorkflowSchema, "workflow", { min: 0, max: MAX_WORKFLOWS_PER_PACKAGE }).default(() => ({})),
-    schedules: namedRecord(ScheduleSchema, "schedule", { min: 0, max: MAX_SCHEDULES_PER_PACKAGE }).default(() => ({})),
+    tasks: namedRecord(TaskSchema, "task", { min: 0, max: MAX_TASKS_PER_PACKAGE }).default(
+      () => ({}),
+    ),
+    workflows: namedRecord(WorkflowSchema, "workflow", {
+      min: 0,
+      max: MAX_WORKFLOWS_PER_PACKAGE,
+    }).default(() => ({})),
+    schedules: namedRecord(ScheduleSchema, "schedule", {
+      min: 0,
+      max: MAX_SCHEDULES_PER_PACKAGE,
+    }).default(() => ({})),
   },
-  { error: expecting("a mapping (the manifest document) with package, tasks, workflows and schedules") },
+  {
+    error: expecting(
+      "a mapping (the manifest document) with package, tasks, workflows and schedules",
+    ),
+  },
 );
 
 /** The manifest as written (before defaults). */
@@ -408,7 +591,8 @@ export function formatIssuePath(segments: readonly PropertyKey[]): string {
   let path = "";
   for (const segment of segments) {
     if (typeof segment === "number") path += `[${segment}]`;
-    else if (typeof segment === "string" && PLAIN_SEGMENT.test(segment)) path += path === "" ? segment : `.${segment}`;
+    else if (typeof segment === "string" && PLAIN_SEGMENT.test(segment))
+      path += path === "" ? segment : `.${segment}`;
     else path += `[${JSON.stringify(String(segment))}]`;
   }
   return path === "" ? "$" : path;
@@ -419,7 +603,8 @@ export function issuesFromZod(error: z.ZodError): ManifestIssue[] {
   const issues: ManifestIssue[] = [];
   for (const issue of error.issues) {
     if (issue.code === "unrecognized_keys") {
-      for (const key of issue.keys) issues.push({ path: formatIssuePath([...issue.path, key]), message: "unknown field" });
+      for (const key of issue.keys)
+        issues.push({ path: formatIssuePath([...issue.path, key]), message: "unknown field" });
     } else if (issue.code === "invalid_key") {
       // The outer message only says "Invalid key in record"; the inner one says which rule failed.
       const reason = issue.issues[0]?.message ?? "invalid name";

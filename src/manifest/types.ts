@@ -22,7 +22,8 @@ export interface RetryPolicy {
  * Where an alert goes when a run fails, times out or is lost: a webhook (POSTed JSON, signed
  * with HMAC-SHA256 when a secret is given) or, on a device, a local command.
  */
-export type NotifierSpec = { kind: "webhook"; url: string; secret: string | null } | { kind: "command"; argv: string[] };
+export type NotifierSpec =
+  { kind: "webhook"; url: string; secret: string | null } | { kind: "command"; argv: string[] };
 
 export interface TaskSpec {
   name: string;
@@ -95,7 +96,6 @@ export interface ManifestIssue {
 }
 
 export type ManifestParseResult =
-  | { ok: true; manifest: Manifest }
-  | { ok: false; issues: ManifestIssue[] };
+  { ok: true; manifest: Manifest } | { ok: false; issues: ManifestIssue[] };
 
 export type ManifestFormat = "yaml" | "json";

@@ -58,7 +58,8 @@ export class SimulatedExecutor implements Executor {
   /** Attempts whose files retention discarded, with the virtual time it happened. */
   readonly discarded = new Map<string, number>();
   private nextPid = 1000;
-  private readonly options: Required<Omit<SimulatedExecutorOptions, "clock" | "prng" | "outcome">> & Pick<SimulatedExecutorOptions, "clock" | "prng" | "outcome">;
+  private readonly options: Required<Omit<SimulatedExecutorOptions, "clock" | "prng" | "outcome">> &
+    Pick<SimulatedExecutorOptions, "clock" | "prng" | "outcome">;
 
   constructor(options: SimulatedExecutorOptions) {
     this.options = {
@@ -74,7 +75,12 @@ export class SimulatedExecutor implements Executor {
   launch(request: LaunchRequest): Promise<ProcessHandleFacts> {
     const { attempt } = request;
     if (this.journal.has(attempt.id)) {
-      return Promise.reject(new QlrError("conflict", `attempt ${attempt.id} already has a journal record; refusing a second spawn`));
+      return Promise.reject(
+        new QlrError(
+          "conflict",
+          `attempt ${attempt.id} already has a journal record; refusing a second spawn`,
+        ),
+      );
     }
     const startedAtMs = this.options.clock.nowMs();
     // The journal record is the start barrier: it exists before the process does.
@@ -99,14 +105,34 @@ export class SimulatedExecutor implements Executor {
             output: null,
             outputError: null,
           }
-        : { attemptId: attempt.id, pid, startedAtMs, finishAtMs: startedAtMs + forced.durationMs, exitCode: forced.exitCode, signal: null, stopReason: null, spawnError: null, ...checkOutput(forced.output ?? null) };
+        : {
+            attemptId: attempt.id,
+            pid,
+            startedAtMs,
+            finishAtMs: startedAtMs + forced.durationMs,
+            exitCode: forced.exitCode,
+            signal: null,
+            stopReason: null,
+            spawnError: null,
+            ...checkOutput(forced.output ?? null),
+          };
     this.processes.set(attempt.id, simulated);
-    return Promise.resolve({ pid, processStartTicks: String(startedAtMs), bootId: "sim-boot", startedAtMs });
+    return Promise.resolve({
+      pid,
+      processStartTicks: String(startedAtMs),
+      bootId: "sim-boot",
+      startedAtMs,
+    });
   }
 
   readReceipt(attempt: RunAttempt): Promise<ReceiptEvidence> {
     const proc = this.processes.get(attempt.id);
-    if (proc === undefined || this.discarded.has(attempt.id) || this.options.clock.nowMs() < proc.finishAtMs) return Promise.resolve({ status: "none" });
+    if (
+      proc === undefined ||
+      this.discarded.has(attempt.id) ||
+      this.options.clock.nowMs() < proc.finishAtMs
+    )
+      return Promise.resolve({ status: "none" });
     return Promise.resolve({
       status: "valid",
       facts: {
@@ -118,7 +144,12 @@ export class SimulatedExecutor implements Executor {
         spawnError: proc.spawnError,
         output: proc.output,
         outputError: proc.outputError,
-        handle: { pid: proc.pid, processStartTicks: String(proc.startedAtMs), bootId: "sim-boot", startedAtMs: proc.startedAtMs },
+        handle: {
+          pid: proc.pid,
+          processStartTicks: String(proc.startedAtMs),
+          bootId: "sim-boot",
+          startedAtMs: proc.startedAtMs,
+        },
       },
     });
   }
@@ -130,14 +161,18 @@ export class SimulatedExecutor implements Executor {
   inspect(attempt: RunAttempt): Promise<LiveInspection> {
     const proc = this.processes.get(attempt.id);
     if (proc === undefined) return Promise.resolve("not_running");
-    if (attempt.pid !== null && attempt.pid !== proc.pid) return Promise.resolve("changed_identity");
-    return Promise.resolve(this.options.clock.nowMs() < proc.finishAtMs ? "running" : "not_running");
+    if (attempt.pid !== null && attempt.pid !== proc.pid)
+      return Promise.resolve("changed_identity");
+    return Promise.resolve(
+      this.options.clock.nowMs() < proc.finishAtMs ? "running" : "not_running",
+    );
   }
 
   stop(attempt: RunAttempt, reason: StopReason): Promise<void> {
     const proc = this.processes.get(attempt.id);
     const nowMs = this.options.clock.nowMs();
-    if (proc === undefined || nowMs >= proc.finishAtMs || proc.stopReason !== null) return Promise.resolve();
+    if (proc === undefined || nowMs >= proc.finishAtMs || proc.stopReason !== null)
+      return Promise.resolve();
     proc.stopReason = reason;
     proc.finishAtMs = Math.min(proc.finishAtMs, nowMs + this.options.stopGraceMs);
     proc.exitCode = null;
@@ -156,7 +191,12 @@ export class SimulatedExecutor implements Executor {
 
   listHeld(afterAttemptId: string | null, limit: number): Promise<string[]> {
     const after = afterAttemptId ?? "";
-    return Promise.resolve([...this.journal].filter((attemptId) => attemptId > after).sort().slice(0, Math.max(0, limit)));
+    return Promise.resolve(
+      [...this.journal]
+        .filter((attemptId) => attemptId > after)
+        .sort()
+        .slice(0, Math.max(0, limit)),
+    );
   }
 
   /** Simulation helper: a "kill -9" of the task from outside, not through the runtime. */

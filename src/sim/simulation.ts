@@ -4,7 +4,13 @@ import { isQlrError } from "../errors.ts";
 import type { Manifest, TaskSpec, WorkflowSpec } from "../manifest/types.ts";
 import { TERMINAL_RUN_STATUSES, type Run } from "../model.ts";
 import { applyPackage, cancelRun, startRun } from "../operations.ts";
-import { transactAtStoreTime, type IdSource, type PurgedRun, type Store, type StoreTx } from "../ports.ts";
+import {
+  transactAtStoreTime,
+  type IdSource,
+  type PurgedRun,
+  type Store,
+  type StoreTx,
+} from "../ports.ts";
 import type { RetentionPolicy } from "../retention.ts";
 import { PROFILES, type ProfileName } from "../profiles.ts";
 import { Prng } from "./prng.ts";
@@ -101,7 +107,15 @@ class KillableStore implements Store {
   }
 }
 
-const FAULT_POINTS: readonly FaultPoint[] = ["admission.after_commit", "dispatch.after_starting", "dispatch.after_spawn", "dispatch.after_running", "completion.before_commit", "completion.after_commit", "cancellation.after_stop"];
+const FAULT_POINTS: readonly FaultPoint[] = [
+  "admission.after_commit",
+  "dispatch.after_starting",
+  "dispatch.after_spawn",
+  "dispatch.after_running",
+  "completion.before_commit",
+  "completion.after_commit",
+  "cancellation.after_stop",
+];
 const PURGE_FAULT_POINTS: readonly FaultPoint[] = ["purge.after_commit", "purge.after_discard"];
 
 export function randomManifest(prng: Prng, packageName: string): Manifest {
@@ -134,7 +148,10 @@ export function randomManifest(prng: Prng, packageName: string): Manifest {
   return { package: packageName, description: null, tasks, workflows, schedules: [] };
 }
 
-export async function simulate(store: Store, options: SimulationOptions): Promise<SimulationResult> {
+export async function simulate(
+  store: Store,
+  options: SimulationOptions,
+): Promise<SimulationResult> {
   const prng = new Prng(options.seed);
   const startMs = options.startMs ?? 1_800_000_000_000;
   const clock = new VirtualClock(startMs);
@@ -149,7 +166,11 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
   let runCounter = 0;
   const ids: IdSource = { runId: () => `${packageName}-r${(runCounter += 1)}` };
   const manifest = randomManifest(prng, packageName);
-  const idempotentTasks = new Set(manifest.tasks.filter((task) => task.retry.idempotent).map((task) => `${packageName}/${task.name}`));
+  const idempotentTasks = new Set(
+    manifest.tasks
+      .filter((task) => task.retry.idempotent)
+      .map((task) => `${packageName}/${task.name}`),
+  );
   const log: SimulationLogEntry[] = [];
   const record = async (action: string, detail: string): Promise<void> => {
     const entry = { index: log.length, action, atMs: clock.nowMs(), detail };
@@ -184,7 +205,10 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
   let coordinator = makeCoordinator(handle);
 
   await transactAtStoreTime(store, clock, (tx, nowMs) => applyPackage(tx, manifest, nowMs));
-  await record("apply", `${manifest.tasks.length} tasks, ${manifest.workflows.map((workflow) => `${workflow.name}:${workflow.steps.length}`).join(" ")}`);
+  await record(
+    "apply",
+    `${manifest.tasks.length} tasks, ${manifest.workflows.map((workflow) => `${workflow.name}:${workflow.steps.length}`).join(" ")}`,
+  );
 
   // The simulation remembers its own run ids, so a store shared by many seeds is never scanned.
   const runIds = new Set<string>();
@@ -206,7 +230,11 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
     try {
       const decisions = await coordinator.recover();
       recoveryPending = false;
-      await record("recover", decisions.map((decision) => `${decision.attemptId}:${decision.decision}`).join(" ") || "nothing to recover");
+      await record(
+        "recover",
+        decisions.map((decision) => `${decision.attemptId}:${decision.decision}`).join(" ") ||
+          "nothing to recover",
+      );
       return true;
     } catch (error) {
       if (!isQlrError(error, "clock_regression")) throw error;
@@ -218,8 +246,13 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
   const tick = async (): Promise<void> => {
     if (!(await recoverIfNeeded())) return;
     const report = await coordinator.tick();
-    const errors = report.stages.flatMap((stage) => stage.errors.map((error) => `${stage.name}:${error.code}`));
-    await record("tick", `${report.stages.map((stage) => `${stage.name}=${stage.processed}`).join(" ")}${errors.length > 0 ? ` errors ${errors.join(",")}` : ""}`);
+    const errors = report.stages.flatMap((stage) =>
+      stage.errors.map((error) => `${stage.name}:${error.code}`),
+    );
+    await record(
+      "tick",
+      `${report.stages.map((stage) => `${stage.name}=${stage.processed}`).join(" ")}${errors.length > 0 ? ` errors ${errors.join(",")}` : ""}`,
+    );
     if (handle.dead) {
       crashes += 1;
       handle = new KillableStore(store);
@@ -234,12 +267,29 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
     const roll = prng.next();
     if (roll < 0.1) {
       const workflow = prng.chance(0.8);
-      const target = workflow ? ({ kind: "workflow", name: prng.pick(manifest.workflows).name } as const) : ({ kind: "task", name: prng.pick(manifest.tasks).name } as const);
+      const target = workflow
+        ? ({ kind: "workflow", name: prng.pick(manifest.workflows).name } as const)
+        : ({ kind: "task", name: prng.pick(manifest.tasks).name } as const);
       const key = prng.chance(0.2) ? `k${prng.int(0, 3)}` : null;
       try {
-        const { run, created } = await transactAtStoreTime(store, clock, (tx, nowMs) => startRun(tx, { package: packageName, target, idempotencyKey: key === null ? null : `${packageName}-${key}`, scheduleName: null, runId: ids.runId() }, nowMs));
+        const { run, created } = await transactAtStoreTime(store, clock, (tx, nowMs) =>
+          startRun(
+            tx,
+            {
+              package: packageName,
+              target,
+              idempotencyKey: key === null ? null : `${packageName}-${key}`,
+              scheduleName: null,
+              runId: ids.runId(),
+            },
+            nowMs,
+          ),
+        );
         runIds.add(run.id);
-        await record("start", `${run.id} ${target.kind}:${target.name}${created ? "" : " (same idempotency key: same run)"}`);
+        await record(
+          "start",
+          `${run.id} ${target.kind}:${target.name}${created ? "" : " (same idempotency key: same run)"}`,
+        );
       } catch (error) {
         if (!isQlrError(error, "conflict")) throw error;
         await record("start-refused", error.message);
@@ -248,7 +298,9 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
       const live = await liveRuns();
       if (live.length > 0) {
         const run = prng.pick(live);
-        await transactAtStoreTime(store, clock, (tx, nowMs) => cancelRun(tx, run.id, nowMs, "simulation"));
+        await transactAtStoreTime(store, clock, (tx, nowMs) =>
+          cancelRun(tx, run.id, nowMs, "simulation"),
+        );
         await record("cancel", run.id);
       }
     } else if (roll < 0.17) {
@@ -267,7 +319,9 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
       clock.advance(backMs);
       await record("clock-step", `the host clock stepped back ${backMs} ms for one tick`);
     } else if (roll < 0.23) {
-      const running = [...executor.processes.values()].filter((simulated) => simulated.finishAtMs > clock.nowMs());
+      const running = [...executor.processes.values()].filter(
+        (simulated) => simulated.finishAtMs > clock.nowMs(),
+      );
       if (running.length > 0) {
         const victim = prng.pick(running);
         executor.killExternally(victim.attemptId);
@@ -297,7 +351,13 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
     // Past the horizon every terminal run has expired: a few cycles (bounded by the purge
     // budget) must purge them all.
     clock.advance(retention.horizonMs + 1);
-    for (let index = 0; index < 1 + Math.ceil(runIds.size / Math.max(1, profile.purge.pageSize * profile.purge.pages)); index += 1) await tick();
+    for (
+      let index = 0;
+      index <
+      1 + Math.ceil(runIds.size / Math.max(1, profile.purge.pageSize * profile.purge.pages));
+      index += 1
+    )
+      await tick();
   }
 
   const final = await store.transaction(async (tx) => {
@@ -308,12 +368,35 @@ export async function simulate(store: Store, options: SimulationOptions): Promis
       detail.push({
         id: run.id,
         status: run.status,
-        steps: (await tx.getSteps(run.id)).map((step) => [step.name, step.status, step.attemptCount]),
+        steps: (await tx.getSteps(run.id)).map((step) => [
+          step.name,
+          step.status,
+          step.attemptCount,
+        ]),
         attempts: (await tx.getAttempts(run.id)).map((attempt) => [attempt.id, attempt.status]),
-        events: digestOf((await tx.listEvents(run.id, 0, 500)).map((event) => [event.seq, event.type, event.atMs - startMs])),
+        events: digestOf(
+          (await tx.listEvents(run.id, 0, 500)).map((event) => [
+            event.seq,
+            event.type,
+            event.atMs - startMs,
+          ]),
+        ),
       });
     }
     return detail;
   });
-  return { seed: options.seed, packageName, log, executor, finalDigest: digestOf(final), drained, crashes, runs: final.length, idempotentTasks, endMs: clock.nowMs(), purges, runIds };
+  return {
+    seed: options.seed,
+    packageName,
+    log,
+    executor,
+    finalDigest: digestOf(final),
+    drained,
+    crashes,
+    runs: final.length,
+    idempotentTasks,
+    endMs: clock.nowMs(),
+    purges,
+    runIds,
+  };
 }

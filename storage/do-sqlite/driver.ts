@@ -48,14 +48,21 @@ export interface DurableObjectSqliteDriver extends SqlDriver {
   readonly name: "do-sqlite";
 }
 
-
-export function openDurableObjectSqliteDriver(storage: DurableObjectSqlStorage): DurableObjectSqliteDriver {
+export function openDurableObjectSqliteDriver(
+  storage: DurableObjectSqlStorage,
+): DurableObjectSqliteDriver {
   const queue = new SerialQueue("The do-sqlite driver is closed.");
 
   function exec(sql: string, params: readonly SqlParam[]): SqlRow[] {
     for (const param of params) {
-      if (typeof param === "number" && (!Number.isFinite(param) || (Number.isInteger(param) && !Number.isSafeInteger(param)))) {
-        throw new QlrError("internal", `The number ${param} cannot be stored faithfully (in: ${sqlExcerpt(sql)}).`);
+      if (
+        typeof param === "number" &&
+        (!Number.isFinite(param) || (Number.isInteger(param) && !Number.isSafeInteger(param)))
+      ) {
+        throw new QlrError(
+          "internal",
+          `The number ${param} cannot be stored faithfully (in: ${sqlExcerpt(sql)}).`,
+        );
       }
     }
     const text = singleStatement(sql);
@@ -69,12 +76,23 @@ export function openDurableObjectSqliteDriver(storage: DurableObjectSqlStorage):
   async function run<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
     let open = true;
     const tx: SqlTx = {
-      query<R extends SqlRow = SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
-        if (!open) return Promise.reject(new QlrError("internal", `A query ran after its transaction ended (in: ${sqlExcerpt(sql)}).`));
+      query<R extends SqlRow = SqlRow>(
+        sql: string,
+        params: readonly SqlParam[] = [],
+      ): Promise<R[]> {
+        if (!open)
+          return Promise.reject(
+            new QlrError(
+              "internal",
+              `A query ran after its transaction ended (in: ${sqlExcerpt(sql)}).`,
+            ),
+          );
         try {
           return Promise.resolve(exec(sql, params) as R[]);
         } catch (error) {
-          return Promise.reject(error instanceof Error ? error : mapDurableObjectSqlError(error, sql));
+          return Promise.reject(
+            error instanceof Error ? error : mapDurableObjectSqlError(error, sql),
+          );
         }
       },
     };
@@ -137,7 +155,10 @@ export function singleStatement(sql: string): string {
       index = end < 0 ? length : end + 2;
     } else if (char === ";") {
       if (!onlyTrivia(sql.slice(index + 1))) {
-        throw new QlrError("internal", `One statement per query: text follows the first statement (in: ${sqlExcerpt(sql)}).`);
+        throw new QlrError(
+          "internal",
+          `One statement per query: text follows the first statement (in: ${sqlExcerpt(sql)}).`,
+        );
       }
       return sql.slice(0, index);
     } else {
@@ -186,7 +207,11 @@ function onlyTrivia(text: string): boolean {
  */
 export function sqliteCodeOf(error: unknown): string {
   const message = errorMessage(error);
-  return /\(extended: (SQLITE_[A-Z_]+)\)/.exec(message)?.[1] ?? /\b(SQLITE_[A-Z_]+)\b/.exec(message)?.[1] ?? "";
+  return (
+    /\(extended: (SQLITE_[A-Z_]+)\)/.exec(message)?.[1] ??
+    /\b(SQLITE_[A-Z_]+)\b/.exec(message)?.[1] ??
+    ""
+  );
 }
 
 /** Maps an error thrown by DO SQL to a `QlrError` by the rule every SQLite driver shares (storage/sqlite/errors.ts). */

@@ -22,7 +22,23 @@
  * (journal before spawn, receipts, stop intents) can move onto it as they are: `link` and
  * `fsyncDirectory` are here for its write-temp-then-link pattern.
  */
-import { closeSync, constants, existsSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, linkSync, mkdirSync, openSync, readFileSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  constants,
+  existsSync,
+  fdatasyncSync,
+  fstatSync,
+  fsyncSync,
+  ftruncateSync,
+  linkSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
 import { fsyncDirectorySync } from "./fsync-directory.ts";
 
 /** An open file; opaque to the caller. */
@@ -83,9 +99,17 @@ export const nodeDurableFs: DurableFs = {
       case "append":
         return openSync(path, "a", fileMode);
       case "truncate":
-        return openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_APPEND, fileMode);
+        return openSync(
+          path,
+          constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_APPEND,
+          fileMode,
+        );
       case "exclusive":
-        return openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_APPEND, fileMode);
+        return openSync(
+          path,
+          constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_APPEND,
+          fileMode,
+        );
     }
   },
   append(handle, bytes) {
@@ -93,7 +117,11 @@ export const nodeDurableFs: DurableFs = {
     // Bounded: every iteration writes at least one byte or throws.
     while (written < bytes.length) {
       const count = writeSync(handle, bytes, written, bytes.length - written);
-      if (count <= 0) throw Object.assign(new Error(`write made no progress at byte ${written} of ${bytes.length}`), { code: "EIO" });
+      if (count <= 0)
+        throw Object.assign(
+          new Error(`write made no progress at byte ${written} of ${bytes.length}`),
+          { code: "EIO" },
+        );
       written += count;
     }
   },

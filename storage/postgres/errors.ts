@@ -51,7 +51,8 @@ const MAX_CAUSE_DEPTH = 8;
 export function sqlStateOf(error: unknown): string | undefined {
   if (typeof error !== "object" || error === null) return undefined;
   const candidate = error as { code?: unknown; severity?: unknown };
-  if (typeof candidate.code !== "string" || typeof candidate.severity !== "string") return undefined;
+  if (typeof candidate.code !== "string" || typeof candidate.severity !== "string")
+    return undefined;
   return /^[0-9A-Z]{5}$/.test(candidate.code) ? candidate.code : undefined;
 }
 
@@ -62,7 +63,11 @@ export function sqlStateOf(error: unknown): string | undefined {
  */
 export function isSerializationFailure(error: unknown): boolean {
   let current: unknown = error;
-  for (let depth = 0; depth < MAX_CAUSE_DEPTH && current !== undefined && current !== null; depth += 1) {
+  for (
+    let depth = 0;
+    depth < MAX_CAUSE_DEPTH && current !== undefined && current !== null;
+    depth += 1
+  ) {
     const state = sqlStateOf(current);
     if (state !== undefined && RETRYABLE_SQLSTATES.has(state)) return true;
     current = typeof current === "object" ? (current as { cause?: unknown }).cause : undefined;
@@ -73,7 +78,8 @@ export function isSerializationFailure(error: unknown): boolean {
 /** True when the error means the connection is gone or could not be made. */
 export function isConnectionFailure(error: unknown): boolean {
   const state = sqlStateOf(error);
-  if (state !== undefined) return state.startsWith("08") || state === "57P01" || state === "57P02" || state === "57P03";
+  if (state !== undefined)
+    return state.startsWith("08") || state === "57P01" || state === "57P02" || state === "57P03";
   if (typeof error !== "object" || error === null) return false;
   const candidate = error as { code?: unknown; message?: unknown };
   if (typeof candidate.code === "string" && CONNECTION_ERROR_CODES.has(candidate.code)) return true;
@@ -88,7 +94,11 @@ export function isConnectionFailure(error: unknown): boolean {
 export function toQlrError(error: unknown): QlrError {
   if (isQlrError(error)) return error;
   if (isConnectionFailure(error)) {
-    return new QlrError("storage_unavailable", "PostgreSQL is unreachable or the connection was lost", { cause: error });
+    return new QlrError(
+      "storage_unavailable",
+      "PostgreSQL is unreachable or the connection was lost",
+      { cause: error },
+    );
   }
   const state = sqlStateOf(error);
   if (state === undefined) {
@@ -98,31 +108,53 @@ export function toQlrError(error: unknown): QlrError {
   const constraintText = constraint === undefined ? "" : ` (constraint ${constraint})`;
 
   if (RETRYABLE_SQLSTATES.has(state)) {
-    return new QlrError("conflict", `a concurrent transaction won; SQLSTATE ${state}`, { cause: error });
+    return new QlrError("conflict", `a concurrent transaction won; SQLSTATE ${state}`, {
+      cause: error,
+    });
   }
   if (state === "23505") {
-    return new QlrError("conflict", `duplicate: the row already exists${constraintText}`, { cause: error });
+    return new QlrError("conflict", `duplicate: the row already exists${constraintText}`, {
+      cause: error,
+    });
   }
   // A foreign key or exclusion violation means another transaction created or removed the
   // row this one depends on: a race over state, reported like a duplicate.
   if (state === "23503" || state === "23P01") {
-    return new QlrError("conflict", `the referenced state changed${constraintText}; SQLSTATE ${state}`, { cause: error });
+    return new QlrError(
+      "conflict",
+      `the referenced state changed${constraintText}; SQLSTATE ${state}`,
+      { cause: error },
+    );
   }
   // NOT NULL, CHECK and the rest of class 23: the row breaks a rule the schema declares,
   // so the request that produced it was invalid, not the storage.
   if (state.startsWith("23")) {
-    return new QlrError("invalid_request", `the row breaks a schema rule${constraintText}; SQLSTATE ${state}`, { cause: error });
+    return new QlrError(
+      "invalid_request",
+      `the row breaks a schema rule${constraintText}; SQLSTATE ${state}`,
+      { cause: error },
+    );
   }
   if (state === "55P03") {
-    return new QlrError("storage_locked", "a lock could not be obtained in time; SQLSTATE 55P03", { cause: error });
+    return new QlrError("storage_locked", "a lock could not be obtained in time; SQLSTATE 55P03", {
+      cause: error,
+    });
   }
   if (state === "XX001" || state === "XX002") {
-    return new QlrError("storage_corrupt", `PostgreSQL reports corrupted data; SQLSTATE ${state}`, { cause: error });
+    return new QlrError("storage_corrupt", `PostgreSQL reports corrupted data; SQLSTATE ${state}`, {
+      cause: error,
+    });
   }
   if (isUnavailableState(state)) {
-    return new QlrError("storage_unavailable", `PostgreSQL cannot serve the request now; SQLSTATE ${state}`, { cause: error });
+    return new QlrError(
+      "storage_unavailable",
+      `PostgreSQL cannot serve the request now; SQLSTATE ${state}`,
+      { cause: error },
+    );
   }
-  return new QlrError("internal", `PostgreSQL rejected a statement; SQLSTATE ${state}`, { cause: error });
+  return new QlrError("internal", `PostgreSQL rejected a statement; SQLSTATE ${state}`, {
+    cause: error,
+  });
 }
 
 /**

@@ -66,7 +66,10 @@ const qlrTypeParsers: CustomTypesConfig = {
  * with `storage_unavailable` rather than on the first transaction.
  */
 export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver> {
-  const retryPolicy: SerializableRetryPolicy = { ...SHARED_SERVER_SERIALIZABLE_RETRY, ...options.serializableRetry };
+  const retryPolicy: SerializableRetryPolicy = {
+    ...SHARED_SERVER_SERIALIZABLE_RETRY,
+    ...options.serializableRetry,
+  };
   const pool = new Pool({
     connectionString: options.connectionString,
     max: Math.max(1, Math.floor(options.poolSize ?? DEFAULT_POOL_SIZE)),
@@ -123,7 +126,8 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     } catch (error) {
       // Any storage_unavailable outcome may have left the connection half-dead; a fresh one is cheap.
       // Exhausted serialization retries leave a healthy connection behind.
-      if (isQlrError(error, "storage_unavailable") && !isSerializationFailure(error)) brokenBy ??= error;
+      if (isQlrError(error, "storage_unavailable") && !isSerializationFailure(error))
+        brokenBy ??= error;
       throw error;
     } finally {
       client.off("error", onClientError);
@@ -136,7 +140,8 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     dialect: "postgres",
     name: "pg",
     transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-      if (closing !== undefined) return Promise.reject(new QlrError("storage_unavailable", "the pg driver is closed"));
+      if (closing !== undefined)
+        return Promise.reject(new QlrError("storage_unavailable", "the pg driver is closed"));
       const result = runOnClient(fn);
       const settled = result.then(
         () => undefined,

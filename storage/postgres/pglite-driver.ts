@@ -18,7 +18,12 @@ import { PGlite } from "@electric-sql/pglite";
 import { QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlRow, SqlTx } from "../driver.ts";
 import { SerialQueue } from "../serial-queue.ts";
-import { parseInt8, parseNumeric, runSerializableTransaction, type PostgresSession } from "./transaction.ts";
+import {
+  parseInt8,
+  parseNumeric,
+  runSerializableTransaction,
+  type PostgresSession,
+} from "./transaction.ts";
 
 export interface PgliteDriverOptions {
   /**
@@ -34,9 +39,13 @@ const NUMERIC_OID = 1700;
 export async function openPgliteDriver(options: PgliteDriverOptions = {}): Promise<SqlDriver> {
   let pglite: PGlite;
   try {
-    pglite = await PGlite.create(options.dataDir, { parsers: { [INT8_OID]: parseInt8, [NUMERIC_OID]: parseNumeric } });
+    pglite = await PGlite.create(options.dataDir, {
+      parsers: { [INT8_OID]: parseInt8, [NUMERIC_OID]: parseNumeric },
+    });
   } catch (error) {
-    throw new QlrError("storage_unavailable", "PGlite could not open its database", { cause: error });
+    throw new QlrError("storage_unavailable", "PGlite could not open its database", {
+      cause: error,
+    });
   }
 
   // Each statement goes through PGlite's public `query`; BEGIN and COMMIT are ours, so the
@@ -56,7 +65,11 @@ export async function openPgliteDriver(options: PgliteDriverOptions = {}): Promi
 
   async function runQueued<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
     if (brokenBy !== undefined) {
-      throw new QlrError("storage_unavailable", "the PGlite connection is in an unknown state after a failed ROLLBACK", { cause: brokenBy });
+      throw new QlrError(
+        "storage_unavailable",
+        "the PGlite connection is in an unknown state after a failed ROLLBACK",
+        { cause: brokenBy },
+      );
     }
     return runSerializableTransaction(session, fn, undefined, {
       onSessionBroken: (error) => {

@@ -7,7 +7,12 @@ import { MIGRATIONS } from "./migrations.generated.ts";
  * runs with `clock: "database"` (the runtimes pass it for `--store postgres`); PGlite lives in
  * one process and keeps the host clock.
  */
-export function openPostgresStore(driver: SqlDriver, nowMs: number, options: { readonly clock?: StoreClockSource } = {}): Promise<SqlStore> {
-  if (driver.dialect !== "postgres") throw new TypeError(`openPostgresStore needs a postgres driver, got ${driver.dialect}`);
+export function openPostgresStore(
+  driver: SqlDriver,
+  nowMs: number,
+  options: { readonly clock?: StoreClockSource } = {},
+): Promise<SqlStore> {
+  if (driver.dialect !== "postgres")
+    throw new TypeError(`openPostgresStore needs a postgres driver, got ${driver.dialect}`);
   return openSqlStore(driver, MIGRATIONS, nowMs, options);
 }

@@ -45,7 +45,11 @@ export interface SerializableRetryPolicy {
  * second in total, which is short next to a tick and long enough for a competing short
  * transaction to commit.
  */
-export const DEFAULT_SERIALIZABLE_RETRY: SerializableRetryPolicy = { maxAttempts: 8, baseDelayMs: 2, maxDelayMs: 100 };
+export const DEFAULT_SERIALIZABLE_RETRY: SerializableRetryPolicy = {
+  maxAttempts: 8,
+  baseDelayMs: 2,
+  maxDelayMs: 100,
+};
 
 /**
  * A server several coordinators share: each runs every stage every cycle, so a transaction
@@ -53,7 +57,11 @@ export const DEFAULT_SERIALIZABLE_RETRY: SerializableRetryPolicy = { maxAttempts
  * contention. 24 attempts with ceilings up to 250 ms: about three seconds in the worst case,
  * still short next to an HTTP timeout.
  */
-export const SHARED_SERVER_SERIALIZABLE_RETRY: SerializableRetryPolicy = { maxAttempts: 24, baseDelayMs: 2, maxDelayMs: 250 };
+export const SHARED_SERVER_SERIALIZABLE_RETRY: SerializableRetryPolicy = {
+  maxAttempts: 24,
+  baseDelayMs: 2,
+  maxDelayMs: 250,
+};
 
 export interface SerializableTransactionHooks {
   /**
@@ -63,7 +71,9 @@ export interface SerializableTransactionHooks {
   readonly onSessionBroken?: (error: unknown) => void;
 }
 
-type AttemptOutcome<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: unknown; readonly retryable: boolean };
+type AttemptOutcome<T> =
+  | { readonly ok: true; readonly value: T }
+  | { readonly ok: false; readonly error: unknown; readonly retryable: boolean };
 
 /**
  * Runs `fn` in `BEGIN ISOLATION LEVEL SERIALIZABLE … COMMIT` on `session`, rolling back on a
@@ -92,12 +102,20 @@ export async function runSerializableTransaction<T>(
   // Not `conflict`: nothing was decided against the caller, the database was only busy with
   // competing transactions (other coordinators' cadences). A client or worker that reads
   // `conflict` as "settled elsewhere" would drop its request; this one says "try again".
-  throw new QlrError("storage_unavailable", `a concurrent transaction kept winning: gave up after ${maxAttempts} serializable attempts; nothing was written, try again`, {
-    cause: lastSerializationFailure,
-  });
+  throw new QlrError(
+    "storage_unavailable",
+    `a concurrent transaction kept winning: gave up after ${maxAttempts} serializable attempts; nothing was written, try again`,
+    {
+      cause: lastSerializationFailure,
+    },
+  );
 }
 
-async function runOneAttempt<T>(session: PostgresSession, fn: (tx: SqlTx) => Promise<T>, hooks: SerializableTransactionHooks): Promise<AttemptOutcome<T>> {
+async function runOneAttempt<T>(
+  session: PostgresSession,
+  fn: (tx: SqlTx) => Promise<T>,
+  hooks: SerializableTransactionHooks,
+): Promise<AttemptOutcome<T>> {
   try {
     await session.run("BEGIN ISOLATION LEVEL SERIALIZABLE", []);
   } catch (error) {
@@ -108,7 +126,10 @@ async function runOneAttempt<T>(session: PostgresSession, fn: (tx: SqlTx) => Pro
   // the transaction on any statement error, so that error decides what the attempt means.
   let firstStatementError: unknown;
   const tx: SqlTx = {
-    query: async <R extends SqlRow = SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> => {
+    query: async <R extends SqlRow = SqlRow>(
+      sql: string,
+      params: readonly SqlParam[] = [],
+    ): Promise<R[]> => {
       try {
         const result = await session.run(sql, params);
         return result.rows as R[];
@@ -125,7 +146,8 @@ async function runOneAttempt<T>(session: PostgresSession, fn: (tx: SqlTx) => Pro
   } catch (error) {
     const rolledBack = await rollbackQuietly(session, hooks);
     // A session whose ROLLBACK failed cannot carry another attempt.
-    const retryable = rolledBack && (isSerializationFailure(error) || isSerializationFailure(firstStatementError));
+    const retryable =
+      rolledBack && (isSerializationFailure(error) || isSerializationFailure(firstStatementError));
     return { ok: false, error, retryable };
   }
 
@@ -134,12 +156,18 @@ async function runOneAttempt<T>(session: PostgresSession, fn: (tx: SqlTx) => Pro
     commit = await session.run("COMMIT", []);
   } catch (error) {
     // A serialization failure can surface at COMMIT; the server has rolled back then.
-    if (isSerializationFailure(error)) return { ok: false, error: toQlrError(error), retryable: true };
+    if (isSerializationFailure(error))
+      return { ok: false, error: toQlrError(error), retryable: true };
     const mapped = toQlrError(error);
-    if (mapped.code !== "storage_unavailable") return { ok: false, error: mapped, retryable: false };
+    if (mapped.code !== "storage_unavailable")
+      return { ok: false, error: mapped, retryable: false };
     return {
       ok: false,
-      error: new QlrError("storage_unavailable", "the connection failed during COMMIT: the transaction may or may not have been applied", { cause: error }),
+      error: new QlrError(
+        "storage_unavailable",
+        "the connection failed during COMMIT: the transaction may or may not have been applied",
+        { cause: error },
+      ),
       retryable: false,
     };
   }
@@ -147,12 +175,17 @@ async function runOneAttempt<T>(session: PostgresSession, fn: (tx: SqlTx) => Pro
   // COMMIT of an aborted transaction answers ROLLBACK instead of failing. That happens
   // when `fn` caught a statement error and returned normally: nothing was written.
   if (commit.command === "ROLLBACK") {
-    if (isSerializationFailure(firstStatementError)) return { ok: false, error: toQlrError(firstStatementError), retryable: true };
+    if (isSerializationFailure(firstStatementError))
+      return { ok: false, error: toQlrError(firstStatementError), retryable: true };
     return {
       ok: false,
-      error: new QlrError("internal", "the transaction was rolled back because a statement in it failed and the error was caught; nothing was written", {
-        cause: firstStatementError,
-      }),
+      error: new QlrError(
+        "internal",
+        "the transaction was rolled back because a statement in it failed and the error was caught; nothing was written",
+        {
+          cause: firstStatementError,
+        },
+      ),
       retryable: false,
     };
   }
@@ -160,7 +193,10 @@ async function runOneAttempt<T>(session: PostgresSession, fn: (tx: SqlTx) => Pro
 }
 
 /** Returns false when ROLLBACK failed; the session is then reported through the hook. */
-async function rollbackQuietly(session: PostgresSession, hooks: SerializableTransactionHooks): Promise<boolean> {
+async function rollbackQuietly(
+  session: PostgresSession,
+  hooks: SerializableTransactionHooks,
+): Promise<boolean> {
   try {
     await session.run("ROLLBACK", []);
     return true;
@@ -173,7 +209,10 @@ async function rollbackQuietly(session: PostgresSession, hooks: SerializableTran
 
 /** Exponential backoff with jitter in the upper half, so competing retries spread out. */
 export function backoffDelayMs(failedAttempts: number, policy: SerializableRetryPolicy): number {
-  const ceilingMs = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.max(0, failedAttempts - 1));
+  const ceilingMs = Math.min(
+    policy.maxDelayMs,
+    policy.baseDelayMs * 2 ** Math.max(0, failedAttempts - 1),
+  );
   return ceilingMs / 2 + (Math.random() * ceilingMs) / 2;
 }
 
@@ -189,7 +228,10 @@ function sleep(delayMs: number): Promise<void> {
 export function parseInt8(text: string): number {
   const value = Number(text);
   if (!Number.isSafeInteger(value)) {
-    throw new QlrError("internal", `an int8 value is outside the safe JavaScript integer range: ${text}`);
+    throw new QlrError(
+      "internal",
+      `an int8 value is outside the safe JavaScript integer range: ${text}`,
+    );
   }
   return value;
 }
@@ -203,7 +245,10 @@ export function parseInt8(text: string): number {
 export function parseNumeric(text: string): number {
   const value = Number(text);
   if (/^-?\d+(\.0+)?$/.test(text) && !Number.isSafeInteger(value)) {
-    throw new QlrError("internal", `a numeric value is outside the safe JavaScript integer range: ${text}`);
+    throw new QlrError(
+      "internal",
+      `a numeric value is outside the safe JavaScript integer range: ${text}`,
+    );
   }
   return value;
 }

@@ -11,7 +11,15 @@ import { errorMessage, isQlrError, QlrError } from "../../src/errors.ts";
 
 const SQL_EXCERPT_CHARS = 160;
 
-const UNAVAILABLE_CODES = ["SQLITE_FULL", "SQLITE_IOERR", "SQLITE_NOMEM", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN", "SQLITE_READONLY"];
+const UNAVAILABLE_CODES = [
+  "SQLITE_FULL",
+  "SQLITE_IOERR",
+  "SQLITE_NOMEM",
+  "SQLITE_BUSY",
+  "SQLITE_LOCKED",
+  "SQLITE_CANTOPEN",
+  "SQLITE_READONLY",
+];
 
 /** The statement on one line and cut to a bounded length, for error messages. */
 export function sqlExcerpt(sql: string): string {
@@ -23,8 +31,11 @@ export function sqlExcerpt(sql: string): string {
 export function mapSqliteError(error: unknown, code: string, sql: string): QlrError {
   if (isQlrError(error)) return error;
   const described = `${errorMessage(error)} (in: ${sqlExcerpt(sql)})`;
-  if (code === "SQLITE_CONSTRAINT_UNIQUE" || code === "SQLITE_CONSTRAINT_PRIMARYKEY") return new QlrError("conflict", described, { cause: error });
-  if (code.startsWith("SQLITE_CORRUPT") || code.startsWith("SQLITE_NOTADB")) return new QlrError("storage_corrupt", described, { cause: error });
-  if (UNAVAILABLE_CODES.some((prefix) => code.startsWith(prefix))) return new QlrError("storage_unavailable", described, { cause: error });
+  if (code === "SQLITE_CONSTRAINT_UNIQUE" || code === "SQLITE_CONSTRAINT_PRIMARYKEY")
+    return new QlrError("conflict", described, { cause: error });
+  if (code.startsWith("SQLITE_CORRUPT") || code.startsWith("SQLITE_NOTADB"))
+    return new QlrError("storage_corrupt", described, { cause: error });
+  if (UNAVAILABLE_CODES.some((prefix) => code.startsWith(prefix)))
+    return new QlrError("storage_unavailable", described, { cause: error });
   return new QlrError("internal", described, { cause: error });
 }

@@ -67,7 +67,10 @@ export class SqlJsConnection {
    */
   constructor(db: Database, options: SqlJsConnectionOptions & { readonly trackWrites: boolean }) {
     this.db = db;
-    this.statementCacheSize = Math.max(1, Math.floor(options.statementCacheSize ?? DEFAULT_STATEMENT_CACHE_SIZE));
+    this.statementCacheSize = Math.max(
+      1,
+      Math.floor(options.statementCacheSize ?? DEFAULT_STATEMENT_CACHE_SIZE),
+    );
     this.pageCacheKib = Math.max(64, Math.floor(options.pageCacheKib ?? DEFAULT_PAGE_CACHE_KIB));
     this.trackWrites = options.trackWrites;
     this.applyPragmas();
@@ -125,23 +128,32 @@ export class SqlJsConnection {
     if (this.closed) throw new QlrError("storage_unavailable", "The sql.js connection is closed.");
     for (const param of params) {
       if (typeof param === "number" && !Number.isFinite(param)) {
-        throw new QlrError("internal", `A non-finite number cannot be stored faithfully (in: ${sqlExcerpt(sql)}).`);
+        throw new QlrError(
+          "internal",
+          `A non-finite number cannot be stored faithfully (in: ${sqlExcerpt(sql)}).`,
+        );
       }
     }
     const entry = this.prepared(sql);
     if (entry.kind === "forbidden") {
-      throw new QlrError("internal", `Transaction control belongs to the driver, not to the caller (in: ${sqlExcerpt(sql)}).`);
+      throw new QlrError(
+        "internal",
+        `Transaction control belongs to the driver, not to the caller (in: ${sqlExcerpt(sql)}).`,
+      );
     }
     // The schema version is not monotonic (a rollback restores it), so it is read on both sides.
-    const schemaVersionBefore = this.trackWrites && entry.kind === "schema" ? this.readSchemaVersion() : 0;
+    const schemaVersionBefore =
+      this.trackWrites && entry.kind === "schema" ? this.readSchemaVersion() : 0;
     let rows: SqlRow[];
     try {
       rows = runStatement(entry.statement, params);
     } catch (error) {
-      if (this.trackWrites && entry.kind === "counted" && this.totalChangesMoved()) this.unjournaledChange = sqlExcerpt(sql);
+      if (this.trackWrites && entry.kind === "counted" && this.totalChangesMoved())
+        this.unjournaledChange = sqlExcerpt(sql);
       throw mapSqlJsError(error, sql);
     }
-    if (this.trackWrites && this.wrote(entry.kind, schemaVersionBefore)) this.writes.push({ sql, params: [...params] });
+    if (this.trackWrites && this.wrote(entry.kind, schemaVersionBefore))
+      this.writes.push({ sql, params: [...params] });
     return rows;
   }
 
@@ -192,7 +204,10 @@ export class SqlJsConnection {
     const remainder = sql.slice(statement.getSQL().length);
     if (stripCommentsAndSpace(remainder).replace(/;/g, "").trim() !== "") {
       statement.free();
-      throw new QlrError("internal", `One statement per query: text follows the first statement (in: ${sqlExcerpt(sql)}).`);
+      throw new QlrError(
+        "internal",
+        `One statement per query: text follows the first statement (in: ${sqlExcerpt(sql)}).`,
+      );
     }
     const entry: CachedStatement = { statement, kind: classifyStatement(sql) };
     this.statements.set(sql, entry);
@@ -341,12 +356,22 @@ export interface TransactionSteps {
  * to `fn` refuses queries once the transaction ended, so a leaked handle cannot write into a
  * later transaction.
  */
-export async function runTransaction<T>(connection: SqlJsConnection, fn: (tx: SqlTx) => Promise<T>, steps: TransactionSteps = {}): Promise<T> {
+export async function runTransaction<T>(
+  connection: SqlJsConnection,
+  fn: (tx: SqlTx) => Promise<T>,
+  steps: TransactionSteps = {},
+): Promise<T> {
   connection.begin();
   let open = true;
   const tx: SqlTx = {
     query<R extends SqlRow = SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
-      if (!open) return Promise.reject(new QlrError("internal", `A query ran after its transaction ended (in: ${sqlExcerpt(sql)}).`));
+      if (!open)
+        return Promise.reject(
+          new QlrError(
+            "internal",
+            `A query ran after its transaction ended (in: ${sqlExcerpt(sql)}).`,
+          ),
+        );
       try {
         return Promise.resolve(connection.query(sql, params) as R[]);
       } catch (error) {

@@ -15,7 +15,10 @@ export interface SqlJsMemoryDriver extends SqlDriver {
   readonly name: "sqljs-memory";
 }
 
-export function openSqlJsMemoryDriver(SQL: SqlJsStatic, options: SqlJsMemoryDriverOptions = {}): SqlJsMemoryDriver {
+export function openSqlJsMemoryDriver(
+  SQL: SqlJsStatic,
+  options: SqlJsMemoryDriverOptions = {},
+): SqlJsMemoryDriver {
   const connection = new SqlJsConnection(new SQL.Database(), { ...options, trackWrites: false });
   const queue = new SerialQueue("The sqljs-memory driver is closed.");
 

@@ -15,7 +15,14 @@ import { promisify } from "node:util";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/wait.ts";
-import { launchBrowser, pidsMarkedBy, procExists, REPO_ROOT, screenshot, type Browser } from "./support.ts";
+import {
+  launchBrowser,
+  pidsMarkedBy,
+  procExists,
+  REPO_ROOT,
+  screenshot,
+  type Browser,
+} from "./support.ts";
 
 const TAG = `qlr-browser-test-${randomBytes(6).toString("hex")}`;
 
@@ -81,7 +88,12 @@ interface AttemptJson {
 }
 interface RunJson {
   readonly run: { readonly id: string; readonly status: string };
-  readonly steps: readonly { readonly id: string; readonly name: string; readonly status: string; readonly needs: readonly string[] }[];
+  readonly steps: readonly {
+    readonly id: string;
+    readonly name: string;
+    readonly status: string;
+    readonly needs: readonly string[];
+  }[];
   readonly attempts: readonly AttemptJson[];
 }
 
@@ -94,7 +106,11 @@ let token = "";
 let browser: Browser | null = null;
 
 async function api<T>(path: string, init: RequestInit = {}): Promise<T> {
-  const response = await fetch(`${baseUrl}${path}`, { ...init, headers: { authorization: `Bearer ${token}`, ...(init.headers ?? {}) }, signal: AbortSignal.timeout(10_000) });
+  const response = await fetch(`${baseUrl}${path}`, {
+    ...init,
+    headers: { authorization: `Bearer ${token}`, ...(init.headers ?? {}) },
+    signal: AbortSignal.timeout(10_000),
+  });
   if (!response.ok) throw new Error(`${path}: ${response.status} ${await response.text()}`);
   return (await response.json()) as T;
 }
@@ -110,24 +126,57 @@ async function noHorizontalOverflow(page: Page): Promise<boolean> {
 }
 
 beforeAll(async () => {
-  await promisify(execFile)(process.execPath, [join(REPO_ROOT, "scripts/build.mjs")], { cwd: REPO_ROOT, timeout: 180_000 });
+  await promisify(execFile)(process.execPath, [join(REPO_ROOT, "scripts/build.mjs")], {
+    cwd: REPO_ROOT,
+    timeout: 180_000,
+  });
   scratch = await mkdtemp(join(tmpdir(), "qlr-dashboard-test-"));
   stateDir = join(scratch, "state");
   const manifestPath = join(scratch, "reports.yaml");
   await writeFile(manifestPath, manifest(TAG));
   // The token is the one the runtime generates into the state dir, whatever the caller's env says.
   const env = { ...process.env };
-  for (const name of ["QLR_TOKEN", "QLR_PORT", "QLR_STATE_DIR", "QLR_STORE", "QLR_PROFILE", "QLR_DATABASE_URL", "QLR_HOST"]) delete env[name];
-  server = spawn(process.execPath, [join(REPO_ROOT, "dist/qlr.mjs"), "serve", "--state-dir", stateDir, "--port", "0", "--apply", manifestPath], { cwd: scratch, stdio: ["ignore", "pipe", "pipe"], env });
+  for (const name of [
+    "QLR_TOKEN",
+    "QLR_PORT",
+    "QLR_STATE_DIR",
+    "QLR_STORE",
+    "QLR_PROFILE",
+    "QLR_DATABASE_URL",
+    "QLR_HOST",
+  ])
+    delete env[name];
+  server = spawn(
+    process.execPath,
+    [
+      join(REPO_ROOT, "dist/qlr.mjs"),
+      "serve",
+      "--state-dir",
+      stateDir,
+      "--port",
+      "0",
+      "--apply",
+      manifestPath,
+    ],
+    { cwd: scratch, stdio: ["ignore", "pipe", "pipe"], env },
+  );
   server.stdout?.on("data", (chunk: Buffer) => (serverOutput += chunk.toString()));
   server.stderr?.on("data", (chunk: Buffer) => (serverOutput += chunk.toString()));
   try {
-    baseUrl = await waitFor('"qlr serving" on stdout', () => {
-      if (server?.exitCode !== null) throw new Error(`qlr serve exited with ${server?.exitCode}`);
-      return /qlr serving (http:\/\/127\.0\.0\.1:\d+)/.exec(serverOutput)?.[1];
-    }, 30_000, 100);
+    baseUrl = await waitFor(
+      '"qlr serving" on stdout',
+      () => {
+        if (server?.exitCode !== null) throw new Error(`qlr serve exited with ${server?.exitCode}`);
+        return /qlr serving (http:\/\/127\.0\.0\.1:\d+)/.exec(serverOutput)?.[1];
+      },
+      30_000,
+      100,
+    );
   } catch (error) {
-    throw new Error(`${error instanceof Error ? error.message : String(error)}; its output:\n${serverOutput}`, { cause: error });
+    throw new Error(
+      `${error instanceof Error ? error.message : String(error)}; its output:\n${serverOutput}`,
+      { cause: error },
+    );
   }
   token = (await readFile(join(stateDir, "token"), "utf8")).trim();
   browser = await launchBrowser();
@@ -165,7 +214,13 @@ describe("dashboard on qlr serve", () => {
     expect(script.headers.get("content-type")).toMatch(/^text\/javascript/);
     const style = await fetch(`${baseUrl}/assets/dashboard.css`);
     expect(style.headers.get("content-type")).toMatch(/^text\/css/);
-    for (const path of ["/assets/nope.js", "/assets/..%2f..%2ftoken", "/assets/%2e%2e%2f%2e%2e%2fqlr.mjs", "/assets/index.html", "/assets/"]) {
+    for (const path of [
+      "/assets/nope.js",
+      "/assets/..%2f..%2ftoken",
+      "/assets/%2e%2e%2f%2e%2e%2fqlr.mjs",
+      "/assets/index.html",
+      "/assets/",
+    ]) {
       const response = await fetch(`${baseUrl}${path}`);
       expect(response.status, path).toBe(404);
       expect(await response.text()).not.toContain(token);
@@ -203,12 +258,31 @@ describe("dashboard on qlr serve", () => {
     await page.locator('#run-status [data-status="succeeded"]').waitFor({ timeout: 60_000 });
     const nodes = page.locator("svg.dag .dag-node");
     expect(await nodes.count()).toBe(4);
-    expect(await nodes.evaluateAll((elements) => elements.map((element) => element.getAttribute("data-status")))).toEqual(["succeeded", "succeeded", "succeeded", "succeeded"]);
-    expect((await page.locator("svg.dag .dag-edge").evaluateAll((edges) => edges.map((edge) => `${edge.getAttribute("data-from")}>${edge.getAttribute("data-to")}`))).sort()).toEqual(["extract>prices", "extract>rates", "prices>publish", "rates>publish"]);
+    expect(
+      await nodes.evaluateAll((elements) =>
+        elements.map((element) => element.getAttribute("data-status")),
+      ),
+    ).toEqual(["succeeded", "succeeded", "succeeded", "succeeded"]);
+    expect(
+      (
+        await page
+          .locator("svg.dag .dag-edge")
+          .evaluateAll((edges) =>
+            edges.map(
+              (edge) => `${edge.getAttribute("data-from")}>${edge.getAttribute("data-to")}`,
+            ),
+          )
+      ).sort(),
+    ).toEqual(["extract>prices", "extract>rates", "prices>publish", "rates>publish"]);
     // The page agrees with the API.
     const detail = await api<RunJson>(`/runs/${id}`);
     expect(detail.run.status).toBe("succeeded");
-    expect(detail.steps.map((step) => step.status)).toEqual(["succeeded", "succeeded", "succeeded", "succeeded"]);
+    expect(detail.steps.map((step) => step.status)).toEqual([
+      "succeeded",
+      "succeeded",
+      "succeeded",
+      "succeeded",
+    ]);
     expect(await page.locator("#attempts-table tbody tr").count()).toBe(detail.attempts.length);
     // Keyboard: the DAG nodes are links; open the log of "publish" with Enter.
     await page.locator('svg.dag a[data-key="dag-publish"]').focus();
@@ -237,7 +311,9 @@ describe("dashboard on qlr serve", () => {
       async () => {
         const detail = await api<RunJson>(`/runs/${id}`);
         const wait = detail.steps.find((step) => step.name === "wait");
-        const attempt = detail.attempts.find((candidate) => candidate.stepRunId === wait?.id && candidate.status === "running");
+        const attempt = detail.attempts.find(
+          (candidate) => candidate.stepRunId === wait?.id && candidate.status === "running",
+        );
         return attempt?.pid ?? null;
       },
       30_000,
@@ -274,8 +350,13 @@ describe("dashboard on qlr serve", () => {
     await page.locator("#status-filter").selectOption("cancelled");
     await page.waitForURL(/status=cancelled/);
     // The URL changes before the filtered list arrives: wait for the table rendered for this filter.
-    await page.locator('#runs-table[data-filter="cancelled"] tr[data-status="cancelled"]').first().waitFor();
-    expect(await page.locator('#runs-table tbody tr:not([data-status="cancelled"])').count()).toBe(0);
+    await page
+      .locator('#runs-table[data-filter="cancelled"] tr[data-status="cancelled"]')
+      .first()
+      .waitFor();
+    expect(await page.locator('#runs-table tbody tr:not([data-status="cancelled"])').count()).toBe(
+      0,
+    );
     await page.locator("#runs-table a.run-target").first().click();
     await page.locator("svg.dag").waitFor();
     expect(await noHorizontalOverflow(page)).toBe(true);
@@ -288,27 +369,56 @@ describe("dashboard on qlr serve", () => {
     // History: quick workflow runs and failing task runs, started through the API, all ended.
     const started: string[] = [];
     for (let batch = 0; batch < 15; batch += 1) {
-      const bodies = [...Array.from({ length: 8 }, () => ({ package: "reports", workflow: "tiny" })), ...Array.from({ length: 2 }, () => ({ package: "reports", task: "oops" }))];
-      const runs = await Promise.all(bodies.map((body) => api<{ run: { id: string } }>("/runs", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })));
+      const bodies = [
+        ...Array.from({ length: 8 }, () => ({ package: "reports", workflow: "tiny" })),
+        ...Array.from({ length: 2 }, () => ({ package: "reports", task: "oops" })),
+      ];
+      const runs = await Promise.all(
+        bodies.map((body) =>
+          api<{ run: { id: string } }>("/runs", {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify(body),
+          }),
+        ),
+      );
       started.push(...runs.map((answer) => answer.run.id));
     }
-    await waitFor("every history run to end", async () => {
-      const { overview } = await api<{ overview: { activeCount: number; active: { id: string }[] } }>("/overview?hours=24");
-      return overview.active.every((run) => !started.includes(run.id)) ? true : null;
-    }, 240_000, 500);
-    const { overview } = await api<{ overview: { runsPerHour: { count: number }[]; recentFailures: { id: string }[] } }>("/overview?hours=24");
+    await waitFor(
+      "every history run to end",
+      async () => {
+        const { overview } = await api<{
+          overview: { activeCount: number; active: { id: string }[] };
+        }>("/overview?hours=24");
+        return overview.active.every((run) => !started.includes(run.id)) ? true : null;
+      },
+      240_000,
+      500,
+    );
+    const { overview } = await api<{
+      overview: { runsPerHour: { count: number }[]; recentFailures: { id: string }[] };
+    }>("/overview?hours=24");
     const ended = overview.runsPerHour.reduce((sum, row) => sum + row.count, 0);
     expect(ended).toBeGreaterThanOrEqual(150);
 
-    for (const viewport of [{ width: 1280, height: 900 }, { width: 390, height: 844 }]) {
+    for (const viewport of [
+      { width: 1280, height: 900 },
+      { width: 390, height: 844 },
+    ]) {
       const page = await browser!.newPage(viewport);
       await page.goto(`${baseUrl}/`);
       await expectText(page, "h1.view-title", "Overview");
       await page.locator("#runs-chart svg rect.bar").first().waitFor();
       expect(Number(await page.locator("#runs-chart").getAttribute("data-total"))).toBe(ended);
-      expect(await page.locator('#runs-chart rect.bar[data-status="failed"]').count()).toBeGreaterThan(0);
-      expect(await page.locator('#duration-chart g.series[data-workflow="reports/tiny"] circle').count()).toBeGreaterThan(0);
-      expect(await page.locator("#failures a").count()).toBe(Math.min(20, overview.recentFailures.length));
+      expect(
+        await page.locator('#runs-chart rect.bar[data-status="failed"]').count(),
+      ).toBeGreaterThan(0);
+      expect(
+        await page.locator('#duration-chart g.series[data-workflow="reports/tiny"] circle').count(),
+      ).toBeGreaterThan(0);
+      expect(await page.locator("#failures a").count()).toBe(
+        Math.min(20, overview.recentFailures.length),
+      );
       expect(await noHorizontalOverflow(page)).toBe(true);
       await screenshot(page, `dashboard-overview-${viewport.width}`);
       // A failure links to its run.
@@ -323,7 +433,9 @@ describe("dashboard on qlr serve", () => {
 
 /** Page errors, minus the browser's own note about the 401 the wrong-token test provokes. */
 function unexpectedErrors(): string[] {
-  return browser!.errors.filter((error) => !/Failed to load resource: the server responded with a status of 401/.test(error));
+  return browser!.errors.filter(
+    (error) => !/Failed to load resource: the server responded with a status of 401/.test(error),
+  );
 }
 
 async function expectText(page: Page, selector: string, text: string): Promise<void> {

@@ -11,14 +11,29 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DEFAULT_SETTINGS, logDigest, settingsToHash, SIM_START_MS, spawnDigest, STORE_OPENED_AT_MS, type SimSettings } from "../../runtimes/browser/simulation/engine.ts";
+import {
+  DEFAULT_SETTINGS,
+  logDigest,
+  settingsToHash,
+  SIM_START_MS,
+  spawnDigest,
+  STORE_OPENED_AT_MS,
+  type SimSettings,
+} from "../../runtimes/browser/simulation/engine.ts";
 import { simulate } from "../../src/sim/simulation.ts";
 import { lossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { launchBrowser, REPO_ROOT, screenshot, serveStatic, type Browser, type StaticServer } from "./support.ts";
+import {
+  launchBrowser,
+  REPO_ROOT,
+  screenshot,
+  serveStatic,
+  type Browser,
+  type StaticServer,
+} from "./support.ts";
 
 interface Digests {
   readonly finalDigest: string;
@@ -30,7 +45,10 @@ interface Digests {
 async function nodeDigests(settings: SimSettings): Promise<Digests> {
   const lossy = lossyDriver(openSqlJsMemoryDriver(await loadSqlJs()));
   const store = await openSqlStore(lossy.driver, SQLITE_MIGRATIONS, STORE_OPENED_AT_MS);
-  const faults = { ...(settings.failureRate === null ? {} : { failureRate: settings.failureRate }), ...(settings.spawnFailureRate === null ? {} : { spawnFailureRate: settings.spawnFailureRate }) };
+  const faults = {
+    ...(settings.failureRate === null ? {} : { failureRate: settings.failureRate }),
+    ...(settings.spawnFailureRate === null ? {} : { spawnFailureRate: settings.spawnFailureRate }),
+  };
   const result = await simulate(store, {
     seed: settings.seed,
     startMs: SIM_START_MS,
@@ -40,12 +58,21 @@ async function nodeDigests(settings: SimSettings): Promise<Digests> {
   });
   await lossy.driver.close();
   expect(result.drained).toBe(true);
-  return { finalDigest: result.finalDigest, logDigest: logDigest(result.log), spawnDigest: spawnDigest(result) };
+  return {
+    finalDigest: result.finalDigest,
+    logDigest: logDigest(result.log),
+    spawnDigest: spawnDigest(result),
+  };
 }
 
 async function pageDigests(page: Page, timeoutMs: number): Promise<Digests> {
-  await page.locator('#sim-state[data-state="done"], #sim-state[data-state="error"]').waitFor({ timeout: timeoutMs });
-  expect(await page.locator("#sim-state").getAttribute("data-state"), (await page.locator("#sim-state").textContent()) ?? "").toBe("done");
+  await page
+    .locator('#sim-state[data-state="done"], #sim-state[data-state="error"]')
+    .waitFor({ timeout: timeoutMs });
+  expect(
+    await page.locator("#sim-state").getAttribute("data-state"),
+    (await page.locator("#sim-state").textContent()) ?? "",
+  ).toBe("done");
   return {
     finalDigest: (await page.locator("#final-digest").textContent())?.trim() ?? "",
     logDigest: (await page.locator("#log-digest").textContent())?.trim() ?? "",
@@ -60,7 +87,11 @@ let browser: Browser | null = null;
 beforeAll(async () => {
   // A private build: another test (or a person) may be rebuilding dist/ at the same time.
   out = await mkdtemp(join(tmpdir(), "qlr-browser-build-"));
-  await promisify(execFile)(process.execPath, [join(REPO_ROOT, "scripts/build-browser.mjs"), "--out", out], { cwd: REPO_ROOT, timeout: 120_000 });
+  await promisify(execFile)(
+    process.execPath,
+    [join(REPO_ROOT, "scripts/build-browser.mjs"), "--out", out],
+    { cwd: REPO_ROOT, timeout: 120_000 },
+  );
   server = await serveStatic(join(out, "simulation"));
   browser = await launchBrowser();
 }, 180_000);
@@ -96,7 +127,15 @@ describe("simulation page", () => {
   }, 120_000);
 
   it("ends a seed with changed fault knobs and no lost commits as Node does", async () => {
-    const settings: SimSettings = { ...DEFAULT_SETTINGS, seed: 7, store: "sqljs", lostCommits: false, failureRate: 0.4, spawnFailureRate: 0.1, actions: 150 };
+    const settings: SimSettings = {
+      ...DEFAULT_SETTINGS,
+      seed: 7,
+      store: "sqljs",
+      lostCommits: false,
+      failureRate: 0.4,
+      spawnFailureRate: 0.1,
+      actions: 150,
+    };
     const expected = await nodeDigests(settings);
     const defaults = await nodeDigests({ ...settings, failureRate: null, spawnFailureRate: null });
     expect(expected.finalDigest).not.toBe(defaults.finalDigest);
@@ -121,11 +160,16 @@ describe("simulation page", () => {
     for (let press = 0; press < 5; press += 1) {
       const before = await page.locator("#timeline li").count();
       await page.locator("#step").click();
-      await page.waitForFunction((count) => document.querySelectorAll("#timeline li").length > count, before);
+      await page.waitForFunction(
+        (count) => document.querySelectorAll("#timeline li").length > count,
+        before,
+      );
     }
     await page.locator('#sim-state[data-state="paused"]').waitFor();
     expect(await page.locator("#timeline li").count()).toBe(6);
-    expect(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1)).toBe(true);
+    expect(
+      await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1),
+    ).toBe(true);
     await screenshot(page, "simulation-phone-paused");
     // Animate for a while, pause again, then finish at full speed: still the same end.
     await page.locator("#resume").click();

@@ -20,8 +20,18 @@ import { inject } from "vitest";
 import type {} from "../support/chromium-setup.ts";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-export const CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
-export const RESULTS_DIR = process.env.QLR_ARTIFACTS_DIR ?? join(tmpdir(), "qlr-test-artifacts", "browser");
+export const CHROMIUM_FLAGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
+export const RESULTS_DIR =
+  process.env.QLR_ARTIFACTS_DIR ?? join(tmpdir(), "qlr-test-artifacts", "browser");
 export const SCREENSHOTS_DIR = join(REPO_ROOT, "docs", "screenshots");
 
 export interface Browser {
@@ -88,12 +98,18 @@ export async function serveStatic(dir: string): Promise<StaticServer> {
     const name = path === "/" ? "index.html" : decodeURIComponent(path.slice(1));
     const extension = /\.[a-z]+$/.exec(name)?.[0] ?? "";
     const type = CONTENT_TYPES[extension];
-    if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name) || !names.has(name) || type === undefined || request.method !== "GET") {
+    if (
+      !/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name) ||
+      !names.has(name) ||
+      type === undefined ||
+      request.method !== "GET"
+    ) {
       response.writeHead(404, { "content-type": "text/plain" }).end("not found");
       return;
     }
     readFile(join(dir, name)).then(
-      (body) => response.writeHead(200, { "content-type": type, "cache-control": "no-store" }).end(body),
+      (body) =>
+        response.writeHead(200, { "content-type": type, "cache-control": "no-store" }).end(body),
       () => response.writeHead(500).end(),
     );
   });
@@ -111,7 +127,11 @@ export async function serveStatic(dir: string): Promise<StaticServer> {
 }
 
 /** Saves a screenshot as a test artifact and, for `npm run screenshots`, the README's copy. */
-export async function screenshot(page: Page, name: string, options: { fullPage?: boolean; docs?: boolean } = {}): Promise<string> {
+export async function screenshot(
+  page: Page,
+  name: string,
+  options: { fullPage?: boolean; docs?: boolean } = {},
+): Promise<string> {
   await mkdir(RESULTS_DIR, { recursive: true });
   const file = join(RESULTS_DIR, `${name}.png`);
   await page.screenshot({ path: file, fullPage: options.fullPage ?? true, animations: "disabled" });

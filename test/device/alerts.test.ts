@@ -44,7 +44,11 @@ async function startReceiver(answers: number[]): Promise<Receiver> {
   await new Promise<void>((resolveListen) => server.listen(0, "127.0.0.1", resolveListen));
   const address = server.address();
   const port = typeof address === "object" && address !== null ? address.port : 0;
-  return { url: `http://127.0.0.1:${port}/hook`, received, close: () => new Promise((resolveClose) => server.close(() => resolveClose())) };
+  return {
+    url: `http://127.0.0.1:${port}/hook`,
+    received,
+    close: () => new Promise((resolveClose) => server.close(() => resolveClose())),
+  };
 }
 
 let bundle: Bundle;
@@ -77,104 +81,189 @@ interface NotificationView {
 }
 
 async function notificationsOf(api: Api, runId: string): Promise<NotificationView[]> {
-  const answer = await api.call<{ notifications: NotificationView[] }>("GET", `/notifications?run=${runId}`);
+  const answer = await api.call<{ notifications: NotificationView[] }>(
+    "GET",
+    `/notifications?run=${runId}`,
+  );
   expect(answer.status).toBe(200);
   return answer.body.notifications;
 }
 
 async function startTask(api: Api, packageName: string, task: string): Promise<string> {
-  const answer = await api.call<{ run: { id: string } }>("POST", "/runs", { text: JSON.stringify({ package: packageName, task }), contentType: "application/json" });
+  const answer = await api.call<{ run: { id: string } }>("POST", "/runs", {
+    text: JSON.stringify({ package: packageName, task }),
+    contentType: "application/json",
+  });
   expect(answer.status).toBe(201);
   return answer.body.run.id;
 }
 
 describe("alerts", () => {
-  it("a failed run sends a signed webhook with an idempotency key, retried after a 503, and runs a command notifier", { timeout: 120_000 }, async () => {
-    const dir = await Scratch.create("alerts");
-    scratches.push(dir);
-    const receiver = await startReceiver([503]);
-    receivers.push(receiver);
-    const alertFile = dir.path("alert.json");
-    const { text } = await dir.manifest(
-      "alerts",
-      {
-        boom: { ...dir.task({ label: "boom", then: "echo failing; exit 3" }), notify: [{ webhook: receiver.url, secret: SECRET }, { command: ["sh", "-c", `cat > '${alertFile}'; echo "$QLR_EVENT $QLR_RUN_ID" >> '${alertFile}.env'`] }] },
-        fine: { ...dir.task({ label: "fine" }), notify: { webhook: receiver.url } },
-      },
-      {},
-    );
-    const served = await startServe(bundle, dir.stateDir);
-    await served.api.apply(text);
+  it(
+    "a failed run sends a signed webhook with an idempotency key, retried after a 503, and runs a command notifier",
+    { timeout: 120_000 },
+    async () => {
+      const dir = await Scratch.create("alerts");
+      scratches.push(dir);
+      const receiver = await startReceiver([503]);
+      receivers.push(receiver);
+      const alertFile = dir.path("alert.json");
+      const { text } = await dir.manifest(
+        "alerts",
+        {
+          boom: {
+            ...dir.task({ label: "boom", then: "echo failing; exit 3" }),
+            notify: [
+              { webhook: receiver.url, secret: SECRET },
+              {
+                command: [
+                  "sh",
+                  "-c",
+                  `cat > '${alertFile}'; echo "$QLR_EVENT $QLR_RUN_ID" >> '${alertFile}.env'`,
+                ],
+              },
+            ],
+          },
+          fine: { ...dir.task({ label: "fine" }), notify: { webhook: receiver.url } },
+        },
+        {},
+      );
+      const served = await startServe(bundle, dir.stateDir);
+      await served.api.apply(text);
 
-    // A run that succeeds alerts nobody.
-    const fineRun = await startTask(served.api, "alerts", "fine");
-    await waitFor("the fine run to succeed", async () => (await served.api.run(fineRun)).run.status === "succeeded", 30_000);
+      // A run that succeeds alerts nobody.
+      const fineRun = await startTask(served.api, "alerts", "fine");
+      await waitFor(
+        "the fine run to succeed",
+        async () => (await served.api.run(fineRun)).run.status === "succeeded",
+        30_000,
+      );
 
-    const runId = await startTask(served.api, "alerts", "boom");
-    await waitFor("the run to fail", async () => (await served.api.run(runId)).run.status === "failed", 30_000);
-    const delivered = await waitFor(
-      "both notifiers to be delivered",
-      async () => {
-        const entries = await notificationsOf(served.api, runId);
-        return entries.length === 2 && entries.every((entry) => entry.state === "delivered") ? entries : null;
-      },
-      60_000,
-    );
-    const webhook = delivered.find((entry) => entry.notifier.kind === "webhook");
-    expect(webhook).toMatchObject({ event: "run.failed", attempts: 2, notifier: { kind: "webhook", url: receiver.url, signed: true } });
-    // The secret never leaves the store.
-    expect(JSON.stringify(delivered)).not.toContain(SECRET);
+      const runId = await startTask(served.api, "alerts", "boom");
+      await waitFor(
+        "the run to fail",
+        async () => (await served.api.run(runId)).run.status === "failed",
+        30_000,
+      );
+      const delivered = await waitFor(
+        "both notifiers to be delivered",
+        async () => {
+          const entries = await notificationsOf(served.api, runId);
+          return entries.length === 2 && entries.every((entry) => entry.state === "delivered")
+            ? entries
+            : null;
+        },
+        60_000,
+      );
+      const webhook = delivered.find((entry) => entry.notifier.kind === "webhook");
+      expect(webhook).toMatchObject({
+        event: "run.failed",
+        attempts: 2,
+        notifier: { kind: "webhook", url: receiver.url, signed: true },
+      });
+      // The secret never leaves the store.
+      expect(JSON.stringify(delivered)).not.toContain(SECRET);
 
-    // Two requests for the one event: the 503, then the retry; same body, same idempotency key.
-    expect(receiver.received.map((request) => request.answered)).toEqual([503, 200]);
-    const [first, second] = receiver.received;
-    expect(first?.headers["idempotency-key"]).toBe(webhook?.id);
-    expect(second?.headers["idempotency-key"]).toBe(webhook?.id);
-    expect(second?.body).toBe(first?.body);
-    const payload = JSON.parse(second?.body ?? "{}") as { id: string; event: string; run: { id: string; status: string; target: string } };
-    expect(payload).toMatchObject({ id: webhook?.id, event: "run.failed", run: { id: runId, status: "failed", target: "boom" } });
-    expect(second?.headers["x-qlr-signature"]).toBe(`sha256=${createHmac("sha256", SECRET).update(second?.body ?? "").digest("hex")}`);
+      // Two requests for the one event: the 503, then the retry; same body, same idempotency key.
+      expect(receiver.received.map((request) => request.answered)).toEqual([503, 200]);
+      const [first, second] = receiver.received;
+      expect(first?.headers["idempotency-key"]).toBe(webhook?.id);
+      expect(second?.headers["idempotency-key"]).toBe(webhook?.id);
+      expect(second?.body).toBe(first?.body);
+      const payload = JSON.parse(second?.body ?? "{}") as {
+        id: string;
+        event: string;
+        run: { id: string; status: string; target: string };
+      };
+      expect(payload).toMatchObject({
+        id: webhook?.id,
+        event: "run.failed",
+        run: { id: runId, status: "failed", target: "boom" },
+      });
+      expect(second?.headers["x-qlr-signature"]).toBe(
+        `sha256=${createHmac("sha256", SECRET)
+          .update(second?.body ?? "")
+          .digest("hex")}`,
+      );
 
-    // The command notifier got the same alert (under its own entry id) on stdin, and its variables.
-    const command = delivered.find((entry) => entry.notifier.kind === "command");
-    expect(command?.attempts).toBe(1);
-    expect(JSON.parse(await readFile(alertFile, "utf8"))).toEqual({ ...payload, id: command?.id });
-    expect((await readFile(`${alertFile}.env`, "utf8")).trim()).toBe(`run.failed ${runId}`);
+      // The command notifier got the same alert (under its own entry id) on stdin, and its variables.
+      const command = delivered.find((entry) => entry.notifier.kind === "command");
+      expect(command?.attempts).toBe(1);
+      expect(JSON.parse(await readFile(alertFile, "utf8"))).toEqual({
+        ...payload,
+        id: command?.id,
+      });
+      expect((await readFile(`${alertFile}.env`, "utf8")).trim()).toBe(`run.failed ${runId}`);
 
-    // The CLI shows the deliveries.
-    const listed = await runCli(bundle, ["notifications", "--run", runId, "--state-dir", dir.stateDir, "--url", served.url]);
-    expect(listed.code).toBe(0);
-    expect(listed.stdout).toContain(`delivered run.failed     run ${runId}  ${receiver.url}  attempts 2`);
-    const bad = await runCli(bundle, ["notifications", "--state", "lost", "--state-dir", dir.stateDir, "--url", served.url]);
-    expect(bad.code).toBe(64);
-    const badQuery = await served.api.call<{ error: { code: string } }>("GET", "/notifications?state=lost");
-    expect(badQuery).toMatchObject({ status: 400, body: { error: { code: "invalid_request" } } });
-  });
+      // The CLI shows the deliveries.
+      const listed = await runCli(bundle, [
+        "notifications",
+        "--run",
+        runId,
+        "--state-dir",
+        dir.stateDir,
+        "--url",
+        served.url,
+      ]);
+      expect(listed.code).toBe(0);
+      expect(listed.stdout).toContain(
+        `delivered run.failed     run ${runId}  ${receiver.url}  attempts 2`,
+      );
+      const bad = await runCli(bundle, [
+        "notifications",
+        "--state",
+        "lost",
+        "--state-dir",
+        dir.stateDir,
+        "--url",
+        served.url,
+      ]);
+      expect(bad.code).toBe(64);
+      const badQuery = await served.api.call<{ error: { code: string } }>(
+        "GET",
+        "/notifications?state=lost",
+      );
+      expect(badQuery).toMatchObject({ status: 400, body: { error: { code: "invalid_request" } } });
+    },
+  );
 
-  it("a SIGKILL right after the failing transition commits loses no alert: the restarted runtime delivers it once", { timeout: 120_000 }, async () => {
-    const dir = await Scratch.create("alerts-crash");
-    scratches.push(dir);
-    const receiver = await startReceiver([]);
-    receivers.push(receiver);
-    const { text } = await dir.manifest("crash", { boom: { ...dir.task({ label: "boom", then: "exit 7" }), notify: { webhook: receiver.url } } }, {});
-    const first = await startServe(bundle, dir.stateDir, { fault: "completion.after_commit" });
-    await first.api.apply(text);
-    const runId = await startTask(first.api, "crash", "boom");
-    expect(await first.exited).toEqual({ code: null, signal: "SIGKILL" });
-    expect(receiver.received).toEqual([]);
+  it(
+    "a SIGKILL right after the failing transition commits loses no alert: the restarted runtime delivers it once",
+    { timeout: 120_000 },
+    async () => {
+      const dir = await Scratch.create("alerts-crash");
+      scratches.push(dir);
+      const receiver = await startReceiver([]);
+      receivers.push(receiver);
+      const { text } = await dir.manifest(
+        "crash",
+        {
+          boom: {
+            ...dir.task({ label: "boom", then: "exit 7" }),
+            notify: { webhook: receiver.url },
+          },
+        },
+        {},
+      );
+      const first = await startServe(bundle, dir.stateDir, { fault: "completion.after_commit" });
+      await first.api.apply(text);
+      const runId = await startTask(first.api, "crash", "boom");
+      expect(await first.exited).toEqual({ code: null, signal: "SIGKILL" });
+      expect(receiver.received).toEqual([]);
 
-    const second = await startServe(bundle, dir.stateDir);
-    const entries = await waitFor(
-      "the alert to be delivered after the restart",
-      async () => {
-        const listed = await notificationsOf(second.api, runId);
-        return listed.length === 1 && listed[0]?.state === "delivered" ? listed : null;
-      },
-      60_000,
-    );
-    expect((await second.api.run(runId)).run.status).toBe("failed");
-    expect(entries[0]?.attempts).toBe(1);
-    expect(receiver.received).toHaveLength(1);
-    expect(receiver.received[0]?.headers["idempotency-key"]).toBe(entries[0]?.id);
-  });
+      const second = await startServe(bundle, dir.stateDir);
+      const entries = await waitFor(
+        "the alert to be delivered after the restart",
+        async () => {
+          const listed = await notificationsOf(second.api, runId);
+          return listed.length === 1 && listed[0]?.state === "delivered" ? listed : null;
+        },
+        60_000,
+      );
+      expect((await second.api.run(runId)).run.status).toBe("failed");
+      expect(entries[0]?.attempts).toBe(1);
+      expect(receiver.received).toHaveLength(1);
+      expect(receiver.received[0]?.headers["idempotency-key"]).toBe(entries[0]?.id);
+    },
+  );
 });

@@ -4,7 +4,12 @@ import { parseInputOptions } from "../../runtimes/node/cli.ts";
 /** `qlr start --input KEY=VALUE`: the command line's own checks, before anything is sent. */
 describe("qlr start --input", () => {
   it("splits at the first '=', keeps values as text (the runtime applies declared types) and allows empty values", () => {
-    expect(parseInputOptions(["region=eu", "query=a=b", "limit=5", "empty="])).toEqual({ region: "eu", query: "a=b", limit: "5", empty: "" });
+    expect(parseInputOptions(["region=eu", "query=a=b", "limit=5", "empty="])).toEqual({
+      region: "eu",
+      query: "a=b",
+      limit: "5",
+      empty: "",
+    });
     expect(parseInputOptions([])).toEqual({});
   });
 

@@ -36,7 +36,9 @@ describe("qlr CLI", () => {
     const applied = await runCli(device.bundle, ["apply", file, ...common]);
     expect(applied).toMatchObject({ code: 0 });
     expect(applied.stdout).toContain("package cli generation 1 (new)");
-    expect((await runCli(device.bundle, ["apply", file, ...common])).stdout).toContain("(unchanged)");
+    expect((await runCli(device.bundle, ["apply", file, ...common])).stdout).toContain(
+      "(unchanged)",
+    );
 
     // start --wait: 0 when the run succeeds.
     const ok = await runCli(device.bundle, ["start", "cli/pipeline", "--wait", ...common]);
@@ -55,7 +57,10 @@ describe("qlr CLI", () => {
     // runs --json lists both, newest first.
     const runs = await runCli(device.bundle, ["runs", "--json", ...common]);
     expect(runs.code).toBe(0);
-    const listed = JSON.parse(runs.stdout) as { runs: { id: string; status: string; target: string }[]; nextCursor: string | null };
+    const listed = JSON.parse(runs.stdout) as {
+      runs: { id: string; status: string; target: string }[];
+      nextCursor: string | null;
+    };
     expect(listed.runs.map((run) => [run.id, run.target, run.status])).toEqual([
       [failingRunId, "failing", "failed"],
       [okRunId, "pipeline", "succeeded"],
@@ -65,10 +70,16 @@ describe("qlr CLI", () => {
     const status = await runCli(device.bundle, ["status", okRunId, ...common]);
     expect(status.code).toBe(0);
     expect(status.stdout).toContain(`run ${okRunId}  workflow cli/pipeline  succeeded`);
-    expect(status.stdout).toMatch(/^\s+a\s+succeeded\s+attempts 1\s+last succeeded pid \d+ exit 0$/m);
-    expect(status.stdout).toMatch(/^\s+b\s+succeeded\s+attempts 1\s+last succeeded pid \d+ exit 0$/m);
+    expect(status.stdout).toMatch(
+      /^\s+a\s+succeeded\s+attempts 1\s+last succeeded pid \d+ exit 0$/m,
+    );
+    expect(status.stdout).toMatch(
+      /^\s+b\s+succeeded\s+attempts 1\s+last succeeded pid \d+ exit 0$/m,
+    );
     const failedStatus = await runCli(device.bundle, ["status", failingRunId, "--json", ...common]);
-    const failedDetail = JSON.parse(failedStatus.stdout) as { steps: { name: string; status: string }[] };
+    const failedDetail = JSON.parse(failedStatus.stdout) as {
+      steps: { name: string; status: string }[];
+    };
     expect(failedDetail.steps.map((step) => [step.name, step.status])).toEqual([
       ["x", "failed"],
       ["after", "skipped"],

@@ -34,7 +34,9 @@ const RUNS = Number(process.env.QLR_CLUSTER_RUNS ?? 40);
 /** Chaos goes on after the last run is submitted until this many members were killed (bounded by CHAOS_TAIL_MS). */
 const MIN_KILLS = 6;
 const CHAOS_TAIL_MS = 60_000;
-const SEED = Number(process.env.QLR_CLUSTER_SEED ?? Number.parseInt(randomBytes(4).toString("hex"), 16));
+const SEED = Number(
+  process.env.QLR_CLUSTER_SEED ?? Number.parseInt(randomBytes(4).toString("hex"), 16),
+);
 const TOKEN = `cluster-admin-${randomBytes(12).toString("hex")}`;
 const WORKER_TOKEN = `cluster-worker-${randomBytes(12).toString("hex")}`;
 const CONVERGE_MS = Number(process.env.QLR_CLUSTER_CONVERGE_MS ?? 300_000);
@@ -62,7 +64,9 @@ async function freePort(): Promise<number> {
 }
 
 function alive(member: Member): boolean {
-  return member.child !== null && member.child.exitCode === null && member.child.signalCode === null;
+  return (
+    member.child !== null && member.child.exitCode === null && member.child.signalCode === null
+  );
 }
 
 describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at random", () => {
@@ -86,7 +90,12 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
 
   function launch(member: Member): void {
     const child = spawn(process.execPath, [bundle.qlr, ...member.args()], {
-      env: childEnv({ QLR_TOKEN: TOKEN, QLR_WORKER_TOKEN: WORKER_TOKEN, QLR_DATABASE_URL: database.url, QLR_DEVICE_TEST_TAG: scratch.tag }),
+      env: childEnv({
+        QLR_TOKEN: TOKEN,
+        QLR_WORKER_TOKEN: WORKER_TOKEN,
+        QLR_DATABASE_URL: database.url,
+        QLR_DEVICE_TEST_TAG: scratch.tag,
+      }),
       stdio: ["ignore", "pipe", "pipe"],
     });
     member.child = child;
@@ -99,10 +108,18 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
     child.stderr?.setEncoding("utf8").on("data", keep);
   }
 
-  async function call<T>(url: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
+  async function call<T>(
+    url: string,
+    method: string,
+    path: string,
+    body?: unknown,
+  ): Promise<{ status: number; body: T }> {
     const response = await fetch(`${url}${path}`, {
       method,
-      headers: { authorization: `Bearer ${TOKEN}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+      headers: {
+        authorization: `Bearer ${TOKEN}`,
+        ...(body === undefined ? {} : { "content-type": "application/json" }),
+      },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
       signal: AbortSignal.timeout(15_000),
     });
@@ -125,7 +142,19 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
       members.push({
         name: `coordinator-${index}`,
         kind: "coordinator",
-        args: () => ["serve", "--store", "postgres", "--profile", "cluster", "--host", "127.0.0.1", "--port", String(port), "--state-dir", stateDir],
+        args: () => [
+          "serve",
+          "--store",
+          "postgres",
+          "--profile",
+          "cluster",
+          "--host",
+          "127.0.0.1",
+          "--port",
+          String(port),
+          "--state-dir",
+          stateDir,
+        ],
         child: null,
         exited: Promise.resolve(),
         output: "",
@@ -135,10 +164,29 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
     for (let index = 0; index < 2; index += 1) {
       const stateDir = scratch.path(`worker-${index}`);
       const coordinatorUrl = urls[index] ?? "";
-      members.push({ name: `worker-${index}`, kind: "worker", args: () => ["worker", "--coordinator", coordinatorUrl, "--pool", "p1", "--capacity", "4", "--state-dir", stateDir], child: null, exited: Promise.resolve(), output: "", restarts: 0 });
+      members.push({
+        name: `worker-${index}`,
+        kind: "worker",
+        args: () => [
+          "worker",
+          "--coordinator",
+          coordinatorUrl,
+          "--pool",
+          "p1",
+          "--capacity",
+          "4",
+          "--state-dir",
+          stateDir,
+        ],
+        child: null,
+        exited: Promise.resolve(),
+        output: "",
+        restarts: 0,
+      });
     }
     const coordinators = members.filter((member) => member.kind === "coordinator");
-    const describeAll = (): string => `${context}\n${members.map((member) => `--- ${member.name} (restarts ${member.restarts})\n${member.output.slice(-4_000)}`).join("\n")}`;
+    const describeAll = (): string =>
+      `${context}\n${members.map((member) => `--- ${member.name} (restarts ${member.restarts})\n${member.output.slice(-4_000)}`).join("\n")}`;
     const healthy = async (url: string): Promise<boolean> => {
       try {
         return (await call(url, "GET", "/healthz")).status === 200;
@@ -150,38 +198,73 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
     launch(coordinators[0] as Member);
     await waitFor(`coordinator-0 serves\n${describeAll()}`, () => healthy(urls[0] ?? ""), 60_000);
     for (const member of members.slice(1)) launch(member);
-    for (const url of urls) await waitFor(`${url} serves\n${describeAll()}`, () => healthy(url), 60_000);
+    for (const url of urls)
+      await waitFor(`${url} serves\n${describeAll()}`, () => healthy(url), 60_000);
 
-    const task = (label: string, then: string, extra: Record<string, unknown> = {}): Record<string, unknown> => ({ ...scratch.task({ label, then }), ...extra });
+    const task = (
+      label: string,
+      then: string,
+      extra: Record<string, unknown> = {},
+    ): Record<string, unknown> => ({ ...scratch.task({ label, then }), ...extra });
     const manifest = await scratch.manifest(
       "cluster",
       {
         once: task("once", "sleep 0.2", { timeout: "2m" }),
-        remote_once: task("remote_once", "sleep 0.2", { timeout: "2m", executor: "remote_worker", pool: "p1" }),
+        remote_once: task("remote_once", "sleep 0.2", {
+          timeout: "2m",
+          executor: "remote_worker",
+          pool: "p1",
+        }),
         // Idempotent and retried: fails when its pid is a multiple of three.
-        flaky: task("flaky", "sleep 0.1; [ $(( $$ % 3 )) -ne 0 ]", { timeout: "2m", retry: { max: 5, backoff: "100ms", idempotent: true } }),
+        flaky: task("flaky", "sleep 0.1; [ $(( $$ % 3 )) -ne 0 ]", {
+          timeout: "2m",
+          retry: { max: 5, backoff: "100ms", idempotent: true },
+        }),
         slow: task("slow", "sleep 30", { timeout: "1s" }),
       },
       {
-        diamond: { steps: { a: { task: "once" }, b: { task: "once", needs: ["a"] }, c: { task: "once", needs: ["a"] }, d: { task: "once", needs: ["b", "c"] } } },
-        mixed: { steps: { a: { task: "once" }, r: { task: "remote_once", needs: ["a"] }, f: { task: "flaky", needs: ["r"] }, z: { task: "once", needs: ["f"] } } },
+        diamond: {
+          steps: {
+            a: { task: "once" },
+            b: { task: "once", needs: ["a"] },
+            c: { task: "once", needs: ["a"] },
+            d: { task: "once", needs: ["b", "c"] },
+          },
+        },
+        mixed: {
+          steps: {
+            a: { task: "once" },
+            r: { task: "remote_once", needs: ["a"] },
+            f: { task: "flaky", needs: ["r"] },
+            z: { task: "once", needs: ["f"] },
+          },
+        },
         deadline: { steps: { s: { task: "slow" } } },
       },
     );
-    const applied = await call<unknown>(urls[0] ?? "", "POST", "/packages", { ...JSON.parse(manifest.text) });
+    const applied = await call<unknown>(urls[0] ?? "", "POST", "/packages", {
+      ...JSON.parse(manifest.text),
+    });
     expect(applied.status, JSON.stringify(applied.body)).toBeLessThan(300);
 
     // API calls go to a random coordinator; one that is down (connection refused) is skipped.
     const contention: string[] = [];
     const apiFailures: string[] = [];
-    async function anyCoordinator<T>(method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
+    async function anyCoordinator<T>(
+      method: string,
+      path: string,
+      body?: unknown,
+    ): Promise<{ status: number; body: T }> {
       for (let round = 0; round < 60; round += 1) {
         const url = urls[prng.int(0, urls.length - 1)] ?? "";
         try {
           const answer = await call<T>(url, method, path, body);
-          if (answer.status === 409 && JSON.stringify(answer.body).includes("concurrent")) contention.push(`${method} ${path}: ${JSON.stringify(answer.body)}`);
+          if (answer.status === 409 && JSON.stringify(answer.body).includes("concurrent"))
+            contention.push(`${method} ${path}: ${JSON.stringify(answer.body)}`);
           if (answer.status >= 500 || answer.status === 503) {
-            apiFailures.push(`${method} ${path} on ${url}: ${answer.status} ${JSON.stringify(answer.body)}`);
+            apiFailures.push(
+              `${method} ${path} on ${url}: ${answer.status} ${JSON.stringify(answer.body)}`,
+            );
             await sleep(100);
             continue;
           }
@@ -214,7 +297,11 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
         if (member.kind === "coordinator") {
           const url = urls[coordinators.indexOf(member)] ?? "";
           // A restart recovers its attempts first (two inspections each): slow on two busy cores.
-          await waitFor(`${member.name} serves again\n${describeAll()}`, () => healthy(url), 180_000);
+          await waitFor(
+            `${member.name} serves again\n${describeAll()}`,
+            () => healthy(url),
+            180_000,
+          );
         }
       }
     })();
@@ -225,8 +312,15 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
     for (let index = 0; index < RUNS; index += 1) {
       const workflow = workflows[prng.int(0, workflows.length - 1)] ?? "diamond";
       // The idempotency key makes a retry after a killed coordinator safe (it may have committed).
-      const started = await anyCoordinator<{ run: { id: string } }>("POST", "/runs", { package: "cluster", workflow, idempotencyKey: `cluster-${SEED}-${index}` });
-      expect([200, 201], `POST /runs answered ${started.status}: ${JSON.stringify(started.body)} (${context})`).toContain(started.status);
+      const started = await anyCoordinator<{ run: { id: string } }>("POST", "/runs", {
+        package: "cluster",
+        workflow,
+        idempotencyKey: `cluster-${SEED}-${index}`,
+      });
+      expect(
+        [200, 201],
+        `POST /runs answered ${started.status}: ${JSON.stringify(started.body)} (${context})`,
+      ).toContain(started.status);
       const entry = { id: started.body.run.id, workflow, cancelled: false };
       runs.push(entry);
       if (prng.chance(0.1)) {
@@ -249,61 +343,113 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
     // Converge: every run terminal (bounded, generous: two busy cores).
     const details = new Map<string, RunDetail>();
     const stuck = new Map<string, RunDetail>();
-    await waitFor("every run terminal", async () => {
-      for (const run of runs) {
-        if (details.has(run.id)) continue;
-        const answer = await anyCoordinator<RunDetail>("GET", `/runs/${run.id}`);
-        if (answer.status === 200 && TERMINAL_RUN.has(answer.body.run.status)) {
-          details.set(run.id, answer.body);
-          stuck.delete(run.id);
-        } else {
-          stuck.set(run.id, answer.body);
-          return false;
+    await waitFor(
+      "every run terminal",
+      async () => {
+        for (const run of runs) {
+          if (details.has(run.id)) continue;
+          const answer = await anyCoordinator<RunDetail>("GET", `/runs/${run.id}`);
+          if (answer.status === 200 && TERMINAL_RUN.has(answer.body.run.status)) {
+            details.set(run.id, answer.body);
+            stuck.delete(run.id);
+          } else {
+            stuck.set(run.id, answer.body);
+            return false;
+          }
         }
-      }
-      return true;
-    }, CONVERGE_MS, 500).catch((error: unknown) => {
-      const summary = [...stuck.values()].map((detail) => `${detail.run.id} ${detail.run.status}: ${detail.steps.map((step) => `${step.name}=${step.status}`).join(" ")} | ${detail.attempts.map((attempt) => `${attempt.id.slice(-6)} ${attempt.status} pid=${String(attempt.pid)} ${attempt.error ?? ""}`).join("; ")}`);
+        return true;
+      },
+      CONVERGE_MS,
+      500,
+    ).catch((error: unknown) => {
+      const summary = [...stuck.values()].map(
+        (detail) =>
+          `${detail.run.id} ${detail.run.status}: ${detail.steps.map((step) => `${step.name}=${step.status}`).join(" ")} | ${detail.attempts.map((attempt) => `${attempt.id.slice(-6)} ${attempt.status} pid=${String(attempt.pid)} ${attempt.error ?? ""}`).join("; ")}`,
+      );
       throw new Error(`${String(error)}\nstuck:\n${summary.join("\n")}\n${describeAll()}`);
     });
 
     // The checker.
-    const spawnLines = (await readFile(scratch.marker, "utf8").catch(() => "")).split("\n").filter((line) => line.length > 0);
-    const spawns = spawnLines.map((line) => ({ label: line.split(" ")[0] ?? "", pid: Number(line.split(" ")[1]) }));
+    const spawnLines = (await readFile(scratch.marker, "utf8").catch(() => ""))
+      .split("\n")
+      .filter((line) => line.length > 0);
+    const spawns = spawnLines.map((line) => ({
+      label: line.split(" ")[0] ?? "",
+      pid: Number(line.split(" ")[1]),
+    }));
     const spawnsByPid = new Map<number, number>();
-    for (const spawned of spawns) spawnsByPid.set(spawned.pid, (spawnsByPid.get(spawned.pid) ?? 0) + 1);
+    for (const spawned of spawns)
+      spawnsByPid.set(spawned.pid, (spawnsByPid.get(spawned.pid) ?? 0) + 1);
     const problems: string[] = [];
     const attemptsByPid = new Map<number, { runId: string; attemptId: string; status: string }[]>();
     // An attempt settled from its receipt before its running transition was recorded keeps an
     // unknown process identity (pid null); each such attempt may account for one spawn of its task.
     const unknownIdentity = new Map<string, number>();
     const nonIdempotent = new Set(["once", "remote_once"]);
-    const taskOf = (workflow: string, step: string): string | undefined => (workflow === "diamond" ? "once" : workflow === "deadline" ? "slow" : ({ a: "once", r: "remote_once", f: "flaky", z: "once" } as Record<string, string>)[step]);
+    const taskOf = (workflow: string, step: string): string | undefined =>
+      workflow === "diamond"
+        ? "once"
+        : workflow === "deadline"
+          ? "slow"
+          : ({ a: "once", r: "remote_once", f: "flaky", z: "once" } as Record<string, string>)[
+              step
+            ];
     for (const run of runs) {
       const detail = details.get(run.id) as RunDetail;
-      const expected = run.cancelled ? ["succeeded", "cancelled", "failed", "timed_out"] : run.workflow === "deadline" ? ["failed", "timed_out"] : run.workflow === "mixed" ? ["succeeded", "failed"] : ["succeeded"];
-      if (!expected.includes(detail.run.status)) problems.push(`run ${run.id} (${run.workflow}${run.cancelled ? ", cancelled" : ""}) ended ${detail.run.status}`);
+      const expected = run.cancelled
+        ? ["succeeded", "cancelled", "failed", "timed_out"]
+        : run.workflow === "deadline"
+          ? ["failed", "timed_out"]
+          : run.workflow === "mixed"
+            ? ["succeeded", "failed"]
+            : ["succeeded"];
+      if (!expected.includes(detail.run.status))
+        problems.push(
+          `run ${run.id} (${run.workflow}${run.cancelled ? ", cancelled" : ""}) ended ${detail.run.status}`,
+        );
       for (const attempt of detail.attempts) {
-        if (attempt.pid !== null) attemptsByPid.set(attempt.pid, [...(attemptsByPid.get(attempt.pid) ?? []), { runId: run.id, attemptId: attempt.id, status: attempt.status }]);
-        if (!["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(attempt.status)) problems.push(`attempt ${attempt.id} of run ${run.id} is ${attempt.status}`);
-        if (attempt.status === "lost" && attempt.pid !== null) problems.push(`attempt ${attempt.id} of run ${run.id} ran (pid ${attempt.pid}) and was settled lost: its completion was lost`);
+        if (attempt.pid !== null)
+          attemptsByPid.set(attempt.pid, [
+            ...(attemptsByPid.get(attempt.pid) ?? []),
+            { runId: run.id, attemptId: attempt.id, status: attempt.status },
+          ]);
+        if (!["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(attempt.status))
+          problems.push(`attempt ${attempt.id} of run ${run.id} is ${attempt.status}`);
+        if (attempt.status === "lost" && attempt.pid !== null)
+          problems.push(
+            `attempt ${attempt.id} of run ${run.id} ran (pid ${attempt.pid}) and was settled lost: its completion was lost`,
+          );
         const step = detail.steps.find((candidate) => candidate.id === attempt.stepRunId);
         const task = step === undefined ? undefined : taskOf(run.workflow, step.name);
-        if (attempt.pid === null && attempt.status !== "lost" && task !== undefined) unknownIdentity.set(task, (unknownIdentity.get(task) ?? 0) + 1);
+        if (attempt.pid === null && attempt.status !== "lost" && task !== undefined)
+          unknownIdentity.set(task, (unknownIdentity.get(task) ?? 0) + 1);
       }
       for (const step of detail.steps) {
         const task = taskOf(run.workflow, step.name);
         const attempts = detail.attempts.filter((attempt) => attempt.stepRunId === step.id);
-        const spawned = attempts.filter((attempt) => attempt.pid !== null && (spawnsByPid.get(attempt.pid) ?? 0) > 0).length;
-        const unknown = attempts.filter((attempt) => attempt.pid === null && attempt.status !== "lost").length;
+        const spawned = attempts.filter(
+          (attempt) => attempt.pid !== null && (spawnsByPid.get(attempt.pid) ?? 0) > 0,
+        ).length;
+        const unknown = attempts.filter(
+          (attempt) => attempt.pid === null && attempt.status !== "lost",
+        ).length;
         if (task !== undefined && nonIdempotent.has(task)) {
-          if (spawned + unknown > 1) problems.push(`non-idempotent step ${step.name} of run ${run.id} has ${spawned} spawns and ${unknown} settled attempts of unknown identity`);
-          if (step.status === "succeeded" && spawned + unknown !== 1) problems.push(`non-idempotent step ${step.name} of run ${run.id} succeeded with ${spawned} spawns and ${unknown} of unknown identity`);
+          if (spawned + unknown > 1)
+            problems.push(
+              `non-idempotent step ${step.name} of run ${run.id} has ${spawned} spawns and ${unknown} settled attempts of unknown identity`,
+            );
+          if (step.status === "succeeded" && spawned + unknown !== 1)
+            problems.push(
+              `non-idempotent step ${step.name} of run ${run.id} succeeded with ${spawned} spawns and ${unknown} of unknown identity`,
+            );
         }
       }
-      const events = (await anyCoordinator<{ events: EventView[] }>("GET", `/runs/${run.id}/events?limit=500`)).body.events;
+      const events = (
+        await anyCoordinator<{ events: EventView[] }>("GET", `/runs/${run.id}/events?limit=500`)
+      ).body.events;
       events.forEach((event, index) => {
-        if (event.seq !== index + 1) problems.push(`run ${run.id}: event ${index + 1} has seq ${event.seq}`);
+        if (event.seq !== index + 1)
+          problems.push(`run ${run.id}: event ${index + 1} has seq ${event.seq}`);
       });
       if (events.length === 0) problems.push(`run ${run.id} has no events`);
     }
@@ -311,20 +457,35 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
     for (const [pid, count] of spawnsByPid) {
       const owners = attemptsByPid.get(pid) ?? [];
       if (count > 1) problems.push(`pid ${pid} spawned ${count} marker lines`);
-      if (owners.length > 1) problems.push(`spawn pid ${pid} is the process of ${owners.length} attempts: ${JSON.stringify(owners)}`);
-      else if (owners[0]?.status === "lost") problems.push(`spawn pid ${pid} belongs to a lost attempt ${owners[0].attemptId}`);
+      if (owners.length > 1)
+        problems.push(
+          `spawn pid ${pid} is the process of ${owners.length} attempts: ${JSON.stringify(owners)}`,
+        );
+      else if (owners[0]?.status === "lost")
+        problems.push(`spawn pid ${pid} belongs to a lost attempt ${owners[0].attemptId}`);
       else if (owners.length === 0) {
         const label = spawns.find((spawned) => spawned.pid === pid)?.label ?? "";
         unmatched.set(label, (unmatched.get(label) ?? 0) + 1);
       }
     }
     for (const [label, count] of unmatched) {
-      if (count > (unknownIdentity.get(label) ?? 0)) problems.push(`${count} spawns of ${label} match no recorded process, but only ${unknownIdentity.get(label) ?? 0} settled attempts of ${label} have an unknown identity`);
+      if (count > (unknownIdentity.get(label) ?? 0))
+        problems.push(
+          `${count} spawns of ${label} match no recorded process, but only ${unknownIdentity.get(label) ?? 0} settled attempts of ${label} have an unknown identity`,
+        );
     }
     const restarts = members.map((member) => `${member.name} ×${member.restarts}`).join(", ");
-    process.stdout.write(`cluster harness: ${runs.length} runs, ${spawnLines.length} spawns, restarts: ${restarts}, transient API failures ${apiFailures.length}\n`);
-    expect(contention, `API calls answered with the coordinators' own contention (${context})`).toEqual([]);
+    process.stdout.write(
+      `cluster harness: ${runs.length} runs, ${spawnLines.length} spawns, restarts: ${restarts}, transient API failures ${apiFailures.length}\n`,
+    );
+    expect(
+      contention,
+      `API calls answered with the coordinators' own contention (${context})`,
+    ).toEqual([]);
     expect(problems, `history check failed (${context})\n${describeAll()}`).toEqual([]);
-    expect(members.reduce((sum, member) => sum + member.restarts, 0), context).toBeGreaterThan(0);
+    expect(
+      members.reduce((sum, member) => sum + member.restarts, 0),
+      context,
+    ).toBeGreaterThan(0);
   });
 });

@@ -20,7 +20,12 @@ import { buildBundle, type Bundle } from "../support/bundle.ts";
 import { waitFor, within } from "../support/wait.ts";
 import { isRunning, waitUntilGone } from "../support/proc.ts";
 import { Scratch } from "../support/scratch.ts";
-import { expectReceiptsHonoured, readJournal, readReceipt, receiptPath } from "../support/state-files.ts";
+import {
+  expectReceiptsHonoured,
+  readJournal,
+  readReceipt,
+  receiptPath,
+} from "../support/state-files.ts";
 import { type Served, startServe, stopAllServed } from "../support/serve-child.ts";
 import { type Api, attemptsOf, stepNamed } from "../support/api-client.ts";
 import type { RecoveryView, RunDetail } from "../support/api-views.ts";
@@ -81,7 +86,13 @@ const CASES: readonly CrashCase[] = [
     atRestart: async (world) => {
       const detail = await world.api.run(world.runId);
       const [first] = attemptsOf(detail, "a");
-      expect(recoveryOf(world, first?.id)).toEqual([{ attemptId: first?.id, decision: "lost_new_epoch", reason: "orphaned claim never crossed the start barrier" }]);
+      expect(recoveryOf(world, first?.id)).toEqual([
+        {
+          attemptId: first?.id,
+          decision: "lost_new_epoch",
+          reason: "orphaned claim never crossed the start barrier",
+        },
+      ]);
       expect(first?.status).toBe("lost");
       expect(await readJournal(world.dir.stateDir, first?.id ?? "")).toBeNull();
     },
@@ -95,7 +106,13 @@ const CASES: readonly CrashCase[] = [
     atRestart: async (world) => {
       const detail = await world.api.run(world.runId);
       const [first] = attemptsOf(detail, "a");
-      expect(recoveryOf(world, first?.id)).toEqual([{ attemptId: first?.id, decision: "lost_new_epoch", reason: "no journal record: the process was never spawned" }]);
+      expect(recoveryOf(world, first?.id)).toEqual([
+        {
+          attemptId: first?.id,
+          decision: "lost_new_epoch",
+          reason: "no journal record: the process was never spawned",
+        },
+      ]);
       expect(first?.status).toBe("lost");
       expect(await world.dir.spawnCount("a")).toBe(0);
     },
@@ -109,7 +126,14 @@ const CASES: readonly CrashCase[] = [
     atRestart: async (world) => {
       const detail = await world.api.run(world.runId);
       const [first] = attemptsOf(detail, "a");
-      expect(recoveryOf(world, first?.id)).toEqual([{ attemptId: first?.id, decision: "lost_new_epoch", reason: "journaled but never spawned: no spawn record and no supervisor that could still write one" }]);
+      expect(recoveryOf(world, first?.id)).toEqual([
+        {
+          attemptId: first?.id,
+          decision: "lost_new_epoch",
+          reason:
+            "journaled but never spawned: no spawn record and no supervisor that could still write one",
+        },
+      ]);
       expect(first?.status).toBe("lost");
       expect(await readJournal(world.dir.stateDir, first?.id ?? "")).not.toBeNull();
       expect(await world.dir.spawnCount("a")).toBe(0);
@@ -125,8 +149,15 @@ const CASES: readonly CrashCase[] = [
       const detail = await world.api.run(world.runId);
       const [attempt] = attemptsOf(detail, "a");
       const reason = "no persisted process handle to inspect";
-      expect(recoveryOf(world, attempt?.id)).toEqual([{ attemptId: attempt?.id, decision: "fail_closed", reason }]);
-      expect(attempt).toMatchObject({ status: "starting", pid: null, startedAtMs: null, error: reason });
+      expect(recoveryOf(world, attempt?.id)).toEqual([
+        { attemptId: attempt?.id, decision: "fail_closed", reason },
+      ]);
+      expect(attempt).toMatchObject({
+        status: "starting",
+        pid: null,
+        startedAtMs: null,
+        error: reason,
+      });
       expect(stepNamed(detail, "a").status).toBe("ready");
       expect(await readJournal(world.dir.stateDir, attempt?.id ?? "")).not.toBeNull();
       // The process it spawned is alive and unsupervised by any runtime handle.
@@ -144,13 +175,31 @@ const CASES: readonly CrashCase[] = [
       // The completion path wrote ready → running → terminal in one transaction, with the
       // journal's pre-spawn startedAtMs (§5), not a clock reading at recovery.
       const [attempt] = attemptsOf(detail, "a");
-      const events = (await world.api.events(world.runId)).filter((event) => event.stepRunId === stepNamed(detail, "a").id && (event.type === "step.status_changed" || event.type === "attempt.status_changed"));
-      const transitions = events.map((event) => `${event.type === "step.status_changed" ? "step" : "attempt"}:${String(event.data.from)}→${String(event.data.to)}`);
-      expect(transitions).toEqual(["step:pending→ready", "attempt:claimed→starting", "attempt:starting→running", "step:ready→running", "attempt:running→succeeded", "step:running→succeeded"]);
+      const events = (await world.api.events(world.runId)).filter(
+        (event) =>
+          event.stepRunId === stepNamed(detail, "a").id &&
+          (event.type === "step.status_changed" || event.type === "attempt.status_changed"),
+      );
+      const transitions = events.map(
+        (event) =>
+          `${event.type === "step.status_changed" ? "step" : "attempt"}:${String(event.data.from)}→${String(event.data.to)}`,
+      );
+      expect(transitions).toEqual([
+        "step:pending→ready",
+        "attempt:claimed→starting",
+        "attempt:starting→running",
+        "step:ready→running",
+        "attempt:running→succeeded",
+        "step:running→succeeded",
+      ]);
       const completion = events.slice(-4);
       expect(new Set(completion.map((event) => event.atMs)).size).toBe(1);
-      expect(completion.map((event) => event.seq)).toEqual([0, 1, 2, 3].map((offset) => (completion[0]?.seq ?? 0) + offset));
-      expect(attempt?.startedAtMs).toBe((await readJournal(world.dir.stateDir, attempt?.id ?? ""))?.startedAtMs);
+      expect(completion.map((event) => event.seq)).toEqual(
+        [0, 1, 2, 3].map((offset) => (completion[0]?.seq ?? 0) + offset),
+      );
+      expect(attempt?.startedAtMs).toBe(
+        (await readJournal(world.dir.stateDir, attempt?.id ?? ""))?.startedAtMs,
+      );
       expect(attempt?.error).toBeNull();
       // The process identity was never persisted, and the receipt does not carry one: it stays
       // unknown (null) instead of being invented.
@@ -167,7 +216,9 @@ const CASES: readonly CrashCase[] = [
       const detail = await world.api.run(world.runId);
       const [attempt] = attemptsOf(detail, "a");
       const [spawn] = await world.dir.spawns();
-      expect(recoveryOf(world, attempt?.id)).toEqual([{ attemptId: attempt?.id, decision: "readopt", reason: null }]);
+      expect(recoveryOf(world, attempt?.id)).toEqual([
+        { attemptId: attempt?.id, decision: "readopt", reason: null },
+      ]);
       expect(attempt).toMatchObject({ status: "running", pid: spawn?.pid });
       expect(await isRunning(spawn?.pid ?? -1)).toBe(true);
     },
@@ -182,8 +233,14 @@ const CASES: readonly CrashCase[] = [
       const detail = await world.api.run(world.runId);
       const [attempt] = attemptsOf(detail, "a");
       const receipt = await readReceipt(world.dir.stateDir, attempt?.id ?? "");
-      expect(recoveryOf(world, attempt?.id)).toEqual([{ attemptId: attempt?.id, decision: "complete", reason: null }]);
-      expect(attempt).toMatchObject({ status: "succeeded", exitCode: receipt?.exitCode, finishedAtMs: receipt?.finishedAtMs });
+      expect(recoveryOf(world, attempt?.id)).toEqual([
+        { attemptId: attempt?.id, decision: "complete", reason: null },
+      ]);
+      expect(attempt).toMatchObject({
+        status: "succeeded",
+        exitCode: receipt?.exitCode,
+        finishedAtMs: receipt?.finishedAtMs,
+      });
     },
   },
   {
@@ -208,7 +265,9 @@ const CASES: readonly CrashCase[] = [
     atRestart: async (world) => {
       const detail = await world.api.run(world.runId);
       const [attempt] = attemptsOf(detail, "a");
-      expect(recoveryOf(world, attempt?.id)).toEqual([{ attemptId: attempt?.id, decision: "readopt", reason: null }]);
+      expect(recoveryOf(world, attempt?.id)).toEqual([
+        { attemptId: attempt?.id, decision: "readopt", reason: null },
+      ]);
       expect(detail.run.cancelRequestedAtMs).not.toBeNull();
     },
   },
@@ -230,13 +289,19 @@ const CASES: readonly CrashCase[] = [
   },
 ];
 
-async function prepare(name: string, gated: boolean): Promise<{ dir: Scratch; gateA: string; file: string }> {
+async function prepare(
+  name: string,
+  gated: boolean,
+): Promise<{ dir: Scratch; gateA: string; file: string }> {
   const dir = await Scratch.create(name);
   scratches.push(dir);
   const gateA = dir.gate("a");
   const { file } = await dir.manifest(
     "crash",
-    { ta: dir.task({ label: "a", then: gated ? Scratch.waitForGate(gateA) : "sleep 0.3" }), tb: dir.task({ label: "b", then: "sleep 0.2" }) },
+    {
+      ta: dir.task({ label: "a", then: gated ? Scratch.waitForGate(gateA) : "sleep 0.3" }),
+      tb: dir.task({ label: "b", then: "sleep 0.2" }),
+    },
     { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
   );
   return { dir, gateA, file };
@@ -262,7 +327,12 @@ async function findRunId(api: Api, known: string | null): Promise<string> {
 }
 
 /** Final exact-replay checks shared by every case. */
-async function expectExactReplay(dir: Scratch, api: Api, detail: RunDetail, final: "succeeded" | "cancelled"): Promise<void> {
+async function expectExactReplay(
+  dir: Scratch,
+  api: Api,
+  detail: RunDetail,
+  final: "succeeded" | "cancelled",
+): Promise<void> {
   expect(detail.run.status).toBe(final);
   const spawns = await dir.spawns();
   // No step spawned twice.
@@ -278,133 +348,202 @@ async function expectExactReplay(dir: Scratch, api: Api, detail: RunDetail, fina
   await expectReceiptsHonoured(dir.stateDir, detail);
   // One admission per attempt: the ledger has exactly one winner per ready epoch.
   const events = await api.events(detail.run.id);
-  expect(events.filter((event) => event.type === "workflow.task_attempt_admitted")).toHaveLength(detail.attempts.length);
+  expect(events.filter((event) => event.type === "workflow.task_attempt_admitted")).toHaveLength(
+    detail.attempts.length,
+  );
   // Every attempt completed once (one terminal transition each).
   for (const attempt of detail.attempts) {
-    const terminal = events.filter((event) => event.attemptId === attempt.id && event.type === "attempt.status_changed" && ["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(String(event.data.to)));
+    const terminal = events.filter(
+      (event) =>
+        event.attemptId === attempt.id &&
+        event.type === "attempt.status_changed" &&
+        ["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(String(event.data.to)),
+    );
     expect(terminal).toHaveLength(1);
   }
   // Stop intents are recorded once.
-  expect(events.filter((event) => event.type === "attempt.stop_requested")).toHaveLength(final === "cancelled" ? 1 : 0);
+  expect(events.filter((event) => event.type === "attempt.stop_requested")).toHaveLength(
+    final === "cancelled" ? 1 : 0,
+  );
 }
 
 /** Every case runs on both device profiles: edge (one dispatch per cycle, low-memory store) and standalone. */
 const PROFILES_UNDER_TEST = ["edge", "standalone"] as const;
 
-for (const profile of PROFILES_UNDER_TEST) describe(`SIGKILL crash matrix on ${profile}: every named fault point, then exact replay`, () => {
-  for (const crash of CASES) {
-    it(`${crash.point} — ${crash.rule}`, { timeout: 90_000 }, async () => {
-      const { dir, gateA, file } = await prepare(crash.point.replace(/[._]/g, "-"), crash.gated);
-      const first = await startServe(bundle, dir.stateDir, { profile, fault: crash.point, apply: [file] });
-      let runId = await startTolerant(first.api);
-      if (crash.cancel) {
-        expect(runId).not.toBeNull();
-        const running = await first.api.waitStepRunning(runId ?? "", "a");
-        expect(await isRunning(running.attempt.pid)).toBe(true);
-        // The cancel commits before any cycle sees it; its response may be torn by the crash.
-        await first.api.cancel(runId ?? "").catch(() => null);
-      }
-      const exit = await within(`the runtime to die at ${crash.point}`, first.exited, 45_000);
-      expect(exit).toEqual({ code: null, signal: "SIGKILL" });
+for (const profile of PROFILES_UNDER_TEST)
+  describe(`SIGKILL crash matrix on ${profile}: every named fault point, then exact replay`, () => {
+    for (const crash of CASES) {
+      it(`${crash.point} — ${crash.rule}`, { timeout: 90_000 }, async () => {
+        const { dir, gateA, file } = await prepare(crash.point.replace(/[._]/g, "-"), crash.gated);
+        const first = await startServe(bundle, dir.stateDir, {
+          profile,
+          fault: crash.point,
+          apply: [file],
+        });
+        let runId = await startTolerant(first.api);
+        if (crash.cancel) {
+          expect(runId).not.toBeNull();
+          const running = await first.api.waitStepRunning(runId ?? "", "a");
+          expect(await isRunning(running.attempt.pid)).toBe(true);
+          // The cancel commits before any cycle sees it; its response may be torn by the crash.
+          await first.api.cancel(runId ?? "").catch(() => null);
+        }
+        const exit = await within(`the runtime to die at ${crash.point}`, first.exited, 45_000);
+        expect(exit).toEqual({ code: null, signal: "SIGKILL" });
 
-      const second = await startServe(bundle, dir.stateDir, { profile });
-      runId = await findRunId(second.api, runId);
-      const world: World = { dir, gateA, runId, served: second, api: second.api, recovery: await second.api.recovery() };
-      await crash.atRestart(world);
-      if (crash.gated && !crash.cancel) await dir.open(gateA);
-      const detail = await second.api.waitTerminal(runId, 45_000);
-      await expectExactReplay(dir, second.api, detail, crash.final);
+        const second = await startServe(bundle, dir.stateDir, { profile });
+        runId = await findRunId(second.api, runId);
+        const world: World = {
+          dir,
+          gateA,
+          runId,
+          served: second,
+          api: second.api,
+          recovery: await second.api.recovery(),
+        };
+        await crash.atRestart(world);
+        if (crash.gated && !crash.cancel) await dir.open(gateA);
+        const detail = await second.api.waitTerminal(runId, 45_000);
+        await expectExactReplay(dir, second.api, detail, crash.final);
 
-      if (crash.cancel) {
-        const [attempt] = attemptsOf(detail, "a");
-        expect(attempt).toMatchObject({ status: "cancelled", stopReason: "cancel" });
-        expect(detail.steps.map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
-        await waitUntilGone(attempt?.pid ?? -1);
-        // The launcher's durable stop intent names the same reason as the store's.
-        expect(existsSync(join(dir.stateDir, "stops", `${attempt?.id ?? ""}.json`))).toBe(true);
-      } else {
-        expect(detail.steps.map((step) => step.status)).toEqual(["succeeded", "succeeded"]);
-      }
-      await crash.atEnd?.(world, detail);
-      second.child.kill("SIGTERM");
-      expect(await within("the runtime to stop", second.exited, 30_000)).toEqual({ code: 0, signal: null });
-    });
-  }
+        if (crash.cancel) {
+          const [attempt] = attemptsOf(detail, "a");
+          expect(attempt).toMatchObject({ status: "cancelled", stopReason: "cancel" });
+          expect(detail.steps.map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
+          await waitUntilGone(attempt?.pid ?? -1);
+          // The launcher's durable stop intent names the same reason as the store's.
+          expect(existsSync(join(dir.stateDir, "stops", `${attempt?.id ?? ""}.json`))).toBe(true);
+        } else {
+          expect(detail.steps.map((step) => step.status)).toEqual(["succeeded", "succeeded"]);
+        }
+        await crash.atEnd?.(world, detail);
+        second.child.kill("SIGTERM");
+        expect(await within("the runtime to stop", second.exited, 30_000)).toEqual({
+          code: 0,
+          signal: null,
+        });
+      });
+    }
 
-  /** The resident supervisor's pid, from the attempt's spawn record. */
-  function supervisorOf(stateDir: string, attemptId: string): number {
-    const record = JSON.parse(readFileSync(join(stateDir, "spawns", `${attemptId}.json`), "utf8")) as { supervisorPid: number };
-    return record.supervisorPid;
-  }
+    /** The resident supervisor's pid, from the attempt's spawn record. */
+    function supervisorOf(stateDir: string, attemptId: string): number {
+      const record = JSON.parse(
+        readFileSync(join(stateDir, "spawns", `${attemptId}.json`), "utf8"),
+      ) as { supervisorPid: number };
+      return record.supervisorPid;
+    }
 
-  /** Step a waits on a gate; b needs a. */
-  async function gatedPair(name: string): Promise<{ dir: Scratch; gateA: string; file: string }> {
-    return prepare(name, true);
-  }
+    /** Step a waits on a gate; b needs a. */
+    async function gatedPair(name: string): Promise<{ dir: Scratch; gateA: string; file: string }> {
+      return prepare(name, true);
+    }
 
-  /** Final checks of the supervisor cases: a ran once and, with no receipt possible, is lost by trusted evidence; b never ran. */
-  async function expectLostWithoutReceipt(dir: Scratch, api: Api, runId: string, attemptId: string): Promise<void> {
-    const detail = await api.waitTerminal(runId, 45_000);
-    expect(detail.run.status).toBe("failed");
-    expect(detail.steps.map((step) => [step.name, step.status])).toEqual([["a", "failed"], ["b", "skipped"]]);
-    expect(attemptsOf(detail, "a")).toEqual([expect.objectContaining({ id: attemptId, status: "lost", error: "trusted evidence: the exact process is not running and left no receipt" })]);
-    expect(await readReceipt(dir.stateDir, attemptId)).toBeNull();
-    expect((await dir.spawns()).map((spawn) => spawn.label)).toEqual(["a"]);
-  }
+    /** Final checks of the supervisor cases: a ran once and, with no receipt possible, is lost by trusted evidence; b never ran. */
+    async function expectLostWithoutReceipt(
+      dir: Scratch,
+      api: Api,
+      runId: string,
+      attemptId: string,
+    ): Promise<void> {
+      const detail = await api.waitTerminal(runId, 45_000);
+      expect(detail.run.status).toBe("failed");
+      expect(detail.steps.map((step) => [step.name, step.status])).toEqual([
+        ["a", "failed"],
+        ["b", "skipped"],
+      ]);
+      expect(attemptsOf(detail, "a")).toEqual([
+        expect.objectContaining({
+          id: attemptId,
+          status: "lost",
+          error: "trusted evidence: the exact process is not running and left no receipt",
+        }),
+      ]);
+      expect(await readReceipt(dir.stateDir, attemptId)).toBeNull();
+      expect((await dir.spawns()).map((spawn) => spawn.label)).toEqual(["a"]);
+    }
 
-  it("supervisor killed while a task runs (runtime alive): the task runs on; once it ends, the live runtime settles it by the recovery rules, never re-run", { timeout: 90_000 }, async () => {
-    const { dir, gateA, file } = await gatedPair("supervisor-killed");
-    const served = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
-    const runId = (await served.api.startWorkflow("crash", "pipeline")).id;
-    const { attempt } = await served.api.waitStepRunning(runId, "a");
-    process.kill(supervisorOf(dir.stateDir, attempt.id), "SIGKILL");
-    // Re-adopted by identity while it runs: still running, nothing settled.
-    await served.api.tick();
-    expect(attemptsOf(await served.api.run(runId), "a")[0]).toMatchObject({ status: "running", pid: attempt.pid });
-    expect(await isRunning(attempt.pid)).toBe(true);
-    await dir.open(gateA);
-    await expectLostWithoutReceipt(dir, served.api, runId, attempt.id);
-    expect(served.child.exitCode).toBeNull();
-  });
-
-  it("runtime and supervisor killed together while a task runs: the restart re-adopts the task by identity, and its unreported end is settled by the recovery rules", { timeout: 90_000 }, async () => {
-    const { dir, gateA, file } = await gatedPair("both-killed");
-    const first = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
-    const runId = (await first.api.startWorkflow("crash", "pipeline")).id;
-    const { attempt } = await first.api.waitStepRunning(runId, "a");
-    const supervisorPid = supervisorOf(dir.stateDir, attempt.id);
-    process.kill(supervisorPid, "SIGKILL");
-    expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
-    await waitUntilGone(supervisorPid);
-
-    const second = await startServe(bundle, dir.stateDir, { profile });
-    expect((await second.api.recovery()).filter((entry) => entry.attemptId === attempt.id)).toEqual([{ attemptId: attempt.id, decision: "readopt", reason: null }]);
-    expect(await isRunning(attempt.pid)).toBe(true);
-    await dir.open(gateA);
-    await expectLostWithoutReceipt(dir, second.api, runId, attempt.id);
-  });
-
-  it("a task that finishes while the runtime is down: §3 receipt first → its completion is recorded from the receipt, not re-run", { timeout: 90_000 }, async () => {
-    const dir = await Scratch.create("finish-while-down");
-    scratches.push(dir);
-    const { file } = await dir.manifest(
-      "crash",
-      { ta: dir.task({ label: "a", then: "sleep 1" }), tb: dir.task({ label: "b" }) },
-      { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
+    it(
+      "supervisor killed while a task runs (runtime alive): the task runs on; once it ends, the live runtime settles it by the recovery rules, never re-run",
+      { timeout: 90_000 },
+      async () => {
+        const { dir, gateA, file } = await gatedPair("supervisor-killed");
+        const served = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
+        const runId = (await served.api.startWorkflow("crash", "pipeline")).id;
+        const { attempt } = await served.api.waitStepRunning(runId, "a");
+        process.kill(supervisorOf(dir.stateDir, attempt.id), "SIGKILL");
+        // Re-adopted by identity while it runs: still running, nothing settled.
+        await served.api.tick();
+        expect(attemptsOf(await served.api.run(runId), "a")[0]).toMatchObject({
+          status: "running",
+          pid: attempt.pid,
+        });
+        expect(await isRunning(attempt.pid)).toBe(true);
+        await dir.open(gateA);
+        await expectLostWithoutReceipt(dir, served.api, runId, attempt.id);
+        expect(served.child.exitCode).toBeNull();
+      },
     );
-    const first = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
-    const runId = (await first.api.startWorkflow("crash", "pipeline")).id;
-    const { attempt } = await first.api.waitStepRunning(runId, "a");
-    expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
-    // The supervisor outlives the runtime and writes the receipt when the task ends (~1 s).
-    await waitFor("the receipt written while the runtime is down", () => existsSync(receiptPath(dir.stateDir, attempt.id)));
-    await waitUntilGone(attempt.pid);
 
-    const second = await startServe(bundle, dir.stateDir, { profile });
-    expect((await second.api.recovery()).filter((entry) => entry.attemptId === attempt.id)).toEqual([{ attemptId: attempt.id, decision: "complete", reason: null }]);
-    const detail = await second.api.waitTerminal(runId);
-    await expectExactReplay(dir, second.api, detail, "succeeded");
-    const receipt = await readReceipt(dir.stateDir, attempt.id);
-    expect(attemptsOf(detail, "a")).toEqual([expect.objectContaining({ id: attempt.id, status: "succeeded", pid: attempt.pid, exitCode: receipt?.exitCode, finishedAtMs: receipt?.finishedAtMs })]);
+    it(
+      "runtime and supervisor killed together while a task runs: the restart re-adopts the task by identity, and its unreported end is settled by the recovery rules",
+      { timeout: 90_000 },
+      async () => {
+        const { dir, gateA, file } = await gatedPair("both-killed");
+        const first = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
+        const runId = (await first.api.startWorkflow("crash", "pipeline")).id;
+        const { attempt } = await first.api.waitStepRunning(runId, "a");
+        const supervisorPid = supervisorOf(dir.stateDir, attempt.id);
+        process.kill(supervisorPid, "SIGKILL");
+        expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
+        await waitUntilGone(supervisorPid);
+
+        const second = await startServe(bundle, dir.stateDir, { profile });
+        expect(
+          (await second.api.recovery()).filter((entry) => entry.attemptId === attempt.id),
+        ).toEqual([{ attemptId: attempt.id, decision: "readopt", reason: null }]);
+        expect(await isRunning(attempt.pid)).toBe(true);
+        await dir.open(gateA);
+        await expectLostWithoutReceipt(dir, second.api, runId, attempt.id);
+      },
+    );
+
+    it(
+      "a task that finishes while the runtime is down: §3 receipt first → its completion is recorded from the receipt, not re-run",
+      { timeout: 90_000 },
+      async () => {
+        const dir = await Scratch.create("finish-while-down");
+        scratches.push(dir);
+        const { file } = await dir.manifest(
+          "crash",
+          { ta: dir.task({ label: "a", then: "sleep 1" }), tb: dir.task({ label: "b" }) },
+          { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
+        );
+        const first = await startServe(bundle, dir.stateDir, { profile, apply: [file] });
+        const runId = (await first.api.startWorkflow("crash", "pipeline")).id;
+        const { attempt } = await first.api.waitStepRunning(runId, "a");
+        expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
+        // The supervisor outlives the runtime and writes the receipt when the task ends (~1 s).
+        await waitFor("the receipt written while the runtime is down", () =>
+          existsSync(receiptPath(dir.stateDir, attempt.id)),
+        );
+        await waitUntilGone(attempt.pid);
+
+        const second = await startServe(bundle, dir.stateDir, { profile });
+        expect(
+          (await second.api.recovery()).filter((entry) => entry.attemptId === attempt.id),
+        ).toEqual([{ attemptId: attempt.id, decision: "complete", reason: null }]);
+        const detail = await second.api.waitTerminal(runId);
+        await expectExactReplay(dir, second.api, detail, "succeeded");
+        const receipt = await readReceipt(dir.stateDir, attempt.id);
+        expect(attemptsOf(detail, "a")).toEqual([
+          expect.objectContaining({
+            id: attempt.id,
+            status: "succeeded",
+            pid: attempt.pid,
+            exitCode: receipt?.exitCode,
+            finishedAtMs: receipt?.finishedAtMs,
+          }),
+        ]);
+      },
+    );
   });
-});

@@ -15,7 +15,12 @@ import { openConfiguredStore } from "../../runtimes/node/open-store.ts";
 import { waitFor } from "../support/wait.ts";
 import { isRunning, waitUntilGone } from "../support/proc.ts";
 import { Scratch } from "../support/scratch.ts";
-import { expectReceiptsHonoured, journalNames, readJournal, readReceipt } from "../support/state-files.ts";
+import {
+  expectReceiptsHonoured,
+  journalNames,
+  readJournal,
+  readReceipt,
+} from "../support/state-files.ts";
 import { startServe } from "../support/serve-child.ts";
 import { attemptsOf, stepNamed } from "../support/api-client.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
@@ -23,55 +28,69 @@ import { useDeviceHarness } from "../support/device-harness.ts";
 const device = useDeviceHarness();
 
 describe("device lifecycle (real processes)", () => {
-  it("product vertical: a → b both succeed, one attempt, one spawn and one admission per step, startedAtMs is the launcher's handle fact", { timeout: 60_000 }, async () => {
-    const dir = await device.scratch("vertical");
-    const { text } = await dir.manifest(
-      "vertical",
-      { ta: dir.task({ label: "a", then: "sleep 0.3" }), tb: dir.task({ label: "b", then: "sleep 0.3" }) },
-      { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
-    );
-    const served = await startServe(device.bundle, dir.stateDir);
-    const api = served.api;
-    await api.apply(text);
-    const created = await api.startWorkflow("vertical", "pipeline");
-    const detail = await api.waitTerminal(created.id);
+  it(
+    "product vertical: a → b both succeed, one attempt, one spawn and one admission per step, startedAtMs is the launcher's handle fact",
+    { timeout: 60_000 },
+    async () => {
+      const dir = await device.scratch("vertical");
+      const { text } = await dir.manifest(
+        "vertical",
+        {
+          ta: dir.task({ label: "a", then: "sleep 0.3" }),
+          tb: dir.task({ label: "b", then: "sleep 0.3" }),
+        },
+        { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
+      );
+      const served = await startServe(device.bundle, dir.stateDir);
+      const api = served.api;
+      await api.apply(text);
+      const created = await api.startWorkflow("vertical", "pipeline");
+      const detail = await api.waitTerminal(created.id);
 
-    expect(detail.run.status).toBe("succeeded");
-    expect(detail.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
-      ["a", "succeeded", 1],
-      ["b", "succeeded", 1],
-    ]);
-    expect(detail.attempts).toHaveLength(2);
-    for (const name of ["a", "b"]) {
-      const [attempt] = attemptsOf(detail, name);
-      expect(attempt?.id).toMatch(/^wta:[0-9a-f]{32}$/);
-      expect(attempt?.status).toBe("succeeded");
-      expect(attempt?.exitCode).toBe(0);
-    }
+      expect(detail.run.status).toBe("succeeded");
+      expect(detail.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
+        ["a", "succeeded", 1],
+        ["b", "succeeded", 1],
+      ]);
+      expect(detail.attempts).toHaveLength(2);
+      for (const name of ["a", "b"]) {
+        const [attempt] = attemptsOf(detail, name);
+        expect(attempt?.id).toMatch(/^wta:[0-9a-f]{32}$/);
+        expect(attempt?.status).toBe("succeeded");
+        expect(attempt?.exitCode).toBe(0);
+      }
 
-    // Exactly one spawn per step, and the spawned shell is the attempt's recorded process.
-    const spawns = await dir.spawns();
-    expect(spawns.map((spawn) => spawn.label)).toEqual(["a", "b"]);
-    expect(spawns.map((spawn) => spawn.pid)).toEqual([attemptsOf(detail, "a")[0]?.pid, attemptsOf(detail, "b")[0]?.pid]);
+      // Exactly one spawn per step, and the spawned shell is the attempt's recorded process.
+      const spawns = await dir.spawns();
+      expect(spawns.map((spawn) => spawn.label)).toEqual(["a", "b"]);
+      expect(spawns.map((spawn) => spawn.pid)).toEqual([
+        attemptsOf(detail, "a")[0]?.pid,
+        attemptsOf(detail, "b")[0]?.pid,
+      ]);
 
-    // Exactly two admissions (ADR-0227 ledger: one winner per ready epoch).
-    const events = await api.events(created.id);
-    expect(events.filter((event) => event.type === "workflow.task_attempt_admitted")).toHaveLength(2);
+      // Exactly two admissions (ADR-0227 ledger: one winner per ready epoch).
+      const events = await api.events(created.id);
+      expect(
+        events.filter((event) => event.type === "workflow.task_attempt_admitted"),
+      ).toHaveLength(2);
 
-    // ADR-0229 §5: attempt and step startedAtMs are the pre-spawn journal fact the receipt repeats.
-    for (const attempt of detail.attempts) {
-      const journal = await readJournal(dir.stateDir, attempt.id);
-      const receipt = await readReceipt(dir.stateDir, attempt.id);
-      expect(journal).not.toBeNull();
-      expect(receipt).not.toBeNull();
-      expect(attempt.startedAtMs).toBe(journal?.startedAtMs);
-      expect(attempt.startedAtMs).toBe(receipt?.startedAtMs);
-      expect(detail.steps.find((step) => step.id === attempt.stepRunId)?.startedAtMs).toBe(journal?.startedAtMs);
-    }
-    await expectReceiptsHonoured(dir.stateDir, detail);
-    served.child.kill("SIGTERM");
-    expect(await served.exited).toEqual({ code: 0, signal: null });
-  });
+      // ADR-0229 §5: attempt and step startedAtMs are the pre-spawn journal fact the receipt repeats.
+      for (const attempt of detail.attempts) {
+        const journal = await readJournal(dir.stateDir, attempt.id);
+        const receipt = await readReceipt(dir.stateDir, attempt.id);
+        expect(journal).not.toBeNull();
+        expect(receipt).not.toBeNull();
+        expect(attempt.startedAtMs).toBe(journal?.startedAtMs);
+        expect(attempt.startedAtMs).toBe(receipt?.startedAtMs);
+        expect(detail.steps.find((step) => step.id === attempt.stepRunId)?.startedAtMs).toBe(
+          journal?.startedAtMs,
+        );
+      }
+      await expectReceiptsHonoured(dir.stateDir, detail);
+      served.child.kill("SIGTERM");
+      expect(await served.exited).toEqual({ code: 0, signal: null });
+    },
+  );
 
   /**
    * Cancel before start, deterministically. Racing a POST /runs against POST /cancel on a live
@@ -87,12 +106,33 @@ describe("device lifecycle (real processes)", () => {
    * journaled or spawned, and recovery reports nothing.
    */
   async function prepareCancelledRun(dir: Scratch, packageName: string): Promise<string> {
-    const { file } = await dir.manifest(packageName, { ta: dir.task({ label: "a" }), tb: dir.task({ label: "b" }) }, { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } });
-    const store = await openConfiguredStore({ kind: "sqlite", stateDir: dir.stateDir, databaseUrl: null, nowMs: Date.now() });
+    const { file } = await dir.manifest(
+      packageName,
+      { ta: dir.task({ label: "a" }), tb: dir.task({ label: "b" }) },
+      { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
+    );
+    const store = await openConfiguredStore({
+      kind: "sqlite",
+      stateDir: dir.stateDir,
+      databaseUrl: null,
+      nowMs: Date.now(),
+    });
     try {
       await applyFile(store, file);
       const runId = uuidv7();
-      await store.transaction(async (tx) => startRun(tx, { package: packageName, target: { kind: "workflow", name: "pipeline" }, idempotencyKey: null, scheduleName: null, runId }, await tx.observe(Date.now())));
+      await store.transaction(async (tx) =>
+        startRun(
+          tx,
+          {
+            package: packageName,
+            target: { kind: "workflow", name: "pipeline" },
+            idempotencyKey: null,
+            scheduleName: null,
+            runId,
+          },
+          await tx.observe(Date.now()),
+        ),
+      );
       await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(Date.now())));
       return runId;
     } finally {
@@ -100,144 +140,210 @@ describe("device lifecycle (real processes)", () => {
     }
   }
 
-  it("cancel before start (ADR-0229 verification 4): the first cycle converges the run to cancelled, no attempt is admitted", { timeout: 60_000 }, async () => {
-    const dir = await device.scratch("cancel-first-cycle");
-    const runId = await prepareCancelledRun(dir, "early");
+  it(
+    "cancel before start (ADR-0229 verification 4): the first cycle converges the run to cancelled, no attempt is admitted",
+    { timeout: 60_000 },
+    async () => {
+      const dir = await device.scratch("cancel-first-cycle");
+      const runId = await prepareCancelledRun(dir, "early");
 
-    const store = await openConfiguredStore({ kind: "sqlite", stateDir: dir.stateDir, databaseUrl: null, nowMs: Date.now() });
-    try {
-      const hmacKey = await loadOrCreateReceiptKey(dir.stateDir);
-      const launcher = new PosixLauncher({ stateDir: dir.stateDir, hmacKey, nowMs: () => Date.now(), supervisorPath: device.bundle.supervisor });
-      const executor = new LocalProcessExecutor(launcher, { logMaxBytes: 1 << 20, onStopError: () => undefined });
-      const coordinator = new Coordinator({ store, clock: systemClock, ids: uuidv7Ids, profile: PROFILES.standalone, executors: { local_process: executor } });
-      expect(await coordinator.recover()).toEqual([]);
-      const report = await coordinator.tick();
-      const stage = (name: string) => report.stages.find((item) => item.name === name);
-      expect(stage("cancellation")?.processed).toBe(1);
-      expect(stage("admission")?.processed).toBe(0);
-      expect(stage("dispatch")?.processed).toBe(0);
-      expect(report.stages.flatMap((item) => item.errors)).toEqual([]);
-      const after = await store.transaction(async (tx) => ({ run: await tx.getRun(runId), steps: await tx.getSteps(runId), attempts: await tx.getAttempts(runId), events: await tx.listEvents(runId, 0, 500) }));
-      expect(after.run?.status).toBe("cancelled");
-      expect(after.steps.map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
-      expect(after.attempts).toEqual([]);
-      expect(after.events.some((event) => event.type === "workflow.task_attempt_admitted")).toBe(false);
-    } finally {
-      await store.close();
-    }
-    expect(await dir.spawns()).toEqual([]);
-    expect(await journalNames(dir.stateDir)).toEqual([]);
-  });
+      const store = await openConfiguredStore({
+        kind: "sqlite",
+        stateDir: dir.stateDir,
+        databaseUrl: null,
+        nowMs: Date.now(),
+      });
+      try {
+        const hmacKey = await loadOrCreateReceiptKey(dir.stateDir);
+        const launcher = new PosixLauncher({
+          stateDir: dir.stateDir,
+          hmacKey,
+          nowMs: () => Date.now(),
+          supervisorPath: device.bundle.supervisor,
+        });
+        const executor = new LocalProcessExecutor(launcher, {
+          logMaxBytes: 1 << 20,
+          onStopError: () => undefined,
+        });
+        const coordinator = new Coordinator({
+          store,
+          clock: systemClock,
+          ids: uuidv7Ids,
+          profile: PROFILES.standalone,
+          executors: { local_process: executor },
+        });
+        expect(await coordinator.recover()).toEqual([]);
+        const report = await coordinator.tick();
+        const stage = (name: string) => report.stages.find((item) => item.name === name);
+        expect(stage("cancellation")?.processed).toBe(1);
+        expect(stage("admission")?.processed).toBe(0);
+        expect(stage("dispatch")?.processed).toBe(0);
+        expect(report.stages.flatMap((item) => item.errors)).toEqual([]);
+        const after = await store.transaction(async (tx) => ({
+          run: await tx.getRun(runId),
+          steps: await tx.getSteps(runId),
+          attempts: await tx.getAttempts(runId),
+          events: await tx.listEvents(runId, 0, 500),
+        }));
+        expect(after.run?.status).toBe("cancelled");
+        expect(after.steps.map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
+        expect(after.attempts).toEqual([]);
+        expect(after.events.some((event) => event.type === "workflow.task_attempt_admitted")).toBe(
+          false,
+        );
+      } finally {
+        await store.close();
+      }
+      expect(await dir.spawns()).toEqual([]);
+      expect(await journalNames(dir.stateDir)).toEqual([]);
+    },
+  );
 
-  it("cancel before start through qlr serve: cancelled atomically, nothing admitted, journaled or spawned, recovery scanned nothing", { timeout: 60_000 }, async () => {
-    const dir = await device.scratch("cancel-serve");
-    const runId = await prepareCancelledRun(dir, "early");
-    const served = await startServe(device.bundle, dir.stateDir);
-    const api = served.api;
-    const detail = await api.waitTerminal(runId);
-    expect(detail.run.status).toBe("cancelled");
-    expect(detail.steps.map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
-    expect(detail.attempts).toEqual([]);
-    expect(await api.recovery()).toEqual([]);
-    const events = await api.events(runId);
-    expect(events.some((event) => event.type === "workflow.task_attempt_admitted")).toBe(false);
-    // The convergence is one transaction: both steps and the run move together, right after the intent.
-    const intent = events.findIndex((event) => event.type === "run.cancel_requested");
-    const converged = events.slice(intent + 1);
-    expect(converged.map((event) => [event.type, event.data.to])).toEqual([
-      ["step.status_changed", "cancelled"],
-      ["step.status_changed", "cancelled"],
-      ["run.status_changed", "cancelled"],
-    ]);
-    expect(new Set(converged.map((event) => event.atMs)).size).toBe(1);
-    // A few more cycles change nothing.
-    await api.tick();
-    await api.tick();
-    expect((await api.events(runId)).length).toBe(events.length);
-    expect(await dir.spawns()).toEqual([]);
-    expect(await journalNames(dir.stateDir)).toEqual([]);
-  });
+  it(
+    "cancel before start through qlr serve: cancelled atomically, nothing admitted, journaled or spawned, recovery scanned nothing",
+    { timeout: 60_000 },
+    async () => {
+      const dir = await device.scratch("cancel-serve");
+      const runId = await prepareCancelledRun(dir, "early");
+      const served = await startServe(device.bundle, dir.stateDir);
+      const api = served.api;
+      const detail = await api.waitTerminal(runId);
+      expect(detail.run.status).toBe("cancelled");
+      expect(detail.steps.map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
+      expect(detail.attempts).toEqual([]);
+      expect(await api.recovery()).toEqual([]);
+      const events = await api.events(runId);
+      expect(events.some((event) => event.type === "workflow.task_attempt_admitted")).toBe(false);
+      // The convergence is one transaction: both steps and the run move together, right after the intent.
+      const intent = events.findIndex((event) => event.type === "run.cancel_requested");
+      const converged = events.slice(intent + 1);
+      expect(converged.map((event) => [event.type, event.data.to])).toEqual([
+        ["step.status_changed", "cancelled"],
+        ["step.status_changed", "cancelled"],
+        ["run.status_changed", "cancelled"],
+      ]);
+      expect(new Set(converged.map((event) => event.atMs)).size).toBe(1);
+      // A few more cycles change nothing.
+      await api.tick();
+      await api.tick();
+      expect((await api.events(runId)).length).toBe(events.length);
+      expect(await dir.spawns()).toEqual([]);
+      expect(await journalNames(dir.stateDir)).toEqual([]);
+    },
+  );
 
-  it("cancel in flight: the real process is stopped first, then attempt, every step and the run converge to cancelled", { timeout: 60_000 }, async () => {
-    const dir = await device.scratch("cancel-flight");
-    const { text } = await dir.manifest(
-      "flight",
-      { slow: dir.task({ label: "a", then: "sleep 30" }), tb: dir.task({ label: "b" }) },
-      { pipeline: { steps: { a: { task: "slow" }, b: { task: "tb", needs: ["a"] } } } },
-    );
-    const served = await startServe(device.bundle, dir.stateDir);
-    const api = served.api;
-    await api.apply(text);
-    const created = await api.startWorkflow("flight", "pipeline");
-    const { attempt } = await api.waitStepRunning(created.id, "a");
-    expect(await isRunning(attempt.pid)).toBe(true);
+  it(
+    "cancel in flight: the real process is stopped first, then attempt, every step and the run converge to cancelled",
+    { timeout: 60_000 },
+    async () => {
+      const dir = await device.scratch("cancel-flight");
+      const { text } = await dir.manifest(
+        "flight",
+        { slow: dir.task({ label: "a", then: "sleep 30" }), tb: dir.task({ label: "b" }) },
+        { pipeline: { steps: { a: { task: "slow" }, b: { task: "tb", needs: ["a"] } } } },
+      );
+      const served = await startServe(device.bundle, dir.stateDir);
+      const api = served.api;
+      await api.apply(text);
+      const created = await api.startWorkflow("flight", "pipeline");
+      const { attempt } = await api.waitStepRunning(created.id, "a");
+      expect(await isRunning(attempt.pid)).toBe(true);
 
-    const cancelled = await api.cancel(created.id);
-    expect(cancelled.run.cancelRequestedAtMs).not.toBeNull();
-    await waitUntilGone(attempt.pid);
-    const detail = await api.waitTerminal(created.id);
+      const cancelled = await api.cancel(created.id);
+      expect(cancelled.run.cancelRequestedAtMs).not.toBeNull();
+      await waitUntilGone(attempt.pid);
+      const detail = await api.waitTerminal(created.id);
 
-    expect(detail.run.status).toBe("cancelled");
-    expect(detail.steps.map((step) => [step.name, step.status])).toEqual([
-      ["a", "cancelled"],
-      ["b", "cancelled"],
-    ]);
-    expect(detail.attempts).toHaveLength(1);
-    expect(detail.attempts[0]).toMatchObject({ id: attempt.id, status: "cancelled", stopReason: "cancel", pid: attempt.pid });
-    // The process was stopped by signal (SIGTERM to its group), and the receipt says so.
-    const receipt = await readReceipt(dir.stateDir, attempt.id);
-    expect(receipt?.stopReason).toBe("cancel");
-    expect(receipt?.signal).toBe("SIGTERM");
-    await expectReceiptsHonoured(dir.stateDir, detail);
-    // The stop came before the convergence: the attempt ended before the run did.
-    expect(detail.attempts[0]?.finishedAtMs ?? Infinity).toBeLessThanOrEqual(detail.run.finishedAtMs ?? -Infinity);
-    expect(await dir.spawns()).toEqual([{ label: "a", pid: attempt.pid }]);
-  });
+      expect(detail.run.status).toBe("cancelled");
+      expect(detail.steps.map((step) => [step.name, step.status])).toEqual([
+        ["a", "cancelled"],
+        ["b", "cancelled"],
+      ]);
+      expect(detail.attempts).toHaveLength(1);
+      expect(detail.attempts[0]).toMatchObject({
+        id: attempt.id,
+        status: "cancelled",
+        stopReason: "cancel",
+        pid: attempt.pid,
+      });
+      // The process was stopped by signal (SIGTERM to its group), and the receipt says so.
+      const receipt = await readReceipt(dir.stateDir, attempt.id);
+      expect(receipt?.stopReason).toBe("cancel");
+      expect(receipt?.signal).toBe("SIGTERM");
+      await expectReceiptsHonoured(dir.stateDir, detail);
+      // The stop came before the convergence: the attempt ended before the run did.
+      expect(detail.attempts[0]?.finishedAtMs ?? Infinity).toBeLessThanOrEqual(
+        detail.run.finishedAtMs ?? -Infinity,
+      );
+      expect(await dir.spawns()).toEqual([{ label: "a", pid: attempt.pid }]);
+    },
+  );
 
-  it("step deadline: only the overrunning step's process is killed (timed_out), downstream skipped, a parallel step still succeeds, run failed", { timeout: 60_000 }, async () => {
-    const dir = await device.scratch("deadline");
-    const parallelGate = dir.gate("parallel");
-    const { text } = await dir.manifest(
-      "deadline",
-      {
-        slow: dir.task({ label: "slow", then: "sleep 30", timeout: "1s" }),
-        after: dir.task({ label: "after" }),
-        side: dir.task({ label: "side", then: Scratch.waitForGate(parallelGate) }),
-      },
-      { pipeline: { steps: { slow: { task: "slow" }, after: { task: "after", needs: ["slow"] }, side: { task: "side" } } } },
-    );
-    const served = await startServe(device.bundle, dir.stateDir);
-    const api = served.api;
-    await api.apply(text);
-    const created = await api.startWorkflow("deadline", "pipeline");
-    const slow = await api.waitStepRunning(created.id, "slow");
-    const side = await api.waitStepRunning(created.id, "side");
+  it(
+    "step deadline: only the overrunning step's process is killed (timed_out), downstream skipped, a parallel step still succeeds, run failed",
+    { timeout: 60_000 },
+    async () => {
+      const dir = await device.scratch("deadline");
+      const parallelGate = dir.gate("parallel");
+      const { text } = await dir.manifest(
+        "deadline",
+        {
+          slow: dir.task({ label: "slow", then: "sleep 30", timeout: "1s" }),
+          after: dir.task({ label: "after" }),
+          side: dir.task({ label: "side", then: Scratch.waitForGate(parallelGate) }),
+        },
+        {
+          pipeline: {
+            steps: {
+              slow: { task: "slow" },
+              after: { task: "after", needs: ["slow"] },
+              side: { task: "side" },
+            },
+          },
+        },
+      );
+      const served = await startServe(device.bundle, dir.stateDir);
+      const api = served.api;
+      await api.apply(text);
+      const created = await api.startWorkflow("deadline", "pipeline");
+      const slow = await api.waitStepRunning(created.id, "slow");
+      const side = await api.waitStepRunning(created.id, "side");
 
-    // The deadline passes; execution control stops exactly the slow step's process group.
-    await waitUntilGone(slow.attempt.pid);
-    const timedOut = await waitFor("slow to be timed_out", async () => {
-      const detail = await api.run(created.id);
-      return stepNamed(detail, "slow").status === "timed_out" ? detail : null;
-    });
-    expect(attemptsOf(timedOut, "slow")[0]).toMatchObject({ status: "timed_out", stopReason: "timeout" });
-    // The parallel step was not touched: still running, same process.
-    expect(await isRunning(side.attempt.pid)).toBe(true);
-    expect(stepNamed(timedOut, "side").status).toBe("running");
-    expect(timedOut.run.status).toBe("running");
+      // The deadline passes; execution control stops exactly the slow step's process group.
+      await waitUntilGone(slow.attempt.pid);
+      const timedOut = await waitFor("slow to be timed_out", async () => {
+        const detail = await api.run(created.id);
+        return stepNamed(detail, "slow").status === "timed_out" ? detail : null;
+      });
+      expect(attemptsOf(timedOut, "slow")[0]).toMatchObject({
+        status: "timed_out",
+        stopReason: "timeout",
+      });
+      // The parallel step was not touched: still running, same process.
+      expect(await isRunning(side.attempt.pid)).toBe(true);
+      expect(stepNamed(timedOut, "side").status).toBe("running");
+      expect(timedOut.run.status).toBe("running");
 
-    await dir.open(parallelGate);
-    const detail = await api.waitTerminal(created.id);
-    expect(detail.run.status).toBe("failed");
-    expect(detail.steps.map((step) => [step.name, step.status])).toEqual(expect.arrayContaining([
-      ["slow", "timed_out"],
-      ["after", "skipped"],
-      ["side", "succeeded"],
-    ]));
-    expect(attemptsOf(detail, "side")[0]).toMatchObject({ status: "succeeded", exitCode: 0, pid: side.attempt.pid });
-    expect(attemptsOf(detail, "after")).toEqual([]);
-    const receipt = await readReceipt(dir.stateDir, slow.attempt.id);
-    expect(receipt?.stopReason).toBe("timeout");
-    await expectReceiptsHonoured(dir.stateDir, detail);
-    expect((await dir.spawns()).map((spawn) => spawn.label).sort()).toEqual(["side", "slow"]);
-  });
+      await dir.open(parallelGate);
+      const detail = await api.waitTerminal(created.id);
+      expect(detail.run.status).toBe("failed");
+      expect(detail.steps.map((step) => [step.name, step.status])).toEqual(
+        expect.arrayContaining([
+          ["slow", "timed_out"],
+          ["after", "skipped"],
+          ["side", "succeeded"],
+        ]),
+      );
+      expect(attemptsOf(detail, "side")[0]).toMatchObject({
+        status: "succeeded",
+        exitCode: 0,
+        pid: side.attempt.pid,
+      });
+      expect(attemptsOf(detail, "after")).toEqual([]);
+      const receipt = await readReceipt(dir.stateDir, slow.attempt.id);
+      expect(receipt?.stopReason).toBe("timeout");
+      await expectReceiptsHonoured(dir.stateDir, detail);
+      expect((await dir.spawns()).map((spawn) => spawn.label).sort()).toEqual(["side", "slow"]);
+    },
+  );
 });

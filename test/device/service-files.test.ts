@@ -37,10 +37,18 @@ async function tempDir(name: string): Promise<string> {
   return dir;
 }
 
-function run(file: string, args: readonly string[], env: NodeJS.ProcessEnv = childEnv()): Promise<{ code: number; stdout: string; stderr: string }> {
+function run(
+  file: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv = childEnv(),
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolveRun) => {
     execFile(file, args, { env, timeout: 60_000 }, (error, stdout, stderr) => {
-      resolveRun({ code: error === null ? 0 : typeof error.code === "number" ? error.code : -1, stdout, stderr });
+      resolveRun({
+        code: error === null ? 0 : typeof error.code === "number" ? error.code : -1,
+        stdout,
+        stderr,
+      });
     });
   });
 }
@@ -57,7 +65,8 @@ function unitDirectives(text: string): Map<string, string[]> {
   const directives = new Map<string, string[]>();
   for (const raw of text.split("\n")) {
     const line = raw.trim();
-    if (line === "" || line.startsWith("#") || line.startsWith(";") || line.startsWith("[")) continue;
+    if (line === "" || line.startsWith("#") || line.startsWith(";") || line.startsWith("["))
+      continue;
     const at = line.indexOf("=");
     const key = line.slice(0, at);
     directives.set(key, [...(directives.get(key) ?? []), line.slice(at + 1)]);
@@ -75,14 +84,24 @@ function only(directives: Map<string, string[]>, key: string): string {
  * Starts a runtime as a service manager would and returns once it serves: its URL, its exit.
  * The caller stops it with SIGTERM.
  */
-async function startLikeAServiceManager(command: readonly string[], env: NodeJS.ProcessEnv): Promise<{ url: string; exited: Promise<Exit>; output: () => string; kill: (signal: NodeJS.Signals) => void }> {
+async function startLikeAServiceManager(
+  command: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{
+  url: string;
+  exited: Promise<Exit>;
+  output: () => string;
+  kill: (signal: NodeJS.Signals) => void;
+}> {
   const [file, ...args] = command;
   const child = spawn(file ?? "", args, { env, stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   child.stdout.setEncoding("utf8");
   child.stderr.setEncoding("utf8");
   child.stderr.on("data", (chunk: string) => (output += chunk));
-  const exited = new Promise<Exit>((resolveExit) => child.once("exit", (code, signal) => resolveExit({ code, signal })));
+  const exited = new Promise<Exit>((resolveExit) =>
+    child.once("exit", (code, signal) => resolveExit({ code, signal })),
+  );
   const url = await new Promise<string>((resolveUrl, rejectUrl) => {
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
@@ -98,7 +117,11 @@ async function startLikeAServiceManager(command: readonly string[], env: NodeJS.
     });
     void exited.then((exit) => {
       clearTimeout(timer);
-      rejectUrl(new Error(`the service exited (${exit.signal ?? `code ${exit.code}`}) before serving:\n${output}`));
+      rejectUrl(
+        new Error(
+          `the service exited (${exit.signal ?? `code ${exit.code}`}) before serving:\n${output}`,
+        ),
+      );
     });
   });
   return { url, exited, output: () => output, kill: (signal) => child.kill(signal) };
@@ -106,7 +129,9 @@ async function startLikeAServiceManager(command: readonly string[], env: NodeJS.
 
 async function appliedPackages(url: string, stateDir: string): Promise<string[]> {
   const token = (await readFile(join(stateDir, "token"), "utf8")).trim();
-  const response = await fetch(`${url}/packages`, { headers: { authorization: `Bearer ${token}` } });
+  const response = await fetch(`${url}/packages`, {
+    headers: { authorization: `Bearer ${token}` },
+  });
   expect(response.status).toBe(200);
   const body = (await response.json()) as { packages: { package: string }[] };
   return body.packages.map((item) => item.package);
@@ -115,31 +140,41 @@ async function appliedPackages(url: string, stateDir: string): Promise<string[]>
 describe("examples/systemd/qlr.service", () => {
   const systemdAnalyze = onPath("systemd-analyze");
 
-  it.skipIf(systemdAnalyze === null)("passes systemd-analyze verify (skipped when systemd-analyze is not installed: Debian's systemd package)", async () => {
-    // verify checks that ExecStart's program exists. The unit names /usr/bin/node, where
-    // distributions install it; where node lives elsewhere, a temporary copy names this node.
-    const dir = await tempDir("verify");
-    let text = await readFile(UNIT, "utf8");
-    if (!existsSync("/usr/bin/node")) {
-      process.stdout.write(`/usr/bin/node is missing here: verifying a copy whose ExecStart names ${process.execPath}\n`);
-      text = text.replace("ExecStart=/usr/bin/node ", `ExecStart=${process.execPath} `);
-    }
-    const copy = join(dir, "qlr.service");
-    await writeFile(copy, text);
-    const verified = await run(systemdAnalyze ?? "", ["verify", copy]);
-    expect(verified.stderr).toBe("");
-    expect(verified.code).toBe(0);
+  it.skipIf(systemdAnalyze === null)(
+    "passes systemd-analyze verify (skipped when systemd-analyze is not installed: Debian's systemd package)",
+    async () => {
+      // verify checks that ExecStart's program exists. The unit names /usr/bin/node, where
+      // distributions install it; where node lives elsewhere, a temporary copy names this node.
+      const dir = await tempDir("verify");
+      let text = await readFile(UNIT, "utf8");
+      if (!existsSync("/usr/bin/node")) {
+        process.stdout.write(
+          `/usr/bin/node is missing here: verifying a copy whose ExecStart names ${process.execPath}\n`,
+        );
+        text = text.replace("ExecStart=/usr/bin/node ", `ExecStart=${process.execPath} `);
+      }
+      const copy = join(dir, "qlr.service");
+      await writeFile(copy, text);
+      const verified = await run(systemdAnalyze ?? "", ["verify", copy]);
+      expect(verified.stderr).toBe("");
+      expect(verified.code).toBe(0);
 
-    // The same verification refuses a unit with a mistake in it, so a pass above means something.
-    await writeFile(copy, text.replace("ProtectSystem=strict", "ProtectSystem=strictest"));
-    const broken = await run(systemdAnalyze ?? "", ["verify", copy]);
-    expect(broken.stderr).toMatch(/qlr\.service:\d+: Failed to parse protect system value/);
-  });
-  if (systemdAnalyze === null) process.stdout.write("systemd-analyze verify skipped: systemd-analyze is not on PATH (Debian package systemd)\n");
+      // The same verification refuses a unit with a mistake in it, so a pass above means something.
+      await writeFile(copy, text.replace("ProtectSystem=strict", "ProtectSystem=strictest"));
+      const broken = await run(systemdAnalyze ?? "", ["verify", copy]);
+      expect(broken.stderr).toMatch(/qlr\.service:\d+: Failed to parse protect system value/);
+    },
+  );
+  if (systemdAnalyze === null)
+    process.stdout.write(
+      "systemd-analyze verify skipped: systemd-analyze is not on PATH (Debian package systemd)\n",
+    );
 
   it("hardens the service without taking from the tasks what they need, and keeps the supervisors across restarts", async () => {
     const directives = unitDirectives(await readFile(UNIT, "utf8"));
-    const environment = new Map((directives.get("Environment") ?? []).map((entry) => entry.split("=", 2) as [string, string]));
+    const environment = new Map(
+      (directives.get("Environment") ?? []).map((entry) => entry.split("=", 2) as [string, string]),
+    );
     const dir = environment.get("QLR_STATE_DIR");
     expect(dir).toBe(`/var/lib/${only(directives, "StateDirectory")}`);
     expect(only(directives, "ReadWritePaths").split(/\s+/)).toContain(dir);
@@ -154,32 +189,46 @@ describe("examples/systemd/qlr.service", () => {
     expect(directives.has("SystemCallFilter")).toBe(false);
     // Tasks reach the network (webhooks, downloads).
     expect(directives.has("PrivateNetwork")).toBe(false);
-    expect(only(directives, "RestrictAddressFamilies").split(/\s+/)).toEqual(expect.arrayContaining(["AF_INET", "AF_INET6", "AF_UNIX"]));
+    expect(only(directives, "RestrictAddressFamilies").split(/\s+/)).toEqual(
+      expect.arrayContaining(["AF_INET", "AF_INET6", "AF_UNIX"]),
+    );
   });
 
-  it("ExecStart with the unit's Environment serves, and KillSignal stops it cleanly", { timeout: 120_000 }, async () => {
-    const directives = unitDirectives(await readFile(UNIT, "utf8"));
-    const stateDir = join(await tempDir("unit"), "state");
-    const environment: Record<string, string> = {};
-    for (const entry of directives.get("Environment") ?? []) {
-      const at = entry.indexOf("=");
-      environment[entry.slice(0, at)] = entry.slice(at + 1);
-    }
-    // The unit's paths, moved into this test's temporary folder and the test's bundle.
-    environment.QLR_STATE_DIR = stateDir;
-    environment.QLR_PORT = "0";
-    const command = only(directives, "ExecStart")
-      .split(/\s+/)
-      .map((word) => (word === "/usr/bin/node" ? process.execPath : word === "/opt/qlr/dist/qlr.mjs" ? bundle.qlr : word === "/etc/qlr/package.yaml" ? DEMO : word));
-    expect(command.slice(2, 3)).toEqual(["serve"]);
-    const service = await startLikeAServiceManager(command, childEnv(environment));
-    expect(await appliedPackages(service.url, stateDir)).toContain("demo");
-    expect(((await stat(stateDir)).mode & 0o777).toString(8)).toBe("700");
-    service.kill(only(directives, "KillSignal") as NodeJS.Signals);
-    const exit = await service.exited;
-    expect(exit, service.output()).toEqual({ code: 0, signal: null });
-    expect(service.output()).toContain("SIGTERM: stopping");
-  });
+  it(
+    "ExecStart with the unit's Environment serves, and KillSignal stops it cleanly",
+    { timeout: 120_000 },
+    async () => {
+      const directives = unitDirectives(await readFile(UNIT, "utf8"));
+      const stateDir = join(await tempDir("unit"), "state");
+      const environment: Record<string, string> = {};
+      for (const entry of directives.get("Environment") ?? []) {
+        const at = entry.indexOf("=");
+        environment[entry.slice(0, at)] = entry.slice(at + 1);
+      }
+      // The unit's paths, moved into this test's temporary folder and the test's bundle.
+      environment.QLR_STATE_DIR = stateDir;
+      environment.QLR_PORT = "0";
+      const command = only(directives, "ExecStart")
+        .split(/\s+/)
+        .map((word) =>
+          word === "/usr/bin/node"
+            ? process.execPath
+            : word === "/opt/qlr/dist/qlr.mjs"
+              ? bundle.qlr
+              : word === "/etc/qlr/package.yaml"
+                ? DEMO
+                : word,
+        );
+      expect(command.slice(2, 3)).toEqual(["serve"]);
+      const service = await startLikeAServiceManager(command, childEnv(environment));
+      expect(await appliedPackages(service.url, stateDir)).toContain("demo");
+      expect(((await stat(stateDir)).mode & 0o777).toString(8)).toBe("700");
+      service.kill(only(directives, "KillSignal") as NodeJS.Signals);
+      const exit = await service.exited;
+      expect(exit, service.output()).toEqual({ code: 0, signal: null });
+      expect(service.output()).toContain("SIGTERM: stopping");
+    },
+  );
 });
 
 interface ProcdCall {
@@ -203,40 +252,64 @@ describe("examples/openwrt/qlr.init", () => {
     expect(checked).toMatchObject({ code: 0, stderr: "" });
   });
 
-  it("start_service declares one respawned instance whose command serves, and procd's stop ends it cleanly", { timeout: 120_000 }, async () => {
-    const dir = await tempDir("procd");
-    const stateDir = join(dir, "srv-qlr");
-    const log = join(dir, "procd.log");
-    const script = `. "${STUB}"; . "${INIT}"; start_service; service_triggers`;
-    const started = await run("sh", ["-c", script], childEnv({ PROCD_STUB_LOG: log, UCI_node: process.execPath, UCI_program: bundle.qlr, UCI_state_dir: stateDir, UCI_port: "0", UCI_LIST_apply: DEMO }));
-    expect(started).toMatchObject({ code: 0, stderr: "" });
-    const calls = procdCalls(await readFile(log, "utf8"));
-    expect(calls.map((call) => call.name)).toEqual(expect.arrayContaining(["config_load", "procd_open_instance", "procd_close_instance", "procd_add_reload_trigger"]));
-    expect(calls.filter((call) => call.name === "procd_open_instance")).toHaveLength(1);
-    const params = new Map<string, string[]>();
-    for (const call of calls) {
-      const [param, ...values] = call.args;
-      if (call.name === "procd_set_param") params.set(param ?? "", values);
-      if (call.name === "procd_append_param") params.set(param ?? "", [...(params.get(param ?? "") ?? []), ...values]);
-    }
-    expect(params.get("respawn")).toHaveLength(3);
-    const termTimeoutS = Number(params.get("term_timeout")?.[0]);
-    expect(termTimeoutS).toBeGreaterThanOrEqual(30);
-    expect(params.get("env")).toEqual(["NODE_OPTIONS=--max-semi-space-size=1"]);
-    const command = params.get("command") ?? [];
-    expect(command.slice(0, 3)).toEqual([process.execPath, bundle.qlr, "serve"]);
-    expect(command).toEqual(expect.arrayContaining(["--profile", "edge", "--apply", DEMO]));
-    // The init script creates the state dir owner-only before the runtime first starts.
-    expect(((await stat(stateDir)).mode & 0o777).toString(8)).toBe("700");
+  it(
+    "start_service declares one respawned instance whose command serves, and procd's stop ends it cleanly",
+    { timeout: 120_000 },
+    async () => {
+      const dir = await tempDir("procd");
+      const stateDir = join(dir, "srv-qlr");
+      const log = join(dir, "procd.log");
+      const script = `. "${STUB}"; . "${INIT}"; start_service; service_triggers`;
+      const started = await run(
+        "sh",
+        ["-c", script],
+        childEnv({
+          PROCD_STUB_LOG: log,
+          UCI_node: process.execPath,
+          UCI_program: bundle.qlr,
+          UCI_state_dir: stateDir,
+          UCI_port: "0",
+          UCI_LIST_apply: DEMO,
+        }),
+      );
+      expect(started).toMatchObject({ code: 0, stderr: "" });
+      const calls = procdCalls(await readFile(log, "utf8"));
+      expect(calls.map((call) => call.name)).toEqual(
+        expect.arrayContaining([
+          "config_load",
+          "procd_open_instance",
+          "procd_close_instance",
+          "procd_add_reload_trigger",
+        ]),
+      );
+      expect(calls.filter((call) => call.name === "procd_open_instance")).toHaveLength(1);
+      const params = new Map<string, string[]>();
+      for (const call of calls) {
+        const [param, ...values] = call.args;
+        if (call.name === "procd_set_param") params.set(param ?? "", values);
+        if (call.name === "procd_append_param")
+          params.set(param ?? "", [...(params.get(param ?? "") ?? []), ...values]);
+      }
+      expect(params.get("respawn")).toHaveLength(3);
+      const termTimeoutS = Number(params.get("term_timeout")?.[0]);
+      expect(termTimeoutS).toBeGreaterThanOrEqual(30);
+      expect(params.get("env")).toEqual(["NODE_OPTIONS=--max-semi-space-size=1"]);
+      const command = params.get("command") ?? [];
+      expect(command.slice(0, 3)).toEqual([process.execPath, bundle.qlr, "serve"]);
+      expect(command).toEqual(expect.arrayContaining(["--profile", "edge", "--apply", DEMO]));
+      // The init script creates the state dir owner-only before the runtime first starts.
+      expect(((await stat(stateDir)).mode & 0o777).toString(8)).toBe("700");
 
-    // What procd does with the instance: run the command with its env, then SIGTERM on stop.
-    const env: Record<string, string> = {};
-    for (const entry of params.get("env") ?? []) env[entry.slice(0, entry.indexOf("="))] = entry.slice(entry.indexOf("=") + 1);
-    const service = await startLikeAServiceManager(command, childEnv(env));
-    expect(await appliedPackages(service.url, stateDir)).toContain("demo");
-    service.kill("SIGTERM");
-    const exit = await service.exited;
-    expect(exit, service.output()).toEqual({ code: 0, signal: null });
-    expect(service.output()).toContain("SIGTERM: stopping");
-  });
+      // What procd does with the instance: run the command with its env, then SIGTERM on stop.
+      const env: Record<string, string> = {};
+      for (const entry of params.get("env") ?? [])
+        env[entry.slice(0, entry.indexOf("="))] = entry.slice(entry.indexOf("=") + 1);
+      const service = await startLikeAServiceManager(command, childEnv(env));
+      expect(await appliedPackages(service.url, stateDir)).toContain("demo");
+      service.kill("SIGTERM");
+      const exit = await service.exited;
+      expect(exit, service.output()).toEqual({ code: 0, signal: null });
+      expect(service.output()).toContain("SIGTERM: stopping");
+    },
+  );
 });

@@ -18,12 +18,25 @@ import type { RunDetail } from "../support/api-views.ts";
 const harness = useDeviceHarness();
 
 /** Starts a one-step workflow under the fault and waits until its process runs with no persisted handle. */
-async function startStuck(name: string, task: (dir: Scratch) => Record<string, unknown>): Promise<{ dir: Scratch; served: Served; runId: string; pid: number; attemptId: string }> {
+async function startStuck(
+  name: string,
+  task: (dir: Scratch) => Record<string, unknown>,
+): Promise<{ dir: Scratch; served: Served; runId: string; pid: number; attemptId: string }> {
   const dir = await harness.scratch(name);
-  const { file } = await dir.manifest("stuck", { ta: task(dir) }, { pipeline: { steps: { a: { task: "ta" } } } });
-  const served = await startServe(harness.bundle, dir.stateDir, { fault: "dispatch.after_spawn", faultAction: "throw", apply: [file] });
+  const { file } = await dir.manifest(
+    "stuck",
+    { ta: task(dir) },
+    { pipeline: { steps: { a: { task: "ta" } } } },
+  );
+  const served = await startServe(harness.bundle, dir.stateDir, {
+    fault: "dispatch.after_spawn",
+    faultAction: "throw",
+    apply: [file],
+  });
   const runId = (await served.api.startWorkflow("stuck", "pipeline")).id;
-  const spawn = await waitFor("step a's process to run", async () => (await dir.spawns()).find((entry) => entry.label === "a"));
+  const spawn = await waitFor("step a's process to run", async () =>
+    (await dir.spawns()).find((entry) => entry.label === "a"),
+  );
   // Cycles pass; the attempt stays `starting` without a handle while its process runs.
   await served.api.tick();
   await served.api.tick();
@@ -34,7 +47,10 @@ async function startStuck(name: string, task: (dir: Scratch) => Record<string, u
   return { dir, served, runId, pid: spawn.pid, attemptId: attempt?.id ?? "" };
 }
 
-async function expectConverged(stuck: { dir: Scratch; served: Served; runId: string; pid: number; attemptId: string }, detail: RunDetail): Promise<void> {
+async function expectConverged(
+  stuck: { dir: Scratch; served: Served; runId: string; pid: number; attemptId: string },
+  detail: RunDetail,
+): Promise<void> {
   await waitUntilGone(stuck.pid);
   await expectReceiptsHonoured(stuck.dir.stateDir, detail);
   // One spawn, one attempt, and the same runtime process all along.
@@ -44,24 +60,41 @@ async function expectConverged(stuck: { dir: Scratch; served: Served; runId: str
 }
 
 describe("an attempt left starting without a persisted handle, the runtime alive", () => {
-  it("is stopped by a cancel through the supervisor and converges to cancelled", { timeout: 90_000 }, async () => {
-    const stuck = await startStuck("cancel", (dir) => dir.task({ label: "a", then: "sleep 60" }));
-    await stuck.served.api.cancel(stuck.runId);
-    const detail = await stuck.served.api.waitTerminal(stuck.runId, 45_000);
-    expect(detail.run.status).toBe("cancelled");
-    expect(stepNamed(detail, "a").status).toBe("cancelled");
-    expect(attemptsOf(detail, "a")[0]).toMatchObject({ id: stuck.attemptId, status: "cancelled", stopReason: "cancel" });
-    expect((await readReceipt(stuck.dir.stateDir, stuck.attemptId))?.stopReason).toBe("cancel");
-    await expectConverged(stuck, detail);
-  });
+  it(
+    "is stopped by a cancel through the supervisor and converges to cancelled",
+    { timeout: 90_000 },
+    async () => {
+      const stuck = await startStuck("cancel", (dir) => dir.task({ label: "a", then: "sleep 60" }));
+      await stuck.served.api.cancel(stuck.runId);
+      const detail = await stuck.served.api.waitTerminal(stuck.runId, 45_000);
+      expect(detail.run.status).toBe("cancelled");
+      expect(stepNamed(detail, "a").status).toBe("cancelled");
+      expect(attemptsOf(detail, "a")[0]).toMatchObject({
+        id: stuck.attemptId,
+        status: "cancelled",
+        stopReason: "cancel",
+      });
+      expect((await readReceipt(stuck.dir.stateDir, stuck.attemptId))?.stopReason).toBe("cancel");
+      await expectConverged(stuck, detail);
+    },
+  );
 
-  it("is stopped at its 1 s deadline by the supervisor and converges to timed_out", { timeout: 90_000 }, async () => {
-    const stuck = await startStuck("deadline", (dir) => dir.task({ label: "a", then: "sleep 60", timeout: "1s" }));
-    const detail = await stuck.served.api.waitTerminal(stuck.runId, 45_000);
-    expect(detail.run.status).toBe("failed");
-    expect(stepNamed(detail, "a").status).toBe("timed_out");
-    expect(attemptsOf(detail, "a")[0]).toMatchObject({ id: stuck.attemptId, status: "timed_out" });
-    expect((await readReceipt(stuck.dir.stateDir, stuck.attemptId))?.stopReason).toBe("timeout");
-    await expectConverged(stuck, detail);
-  });
+  it(
+    "is stopped at its 1 s deadline by the supervisor and converges to timed_out",
+    { timeout: 90_000 },
+    async () => {
+      const stuck = await startStuck("deadline", (dir) =>
+        dir.task({ label: "a", then: "sleep 60", timeout: "1s" }),
+      );
+      const detail = await stuck.served.api.waitTerminal(stuck.runId, 45_000);
+      expect(detail.run.status).toBe("failed");
+      expect(stepNamed(detail, "a").status).toBe("timed_out");
+      expect(attemptsOf(detail, "a")[0]).toMatchObject({
+        id: stuck.attemptId,
+        status: "timed_out",
+      });
+      expect((await readReceipt(stuck.dir.stateDir, stuck.attemptId))?.stopReason).toBe("timeout");
+      await expectConverged(stuck, detail);
+    },
+  );
 });

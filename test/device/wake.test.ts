@@ -16,54 +16,95 @@ const device = useDeviceHarness();
 const NEVER_BY_INTERVAL = "24h";
 
 describe("event-driven cadence (real processes)", () => {
-  it("a diamond of four steps runs to success on wakes alone: start over HTTP, supervisor exits, follow-up cycles", { timeout: 60_000 }, async () => {
-    const dir = await device.scratch("wake-diamond");
-    const { text } = await dir.manifest(
-      "wake",
-      { ta: dir.task({ label: "a" }), tb: dir.task({ label: "b" }), tc: dir.task({ label: "c" }), td: dir.task({ label: "d" }) },
-      { diamond: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] }, c: { task: "tc", needs: ["a"] }, d: { task: "td", needs: ["b", "c"] } } } },
-    );
-    const served = await startServe(device.bundle, dir.stateDir, { tickInterval: NEVER_BY_INTERVAL });
-    await served.api.apply(text);
-    const created = await served.api.startWorkflow("wake", "diamond");
-    const detail = await served.api.waitTerminal(created.id, 30_000);
-    expect(detail.run.status).toBe("succeeded");
-    expect(detail.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
-      ["a", "succeeded", 1],
-      ["b", "succeeded", 1],
-      ["c", "succeeded", 1],
-      ["d", "succeeded", 1],
-    ]);
-    // Exactly one spawn per step: waking early never dispatches twice.
-    const spawns = await dir.spawns();
-    expect(spawns.map((spawn) => spawn.label).sort()).toEqual(["a", "b", "c", "d"]);
-    // Every cycle of the cadence is counted, not only POST /tick: one count per finished cycle,
-    // as many as the cancellation stage's (a stage every cycle runs), or one fewer while a
-    // cycle is between its first stage and its end.
-    const metrics = await served.api.call<string>("GET", "/metrics");
-    const ticks = Number(/\nqlr_ticks_total (\d+)\n/.exec(metrics.body)?.[1] ?? "0");
-    const cancellationCycles = Number(/\nqlr_tick_stage_duration_seconds_count\{stage="cancellation"\} (\d+)\n/.exec(metrics.body)?.[1] ?? "-1");
-    expect(ticks).toBeGreaterThanOrEqual(4);
-    expect(ticks).toBeLessThanOrEqual(cancellationCycles);
-    expect(ticks).toBeGreaterThanOrEqual(cancellationCycles - 1);
-    served.child.kill("SIGTERM");
-    expect(await served.exited).toEqual({ code: 0, signal: null });
-  });
+  it(
+    "a diamond of four steps runs to success on wakes alone: start over HTTP, supervisor exits, follow-up cycles",
+    { timeout: 60_000 },
+    async () => {
+      const dir = await device.scratch("wake-diamond");
+      const { text } = await dir.manifest(
+        "wake",
+        {
+          ta: dir.task({ label: "a" }),
+          tb: dir.task({ label: "b" }),
+          tc: dir.task({ label: "c" }),
+          td: dir.task({ label: "d" }),
+        },
+        {
+          diamond: {
+            steps: {
+              a: { task: "ta" },
+              b: { task: "tb", needs: ["a"] },
+              c: { task: "tc", needs: ["a"] },
+              d: { task: "td", needs: ["b", "c"] },
+            },
+          },
+        },
+      );
+      const served = await startServe(device.bundle, dir.stateDir, {
+        tickInterval: NEVER_BY_INTERVAL,
+      });
+      await served.api.apply(text);
+      const created = await served.api.startWorkflow("wake", "diamond");
+      const detail = await served.api.waitTerminal(created.id, 30_000);
+      expect(detail.run.status).toBe("succeeded");
+      expect(detail.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
+        ["a", "succeeded", 1],
+        ["b", "succeeded", 1],
+        ["c", "succeeded", 1],
+        ["d", "succeeded", 1],
+      ]);
+      // Exactly one spawn per step: waking early never dispatches twice.
+      const spawns = await dir.spawns();
+      expect(spawns.map((spawn) => spawn.label).sort()).toEqual(["a", "b", "c", "d"]);
+      // Every cycle of the cadence is counted, not only POST /tick: one count per finished cycle,
+      // as many as the cancellation stage's (a stage every cycle runs), or one fewer while a
+      // cycle is between its first stage and its end.
+      const metrics = await served.api.call<string>("GET", "/metrics");
+      const ticks = Number(/\nqlr_ticks_total (\d+)\n/.exec(metrics.body)?.[1] ?? "0");
+      const cancellationCycles = Number(
+        /\nqlr_tick_stage_duration_seconds_count\{stage="cancellation"\} (\d+)\n/.exec(
+          metrics.body,
+        )?.[1] ?? "-1",
+      );
+      expect(ticks).toBeGreaterThanOrEqual(4);
+      expect(ticks).toBeLessThanOrEqual(cancellationCycles);
+      expect(ticks).toBeGreaterThanOrEqual(cancellationCycles - 1);
+      served.child.kill("SIGTERM");
+      expect(await served.exited).toEqual({ code: 0, signal: null });
+    },
+  );
 
-  it("a cancel over HTTP stops a running step at once and the run ends cancelled, with no interval tick", { timeout: 60_000 }, async () => {
-    const dir = await device.scratch("wake-cancel");
-    const { text } = await dir.manifest("wakecancel", { long: dir.task({ label: "long", then: "sleep 30" }), after: dir.task({ label: "after" }) }, { pipeline: { steps: { long: { task: "long" }, after: { task: "after", needs: ["long"] } } } });
-    const served = await startServe(device.bundle, dir.stateDir, { tickInterval: NEVER_BY_INTERVAL });
-    await served.api.apply(text);
-    const created = await served.api.startWorkflow("wakecancel", "pipeline");
-    const { attempt } = await served.api.waitStepRunning(created.id, "long");
-    await served.api.cancel(created.id);
-    const detail = await served.api.waitTerminal(created.id, 30_000);
-    expect(detail.run.status).toBe("cancelled");
-    expect(attemptsOf(detail, "long").map((item) => item.status)).toEqual(["cancelled"]);
-    await waitUntilGone(attempt.pid);
-    expect(await dir.spawnCount("after")).toBe(0);
-    served.child.kill("SIGTERM");
-    expect(await served.exited).toEqual({ code: 0, signal: null });
-  });
+  it(
+    "a cancel over HTTP stops a running step at once and the run ends cancelled, with no interval tick",
+    { timeout: 60_000 },
+    async () => {
+      const dir = await device.scratch("wake-cancel");
+      const { text } = await dir.manifest(
+        "wakecancel",
+        {
+          long: dir.task({ label: "long", then: "sleep 30" }),
+          after: dir.task({ label: "after" }),
+        },
+        {
+          pipeline: {
+            steps: { long: { task: "long" }, after: { task: "after", needs: ["long"] } },
+          },
+        },
+      );
+      const served = await startServe(device.bundle, dir.stateDir, {
+        tickInterval: NEVER_BY_INTERVAL,
+      });
+      await served.api.apply(text);
+      const created = await served.api.startWorkflow("wakecancel", "pipeline");
+      const { attempt } = await served.api.waitStepRunning(created.id, "long");
+      await served.api.cancel(created.id);
+      const detail = await served.api.waitTerminal(created.id, 30_000);
+      expect(detail.run.status).toBe("cancelled");
+      expect(attemptsOf(detail, "long").map((item) => item.status)).toEqual(["cancelled"]);
+      await waitUntilGone(attempt.pid);
+      expect(await dir.spawnCount("after")).toBe(0);
+      served.child.kill("SIGTERM");
+      expect(await served.exited).toEqual({ code: 0, signal: null });
+    },
+  );
 });

@@ -12,7 +12,18 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_BODY_BYTES, MAX_LIST_LIMIT } from "../../runtimes/http/app.ts";
 import { MAX_MANIFEST_BYTES } from "../../src/manifest/limits.ts";
-import { Harness, STORE_FACTORIES, TOKEN, WORKER_TOKEN, diamondYaml, errorOf, yamlManifest, type CallOptions, type ErrorBody, type RunView } from "./support.ts";
+import {
+  Harness,
+  STORE_FACTORIES,
+  TOKEN,
+  WORKER_TOKEN,
+  diamondYaml,
+  errorOf,
+  yamlManifest,
+  type CallOptions,
+  type ErrorBody,
+  type RunView,
+} from "./support.ts";
 
 const SEED = "seed";
 const SEED_KEY = "seed-key";
@@ -36,7 +47,13 @@ describe.each(STORE_FACTORIES)("bad input on $name", (factory) => {
   });
 
   /** The call must answer `status` with an error body of `code`, and write nothing. */
-  async function rejects(status: number, code: string, method: string, path: string, options: CallOptions = {}): Promise<ErrorBody["error"]> {
+  async function rejects(
+    status: number,
+    code: string,
+    method: string,
+    path: string,
+    options: CallOptions = {},
+  ): Promise<ErrorBody["error"]> {
     const before = await h.dump();
     const result = await h.call(method, path, options);
     expect(result.status, `${method} ${path}: ${result.text}`).toBe(status);
@@ -68,7 +85,11 @@ describe.each(STORE_FACTORIES)("bad input on $name", (factory) => {
         const error = await rejects(401, "unauthorized", method, path, { authorization });
         expect(error.details).toEqual([]);
       }
-      const apply = await rejects(401, "unauthorized", "POST", "/packages", { authorization, body: diamondYaml("intruder"), contentType: "application/yaml" });
+      const apply = await rejects(401, "unauthorized", "POST", "/packages", {
+        authorization,
+        body: diamondYaml("intruder"),
+        contentType: "application/yaml",
+      });
       expect(apply.message).toContain("bearer token");
     });
 
@@ -90,14 +111,30 @@ describe.each(STORE_FACTORIES)("bad input on $name", (factory) => {
         ["GET", "/workers/claim"],
         ["GET", "/worker"],
       ] as const) {
-        await rejects(401, "unauthorized", method, path, { authorization, ...(method === "POST" ? { json: { package: SEED, task: "work" } } : {}) });
+        await rejects(401, "unauthorized", method, path, {
+          authorization,
+          ...(method === "POST" ? { json: { package: SEED, task: "work" } } : {}),
+        });
       }
-      await rejects(401, "unauthorized", "POST", "/packages", { authorization, body: diamondYaml("by-worker"), contentType: "application/yaml" });
-      const claim = await h.call("POST", "/worker/claim", { authorization, json: { workerId: "w-1", pool: "no-such-pool", capacity: 1 } });
+      await rejects(401, "unauthorized", "POST", "/packages", {
+        authorization,
+        body: diamondYaml("by-worker"),
+        contentType: "application/yaml",
+      });
+      const claim = await h.call("POST", "/worker/claim", {
+        authorization,
+        json: { workerId: "w-1", pool: "no-such-pool", capacity: 1 },
+      });
       expect(claim.status, claim.text).toBe(200);
       expect(claim.json()).toEqual({ leases: [] });
       // The admin token keeps working on the lease routes.
-      expect((await h.call("POST", "/worker/claim", { json: { workerId: "w-1", pool: "no-such-pool", capacity: 1 } })).status).toBe(200);
+      expect(
+        (
+          await h.call("POST", "/worker/claim", {
+            json: { workerId: "w-1", pool: "no-such-pool", capacity: 1 },
+          })
+        ).status,
+      ).toBe(200);
     });
 
     it("GET /healthz needs no token", async () => {
@@ -111,14 +148,20 @@ describe.each(STORE_FACTORIES)("bad input on $name", (factory) => {
 
   describe("POST /packages", () => {
     it("malformed JSON is 400 invalid_manifest at $", async () => {
-      const error = await rejects(400, "invalid_manifest", "POST", "/packages", { body: '{"package": "x", "tasks": ', contentType: "application/json" });
+      const error = await rejects(400, "invalid_manifest", "POST", "/packages", {
+        body: '{"package": "x", "tasks": ',
+        contentType: "application/json",
+      });
       expect(error.details).toHaveLength(1);
       expect(error.details[0]?.path).toBe("$");
       expect(error.details[0]?.message).toMatch(/^JSON: /);
     });
 
     it("malformed YAML is 400 invalid_manifest with the position", async () => {
-      const error = await rejects(400, "invalid_manifest", "POST", "/packages", { body: "package: x\ntasks: [unclosed\n  - more\n", contentType: "application/yaml" });
+      const error = await rejects(400, "invalid_manifest", "POST", "/packages", {
+        body: "package: x\ntasks: [unclosed\n  - more\n",
+        contentType: "application/yaml",
+      });
       expect(error.details.length).toBeGreaterThan(0);
       for (const detail of error.details) {
         expect(detail.path).toBe("$");
@@ -134,8 +177,14 @@ describe.each(STORE_FACTORIES)("bad input on $name", (factory) => {
   other: { shell: "echo hi", retry: { max: -1 } }
 `,
       );
-      const error = await rejects(400, "invalid_manifest", "POST", "/packages", { body: yaml, contentType: "application/yaml" });
-      expect(error.details.map((detail) => detail.path)).toEqual(["tasks.hello.timeout", "tasks.other.retry.max"]);
+      const error = await rejects(400, "invalid_manifest", "POST", "/packages", {
+        body: yaml,
+        contentType: "application/yaml",
+      });
+      expect(error.details.map((detail) => detail.path)).toEqual([
+        "tasks.hello.timeout",
+        "tasks.other.retry.max",
+      ]);
     });
 
     it("a cyclic DAG is 400 invalid_manifest naming the cycle", async () => {
@@ -151,32 +200,59 @@ workflows:
       c: { task: t, needs: [b] }
 `,
       );
-      const error = await rejects(400, "invalid_manifest", "POST", "/packages", { body: yaml, contentType: "application/yaml" });
-      expect(error.details).toEqual([{ path: "workflows.loop.steps.a.needs", message: "cycle: a → b → c → a" }]);
+      const error = await rejects(400, "invalid_manifest", "POST", "/packages", {
+        body: yaml,
+        contentType: "application/yaml",
+      });
+      expect(error.details).toEqual([
+        { path: "workflows.loop.steps.a.needs", message: "cycle: a → b → c → a" },
+      ]);
     });
 
     it("an unknown step in needs is 400 invalid_manifest", async () => {
-      const json = { package: "unknown-need", tasks: { t: { run: ["sim", "ok"] } }, workflows: { w: { steps: { a: { task: "t", needs: ["ghost"] } } } } };
+      const json = {
+        package: "unknown-need",
+        tasks: { t: { run: ["sim", "ok"] } },
+        workflows: { w: { steps: { a: { task: "t", needs: ["ghost"] } } } },
+      };
       const error = await rejects(400, "invalid_manifest", "POST", "/packages", { json });
       expect(error.details).toHaveLength(1);
       expect(error.details[0]?.path).toBe("workflows.w.steps.a.needs[0]");
     });
 
     it("unknown fields are 400 invalid_manifest, each named by its path", async () => {
-      const json = { package: "unknown-fields", version: 2, tasks: { hello: { run: ["sim", "ok"], timout: "30s" } } };
+      const json = {
+        package: "unknown-fields",
+        version: 2,
+        tasks: { hello: { run: ["sim", "ok"], timout: "30s" } },
+      };
       const error = await rejects(400, "invalid_manifest", "POST", "/packages", { json });
       expect(error.details).toEqual([
         { path: "tasks.hello.timout", message: "unknown field" },
         { path: "version", message: "unknown field" },
       ]);
-      const yaml = yamlManifest("unknown-fields", "tasks:\n  hello: { run: [sim, ok] }\nworkflows:\n  w:\n    stepz: {}\n    steps: { a: { task: hello } }\n");
-      const yamlError = await rejects(400, "invalid_manifest", "POST", "/packages", { body: yaml, contentType: "application/yaml" });
+      const yaml = yamlManifest(
+        "unknown-fields",
+        "tasks:\n  hello: { run: [sim, ok] }\nworkflows:\n  w:\n    stepz: {}\n    steps: { a: { task: hello } }\n",
+      );
+      const yamlError = await rejects(400, "invalid_manifest", "POST", "/packages", {
+        body: yaml,
+        contentType: "application/yaml",
+      });
       expect(yamlError.details).toEqual([{ path: "workflows.w.stepz", message: "unknown field" }]);
     });
 
     it("an unsupported content-type is 400 invalid_request", async () => {
-      for (const contentType of ["text/plain", "multipart/form-data; boundary=x", "application/x-www-form-urlencoded", "application/xml"]) {
-        const error = await rejects(400, "invalid_request", "POST", "/packages", { body: diamondYaml("wrong-type"), contentType });
+      for (const contentType of [
+        "text/plain",
+        "multipart/form-data; boundary=x",
+        "application/x-www-form-urlencoded",
+        "application/xml",
+      ]) {
+        const error = await rejects(400, "invalid_request", "POST", "/packages", {
+          body: diamondYaml("wrong-type"),
+          contentType,
+        });
         expect(error.details).toEqual([{ path: "content-type", message: "unsupported" }]);
       }
     });
@@ -189,7 +265,11 @@ workflows:
         [json, "application/json"],
       ] as const) {
         await rejects(413, "payload_too_large", "POST", "/packages", { body, contentType });
-        await rejects(413, "payload_too_large", "POST", "/packages", { body, contentType, headers: { "content-length": String(Buffer.byteLength(body)) } });
+        await rejects(413, "payload_too_large", "POST", "/packages", {
+          body,
+          contentType,
+          headers: { "content-length": String(Buffer.byteLength(body)) },
+        });
       }
     });
 
@@ -198,13 +278,19 @@ workflows:
       const over = `${prefix}${"x".repeat(MAX_MANIFEST_BYTES - prefix.length)}\n`;
       expect(Buffer.byteLength(over)).toBe(MAX_MANIFEST_BYTES + 1);
       expect(Buffer.byteLength(over)).toBeLessThan(MAX_BODY_BYTES);
-      const error = await rejects(413, "payload_too_large", "POST", "/packages", { body: over, contentType: "application/yaml" });
+      const error = await rejects(413, "payload_too_large", "POST", "/packages", {
+        body: over,
+        contentType: "application/yaml",
+      });
       expect(error.message).toContain(String(MAX_MANIFEST_BYTES));
       // A multi-byte character counts by its UTF-8 bytes.
       const overByBytes = `${prefix}${"é".repeat(Math.ceil((MAX_MANIFEST_BYTES - prefix.length) / 2))}\n`;
       expect(Buffer.byteLength(overByBytes)).toBeGreaterThan(MAX_MANIFEST_BYTES);
       expect(overByBytes.length).toBeLessThan(MAX_MANIFEST_BYTES);
-      await rejects(413, "payload_too_large", "POST", "/packages", { body: overByBytes, contentType: "application/yaml" });
+      await rejects(413, "payload_too_large", "POST", "/packages", {
+        body: overByBytes,
+        contentType: "application/yaml",
+      });
 
       const exact = over.slice(0, -2) + "\n";
       expect(Buffer.byteLength(exact)).toBe(MAX_MANIFEST_BYTES);
@@ -216,7 +302,10 @@ workflows:
   describe("POST /runs", () => {
     it("malformed JSON is 400 invalid_request", async () => {
       for (const body of ['{"package": "seed", ', "", "not json", '{"package": "seed"}}']) {
-        const error = await rejects(400, "invalid_request", "POST", "/runs", { body, contentType: "application/json" });
+        const error = await rejects(400, "invalid_request", "POST", "/runs", {
+          body,
+          contentType: "application/json",
+        });
         expect(error.details).toEqual([{ path: "$", message: "malformed JSON" }]);
       }
     });
@@ -233,17 +322,25 @@ workflows:
         [{ package: SEED, workflow: "dia mond" }, ["workflow"]],
         [{ package: SEED, task: 7 }, ["task"]],
         [{ package: SEED, workflow: "diamond", idempotencyKey: "" }, ["idempotencyKey"]],
-        [{ package: SEED, workflow: "diamond", idempotencyKey: "k".repeat(129) }, ["idempotencyKey"]],
+        [
+          { package: SEED, workflow: "diamond", idempotencyKey: "k".repeat(129) },
+          ["idempotencyKey"],
+        ],
         [{ package: SEED, workflow: "diamond", idempotencyKey: "tab\there" }, ["idempotencyKey"]],
       ];
       for (const [json, paths] of cases) {
         const error = await rejects(400, "invalid_request", "POST", "/runs", { json });
-        expect([...new Set(error.details.map((detail) => detail.path))], JSON.stringify(json)).toEqual(paths);
+        expect(
+          [...new Set(error.details.map((detail) => detail.path))],
+          JSON.stringify(json),
+        ).toEqual(paths);
       }
     });
 
     it("unknown fields are 400 invalid_request, each named by its path", async () => {
-      const error = await rejects(400, "invalid_request", "POST", "/runs", { json: { package: SEED, workflow: "diamond", priority: 1, runId: "mine" } });
+      const error = await rejects(400, "invalid_request", "POST", "/runs", {
+        json: { package: SEED, workflow: "diamond", priority: 1, runId: "mine" },
+      });
       expect(error.details).toEqual([
         { path: "priority", message: "unknown field" },
         { path: "runId", message: "unknown field" },
@@ -252,27 +349,50 @@ workflows:
 
     it("an unsupported content-type is 400 invalid_request", async () => {
       const body = JSON.stringify({ package: SEED, workflow: "diamond" });
-      for (const contentType of ["application/yaml", "text/plain", "application/x-www-form-urlencoded"]) {
+      for (const contentType of [
+        "application/yaml",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+      ]) {
         const error = await rejects(400, "invalid_request", "POST", "/runs", { body, contentType });
         expect(error.details).toEqual([{ path: "content-type", message: "unsupported" }]);
       }
     });
 
     it("an unknown package, workflow or task is 404 not_found", async () => {
-      await rejects(404, "not_found", "POST", "/runs", { json: { package: "no-such-package", workflow: "diamond" } });
-      await rejects(404, "not_found", "POST", "/runs", { json: { package: SEED, workflow: "nope" } });
+      await rejects(404, "not_found", "POST", "/runs", {
+        json: { package: "no-such-package", workflow: "diamond" },
+      });
+      await rejects(404, "not_found", "POST", "/runs", {
+        json: { package: SEED, workflow: "nope" },
+      });
       await rejects(404, "not_found", "POST", "/runs", { json: { package: SEED, task: "nope" } });
     });
 
     it("a repeated idempotency key for another target is 409 conflict", async () => {
-      await rejects(409, "conflict", "POST", "/runs", { json: { package: SEED, task: "work", idempotencyKey: SEED_KEY } });
-      await rejects(409, "conflict", "POST", "/runs", { json: { package: "other", workflow: "diamond", idempotencyKey: SEED_KEY } });
+      await rejects(409, "conflict", "POST", "/runs", {
+        json: { package: SEED, task: "work", idempotencyKey: SEED_KEY },
+      });
+      await rejects(409, "conflict", "POST", "/runs", {
+        json: { package: "other", workflow: "diamond", idempotencyKey: SEED_KEY },
+      });
     });
 
     it("an oversize body is 413 payload_too_large", async () => {
-      const body = JSON.stringify({ package: SEED, workflow: "diamond", idempotencyKey: "x".repeat(MAX_BODY_BYTES) });
-      await rejects(413, "payload_too_large", "POST", "/runs", { body, contentType: "application/json" });
-      await rejects(413, "payload_too_large", "POST", "/runs", { body, contentType: "application/json", headers: { "content-length": String(body.length) } });
+      const body = JSON.stringify({
+        package: SEED,
+        workflow: "diamond",
+        idempotencyKey: "x".repeat(MAX_BODY_BYTES),
+      });
+      await rejects(413, "payload_too_large", "POST", "/runs", {
+        body,
+        contentType: "application/json",
+      });
+      await rejects(413, "payload_too_large", "POST", "/runs", {
+        body,
+        contentType: "application/json",
+        headers: { "content-length": String(body.length) },
+      });
     });
   });
 
@@ -319,13 +439,19 @@ workflows:
     });
 
     it("a step name that is not a name is 400; an unknown step is 404", async () => {
-      const error = await rejects(400, "invalid_request", "GET", `/runs/${finished.id}/steps/a%2Fb/log`);
+      const error = await rejects(
+        400,
+        "invalid_request",
+        "GET",
+        `/runs/${finished.id}/steps/a%2Fb/log`,
+      );
       expect(error.details).toEqual([{ path: "name", message: "invalid" }]);
       await rejects(404, "not_found", "GET", `/runs/${finished.id}/steps/zz/log`);
     });
 
     it("a package name that is not a name is 400; an unknown package is 404", async () => {
-      for (const name of ["Bad%20Name", "UPPER", "p".repeat(33), "a%2Fb"]) await rejects(400, "invalid_request", "GET", `/packages/${name}`);
+      for (const name of ["Bad%20Name", "UPPER", "p".repeat(33), "a%2Fb"])
+        await rejects(400, "invalid_request", "GET", `/packages/${name}`);
       await rejects(404, "not_found", "GET", "/packages/no-such-package");
     });
 
@@ -372,7 +498,12 @@ workflows:
       ["limit=501", "limit"],
       ["since=3", "since"],
     ])("GET /runs/:id/events?%s is 400 invalid_request at %s", async (query, path) => {
-      const error = await rejects(400, "invalid_request", "GET", `/runs/${finished.id}/events?${query}`);
+      const error = await rejects(
+        400,
+        "invalid_request",
+        "GET",
+        `/runs/${finished.id}/events?${query}`,
+      );
       expect(error.details.map((detail) => detail.path)).toEqual([path]);
     });
   });

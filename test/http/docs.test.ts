@@ -9,7 +9,14 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { findAttemptScope } from "../../src/attempt-scope.ts";
 import { applyRecovery } from "../../src/recovery.ts";
-import { Harness, STORE_FACTORIES, TOKEN, errorOf, type ApplyView, type RunView } from "./support.ts";
+import {
+  Harness,
+  STORE_FACTORIES,
+  TOKEN,
+  errorOf,
+  type ApplyView,
+  type RunView,
+} from "./support.ts";
 
 const root = join(import.meta.dirname, "..", "..");
 const page = readFileSync(join(root, "docs", "API.md"), "utf8");
@@ -26,7 +33,8 @@ interface CurlCommand {
 function shellWords(line: string, variables: Record<string, string>): string[] {
   const words: string[] = [];
   let word: string | null = null;
-  const expand = (text: string): string => text.replace(/\$([A-Z_]+)/g, (_match, name: string) => variables[name] ?? `$${name}`);
+  const expand = (text: string): string =>
+    text.replace(/\$([A-Z_]+)/g, (_match, name: string) => variables[name] ?? `$${name}`);
   for (let index = 0; index < line.length; index += 1) {
     const char = line[index] ?? "";
     if (char === "'") {
@@ -55,7 +63,13 @@ function shellWords(line: string, variables: Record<string, string>): string[] {
 /** The `curl` command lines of the page's sh blocks, continuation lines joined, in page order. */
 function curlLines(markdown: string): string[] {
   const blocks = [...markdown.matchAll(/```sh\n([\s\S]*?)```/g)].map((match) => match[1] ?? "");
-  return blocks.flatMap((block) => block.replace(/\\\n\s*/g, " ").split("\n").filter((text) => text.trimStart().startsWith("curl ")).map((text) => text.trim()));
+  return blocks.flatMap((block) =>
+    block
+      .replace(/\\\n\s*/g, " ")
+      .split("\n")
+      .filter((text) => text.trimStart().startsWith("curl "))
+      .map((text) => text.trim()),
+  );
 }
 
 function parseCurl(line: string, variables: Record<string, string>): CurlCommand {
@@ -77,10 +91,17 @@ function parseCurl(line: string, variables: Record<string, string>): CurlCommand
       const data = next();
       body = data.startsWith("@") ? readFileSync(join(root, data.slice(1)), "utf8") : data;
     } else if (word.startsWith("http://")) url = new URL(word);
-    else throw new Error(`docs/API.md: curl option ${word} is not understood by this test: ${line}`);
+    else
+      throw new Error(`docs/API.md: curl option ${word} is not understood by this test: ${line}`);
   }
   if (url === undefined) throw new Error(`docs/API.md: curl without a URL: ${line}`);
-  return { source: line, method: method ?? (body === undefined ? "GET" : "POST"), url, headers, body };
+  return {
+    source: line,
+    method: method ?? (body === undefined ? "GET" : "POST"),
+    url,
+    headers,
+    body,
+  };
 }
 
 /** The example attempt ids of the worker section, replaced by real ones as the test goes. */
@@ -89,9 +110,11 @@ const LOST_EXAMPLE = "ora:1f0e2d3c4b5a69788796a5b4c3d2e1f0";
 /** The example lease secrets of the same section, replaced by the ones the claims answered. */
 const CLAIMED_SECRET_EXAMPLE = "ls_claimed-example-4f9c2b7a1e8d6035c9b4a7e2";
 const LOST_SECRET_EXAMPLE = "ls_lost-example-0a1b2c3d4e5f60718293a4b5c6";
-const REMOTE_PACKAGE = "package: remote\ntasks:\n  render: { run: [blender, -b, scene.blend], executor: remote_worker, pool: gpu, timeout: 10m }\n";
+const REMOTE_PACKAGE =
+  "package: remote\ntasks:\n  render: { run: [blender, -b, scene.blend], executor: remote_worker, pool: gpu, timeout: 10m }\n";
 
-const factory = STORE_FACTORIES.find((candidate) => candidate.name === "sqljs-memory") ?? STORE_FACTORIES[0];
+const factory =
+  STORE_FACTORIES.find((candidate) => candidate.name === "sqljs-memory") ?? STORE_FACTORIES[0];
 
 describe("docs/API.md", () => {
   let h: Harness;
@@ -100,7 +123,9 @@ describe("docs/API.md", () => {
   beforeAll(async () => {
     if (factory === undefined) throw new Error("no store factory");
     h = await Harness.open(factory);
-    const applied = await h.applyYaml(readFileSync(join(root, "examples", "demo", "package.yaml"), "utf8"));
+    const applied = await h.applyYaml(
+      readFileSync(join(root, "examples", "demo", "package.yaml"), "utf8"),
+    );
     expect(applied.json<ApplyView>()).toMatchObject({ package: "demo", changed: true });
     const run: RunView = await h.startRun({ package: "demo", workflow: "pipeline" });
     runId = run.id;
@@ -115,23 +140,44 @@ describe("docs/API.md", () => {
   async function leasedAttempt(): Promise<{ attemptId: string; leaseSecret: string }> {
     await h.startRun({ package: "remote", task: "render" });
     await h.tick();
-    const { leases } = await h.expectJson<{ leases: { attemptId: string; leaseVersion: number; leaseSecret: string }[] }>(200, "POST", "/worker/claim", { json: { workerId: "worker-1", pool: "gpu", capacity: 1 } });
+    const { leases } = await h.expectJson<{
+      leases: { attemptId: string; leaseVersion: number; leaseSecret: string }[];
+    }>(200, "POST", "/worker/claim", { json: { workerId: "worker-1", pool: "gpu", capacity: 1 } });
     const lease = leases[0];
-    if (lease === undefined || lease.leaseVersion !== 1) throw new Error(`unexpected claim: ${JSON.stringify(leases)}`);
-    await h.expectJson(200, "POST", "/worker/start", { json: { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: 1, leaseSecret: lease.leaseSecret, phase: "starting" } });
+    if (lease === undefined || lease.leaseVersion !== 1)
+      throw new Error(`unexpected claim: ${JSON.stringify(leases)}`);
+    await h.expectJson(200, "POST", "/worker/start", {
+      json: {
+        attemptId: lease.attemptId,
+        workerId: "worker-1",
+        leaseVersion: 1,
+        leaseSecret: lease.leaseSecret,
+        phase: "starting",
+      },
+    });
     return { attemptId: lease.attemptId, leaseSecret: lease.leaseSecret };
   }
 
   /** A demo run whose first step's attempt failed closed (as recovery leaves it), for the resolve example. */
   async function failedClosedAttempt(): Promise<string> {
     const run: RunView = await h.startRun({ package: "demo", workflow: "pipeline" });
-    await h.tickUntil(async () => (await h.runDetail(run.id)).attempts.some((attempt) => attempt.status === "running"));
+    await h.tickUntil(async () =>
+      (await h.runDetail(run.id)).attempts.some((attempt) => attempt.status === "running"),
+    );
     const attempt = (await h.runDetail(run.id)).attempts.find((item) => item.status === "running");
     if (attempt === undefined) throw new Error(`run ${run.id} has no running attempt`);
     await h.store.transaction(async (tx) => {
       const nowMs = await tx.observe(h.clock.nowMs());
       const scope = await findAttemptScope(tx, attempt.id);
-      const change = scope === null ? null : applyRecovery(scope, { kind: "fail_closed", reason: "no persisted process handle" }, scope.definition.retry, nowMs);
+      const change =
+        scope === null
+          ? null
+          : applyRecovery(
+              scope,
+              { kind: "fail_closed", reason: "no persisted process handle" },
+              scope.definition.retry,
+              nowMs,
+            );
       if (change !== null) await tx.apply(change);
     });
     return attempt.id;
@@ -158,7 +204,8 @@ describe("docs/API.md", () => {
       const command = parseCurl(text, { QLR_TOKEN: TOKEN, RUN_ID: runId, ATTEMPT_ID: attemptId });
       expect(command.url.origin, command.source).toBe("http://127.0.0.1:8787");
       const { authorization = null, ...headers } = command.headers;
-      if (command.url.pathname !== "/healthz") expect(authorization, command.source).toBe(`Bearer ${TOKEN}`);
+      if (command.url.pathname !== "/healthz")
+        expect(authorization, command.source).toBe(`Bearer ${TOKEN}`);
       const result = await h.call(command.method, `${command.url.pathname}${command.url.search}`, {
         authorization,
         headers,
@@ -167,7 +214,9 @@ describe("docs/API.md", () => {
       expect(result.status, `${command.source}\n→ ${result.text}`).toBeGreaterThanOrEqual(200);
       expect(result.status, `${command.source}\n→ ${result.text}`).toBeLessThan(300);
       if (command.url.pathname === "/worker/claim") {
-        const claimed = result.json<{ leases: { attemptId: string; leaseVersion: number; leaseSecret: string }[] }>().leases;
+        const claimed = result.json<{
+          leases: { attemptId: string; leaseVersion: number; leaseSecret: string }[];
+        }>().leases;
         expect(claimed.map((lease) => lease.leaseVersion)).toEqual([1]);
         literals.set(CLAIMED_EXAMPLE, claimed[0]?.attemptId ?? "");
         literals.set(CLAIMED_SECRET_EXAMPLE, claimed[0]?.leaseSecret ?? "");
@@ -179,17 +228,25 @@ describe("docs/API.md", () => {
   });
 
   it("every route heading names a route the app serves (worker routes excepted, as the page says)", async () => {
-    const headings = [...page.matchAll(/^### `(GET|POST) ([^`?]+)[^`]*`/gm)].map((match) => [match[1] ?? "", match[2] ?? ""] as const);
+    const headings = [...page.matchAll(/^### `(GET|POST) ([^`?]+)[^`]*`/gm)].map(
+      (match) => [match[1] ?? "", match[2] ?? ""] as const,
+    );
     expect(headings.length).toBeGreaterThanOrEqual(13);
     for (const [method, template] of headings) {
-      const path = template.replace(":id", runId).replace(":name/log", "a/log").replace(":name", "demo");
+      const path = template
+        .replace(":id", runId)
+        .replace(":name/log", "a/log")
+        .replace(":name", "demo");
       const result = await h.call(method, path);
-      if (result.status === 404) expect(errorOf(result).message, `${method} ${template}`).not.toMatch(/^no route/);
+      if (result.status === 404)
+        expect(errorOf(result).message, `${method} ${template}`).not.toMatch(/^no route/);
     }
   });
 
   it("every error code in the table is one the app answers with that status", () => {
-    const rows = [...page.matchAll(/^\| `(\w+)` \| ([\d /]+) \|/gm)].map((match) => [match[1] ?? "", (match[2] ?? "").trim()] as const);
+    const rows = [...page.matchAll(/^\| `(\w+)` \| ([\d /]+) \|/gm)].map(
+      (match) => [match[1] ?? "", (match[2] ?? "").trim()] as const,
+    );
     expect(Object.fromEntries(rows)).toEqual({
       unauthorized: "401",
       invalid_request: "400",

@@ -20,12 +20,40 @@ describe("a runtime that cannot spawn processes", () => {
   it("refuses local_process tasks at apply time, naming each one, and writes nothing", async () => {
     const clock = new VirtualClock(1_900_000_000_000);
     const ids = new SequentialIds("edge");
-    const store = await openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), MIGRATIONS, clock.nowMs());
-    const coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.edge, executors: {} });
-    const app = createApp({ store, coordinator, clock, ids, secrets: new SequentialSecrets(), token: "edge-token-0123456789", metrics: new Metrics(), supportedExecutors: ["remote_worker"] });
-    const response = await app.request("/packages", { method: "POST", headers: { authorization: "Bearer edge-token-0123456789", "content-type": "application/yaml" }, body: MANIFEST });
+    const store = await openSqlStore(
+      openSqlJsMemoryDriver(await loadSqlJs()),
+      MIGRATIONS,
+      clock.nowMs(),
+    );
+    const coordinator = new Coordinator({
+      store,
+      clock,
+      ids,
+      profile: PROFILES.edge,
+      executors: {},
+    });
+    const app = createApp({
+      store,
+      coordinator,
+      clock,
+      ids,
+      secrets: new SequentialSecrets(),
+      token: "edge-token-0123456789",
+      metrics: new Metrics(),
+      supportedExecutors: ["remote_worker"],
+    });
+    const response = await app.request("/packages", {
+      method: "POST",
+      headers: {
+        authorization: "Bearer edge-token-0123456789",
+        "content-type": "application/yaml",
+      },
+      body: MANIFEST,
+    });
     expect(response.status).toBe(400);
-    const body = (await response.json()) as { error: { code: string; details: { path: string }[] } };
+    const body = (await response.json()) as {
+      error: { code: string; details: { path: string }[] };
+    };
     expect(body.error.code).toBe("invalid_manifest");
     expect(body.error.details.map((detail) => detail.path)).toEqual(["tasks.local.executor"]);
     const packages = await store.transaction(async (tx) => tx.listPackageHeads(10));

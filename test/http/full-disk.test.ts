@@ -21,7 +21,15 @@ describe("HTTP API on a full disk (sqljs-file)", () => {
 
   beforeAll(async () => {
     const SQL = await loadSqlJs();
-    h = await Harness.open({ name: "sqljs-file", open: async () => openSqlStore(await openSqlJsFileDriver(SQL, { path: DB_PATH, fs: machine }), SQLITE_MIGRATIONS, START_MS) });
+    h = await Harness.open({
+      name: "sqljs-file",
+      open: async () =>
+        openSqlStore(
+          await openSqlJsFileDriver(SQL, { path: DB_PATH, fs: machine }),
+          SQLITE_MIGRATIONS,
+          START_MS,
+        ),
+    });
   });
 
   afterAll(async () => {
@@ -48,12 +56,21 @@ describe("HTTP API on a full disk (sqljs-file)", () => {
 
     machine.options.capacityBytes = undefined;
     expect((await h.call("POST", `/runs/${run.id}/cancel`)).status).toBe(202);
-    expect((await h.call("POST", "/runs", { json: { package: "full", workflow: "diamond" } })).status).toBe(201);
+    expect(
+      (await h.call("POST", "/runs", { json: { package: "full", workflow: "diamond" } })).status,
+    ).toBe(201);
 
     // What was acknowledged is durable: a power cut now keeps the cancel request and the second run.
-    const afterCut = await openSqlJsFileDriver(await loadSqlJs(), { path: DB_PATH, fs: machine.clone().materialise(seededRandom(7)) });
+    const afterCut = await openSqlJsFileDriver(await loadSqlJs(), {
+      path: DB_PATH,
+      fs: machine.clone().materialise(seededRandom(7)),
+    });
     try {
-      const rows = await afterCut.transaction((tx) => tx.query<{ id: string; cancel_requested_at_ms: number | null }>("SELECT id, cancel_requested_at_ms FROM runs ORDER BY id"));
+      const rows = await afterCut.transaction((tx) =>
+        tx.query<{ id: string; cancel_requested_at_ms: number | null }>(
+          "SELECT id, cancel_requested_at_ms FROM runs ORDER BY id",
+        ),
+      );
       expect(rows).toHaveLength(2);
       expect(rows.find((row) => row.id === run.id)?.cancel_requested_at_ms).not.toBeNull();
     } finally {

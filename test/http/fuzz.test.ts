@@ -8,15 +8,33 @@
  */
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Harness, STORE_FACTORIES, TOKEN, WORKER_TOKEN, diamondYaml, errorOf, type CallOptions, type RunView } from "./support.ts";
+import {
+  Harness,
+  STORE_FACTORIES,
+  TOKEN,
+  WORKER_TOKEN,
+  diamondYaml,
+  errorOf,
+  type CallOptions,
+  type RunView,
+} from "./support.ts";
 
 const RUNS = Number(process.env.QLR_FUZZ_RUNS ?? "200");
-const SEED = process.env.QLR_FUZZ_SEED === undefined ? undefined : Number(process.env.QLR_FUZZ_SEED);
+const SEED =
+  process.env.QLR_FUZZ_SEED === undefined ? undefined : Number(process.env.QLR_FUZZ_SEED);
 /** Ten thousand inputs per boundary take minutes; the budget scales with the runs asked for. */
 const TIMEOUT_MS = Math.max(60_000, RUNS * 30);
-const ERROR_CODES = new Set(["invalid_request", "invalid_manifest", "unauthorized", "not_found", "conflict", "payload_too_large"]);
+const ERROR_CODES = new Set([
+  "invalid_request",
+  "invalid_manifest",
+  "unauthorized",
+  "not_found",
+  "conflict",
+  "payload_too_large",
+]);
 
-const factory = STORE_FACTORIES.find((candidate) => candidate.name === "sqljs-memory") ?? STORE_FACTORIES[0];
+const factory =
+  STORE_FACTORIES.find((candidate) => candidate.name === "sqljs-memory") ?? STORE_FACTORIES[0];
 
 /** A key no schema knows: every object it is added to is invalid (all schemas are strict). */
 const unknownKey = fc.stringMatching(/^[a-z]{1,8}$/).map((text) => `zz_${text}`);
@@ -33,7 +51,12 @@ interface Request {
 const validManifest = fc
   .record({
     name: fc.stringMatching(/^[a-z][a-z0-9-]{0,10}$/),
-    argv: fc.array(fc.string({ maxLength: 12 }).filter((text) => !text.includes("\u0000")), { minLength: 1, maxLength: 3 }).filter((argv) => argv[0] !== ""),
+    argv: fc
+      .array(
+        fc.string({ maxLength: 12 }).filter((text) => !text.includes("\u0000")),
+        { minLength: 1, maxLength: 3 },
+      )
+      .filter((argv) => argv[0] !== ""),
     timeoutMs: fc.integer({ min: 1000, max: 60_000 }),
   })
   .map(({ name, argv, timeoutMs }) => ({
@@ -46,9 +69,28 @@ type JsonObject = Record<string, unknown>;
 
 /** One change that makes a valid manifest invalid: an unknown key somewhere, or a wrong value. */
 const brokenManifest = fc
-  .tuple(validManifest, fc.constantFrom("root", "task", "retry", "workflow", "step", "package", "timeout", "needs", "run", "cycle"), unknownKey, anyJson)
+  .tuple(
+    validManifest,
+    fc.constantFrom(
+      "root",
+      "task",
+      "retry",
+      "workflow",
+      "step",
+      "package",
+      "timeout",
+      "needs",
+      "run",
+      "cycle",
+    ),
+    unknownKey,
+    anyJson,
+  )
   .map(([manifest, where, key, value]) => {
-    const copy = JSON.parse(JSON.stringify(manifest)) as JsonObject & { tasks: { work: JsonObject & { retry: JsonObject } }; workflows: { flow: { steps: Record<string, JsonObject> } } };
+    const copy = JSON.parse(JSON.stringify(manifest)) as JsonObject & {
+      tasks: { work: JsonObject & { retry: JsonObject } };
+      workflows: { flow: { steps: Record<string, JsonObject> } };
+    };
     switch (where) {
       case "root":
         copy[key] = value;
@@ -69,7 +111,8 @@ const brokenManifest = fc
         copy.package = `Bad/${JSON.stringify(value)}`;
         break;
       case "timeout":
-        copy.tasks.work.timeout = typeof value === "number" ? -Math.abs(value) - 1 : `${JSON.stringify(value)}x`;
+        copy.tasks.work.timeout =
+          typeof value === "number" ? -Math.abs(value) - 1 : `${JSON.stringify(value)}x`;
         break;
       case "needs":
         (copy.workflows.flow.steps.b as JsonObject).needs = [`missing-${key}`];
@@ -85,73 +128,214 @@ const brokenManifest = fc
   });
 
 const manifestRequests: fc.Arbitrary<Request> = fc.oneof(
-  brokenManifest.map((manifest) => ({ method: "POST", path: "/packages", options: { json: manifest } })),
+  brokenManifest.map((manifest) => ({
+    method: "POST",
+    path: "/packages",
+    options: { json: manifest },
+  })),
   fc.tuple(brokenManifest, fc.boolean()).map(([manifest, asYaml]) => ({
     method: "POST",
     path: "/packages",
     // The same broken manifest as YAML (JSON is YAML) or as text with a random tail.
-    options: { body: asYaml ? JSON.stringify(manifest) : `${JSON.stringify(manifest)}\n}`, contentType: "application/yaml" },
+    options: {
+      body: asYaml ? JSON.stringify(manifest) : `${JSON.stringify(manifest)}\n}`,
+      contentType: "application/yaml",
+    },
   })),
-  anyText.map((text) => ({ method: "POST", path: "/packages", options: { body: text, contentType: "application/yaml" } })),
+  anyText.map((text) => ({
+    method: "POST",
+    path: "/packages",
+    options: { body: text, contentType: "application/yaml" },
+  })),
   anyJson.map((value) => ({ method: "POST", path: "/packages", options: { json: value } })),
-  fc.tuple(anyText, fc.stringMatching(/^[a-z]{1,10}\/[a-z0-9.+-]{1,12}$/)).filter(([, type]) => !["application/json", "application/yaml", "application/x-yaml", "text/yaml"].includes(type)).map(([text, type]) => ({ method: "POST", path: "/packages", options: { body: text, contentType: type } })),
+  fc
+    .tuple(anyText, fc.stringMatching(/^[a-z]{1,10}\/[a-z0-9.+-]{1,12}$/))
+    .filter(
+      ([, type]) =>
+        !["application/json", "application/yaml", "application/x-yaml", "text/yaml"].includes(type),
+    )
+    .map(([text, type]) => ({
+      method: "POST",
+      path: "/packages",
+      options: { body: text, contentType: type },
+    })),
 );
 
 const runRequests: fc.Arbitrary<Request> = fc.oneof(
   anyJson.map((value) => ({ method: "POST", path: "/runs", options: { json: value } })),
   fc
-    .record({ package: fc.oneof(anyText, anyJson), workflow: fc.oneof(anyText, anyJson), task: fc.oneof(anyText, anyJson), idempotencyKey: fc.oneof(anyText, anyJson) }, { requiredKeys: [] })
+    .record(
+      {
+        package: fc.oneof(anyText, anyJson),
+        workflow: fc.oneof(anyText, anyJson),
+        task: fc.oneof(anyText, anyJson),
+        idempotencyKey: fc.oneof(anyText, anyJson),
+      },
+      { requiredKeys: [] },
+    )
     .map((body) => ({ method: "POST", path: "/runs", options: { json: body } })),
-  anyText.map((text) => ({ method: "POST", path: "/runs", options: { body: text, contentType: "application/json" } })),
+  anyText.map((text) => ({
+    method: "POST",
+    path: "/runs",
+    options: { body: text, contentType: "application/json" },
+  })),
 );
 
 /** A path segment: anything, percent-encoded so it stays one segment. */
-const segment = fc.string({ unit: "binary", minLength: 1, maxLength: 48 }).map((text) => encodeURIComponent(text));
-const unknownQuery = fc.tuple(unknownKey, anyText).map(([key, value]) => `${key}=${encodeURIComponent(value)}`);
-const badQueryValue = fc.tuple(fc.constantFrom("status", "limit", "cursor", "after"), anyText).filter(([key, value]) => {
-  if (key === "status") return !["queued", "dispatching", "running", "succeeded", "failed", "timed_out", "cancelled", "lost"].includes(value);
-  // Only decimal digits are numbers here (an empty value is not 0); limits are 1–200 (runs) or 1–500 (events).
-  if (key === "limit") return !/^0*([1-9][0-9]?|1[0-9][0-9]|200)$/.test(value);
-  if (key === "cursor") return !/^[A-Za-z0-9][A-Za-z0-9._:-]{0,35}$/.test(value);
-  return !/^[0-9]{1,16}$/.test(value);
-});
+const segment = fc
+  .string({ unit: "binary", minLength: 1, maxLength: 48 })
+  .map((text) => encodeURIComponent(text));
+const unknownQuery = fc
+  .tuple(unknownKey, anyText)
+  .map(([key, value]) => `${key}=${encodeURIComponent(value)}`);
+const badQueryValue = fc
+  .tuple(fc.constantFrom("status", "limit", "cursor", "after"), anyText)
+  .filter(([key, value]) => {
+    if (key === "status")
+      return ![
+        "queued",
+        "dispatching",
+        "running",
+        "succeeded",
+        "failed",
+        "timed_out",
+        "cancelled",
+        "lost",
+      ].includes(value);
+    // Only decimal digits are numbers here (an empty value is not 0); limits are 1–200 (runs) or 1–500 (events).
+    if (key === "limit") return !/^0*([1-9][0-9]?|1[0-9][0-9]|200)$/.test(value);
+    if (key === "cursor") return !/^[A-Za-z0-9][A-Za-z0-9._:-]{0,35}$/.test(value);
+    return !/^[0-9]{1,16}$/.test(value);
+  });
 
 function readRequests(finishedRunId: () => string): fc.Arbitrary<Request> {
   return fc.oneof(
-    fc.array(unknownQuery, { minLength: 1, maxLength: 3 }).map((query) => ({ method: "GET", path: `/runs?${query.join("&")}`, options: {} })),
-    badQueryValue.filter(([key]) => key !== "after").map(([key, value]) => ({ method: "GET", path: `/runs?${key}=${encodeURIComponent(value)}`, options: {} })),
-    badQueryValue.filter(([key]) => key === "after" || key === "limit").map(([key, value]) => ({ method: "GET", path: `/runs/${finishedRunId()}/events?${key}=${encodeURIComponent(value)}`, options: {} })),
+    fc
+      .array(unknownQuery, { minLength: 1, maxLength: 3 })
+      .map((query) => ({ method: "GET", path: `/runs?${query.join("&")}`, options: {} })),
+    badQueryValue
+      .filter(([key]) => key !== "after")
+      .map(([key, value]) => ({
+        method: "GET",
+        path: `/runs?${key}=${encodeURIComponent(value)}`,
+        options: {},
+      })),
+    badQueryValue
+      .filter(([key]) => key === "after" || key === "limit")
+      .map(([key, value]) => ({
+        method: "GET",
+        path: `/runs/${finishedRunId()}/events?${key}=${encodeURIComponent(value)}`,
+        options: {},
+      })),
     segment.map((id) => ({ method: "GET", path: `/runs/${id}`, options: {} })),
     segment.map((id) => ({ method: "GET", path: `/runs/${id}/events`, options: {} })),
     segment.map((id) => ({ method: "POST", path: `/runs/${id}/cancel`, options: {} })),
-    fc.tuple(segment, segment).map(([id, name]) => ({ method: "GET", path: `/runs/${id}/steps/${name}/log`, options: {} })),
-    segment.map((name) => ({ method: "GET", path: `/runs/${finishedRunId()}/steps/${name}/log`, options: {} })),
+    fc
+      .tuple(segment, segment)
+      .map(([id, name]) => ({ method: "GET", path: `/runs/${id}/steps/${name}/log`, options: {} })),
+    segment.map((name) => ({
+      method: "GET",
+      path: `/runs/${finishedRunId()}/steps/${name}/log`,
+      options: {},
+    })),
     segment.map((name) => ({ method: "GET", path: `/packages/${name}`, options: {} })),
-    fc.tuple(fc.constantFrom("GET", "POST", "PUT", "DELETE", "PATCH"), fc.array(segment, { minLength: 1, maxLength: 4 })).map(([method, parts]) => ({ method, path: `/zz/${parts.join("/")}`, options: {} })),
+    fc
+      .tuple(
+        fc.constantFrom("GET", "POST", "PUT", "DELETE", "PATCH"),
+        fc.array(segment, { minLength: 1, maxLength: 4 }),
+      )
+      .map(([method, parts]) => ({ method, path: `/zz/${parts.join("/")}`, options: {} })),
   );
 }
 
-const WORKER_ROUTES = ["/worker/claim", "/worker/start", "/worker/heartbeat", "/worker/complete", "/worker/lost"] as const;
+const WORKER_ROUTES = [
+  "/worker/claim",
+  "/worker/start",
+  "/worker/heartbeat",
+  "/worker/complete",
+  "/worker/lost",
+] as const;
 
 function workerRequests(attemptIds: () => readonly string[]): fc.Arbitrary<Request> {
   const fenceLike = fc.record({
-    attemptId: fc.oneof(fc.constantFrom(...attemptIds()), fc.stringMatching(/^wta:[0-9a-f]{32}$/), anyText),
+    attemptId: fc.oneof(
+      fc.constantFrom(...attemptIds()),
+      fc.stringMatching(/^wta:[0-9a-f]{32}$/),
+      anyText,
+    ),
     workerId: fc.oneof(fc.stringMatching(/^w-[a-z0-9]{1,8}$/), anyText),
     leaseVersion: fc.oneof(fc.integer({ min: 1, max: 5 }), anyJson),
     leaseSecret: fc.oneof(fc.stringMatching(/^[A-Za-z0-9_-]{16,40}$/), anyText),
   });
-  const phase = fc.record({ phase: fc.constantFrom("starting", "running"), handle: fc.option(fc.record({ pid: fc.integer({ min: 1, max: 4_000_000 }), processStartTicks: fc.stringMatching(/^[0-9]{1,8}$/), bootId: fc.stringMatching(/^[a-z0-9-]{1,20}$/), startedAtMs: fc.nat() }), { nil: undefined }) }, { requiredKeys: ["phase"] });
-  const times = fc.record({ startedAtMs: fc.nat(), finishedAtMs: fc.nat(), exitCode: fc.option(fc.integer({ min: 0, max: 255 })), signal: fc.constant(null), stopReason: fc.constant(null), spawnError: fc.constant(null) });
+  const phase = fc.record(
+    {
+      phase: fc.constantFrom("starting", "running"),
+      handle: fc.option(
+        fc.record({
+          pid: fc.integer({ min: 1, max: 4_000_000 }),
+          processStartTicks: fc.stringMatching(/^[0-9]{1,8}$/),
+          bootId: fc.stringMatching(/^[a-z0-9-]{1,20}$/),
+          startedAtMs: fc.nat(),
+        }),
+        { nil: undefined },
+      ),
+    },
+    { requiredKeys: ["phase"] },
+  );
+  const times = fc.record({
+    startedAtMs: fc.nat(),
+    finishedAtMs: fc.nat(),
+    exitCode: fc.option(fc.integer({ min: 0, max: 255 })),
+    signal: fc.constant(null),
+    stopReason: fc.constant(null),
+    spawnError: fc.constant(null),
+  });
   return fc.oneof(
-    fc.tuple(fc.constantFrom(...WORKER_ROUTES), anyJson).map(([path, value]) => ({ method: "POST", path, options: { json: value } })),
-    fc.tuple(fc.constantFrom(...WORKER_ROUTES), anyText).map(([path, text]) => ({ method: "POST", path, options: { body: text, contentType: "application/json" } })),
+    fc
+      .tuple(fc.constantFrom(...WORKER_ROUTES), anyJson)
+      .map(([path, value]) => ({ method: "POST", path, options: { json: value } })),
+    fc
+      .tuple(fc.constantFrom(...WORKER_ROUTES), anyText)
+      .map(([path, text]) => ({
+        method: "POST",
+        path,
+        options: { body: text, contentType: "application/json" },
+      })),
     // Claims with one unknown field: the only claim that could be valid is refused by its shape.
-    fc.tuple(fc.record({ workerId: anyText, pool: anyText, capacity: anyJson }), unknownKey).map(([body, key]) => ({ method: "POST", path: "/worker/claim", options: { json: { ...body, [key]: 1 } } })),
+    fc
+      .tuple(fc.record({ workerId: anyText, pool: anyText, capacity: anyJson }), unknownKey)
+      .map(([body, key]) => ({
+        method: "POST",
+        path: "/worker/claim",
+        options: { json: { ...body, [key]: 1 } },
+      })),
     // Fences of attempts that exist (local ones, so never a live lease) or not, with any secret.
-    fc.tuple(fenceLike, phase).map(([fence, extra]) => ({ method: "POST", path: "/worker/start", options: { json: { ...fence, ...extra } } })),
-    fenceLike.map((fence) => ({ method: "POST", path: "/worker/heartbeat", options: { json: fence } })),
-    fc.tuple(fenceLike, times).map(([fence, facts]) => ({ method: "POST", path: "/worker/complete", options: { json: { ...fence, ...facts } } })),
-    fc.tuple(fenceLike, anyText).map(([fence, reason]) => ({ method: "POST", path: "/worker/lost", options: { json: { ...fence, reason } } })),
+    fc
+      .tuple(fenceLike, phase)
+      .map(([fence, extra]) => ({
+        method: "POST",
+        path: "/worker/start",
+        options: { json: { ...fence, ...extra } },
+      })),
+    fenceLike.map((fence) => ({
+      method: "POST",
+      path: "/worker/heartbeat",
+      options: { json: fence },
+    })),
+    fc
+      .tuple(fenceLike, times)
+      .map(([fence, facts]) => ({
+        method: "POST",
+        path: "/worker/complete",
+        options: { json: { ...fence, ...facts } },
+      })),
+    fc
+      .tuple(fenceLike, anyText)
+      .map(([fence, reason]) => ({
+        method: "POST",
+        path: "/worker/lost",
+        options: { json: { ...fence, reason } },
+      })),
   );
 }
 
@@ -166,10 +350,30 @@ const badCredentials: fc.Arbitrary<Request> = fc
       fc.constant(`Bearer ${TOKEN}x`),
       fc.constant(`Bearer ${TOKEN.slice(1)}`),
     ),
-    fc.constantFrom<[string, string]>(["POST", "/tick"], ["GET", "/runs"], ["GET", "/packages"], ["GET", "/metrics"], ["POST", "/packages"], ["GET", "/recovery"]),
+    fc.constantFrom<[string, string]>(
+      ["POST", "/tick"],
+      ["GET", "/runs"],
+      ["GET", "/packages"],
+      ["GET", "/metrics"],
+      ["POST", "/packages"],
+      ["GET", "/recovery"],
+    ),
   )
-  .filter(([authorization]) => authorization.trim() !== `Bearer ${TOKEN}` && !/^bearer +test-token$/i.test(authorization.trim()))
-  .map(([authorization, [method, path]]) => ({ method, path, options: { authorization, ...(method === "POST" ? { body: diamondYaml("intruder"), contentType: "application/yaml" } : {}) } }));
+  .filter(
+    ([authorization]) =>
+      authorization.trim() !== `Bearer ${TOKEN}` &&
+      !/^bearer +test-token$/i.test(authorization.trim()),
+  )
+  .map(([authorization, [method, path]]) => ({
+    method,
+    path,
+    options: {
+      authorization,
+      ...(method === "POST"
+        ? { body: diamondYaml("intruder"), contentType: "application/yaml" }
+        : {}),
+    },
+  }));
 
 describe("fuzzing the HTTP boundary", () => {
   let h: Harness;
@@ -219,11 +423,15 @@ describe("fuzzing the HTTP boundary", () => {
     ["credentials", () => badCredentials],
   ];
 
-  it.each(boundaries)(`%s: ${RUNS} generated inputs, each a clear 4xx that writes nothing`, async (_name, arbitrary) => {
-    await fc.assert(
-      fc.asyncProperty(arbitrary(), async (request) => assertRejected(request)),
-      { numRuns: RUNS, ...(SEED === undefined ? {} : { seed: SEED }) },
-    );
-    await assertAlive();
-  }, TIMEOUT_MS);
+  it.each(boundaries)(
+    `%s: ${RUNS} generated inputs, each a clear 4xx that writes nothing`,
+    async (_name, arbitrary) => {
+      await fc.assert(
+        fc.asyncProperty(arbitrary(), async (request) => assertRejected(request)),
+        { numRuns: RUNS, ...(SEED === undefined ? {} : { seed: SEED }) },
+      );
+      await assertAlive();
+    },
+    TIMEOUT_MS,
+  );
 });

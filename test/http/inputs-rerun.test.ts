@@ -40,7 +40,8 @@ for (const factory of STORE_FACTORIES) {
     async function dump(): Promise<string> {
       return h.store.driver.transaction(async (tx) => {
         const parts: string[] = [];
-        for (const table of DUMP_TABLES) parts.push(JSON.stringify(await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`)));
+        for (const table of DUMP_TABLES)
+          parts.push(JSON.stringify(await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`)));
         return parts.join("\n");
       });
     }
@@ -48,17 +49,35 @@ for (const factory of STORE_FACTORIES) {
     it("a run keeps its resolved input; every step's output is shown and handed to the steps that need it", async () => {
       expect((await h.applyYaml(yaml("io-http"))).status).toBe(201);
       const detail = await h.packageDetail("io-http");
-      expect(detail.workflows.find((workflow) => workflow.name === "pipeline")?.inputs?.map((input) => input.name)).toEqual(["dry", "limit", "region"]);
-      const run = await h.startRun({ package: "io-http", workflow: "pipeline", input: { region: "eu", limit: 5 } });
+      expect(
+        detail.workflows
+          .find((workflow) => workflow.name === "pipeline")
+          ?.inputs?.map((input) => input.name),
+      ).toEqual(["dry", "limit", "region"]);
+      const run = await h.startRun({
+        package: "io-http",
+        workflow: "pipeline",
+        input: { region: "eu", limit: 5 },
+      });
       expect(run).toMatchObject({ input: { dry: false, limit: 5, region: "eu" }, rerunOf: null });
       const done = await h.runUntil(run.id);
       expect(done.run.status).toBe("failed");
       const byName = Object.fromEntries(done.steps.map((step) => [step.name, step]));
-      expect(byName.extract?.output).toEqual({ step: "extract", input: { dry: false, limit: 5, region: "eu" }, needs: {} });
-      expect(byName.report?.output).toEqual({ step: "report", input: { dry: false, limit: 5, region: "eu" }, needs: { extract: byName.extract?.output } });
+      expect(byName.extract?.output).toEqual({
+        step: "extract",
+        input: { dry: false, limit: 5, region: "eu" },
+        needs: {},
+      });
+      expect(byName.report?.output).toEqual({
+        step: "report",
+        input: { dry: false, limit: 5, region: "eu" },
+        needs: { extract: byName.extract?.output },
+      });
       expect(byName.load).toMatchObject({ status: "failed", output: null });
       expect(byName.publish).toMatchObject({ status: "skipped", output: null });
-      const reportAttempt = done.attempts.find((attempt) => attempt.stepRunId === byName.report?.id);
+      const reportAttempt = done.attempts.find(
+        (attempt) => attempt.stepRunId === byName.report?.id,
+      );
       expect(reportAttempt?.output).toEqual(byName.report?.output);
     });
 
@@ -71,20 +90,47 @@ for (const factory of STORE_FACTORIES) {
         [{ region: "x".repeat(9000) }, ["input"]],
         [{ "bad key": "x", region: "eu" }, ["input.bad key"]],
       ] as const) {
-        const answer = await h.call("POST", "/runs", { json: { package: "io-http", workflow: "pipeline", input } });
+        const answer = await h.call("POST", "/runs", {
+          json: { package: "io-http", workflow: "pipeline", input },
+        });
         expect(answer.status, answer.text).toBe(400);
         expect(errorOf(answer).code).toBe("invalid_request");
-        expect(errorOf(answer).details.map((detail) => detail.path).sort()).toEqual([...paths]);
+        expect(
+          errorOf(answer)
+            .details.map((detail) => detail.path)
+            .sort(),
+        ).toEqual([...paths]);
       }
-      const notObject = await h.call("POST", "/runs", { json: { package: "io-http", workflow: "pipeline", input: ["eu"] } });
+      const notObject = await h.call("POST", "/runs", {
+        json: { package: "io-http", workflow: "pipeline", input: ["eu"] },
+      });
       expect(notObject.status).toBe(400);
       expect(await dump()).toBe(before);
 
-      const first = await h.startRun({ package: "io-http", workflow: "plain", idempotencyKey: "io-key", input: { who: "a" } });
-      const again = await h.expectJson<{ run: RunView }>(200, "POST", "/runs", { json: { package: "io-http", workflow: "plain", idempotencyKey: "io-key", input: { who: "a" } } });
+      const first = await h.startRun({
+        package: "io-http",
+        workflow: "plain",
+        idempotencyKey: "io-key",
+        input: { who: "a" },
+      });
+      const again = await h.expectJson<{ run: RunView }>(200, "POST", "/runs", {
+        json: {
+          package: "io-http",
+          workflow: "plain",
+          idempotencyKey: "io-key",
+          input: { who: "a" },
+        },
+      });
       expect(again.run.id).toBe(first.id);
       const afterFirst = await dump();
-      const conflict = await h.call("POST", "/runs", { json: { package: "io-http", workflow: "plain", idempotencyKey: "io-key", input: { who: "b" } } });
+      const conflict = await h.call("POST", "/runs", {
+        json: {
+          package: "io-http",
+          workflow: "plain",
+          idempotencyKey: "io-key",
+          input: { who: "b" },
+        },
+      });
       expect(conflict.status).toBe(409);
       expect(errorOf(conflict)).toMatchObject({ code: "conflict", details: [{ path: "input" }] });
       expect(await dump()).toBe(afterFirst);
@@ -92,39 +138,71 @@ for (const factory of STORE_FACTORIES) {
     });
 
     it("POST /runs/:id/rerun: from the failed steps reuses the succeeded ones and their outputs; without it everything runs again", async () => {
-      const old = (await h.allRuns()).find((run) => run.target === "pipeline" && run.status === "failed");
+      const old = (await h.allRuns()).find(
+        (run) => run.target === "pipeline" && run.status === "failed",
+      );
       if (old === undefined) throw new Error("the first test's failed run is missing");
       const oldDetail = await h.runDetail(old.id);
       const launched = h.executor.processes.size;
 
-      const rerun = (await h.expectJson<{ run: RunView }>(201, "POST", `/runs/${old.id}/rerun`, { json: { fromFailed: true } })).run;
-      expect(rerun).toMatchObject({ rerunOf: old.id, generation: old.generation, input: old.input, status: "running" });
+      const rerun = (
+        await h.expectJson<{ run: RunView }>(201, "POST", `/runs/${old.id}/rerun`, {
+          json: { fromFailed: true },
+        })
+      ).run;
+      expect(rerun).toMatchObject({
+        rerunOf: old.id,
+        generation: old.generation,
+        input: old.input,
+        status: "running",
+      });
       const done = await h.runUntil(rerun.id);
-      const states = Object.fromEntries(done.steps.map((step) => [step.name, [step.status, step.attemptCount]]));
+      const states = Object.fromEntries(
+        done.steps.map((step) => [step.name, [step.status, step.attemptCount]]),
+      );
       // load fails again (its task always fails): publish is skipped again, extract and report were reused.
-      expect(states).toEqual({ extract: ["succeeded", 0], load: ["failed", 1], report: ["succeeded", 0], publish: ["skipped", 0] });
-      expect(done.steps.find((step) => step.name === "report")?.output).toEqual(oldDetail.steps.find((step) => step.name === "report")?.output);
+      expect(states).toEqual({
+        extract: ["succeeded", 0],
+        load: ["failed", 1],
+        report: ["succeeded", 0],
+        publish: ["skipped", 0],
+      });
+      expect(done.steps.find((step) => step.name === "report")?.output).toEqual(
+        oldDetail.steps.find((step) => step.name === "report")?.output,
+      );
       expect(h.executor.processes.size - launched).toBe(1);
 
-      const full = (await h.expectJson<{ run: RunView }>(201, "POST", `/runs/${old.id}/rerun`, { json: {} })).run;
+      const full = (
+        await h.expectJson<{ run: RunView }>(201, "POST", `/runs/${old.id}/rerun`, { json: {} })
+      ).run;
       const fullDone = await h.runUntil(full.id);
       expect(fullDone.steps.map((step) => step.attemptCount)).toEqual([1, 1, 1, 0]);
       expect(h.executor.processes.size - launched).toBe(4);
     });
 
     it("a rerun of a live run or of a run with nothing failed is a 409, a bad body a 400, an unknown run a 404; none writes anything", async () => {
-      const succeeded = await h.runUntil((await h.startRun({ package: "io-http", workflow: "plain" })).id);
+      const succeeded = await h.runUntil(
+        (await h.startRun({ package: "io-http", workflow: "plain" })).id,
+      );
       const live = await h.startRun({ package: "io-http", workflow: "plain" });
       const before = await dump();
       const liveAnswer = await h.call("POST", `/runs/${live.id}/rerun`, { json: {} });
       expect(liveAnswer.status).toBe(409);
       expect(errorOf(liveAnswer).message).toMatch(/only a finished run can be rerun/);
-      const nothing = await h.call("POST", `/runs/${succeeded.run.id}/rerun`, { json: { fromFailed: true } });
+      const nothing = await h.call("POST", `/runs/${succeeded.run.id}/rerun`, {
+        json: { fromFailed: true },
+      });
       expect(nothing.status).toBe(409);
       expect(errorOf(nothing).message).toMatch(/no failed step to rerun/);
-      const badBody = await h.call("POST", `/runs/${succeeded.run.id}/rerun`, { json: { fromFailed: "yes", extra: 1 } });
+      const badBody = await h.call("POST", `/runs/${succeeded.run.id}/rerun`, {
+        json: { fromFailed: "yes", extra: 1 },
+      });
       expect(badBody.status).toBe(400);
-      expect(errorOf(badBody).details.map((detail) => detail.path).sort()).toEqual(["extra", "fromFailed"]);
+      expect(
+        errorOf(badBody)
+          .details.map((detail) => detail.path)
+          .sort(),
+      ).toEqual(["extra", "fromFailed"]);
       expect((await h.call("POST", "/runs/no-such-run/rerun", { json: {} })).status).toBe(404);
       expect(await dump()).toBe(before);
       await h.runUntil(live.id);

@@ -28,7 +28,10 @@ describe.each(STORE_FACTORIES)("retention over HTTP on $name", (factory) => {
 
   it("GET /info reports the retention and the idempotency window it implies", async () => {
     const info = await h.expectJson<unknown>(200, "GET", "/info");
-    expect(info).toEqual({ profile: "standalone", retention: { horizonMs: HOUR_MS, maxRuns: 2, idempotencyWindowMs: HOUR_MS } });
+    expect(info).toEqual({
+      profile: "standalone",
+      retention: { horizonMs: HOUR_MS, maxRuns: 2, idempotencyWindowMs: HOUR_MS },
+    });
     expect((await h.call("GET", "/info", { authorization: null })).status).toBe(401);
   });
 
@@ -52,28 +55,42 @@ describe.each(STORE_FACTORIES)("retention over HTTP on $name", (factory) => {
     ] as const) {
       const answer = await h.call(method, path);
       expect(answer.status, `${method} ${path}`).toBe(404);
-      expect(errorOf(answer)).toEqual({ code: "not_found", message: `run ${oldest.id} does not exist`, details: [] });
+      expect(errorOf(answer)).toEqual({
+        code: "not_found",
+        message: `run ${oldest.id} does not exist`,
+        details: [],
+      });
     }
     expect((await h.runDetail(middle.id)).run.status).toBe("succeeded");
     expect((await h.runDetail(newest.id)).attempts).toHaveLength(4);
-    expect((await h.runsOf("keep")).map((run) => run.id).sort()).toEqual([middle.id, newest.id].sort());
+    expect((await h.runsOf("keep")).map((run) => run.id).sort()).toEqual(
+      [middle.id, newest.id].sort(),
+    );
     expect((await h.call("GET", "/metrics")).text).toMatch(/^qlr_runs_purged_total 1$/m);
   });
 
   it("an idempotency key answers the same run within the horizon, and a new run once its run is purged", async () => {
     expect((await h.applyYaml(diamondYaml("keyed"))).status).toBe(201);
-    const keyed = await finishedRun({ package: "keyed", workflow: "diamond", idempotencyKey: "daily-report" });
+    const keyed = await finishedRun({
+      package: "keyed",
+      workflow: "diamond",
+      idempotencyKey: "daily-report",
+    });
     // Two newer runs push the keyed run beyond the newest two: it stays for its window.
     await finishedRun({ package: "keyed", workflow: "diamond" });
     await finishedRun({ package: "keyed", workflow: "diamond" });
     await h.tick();
-    const repeated = await h.expectJson<{ run: RunView }>(200, "POST", "/runs", { json: { package: "keyed", workflow: "diamond", idempotencyKey: "daily-report" } });
+    const repeated = await h.expectJson<{ run: RunView }>(200, "POST", "/runs", {
+      json: { package: "keyed", workflow: "diamond", idempotencyKey: "daily-report" },
+    });
     expect(repeated.run.id).toBe(keyed.id);
     // Past the horizon it goes, and the same key starts a new run.
     h.clock.advance(HOUR_MS + 1);
     await h.tick();
     expect((await h.call("GET", `/runs/${keyed.id}`)).status).toBe(404);
-    const fresh = await h.expectJson<{ run: RunView }>(201, "POST", "/runs", { json: { package: "keyed", workflow: "diamond", idempotencyKey: "daily-report" } });
+    const fresh = await h.expectJson<{ run: RunView }>(201, "POST", "/runs", {
+      json: { package: "keyed", workflow: "diamond", idempotencyKey: "daily-report" },
+    });
     expect(fresh.run.id).not.toBe(keyed.id);
   });
 });

@@ -30,9 +30,14 @@ import {
 
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
 const sortedKeys = (value: object): string[] => Object.keys(value).sort();
-const byName = (steps: readonly StepView[]): Record<string, StepView> => Object.fromEntries(steps.map((step) => [step.name, step]));
-const attemptOf = (attempts: readonly AttemptView[], step: StepView): AttemptView[] => attempts.filter((attempt) => attempt.stepRunId === step.id);
-const runTransitions = (events: readonly EventView[]): string[] => events.filter((event) => event.type === "run.status_changed").map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
+const byName = (steps: readonly StepView[]): Record<string, StepView> =>
+  Object.fromEntries(steps.map((step) => [step.name, step]));
+const attemptOf = (attempts: readonly AttemptView[], step: StepView): AttemptView[] =>
+  attempts.filter((attempt) => attempt.stepRunId === step.id);
+const runTransitions = (events: readonly EventView[]): string[] =>
+  events
+    .filter((event) => event.type === "run.status_changed")
+    .map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
 
 describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
   let h: Harness;
@@ -57,20 +62,41 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
 
     const again = await h.applyYaml(diamondYaml(name));
     expect(again.status).toBe(200);
-    expect(again.json()).toEqual({ package: name, generation: 1, digest: applied.digest, changed: false });
+    expect(again.json()).toEqual({
+      package: name,
+      generation: 1,
+      digest: applied.digest,
+      changed: false,
+    });
 
     // The same package written as JSON (keys in another order, needs reversed) has the same canonical digest.
     const sameAsJson = {
-      workflows: { diamond: { steps: { d: { task: "work", needs: ["c", "b"] }, c: { task: "work", needs: ["a"] }, b: { task: "work", needs: ["a"] }, a: { task: "work" } } } },
+      workflows: {
+        diamond: {
+          steps: {
+            d: { task: "work", needs: ["c", "b"] },
+            c: { task: "work", needs: ["a"] },
+            b: { task: "work", needs: ["a"] },
+            a: { task: "work" },
+          },
+        },
+      },
       tasks: { work: { timeout: 30_000, run: ["sim", "ok"] } },
       package: name,
     };
     const unchangedJson = await h.call("POST", "/packages", { json: sameAsJson });
     expect(unchangedJson.status).toBe(200);
-    expect(unchangedJson.json()).toEqual({ package: name, generation: 1, digest: applied.digest, changed: false });
+    expect(unchangedJson.json()).toEqual({
+      package: name,
+      generation: 1,
+      digest: applied.digest,
+      changed: false,
+    });
 
     // A changed manifest makes a new generation.
-    const changed = await h.call("POST", "/packages", { json: { ...sameAsJson, tasks: { work: { timeout: "31s", run: ["sim", "ok"] } } } });
+    const changed = await h.call("POST", "/packages", {
+      json: { ...sameAsJson, tasks: { work: { timeout: "31s", run: ["sim", "ok"] } } },
+    });
     expect(changed.status).toBe(201);
     const second = changed.json<ApplyView>();
     expect(second).toMatchObject({ package: name, generation: 2, changed: true });
@@ -80,12 +106,26 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
     const list = await h.expectJson<{ packages: PackageHeadView[] }>(200, "GET", "/packages");
     expect(sortedKeys(list)).toEqual(["packages"]);
     const head = list.packages.find((item) => item.package === name);
-    expect(head).toEqual({ package: name, generation: 2, manifestDigest: second.digest, reconciliationDigest: expect.stringMatching(DIGEST) as unknown, updatedAtMs: h.clock.nowMs() });
+    expect(head).toEqual({
+      package: name,
+      generation: 2,
+      manifestDigest: second.digest,
+      reconciliationDigest: expect.stringMatching(DIGEST) as unknown,
+      updatedAtMs: h.clock.nowMs(),
+    });
 
     const detail = await h.packageDetail(name);
-    expect(sortedKeys(detail)).toEqual(["generations", "package", "schedules", "tasks", "workflows"]);
+    expect(sortedKeys(detail)).toEqual([
+      "generations",
+      "package",
+      "schedules",
+      "tasks",
+      "workflows",
+    ]);
     expect(detail.package).toEqual(head);
-    expect(detail.generations.map((generation) => [generation.generation, generation.manifestDigest])).toEqual([
+    expect(
+      detail.generations.map((generation) => [generation.generation, generation.manifestDigest]),
+    ).toEqual([
       [2, second.digest],
       [1, applied.digest],
     ]);
@@ -111,7 +151,21 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
     const createdAtMs = h.clock.nowMs();
     const run = await h.startRun({ package: name, workflow: "diamond" });
     expect(sortedKeys(run)).toEqual(RUN_VIEW_KEYS);
-    expect(run).toEqual({ id: run.id, kind: "workflow", status: "running", package: name, generation: 1, target: "diamond", createdAtMs, finishedAtMs: null, cancelRequestedAtMs: null, idempotencyKey: null, scheduleName: null, input: {}, rerunOf: null });
+    expect(run).toEqual({
+      id: run.id,
+      kind: "workflow",
+      status: "running",
+      package: name,
+      generation: 1,
+      target: "diamond",
+      createdAtMs,
+      finishedAtMs: null,
+      cancelRequestedAtMs: null,
+      idempotencyKey: null,
+      scheduleName: null,
+      input: {},
+      rerunOf: null,
+    });
 
     const created = await h.runDetail(run.id);
     expect(created.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
@@ -136,7 +190,14 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
     expect(detail.attempts.map((attempt) => attempt.number).sort()).toEqual([1, 2, 3, 4]);
     for (const attempt of detail.attempts) {
       expect(sortedKeys(attempt)).toEqual(ATTEMPT_VIEW_KEYS);
-      expect(attempt).toMatchObject({ status: "succeeded", executor: "local_process", exitCode: 0, signal: null, stopReason: null, error: null });
+      expect(attempt).toMatchObject({
+        status: "succeeded",
+        executor: "local_process",
+        exitCode: 0,
+        signal: null,
+        stopReason: null,
+        error: null,
+      });
       expect(attempt.pid).toBeGreaterThan(0);
       expect(attempt.startedAtMs).toBeGreaterThanOrEqual(createdAtMs);
       expect(attempt.finishedAtMs).toBe((attempt.startedAtMs ?? 0) + DEFAULT_TASK_MS);
@@ -148,10 +209,17 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
       expect(attempts).toHaveLength(1);
       return attempts[0] as AttemptView;
     };
-    const [a, b, c, d] = ["a", "b", "c", "d"].map(only) as [AttemptView, AttemptView, AttemptView, AttemptView];
+    const [a, b, c, d] = ["a", "b", "c", "d"].map(only) as [
+      AttemptView,
+      AttemptView,
+      AttemptView,
+      AttemptView,
+    ];
     expect(b.startedAtMs).toBeGreaterThanOrEqual(a.finishedAtMs ?? Infinity);
     expect(c.startedAtMs).toBeGreaterThanOrEqual(a.finishedAtMs ?? Infinity);
-    expect(d.startedAtMs).toBeGreaterThanOrEqual(Math.max(b.finishedAtMs ?? Infinity, c.finishedAtMs ?? Infinity));
+    expect(d.startedAtMs).toBeGreaterThanOrEqual(
+      Math.max(b.finishedAtMs ?? Infinity, c.finishedAtMs ?? Infinity),
+    );
     expect(new Set(detail.attempts.map((attempt) => attempt.pid)).size).toBe(4);
 
     const events = await h.events(run.id);
@@ -160,9 +228,15 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
     expect(events[0]?.type).toBe("run.created");
     const admitted = events.filter((event) => event.type === "workflow.task_attempt_admitted");
     expect(admitted).toHaveLength(4);
-    expect(admitted.map((event) => event.attemptId).sort()).toEqual(detail.attempts.map((attempt) => attempt.id).sort());
-    expect(admitted.map((event) => event.stepRunId).sort()).toEqual(detail.steps.map((step) => step.id).sort());
-    expect(events.map((event) => event.atMs)).toEqual([...events.map((event) => event.atMs)].sort((x, y) => x - y));
+    expect(admitted.map((event) => event.attemptId).sort()).toEqual(
+      detail.attempts.map((attempt) => attempt.id).sort(),
+    );
+    expect(admitted.map((event) => event.stepRunId).sort()).toEqual(
+      detail.steps.map((step) => step.id).sort(),
+    );
+    expect(events.map((event) => event.atMs)).toEqual(
+      [...events.map((event) => event.atMs)].sort((x, y) => x - y),
+    );
     expect(runTransitions(events)).toEqual(["running→succeeded"]);
 
     // after= pages: limit 5 from 0, then the rest; past the end is empty.
@@ -217,9 +291,16 @@ workflows:
     const steps = byName(detail.steps);
     expect(detail.attempts).toHaveLength(3);
     expect(attemptOf(detail.attempts, steps.d as StepView)).toEqual([]);
-    expect(attemptOf(detail.attempts, steps.b as StepView)).toMatchObject([{ status: "failed", exitCode: 1 }]);
+    expect(attemptOf(detail.attempts, steps.b as StepView)).toMatchObject([
+      { status: "failed", exitCode: 1 },
+    ]);
     const events = await h.events(run.id);
-    const skipped = events.find((event) => event.type === "step.status_changed" && event.stepRunId === steps.d?.id && event.data.to === "skipped");
+    const skipped = events.find(
+      (event) =>
+        event.type === "step.status_changed" &&
+        event.stepRunId === steps.d?.id &&
+        event.data.to === "skipped",
+    );
     expect(skipped?.data.blockedBy).toEqual(["b"]);
     expect(runTransitions(events)).toEqual(["running→failed"]);
   });
@@ -244,7 +325,12 @@ workflows:
     const detail = await h.runDetail(run.id);
     expect(detail.run.status).toBe("cancelled");
     expect(detail.run.finishedAtMs).toBe(h.clock.nowMs());
-    expect(detail.steps.map((step) => step.status)).toEqual(["cancelled", "cancelled", "cancelled", "cancelled"]);
+    expect(detail.steps.map((step) => step.status)).toEqual([
+      "cancelled",
+      "cancelled",
+      "cancelled",
+      "cancelled",
+    ]);
     expect(detail.attempts).toEqual([]);
     const ordinaryDetail = await h.runDetail(ordinary.id);
     expect(ordinaryDetail.run.status).toBe("cancelled");
@@ -278,7 +364,11 @@ workflows:
     );
     expect((await h.applyYaml(yaml)).status).toBe(201);
     const run = await h.startRun({ package: name, workflow: "chain" });
-    await h.tickUntil(async () => (await h.runDetail(run.id)).attempts.some((attempt) => attempt.status === "running"), 10);
+    await h.tickUntil(
+      async () =>
+        (await h.runDetail(run.id)).attempts.some((attempt) => attempt.status === "running"),
+      10,
+    );
     const running = await h.runDetail(run.id);
     expect(byName(running.steps).a?.status).toBe("running");
     const attempt = running.attempts[0] as AttemptView;
@@ -287,13 +377,20 @@ workflows:
     const cancelled = await h.call("POST", `/runs/${run.id}/cancel`);
     expect(cancelled.status).toBe(202);
     const requestedAtMs = h.clock.nowMs();
-    expect(cancelled.json<{ run: RunView }>().run).toMatchObject({ status: "running", cancelRequestedAtMs: requestedAtMs });
+    expect(cancelled.json<{ run: RunView }>().run).toMatchObject({
+      status: "running",
+      cancelRequestedAtMs: requestedAtMs,
+    });
 
     // One tick: the stop intent is persisted and the exact process is told to stop.
     await h.tick();
     const stopping = await h.runDetail(run.id);
     expect(stopping.run.status).toBe("running");
-    expect(stopping.attempts[0]).toMatchObject({ id: attempt.id, status: "running", stopReason: "cancel" });
+    expect(stopping.attempts[0]).toMatchObject({
+      id: attempt.id,
+      status: "running",
+      stopReason: "cancel",
+    });
     expect(h.executor.processes.get(attempt.id)?.stopReason).toBe("cancel");
     expect(h.executor.spawnCounts.get(attempt.id)).toBe(1);
 
@@ -305,15 +402,33 @@ workflows:
       ["b", "cancelled"],
     ]);
     expect(detail.attempts).toHaveLength(1);
-    expect(detail.attempts[0]).toMatchObject({ id: attempt.id, status: "cancelled", stopReason: "cancel", signal: "SIGTERM", exitCode: null });
+    expect(detail.attempts[0]).toMatchObject({
+      id: attempt.id,
+      status: "cancelled",
+      stopReason: "cancel",
+      signal: "SIGTERM",
+      exitCode: null,
+    });
     expect(detail.attempts[0]?.finishedAtMs).toBeLessThan((attempt.startedAtMs ?? 0) + 600_000);
 
     const events = await h.events(run.id);
     const index = (predicate: (event: EventView) => boolean): number => events.findIndex(predicate);
     const requested = index((event) => event.type === "run.cancel_requested");
-    const stopRequested = index((event) => event.type === "attempt.stop_requested" && event.attemptId === attempt.id && event.data.reason === "cancel");
-    const attemptCancelled = index((event) => event.type === "attempt.status_changed" && event.attemptId === attempt.id && event.data.to === "cancelled");
-    const runCancelled = index((event) => event.type === "run.status_changed" && event.data.to === "cancelled");
+    const stopRequested = index(
+      (event) =>
+        event.type === "attempt.stop_requested" &&
+        event.attemptId === attempt.id &&
+        event.data.reason === "cancel",
+    );
+    const attemptCancelled = index(
+      (event) =>
+        event.type === "attempt.status_changed" &&
+        event.attemptId === attempt.id &&
+        event.data.to === "cancelled",
+    );
+    const runCancelled = index(
+      (event) => event.type === "run.status_changed" && event.data.to === "cancelled",
+    );
     expect(requested).toBeGreaterThan(0);
     expect(stopRequested).toBeGreaterThan(requested);
     expect(attemptCancelled).toBeGreaterThan(stopRequested);
@@ -324,33 +439,48 @@ workflows:
     const name = "idempotent";
     expect((await h.applyYaml(diamondYaml(name))).status).toBe(201);
     const key = `${factory.name}-nightly-2030-01-01`;
-    const first = await h.call("POST", "/runs", { json: { package: name, workflow: "diamond", idempotencyKey: key } });
+    const first = await h.call("POST", "/runs", {
+      json: { package: name, workflow: "diamond", idempotencyKey: key },
+    });
     expect(first.status).toBe(201);
     const run = first.json<{ run: RunView }>().run;
     expect(run.idempotencyKey).toBe(key);
 
     const before = await h.dump();
     h.clock.advance(1000);
-    const repeated = await h.call("POST", "/runs", { json: { idempotencyKey: key, workflow: "diamond", package: name } });
+    const repeated = await h.call("POST", "/runs", {
+      json: { idempotencyKey: key, workflow: "diamond", package: name },
+    });
     expect(repeated.status).toBe(200);
     expect(repeated.json<{ run: RunView }>()).toEqual({ run });
 
-    const otherTarget = await h.call("POST", "/runs", { json: { package: name, task: "work", idempotencyKey: key } });
+    const otherTarget = await h.call("POST", "/runs", {
+      json: { package: name, task: "work", idempotencyKey: key },
+    });
     expect(otherTarget.status).toBe(409);
     expect(errorOf(otherTarget).code).toBe("conflict");
     expect(errorOf(otherTarget).message).toContain(run.id);
     expect(await h.dump()).toBe(before);
 
-    const otherKey = await h.call("POST", "/runs", { json: { package: name, workflow: "diamond", idempotencyKey: `${key}-2` } });
+    const otherKey = await h.call("POST", "/runs", {
+      json: { package: name, workflow: "diamond", idempotencyKey: `${key}-2` },
+    });
     expect(otherKey.status).toBe(201);
     expect(otherKey.json<{ run: RunView }>().run.id).not.toBe(run.id);
   });
 
   it("an ordinary run goes queued → dispatching → running → succeeded", async () => {
     const name = "ordinary";
-    expect((await h.applyYaml(yamlManifest(name, "tasks:\n  hello: { run: [sim, ok] }\n"))).status).toBe(201);
+    expect(
+      (await h.applyYaml(yamlManifest(name, "tasks:\n  hello: { run: [sim, ok] }\n"))).status,
+    ).toBe(201);
     const run = await h.startRun({ package: name, task: "hello" });
-    expect(run).toMatchObject({ kind: "ordinary", status: "queued", target: "hello", finishedAtMs: null });
+    expect(run).toMatchObject({
+      kind: "ordinary",
+      status: "queued",
+      target: "hello",
+      finishedAtMs: null,
+    });
     const queued = await h.runDetail(run.id);
     expect(queued.steps).toEqual([]);
     expect(queued.attempts).toEqual([]);
@@ -362,13 +492,29 @@ workflows:
     const running = await h.runDetail(run.id);
     expect(running.run.status).toBe("running");
     expect(running.attempts).toHaveLength(1);
-    expect(running.attempts[0]).toMatchObject({ number: 1, status: "running", stepRunId: null, startedAtMs: h.clock.nowMs(), finishedAtMs: null, exitCode: null });
+    expect(running.attempts[0]).toMatchObject({
+      number: 1,
+      status: "running",
+      stepRunId: null,
+      startedAtMs: h.clock.nowMs(),
+      finishedAtMs: null,
+      exitCode: null,
+    });
 
     const detail = await h.runUntil(run.id);
     expect(detail.run.status).toBe("succeeded");
     expect(detail.attempts).toHaveLength(1);
-    expect(detail.attempts[0]).toMatchObject({ number: 1, status: "succeeded", exitCode: 0, stepRunId: null });
-    expect(runTransitions(await h.events(run.id))).toEqual(["queued→dispatching", "dispatching→running", "running→succeeded"]);
+    expect(detail.attempts[0]).toMatchObject({
+      number: 1,
+      status: "succeeded",
+      exitCode: 0,
+      stepRunId: null,
+    });
+    expect(runTransitions(await h.events(run.id))).toEqual([
+      "queued→dispatching",
+      "dispatching→running",
+      "running→succeeded",
+    ]);
     // An ordinary run's log is addressed by its task name.
     const log = await h.call("GET", `/runs/${run.id}/steps/hello/log`);
     expect(log.status).toBe(200);
@@ -377,7 +523,16 @@ workflows:
 
   it("an ordinary run retries a failing task with backoff (retry.max), one attempt per try", async () => {
     const name = "retrying";
-    expect((await h.applyYaml(yamlManifest(name, "tasks:\n  flaky: { run: [sim, fail], retry: { max: 2, backoff: 5s } }\n"))).status).toBe(201);
+    expect(
+      (
+        await h.applyYaml(
+          yamlManifest(
+            name,
+            "tasks:\n  flaky: { run: [sim, fail], retry: { max: 2, backoff: 5s } }\n",
+          ),
+        )
+      ).status,
+    ).toBe(201);
     const run = await h.startRun({ package: name, task: "flaky" });
 
     // After the first failure the run waits in `queued` for its backoff.
@@ -388,7 +543,9 @@ workflows:
 
     const detail = await h.runUntil(run.id, ["succeeded", "failed"], 80);
     expect(detail.run.status).toBe("failed");
-    expect(detail.attempts.map((attempt) => [attempt.number, attempt.status, attempt.exitCode])).toEqual([
+    expect(
+      detail.attempts.map((attempt) => [attempt.number, attempt.status, attempt.exitCode]),
+    ).toEqual([
       [1, "failed", 1],
       [2, "failed", 1],
       [3, "failed", 1],
@@ -414,7 +571,9 @@ workflows:
 
   it("POST /tick answers the tick report; GET /metrics is Prometheus text with qlr_runs by status", async () => {
     const name = "tick-report";
-    expect((await h.applyYaml(yamlManifest(name, "tasks:\n  hello: { run: [sim, ok] }\n"))).status).toBe(201);
+    expect(
+      (await h.applyYaml(yamlManifest(name, "tasks:\n  hello: { run: [sim, ok] }\n"))).status,
+    ).toBe(201);
     await h.startRun({ package: name, task: "hello" });
 
     const result = await h.call("POST", "/tick");
@@ -435,7 +594,9 @@ workflows:
       expect(stage.more).toBe(false);
       expect(Number.isInteger(stage.processed)).toBe(true);
     }
-    const processed = Object.fromEntries(report.stages.map((stage) => [stage.name, stage.processed]));
+    const processed = Object.fromEntries(
+      report.stages.map((stage) => [stage.name, stage.processed]),
+    );
     // The queued run was claimed by the ordinary stage and launched by dispatch in this cycle.
     expect(processed.ordinary).toBeGreaterThanOrEqual(1);
     expect(processed.dispatch).toBeGreaterThanOrEqual(1);
@@ -450,14 +611,26 @@ workflows:
       expect(metrics.text).toContain(`\nqlr_runs{status="${status}"} ${count}\n`);
     }
     expect(metrics.text).toMatch(/\nqlr_ticks_total [1-9]\d*\n/);
-    expect(metrics.text).toMatch(/\nqlr_tick_stage_duration_seconds_count\{stage="admission"\} [1-9]\d*\n/);
+    expect(metrics.text).toMatch(
+      /\nqlr_tick_stage_duration_seconds_count\{stage="admission"\} [1-9]\d*\n/,
+    );
     // A histogram: cumulative buckets that never decrease and end with +Inf equal to the count.
-    const buckets = [...metrics.text.matchAll(/\nqlr_tick_stage_duration_seconds_bucket\{stage="admission",le="([^"]+)"\} (\d+)/g)].map((match) => [match[1], Number(match[2])] as const);
-    const admissionCount = Number(/\nqlr_tick_stage_duration_seconds_count\{stage="admission"\} (\d+)/.exec(metrics.text)?.[1]);
+    const buckets = [
+      ...metrics.text.matchAll(
+        /\nqlr_tick_stage_duration_seconds_bucket\{stage="admission",le="([^"]+)"\} (\d+)/g,
+      ),
+    ].map((match) => [match[1], Number(match[2])] as const);
+    const admissionCount = Number(
+      /\nqlr_tick_stage_duration_seconds_count\{stage="admission"\} (\d+)/.exec(metrics.text)?.[1],
+    );
     expect(buckets.length).toBeGreaterThan(2);
     expect(buckets.at(-1)).toEqual(["+Inf", admissionCount]);
-    for (let index = 1; index < buckets.length; index += 1) expect(buckets[index]![1]).toBeGreaterThanOrEqual(buckets[index - 1]![1]);
-    for (const line of metrics.text.trimEnd().split("\n")) expect(line).toMatch(/^(# (HELP|TYPE) \w+ .+|\w+(\{\w+="[^"]*"(,\w+="[^"]*")*\})? -?[\d.e+-]+)$/);
+    for (let index = 1; index < buckets.length; index += 1)
+      expect(buckets[index]![1]).toBeGreaterThanOrEqual(buckets[index - 1]![1]);
+    for (const line of metrics.text.trimEnd().split("\n"))
+      expect(line).toMatch(
+        /^(# (HELP|TYPE) \w+ .+|\w+(\{\w+="[^"]*"(,\w+="[^"]*")*\})? -?[\d.e+-]+)$/,
+      );
 
     const unauthenticated = await h.call("GET", "/metrics", { authorization: null });
     expect(unauthenticated.status).toBe(401);
@@ -465,21 +638,32 @@ workflows:
 
   it("GET /runs pages by keyset: pages never overlap, nextCursor is null at the end", async () => {
     const name = "paging";
-    expect((await h.applyYaml(yamlManifest(name, "tasks:\n  hello: { run: [sim, ok] }\n"))).status).toBe(201);
+    expect(
+      (await h.applyYaml(yamlManifest(name, "tasks:\n  hello: { run: [sim, ok] }\n"))).status,
+    ).toBe(201);
     const mine: RunView[] = [];
     for (let index = 0; index < 5; index += 1) {
       // Two runs share a creation time, the others are a second apart: the keyset is (createdAtMs, id).
       if (index !== 1) h.clock.advance(1000);
       mine.push(await h.startRun({ package: name, task: "hello" }));
     }
-    const metricsCount = async (status: string): Promise<number> => Number(new RegExp(`\\nqlr_runs\\{status="${status}"\\} (\\d+)\\n`).exec((await h.call("GET", "/metrics")).text)?.[1]);
+    const metricsCount = async (status: string): Promise<number> =>
+      Number(
+        new RegExp(`\\nqlr_runs\\{status="${status}"\\} (\\d+)\\n`).exec(
+          (await h.call("GET", "/metrics")).text,
+        )?.[1],
+      );
 
     const walk = async (query: string, limit: number): Promise<RunView[]> => {
       const seen: RunView[] = [];
       let cursor: string | null = null;
       for (let page = 0; page < 100; page += 1) {
         const path: string = `/runs?${query}limit=${limit}${cursor === null ? "" : `&cursor=${cursor}`}`;
-        const body: { runs: RunView[]; nextCursor: string | null } = await h.expectJson(200, "GET", path);
+        const body: { runs: RunView[]; nextCursor: string | null } = await h.expectJson(
+          200,
+          "GET",
+          path,
+        );
         expect(sortedKeys(body)).toEqual(["nextCursor", "runs"]);
         expect(body.runs.length).toBeLessThanOrEqual(limit);
         if (body.nextCursor !== null) {
@@ -497,10 +681,13 @@ workflows:
     expect(new Set(queued.map((run) => run.id)).size).toBe(queued.length);
     expect(queued.every((run) => run.status === "queued")).toBe(true);
     expect(queued.length).toBe(await metricsCount("queued"));
-    const order = (x: RunView, y: RunView): number => y.createdAtMs - x.createdAtMs || (x.id < y.id ? 1 : x.id > y.id ? -1 : 0);
+    const order = (x: RunView, y: RunView): number =>
+      y.createdAtMs - x.createdAtMs || (x.id < y.id ? 1 : x.id > y.id ? -1 : 0);
     expect(queued).toEqual([...queued].sort(order));
     // Newest first: mine appear in reverse creation order.
-    expect(queued.filter((run) => run.package === name).map((run) => run.id)).toEqual(mine.map((run) => run.id).reverse());
+    expect(queued.filter((run) => run.package === name).map((run) => run.id)).toEqual(
+      mine.map((run) => run.id).reverse(),
+    );
 
     const all = await walk("", 3);
     expect(new Set(all.map((run) => run.id)).size).toBe(all.length);
@@ -510,11 +697,16 @@ workflows:
     expect(all).toEqual([...all].sort(order));
 
     // One page holding everything ends at once.
-    const single = await h.expectJson<{ runs: RunView[]; nextCursor: string | null }>(200, "GET", `/runs?limit=200`);
+    const single = await h.expectJson<{ runs: RunView[]; nextCursor: string | null }>(
+      200,
+      "GET",
+      `/runs?limit=200`,
+    );
     expect(single.nextCursor).toBeNull();
     expect(single.runs).toEqual(all);
 
-    for (const run of mine) expect((await h.call("POST", `/runs/${run.id}/cancel`)).status).toBe(202);
+    for (const run of mine)
+      expect((await h.call("POST", `/runs/${run.id}/cancel`)).status).toBe(202);
     await h.tick();
   });
 });
@@ -522,9 +714,16 @@ workflows:
 // The error body helper itself must reject what is not an error body.
 describe("errorOf", () => {
   it("rejects a body that is not {error: {code, message, details}}", () => {
-    const fake = (text: string) => ({ status: 400, contentType: "application/json", text, json: <T>() => JSON.parse(text) as T });
+    const fake = (text: string) => ({
+      status: 400,
+      contentType: "application/json",
+      text,
+      json: <T>() => JSON.parse(text) as T,
+    });
     expect(() => errorOf(fake('{"error":{"code":"x","message":"m"}}'))).toThrow();
-    expect(() => errorOf(fake('{"error":{"code":"x","message":"m","details":[]},"extra":1}'))).toThrow();
+    expect(() =>
+      errorOf(fake('{"error":{"code":"x","message":"m","details":[]},"extra":1}')),
+    ).toThrow();
     expect(errorOf(fake('{"error":{"code":"x","message":"m","details":[]}}')).code).toBe("x");
   });
 });

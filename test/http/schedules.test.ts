@@ -6,7 +6,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_MISSED_GRACE_MS } from "../../src/schedules.ts";
-import { Harness, STORE_FACTORIES, TICK_STEP_MS, yamlManifest, type RunView, type ScheduleView } from "./support.ts";
+import {
+  Harness,
+  STORE_FACTORIES,
+  TICK_STEP_MS,
+  yamlManifest,
+  type RunView,
+  type ScheduleView,
+} from "./support.ts";
 
 const HOUR_MS = 3_600_000;
 const MINUTE_MS = 60_000;
@@ -23,7 +30,9 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
   });
 
   async function schedulesOf(name: string): Promise<Record<string, ScheduleView>> {
-    return Object.fromEntries((await h.packageDetail(name)).schedules.map((schedule) => [schedule.name, schedule]));
+    return Object.fromEntries(
+      (await h.packageDetail(name)).schedules.map((schedule) => [schedule.name, schedule]),
+    );
   }
 
   /** Ticks every TICK_STEP_MS from now through `untilMs` inclusive; the clock ends at `untilMs`. */
@@ -46,7 +55,16 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
     const name = "every-ten";
     const tasks = 'tasks:\n  quick: { run: [sim, ok, "100"] }\n';
     const appliedAtMs = h.alignClock(HOUR_MS);
-    expect((await h.applyYaml(yamlManifest(name, `${tasks}schedules:\n  tick10: { cron: "*/10 * * * * *", task: quick }\n`))).status).toBe(201);
+    expect(
+      (
+        await h.applyYaml(
+          yamlManifest(
+            name,
+            `${tasks}schedules:\n  tick10: { cron: "*/10 * * * * *", task: quick }\n`,
+          ),
+        )
+      ).status,
+    ).toBe(201);
     expect((await schedulesOf(name)).tick10).toEqual({
       name: "tick10",
       cron: "*/10 * * * * *",
@@ -64,10 +82,24 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
 
     await tickThrough(appliedAtMs + 30_000);
     const runs = await h.runsOf(name);
-    expect(runs.map((run) => run.createdAtMs).sort()).toEqual([appliedAtMs + 10_000, appliedAtMs + 20_000, appliedAtMs + 30_000]);
-    for (const run of runs) expect(run).toMatchObject({ kind: "ordinary", target: "quick", scheduleName: "tick10" });
-    expect(runs.filter((run) => run.createdAtMs < appliedAtMs + 30_000).every((run) => run.status === "succeeded")).toBe(true);
-    expect((await schedulesOf(name)).tick10).toMatchObject({ nextFireAtMs: appliedAtMs + 40_000, lastFireAtMs: appliedAtMs + 30_000, missedFires: 0, skippedOverlaps: 0 });
+    expect(runs.map((run) => run.createdAtMs).sort()).toEqual([
+      appliedAtMs + 10_000,
+      appliedAtMs + 20_000,
+      appliedAtMs + 30_000,
+    ]);
+    for (const run of runs)
+      expect(run).toMatchObject({ kind: "ordinary", target: "quick", scheduleName: "tick10" });
+    expect(
+      runs
+        .filter((run) => run.createdAtMs < appliedAtMs + 30_000)
+        .every((run) => run.status === "succeeded"),
+    ).toBe(true);
+    expect((await schedulesOf(name)).tick10).toMatchObject({
+      nextFireAtMs: appliedAtMs + 40_000,
+      lastFireAtMs: appliedAtMs + 30_000,
+      missedFires: 0,
+      skippedOverlaps: 0,
+    });
 
     await removeSchedules(name, tasks);
   });
@@ -94,7 +126,12 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
     const after = await schedulesOf(name);
     for (const schedule of [after.skipper, after.catcher]) {
       // 360 slots came due (+10 s … +3600 s): the latest fired, the other 359 are counted.
-      expect(schedule).toMatchObject({ missedFires: 359, lastFireAtMs: appliedAtMs + HOUR_MS, nextFireAtMs: appliedAtMs + HOUR_MS + 10_000, skippedOverlaps: 0 });
+      expect(schedule).toMatchObject({
+        missedFires: 359,
+        lastFireAtMs: appliedAtMs + HOUR_MS,
+        nextFireAtMs: appliedAtMs + HOUR_MS + 10_000,
+        skippedOverlaps: 0,
+      });
     }
 
     // No storm afterwards: the next fire is the next slot.
@@ -123,8 +160,16 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
     const runs = await h.runsOf(name);
     expect(runs.map((run) => [run.scheduleName, run.createdAtMs])).toEqual([["catcher", backAtMs]]);
     const after = await schedulesOf(name);
-    expect(after.skipper).toMatchObject({ missedFires: 6, lastFireAtMs: null, nextFireAtMs: appliedAtMs + HOUR_MS + 10 * MINUTE_MS });
-    expect(after.catcher).toMatchObject({ missedFires: 6, lastFireAtMs: appliedAtMs + HOUR_MS, nextFireAtMs: appliedAtMs + HOUR_MS + 10 * MINUTE_MS });
+    expect(after.skipper).toMatchObject({
+      missedFires: 6,
+      lastFireAtMs: null,
+      nextFireAtMs: appliedAtMs + HOUR_MS + 10 * MINUTE_MS,
+    });
+    expect(after.catcher).toMatchObject({
+      missedFires: 6,
+      lastFireAtMs: appliedAtMs + HOUR_MS,
+      nextFireAtMs: appliedAtMs + HOUR_MS + 10 * MINUTE_MS,
+    });
 
     // Ticking on fires nothing more until the next slot, where both fire on time again.
     await tickThrough(backAtMs + 30_000);
@@ -132,10 +177,20 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
     h.clock.set(appliedAtMs + HOUR_MS + 10 * MINUTE_MS);
     await h.tick();
     const resumed = await h.runsOf(name);
-    expect(resumed.map((run) => run.scheduleName).sort()).toEqual(["catcher", "catcher", "skipper"]);
+    expect(resumed.map((run) => run.scheduleName).sort()).toEqual([
+      "catcher",
+      "catcher",
+      "skipper",
+    ]);
     const final = await schedulesOf(name);
-    expect(final.skipper).toMatchObject({ missedFires: 6, lastFireAtMs: appliedAtMs + HOUR_MS + 10 * MINUTE_MS });
-    expect(final.catcher).toMatchObject({ missedFires: 6, lastFireAtMs: appliedAtMs + HOUR_MS + 10 * MINUTE_MS });
+    expect(final.skipper).toMatchObject({
+      missedFires: 6,
+      lastFireAtMs: appliedAtMs + HOUR_MS + 10 * MINUTE_MS,
+    });
+    expect(final.catcher).toMatchObject({
+      missedFires: 6,
+      lastFireAtMs: appliedAtMs + HOUR_MS + 10 * MINUTE_MS,
+    });
     await removeSchedules(name, tasks);
   });
 
@@ -143,16 +198,34 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
     const name = "overlap";
     const tasks = 'tasks:\n  long: { run: [sim, ok, "25000"] }\n';
     const appliedAtMs = h.alignClock(HOUR_MS);
-    expect((await h.applyYaml(yamlManifest(name, `${tasks}schedules:\n  busy: { cron: "*/10 * * * * *", task: long, overlap: skip }\n`))).status).toBe(201);
+    expect(
+      (
+        await h.applyYaml(
+          yamlManifest(
+            name,
+            `${tasks}schedules:\n  busy: { cron: "*/10 * * * * *", task: long, overlap: skip }\n`,
+          ),
+        )
+      ).status,
+    ).toBe(201);
 
     await tickThrough(appliedAtMs + 10_000);
     const [first] = await h.runsOf(name);
-    expect(first).toMatchObject({ status: "running", createdAtMs: appliedAtMs + 10_000, scheduleName: "busy" });
+    expect(first).toMatchObject({
+      status: "running",
+      createdAtMs: appliedAtMs + 10_000,
+      scheduleName: "busy",
+    });
 
     // The slots at +20 s and +30 s come while the first run (25 s long) still works.
     await tickThrough(appliedAtMs + 30_000);
     expect(await h.runsOf(name)).toHaveLength(1);
-    expect((await schedulesOf(name)).busy).toMatchObject({ skippedOverlaps: 2, missedFires: 0, lastFireAtMs: appliedAtMs + 10_000, nextFireAtMs: appliedAtMs + 40_000 });
+    expect((await schedulesOf(name)).busy).toMatchObject({
+      skippedOverlaps: 2,
+      missedFires: 0,
+      lastFireAtMs: appliedAtMs + 10_000,
+      nextFireAtMs: appliedAtMs + 40_000,
+    });
 
     // It finishes at +35 s; the +40 s slot fires again.
     await tickThrough(appliedAtMs + 40_000);
@@ -161,7 +234,11 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
       [appliedAtMs + 10_000, "succeeded"],
       [appliedAtMs + 40_000, "running"],
     ]);
-    expect((await schedulesOf(name)).busy).toMatchObject({ skippedOverlaps: 2, lastFireAtMs: appliedAtMs + 40_000, nextFireAtMs: appliedAtMs + 50_000 });
+    expect((await schedulesOf(name)).busy).toMatchObject({
+      skippedOverlaps: 2,
+      lastFireAtMs: appliedAtMs + 40_000,
+      nextFireAtMs: appliedAtMs + 50_000,
+    });
     await removeSchedules(name, tasks);
   });
 });

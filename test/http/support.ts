@@ -29,7 +29,14 @@ import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { SequentialIds, SequentialSecrets } from "../support/fixtures.ts";
-import type { ErrorBody, EventView, PackageDetailView, RunDetail, RunView, TickReportView } from "../../runtimes/http/contract.ts";
+import type {
+  ErrorBody,
+  EventView,
+  PackageDetailView,
+  RunDetail,
+  RunView,
+  TickReportView,
+} from "../../runtimes/http/contract.ts";
 
 export const TOKEN = "test-token";
 /** The remote workers' token: valid on /worker/* only. */
@@ -47,8 +54,15 @@ export interface StoreFactory {
 }
 
 export const STORE_FACTORIES: readonly StoreFactory[] = [
-  { name: "sqljs-memory", open: async () => openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), SQLITE_MIGRATIONS, START_MS) },
-  { name: "pglite", open: async () => openSqlStore(await openPgliteDriver(), POSTGRES_MIGRATIONS, START_MS) },
+  {
+    name: "sqljs-memory",
+    open: async () =>
+      openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), SQLITE_MIGRATIONS, START_MS),
+  },
+  {
+    name: "pglite",
+    open: async () => openSqlStore(await openPgliteDriver(), POSTGRES_MIGRATIONS, START_MS),
+  },
 ];
 
 /** Every table of the schema, read in a fixed order for before/after comparisons. */
@@ -87,9 +101,48 @@ export type {
   TickReportView,
 } from "../../runtimes/http/contract.ts";
 
-export const RUN_VIEW_KEYS = ["cancelRequestedAtMs", "createdAtMs", "finishedAtMs", "generation", "id", "idempotencyKey", "input", "kind", "package", "rerunOf", "scheduleName", "status", "target"];
-export const STEP_VIEW_KEYS = ["attemptCount", "finishedAtMs", "id", "name", "needs", "output", "startedAtMs", "status", "task", "version"];
-export const ATTEMPT_VIEW_KEYS = ["error", "executor", "exitCode", "finishedAtMs", "id", "number", "output", "pid", "signal", "startedAtMs", "status", "stepRunId", "stopReason"];
+export const RUN_VIEW_KEYS = [
+  "cancelRequestedAtMs",
+  "createdAtMs",
+  "finishedAtMs",
+  "generation",
+  "id",
+  "idempotencyKey",
+  "input",
+  "kind",
+  "package",
+  "rerunOf",
+  "scheduleName",
+  "status",
+  "target",
+];
+export const STEP_VIEW_KEYS = [
+  "attemptCount",
+  "finishedAtMs",
+  "id",
+  "name",
+  "needs",
+  "output",
+  "startedAtMs",
+  "status",
+  "task",
+  "version",
+];
+export const ATTEMPT_VIEW_KEYS = [
+  "error",
+  "executor",
+  "exitCode",
+  "finishedAtMs",
+  "id",
+  "number",
+  "output",
+  "pid",
+  "signal",
+  "startedAtMs",
+  "status",
+  "stepRunId",
+  "stopReason",
+];
 export const EVENT_VIEW_KEYS = ["atMs", "attemptId", "data", "seq", "stepRunId", "type"];
 
 export interface CallOptions {
@@ -112,13 +165,22 @@ export interface CallResult {
 }
 
 /** What one test's simulated tasks do, decided by argv (see the file comment). */
-export function simulatedOutcome(request: LaunchRequest): { exitCode: number; durationMs: number; output?: unknown } | undefined {
+export function simulatedOutcome(
+  request: LaunchRequest,
+): { exitCode: number; durationMs: number; output?: unknown } | undefined {
   const argv = request.definition.execution.argv;
   if (argv[0] !== "sim") return undefined;
   const durationMs = argv[2] === undefined ? DEFAULT_TASK_MS : Number(argv[2]);
   // `["sim", "ok", "1000", "echo"]`: the step's output is its context (step, input, needs), as a task could write it.
-  const output = argv[3] === "echo" ? { step: request.context.step, input: request.context.input, needs: request.context.needs } : undefined;
-  return { exitCode: argv[1] === "fail" ? 1 : 0, durationMs, ...(output === undefined ? {} : { output }) };
+  const output =
+    argv[3] === "echo"
+      ? { step: request.context.step, input: request.context.input, needs: request.context.needs }
+      : undefined;
+  return {
+    exitCode: argv[1] === "fail" ? 1 : 0,
+    durationMs,
+    ...(output === undefined ? {} : { output }),
+  };
 }
 
 /** The "log" of a simulated attempt: one line naming it, or null before it was launched. */
@@ -128,12 +190,25 @@ export function simulatedLog(executor: SimulatedExecutor, attempt: RunAttempt): 
 }
 
 /** The simulated log by byte offset (stdout only; the simulated stderr is empty). */
-export function simulatedLogChunk(executor: SimulatedExecutor, attempt: RunAttempt, stream: "stdout" | "stderr", offset: number, limitBytes: number): { text: string; nextOffset: number; sizeBytes: number } | null {
+export function simulatedLogChunk(
+  executor: SimulatedExecutor,
+  attempt: RunAttempt,
+  stream: "stdout" | "stderr",
+  offset: number,
+  limitBytes: number,
+): { text: string; nextOffset: number; sizeBytes: number } | null {
   const whole = simulatedLog(executor, attempt);
   if (whole === null) return null;
   const bytes = Buffer.from(stream === "stdout" ? whole : "", "utf8");
-  const part = bytes.subarray(Math.min(offset, bytes.length), Math.min(offset + limitBytes, bytes.length));
-  return { text: part.toString("utf8"), nextOffset: Math.min(offset, bytes.length) + part.length, sizeBytes: bytes.length };
+  const part = bytes.subarray(
+    Math.min(offset, bytes.length),
+    Math.min(offset + limitBytes, bytes.length),
+  );
+  return {
+    text: part.toString("utf8"),
+    nextOffset: Math.min(offset, bytes.length) + part.length,
+    sizeBytes: bytes.length,
+  };
 }
 
 export class Harness {
@@ -149,7 +224,15 @@ export class Harness {
     this.clock = new VirtualClock(START_MS);
     this.metrics = new Metrics();
     const ids = new SequentialIds("run");
-    this.executor = new SimulatedExecutor({ clock: this.clock, prng: new Prng(20_300_101), failureRate: 0, spawnFailureRate: 0, minDurationMs: DEFAULT_TASK_MS, maxDurationMs: DEFAULT_TASK_MS, outcome: simulatedOutcome });
+    this.executor = new SimulatedExecutor({
+      clock: this.clock,
+      prng: new Prng(20_300_101),
+      failureRate: 0,
+      spawnFailureRate: 0,
+      minDurationMs: DEFAULT_TASK_MS,
+      maxDurationMs: DEFAULT_TASK_MS,
+      outcome: simulatedOutcome,
+    });
     this.coordinator = new Coordinator({
       store,
       clock: this.clock,
@@ -160,11 +243,28 @@ export class Harness {
       onTick: () => this.metrics.observeTick(),
       retention,
     });
-    this.app = createApp({ store, coordinator: this.coordinator, clock: this.clock, ids, secrets: new SequentialSecrets(), token: TOKEN, workerToken: WORKER_TOKEN, metrics: this.metrics, readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)), readLogChunk: (attempt, stream, offset, limitBytes) => Promise.resolve(simulatedLogChunk(this.executor, attempt, stream, offset, limitBytes)), retention, profileName: PROFILES.standalone.name });
+    this.app = createApp({
+      store,
+      coordinator: this.coordinator,
+      clock: this.clock,
+      ids,
+      secrets: new SequentialSecrets(),
+      token: TOKEN,
+      workerToken: WORKER_TOKEN,
+      metrics: this.metrics,
+      readLog: (attempt) => Promise.resolve(simulatedLog(this.executor, attempt)),
+      readLogChunk: (attempt, stream, offset, limitBytes) =>
+        Promise.resolve(simulatedLogChunk(this.executor, attempt, stream, offset, limitBytes)),
+      retention,
+      profileName: PROFILES.standalone.name,
+    });
   }
 
   /** A harness over a fresh store; `retention` null (the default) keeps every run, as most scenarios need. */
-  static async open(factory: StoreFactory, options: { retention?: RetentionPolicy | null } = {}): Promise<Harness> {
+  static async open(
+    factory: StoreFactory,
+    options: { retention?: RetentionPolicy | null } = {},
+  ): Promise<Harness> {
     return new Harness(await factory.open(), options.retention ?? null);
   }
 
@@ -174,7 +274,8 @@ export class Harness {
 
   async call(method: string, path: string, options: CallOptions = {}): Promise<CallResult> {
     const headers: Record<string, string> = { ...options.headers };
-    const authorization = options.authorization === undefined ? `Bearer ${TOKEN}` : options.authorization;
+    const authorization =
+      options.authorization === undefined ? `Bearer ${TOKEN}` : options.authorization;
     if (authorization !== null) headers.authorization = authorization;
     let body: string | undefined = options.body;
     if (options.json !== undefined) {
@@ -182,7 +283,11 @@ export class Harness {
       headers["content-type"] = "application/json";
     }
     if (options.contentType !== undefined) headers["content-type"] = options.contentType;
-    const response = await this.app.request(path, { method, headers, ...(body === undefined ? {} : { body }) });
+    const response = await this.app.request(path, {
+      method,
+      headers,
+      ...(body === undefined ? {} : { body }),
+    });
     const text = await response.text();
     return {
       status: response.status,
@@ -195,9 +300,17 @@ export class Harness {
   }
 
   /** A call that must answer `status`; returns the typed JSON body. */
-  async expectJson<T>(status: number, method: string, path: string, options: CallOptions = {}): Promise<T> {
+  async expectJson<T>(
+    status: number,
+    method: string,
+    path: string,
+    options: CallOptions = {},
+  ): Promise<T> {
     const result = await this.call(method, path, options);
-    if (result.status !== status) throw new Error(`${method} ${path}: expected ${status}, got ${result.status}: ${result.text}`);
+    if (result.status !== status)
+      throw new Error(
+        `${method} ${path}: expected ${status}, got ${result.status}: ${result.text}`,
+      );
     return result.json<T>();
   }
 
@@ -214,7 +327,9 @@ export class Harness {
   }
 
   async events(id: string, query = ""): Promise<EventView[]> {
-    return (await this.expectJson<{ events: EventView[] }>(200, "GET", `/runs/${id}/events${query}`)).events;
+    return (
+      await this.expectJson<{ events: EventView[] }>(200, "GET", `/runs/${id}/events${query}`)
+    ).events;
   }
 
   async packageDetail(name: string): Promise<PackageDetailView> {
@@ -225,7 +340,10 @@ export class Harness {
     const { report } = await this.expectJson<{ report: TickReportView }>(200, "POST", "/tick");
     // A stage error would mean the scenario is not what the test thinks it is.
     for (const stage of report.stages) {
-      if (stage.errors.length > 0) throw new Error(`tick stage ${stage.name} reported errors: ${JSON.stringify(stage.errors)}`);
+      if (stage.errors.length > 0)
+        throw new Error(
+          `tick stage ${stage.name} reported errors: ${JSON.stringify(stage.errors)}`,
+        );
     }
     return report;
   }
@@ -234,7 +352,11 @@ export class Harness {
    * Ticks until `predicate` holds, advancing the virtual clock by `stepMs` after each tick
    * that did not satisfy it. Bounded: throws after `maxTicks`. Returns the ticks taken.
    */
-  async tickUntil(predicate: () => Promise<boolean>, maxTicks = 60, stepMs = TICK_STEP_MS): Promise<number> {
+  async tickUntil(
+    predicate: () => Promise<boolean>,
+    maxTicks = 60,
+    stepMs = TICK_STEP_MS,
+  ): Promise<number> {
     for (let ticks = 1; ticks <= maxTicks; ticks += 1) {
       await this.tick();
       if (await predicate()) return ticks;
@@ -244,8 +366,15 @@ export class Harness {
   }
 
   /** Ticks until the run is in one of `statuses` (default: any terminal status). */
-  async runUntil(id: string, statuses: readonly string[] = ["succeeded", "failed", "timed_out", "cancelled", "lost"], maxTicks = 60): Promise<RunDetail> {
-    await this.tickUntil(async () => statuses.includes((await this.runDetail(id)).run.status), maxTicks);
+  async runUntil(
+    id: string,
+    statuses: readonly string[] = ["succeeded", "failed", "timed_out", "cancelled", "lost"],
+    maxTicks = 60,
+  ): Promise<RunDetail> {
+    await this.tickUntil(
+      async () => statuses.includes((await this.runDetail(id)).run.status),
+      maxTicks,
+    );
     return this.runDetail(id);
   }
 
@@ -261,8 +390,13 @@ export class Harness {
     const runs: RunView[] = [];
     let cursor: string | null = null;
     for (let page = 0; page < 1000; page += 1) {
-      const query: string = cursor === null ? `?limit=${limit}` : `?limit=${limit}&cursor=${cursor}`;
-      const body: { runs: RunView[]; nextCursor: string | null } = await this.expectJson(200, "GET", `/runs${query}`);
+      const query: string =
+        cursor === null ? `?limit=${limit}` : `?limit=${limit}&cursor=${cursor}`;
+      const body: { runs: RunView[]; nextCursor: string | null } = await this.expectJson(
+        200,
+        "GET",
+        `/runs${query}`,
+      );
       runs.push(...body.runs);
       cursor = body.nextCursor;
       if (cursor === null) return runs;
@@ -316,9 +450,15 @@ workflows:
 /** Error bodies have exactly {error: {code, message, details}}; returns the error. */
 export function errorOf(result: CallResult): ErrorBody["error"] {
   const body = result.json<ErrorBody>();
-  if (typeof body !== "object" || body === null || Object.keys(body).join() !== "error") throw new Error(`not an error body: ${result.text}`);
+  if (typeof body !== "object" || body === null || Object.keys(body).join() !== "error")
+    throw new Error(`not an error body: ${result.text}`);
   const keys = Object.keys(body.error).sort().join();
   if (keys !== "code,details,message") throw new Error(`error keys are ${keys}: ${result.text}`);
-  if (typeof body.error.message !== "string" || body.error.message === "" || !Array.isArray(body.error.details)) throw new Error(`malformed error body: ${result.text}`);
+  if (
+    typeof body.error.message !== "string" ||
+    body.error.message === "" ||
+    !Array.isArray(body.error.details)
+  )
+    throw new Error(`malformed error body: ${result.text}`);
   return body.error;
 }

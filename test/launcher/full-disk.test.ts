@@ -43,7 +43,8 @@ async function fillDisk(name: string): Promise<string> {
   const handle = await open(path, "w");
   const block = Buffer.alloc(64 * 1024);
   try {
-    for (let written = 0; written < 64 * 1024 * 1024; written += block.length) await handle.write(block);
+    for (let written = 0; written < 64 * 1024 * 1024; written += block.length)
+      await handle.write(block);
     throw new Error("the small disk never filled up");
   } catch (error) {
     if ((error as { code?: string }).code !== "ENOSPC") throw error;
@@ -63,41 +64,71 @@ async function fillDisk(name: string): Promise<string> {
 }
 
 describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", () => {
-  it("keeps supervising a task whose receipt cannot be written, and records it once space returns", { timeout: 60_000 }, async () => {
-    expect(mounted).toBe(true);
-    const stateDir = join(mountPoint, "state-receipt");
-    const launcher = new PosixLauncher({ stateDir, hmacKey: await loadOrCreateReceiptKey(stateDir), nowMs: () => Date.now(), supervisorPath: scratch.supervisorPath });
-    const gate = join(scratch.dir, "gate-receipt");
-    const spec = shellSpec(`while [ ! -e ${gate} ]; do sleep 0.05; done; echo finished`);
-    const handle = await launcher.launch(spec);
-    const filler = await fillDisk("filler-receipt");
-    await open(gate, "w").then((file) => file.close());
-    await waitFor("the task to end", async () => ((await launcher.inspect(handle)).state === "not_running" ? true : null));
-    // The task is over, but its receipt cannot land: the supervisor keeps it pending.
-    expect(await launcher.readReceipt(spec.attemptId)).toEqual({ status: "none" });
-    expect(await launcher.supervision(spec.attemptId)).toBe("live");
-    await rm(filler);
-    await rm(`${filler}.tail`);
-    const reading = await waitForReceipt(launcher, spec.attemptId, 30_000);
-    expect(reading.status === "valid" && reading.receipt).toMatchObject({ attemptId: spec.attemptId, exitCode: 0, signal: null, spawnError: null, startedAtMs: handle.startedAtMs });
-    launcher.close();
-  });
+  it(
+    "keeps supervising a task whose receipt cannot be written, and records it once space returns",
+    { timeout: 60_000 },
+    async () => {
+      expect(mounted).toBe(true);
+      const stateDir = join(mountPoint, "state-receipt");
+      const launcher = new PosixLauncher({
+        stateDir,
+        hmacKey: await loadOrCreateReceiptKey(stateDir),
+        nowMs: () => Date.now(),
+        supervisorPath: scratch.supervisorPath,
+      });
+      const gate = join(scratch.dir, "gate-receipt");
+      const spec = shellSpec(`while [ ! -e ${gate} ]; do sleep 0.05; done; echo finished`);
+      const handle = await launcher.launch(spec);
+      const filler = await fillDisk("filler-receipt");
+      await open(gate, "w").then((file) => file.close());
+      await waitFor("the task to end", async () =>
+        (await launcher.inspect(handle)).state === "not_running" ? true : null,
+      );
+      // The task is over, but its receipt cannot land: the supervisor keeps it pending.
+      expect(await launcher.readReceipt(spec.attemptId)).toEqual({ status: "none" });
+      expect(await launcher.supervision(spec.attemptId)).toBe("live");
+      await rm(filler);
+      await rm(`${filler}.tail`);
+      const reading = await waitForReceipt(launcher, spec.attemptId, 30_000);
+      expect(reading.status === "valid" && reading.receipt).toMatchObject({
+        attemptId: spec.attemptId,
+        exitCode: 0,
+        signal: null,
+        spawnError: null,
+        startedAtMs: handle.startedAtMs,
+      });
+      launcher.close();
+    },
+  );
 
-  it("refuses to start a task when its journal cannot be written: a clear error and nothing spawned", { timeout: 60_000 }, async () => {
-    expect(mounted).toBe(true);
-    const stateDir = join(mountPoint, "state-journal");
-    const launcher = new PosixLauncher({ stateDir, hmacKey: await loadOrCreateReceiptKey(stateDir), nowMs: () => Date.now(), supervisorPath: scratch.supervisorPath });
-    const warmUp = newAttemptId();
-    await launcher.launch(shellSpec("true", { attemptId: warmUp }));
-    await waitForReceipt(launcher, warmUp);
-    const filler = await fillDisk("filler-journal");
-    const marker = join(scratch.dir, "ran-journal");
-    const spec = shellSpec(`touch ${marker}`);
-    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) => isQlrError(error, "storage_unavailable") && /cannot write the journal record .*ENOSPC/.test((error as Error).message));
-    expect(await launcher.readJournal(spec.attemptId)).toBeNull();
-    expect(existsSync(marker)).toBe(false);
-    await rm(filler);
-    await rm(`${filler}.tail`);
-    launcher.close();
-  });
+  it(
+    "refuses to start a task when its journal cannot be written: a clear error and nothing spawned",
+    { timeout: 60_000 },
+    async () => {
+      expect(mounted).toBe(true);
+      const stateDir = join(mountPoint, "state-journal");
+      const launcher = new PosixLauncher({
+        stateDir,
+        hmacKey: await loadOrCreateReceiptKey(stateDir),
+        nowMs: () => Date.now(),
+        supervisorPath: scratch.supervisorPath,
+      });
+      const warmUp = newAttemptId();
+      await launcher.launch(shellSpec("true", { attemptId: warmUp }));
+      await waitForReceipt(launcher, warmUp);
+      const filler = await fillDisk("filler-journal");
+      const marker = join(scratch.dir, "ran-journal");
+      const spec = shellSpec(`touch ${marker}`);
+      await expect(launcher.launch(spec)).rejects.toSatisfy(
+        (error: unknown) =>
+          isQlrError(error, "storage_unavailable") &&
+          /cannot write the journal record .*ENOSPC/.test((error as Error).message),
+      );
+      expect(await launcher.readJournal(spec.attemptId)).toBeNull();
+      expect(existsSync(marker)).toBe(false);
+      await rm(filler);
+      await rm(`${filler}.tail`);
+      launcher.close();
+    },
+  );
 });

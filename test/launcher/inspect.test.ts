@@ -2,7 +2,13 @@ import { spawn } from "node:child_process";
 import { chmod, copyFile, mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isAlive, parseProcStat, readBootId, readProcStat, type ProcessHandle } from "../../runtimes/node/launcher/index.ts";
+import {
+  isAlive,
+  parseProcStat,
+  readBootId,
+  readProcStat,
+  type ProcessHandle,
+} from "../../runtimes/node/launcher/index.ts";
 import { makeScratch, newLauncher, shellSpec, waitFor, waitForReceipt } from "./support.ts";
 
 let scratch: Awaited<ReturnType<typeof makeScratch>>;
@@ -32,7 +38,10 @@ describe("inspect", () => {
     const { launcher } = await newLauncher(scratch, { graceMs: 1000 });
     const spec = shellSpec("", { argv: ["sleep", "30"] });
     const handle = await launcher.launch(spec);
-    const recycled: ProcessHandle = { ...handle, processStartTicks: String(BigInt(handle.processStartTicks) + 1n) };
+    const recycled: ProcessHandle = {
+      ...handle,
+      processStartTicks: String(BigInt(handle.processStartTicks) + 1n),
+    };
     expect(await launcher.inspect(recycled)).toEqual({ state: "changed_identity" });
     await launcher.stop(handle, "cancel");
     await waitForReceipt(launcher, spec.attemptId);
@@ -43,7 +52,13 @@ describe("inspect", () => {
     const bootId = await readBootId();
     expect(bootId).not.toBeNull();
     // The test runner's own pid is certainly running in this boot; under another boot id it is not "this" process.
-    const handle: ProcessHandle = { attemptId: "wta:earlier-boot", pid: process.pid, processStartTicks: "1", bootId: "00000000-0000-0000-0000-000000000000", startedAtMs: 0 };
+    const handle: ProcessHandle = {
+      attemptId: "wta:earlier-boot",
+      pid: process.pid,
+      processStartTicks: "1",
+      bootId: "00000000-0000-0000-0000-000000000000",
+      startedAtMs: 0,
+    };
     expect(await launcher.inspect(handle)).toEqual({ state: "not_running" });
   });
 
@@ -51,7 +66,13 @@ describe("inspect", () => {
     const emptyProc = join(scratch.dir, "no-proc");
     await mkdir(emptyProc, { recursive: true });
     const { launcher } = await newLauncher(scratch, { procRoot: emptyProc });
-    const handle: ProcessHandle = { attemptId: "wta:x", pid: process.pid, processStartTicks: "1", bootId: (await readBootId()) ?? "", startedAtMs: 0 };
+    const handle: ProcessHandle = {
+      attemptId: "wta:x",
+      pid: process.pid,
+      processStartTicks: "1",
+      bootId: (await readBootId()) ?? "",
+      startedAtMs: 0,
+    };
     expect(await launcher.inspect(handle)).toMatchObject({ state: "unverifiable" });
     const result = await launcher.stop(handle, "cancel");
     expect(result).toMatchObject({ signalsSent: [], finalInspection: { state: "unverifiable" } });
@@ -66,18 +87,30 @@ describe("inspect", () => {
     await mkdir(join(fakeProc, "4242"), { recursive: true });
     await writeFile(join(fakeProc, "4242/stat"), "garbage without fields");
     const { launcher } = await newLauncher(scratch, { procRoot: fakeProc });
-    const handle: ProcessHandle = { attemptId: "wta:x", pid: 4242, processStartTicks: "1", bootId, startedAtMs: 0 };
+    const handle: ProcessHandle = {
+      attemptId: "wta:x",
+      pid: 4242,
+      processStartTicks: "1",
+      bootId,
+      startedAtMs: 0,
+    };
     expect(await launcher.inspect(handle)).toMatchObject({ state: "unverifiable" });
     expect(await launcher.inspect({ ...handle, pid: 4243 })).toEqual({ state: "not_running" });
   });
 });
 
 describe("/proc stat parsing", () => {
-  const tail = "S 1 100 100 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200 18446744073709551615";
+  const tail =
+    "S 1 100 100 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200 18446744073709551615";
 
   it("reads the start time after the last ')' whatever the command name holds", () => {
     for (const name of ["sleep", "a b", "a) b (c", ") S 1 2 3", "((("]) {
-      expect(parseProcStat(`4242 (${name}) ${tail}`)).toEqual({ state: "S", parentPid: 1, processGroupId: 100, startTicks: "987654" });
+      expect(parseProcStat(`4242 (${name}) ${tail}`)).toEqual({
+        state: "S",
+        parentPid: 1,
+        processGroupId: 100,
+        startTicks: "987654",
+      });
     }
   });
 
@@ -102,7 +135,10 @@ describe("/proc stat parsing", () => {
       expect(reading.stat.parentPid).toBe(process.pid);
       expect(reading.stat.startTicks).toMatch(/^[0-9]+$/);
       const selfReading = await readProcStat(process.pid);
-      expect(selfReading.kind === "present" && BigInt(reading.stat.startTicks) >= BigInt(selfReading.stat.startTicks)).toBe(true);
+      expect(
+        selfReading.kind === "present" &&
+          BigInt(reading.stat.startTicks) >= BigInt(selfReading.stat.startTicks),
+      ).toBe(true);
     } finally {
       child.kill("SIGKILL");
     }

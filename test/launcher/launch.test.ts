@@ -3,7 +3,12 @@ import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
-import { isSpawnFailedError, loadOrCreateReceiptKey, PosixLauncher, type ProcessHandle } from "../../runtimes/node/launcher/index.ts";
+import {
+  isSpawnFailedError,
+  loadOrCreateReceiptKey,
+  PosixLauncher,
+  type ProcessHandle,
+} from "../../runtimes/node/launcher/index.ts";
 import { makeScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
 
 let scratch: Awaited<ReturnType<typeof makeScratch>>;
@@ -28,7 +33,13 @@ describe("launch", () => {
     const reading = await waitForReceipt(launcher, spec.attemptId);
     expect(reading.status).toBe("valid");
     if (reading.status !== "valid") return;
-    expect(reading.receipt).toMatchObject({ attemptId: spec.attemptId, exitCode: 3, signal: null, stopReason: null, spawnError: null });
+    expect(reading.receipt).toMatchObject({
+      attemptId: spec.attemptId,
+      exitCode: 3,
+      signal: null,
+      stopReason: null,
+      spawnError: null,
+    });
     expect(reading.receipt.finishedAtMs).toBeGreaterThanOrEqual(reading.receipt.startedAtMs);
 
     const journal = await launcher.readJournal(spec.attemptId);
@@ -45,10 +56,14 @@ describe("launch", () => {
     const { launcher, stateDir } = await newLauncher(scratch);
     const attemptId = newAttemptId();
     const journalFile = join(stateDir, "journal", `${attemptId}.json`);
-    const handle = await launcher.launch(shellSpec('cat "$1"', { attemptId, argv: ["sh", "-c", 'cat "$1"', "sh", journalFile] }));
+    const handle = await launcher.launch(
+      shellSpec('cat "$1"', { attemptId, argv: ["sh", "-c", 'cat "$1"', "sh", journalFile] }),
+    );
     const reading = await waitForReceipt(launcher, attemptId);
     expect(reading.status === "valid" && reading.receipt.exitCode).toBe(0);
-    const seenByTask = JSON.parse(await readFile(launcher.logPath(attemptId, "stdout"), "utf8")) as { startedAtMs: number; attemptId: string };
+    const seenByTask = JSON.parse(
+      await readFile(launcher.logPath(attemptId, "stdout"), "utf8"),
+    ) as { startedAtMs: number; attemptId: string };
     expect(seenByTask).toMatchObject({ attemptId, startedAtMs: handle.startedAtMs });
   });
 
@@ -67,7 +82,14 @@ describe("launch", () => {
       expect(names).toContain("PATH");
       expect(names).not.toContain("QLR_TEST_RUNTIME_SECRET");
       // sh adds PWD (and may add SHLVL or _) itself; nothing else comes from the runtime.
-      expect(names.filter((name) => !["TASK_VARIABLE", "PATH", "HOME", "LANG", "PWD", "SHLVL", "_", "OLDPWD"].includes(name))).toEqual([]);
+      expect(
+        names.filter(
+          (name) =>
+            !["TASK_VARIABLE", "PATH", "HOME", "LANG", "PWD", "SHLVL", "_", "OLDPWD"].includes(
+              name,
+            ),
+        ),
+      ).toEqual([]);
     } finally {
       delete process.env.QLR_TEST_RUNTIME_SECRET;
     }
@@ -78,14 +100,18 @@ describe("launch", () => {
     const spec = shellSpec("pwd", { cwd: scratch.dir });
     await launcher.launch(spec);
     await waitForReceipt(launcher, spec.attemptId);
-    expect((await readFile(launcher.logPath(spec.attemptId, "stdout"), "utf8")).trim()).toBe(scratch.dir);
+    expect((await readFile(launcher.logPath(spec.attemptId, "stdout"), "utf8")).trim()).toBe(
+      scratch.dir,
+    );
   });
 
   it("refuses to launch an attempt id a second time", async () => {
     const { launcher } = await newLauncher(scratch);
     const spec = shellSpec("exit 0");
     await launcher.launch(spec);
-    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) => isQlrError(error, "conflict"));
+    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) =>
+      isQlrError(error, "conflict"),
+    );
     expect((await waitForReceipt(launcher, spec.attemptId)).status).toBe("valid");
   });
 
@@ -118,7 +144,10 @@ describe("launch", () => {
     const { launcher } = await newLauncher(scratch);
     const capBytes = 10 * 1024;
     // 200 KiB in 1 KiB lines: far beyond the pipe buffer, so an undrained pipe would hang the task.
-    const spec = shellSpec("i=0; line=$(printf '%01023d' 0); while [ $i -lt 200 ]; do echo \"$line\"; i=$((i+1)); done", { logMaxBytes: capBytes });
+    const spec = shellSpec(
+      "i=0; line=$(printf '%01023d' 0); while [ $i -lt 200 ]; do echo \"$line\"; i=$((i+1)); done",
+      { logMaxBytes: capBytes },
+    );
     await launcher.launch(spec);
     const reading = await waitForReceipt(launcher, spec.attemptId);
     expect(reading.status === "valid" && reading.receipt.exitCode).toBe(0);
@@ -135,19 +164,33 @@ describe("launch", () => {
     const spec = shellSpec("printf 'abcdefghij'", { logMaxBytes: 4 });
     await launcher.launch(spec);
     await waitForReceipt(launcher, spec.attemptId);
-    expect(await readFile(launcher.logPath(spec.attemptId, "stdout"), "utf8")).toBe("abcd\n[qlr: log truncated at 4 bytes]\n");
+    expect(await readFile(launcher.logPath(spec.attemptId, "stdout"), "utf8")).toBe(
+      "abcd\n[qlr: log truncated at 4 bytes]\n",
+    );
   });
 
   it("ends the attempt with a spawn-error receipt when no supervisor can start: nothing ran", async () => {
     const brokenSupervisor = join(scratch.dir, "broken-supervisor.mjs");
     await writeFile(brokenSupervisor, "process.exit(3);\n");
     const stateDir = await mkdtemp(join(scratch.dir, "state-"));
-    const launcher = new PosixLauncher({ stateDir, hmacKey: await loadOrCreateReceiptKey(stateDir), nowMs: () => Date.now(), supervisorPath: brokenSupervisor });
+    const launcher = new PosixLauncher({
+      stateDir,
+      hmacKey: await loadOrCreateReceiptKey(stateDir),
+      nowMs: () => Date.now(),
+      supervisorPath: brokenSupervisor,
+    });
     const spec = shellSpec("true");
-    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) => isSpawnFailedError(error) && /supervisor could not start/.test(error.receipt.spawnError ?? ""));
+    await expect(launcher.launch(spec)).rejects.toSatisfy(
+      (error: unknown) =>
+        isSpawnFailedError(error) &&
+        /supervisor could not start/.test(error.receipt.spawnError ?? ""),
+    );
     expect(await launcher.readJournal(spec.attemptId)).not.toBeNull();
     const reading = await launcher.readReceipt(spec.attemptId);
-    expect(reading.status === "valid" && reading.receipt).toMatchObject({ exitCode: null, spawnError: expect.stringContaining("exited before reporting") as unknown });
+    expect(reading.status === "valid" && reading.receipt).toMatchObject({
+      exitCode: null,
+      spawnError: expect.stringContaining("exited before reporting") as unknown,
+    });
   });
 
   it("refuses to start a task whose journal it cannot write: a clear error, nothing spawned", async () => {
@@ -160,7 +203,11 @@ describe("launch", () => {
     await writeFile(join(stateDir, "tmp"), "not a directory\n");
     const marker = join(stateDir, "ran");
     const spec = shellSpec(`touch ${marker}`);
-    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) => isQlrError(error, "storage_unavailable") && /cannot write the journal record/.test((error as Error).message));
+    await expect(launcher.launch(spec)).rejects.toSatisfy(
+      (error: unknown) =>
+        isQlrError(error, "storage_unavailable") &&
+        /cannot write the journal record/.test((error as Error).message),
+    );
     expect(await launcher.readJournal(spec.attemptId)).toBeNull();
     expect(existsSync(marker)).toBe(false);
     launcher.close();
@@ -169,12 +216,22 @@ describe("launch", () => {
   it("rejects invalid specs before anything is written", async () => {
     const { launcher, stateDir } = await newLauncher(scratch);
     for (const attemptId of ["../x", "a/b", "", ".hidden", "x".repeat(37), "a b", "a\\b", "a\0b"]) {
-      await expect(launcher.launch(shellSpec("true", { attemptId }))).rejects.toSatisfy((error: unknown) => isQlrError(error, "invalid_identity"));
+      await expect(launcher.launch(shellSpec("true", { attemptId }))).rejects.toSatisfy(
+        (error: unknown) => isQlrError(error, "invalid_identity"),
+      );
     }
-    await expect(launcher.launch(shellSpec("true", { argv: [] }))).rejects.toSatisfy((error: unknown) => isQlrError(error, "invalid_request"));
-    await expect(launcher.launch(shellSpec("true", { cwd: "relative/dir" }))).rejects.toSatisfy((error: unknown) => isQlrError(error, "invalid_request"));
-    await expect(launcher.launch(shellSpec("true", { env: { "A=B": "x" } }))).rejects.toSatisfy((error: unknown) => isQlrError(error, "invalid_request"));
-    await expect(launcher.launch(shellSpec("true", { logMaxBytes: 0 }))).rejects.toSatisfy((error: unknown) => isQlrError(error, "invalid_request"));
+    await expect(launcher.launch(shellSpec("true", { argv: [] }))).rejects.toSatisfy(
+      (error: unknown) => isQlrError(error, "invalid_request"),
+    );
+    await expect(launcher.launch(shellSpec("true", { cwd: "relative/dir" }))).rejects.toSatisfy(
+      (error: unknown) => isQlrError(error, "invalid_request"),
+    );
+    await expect(launcher.launch(shellSpec("true", { env: { "A=B": "x" } }))).rejects.toSatisfy(
+      (error: unknown) => isQlrError(error, "invalid_request"),
+    );
+    await expect(launcher.launch(shellSpec("true", { logMaxBytes: 0 }))).rejects.toSatisfy(
+      (error: unknown) => isQlrError(error, "invalid_request"),
+    );
     // Only the receipt key exists: no journal, receipt, log or temporary file was created.
     expect((await readdir(stateDir)).sort()).toEqual(["receipt.key", "tmp"]);
     expect(await readdir(join(stateDir, "tmp"))).toEqual([]);
@@ -193,7 +250,12 @@ describe("launch", () => {
     const spec = shellSpec("echo secret-output");
     await launcher.launch(spec);
     await waitForReceipt(launcher, spec.attemptId);
-    for (const path of [launcher.logPath(spec.attemptId, "stdout"), join(stateDir, "receipts", `${spec.attemptId}.json`), join(stateDir, "journal", `${spec.attemptId}.json`), join(stateDir, "receipt.key")]) {
+    for (const path of [
+      launcher.logPath(spec.attemptId, "stdout"),
+      join(stateDir, "receipts", `${spec.attemptId}.json`),
+      join(stateDir, "journal", `${spec.attemptId}.json`),
+      join(stateDir, "receipt.key"),
+    ]) {
       expect(((await stat(path)).mode & 0o077).toString(8)).toBe("0");
     }
   });
@@ -213,7 +275,9 @@ describe("listJournal", () => {
     await mkdir(join(journalDir, "wta:directory.json"));
     const listing = await launcher.listJournal();
     expect(listing.valid).toEqual([spec.attemptId]);
-    expect(listing.rejected.map((entry) => entry.name).sort()).toEqual([".hidden.json", "..%2Fx.json", "a b.json", "notes.txt", "wta:directory.json"].sort());
+    expect(listing.rejected.map((entry) => entry.name).sort()).toEqual(
+      [".hidden.json", "..%2Fx.json", "a b.json", "notes.txt", "wta:directory.json"].sort(),
+    );
     for (const entry of listing.rejected) expect(entry.reason.length).toBeGreaterThan(0);
   });
 

@@ -2,7 +2,11 @@ import { chmod, readFile, rename, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
-import { loadOrCreateReceiptKey, PosixLauncher, type CompletionReceipt } from "../../runtimes/node/launcher/index.ts";
+import {
+  loadOrCreateReceiptKey,
+  PosixLauncher,
+  type CompletionReceipt,
+} from "../../runtimes/node/launcher/index.ts";
 import { signReceipt, writeReceiptExclusive } from "../../runtimes/node/launcher/receipt.ts";
 import { stateLayout } from "../../runtimes/node/launcher/state-layout.ts";
 import { makeScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
@@ -18,16 +22,34 @@ afterAll(async () => {
 });
 
 /** Launches a task that exits with 7 and returns the launcher, the attempt and the receipt file's path. */
-async function completedAttempt(): Promise<{ launcher: PosixLauncher; stateDir: string; attemptId: string; receiptFile: string; receipt: CompletionReceipt; hmacKey: Uint8Array }> {
+async function completedAttempt(): Promise<{
+  launcher: PosixLauncher;
+  stateDir: string;
+  attemptId: string;
+  receiptFile: string;
+  receipt: CompletionReceipt;
+  hmacKey: Uint8Array;
+}> {
   const { launcher, stateDir, hmacKey } = await newLauncher(scratch);
   const spec = shellSpec("exit 7");
   await launcher.launch(spec);
   const reading = await waitForReceipt(launcher, spec.attemptId);
-  if (reading.status !== "valid") throw new Error(`expected a valid receipt, got ${reading.reason}`);
-  return { launcher, stateDir, hmacKey, attemptId: spec.attemptId, receiptFile: join(stateDir, "receipts", `${spec.attemptId}.json`), receipt: reading.receipt };
+  if (reading.status !== "valid")
+    throw new Error(`expected a valid receipt, got ${reading.reason}`);
+  return {
+    launcher,
+    stateDir,
+    hmacKey,
+    attemptId: spec.attemptId,
+    receiptFile: join(stateDir, "receipts", `${spec.attemptId}.json`),
+    receipt: reading.receipt,
+  };
 }
 
-async function rewriteReceipt(receiptFile: string, edit: (receipt: Record<string, unknown>) => void): Promise<void> {
+async function rewriteReceipt(
+  receiptFile: string,
+  edit: (receipt: Record<string, unknown>) => void,
+): Promise<void> {
   const receipt = JSON.parse(await readFile(receiptFile, "utf8")) as Record<string, unknown>;
   edit(receipt);
   // The file is owner read/write; a tamperer with the same uid can rewrite it, which is why the MAC exists.
@@ -95,13 +117,16 @@ describe("readReceipt", () => {
 
   it("refuses attempt ids that are not portable", async () => {
     const { launcher } = await newLauncher(scratch);
-    await expect(launcher.readReceipt("../receipt.key")).rejects.toSatisfy((error: unknown) => isQlrError(error, "invalid_identity"));
+    await expect(launcher.readReceipt("../receipt.key")).rejects.toSatisfy((error: unknown) =>
+      isQlrError(error, "invalid_identity"),
+    );
   });
 });
 
 describe("writeReceiptExclusive", () => {
   it("never overwrites: a second write fails with EEXIST and the original stays", async () => {
-    const { launcher, stateDir, attemptId, receiptFile, receipt, hmacKey } = await completedAttempt();
+    const { launcher, stateDir, attemptId, receiptFile, receipt, hmacKey } =
+      await completedAttempt();
     const before = await readFile(receiptFile, "utf8");
     const second = signReceipt(hmacKey, { ...receipt, exitCode: 0 });
     const failure = await writeReceiptExclusive(stateLayout(stateDir), second).then(
@@ -125,14 +150,23 @@ describe("receipt key", () => {
   it("is refused when other users can read it", async () => {
     const { stateDir } = await newLauncher(scratch);
     await chmod(join(stateDir, "receipt.key"), 0o644);
-    await expect(loadOrCreateReceiptKey(stateDir)).rejects.toSatisfy((error: unknown) => isQlrError(error, "integrity"));
+    await expect(loadOrCreateReceiptKey(stateDir)).rejects.toSatisfy((error: unknown) =>
+      isQlrError(error, "integrity"),
+    );
   });
 
   it("must match the launcher's key, or launch refuses before journaling", async () => {
     const { stateDir } = await newLauncher(scratch);
-    const launcher = new PosixLauncher({ stateDir, hmacKey: new Uint8Array(32), nowMs: () => Date.now(), supervisorPath: scratch.supervisorPath });
+    const launcher = new PosixLauncher({
+      stateDir,
+      hmacKey: new Uint8Array(32),
+      nowMs: () => Date.now(),
+      supervisorPath: scratch.supervisorPath,
+    });
     const spec = shellSpec("true");
-    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) => isQlrError(error, "integrity"));
+    await expect(launcher.launch(spec)).rejects.toSatisfy((error: unknown) =>
+      isQlrError(error, "integrity"),
+    );
     expect(await launcher.readJournal(spec.attemptId)).toBeNull();
   });
 });

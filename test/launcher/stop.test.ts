@@ -1,7 +1,20 @@
 import { readFile } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { listProcessGroupMembers, readProcStat, type PosixLauncher, type ProcessHandle } from "../../runtimes/node/launcher/index.ts";
-import { isGoneOrZombie, killIfStillRunning, makeScratch, newLauncher, shellSpec, waitFor, waitForReceipt } from "./support.ts";
+import {
+  listProcessGroupMembers,
+  readProcStat,
+  type PosixLauncher,
+  type ProcessHandle,
+} from "../../runtimes/node/launcher/index.ts";
+import {
+  isGoneOrZombie,
+  killIfStillRunning,
+  makeScratch,
+  newLauncher,
+  shellSpec,
+  waitFor,
+  waitForReceipt,
+} from "./support.ts";
 
 let scratch: Awaited<ReturnType<typeof makeScratch>>;
 const started: { launcher: PosixLauncher; handle: ProcessHandle }[] = [];
@@ -15,7 +28,10 @@ afterAll(async () => {
   await scratch.cleanup();
 });
 
-async function launchTracked(launcher: PosixLauncher, spec: Parameters<PosixLauncher["launch"]>[0]): Promise<ProcessHandle> {
+async function launchTracked(
+  launcher: PosixLauncher,
+  spec: Parameters<PosixLauncher["launch"]>[0],
+): Promise<ProcessHandle> {
   const handle = await launcher.launch(spec);
   started.push({ launcher, handle });
   return handle;
@@ -38,8 +54,14 @@ describe("stop", () => {
     expect(result.recordedReason).toBe("cancel");
 
     const reading = await waitForReceipt(launcher, spec.attemptId);
-    expect(reading.status === "valid" && reading.receipt).toMatchObject({ exitCode: null, signal: "SIGTERM", stopReason: "cancel" });
-    await waitFor("the task's /proc entry to go", async () => ((await procEntryExists(handle.pid)) ? null : true));
+    expect(reading.status === "valid" && reading.receipt).toMatchObject({
+      exitCode: null,
+      signal: "SIGTERM",
+      stopReason: "cancel",
+    });
+    await waitFor("the task's /proc entry to go", async () =>
+      (await procEntryExists(handle.pid)) ? null : true,
+    );
   });
 
   it("escalates to SIGKILL for a task that ignores SIGTERM", async () => {
@@ -47,13 +69,19 @@ describe("stop", () => {
     const spec = shellSpec("trap '' TERM; sleep 30");
     const handle = await launchTracked(launcher, spec);
     // Let the shell install its trap before the signal, or the TERM would simply end it.
-    await waitFor("sh to start its sleep", async () => ((await listProcessGroupMembers(handle.pid)).length >= 2 ? true : null));
+    await waitFor("sh to start its sleep", async () =>
+      (await listProcessGroupMembers(handle.pid)).length >= 2 ? true : null,
+    );
 
     const result = await launcher.stop(handle, "cancel");
     expect(result.signalsSent).toEqual(["SIGTERM", "SIGKILL"]);
 
     const reading = await waitForReceipt(launcher, spec.attemptId);
-    expect(reading.status === "valid" && reading.receipt).toMatchObject({ exitCode: null, signal: "SIGKILL", stopReason: "cancel" });
+    expect(reading.status === "valid" && reading.receipt).toMatchObject({
+      exitCode: null,
+      signal: "SIGKILL",
+      stopReason: "cancel",
+    });
     expect(await listProcessGroupMembers(handle.pid)).toEqual([]);
   });
 
@@ -73,8 +101,11 @@ describe("stop", () => {
     expect(reading.status === "valid" && reading.receipt.stopReason).toBe("timeout");
     // The supervisor reaps the task itself; the orphaned grandchildren belong to pid 1, which
     // in a container may be slow to reap, so a zombie counts as ended.
-    await waitFor(`task pid ${handle.pid} to be gone`, async () => ((await procEntryExists(handle.pid)) ? null : true));
-    for (const pid of grandchildren) await waitFor(`grandchild pid ${pid} to end`, () => isGoneOrZombie(pid));
+    await waitFor(`task pid ${handle.pid} to be gone`, async () =>
+      (await procEntryExists(handle.pid)) ? null : true,
+    );
+    for (const pid of grandchildren)
+      await waitFor(`grandchild pid ${pid} to end`, () => isGoneOrZombie(pid));
   });
 
   it("shares one stop between concurrent callers and keeps the first reason", async () => {
@@ -96,8 +127,14 @@ describe("stop", () => {
     const { launcher } = await newLauncher(scratch, { graceMs: 200 });
     const spec = shellSpec("", { argv: ["sleep", "30"] });
     const handle = await launchTracked(launcher, spec);
-    const result = await launcher.stop({ ...handle, processStartTicks: String(BigInt(handle.processStartTicks) + 1n) }, "cancel");
-    expect(result).toMatchObject({ signalsSent: [], finalInspection: { state: "changed_identity" } });
+    const result = await launcher.stop(
+      { ...handle, processStartTicks: String(BigInt(handle.processStartTicks) + 1n) },
+      "cancel",
+    );
+    expect(result).toMatchObject({
+      signalsSent: [],
+      finalInspection: { state: "changed_identity" },
+    });
     expect((await launcher.inspect(handle)).state).toBe("running");
     await launcher.stop(handle, "cancel");
     await waitForReceipt(launcher, spec.attemptId);
@@ -114,7 +151,10 @@ describe("stop", () => {
 
     process.kill(supervisorPid, "SIGTERM");
     const reading = await waitForReceipt(launcher, spec.attemptId);
-    expect(reading.status === "valid" && reading.receipt).toMatchObject({ signal: "SIGTERM", stopReason: null });
+    expect(reading.status === "valid" && reading.receipt).toMatchObject({
+      signal: "SIGTERM",
+      stopReason: null,
+    });
     // It forwarded the signal and stayed: the state directory's other tasks are still supervised.
     expect((await readProcStat(supervisorPid)).kind).toBe("present");
     launcher.close();

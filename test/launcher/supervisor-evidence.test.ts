@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readProcStat } from "../../runtimes/node/launcher/index.ts";
-import { makeScratch, newAttemptId, newLauncher, shellSpec, waitFor, waitForReceipt } from "./support.ts";
+import {
+  makeScratch,
+  newAttemptId,
+  newLauncher,
+  shellSpec,
+  waitFor,
+  waitForReceipt,
+} from "./support.ts";
 
 /**
  * "Not running" is trusted evidence only once the supervisor that writes the receipt is gone
@@ -25,7 +32,9 @@ describe("supervisor liveness as part of the not-running evidence", () => {
     expect(supervisorPid).not.toBeNull();
     if (supervisorPid === null) return;
     process.kill(supervisorPid, "SIGKILL");
-    await waitFor("the supervisor to count as gone", async () => ((await launcher.supervision(attemptId)) === "gone" ? true : null));
+    await waitFor("the supervisor to count as gone", async () =>
+      (await launcher.supervision(attemptId)) === "gone" ? true : null,
+    );
     process.kill(-handle.pid, "SIGKILL");
     launcher.close();
   });

@@ -8,9 +8,20 @@ import { createFileExclusiveDurable } from "../../runtimes/node/launcher/durable
 import { journalText } from "../../runtimes/node/launcher/journal.ts";
 import { minimalBaseEnv, readBootId, readProcStat } from "../../runtimes/node/launcher/index.ts";
 import { SupervisorClient } from "../../runtimes/node/launcher/supervisor-client.ts";
-import { supervisorSocketName, type SupervisorSpec } from "../../runtimes/node/launcher/supervisor-protocol.ts";
+import {
+  supervisorSocketName,
+  type SupervisorSpec,
+} from "../../runtimes/node/launcher/supervisor-protocol.ts";
 import { journalPath, stateLayout } from "../../runtimes/node/launcher/state-layout.ts";
-import { isGoneOrZombie, makeScratch, newAttemptId, newLauncher, shellSpec, waitFor, waitForReceipt } from "./support.ts";
+import {
+  isGoneOrZombie,
+  makeScratch,
+  newAttemptId,
+  newLauncher,
+  shellSpec,
+  waitFor,
+  waitForReceipt,
+} from "./support.ts";
 
 let scratch: Awaited<ReturnType<typeof makeScratch>>;
 
@@ -22,22 +33,54 @@ afterAll(async () => {
   await scratch.cleanup();
 });
 
-async function journalAttempt(stateDir: string, attemptId: string, startedAtMs: number): Promise<void> {
+async function journalAttempt(
+  stateDir: string,
+  attemptId: string,
+  startedAtMs: number,
+): Promise<void> {
   const layout = stateLayout(stateDir);
   const bootId = (await readBootId()) ?? "unknown";
-  await createFileExclusiveDurable(journalPath(layout, attemptId), layout.tmpDir, journalText({ version: 1, attemptId, startedAtMs, bootId, argvDigest: `sha256:${"0".repeat(64)}`, cwd: null, logMaxBytes: 1024 }));
+  await createFileExclusiveDurable(
+    journalPath(layout, attemptId),
+    layout.tmpDir,
+    journalText({
+      version: 1,
+      attemptId,
+      startedAtMs,
+      bootId,
+      argvDigest: `sha256:${"0".repeat(64)}`,
+      cwd: null,
+      logMaxBytes: 1024,
+    }),
+  );
 }
 
 function touchSpec(attemptId: string, marker: string): SupervisorSpec {
-  return { attemptId, argv: ["touch", marker], env: minimalBaseEnv(), cwd: "/", logMaxBytes: 1024, uid: null, gid: null, timeoutMs: null, graceMs: 100 };
+  return {
+    attemptId,
+    argv: ["touch", marker],
+    env: minimalBaseEnv(),
+    cwd: "/",
+    logMaxBytes: 1024,
+    uid: null,
+    gid: null,
+    timeoutMs: null,
+    graceMs: 100,
+  };
 }
 
 /** Runs the supervisor by hand and returns its start-up line and exit code. */
-async function runSupervisor(stateDir: string): Promise<{ report: string; exitCode: number | null }> {
-  const child = spawn(process.execPath, [scratch.supervisorPath, stateDir], { stdio: ["ignore", "ignore", "ignore", "pipe"] });
+async function runSupervisor(
+  stateDir: string,
+): Promise<{ report: string; exitCode: number | null }> {
+  const child = spawn(process.execPath, [scratch.supervisorPath, stateDir], {
+    stdio: ["ignore", "ignore", "ignore", "pipe"],
+  });
   let report = "";
   child.stdio[3]?.on("data", (chunk: Buffer) => (report += chunk.toString("utf8")));
-  const exitCode = await new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const exitCode = await new Promise<number | null>((resolve) =>
+    child.once("exit", (code) => resolve(code)),
+  );
   return { report, exitCode };
 }
 
@@ -45,7 +88,8 @@ describe("the resident supervisor", () => {
   it("supervises every task of a state directory in one process; a second one answers busy and leaves", async () => {
     const { launcher, stateDir } = await newLauncher(scratch);
     const handles = [];
-    for (let index = 0; index < 3; index += 1) handles.push(await launcher.launch(shellSpec("sleep 0.3")));
+    for (let index = 0; index < 3; index += 1)
+      handles.push(await launcher.launch(shellSpec("sleep 0.3")));
     const parents = new Set<number>();
     for (const handle of handles) {
       const reading = await readProcStat(handle.pid);
@@ -53,23 +97,39 @@ describe("the resident supervisor", () => {
     }
     expect(parents.size).toBe(1);
     expect(await runSupervisor(stateDir)).toEqual({ report: '{"kind":"busy"}\n', exitCode: 0 });
-    for (const handle of handles) expect((await waitForReceipt(launcher, handle.attemptId)).status).toBe("valid");
+    for (const handle of handles)
+      expect((await waitForReceipt(launcher, handle.attemptId)).status).toBe("valid");
     // Nothing left to supervise and nobody connected: it leaves by itself.
     launcher.close();
     const [supervisorPid] = parents;
-    if (supervisorPid !== undefined) await waitFor("the idle supervisor to exit", () => isGoneOrZombie(supervisorPid));
+    if (supervisorPid !== undefined)
+      await waitFor("the idle supervisor to exit", () => isGoneOrZombie(supervisorPid));
   });
 
   it("refuses to start a task that has no journal record", async () => {
     const { launcher, stateDir, hmacKey } = await newLauncher(scratch);
     const warmUp = newAttemptId();
-    await launcher.launch({ attemptId: warmUp, argv: ["true"], env: {}, cwd: null, logMaxBytes: 1024 });
+    await launcher.launch({
+      attemptId: warmUp,
+      argv: ["true"],
+      env: {},
+      cwd: null,
+      logMaxBytes: 1024,
+    });
     await waitForReceipt(launcher, warmUp);
-    const client = new SupervisorClient({ stateDir, hmacKey, supervisorPath: scratch.supervisorPath, supervisorEnv: minimalBaseEnv() });
+    const client = new SupervisorClient({
+      stateDir,
+      hmacKey,
+      supervisorPath: scratch.supervisorPath,
+      supervisorEnv: minimalBaseEnv(),
+    });
     const attemptId = newAttemptId();
     const marker = join(stateDir, "ran");
     const reply = await client.request({ op: "launch", spec: touchSpec(attemptId, marker) });
-    expect(reply).toMatchObject({ kind: "rejected", reason: expect.stringContaining("no journal record") as unknown });
+    expect(reply).toMatchObject({
+      kind: "rejected",
+      reason: expect.stringContaining("no journal record") as unknown,
+    });
     expect(await launcher.readReceipt(attemptId)).toEqual({ status: "none" });
     expect(await readdir(stateDir)).not.toContain("ran");
     client.close();
@@ -79,13 +139,24 @@ describe("the resident supervisor", () => {
   it("answers an unknown attempt's settle with never, and refuses to launch it from then on", async () => {
     const { launcher, stateDir, hmacKey } = await newLauncher(scratch);
     const warmUp = newAttemptId();
-    await launcher.launch({ attemptId: warmUp, argv: ["true"], env: {}, cwd: null, logMaxBytes: 1024 });
+    await launcher.launch({
+      attemptId: warmUp,
+      argv: ["true"],
+      env: {},
+      cwd: null,
+      logMaxBytes: 1024,
+    });
     await waitForReceipt(launcher, warmUp);
     const attemptId = newAttemptId();
     await journalAttempt(stateDir, attemptId, 1234);
     // Journaled, no spawn record, and the live supervisor never heard of it.
     expect(await launcher.supervision(attemptId)).toBe("never_spawned");
-    const client = new SupervisorClient({ stateDir, hmacKey, supervisorPath: scratch.supervisorPath, supervisorEnv: minimalBaseEnv() });
+    const client = new SupervisorClient({
+      stateDir,
+      hmacKey,
+      supervisorPath: scratch.supervisorPath,
+      supervisorEnv: minimalBaseEnv(),
+    });
     const marker = join(stateDir, "ran");
     const reply = await client.request({ op: "launch", spec: touchSpec(attemptId, marker) });
     expect(reply).toMatchObject({ kind: "rejected" });
@@ -98,24 +169,40 @@ describe("the resident supervisor", () => {
   it("talks only to a holder of the receipt key, both ways", async () => {
     const { launcher, stateDir } = await newLauncher(scratch);
     const warmUp = newAttemptId();
-    await launcher.launch({ attemptId: warmUp, argv: ["sleep", "0.5"], env: {}, cwd: null, logMaxBytes: 1024 });
+    await launcher.launch({
+      attemptId: warmUp,
+      argv: ["sleep", "0.5"],
+      env: {},
+      cwd: null,
+      logMaxBytes: 1024,
+    });
     // A client with another key: the supervisor hangs up after the wrong proof.
-    const stranger = new SupervisorClient({ stateDir, hmacKey: new Uint8Array(32).fill(7), supervisorPath: scratch.supervisorPath, supervisorEnv: minimalBaseEnv() });
-    await expect(stranger.request({ op: "settle", attemptId: warmUp })).rejects.toSatisfy((error: unknown) => isQlrError(error, "integrity"));
+    const stranger = new SupervisorClient({
+      stateDir,
+      hmacKey: new Uint8Array(32).fill(7),
+      supervisorPath: scratch.supervisorPath,
+      supervisorEnv: minimalBaseEnv(),
+    });
+    await expect(stranger.request({ op: "settle", attemptId: warmUp })).rejects.toSatisfy(
+      (error: unknown) => isQlrError(error, "integrity"),
+    );
     // A raw connection that skips the handshake gets nothing but the challenge.
     const received = await new Promise<string>((resolve) => {
       let text = "";
       const socket = connect({ path: supervisorSocketName(stateDir) });
       socket.on("data", (chunk: Buffer) => {
         text += chunk.toString("utf8");
-        if (text.includes("\n")) socket.write(`${JSON.stringify({ op: "settle", attemptId: warmUp })}\n`);
+        if (text.includes("\n"))
+          socket.write(`${JSON.stringify({ op: "settle", attemptId: warmUp })}\n`);
       });
       socket.on("error", () => undefined);
       socket.on("close", () => resolve(text));
     });
     expect(received).toMatch(/^\{"kind":"challenge","nonce":"[0-9a-f]{32}"\}\n$/);
     expect((await waitForReceipt(launcher, warmUp)).status).toBe("valid");
-    expect(await readFile(join(stateDir, "spawns", `${warmUp}.json`), "utf8")).toContain('"supervisorPid"');
+    expect(await readFile(join(stateDir, "spawns", `${warmUp}.json`), "utf8")).toContain(
+      '"supervisorPid"',
+    );
     launcher.close();
   });
 });

@@ -4,10 +4,19 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { buildSupervisor } from "../../runtimes/node/launcher/build-supervisor.ts";
-import { loadOrCreateReceiptKey, PosixLauncher, readProcStat, type LaunchSpec, type ProcessHandle, type ReceiptReading } from "../../runtimes/node/launcher/index.ts";
+import {
+  loadOrCreateReceiptKey,
+  PosixLauncher,
+  readProcStat,
+  type LaunchSpec,
+  type ProcessHandle,
+  type ReceiptReading,
+} from "../../runtimes/node/launcher/index.ts";
 
 /** A scratch directory per test file: the supervisor bundle and one state dir per test live in it. */
-export async function makeScratch(prefix: string): Promise<{ dir: string; supervisorPath: string; cleanup: () => Promise<void> }> {
+export async function makeScratch(
+  prefix: string,
+): Promise<{ dir: string; supervisorPath: string; cleanup: () => Promise<void> }> {
   const dir = await mkdtemp(join(tmpdir(), `qlr-${prefix}-`));
   const supervisorPath = await buildSupervisor(join(dir, "supervisor.mjs"));
   return { dir, supervisorPath, cleanup: () => rm(dir, { recursive: true, force: true }) };
@@ -17,37 +26,69 @@ export function newAttemptId(): string {
   return `wta:${randomBytes(16).toString("hex")}`;
 }
 
-export async function newLauncher(scratch: { dir: string; supervisorPath: string }, options: { graceMs?: number; procRoot?: string } = {}): Promise<{ launcher: PosixLauncher; stateDir: string; hmacKey: Uint8Array }> {
+export async function newLauncher(
+  scratch: { dir: string; supervisorPath: string },
+  options: { graceMs?: number; procRoot?: string } = {},
+): Promise<{ launcher: PosixLauncher; stateDir: string; hmacKey: Uint8Array }> {
   const stateDir = await mkdtemp(join(scratch.dir, "state-"));
   const hmacKey = await loadOrCreateReceiptKey(stateDir);
-  const launcher = new PosixLauncher({ stateDir, hmacKey, nowMs: () => Date.now(), supervisorPath: scratch.supervisorPath, ...options });
+  const launcher = new PosixLauncher({
+    stateDir,
+    hmacKey,
+    nowMs: () => Date.now(),
+    supervisorPath: scratch.supervisorPath,
+    ...options,
+  });
   return { launcher, stateDir, hmacKey };
 }
 
 export function shellSpec(script: string, overrides: Partial<LaunchSpec> = {}): LaunchSpec {
-  return { attemptId: newAttemptId(), argv: ["sh", "-c", script], env: {}, cwd: null, logMaxBytes: 1024 * 1024, ...overrides };
+  return {
+    attemptId: newAttemptId(),
+    argv: ["sh", "-c", script],
+    env: {},
+    cwd: null,
+    logMaxBytes: 1024 * 1024,
+    ...overrides,
+  };
 }
 
 /** Polls every 20 ms until the probe returns a value, or fails after the timeout. */
-export async function waitFor<T>(description: string, probe: () => Promise<T | null | undefined>, timeoutMs = 15_000): Promise<T> {
+export async function waitFor<T>(
+  description: string,
+  probe: () => Promise<T | null | undefined>,
+  timeoutMs = 15_000,
+): Promise<T> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
     const value = await probe();
     if (value !== null && value !== undefined) return value;
-    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}`);
+    if (performance.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}`);
     await sleep(20);
   }
 }
 
-export async function waitForReceipt(launcher: PosixLauncher, attemptId: string, timeoutMs = 15_000): Promise<Exclude<ReceiptReading, { status: "none" }>> {
-  return waitFor(`the receipt of ${attemptId}`, async () => {
-    const reading = await launcher.readReceipt(attemptId);
-    return reading.status === "none" ? null : reading;
-  }, timeoutMs);
+export async function waitForReceipt(
+  launcher: PosixLauncher,
+  attemptId: string,
+  timeoutMs = 15_000,
+): Promise<Exclude<ReceiptReading, { status: "none" }>> {
+  return waitFor(
+    `the receipt of ${attemptId}`,
+    async () => {
+      const reading = await launcher.readReceipt(attemptId);
+      return reading.status === "none" ? null : reading;
+    },
+    timeoutMs,
+  );
 }
 
 /** Test hygiene: ends whatever a failed test left running, by exact identity only. */
-export async function killIfStillRunning(launcher: PosixLauncher, handles: readonly ProcessHandle[]): Promise<void> {
+export async function killIfStillRunning(
+  launcher: PosixLauncher,
+  handles: readonly ProcessHandle[],
+): Promise<void> {
   for (const handle of handles) {
     if ((await launcher.inspect(handle)).state !== "running") continue;
     try {

@@ -7,7 +7,11 @@ import type { TaskContext } from "../../src/task-context.ts";
 import { MAX_OUTPUT_BYTES } from "../../src/task-output.ts";
 import { receiptMac } from "../../runtimes/node/launcher/receipt.ts";
 import { LocalProcessExecutor } from "../../runtimes/node/local-executor.ts";
-import { prepareTaskEnvironment, taskNeedsPath, taskOutputPath } from "../../runtimes/node/task-env.ts";
+import {
+  prepareTaskEnvironment,
+  taskNeedsPath,
+  taskOutputPath,
+} from "../../runtimes/node/task-env.ts";
 import { makeScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
 
 /**
@@ -44,10 +48,14 @@ function contextFor(attemptId: string): TaskContext {
 async function runWithContext(script: string) {
   const { launcher, stateDir } = await newLauncher(scratch);
   const attemptId = newAttemptId();
-  const env = await prepareTaskEnvironment(stateDir, contextFor(attemptId), { OWN: "declared", QLR_RUN_ID: "spoofed" });
+  const env = await prepareTaskEnvironment(stateDir, contextFor(attemptId), {
+    OWN: "declared",
+    QLR_RUN_ID: "spoofed",
+  });
   await launcher.launch(shellSpec(script, { attemptId, env }));
   const reading = await waitForReceipt(launcher, attemptId);
-  if (reading.status !== "valid") throw new Error(`expected a valid receipt, got ${reading.reason}`);
+  if (reading.status !== "valid")
+    throw new Error(`expected a valid receipt, got ${reading.reason}`);
   return { launcher, stateDir, attemptId, receipt: reading.receipt };
 }
 
@@ -78,16 +86,25 @@ describe("task environment", () => {
   });
 
   it("no output file is no output; text that is not JSON, an oversize file and a symbolic link are refused with a reason", async () => {
-    expect((await runWithContext("true")).receipt).toMatchObject({ output: null, outputError: null });
-    expect((await runWithContext('printf "{oops" > "$QLR_OUTPUT"')).receipt.outputError).toMatch(/not valid JSON/);
-    const big = await runWithContext(`head -c ${MAX_OUTPUT_BYTES * 5} /dev/zero | tr '\\0' ' ' > "$QLR_OUTPUT"`);
+    expect((await runWithContext("true")).receipt).toMatchObject({
+      output: null,
+      outputError: null,
+    });
+    expect((await runWithContext('printf "{oops" > "$QLR_OUTPUT"')).receipt.outputError).toMatch(
+      /not valid JSON/,
+    );
+    const big = await runWithContext(
+      `head -c ${MAX_OUTPUT_BYTES * 5} /dev/zero | tr '\\0' ' ' > "$QLR_OUTPUT"`,
+    );
     expect(big.receipt.outputError).toMatch(/is 327680 bytes, more than the \d+ allowed/);
     const linked = await runWithContext('ln -s /etc/hostname "$QLR_OUTPUT"');
     expect(linked.receipt.outputError).toMatch(/symbolic link/);
   });
 
   it("an edited output fails the receipt's MAC; a receipt written before outputs existed still verifies", async () => {
-    const { launcher, stateDir, attemptId, receipt } = await runWithContext('echo \'{"ok":true}\' > "$QLR_OUTPUT"');
+    const { launcher, stateDir, attemptId, receipt } = await runWithContext(
+      'echo \'{"ok":true}\' > "$QLR_OUTPUT"',
+    );
     expect(receipt.output).toEqual({ ok: true });
     const receiptFile = join(stateDir, "receipts", `${attemptId}.json`);
     const stored = JSON.parse(await readFile(receiptFile, "utf8")) as Record<string, unknown>;
@@ -96,7 +113,9 @@ describe("task environment", () => {
 
     // The legacy shape: no output fields, MAC over the original fields only.
     const { output: _output, outputError: _outputError, mac: _mac, ...legacy } = stored;
-    const hmacKey = Uint8Array.from(Buffer.from((await readFile(join(stateDir, "receipt.key"), "utf8")).trim(), "hex"));
+    const hmacKey = Uint8Array.from(
+      Buffer.from((await readFile(join(stateDir, "receipt.key"), "utf8")).trim(), "hex"),
+    );
     const legacyReceipt = { ...legacy, mac: receiptMac(hmacKey, legacy as never) };
     await writeFile(receiptFile, canonicalJson(legacyReceipt));
     expect(await launcher.readReceipt(attemptId)).toMatchObject({ status: "valid" });
@@ -104,15 +123,34 @@ describe("task environment", () => {
 
   it("the local executor turns the receipt's output into completion facts, and retention discards the task files", async () => {
     const { launcher, stateDir } = await newLauncher(scratch);
-    const executor = new LocalProcessExecutor(launcher, { logMaxBytes: 1 << 20, onStopError: () => undefined });
+    const executor = new LocalProcessExecutor(launcher, {
+      logMaxBytes: 1 << 20,
+      onStopError: () => undefined,
+    });
     const attemptId = newAttemptId();
     const attempt = { id: attemptId } as RunAttempt;
-    const definition = { execution: { executor: "local_process", argv: ["sh", "-c", 'echo "[1,2,3]" > "$QLR_OUTPUT"'], env: {}, cwd: null, timeoutMs: 60_000, stdin: "none", shell: false } } as never;
+    const definition = {
+      execution: {
+        executor: "local_process",
+        argv: ["sh", "-c", 'echo "[1,2,3]" > "$QLR_OUTPUT"'],
+        env: {},
+        cwd: null,
+        timeoutMs: 60_000,
+        stdin: "none",
+        shell: false,
+      },
+    } as never;
     await executor.launch({ attempt, definition, context: contextFor(attemptId) });
     await waitForReceipt(launcher, attemptId);
     const evidence = await executor.readReceipt(attempt);
-    expect(evidence).toMatchObject({ status: "valid", facts: { exitCode: 0, output: [1, 2, 3], outputError: null } });
-    expect(JSON.parse(await readFile(taskNeedsPath(stateDir, attemptId), "utf8"))).toEqual({ extract: { rows: 7 }, report: null });
+    expect(evidence).toMatchObject({
+      status: "valid",
+      facts: { exitCode: 0, output: [1, 2, 3], outputError: null },
+    });
+    expect(JSON.parse(await readFile(taskNeedsPath(stateDir, attemptId), "utf8"))).toEqual({
+      extract: { rows: 7 },
+      report: null,
+    });
     await executor.discard([attemptId]);
     await expect(access(taskOutputPath(stateDir, attemptId))).rejects.toThrow();
     await expect(access(taskNeedsPath(stateDir, attemptId))).rejects.toThrow();

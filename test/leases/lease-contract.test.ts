@@ -10,7 +10,10 @@ import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import { createTestDatabase } from "../support/postgres.ts";
 import { describeLeaseContract } from "./lease-contract.ts";
 
-describeLeaseContract({ name: "sqljs-memory", open: async () => openSqlJsMemoryDriver(await loadSqlJs()) });
+describeLeaseContract({
+  name: "sqljs-memory",
+  open: async () => openSqlJsMemoryDriver(await loadSqlJs()),
+});
 
 describeLeaseContract({
   name: "sqljs-file",
@@ -18,7 +21,12 @@ describeLeaseContract({
     const dir = mkdtempSync(join(tmpdir(), "qlr-lease-contract-"));
     const driver = await openSqlJsFileDriver(await loadSqlJs(), { path: join(dir, "db") });
     const close = driver.close.bind(driver);
-    return Object.assign(driver, { close: async () => { await close(); rmSync(dir, { recursive: true, force: true }); } });
+    return Object.assign(driver, {
+      close: async () => {
+        await close();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    });
   },
 });
 
@@ -32,6 +40,11 @@ describeLeaseContract({
     // A pool of several connections: concurrent claims really run concurrently.
     const driver = await openPgDriver({ connectionString: database.url, poolSize: 6 });
     const close = driver.close.bind(driver);
-    return Object.assign(driver, { close: async () => { await close(); await database.drop(); } });
+    return Object.assign(driver, {
+      close: async () => {
+        await close();
+        await database.drop();
+      },
+    });
   },
 });

@@ -29,28 +29,64 @@ export interface LeaseDriverFactory {
 }
 
 /** Every table, in a fixed order: "nothing written" means this text is unchanged. */
-const DUMP_TABLES = ["runs", "step_runs", "run_attempts", "run_events", "step_mutations", "admission_receipts", "qlr_store_clock"] as const;
+const DUMP_TABLES = [
+  "runs",
+  "step_runs",
+  "run_attempts",
+  "run_events",
+  "step_mutations",
+  "admission_receipts",
+  "qlr_store_clock",
+] as const;
 
 export const TTL_MS = 10_000;
 const STEP_TIMEOUT_MS = 60_000;
 
 function remoteTask(name: string, pool: string, overrides: Partial<TaskSpec> = {}): TaskSpec {
-  return task(name, ["sh", "-c", "echo remote"], { executor: "remote_worker", pool, timeoutMs: STEP_TIMEOUT_MS, ...overrides });
+  return task(name, ["sh", "-c", "echo remote"], {
+    executor: "remote_worker",
+    pool,
+    timeoutMs: STEP_TIMEOUT_MS,
+    ...overrides,
+  });
 }
 
 /** A workflow `flow` over one remote task `work`; `steps` maps each step name to its needs. */
-function remoteManifest(packageName: string, pool: string, steps: Record<string, string[]>, overrides: Partial<TaskSpec> = {}): Manifest {
+function remoteManifest(
+  packageName: string,
+  pool: string,
+  steps: Record<string, string[]>,
+  overrides: Partial<TaskSpec> = {},
+): Manifest {
   return {
     package: packageName,
     description: null,
     tasks: [remoteTask("work", pool, overrides)],
-    workflows: [{ name: "flow", description: null, steps: Object.entries(steps).map(([name, needs]) => ({ name, task: "work", needs })) }],
+    workflows: [
+      {
+        name: "flow",
+        description: null,
+        steps: Object.entries(steps).map(([name, needs]) => ({ name, task: "work", needs })),
+      },
+    ],
     schedules: [],
   };
 }
 
-function completion(startedAtMs: number, finishedAtMs: number, overrides: Partial<CompletionFacts> = {}): CompletionFacts {
-  return { startedAtMs, finishedAtMs, exitCode: 0, signal: null, stopReason: null, spawnError: null, ...overrides };
+function completion(
+  startedAtMs: number,
+  finishedAtMs: number,
+  overrides: Partial<CompletionFacts> = {},
+): CompletionFacts {
+  return {
+    startedAtMs,
+    finishedAtMs,
+    exitCode: 0,
+    signal: null,
+    stopReason: null,
+    spawnError: null,
+    ...overrides,
+  };
 }
 
 function handleAt(startedAtMs: number, pid = 4242): ProcessHandleFacts {
@@ -65,11 +101,18 @@ async function codeOf(promise: Promise<unknown>): Promise<string> {
   return (await errorOf(promise)).code;
 }
 
-async function errorOf(promise: Promise<unknown>): Promise<{ code: string; message: string; details: readonly { path: string; message: string }[] }> {
+async function errorOf(
+  promise: Promise<unknown>,
+): Promise<{
+  code: string;
+  message: string;
+  details: readonly { path: string; message: string }[];
+}> {
   try {
     await promise;
   } catch (error) {
-    if (isQlrError(error)) return { code: error.code, message: error.message, details: error.details };
+    if (isQlrError(error))
+      return { code: error.code, message: error.message, details: error.details };
     throw error;
   }
   return { code: "ok", message: "", details: [] };
@@ -90,7 +133,13 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       lossy = lossyDriver(driver);
       const migrations = driver.dialect === "sqlite" ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
       store = await openSqlStore(lossy.driver, migrations, clock.nowMs());
-      coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.standalone, executors: {} });
+      coordinator = new Coordinator({
+        store,
+        clock,
+        ids,
+        profile: PROFILES.standalone,
+        executors: {},
+      });
       leases = new LeaseService({ store, clock, secrets: new SequentialSecrets(), ttlMs: TTL_MS });
     });
     afterAll(async () => {
@@ -101,7 +150,10 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
     async function tick(): Promise<TickReport> {
       const report = await coordinator.tick();
       for (const stage of report.stages) {
-        if (stage.errors.length > 0) throw new Error(`tick stage ${stage.name} reported errors: ${JSON.stringify(stage.errors)}`);
+        if (stage.errors.length > 0)
+          throw new Error(
+            `tick stage ${stage.name} reported errors: ${JSON.stringify(stage.errors)}`,
+          );
       }
       return report;
     }
@@ -110,13 +162,27 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       return store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, manifest, nowMs);
-        const { run } = await startRun(tx, { package: manifest.package, target: { kind: "workflow", name: "flow" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs);
+        const { run } = await startRun(
+          tx,
+          {
+            package: manifest.package,
+            target: { kind: "workflow", name: "flow" },
+            idempotencyKey: null,
+            scheduleName: null,
+            runId: ids.runId(),
+          },
+          nowMs,
+        );
         return run.id;
       });
     }
 
     /** A one-step (`a`) remote workflow, ticked until its attempt is admitted `claimed`. */
-    async function admittedSingle(packageName: string, pool: string, overrides: Partial<TaskSpec> = {}): Promise<{ runId: string; attempt: RunAttempt }> {
+    async function admittedSingle(
+      packageName: string,
+      pool: string,
+      overrides: Partial<TaskSpec> = {},
+    ): Promise<{ runId: string; attempt: RunAttempt }> {
       const runId = await startWorkflow(remoteManifest(packageName, pool, { a: [] }, overrides));
       await tick();
       const attempts = await attemptsOf(runId);
@@ -154,7 +220,13 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
 
     /** One run's rows and events: for checks across a tick, which may touch other tests' runs. */
     function snapshot(runId: string): Promise<unknown> {
-      return store.transaction(async (tx) => ({ run: await tx.getRun(runId), steps: await tx.getSteps(runId), attempts: await tx.getAttempts(runId), events: await tx.listEvents(runId, 0, 500), mutations: await tx.listMutations(runId) }));
+      return store.transaction(async (tx) => ({
+        run: await tx.getRun(runId),
+        steps: await tx.getSteps(runId),
+        attempts: await tx.getAttempts(runId),
+        events: await tx.listEvents(runId, 0, 500),
+        mutations: await tx.listMutations(runId),
+      }));
     }
 
     async function claimOne(workerId: string, pool: string): Promise<Lease> {
@@ -164,11 +236,15 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
     }
 
     it("claim leases only the asked pool, at most capacity, with the execution revision; a live lease is not offered again", async () => {
-      const runA = await startWorkflow(remoteManifest("claim-a", "pool-claim-a", { s1: [], s2: [], s3: [] }));
+      const runA = await startWorkflow(
+        remoteManifest("claim-a", "pool-claim-a", { s1: [], s2: [], s3: [] }),
+      );
       const runB = await startWorkflow(remoteManifest("claim-b", "pool-claim-b", { s1: [] }));
       await tick();
       const attemptsA = await attemptsOf(runA);
-      expect(attemptsA.map((attempt) => [attempt.status, attempt.pool, attempt.leaseVersion])).toEqual(Array.from({ length: 3 }, () => ["claimed", "pool-claim-a", 0]));
+      expect(
+        attemptsA.map((attempt) => [attempt.status, attempt.pool, attempt.leaseVersion]),
+      ).toEqual(Array.from({ length: 3 }, () => ["claimed", "pool-claim-a", 0]));
 
       expect(await leases.claim("worker-1", "pool-claim-a", 0)).toEqual([]);
       const first = await leases.claim("worker-1", "pool-claim-a", 2);
@@ -189,12 +265,33 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
           stepRunId: attempt!.stepRunId,
           taskRevision: definition.revision,
           execution: definition.execution,
-          context: { runId: runA, package: expect.any(String) as string, generation: 1, step: expect.any(String) as string, task: "work", attemptId: attempt!.id, attemptNumber: attempt!.number, input: {}, needs: expect.any(Object) as object },
+          context: {
+            runId: runA,
+            package: expect.any(String) as string,
+            generation: 1,
+            step: expect.any(String) as string,
+            task: "work",
+            attemptId: attempt!.id,
+            attemptNumber: attempt!.number,
+            input: {},
+            needs: expect.any(Object) as object,
+          },
         });
         expect(lease.leaseSecret).toMatch(/^[A-Za-z0-9_-]{16,128}$/);
-        expect(lease.execution).toMatchObject({ executor: "remote_worker", pool: "pool-claim-a", argv: ["sh", "-c", "echo remote"], timeoutMs: STEP_TIMEOUT_MS });
+        expect(lease.execution).toMatchObject({
+          executor: "remote_worker",
+          pool: "pool-claim-a",
+          argv: ["sh", "-c", "echo remote"],
+          timeoutMs: STEP_TIMEOUT_MS,
+        });
         const stored = await attemptOf(lease.attemptId);
-        expect(stored).toMatchObject({ status: "claimed", leaseWorkerId: "worker-1", leaseVersion: 1, leaseExpiresAtMs: clock.nowMs() + TTL_MS, leaseSecretDigest: leaseSecretDigest(lease.leaseSecret) });
+        expect(stored).toMatchObject({
+          status: "claimed",
+          leaseWorkerId: "worker-1",
+          leaseVersion: 1,
+          leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+          leaseSecretDigest: leaseSecretDigest(lease.leaseSecret),
+        });
       }
 
       const second = await leases.claim("worker-2", "pool-claim-a", 5);
@@ -211,7 +308,9 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       expect(await leases.claim("worker-3", "pool-nobody", 5)).toEqual([]);
 
       const leased = (await eventsOf(runA)).filter((event) => event.type === "attempt.leased");
-      expect(leased.map((event) => event.attemptId).sort()).toEqual(attemptsA.map((attempt) => attempt.id).sort());
+      expect(leased.map((event) => event.attemptId).sort()).toEqual(
+        attemptsA.map((attempt) => attempt.id).sort(),
+      );
     });
 
     it("a claimed attempt whose lease expired is lost at the next tick and its step gets a new ready epoch, a new admission and a new attempt id", async () => {
@@ -230,26 +329,53 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       clock.advance(1);
       const before = await dump();
       // The expired claim cannot cross the start barrier any more, and that writes nothing.
-      expect(await codeOf(leases.start(attempt.id, fenceOf(lease, "worker-1"), "starting", null))).toBe("conflict");
+      expect(
+        await codeOf(leases.start(attempt.id, fenceOf(lease, "worker-1"), "starting", null)),
+      ).toBe("conflict");
       expect(await dump()).toBe(before);
 
       const report = await tick();
-      expect(report.stages.find((stage) => stage.name === "execution_control")!.processed).toBeGreaterThanOrEqual(1);
+      expect(
+        report.stages.find((stage) => stage.name === "execution_control")!.processed,
+      ).toBeGreaterThanOrEqual(1);
       const lost = await attemptOf(attempt.id);
       expect(lost.status).toBe("lost");
       const [epoch] = await stepsOf(runId);
-      expect(epoch).toMatchObject({ status: "ready", version: stepBefore!.version + 1, attemptCount: 0, readyAtMs: stepBefore!.readyAtMs });
+      expect(epoch).toMatchObject({
+        status: "ready",
+        version: stepBefore!.version + 1,
+        attemptCount: 0,
+        readyAtMs: stepBefore!.readyAtMs,
+      });
       expect(epoch!.digest).not.toBe(stepBefore!.digest);
       expect((await runOf(runId)).status).toBe("running");
       const events = await eventsOf(runId);
-      expect(events.some((event) => event.type === "step.status_changed" && event.data.from === "ready" && event.data.to === "ready" && event.data.lostAttemptId === attempt.id)).toBe(true);
+      expect(
+        events.some(
+          (event) =>
+            event.type === "step.status_changed" &&
+            event.data.from === "ready" &&
+            event.data.to === "ready" &&
+            event.data.lostAttemptId === attempt.id,
+        ),
+      ).toBe(true);
       const mutations = await store.transaction(async (tx) => tx.listMutations(runId));
-      expect(mutations.at(-1)).toMatchObject({ fromStatus: "ready", toStatus: "ready", version: epoch!.version, fromDigest: stepBefore!.digest, toDigest: epoch!.digest });
+      expect(mutations.at(-1)).toMatchObject({
+        fromStatus: "ready",
+        toStatus: "ready",
+        version: epoch!.version,
+        fromDigest: stepBefore!.digest,
+        toDigest: epoch!.digest,
+      });
 
       // The old fence is refused everywhere; nothing written.
       const afterLoss = await dump();
-      expect(await codeOf(leases.start(attempt.id, fenceOf(lease, "worker-1"), "starting", null))).toBe("conflict");
-      expect(await codeOf(leases.heartbeat(attempt.id, fenceOf(lease, "worker-1")))).toBe("conflict");
+      expect(
+        await codeOf(leases.start(attempt.id, fenceOf(lease, "worker-1"), "starting", null)),
+      ).toBe("conflict");
+      expect(await codeOf(leases.heartbeat(attempt.id, fenceOf(lease, "worker-1")))).toBe(
+        "conflict",
+      );
       expect(await dump()).toBe(afterLoss);
 
       // The next cycle admits the new epoch: a new attempt with a new id and number.
@@ -258,8 +384,15 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       expect(attempts.map((item) => item.status)).toEqual(["lost", "claimed"]);
       const next = attempts[1]!;
       expect(next.id).not.toBe(attempt.id);
-      expect(next).toMatchObject({ number: 2, stepRunVersion: epoch!.version, leaseVersion: 0, leaseWorkerId: null });
-      const receipt = await store.transaction(async (tx) => tx.getAdmission(runId, epoch!.id, epoch!.version));
+      expect(next).toMatchObject({
+        number: 2,
+        stepRunVersion: epoch!.version,
+        leaseVersion: 0,
+        leaseWorkerId: null,
+      });
+      const receipt = await store.transaction(async (tx) =>
+        tx.getAdmission(runId, epoch!.id, epoch!.version),
+      );
       expect(receipt?.attemptId).toBe(next.id);
 
       // And it runs to the end like any other.
@@ -269,7 +402,13 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       const startedAtMs = clock.nowMs();
       await leases.start(next.id, fenceOf(again, "worker-2"), "running", handleAt(startedAtMs));
       clock.advance(100);
-      expect(await leases.complete(next.id, fenceOf(again, "worker-2"), completion(startedAtMs, clock.nowMs()))).toEqual({ status: "succeeded", replayed: false });
+      expect(
+        await leases.complete(
+          next.id,
+          fenceOf(again, "worker-2"),
+          completion(startedAtMs, clock.nowMs()),
+        ),
+      ).toEqual({ status: "succeeded", replayed: false });
       await tick();
       expect((await runOf(runId)).status).toBe("succeeded");
       expect((await stepsOf(runId))[0]).toMatchObject({ status: "succeeded", attemptCount: 1 });
@@ -280,11 +419,17 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
         const { runId, attempt } = await admittedSingle(`exp-${phase}`, `pool-exp-${phase}`);
         const lease = await claimOne("worker-1", `pool-exp-${phase}`);
         const fence = fenceOf(lease, "worker-1");
-        expect(await leases.start(attempt.id, fence, "starting", null)).toEqual({ status: "starting", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+        expect(await leases.start(attempt.id, fence, "starting", null)).toEqual({
+          status: "starting",
+          leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+        });
         const startedAtMs = clock.nowMs();
         if (phase === "running") {
           clock.advance(10);
-          expect(await leases.start(attempt.id, fence, "running", handleAt(startedAtMs))).toEqual({ status: "running", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+          expect(await leases.start(attempt.id, fence, "running", handleAt(startedAtMs))).toEqual({
+            status: "running",
+            leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+          });
         }
         const stepBefore = (await stepsOf(runId))[0]!;
         clock.advance(TTL_MS + 1);
@@ -298,7 +443,9 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
         const run = await runOf(runId);
         expect(run.status).toBe("running");
         expect(run.cancelRequestedAtMs).toBeNull();
-        const reported = (await eventsOf(runId)).filter((event) => event.type === "attempt.recovery_failed_closed");
+        const reported = (await eventsOf(runId)).filter(
+          (event) => event.type === "attempt.recovery_failed_closed",
+        );
         expect(reported).toHaveLength(1);
         expect(reported[0]).toMatchObject({ attemptId: attempt.id, data: { status: phase } });
 
@@ -312,14 +459,18 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
         expect(await leases.claim("worker-2", `pool-exp-${phase}`, 4)).toEqual([]);
 
         // The worker comes back with its fence and reports the outcome.
-        expect(await leases.complete(attempt.id, fence, completion(startedAtMs, clock.nowMs()))).toEqual({ status: "succeeded", replayed: false });
+        expect(
+          await leases.complete(attempt.id, fence, completion(startedAtMs, clock.nowMs())),
+        ).toEqual({ status: "succeeded", replayed: false });
         const done = await attemptOf(attempt.id);
         expect(done).toMatchObject({ status: "succeeded", exitCode: 0, error: null });
         const step = (await stepsOf(runId))[0]!;
         expect(step).toMatchObject({ status: "succeeded", attemptCount: 1 });
         if (phase === "starting") {
           // The crash window: ready → running → succeeded written atomically, never skipping the start barrier.
-          const stepEvents = (await eventsOf(runId)).filter((event) => event.type === "step.status_changed" && event.stepRunId === step.id).map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
+          const stepEvents = (await eventsOf(runId))
+            .filter((event) => event.type === "step.status_changed" && event.stepRunId === step.id)
+            .map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
           expect(stepEvents.slice(-2)).toEqual(["ready→running", "running→succeeded"]);
         }
         await tick();
@@ -346,32 +497,63 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
         await tick();
         expect((await attemptOf(attempt.id)).error).toBeNull();
       }
-      expect((await eventsOf(runId)).filter((event) => event.type === "attempt.recovery_failed_closed")).toEqual([]);
+      expect(
+        (await eventsOf(runId)).filter((event) => event.type === "attempt.recovery_failed_closed"),
+      ).toEqual([]);
 
       // Past the deadline (started + 20 s; now started + 18 s).
       clock.advance(2_001);
       const stop = await leases.heartbeat(attempt.id, fence);
-      expect(stop).toEqual({ action: "stop_requested", reason: "timeout", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+      expect(stop).toEqual({
+        action: "stop_requested",
+        reason: "timeout",
+        leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+      });
       const stopped = await attemptOf(attempt.id);
-      expect(stopped).toMatchObject({ status: "running", stopReason: "timeout", stopRequestedAtMs: clock.nowMs(), leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+      expect(stopped).toMatchObject({
+        status: "running",
+        stopReason: "timeout",
+        stopRequestedAtMs: clock.nowMs(),
+        leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+      });
       const run = await runOf(runId);
       expect(run.cancelRequestedAtMs).toBeNull();
       expect(run.status).toBe("running");
-      const timeoutEvents = (await eventsOf(runId)).filter((event) => event.type === "workflow.task_timeout_requested");
+      const timeoutEvents = (await eventsOf(runId)).filter(
+        (event) => event.type === "workflow.task_timeout_requested",
+      );
       expect(timeoutEvents).toHaveLength(1);
-      expect(timeoutEvents[0]).toMatchObject({ attemptId: attempt.id, stepRunId: attempt.stepRunId, data: { reason: "timeout", deadlineAtMs: startedAtMs + timeoutMs } });
-      expect((await eventsOf(runId)).some((event) => event.type === "run.cancel_requested")).toBe(false);
+      expect(timeoutEvents[0]).toMatchObject({
+        attemptId: attempt.id,
+        stepRunId: attempt.stepRunId,
+        data: { reason: "timeout", deadlineAtMs: startedAtMs + timeoutMs },
+      });
+      expect((await eventsOf(runId)).some((event) => event.type === "run.cancel_requested")).toBe(
+        false,
+      );
 
       // The stop intent is repeated on the next heartbeat, with no second audit event.
       clock.advance(500);
-      expect(await leases.heartbeat(attempt.id, fence)).toMatchObject({ action: "stop_requested", reason: "timeout" });
-      expect((await eventsOf(runId)).filter((event) => event.type === "workflow.task_timeout_requested")).toHaveLength(1);
+      expect(await leases.heartbeat(attempt.id, fence)).toMatchObject({
+        action: "stop_requested",
+        reason: "timeout",
+      });
+      expect(
+        (await eventsOf(runId)).filter((event) => event.type === "workflow.task_timeout_requested"),
+      ).toHaveLength(1);
 
       // The worker claims the process finished in time and exited 0: store time says otherwise.
       clock.advance(500);
-      const answer = await leases.complete(attempt.id, fence, completion(startedAtMs, startedAtMs + timeoutMs - 1));
+      const answer = await leases.complete(
+        attempt.id,
+        fence,
+        completion(startedAtMs, startedAtMs + timeoutMs - 1),
+      );
       expect(answer).toEqual({ status: "timed_out", replayed: false });
-      expect(await attemptOf(attempt.id)).toMatchObject({ status: "timed_out", stopReason: "timeout" });
+      expect(await attemptOf(attempt.id)).toMatchObject({
+        status: "timed_out",
+        stopReason: "timeout",
+      });
       expect((await stepsOf(runId))[0]!.status).toBe("timed_out");
       expect((await runOf(runId)).cancelRequestedAtMs).toBeNull();
       await tick();
@@ -380,7 +562,9 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
     });
 
     it("cancelling the run while an attempt runs: the next tick sets the stop intent, heartbeat answers stop_requested(cancel), and the completion cancels attempt, step and run", async () => {
-      const runId = await startWorkflow(remoteManifest("cancel", "pool-cancel", { a: [], b: ["a"] }));
+      const runId = await startWorkflow(
+        remoteManifest("cancel", "pool-cancel", { a: [], b: ["a"] }),
+      );
       await tick();
       const lease = await claimOne("worker-1", "pool-cancel");
       const fence = fenceOf(lease, "worker-1");
@@ -397,15 +581,36 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       await tick();
       const intent = await attemptOf(lease.attemptId);
       expect(intent).toMatchObject({ status: "running", stopReason: "cancel" });
-      expect((await eventsOf(runId)).filter((event) => event.type === "attempt.stop_requested" && event.attemptId === lease.attemptId)).toHaveLength(1);
+      expect(
+        (await eventsOf(runId)).filter(
+          (event) => event.type === "attempt.stop_requested" && event.attemptId === lease.attemptId,
+        ),
+      ).toHaveLength(1);
       const steps = await stepsOf(runId);
-      expect(steps.map((step) => [step.name, step.status])).toEqual([["a", "running"], ["b", "cancelled"]]);
+      expect(steps.map((step) => [step.name, step.status])).toEqual([
+        ["a", "running"],
+        ["b", "cancelled"],
+      ]);
       expect((await runOf(runId)).status).toBe("running");
 
       clock.advance(100);
-      expect(await leases.heartbeat(lease.attemptId, fence)).toEqual({ action: "stop_requested", reason: "cancel", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+      expect(await leases.heartbeat(lease.attemptId, fence)).toEqual({
+        action: "stop_requested",
+        reason: "cancel",
+        leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+      });
       clock.advance(100);
-      expect(await leases.complete(lease.attemptId, fence, completion(startedAtMs, clock.nowMs(), { exitCode: null, signal: "SIGTERM", stopReason: "cancel" }))).toEqual({ status: "cancelled", replayed: false });
+      expect(
+        await leases.complete(
+          lease.attemptId,
+          fence,
+          completion(startedAtMs, clock.nowMs(), {
+            exitCode: null,
+            signal: "SIGTERM",
+            stopReason: "cancel",
+          }),
+        ),
+      ).toEqual({ status: "cancelled", replayed: false });
       expect((await attemptOf(lease.attemptId)).status).toBe("cancelled");
       expect((await stepsOf(runId)).map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
       await tick();
@@ -430,9 +635,17 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
         { workerId: "worker-new", leaseVersion: 3, leaseSecret: current.leaseSecret },
         // The holder and version are public (events name them); without the secret they open nothing.
         { workerId: "worker-new", leaseVersion: 2, leaseSecret: old.leaseSecret },
-        { workerId: "worker-new", leaseVersion: 2, leaseSecret: `${current.leaseSecret.slice(0, -1)}x` },
+        {
+          workerId: "worker-new",
+          leaseVersion: 2,
+          leaseSecret: `${current.leaseSecret.slice(0, -1)}x`,
+        },
         { workerId: "worker-new", leaseVersion: 2, leaseSecret: "" },
-        { workerId: "worker-new", leaseVersion: 2, leaseSecret: leaseSecretDigest(current.leaseSecret) },
+        {
+          workerId: "worker-new",
+          leaseVersion: 2,
+          leaseSecret: leaseSecretDigest(current.leaseSecret),
+        },
       ];
       const startedAtMs = clock.nowMs();
       const probe = async (): Promise<void> => {
@@ -443,9 +656,15 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
           expect(refused.code).toBe("conflict");
           expect(refused.message).not.toMatch(/worker-new|worker-old|version/);
           expect(await codeOf(leases.start(attempt.id, fence, "starting", null))).toBe("conflict");
-          expect(await codeOf(leases.start(attempt.id, fence, "running", handleAt(startedAtMs)))).toBe("conflict");
+          expect(
+            await codeOf(leases.start(attempt.id, fence, "running", handleAt(startedAtMs))),
+          ).toBe("conflict");
           expect(await codeOf(leases.heartbeat(attempt.id, fence))).toBe("conflict");
-          expect(await codeOf(leases.complete(attempt.id, fence, completion(startedAtMs, clock.nowMs())))).toBe("conflict");
+          expect(
+            await codeOf(
+              leases.complete(attempt.id, fence, completion(startedAtMs, clock.nowMs())),
+            ),
+          ).toBe("conflict");
           expect(await codeOf(leases.lost(attempt.id, fence, "gone"))).toBe("conflict");
         }
         expect(await dump()).toBe(before);
@@ -457,11 +676,15 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       await leases.start(attempt.id, fence, "running", handleAt(startedAtMs));
       clock.advance(10);
       await probe();
-      expect(await leases.complete(attempt.id, fence, completion(startedAtMs, clock.nowMs()))).toEqual({ status: "succeeded", replayed: false });
+      expect(
+        await leases.complete(attempt.id, fence, completion(startedAtMs, clock.nowMs())),
+      ).toEqual({ status: "succeeded", replayed: false });
       await probe();
       // An unknown attempt is not found, also with nothing written.
       const before = await dump();
-      expect(await codeOf(leases.heartbeat("wta:00000000000000000000000000000000", fence))).toBe("not_found");
+      expect(await codeOf(leases.heartbeat("wta:00000000000000000000000000000000", fence))).toBe(
+        "not_found",
+      );
       expect(await dump()).toBe(before);
     });
 
@@ -488,12 +711,60 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       const nowMs = clock.nowMs();
       const before = await dump();
       const cases: { call: () => Promise<unknown>; path: string }[] = [
-        { call: () => leases.start(attempt.id, fence, "running", handleAt(claimedAtMs - WORKER_CLOCK_SKEW_MAX_MS - 1)), path: "handle.startedAtMs" },
-        { call: () => leases.start(attempt.id, fence, "running", handleAt(nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1)), path: "handle.startedAtMs" },
-        { call: () => leases.complete(attempt.id, fence, completion(claimedAtMs - WORKER_CLOCK_SKEW_MAX_MS - 1, nowMs)), path: "startedAtMs" },
-        { call: () => leases.complete(attempt.id, fence, completion(nowMs, nowMs - 1)), path: "finishedAtMs" },
-        { call: () => leases.complete(attempt.id, fence, completion(nowMs, nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1)), path: "finishedAtMs" },
-        { call: () => leases.complete(attempt.id, fence, completion(nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1, nowMs + WORKER_CLOCK_SKEW_MAX_MS + 2)), path: "startedAtMs" },
+        {
+          call: () =>
+            leases.start(
+              attempt.id,
+              fence,
+              "running",
+              handleAt(claimedAtMs - WORKER_CLOCK_SKEW_MAX_MS - 1),
+            ),
+          path: "handle.startedAtMs",
+        },
+        {
+          call: () =>
+            leases.start(
+              attempt.id,
+              fence,
+              "running",
+              handleAt(nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1),
+            ),
+          path: "handle.startedAtMs",
+        },
+        {
+          call: () =>
+            leases.complete(
+              attempt.id,
+              fence,
+              completion(claimedAtMs - WORKER_CLOCK_SKEW_MAX_MS - 1, nowMs),
+            ),
+          path: "startedAtMs",
+        },
+        {
+          call: () => leases.complete(attempt.id, fence, completion(nowMs, nowMs - 1)),
+          path: "finishedAtMs",
+        },
+        {
+          call: () =>
+            leases.complete(
+              attempt.id,
+              fence,
+              completion(nowMs, nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1),
+            ),
+          path: "finishedAtMs",
+        },
+        {
+          call: () =>
+            leases.complete(
+              attempt.id,
+              fence,
+              completion(
+                nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1,
+                nowMs + WORKER_CLOCK_SKEW_MAX_MS + 2,
+              ),
+            ),
+          path: "startedAtMs",
+        },
       ];
       for (const { call, path } of cases) {
         const error = await errorOf(call());
@@ -503,7 +774,13 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       expect(await dump()).toBe(before);
       // Within the skew allowance on either side, the same calls are accepted.
       await leases.start(attempt.id, fence, "running", handleAt(claimedAtMs - 5));
-      expect(await leases.complete(attempt.id, fence, completion(claimedAtMs - 5, nowMs + WORKER_CLOCK_SKEW_MAX_MS))).toEqual({ status: "succeeded", replayed: false });
+      expect(
+        await leases.complete(
+          attempt.id,
+          fence,
+          completion(claimedAtMs - 5, nowMs + WORKER_CLOCK_SKEW_MAX_MS),
+        ),
+      ).toEqual({ status: "succeeded", replayed: false });
     });
 
     it("a duplicate completion is answered replayed with the same status and writes nothing", async () => {
@@ -515,15 +792,23 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       await leases.start(attempt.id, fence, "running", handleAt(startedAtMs));
       clock.advance(50);
       const facts = completion(startedAtMs, clock.nowMs(), { exitCode: 3 });
-      expect(await leases.complete(attempt.id, fence, facts)).toEqual({ status: "failed", replayed: false });
+      expect(await leases.complete(attempt.id, fence, facts)).toEqual({
+        status: "failed",
+        replayed: false,
+      });
       const before = await dump();
       clock.advance(50);
-      expect(await leases.complete(attempt.id, fence, facts)).toEqual({ status: "failed", replayed: true });
+      expect(await leases.complete(attempt.id, fence, facts)).toEqual({
+        status: "failed",
+        replayed: true,
+      });
       expect(await dump()).toBe(before);
       // Heartbeat and lost on a settled attempt are refused without writing.
       expect(await codeOf(leases.heartbeat(attempt.id, fence))).toBe("conflict");
       // (illegal_transition is answered 409 conflict over HTTP.)
-      expect(["conflict", "illegal_transition"]).toContain(await codeOf(leases.lost(attempt.id, fence, "late")));
+      expect(["conflict", "illegal_transition"]).toContain(
+        await codeOf(leases.lost(attempt.id, fence, "late")),
+      );
       expect(await dump()).toBe(before);
       await tick();
       expect((await runOf(runId)).status).toBe("failed");
@@ -539,13 +824,25 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       clock.advance(50);
       const facts = completion(startedAtMs, clock.nowMs());
       lossy.arm();
-      await expect(leases.complete(attempt.id, fence, facts)).rejects.toThrow(/lost commit response/);
+      await expect(leases.complete(attempt.id, fence, facts)).rejects.toThrow(
+        /lost commit response/,
+      );
       const afterLoss = await dump();
       expect((await attemptOf(attempt.id)).status).toBe("succeeded");
       clock.advance(50);
-      expect(await leases.complete(attempt.id, fence, facts)).toEqual({ status: "succeeded", replayed: true });
+      expect(await leases.complete(attempt.id, fence, facts)).toEqual({
+        status: "succeeded",
+        replayed: true,
+      });
       expect(await dump()).toBe(afterLoss);
-      expect((await eventsOf(runId)).filter((event) => event.type === "attempt.status_changed" && event.attemptId === attempt.id && event.data.to === "succeeded")).toHaveLength(1);
+      expect(
+        (await eventsOf(runId)).filter(
+          (event) =>
+            event.type === "attempt.status_changed" &&
+            event.attemptId === attempt.id &&
+            event.data.to === "succeeded",
+        ),
+      ).toHaveLength(1);
 
       // The same holds for the worker's lost report.
       const second = await admittedSingle("lost-resp2", "pool-lost-resp2");
@@ -555,9 +852,14 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       await leases.start(second.attempt.id, fence2, "running", handleAt(clock.nowMs()));
       clock.advance(50);
       lossy.arm();
-      await expect(leases.lost(second.attempt.id, fence2, "the process is gone")).rejects.toThrow(/lost commit response/);
+      await expect(leases.lost(second.attempt.id, fence2, "the process is gone")).rejects.toThrow(
+        /lost commit response/,
+      );
       const afterLost = await dump();
-      expect(await leases.lost(second.attempt.id, fence2, "the process is gone")).toEqual({ status: "lost", replayed: true });
+      expect(await leases.lost(second.attempt.id, fence2, "the process is gone")).toEqual({
+        status: "lost",
+        replayed: true,
+      });
       expect(await dump()).toBe(afterLost);
       expect((await stepsOf(second.runId))[0]!.status).toBe("failed");
     });
@@ -567,21 +869,34 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       const lease = await claimOne("worker-1", "pool-start-replay");
       const fence = fenceOf(lease, "worker-1");
       lossy.arm();
-      await expect(leases.start(attempt.id, fence, "starting", null)).rejects.toThrow(/lost commit response/);
+      await expect(leases.start(attempt.id, fence, "starting", null)).rejects.toThrow(
+        /lost commit response/,
+      );
       const afterStarting = await dump();
       clock.advance(10);
-      expect(await leases.start(attempt.id, fence, "starting", null)).toEqual({ status: "starting", leaseExpiresAtMs: (await attemptOf(attempt.id)).leaseExpiresAtMs });
+      expect(await leases.start(attempt.id, fence, "starting", null)).toEqual({
+        status: "starting",
+        leaseExpiresAtMs: (await attemptOf(attempt.id)).leaseExpiresAtMs,
+      });
       expect(await dump()).toBe(afterStarting);
 
       const handle = handleAt(clock.nowMs());
       lossy.arm();
-      await expect(leases.start(attempt.id, fence, "running", handle)).rejects.toThrow(/lost commit response/);
+      await expect(leases.start(attempt.id, fence, "running", handle)).rejects.toThrow(
+        /lost commit response/,
+      );
       const afterRunning = await dump();
       clock.advance(10);
-      expect(await leases.start(attempt.id, fence, "running", handle)).toMatchObject({ status: "running" });
+      expect(await leases.start(attempt.id, fence, "running", handle)).toMatchObject({
+        status: "running",
+      });
       expect(await dump()).toBe(afterRunning);
       // A different process identity is not a replay; and a starting report after running is refused.
-      expect(["conflict", "illegal_transition"]).toContain(await codeOf(leases.start(attempt.id, fence, "running", { ...handle, pid: handle.pid + 1 })));
+      expect(["conflict", "illegal_transition"]).toContain(
+        await codeOf(
+          leases.start(attempt.id, fence, "running", { ...handle, pid: handle.pid + 1 }),
+        ),
+      );
       expect(await codeOf(leases.start(attempt.id, fence, "starting", null))).toBe("conflict");
       expect(await dump()).toBe(afterRunning);
     });
@@ -591,9 +906,19 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       const lease = await claimOne("worker-1", "pool-lost-claimed");
       const [readyBefore] = await stepsOf(unstarted.runId);
       clock.advance(10);
-      expect(await leases.lost(lease.attemptId, fenceOf(lease, "worker-1"), "the worker stopped before spawning")).toEqual({ status: "lost", replayed: false });
+      expect(
+        await leases.lost(
+          lease.attemptId,
+          fenceOf(lease, "worker-1"),
+          "the worker stopped before spawning",
+        ),
+      ).toEqual({ status: "lost", replayed: false });
       const [epoch] = await stepsOf(unstarted.runId);
-      expect(epoch).toMatchObject({ status: "ready", version: readyBefore!.version + 1, attemptCount: 0 });
+      expect(epoch).toMatchObject({
+        status: "ready",
+        version: readyBefore!.version + 1,
+        attemptCount: 0,
+      });
       await tick();
       const attempts = await attemptsOf(unstarted.runId);
       expect(attempts.map((attempt) => attempt.status)).toEqual(["lost", "claimed"]);
@@ -605,9 +930,13 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       await leases.start(lease2.attemptId, fence2, "starting", null);
       await leases.start(lease2.attemptId, fence2, "running", handleAt(clock.nowMs()));
       clock.advance(10);
-      expect(await leases.lost(lease2.attemptId, fence2, "the process is gone and left no receipt")).toEqual({ status: "lost", replayed: false });
+      expect(
+        await leases.lost(lease2.attemptId, fence2, "the process is gone and left no receipt"),
+      ).toEqual({ status: "lost", replayed: false });
       expect((await stepsOf(started.runId))[0]!.status).toBe("failed");
-      const stepEvents = (await eventsOf(started.runId)).filter((event) => event.type === "step.status_changed").map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
+      const stepEvents = (await eventsOf(started.runId))
+        .filter((event) => event.type === "step.status_changed")
+        .map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
       expect(stepEvents.slice(-2)).toEqual(["ready→running", "running→failed"]);
       await tick();
       expect((await runOf(started.runId)).status).toBe("failed");
@@ -617,7 +946,12 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
     it("many workers racing for the same leases: each attempt is leased exactly once", async () => {
       const pool = "pool-race";
       const runs: string[] = [];
-      for (let index = 0; index < 3; index += 1) runs.push(await startWorkflow(remoteManifest(`race-${index}`, pool, { s1: [], s2: [], s3: [], s4: [] })));
+      for (let index = 0; index < 3; index += 1)
+        runs.push(
+          await startWorkflow(
+            remoteManifest(`race-${index}`, pool, { s1: [], s2: [], s3: [], s4: [] }),
+          ),
+        );
       await tick();
       const all = (await Promise.all(runs.map((runId) => attemptsOf(runId)))).flat();
       expect(all).toHaveLength(12);
@@ -625,33 +959,61 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
 
       const workers = Array.from({ length: 8 }, (_, index) => `racer-${index}`);
       const granted: { workerId: string; lease: Lease }[] = [];
-      const results = await Promise.all(workers.map(async (workerId) => ({ workerId, leases: await leases.claim(workerId, pool, 4) })));
-      for (const result of results) for (const lease of result.leases) granted.push({ workerId: result.workerId, lease });
+      const results = await Promise.all(
+        workers.map(async (workerId) => ({
+          workerId,
+          leases: await leases.claim(workerId, pool, 4),
+        })),
+      );
+      for (const result of results)
+        for (const lease of result.leases) granted.push({ workerId: result.workerId, lease });
       expect(granted.length).toBeGreaterThan(0);
       // Whatever the race did, nobody got an attempt twice.
       expect(new Set(granted.map((item) => item.lease.attemptId)).size).toBe(granted.length);
       // Claim what the race left over, sequentially.
       for (let round = 0; round < 12 && granted.length < all.length; round += 1) {
-        for (const lease of await leases.claim("sweeper", pool, 64)) granted.push({ workerId: "sweeper", lease });
+        for (const lease of await leases.claim("sweeper", pool, 64))
+          granted.push({ workerId: "sweeper", lease });
       }
       expect(granted).toHaveLength(12);
       expect(new Set(granted.map((item) => item.lease.attemptId)).size).toBe(12);
       for (const { workerId, lease } of granted) {
         expect(lease.leaseVersion).toBe(1);
-        expect(await attemptOf(lease.attemptId)).toMatchObject({ leaseWorkerId: workerId, leaseVersion: 1 });
+        expect(await attemptOf(lease.attemptId)).toMatchObject({
+          leaseWorkerId: workerId,
+          leaseVersion: 1,
+        });
       }
-      const leasedEvents = (await Promise.all(runs.map((runId) => eventsOf(runId)))).flat().filter((event) => event.type === "attempt.leased");
+      const leasedEvents = (await Promise.all(runs.map((runId) => eventsOf(runId))))
+        .flat()
+        .filter((event) => event.type === "attempt.leased");
       expect(leasedEvents).toHaveLength(12);
       expect(new Set(leasedEvents.map((event) => event.attemptId)).size).toBe(12);
       expect(await leases.claim("late", pool, 64)).toEqual([]);
     });
 
     it("an ordinary remote run goes queued → dispatching → running → succeeded", async () => {
-      const manifest: Manifest = { package: "ordinary", description: null, tasks: [remoteTask("job", "pool-ordinary")], workflows: [], schedules: [] };
+      const manifest: Manifest = {
+        package: "ordinary",
+        description: null,
+        tasks: [remoteTask("job", "pool-ordinary")],
+        workflows: [],
+        schedules: [],
+      };
       const runId = await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, manifest, nowMs);
-        const { run } = await startRun(tx, { package: "ordinary", target: { kind: "task", name: "job" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs);
+        const { run } = await startRun(
+          tx,
+          {
+            package: "ordinary",
+            target: { kind: "task", name: "job" },
+            idempotencyKey: null,
+            scheduleName: null,
+            runId: ids.runId(),
+          },
+          nowMs,
+        );
         expect(run.status).toBe("queued");
         return run.id;
       });
@@ -668,19 +1030,45 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       clock.advance(1_000);
       expect(await leases.heartbeat(lease.attemptId, fence)).toMatchObject({ action: "continue" });
       clock.advance(1_000);
-      expect(await leases.complete(lease.attemptId, fence, completion(startedAtMs, clock.nowMs()))).toEqual({ status: "succeeded", replayed: false });
+      expect(
+        await leases.complete(lease.attemptId, fence, completion(startedAtMs, clock.nowMs())),
+      ).toEqual({ status: "succeeded", replayed: false });
       const run = await runOf(runId);
       expect(run.status).toBe("succeeded");
-      const transitions = (await eventsOf(runId)).filter((event) => event.type === "run.status_changed").map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
-      expect(transitions).toEqual(["queued→dispatching", "dispatching→running", "running→succeeded"]);
+      const transitions = (await eventsOf(runId))
+        .filter((event) => event.type === "run.status_changed")
+        .map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
+      expect(transitions).toEqual([
+        "queued→dispatching",
+        "dispatching→running",
+        "running→succeeded",
+      ]);
     });
 
     it("an ordinary remote claim whose lease expired goes back to queued and is admitted again", async () => {
-      const manifest: Manifest = { package: "ordinary-exp", description: null, tasks: [remoteTask("job", "pool-ordinary-exp")], workflows: [], schedules: [] };
+      const manifest: Manifest = {
+        package: "ordinary-exp",
+        description: null,
+        tasks: [remoteTask("job", "pool-ordinary-exp")],
+        workflows: [],
+        schedules: [],
+      };
       const runId = await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, manifest, nowMs);
-        return (await startRun(tx, { package: "ordinary-exp", target: { kind: "task", name: "job" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs)).run.id;
+        return (
+          await startRun(
+            tx,
+            {
+              package: "ordinary-exp",
+              target: { kind: "task", name: "job" },
+              idempotencyKey: null,
+              scheduleName: null,
+              runId: ids.runId(),
+            },
+            nowMs,
+          )
+        ).run.id;
       });
       await tick();
       const lease = await claimOne("worker-1", "pool-ordinary-exp");

@@ -37,8 +37,16 @@ interface AttemptView {
 }
 
 interface RunDetail {
-  readonly run: { readonly id: string; readonly status: string; readonly cancelRequestedAtMs: number | null };
-  readonly steps: readonly { readonly name: string; readonly status: string; readonly attemptCount: number }[];
+  readonly run: {
+    readonly id: string;
+    readonly status: string;
+    readonly cancelRequestedAtMs: number | null;
+  };
+  readonly steps: readonly {
+    readonly name: string;
+    readonly status: string;
+    readonly attemptCount: number;
+  }[];
   readonly attempts: readonly AttemptView[];
 }
 
@@ -53,8 +61,15 @@ const WORKER_TOKEN = "remote-worker-e2e-lease-token";
 
 function start(name: string, args: readonly string[], extraEnv: Record<string, string> = {}): Proc {
   // The caller's QLR_* settings must not leak into the processes under test.
-  const env = { ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_"))), ...extraEnv };
-  const child = spawn(process.execPath, [QLR, ...args], { cwd: scratch, stdio: ["ignore", "pipe", "pipe"], env });
+  const env = {
+    ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_"))),
+    ...extraEnv,
+  };
+  const child = spawn(process.execPath, [QLR, ...args], {
+    cwd: scratch,
+    stdio: ["ignore", "pipe", "pipe"],
+    env,
+  });
   const proc: Proc = {
     child,
     name,
@@ -72,12 +87,19 @@ function alive(proc: Proc): boolean {
   return proc.child.exitCode === null && proc.child.signalCode === null;
 }
 
-async function waitFor<T>(description: string, probe: () => Promise<T | null | undefined> | T | null | undefined, timeoutMs = WAIT_MS): Promise<T> {
+async function waitFor<T>(
+  description: string,
+  probe: () => Promise<T | null | undefined> | T | null | undefined,
+  timeoutMs = WAIT_MS,
+): Promise<T> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
     const value = await probe();
     if (value !== null && value !== undefined) return value;
-    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}\n${children.map((proc) => `--- ${proc.name} stdout\n${proc.stdout}\n--- ${proc.name} stderr\n${proc.stderr}`).join("\n")}`);
+    if (performance.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${description}\n${children.map((proc) => `--- ${proc.name} stdout\n${proc.stdout}\n--- ${proc.name} stderr\n${proc.stderr}`).join("\n")}`,
+      );
     await sleep(50);
   }
 }
@@ -85,7 +107,10 @@ async function waitFor<T>(description: string, probe: () => Promise<T | null | u
 async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
   const response = await fetch(`${serverUrl}${path}`, {
     method,
-    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    headers: {
+      authorization: `Bearer ${token}`,
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     signal: AbortSignal.timeout(10_000),
   });
@@ -114,7 +139,9 @@ async function waitForRun(runId: string, statuses: readonly string[]): Promise<R
 async function waitForRunningAttempt(runId: string): Promise<AttemptView> {
   return waitFor(`a running attempt with a pid in run ${runId}`, async () => {
     const current = await detail(runId);
-    const running = current.attempts.find((attempt) => attempt.status === "running" && attempt.pid !== null);
+    const running = current.attempts.find(
+      (attempt) => attempt.status === "running" && attempt.pid !== null,
+    );
     if (running?.pid !== undefined && running.pid !== null) taskPids.add(running.pid);
     return running;
   });
@@ -133,13 +160,30 @@ async function procState(pid: number): Promise<string | null> {
 }
 
 function startWorker(stateDir: string, name: string): Proc {
-  return start(name, ["worker", "--coordinator", serverUrl, "--pool", "p1", "--capacity", "2", "--state-dir", stateDir], { QLR_WORKER_TOKEN: WORKER_TOKEN });
+  return start(
+    name,
+    [
+      "worker",
+      "--coordinator",
+      serverUrl,
+      "--pool",
+      "p1",
+      "--capacity",
+      "2",
+      "--state-dir",
+      stateDir,
+    ],
+    { QLR_WORKER_TOKEN: WORKER_TOKEN },
+  );
 }
 
 async function stopProc(proc: Proc, signal: NodeJS.Signals, boundMs = 10_000): Promise<void> {
   if (!alive(proc)) return;
   proc.child.kill(signal);
-  const ended = await Promise.race([proc.exited.then(() => true), sleep(boundMs).then(() => false)]);
+  const ended = await Promise.race([
+    proc.exited.then(() => true),
+    sleep(boundMs).then(() => false),
+  ]);
   if (!ended && alive(proc)) {
     proc.child.kill("SIGKILL");
     await proc.exited;
@@ -149,7 +193,10 @@ async function stopProc(proc: Proc, signal: NodeJS.Signals, boundMs = 10_000): P
 let markers: string;
 
 beforeAll(async () => {
-  await promisify(execFile)(process.execPath, [join(ROOT, "scripts/build.mjs")], { cwd: ROOT, timeout: 110_000 });
+  await promisify(execFile)(process.execPath, [join(ROOT, "scripts/build.mjs")], {
+    cwd: ROOT,
+    timeout: 110_000,
+  });
   scratch = await mkdtemp(join(tmpdir(), "qlr-remote-e2e-"));
   markers = join(scratch, "markers");
   const append = (file: string, text: string): string => `echo ${text} >> ${join(markers, file)}`;
@@ -196,7 +243,17 @@ workflows:
   // opens the lease routes only.
   const workerTokenFile = join(scratch, "worker.token");
   await writeFile(workerTokenFile, `${WORKER_TOKEN}\n`, { mode: 0o600 });
-  server = start("server", ["serve", "--state-dir", stateDir, "--port", "0", "--apply", manifestPath, "--worker-token-file", workerTokenFile]);
+  server = start("server", [
+    "serve",
+    "--state-dir",
+    stateDir,
+    "--port",
+    "0",
+    "--apply",
+    manifestPath,
+    "--worker-token-file",
+    workerTokenFile,
+  ]);
   serverUrl = await waitFor("the server to listen", () => {
     if (!alive(server)) throw new Error(`qlr serve exited: ${server.stderr}`);
     return /qlr serving (http:\/\/127\.0\.0\.1:\d+)/.exec(server.stdout)?.[1];
@@ -228,11 +285,22 @@ describe("qlr worker against qlr serve", () => {
     const runId = await startRun("two");
     const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
     expect(done.run.status).toBe("succeeded");
-    expect(done.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([["a", "succeeded", 1], ["b", "succeeded", 1]]);
-    expect(done.attempts.map((attempt) => [attempt.status, attempt.exitCode])).toEqual([["succeeded", 0], ["succeeded", 0]]);
+    expect(done.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
+      ["a", "succeeded", 1],
+      ["b", "succeeded", 1],
+    ]);
+    expect(done.attempts.map((attempt) => [attempt.status, attempt.exitCode])).toEqual([
+      ["succeeded", 0],
+      ["succeeded", 0],
+    ]);
     expect(await lines(join(markers, "two"))).toEqual(["a", "b"]);
     // The worker forgets settled leases.
-    await waitFor("the worker's lease files to be removed", async () => ((await readdir(join(workerState(), "leases"))).filter((name) => name.endsWith(".json")).length === 0 ? true : null));
+    await waitFor("the worker's lease files to be removed", async () =>
+      (await readdir(join(workerState(), "leases"))).filter((name) => name.endsWith(".json"))
+        .length === 0
+        ? true
+        : null,
+    );
   }, 60_000);
 
   it("a SIGKILLed worker restarted on its state dir re-adopts the lease and reports the completion from the receipt, with no second spawn", async () => {
@@ -249,11 +317,22 @@ describe("qlr worker against qlr serve", () => {
     const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
     expect(done.run.status).toBe("succeeded");
     expect(done.attempts).toHaveLength(1);
-    expect(done.attempts[0]).toMatchObject({ id: running.id, status: "succeeded", exitCode: 0, pid: running.pid, error: null });
+    expect(done.attempts[0]).toMatchObject({
+      id: running.id,
+      status: "succeeded",
+      exitCode: 0,
+      pid: running.pid,
+      error: null,
+    });
     expect(done.steps[0]).toMatchObject({ status: "succeeded", attemptCount: 1 });
     expect(await lines(join(markers, "slow"))).toEqual(["start", "end"]);
     expect(second.stderr).toContain(`re-adopted lease of ${running.id}`);
-    await waitFor("the worker's lease files to be removed", async () => ((await readdir(join(workerState(), "leases"))).filter((name) => name.endsWith(".json")).length === 0 ? true : null));
+    await waitFor("the worker's lease files to be removed", async () =>
+      (await readdir(join(workerState(), "leases"))).filter((name) => name.endsWith(".json"))
+        .length === 0
+        ? true
+        : null,
+    );
     // Still exactly one spawn after the worker settled it.
     await sleep(500);
     expect(await lines(join(markers, "slow"))).toEqual(["start", "end"]);
@@ -266,34 +345,76 @@ describe("qlr worker against qlr serve", () => {
     const running = await waitForRunningAttempt(runId);
     const pid = running.pid!;
     expect(await procState(pid)).not.toBeNull();
-    await waitFor("the long task to start", async () => ((await lines(join(markers, "long"))).includes("start") ? true : null));
+    await waitFor("the long task to start", async () =>
+      (await lines(join(markers, "long"))).includes("start") ? true : null,
+    );
 
     await api("POST", `/runs/${runId}/cancel`);
     const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
     expect(done.run.status).toBe("cancelled");
     expect(done.attempts).toHaveLength(1);
-    expect(done.attempts[0]).toMatchObject({ id: running.id, status: "cancelled", stopReason: "cancel" });
-    expect(done.steps.map((step) => [step.name, step.status])).toEqual([["l", "cancelled"], ["after", "cancelled"]]);
+    expect(done.attempts[0]).toMatchObject({
+      id: running.id,
+      status: "cancelled",
+      stopReason: "cancel",
+    });
+    expect(done.steps.map((step) => [step.name, step.status])).toEqual([
+      ["l", "cancelled"],
+      ["after", "cancelled"],
+    ]);
     // The exact process is gone (or an unreaped zombie), long before its 30 s sleep would end.
     await waitFor(`process ${pid} to end`, async () => {
       const state = await procState(pid);
       return state === null || state === "Z" ? true : null;
     });
     expect(await lines(join(markers, "long"))).toEqual(["start"]);
-    const events = await api<{ events: { type: string; attemptId: string | null; data: Record<string, unknown> }[] }>("GET", `/runs/${runId}/events`);
-    expect(events.events.some((event) => event.type === "attempt.stop_requested" && event.attemptId === running.id && event.data.reason === "cancel")).toBe(true);
-    expect(events.events.some((event) => event.type === "workflow.task_timeout_requested")).toBe(false);
+    const events = await api<{
+      events: { type: string; attemptId: string | null; data: Record<string, unknown> }[];
+    }>("GET", `/runs/${runId}/events`);
+    expect(
+      events.events.some(
+        (event) =>
+          event.type === "attempt.stop_requested" &&
+          event.attemptId === running.id &&
+          event.data.reason === "cancel",
+      ),
+    ).toBe(true);
+    expect(events.events.some((event) => event.type === "workflow.task_timeout_requested")).toBe(
+      false,
+    );
   }, 60_000);
 
   it("a lease file the coordinator does not know (a reused state dir) does not wedge the worker", async () => {
-    await stopProc(children.find((proc) => proc.name === "worker-2")!, "SIGTERM");
+    await stopProc(
+      children.find((proc) => proc.name === "worker-2")!,
+      "SIGTERM",
+    );
     const stateDir = join(scratch, "worker-reused");
     const workerId = "w-reused-0001";
     const unknownAttempt = "wta:0123456789abcdef0123456789abcdef";
     await promisify(execFile)("mkdir", ["-p", join(stateDir, "leases")]);
     await writeFile(join(stateDir, "worker-id"), `${workerId}\n`);
-    const lease = { attemptId: unknownAttempt, leaseVersion: 1, leaseSecret: "secret-from-another-coordinator-01", leaseExpiresAtMs: 0, runId: "run-from-elsewhere", stepRunId: null, taskRevision: "qltd:v1:1:x", execution: { executor: "remote_worker", pool: "p1", argv: ["true"], env: {}, timeoutMs: 1000, shell: false } };
-    await writeFile(join(stateDir, "leases", `${unknownAttempt}.json`), JSON.stringify({ lease, workerId, handle: null }));
+    const lease = {
+      attemptId: unknownAttempt,
+      leaseVersion: 1,
+      leaseSecret: "secret-from-another-coordinator-01",
+      leaseExpiresAtMs: 0,
+      runId: "run-from-elsewhere",
+      stepRunId: null,
+      taskRevision: "qltd:v1:1:x",
+      execution: {
+        executor: "remote_worker",
+        pool: "p1",
+        argv: ["true"],
+        env: {},
+        timeoutMs: 1000,
+        shell: false,
+      },
+    };
+    await writeFile(
+      join(stateDir, "leases", `${unknownAttempt}.json`),
+      JSON.stringify({ lease, workerId, handle: null }),
+    );
     const worker = startWorker(stateDir, "worker-3");
     const before = await lines(join(markers, "two"));
     const runId = await startRun("two");
@@ -302,6 +423,8 @@ describe("qlr worker against qlr serve", () => {
     expect(await lines(join(markers, "two"))).toEqual([...before, "a", "b"]);
     expect(worker.stderr).toContain(unknownAttempt);
     // The unknown lease is dropped rather than retried forever.
-    await waitFor("the unknown lease file to be removed", async () => ((await readdir(join(stateDir, "leases"))).includes(`${unknownAttempt}.json`) ? null : true));
+    await waitFor("the unknown lease file to be removed", async () =>
+      (await readdir(join(stateDir, "leases"))).includes(`${unknownAttempt}.json`) ? null : true,
+    );
   }, 60_000);
 });

@@ -19,8 +19,25 @@ import { SequentialIds, SequentialSecrets, TestClock } from "../support/fixtures
 
 const TOKEN = "worker-routes-test-token";
 const TTL_MS = 10_000;
-const DUMP_TABLES = ["runs", "step_runs", "run_attempts", "run_events", "step_mutations", "admission_receipts", "packages", "generations", "task_definitions", "qlr_store_clock"] as const;
-const ROUTES = ["/worker/claim", "/worker/start", "/worker/heartbeat", "/worker/complete", "/worker/lost"] as const;
+const DUMP_TABLES = [
+  "runs",
+  "step_runs",
+  "run_attempts",
+  "run_events",
+  "step_mutations",
+  "admission_receipts",
+  "packages",
+  "generations",
+  "task_definitions",
+  "qlr_store_clock",
+] as const;
+const ROUTES = [
+  "/worker/claim",
+  "/worker/start",
+  "/worker/heartbeat",
+  "/worker/complete",
+  "/worker/lost",
+] as const;
 
 interface Answer {
   readonly status: number;
@@ -28,7 +45,11 @@ interface Answer {
 }
 
 interface ErrorBody {
-  readonly error: { readonly code: string; readonly message: string; readonly details: readonly { path: string; message: string }[] };
+  readonly error: {
+    readonly code: string;
+    readonly message: string;
+    readonly details: readonly { path: string; message: string }[];
+  };
 }
 
 let store: SqlStore;
@@ -36,21 +57,47 @@ let app: Hono;
 const clock = new TestClock();
 
 beforeAll(async () => {
-  store = await openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), SQLITE_MIGRATIONS, clock.nowMs());
+  store = await openSqlStore(
+    openSqlJsMemoryDriver(await loadSqlJs()),
+    SQLITE_MIGRATIONS,
+    clock.nowMs(),
+  );
   const ids = new SequentialIds("wr");
-  const coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.standalone, executors: {} });
-  app = createApp({ store, coordinator, clock, ids, secrets: new SequentialSecrets(), token: TOKEN, metrics: new Metrics(), leaseTtlMs: TTL_MS });
+  const coordinator = new Coordinator({
+    store,
+    clock,
+    ids,
+    profile: PROFILES.standalone,
+    executors: {},
+  });
+  app = createApp({
+    store,
+    coordinator,
+    clock,
+    ids,
+    secrets: new SequentialSecrets(),
+    token: TOKEN,
+    metrics: new Metrics(),
+    leaseTtlMs: TTL_MS,
+  });
 });
 afterAll(async () => {
   await store?.close();
 });
 
-async function call(path: string, init: { body?: string; json?: unknown; authorization?: string | null; method?: string } = {}): Promise<Answer> {
+async function call(
+  path: string,
+  init: { body?: string; json?: unknown; authorization?: string | null; method?: string } = {},
+): Promise<Answer> {
   const headers: Record<string, string> = { "content-type": "application/json" };
   const authorization = init.authorization === undefined ? `Bearer ${TOKEN}` : init.authorization;
   if (authorization !== null) headers.authorization = authorization;
   const body = init.json !== undefined ? JSON.stringify(init.json) : init.body;
-  const response = await app.request(path, { method: init.method ?? "POST", headers, ...(body === undefined ? {} : { body }) });
+  const response = await app.request(path, {
+    method: init.method ?? "POST",
+    headers,
+    ...(body === undefined ? {} : { body }),
+  });
   const text = await response.text();
   let parsed: unknown = text;
   try {
@@ -63,7 +110,10 @@ async function call(path: string, init: { body?: string; json?: unknown; authori
 
 async function ok<T>(path: string, json: unknown, status = 200): Promise<T> {
   const answer = await call(path, { json });
-  if (answer.status !== status) throw new Error(`${path}: expected ${status}, got ${answer.status}: ${JSON.stringify(answer.body)}`);
+  if (answer.status !== status)
+    throw new Error(
+      `${path}: expected ${status}, got ${answer.status}: ${JSON.stringify(answer.body)}`,
+    );
   return answer.body as T;
 }
 
@@ -86,8 +136,13 @@ async function dump(): Promise<string> {
 }
 
 async function tick(): Promise<void> {
-  const { report } = await ok<{ report: { stages: { name: string; errors: unknown[] }[] } }>("/tick", {});
-  for (const stage of report.stages) if (stage.errors.length > 0) throw new Error(`stage ${stage.name}: ${JSON.stringify(stage.errors)}`);
+  const { report } = await ok<{ report: { stages: { name: string; errors: unknown[] }[] } }>(
+    "/tick",
+    {},
+  );
+  for (const stage of report.stages)
+    if (stage.errors.length > 0)
+      throw new Error(`stage ${stage.name}: ${JSON.stringify(stage.errors)}`);
 }
 
 /** Applies a package with one remote task in `pool`, starts a one-step workflow run and admits it. */
@@ -104,32 +159,77 @@ workflows:
     steps:
       a: { task: work }
 `;
-  const response = await app.request("/packages", { method: "POST", headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/yaml" }, body: yaml });
+  const response = await app.request("/packages", {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/yaml" },
+    body: yaml,
+  });
   expect(response.status).toBe(201);
-  const { run } = await ok<{ run: { id: string } }>("/runs", { package: packageName, workflow: "flow" }, 201);
+  const { run } = await ok<{ run: { id: string } }>(
+    "/runs",
+    { package: packageName, workflow: "flow" },
+    201,
+  );
   await tick();
   return run.id;
 }
 
 async function claim(workerId: string, pool: string): Promise<Lease> {
-  const { leases } = await ok<{ leases: Lease[] }>("/worker/claim", { workerId, pool, capacity: 1 });
+  const { leases } = await ok<{ leases: Lease[] }>("/worker/claim", {
+    workerId,
+    pool,
+    capacity: 1,
+  });
   expect(leases).toHaveLength(1);
   return leases[0]!;
 }
 
 /** A valid body for each route, for a given fence: the bad-input cases are variations of it. */
-function validBodies(fence: { attemptId: string; workerId: string; leaseVersion: number; leaseSecret: string }): Record<(typeof ROUTES)[number], Record<string, unknown>> {
+function validBodies(fence: {
+  attemptId: string;
+  workerId: string;
+  leaseVersion: number;
+  leaseSecret: string;
+}): Record<(typeof ROUTES)[number], Record<string, unknown>> {
   const nowMs = clock.nowMs();
   return {
     "/worker/claim": { workerId: fence.workerId, pool: "pool-bad", capacity: 1 },
-    "/worker/start": { ...fence, phase: "running", handle: { pid: 4242, processStartTicks: "123456", bootId: "b7c1d2e3-aaaa", startedAtMs: nowMs } },
+    "/worker/start": {
+      ...fence,
+      phase: "running",
+      handle: {
+        pid: 4242,
+        processStartTicks: "123456",
+        bootId: "b7c1d2e3-aaaa",
+        startedAtMs: nowMs,
+      },
+    },
     "/worker/heartbeat": { ...fence },
-    "/worker/complete": { ...fence, startedAtMs: nowMs, finishedAtMs: nowMs + 5, exitCode: 0, signal: null, stopReason: null, spawnError: null },
+    "/worker/complete": {
+      ...fence,
+      startedAtMs: nowMs,
+      finishedAtMs: nowMs + 5,
+      exitCode: 0,
+      signal: null,
+      stopReason: null,
+      spawnError: null,
+    },
     "/worker/lost": { ...fence, reason: "the process is gone" },
   };
 }
 
-const NON_PORTABLE = ["", ".hidden", "../etc/passwd", "a/b", "a\\b", "has space", "nul\u0000byte", "x".repeat(37), "ü-not-ascii", "-leading-dash"];
+const NON_PORTABLE = [
+  "",
+  ".hidden",
+  "../etc/passwd",
+  "a/b",
+  "a\\b",
+  "has space",
+  "nul\u0000byte",
+  "x".repeat(37),
+  "ü-not-ascii",
+  "-leading-dash",
+];
 
 describe("worker routes", () => {
   let fence: { attemptId: string; workerId: string; leaseVersion: number; leaseSecret: string };
@@ -137,7 +237,12 @@ describe("worker routes", () => {
   beforeAll(async () => {
     await admittedRun("bad-input", "pool-bad");
     const lease = await claim("worker-1", "pool-bad");
-    fence = { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: lease.leaseVersion, leaseSecret: lease.leaseSecret };
+    fence = {
+      attemptId: lease.attemptId,
+      workerId: "worker-1",
+      leaseVersion: lease.leaseVersion,
+      leaseSecret: lease.leaseSecret,
+    };
     // Started, so that a valid body on any route would have written something.
     await ok("/worker/start", { ...fence, phase: "starting" });
   });
@@ -145,7 +250,15 @@ describe("worker routes", () => {
   it("malformed JSON is 400 invalid_request on every route, with nothing written", async () => {
     const before = await dump();
     for (const route of ROUTES) {
-      for (const body of ["", "{", '{"workerId": "w",}', "[1, 2", "undefined", "{'a': 1}", "\u0000"]) {
+      for (const body of [
+        "",
+        "{",
+        '{"workerId": "w",}',
+        "[1, 2",
+        "undefined",
+        "{'a': 1}",
+        "\u0000",
+      ]) {
         const answer = await call(route, { body });
         expect(answer.status, `${route} ${JSON.stringify(body)}`).toBe(400);
         const error = errorOf(answer);
@@ -166,18 +279,30 @@ describe("worker routes", () => {
         expect(answer.status, `${route} ${JSON.stringify(json)}`).toBe(400);
         expect(errorOf(answer).code).toBe("invalid_request");
       }
-      for (const extra of [{ extra: 1 }, { leaseExpiresAtMs: clock.nowMs() + 1_000_000 }, { status: "succeeded" }]) {
+      for (const extra of [
+        { extra: 1 },
+        { leaseExpiresAtMs: clock.nowMs() + 1_000_000 },
+        { status: "succeeded" },
+      ]) {
         const answer = await call(route, { json: { ...valid, ...extra } });
         expect(answer.status, `${route} + ${JSON.stringify(extra)}`).toBe(400);
         const error = errorOf(answer);
         expect(error.code).toBe("invalid_request");
         // Each unknown field is named by its own path, as everywhere else in the API.
-        expect(error.details).toContainEqual({ path: Object.keys(extra)[0]!, message: "unknown field" });
+        expect(error.details).toContainEqual({
+          path: Object.keys(extra)[0]!,
+          message: "unknown field",
+        });
       }
       // A `__proto__` key from JSON.parse is an own, unknown field too.
-      const proto = await call(route, { body: `${JSON.stringify(valid).slice(0, -1)}, "__proto__": {"admin": true}}` });
+      const proto = await call(route, {
+        body: `${JSON.stringify(valid).slice(0, -1)}, "__proto__": {"admin": true}}`,
+      });
       expect(proto.status, `${route} __proto__`).toBe(400);
-      expect(errorOf(proto).details).toContainEqual({ path: "__proto__", message: "unknown field" });
+      expect(errorOf(proto).details).toContainEqual({
+        path: "__proto__",
+        message: "unknown field",
+      });
       for (const key of Object.keys(valid)) {
         if (route === "/worker/start" && key === "handle") continue;
         const missing = Object.fromEntries(Object.entries(valid).filter(([name]) => name !== key));
@@ -196,7 +321,9 @@ describe("worker routes", () => {
     const bodies = validBodies(fence);
     for (const route of ROUTES) {
       const valid = bodies[route];
-      const idFields = Object.keys(valid).filter((key) => key === "attemptId" || key === "workerId" || key === "pool");
+      const idFields = Object.keys(valid).filter(
+        (key) => key === "attemptId" || key === "workerId" || key === "pool",
+      );
       expect(idFields.length).toBeGreaterThan(0);
       for (const field of idFields) {
         for (const bad of NON_PORTABLE) {
@@ -215,15 +342,36 @@ describe("worker routes", () => {
     const before = await dump();
     const bodies = validBodies(fence);
     const wrong: Record<(typeof ROUTES)[number], Record<string, unknown[]>> = {
-      "/worker/claim": { workerId: [1, null, ["w"]], pool: [7, null, {}], capacity: ["1", -1, 1.5, 65, null, true, Number.MAX_SAFE_INTEGER] },
+      "/worker/claim": {
+        workerId: [1, null, ["w"]],
+        pool: [7, null, {}],
+        capacity: ["1", -1, 1.5, 65, null, true, Number.MAX_SAFE_INTEGER],
+      },
       "/worker/start": {
         attemptId: [1, null],
         workerId: [false],
         leaseVersion: ["1", 0, -1, 1.5, null, 1e12],
         phase: ["begun", "", null, 1, "RUNNING"],
-        handle: ["4242", 42, null, [], { pid: "4242", processStartTicks: "1", bootId: "b", startedAtMs: 1 }, { pid: 0, processStartTicks: "1", bootId: "b", startedAtMs: 1 }, { pid: 1, processStartTicks: "12a", bootId: "b", startedAtMs: 1 }, { pid: 1, processStartTicks: "1", bootId: "../x", startedAtMs: 1 }, { pid: 1, processStartTicks: "1", bootId: "b", startedAtMs: -1 }, { pid: 1, processStartTicks: "1", bootId: "b", startedAtMs: 1, extra: 1 }, { pid: 1, processStartTicks: "1", bootId: "b" }],
+        handle: [
+          "4242",
+          42,
+          null,
+          [],
+          { pid: "4242", processStartTicks: "1", bootId: "b", startedAtMs: 1 },
+          { pid: 0, processStartTicks: "1", bootId: "b", startedAtMs: 1 },
+          { pid: 1, processStartTicks: "12a", bootId: "b", startedAtMs: 1 },
+          { pid: 1, processStartTicks: "1", bootId: "../x", startedAtMs: 1 },
+          { pid: 1, processStartTicks: "1", bootId: "b", startedAtMs: -1 },
+          { pid: 1, processStartTicks: "1", bootId: "b", startedAtMs: 1, extra: 1 },
+          { pid: 1, processStartTicks: "1", bootId: "b" },
+        ],
       },
-      "/worker/heartbeat": { attemptId: [[]], workerId: [{}], leaseVersion: ["1", 0, 2.5, false], leaseSecret: [null, 1, "", "short", "has space in it, sixteen+", "x".repeat(129)] },
+      "/worker/heartbeat": {
+        attemptId: [[]],
+        workerId: [{}],
+        leaseVersion: ["1", 0, 2.5, false],
+        leaseSecret: [null, 1, "", "short", "has space in it, sixteen+", "x".repeat(129)],
+      },
       "/worker/complete": {
         leaseVersion: ["x"],
         startedAtMs: ["1", -1, 1.5, null],
@@ -242,7 +390,12 @@ describe("worker routes", () => {
           expect(answer.status, `${route} ${field}=${JSON.stringify(value)}`).toBe(400);
           const error = errorOf(answer);
           expect(error.code).toBe("invalid_request");
-          expect(error.details.some((detail) => detail.path === field || detail.path.startsWith(`${field}.`)), `${route} ${field}: ${JSON.stringify(error.details)}`).toBe(true);
+          expect(
+            error.details.some(
+              (detail) => detail.path === field || detail.path.startsWith(`${field}.`),
+            ),
+            `${route} ${field}: ${JSON.stringify(error.details)}`,
+          ).toBe(true);
         }
       }
     }
@@ -257,7 +410,16 @@ describe("worker routes", () => {
     const before = await dump();
     const bodies = validBodies(fence);
     for (const route of ROUTES) {
-      for (const authorization of [null, "", "Bearer", "Bearer ", `Bearer ${TOKEN}x`, `Bearer ${TOKEN.slice(0, -1)}`, `Basic ${TOKEN}`, TOKEN]) {
+      for (const authorization of [
+        null,
+        "",
+        "Bearer",
+        "Bearer ",
+        `Bearer ${TOKEN}x`,
+        `Bearer ${TOKEN.slice(0, -1)}`,
+        `Basic ${TOKEN}`,
+        TOKEN,
+      ]) {
         const answer = await call(route, { json: bodies[route], authorization });
         expect(answer.status, `${route} ${JSON.stringify(authorization)}`).toBe(401);
         expect(errorOf(answer).code).toBe("unauthorized");
@@ -276,38 +438,93 @@ describe("worker routes", () => {
     const current = await claim("worker-new", "pool-stale-routes");
     expect(current).toMatchObject({ attemptId: old.attemptId, leaseVersion: 2 });
     const stale = [
-      { attemptId: old.attemptId, workerId: "worker-old", leaseVersion: 1, leaseSecret: old.leaseSecret },
-      { attemptId: old.attemptId, workerId: "worker-old", leaseVersion: 2, leaseSecret: current.leaseSecret },
-      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 1, leaseSecret: current.leaseSecret },
-      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 3, leaseSecret: current.leaseSecret },
+      {
+        attemptId: old.attemptId,
+        workerId: "worker-old",
+        leaseVersion: 1,
+        leaseSecret: old.leaseSecret,
+      },
+      {
+        attemptId: old.attemptId,
+        workerId: "worker-old",
+        leaseVersion: 2,
+        leaseSecret: current.leaseSecret,
+      },
+      {
+        attemptId: old.attemptId,
+        workerId: "worker-new",
+        leaseVersion: 1,
+        leaseSecret: current.leaseSecret,
+      },
+      {
+        attemptId: old.attemptId,
+        workerId: "worker-new",
+        leaseVersion: 3,
+        leaseSecret: current.leaseSecret,
+      },
       // The current holder and version, as events publish them, without the lease's secret.
-      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 2, leaseSecret: old.leaseSecret },
-      { attemptId: old.attemptId, workerId: "worker-new", leaseVersion: 2, leaseSecret: "guessed-secret-0123456789" },
+      {
+        attemptId: old.attemptId,
+        workerId: "worker-new",
+        leaseVersion: 2,
+        leaseSecret: old.leaseSecret,
+      },
+      {
+        attemptId: old.attemptId,
+        workerId: "worker-new",
+        leaseVersion: 2,
+        leaseSecret: "guessed-secret-0123456789",
+      },
     ];
     const probe = async (): Promise<void> => {
       const before = await dump();
       for (const staleFence of stale) {
         const bodies = validBodies(staleFence);
-        for (const route of ["/worker/start", "/worker/heartbeat", "/worker/complete", "/worker/lost"] as const) {
+        for (const route of [
+          "/worker/start",
+          "/worker/heartbeat",
+          "/worker/complete",
+          "/worker/lost",
+        ] as const) {
           const answer = await call(route, { json: bodies[route] });
           expect(answer.status, `${route} ${JSON.stringify(staleFence)}`).toBe(409);
           expect(errorOf(answer).code).toBe("conflict");
           // Generic: the answer names neither the holder nor its version.
           expect(JSON.stringify(errorOf(answer))).not.toMatch(/worker-new|worker-old|version/);
         }
-        const starting = await call("/worker/start", { json: { ...staleFence, phase: "starting" } });
+        const starting = await call("/worker/start", {
+          json: { ...staleFence, phase: "starting" },
+        });
         expect(starting.status).toBe(409);
       }
       expect(await dump()).toBe(before);
     };
     await probe();
-    const fenceNow = { attemptId: current.attemptId, workerId: "worker-new", leaseVersion: 2, leaseSecret: current.leaseSecret };
-    expect(await ok("/worker/start", { ...fenceNow, phase: "starting" })).toEqual({ status: "starting", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+    const fenceNow = {
+      attemptId: current.attemptId,
+      workerId: "worker-new",
+      leaseVersion: 2,
+      leaseSecret: current.leaseSecret,
+    };
+    expect(await ok("/worker/start", { ...fenceNow, phase: "starting" })).toEqual({
+      status: "starting",
+      leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+    });
     await probe();
 
     const before = await dump();
-    const unknown = { attemptId: "wta:00000000000000000000000000000000", workerId: "worker-new", leaseVersion: 1, leaseSecret: current.leaseSecret };
-    for (const route of ["/worker/start", "/worker/heartbeat", "/worker/complete", "/worker/lost"] as const) {
+    const unknown = {
+      attemptId: "wta:00000000000000000000000000000000",
+      workerId: "worker-new",
+      leaseVersion: 1,
+      leaseSecret: current.leaseSecret,
+    };
+    for (const route of [
+      "/worker/start",
+      "/worker/heartbeat",
+      "/worker/complete",
+      "/worker/lost",
+    ] as const) {
       const answer = await call(route, { json: validBodies(unknown)[route] });
       expect(answer.status, route).toBe(404);
       expect(errorOf(answer).code).toBe("not_found");
@@ -318,32 +535,99 @@ describe("worker routes", () => {
   it("the happy path answers the documented shapes; a repeated completion is replayed and a late lost report is 409", async () => {
     const runId = await admittedRun("happy-routes", "pool-happy-routes");
     const lease = await claim("worker-1", "pool-happy-routes");
-    expect(Object.keys(lease).sort()).toEqual(["attemptId", "context", "execution", "leaseExpiresAtMs", "leaseSecret", "leaseVersion", "runId", "stepRunId", "taskRevision"]);
-    expect(lease).toMatchObject({ runId, leaseVersion: 1, leaseExpiresAtMs: clock.nowMs() + TTL_MS, execution: { executor: "remote_worker", pool: "pool-happy-routes", argv: ["sh", "-c", "true"] } });
-    const fenceNow = { attemptId: lease.attemptId, workerId: "worker-1", leaseVersion: 1, leaseSecret: lease.leaseSecret };
+    expect(Object.keys(lease).sort()).toEqual([
+      "attemptId",
+      "context",
+      "execution",
+      "leaseExpiresAtMs",
+      "leaseSecret",
+      "leaseVersion",
+      "runId",
+      "stepRunId",
+      "taskRevision",
+    ]);
+    expect(lease).toMatchObject({
+      runId,
+      leaseVersion: 1,
+      leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+      execution: {
+        executor: "remote_worker",
+        pool: "pool-happy-routes",
+        argv: ["sh", "-c", "true"],
+      },
+    });
+    const fenceNow = {
+      attemptId: lease.attemptId,
+      workerId: "worker-1",
+      leaseVersion: 1,
+      leaseSecret: lease.leaseSecret,
+    };
     // Worker times the coordinator's clock makes impossible: a clear 400 naming the field.
     for (const [startedAtMs, finishedAtMs, path] of [
       [clock.nowMs() + 60_000, clock.nowMs() + 60_001, "startedAtMs"],
       [clock.nowMs(), clock.nowMs() - 1, "finishedAtMs"],
       [0, clock.nowMs(), "startedAtMs"],
     ] as const) {
-      const answer = await call("/worker/complete", { json: { ...fenceNow, startedAtMs, finishedAtMs, exitCode: 0, signal: null, stopReason: null, spawnError: null } });
+      const answer = await call("/worker/complete", {
+        json: {
+          ...fenceNow,
+          startedAtMs,
+          finishedAtMs,
+          exitCode: 0,
+          signal: null,
+          stopReason: null,
+          spawnError: null,
+        },
+      });
       expect(answer.status, JSON.stringify(errorOf(answer))).toBe(400);
       expect(errorOf(answer)).toMatchObject({ code: "invalid_request", details: [{ path }] });
       expect(errorOf(answer).message).toMatch(/implausible worker time/);
     }
-    expect(await ok("/worker/start", { ...fenceNow, phase: "starting" })).toEqual({ status: "starting", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+    expect(await ok("/worker/start", { ...fenceNow, phase: "starting" })).toEqual({
+      status: "starting",
+      leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+    });
     const startedAtMs = clock.nowMs();
     clock.advance(5);
-    expect(await ok("/worker/start", { ...fenceNow, phase: "running", handle: { pid: 4242, processStartTicks: "123456", bootId: "b7c1d2e3-aaaa", startedAtMs } })).toEqual({ status: "running", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+    expect(
+      await ok("/worker/start", {
+        ...fenceNow,
+        phase: "running",
+        handle: { pid: 4242, processStartTicks: "123456", bootId: "b7c1d2e3-aaaa", startedAtMs },
+      }),
+    ).toEqual({ status: "running", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
     clock.advance(1_000);
-    expect(await ok("/worker/heartbeat", fenceNow)).toEqual({ action: "continue", leaseExpiresAtMs: clock.nowMs() + TTL_MS });
+    expect(await ok("/worker/heartbeat", fenceNow)).toEqual({
+      action: "continue",
+      leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+    });
     clock.advance(1_000);
-    const facts = { startedAtMs, finishedAtMs: clock.nowMs(), exitCode: 0, signal: null, stopReason: null, spawnError: null };
-    expect(await ok("/worker/complete", { ...fenceNow, ...facts, output: { rows: 3 }, outputError: null })).toEqual({ status: "succeeded", replayed: false });
+    const facts = {
+      startedAtMs,
+      finishedAtMs: clock.nowMs(),
+      exitCode: 0,
+      signal: null,
+      stopReason: null,
+      spawnError: null,
+    };
+    expect(
+      await ok("/worker/complete", {
+        ...fenceNow,
+        ...facts,
+        output: { rows: 3 },
+        outputError: null,
+      }),
+    ).toEqual({ status: "succeeded", replayed: false });
     const before = await dump();
     // A repeated completion (a lost answer) never records a second output, even a different one.
-    expect(await ok("/worker/complete", { ...fenceNow, ...facts, output: { rows: 4 }, outputError: null })).toEqual({ status: "succeeded", replayed: true });
+    expect(
+      await ok("/worker/complete", {
+        ...fenceNow,
+        ...facts,
+        output: { rows: 4 },
+        outputError: null,
+      }),
+    ).toEqual({ status: "succeeded", replayed: true });
     expect(await dump()).toBe(before);
     // The stored output is the first one (as the dump writes a text column).
     expect(before).toContain(JSON.stringify(JSON.stringify({ rows: 3 })).slice(1, -1));
@@ -354,7 +638,9 @@ describe("worker routes", () => {
     expect(beat.status).toBe(409);
     expect(await dump()).toBe(before);
     await tick();
-    const detail = await app.request(`/runs/${runId}`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    const detail = await app.request(`/runs/${runId}`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     expect(((await detail.json()) as { run: { status: string } }).run.status).toBe("succeeded");
   });
 

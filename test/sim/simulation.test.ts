@@ -45,7 +45,15 @@ function timeoutFor(seeds: number, perSeedMs: number): number {
  * sql.js), so a seed's outcome depends on the seed alone and the cost per seed stays flat; a
  * shared database (PGlite, ~2 s and ~700 MB to open) chains the seeds' virtual clocks.
  */
-async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, freshPerSeed: boolean, migrations: typeof SQLITE_MIGRATIONS, count: number, firstSeed = FIRST_SEED, retention: RetentionPolicy | null = null): Promise<{ seeds: number; crashes: number; runs: number; purges: number; purgeCrashes: number }> {
+async function runSeeds(
+  label: string,
+  openDriver: () => Promise<SqlDriver>,
+  freshPerSeed: boolean,
+  migrations: typeof SQLITE_MIGRATIONS,
+  count: number,
+  firstSeed = FIRST_SEED,
+  retention: RetentionPolicy | null = null,
+): Promise<{ seeds: number; crashes: number; runs: number; purges: number; purgeCrashes: number }> {
   let driver = await openDriver();
   let wrapped = lossyDriver(driver);
   let store = await openSqlStore(wrapped.driver, migrations, 1_700_000_000_000);
@@ -64,16 +72,31 @@ async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, fre
     }
     let result;
     try {
-      result = await simulate(store, { seed, startMs, lostCommitResponses: wrapped, ...(retention === null ? {} : { retention }) });
+      result = await simulate(store, {
+        seed,
+        startMs,
+        lostCommitResponses: wrapped,
+        ...(retention === null ? {} : { retention }),
+      });
     } catch (error) {
-      throw new Error(`simulation on ${label} threw for seed ${seed}: ${(error as Error).stack ?? String(error)}`, { cause: error });
+      throw new Error(
+        `simulation on ${label} threw for seed ${seed}: ${(error as Error).stack ?? String(error)}`,
+        { cause: error },
+      );
     }
     startMs = result.endMs + 60_000;
     crashes += result.crashes;
     runs += result.runs;
     purges += result.purges.length;
-    purgeCrashes += result.log.filter((entry) => entry.action === "arm-crash" && entry.detail.includes("purge.")).length;
-    const world = await readWorld(driver, result.packageName, result.executor.spawnCounts, result.idempotentTasks);
+    purgeCrashes += result.log.filter(
+      (entry) => entry.action === "arm-crash" && entry.detail.includes("purge."),
+    ).length;
+    const world = await readWorld(
+      driver,
+      result.packageName,
+      result.executor.spawnCounts,
+      result.idempotentTasks,
+    );
     const problems = [
       ...checkOneLiveAttemptPerStep(world),
       ...checkNoAdmissionAfterCancel(world),
@@ -81,11 +104,24 @@ async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, fre
       ...checkAttemptEndsOnce(world, result.drained),
       ...checkContiguousEvents(world),
       ...checkNoRetryAfterStartBarrier(world),
-      ...(retention === null ? [] : checkPurgeOnlyUnreferenced(world, result.purges, result.executor, retention, result.drained)),
+      ...(retention === null
+        ? []
+        : checkPurgeOnlyUnreferenced(
+            world,
+            result.purges,
+            result.executor,
+            retention,
+            result.drained,
+          )),
       ...(result.drained ? [] : [`seed ${seed} did not drain`]),
     ];
     if (problems.length > 0) {
-      throw new Error(`invariant violated on ${label}, reproduce with QLR_SIM_FIRST_SEED=${seed} QLR_SIM_SEEDS=1:\n${problems.slice(0, 20).join("\n")}\nlast actions:\n${result.log.slice(-15).map((entry) => `${entry.index} ${entry.action} ${entry.detail}`).join("\n")}`);
+      throw new Error(
+        `invariant violated on ${label}, reproduce with QLR_SIM_FIRST_SEED=${seed} QLR_SIM_SEEDS=1:\n${problems.slice(0, 20).join("\n")}\nlast actions:\n${result.log
+          .slice(-15)
+          .map((entry) => `${entry.index} ${entry.action} ${entry.detail}`)
+          .join("\n")}`,
+      );
     }
   }
   await store.close();
@@ -93,42 +129,100 @@ async function runSeeds(label: string, openDriver: () => Promise<SqlDriver>, fre
 }
 
 describe("deterministic simulation", () => {
-  it(`holds every invariant over ${SQLJS_SEEDS} seeds on sql.js`, async () => {
-    const SQL = await loadSqlJs();
-    const summary = await runSeeds("sqljs-memory", () => Promise.resolve(openSqlJsMemoryDriver(SQL)), true, SQLITE_MIGRATIONS, SQLJS_SEEDS);
-    expect(summary.runs).toBeGreaterThan(0);
-    expect(summary.crashes).toBeGreaterThan(0);
-  }, timeoutFor(SQLJS_SEEDS, 5_000));
+  it(
+    `holds every invariant over ${SQLJS_SEEDS} seeds on sql.js`,
+    async () => {
+      const SQL = await loadSqlJs();
+      const summary = await runSeeds(
+        "sqljs-memory",
+        () => Promise.resolve(openSqlJsMemoryDriver(SQL)),
+        true,
+        SQLITE_MIGRATIONS,
+        SQLJS_SEEDS,
+      );
+      expect(summary.runs).toBeGreaterThan(0);
+      expect(summary.crashes).toBeGreaterThan(0);
+    },
+    timeoutFor(SQLJS_SEEDS, 5_000),
+  );
 
   /**
    * Seeds that long runs found, kept so every run replays them:
    * - 507521: a commit response lost during start-up recovery (recovery reads and decides again).
    */
-  it.each([507521])("holds every invariant on sql.js for seed %i, found by a long run", async (seed) => {
-    const SQL = await loadSqlJs();
-    const summary = await runSeeds("sqljs-memory", () => Promise.resolve(openSqlJsMemoryDriver(SQL)), true, SQLITE_MIGRATIONS, 1, seed);
-    expect(summary.runs).toBeGreaterThan(0);
-  });
+  it.each([507521])(
+    "holds every invariant on sql.js for seed %i, found by a long run",
+    async (seed) => {
+      const SQL = await loadSqlJs();
+      const summary = await runSeeds(
+        "sqljs-memory",
+        () => Promise.resolve(openSqlJsMemoryDriver(SQL)),
+        true,
+        SQLITE_MIGRATIONS,
+        1,
+        seed,
+      );
+      expect(summary.runs).toBeGreaterThan(0);
+    },
+  );
 
-  it(`holds every invariant over ${PGLITE_SEEDS} seeds on PGlite`, async () => {
-    const summary = await runSeeds("pglite", () => openPgliteDriver(), false, POSTGRES_MIGRATIONS, PGLITE_SEEDS);
-    expect(summary.runs).toBeGreaterThan(0);
-  }, timeoutFor(PGLITE_SEEDS, 20_000));
+  it(
+    `holds every invariant over ${PGLITE_SEEDS} seeds on PGlite`,
+    async () => {
+      const summary = await runSeeds(
+        "pglite",
+        () => openPgliteDriver(),
+        false,
+        POSTGRES_MIGRATIONS,
+        PGLITE_SEEDS,
+      );
+      expect(summary.runs).toBeGreaterThan(0);
+    },
+    timeoutFor(PGLITE_SEEDS, 20_000),
+  );
 
-  it(`with retention on, purges only what nothing references over ${RETENTION_SEEDS} seeds on sql.js`, async () => {
-    const SQL = await loadSqlJs();
-    const summary = await runSeeds("sqljs-memory+retention", () => Promise.resolve(openSqlJsMemoryDriver(SQL)), true, SQLITE_MIGRATIONS, RETENTION_SEEDS, FIRST_SEED, SIM_RETENTION);
-    expect(summary.purges).toBeGreaterThan(summary.seeds);
-    expect(summary.purgeCrashes).toBeGreaterThan(0);
-  }, timeoutFor(RETENTION_SEEDS, 1_000));
+  it(
+    `with retention on, purges only what nothing references over ${RETENTION_SEEDS} seeds on sql.js`,
+    async () => {
+      const SQL = await loadSqlJs();
+      const summary = await runSeeds(
+        "sqljs-memory+retention",
+        () => Promise.resolve(openSqlJsMemoryDriver(SQL)),
+        true,
+        SQLITE_MIGRATIONS,
+        RETENTION_SEEDS,
+        FIRST_SEED,
+        SIM_RETENTION,
+      );
+      expect(summary.purges).toBeGreaterThan(summary.seeds);
+      expect(summary.purgeCrashes).toBeGreaterThan(0);
+    },
+    timeoutFor(RETENTION_SEEDS, 1_000),
+  );
 
-  it(`with retention on, purges only what nothing references over ${RETENTION_PGLITE_SEEDS} seeds on PGlite`, async () => {
-    const summary = await runSeeds("pglite+retention", () => openPgliteDriver(), false, POSTGRES_MIGRATIONS, RETENTION_PGLITE_SEEDS, FIRST_SEED, SIM_RETENTION);
-    expect(summary.purges).toBeGreaterThan(0);
-  }, timeoutFor(RETENTION_PGLITE_SEEDS, 5_000));
+  it(
+    `with retention on, purges only what nothing references over ${RETENTION_PGLITE_SEEDS} seeds on PGlite`,
+    async () => {
+      const summary = await runSeeds(
+        "pglite+retention",
+        () => openPgliteDriver(),
+        false,
+        POSTGRES_MIGRATIONS,
+        RETENTION_PGLITE_SEEDS,
+        FIRST_SEED,
+        SIM_RETENTION,
+      );
+      expect(summary.purges).toBeGreaterThan(0);
+    },
+    timeoutFor(RETENTION_PGLITE_SEEDS, 5_000),
+  );
 
   it("the same seed gives the same final state on sql.js and PGlite", async () => {
-    const sqljs = await openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), SQLITE_MIGRATIONS, 1_700_000_000_000);
+    const sqljs = await openSqlStore(
+      openSqlJsMemoryDriver(await loadSqlJs()),
+      SQLITE_MIGRATIONS,
+      1_700_000_000_000,
+    );
     const pgDriver = await openPgliteDriver();
     const pglite = await openSqlStore(pgDriver, POSTGRES_MIGRATIONS, 1_700_000_000_000);
     let startMs = 1_800_000_000_000;

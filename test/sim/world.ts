@@ -1,4 +1,11 @@
-import type { AdmissionReceipt, Run, RunAttempt, RunEvent, StepMutation, StepRun } from "../../src/model.ts";
+import type {
+  AdmissionReceipt,
+  Run,
+  RunAttempt,
+  RunEvent,
+  StepMutation,
+  StepRun,
+} from "../../src/model.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import * as rows from "../../storage/rows.ts";
 
@@ -19,28 +26,75 @@ export interface World {
 }
 
 /** Reads the rows of one package's runs (a store may hold many simulations). */
-export async function readWorld(driver: SqlDriver, packageName: string, spawnCounts: ReadonlyMap<string, number>, idempotentTasks: ReadonlySet<string>): Promise<World> {
+export async function readWorld(
+  driver: SqlDriver,
+  packageName: string,
+  spawnCounts: ReadonlyMap<string, number>,
+  idempotentTasks: ReadonlySet<string>,
+): Promise<World> {
   const p = driver.dialect === "postgres" ? "$1" : "?";
   const mine = `run_id IN (SELECT id FROM runs WHERE package = ${p})`;
   return driver.transaction(async (tx) => ({
-    runs: (await tx.query<rows.RunRow>(`SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE package = ${p} ORDER BY id`, [packageName])).map(rows.toRun),
-    steps: (await tx.query<rows.StepRow>(`SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE ${mine} ORDER BY run_id, position`, [packageName])).map(rows.toStep),
-    attempts: (await tx.query<rows.AttemptRow>(`SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE ${mine} ORDER BY run_id, number`, [packageName])).map(rows.toAttempt),
-    events: (await tx.query<rows.EventRow>(`SELECT run_id, seq, id, type, at_ms, step_run_id, attempt_id, data FROM run_events WHERE ${mine} ORDER BY run_id, seq`, [packageName])).map(rows.toEvent),
-    mutations: (await tx.query<rows.MutationRow>(`SELECT run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms FROM step_mutations WHERE ${mine} ORDER BY run_id, event_seq, step_run_id`, [packageName])).map(rows.toMutation),
-    admissions: (await tx.query<{ body: string }>(`SELECT body FROM admission_receipts WHERE ${mine} ORDER BY run_id, step_run_id, step_run_version`, [packageName])).map((row) => JSON.parse(row.body) as AdmissionReceipt),
+    runs: (
+      await tx.query<rows.RunRow>(
+        `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE package = ${p} ORDER BY id`,
+        [packageName],
+      )
+    ).map(rows.toRun),
+    steps: (
+      await tx.query<rows.StepRow>(
+        `SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE ${mine} ORDER BY run_id, position`,
+        [packageName],
+      )
+    ).map(rows.toStep),
+    attempts: (
+      await tx.query<rows.AttemptRow>(
+        `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE ${mine} ORDER BY run_id, number`,
+        [packageName],
+      )
+    ).map(rows.toAttempt),
+    events: (
+      await tx.query<rows.EventRow>(
+        `SELECT run_id, seq, id, type, at_ms, step_run_id, attempt_id, data FROM run_events WHERE ${mine} ORDER BY run_id, seq`,
+        [packageName],
+      )
+    ).map(rows.toEvent),
+    mutations: (
+      await tx.query<rows.MutationRow>(
+        `SELECT run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms FROM step_mutations WHERE ${mine} ORDER BY run_id, event_seq, step_run_id`,
+        [packageName],
+      )
+    ).map(rows.toMutation),
+    admissions: (
+      await tx.query<{ body: string }>(
+        `SELECT body FROM admission_receipts WHERE ${mine} ORDER BY run_id, step_run_id, step_run_version`,
+        [packageName],
+      )
+    ).map((row) => JSON.parse(row.body) as AdmissionReceipt),
     spawnCounts,
     idempotentTasks,
     orphanRows: await countOrphans(tx),
   }));
 }
 
-async function countOrphans(tx: Parameters<Parameters<SqlDriver["transaction"]>[0]>[0]): Promise<number> {
+async function countOrphans(
+  tx: Parameters<Parameters<SqlDriver["transaction"]>[0]>[0],
+): Promise<number> {
   let total = 0;
-  for (const table of ["step_runs", "run_attempts", "admission_receipts", "run_events", "step_mutations"]) {
-    const found = await tx.query<{ n: number }>(`SELECT COUNT(*) AS n FROM ${table} t WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = t.run_id)`);
+  for (const table of [
+    "step_runs",
+    "run_attempts",
+    "admission_receipts",
+    "run_events",
+    "step_mutations",
+  ]) {
+    const found = await tx.query<{ n: number }>(
+      `SELECT COUNT(*) AS n FROM ${table} t WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = t.run_id)`,
+    );
     total += Number(found[0]?.n ?? 0);
   }
-  const steps = await tx.query<{ n: number }>("SELECT COUNT(*) AS n FROM run_attempts a WHERE a.step_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM step_runs s WHERE s.id = a.step_run_id)");
+  const steps = await tx.query<{ n: number }>(
+    "SELECT COUNT(*) AS n FROM run_attempts a WHERE a.step_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM step_runs s WHERE s.id = a.step_run_id)",
+  );
   return total + Number(steps[0]?.n ?? 0);
 }

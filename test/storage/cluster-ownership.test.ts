@@ -41,7 +41,11 @@ function host(name: string, skewMs: number, durationMs = 400): Host {
   return {
     node: { nodeId: `node-${name}`, host: `host-${name}`, bootId: null },
     clock,
-    executor: new SimulatedExecutor({ clock, prng: new Prng(7), outcome: () => ({ exitCode: 0, durationMs }) }),
+    executor: new SimulatedExecutor({
+      clock,
+      prng: new Prng(7),
+      outcome: () => ({ exitCode: 0, durationMs }),
+    }),
   };
 }
 
@@ -52,8 +56,15 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
 
   beforeAll(async () => {
     database = await createTestDatabase();
-    store = await openPostgresStore(await openPgDriver({ connectionString: database.url }), Date.now(), { clock: "database" });
-    hostClockStore = await openPostgresStore(await openPgDriver({ connectionString: database.url }), Date.now());
+    store = await openPostgresStore(
+      await openPgDriver({ connectionString: database.url }),
+      Date.now(),
+      { clock: "database" },
+    );
+    hostClockStore = await openPostgresStore(
+      await openPgDriver({ connectionString: database.url }),
+      Date.now(),
+    );
   });
   afterAll(async () => {
     await store?.close();
@@ -76,8 +87,22 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
   async function startDiamond(packageName: string, clock: Clock): Promise<string> {
     return store.transaction(async (tx) => {
       const nowMs = await tx.observe(clock.nowMs());
-      await applyPackage(tx, diamondManifest(packageName, { tasks: [task("work", ["true"], { timeoutMs: 600_000 })] }), nowMs);
-      const { run } = await startRun(tx, { package: packageName, target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: uuidv7Ids.runId() }, nowMs);
+      await applyPackage(
+        tx,
+        diamondManifest(packageName, { tasks: [task("work", ["true"], { timeoutMs: 600_000 })] }),
+        nowMs,
+      );
+      const { run } = await startRun(
+        tx,
+        {
+          package: packageName,
+          target: { kind: "workflow", name: "diamond" },
+          idempotencyKey: null,
+          scheduleName: null,
+          runId: uuidv7Ids.runId(),
+        },
+        nowMs,
+      );
       return run.id;
     });
   }
@@ -91,7 +116,11 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
   }
 
   function spawnsOf(hosts: readonly Host[], attemptIds: readonly string[]): number {
-    return attemptIds.reduce((sum, id) => sum + hosts.reduce((inner, on) => inner + (on.executor.spawnCounts.get(id) ?? 0), 0), 0);
+    return attemptIds.reduce(
+      (sum, id) =>
+        sum + hosts.reduce((inner, on) => inner + (on.executor.spawnCounts.get(id) ?? 0), 0),
+      0,
+    );
   }
 
   it("store time is the database server's: coordinators an hour apart both write, and every event carries server time", async () => {
@@ -104,18 +133,28 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     const regressions: unknown[] = [];
     await a.recover();
     await b.recover();
-    await waitFor("the diamond finishes on two skewed coordinators", async () => {
-      // The host an hour behind ticks first, so it dispatches: its launcher stamps times an hour
-      // before store time, which the coordinator moves onto store time (else every deadline passed).
-      for (const report of [await b.tick(), await a.tick()]) {
-        for (const stage of report.stages) regressions.push(...stage.errors.filter((error) => error.code === "clock_regression"));
-      }
-      return (await runStatus(runId)) === "succeeded";
-    }, 60_000);
+    await waitFor(
+      "the diamond finishes on two skewed coordinators",
+      async () => {
+        // The host an hour behind ticks first, so it dispatches: its launcher stamps times an hour
+        // before store time, which the coordinator moves onto store time (else every deadline passed).
+        for (const report of [await b.tick(), await a.tick()]) {
+          for (const stage of report.stages)
+            regressions.push(...stage.errors.filter((error) => error.code === "clock_regression"));
+        }
+        return (await runStatus(runId)) === "succeeded";
+      },
+      60_000,
+    );
     const after = Date.now();
     expect(regressions).toEqual([]);
     const attempts = await attemptsOf(runId);
-    expect(attempts.map((attempt) => attempt.status)).toEqual(["succeeded", "succeeded", "succeeded", "succeeded"]);
+    expect(attempts.map((attempt) => attempt.status)).toEqual([
+      "succeeded",
+      "succeeded",
+      "succeeded",
+      "succeeded",
+    ]);
     expect(attempts.some((attempt) => attempt.ownerNodeId === behind.node.nodeId)).toBe(true);
     for (const attempt of attempts) {
       expect(attempt.startedAtMs).toBeGreaterThanOrEqual(before - 1_000);
@@ -136,7 +175,9 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
       const nowMs = await tx.observe(ahead.clock.nowMs());
       await applyPackage(tx, diamondManifest("host-clock"), nowMs);
     });
-    const error = await hostClockStore.transaction(async (tx) => tx.observe(Date.now() - 3_600_000)).catch((caught: unknown) => caught);
+    const error = await hostClockStore
+      .transaction(async (tx) => tx.observe(Date.now() - 3_600_000))
+      .catch((caught: unknown) => caught);
     expect(isQlrError(error, "clock_regression")).toBe(true);
   });
 
@@ -144,15 +185,25 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     const runId = await startDiamond("server-clock-back", skewedClock(0));
     const before = await store.transaction((tx) => tx.listEvents(runId, 0, 500));
     // As if the server's clock stepped back an hour: the watermark is an hour ahead of it.
-    await store.driver.transaction((tx) => tx.query("SELECT setval('qlr_store_clock_watermark', $1)", [Date.now() + 3_600_000]));
+    await store.driver.transaction((tx) =>
+      tx.query("SELECT setval('qlr_store_clock_watermark', $1)", [Date.now() + 3_600_000]),
+    );
     const coordinatorBehind = coordinator(host("server-back", 0));
     const report = await coordinatorBehind.tick();
-    expect(report.stages.flatMap((stage) => stage.errors).some((stageError) => stageError.code === "clock_regression")).toBe(true);
-    const error = await store.transaction(async (tx) => tx.observe(Date.now())).catch((caught: unknown) => caught);
+    expect(
+      report.stages
+        .flatMap((stage) => stage.errors)
+        .some((stageError) => stageError.code === "clock_regression"),
+    ).toBe(true);
+    const error = await store
+      .transaction(async (tx) => tx.observe(Date.now()))
+      .catch((caught: unknown) => caught);
     expect(isQlrError(error, "clock_regression")).toBe(true);
     expect(await store.transaction((tx) => tx.listEvents(runId, 0, 500))).toEqual(before);
     // Put the watermark back so later tests write again (the refusal is what was under test).
-    await store.driver.transaction((tx) => tx.query("SELECT setval('qlr_store_clock_watermark', $1)", [Date.now() - 60_000]));
+    await store.driver.transaction((tx) =>
+      tx.query("SELECT setval('qlr_store_clock_watermark', $1)", [Date.now() - 60_000]),
+    );
   });
 
   it("a coordinator started while another sits between `starting` and its spawn leaves that attempt alone: one spawn", async () => {
@@ -162,13 +213,18 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     // The first coordinator commits `starting` and dies before its launch (its fault throws here).
     let crash = true;
     const a = coordinator(first, (point) => {
-      if (crash && point === "dispatch.after_starting") throw new Error("crashed between starting and spawn");
+      if (crash && point === "dispatch.after_starting")
+        throw new Error("crashed between starting and spawn");
     });
     await a.recover();
-    await waitFor("the first step's attempt is starting", async () => {
-      await a.tick();
-      return (await attemptsOf(runId)).some((attempt) => attempt.status === "starting");
-    }, 30_000);
+    await waitFor(
+      "the first step's attempt is starting",
+      async () => {
+        await a.tick();
+        return (await attemptsOf(runId)).some((attempt) => attempt.status === "starting");
+      },
+      30_000,
+    );
     const [starting] = (await attemptsOf(runId)).filter((attempt) => attempt.status === "starting");
     expect(starting?.ownerNodeId).toBe(first.node.nodeId);
 
@@ -177,7 +233,11 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     expect(recovered.map((entry) => entry.attemptId)).not.toContain(starting?.id);
     for (let round = 0; round < 3; round += 1) await b.tick();
     const untouched = (await attemptsOf(runId)).find((attempt) => attempt.id === starting?.id);
-    expect(untouched).toMatchObject({ status: "starting", ownerNodeId: first.node.nodeId, version: starting?.version });
+    expect(untouched).toMatchObject({
+      status: "starting",
+      ownerNodeId: first.node.nodeId,
+      version: starting?.version,
+    });
     expect(second.executor.spawnCounts.size).toBe(0);
 
     // The first node returns (same node, new incarnation): its journal has no record, so the
@@ -185,17 +245,28 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     crash = false;
     const again = coordinator(first);
     const decisions = await again.recover();
-    expect(decisions.find((entry) => entry.attemptId === starting?.id)?.decision).toBe("lost_new_epoch");
-    await waitFor("the run finishes", async () => {
-      await again.tick();
-      await b.tick();
-      return (await runStatus(runId)) === "succeeded";
-    }, 60_000);
+    expect(decisions.find((entry) => entry.attemptId === starting?.id)?.decision).toBe(
+      "lost_new_epoch",
+    );
+    await waitFor(
+      "the run finishes",
+      async () => {
+        await again.tick();
+        await b.tick();
+        return (await runStatus(runId)) === "succeeded";
+      },
+      60_000,
+    );
     const attempts = await attemptsOf(runId);
     const spawned = attempts.filter((attempt) => attempt.status === "succeeded");
     expect(spawned).toHaveLength(4);
     // Every step spawned exactly once across both hosts; the lost attempt never.
-    expect(spawnsOf([first, second], spawned.map((attempt) => attempt.id))).toBe(4);
+    expect(
+      spawnsOf(
+        [first, second],
+        spawned.map((attempt) => attempt.id),
+      ),
+    ).toBe(4);
     expect(spawnsOf([first, second], [starting?.id ?? ""])).toBe(0);
   });
 
@@ -205,25 +276,38 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     const runId = await startDiamond("running-elsewhere", first.clock);
     const a = coordinator(first);
     await a.recover();
-    await waitFor("the first step runs", async () => {
-      await a.tick();
-      return (await attemptsOf(runId)).some((attempt) => attempt.status === "running");
-    }, 30_000);
+    await waitFor(
+      "the first step runs",
+      async () => {
+        await a.tick();
+        return (await attemptsOf(runId)).some((attempt) => attempt.status === "running");
+      },
+      30_000,
+    );
     const [running] = (await attemptsOf(runId)).filter((attempt) => attempt.status === "running");
 
     const b = coordinator(second);
     const recovered = await b.recover();
     expect(recovered.map((entry) => entry.attemptId)).not.toContain(running?.id);
     await b.tick();
-    expect((await attemptsOf(runId)).find((attempt) => attempt.id === running?.id)).toMatchObject({ status: "running", error: null });
+    expect((await attemptsOf(runId)).find((attempt) => attempt.id === running?.id)).toMatchObject({
+      status: "running",
+      error: null,
+    });
     expect(await runStatus(runId)).toBe("running");
 
-    await waitFor("the run finishes", async () => {
-      await a.tick();
-      await b.tick();
-      return (await runStatus(runId)) === "succeeded";
-    }, 60_000);
-    expect((await attemptsOf(runId)).find((attempt) => attempt.id === running?.id)?.status).toBe("succeeded");
+    await waitFor(
+      "the run finishes",
+      async () => {
+        await a.tick();
+        await b.tick();
+        return (await runStatus(runId)) === "succeeded";
+      },
+      60_000,
+    );
+    expect((await attemptsOf(runId)).find((attempt) => attempt.id === running?.id)?.status).toBe(
+      "succeeded",
+    );
   });
 
   it("an attempt whose owner's lease expired fails closed once and is settled by its owner when it returns", async () => {
@@ -232,10 +316,14 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     const runId = await startDiamond("owner-gone", gone.clock);
     const a = coordinator(gone);
     await a.recover();
-    await waitFor("the first step runs", async () => {
-      await a.tick();
-      return (await attemptsOf(runId)).some((attempt) => attempt.status === "running");
-    }, 30_000);
+    await waitFor(
+      "the first step runs",
+      async () => {
+        await a.tick();
+        return (await attemptsOf(runId)).some((attempt) => attempt.status === "running");
+      },
+      30_000,
+    );
     const [running] = (await attemptsOf(runId)).filter((attempt) => attempt.status === "running");
     // The owner stops heartbeating: expire its lease in the store rather than wait 15 s.
     await store.transaction(async (tx) => {
@@ -246,17 +334,27 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     });
     const b = coordinator(survivor);
     await b.recover();
-    await waitFor("the orphaned attempt is reported", async () => {
-      await b.tick();
-      return (await attemptsOf(runId)).find((attempt) => attempt.id === running?.id)?.error !== null;
-    }, 30_000);
+    await waitFor(
+      "the orphaned attempt is reported",
+      async () => {
+        await b.tick();
+        return (
+          (await attemptsOf(runId)).find((attempt) => attempt.id === running?.id)?.error !== null
+        );
+      },
+      30_000,
+    );
     const reported = (await attemptsOf(runId)).find((attempt) => attempt.id === running?.id);
     expect(reported?.status).toBe("running");
     expect(reported?.error).toContain(`owner node ${gone.node.nodeId}`);
     const events = await store.transaction((tx) => tx.listEvents(runId, 0, 500));
     const failedClosed = events.filter((event) => event.type === "attempt.recovery_failed_closed");
     await b.tick();
-    expect((await store.transaction((tx) => tx.listEvents(runId, 0, 500))).filter((event) => event.type === "attempt.recovery_failed_closed")).toHaveLength(failedClosed.length);
+    expect(
+      (await store.transaction((tx) => tx.listEvents(runId, 0, 500))).filter(
+        (event) => event.type === "attempt.recovery_failed_closed",
+      ),
+    ).toHaveLength(failedClosed.length);
     expect(survivor.executor.spawnCounts.has(running?.id ?? "")).toBe(false);
 
     // The owner returns on the same state dir: a new incarnation with a live lease, its own receipt settles it.
@@ -264,12 +362,16 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     const registered = await back.register();
     expect(registered?.incarnation).toBeGreaterThan(1);
     expect(registered?.leaseExpiresAtMs).toBeGreaterThan(Date.now() + COORDINATOR_LEASE_MS / 2);
-    await waitFor("the run finishes once its owner is back", async () => {
-      await back.recover();
-      await back.tick();
-      await b.tick();
-      return (await runStatus(runId)) === "succeeded";
-    }, 60_000);
+    await waitFor(
+      "the run finishes once its owner is back",
+      async () => {
+        await back.recover();
+        await back.tick();
+        await b.tick();
+        return (await runStatus(runId)) === "succeeded";
+      },
+      60_000,
+    );
     // The earlier incarnation is superseded: its heartbeat would fail, so it freezes.
     await store.transaction(async (tx) => {
       const record = await tx.getCoordinator(gone.node.nodeId);

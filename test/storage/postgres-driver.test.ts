@@ -39,7 +39,9 @@ const factories: readonly DriverFactory[] = [
 ];
 
 /** Settles every promise and splits the outcomes, so a test can assert on both kinds. */
-async function settleAll<T>(promises: readonly Promise<T>[]): Promise<{ values: T[]; errors: unknown[] }> {
+async function settleAll<T>(
+  promises: readonly Promise<T>[],
+): Promise<{ values: T[]; errors: unknown[] }> {
   const outcomes = await Promise.allSettled(promises);
   const values: T[] = [];
   const errors: unknown[] = [];
@@ -65,7 +67,9 @@ function createBarrier(parties: number): () => Promise<void> {
 }
 
 async function readCounter(driver: SqlDriver, table: string): Promise<number> {
-  const rows = await driver.transaction((tx) => tx.query<{ value: number }>(`SELECT value FROM ${table} WHERE id = 1`));
+  const rows = await driver.transaction((tx) =>
+    tx.query<{ value: number }>(`SELECT value FROM ${table} WHERE id = 1`),
+  );
   const value = rows[0]?.value;
   if (typeof value !== "number") throw new Error(`counter ${table} is missing`);
   return value;
@@ -112,7 +116,9 @@ describe.each(factories)("$name driver", (factory) => {
       }),
     ).rejects.toBe(typedError);
 
-    const rows = await driver.transaction((tx) => tx.query<{ n: number }>("SELECT count(*) AS n FROM rollback_probe"));
+    const rows = await driver.transaction((tx) =>
+      tx.query<{ n: number }>("SELECT count(*) AS n FROM rollback_probe"),
+    );
     expect(rows).toEqual([{ n: 0 }]);
   });
 
@@ -125,7 +131,10 @@ describe.each(factories)("$name driver", (factory) => {
       .transaction((tx) => tx.query("INSERT INTO duplicate_probe (id) VALUES ($1)", ["run-1"]))
       .catch((error: unknown) => error);
     expect(isQlrError(failure, "conflict")).toBe(true);
-    expect((failure as QlrError).cause).toMatchObject({ code: "23505", constraint: "duplicate_probe_pkey" });
+    expect((failure as QlrError).cause).toMatchObject({
+      code: "23505",
+      constraint: "duplicate_probe_pkey",
+    });
 
     const rows = await driver.transaction((tx) => tx.query("SELECT id FROM duplicate_probe"));
     expect(rows).toEqual([{ id: "run-1" }]);
@@ -134,16 +143,31 @@ describe.each(factories)("$name driver", (factory) => {
   it("returns int8 and numeric as JavaScript numbers and refuses unsafe integers", async () => {
     const rows = await driver.transaction(async (tx) => {
       await tx.query("CREATE TABLE int8_probe (at_ms bigint NOT NULL)");
-      await tx.query("INSERT INTO int8_probe (at_ms) VALUES ($1), ($2)", [1_767_225_600_000, 9_007_199_254_740_991]);
+      await tx.query(
+        "INSERT INTO int8_probe (at_ms) VALUES ($1), ($2)",
+        [1_767_225_600_000, 9_007_199_254_740_991],
+      );
       return tx.query(
         "SELECT max(at_ms) AS max_ms, min(at_ms) AS min_ms, count(*) AS n, sum(at_ms - 1767225600000) AS delta_sum, 2.5::numeric AS ratio FROM int8_probe",
       );
     });
-    expect(rows).toEqual([{ max_ms: 9_007_199_254_740_991, min_ms: 1_767_225_600_000, n: 2, delta_sum: 9_007_199_254_740_991 - 1_767_225_600_000, ratio: 2.5 }]);
+    expect(rows).toEqual([
+      {
+        max_ms: 9_007_199_254_740_991,
+        min_ms: 1_767_225_600_000,
+        n: 2,
+        delta_sum: 9_007_199_254_740_991 - 1_767_225_600_000,
+        ratio: 2.5,
+      },
+    ]);
 
-    const failure: unknown = await driver.transaction((tx) => tx.query("SELECT 9007199254740993::int8 AS too_big")).catch((error: unknown) => error);
+    const failure: unknown = await driver
+      .transaction((tx) => tx.query("SELECT 9007199254740993::int8 AS too_big"))
+      .catch((error: unknown) => error);
     expect(isQlrError(failure, "internal")).toBe(true);
-    await expect(driver.transaction((tx) => tx.query("SELECT 1::int8 AS one"))).resolves.toEqual([{ one: 1 }]);
+    await expect(driver.transaction((tx) => tx.query("SELECT 1::int8 AS one"))).resolves.toEqual([
+      { one: 1 },
+    ]);
   });
 
   it("commits nothing when fn swallows a statement error, and says so", async () => {
@@ -157,7 +181,9 @@ describe.each(factories)("$name driver", (factory) => {
       .catch((error: unknown) => error);
     expect(isQlrError(failure, "internal")).toBe(true);
     expect((failure as QlrError).cause).toMatchObject({ code: "22012" });
-    const rows = await driver.transaction((tx) => tx.query<{ n: number }>("SELECT count(*) AS n FROM swallow_probe"));
+    const rows = await driver.transaction((tx) =>
+      tx.query<{ n: number }>("SELECT count(*) AS n FROM swallow_probe"),
+    );
     expect(rows).toEqual([{ n: 0 }]);
   });
 
@@ -169,7 +195,9 @@ describe.each(factories)("$name driver", (factory) => {
       Array.from({ length: increments }, () =>
         driver.transaction(async (tx) => {
           invocations += 1;
-          const rows = await tx.query<{ value: number }>("SELECT value FROM counter_many WHERE id = 1");
+          const rows = await tx.query<{ value: number }>(
+            "SELECT value FROM counter_many WHERE id = 1",
+          );
           const current = rows[0]?.value ?? Number.NaN;
           // The pause lets the other transactions read the same value first.
           await delay(2);
@@ -196,7 +224,9 @@ describe.each(factories)("$name driver", (factory) => {
       const incrementSlowly = (label: string): Promise<number> =>
         driver.transaction(async (tx) => {
           events.push(`${label}:start`);
-          const rows = await tx.query<{ value: number }>("SELECT value FROM queue_probe WHERE id = 1");
+          const rows = await tx.query<{ value: number }>(
+            "SELECT value FROM queue_probe WHERE id = 1",
+          );
           await delay(20);
           const next = (rows[0]?.value ?? Number.NaN) + 1;
           await tx.query("UPDATE queue_probe SET value = $1 WHERE id = 1", [next]);
@@ -224,7 +254,9 @@ describe.each(factories)("$name driver", (factory) => {
   it("closes idempotently and refuses transactions afterwards", async () => {
     await driver.close();
     await driver.close();
-    const failure: unknown = await driver.transaction((tx) => tx.query("SELECT 1")).catch((error: unknown) => error);
+    const failure: unknown = await driver
+      .transaction((tx) => tx.query("SELECT 1"))
+      .catch((error: unknown) => error);
     expect(isQlrError(failure, "storage_unavailable")).toBe(true);
   });
 });
@@ -241,7 +273,10 @@ describe("pg driver on the real server", () => {
   });
 
   /** Two transactions both read the counter, meet at a barrier, then both write. */
-  function raceTwoIncrements(target: SqlDriver, table: string): { outcome: Promise<{ values: number[]; errors: unknown[] }>; invocations: () => number } {
+  function raceTwoIncrements(
+    target: SqlDriver,
+    table: string,
+  ): { outcome: Promise<{ values: number[]; errors: unknown[] }>; invocations: () => number } {
     const bothHaveRead = createBarrier(2);
     let invocations = 0;
     const increment = (): Promise<number> =>
@@ -269,7 +304,11 @@ describe("pg driver on the real server", () => {
 
   it("ends in a retryable storage_unavailable (never a conflict) when the retries are exhausted, with nothing of the loser applied", async () => {
     await createCounter(driver, "counter_exhausted");
-    const singleAttempt = await openPgDriver({ connectionString: databaseUrl(), poolSize: 2, serializableRetry: { maxAttempts: 1 } });
+    const singleAttempt = await openPgDriver({
+      connectionString: databaseUrl(),
+      poolSize: 2,
+      serializableRetry: { maxAttempts: 1 },
+    });
     try {
       const race = raceTwoIncrements(singleAttempt, "counter_exhausted");
       const { values, errors } = await race.outcome;
@@ -289,7 +328,10 @@ describe("pg driver on the real server", () => {
    * No row lock blocks either; PostgreSQL's SSI finds the cycle and aborts one, at its
    * UPDATE or at its COMMIT depending on timing, and both paths must be retried.
    */
-  function raceWriteSkew(target: SqlDriver, table: string): { outcome: Promise<{ values: number[]; errors: unknown[] }>; invocations: () => number } {
+  function raceWriteSkew(
+    target: SqlDriver,
+    table: string,
+  ): { outcome: Promise<{ values: number[]; errors: unknown[] }>; invocations: () => number } {
     const bothHaveRead = createBarrier(2);
     let invocations = 0;
     const raise = (id: number): Promise<number> =>
@@ -312,7 +354,9 @@ describe("pg driver on the real server", () => {
   }
 
   async function readSum(table: string): Promise<number> {
-    const rows = await driver.transaction((tx) => tx.query<{ total: number }>(`SELECT sum(value) AS total FROM ${table}`));
+    const rows = await driver.transaction((tx) =>
+      tx.query<{ total: number }>(`SELECT sum(value) AS total FROM ${table}`),
+    );
     return rows[0]?.total ?? Number.NaN;
   }
 
@@ -329,7 +373,11 @@ describe("pg driver on the real server", () => {
 
   it("reports an unretried write skew as a retryable storage_unavailable, with nothing of the loser applied", async () => {
     await createPair("pair_exhausted");
-    const singleAttempt = await openPgDriver({ connectionString: databaseUrl(), poolSize: 2, serializableRetry: { maxAttempts: 1 } });
+    const singleAttempt = await openPgDriver({
+      connectionString: databaseUrl(),
+      poolSize: 2,
+      serializableRetry: { maxAttempts: 1 },
+    });
     try {
       const { values, errors } = await raceWriteSkew(singleAttempt, "pair_exhausted").outcome;
       expect(values).toEqual([1]);
@@ -343,17 +391,29 @@ describe("pg driver on the real server", () => {
   });
 
   it("connects as application qlr", async () => {
-    const rows = await driver.transaction((tx) => tx.query("SELECT current_setting('application_name') AS name, current_setting('transaction_isolation') AS isolation"));
+    const rows = await driver.transaction((tx) =>
+      tx.query(
+        "SELECT current_setting('application_name') AS name, current_setting('transaction_isolation') AS isolation",
+      ),
+    );
     expect(rows).toEqual([{ name: "qlr", isolation: "serializable" }]);
   });
 
   it("maps a statement timeout to storage_unavailable", async () => {
-    const impatient = await openPgDriver({ connectionString: databaseUrl(), poolSize: 1, statementTimeoutMs: 50 });
+    const impatient = await openPgDriver({
+      connectionString: databaseUrl(),
+      poolSize: 1,
+      statementTimeoutMs: 50,
+    });
     try {
-      const failure: unknown = await impatient.transaction((tx) => tx.query("SELECT pg_sleep(2)")).catch((error: unknown) => error);
+      const failure: unknown = await impatient
+        .transaction((tx) => tx.query("SELECT pg_sleep(2)"))
+        .catch((error: unknown) => error);
       expect(isQlrError(failure, "storage_unavailable")).toBe(true);
       expect((failure as QlrError).cause).toMatchObject({ code: "57014" });
-      await expect(impatient.transaction((tx) => tx.query("SELECT 1 AS ok"))).resolves.toEqual([{ ok: 1 }]);
+      await expect(impatient.transaction((tx) => tx.query("SELECT 1 AS ok"))).resolves.toEqual([
+        { ok: 1 },
+      ]);
     } finally {
       await impatient.close();
     }
@@ -365,18 +425,24 @@ describe("pg driver on the real server", () => {
       probe.once("error", reject);
       probe.listen(0, "127.0.0.1", () => {
         const address = probe.address();
-        probe.close(() => (address !== null && typeof address === "object" ? resolve(address.port) : reject(new Error("no TCP address"))));
+        probe.close(() =>
+          address !== null && typeof address === "object"
+            ? resolve(address.port)
+            : reject(new Error("no TCP address")),
+        );
       });
     });
-    const failure: unknown = await openPgDriver({ connectionString: `postgres://nobody:nothing@127.0.0.1:${closedPort}/none`, connectTimeoutMs: 2_000 }).catch(
-      (error: unknown) => error,
-    );
+    const failure: unknown = await openPgDriver({
+      connectionString: `postgres://nobody:nothing@127.0.0.1:${closedPort}/none`,
+      connectTimeoutMs: 2_000,
+    }).catch((error: unknown) => error);
     expect(isQlrError(failure, "storage_unavailable")).toBe(true);
   });
 });
 
 describe("postgres error mapping", () => {
-  const serverError = (code: string, extra: Record<string, unknown> = {}): Error => Object.assign(new Error(`server says ${code}`), { code, severity: "ERROR", ...extra });
+  const serverError = (code: string, extra: Record<string, unknown> = {}): Error =>
+    Object.assign(new Error(`server says ${code}`), { code, severity: "ERROR", ...extra });
 
   it("treats serialization failures and deadlocks as retryable conflicts, also through a cause", () => {
     for (const code of ["40001", "40P01"]) {
@@ -385,13 +451,18 @@ describe("postgres error mapping", () => {
       const mapped = toQlrError(raw);
       expect(mapped.code).toBe("conflict");
       expect(mapped.cause).toBe(raw);
-      expect(isSerializationFailure(new QlrError("conflict", "wrapped", { cause: mapped }))).toBe(true);
+      expect(isSerializationFailure(new QlrError("conflict", "wrapped", { cause: mapped }))).toBe(
+        true,
+      );
     }
     expect(isSerializationFailure(serverError("23505"))).toBe(false);
   });
 
   it("maps integrity, availability and unknown errors to their codes", () => {
-    expect(toQlrError(serverError("23505", { constraint: "runs_pkey" }))).toMatchObject({ code: "conflict", message: expect.stringContaining("runs_pkey") as unknown });
+    expect(toQlrError(serverError("23505", { constraint: "runs_pkey" }))).toMatchObject({
+      code: "conflict",
+      message: expect.stringContaining("runs_pkey") as unknown,
+    });
     expect(toQlrError(serverError("23503")).code).toBe("conflict");
     expect(toQlrError(serverError("23502")).code).toBe("invalid_request");
     expect(toQlrError(serverError("23514")).code).toBe("invalid_request");
@@ -402,8 +473,12 @@ describe("postgres error mapping", () => {
     expect(toQlrError(serverError("XX001")).code).toBe("storage_corrupt");
     expect(toQlrError(serverError("42P01")).code).toBe("internal");
     // A socket error's code looks like a SQLSTATE but has no severity.
-    expect(toQlrError(Object.assign(new Error("write EPIPE"), { code: "EPIPE" })).code).toBe("storage_unavailable");
-    expect(toQlrError(new Error("Connection terminated unexpectedly")).code).toBe("storage_unavailable");
+    expect(toQlrError(Object.assign(new Error("write EPIPE"), { code: "EPIPE" })).code).toBe(
+      "storage_unavailable",
+    );
+    expect(toQlrError(new Error("Connection terminated unexpectedly")).code).toBe(
+      "storage_unavailable",
+    );
     const unknown = new TypeError("not a database error");
     expect(toQlrError(unknown)).toMatchObject({ code: "internal", cause: unknown });
   });

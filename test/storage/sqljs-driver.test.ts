@@ -24,7 +24,8 @@ beforeAll(async () => {
 
 afterEach(async () => {
   // Bounded: each cleanup is removed as it runs.
-  for (let cleanup = cleanups.pop(); cleanup !== undefined; cleanup = cleanups.pop()) await cleanup();
+  for (let cleanup = cleanups.pop(); cleanup !== undefined; cleanup = cleanups.pop())
+    await cleanup();
 });
 
 const drivers: { name: string; open: () => Promise<SqlDriver> }[] = [
@@ -51,13 +52,17 @@ const drivers: { name: string; open: () => Promise<SqlDriver> }[] = [
 async function openWithTable(open: () => Promise<SqlDriver>): Promise<SqlDriver> {
   const driver = await open();
   await driver.transaction(async (tx) => {
-    await tx.query("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, amount INTEGER, ratio REAL)");
+    await tx.query(
+      "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, amount INTEGER, ratio REAL)",
+    );
   });
   return driver;
 }
 
 async function countItems(driver: SqlDriver): Promise<number> {
-  const rows = await driver.transaction((tx) => tx.query<{ count: number }>("SELECT COUNT(*) AS count FROM items"));
+  const rows = await driver.transaction((tx) =>
+    tx.query<{ count: number }>("SELECT COUNT(*) AS count FROM items"),
+  );
   return rows[0]?.count ?? -1;
 }
 
@@ -70,19 +75,27 @@ describe.each(drivers)("$name", ({ name, open }) => {
 
   it("queues transactions so that awaits inside one never let another interleave", async () => {
     const driver = await openWithTable(open);
-    await driver.transaction((tx) => tx.query("INSERT INTO items (name, amount) VALUES ('counter', 0)"));
+    await driver.transaction((tx) =>
+      tx.query("INSERT INTO items (name, amount) VALUES ('counter', 0)"),
+    );
     const trace: string[] = [];
     const increment = (label: string, pauseMs: number) =>
       driver.transaction(async (tx) => {
         trace.push(`${label}:start`);
-        const rows = await tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'");
+        const rows = await tx.query<{ amount: number }>(
+          "SELECT amount FROM items WHERE name = 'counter'",
+        );
         await sleep(pauseMs);
-        await tx.query("UPDATE items SET amount = ? WHERE name = 'counter'", [(rows[0]?.amount ?? 0) + 1]);
+        await tx.query("UPDATE items SET amount = ? WHERE name = 'counter'", [
+          (rows[0]?.amount ?? 0) + 1,
+        ]);
         trace.push(`${label}:end`);
       });
     await Promise.all([increment("a", 30), increment("b", 0), increment("c", 10)]);
     expect(trace).toEqual(["a:start", "a:end", "b:start", "b:end", "c:start", "c:end"]);
-    const rows = await driver.transaction((tx) => tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'"));
+    const rows = await driver.transaction((tx) =>
+      tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'"),
+    );
     expect(rows).toEqual([{ amount: 3 }]);
   });
 
@@ -104,11 +117,15 @@ describe.each(drivers)("$name", ({ name, open }) => {
   it("maps a unique or primary key violation to conflict with the SQLite error as cause", async () => {
     const driver = await openWithTable(open);
     await driver.transaction((tx) => tx.query("INSERT INTO items (id, name) VALUES (1, 'only')"));
-    const unique = await driver.transaction((tx) => tx.query("INSERT INTO items (name) VALUES ('only')")).catch((error: unknown) => error);
+    const unique = await driver
+      .transaction((tx) => tx.query("INSERT INTO items (name) VALUES ('only')"))
+      .catch((error: unknown) => error);
     expect(isQlrError(unique, "conflict")).toBe(true);
     expect((unique as Error).cause).toBeInstanceOf(Error);
     expect((unique as Error).message).toContain("UNIQUE constraint failed: items.name");
-    const primaryKey = await driver.transaction((tx) => tx.query("INSERT INTO items (id, name) VALUES (1, 'other')")).catch((error: unknown) => error);
+    const primaryKey = await driver
+      .transaction((tx) => tx.query("INSERT INTO items (id, name) VALUES (1, 'other')"))
+      .catch((error: unknown) => error);
     expect(isQlrError(primaryKey, "conflict")).toBe(true);
   });
 
@@ -116,7 +133,9 @@ describe.each(drivers)("$name", ({ name, open }) => {
     const driver = await openWithTable(open);
     await driver.transaction((tx) => tx.query("INSERT INTO items (name) VALUES ('taken')"));
     const inserted = await driver.transaction(async (tx) => {
-      const duplicate = await tx.query("INSERT INTO items (name) VALUES ('taken')").catch((error: unknown) => error);
+      const duplicate = await tx
+        .query("INSERT INTO items (name) VALUES ('taken')")
+        .catch((error: unknown) => error);
       expect(isQlrError(duplicate, "conflict")).toBe(true);
       await tx.query("INSERT INTO items (name) VALUES ('fresh')");
       return "done";
@@ -128,8 +147,18 @@ describe.each(drivers)("$name", ({ name, open }) => {
   it("returns rows as objects with integers as JavaScript numbers", async () => {
     const driver = await openWithTable(open);
     const rows = await driver.transaction(async (tx) => {
-      await tx.query("INSERT INTO items (id, name, amount, ratio) VALUES (?, ?, ?, ?)", [7, "seven", 1_800_000_000_000, 0.25]);
-      await tx.query("INSERT INTO items (id, name, amount, ratio) VALUES (?, ?, ?, ?)", [8, "eight", Number.MAX_SAFE_INTEGER, null]);
+      await tx.query("INSERT INTO items (id, name, amount, ratio) VALUES (?, ?, ?, ?)", [
+        7,
+        "seven",
+        1_800_000_000_000,
+        0.25,
+      ]);
+      await tx.query("INSERT INTO items (id, name, amount, ratio) VALUES (?, ?, ?, ?)", [
+        8,
+        "eight",
+        Number.MAX_SAFE_INTEGER,
+        null,
+      ]);
       return tx.query("SELECT id, name, amount, ratio FROM items ORDER BY id");
     });
     expect(rows).toEqual([
@@ -143,7 +172,9 @@ describe.each(drivers)("$name", ({ name, open }) => {
 
   it("returns rows from RETURNING clauses", async () => {
     const driver = await openWithTable(open);
-    const rows = await driver.transaction((tx) => tx.query("INSERT INTO items (name, amount) VALUES (?, ?) RETURNING id, amount", ["r", 5]));
+    const rows = await driver.transaction((tx) =>
+      tx.query("INSERT INTO items (name, amount) VALUES (?, ?) RETURNING id, amount", ["r", 5]),
+    );
     expect(rows).toEqual([{ id: 1, amount: 5 }]);
   });
 
@@ -151,9 +182,13 @@ describe.each(drivers)("$name", ({ name, open }) => {
     const driver = await open();
     await driver.transaction(async (tx) => {
       await tx.query("CREATE TABLE parents (id INTEGER PRIMARY KEY)");
-      await tx.query("CREATE TABLE children (id INTEGER PRIMARY KEY, parent_id INTEGER NOT NULL REFERENCES parents (id))");
+      await tx.query(
+        "CREATE TABLE children (id INTEGER PRIMARY KEY, parent_id INTEGER NOT NULL REFERENCES parents (id))",
+      );
     });
-    const outcome = await driver.transaction((tx) => tx.query("INSERT INTO children (id, parent_id) VALUES (1, 99)")).catch((error: unknown) => error);
+    const outcome = await driver
+      .transaction((tx) => tx.query("INSERT INTO children (id, parent_id) VALUES (1, 99)"))
+      .catch((error: unknown) => error);
     expect(isQlrError(outcome, "internal")).toBe(true);
     expect((outcome as Error).message).toContain("FOREIGN KEY constraint failed");
   });
@@ -161,10 +196,16 @@ describe.each(drivers)("$name", ({ name, open }) => {
   it("refuses a text with more than one statement, transaction control and non-finite numbers", async () => {
     const driver = await openWithTable(open);
     const attempts = [
-      (): Promise<unknown> => driver.transaction((tx) => tx.query("INSERT INTO items (name) VALUES ('a'); INSERT INTO items (name) VALUES ('b')")),
+      (): Promise<unknown> =>
+        driver.transaction((tx) =>
+          tx.query("INSERT INTO items (name) VALUES ('a'); INSERT INTO items (name) VALUES ('b')"),
+        ),
       (): Promise<unknown> => driver.transaction((tx) => tx.query("COMMIT")),
       (): Promise<unknown> => driver.transaction((tx) => tx.query("BEGIN")),
-      (): Promise<unknown> => driver.transaction((tx) => tx.query("INSERT INTO items (name, ratio) VALUES ('nan', ?)", [Number.NaN])),
+      (): Promise<unknown> =>
+        driver.transaction((tx) =>
+          tx.query("INSERT INTO items (name, ratio) VALUES ('nan', ?)", [Number.NaN]),
+        ),
       (): Promise<unknown> => driver.transaction((tx) => tx.query("SELEC 1")),
     ];
     for (const attempt of attempts) {
@@ -173,7 +214,9 @@ describe.each(drivers)("$name", ({ name, open }) => {
     }
     expect(await countItems(driver)).toBe(0);
     // A trailing semicolon and comment are one statement, not two.
-    await driver.transaction((tx) => tx.query("INSERT INTO items (name) VALUES ('ok'); -- trailing comment"));
+    await driver.transaction((tx) =>
+      tx.query("INSERT INTO items (name) VALUES ('ok'); -- trailing comment"),
+    );
     expect(await countItems(driver)).toBe(1);
   });
 
@@ -184,7 +227,9 @@ describe.each(drivers)("$name", ({ name, open }) => {
       leaked = tx;
       return Promise.resolve();
     });
-    const outcome = await leaked?.query("INSERT INTO items (name) VALUES ('late')").catch((error: unknown) => error);
+    const outcome = await leaked
+      ?.query("INSERT INTO items (name) VALUES ('late')")
+      .catch((error: unknown) => error);
     expect(isQlrError(outcome, "internal")).toBe(true);
     expect(await countItems(driver)).toBe(0);
   });
@@ -213,14 +258,19 @@ describe.each(drivers)("$name", ({ name, open }) => {
     const secondClose = driver.close();
     await expect(queued).resolves.toBe("finished");
     await Promise.all([firstClose, secondClose]);
-    const after = await driver.transaction((tx) => tx.query("SELECT 1")).catch((error: unknown) => error);
+    const after = await driver
+      .transaction((tx) => tx.query("SELECT 1"))
+      .catch((error: unknown) => error);
     expect(isQlrError(after, "storage_unavailable")).toBe(true);
   });
 });
 
 describe("SqlJsConnection", () => {
   it("keeps at most the configured number of prepared statements, freeing the least recently used", () => {
-    const connection = new SqlJsConnection(new SQL.Database(), { trackWrites: false, statementCacheSize: 8 });
+    const connection = new SqlJsConnection(new SQL.Database(), {
+      trackWrites: false,
+      statementCacheSize: 8,
+    });
     try {
       for (let index = 0; index < 40; index += 1) connection.query(`SELECT ${index} AS value`, []);
       expect(connection.cachedStatementCount()).toBe(8);

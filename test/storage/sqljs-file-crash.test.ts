@@ -11,7 +11,10 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { SqlJsStatic } from "sql.js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { SQLJS_CHECKPOINT_STEPS, openSqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
+import {
+  SQLJS_CHECKPOINT_STEPS,
+  openSqlJsFileDriver,
+} from "../../storage/sqljs/node/file-driver.ts";
 import type { SqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import type { SqlJsChildFault } from "./fixtures/sqljs-child.ts";
@@ -83,9 +86,14 @@ function startChild(config: ConstructorParameters<typeof SqlJsChild>[1]): SqlJsC
   return child;
 }
 
-async function exitedWithin(child: SqlJsChild, timeoutMs: number): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+async function exitedWithin(
+  child: SqlJsChild,
+  timeoutMs: number,
+): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
   const timeout = sleep(timeoutMs).then(() => {
-    throw new Error(`the child did not exit within ${timeoutMs} ms; lines: ${child.lines.slice(-5).join(" | ")}; stderr: ${child.errorOutput}`);
+    throw new Error(
+      `the child did not exit within ${timeoutMs} ms; lines: ${child.lines.slice(-5).join(" | ")}; stderr: ${child.errorOutput}`,
+    );
   });
   const exit = await Promise.race([child.exited, timeout]);
   children.delete(child);
@@ -105,7 +113,11 @@ async function close(driver: SqlJsFileDriver): Promise<void> {
 
 /** The committed numbers; fails if any number has only one of its two rows. */
 async function committedNumbers(driver: SqlJsFileDriver, context: string): Promise<number[]> {
-  const rows = await driver.transaction((tx) => tx.query<{ number: number; parts: number }>("SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number"));
+  const rows = await driver.transaction((tx) =>
+    tx.query<{ number: number; parts: number }>(
+      "SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number",
+    ),
+  );
   for (const row of rows) expect(row.parts, `${context}: number ${row.number} is partial`).toBe(2);
   return rows.map((row) => row.number);
 }
@@ -123,10 +135,19 @@ describe("sqljs-file under SIGKILL", () => {
     let totalAcknowledged = 0;
     for (let round = 0; round < KILL_ROUNDS; round += 1) {
       const context = `seed ${SEED}, round ${round}`;
-      const child = startChild({ mode: "commit-loop", path, checkpointJournalBytes: CHILD_CHECKPOINT_JOURNAL_BYTES });
+      const child = startChild({
+        mode: "commit-loop",
+        path,
+        checkpointJournalBytes: CHILD_CHECKPOINT_JOURNAL_BYTES,
+      });
       const ready = await child.waitForLine((line) => line.startsWith("ready "), CHILD_TIMEOUT_MS);
-      expect(Number(ready.slice("ready ".length)), `${context}: the child continues after the last present number`).toBe(lastPresent + 1);
-      await sleep(KILL_DELAY_MS_MIN + Math.floor(random() * (KILL_DELAY_MS_MAX - KILL_DELAY_MS_MIN)));
+      expect(
+        Number(ready.slice("ready ".length)),
+        `${context}: the child continues after the last present number`,
+      ).toBe(lastPresent + 1);
+      await sleep(
+        KILL_DELAY_MS_MIN + Math.floor(random() * (KILL_DELAY_MS_MAX - KILL_DELAY_MS_MIN)),
+      );
       child.kill();
       const exit = await exitedWithin(child, CHILD_TIMEOUT_MS);
       expect(exit.signal, `${context}: ${child.errorOutput}`).toBe("SIGKILL");
@@ -140,14 +161,20 @@ describe("sqljs-file under SIGKILL", () => {
       const driver = await open(checkCopy ? copyWithoutLock(path) : path);
       const numbers = await committedNumbers(driver, context);
       const present = new Set(numbers);
-      for (const number of acknowledged) expect(present.has(number), `${context}: acknowledged ${number} is missing`).toBe(true);
+      for (const number of acknowledged)
+        expect(present.has(number), `${context}: acknowledged ${number} is missing`).toBe(true);
       const lastAcknowledged = acknowledgedNow.at(-1) ?? lastPresent;
-      expect(numbers, `${context}: numbers are contiguous and at most one commit was in flight`).toEqual(range(1, numbers.at(-1) ?? 0));
+      expect(
+        numbers,
+        `${context}: numbers are contiguous and at most one commit was in flight`,
+      ).toEqual(range(1, numbers.at(-1) ?? 0));
       expect(numbers.at(-1) ?? 0, context).toBeLessThanOrEqual(lastAcknowledged + 1);
       lastPresent = numbers.at(-1) ?? 0;
       await close(driver);
     }
-    expect(totalAcknowledged, "the children acknowledged some commits").toBeGreaterThan(KILL_ROUNDS);
+    expect(totalAcknowledged, "the children acknowledged some commits").toBeGreaterThan(
+      KILL_ROUNDS,
+    );
   });
 
   const faultCases: { fault: SqlJsChildFault; unacknowledgedPresent: boolean }[] = [
@@ -157,32 +184,46 @@ describe("sqljs-file under SIGKILL", () => {
     { fault: "beforeJournalSync", unacknowledgedPresent: true },
     { fault: "afterJournalSync", unacknowledgedPresent: true },
     { fault: "afterCommit", unacknowledgedPresent: true },
-    ...SQLJS_CHECKPOINT_STEPS.map((step) => ({ fault: `duringCheckpoint:${step}` as const, unacknowledgedPresent: false })),
+    ...SQLJS_CHECKPOINT_STEPS.map((step) => ({
+      fault: `duringCheckpoint:${step}` as const,
+      unacknowledgedPresent: false,
+    })),
   ];
 
-  it.each(faultCases)("opens correctly after the child killed itself at $fault", async ({ fault, unacknowledgedPresent }) => {
-    const path = newDirectory();
-    const child = startChild({ mode: "fault", path, fault, commitsBeforeFault: 3 });
-    const exit = await exitedWithin(child, CHILD_TIMEOUT_MS);
-    expect(exit.signal, `${fault}: ${child.lines.join(" | ")} ${child.errorOutput}`).toBe("SIGKILL");
-    expect(child.lines).toContain("armed");
-    expect(child.lines).not.toContain("survived");
-    expect(child.acknowledged()).toEqual([1, 2, 3]);
+  it.each(faultCases)(
+    "opens correctly after the child killed itself at $fault",
+    async ({ fault, unacknowledgedPresent }) => {
+      const path = newDirectory();
+      const child = startChild({ mode: "fault", path, fault, commitsBeforeFault: 3 });
+      const exit = await exitedWithin(child, CHILD_TIMEOUT_MS);
+      expect(exit.signal, `${fault}: ${child.lines.join(" | ")} ${child.errorOutput}`).toBe(
+        "SIGKILL",
+      );
+      expect(child.lines).toContain("armed");
+      expect(child.lines).not.toContain("survived");
+      expect(child.acknowledged()).toEqual([1, 2, 3]);
 
-    const driver = await open(path);
-    // Only a commit can leave an unacknowledged transaction behind; a checkpoint adds none.
-    expect(await committedNumbers(driver, fault)).toEqual(unacknowledgedPresent ? [1, 2, 3, 4] : [1, 2, 3]);
-    await close(driver);
+      const driver = await open(path);
+      // Only a commit can leave an unacknowledged transaction behind; a checkpoint adds none.
+      expect(await committedNumbers(driver, fault)).toEqual(
+        unacknowledgedPresent ? [1, 2, 3, 4] : [1, 2, 3],
+      );
+      await close(driver);
 
-    // A fresh child carries on from there.
-    const next = startChild({ mode: "commit-loop", path, checkpointJournalBytes: CHILD_CHECKPOINT_JOURNAL_BYTES });
-    await next.waitForLine((line) => line.startsWith("ack "), CHILD_TIMEOUT_MS);
-    next.kill();
-    await exitedWithin(next, CHILD_TIMEOUT_MS);
-    const after = await open(path);
-    const numbers = await committedNumbers(after, `${fault}, after a fresh child`);
-    expect(numbers).toEqual(range(1, numbers.at(-1) ?? 0));
-    expect(next.acknowledged()[0]).toBe(unacknowledgedPresent ? 5 : 4);
-    for (const number of next.acknowledged()) expect(numbers).toContain(number);
-  });
+      // A fresh child carries on from there.
+      const next = startChild({
+        mode: "commit-loop",
+        path,
+        checkpointJournalBytes: CHILD_CHECKPOINT_JOURNAL_BYTES,
+      });
+      await next.waitForLine((line) => line.startsWith("ack "), CHILD_TIMEOUT_MS);
+      next.kill();
+      await exitedWithin(next, CHILD_TIMEOUT_MS);
+      const after = await open(path);
+      const numbers = await committedNumbers(after, `${fault}, after a fresh child`);
+      expect(numbers).toEqual(range(1, numbers.at(-1) ?? 0));
+      expect(next.acknowledged()[0]).toBe(unacknowledgedPresent ? 5 : 4);
+      for (const number of next.acknowledged()) expect(numbers).toContain(number);
+    },
+  );
 });

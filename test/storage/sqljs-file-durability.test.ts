@@ -6,14 +6,32 @@
  * the driver is open: every commit is fsynced before it is acknowledged, so the copy is what
  * a process killed at that instant would leave behind. Real SIGKILLs are in the crash test.
  */
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { SqlJsStatic } from "sql.js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
-import { SQLJS_CHECKPOINT_STEPS, openSqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
-import type { SqlJsCheckpointStep, SqlJsFileDriver, SqlJsFileDriverOptions } from "../../storage/sqljs/node/file-driver.ts";
+import {
+  SQLJS_CHECKPOINT_STEPS,
+  openSqlJsFileDriver,
+} from "../../storage/sqljs/node/file-driver.ts";
+import type {
+  SqlJsCheckpointStep,
+  SqlJsFileDriver,
+  SqlJsFileDriverOptions,
+} from "../../storage/sqljs/node/file-driver.ts";
 import { parseRecordAt } from "../../storage/sqljs/node/journal.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { SqlJsChild, bundleSqlJsChild } from "./fixtures/sqljs-child-process.ts";
@@ -46,7 +64,10 @@ function newDirectory(): string {
   return join(root, `db-${directoryCount}`);
 }
 
-async function open(path: string, options: Partial<SqlJsFileDriverOptions> = {}): Promise<SqlJsFileDriver> {
+async function open(
+  path: string,
+  options: Partial<SqlJsFileDriverOptions> = {},
+): Promise<SqlJsFileDriver> {
   const driver = await openSqlJsFileDriver(SQL, { ...options, path });
   openDrivers.add(driver);
   return driver;
@@ -58,7 +79,11 @@ async function close(driver: SqlJsFileDriver): Promise<void> {
 }
 
 async function createPairs(driver: SqlJsFileDriver): Promise<void> {
-  await driver.transaction((tx) => tx.query("CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))"));
+  await driver.transaction((tx) =>
+    tx.query(
+      "CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))",
+    ),
+  );
 }
 
 async function commitPairs(driver: SqlJsFileDriver, numbers: readonly number[]): Promise<void> {
@@ -72,7 +97,11 @@ async function commitPairs(driver: SqlJsFileDriver, numbers: readonly number[]):
 
 /** The committed numbers; fails if any number has only one of its two rows. */
 async function committedNumbers(driver: SqlJsFileDriver): Promise<number[]> {
-  const rows = await driver.transaction((tx) => tx.query<{ number: number; parts: number }>("SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number"));
+  const rows = await driver.transaction((tx) =>
+    tx.query<{ number: number; parts: number }>(
+      "SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number",
+    ),
+  );
   for (const row of rows) expect(row.parts, `number ${row.number}`).toBe(2);
   return rows.map((row) => row.number);
 }
@@ -94,7 +123,7 @@ function journalPath(directory: string): string {
 function recordBounds(directory: string): { offset: number; endOffset: number }[] {
   const bytes = readFileSync(journalPath(directory));
   const bounds: { offset: number; endOffset: number }[] = [];
-  for (let offset = 0; offset < bytes.length; ) {
+  for (let offset = 0; offset < bytes.length;) {
     const outcome = parseRecordAt(bytes, offset);
     if (!outcome.valid) throw new Error(`test setup: no valid record at ${offset}`);
     bounds.push({ offset, endOffset: outcome.record.endOffset });
@@ -111,7 +140,12 @@ function range(first: number, last: number): number[] {
 function messageChain(error: unknown): string {
   const messages: string[] = [];
   // Bounded: error chains here are at most a few levels deep, and the depth limit guards a cycle.
-  for (let current = error, depth = 0; current instanceof Error && depth < 8; current = current.cause, depth += 1) messages.push(current.message);
+  for (
+    let current = error, depth = 0;
+    current instanceof Error && depth < 8;
+    current = current.cause, depth += 1
+  )
+    messages.push(current.message);
   return messages.join(" <- ");
 }
 
@@ -200,7 +234,9 @@ describe("sqljs-file reopen and replay", () => {
     const before = driver.stats();
     await driver.transaction(async (tx) => {
       await tx.query("SELECT * FROM pairs");
-      await tx.query("CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))");
+      await tx.query(
+        "CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))",
+      );
       await tx.query("UPDATE pairs SET part = part WHERE number = ?", [999]);
       await tx.query("DELETE FROM pairs WHERE number = ?", [999]);
       await tx.query("INSERT OR IGNORE INTO pairs (number, part) VALUES (?, ?)", [1, 0]);
@@ -227,9 +263,15 @@ describe("sqljs-file reopen and replay", () => {
     const state = await reopened.transaction(async (tx) => ({
       notes: await tx.query("SELECT id, body, tag FROM notes"),
       version: await tx.query("PRAGMA user_version"),
-      indexes: await tx.query("SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'notes_body'"),
+      indexes: await tx.query(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'notes_body'",
+      ),
     }));
-    expect(state).toEqual({ notes: [{ id: 1, body: "kept", tag: null }], version: [{ user_version: 7 }], indexes: [{ name: "notes_body" }] });
+    expect(state).toEqual({
+      notes: [{ id: 1, body: "kept", tag: null }],
+      version: [{ user_version: 7 }],
+      indexes: [{ name: "notes_body" }],
+    });
   });
 
   it("refuses a transaction whose failing statement left partial changes", async () => {
@@ -240,7 +282,9 @@ describe("sqljs-file reopen and replay", () => {
     const outcome = await driver
       .transaction(async (tx) => {
         // Rows (1, 0) and (1, 1) go in before (2, 0) fails, and OR FAIL keeps them.
-        await tx.query("INSERT OR FAIL INTO pairs (number, part) VALUES (1, 0), (1, 1), (2, 0)").catch(() => undefined);
+        await tx
+          .query("INSERT OR FAIL INTO pairs (number, part) VALUES (1, 0), (1, 1), (2, 0)")
+          .catch(() => undefined);
       })
       .catch((error: unknown) => error);
     expect(isQlrError(outcome, "internal")).toBe(true);
@@ -301,7 +345,10 @@ describe("sqljs-file torn tail and damage", () => {
       damaged[position] = (damaged[position] ?? 0) ^ 0x20;
       writeFileSync(journalPath(image), damaged);
       const outcome = await openError(image);
-      expect(isQlrError(outcome, "storage_corrupt"), `flip at ${position}: ${String(outcome)}`).toBe(true);
+      expect(
+        isQlrError(outcome, "storage_corrupt"),
+        `flip at ${position}: ${String(outcome)}`,
+      ).toBe(true);
       expect((outcome as Error).message).toContain(`byte offset ${middle.offset}`);
     }
     // Nothing was truncated by the refusals.
@@ -399,38 +446,41 @@ describe("sqljs-file failures inside commit and checkpoint", () => {
     expect(await committedNumbers(reopened)).toEqual([]);
   });
 
-  it.each(SQLJS_CHECKPOINT_STEPS.map((step) => ({ step })))("opens with every commit when a checkpoint stops after step $step", async ({ step }) => {
-    const path = newDirectory();
-    let stopAt: SqlJsCheckpointStep | undefined;
-    const driver = await open(path, {
-      faultPoints: {
-        duringCheckpoint: (reached) => {
-          if (reached === stopAt) throw new Error(`simulated crash after ${reached}`);
+  it.each(SQLJS_CHECKPOINT_STEPS.map((step) => ({ step })))(
+    "opens with every commit when a checkpoint stops after step $step",
+    async ({ step }) => {
+      const path = newDirectory();
+      let stopAt: SqlJsCheckpointStep | undefined;
+      const driver = await open(path, {
+        faultPoints: {
+          duringCheckpoint: (reached) => {
+            if (reached === stopAt) throw new Error(`simulated crash after ${reached}`);
+          },
         },
-      },
-    });
-    await createPairs(driver);
-    await commitPairs(driver, range(1, 3));
-    stopAt = step;
-    const stopped = await driver.checkpoint().catch((error: unknown) => error);
-    expect(messageChain(stopped)).toContain(`simulated crash after ${step}`);
-    stopAt = undefined;
-    // The files exactly as a crash at this step leaves them.
-    const atStep = crashImage(path);
-    const reopened = await open(atStep);
-    expect(await committedNumbers(reopened)).toEqual(range(1, 3));
-    expect(existsSync(join(atStep, "snapshot.sqlite.tmp"))).toBe(false);
-    await close(reopened);
+      });
+      await createPairs(driver);
+      await commitPairs(driver, range(1, 3));
+      stopAt = step;
+      const stopped = await driver.checkpoint().catch((error: unknown) => error);
+      expect(messageChain(stopped)).toContain(`simulated crash after ${step}`);
+      stopAt = undefined;
+      // The files exactly as a crash at this step leaves them.
+      const atStep = crashImage(path);
+      const reopened = await open(atStep);
+      expect(await committedNumbers(reopened)).toEqual(range(1, 3));
+      expect(existsSync(join(atStep, "snapshot.sqlite.tmp"))).toBe(false);
+      await close(reopened);
 
-    // The interrupted store keeps working, and a later image holds everything.
-    await commitPairs(driver, range(4, 5));
-    const later = await open(crashImage(path));
-    expect(await committedNumbers(later)).toEqual(range(1, 5));
-    await close(later);
-    await driver.checkpoint();
-    const final = await open(crashImage(path));
-    expect(await committedNumbers(final)).toEqual(range(1, 5));
-  });
+      // The interrupted store keeps working, and a later image holds everything.
+      await commitPairs(driver, range(4, 5));
+      const later = await open(crashImage(path));
+      expect(await committedNumbers(later)).toEqual(range(1, 5));
+      await close(later);
+      await driver.checkpoint();
+      const final = await open(crashImage(path));
+      expect(await committedNumbers(final)).toEqual(range(1, 5));
+    },
+  );
 });
 
 describe("sqljs-file lock", () => {
@@ -451,8 +501,15 @@ describe("sqljs-file lock", () => {
     const driver = await open(path);
     await createPairs(driver);
     const probe = new SqlJsChild(childBundle, { mode: "probe", path });
-    const line = await probe.waitForLine((candidate) => candidate.startsWith("result "), CHILD_TIMEOUT_MS);
-    const result = JSON.parse(line.slice("result ".length)) as { opened: boolean; code?: string; message?: string };
+    const line = await probe.waitForLine(
+      (candidate) => candidate.startsWith("result "),
+      CHILD_TIMEOUT_MS,
+    );
+    const result = JSON.parse(line.slice("result ".length)) as {
+      opened: boolean;
+      code?: string;
+      message?: string;
+    };
     expect(result).toMatchObject({ opened: false, code: "storage_locked" });
     expect(result.message).toContain(String(process.pid));
     await probe.exited;
@@ -479,10 +536,15 @@ describe("sqljs-file lock", () => {
     const path = newDirectory();
     mkdirSync(path, { recursive: true });
     // Our own pid with another start marker: a restarted container whose runtime is pid 1 again.
-    writeFileSync(join(path, "lock"), JSON.stringify({ pid: process.pid, startMarker: "another-boot/123", token: "old" }));
+    writeFileSync(
+      join(path, "lock"),
+      JSON.stringify({ pid: process.pid, startMarker: "another-boot/123", token: "old" }),
+    );
     const driver = await open(path);
     await createPairs(driver);
-    expect(JSON.parse(readFileSync(join(path, "lock"), "utf8"))).toMatchObject({ pid: process.pid });
+    expect(JSON.parse(readFileSync(join(path, "lock"), "utf8"))).toMatchObject({
+      pid: process.pid,
+    });
   });
 
   it("takes over an empty lock file left by a crash between its creation and its write", async () => {

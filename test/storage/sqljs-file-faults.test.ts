@@ -42,7 +42,11 @@ beforeAll(async () => {
 });
 
 async function createPairs(driver: SqlDriver): Promise<void> {
-  await driver.transaction((tx) => tx.query("CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))"));
+  await driver.transaction((tx) =>
+    tx.query(
+      "CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))",
+    ),
+  );
 }
 
 async function commitPair(driver: SqlDriver, number: number): Promise<void> {
@@ -54,13 +58,23 @@ async function commitPair(driver: SqlDriver, number: number): Promise<void> {
 
 /** The committed numbers; throws if any number has only one of its rows. */
 async function committedNumbers(driver: SqlDriver): Promise<number[]> {
-  const rows = await driver.transaction((tx) => tx.query<{ number: number; parts: number }>("SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number"));
-  for (const row of rows) if (row.parts !== 2) throw new Error(`number ${row.number} is half applied (${row.parts} rows)`);
+  const rows = await driver.transaction((tx) =>
+    tx.query<{ number: number; parts: number }>(
+      "SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number",
+    ),
+  );
+  for (const row of rows)
+    if (row.parts !== 2)
+      throw new Error(`number ${row.number} is half applied (${row.parts} rows)`);
   return rows.map((row) => row.number);
 }
 
 function open(fs: DurableFs): Promise<SqlJsFileDriver> {
-  return openSqlJsFileDriver(SQL, { path: DB_PATH, fs, checkpointJournalBytes: CHECKPOINT_JOURNAL_BYTES });
+  return openSqlJsFileDriver(SQL, {
+    path: DB_PATH,
+    fs,
+    checkpointJournalBytes: CHECKPOINT_JOURNAL_BYTES,
+  });
 }
 
 interface FaultPlan {
@@ -97,7 +111,8 @@ async function runWithFault(plan: FaultPlan | undefined): Promise<Outcome> {
   const refused: number[] = [];
   const unexpected: string[] = [];
   const refuse = (what: string, error: unknown): void => {
-    if (!isQlrError(error, "storage_unavailable")) unexpected.push(`${what}: ${errorMessage(error)}`);
+    if (!isQlrError(error, "storage_unavailable"))
+      unexpected.push(`${what}: ${errorMessage(error)}`);
     if (faultHit) refusalsSinceFault += 1;
     if (refusalsSinceFault >= REFUSALS_BEFORE_HEALING) healed = true;
   };
@@ -143,7 +158,15 @@ async function runWithFault(plan: FaultPlan | undefined): Promise<Outcome> {
   acknowledged.push(COMMITS + 1);
   const liveNumbers = await committedNumbers(driver);
   await driver.close();
-  return { acknowledged, refused, unexpected, liveNumbers, machine, calls: machine.callCount, faultHit };
+  return {
+    acknowledged,
+    refused,
+    unexpected,
+    liveNumbers,
+    machine,
+    calls: machine.callCount,
+    faultHit,
+  };
 }
 
 describe("sqljs-file with ENOSPC and EIO at every file call", () => {
@@ -164,13 +187,19 @@ describe("sqljs-file with ENOSPC and EIO at every file call", () => {
             runs += 1;
             try {
               const outcome = await runWithFault(plan);
-              if (outcome.unexpected.length > 0) throw new Error(`refused with another code: ${outcome.unexpected[0]}`);
-              expect(outcome.liveNumbers, "live store: exactly the acknowledged commits").toEqual(outcome.acknowledged);
+              if (outcome.unexpected.length > 0)
+                throw new Error(`refused with another code: ${outcome.unexpected[0]}`);
+              expect(outcome.liveNumbers, "live store: exactly the acknowledged commits").toEqual(
+                outcome.acknowledged,
+              );
               // A power cut after the run, twice with different fates for what was not synced.
               for (const seed of [atCall, atCall + 0x10000]) {
                 const reopened = await open(outcome.machine.materialise(seededRandom(seed)));
                 try {
-                  expect(await committedNumbers(reopened), "after a power cut: exactly the acknowledged commits").toEqual(outcome.acknowledged);
+                  expect(
+                    await committedNumbers(reopened),
+                    "after a power cut: exactly the acknowledged commits",
+                  ).toEqual(outcome.acknowledged);
                 } finally {
                   await reopened.close();
                 }
@@ -192,7 +221,8 @@ describe("sqljs-file with ENOSPC and EIO at every file call", () => {
     let failSync = false;
     const machine = new PowerCutFs({
       inject: (call) => {
-        if (!failSync || call.name !== "fdatasync" || !call.path.endsWith("journal.log")) return undefined;
+        if (!failSync || call.name !== "fdatasync" || !call.path.endsWith("journal.log"))
+          return undefined;
         failSync = false;
         return fsError("EIO", "write-back failed");
       },
@@ -242,12 +272,17 @@ describe("sqljs-file on a real full file system", () => {
     const target = join(parent, "mnt");
     mkdirSync(target);
     try {
-      execFileSync("mount", ["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", target], { stdio: "pipe" });
+      execFileSync("mount", ["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", target], {
+        stdio: "pipe",
+      });
       mountPoint = target;
     } catch (error) {
       rmSync(parent, { recursive: true, force: true });
       skipReason = `mount -t tmpfs failed (a container without CAP_SYS_ADMIN?): ${errorMessage(error)}`;
-      if (process.env.CI === "true") throw new Error(`CI runs as root and must be able to mount a tmpfs: ${skipReason}`, { cause: error });
+      if (process.env.CI === "true")
+        throw new Error(`CI runs as root and must be able to mount a tmpfs: ${skipReason}`, {
+          cause: error,
+        });
     }
   });
 

@@ -39,7 +39,10 @@ function seedList(): number[] {
   const only = process.env.QLR_POWERCUT_SEED;
   if (only !== undefined && only !== "") return [Number(only)];
   const count = Number(process.env.QLR_POWERCUT_SEEDS ?? DEFAULT_SEEDS);
-  if (!Number.isSafeInteger(count) || count < 1) throw new Error(`QLR_POWERCUT_SEEDS must be a positive integer, got ${process.env.QLR_POWERCUT_SEEDS}`);
+  if (!Number.isSafeInteger(count) || count < 1)
+    throw new Error(
+      `QLR_POWERCUT_SEEDS must be a positive integer, got ${process.env.QLR_POWERCUT_SEEDS}`,
+    );
   return Array.from({ length: count }, (_, index) => BASE_SEED + index);
 }
 
@@ -61,7 +64,9 @@ beforeAll(async () => {
   const outcome = await runStoreWorkload(SQL, machine, {
     runs: WORKLOAD_RUNS,
     onOpen: (driver) => {
-      void databaseDigest(driver.inner).then(({ sequence, digest }) => digests.set(sequence, digest));
+      void databaseDigest(driver.inner).then(({ sequence, digest }) =>
+        digests.set(sequence, digest),
+      );
     },
     onCommit: async (driver) => {
       const { sequence, digest } = await databaseDigest(driver);
@@ -79,13 +84,25 @@ async function collectCutPoints(wanted: ReadonlySet<number>): Promise<Map<number
   const machine: PowerCutFs = new PowerCutFs({
     onCall: (call) => {
       if (call.mutationIndex < 0 || !wanted.has(call.mutationIndex)) return;
-      points.set(call.mutationIndex, { machine: machine.clone(), acknowledged: driver?.acknowledgedSequence ?? 0, highest: driver === undefined ? 0 : driver.inner.stats().sequence + 1 });
+      points.set(call.mutationIndex, {
+        machine: machine.clone(),
+        acknowledged: driver?.acknowledgedSequence ?? 0,
+        highest: driver === undefined ? 0 : driver.inner.stats().sequence + 1,
+      });
     },
   });
-  await runStoreWorkload(SQL, machine, { runs: WORKLOAD_RUNS, onOpen: (opened) => (driver = opened) });
+  await runStoreWorkload(SQL, machine, {
+    runs: WORKLOAD_RUNS,
+    onOpen: (opened) => (driver = opened),
+  });
   // The workload is deterministic: the replay makes the same calls as the recording.
   expect(machine.mutationCount).toBe(totalMutations);
-  if (wanted.has(totalMutations)) points.set(totalMutations, { machine: machine.clone(), acknowledged: driver?.acknowledgedSequence ?? 0, highest: driver?.inner.stats().sequence ?? 0 });
+  if (wanted.has(totalMutations))
+    points.set(totalMutations, {
+      machine: machine.clone(),
+      acknowledged: driver?.acknowledgedSequence ?? 0,
+      highest: driver?.inner.stats().sequence ?? 0,
+    });
   return points;
 }
 
@@ -113,7 +130,10 @@ async function checkSeed(seed: number, point: CutPoint): Promise<void> {
       const driver = await openSqlJsFileDriver(SQL, { path: WORKLOAD_DB_PATH, fs: recovering });
       await driver.close().catch(() => undefined);
     } catch (error) {
-      if (afterCut === undefined) throw new Error(`the recovery failed before any second cut: ${errorMessage(error)}`, { cause: error });
+      if (afterCut === undefined)
+        throw new Error(`the recovery failed before any second cut: ${errorMessage(error)}`, {
+          cause: error,
+        });
     }
     recovering.options = {};
     machine = afterCut ?? recovering.materialise(random);
@@ -122,19 +142,36 @@ async function checkSeed(seed: number, point: CutPoint): Promise<void> {
   try {
     driver = await openSqlJsFileDriver(SQL, { path: WORKLOAD_DB_PATH, fs: machine });
   } catch (error) {
-    throw new Error(`the store did not open after the power cut: ${errorMessage(error)}`, { cause: error });
+    throw new Error(`the store did not open after the power cut: ${errorMessage(error)}`, {
+      cause: error,
+    });
   }
   try {
     const { sequence, digest } = await databaseDigest(driver);
-    if (sequence < point.acknowledged) throw new Error(`acknowledged commit ${point.acknowledged} lost: the store opened at sequence ${sequence}`);
-    if (sequence > point.highest) throw new Error(`the store opened at sequence ${sequence}, past the highest written ${point.highest}`);
-    if (digests.get(sequence) !== digest) throw new Error(`the state at sequence ${sequence} differs from what that commit left (a transaction half applied or replayed wrongly)`);
+    if (sequence < point.acknowledged)
+      throw new Error(
+        `acknowledged commit ${point.acknowledged} lost: the store opened at sequence ${sequence}`,
+      );
+    if (sequence > point.highest)
+      throw new Error(
+        `the store opened at sequence ${sequence}, past the highest written ${point.highest}`,
+      );
+    if (digests.get(sequence) !== digest)
+      throw new Error(
+        `the state at sequence ${sequence} differs from what that commit left (a transaction half applied or replayed wrongly)`,
+      );
     if (random() < REOPEN_SHARE) {
       await driver.checkpoint();
       await driver.close();
-      driver = await openSqlJsFileDriver(SQL, { path: WORKLOAD_DB_PATH, fs: machine.materialise(random) });
+      driver = await openSqlJsFileDriver(SQL, {
+        path: WORKLOAD_DB_PATH,
+        fs: machine.materialise(random),
+      });
       const again = await databaseDigest(driver);
-      if (again.sequence !== sequence || again.digest !== digest) throw new Error(`a checkpoint and a power cut after the recovery changed the state (sequence ${sequence} → ${again.sequence})`);
+      if (again.sequence !== sequence || again.digest !== digest)
+        throw new Error(
+          `a checkpoint and a power cut after the recovery changed the state (sequence ${sequence} → ${again.sequence})`,
+        );
     }
   } finally {
     await driver.close();
@@ -156,19 +193,26 @@ describe("sqljs-file under simulated power loss", () => {
       const failures: string[] = [];
       for (const [index, cutSeeds] of [...seedsByCut].sort((a, b) => a[0] - b[0])) {
         const point = points.get(index);
-        if (point === undefined) throw new Error(`no machine copy was taken at mutating call ${index}`);
+        if (point === undefined)
+          throw new Error(`no machine copy was taken at mutating call ${index}`);
         for (const seed of cutSeeds) {
           try {
             await checkSeed(seed, point);
           } catch (error) {
-            failures.push(`seed ${seed} (QLR_POWERCUT_SEED=${seed}), cut before mutating call ${index} of ${totalMutations}: ${errorMessage(error)}`);
+            failures.push(
+              `seed ${seed} (QLR_POWERCUT_SEED=${seed}), cut before mutating call ${index} of ${totalMutations}: ${errorMessage(error)}`,
+            );
             if (failures.length <= 5) console.error(failures[failures.length - 1]);
           }
         }
         points.delete(index);
       }
-      console.log(`power cut: ${seeds.length} seeds over ${seedsByCut.size} of ${totalMutations + 1} cut points, ${digests.size} commits recorded, ${failures.length} failed`);
-      expect(failures.slice(0, 10), `${failures.length} of ${seeds.length} seeds failed`).toEqual([]);
+      console.log(
+        `power cut: ${seeds.length} seeds over ${seedsByCut.size} of ${totalMutations + 1} cut points, ${digests.size} commits recorded, ${failures.length} failed`,
+      );
+      expect(failures.slice(0, 10), `${failures.length} of ${seeds.length} seeds failed`).toEqual(
+        [],
+      );
     },
     SUITE_TIMEOUT_MS,
   );

@@ -10,7 +10,10 @@ import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import { createTestDatabase } from "../support/postgres.ts";
 import { describeStoreContract } from "./store-contract.ts";
 
-describeStoreContract({ name: "sqljs-memory", open: async () => openSqlJsMemoryDriver(await loadSqlJs()) });
+describeStoreContract({
+  name: "sqljs-memory",
+  open: async () => openSqlJsMemoryDriver(await loadSqlJs()),
+});
 
 describeStoreContract({
   name: "sqljs-file",
@@ -18,7 +21,12 @@ describeStoreContract({
     const dir = mkdtempSync(join(tmpdir(), "qlr-contract-"));
     const driver = await openSqlJsFileDriver(await loadSqlJs(), { path: join(dir, "db") });
     const close = driver.close.bind(driver);
-    return Object.assign(driver, { close: async () => { await close(); rmSync(dir, { recursive: true, force: true }); } });
+    return Object.assign(driver, {
+      close: async () => {
+        await close();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    });
   },
 });
 
@@ -31,6 +39,11 @@ describeStoreContract({
     const database = await createTestDatabase();
     const driver = await openPgDriver({ connectionString: database.url, poolSize: 6 });
     const close = driver.close.bind(driver);
-    return Object.assign(driver, { close: async () => { await close(); await database.drop(); } });
+    return Object.assign(driver, {
+      close: async () => {
+        await close();
+        await database.drop();
+      },
+    });
   },
 });

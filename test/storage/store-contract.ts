@@ -31,7 +31,13 @@ export interface DriverFactory {
 }
 
 async function snapshot(store: SqlStore, runId: string): Promise<unknown> {
-  return store.transaction(async (tx) => ({ run: await tx.getRun(runId), steps: await tx.getSteps(runId), attempts: await tx.getAttempts(runId), events: await tx.listEvents(runId, 0, 500), mutations: await tx.listMutations(runId) }));
+  return store.transaction(async (tx) => ({
+    run: await tx.getRun(runId),
+    steps: await tx.getSteps(runId),
+    attempts: await tx.getAttempts(runId),
+    events: await tx.listEvents(runId, 0, 500),
+    mutations: await tx.listMutations(runId),
+  }));
 }
 
 export function describeStoreContract(factory: DriverFactory): void {
@@ -54,14 +60,30 @@ export function describeStoreContract(factory: DriverFactory): void {
     });
 
     function coordinator(target: SqlStore = store): Coordinator {
-      return new Coordinator({ store: target, clock, ids, profile: PROFILES.standalone, executors: {} });
+      return new Coordinator({
+        store: target,
+        clock,
+        ids,
+        profile: PROFILES.standalone,
+        executors: {},
+      });
     }
 
     async function newWorkflowRun(packageName: string): Promise<string> {
       return store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, diamondManifest(packageName), nowMs);
-        const { run } = await startRun(tx, { package: packageName, target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs);
+        const { run } = await startRun(
+          tx,
+          {
+            package: packageName,
+            target: { kind: "workflow", name: "diamond" },
+            idempotencyKey: null,
+            scheduleName: null,
+            runId: ids.runId(),
+          },
+          nowMs,
+        );
         return run.id;
       });
     }
@@ -76,21 +98,43 @@ export function describeStoreContract(factory: DriverFactory): void {
     it("a database with a newer schema refuses to open", async () => {
       const newer = [...migrations.slice(0, 1)];
       await driver.transaction(async (tx) => {
-        await tx.query(driver.dialect === "postgres" ? "INSERT INTO qlr_schema (version, name, applied_at_ms) VALUES ($1, $2, $3)" : "INSERT INTO qlr_schema (version, name, applied_at_ms) VALUES (?, ?, ?)", [999, "future", clock.nowMs()]);
+        await tx.query(
+          driver.dialect === "postgres"
+            ? "INSERT INTO qlr_schema (version, name, applied_at_ms) VALUES ($1, $2, $3)"
+            : "INSERT INTO qlr_schema (version, name, applied_at_ms) VALUES (?, ?, ?)",
+          [999, "future", clock.nowMs()],
+        );
       });
       try {
-        await expect(migrate(driver, newer, clock.nowMs())).rejects.toMatchObject({ code: "schema_too_new" });
+        await expect(migrate(driver, newer, clock.nowMs())).rejects.toMatchObject({
+          code: "schema_too_new",
+        });
       } finally {
         await driver.transaction(async (tx) => {
-          await tx.query(driver.dialect === "postgres" ? "DELETE FROM qlr_schema WHERE version = $1" : "DELETE FROM qlr_schema WHERE version = ?", [999]);
+          await tx.query(
+            driver.dialect === "postgres"
+              ? "DELETE FROM qlr_schema WHERE version = $1"
+              : "DELETE FROM qlr_schema WHERE version = ?",
+            [999],
+          );
         });
       }
     });
 
     it("an unchanged manifest creates no new generation; a changed one does", async () => {
-      const first = await store.transaction(async (tx) => applyPackage(tx, diamondManifest("gen-pkg"), await tx.observe(clock.nowMs())));
-      const same = await store.transaction(async (tx) => applyPackage(tx, diamondManifest("gen-pkg"), await tx.observe(clock.nowMs())));
-      const changed = await store.transaction(async (tx) => applyPackage(tx, { ...diamondManifest("gen-pkg"), description: "v2" }, await tx.observe(clock.nowMs())));
+      const first = await store.transaction(async (tx) =>
+        applyPackage(tx, diamondManifest("gen-pkg"), await tx.observe(clock.nowMs())),
+      );
+      const same = await store.transaction(async (tx) =>
+        applyPackage(tx, diamondManifest("gen-pkg"), await tx.observe(clock.nowMs())),
+      );
+      const changed = await store.transaction(async (tx) =>
+        applyPackage(
+          tx,
+          { ...diamondManifest("gen-pkg"), description: "v2" },
+          await tx.observe(clock.nowMs()),
+        ),
+      );
       expect(first).toMatchObject({ generation: 1, changed: true });
       expect(same).toMatchObject({ generation: 1, changed: false, digest: first.digest });
       expect(changed).toMatchObject({ generation: 2, changed: true });
@@ -102,11 +146,20 @@ export function describeStoreContract(factory: DriverFactory): void {
       const c = coordinator();
       await c.frontier(runId);
       await c.tick();
-      const state = (await snapshot(store, runId)) as { run: { eventSeq: number; version: number }; events: { seq: number }[]; mutations: { version: number; toStatus: string }[]; steps: { name: string; status: string; version: number }[] };
-      expect(state.events.map((event) => event.seq)).toEqual(Array.from({ length: state.run.eventSeq }, (_, index) => index + 1));
+      const state = (await snapshot(store, runId)) as {
+        run: { eventSeq: number; version: number };
+        events: { seq: number }[];
+        mutations: { version: number; toStatus: string }[];
+        steps: { name: string; status: string; version: number }[];
+      };
+      expect(state.events.map((event) => event.seq)).toEqual(
+        Array.from({ length: state.run.eventSeq }, (_, index) => index + 1),
+      );
       const stepA = state.steps.find((step) => step.name === "a");
       expect(stepA?.status).toBe("ready");
-      expect(state.mutations.filter((mutation) => mutation.toStatus === "ready").length).toBeGreaterThanOrEqual(1);
+      expect(
+        state.mutations.filter((mutation) => mutation.toStatus === "ready").length,
+      ).toBeGreaterThanOrEqual(1);
       expect(state.steps.map((step) => step.name)).toEqual(["a", "b", "c", "d"]);
     });
 
@@ -118,8 +171,14 @@ export function describeStoreContract(factory: DriverFactory): void {
       const afterCancel = await snapshot(store, runId);
       // Apply a change computed from the stale snapshot: the CAS must refuse it.
       const { requestCancel } = await import("../../src/runs.ts");
-      const change = requestCancel({ ...stale!, cancelRequestedAtMs: null }, clock.nowMs(), "stale") as ChangeSet;
-      const error = await store.transaction(async (tx) => tx.apply(change)).catch((caught: unknown) => caught);
+      const change = requestCancel(
+        { ...stale!, cancelRequestedAtMs: null },
+        clock.nowMs(),
+        "stale",
+      ) as ChangeSet;
+      const error = await store
+        .transaction(async (tx) => tx.apply(change))
+        .catch((caught: unknown) => caught);
       expect(isQlrError(error, "conflict")).toBe(true);
       expect(await snapshot(store, runId)).toEqual(afterCancel);
       expect(afterCancel).not.toEqual(before);
@@ -129,15 +188,25 @@ export function describeStoreContract(factory: DriverFactory): void {
       const runId = await newWorkflowRun("adm-pkg");
       const c = coordinator();
       await c.frontier(runId);
-      const [candidate] = await store.transaction(async (tx) => (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter((item) => item.runId === runId));
+      const [candidate] = await store.transaction(async (tx) =>
+        (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
+          (item) => item.runId === runId,
+        ),
+      );
       expect(candidate).toBeDefined();
       // Race several admissions of the same epoch; exactly one wins.
-      const results = await Promise.allSettled(Array.from({ length: 6 }, () => c.admit(candidate!)));
-      const wins = results.filter((result) => result.status === "fulfilled" && result.value === true).length;
+      const results = await Promise.allSettled(
+        Array.from({ length: 6 }, () => c.admit(candidate!)),
+      );
+      const wins = results.filter(
+        (result) => result.status === "fulfilled" && result.value === true,
+      ).length;
       expect(wins).toBe(1);
       const attempts = await store.transaction(async (tx) => tx.getAttempts(runId));
       expect(attempts).toHaveLength(1);
-      const receipt = await store.transaction(async (tx) => tx.getAdmission(runId, candidate!.stepRunId, candidate!.stepRunVersion));
+      const receipt = await store.transaction(async (tx) =>
+        tx.getAdmission(runId, candidate!.stepRunId, candidate!.stepRunVersion),
+      );
       expect(receipt?.attemptId).toBe(attempts[0]?.id);
       // Exact replay: the same epoch answers from the durable receipt and writes nothing.
       const before = await snapshot(store, runId);
@@ -157,7 +226,11 @@ export function describeStoreContract(factory: DriverFactory): void {
       expect(replay).toEqual({ kind: "replayed", receipt });
       expect(await snapshot(store, runId)).toEqual(before);
       // The candidate list no longer offers the admitted epoch.
-      const again = await store.transaction(async (tx) => (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter((item) => item.runId === runId));
+      const again = await store.transaction(async (tx) =>
+        (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
+          (item) => item.runId === runId,
+        ),
+      );
       expect(again).toEqual([]);
     });
 
@@ -165,7 +238,11 @@ export function describeStoreContract(factory: DriverFactory): void {
       const runId = await newWorkflowRun("lost-pkg");
       const c = coordinator();
       await c.frontier(runId);
-      const [candidate] = await store.transaction(async (tx) => (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter((item) => item.runId === runId));
+      const [candidate] = await store.transaction(async (tx) =>
+        (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
+          (item) => item.runId === runId,
+        ),
+      );
       lossy.arm();
       await expect(c.admit(candidate!)).rejects.toThrow(/lost commit response/);
       const afterLoss = await snapshot(store, runId);
@@ -180,17 +257,34 @@ export function describeStoreContract(factory: DriverFactory): void {
       await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, wideManifest("wide-pkg", 70), nowMs);
-        await startRun(tx, { package: "wide-pkg", target: { kind: "workflow", name: "wide" }, idempotencyKey: null, scheduleName: null, runId }, nowMs);
+        await startRun(
+          tx,
+          {
+            package: "wide-pkg",
+            target: { kind: "workflow", name: "wide" },
+            idempotencyKey: null,
+            scheduleName: null,
+            runId,
+          },
+          nowMs,
+        );
       });
       // The frontier alone: 70 ready steps, none admitted (the admission and dispatch budgets are zero).
-      const frontierOnly = { ...PROFILES.standalone, frontier: { pageSize: 64, pages: 4 }, admission: { pageSize: 64, pages: 0 }, dispatch: 0 };
+      const frontierOnly = {
+        ...PROFILES.standalone,
+        frontier: { pageSize: 64, pages: 4 },
+        admission: { pageSize: 64, pages: 0 },
+        dispatch: 0,
+      };
       await new Coordinator({ store, clock, ids, profile: frontierOnly, executors: {} }).tick();
       const ours = new Set<string>();
       let after: AdmissionCandidate | null = null;
       let pages = 0;
       for (;;) {
         const cursor: AdmissionCandidate | null = after;
-        const page: AdmissionCandidate[] = await store.transaction(async (tx) => tx.listAdmissionCandidates(cursor, 1000, clock.nowMs()));
+        const page: AdmissionCandidate[] = await store.transaction(async (tx) =>
+          tx.listAdmissionCandidates(cursor, 1000, clock.nowMs()),
+        );
         pages += 1;
         if (pages === 1) expect(page.length).toBe(MAX_ADMISSION_PAGE);
         expect(page.length).toBeLessThanOrEqual(MAX_ADMISSION_PAGE);
@@ -208,10 +302,14 @@ export function describeStoreContract(factory: DriverFactory): void {
         clock.advance(1);
         await newWorkflowRun(`list-pkg`);
       }
-      const first = await store.transaction(async (tx) => tx.listRuns({ status: null, cursor: null, limit: 3 }));
+      const first = await store.transaction(async (tx) =>
+        tx.listRuns({ status: null, cursor: null, limit: 3 }),
+      );
       clock.advance(1);
       await newWorkflowRun("list-pkg");
-      const second = await store.transaction(async (tx) => tx.listRuns({ status: null, cursor: first[first.length - 1]!.id, limit: 3 }));
+      const second = await store.transaction(async (tx) =>
+        tx.listRuns({ status: null, cursor: first[first.length - 1]!.id, limit: 3 }),
+      );
       const seen = new Set(first.map((run) => run.id));
       for (const run of second) expect(seen.has(run.id)).toBe(false);
       expect(second[0]!.createdAtMs).toBeLessThanOrEqual(first[first.length - 1]!.createdAtMs);
@@ -223,7 +321,9 @@ export function describeStoreContract(factory: DriverFactory): void {
       await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
       const before = await snapshot(store, runId);
       const back = clock.nowMs() - 5_000;
-      const error = await store.transaction(async (tx) => tx.observe(back)).catch((caught: unknown) => caught);
+      const error = await store
+        .transaction(async (tx) => tx.observe(back))
+        .catch((caught: unknown) => caught);
       expect(isQlrError(error, "clock_regression")).toBe(true);
       expect(await snapshot(store, runId)).toEqual(before);
     });
@@ -233,7 +333,17 @@ export function describeStoreContract(factory: DriverFactory): void {
         store.transaction(async (tx) => {
           const nowMs = await tx.observe(clock.nowMs());
           await applyPackage(tx, diamondManifest("idem-pkg"), nowMs);
-          return startRun(tx, { package: "idem-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: key, scheduleName: null, runId: ids.runId() }, nowMs);
+          return startRun(
+            tx,
+            {
+              package: "idem-pkg",
+              target: { kind: "workflow", name: "diamond" },
+              idempotencyKey: key,
+              scheduleName: null,
+              runId: ids.runId(),
+            },
+            nowMs,
+          );
         });
       const first = await start("nightly-2026-11-30");
       const second = await start("nightly-2026-11-30");
@@ -248,10 +358,31 @@ export function describeStoreContract(factory: DriverFactory): void {
       const runId = await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, diamondManifest("io-pkg"), nowMs);
-        return (await startRun(tx, { package: "io-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: ids.runId(), input }, nowMs)).run.id;
+        return (
+          await startRun(
+            tx,
+            {
+              package: "io-pkg",
+              target: { kind: "workflow", name: "diamond" },
+              idempotencyKey: null,
+              scheduleName: null,
+              runId: ids.runId(),
+              input,
+            },
+            nowMs,
+          )
+        ).run.id;
       });
       await coordinator().frontier(runId);
-      const candidate = (await store.transaction((tx) => tx.listAdmissionCandidates({ runId, stepRunId: "", stepRunVersion: 0 }, 64, clock.nowMs()))).find((item) => item.runId === runId);
+      const candidate = (
+        await store.transaction((tx) =>
+          tx.listAdmissionCandidates(
+            { runId, stepRunId: "", stepRunVersion: 0 },
+            64,
+            clock.nowMs(),
+          ),
+        )
+      ).find((item) => item.runId === runId);
       expect(candidate).toBeDefined();
       if (candidate !== undefined) await coordinator().admit(candidate);
       const attemptId = (await store.transaction((tx) => tx.getAttempts(runId)))[0]?.id ?? "";
@@ -263,23 +394,74 @@ export function describeStoreContract(factory: DriverFactory): void {
           await tx.apply(change(scope, nowMs));
         });
       await step((scope, nowMs) => markStarting(scope, nowMs));
-      await step((scope, nowMs) => markRunning(scope, { pid: 77, processStartTicks: "1", bootId: "b", startedAtMs: nowMs }, nowMs));
-      await step((scope, nowMs) => complete(scope, { startedAtMs: nowMs, finishedAtMs: nowMs, exitCode: 0, signal: null, stopReason: null, spawnError: null, output }, scope.definition.retry, nowMs));
+      await step((scope, nowMs) =>
+        markRunning(
+          scope,
+          { pid: 77, processStartTicks: "1", bootId: "b", startedAtMs: nowMs },
+          nowMs,
+        ),
+      );
+      await step((scope, nowMs) =>
+        complete(
+          scope,
+          {
+            startedAtMs: nowMs,
+            finishedAtMs: nowMs,
+            exitCode: 0,
+            signal: null,
+            stopReason: null,
+            spawnError: null,
+            output,
+          },
+          scope.definition.retry,
+          nowMs,
+        ),
+      );
 
-      const stored = await store.transaction(async (tx) => ({ run: await tx.getRun(runId), steps: await tx.getSteps(runId), attempt: await tx.getAttempt(attemptId), listed: await tx.listRuns({ status: null, cursor: null, limit: 500 }) }));
-      expect(stored.run?.input).toEqual({ flag: true, n: 2.5, quote: "a\"b'c\n", region: "eu-中文-é" });
+      const stored = await store.transaction(async (tx) => ({
+        run: await tx.getRun(runId),
+        steps: await tx.getSteps(runId),
+        attempt: await tx.getAttempt(attemptId),
+        listed: await tx.listRuns({ status: null, cursor: null, limit: 500 }),
+      }));
+      expect(stored.run?.input).toEqual({
+        flag: true,
+        n: 2.5,
+        quote: "a\"b'c\n",
+        region: "eu-中文-é",
+      });
       expect(stored.run?.rerunOf).toBeNull();
       expect(stored.listed.find((run) => run.id === runId)?.input).toEqual(stored.run?.input);
       expect(stored.attempt?.output).toEqual(output);
       expect(stored.steps.find((item) => item.name === "a")?.output).toEqual(output);
-      expect(stored.steps.filter((item) => item.name !== "a").every((item) => item.output === null)).toBe(true);
+      expect(
+        stored.steps.filter((item) => item.name !== "a").every((item) => item.output === null),
+      ).toBe(true);
 
       await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
       await coordinator().convergeRun(runId);
-      const rerun = await store.transaction(async (tx) => rerunRun(tx, { runId, fromFailed: true, newRunId: ids.runId(), idempotencyKey: null }, await tx.observe(clock.nowMs())));
-      const again = await store.transaction(async (tx) => ({ run: await tx.getRun(rerun.run.id), steps: await tx.getSteps(rerun.run.id) }));
-      expect(again.run).toMatchObject({ rerunOf: runId, input: stored.run?.input, planDigest: stored.run?.planDigest });
-      expect(again.steps.map((item) => [item.name, item.status, item.output])).toEqual([["a", "succeeded", output], ["b", "pending", null], ["c", "pending", null], ["d", "pending", null]]);
+      const rerun = await store.transaction(async (tx) =>
+        rerunRun(
+          tx,
+          { runId, fromFailed: true, newRunId: ids.runId(), idempotencyKey: null },
+          await tx.observe(clock.nowMs()),
+        ),
+      );
+      const again = await store.transaction(async (tx) => ({
+        run: await tx.getRun(rerun.run.id),
+        steps: await tx.getSteps(rerun.run.id),
+      }));
+      expect(again.run).toMatchObject({
+        rerunOf: runId,
+        input: stored.run?.input,
+        planDigest: stored.run?.planDigest,
+      });
+      expect(again.steps.map((item) => [item.name, item.status, item.output])).toEqual([
+        ["a", "succeeded", output],
+        ["b", "pending", null],
+        ["c", "pending", null],
+        ["d", "pending", null],
+      ]);
     });
 
     /**
@@ -290,19 +472,40 @@ export function describeStoreContract(factory: DriverFactory): void {
      */
     it("retention purges exactly the runs the rule selects, with all they own, and nothing referenced", async () => {
       const p = (index: number): string => (driver.dialect === "postgres" ? `$${index}` : "?");
-      const raw = <R extends Record<string, unknown>>(sql: string, params: (string | number | null)[] = []) => driver.transaction((tx) => tx.query<R>(sql, params));
+      const raw = <R extends Record<string, unknown>>(
+        sql: string,
+        params: (string | number | null)[] = [],
+      ) => driver.transaction((tx) => tx.query<R>(sql, params));
       const c = coordinator();
       /** A workflow run with an admitted attempt, cancelled and converged: terminal with a receipt, events and mutations. */
       const finishedRun = async (idempotencyKey: string | null): Promise<string> => {
         const runId = await store.transaction(async (tx) => {
           const nowMs = await tx.observe(clock.nowMs());
           await applyPackage(tx, diamondManifest("purge-pkg"), nowMs);
-          return (await startRun(tx, { package: "purge-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey, scheduleName: null, runId: ids.runId() }, nowMs)).run.id;
+          return (
+            await startRun(
+              tx,
+              {
+                package: "purge-pkg",
+                target: { kind: "workflow", name: "diamond" },
+                idempotencyKey,
+                scheduleName: null,
+                runId: ids.runId(),
+              },
+              nowMs,
+            )
+          ).run.id;
         });
         await c.frontier(runId);
-        const candidates = await store.transaction(async (tx) => (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter((item) => item.runId === runId));
+        const candidates = await store.transaction(async (tx) =>
+          (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
+            (item) => item.runId === runId,
+          ),
+        );
         for (const candidate of candidates) await c.admit(candidate);
-        await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
+        await store.transaction(async (tx) =>
+          cancelRun(tx, runId, await tx.observe(clock.nowMs())),
+        );
         await c.convergeRun(runId);
         const run = await store.transaction(async (tx) => tx.getRun(runId));
         expect(run?.status).toBe("cancelled");
@@ -321,26 +524,50 @@ export function describeStoreContract(factory: DriverFactory): void {
       const withLiveAttempt = await finishedRun(null);
       const stillRunning = await newWorkflowRun("purge-pkg");
       // A schedule's overlap rule reads its last run; an attempt marked live may still run.
-      await raw(`INSERT INTO schedules (package, name, generation, spec, next_fire_at_ms, last_fire_at_ms, last_run_id, missed_fires, skipped_overlaps, version) VALUES (${p(1)}, ${p(2)}, 1, '{}', NULL, NULL, ${p(3)}, 0, 0, 1)`, ["purge-pkg", "keeper", scheduled]);
-      await raw(`UPDATE run_attempts SET status = 'running' WHERE run_id = ${p(1)}`, [withLiveAttempt]);
+      await raw(
+        `INSERT INTO schedules (package, name, generation, spec, next_fire_at_ms, last_fire_at_ms, last_run_id, missed_fires, skipped_overlaps, version) VALUES (${p(1)}, ${p(2)}, 1, '{}', NULL, NULL, ${p(3)}, 0, 0, 1)`,
+        ["purge-pkg", "keeper", scheduled],
+      );
+      await raw(`UPDATE run_attempts SET status = 'running' WHERE run_id = ${p(1)}`, [
+        withLiveAttempt,
+      ]);
       clock.advance(10 * 60_000);
       const recentA = await finishedRun(null);
       clock.advance(1);
       const recentB = await finishedRun(null);
 
-      interface Facts { id: string; status: string; finished: number | null; key: string | null; frontier: number; live: number; refs: number }
+      interface Facts {
+        id: string;
+        status: string;
+        finished: number | null;
+        key: string | null;
+        frontier: number;
+        live: number;
+        refs: number;
+      }
       const facts = async (): Promise<Facts[]> =>
-        (await raw<Record<string, unknown>>(`SELECT r.id, r.status, r.finished_at_ms, r.idempotency_key, r.frontier_due,
+        (
+          await raw<
+            Record<string, unknown>
+          >(`SELECT r.id, r.status, r.finished_at_ms, r.idempotency_key, r.frontier_due,
             (SELECT COUNT(*) FROM run_attempts a WHERE a.run_id = r.id AND a.status IN ('claimed', 'starting', 'running')) AS live,
-            (SELECT COUNT(*) FROM schedules s WHERE s.last_run_id = r.id) AS refs FROM runs r`)).map((row) => ({
-          id: String(row.id), status: String(row.status), finished: row.finished_at_ms === null ? null : Number(row.finished_at_ms), key: typeof row.idempotency_key === "string" ? row.idempotency_key : null,
-          frontier: Number(row.frontier_due), live: Number(row.live), refs: Number(row.refs),
+            (SELECT COUNT(*) FROM schedules s WHERE s.last_run_id = r.id) AS refs FROM runs r`)
+        ).map((row) => ({
+          id: String(row.id),
+          status: String(row.status),
+          finished: row.finished_at_ms === null ? null : Number(row.finished_at_ms),
+          key: typeof row.idempotency_key === "string" ? row.idempotency_key : null,
+          frontier: Number(row.frontier_due),
+          live: Number(row.live),
+          refs: Number(row.refs),
         }));
       const terminal = new Set(["succeeded", "failed", "timed_out", "cancelled", "lost"]);
       /** The oracle: which runs must go under `policy` at `nowMs`. */
       const expectedPurge = (all: Facts[], policy: RetentionPolicy, nowMs: number): Set<string> => {
         const finished = all.filter((run) => terminal.has(run.status) && run.finished !== null);
-        const newestFirst = [...finished].sort((a, b) => (b.finished! - a.finished!) || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
+        const newestFirst = [...finished].sort(
+          (a, b) => b.finished! - a.finished! || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0),
+        );
         const kept = new Set(newestFirst.slice(0, policy.maxRuns).map((run) => run.id));
         return new Set(
           finished
@@ -354,38 +581,88 @@ export function describeStoreContract(factory: DriverFactory): void {
       };
       const childCounts = async (runId: string): Promise<number[]> => {
         const counts: number[] = [];
-        for (const table of ["step_runs", "run_attempts", "admission_receipts", "run_events", "step_mutations"]) {
-          counts.push(Number((await raw<{ n: number }>(`SELECT COUNT(*) AS n FROM ${table} WHERE run_id = ${p(1)}`, [runId]))[0]?.n ?? 0));
+        for (const table of [
+          "step_runs",
+          "run_attempts",
+          "admission_receipts",
+          "run_events",
+          "step_mutations",
+        ]) {
+          counts.push(
+            Number(
+              (
+                await raw<{ n: number }>(
+                  `SELECT COUNT(*) AS n FROM ${table} WHERE run_id = ${p(1)}`,
+                  [runId],
+                )
+              )[0]?.n ?? 0,
+            ),
+          );
         }
         return counts;
       };
       const orphanRows = async (): Promise<number> => {
         let total = 0;
-        for (const table of ["step_runs", "run_attempts", "admission_receipts", "run_events", "step_mutations"]) {
-          total += Number((await raw<{ n: number }>(`SELECT COUNT(*) AS n FROM ${table} t WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = t.run_id)`))[0]?.n ?? 0);
+        for (const table of [
+          "step_runs",
+          "run_attempts",
+          "admission_receipts",
+          "run_events",
+          "step_mutations",
+        ]) {
+          total += Number(
+            (
+              await raw<{ n: number }>(
+                `SELECT COUNT(*) AS n FROM ${table} t WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = t.run_id)`,
+              )
+            )[0]?.n ?? 0,
+          );
         }
-        total += Number((await raw<{ n: number }>("SELECT COUNT(*) AS n FROM run_attempts a WHERE a.step_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM step_runs s WHERE s.id = a.step_run_id)"))[0]?.n ?? 0);
+        total += Number(
+          (
+            await raw<{ n: number }>(
+              "SELECT COUNT(*) AS n FROM run_attempts a WHERE a.step_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM step_runs s WHERE s.id = a.step_run_id)",
+            )
+          )[0]?.n ?? 0,
+        );
         return total;
       };
-      const purgeWith = async (policy: RetentionPolicy): Promise<{ before: Facts[]; expected: Set<string>; purged: string[] }> => {
+      const purgeWith = async (
+        policy: RetentionPolicy,
+      ): Promise<{ before: Facts[]; expected: Set<string>; purged: string[] }> => {
         const before = await facts();
         const expected = expectedPurge(before, policy, clock.nowMs());
         const purged: string[] = [];
-        const purging = new Coordinator({ store, clock, ids, profile: PROFILES.edge, executors: {}, retention: policy, onPurge: (run) => purged.push(run.runId) });
+        const purging = new Coordinator({
+          store,
+          clock,
+          ids,
+          profile: PROFILES.edge,
+          executors: {},
+          retention: policy,
+          onPurge: (run) => purged.push(run.runId),
+        });
         // Edge budget: 4 runs per cycle. Bounded: the expected set plus a margin of cycles.
         for (let round = 0; round < expected.size + 5; round += 1) await purging.tick();
         return { before, expected, purged };
       };
       // The still-running run moves on while the cycles run (admission, frontier); the others are settled.
-      const protectedCounts = { scheduled: await childCounts(scheduled), withLiveAttempt: await childCounts(withLiveAttempt), keyed: await childCounts(keyed) };
+      const protectedCounts = {
+        scheduled: await childCounts(scheduled),
+        withLiveAttempt: await childCounts(withLiveAttempt),
+        keyed: await childCounts(keyed),
+      };
 
       // Phase 1, by count: only the newest two terminal runs stay, besides what the rules protect.
       const byCount = await purgeWith({ horizonMs: 3_650 * 86_400_000, maxRuns: 2 });
       expect(byCount.expected.has(plain)).toBe(true);
-      for (const runId of [keyed, scheduled, withLiveAttempt, stillRunning, recentA, recentB]) expect(byCount.expected.has(runId), runId).toBe(false);
+      for (const runId of [keyed, scheduled, withLiveAttempt, stillRunning, recentA, recentB])
+        expect(byCount.expected.has(runId), runId).toBe(false);
       expect(new Set(byCount.purged)).toEqual(byCount.expected);
       const afterCount = new Set((await facts()).map((run) => run.id));
-      expect(afterCount).toEqual(new Set(byCount.before.map((run) => run.id).filter((id) => !byCount.expected.has(id))));
+      expect(afterCount).toEqual(
+        new Set(byCount.before.map((run) => run.id).filter((id) => !byCount.expected.has(id))),
+      );
       expect(await childCounts(plain)).toEqual([0, 0, 0, 0, 0]);
       expect(await orphanRows()).toBe(0);
       expect(await childCounts(keyed)).toEqual(protectedCounts.keyed);
@@ -393,18 +670,34 @@ export function describeStoreContract(factory: DriverFactory): void {
       // Phase 2, by time: everything terminal older than a minute goes, the keyed run included.
       clock.advance(2 * 60_000);
       const byTime = await purgeWith({ horizonMs: 60_000, maxRuns: 10_000_000 });
-      for (const runId of [keyed, recentA, recentB]) expect(byTime.expected.has(runId), runId).toBe(true);
+      for (const runId of [keyed, recentA, recentB])
+        expect(byTime.expected.has(runId), runId).toBe(true);
       expect(new Set(byTime.purged)).toEqual(byTime.expected);
       const afterTime = new Set((await facts()).map((run) => run.id));
-      expect(afterTime).toEqual(new Set(byTime.before.map((run) => run.id).filter((id) => !byTime.expected.has(id))));
+      expect(afterTime).toEqual(
+        new Set(byTime.before.map((run) => run.id).filter((id) => !byTime.expected.has(id))),
+      );
       expect(await orphanRows()).toBe(0);
       expect(await childCounts(scheduled)).toEqual(protectedCounts.scheduled);
       expect(await childCounts(withLiveAttempt)).toEqual(protectedCounts.withLiveAttempt);
       expect((await childCounts(stillRunning))[0]).toBe(4);
-      for (const runId of [scheduled, withLiveAttempt, stillRunning]) expect(afterTime.has(runId), runId).toBe(true);
+      for (const runId of [scheduled, withLiveAttempt, stillRunning])
+        expect(afterTime.has(runId), runId).toBe(true);
       // A purged run reads as absent, and its idempotency key starts a new run.
       expect(await store.transaction(async (tx) => tx.getRun(keyed))).toBeNull();
-      const restarted = await store.transaction(async (tx) => startRun(tx, { package: "purge-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: "purge-contract-key", scheduleName: null, runId: ids.runId() }, await tx.observe(clock.nowMs())));
+      const restarted = await store.transaction(async (tx) =>
+        startRun(
+          tx,
+          {
+            package: "purge-pkg",
+            target: { kind: "workflow", name: "diamond" },
+            idempotencyKey: "purge-contract-key",
+            scheduleName: null,
+            runId: ids.runId(),
+          },
+          await tx.observe(clock.nowMs()),
+        ),
+      );
       expect(restarted.created).toBe(true);
       expect(restarted.run.id).not.toBe(keyed);
     });
@@ -412,41 +705,90 @@ export function describeStoreContract(factory: DriverFactory): void {
     it("a run entering failed, timed_out or lost writes its alerts in the same transaction, once; the outbox is CAS-guarded and purged with the run", async () => {
       const base = diamondManifest("notify-pkg");
       const hook = { kind: "webhook" as const, url: "http://127.0.0.1:9/hook", secret: null };
-      const manifest = { ...base, workflows: base.workflows.map((workflow) => ({ ...workflow, notify: [hook, { kind: "command" as const, argv: ["logger", "x"] }] })) };
+      const manifest = {
+        ...base,
+        workflows: base.workflows.map((workflow) => ({
+          ...workflow,
+          notify: [hook, { kind: "command" as const, argv: ["logger", "x"] }],
+        })),
+      };
       const start = async (): Promise<string> =>
         store.transaction(async (tx) => {
           const nowMs = await tx.observe(clock.nowMs());
           await applyPackage(tx, manifest, nowMs);
-          const { run } = await startRun(tx, { package: "notify-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs);
+          const { run } = await startRun(
+            tx,
+            {
+              package: "notify-pkg",
+              target: { kind: "workflow", name: "diamond" },
+              idempotencyKey: null,
+              scheduleName: null,
+              runId: ids.runId(),
+            },
+            nowMs,
+          );
           return run.id;
         });
-      const settle = async (runId: string, status: "failed" | "succeeded" | "lost", failWith: Error | null = null): Promise<void> =>
+      const settle = async (
+        runId: string,
+        status: "failed" | "succeeded" | "lost",
+        failWith: Error | null = null,
+      ): Promise<void> =>
         store.transaction(async (tx) => {
           const nowMs = await tx.observe(clock.nowMs());
           const run = await tx.getRun(runId);
           if (run === null) throw new Error("no run");
-          await tx.apply({ runs: [{ before: run, after: { ...run, status, version: run.version + 1, updatedAtMs: nowMs, finishedAtMs: nowMs } }], steps: [], attempts: [], events: [], mutations: [], admissions: [], frontierDue: [] });
+          await tx.apply({
+            runs: [
+              {
+                before: run,
+                after: {
+                  ...run,
+                  status,
+                  version: run.version + 1,
+                  updatedAtMs: nowMs,
+                  finishedAtMs: nowMs,
+                },
+              },
+            ],
+            steps: [],
+            attempts: [],
+            events: [],
+            mutations: [],
+            admissions: [],
+            frontierDue: [],
+          });
           if (failWith !== null) throw failWith;
         });
-      const outbox = async (runId: string) => store.transaction(async (tx) => tx.listNotifications({ runId, state: null, cursor: null, limit: 10 }));
+      const outbox = async (runId: string) =>
+        store.transaction(async (tx) =>
+          tx.listNotifications({ runId, state: null, cursor: null, limit: 10 }),
+        );
 
       // A transaction that fails after the transition leaves neither the transition nor an alert.
       const rolledBack = await start();
-      await expect(settle(rolledBack, "failed", new Error("after the transition"))).rejects.toThrow("after the transition");
+      await expect(settle(rolledBack, "failed", new Error("after the transition"))).rejects.toThrow(
+        "after the transition",
+      );
       expect(await outbox(rolledBack)).toEqual([]);
 
       const failed = await start();
       clock.advance(1000);
       await settle(failed, "failed");
       const entries = await outbox(failed);
-      expect(entries.map((entry) => [entry.event, entry.notifier.kind, entry.state, entry.attempts])).toEqual(
+      expect(
+        entries.map((entry) => [entry.event, entry.notifier.kind, entry.state, entry.attempts]),
+      ).toEqual(
         expect.arrayContaining([
           ["run.failed", "webhook", "pending", 0],
           ["run.failed", "command", "pending", 0],
         ]),
       );
       expect(entries).toHaveLength(2);
-      expect(JSON.parse(entries[0]?.payload ?? "{}")).toMatchObject({ event: "run.failed", run: { id: failed, status: "failed", package: "notify-pkg", target: "diamond" } });
+      expect(JSON.parse(entries[0]?.payload ?? "{}")).toMatchObject({
+        event: "run.failed",
+        run: { id: failed, status: "failed", package: "notify-pkg", target: "diamond" },
+      });
 
       // A run that succeeded alerts nobody.
       const succeeded = await start();
@@ -455,18 +797,38 @@ export function describeStoreContract(factory: DriverFactory): void {
 
       // Due entries, then one claim and one record under the version fence; a stale writer conflicts.
       const nowMs = clock.nowMs();
-      const due = (await store.transaction(async (tx) => tx.listDueNotifications(nowMs, 500))).filter((entry) => entry.runId === failed);
+      const due = (
+        await store.transaction(async (tx) => tx.listDueNotifications(nowMs, 500))
+      ).filter((entry) => entry.runId === failed);
       expect(due).toHaveLength(2);
       const first = due[0];
       if (first === undefined) throw new Error("no entry");
       const claim = claimForDelivery(first, nowMs);
       if (claim === null) throw new Error("not claimable");
       await store.transaction(async (tx) => tx.updateNotification(claim, first.version));
-      await expect(store.transaction(async (tx) => tx.updateNotification(claim, first.version))).rejects.toSatisfy((error: unknown) => isQlrError(error, "conflict"));
-      expect((await store.transaction(async (tx) => tx.listDueNotifications(nowMs, 500))).map((entry) => entry.id)).not.toContain(first.id);
-      await store.transaction(async (tx) => tx.updateNotification(recordDelivery(claim, { ok: true }, nowMs), claim.version));
-      expect(await store.transaction(async (tx) => tx.getNotification(first.id))).toMatchObject({ state: "delivered", attempts: 1, deliveredAtMs: nowMs });
-      expect((await store.transaction(async (tx) => tx.listNotifications({ runId: null, state: "delivered", cursor: null, limit: 500 }))).map((entry) => entry.id)).toContain(first.id);
+      await expect(
+        store.transaction(async (tx) => tx.updateNotification(claim, first.version)),
+      ).rejects.toSatisfy((error: unknown) => isQlrError(error, "conflict"));
+      expect(
+        (await store.transaction(async (tx) => tx.listDueNotifications(nowMs, 500))).map(
+          (entry) => entry.id,
+        ),
+      ).not.toContain(first.id);
+      await store.transaction(async (tx) =>
+        tx.updateNotification(recordDelivery(claim, { ok: true }, nowMs), claim.version),
+      );
+      expect(await store.transaction(async (tx) => tx.getNotification(first.id))).toMatchObject({
+        state: "delivered",
+        attempts: 1,
+        deliveredAtMs: nowMs,
+      });
+      expect(
+        (
+          await store.transaction(async (tx) =>
+            tx.listNotifications({ runId: null, state: "delivered", cursor: null, limit: 500 }),
+          )
+        ).map((entry) => entry.id),
+      ).toContain(first.id);
 
       // Retention takes a run's alerts with it.
       await store.transaction(async (tx) => tx.purgeRun(failed));
@@ -480,17 +842,54 @@ export function describeStoreContract(factory: DriverFactory): void {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, manifest, nowMs);
         const started: string[] = [];
-        for (let index = 0; index < 4; index += 1) started.push((await startRun(tx, { package: "overview-pkg", target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs)).run.id);
+        for (let index = 0; index < 4; index += 1)
+          started.push(
+            (
+              await startRun(
+                tx,
+                {
+                  package: "overview-pkg",
+                  target: { kind: "workflow", name: "diamond" },
+                  idempotencyKey: null,
+                  scheduleName: null,
+                  runId: ids.runId(),
+                },
+                nowMs,
+              )
+            ).run.id,
+          );
         return started;
       });
       const finalNow = startedAt + 90 * 60_000;
       const before = await store.transaction(async (tx) => tx.overview(finalNow, 24));
-      const settle = async (runId: string, status: "failed" | "succeeded" | "timed_out"): Promise<number> =>
+      const settle = async (
+        runId: string,
+        status: "failed" | "succeeded" | "timed_out",
+      ): Promise<number> =>
         store.transaction(async (tx) => {
           const nowMs = await tx.observe(clock.nowMs());
           const run = await tx.getRun(runId);
           if (run === null) throw new Error("no run");
-          await tx.apply({ runs: [{ before: run, after: { ...run, status, version: run.version + 1, updatedAtMs: nowMs, finishedAtMs: nowMs } }], steps: [], attempts: [], events: [], mutations: [], admissions: [], frontierDue: [] });
+          await tx.apply({
+            runs: [
+              {
+                before: run,
+                after: {
+                  ...run,
+                  status,
+                  version: run.version + 1,
+                  updatedAtMs: nowMs,
+                  finishedAtMs: nowMs,
+                },
+              },
+            ],
+            steps: [],
+            attempts: [],
+            events: [],
+            mutations: [],
+            admissions: [],
+            frontierDue: [],
+          });
           return nowMs;
         });
       clock.advance(30 * 60_000);
@@ -502,34 +901,67 @@ export function describeStoreContract(factory: DriverFactory): void {
       const after = await store.transaction(async (tx) => tx.overview(finalNow, 24));
 
       const hourOf = (ms: number): number => Math.floor(ms / 3_600_000) * 3_600_000;
-      const counts = (overview: typeof after): Map<string, number> => new Map(overview.runsPerHour.map((row) => [`${row.hourStartMs}|${row.status}`, row.count]));
+      const counts = (overview: typeof after): Map<string, number> =>
+        new Map(overview.runsPerHour.map((row) => [`${row.hourStartMs}|${row.status}`, row.count]));
       const added = new Map<string, number>();
       for (const [key, count] of counts(after)) {
         const delta = count - (counts(before).get(key) ?? 0);
         if (delta !== 0) added.set(key, delta);
       }
       const expected = new Map<string, number>();
-      for (const [ms, status] of [[firstEnd, "failed"], [secondEnd, "succeeded"], [secondEnd, "timed_out"]] as const) expected.set(`${hourOf(ms)}|${status}`, (expected.get(`${hourOf(ms)}|${status}`) ?? 0) + 1);
+      for (const [ms, status] of [
+        [firstEnd, "failed"],
+        [secondEnd, "succeeded"],
+        [secondEnd, "timed_out"],
+      ] as const)
+        expected.set(`${hourOf(ms)}|${status}`, (expected.get(`${hourOf(ms)}|${status}`) ?? 0) + 1);
       expect(added).toEqual(expected);
 
       const mine = after.durations.filter((row) => row.package === "overview-pkg");
-      expect(mine.map((row) => [row.hourStartMs, row.workflow, row.runs, row.avgDurationMs, row.maxDurationMs])).toEqual(
+      expect(
+        mine.map((row) => [
+          row.hourStartMs,
+          row.workflow,
+          row.runs,
+          row.avgDurationMs,
+          row.maxDurationMs,
+        ]),
+      ).toEqual(
         [
           [hourOf(firstEnd), "diamond", 1, 30 * 60_000, 30 * 60_000],
           [hourOf(secondEnd), "diamond", 2, 90 * 60_000, 90 * 60_000],
-        ].sort((a, b) => Number(a[0]) - Number(b[0])).reduce<(string | number)[][]>((rowsByHour, row) => {
-          const last = rowsByHour[rowsByHour.length - 1];
-          if (last !== undefined && last[0] === row[0]) {
-            const runs = Number(last[2]) + Number(row[2]);
-            return [...rowsByHour.slice(0, -1), [row[0] ?? 0, "diamond", runs, Math.round((Number(last[3]) * Number(last[2]) + Number(row[3]) * Number(row[2])) / runs), Math.max(Number(last[4]), Number(row[4]))]];
-          }
-          return [...rowsByHour, row];
-        }, []),
+        ]
+          .sort((a, b) => Number(a[0]) - Number(b[0]))
+          .reduce<(string | number)[][]>((rowsByHour, row) => {
+            const last = rowsByHour[rowsByHour.length - 1];
+            if (last !== undefined && last[0] === row[0]) {
+              const runs = Number(last[2]) + Number(row[2]);
+              return [
+                ...rowsByHour.slice(0, -1),
+                [
+                  row[0] ?? 0,
+                  "diamond",
+                  runs,
+                  Math.round(
+                    (Number(last[3]) * Number(last[2]) + Number(row[3]) * Number(row[2])) / runs,
+                  ),
+                  Math.max(Number(last[4]), Number(row[4])),
+                ],
+              ];
+            }
+            return [...rowsByHour, row];
+          }, []),
       );
-      expect(after.recentFailures.filter((run) => run.package === "overview-pkg").map((run) => [run.id, run.status])).toEqual([
-        [runIds[2], "timed_out"],
-        [runIds[0], "failed"],
-      ].sort((a, b) => (a[1] === "timed_out" ? -1 : b[1] === "timed_out" ? 1 : 0)));
+      expect(
+        after.recentFailures
+          .filter((run) => run.package === "overview-pkg")
+          .map((run) => [run.id, run.status]),
+      ).toEqual(
+        [
+          [runIds[2], "timed_out"],
+          [runIds[0], "failed"],
+        ].sort((a, b) => (a[1] === "timed_out" ? -1 : b[1] === "timed_out" ? 1 : 0)),
+      );
       expect(after.active.map((run) => run.id)).toContain(runIds[3]);
       expect(after.activeCount).toBeGreaterThanOrEqual(1);
       expect(after.active.length).toBeLessThanOrEqual(20);

@@ -4,7 +4,16 @@
  */
 import { TERMINAL_ATTEMPT_STATUSES, TERMINAL_RUN_STATUSES } from "../../src/model.ts";
 import { QlrClient } from "../../runtimes/http/client.ts";
-import type { ApplyView, AttemptView, EventView, RecoveryView, RunDetail, RunView, StepView, TickReportView } from "../../runtimes/http/contract.ts";
+import type {
+  ApplyView,
+  AttemptView,
+  EventView,
+  RecoveryView,
+  RunDetail,
+  RunView,
+  StepView,
+  TickReportView,
+} from "../../runtimes/http/contract.ts";
 import { waitFor } from "./wait.ts";
 
 export const TERMINAL_RUN: ReadonlySet<string> = TERMINAL_RUN_STATUSES;
@@ -22,7 +31,11 @@ export class Api {
   }
 
   /** Any call, whatever its status: the body parsed as JSON when it is JSON, else the text. */
-  async call<T>(method: string, path: string, body?: { text: string; contentType: string }): Promise<{ status: number; body: T }> {
+  async call<T>(
+    method: string,
+    path: string,
+    body?: { text: string; contentType: string },
+  ): Promise<{ status: number; body: T }> {
     const response = await this.client.send(method, path, body);
     const text = await response.text();
     let parsed: unknown = text;
@@ -44,8 +57,12 @@ export class Api {
 
   /** Cancels; a cancel is accepted (202) or throws. */
   async cancel(runId: string): Promise<{ status: number; run: RunView }> {
-    const answer = await this.call<{ run: RunView }>("POST", `runs/${encodeURIComponent(runId)}/cancel`);
-    if (answer.status !== 202) throw new Error(`cancel answered ${answer.status}: ${JSON.stringify(answer.body)}`);
+    const answer = await this.call<{ run: RunView }>(
+      "POST",
+      `runs/${encodeURIComponent(runId)}/cancel`,
+    );
+    if (answer.status !== 202)
+      throw new Error(`cancel answered ${answer.status}: ${JSON.stringify(answer.body)}`);
     return { status: answer.status, run: answer.body.run };
   }
 
@@ -67,21 +84,42 @@ export class Api {
 
   /** Waits until the run is terminal and returns its detail. */
   async waitTerminal(runId: string, timeoutMs = 30_000): Promise<RunDetail> {
-    return waitFor(`run ${runId} to end`, async () => {
-      const detail = await this.run(runId);
-      return TERMINAL_RUN_STATUSES.has(detail.run.status) ? detail : null;
-    }, timeoutMs);
+    return waitFor(
+      `run ${runId} to end`,
+      async () => {
+        const detail = await this.run(runId);
+        return TERMINAL_RUN_STATUSES.has(detail.run.status) ? detail : null;
+      },
+      timeoutMs,
+    );
   }
 
   /** Waits until the named step's latest attempt is running with a pid. */
-  async waitStepRunning(runId: string, stepName: string, timeoutMs = 20_000): Promise<{ detail: RunDetail; step: StepView; attempt: AttemptView & { pid: number } }> {
-    return waitFor(`step ${stepName} of ${runId} to run`, async () => {
-      const detail = await this.run(runId);
-      const step = detail.steps.find((candidate) => candidate.name === stepName);
-      const attempt = detail.attempts.filter((candidate) => candidate.stepRunId === step?.id).at(-1);
-      if (step === undefined || attempt === undefined || attempt.status !== "running" || attempt.pid === null || step.status !== "running") return null;
-      return { detail, step, attempt: attempt as AttemptView & { pid: number } };
-    }, timeoutMs);
+  async waitStepRunning(
+    runId: string,
+    stepName: string,
+    timeoutMs = 20_000,
+  ): Promise<{ detail: RunDetail; step: StepView; attempt: AttemptView & { pid: number } }> {
+    return waitFor(
+      `step ${stepName} of ${runId} to run`,
+      async () => {
+        const detail = await this.run(runId);
+        const step = detail.steps.find((candidate) => candidate.name === stepName);
+        const attempt = detail.attempts
+          .filter((candidate) => candidate.stepRunId === step?.id)
+          .at(-1);
+        if (
+          step === undefined ||
+          attempt === undefined ||
+          attempt.status !== "running" ||
+          attempt.pid === null ||
+          step.status !== "running"
+        )
+          return null;
+        return { detail, step, attempt: attempt as AttemptView & { pid: number } };
+      },
+      timeoutMs,
+    );
   }
 }
 

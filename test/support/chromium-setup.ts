@@ -42,7 +42,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
       const executable = await inflatePackagedChromium(folder);
       project.provide("chromiumPath", executable);
       // The packaged build brings its own fonts; a machine with fontconfig keeps its own.
-      project.provide("chromiumEnv", existsSync("/etc/fonts/fonts.conf") ? {} : { FONTCONFIG_PATH: path.join(folder, "fonts") });
+      project.provide(
+        "chromiumEnv",
+        existsSync("/etc/fonts/fonts.conf") ? {} : { FONTCONFIG_PATH: path.join(folder, "fonts") },
+      );
     } catch (error) {
       await rm(folder, { recursive: true, force: true });
       throw error;
@@ -54,7 +57,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
     project.provide("chromiumEnv", {});
     return () => Promise.resolve();
   }
-  throw new Error(`No Chromium for the page tests on ${platform()}-${arch()}: the packaged one is Linux x64 only. Install Chromium and set QLR_CHROMIUM to its path.`);
+  throw new Error(
+    `No Chromium for the page tests on ${platform()}-${arch()}: the packaged one is Linux x64 only. Install Chromium and set QLR_CHROMIUM to its path.`,
+  );
 }
 
 /**
@@ -68,10 +73,14 @@ async function inflatePackagedChromium(folder: string): Promise<string> {
     const { default: Chromium } = await import("@sparticuz/chromium");
     Chromium.setGraphicsMode = false;
     const executable = await Chromium.executablePath();
-    if (path.dirname(executable) !== folder) throw new Error(`@sparticuz/chromium inflated to ${executable}, outside ${folder}.`);
+    if (path.dirname(executable) !== folder)
+      throw new Error(`@sparticuz/chromium inflated to ${executable}, outside ${folder}.`);
     return executable;
   } catch (error) {
-    throw new Error(`The Chromium of @sparticuz/chromium could not be inflated (run npm ci): ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    throw new Error(
+      `The Chromium of @sparticuz/chromium could not be inflated (run npm ci): ${error instanceof Error ? error.message : String(error)}`,
+      { cause: error },
+    );
   } finally {
     if (previous === undefined) delete process.env.TMPDIR;
     else process.env.TMPDIR = previous;

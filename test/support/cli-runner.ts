@@ -10,11 +10,20 @@ export interface CliResult {
 }
 
 /** Runs `node qlr.mjs ARGS…` to completion (bounded) and returns its exit code and output. */
-export function runCli(bundle: Bundle, args: readonly string[], timeoutMs = 60_000): Promise<CliResult> {
+export function runCli(
+  bundle: Bundle,
+  args: readonly string[],
+  timeoutMs = 60_000,
+): Promise<CliResult> {
   return new Promise((resolveRun) => {
-    execFile(process.execPath, [bundle.qlr, ...args], { env: childEnv(), timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 }, (error, stdout, stderr) => {
-      const code = error === null ? 0 : typeof error.code === "number" ? error.code : -1;
-      resolveRun({ code, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [bundle.qlr, ...args],
+      { env: childEnv(), timeout: timeoutMs, maxBuffer: 4 * 1024 * 1024 },
+      (error, stdout, stderr) => {
+        const code = error === null ? 0 : typeof error.code === "number" ? error.code : -1;
+        resolveRun({ code, stdout, stderr });
+      },
+    );
   });
 }

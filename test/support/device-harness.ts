@@ -35,7 +35,8 @@ export function useDeviceHarness(options: DeviceHarnessOptions = {}): DeviceHarn
   });
   return {
     get bundle(): Bundle {
-      if (bundle === null) throw new Error("the bundle is built in beforeAll: read it inside a test or a hook");
+      if (bundle === null)
+        throw new Error("the bundle is built in beforeAll: read it inside a test or a hook");
       return bundle;
     },
     async scratch(name: string): Promise<Scratch> {

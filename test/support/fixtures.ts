@@ -1,11 +1,29 @@
 import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
 
-export function task(name: string, argv: string[] = ["true"], overrides: Partial<TaskSpec> = {}): TaskSpec {
-  return { name, argv, shell: false, timeoutMs: 60_000, env: {}, cwd: null, executor: "local_process", pool: null, retry: { max: 0, backoffMs: 0, idempotent: false }, ...overrides };
+export function task(
+  name: string,
+  argv: string[] = ["true"],
+  overrides: Partial<TaskSpec> = {},
+): TaskSpec {
+  return {
+    name,
+    argv,
+    shell: false,
+    timeoutMs: 60_000,
+    env: {},
+    cwd: null,
+    executor: "local_process",
+    pool: null,
+    retry: { max: 0, backoffMs: 0, idempotent: false },
+    ...overrides,
+  };
 }
 
 /** A diamond: a → b, a → c, {b, c} → d. */
-export function diamondManifest(packageName = "demo", overrides: { tasks?: TaskSpec[] } = {}): Manifest {
+export function diamondManifest(
+  packageName = "demo",
+  overrides: { tasks?: TaskSpec[] } = {},
+): Manifest {
   return {
     package: packageName,
     description: null,
@@ -28,8 +46,18 @@ export function diamondManifest(packageName = "demo", overrides: { tasks?: TaskS
 
 /** A wide workflow of independent steps, to fill candidate pages. */
 export function wideManifest(packageName: string, width: number): Manifest {
-  const steps = Array.from({ length: width }, (_, index) => ({ name: `s${String(index).padStart(3, "0")}`, task: "work", needs: [] as string[] }));
-  return { package: packageName, description: null, tasks: [task("work")], workflows: [{ name: "wide", description: null, steps }], schedules: [] };
+  const steps = Array.from({ length: width }, (_, index) => ({
+    name: `s${String(index).padStart(3, "0")}`,
+    task: "work",
+    needs: [] as string[],
+  }));
+  return {
+    package: packageName,
+    description: null,
+    tasks: [task("work")],
+    workflows: [{ name: "wide", description: null, steps }],
+    schedules: [],
+  };
 }
 
 /** A controllable clock for tests. */

@@ -39,7 +39,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
   try {
     server = await startEmbeddedPostgres({ user: SERVER_USER });
   } catch (error) {
-    throw new Error(`The test PostgreSQL server could not start, so the PostgreSQL tests cannot run. Set QLR_TEST_DATABASE_URL to use another server.\n${describeError(error)}`, { cause: error });
+    throw new Error(
+      `The test PostgreSQL server could not start, so the PostgreSQL tests cannot run. Set QLR_TEST_DATABASE_URL to use another server.\n${describeError(error)}`,
+      { cause: error },
+    );
   }
   try {
     await assertServerAnswers(server.url, "the embedded server");
@@ -53,12 +56,19 @@ export default async function setup(project: TestProject): Promise<() => Promise
 }
 
 async function assertServerAnswers(url: string, label: string): Promise<void> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS, application_name: "qlr-test-setup" });
+  const client = new pg.Client({
+    connectionString: url,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    application_name: "qlr-test-setup",
+  });
   try {
     await client.connect();
     await client.query("SELECT 1");
   } catch (error) {
-    throw new Error(`The test PostgreSQL server (${label}) does not answer: ${describeError(error)}`, { cause: error });
+    throw new Error(
+      `The test PostgreSQL server (${label}) does not answer: ${describeError(error)}`,
+      { cause: error },
+    );
   } finally {
     await client.end().catch(() => undefined);
   }

@@ -31,14 +31,21 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     url: databaseUrl.toString(),
     drop: () => {
       // WITH (FORCE) (PostgreSQL 13+) ends sessions a failed test left behind.
-      dropping ??= runAdminStatement(serverUrl, `DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`);
+      dropping ??= runAdminStatement(
+        serverUrl,
+        `DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`,
+      );
       return dropping;
     },
   };
 }
 
 async function runAdminStatement(serverUrl: string, sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: serverUrl, connectionTimeoutMillis: CONNECT_TIMEOUT_MS, application_name: "qlr-test-support" });
+  const client = new pg.Client({
+    connectionString: serverUrl,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    application_name: "qlr-test-support",
+  });
   try {
     await client.connect();
     await client.query(sql);

@@ -6,7 +6,10 @@ import { waitFor } from "./wait.ts";
 export async function procState(pid: number): Promise<string | null> {
   try {
     const text = await readFile(`/proc/${pid}/stat`, "utf8");
-    const fields = text.slice(text.lastIndexOf(")") + 1).trim().split(/\s+/);
+    const fields = text
+      .slice(text.lastIndexOf(")") + 1)
+      .trim()
+      .split(/\s+/);
     return fields[0] ?? null;
   } catch {
     return null;
@@ -20,5 +23,9 @@ export async function isRunning(pid: number): Promise<boolean> {
 }
 
 export async function waitUntilGone(pid: number, timeoutMs = 20_000): Promise<void> {
-  await waitFor(`pid ${pid} to be gone or a zombie`, async () => !(await isRunning(pid)), timeoutMs);
+  await waitFor(
+    `pid ${pid} to be gone or a zombie`,
+    async () => !(await isRunning(pid)),
+    timeoutMs,
+  );
 }

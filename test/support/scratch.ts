@@ -76,7 +76,11 @@ export class Scratch {
   }
 
   /** Writes a JSON manifest file and returns its path and text. */
-  async manifest(packageName: string, tasks: Record<string, Record<string, unknown>>, workflows: Record<string, WorkflowSpec>): Promise<{ file: string; text: string }> {
+  async manifest(
+    packageName: string,
+    tasks: Record<string, Record<string, unknown>>,
+    workflows: Record<string, WorkflowSpec>,
+  ): Promise<{ file: string; text: string }> {
     const text = JSON.stringify({ package: packageName, tasks, workflows }, null, 2);
     const file = this.path(`${packageName}.json`);
     await writeFile(file, text);
@@ -124,7 +128,10 @@ async function killTagged(root: string, tag: string): Promise<void> {
       if (!/^[0-9]+$/.test(entry)) continue;
       const pid = Number(entry);
       if (pid === process.pid) continue;
-      const [cmdline, environ] = await Promise.all([readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => ""), readFile(`/proc/${pid}/environ`, "utf8").catch(() => "")]);
+      const [cmdline, environ] = await Promise.all([
+        readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => ""),
+        readFile(`/proc/${pid}/environ`, "utf8").catch(() => ""),
+      ]);
       if (!cmdline.includes(root) && !environ.split("\0").includes(needle)) continue;
       try {
         process.kill(pid, "SIGKILL");

@@ -28,7 +28,14 @@ export class Served {
   readonly exited: Promise<Exit>;
   private readonly output: { stdout: string; stderr: string };
 
-  constructor(parts: { child: ChildProcess; url: string; token: string; stateDir: string; exited: Promise<Exit>; output: { stdout: string; stderr: string } }) {
+  constructor(parts: {
+    child: ChildProcess;
+    url: string;
+    token: string;
+    stateDir: string;
+    exited: Promise<Exit>;
+    output: { stdout: string; stderr: string };
+  }) {
     this.child = parts.child;
     this.url = parts.url;
     this.token = parts.token;
@@ -74,7 +81,19 @@ export function stopAllServed(): void {
  * Starts `node qlr.mjs serve --state-dir DIR --port 0` and waits for its `qlr serving URL`
  * line. `fault` sets QLR_FAULT_POINT: the runtime SIGKILLs itself when that point is reached.
  */
-export async function startServe(bundle: Bundle, stateDir: string, options: { fault?: string; faultAction?: "sigkill" | "throw"; apply?: string[]; profile?: string; tickInterval?: string; retention?: string; retentionRuns?: string } = {}): Promise<Served> {
+export async function startServe(
+  bundle: Bundle,
+  stateDir: string,
+  options: {
+    fault?: string;
+    faultAction?: "sigkill" | "throw";
+    apply?: string[];
+    profile?: string;
+    tickInterval?: string;
+    retention?: string;
+    retentionRuns?: string;
+  } = {},
+): Promise<Served> {
   const args = [
     bundle.qlr,
     "serve",
@@ -88,15 +107,31 @@ export async function startServe(bundle: Bundle, stateDir: string, options: { fa
     ...(options.retentionRuns === undefined ? [] : ["--retention-runs", options.retentionRuns]),
     ...(options.apply ?? []).flatMap((file) => ["--apply", file]),
   ];
-  const child = spawn(process.execPath, args, { env: childEnv({ ...(options.fault === undefined ? {} : { QLR_FAULT_POINT: options.fault }), ...(options.faultAction === undefined ? {} : { QLR_FAULT_ACTION: options.faultAction }) }), stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, args, {
+    env: childEnv({
+      ...(options.fault === undefined ? {} : { QLR_FAULT_POINT: options.fault }),
+      ...(options.faultAction === undefined ? {} : { QLR_FAULT_ACTION: options.faultAction }),
+    }),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   servedChildren.add(child);
   const output = { stdout: "", stderr: "" };
-  const exited = new Promise<Exit>((resolveExit) => child.once("exit", (code, signal) => resolveExit({ code, signal })));
+  const exited = new Promise<Exit>((resolveExit) =>
+    child.once("exit", (code, signal) => resolveExit({ code, signal })),
+  );
   child.stdout?.setEncoding("utf8");
   child.stderr?.setEncoding("utf8");
   child.stderr?.on("data", (chunk: string) => (output.stderr += chunk));
   const url = await new Promise<string>((resolveUrl, rejectUrl) => {
-    const timer = setTimeout(() => rejectUrl(new Error(`qlr serve did not print its URL within 30 s\nstdout: ${output.stdout}\nstderr: ${output.stderr}`)), 30_000);
+    const timer = setTimeout(
+      () =>
+        rejectUrl(
+          new Error(
+            `qlr serve did not print its URL within 30 s\nstdout: ${output.stdout}\nstderr: ${output.stderr}`,
+          ),
+        ),
+      30_000,
+    );
     child.stdout?.on("data", (chunk: string) => {
       output.stdout += chunk;
       const match = /qlr serving (http:\/\/\S+)/.exec(output.stdout);
@@ -107,7 +142,11 @@ export async function startServe(bundle: Bundle, stateDir: string, options: { fa
     });
     void exited.then((exit) => {
       clearTimeout(timer);
-      rejectUrl(new Error(`qlr serve exited (${exit.signal ?? `code ${exit.code}`}) before serving\nstdout: ${output.stdout}\nstderr: ${output.stderr}`));
+      rejectUrl(
+        new Error(
+          `qlr serve exited (${exit.signal ?? `code ${exit.code}`}) before serving\nstdout: ${output.stdout}\nstderr: ${output.stderr}`,
+        ),
+      );
     });
   });
   const token = (await readFile(join(stateDir, "token"), "utf8")).trim();

@@ -29,15 +29,23 @@ export function receiptPath(stateDir: string, attemptId: string): string {
   return join(stateDir, "receipts", `${attemptId}.json`);
 }
 
-export async function readJournal(stateDir: string, attemptId: string): Promise<JournalFile | null> {
+export async function readJournal(
+  stateDir: string,
+  attemptId: string,
+): Promise<JournalFile | null> {
   try {
-    return JSON.parse(await readFile(join(stateDir, "journal", `${attemptId}.json`), "utf8")) as JournalFile;
+    return JSON.parse(
+      await readFile(join(stateDir, "journal", `${attemptId}.json`), "utf8"),
+    ) as JournalFile;
   } catch {
     return null;
   }
 }
 
-export async function readReceipt(stateDir: string, attemptId: string): Promise<ReceiptFile | null> {
+export async function readReceipt(
+  stateDir: string,
+  attemptId: string,
+): Promise<ReceiptFile | null> {
   try {
     return JSON.parse(await readFile(receiptPath(stateDir, attemptId), "utf8")) as ReceiptFile;
   } catch {
@@ -61,7 +69,8 @@ export async function expectReceiptsHonoured(stateDir: string, detail: RunDetail
   const journaled = new Set(names.map((name) => name.replace(/\.json$/, "")));
   for (const attempt of detail.attempts) {
     if (!journaled.has(attempt.id)) {
-      if (attempt.status === "running" || attempt.status === "starting") throw new Error(`attempt ${attempt.id} is ${attempt.status} without a journal record`);
+      if (attempt.status === "running" || attempt.status === "starting")
+        throw new Error(`attempt ${attempt.id} is ${attempt.status} without a journal record`);
       continue;
     }
     const journal = await readJournal(stateDir, attempt.id);
@@ -69,17 +78,40 @@ export async function expectReceiptsHonoured(stateDir: string, detail: RunDetail
     // Journaled but never spawned (no spawn record, the second barrier): no receipt can exist,
     // and the attempt must have been lost before the start barrier.
     if (receipt === null && !existsSync(join(stateDir, "spawns", `${attempt.id}.json`))) {
-      if (attempt.status !== "lost") throw new Error(`attempt ${attempt.id} was never spawned but is ${attempt.status}`);
+      if (attempt.status !== "lost")
+        throw new Error(`attempt ${attempt.id} was never spawned but is ${attempt.status}`);
       continue;
     }
-    if (journal === null || receipt === null) throw new Error(`attempt ${attempt.id}: journal ${journal === null ? "missing" : "present"}, receipt ${receipt === null ? "missing" : "present"}`);
-    const facts = { status: TERMINAL_ATTEMPT.has(attempt.status), exitCode: attempt.exitCode, signal: attempt.signal, startedAtMs: attempt.startedAtMs, finishedAtMs: attempt.finishedAtMs };
-    const expected = { status: true, exitCode: receipt.exitCode, signal: receipt.signal, startedAtMs: journal.startedAtMs, finishedAtMs: receipt.finishedAtMs };
-    if (JSON.stringify(facts) !== JSON.stringify(expected) || receipt.startedAtMs !== journal.startedAtMs) {
-      throw new Error(`attempt ${attempt.id} (${attempt.status}) does not match its receipt: ${JSON.stringify(facts)} vs ${JSON.stringify(expected)}`);
+    if (journal === null || receipt === null)
+      throw new Error(
+        `attempt ${attempt.id}: journal ${journal === null ? "missing" : "present"}, receipt ${receipt === null ? "missing" : "present"}`,
+      );
+    const facts = {
+      status: TERMINAL_ATTEMPT.has(attempt.status),
+      exitCode: attempt.exitCode,
+      signal: attempt.signal,
+      startedAtMs: attempt.startedAtMs,
+      finishedAtMs: attempt.finishedAtMs,
+    };
+    const expected = {
+      status: true,
+      exitCode: receipt.exitCode,
+      signal: receipt.signal,
+      startedAtMs: journal.startedAtMs,
+      finishedAtMs: receipt.finishedAtMs,
+    };
+    if (
+      JSON.stringify(facts) !== JSON.stringify(expected) ||
+      receipt.startedAtMs !== journal.startedAtMs
+    ) {
+      throw new Error(
+        `attempt ${attempt.id} (${attempt.status}) does not match its receipt: ${JSON.stringify(facts)} vs ${JSON.stringify(expected)}`,
+      );
     }
   }
   // No journal record belongs to an attempt the store does not know.
   const known = new Set(detail.attempts.map((attempt) => attempt.id));
-  for (const id of journaled) if (!known.has(id)) throw new Error(`journal record ${id} names no attempt of run ${detail.run.id}`);
+  for (const id of journaled)
+    if (!known.has(id))
+      throw new Error(`journal record ${id} names no attempt of run ${detail.run.id}`);
 }

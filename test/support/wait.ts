@@ -5,7 +5,12 @@ import { setTimeout as sleep } from "node:timers/promises";
 export const POLL_MS = 50;
 
 /** Polls every `intervalMs` until the probe returns a value (not null/undefined/false), or fails after the timeout. */
-export async function waitFor<T>(description: string, probe: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 20_000, intervalMs = POLL_MS): Promise<T> {
+export async function waitFor<T>(
+  description: string,
+  probe: () => Promise<T | null | undefined | false> | T | null | undefined | false,
+  timeoutMs = 20_000,
+  intervalMs = POLL_MS,
+): Promise<T> {
   const deadline = performance.now() + timeoutMs;
   let lastError: unknown = null;
   for (;;) {
@@ -16,7 +21,10 @@ export async function waitFor<T>(description: string, probe: () => Promise<T | n
       lastError = error;
     }
     if (performance.now() > deadline) {
-      const cause = lastError === null ? "" : ` (last error: ${lastError instanceof Error ? lastError.message : JSON.stringify(lastError)})`;
+      const cause =
+        lastError === null
+          ? ""
+          : ` (last error: ${lastError instanceof Error ? lastError.message : JSON.stringify(lastError)})`;
       throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}${cause}`);
     }
     await sleep(intervalMs);
@@ -24,10 +32,17 @@ export async function waitFor<T>(description: string, probe: () => Promise<T | n
 }
 
 /** Resolves with the promise's value, or fails after the timeout. */
-export async function within<T>(description: string, promise: Promise<T>, timeoutMs: number): Promise<T> {
+export async function within<T>(
+  description: string,
+  promise: Promise<T>,
+  timeoutMs: number,
+): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${description}`)), timeoutMs);
+    timer = setTimeout(
+      () => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${description}`)),
+      timeoutMs,
+    );
   });
   try {
     return await Promise.race([promise, timeout]);

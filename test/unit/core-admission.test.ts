@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { admissionEventId, admissionReceiptDigest, admitTaskAttempt, MAX_ADMISSION_PAGE, workflowAttemptId, type AdmissionInput } from "../../src/admission.ts";
+import {
+  admissionEventId,
+  admissionReceiptDigest,
+  admitTaskAttempt,
+  MAX_ADMISSION_PAGE,
+  workflowAttemptId,
+  type AdmissionInput,
+} from "../../src/admission.ts";
 import { digestOf } from "../../src/digest.ts";
 import { complete, markRunning, markStarting, type AttemptScope } from "../../src/execution.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
@@ -8,7 +15,16 @@ import { normalizeLocalProcess, type TaskDefinition } from "../../src/packages.t
 import { applyRecovery, decideRecovery } from "../../src/recovery.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
-import { applyManifest, CoreWorld, definitionOf, errorCode, expectOneVersionBump, handleAt, planOf, T0 } from "./core-fixtures.ts";
+import {
+  applyManifest,
+  CoreWorld,
+  definitionOf,
+  errorCode,
+  expectOneVersionBump,
+  handleAt,
+  planOf,
+  T0,
+} from "./core-fixtures.ts";
 
 /**
  * Generation-bound workflow task attempt admission (ADR-0227 §1–§3): one pure decision that
@@ -76,7 +92,11 @@ describe("admission creates only a dispatch intent", () => {
     expect(result.change.mutations).toEqual([]);
     expect(result.change.events).toHaveLength(1);
     expect(result.change.events[0]).toMatchObject({
-      id: admissionEventId("run-1", world.model.step("run-1", "a").id, world.model.step("run-1", "a").version),
+      id: admissionEventId(
+        "run-1",
+        world.model.step("run-1", "a").id,
+        world.model.step("run-1", "a").version,
+      ),
       type: "workflow.task_attempt_admitted",
       stepRunId: world.model.step("run-1", "a").id,
       attemptId: result.attempt.id,
@@ -129,12 +149,22 @@ describe("admission creates only a dispatch intent", () => {
     const world = readyWorld();
     const result = admitTaskAttempt(inputFor(world));
     if (result.kind !== "admitted") throw new Error("expected an admission");
-    const item = world.pkg.reconciliation.receipt.items.find((candidate) => candidate.task === "work");
-    expect([result.receipt.runtimeTaskId, result.receipt.runtimeTaskRevision, result.receipt.executionDigest]).toEqual([item?.runtimeTaskId, item?.runtimeTaskRevision, item?.executionDigest]);
+    const item = world.pkg.reconciliation.receipt.items.find(
+      (candidate) => candidate.task === "work",
+    );
+    expect([
+      result.receipt.runtimeTaskId,
+      result.receipt.runtimeTaskRevision,
+      result.receipt.executionDigest,
+    ]).toEqual([item?.runtimeTaskId, item?.runtimeTaskRevision, item?.executionDigest]);
   });
 
   it("a local_process task admits a local_process attempt and a remote_worker task a remote_worker attempt", () => {
-    const world = readyWorld(diamondManifest("demo", { tasks: [task("work", ["run"], { executor: "remote_worker", pool: "gpu" })] }));
+    const world = readyWorld(
+      diamondManifest("demo", {
+        tasks: [task("work", ["run"], { executor: "remote_worker", pool: "gpu" })],
+      }),
+    );
     const result = admitTaskAttempt(inputFor(world));
     if (result.kind !== "admitted") throw new Error("expected an admission");
     expect(result.attempt.executor).toBe("remote_worker");
@@ -146,22 +176,43 @@ describe("admission creates only a dispatch intent", () => {
     world.apply(markStarting(world.model.scope(a.id), T0 + 11));
     world.apply(markRunning(world.model.scope(a.id), handleAt(T0 + 11), T0 + 12));
     world.apply(completeOk(world.model.scope(a.id), T0 + 13));
-    world.apply(advanceFrontier(world.model.run("run-1"), world.model.stepsOf("run-1"), world.model.attemptsOf("run-1"), T0 + 14));
+    world.apply(
+      advanceFrontier(
+        world.model.run("run-1"),
+        world.model.stepsOf("run-1"),
+        world.model.attemptsOf("run-1"),
+        T0 + 14,
+      ),
+    );
     const c = world.admit("run-1", "c", T0 + 15);
     const b = world.admit("run-1", "b", T0 + 16);
     expect([a.number, c.number, b.number]).toEqual([1, 2, 3]);
     expect(world.model.run("run-1").attemptSeq).toBe(3);
     // Two attempts are live at once, one per step: DAG parallelism inside one aggregate.
-    expect(world.model.attemptsOf("run-1").filter((attempt) => attempt.status === "claimed").map((attempt) => attempt.stepRunId)).toEqual([
-      world.model.step("run-1", "c").id,
-      world.model.step("run-1", "b").id,
-    ]);
+    expect(
+      world.model
+        .attemptsOf("run-1")
+        .filter((attempt) => attempt.status === "claimed")
+        .map((attempt) => attempt.stepRunId),
+    ).toEqual([world.model.step("run-1", "c").id, world.model.step("run-1", "b").id]);
   });
 });
 
 /** Completes a running attempt with exit 0 in time. */
 function completeOk(scope: AttemptScope, nowMs: number): ChangeSet {
-  return complete(scope, { startedAtMs: scope.attempt.startedAtMs ?? nowMs, finishedAtMs: nowMs, exitCode: 0, signal: null, stopReason: null, spawnError: null }, { max: 0, backoffMs: 0, idempotent: false }, nowMs);
+  return complete(
+    scope,
+    {
+      startedAtMs: scope.attempt.startedAtMs ?? nowMs,
+      finishedAtMs: nowMs,
+      exitCode: 0,
+      signal: null,
+      stopReason: null,
+      spawnError: null,
+    },
+    { max: 0, backoffMs: 0, idempotent: false },
+    nowMs,
+  );
 }
 
 describe("exact replay of a ready epoch", () => {
@@ -184,7 +235,10 @@ describe("exact replay of a ready epoch", () => {
     // The caller lost the response: the recomputed identity names the durable row.
     const step = world.model.step("run-1", "a");
     expect(workflowAttemptId("run-1", step.id, step.version)).toBe(first.attempt.id);
-    expect(admitTaskAttempt(inputFor(world, "a", T0 + 30))).toEqual({ kind: "replayed", receipt: first.receipt });
+    expect(admitTaskAttempt(inputFor(world, "a", T0 + 30))).toEqual({
+      kind: "replayed",
+      receipt: first.receipt,
+    });
   });
 
   it("a second admission of the same epoch cannot be written: the ledger holds one winner per epoch", () => {
@@ -206,7 +260,14 @@ describe("exact replay of a ready epoch", () => {
     world.apply(markStarting(world.model.scope(attempt.id), T0 + 11));
     // Recovery opens a new epoch (no journal: the process never spawned).
     const scope = world.model.scope(attempt.id);
-    world.apply(applyRecovery(scope, decideRecovery(scope, { receipt: { status: "none" }, journal: "absent", inspections: [] }), definitionOf(world.pkg, "work").retry, T0 + 12));
+    world.apply(
+      applyRecovery(
+        scope,
+        decideRecovery(scope, { receipt: { status: "none" }, journal: "absent", inspections: [] }),
+        definitionOf(world.pkg, "work").retry,
+        T0 + 12,
+      ),
+    );
     expect(world.model.step("run-1", "a").version).toBe(attempt.stepRunVersion! + 1);
     expect(refused({ ...inputFor(world, "a", T0 + 13), existing: receipt })).toBe("integrity");
   });
@@ -215,15 +276,26 @@ describe("exact replay of a ready epoch", () => {
     const world = readyWorld();
     const attempt = world.admit("run-1", "a", T0 + 10);
     const receipt = world.model.admission("run-1", attempt.stepRunId!, attempt.stepRunVersion!)!;
-    expect(refused({ ...inputFor(world), existing: { ...receipt, attemptId: "wta:forged" } })).toBe("integrity");
-    expect(refused({ ...inputFor(world), existing: { ...receipt, stepRunId: "stp:other" } })).toBe("integrity");
+    expect(refused({ ...inputFor(world), existing: { ...receipt, attemptId: "wta:forged" } })).toBe(
+      "integrity",
+    );
+    expect(refused({ ...inputFor(world), existing: { ...receipt, stepRunId: "stp:other" } })).toBe(
+      "integrity",
+    );
   });
 
   it("a new ready epoch admits a new attempt with a new identity", () => {
     const world = readyWorld();
     const first = world.admit("run-1", "a", T0 + 10);
     const scope = world.model.scope(first.id);
-    world.apply(applyRecovery(scope, decideRecovery(scope, { receipt: { status: "none" }, journal: "absent", inspections: [] }), definitionOf(world.pkg, "work").retry, T0 + 12));
+    world.apply(
+      applyRecovery(
+        scope,
+        decideRecovery(scope, { receipt: { status: "none" }, journal: "absent", inspections: [] }),
+        definitionOf(world.pkg, "work").retry,
+        T0 + 12,
+      ),
+    );
     const second = world.admit("run-1", "a", T0 + 13);
     expect(second.id).not.toBe(first.id);
     expect(second.stepRunVersion).toBe(first.stepRunVersion! + 1);
@@ -235,7 +307,21 @@ describe("admission refuses what it cannot prove", () => {
   it("admission rejects a caller-claimed execution digest", () => {
     const world = readyWorld();
     const input = inputFor(world);
-    expect(refused({ ...input, definition: { ...input.definition, executionDigest: normalizeLocalProcess({ argv: ["evil"], env: {}, cwd: null, timeoutMs: 1, shell: false }).digest } })).toBe("integrity");
+    expect(
+      refused({
+        ...input,
+        definition: {
+          ...input.definition,
+          executionDigest: normalizeLocalProcess({
+            argv: ["evil"],
+            env: {},
+            cwd: null,
+            timeoutMs: 1,
+            shell: false,
+          }).digest,
+        },
+      }),
+    ).toBe("integrity");
   });
 
   it("admission rejects an execution revision that does not normalize to the reconciled digest", () => {
@@ -248,39 +334,66 @@ describe("admission refuses what it cannot prove", () => {
   it("admission rejects a caller-claimed executor type", () => {
     const world = readyWorld();
     const input = inputFor(world);
-    expect(refused({ ...input, definition: { ...input.definition, executor: "remote_worker" } })).toBe("integrity");
+    expect(
+      refused({ ...input, definition: { ...input.definition, executor: "remote_worker" } }),
+    ).toBe("integrity");
   });
 
   it("admission rejects a task definition whose content does not recompute to its claimed definition digest", () => {
     const world = readyWorld();
     const input = inputFor(world);
-    const forged: TaskDefinition = { ...input.definition, retry: { max: 50, backoffMs: 0, idempotent: true } };
+    const forged: TaskDefinition = {
+      ...input.definition,
+      retry: { max: 50, backoffMs: 0, idempotent: true },
+    };
     expect(refused({ ...input, definition: forged })).toBe("integrity");
   });
 
   it("admission rejects a task definition from another generation", () => {
     const world = readyWorld();
-    const later = applyManifest(diamondManifest("demo", { tasks: [task("work"), task("other")] }), T0 + 1, { generation: 1, manifestDigest: world.pkg.generation.manifestDigest });
-    expect(refused({ ...inputFor(world), definition: definitionOf(later, "work") })).toBe("integrity");
+    const later = applyManifest(
+      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
+      T0 + 1,
+      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
+    );
+    expect(refused({ ...inputFor(world), definition: definitionOf(later, "work") })).toBe(
+      "integrity",
+    );
   });
 
   it("admission rejects a reconciliation receipt from another generation", () => {
     const world = readyWorld();
-    const later = applyManifest(diamondManifest("demo", { tasks: [task("work"), task("other")] }), T0 + 1, { generation: 1, manifestDigest: world.pkg.generation.manifestDigest });
-    expect(refused({ ...inputFor(world), reconciliation: later.reconciliation.receipt, definition: definitionOf(later, "work") })).toBe("integrity");
+    const later = applyManifest(
+      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
+      T0 + 1,
+      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
+    );
+    expect(
+      refused({
+        ...inputFor(world),
+        reconciliation: later.reconciliation.receipt,
+        definition: definitionOf(later, "work"),
+      }),
+    ).toBe("integrity");
   });
 
   it("admission rejects a tampered reconciliation receipt", () => {
     const world = readyWorld();
     const input = inputFor(world);
-    expect(refused({ ...input, reconciliation: { ...input.reconciliation, lockDigest: digestOf([]) } })).toBe("integrity");
+    expect(
+      refused({ ...input, reconciliation: { ...input.reconciliation, lockDigest: digestOf([]) } }),
+    ).toBe("integrity");
   });
 
   it("admission rejects a tampered plan and a plan the run is not bound to", () => {
     const world = readyWorld();
     const input = inputFor(world);
     expect(refused({ ...input, plan: { ...input.plan, workflow: "renamed" } })).toBe("integrity");
-    const later = applyManifest(diamondManifest("demo", { tasks: [task("work"), task("other")] }), T0 + 1, { generation: 1, manifestDigest: world.pkg.generation.manifestDigest });
+    const later = applyManifest(
+      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
+      T0 + 1,
+      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
+    );
     expect(refused({ ...input, plan: planOf(later, "diamond") })).toBe("integrity");
   });
 

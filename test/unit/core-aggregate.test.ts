@@ -1,9 +1,29 @@
 import { describe, expect, it } from "vitest";
-import { assertNotBefore, eventId, mergeChangeSets, RunChange, stepDigest } from "../../src/aggregate.ts";
+import {
+  assertNotBefore,
+  eventId,
+  mergeChangeSets,
+  RunChange,
+  stepDigest,
+} from "../../src/aggregate.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
-import { createOrdinaryRun, createWorkflowRun, MAX_IDEMPOTENCY_KEY_LENGTH, requestCancel, stepRunId } from "../../src/runs.ts";
+import {
+  createOrdinaryRun,
+  createWorkflowRun,
+  MAX_IDEMPOTENCY_KEY_LENGTH,
+  requestCancel,
+  stepRunId,
+} from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
-import { applyManifest, CoreWorld, definitionOf, errorCode, expectOneVersionBump, planOf, T0 } from "./core-fixtures.ts";
+import {
+  applyManifest,
+  CoreWorld,
+  definitionOf,
+  errorCode,
+  expectOneVersionBump,
+  planOf,
+  T0,
+} from "./core-fixtures.ts";
 
 /**
  * The run aggregate: creation of runs, the RunChange builder every transition goes through
@@ -15,16 +35,42 @@ describe("run creation", () => {
   it("a workflow run is created running with every step pending, one run.created event and one mutation per step", () => {
     const pkg = applyManifest(diamondManifest("demo"));
     const plan = planOf(pkg, "diamond");
-    const { run, steps, change } = createWorkflowRun(plan, pkg.reconciliation.receipt, { runId: "run-1", nowMs: T0, idempotencyKey: "key-1", scheduleName: null });
-    expect(run).toMatchObject({ kind: "workflow", status: "running", version: 1, eventSeq: 1, attemptSeq: 0, planDigest: plan.digest, reconciliationDigest: pkg.reconciliation.receipt.digest, generation: 1, target: "diamond", cancelRequestedAtMs: null, finishedAtMs: null });
+    const { run, steps, change } = createWorkflowRun(plan, pkg.reconciliation.receipt, {
+      runId: "run-1",
+      nowMs: T0,
+      idempotencyKey: "key-1",
+      scheduleName: null,
+    });
+    expect(run).toMatchObject({
+      kind: "workflow",
+      status: "running",
+      version: 1,
+      eventSeq: 1,
+      attemptSeq: 0,
+      planDigest: plan.digest,
+      reconciliationDigest: pkg.reconciliation.receipt.digest,
+      generation: 1,
+      target: "diamond",
+      cancelRequestedAtMs: null,
+      finishedAtMs: null,
+    });
     expect(steps.map((step) => [step.name, step.status, step.version, step.attemptCount])).toEqual([
       ["a", "pending", 1, 0],
       ["b", "pending", 1, 0],
       ["c", "pending", 1, 0],
       ["d", "pending", 1, 0],
     ]);
-    expect(change.events).toEqual([expect.objectContaining({ id: eventId("run-1", 1), seq: 1, type: "run.created" })]);
-    expect(change.mutations.map((mutation) => [mutation.stepRunId, mutation.fromStatus, mutation.toStatus, mutation.eventSeq])).toEqual(steps.map((step) => [step.id, null, "pending", 1]));
+    expect(change.events).toEqual([
+      expect.objectContaining({ id: eventId("run-1", 1), seq: 1, type: "run.created" }),
+    ]);
+    expect(
+      change.mutations.map((mutation) => [
+        mutation.stepRunId,
+        mutation.fromStatus,
+        mutation.toStatus,
+        mutation.eventSeq,
+      ]),
+    ).toEqual(steps.map((step) => [step.id, null, "pending", 1]));
     expect(change.runs).toEqual([{ before: null, after: run }]);
   });
 
@@ -40,24 +86,59 @@ describe("run creation", () => {
 
   it("an ordinary run is created queued and bound to a task definition of its reconciliation", () => {
     const pkg = applyManifest(diamondManifest("demo"));
-    const { run, change } = createOrdinaryRun(definitionOf(pkg, "work"), pkg.reconciliation.receipt, { runId: "run-o", nowMs: T0, idempotencyKey: null, scheduleName: "nightly" });
-    expect(run).toMatchObject({ kind: "ordinary", status: "queued", target: "work", planDigest: null, version: 1, eventSeq: 1, scheduleName: "nightly" });
-    expect(change.events[0]?.data).toMatchObject({ taskRevision: definitionOf(pkg, "work").revision });
+    const { run, change } = createOrdinaryRun(
+      definitionOf(pkg, "work"),
+      pkg.reconciliation.receipt,
+      { runId: "run-o", nowMs: T0, idempotencyKey: null, scheduleName: "nightly" },
+    );
+    expect(run).toMatchObject({
+      kind: "ordinary",
+      status: "queued",
+      target: "work",
+      planDigest: null,
+      version: 1,
+      eventSeq: 1,
+      scheduleName: "nightly",
+    });
+    expect(change.events[0]?.data).toMatchObject({
+      taskRevision: definitionOf(pkg, "work").revision,
+    });
   });
 
   it("an ordinary run is refused a task definition that is not part of the reconciliation receipt", () => {
     const first = applyManifest(diamondManifest("demo"));
-    const second = applyManifest(diamondManifest("demo", { tasks: [task("work", ["false"])] }), T0 + 1, { generation: 1, manifestDigest: first.generation.manifestDigest });
-    expect(errorCode(() => createOrdinaryRun(definitionOf(second, "work"), first.reconciliation.receipt, { runId: "run-o", nowMs: T0, idempotencyKey: null, scheduleName: null }))).toBe("integrity");
+    const second = applyManifest(
+      diamondManifest("demo", { tasks: [task("work", ["false"])] }),
+      T0 + 1,
+      { generation: 1, manifestDigest: first.generation.manifestDigest },
+    );
+    expect(
+      errorCode(() =>
+        createOrdinaryRun(definitionOf(second, "work"), first.reconciliation.receipt, {
+          runId: "run-o",
+          nowMs: T0,
+          idempotencyKey: null,
+          scheduleName: null,
+        }),
+      ),
+    ).toBe("integrity");
   });
 
   it("run ids must be portable identities and idempotency keys bounded printable text", () => {
     const pkg = applyManifest(diamondManifest("demo"));
     const plan = planOf(pkg, "diamond");
-    const create = (runId: string, idempotencyKey: string | null) => () => createWorkflowRun(plan, pkg.reconciliation.receipt, { runId, nowMs: T0, idempotencyKey, scheduleName: null });
+    const create = (runId: string, idempotencyKey: string | null) => () =>
+      createWorkflowRun(plan, pkg.reconciliation.receipt, {
+        runId,
+        nowMs: T0,
+        idempotencyKey,
+        scheduleName: null,
+      });
     expect(errorCode(create("../run", null))).toBe("invalid_identity");
     expect(errorCode(create("run-1", ""))).toBe("invalid_request");
-    expect(errorCode(create("run-1", "x".repeat(MAX_IDEMPOTENCY_KEY_LENGTH + 1)))).toBe("invalid_request");
+    expect(errorCode(create("run-1", "x".repeat(MAX_IDEMPOTENCY_KEY_LENGTH + 1)))).toBe(
+      "invalid_request",
+    );
     expect(errorCode(create("run-1", "line\nbreak"))).toBe("invalid_request");
     expect(errorCode(create("run-1", "x".repeat(MAX_IDEMPOTENCY_KEY_LENGTH)))).toBe("no error");
   });
@@ -68,20 +149,34 @@ describe("the RunChange builder", () => {
     const world = new CoreWorld();
     const run = world.startWorkflow();
     const change = new RunChange(run, T0 + 5);
-    for (const step of world.model.stepsOf(run.id)) change.setStep(step, "ready", { readyAtMs: T0 + 5 });
+    for (const step of world.model.stepsOf(run.id))
+      change.setStep(step, "ready", { readyAtMs: T0 + 5 });
     change.patchRun({ cancelRequestedAtMs: T0 + 5 });
     change.emit("run.cancel_requested", {}, { reason: "test" });
     const built = change.build();
     expectOneVersionBump(built, run);
     expect(built.events).toHaveLength(5);
-    expect(built.runs[0]?.after).toMatchObject({ version: 2, eventSeq: 6, updatedAtMs: T0 + 5, cancelRequestedAtMs: T0 + 5 });
+    expect(built.runs[0]?.after).toMatchObject({
+      version: 2,
+      eventSeq: 6,
+      updatedAtMs: T0 + 5,
+      cancelRequestedAtMs: T0 + 5,
+    });
   });
 
   it("a RunChange with nothing in it builds an empty change set and is not changed", () => {
     const world = new CoreWorld();
     const change = new RunChange(world.startWorkflow(), T0);
     expect(change.changed).toBe(false);
-    expect(change.build()).toEqual({ runs: [], steps: [], attempts: [], events: [], mutations: [], admissions: [], frontierDue: [] });
+    expect(change.build()).toEqual({
+      runs: [],
+      steps: [],
+      attempts: [],
+      events: [],
+      mutations: [],
+      admissions: [],
+      frontierDue: [],
+    });
   });
 
   it("every step change leaves a canonical mutation beside its event, with from/to status, from/to digest and the event seq", () => {
@@ -91,8 +186,25 @@ describe("the RunChange builder", () => {
     const change = new RunChange(run, T0 + 1);
     const ready = change.setStep(a, "ready", { readyAtMs: T0 + 1 });
     const built = change.build();
-    expect(built.mutations).toEqual([{ runId: run.id, stepRunId: a.id, version: 2, fromStatus: "pending", toStatus: "ready", fromDigest: a.digest, toDigest: ready.digest, eventSeq: 2, atMs: T0 + 1 }]);
-    expect(built.events[0]).toMatchObject({ seq: 2, type: "step.status_changed", stepRunId: a.id, data: { step: "a", from: "pending", to: "ready", version: 2 } });
+    expect(built.mutations).toEqual([
+      {
+        runId: run.id,
+        stepRunId: a.id,
+        version: 2,
+        fromStatus: "pending",
+        toStatus: "ready",
+        fromDigest: a.digest,
+        toDigest: ready.digest,
+        eventSeq: 2,
+        atMs: T0 + 1,
+      },
+    ]);
+    expect(built.events[0]).toMatchObject({
+      seq: 2,
+      type: "step.status_changed",
+      stepRunId: a.id,
+      data: { step: "a", from: "pending", to: "ready", version: 2 },
+    });
     expect(built.steps).toEqual([{ before: a, after: ready }]);
   });
 
@@ -139,7 +251,9 @@ describe("the RunChange builder", () => {
     const world = new CoreWorld();
     const run = world.startWorkflow();
     const change = new RunChange(run, T0 + 1);
-    expect(errorCode(() => change.setStep(world.model.step(run.id, "a"), "running"))).toBe("illegal_transition");
+    expect(errorCode(() => change.setStep(world.model.step(run.id, "a"), "running"))).toBe(
+      "illegal_transition",
+    );
     expect(errorCode(() => change.setRunStatus("timed_out"))).toBe("illegal_transition");
     expect(change.changed).toBe(false);
   });
@@ -149,7 +263,9 @@ describe("the RunChange builder", () => {
     world.startWorkflow("diamond", "run-1");
     const other = world.startWorkflow("diamond", "run-2");
     const change = new RunChange(other, T0 + 1);
-    expect(errorCode(() => change.setStep(world.model.step("run-1", "a"), "ready"))).toBe("internal");
+    expect(errorCode(() => change.setStep(world.model.step("run-1", "a"), "ready"))).toBe(
+      "internal",
+    );
   });
 
   it("a terminal run status sets finishedAtMs to the event time", () => {
@@ -157,7 +273,10 @@ describe("the RunChange builder", () => {
     const run = world.startTask();
     const change = new RunChange(run, T0 + 9);
     change.setRunStatus("cancelled");
-    expect(change.build().runs[0]?.after).toMatchObject({ status: "cancelled", finishedAtMs: T0 + 9 });
+    expect(change.build().runs[0]?.after).toMatchObject({
+      status: "cancelled",
+      finishedAtMs: T0 + 9,
+    });
   });
 
   it("merging change sets of different aggregates keeps every row and event", () => {
@@ -177,8 +296,13 @@ describe("the cancel intent", () => {
     const change = requestCancel(run, T0 + 3, "user");
     expect(change).not.toBeNull();
     expectOneVersionBump(change!, run);
-    expect(change!.runs[0]?.after).toMatchObject({ status: "running", cancelRequestedAtMs: T0 + 3 });
-    expect(change!.events.map((event) => [event.type, event.data])).toEqual([["run.cancel_requested", { reason: "user" }]]);
+    expect(change!.runs[0]?.after).toMatchObject({
+      status: "running",
+      cancelRequestedAtMs: T0 + 3,
+    });
+    expect(change!.events.map((event) => [event.type, event.data])).toEqual([
+      ["run.cancel_requested", { reason: "user" }],
+    ]);
     world.apply(change);
     expect(requestCancel(world.model.run(run.id), T0 + 4, "again")).toBeNull();
   });

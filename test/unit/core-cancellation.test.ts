@@ -6,7 +6,15 @@ import type { Manifest } from "../../src/manifest/types.ts";
 import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { task } from "../support/fixtures.ts";
-import { CoreWorld, definitionOf, errorCode, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
+import {
+  CoreWorld,
+  definitionOf,
+  errorCode,
+  exitFacts,
+  expectOneVersionBump,
+  handleAt,
+  T0,
+} from "./core-fixtures.ts";
 
 /**
  * Whole-workflow cancellation convergence (ADR-0228 as used by ADR-0229 §1 step 1): after a
@@ -33,14 +41,26 @@ function fanOut(idempotent = false): Manifest {
   };
 }
 
-function converge(world: CoreWorld, nowMs: number, runId = "run-1"): ReturnType<typeof convergeCancellation> {
-  const change = convergeCancellation(world.model.run(runId), world.model.stepsOf(runId), world.model.attemptsOf(runId), nowMs);
+function converge(
+  world: CoreWorld,
+  nowMs: number,
+  runId = "run-1",
+): ReturnType<typeof convergeCancellation> {
+  const change = convergeCancellation(
+    world.model.run(runId),
+    world.model.stepsOf(runId),
+    world.model.attemptsOf(runId),
+    nowMs,
+  );
   world.apply(change);
   return change;
 }
 
 /** Run "run-1" of the fan: p claimed, q starting, r running, s ready without attempt. */
-function mixedWorld(idempotent = false): { world: CoreWorld; ids: Record<"p" | "q" | "r", string> } {
+function mixedWorld(idempotent = false): {
+  world: CoreWorld;
+  ids: Record<"p" | "q" | "r", string>;
+} {
   const world = new CoreWorld(fanOut(idempotent));
   const run = world.startWorkflow("fan");
   world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
@@ -60,16 +80,33 @@ describe("whole-run cancellation convergence", () => {
     const before = world.model.run("run-1");
     const change = converge(world, T0 + 11);
     expectOneVersionBump(change!, before);
-    expect(world.model.attempt(ids.p)).toMatchObject({ status: "cancelled", stopReason: "cancel", finishedAtMs: T0 + 11 });
+    expect(world.model.attempt(ids.p)).toMatchObject({
+      status: "cancelled",
+      stopReason: "cancel",
+      finishedAtMs: T0 + 11,
+    });
     expect(world.model.attempt(ids.q).status).toBe("starting");
-    expect(world.model.attempt(ids.r)).toMatchObject({ status: "running", stopReason: "cancel", stopRequestedAtMs: T0 + 11 });
-    expect(Object.fromEntries(world.model.stepsOf("run-1").map((step) => [step.name, step.status]))).toEqual({ p: "cancelled", q: "ready", r: "running", s: "cancelled" });
+    expect(world.model.attempt(ids.r)).toMatchObject({
+      status: "running",
+      stopReason: "cancel",
+      stopRequestedAtMs: T0 + 11,
+    });
+    expect(
+      Object.fromEntries(world.model.stepsOf("run-1").map((step) => [step.name, step.status])),
+    ).toEqual({ p: "cancelled", q: "ready", r: "running", s: "cancelled" });
     expect(world.model.run("run-1").status).toBe("running");
 
     // The start of q settles (here: the spawn failed); r's process ends after its stop.
     world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
     expect(converge(world, T0 + 13)).toBeNull();
-    world.apply(complete(world.model.scope(ids.r), exitFacts(T0 + 3, T0 + 14, null, { stopReason: "cancel" }), NO_RETRY, T0 + 14));
+    world.apply(
+      complete(
+        world.model.scope(ids.r),
+        exitFacts(T0 + 3, T0 + 14, null, { stopReason: "cancel" }),
+        NO_RETRY,
+        T0 + 14,
+      ),
+    );
     expect(world.model.step("run-1", "r").status).toBe("cancelled");
     converge(world, T0 + 15);
     expect(world.model.run("run-1")).toMatchObject({ status: "cancelled", finishedAtMs: T0 + 15 });
@@ -80,7 +117,9 @@ describe("whole-run cancellation convergence", () => {
     const { world } = mixedWorld();
     converge(world, T0 + 11);
     expect(converge(world, T0 + 12)).toBeNull();
-    expect(world.model.eventsOf("run-1").filter((event) => event.type === "attempt.stop_requested")).toHaveLength(1);
+    expect(
+      world.model.eventsOf("run-1").filter((event) => event.type === "attempt.stop_requested"),
+    ).toHaveLength(1);
   });
 
   it("a starting attempt that reaches running after the cancel intent then gets its stop", () => {
@@ -95,7 +134,9 @@ describe("whole-run cancellation convergence", () => {
     const { world, ids } = mixedWorld();
     converge(world, T0 + 11);
     world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
-    world.apply(complete(world.model.scope(ids.r), exitFacts(T0 + 3, T0 + 11, 0), NO_RETRY, T0 + 12));
+    world.apply(
+      complete(world.model.scope(ids.r), exitFacts(T0 + 3, T0 + 11, 0), NO_RETRY, T0 + 12),
+    );
     expect(world.model.step("run-1", "r").status).toBe("succeeded");
     converge(world, T0 + 13);
     expect(world.model.run("run-1").status).toBe("cancelled");
@@ -104,7 +145,14 @@ describe("whole-run cancellation convergence", () => {
   it("the cancel intent suppresses a step retry: an idempotent step that failed during cancellation stays failed", () => {
     const { world, ids } = mixedWorld(true);
     converge(world, T0 + 11);
-    world.apply(complete(world.model.scope(ids.r), exitFacts(T0 + 3, T0 + 12, 1), definitionOf(world.pkg, "work").retry, T0 + 12));
+    world.apply(
+      complete(
+        world.model.scope(ids.r),
+        exitFacts(T0 + 3, T0 + 12, 1),
+        definitionOf(world.pkg, "work").retry,
+        T0 + 12,
+      ),
+    );
     expect(world.model.step("run-1", "r").status).toBe("failed");
   });
 
@@ -119,7 +167,12 @@ describe("whole-run cancellation convergence", () => {
     world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
     world.apply(requestCancel(world.model.run("run-1"), T0 + 2, "user"));
     converge(world, T0 + 3);
-    expect(world.model.stepsOf("run-1").map((step) => step.status)).toEqual(["cancelled", "cancelled", "cancelled", "cancelled"]);
+    expect(world.model.stepsOf("run-1").map((step) => step.status)).toEqual([
+      "cancelled",
+      "cancelled",
+      "cancelled",
+      "cancelled",
+    ]);
     expect(world.model.run("run-1").status).toBe("cancelled");
   });
 
@@ -127,7 +180,14 @@ describe("whole-run cancellation convergence", () => {
     const world = new CoreWorld();
     const run = world.startWorkflow();
     expect(convergeCancellation(run, world.model.stepsOf(run.id), [], T0 + 1)).toBeNull();
-    expect(convergeCancellation({ ...run, status: "succeeded", cancelRequestedAtMs: T0 }, world.model.stepsOf(run.id), [], T0 + 1)).toBeNull();
+    expect(
+      convergeCancellation(
+        { ...run, status: "succeeded", cancelRequestedAtMs: T0 },
+        world.model.stepsOf(run.id),
+        [],
+        T0 + 1,
+      ),
+    ).toBeNull();
   });
 
   it("an ordinary queued run with a cancel intent converges to cancelled", () => {
@@ -149,7 +209,14 @@ describe("whole-run cancellation convergence", () => {
     converge(world, T0 + 5, run.id);
     expect(world.model.run(run.id).status).toBe("running");
     expect(world.model.attempt(admitted.attempt.id).stopReason).toBe("cancel");
-    world.apply(complete(world.model.scope(admitted.attempt.id), exitFacts(T0 + 2, T0 + 6, null, { stopReason: "cancel" }), NO_RETRY, T0 + 6));
+    world.apply(
+      complete(
+        world.model.scope(admitted.attempt.id),
+        exitFacts(T0 + 2, T0 + 6, null, { stopReason: "cancel" }),
+        NO_RETRY,
+        T0 + 6,
+      ),
+    );
     expect(world.model.run(run.id).status).toBe("cancelled");
   });
 
@@ -170,10 +237,26 @@ describe("what a convergence records", () => {
     const { world, ids } = mixedWorld();
     const change = converge(world, T0 + 11)!;
     const data = (attemptId: string | null, stepName: string | null, type: string): unknown =>
-      change.events.find((event) => event.type === type && event.attemptId === attemptId && (stepName === null || event.stepRunId === world.model.step("run-1", stepName).id))?.data;
-    expect(data(ids.p, null, "attempt.status_changed")).toEqual({ from: "claimed", to: "cancelled", reason: "run cancelled before start" });
+      change.events.find(
+        (event) =>
+          event.type === type &&
+          event.attemptId === attemptId &&
+          (stepName === null || event.stepRunId === world.model.step("run-1", stepName).id),
+      )?.data;
+    expect(data(ids.p, null, "attempt.status_changed")).toEqual({
+      from: "claimed",
+      to: "cancelled",
+      reason: "run cancelled before start",
+    });
     expect(data(ids.r, null, "attempt.stop_requested")).toEqual({ reason: "cancel" });
-    expect(data(null, "s", "step.status_changed")).toMatchObject({ from: "ready", to: "cancelled", reason: "run cancelled" });
-    expect(world.model.step("run-1", "s")).toMatchObject({ status: "cancelled", finishedAtMs: T0 + 11 });
+    expect(data(null, "s", "step.status_changed")).toMatchObject({
+      from: "ready",
+      to: "cancelled",
+      reason: "run cancelled",
+    });
+    expect(world.model.step("run-1", "s")).toMatchObject({
+      status: "cancelled",
+      finishedAtMs: T0 + 11,
+    });
   });
 });

@@ -38,37 +38,88 @@ async function rig(): Promise<Rig> {
   const clock = new TestClock(T0);
   const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
   const ids = new SequentialIds("run");
-  const executor = new SimulatedExecutor({ clock, prng: new Prng(7), failureRate: 0, spawnFailureRate: 0, minDurationMs: 100, maxDurationMs: 100 });
+  const executor = new SimulatedExecutor({
+    clock,
+    prng: new Prng(7),
+    failureRate: 0,
+    spawnFailureRate: 0,
+    minDurationMs: 100,
+    maxDurationMs: 100,
+  });
   return {
     store,
     clock,
     executor,
-    coordinator: (profile = "standalone", over = store) => new Coordinator({ store: over, clock, ids, profile: PROFILES[profile], executors: { local_process: executor } }),
+    coordinator: (profile = "standalone", over = store) =>
+      new Coordinator({
+        store: over,
+        clock,
+        ids,
+        profile: PROFILES[profile],
+        executors: { local_process: executor },
+      }),
     start: async (manifest, workflow) =>
       store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, manifest, nowMs);
-        const { run } = await startRun(tx, { package: manifest.package, target: { kind: "workflow", name: workflow }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, nowMs);
+        const { run } = await startRun(
+          tx,
+          {
+            package: manifest.package,
+            target: { kind: "workflow", name: workflow },
+            idempotencyKey: null,
+            scheduleName: null,
+            runId: ids.runId(),
+          },
+          nowMs,
+        );
         return run.id;
       }),
   };
 }
 
-async function runState(store: Store, runId: string): Promise<{ status: string; steps: string[]; attempts: number; admissions: number; stepCounts: number[] }> {
+async function runState(
+  store: Store,
+  runId: string,
+): Promise<{
+  status: string;
+  steps: string[];
+  attempts: number;
+  admissions: number;
+  stepCounts: number[];
+}> {
   return store.transaction(async (tx) => {
     const run = await tx.getRun(runId);
     const steps = await tx.getSteps(runId);
     const attempts = await tx.getAttempts(runId);
     let admissions = 0;
-    for (const step of steps) for (let version = 1; version <= step.version; version += 1) if ((await tx.getAdmission(runId, step.id, version)) !== null) admissions += 1;
-    return { status: run?.status ?? "missing", steps: steps.map((step) => step.status), attempts: attempts.length, admissions, stepCounts: steps.map((step) => step.attemptCount) };
+    for (const step of steps)
+      for (let version = 1; version <= step.version; version += 1)
+        if ((await tx.getAdmission(runId, step.id, version)) !== null) admissions += 1;
+    return {
+      status: run?.status ?? "missing",
+      steps: steps.map((step) => step.status),
+      attempts: attempts.length,
+      admissions,
+      stepCounts: steps.map((step) => step.attemptCount),
+    };
   });
 }
 
 describe("the cadence cycle", () => {
   it("the tick runs its stages in the fixed order: cancellation, schedules and ordinary runs, frontier, admission, dispatch, execution control, notifications, purge", async () => {
     const { coordinator } = await rig();
-    expect(STAGE_ORDER).toEqual(["cancellation", "schedules", "ordinary", "frontier", "admission", "dispatch", "execution_control", "notifications", "purge"]);
+    expect(STAGE_ORDER).toEqual([
+      "cancellation",
+      "schedules",
+      "ordinary",
+      "frontier",
+      "admission",
+      "dispatch",
+      "execution_control",
+      "notifications",
+      "purge",
+    ]);
     const report = await coordinator().tick();
     expect(report.stages.map((stage) => stage.name)).toEqual([...STAGE_ORDER]);
     expect(report.profile).toBe("standalone");
@@ -80,8 +131,18 @@ describe("the cadence cycle", () => {
       const profile = PROFILES[name];
       return [profile.cancellation, profile.frontier, profile.admission, profile.dispatch];
     };
-    expect(budgets("edge")).toEqual([{ pageSize: 4, pages: 1 }, { pageSize: 1, pages: 1 }, { pageSize: 1, pages: 1 }, 1]);
-    expect(budgets("standalone")).toEqual([{ pageSize: 32, pages: 4 }, { pageSize: 16, pages: 4 }, { pageSize: 16, pages: 4 }, 4]);
+    expect(budgets("edge")).toEqual([
+      { pageSize: 4, pages: 1 },
+      { pageSize: 1, pages: 1 },
+      { pageSize: 1, pages: 1 },
+      1,
+    ]);
+    expect(budgets("standalone")).toEqual([
+      { pageSize: 32, pages: 4 },
+      { pageSize: 16, pages: 4 },
+      { pageSize: 16, pages: 4 },
+      4,
+    ]);
   });
 
   it("an edge cycle admits and dispatches at most one step and says there is more", async () => {
@@ -101,11 +162,21 @@ describe("the cadence cycle", () => {
     const { start, coordinator, store, clock } = await rig();
     const runId = await start(diamondManifest("demo"), "diamond");
     const c = coordinator();
-    for (let cycle = 0; cycle < 40 && (await runState(store, runId)).status === "running"; cycle += 1) {
+    for (
+      let cycle = 0;
+      cycle < 40 && (await runState(store, runId)).status === "running";
+      cycle += 1
+    ) {
       await c.tick();
       clock.advance(150);
     }
-    expect(await runState(store, runId)).toEqual({ status: "succeeded", steps: ["succeeded", "succeeded", "succeeded", "succeeded"], attempts: 4, admissions: 4, stepCounts: [1, 1, 1, 1] });
+    expect(await runState(store, runId)).toEqual({
+      status: "succeeded",
+      steps: ["succeeded", "succeeded", "succeeded", "succeeded"],
+      attempts: 4,
+      admissions: 4,
+      stepCounts: [1, 1, 1, 1],
+    });
   });
 
   it("a workflow cancelled before the first cycle converges to cancelled in that cycle with no attempt started", async () => {
@@ -114,7 +185,11 @@ describe("the cadence cycle", () => {
     await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
     const report = await coordinator().tick();
     expect(report.stages[0]).toMatchObject({ name: "cancellation", processed: 1 });
-    expect(await runState(store, runId)).toMatchObject({ status: "cancelled", steps: ["cancelled", "cancelled", "cancelled", "cancelled"], attempts: 0 });
+    expect(await runState(store, runId)).toMatchObject({
+      status: "cancelled",
+      steps: ["cancelled", "cancelled", "cancelled", "cancelled"],
+      attempts: 0,
+    });
     expect(executor.spawnCounts.size).toBe(0);
   });
 
@@ -128,12 +203,23 @@ describe("the cadence cycle", () => {
       close: () => store.close(),
       transaction: <T>(fn: (tx: StoreTx) => Promise<T>) =>
         store.transaction((tx) =>
-          fn(new Proxy(tx, { get: (target, key) => (key === "listFrontierRuns" ? () => Promise.reject(new Error("frontier index unavailable")) : (Reflect.get(target, key) as unknown as (...args: unknown[]) => unknown).bind(target)) })),
+          fn(
+            new Proxy(tx, {
+              get: (target, key) =>
+                key === "listFrontierRuns"
+                  ? () => Promise.reject(new Error("frontier index unavailable"))
+                  : (Reflect.get(target, key) as unknown as (...args: unknown[]) => unknown).bind(
+                      target,
+                    ),
+            }),
+          ),
         ),
     };
     const report = await coordinator("standalone", failing).tick();
     const frontier = report.stages.find((stage) => stage.name === "frontier");
-    expect(frontier?.errors).toEqual([{ code: "internal", message: "frontier index unavailable", subject: null }]);
+    expect(frontier?.errors).toEqual([
+      { code: "internal", message: "frontier index unavailable", subject: null },
+    ]);
     expect(report.stages.map((stage) => stage.name)).toEqual([...STAGE_ORDER]);
     // Nothing was ready, so admission had nothing to do, but it ran and reported without error.
     expect(report.stages.find((stage) => stage.name === "admission")?.errors).toEqual([]);
@@ -179,25 +265,42 @@ describe("the cadence cycle", () => {
       inspect: (attempt) => executor.inspect(attempt),
       stop: (attempt, reason) => executor.stop(attempt, reason),
     };
-    const coordinator = new Coordinator({ store, clock, ids: new SequentialIds("x"), profile: PROFILES.standalone, executors: { local_process: racing } });
+    const coordinator = new Coordinator({
+      store,
+      clock,
+      ids: new SequentialIds("x"),
+      profile: PROFILES.standalone,
+      executors: { local_process: racing },
+    });
     const first = await coordinator.tick();
     expect(maxInFlight).toBe(PROFILES.standalone.dispatch);
     expect(first.followUp).toBe(false);
     const runningOrder = await store.transaction(async (tx) => {
       const events = await tx.listEvents(runId, 0, 500);
-      return events.filter((event) => event.type === "attempt.status_changed" && event.data.to === "running").map((event) => event.attemptId);
+      return events
+        .filter((event) => event.type === "attempt.status_changed" && event.data.to === "running")
+        .map((event) => event.attemptId);
     });
     expect(runningOrder).toEqual([...launchOrder]);
     clock.nowMsValue += 1000;
     const second = await coordinator.tick();
     expect(second.followUp).toBe(true);
-    expect((await runState(store, runId)).steps).toEqual(["succeeded", "succeeded", "succeeded", "succeeded"]);
+    expect((await runState(store, runId)).steps).toEqual([
+      "succeeded",
+      "succeeded",
+      "succeeded",
+      "succeeded",
+    ]);
   });
 
   it("a spawn failure reported after the attempt's deadline is recorded at store time as a timeout, not a plain failure", async () => {
     const { store, clock, executor, start } = await rig();
     const runId = await start(diamondManifest("slow-start"), "diamond");
-    const timeoutMs = await store.transaction(async (tx) => (await tx.getTaskDefinitionFor((await tx.getRun(runId))!.reconciliationDigest, "work"))!.execution.timeoutMs);
+    const timeoutMs = await store.transaction(
+      async (tx) =>
+        (await tx.getTaskDefinitionFor((await tx.getRun(runId))!.reconciliationDigest, "work"))!
+          .execution.timeoutMs,
+    );
     // The launch hangs past the deadline (the clock moves while it runs), then fails to spawn.
     const hanging: Executor = {
       type: "local_process",
@@ -210,10 +313,18 @@ describe("the cadence cycle", () => {
       inspect: (attempt) => executor.inspect(attempt),
       stop: (attempt, reason) => executor.stop(attempt, reason),
     };
-    const coordinator = new Coordinator({ store, clock, ids: new SequentialIds("x"), profile: PROFILES.standalone, executors: { local_process: hanging } });
+    const coordinator = new Coordinator({
+      store,
+      clock,
+      ids: new SequentialIds("x"),
+      profile: PROFILES.standalone,
+      executors: { local_process: hanging },
+    });
     await coordinator.tick();
     const attempts = await store.transaction(async (tx) => tx.getAttempts(runId));
-    expect(attempts.map((attempt) => [attempt.status, attempt.stopReason, attempt.error])).toEqual([["timed_out", "timeout", "spawn ENOENT"]]);
+    expect(attempts.map((attempt) => [attempt.status, attempt.stopReason, attempt.error])).toEqual([
+      ["timed_out", "timeout", "spawn ENOENT"],
+    ]);
     expect((await runState(store, runId)).steps[0]).toBe("timed_out");
   });
 
@@ -222,14 +333,30 @@ describe("the cadence cycle", () => {
     const width = MAX_STORE_PAGE + 20;
     const runId = await start(wideManifest("wide", width), "wide");
     // A profile that admits and dispatches a page cap's worth per cycle: the run is running in a few cycles.
-    const wide = { ...PROFILES.cluster, frontier: { pageSize: 64, pages: 20 }, admission: { pageSize: 64, pages: 20 }, dispatch: width };
-    const coordinator = new Coordinator({ store, clock, ids: new SequentialIds("x"), profile: wide, executors: { local_process: executor } });
+    const wide = {
+      ...PROFILES.cluster,
+      frontier: { pageSize: 64, pages: 20 },
+      admission: { pageSize: 64, pages: 20 },
+      dispatch: width,
+    };
+    const coordinator = new Coordinator({
+      store,
+      clock,
+      ids: new SequentialIds("x"),
+      profile: wide,
+      executors: { local_process: executor },
+    });
     for (let cycle = 0; cycle < 10; cycle += 1) await coordinator.tick();
-    const runningBefore = await store.transaction(async (tx) => (await tx.getAttempts(runId)).filter((attempt) => attempt.status === "running").length);
+    const runningBefore = await store.transaction(
+      async (tx) =>
+        (await tx.getAttempts(runId)).filter((attempt) => attempt.status === "running").length,
+    );
     expect(runningBefore).toBe(width);
     coordinator.freezeAdmission();
     expect(await coordinator.stopRunningForShutdown()).toBe(width);
-    const stopReasons = await store.transaction(async (tx) => (await tx.getAttempts(runId)).map((attempt) => attempt.stopReason));
+    const stopReasons = await store.transaction(async (tx) =>
+      (await tx.getAttempts(runId)).map((attempt) => attempt.stopReason),
+    );
     expect(stopReasons.filter((reason) => reason === "shutdown")).toHaveLength(width);
   });
 
@@ -247,7 +374,11 @@ describe("the cadence cycle", () => {
             new Proxy(tx, {
               get(target, property, receiver) {
                 if (property === "listAdmissionCandidates") {
-                  return (after: Parameters<StoreTx["listAdmissionCandidates"]>[0], limit: number, nowMs: number) => {
+                  return (
+                    after: Parameters<StoreTx["listAdmissionCandidates"]>[0],
+                    limit: number,
+                    nowMs: number,
+                  ) => {
                     asked.push(limit);
                     return target.listAdmissionCandidates(after, limit, nowMs);
                   };
@@ -259,11 +390,16 @@ describe("the cadence cycle", () => {
         ),
     };
     const greedy = { ...PROFILES.cluster, admission: { pageSize: 100, pages: 1 } };
-    const coordinator = new Coordinator({ store: recording, clock, ids: new SequentialIds("x"), profile: greedy, executors: { local_process: executor } });
+    const coordinator = new Coordinator({
+      store: recording,
+      clock,
+      ids: new SequentialIds("x"),
+      profile: greedy,
+      executors: { local_process: executor },
+    });
     await coordinator.tick();
     await coordinator.tick();
     expect(asked.length).toBeGreaterThan(0);
     expect(Math.max(...asked)).toBeLessThanOrEqual(MAX_ADMISSION_PAGE);
   });
 });
-

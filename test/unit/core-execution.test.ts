@@ -15,7 +15,15 @@ import type { RunAttempt } from "../../src/model.ts";
 import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
-import { CoreWorld, definitionOf, errorCode, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
+import {
+  CoreWorld,
+  definitionOf,
+  errorCode,
+  exitFacts,
+  expectOneVersionBump,
+  handleAt,
+  T0,
+} from "./core-fixtures.ts";
 
 /**
  * Execution transitions of one attempt (ADR-0227 §4–§5, ADR-0229 §2 and §5): a workflow task
@@ -28,7 +36,9 @@ const NO_RETRY = { max: 0, backoffMs: 0, idempotent: false };
 const RETRY_TWICE = { max: 2, backoffMs: 500, idempotent: true };
 
 function worldWith(retry = NO_RETRY): CoreWorld {
-  const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["true"], { timeoutMs: TIMEOUT_MS, retry })] }));
+  const world = new CoreWorld(
+    diamondManifest("demo", { tasks: [task("work", ["true"], { timeoutMs: TIMEOUT_MS, retry })] }),
+  );
   const run = world.startWorkflow();
   world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
   return world;
@@ -68,9 +78,22 @@ describe("dispatch and start", () => {
     const world = worldWith();
     const attempt = claimed(world);
     const scope = world.model.scope(attempt.id);
-    expect(errorCode(() => markStarting({ ...scope, step: { ...scope.step!, version: scope.step!.version + 1 } }, T0 + 3))).toBe("conflict");
-    expect(errorCode(() => markStarting({ ...scope, step: { ...scope.step!, status: "cancelled" } }, T0 + 3))).toBe("conflict");
-    expect(errorCode(() => markStarting({ ...scope, run: { ...scope.run, status: "failed" } }, T0 + 3))).toBe("conflict");
+    expect(
+      errorCode(() =>
+        markStarting(
+          { ...scope, step: { ...scope.step!, version: scope.step!.version + 1 } },
+          T0 + 3,
+        ),
+      ),
+    ).toBe("conflict");
+    expect(
+      errorCode(() =>
+        markStarting({ ...scope, step: { ...scope.step!, status: "cancelled" } }, T0 + 3),
+      ),
+    ).toBe("conflict");
+    expect(
+      errorCode(() => markStarting({ ...scope, run: { ...scope.run, status: "failed" } }, T0 + 3)),
+    ).toBe("conflict");
     world.apply(requestCancel(world.model.run("run-1"), T0 + 3, "user"));
     expect(errorCode(() => markStarting(world.model.scope(attempt.id), T0 + 4))).toBe("conflict");
   });
@@ -79,7 +102,9 @@ describe("dispatch and start", () => {
     const world = worldWith();
     const attempt = claimed(world);
     const scope = world.model.scope(attempt.id);
-    expect(errorCode(() => markStarting({ ...scope, step: world.model.step("run-1", "b") }, T0 + 3))).toBe("integrity");
+    expect(
+      errorCode(() => markStarting({ ...scope, step: world.model.step("run-1", "b") }, T0 + 3)),
+    ).toBe("integrity");
     expect(errorCode(() => markStarting({ ...scope, step: null }, T0 + 3))).toBe("integrity");
   });
 
@@ -90,8 +115,13 @@ describe("dispatch and start", () => {
     const change = markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 50);
     expectOneVersionBump(change, before);
     expect(change.runs[0]?.after.status).toBe("running");
-    expect(change.events.map((event) => event.type)).toEqual(["attempt.status_changed", "step.status_changed"]);
-    expect(change.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus])).toEqual([["ready", "running"]]);
+    expect(change.events.map((event) => event.type)).toEqual([
+      "attempt.status_changed",
+      "step.status_changed",
+    ]);
+    expect(change.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus])).toEqual([
+      ["ready", "running"],
+    ]);
   });
 
   it("attemptCount increases only on entering running", () => {
@@ -99,14 +129,26 @@ describe("dispatch and start", () => {
     const attempt = running(world);
     expect(world.model.step("run-1", "a").attemptCount).toBe(1);
     world.apply(requestTimeoutStop(world.model.scope(attempt.id), T0 + 4 + TIMEOUT_MS));
-    world.apply(complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 2_000, null, { stopReason: "timeout" }), NO_RETRY, T0 + 2_000));
+    world.apply(
+      complete(
+        world.model.scope(attempt.id),
+        exitFacts(T0 + 4, T0 + 2_000, null, { stopReason: "timeout" }),
+        NO_RETRY,
+        T0 + 2_000,
+      ),
+    );
     expect(world.model.step("run-1", "a").attemptCount).toBe(1);
   });
 
   it("startedAtMs of attempt and step is the handle fact, never the observation time", () => {
     const world = worldWith();
     const attempt = running(world);
-    expect(world.model.attempt(attempt.id)).toMatchObject({ startedAtMs: T0 + 4, pid: 4242, processStartTicks: "ticks-4242", bootId: "boot-1" });
+    expect(world.model.attempt(attempt.id)).toMatchObject({
+      startedAtMs: T0 + 4,
+      pid: 4242,
+      processStartTicks: "ticks-4242",
+      bootId: "boot-1",
+    });
     expect(world.model.step("run-1", "a").startedAtMs).toBe(T0 + 4);
     expect(world.model.events.at(-1)?.atMs).toBe(T0 + 50);
   });
@@ -119,7 +161,9 @@ describe("dispatch and start", () => {
   it("markRunning of an attempt that is not starting is an illegal transition", () => {
     const world = worldWith();
     const attempt = claimed(world);
-    expect(errorCode(() => markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 5))).toBe("illegal_transition");
+    expect(
+      errorCode(() => markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 5)),
+    ).toBe("illegal_transition");
   });
 });
 
@@ -128,20 +172,38 @@ describe("completion", () => {
     const world = worldWith();
     const attempt = running(world);
     const before = world.model.run("run-1");
-    const change = complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 900, 0), NO_RETRY, T0 + 950);
+    const change = complete(
+      world.model.scope(attempt.id),
+      exitFacts(T0 + 4, T0 + 900, 0),
+      NO_RETRY,
+      T0 + 950,
+    );
     expectOneVersionBump(change, before);
     expect(change.runs[0]?.after.status).toBe("running");
     world.apply(change);
-    expect(world.model.attempt(attempt.id)).toMatchObject({ status: "succeeded", exitCode: 0, finishedAtMs: T0 + 900 });
-    expect(world.model.step("run-1", "a")).toMatchObject({ status: "succeeded", finishedAtMs: T0 + 900 });
+    expect(world.model.attempt(attempt.id)).toMatchObject({
+      status: "succeeded",
+      exitCode: 0,
+      finishedAtMs: T0 + 900,
+    });
+    expect(world.model.step("run-1", "a")).toMatchObject({
+      status: "succeeded",
+      finishedAtMs: T0 + 900,
+    });
   });
 
   it("a non-zero exit or a signal fails the attempt and the step", () => {
-    for (const facts of [exitFacts(T0 + 4, T0 + 10, 3), exitFacts(T0 + 4, T0 + 10, null, { signal: "SIGKILL" })]) {
+    for (const facts of [
+      exitFacts(T0 + 4, T0 + 10, 3),
+      exitFacts(T0 + 4, T0 + 10, null, { signal: "SIGKILL" }),
+    ]) {
       const world = worldWith();
       const attempt = running(world);
       world.apply(complete(world.model.scope(attempt.id), facts, NO_RETRY, T0 + 60));
-      expect([world.model.attempt(attempt.id).status, world.model.step("run-1", "a").status]).toEqual(["failed", "failed"]);
+      expect([
+        world.model.attempt(attempt.id).status,
+        world.model.step("run-1", "a").status,
+      ]).toEqual(["failed", "failed"]);
     }
   });
 
@@ -156,45 +218,84 @@ describe("completion", () => {
       ["ready", "running"],
       ["running", "succeeded"],
     ]);
-    expect(change.events.filter((event) => event.type === "attempt.status_changed").map((event) => [event.data.from, event.data.to])).toEqual([
+    expect(
+      change.events
+        .filter((event) => event.type === "attempt.status_changed")
+        .map((event) => [event.data.from, event.data.to]),
+    ).toEqual([
       ["starting", "running"],
       ["running", "succeeded"],
     ]);
     world.apply(change);
-    expect(world.model.step("run-1", "a")).toMatchObject({ status: "succeeded", attemptCount: 1, startedAtMs: T0 + 4 });
+    expect(world.model.step("run-1", "a")).toMatchObject({
+      status: "succeeded",
+      attemptCount: 1,
+      startedAtMs: T0 + 4,
+    });
     expect(world.model.attempt(attempt.id)).toMatchObject({ pid: 777, startedAtMs: T0 + 4 });
   });
 
   it("a completion of an attempt that is already terminal is refused and cannot rewrite its outcome", () => {
     const world = worldWith();
     const attempt = running(world);
-    world.apply(complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 1), NO_RETRY, T0 + 60));
-    expect(errorCode(() => complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 0), NO_RETRY, T0 + 61))).toBe("illegal_transition");
+    world.apply(
+      complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 1), NO_RETRY, T0 + 60),
+    );
+    expect(
+      errorCode(() =>
+        complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 0), NO_RETRY, T0 + 61),
+      ),
+    ).toBe("illegal_transition");
     expect(world.model.attempt(attempt.id).status).toBe("failed");
   });
 
   it("a recorded completion stays as it is after the parent is cancelled: a late replay cannot rewrite it", () => {
     const world = worldWith();
     const attempt = running(world);
-    world.apply(complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 60, 0), NO_RETRY, T0 + 61));
+    world.apply(
+      complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 60, 0), NO_RETRY, T0 + 61),
+    );
     world.apply(requestCancel(world.model.run("run-1"), T0 + 62, "user"));
-    world.apply(convergeCancellation(world.model.run("run-1"), world.model.stepsOf("run-1"), world.model.attemptsOf("run-1"), T0 + 63));
+    world.apply(
+      convergeCancellation(
+        world.model.run("run-1"),
+        world.model.stepsOf("run-1"),
+        world.model.attemptsOf("run-1"),
+        T0 + 63,
+      ),
+    );
     expect(world.model.run("run-1").status).toBe("cancelled");
-    expect(errorCode(() => complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 60, 1), NO_RETRY, T0 + 64))).toBe("illegal_transition");
-    expect([world.model.attempt(attempt.id).status, world.model.step("run-1", "a").status]).toEqual(["succeeded", "succeeded"]);
+    expect(
+      errorCode(() =>
+        complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 60, 1), NO_RETRY, T0 + 64),
+      ),
+    ).toBe("illegal_transition");
+    expect([world.model.attempt(attempt.id).status, world.model.step("run-1", "a").status]).toEqual(
+      ["succeeded", "succeeded"],
+    );
   });
 
   it("a claimed attempt cannot complete: it never crossed the start barrier", () => {
     const world = worldWith();
     const attempt = claimed(world);
-    expect(errorCode(() => complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 0), NO_RETRY, T0 + 11))).toBe("illegal_transition");
+    expect(
+      errorCode(() =>
+        complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 0), NO_RETRY, T0 + 11),
+      ),
+    ).toBe("illegal_transition");
   });
 
   it("a start failure fails the attempt (starting → failed) and the step (ready → failed); the parent stays running", () => {
     const world = worldWith();
     const attempt = starting(world);
-    world.apply(startFailed(world.model.scope(attempt.id), "ENOENT: no such file", NO_RETRY, T0 + 5));
-    expect(world.model.attempt(attempt.id)).toMatchObject({ status: "failed", error: "ENOENT: no such file", startedAtMs: null });
+    world.apply(
+      startFailed(world.model.scope(attempt.id), "ENOENT: no such file", NO_RETRY, T0 + 5),
+    );
+    expect(world.model.attempt(attempt.id)).toMatchObject({
+      status: "failed",
+      error: "ENOENT: no such file",
+      startedAtMs: null,
+    });
     expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 0 });
     expect(world.model.run("run-1").status).toBe("running");
   });
@@ -203,20 +304,45 @@ describe("completion", () => {
     const world = worldWith();
     const attempt = starting(world);
     // On time: exactly at the deadline is still a plain failure.
-    expect(startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 3 + TIMEOUT_MS, T0 + 3).attempts[0]?.after.status).toBe("failed");
-    world.apply(startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 4 + TIMEOUT_MS, T0 + 3));
-    expect(world.model.attempt(attempt.id)).toMatchObject({ status: "timed_out", stopReason: "timeout", finishedAtMs: T0 + 4 + TIMEOUT_MS, error: "ENOENT" });
+    expect(
+      startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 3 + TIMEOUT_MS, T0 + 3)
+        .attempts[0]?.after.status,
+    ).toBe("failed");
+    world.apply(
+      startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 4 + TIMEOUT_MS, T0 + 3),
+    );
+    expect(world.model.attempt(attempt.id)).toMatchObject({
+      status: "timed_out",
+      stopReason: "timeout",
+      finishedAtMs: T0 + 4 + TIMEOUT_MS,
+      error: "ENOENT",
+    });
     expect(world.model.step("run-1", "a")).toMatchObject({ status: "timed_out", attemptCount: 0 });
-    expect(world.model.run("run-1")).toMatchObject({ status: "running", cancelRequestedAtMs: null });
-    expect(world.model.eventsOf("run-1").find((event) => event.attemptId === attempt.id && event.data.to === "timed_out")?.data).toMatchObject({ from: "starting", deadlineAtMs: T0 + 3 + TIMEOUT_MS });
+    expect(world.model.run("run-1")).toMatchObject({
+      status: "running",
+      cancelRequestedAtMs: null,
+    });
+    expect(
+      world.model
+        .eventsOf("run-1")
+        .find((event) => event.attemptId === attempt.id && event.data.to === "timed_out")?.data,
+    ).toMatchObject({ from: "starting", deadlineAtMs: T0 + 3 + TIMEOUT_MS });
   });
 
   it("a recorded deadline wins over the starting time; without either a start failure stays a failure", () => {
     const world = worldWith();
     const attempt = starting(world);
-    const withDeadline = { ...world.model.scope(attempt.id), attempt: { ...attempt, deadlineAtMs: T0 + 10 } };
-    expect(startFailed(withDeadline, "ENOENT", NO_RETRY, T0 + 11, T0 + 3).attempts[0]?.after.status).toBe("timed_out");
-    expect(startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 10 * TIMEOUT_MS).attempts[0]?.after.status).toBe("failed");
+    const withDeadline = {
+      ...world.model.scope(attempt.id),
+      attempt: { ...attempt, deadlineAtMs: T0 + 10 },
+    };
+    expect(
+      startFailed(withDeadline, "ENOENT", NO_RETRY, T0 + 11, T0 + 3).attempts[0]?.after.status,
+    ).toBe("timed_out");
+    expect(
+      startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 10 * TIMEOUT_MS)
+        .attempts[0]?.after.status,
+    ).toBe("failed");
   });
 });
 
@@ -229,11 +355,20 @@ describe("deadlines and stops", () => {
     expect(change!.runs[0]?.after.cancelRequestedAtMs).toBeNull();
     expect(change!.runs[0]?.after.status).toBe("running");
     expect(change!.events).toEqual([
-      expect.objectContaining({ type: "workflow.task_timeout_requested", stepRunId: attempt.stepRunId, attemptId: attempt.id, data: { reason: "timeout", deadlineAtMs: T0 + 4 + TIMEOUT_MS } }),
+      expect.objectContaining({
+        type: "workflow.task_timeout_requested",
+        stepRunId: attempt.stepRunId,
+        attemptId: attempt.id,
+        data: { reason: "timeout", deadlineAtMs: T0 + 4 + TIMEOUT_MS },
+      }),
     ]);
     expect(change!.steps).toEqual([]);
     world.apply(change);
-    expect(world.model.attempt(attempt.id)).toMatchObject({ status: "running", stopReason: "timeout", stopRequestedAtMs: T0 + 4 + TIMEOUT_MS });
+    expect(world.model.attempt(attempt.id)).toMatchObject({
+      status: "running",
+      stopReason: "timeout",
+      stopRequestedAtMs: T0 + 4 + TIMEOUT_MS,
+    });
   });
 
   it("no timeout stop before the deadline, twice, or for an attempt that is not running", () => {
@@ -243,11 +378,15 @@ describe("deadlines and stops", () => {
     world.apply(requestTimeoutStop(world.model.scope(attempt.id), T0 + 4 + TIMEOUT_MS));
     expect(requestTimeoutStop(world.model.scope(attempt.id), T0 + 9 + TIMEOUT_MS)).toBeNull();
     const other = worldWith();
-    expect(requestTimeoutStop(other.model.scope(starting(other).id), T0 + 10 * TIMEOUT_MS)).toBeNull();
+    expect(
+      requestTimeoutStop(other.model.scope(starting(other).id), T0 + 10 * TIMEOUT_MS),
+    ).toBeNull();
   });
 
   it("an ordinary attempt's timeout stop is an attempt.stop_requested event", () => {
-    const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["true"], { timeoutMs: TIMEOUT_MS })] }));
+    const world = new CoreWorld(
+      diamondManifest("demo", { tasks: [task("work", ["true"], { timeoutMs: TIMEOUT_MS })] }),
+    );
     const run = world.startTask();
     const definition = definitionOf(world.pkg, "work");
     const admitted = admitOrdinaryAttempt(run, definition, T0 + 1)!;
@@ -262,8 +401,17 @@ describe("deadlines and stops", () => {
     const world = worldWith();
     const attempt = running(world);
     world.apply(requestTimeoutStop(world.model.scope(attempt.id), T0 + 4 + TIMEOUT_MS));
-    world.apply(complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 4 + TIMEOUT_MS, null, { stopReason: "timeout" }), NO_RETRY, T0 + 5 + TIMEOUT_MS));
-    expect([world.model.attempt(attempt.id).status, world.model.step("run-1", "a").status]).toEqual(["timed_out", "timed_out"]);
+    world.apply(
+      complete(
+        world.model.scope(attempt.id),
+        exitFacts(T0 + 4, T0 + 4 + TIMEOUT_MS, null, { stopReason: "timeout" }),
+        NO_RETRY,
+        T0 + 5 + TIMEOUT_MS,
+      ),
+    );
+    expect([world.model.attempt(attempt.id).status, world.model.step("run-1", "a").status]).toEqual(
+      ["timed_out", "timed_out"],
+    );
     expect(world.model.run("run-1").cancelRequestedAtMs).toBeNull();
   });
 
@@ -271,8 +419,18 @@ describe("deadlines and stops", () => {
     for (const exitCode of [0, 1, null]) {
       const world = worldWith();
       const attempt = running(world);
-      world.apply(complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 5 + TIMEOUT_MS, exitCode), NO_RETRY, T0 + 6 + TIMEOUT_MS));
-      expect(world.model.attempt(attempt.id)).toMatchObject({ status: "timed_out", stopReason: "timeout" });
+      world.apply(
+        complete(
+          world.model.scope(attempt.id),
+          exitFacts(T0 + 4, T0 + 5 + TIMEOUT_MS, exitCode),
+          NO_RETRY,
+          T0 + 6 + TIMEOUT_MS,
+        ),
+      );
+      expect(world.model.attempt(attempt.id)).toMatchObject({
+        status: "timed_out",
+        stopReason: "timeout",
+      });
       expect(world.model.step("run-1", "a").status).toBe("timed_out");
     }
   });
@@ -280,7 +438,14 @@ describe("deadlines and stops", () => {
   it("a completion exactly at the deadline is in time", () => {
     const world = worldWith();
     const attempt = running(world);
-    world.apply(complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 4 + TIMEOUT_MS, 0), NO_RETRY, T0 + 5 + TIMEOUT_MS));
+    world.apply(
+      complete(
+        world.model.scope(attempt.id),
+        exitFacts(T0 + 4, T0 + 4 + TIMEOUT_MS, 0),
+        NO_RETRY,
+        T0 + 5 + TIMEOUT_MS,
+      ),
+    );
     expect(world.model.attempt(attempt.id).status).toBe("succeeded");
   });
 
@@ -294,12 +459,26 @@ describe("deadlines and stops", () => {
     const world = worldWith();
     const attempt = running(world);
     const change = requestShutdownStop(world.model.scope(attempt.id), T0 + 60);
-    expect(change?.events.map((event) => [event.type, event.data])).toEqual([["attempt.stop_requested", { reason: "shutdown" }]]);
+    expect(change?.events.map((event) => [event.type, event.data])).toEqual([
+      ["attempt.stop_requested", { reason: "shutdown" }],
+    ]);
     world.apply(change);
     expect(requestShutdownStop(world.model.scope(attempt.id), T0 + 61)).toBeNull();
-    world.apply(complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 70, null, { stopReason: "shutdown" }), NO_RETRY, T0 + 70));
-    expect([world.model.attempt(attempt.id).status, world.model.step("run-1", "a").status]).toEqual(["cancelled", "failed"]);
-    expect(world.model.run("run-1")).toMatchObject({ status: "running", cancelRequestedAtMs: null });
+    world.apply(
+      complete(
+        world.model.scope(attempt.id),
+        exitFacts(T0 + 4, T0 + 70, null, { stopReason: "shutdown" }),
+        NO_RETRY,
+        T0 + 70,
+      ),
+    );
+    expect([world.model.attempt(attempt.id).status, world.model.step("run-1", "a").status]).toEqual(
+      ["cancelled", "failed"],
+    );
+    expect(world.model.run("run-1")).toMatchObject({
+      status: "running",
+      cancelRequestedAtMs: null,
+    });
   });
 });
 
@@ -308,9 +487,18 @@ describe("step-level retry of idempotent tasks", () => {
     const world = worldWith(RETRY_TWICE);
     const attempt = running(world);
     const stepBefore = world.model.step("run-1", "a");
-    world.apply(complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 1), RETRY_TWICE, T0 + 60));
+    world.apply(
+      complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 1), RETRY_TWICE, T0 + 60),
+    );
     const step = world.model.step("run-1", "a");
-    expect(step).toMatchObject({ status: "ready", attemptCount: 1, readyAtMs: T0 + 60, notBeforeMs: T0 + 560, startedAtMs: null, version: stepBefore.version + 1 });
+    expect(step).toMatchObject({
+      status: "ready",
+      attemptCount: 1,
+      readyAtMs: T0 + 60,
+      notBeforeMs: T0 + 560,
+      startedAtMs: null,
+      version: stepBefore.version + 1,
+    });
     expect(world.model.attempt(attempt.id).status).toBe("failed");
   });
 
@@ -321,7 +509,14 @@ describe("step-level retry of idempotent tasks", () => {
       const attempt = world.admit("run-1", "a", nowMs);
       world.apply(markStarting(world.model.scope(attempt.id), nowMs));
       world.apply(markRunning(world.model.scope(attempt.id), handleAt(nowMs), nowMs));
-      world.apply(complete(world.model.scope(attempt.id), exitFacts(nowMs, nowMs + 1, 1), RETRY_TWICE, nowMs + 1));
+      world.apply(
+        complete(
+          world.model.scope(attempt.id),
+          exitFacts(nowMs, nowMs + 1, 1),
+          RETRY_TWICE,
+          nowMs + 1,
+        ),
+      );
       nowMs += 1_000;
     }
     expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 3 });

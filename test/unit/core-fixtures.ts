@@ -3,8 +3,25 @@ import { admitTaskAttempt, type AdmissionResult } from "../../src/admission.ts";
 import { QlrError } from "../../src/errors.ts";
 import type { AttemptScope, CompletionFacts } from "../../src/execution.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
-import type { AdmissionReceipt, ChangeSet, ProcessHandleFacts, Run, RunAttempt, RunEvent, StepMutation, StepRun } from "../../src/model.ts";
-import { materializePlans, nextGeneration, reconcileTasks, type Generation, type Reconciliation, type TaskDefinition, type WorkflowPlan } from "../../src/packages.ts";
+import type {
+  AdmissionReceipt,
+  ChangeSet,
+  ProcessHandleFacts,
+  Run,
+  RunAttempt,
+  RunEvent,
+  StepMutation,
+  StepRun,
+} from "../../src/model.ts";
+import {
+  materializePlans,
+  nextGeneration,
+  reconcileTasks,
+  type Generation,
+  type Reconciliation,
+  type TaskDefinition,
+  type WorkflowPlan,
+} from "../../src/packages.ts";
 import { createOrdinaryRun, createWorkflowRun } from "../../src/runs.ts";
 import { diamondManifest } from "../support/fixtures.ts";
 
@@ -25,11 +42,20 @@ export interface AppliedPackage {
   readonly plans: readonly WorkflowPlan[];
 }
 
-export function applyManifest(manifest: Manifest, nowMs = T0, head: { generation: number; manifestDigest: Generation["manifestDigest"] } | null = null): AppliedPackage {
+export function applyManifest(
+  manifest: Manifest,
+  nowMs = T0,
+  head: { generation: number; manifestDigest: Generation["manifestDigest"] } | null = null,
+): AppliedPackage {
   const decision = nextGeneration(head, manifest, nowMs);
   if (!decision.changed) throw new Error("the manifest did not change: no generation to apply");
   const reconciliation = reconcileTasks(decision.generation);
-  return { manifest, generation: decision.generation, reconciliation, plans: materializePlans(decision.generation, reconciliation) };
+  return {
+    manifest,
+    generation: decision.generation,
+    reconciliation,
+    plans: materializePlans(decision.generation, reconciliation),
+  };
 }
 
 export function definitionOf(pkg: AppliedPackage, task: string): TaskDefinition {
@@ -48,8 +74,21 @@ export function handleAt(startedAtMs: number, pid = 4242): ProcessHandleFacts {
   return { pid, processStartTicks: `ticks-${pid}`, bootId: "boot-1", startedAtMs };
 }
 
-export function exitFacts(startedAtMs: number, finishedAtMs: number, exitCode: number | null, extra: Partial<CompletionFacts> = {}): CompletionFacts {
-  return { startedAtMs, finishedAtMs, exitCode, signal: exitCode === null ? "SIGTERM" : null, stopReason: null, spawnError: null, ...extra };
+export function exitFacts(
+  startedAtMs: number,
+  finishedAtMs: number,
+  exitCode: number | null,
+  extra: Partial<CompletionFacts> = {},
+): CompletionFacts {
+  return {
+    startedAtMs,
+    finishedAtMs,
+    exitCode,
+    signal: exitCode === null ? "SIGTERM" : null,
+    stopReason: null,
+    spawnError: null,
+    ...extra,
+  };
 }
 
 function epochKey(runId: string, stepRunId: string, stepRunVersion: number): string {
@@ -78,22 +117,34 @@ export class MemoryModel {
     if (problem !== null) throw new QlrError("conflict", problem);
     for (const { after } of change.runs) this.runs.set(after.id, after);
     for (const { before, after } of change.steps) {
-      if (before === null) this.stepOrder.set(after.runId, [...(this.stepOrder.get(after.runId) ?? []), after.id]);
+      if (before === null)
+        this.stepOrder.set(after.runId, [...(this.stepOrder.get(after.runId) ?? []), after.id]);
       this.steps.set(after.id, after);
     }
     for (const { after } of change.attempts) this.attempts.set(after.id, after);
     this.events.push(...change.events);
     this.mutations.push(...change.mutations);
-    for (const receipt of change.admissions) this.admissions.set(epochKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion), receipt);
+    for (const receipt of change.admissions)
+      this.admissions.set(
+        epochKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion),
+        receipt,
+      );
     this.changeSets += 1;
   }
 
   private check(change: ChangeSet): string | null {
-    const cas = <T extends { id: string; version: number }>(table: string, rows: ReadonlyMap<string, T>, before: T | null, after: T): string | null => {
+    const cas = <T extends { id: string; version: number }>(
+      table: string,
+      rows: ReadonlyMap<string, T>,
+      before: T | null,
+      after: T,
+    ): string | null => {
       const held = rows.get(after.id);
       if (before === null) return held === undefined ? null : `${table} ${after.id} already exists`;
       if (held === undefined) return `${table} ${after.id} does not exist`;
-      return held.version === before.version ? null : `${table} ${after.id} is at version ${held.version}, the change expected ${before.version}`;
+      return held.version === before.version
+        ? null
+        : `${table} ${after.id} is at version ${held.version}, the change expected ${before.version}`;
     };
     for (const { before, after } of change.runs) {
       const problem = cas("run", this.runs, before, after);
@@ -110,13 +161,15 @@ export class MemoryModel {
     const seqs = new Set(this.events.map((event) => `${event.runId}|${event.seq}`));
     const ids = new Set(this.events.map((event) => event.id));
     for (const event of change.events) {
-      if (seqs.has(`${event.runId}|${event.seq}`)) return `event ${event.runId}#${event.seq} already exists`;
+      if (seqs.has(`${event.runId}|${event.seq}`))
+        return `event ${event.runId}#${event.seq} already exists`;
       if (ids.has(event.id)) return `event id ${event.id} already exists`;
       seqs.add(`${event.runId}|${event.seq}`);
       ids.add(event.id);
     }
     for (const receipt of change.admissions) {
-      if (this.admissions.has(epochKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion))) return `ready epoch ${receipt.stepRunId}@${receipt.stepRunVersion} already has a winner`;
+      if (this.admissions.has(epochKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion)))
+        return `ready epoch ${receipt.stepRunId}@${receipt.stepRunVersion} already has a winner`;
     }
     return null;
   }
@@ -128,7 +181,9 @@ export class MemoryModel {
   }
 
   stepsOf(runId: string): StepRun[] {
-    return (this.stepOrder.get(runId) ?? []).map((id) => this.steps.get(id)).filter((step): step is StepRun => step !== undefined);
+    return (this.stepOrder.get(runId) ?? [])
+      .map((id) => this.steps.get(id))
+      .filter((step): step is StepRun => step !== undefined);
   }
 
   step(runId: string, name: string): StepRun {
@@ -138,7 +193,9 @@ export class MemoryModel {
   }
 
   attemptsOf(runId: string): RunAttempt[] {
-    return [...this.attempts.values()].filter((attempt) => attempt.runId === runId).sort((a, b) => a.number - b.number);
+    return [...this.attempts.values()]
+      .filter((attempt) => attempt.runId === runId)
+      .sort((a, b) => a.number - b.number);
   }
 
   attempt(attemptId: string): RunAttempt {
@@ -173,13 +230,22 @@ export class CoreWorld {
   }
 
   startWorkflow(workflow = "diamond", runId = "run-1", nowMs = T0): Run {
-    const created = createWorkflowRun(planOf(this.pkg, workflow), this.pkg.reconciliation.receipt, { runId, nowMs, idempotencyKey: null, scheduleName: null });
+    const created = createWorkflowRun(planOf(this.pkg, workflow), this.pkg.reconciliation.receipt, {
+      runId,
+      nowMs,
+      idempotencyKey: null,
+      scheduleName: null,
+    });
     this.model.apply(created.change);
     return created.run;
   }
 
   startTask(task = "work", runId = "run-o1", nowMs = T0): Run {
-    const created = createOrdinaryRun(definitionOf(this.pkg, task), this.pkg.reconciliation.receipt, { runId, nowMs, idempotencyKey: null, scheduleName: null });
+    const created = createOrdinaryRun(
+      definitionOf(this.pkg, task),
+      this.pkg.reconciliation.receipt,
+      { runId, nowMs, idempotencyKey: null, scheduleName: null },
+    );
     this.model.apply(created.change);
     return created.run;
   }
@@ -223,7 +289,9 @@ export function expectOneVersionBump(change: ChangeSet, before: Run): void {
   expect(change.runs).toHaveLength(1);
   expect(change.runs[0]?.before).toEqual(before);
   expect(change.runs[0]?.after.version).toBe(before.version + 1);
-  expect(change.events.map((event) => event.seq)).toEqual(change.events.map((_, index) => before.eventSeq + index + 1));
+  expect(change.events.map((event) => event.seq)).toEqual(
+    change.events.map((_, index) => before.eventSeq + index + 1),
+  );
   expect(change.runs[0]?.after.eventSeq).toBe(before.eventSeq + change.events.length);
 }
 

@@ -6,7 +6,14 @@ import type { RunAttempt } from "../../src/model.ts";
 import { frontierMarks } from "../../src/aggregate.ts";
 import { createOrdinaryRun, createWorkflowRun, requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
-import { CoreWorld, definitionOf, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
+import {
+  CoreWorld,
+  definitionOf,
+  exitFacts,
+  expectOneVersionBump,
+  handleAt,
+  T0,
+} from "./core-fixtures.ts";
 
 /**
  * The workflow frontier (DESIGN.md §3–§4, ADR-0229 §2): the only place that moves pending
@@ -17,7 +24,14 @@ import { CoreWorld, definitionOf, exitFacts, expectOneVersionBump, handleAt, T0 
 const NO_RETRY = { max: 0, backoffMs: 0, idempotent: false };
 
 function frontier(world: CoreWorld, nowMs: number, runId = "run-1"): void {
-  world.apply(advanceFrontier(world.model.run(runId), world.model.stepsOf(runId), world.model.attemptsOf(runId), nowMs));
+  world.apply(
+    advanceFrontier(
+      world.model.run(runId),
+      world.model.stepsOf(runId),
+      world.model.attemptsOf(runId),
+      nowMs,
+    ),
+  );
 }
 
 /** Admits, starts and runs one step; returns the running attempt. */
@@ -30,7 +44,14 @@ function runStep(world: CoreWorld, name: string, nowMs: number, runId = "run-1")
 
 function finishStep(world: CoreWorld, name: string, nowMs: number, exitCode: number | null): void {
   const attempt = runStep(world, name, nowMs);
-  world.apply(complete(world.model.scope(attempt.id), exitFacts(nowMs, nowMs + 1, exitCode), NO_RETRY, nowMs + 1));
+  world.apply(
+    complete(
+      world.model.scope(attempt.id),
+      exitFacts(nowMs, nowMs + 1, exitCode),
+      NO_RETRY,
+      nowMs + 1,
+    ),
+  );
 }
 
 function statuses(world: CoreWorld, runId = "run-1"): Record<string, string> {
@@ -76,7 +97,10 @@ describe("the workflow frontier", () => {
     frontier(world, T0 + 10);
     expect(world.model.run("run-1")).toMatchObject({ status: "succeeded", finishedAtMs: T0 + 10 });
     const last = world.model.eventsOf("run-1").at(-1);
-    expect(last).toMatchObject({ type: "run.status_changed", data: { from: "running", to: "succeeded", failedSteps: [] } });
+    expect(last).toMatchObject({
+      type: "run.status_changed",
+      data: { from: "running", to: "succeeded", failedSteps: [] },
+    });
   });
 
   it("frontier skips steps downstream of a failed step and then fails the run", () => {
@@ -88,9 +112,14 @@ describe("the workflow frontier", () => {
     // One pass settles the whole chain of skips (steps are in topological order) and the run.
     expect(statuses(world)).toEqual({ a: "failed", b: "skipped", c: "skipped", d: "skipped" });
     expect(world.model.run("run-1").status).toBe("failed");
-    const skipD = world.model.eventsOf("run-1").find((event) => event.type === "step.status_changed" && event.data.step === "d");
+    const skipD = world.model
+      .eventsOf("run-1")
+      .find((event) => event.type === "step.status_changed" && event.data.step === "d");
     expect(skipD?.data).toMatchObject({ to: "skipped", blockedBy: ["b", "c"] });
-    expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({ to: "failed", failedSteps: ["a"] });
+    expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({
+      to: "failed",
+      failedSteps: ["a"],
+    });
   });
 
   it("a downstream step is skipped as soon as one upstream failed, but the run waits for the sibling still running", () => {
@@ -106,7 +135,11 @@ describe("the workflow frontier", () => {
     // The skip names only the settled upstream that did not succeed (not the running sibling) and records its time.
     const d = world.model.step("run-1", "d");
     expect(d.finishedAtMs).toBe(T0 + 7);
-    expect(world.model.eventsOf("run-1").find((event) => event.stepRunId === d.id && event.data.to === "skipped")?.data).toMatchObject({ from: "pending", blockedBy: ["b"] });
+    expect(
+      world.model
+        .eventsOf("run-1")
+        .find((event) => event.stepRunId === d.id && event.data.to === "skipped")?.data,
+    ).toMatchObject({ from: "pending", blockedBy: ["b"] });
     expect(world.model.run("run-1").status).toBe("running");
     world.apply(complete(world.model.scope(c.id), exitFacts(T0 + 6, T0 + 8, 0), NO_RETRY, T0 + 8));
     frontier(world, T0 + 9);
@@ -115,11 +148,15 @@ describe("the workflow frontier", () => {
   });
 
   it("a timed out step fails the run: a workflow run is never timed_out", () => {
-    const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["true"], { timeoutMs: 100 })] }));
+    const world = new CoreWorld(
+      diamondManifest("demo", { tasks: [task("work", ["true"], { timeoutMs: 100 })] }),
+    );
     world.startWorkflow();
     frontier(world, T0 + 1);
     const a = runStep(world, "a", T0 + 2);
-    world.apply(complete(world.model.scope(a.id), exitFacts(T0 + 2, T0 + 500, 0), NO_RETRY, T0 + 500));
+    world.apply(
+      complete(world.model.scope(a.id), exitFacts(T0 + 2, T0 + 500, 0), NO_RETRY, T0 + 500),
+    );
     expect(statuses(world).a).toBe("timed_out");
     frontier(world, T0 + 501);
     expect(world.model.run("run-1").status).toBe("failed");
@@ -142,7 +179,9 @@ describe("the workflow frontier", () => {
     world.startWorkflow("one");
     frontier(world, T0 + 1);
     const attempt = world.admit("run-1", "only", T0 + 2);
-    const settledLooking = world.model.stepsOf("run-1").map((step) => ({ ...step, status: "failed" as const }));
+    const settledLooking = world.model
+      .stepsOf("run-1")
+      .map((step) => ({ ...step, status: "failed" as const }));
     expect(advanceFrontier(world.model.run("run-1"), settledLooking, [attempt], T0 + 3)).toBeNull();
   });
 
@@ -150,7 +189,9 @@ describe("the workflow frontier", () => {
     const world = new CoreWorld();
     const run = world.startWorkflow();
     world.apply(requestCancel(run, T0 + 1, "user"));
-    expect(advanceFrontier(world.model.run("run-1"), world.model.stepsOf("run-1"), [], T0 + 2)).toBeNull();
+    expect(
+      advanceFrontier(world.model.run("run-1"), world.model.stepsOf("run-1"), [], T0 + 2),
+    ).toBeNull();
   });
 
   it("frontier ignores ordinary runs and terminal workflow runs", () => {
@@ -158,14 +199,23 @@ describe("the workflow frontier", () => {
     const ordinary = world.startTask();
     expect(advanceFrontier(ordinary, [], [], T0 + 1)).toBeNull();
     const run = world.startWorkflow();
-    expect(advanceFrontier({ ...run, status: "failed" }, world.model.stepsOf(run.id), [], T0 + 1)).toBeNull();
+    expect(
+      advanceFrontier({ ...run, status: "failed" }, world.model.stepsOf(run.id), [], T0 + 1),
+    ).toBeNull();
   });
 
   it("a frontier with nothing to move writes nothing", () => {
     const world = new CoreWorld();
     world.startWorkflow();
     frontier(world, T0 + 1);
-    expect(advanceFrontier(world.model.run("run-1"), world.model.stepsOf("run-1"), world.model.attemptsOf("run-1"), T0 + 2)).toBeNull();
+    expect(
+      advanceFrontier(
+        world.model.run("run-1"),
+        world.model.stepsOf("run-1"),
+        world.model.attemptsOf("run-1"),
+        T0 + 2,
+      ),
+    ).toBeNull();
   });
 
   it("failedSteps names failed, timed out and cancelled steps but not skipped ones", () => {
@@ -176,12 +226,23 @@ describe("the workflow frontier", () => {
     finishStep(world, "y", T0 + 2, 0);
     frontier(world, T0 + 4);
     expect(statuses(world)).toEqual({ x: "failed", y: "succeeded", z: "skipped" });
-    expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({ to: "failed", failedSteps: ["x"] });
+    expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({
+      to: "failed",
+      failedSteps: ["x"],
+    });
   });
 });
 
 function singleStep(): Manifest {
-  return { package: "demo", description: null, tasks: [task("work")], workflows: [{ name: "one", description: null, steps: [{ name: "only", task: "work", needs: [] }] }], schedules: [] };
+  return {
+    package: "demo",
+    description: null,
+    tasks: [task("work")],
+    workflows: [
+      { name: "one", description: null, steps: [{ name: "only", task: "work", needs: [] }] },
+    ],
+    schedules: [],
+  };
 }
 
 function twoRoots(): Manifest {
@@ -207,9 +268,17 @@ function twoRoots(): Manifest {
 describe("which changes mark a run for the frontier stage", () => {
   it("a new workflow run is marked, a new ordinary run is not", () => {
     const world = new CoreWorld();
-    const workflow = createWorkflowRun(world.planFor(world.startWorkflow("diamond", "run-seed")), world.pkg.reconciliation.receipt, { runId: "run-2", nowMs: T0, idempotencyKey: null, scheduleName: null });
+    const workflow = createWorkflowRun(
+      world.planFor(world.startWorkflow("diamond", "run-seed")),
+      world.pkg.reconciliation.receipt,
+      { runId: "run-2", nowMs: T0, idempotencyKey: null, scheduleName: null },
+    );
     expect(workflow.change.frontierDue).toEqual(["run-2"]);
-    const ordinary = createOrdinaryRun(definitionOf(world.pkg, "work"), world.pkg.reconciliation.receipt, { runId: "run-3", nowMs: T0, idempotencyKey: null, scheduleName: null });
+    const ordinary = createOrdinaryRun(
+      definitionOf(world.pkg, "work"),
+      world.pkg.reconciliation.receipt,
+      { runId: "run-3", nowMs: T0, idempotencyKey: null, scheduleName: null },
+    );
     expect(ordinary.change.frontierDue).toEqual([]);
   });
 
@@ -228,7 +297,12 @@ describe("which changes mark a run for the frontier stage", () => {
     const running = markRunning(world.model.scope(attempt.id), handleAt(T0 + 3), T0 + 3);
     expect(running.frontierDue).toEqual([]);
     world.apply(running);
-    const completed = complete(world.model.scope(attempt.id), exitFacts(T0 + 3, T0 + 4, 1), NO_RETRY, T0 + 4);
+    const completed = complete(
+      world.model.scope(attempt.id),
+      exitFacts(T0 + 3, T0 + 4, 1),
+      NO_RETRY,
+      T0 + 4,
+    );
     expect(completed.frontierDue).toEqual([run.id]);
   });
 
@@ -245,8 +319,23 @@ describe("which changes mark a run for the frontier stage", () => {
     // The run row going terminal together with a settling step (a cancellation converging the last step) is still not marked.
     const before = { ...world.model.run("run-1"), status: "running" as const };
     const after = world.model.run("run-1");
-    expect(frontierMarks([{ before, after }], [{ before: { ...steps[0]!, status: "running" }, after: steps[0]! }])).toEqual([]);
-    expect(frontierMarks([{ before, after: { ...after, status: "running" } }], [{ before: { ...steps[0]!, status: "running" }, after: steps[0]! }])).toEqual(["run-1"]);
-    expect(frontierMarks([{ before, after: { ...after, status: "running" } }], [{ before: steps[0]!, after: steps[0]! }])).toEqual([]);
+    expect(
+      frontierMarks(
+        [{ before, after }],
+        [{ before: { ...steps[0]!, status: "running" }, after: steps[0]! }],
+      ),
+    ).toEqual([]);
+    expect(
+      frontierMarks(
+        [{ before, after: { ...after, status: "running" } }],
+        [{ before: { ...steps[0]!, status: "running" }, after: steps[0]! }],
+      ),
+    ).toEqual(["run-1"]);
+    expect(
+      frontierMarks(
+        [{ before, after: { ...after, status: "running" } }],
+        [{ before: steps[0]!, after: steps[0]! }],
+      ),
+    ).toEqual([]);
   });
 });

@@ -39,7 +39,14 @@ async function rig(): Promise<Rig> {
   const clock = new TestClock(T0);
   const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
   const ids = new SequentialIds("run");
-  const simulated = new SimulatedExecutor({ clock, prng: new Prng(3), failureRate: 0, spawnFailureRate: 0, minDurationMs: 100, maxDurationMs: 100 });
+  const simulated = new SimulatedExecutor({
+    clock,
+    prng: new Prng(3),
+    failureRate: 0,
+    spawnFailureRate: 0,
+    minDurationMs: 100,
+    maxDurationMs: 100,
+  });
   const launches: LaunchRequest[] = [];
   const recording: Executor = {
     type: "local_process",
@@ -52,8 +59,24 @@ async function rig(): Promise<Rig> {
     inspect: (attempt) => simulated.inspect(attempt),
     stop: (attempt, reason) => simulated.stop(attempt, reason),
   };
-  const coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.edge, executors: { local_process: recording } });
-  const apply = (argv: string[]): Promise<number> => store.transaction(async (tx) => (await applyPackage(tx, diamondManifest("bind", { tasks: [task("work", argv)] }), await tx.observe(clock.nowMs()))).generation);
+  const coordinator = new Coordinator({
+    store,
+    clock,
+    ids,
+    profile: PROFILES.edge,
+    executors: { local_process: recording },
+  });
+  const apply = (argv: string[]): Promise<number> =>
+    store.transaction(
+      async (tx) =>
+        (
+          await applyPackage(
+            tx,
+            diamondManifest("bind", { tasks: [task("work", argv)] }),
+            await tx.observe(clock.nowMs()),
+          )
+        ).generation,
+    );
   return {
     store,
     clock,
@@ -62,7 +85,22 @@ async function rig(): Promise<Rig> {
     apply,
     start: async (argv) => {
       await apply(argv);
-      return store.transaction(async (tx) => (await startRun(tx, { package: "bind", target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: ids.runId() }, await tx.observe(clock.nowMs()))).run.id);
+      return store.transaction(
+        async (tx) =>
+          (
+            await startRun(
+              tx,
+              {
+                package: "bind",
+                target: { kind: "workflow", name: "diamond" },
+                idempotencyKey: null,
+                scheduleName: null,
+                runId: ids.runId(),
+              },
+              await tx.observe(clock.nowMs()),
+            )
+          ).run.id,
+      );
     },
   };
 }
@@ -72,14 +110,20 @@ async function runStatus(store: SqlStore, runId: string): Promise<string> {
 }
 
 async function tickUntilEnded(r: Rig, runId: string): Promise<void> {
-  for (let cycle = 0; cycle < 200 && !["succeeded", "failed"].includes(await runStatus(r.store, runId)); cycle += 1) {
+  for (
+    let cycle = 0;
+    cycle < 200 && !["succeeded", "failed"].includes(await runStatus(r.store, runId));
+    cycle += 1
+  ) {
     r.clock.nowMsValue += 50;
     await r.coordinator.tick();
   }
 }
 
 function argvOf(request: LaunchRequest): readonly string[] {
-  return request.definition.execution.executor === "local_process" ? request.definition.execution.argv : [];
+  return request.definition.execution.executor === "local_process"
+    ? request.definition.execution.argv
+    : [];
 }
 
 describe("generation binding at execution", () => {
@@ -100,53 +144,104 @@ describe("generation binding at execution", () => {
     // A run started now is bound to generation 2.
     const later = await r.start(["echo", "generation-2"]);
     await tickUntilEnded(r, later);
-    expect(r.launches.slice(4).map(argvOf)).toEqual(Array.from({ length: 4 }, () => ["echo", "generation-2"]));
+    expect(r.launches.slice(4).map(argvOf)).toEqual(
+      Array.from({ length: 4 }, () => ["echo", "generation-2"]),
+    );
   });
 
   /** Each ledger field that binds execution, altered in the stored receipt of a claimed attempt. */
-  const TAMPERS: readonly { readonly field: keyof AdmissionReceipt; readonly value: (receipt: AdmissionReceipt) => unknown; readonly reason: RegExp }[] = [
-    { field: "runtimeTaskRevision", value: (receipt) => receipt.runtimeTaskRevision.replace(/:1:/, ":9:"), reason: /has no definition/ },
+  const TAMPERS: readonly {
+    readonly field: keyof AdmissionReceipt;
+    readonly value: (receipt: AdmissionReceipt) => unknown;
+    readonly reason: RegExp;
+  }[] = [
+    {
+      field: "runtimeTaskRevision",
+      value: (receipt) => receipt.runtimeTaskRevision.replace(/:1:/, ":9:"),
+      reason: /has no definition/,
+    },
     { field: "runtimeTaskId", value: () => "pkg:bind:other", reason: /is not the step's task/ },
-    { field: "taskDefinitionDigest", value: () => `sha256:${"0".repeat(64)}`, reason: /definition digest does not match/ },
-    { field: "executionDigest", value: () => `sha256:${"1".repeat(64)}`, reason: /execution digest does not match/ },
-    { field: "attemptId", value: () => "wta:ffffffffffffffffffffffffffffffff", reason: /names attempt wta:f+/ },
+    {
+      field: "taskDefinitionDigest",
+      value: () => `sha256:${"0".repeat(64)}`,
+      reason: /definition digest does not match/,
+    },
+    {
+      field: "executionDigest",
+      value: () => `sha256:${"1".repeat(64)}`,
+      reason: /execution digest does not match/,
+    },
+    {
+      field: "attemptId",
+      value: () => "wta:ffffffffffffffffffffffffffffffff",
+      reason: /names attempt wta:f+/,
+    },
   ];
 
-  it.each(TAMPERS)("an attempt whose admission receipt disagrees on $field is never launched: the dispatch reports an integrity error", async ({ field, value, reason }) => {
-    const r = await rig();
-    const runId = await r.start(["echo", "bound"]);
-    // One cycle admits `a` (claimed); alter its receipt before the dispatch of the next cycle.
-    const frontierAndAdmission = new Coordinator({ store: r.store, clock: r.clock, ids: new SequentialIds("x"), profile: { ...PROFILES.edge, dispatch: 0 }, executors: {} });
-    await frontierAndAdmission.tick();
-    await frontierAndAdmission.tick();
-    const claimed = await r.store.transaction(async (tx) => (await tx.getAttempts(runId)).filter((attempt) => attempt.status === "claimed"));
-    expect(claimed).toHaveLength(1);
-    const attempt = claimed[0]!;
-    await r.store.driver.transaction(async (tx) => {
-      const [row] = await tx.query<{ body: string }>("SELECT body FROM admission_receipts WHERE attempt_id = ?", [attempt.id]);
-      const receipt = JSON.parse(row!.body) as AdmissionReceipt;
-      await tx.query("UPDATE admission_receipts SET body = ? WHERE attempt_id = ?", [JSON.stringify({ ...receipt, [field]: value(receipt) }), attempt.id]);
-    });
-    const report = await r.coordinator.tick();
-    const dispatch = report.stages.find((stage) => stage.name === "dispatch");
-    expect(dispatch?.errors.map((error) => error.code)).toEqual(["integrity"]);
-    expect(dispatch?.errors[0]?.message).toMatch(reason);
-    expect(r.launches).toEqual([]);
-    expect((await r.store.transaction(async (tx) => tx.getAttempt(attempt.id)))?.status).toBe("claimed");
-  });
+  it.each(TAMPERS)(
+    "an attempt whose admission receipt disagrees on $field is never launched: the dispatch reports an integrity error",
+    async ({ field, value, reason }) => {
+      const r = await rig();
+      const runId = await r.start(["echo", "bound"]);
+      // One cycle admits `a` (claimed); alter its receipt before the dispatch of the next cycle.
+      const frontierAndAdmission = new Coordinator({
+        store: r.store,
+        clock: r.clock,
+        ids: new SequentialIds("x"),
+        profile: { ...PROFILES.edge, dispatch: 0 },
+        executors: {},
+      });
+      await frontierAndAdmission.tick();
+      await frontierAndAdmission.tick();
+      const claimed = await r.store.transaction(async (tx) =>
+        (await tx.getAttempts(runId)).filter((attempt) => attempt.status === "claimed"),
+      );
+      expect(claimed).toHaveLength(1);
+      const attempt = claimed[0]!;
+      await r.store.driver.transaction(async (tx) => {
+        const [row] = await tx.query<{ body: string }>(
+          "SELECT body FROM admission_receipts WHERE attempt_id = ?",
+          [attempt.id],
+        );
+        const receipt = JSON.parse(row!.body) as AdmissionReceipt;
+        await tx.query("UPDATE admission_receipts SET body = ? WHERE attempt_id = ?", [
+          JSON.stringify({ ...receipt, [field]: value(receipt) }),
+          attempt.id,
+        ]);
+      });
+      const report = await r.coordinator.tick();
+      const dispatch = report.stages.find((stage) => stage.name === "dispatch");
+      expect(dispatch?.errors.map((error) => error.code)).toEqual(["integrity"]);
+      expect(dispatch?.errors[0]?.message).toMatch(reason);
+      expect(r.launches).toEqual([]);
+      expect((await r.store.transaction(async (tx) => tx.getAttempt(attempt.id)))?.status).toBe(
+        "claimed",
+      );
+    },
+  );
 
   it("an attempt without its admission receipt is never launched", async () => {
     const r = await rig();
     const runId = await r.start(["echo", "bound"]);
-    const admitOnly = new Coordinator({ store: r.store, clock: r.clock, ids: new SequentialIds("x"), profile: { ...PROFILES.edge, dispatch: 0 }, executors: {} });
+    const admitOnly = new Coordinator({
+      store: r.store,
+      clock: r.clock,
+      ids: new SequentialIds("x"),
+      profile: { ...PROFILES.edge, dispatch: 0 },
+      executors: {},
+    });
     await admitOnly.tick();
     await admitOnly.tick();
-    const [attempt] = await r.store.transaction(async (tx) => (await tx.getAttempts(runId)).filter((item) => item.status === "claimed"));
+    const [attempt] = await r.store.transaction(async (tx) =>
+      (await tx.getAttempts(runId)).filter((item) => item.status === "claimed"),
+    );
     await r.store.driver.transaction(async (tx) => {
       await tx.query("DELETE FROM admission_receipts WHERE attempt_id = ?", [attempt!.id]);
     });
     const report = await r.coordinator.tick();
-    expect(report.stages.find((stage) => stage.name === "dispatch")?.errors[0]?.message).toMatch(/no admission receipt/);
+    expect(report.stages.find((stage) => stage.name === "dispatch")?.errors[0]?.message).toMatch(
+      /no admission receipt/,
+    );
     expect(r.launches).toEqual([]);
   });
 });

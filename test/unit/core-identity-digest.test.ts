@@ -4,9 +4,22 @@ import { describe, expect, it } from "vitest";
 import { admissionEventId, workflowAttemptId } from "../../src/admission.ts";
 import { eventId } from "../../src/aggregate.ts";
 import { canonicalJson } from "../../src/canonical-json.ts";
-import { derivedId, digestOf, hmacSha256Hex, isDigest, sha256Hex, timingSafeEqualText } from "../../src/digest.ts";
+import {
+  derivedId,
+  digestOf,
+  hmacSha256Hex,
+  isDigest,
+  sha256Hex,
+  timingSafeEqualText,
+} from "../../src/digest.ts";
 import { isQlrError } from "../../src/errors.ts";
-import { assertPortableId, isPortableId, PACKAGE_NAME_PATTERN, PORTABLE_ID_MAX_LENGTH, RESOURCE_NAME_PATTERN } from "../../src/identity.ts";
+import {
+  assertPortableId,
+  isPortableId,
+  PACKAGE_NAME_PATTERN,
+  PORTABLE_ID_MAX_LENGTH,
+  RESOURCE_NAME_PATTERN,
+} from "../../src/identity.ts";
 import { ordinaryAttemptId } from "../../src/ordinary.ts";
 import { stepRunId } from "../../src/runs.ts";
 
@@ -25,18 +38,44 @@ function referenceDerivedId(prefix: string, parts: readonly (string | number)[])
 }
 
 const portableIdArbitrary = fc
-  .tuple(fc.constantFrom(..."abcXYZ019"), fc.array(fc.constantFrom(..."aZ09._:-"), { maxLength: 35 }))
+  .tuple(
+    fc.constantFrom(..."abcXYZ019"),
+    fc.array(fc.constantFrom(..."aZ09._:-"), { maxLength: 35 }),
+  )
   .map(([first, rest]) => first + rest.join(""));
 
 describe("portable identities", () => {
   it("accept UUIDv7, wta:<32 hex> and any 36-byte id of the portable alphabet", () => {
-    for (const id of ["0190f5c3-8b1e-7a3c-9f00-123456789abc", `wta:${"a".repeat(32)}`, "run-1", "A", "x".repeat(36), "a.b:c_d-e"]) {
+    for (const id of [
+      "0190f5c3-8b1e-7a3c-9f00-123456789abc",
+      `wta:${"a".repeat(32)}`,
+      "run-1",
+      "A",
+      "x".repeat(36),
+      "a.b:c_d-e",
+    ]) {
       expect(isPortableId(id)).toBe(true);
     }
   });
 
   it("reject empty, leading dot, slash, backslash, whitespace, NUL, non-ASCII and over-long ids, so no id can traverse a path", () => {
-    for (const id of ["", ".hidden", "..", "../etc", "a/b", "a\\b", "a b", "a\tb", "a\nb", "a\u0000b", "é", "-lead", "_lead", ":lead", "x".repeat(37)]) {
+    for (const id of [
+      "",
+      ".hidden",
+      "..",
+      "../etc",
+      "a/b",
+      "a\\b",
+      "a b",
+      "a\tb",
+      "a\nb",
+      "a\u0000b",
+      "é",
+      "-lead",
+      "_lead",
+      ":lead",
+      "x".repeat(37),
+    ]) {
       expect(isPortableId(id)).toBe(false);
     }
     expect(isPortableId(42)).toBe(false);
@@ -66,14 +105,25 @@ describe("portable identities", () => {
 
 describe("canonical JSON and digests", () => {
   it("canonical JSON sorts keys by UTF-16 code unit, omits undefined members and keeps no insignificant space", () => {
-    expect(canonicalJson({ b: 1, a: [true, null, "x"], c: { z: undefined, y: -0 } })).toBe('{"a":[true,null,"x"],"b":1,"c":{"y":0}}');
+    expect(canonicalJson({ b: 1, a: [true, null, "x"], c: { z: undefined, y: -0 } })).toBe(
+      '{"a":[true,null,"x"],"b":1,"c":{"y":0}}',
+    );
     // Code-unit order, never locale order: upper case before lower case, "é" after "z".
     expect(canonicalJson({ é: 1, z: 2, Z: 3, a: 4 })).toBe('{"Z":3,"a":4,"z":2,"é":1}');
     expect(canonicalJson(Object.create(null) as object)).toBe("{}");
   });
 
   it("canonical JSON rejects what JSON cannot hold: non-finite numbers, class instances, functions, bigints and undefined array items", () => {
-    for (const value of [Number.NaN, Number.POSITIVE_INFINITY, new Date(0), new Map(), () => 1, 1n, [undefined], Symbol("s")]) {
+    for (const value of [
+      Number.NaN,
+      Number.POSITIVE_INFINITY,
+      new Date(0),
+      new Map(),
+      () => 1,
+      1n,
+      [undefined],
+      Symbol("s"),
+    ]) {
       expect(() => canonicalJson(value)).toThrow();
       try {
         canonicalJson(value);
@@ -85,10 +135,16 @@ describe("canonical JSON and digests", () => {
 
   it("key order never changes a digest", () => {
     fc.assert(
-      fc.property(fc.dictionary(fc.string({ maxLength: 6 }), fc.oneof(fc.integer(), fc.string({ maxLength: 6 }), fc.boolean())), (record) => {
-        const reversed = Object.fromEntries(Object.entries(record).reverse());
-        expect(digestOf(reversed)).toBe(digestOf(record));
-      }),
+      fc.property(
+        fc.dictionary(
+          fc.string({ maxLength: 6 }),
+          fc.oneof(fc.integer(), fc.string({ maxLength: 6 }), fc.boolean()),
+        ),
+        (record) => {
+          const reversed = Object.fromEntries(Object.entries(record).reverse());
+          expect(digestOf(reversed)).toBe(digestOf(record));
+        },
+      ),
       { numRuns: 100 },
     );
   });
@@ -99,12 +155,18 @@ describe("canonical JSON and digests", () => {
     expect(isDigest(digestOf(value))).toBe(true);
     expect(isDigest(`sha256:${"A".repeat(64)}`)).toBe(false);
     expect(isDigest("sha256:abc")).toBe(false);
-    expect(sha256Hex(new Uint8Array([1, 2, 3]))).toBe(createHash("sha256").update(Buffer.from([1, 2, 3])).digest("hex"));
+    expect(sha256Hex(new Uint8Array([1, 2, 3]))).toBe(
+      createHash("sha256")
+        .update(Buffer.from([1, 2, 3]))
+        .digest("hex"),
+    );
   });
 
   it("the HMAC is HMAC-SHA256 in hex, and the token comparison is exact", () => {
     const key = new Uint8Array(32).fill(7);
-    expect(hmacSha256Hex(key, "receipt")).toBe(createHmac("sha256", Buffer.from(key)).update("receipt").digest("hex"));
+    expect(hmacSha256Hex(key, "receipt")).toBe(
+      createHmac("sha256", Buffer.from(key)).update("receipt").digest("hex"),
+    );
     expect(timingSafeEqualText("secret", "secret")).toBe(true);
     expect(timingSafeEqualText("secret", "secreT")).toBe(false);
     expect(timingSafeEqualText("secret", "secret-longer")).toBe(false);
@@ -143,13 +205,24 @@ describe("deterministic identities", () => {
 
   it("every derived id is a portable identity of exactly 36 bytes, whatever portable run id it derives from", () => {
     fc.assert(
-      fc.property(portableIdArbitrary, fc.string({ maxLength: 32 }), fc.integer({ min: 1, max: 1_000_000 }), (runId, name, version) => {
-        const ids = [workflowAttemptId(runId, stepRunId(runId, name), version), admissionEventId(runId, name, version), stepRunId(runId, name), eventId(runId, version), ordinaryAttemptId(runId, version)];
-        for (const id of ids) {
-          expect(isPortableId(id)).toBe(true);
-          expect(id).toHaveLength(36);
-        }
-      }),
+      fc.property(
+        portableIdArbitrary,
+        fc.string({ maxLength: 32 }),
+        fc.integer({ min: 1, max: 1_000_000 }),
+        (runId, name, version) => {
+          const ids = [
+            workflowAttemptId(runId, stepRunId(runId, name), version),
+            admissionEventId(runId, name, version),
+            stepRunId(runId, name),
+            eventId(runId, version),
+            ordinaryAttemptId(runId, version),
+          ];
+          for (const id of ids) {
+            expect(isPortableId(id)).toBe(true);
+            expect(id).toHaveLength(36);
+          }
+        },
+      ),
       { numRuns: 200 },
     );
   });

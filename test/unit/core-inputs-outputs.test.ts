@@ -7,7 +7,12 @@ import type { Manifest } from "../../src/manifest/types.ts";
 import { applyPackage, rerunRun, startRun } from "../../src/operations.ts";
 import type { Executor, LaunchRequest } from "../../src/ports.ts";
 import { PROFILES } from "../../src/profiles.ts";
-import { MAX_INPUT_BYTES, MAX_INPUT_KEYS, resolveRunInput, type InputDeclaration } from "../../src/run-inputs.ts";
+import {
+  MAX_INPUT_BYTES,
+  MAX_INPUT_KEYS,
+  resolveRunInput,
+  type InputDeclaration,
+} from "../../src/run-inputs.ts";
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor, type SimulatedOutcome } from "../../src/sim/simulated-executor.ts";
 import { checkOutput, MAX_OUTPUT_BYTES, outputFromText } from "../../src/task-output.ts";
@@ -34,7 +39,8 @@ function refusal(fn: () => unknown): { code: string; paths: string[] } {
   try {
     fn();
   } catch (error) {
-    if (isQlrError(error)) return { code: error.code, paths: error.details.map((detail) => detail.path) };
+    if (isQlrError(error))
+      return { code: error.code, paths: error.details.map((detail) => detail.path) };
     throw error;
   }
   throw new Error("expected a refusal");
@@ -42,37 +48,61 @@ function refusal(fn: () => unknown): { code: string; paths: string[] } {
 
 describe("run input rules", () => {
   it("applies declared types (text spelling a number or boolean is accepted, as the CLI sends it), fills defaults and sorts keys", () => {
-    expect(resolveRunInput({ target: "eu", dry_run: "true", count: "7" }, DECLARED)).toEqual({ count: 7, dry_run: true, target: "eu" });
+    expect(resolveRunInput({ target: "eu", dry_run: "true", count: "7" }, DECLARED)).toEqual({
+      count: 7,
+      dry_run: true,
+      target: "eu",
+    });
     expect(Object.keys(resolveRunInput({ target: "eu" }, DECLARED))).toEqual(["count", "target"]);
     expect(resolveRunInput({ target: "eu" }, DECLARED)).toEqual({ count: 3, target: "eu" });
   });
 
   it("reports every problem at once: a missing required input, a wrong type, an undeclared key", () => {
-    const refused = refusal(() => resolveRunInput({ count: "seven", dry_run: "yes", extra: 1 }, DECLARED));
+    const refused = refusal(() =>
+      resolveRunInput({ count: "seven", dry_run: "yes", extra: 1 }, DECLARED),
+    );
     expect(refused.code).toBe("invalid_request");
-    expect(refused.paths.sort()).toEqual(["input.count", "input.dry_run", "input.extra", "input.target"]);
+    expect(refused.paths.sort()).toEqual([
+      "input.count",
+      "input.dry_run",
+      "input.extra",
+      "input.target",
+    ]);
   });
 
   it("without declarations any well-formed key passes as given; bad keys, values and sizes are refused", () => {
     expect(resolveRunInput({ b: 1, a: "x", c: false }, null)).toEqual({ a: "x", b: 1, c: false });
     expect(resolveRunInput(undefined, null)).toEqual({});
-    expect(refusal(() => resolveRunInput({ "bad-key": "x" }, null)).paths).toEqual(["input.bad-key"]);
-    expect(refusal(() => resolveRunInput({ nested: { a: 1 } }, null)).paths).toEqual(["input.nested"]);
+    expect(refusal(() => resolveRunInput({ "bad-key": "x" }, null)).paths).toEqual([
+      "input.bad-key",
+    ]);
+    expect(refusal(() => resolveRunInput({ nested: { a: 1 } }, null)).paths).toEqual([
+      "input.nested",
+    ]);
     expect(refusal(() => resolveRunInput({ nul: "a\u0000b" }, null)).paths).toEqual(["input.nul"]);
     expect(refusal(() => resolveRunInput(["a"], null)).paths).toEqual(["input"]);
-    const many = Object.fromEntries(Array.from({ length: MAX_INPUT_KEYS + 1 }, (_, index) => [`k${index}`, 1]));
+    const many = Object.fromEntries(
+      Array.from({ length: MAX_INPUT_KEYS + 1 }, (_, index) => [`k${index}`, 1]),
+    );
     expect(refusal(() => resolveRunInput(many, null)).paths).toContain("input");
-    expect(refusal(() => resolveRunInput({ big: "x".repeat(MAX_INPUT_BYTES) }, null)).paths).toEqual(["input"]);
+    expect(
+      refusal(() => resolveRunInput({ big: "x".repeat(MAX_INPUT_BYTES) }, null)).paths,
+    ).toEqual(["input"]);
   });
 });
 
 describe("step output rules", () => {
   it("accepts JSON up to the cap, treats empty text and null as no output, refuses the rest with a reason", () => {
-    expect(outputFromText('{"b": 2, "a": [1, "x"]}\n')).toEqual({ output: { a: [1, "x"], b: 2 }, outputError: null });
+    expect(outputFromText('{"b": 2, "a": [1, "x"]}\n')).toEqual({
+      output: { a: [1, "x"], b: 2 },
+      outputError: null,
+    });
     expect(outputFromText("  \n")).toEqual({ output: null, outputError: null });
     expect(outputFromText("null")).toEqual({ output: null, outputError: null });
     expect(outputFromText("{not json").outputError).toMatch(/not valid JSON/);
-    expect(checkOutput({ big: "x".repeat(MAX_OUTPUT_BYTES) }).outputError).toMatch(/more than the 65536 allowed/);
+    expect(checkOutput({ big: "x".repeat(MAX_OUTPUT_BYTES) }).outputError).toMatch(
+      /more than the 65536 allowed/,
+    );
     let deep: unknown = 1;
     for (let level = 0; level < 40; level += 1) deep = [deep];
     expect(checkOutput(deep).outputError).toMatch(/deeper/);
@@ -93,7 +123,12 @@ workflows:
 ${extra}`;
 
   it("parses workflow inputs and resolves a schedule's input against them, defaults filled in", () => {
-    const parsed = parseManifest(yaml(`schedules:\n  nightly: { cron: "0 3 * * *", workflow: deploy, input: { target: eu } }\n`), "yaml");
+    const parsed = parseManifest(
+      yaml(
+        `schedules:\n  nightly: { cron: "0 3 * * *", workflow: deploy, input: { target: eu } }\n`,
+      ),
+      "yaml",
+    );
     if (!parsed.ok) throw new Error(JSON.stringify(parsed.issues));
     expect(parsed.manifest.workflows[0]?.inputs).toEqual([
       { name: "count", type: "number", required: false, default: 2 },
@@ -103,20 +138,39 @@ ${extra}`;
   });
 
   it("refuses a schedule whose runs would all be refused, a default of the wrong type and a required input with a default", () => {
-    const missing = parseManifest(yaml(`schedules:\n  nightly: { cron: "0 3 * * *", workflow: deploy }\n`), "yaml");
-    expect(missing.ok ? [] : missing.issues).toEqual([{ path: "schedules.nightly.input.target", message: "is required" }]);
+    const missing = parseManifest(
+      yaml(`schedules:\n  nightly: { cron: "0 3 * * *", workflow: deploy }\n`),
+      "yaml",
+    );
+    expect(missing.ok ? [] : missing.issues).toEqual([
+      { path: "schedules.nightly.input.target", message: "is required" },
+    ]);
     const wrongDefault = parseManifest(yaml("").replace("default: 2", 'default: "two"'), "yaml");
-    expect(wrongDefault.ok ? [] : wrongDefault.issues.map((issue) => issue.path)).toEqual(["workflows.deploy.inputs.count.default"]);
-    const both = parseManifest(yaml("").replace("default: 2", "default: 2, required: true"), "yaml");
-    expect(both.ok ? [] : both.issues.map((issue) => issue.path)).toEqual(["workflows.deploy.inputs.count.required"]);
+    expect(wrongDefault.ok ? [] : wrongDefault.issues.map((issue) => issue.path)).toEqual([
+      "workflows.deploy.inputs.count.default",
+    ]);
+    const both = parseManifest(
+      yaml("").replace("default: 2", "default: 2, required: true"),
+      "yaml",
+    );
+    expect(both.ok ? [] : both.issues.map((issue) => issue.path)).toEqual([
+      "workflows.deploy.inputs.count.required",
+    ]);
     const badName = parseManifest(yaml("").replace("count:", "bad-name:"), "yaml");
     expect(badName.ok).toBe(false);
   });
 
   it("a workflow without inputs keeps the manifest and plan digests it always had (no key is added)", () => {
-    const parsed = parseManifest("package: shop\ntasks:\n  work: { run: [\"true\"] }\nworkflows:\n  w:\n    steps:\n      a: { task: work }\n", "yaml");
+    const parsed = parseManifest(
+      'package: shop\ntasks:\n  work: { run: ["true"] }\nworkflows:\n  w:\n    steps:\n      a: { task: work }\n',
+      "yaml",
+    );
     if (!parsed.ok) throw new Error("expected a manifest");
-    expect(Object.keys(parsed.manifest.workflows[0] ?? {})).toEqual(["name", "description", "steps"]);
+    expect(Object.keys(parsed.manifest.workflows[0] ?? {})).toEqual([
+      "name",
+      "description",
+      "steps",
+    ]);
   });
 });
 
@@ -158,10 +212,20 @@ interface Rig {
   settle(runId: string): Promise<string>;
 }
 
-async function rig(outcome: (request: LaunchRequest) => SimulatedOutcome | undefined): Promise<Rig> {
+async function rig(
+  outcome: (request: LaunchRequest) => SimulatedOutcome | undefined,
+): Promise<Rig> {
   const clock = new TestClock(T0);
   const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
-  const simulated = new SimulatedExecutor({ clock, prng: new Prng(5), failureRate: 0, spawnFailureRate: 0, minDurationMs: 100, maxDurationMs: 100, outcome });
+  const simulated = new SimulatedExecutor({
+    clock,
+    prng: new Prng(5),
+    failureRate: 0,
+    spawnFailureRate: 0,
+    minDurationMs: 100,
+    maxDurationMs: 100,
+    outcome,
+  });
   const launches: LaunchRequest[] = [];
   const recording: Executor = {
     type: "local_process",
@@ -174,8 +238,16 @@ async function rig(outcome: (request: LaunchRequest) => SimulatedOutcome | undef
     inspect: (attempt) => simulated.inspect(attempt),
     stop: (attempt, reason) => simulated.stop(attempt, reason),
   };
-  const coordinator = new Coordinator({ store, clock, ids: new SequentialIds("run"), profile: PROFILES.edge, executors: { local_process: recording } });
-  await store.transaction(async (tx) => applyPackage(tx, pipelineManifest(), await tx.observe(clock.nowMs())));
+  const coordinator = new Coordinator({
+    store,
+    clock,
+    ids: new SequentialIds("run"),
+    profile: PROFILES.edge,
+    executors: { local_process: recording },
+  });
+  await store.transaction(async (tx) =>
+    applyPackage(tx, pipelineManifest(), await tx.observe(clock.nowMs())),
+  );
   return {
     store,
     clock,
@@ -185,7 +257,11 @@ async function rig(outcome: (request: LaunchRequest) => SimulatedOutcome | undef
       for (let round = 0; round < 200; round += 1) {
         await coordinator.tick();
         const run = await store.transaction((tx) => tx.getRun(runId));
-        if (run !== null && ["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(run.status)) return run.status;
+        if (
+          run !== null &&
+          ["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(run.status)
+        )
+          return run.status;
         clock.advance(100);
       }
       throw new Error(`run ${runId} did not settle`);
@@ -198,7 +274,15 @@ function outputs(state: { failing: boolean }) {
   return (request: LaunchRequest): SimulatedOutcome => {
     const step = request.context.step;
     if (step === "transform" && state.failing) return { exitCode: 1, durationMs: 100 };
-    return { exitCode: 0, durationMs: 100, output: { step, attempt: request.context.attemptNumber, needs: Object.keys(request.context.needs) } };
+    return {
+      exitCode: 0,
+      durationMs: 100,
+      output: {
+        step,
+        attempt: request.context.attemptNumber,
+        needs: Object.keys(request.context.needs),
+      },
+    };
   };
 }
 
@@ -206,22 +290,53 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
   it("stores the resolved input, gives every step its context and the outputs of the steps it needs", async () => {
     const state = { failing: false };
     const world = await rig(outputs(state));
-    const { run } = await world.store.transaction(async (tx) => startRun(tx, { package: "etl", target: { kind: "workflow", name: "pipeline" }, idempotencyKey: "k1", scheduleName: null, runId: "run-in", input: { region: "eu" } }, await tx.observe(world.clock.nowMs())));
+    const { run } = await world.store.transaction(async (tx) =>
+      startRun(
+        tx,
+        {
+          package: "etl",
+          target: { kind: "workflow", name: "pipeline" },
+          idempotencyKey: "k1",
+          scheduleName: null,
+          runId: "run-in",
+          input: { region: "eu" },
+        },
+        await tx.observe(world.clock.nowMs()),
+      ),
+    );
     expect(run.input).toEqual({ limit: 10, region: "eu" });
     expect(await world.settle(run.id)).toBe("succeeded");
 
     const publish = world.launches.find((request) => request.context.step === "publish");
-    expect(publish?.context).toMatchObject({ runId: "run-in", package: "etl", generation: 1, step: "publish", task: "work", input: { limit: 10, region: "eu" } });
+    expect(publish?.context).toMatchObject({
+      runId: "run-in",
+      package: "etl",
+      generation: 1,
+      step: "publish",
+      task: "work",
+      input: { limit: 10, region: "eu" },
+    });
     expect(publish?.context.needs).toEqual({
       report: { attempt: expect.any(Number) as number, needs: ["extract"], step: "report" },
       transform: { attempt: expect.any(Number) as number, needs: ["extract"], step: "transform" },
     });
-    expect(world.launches.find((request) => request.context.step === "extract")?.context.needs).toEqual({});
+    expect(
+      world.launches.find((request) => request.context.step === "extract")?.context.needs,
+    ).toEqual({});
 
-    const detail = await world.store.transaction(async (tx) => ({ run: await tx.getRun(run.id), steps: await tx.getSteps(run.id), attempts: await tx.getAttempts(run.id) }));
+    const detail = await world.store.transaction(async (tx) => ({
+      run: await tx.getRun(run.id),
+      steps: await tx.getSteps(run.id),
+      attempts: await tx.getAttempts(run.id),
+    }));
     expect(detail.run?.input).toEqual({ limit: 10, region: "eu" });
-    expect(detail.steps.map((step) => [step.name, (step.output as { step?: string } | null)?.step])).toEqual([
-      ["extract", "extract"], ["report", "report"], ["transform", "transform"], ["publish", "publish"],
+    expect(
+      detail.steps.map((step) => [step.name, (step.output as { step?: string } | null)?.step]),
+    ).toEqual([
+      ["extract", "extract"],
+      ["report", "report"],
+      ["transform", "transform"],
+      ["publish", "publish"],
     ]);
     expect(detail.attempts.every((attempt) => attempt.output !== null)).toBe(true);
   });
@@ -229,23 +344,68 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
   it("the same idempotency key with the same input is the same run; with another input it is a conflict that writes nothing", async () => {
     const world = await rig(outputs({ failing: false }));
     const start = (input: unknown, runId: string) =>
-      world.store.transaction(async (tx) => startRun(tx, { package: "etl", target: { kind: "workflow", name: "pipeline" }, idempotencyKey: "same", scheduleName: null, runId, input }, await tx.observe(world.clock.nowMs())));
+      world.store.transaction(async (tx) =>
+        startRun(
+          tx,
+          {
+            package: "etl",
+            target: { kind: "workflow", name: "pipeline" },
+            idempotencyKey: "same",
+            scheduleName: null,
+            runId,
+            input,
+          },
+          await tx.observe(world.clock.nowMs()),
+        ),
+      );
     const first = await start({ region: "eu" }, "run-a");
     // The default filled in makes these the same input.
     expect((await start({ region: "eu", limit: 10 }, "run-b")).run.id).toBe(first.run.id);
     await expect(start({ region: "us" }, "run-c")).rejects.toMatchObject({ code: "conflict" });
-    await expect(start({ limit: "ten" }, "run-d")).rejects.toMatchObject({ code: "invalid_request" });
-    expect((await world.store.transaction((tx) => tx.listRuns({ status: null, cursor: null, limit: 10 }))).map((run) => run.id)).toEqual(["run-a"]);
+    await expect(start({ limit: "ten" }, "run-d")).rejects.toMatchObject({
+      code: "invalid_request",
+    });
+    expect(
+      (
+        await world.store.transaction((tx) =>
+          tx.listRuns({ status: null, cursor: null, limit: 10 }),
+        )
+      ).map((run) => run.id),
+    ).toEqual(["run-a"]);
   });
 
   it("a refused output fails the step that exited 0 and records why; the steps after it are skipped", async () => {
-    const world = await rig((request) => (request.context.step === "report" ? { exitCode: 0, durationMs: 100, output: { big: "x".repeat(MAX_OUTPUT_BYTES) } } : { exitCode: 0, durationMs: 100 }));
-    const { run } = await world.store.transaction(async (tx) => startRun(tx, { package: "etl", target: { kind: "workflow", name: "pipeline" }, idempotencyKey: null, scheduleName: null, runId: "run-big", input: { region: "eu" } }, await tx.observe(world.clock.nowMs())));
+    const world = await rig((request) =>
+      request.context.step === "report"
+        ? { exitCode: 0, durationMs: 100, output: { big: "x".repeat(MAX_OUTPUT_BYTES) } }
+        : { exitCode: 0, durationMs: 100 },
+    );
+    const { run } = await world.store.transaction(async (tx) =>
+      startRun(
+        tx,
+        {
+          package: "etl",
+          target: { kind: "workflow", name: "pipeline" },
+          idempotencyKey: null,
+          scheduleName: null,
+          runId: "run-big",
+          input: { region: "eu" },
+        },
+        await tx.observe(world.clock.nowMs()),
+      ),
+    );
     expect(await world.settle(run.id)).toBe("failed");
     const steps = await world.store.transaction((tx) => tx.getSteps(run.id));
-    expect(Object.fromEntries(steps.map((step) => [step.name, step.status]))).toEqual({ extract: "succeeded", report: "failed", transform: "succeeded", publish: "skipped" });
+    expect(Object.fromEntries(steps.map((step) => [step.name, step.status]))).toEqual({
+      extract: "succeeded",
+      report: "failed",
+      transform: "succeeded",
+      publish: "skipped",
+    });
     const attempts = await world.store.transaction((tx) => tx.getAttempts(run.id));
-    const report = attempts.find((attempt) => attempt.stepRunId === steps.find((step) => step.name === "report")?.id);
+    const report = attempts.find(
+      (attempt) => attempt.stepRunId === steps.find((step) => step.name === "report")?.id,
+    );
     expect(report).toMatchObject({ status: "failed", exitCode: 0, output: null });
     expect(report?.error).toMatch(/^output refused: is \d+ bytes as canonical JSON/);
   });
@@ -253,38 +413,124 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
   it("rerun from the failed steps reuses the succeeded ones with their outputs and runs the rest; a full rerun runs everything", async () => {
     const state = { failing: true };
     const world = await rig(outputs(state));
-    const now = async (tx: Parameters<Parameters<SqlStore["transaction"]>[0]>[0]) => tx.observe(world.clock.nowMs());
-    const { run: old } = await world.store.transaction(async (tx) => startRun(tx, { package: "etl", target: { kind: "workflow", name: "pipeline" }, idempotencyKey: null, scheduleName: null, runId: "run-old", input: { region: "eu" } }, await now(tx)));
+    const now = async (tx: Parameters<Parameters<SqlStore["transaction"]>[0]>[0]) =>
+      tx.observe(world.clock.nowMs());
+    const { run: old } = await world.store.transaction(async (tx) =>
+      startRun(
+        tx,
+        {
+          package: "etl",
+          target: { kind: "workflow", name: "pipeline" },
+          idempotencyKey: null,
+          scheduleName: null,
+          runId: "run-old",
+          input: { region: "eu" },
+        },
+        await now(tx),
+      ),
+    );
     expect(await world.settle(old.id)).toBe("failed");
     const oldSteps = await world.store.transaction((tx) => tx.getSteps(old.id));
-    expect(Object.fromEntries(oldSteps.map((step) => [step.name, step.status]))).toEqual({ extract: "succeeded", report: "succeeded", transform: "failed", publish: "skipped" });
+    expect(Object.fromEntries(oldSteps.map((step) => [step.name, step.status]))).toEqual({
+      extract: "succeeded",
+      report: "succeeded",
+      transform: "failed",
+      publish: "skipped",
+    });
 
     state.failing = false;
     const launchedBefore = world.launches.length;
-    const { run: rerun } = await world.store.transaction(async (tx) => rerunRun(tx, { runId: old.id, fromFailed: true, newRunId: "run-re", idempotencyKey: null }, await now(tx)));
-    expect(rerun).toMatchObject({ rerunOf: old.id, generation: 1, planDigest: old.planDigest, input: { limit: 10, region: "eu" } });
+    const { run: rerun } = await world.store.transaction(async (tx) =>
+      rerunRun(
+        tx,
+        { runId: old.id, fromFailed: true, newRunId: "run-re", idempotencyKey: null },
+        await now(tx),
+      ),
+    );
+    expect(rerun).toMatchObject({
+      rerunOf: old.id,
+      generation: 1,
+      planDigest: old.planDigest,
+      input: { limit: 10, region: "eu" },
+    });
     expect(await world.settle(rerun.id)).toBe("succeeded");
     const ranAgain = world.launches.slice(launchedBefore).map((request) => request.context.step);
     expect(ranAgain.sort()).toEqual(["publish", "transform"]);
-    const publish = world.launches.slice(launchedBefore).find((request) => request.context.step === "publish");
+    const publish = world.launches
+      .slice(launchedBefore)
+      .find((request) => request.context.step === "publish");
     // The reused report's output is the one the old run recorded.
-    expect(publish?.context.needs.report).toEqual(oldSteps.find((step) => step.name === "report")?.output);
+    expect(publish?.context.needs.report).toEqual(
+      oldSteps.find((step) => step.name === "report")?.output,
+    );
     const newSteps = await world.store.transaction((tx) => tx.getSteps(rerun.id));
-    expect(newSteps.find((step) => step.name === "extract")).toMatchObject({ status: "succeeded", attemptCount: 0, output: oldSteps.find((step) => step.name === "extract")?.output });
+    expect(newSteps.find((step) => step.name === "extract")).toMatchObject({
+      status: "succeeded",
+      attemptCount: 0,
+      output: oldSteps.find((step) => step.name === "extract")?.output,
+    });
 
     // Nothing failed in the rerun: a rerun from its failed steps is refused and writes nothing.
-    await expect(world.store.transaction(async (tx) => rerunRun(tx, { runId: rerun.id, fromFailed: true, newRunId: "run-none", idempotencyKey: null }, await now(tx)))).rejects.toMatchObject({ code: "conflict" });
+    await expect(
+      world.store.transaction(async (tx) =>
+        rerunRun(
+          tx,
+          { runId: rerun.id, fromFailed: true, newRunId: "run-none", idempotencyKey: null },
+          await now(tx),
+        ),
+      ),
+    ).rejects.toMatchObject({ code: "conflict" });
     const launchedBeforeFull = world.launches.length;
-    const { run: full } = await world.store.transaction(async (tx) => rerunRun(tx, { runId: rerun.id, fromFailed: false, newRunId: "run-full", idempotencyKey: null }, await now(tx)));
+    const { run: full } = await world.store.transaction(async (tx) =>
+      rerunRun(
+        tx,
+        { runId: rerun.id, fromFailed: false, newRunId: "run-full", idempotencyKey: null },
+        await now(tx),
+      ),
+    );
     expect(await world.settle(full.id)).toBe("succeeded");
-    expect(world.launches.slice(launchedBeforeFull).map((request) => request.context.step).sort()).toEqual(["extract", "publish", "report", "transform"]);
+    expect(
+      world.launches
+        .slice(launchedBeforeFull)
+        .map((request) => request.context.step)
+        .sort(),
+    ).toEqual(["extract", "publish", "report", "transform"]);
     expect(await world.store.transaction((tx) => tx.getRun("run-none"))).toBeNull();
   });
 
   it("a run that has not finished cannot be rerun; an unknown run is not found", async () => {
     const world = await rig(outputs({ failing: false }));
-    const { run } = await world.store.transaction(async (tx) => startRun(tx, { package: "etl", target: { kind: "workflow", name: "pipeline" }, idempotencyKey: null, scheduleName: null, runId: "run-live", input: { region: "eu" } }, await tx.observe(world.clock.nowMs())));
-    await expect(world.store.transaction(async (tx) => rerunRun(tx, { runId: run.id, fromFailed: false, newRunId: "run-x", idempotencyKey: null }, await tx.observe(world.clock.nowMs())))).rejects.toMatchObject({ code: "conflict" });
-    await expect(world.store.transaction(async (tx) => rerunRun(tx, { runId: "nope", fromFailed: false, newRunId: "run-y", idempotencyKey: null }, await tx.observe(world.clock.nowMs())))).rejects.toMatchObject({ code: "not_found" });
+    const { run } = await world.store.transaction(async (tx) =>
+      startRun(
+        tx,
+        {
+          package: "etl",
+          target: { kind: "workflow", name: "pipeline" },
+          idempotencyKey: null,
+          scheduleName: null,
+          runId: "run-live",
+          input: { region: "eu" },
+        },
+        await tx.observe(world.clock.nowMs()),
+      ),
+    );
+    await expect(
+      world.store.transaction(async (tx) =>
+        rerunRun(
+          tx,
+          { runId: run.id, fromFailed: false, newRunId: "run-x", idempotencyKey: null },
+          await tx.observe(world.clock.nowMs()),
+        ),
+      ),
+    ).rejects.toMatchObject({ code: "conflict" });
+    await expect(
+      world.store.transaction(async (tx) =>
+        rerunRun(
+          tx,
+          { runId: "nope", fromFailed: false, newRunId: "run-y", idempotencyKey: null },
+          await tx.observe(world.clock.nowMs()),
+        ),
+      ),
+    ).rejects.toMatchObject({ code: "not_found" });
   });
 });

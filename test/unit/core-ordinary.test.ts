@@ -1,12 +1,26 @@
 import { describe, expect, it } from "vitest";
-import { complete, finishOrdinary, markRunning, markStarting, startFailed } from "../../src/execution.ts";
+import {
+  complete,
+  finishOrdinary,
+  markRunning,
+  markStarting,
+  startFailed,
+} from "../../src/execution.ts";
 import { RunChange } from "../../src/aggregate.ts";
 import type { RunAttempt, RunStatus } from "../../src/model.ts";
 import { admitOrdinaryAttempt, ordinaryAttemptId } from "../../src/ordinary.ts";
 import type { RetryPolicy } from "../../src/packages.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
-import { CoreWorld, definitionOf, errorCode, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
+import {
+  CoreWorld,
+  definitionOf,
+  errorCode,
+  exitFacts,
+  expectOneVersionBump,
+  handleAt,
+  T0,
+} from "./core-fixtures.ts";
 
 /**
  * The ordinary run path (ADR-0229 §2: unchanged by workflows): one task per run, latest-attempt
@@ -14,12 +28,18 @@ import { CoreWorld, definitionOf, errorCode, exitFacts, expectOneVersionBump, ha
  */
 
 function worldWith(retry: RetryPolicy = { max: 0, backoffMs: 0, idempotent: false }): CoreWorld {
-  return new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["true"], { retry, timeoutMs: 1_000 })] }));
+  return new CoreWorld(
+    diamondManifest("demo", { tasks: [task("work", ["true"], { retry, timeoutMs: 1_000 })] }),
+  );
 }
 
 /** Admits and starts the run's next attempt at `nowMs`; returns it running. */
 function runAttempt(world: CoreWorld, runId: string, nowMs: number): RunAttempt {
-  const admitted = admitOrdinaryAttempt(world.model.run(runId), definitionOf(world.pkg, "work"), nowMs);
+  const admitted = admitOrdinaryAttempt(
+    world.model.run(runId),
+    definitionOf(world.pkg, "work"),
+    nowMs,
+  );
   if (admitted === null) throw new Error("the run was not admitted");
   world.apply(admitted.change);
   world.apply(markStarting(world.model.scope(admitted.attempt.id), nowMs));
@@ -33,7 +53,15 @@ describe("the ordinary run path", () => {
     const run = world.startTask();
     const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
     expectOneVersionBump(admitted.change, run);
-    expect(admitted.attempt).toMatchObject({ id: ordinaryAttemptId(run.id, 1), stepRunId: null, stepRunVersion: null, number: 1, status: "claimed", executor: "local_process", timeoutMs: 1_000 });
+    expect(admitted.attempt).toMatchObject({
+      id: ordinaryAttemptId(run.id, 1),
+      stepRunId: null,
+      stepRunVersion: null,
+      number: 1,
+      status: "claimed",
+      executor: "local_process",
+      timeoutMs: 1_000,
+    });
     expect(admitted.attempt.id).toMatch(/^ora:[0-9a-f]{32}$/);
     expect(admitted.change.runs[0]?.after).toMatchObject({ status: "dispatching", attemptSeq: 1 });
   });
@@ -43,9 +71,19 @@ describe("the ordinary run path", () => {
     const run = world.startTask();
     const attempt = runAttempt(world, run.id, T0 + 1);
     expect(world.model.run(run.id).status).toBe("running");
-    world.apply(complete(world.model.scope(attempt.id), exitFacts(T0 + 1, T0 + 10, 0), definitionOf(world.pkg, "work").retry, T0 + 11));
+    world.apply(
+      complete(
+        world.model.scope(attempt.id),
+        exitFacts(T0 + 1, T0 + 10, 0),
+        definitionOf(world.pkg, "work").retry,
+        T0 + 11,
+      ),
+    );
     expect(world.model.run(run.id)).toMatchObject({ status: "succeeded", finishedAtMs: T0 + 11 });
-    const transitions = world.model.eventsOf(run.id).filter((event) => event.type === "run.status_changed").map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
+    const transitions = world.model
+      .eventsOf(run.id)
+      .filter((event) => event.type === "run.status_changed")
+      .map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
     expect(transitions).toEqual(["queued→dispatching", "dispatching→running", "running→succeeded"]);
   });
 
@@ -54,9 +92,13 @@ describe("the ordinary run path", () => {
     const run = world.startTask();
     const definition = definitionOf(world.pkg, "work");
     expect(admitOrdinaryAttempt({ ...run, notBeforeMs: T0 + 100 }, definition, T0 + 99)).toBeNull();
-    expect(admitOrdinaryAttempt({ ...run, notBeforeMs: T0 + 100 }, definition, T0 + 100)).not.toBeNull();
+    expect(
+      admitOrdinaryAttempt({ ...run, notBeforeMs: T0 + 100 }, definition, T0 + 100),
+    ).not.toBeNull();
     expect(admitOrdinaryAttempt({ ...run, status: "dispatching" }, definition, T0 + 1)).toBeNull();
-    expect(admitOrdinaryAttempt(requestCancel(run, T0 + 1, "user")!.runs[0]!.after, definition, T0 + 2)).toBeNull();
+    expect(
+      admitOrdinaryAttempt(requestCancel(run, T0 + 1, "user")!.runs[0]!.after, definition, T0 + 2),
+    ).toBeNull();
     const workflow = world.startWorkflow();
     expect(admitOrdinaryAttempt(workflow, definition, T0 + 1)).toBeNull();
   });
@@ -65,9 +107,21 @@ describe("the ordinary run path", () => {
     const world = worldWith();
     const run = world.startTask();
     const definition = definitionOf(world.pkg, "work");
-    expect(errorCode(() => admitOrdinaryAttempt(run, { ...definition, generation: 2 }, T0 + 1))).toBe("integrity");
-    expect(errorCode(() => admitOrdinaryAttempt(run, { ...definition, task: "other" }, T0 + 1))).toBe("integrity");
-    expect(errorCode(() => admitOrdinaryAttempt(run, { ...definition, execution: { ...definition.execution, argv: ["evil"] } }, T0 + 1))).toBe("integrity");
+    expect(
+      errorCode(() => admitOrdinaryAttempt(run, { ...definition, generation: 2 }, T0 + 1)),
+    ).toBe("integrity");
+    expect(
+      errorCode(() => admitOrdinaryAttempt(run, { ...definition, task: "other" }, T0 + 1)),
+    ).toBe("integrity");
+    expect(
+      errorCode(() =>
+        admitOrdinaryAttempt(
+          run,
+          { ...definition, execution: { ...definition.execution, argv: ["evil"] } },
+          T0 + 1,
+        ),
+      ),
+    ).toBe("integrity");
   });
 
   it("ordinary runs retry definite failures within their budget and never a lost attempt (ADR-0227 §6)", () => {
@@ -97,11 +151,15 @@ describe("the ordinary run path", () => {
     const first = runAttempt(world, run.id, T0 + 1);
     world.apply(complete(world.model.scope(first.id), exitFacts(T0 + 1, T0 + 5, 2), retry, T0 + 6));
     expect(world.model.run(run.id)).toMatchObject({ status: "queued", notBeforeMs: T0 + 106 });
-    expect(admitOrdinaryAttempt(world.model.run(run.id), definitionOf(world.pkg, "work"), T0 + 105)).toBeNull();
+    expect(
+      admitOrdinaryAttempt(world.model.run(run.id), definitionOf(world.pkg, "work"), T0 + 105),
+    ).toBeNull();
     const second = runAttempt(world, run.id, T0 + 106);
     expect(second).toMatchObject({ number: 2, id: ordinaryAttemptId(run.id, 2) });
     expect(world.model.run(run.id).notBeforeMs).toBeNull();
-    world.apply(complete(world.model.scope(second.id), exitFacts(T0 + 106, T0 + 110, 2), retry, T0 + 111));
+    world.apply(
+      complete(world.model.scope(second.id), exitFacts(T0 + 106, T0 + 110, 2), retry, T0 + 111),
+    );
     expect(world.model.run(run.id).status).toBe("failed");
   });
 
@@ -132,7 +190,15 @@ describe("the ordinary run path", () => {
       world.apply(admitted.change);
       world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
       const timeoutMs = world.model.attempt(admitted.attempt.id).timeoutMs;
-      world.apply(startFailed(world.model.scope(admitted.attempt.id), "ENOENT", retry, T0 + 3 + timeoutMs, T0 + 2));
+      world.apply(
+        startFailed(
+          world.model.scope(admitted.attempt.id),
+          "ENOENT",
+          retry,
+          T0 + 3 + timeoutMs,
+          T0 + 2,
+        ),
+      );
       expect(world.model.attempt(admitted.attempt.id).status).toBe("timed_out");
       expect(world.model.run(run.id).status).toBe(expected);
     }
@@ -144,7 +210,9 @@ describe("the ordinary run path", () => {
     const run = world.startTask();
     const attempt = runAttempt(world, run.id, T0 + 1);
     world.apply(requestCancel(world.model.run(run.id), T0 + 2, "user"));
-    world.apply(complete(world.model.scope(attempt.id), exitFacts(T0 + 1, T0 + 3, 1), retry, T0 + 4));
+    world.apply(
+      complete(world.model.scope(attempt.id), exitFacts(T0 + 1, T0 + 3, 1), retry, T0 + 4),
+    );
     expect(world.model.run(run.id).status).toBe("failed");
   });
 
@@ -154,7 +222,16 @@ describe("the ordinary run path", () => {
     const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
     world.apply(admitted.change);
     world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
-    const change = complete(world.model.scope(admitted.attempt.id), exitFacts(T0 + 2, T0 + 5, 0), definitionOf(world.pkg, "work").retry, T0 + 6);
-    expect(change.events.filter((event) => event.type === "run.status_changed").map((event) => event.data.to)).toEqual(["running", "succeeded"]);
+    const change = complete(
+      world.model.scope(admitted.attempt.id),
+      exitFacts(T0 + 2, T0 + 5, 0),
+      definitionOf(world.pkg, "work").retry,
+      T0 + 6,
+    );
+    expect(
+      change.events
+        .filter((event) => event.type === "run.status_changed")
+        .map((event) => event.data.to),
+    ).toEqual(["running", "succeeded"]);
   });
 });

@@ -26,8 +26,20 @@ import { applyManifest, definitionOf, planOf, T0 } from "./core-fixtures.ts";
  * background and §1): immutable, digest-addressed, and always recomputed rather than trusted.
  */
 
-const localInput = { argv: ["sh", "-c", "echo hi"], env: { B: "2", A: "1" }, cwd: "/srv", timeoutMs: 30_000, shell: false };
-const remoteInput = { pool: "gpu", argv: ["run"], env: { K: "v" }, timeoutMs: 10_000, shell: false };
+const localInput = {
+  argv: ["sh", "-c", "echo hi"],
+  env: { B: "2", A: "1" },
+  cwd: "/srv",
+  timeoutMs: 30_000,
+  shell: false,
+};
+const remoteInput = {
+  pool: "gpu",
+  argv: ["run"],
+  env: { K: "v" },
+  timeoutMs: 10_000,
+  shell: false,
+};
 
 function codeOf(fn: () => unknown): string | null {
   try {
@@ -51,7 +63,10 @@ describe("package generations", () => {
 
   it("the same manifest digest yields no new generation", () => {
     const head = { generation: 4, manifestDigest: manifestDigest(diamondManifest("demo")) };
-    expect(nextGeneration(head, diamondManifest("demo"), T0 + 1)).toEqual({ changed: false, generation: 4 });
+    expect(nextGeneration(head, diamondManifest("demo"), T0 + 1)).toEqual({
+      changed: false,
+      generation: 4,
+    });
   });
 
   it("a changed manifest yields the next generation", () => {
@@ -91,23 +106,50 @@ describe("execution revisions", () => {
       { ...remoteInput, timeoutMs: 1 },
       { ...remoteInput, shell: true },
     ];
-    expect(new Set([remoteBase, ...remoteVariants.map((variant) => normalizeRemoteWorker(variant).digest)]).size).toBe(remoteVariants.length + 1);
+    expect(
+      new Set([
+        remoteBase,
+        ...remoteVariants.map((variant) => normalizeRemoteWorker(variant).digest),
+      ]).size,
+    ).toBe(remoteVariants.length + 1);
   });
 
   it("a local_process revision is argv, env, cwd, timeout and stdin none; a remote_worker revision names its pool", () => {
     const local = normalizeLocalProcess(localInput);
-    expect(local.revision).toEqual({ executor: "local_process", argv: localInput.argv, env: { A: "1", B: "2" }, cwd: "/srv", timeoutMs: 30_000, stdin: "none", shell: false });
+    expect(local.revision).toEqual({
+      executor: "local_process",
+      argv: localInput.argv,
+      env: { A: "1", B: "2" },
+      cwd: "/srv",
+      timeoutMs: 30_000,
+      stdin: "none",
+      shell: false,
+    });
     expect(local.digest).toBe(digestOf(local.revision));
     const remote = normalizeRemoteWorker(remoteInput);
-    expect(remote.revision).toEqual({ executor: "remote_worker", pool: "gpu", argv: ["run"], env: { K: "v" }, timeoutMs: 10_000, shell: false });
+    expect(remote.revision).toEqual({
+      executor: "remote_worker",
+      pool: "gpu",
+      argv: ["run"],
+      env: { K: "v" },
+      timeoutMs: 10_000,
+      shell: false,
+    });
   });
 
   it("env order does not change an execution digest", () => {
-    expect(normalizeLocalProcess({ ...localInput, env: { A: "1", B: "2" } }).digest).toBe(normalizeLocalProcess(localInput).digest);
+    expect(normalizeLocalProcess({ ...localInput, env: { A: "1", B: "2" } }).digest).toBe(
+      normalizeLocalProcess(localInput).digest,
+    );
   });
 
   it("a normalizer drops fields it does not know and never trusts a claimed digest or executor type", () => {
-    const claimed = { ...localInput, digest: "sha256:" + "0".repeat(64), executor: "remote_worker", stdin: "pipe" };
+    const claimed = {
+      ...localInput,
+      digest: "sha256:" + "0".repeat(64),
+      executor: "remote_worker",
+      stdin: "pipe",
+    };
     const normalized = normalizeLocalProcess(claimed);
     expect(normalized.revision).toEqual(normalizeLocalProcess(localInput).revision);
     expect(normalized.digest).toBe(normalizeLocalProcess(localInput).digest);
@@ -124,8 +166,13 @@ describe("execution revisions", () => {
 
   it("a task's executor decides its revision, and a remote_worker task without a pool is an invalid manifest", () => {
     expect(executionForTask(task("t")).revision.executor).toBe("local_process");
-    expect(executionForTask(task("t", ["x"], { executor: "remote_worker", pool: "p" })).revision.executor).toBe("remote_worker");
-    expect(codeOf(() => executionForTask(task("t", ["x"], { executor: "remote_worker", pool: null })))).toBe("invalid_manifest");
+    expect(
+      executionForTask(task("t", ["x"], { executor: "remote_worker", pool: "p" })).revision
+        .executor,
+    ).toBe("remote_worker");
+    expect(
+      codeOf(() => executionForTask(task("t", ["x"], { executor: "remote_worker", pool: null }))),
+    ).toBe("invalid_manifest");
   });
 });
 
@@ -137,13 +184,21 @@ describe("task reconciliation", () => {
     expect(runtimeTaskId("demo", "work")).toBe("pkg:demo:work");
     expect(definition.revision).toBe(`qltd:v1:1:${definition.definitionDigest}`);
     expect(definition.definitionDigest).toBe(
-      digestOf({ package: "demo", task: "work", execution: definition.execution, executionDigest: definition.executionDigest, retry: definition.retry }),
+      digestOf({
+        package: "demo",
+        task: "work",
+        execution: definition.execution,
+        executionDigest: definition.executionDigest,
+        retry: definition.retry,
+      }),
     );
     expect(verifyTaskDefinition(definition)).toBe(true);
   });
 
   it("the reconciliation receipt binds generation, package, manifest digest and a lock digest over its items", () => {
-    const pkg = applyManifest(diamondManifest("demo", { tasks: [task("work"), task("alpha", ["echo"])] }));
+    const pkg = applyManifest(
+      diamondManifest("demo", { tasks: [task("work"), task("alpha", ["echo"])] }),
+    );
     const receipt = pkg.reconciliation.receipt;
     expect(receipt.package).toBe("demo");
     expect(receipt.generation).toBe(1);
@@ -159,13 +214,22 @@ describe("task reconciliation", () => {
     const receipt = applyManifest(diamondManifest("demo")).reconciliation.receipt;
     const item = receipt.items[0]!;
     expect(verifyReconciliationReceipt({ ...receipt, generation: 2 })).toBe(false);
-    expect(verifyReconciliationReceipt({ ...receipt, items: [{ ...item, runtimeTaskRevision: "qltd:v1:9:x" }] })).toBe(false);
+    expect(
+      verifyReconciliationReceipt({
+        ...receipt,
+        items: [{ ...item, runtimeTaskRevision: "qltd:v1:9:x" }],
+      }),
+    ).toBe(false);
     expect(verifyReconciliationReceipt({ ...receipt, lockDigest: digestOf([]) })).toBe(false);
   });
 
   it("the same task in a later generation keeps its definition digest but gets a new revision", () => {
     const first = applyManifest(diamondManifest("demo"));
-    const second = applyManifest(diamondManifest("demo", { tasks: [task("work"), task("extra")] }), T0 + 1, { generation: 1, manifestDigest: first.generation.manifestDigest });
+    const second = applyManifest(
+      diamondManifest("demo", { tasks: [task("work"), task("extra")] }),
+      T0 + 1,
+      { generation: 1, manifestDigest: first.generation.manifestDigest },
+    );
     const a = definitionOf(first, "work");
     const b = definitionOf(second, "work");
     expect(b.definitionDigest).toBe(a.definitionDigest);
@@ -206,26 +270,51 @@ describe("workflow plans", () => {
     const plan = planOf(pkg, "diamond");
     expect(plan.steps.map((step) => step.name)).toEqual(["a", "b", "c", "d"]);
     expect(plan.steps.find((step) => step.name === "d")?.needs).toEqual(["b", "c"]);
-    for (const step of plan.steps) expect(step.sourceTaskDigest).toBe(definitionOf(pkg, step.task).definitionDigest);
+    for (const step of plan.steps)
+      expect(step.sourceTaskDigest).toBe(definitionOf(pkg, step.task).definitionDigest);
   });
 
   it("the same workflow in a later generation is a different plan", () => {
     const first = applyManifest(diamondManifest("demo"));
-    const second = applyManifest(diamondManifest("demo", { tasks: [task("work"), task("extra")] }), T0 + 1, { generation: 1, manifestDigest: first.generation.manifestDigest });
+    const second = applyManifest(
+      diamondManifest("demo", { tasks: [task("work"), task("extra")] }),
+      T0 + 1,
+      { generation: 1, manifestDigest: first.generation.manifestDigest },
+    );
     expect(planOf(second, "diamond").digest).not.toBe(planOf(first, "diamond").digest);
   });
 
   it("a step naming a task the generation does not reconcile is an invalid manifest", () => {
     const manifest = diamondManifest("demo");
-    const broken = { ...manifest, workflows: [{ ...manifest.workflows[0]!, steps: [{ name: "a", task: "missing", needs: [] }] }] };
+    const broken = {
+      ...manifest,
+      workflows: [
+        { ...manifest.workflows[0]!, steps: [{ name: "a", task: "missing", needs: [] }] },
+      ],
+    };
     const decision = nextGeneration(null, broken, T0);
     if (!decision.changed) throw new Error("a first apply always changes");
-    expect(codeOf(() => materializePlans(decision.generation, reconcileTasks(decision.generation)))).toBe("invalid_manifest");
+    expect(
+      codeOf(() => materializePlans(decision.generation, reconcileTasks(decision.generation))),
+    ).toBe("invalid_manifest");
   });
 
   it("a workflow run is refused a plan and reconciliation receipt of different generations", () => {
     const first = applyManifest(diamondManifest("demo"));
-    const second = applyManifest(diamondManifest("demo", { tasks: [task("work"), task("extra")] }), T0 + 1, { generation: 1, manifestDigest: first.generation.manifestDigest });
-    expect(codeOf(() => createWorkflowRun(planOf(first, "diamond"), second.reconciliation.receipt, { runId: "run-1", nowMs: T0 + 2, idempotencyKey: null, scheduleName: null }))).toBe("integrity");
+    const second = applyManifest(
+      diamondManifest("demo", { tasks: [task("work"), task("extra")] }),
+      T0 + 1,
+      { generation: 1, manifestDigest: first.generation.manifestDigest },
+    );
+    expect(
+      codeOf(() =>
+        createWorkflowRun(planOf(first, "diamond"), second.reconciliation.receipt, {
+          runId: "run-1",
+          nowMs: T0 + 2,
+          idempotencyKey: null,
+          scheduleName: null,
+        }),
+      ),
+    ).toBe("integrity");
   });
 });

@@ -9,13 +9,20 @@ import { MAX_STORE_PAGE } from "../../src/ports.ts";
  */
 
 /** A sorted list served like a store list: items after the cursor, at most MAX_STORE_PAGE of them. */
-function source(items: readonly number[]): { reads: { after: number | null; limit: number }[]; read: (after: number | null, limit: number) => Promise<number[]> } {
+function source(items: readonly number[]): {
+  reads: { after: number | null; limit: number }[];
+  read: (after: number | null, limit: number) => Promise<number[]>;
+} {
   const reads: { after: number | null; limit: number }[] = [];
   return {
     reads,
     read: (after, limit) => {
       reads.push({ after, limit });
-      return Promise.resolve(items.filter((item) => after === null || item > after).slice(0, Math.min(limit, MAX_STORE_PAGE)));
+      return Promise.resolve(
+        items
+          .filter((item) => after === null || item > after)
+          .slice(0, Math.min(limit, MAX_STORE_PAGE)),
+      );
     },
   };
 }
@@ -27,10 +34,22 @@ describe("the keyset walk", () => {
     const list = source(range(10));
     const seen: number[] = [];
     const saved: (number | null)[] = [];
-    const more = await walkKeyset({ after: null, pageSize: 4, pages: 10, read: list.read, cursorOf: (item) => item, handle: (item) => Promise.resolve(void seen.push(item)), saved: (after) => void saved.push(after) });
+    const more = await walkKeyset({
+      after: null,
+      pageSize: 4,
+      pages: 10,
+      read: list.read,
+      cursorOf: (item) => item,
+      handle: (item) => Promise.resolve(void seen.push(item)),
+      saved: (after) => void saved.push(after),
+    });
     expect(more).toBe(false);
     expect(seen).toEqual(range(10));
-    expect(list.reads).toEqual([{ after: null, limit: 4 }, { after: 4, limit: 4 }, { after: 8, limit: 4 }]);
+    expect(list.reads).toEqual([
+      { after: null, limit: 4 },
+      { after: 4, limit: 4 },
+      { after: 8, limit: 4 },
+    ]);
     expect(saved).toEqual([4, 8, null]);
   });
 
@@ -38,7 +57,16 @@ describe("the keyset walk", () => {
     const list = source(range(10));
     const seen: number[] = [];
     let cursor: number | null = null;
-    const walk = () => walkKeyset({ after: cursor, pageSize: 3, pages: 2, read: list.read, cursorOf: (item) => item, handle: (item) => Promise.resolve(void seen.push(item)), saved: (after) => void (cursor = after) });
+    const walk = () =>
+      walkKeyset({
+        after: cursor,
+        pageSize: 3,
+        pages: 2,
+        read: list.read,
+        cursorOf: (item) => item,
+        handle: (item) => Promise.resolve(void seen.push(item)),
+        saved: (after) => void (cursor = after),
+      });
     expect(await walk()).toBe(true);
     expect(seen).toEqual(range(6));
     expect(cursor).toBe(6);
@@ -49,7 +77,14 @@ describe("the keyset walk", () => {
 
   it("a full last page within the budget is not the end: the walk reads one more (empty) page to know", async () => {
     const list = source(range(6));
-    const more = await walkKeyset({ after: null, pageSize: 3, pages: 5, read: list.read, cursorOf: (item) => item, handle: () => Promise.resolve() });
+    const more = await walkKeyset({
+      after: null,
+      pageSize: 3,
+      pages: 5,
+      read: list.read,
+      cursorOf: (item) => item,
+      handle: () => Promise.resolve(),
+    });
     expect(more).toBe(false);
     expect(list.reads.map((read) => read.after)).toEqual([null, 3, 6]);
   });
@@ -57,7 +92,14 @@ describe("the keyset walk", () => {
   it("never asks for more than the store returns: a larger page size is cut to MAX_STORE_PAGE, so a full store page is not taken for the end", async () => {
     const list = source(range(MAX_STORE_PAGE + 5));
     const seen: number[] = [];
-    const more = await walkKeyset({ after: null, pageSize: MAX_STORE_PAGE * 4, pages: Infinity, read: list.read, cursorOf: (item) => item, handle: (item) => Promise.resolve(void seen.push(item)) });
+    const more = await walkKeyset({
+      after: null,
+      pageSize: MAX_STORE_PAGE * 4,
+      pages: Infinity,
+      read: list.read,
+      cursorOf: (item) => item,
+      handle: (item) => Promise.resolve(void seen.push(item)),
+    });
     expect(more).toBe(false);
     expect(seen).toHaveLength(MAX_STORE_PAGE + 5);
     expect(list.reads.every((read) => read.limit === MAX_STORE_PAGE)).toBe(true);
@@ -66,21 +108,50 @@ describe("the keyset walk", () => {
   it("a cursor of null ends the walk at that item; `done` ends it before the next page", async () => {
     const stopped = source(range(10));
     const seen: number[] = [];
-    expect(await walkKeyset({ after: null, pageSize: 2, pages: 10, read: stopped.read, cursorOf: (item) => (item === 4 ? null : item), handle: (item) => Promise.resolve(void seen.push(item)) })).toBe(false);
+    expect(
+      await walkKeyset({
+        after: null,
+        pageSize: 2,
+        pages: 10,
+        read: stopped.read,
+        cursorOf: (item) => (item === 4 ? null : item),
+        handle: (item) => Promise.resolve(void seen.push(item)),
+      }),
+    ).toBe(false);
     expect(seen).toEqual([1, 2, 3, 4]);
     const limited = source(range(10));
     const handled: number[] = [];
-    expect(await walkKeyset({ after: null, pageSize: 3, pages: Infinity, read: limited.read, cursorOf: (item) => item, handle: (item) => Promise.resolve(void handled.push(item)), done: () => handled.length >= 4 })).toBe(true);
+    expect(
+      await walkKeyset({
+        after: null,
+        pageSize: 3,
+        pages: Infinity,
+        read: limited.read,
+        cursorOf: (item) => item,
+        handle: (item) => Promise.resolve(void handled.push(item)),
+        done: () => handled.length >= 4,
+      }),
+    ).toBe(true);
     expect(handled).toEqual(range(6));
   });
 
   it("a page size that is not a positive integer is refused before anything is read", async () => {
-    for (const bad of [0, -1, 1.5, Number.NaN]) expect(() => storePageSize(bad)).toThrow(/page size/);
+    for (const bad of [0, -1, 1.5, Number.NaN])
+      expect(() => storePageSize(bad)).toThrow(/page size/);
     expect(storePageSize(1)).toBe(1);
     expect(storePageSize(MAX_STORE_PAGE)).toBe(MAX_STORE_PAGE);
     expect(storePageSize(MAX_STORE_PAGE + 1)).toBe(MAX_STORE_PAGE);
     const list = source(range(3));
-    await expect(walkKeyset({ after: null, pageSize: 0, pages: 1, read: list.read, cursorOf: (item) => item, handle: () => Promise.resolve() })).rejects.toThrow(/page size/);
+    await expect(
+      walkKeyset({
+        after: null,
+        pageSize: 0,
+        pages: 1,
+        read: list.read,
+        cursorOf: (item) => item,
+        handle: () => Promise.resolve(),
+      }),
+    ).rejects.toThrow(/page size/);
     expect(list.reads).toEqual([]);
   });
 });

@@ -1,13 +1,30 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { convergeCancellation } from "../../src/cancellation.ts";
-import { complete, markRunning, markStarting, requestShutdownStop, requestTimeoutStop, startFailed, type CompletionFacts } from "../../src/execution.ts";
+import {
+  complete,
+  markRunning,
+  markStarting,
+  requestShutdownStop,
+  requestTimeoutStop,
+  startFailed,
+  type CompletionFacts,
+} from "../../src/execution.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
 import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
 import type { ChangeSet, RunAttempt, StopReason } from "../../src/model.ts";
-import { LIVE_ATTEMPT_STATUSES, SETTLED_STEP_STATUSES, TERMINAL_RUN_STATUSES } from "../../src/model.ts";
+import {
+  LIVE_ATTEMPT_STATUSES,
+  SETTLED_STEP_STATUSES,
+  TERMINAL_RUN_STATUSES,
+} from "../../src/model.ts";
 import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
-import { applyRecovery, decideRecovery, type LiveInspection, type RecoveryEvidence } from "../../src/recovery.ts";
+import {
+  applyRecovery,
+  decideRecovery,
+  type LiveInspection,
+  type RecoveryEvidence,
+} from "../../src/recovery.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { task } from "../support/fixtures.ts";
 import { CoreWorld, definitionOf, handleAt, T0 } from "./core-fixtures.ts";
@@ -21,7 +38,12 @@ import { CoreWorld, definitionOf, handleAt, T0 } from "./core-fixtures.ts";
  */
 
 const RUN_ID = "run-1";
-const INSPECTIONS: readonly LiveInspection[] = ["running", "not_running", "changed_identity", "unverifiable"];
+const INSPECTIONS: readonly LiveInspection[] = [
+  "running",
+  "not_running",
+  "changed_identity",
+  "unverifiable",
+];
 
 interface Op {
   readonly kind: number;
@@ -30,7 +52,12 @@ interface Op {
   readonly delta: number;
 }
 
-const opArbitrary = fc.record({ kind: fc.nat(13), pick: fc.nat(), variant: fc.nat(), delta: fc.integer({ min: 0, max: 1_500 }) });
+const opArbitrary = fc.record({
+  kind: fc.nat(13),
+  pick: fc.nat(),
+  variant: fc.nat(),
+  delta: fc.integer({ min: 0, max: 1_500 }),
+});
 
 const taskArbitrary = fc.record({
   timeoutMs: fc.integer({ min: 50, max: 2_000 }),
@@ -48,14 +75,25 @@ const dagArbitrary = fc.record({
 type Dag = typeof dagArbitrary extends fc.Arbitrary<infer T> ? T : never;
 
 function manifestOf(dag: Dag): Manifest {
-  const tasks: TaskSpec[] = dag.tasks.map((spec, index) => task(`t${index}`, ["true"], { timeoutMs: spec.timeoutMs, retry: { max: spec.max, backoffMs: spec.backoffMs, idempotent: spec.idempotent } }));
+  const tasks: TaskSpec[] = dag.tasks.map((spec, index) =>
+    task(`t${index}`, ["true"], {
+      timeoutMs: spec.timeoutMs,
+      retry: { max: spec.max, backoffMs: spec.backoffMs, idempotent: spec.idempotent },
+    }),
+  );
   const steps = dag.needs.map((flags, index) => ({
     name: `s${index}`,
     task: `t${(dag.taskOfStep[index] ?? 0) % tasks.length}`,
     // Only earlier steps can be needed, so the graph is acyclic by construction.
     needs: flags.slice(0, index).flatMap((flag, earlier) => (flag ? [`s${earlier}`] : [])),
   }));
-  return { package: "prop", description: null, tasks, workflows: [{ name: "dag", description: null, steps }], schedules: [] };
+  return {
+    package: "prop",
+    description: null,
+    tasks,
+    workflows: [{ name: "dag", description: null, steps }],
+    schedules: [],
+  };
 }
 
 function pick<T>(items: readonly T[], index: number): T | undefined {
@@ -105,7 +143,10 @@ class Driver {
     const row = change.runs[0]!;
     expect(row.before?.version, `${by}: CAS on the version held`).toBe(held.version);
     expect(row.after.version, `${by}: exactly one version bump`).toBe(held.version + 1);
-    expect(change.events.map((event) => event.seq), `${by}: contiguous event seqs`).toEqual(change.events.map((_, index) => held.eventSeq + index + 1));
+    expect(
+      change.events.map((event) => event.seq),
+      `${by}: contiguous event seqs`,
+    ).toEqual(change.events.map((_, index) => held.eventSeq + index + 1));
     expect(row.after.eventSeq).toBe(held.eventSeq + change.events.length);
     if (held.kind === "workflow" && row.after.status !== held.status) {
       // A workflow run is finalized only by the frontier or whole-run cancellation convergence.
@@ -126,7 +167,9 @@ class Driver {
     const events = this.world.model.eventsOf(RUN_ID);
     expect(events.map((event) => event.seq)).toEqual(events.map((_, index) => index + 1));
     expect(run.eventSeq).toBe(events.length);
-    for (const mutation of this.world.model.mutations.filter((candidate) => candidate.fromStatus !== null)) {
+    for (const mutation of this.world.model.mutations.filter(
+      (candidate) => candidate.fromStatus !== null,
+    )) {
       const event = events.find((candidate) => candidate.seq === mutation.eventSeq);
       expect(event?.type).toBe("step.status_changed");
       expect(event?.stepRunId).toBe(mutation.stepRunId);
@@ -136,18 +179,31 @@ class Driver {
       for (const step of steps) {
         const mine = attempts.filter((attempt) => attempt.stepRunId === step.id);
         const liveMine = mine.filter((attempt) => LIVE_ATTEMPT_STATUSES.has(attempt.status));
-        expect(liveMine.length, `after ${after}: at most one live attempt for step ${step.name}`).toBeLessThanOrEqual(1);
+        expect(
+          liveMine.length,
+          `after ${after}: at most one live attempt for step ${step.name}`,
+        ).toBeLessThanOrEqual(1);
         for (const attempt of liveMine) {
           if (attempt.status === "running") expect(step.status).toBe("running");
           else expect([step.status, step.version]).toEqual(["ready", attempt.stepRunVersion]);
         }
-        if (step.status === "running") expect(liveMine.map((attempt) => attempt.status)).toEqual(["running"]);
+        if (step.status === "running")
+          expect(liveMine.map((attempt) => attempt.status)).toEqual(["running"]);
         // attemptCount grows only on entering running: it counts the attempts that ever ran.
-        expect(step.attemptCount, `after ${after}: attemptCount of ${step.name}`).toBe(mine.filter((attempt) => attempt.startedAtMs !== null).length);
+        expect(step.attemptCount, `after ${after}: attemptCount of ${step.name}`).toBe(
+          mine.filter((attempt) => attempt.startedAtMs !== null).length,
+        );
       }
-      for (const attempt of attempts) expect(this.world.model.admission(RUN_ID, attempt.stepRunId!, attempt.stepRunVersion!)?.attemptId).toBe(attempt.id);
+      for (const attempt of attempts)
+        expect(
+          this.world.model.admission(RUN_ID, attempt.stepRunId!, attempt.stepRunVersion!)
+            ?.attemptId,
+        ).toBe(attempt.id);
     } else {
-      expect(live.length, `after ${after}: at most one live attempt per ordinary run`).toBeLessThanOrEqual(1);
+      expect(
+        live.length,
+        `after ${after}: at most one live attempt per ordinary run`,
+      ).toBeLessThanOrEqual(1);
       const latest = attempts.at(-1);
       if (run.status === "dispatching") expect(["claimed", "starting"]).toContain(latest?.status);
       if (run.status === "running") expect(latest?.status).toBe("running");
@@ -159,13 +215,20 @@ class Driver {
       expect(settled, `after ${after}: a terminal run has only settled steps`).toBe(true);
     } else if (run.kind === "workflow" && settled && live.length === 0) {
       // Settled and quiet: the very next frontier or cancellation pass finalizes the run.
-      const next = run.cancelRequestedAtMs === null ? advanceFrontier(run, steps, attempts, this.nowMs) : convergeCancellation(run, steps, attempts, this.nowMs);
-      expect(next?.runs[0]?.after.status !== undefined && TERMINAL_RUN_STATUSES.has(next.runs[0].after.status)).toBe(true);
+      const next =
+        run.cancelRequestedAtMs === null
+          ? advanceFrontier(run, steps, attempts, this.nowMs)
+          : convergeCancellation(run, steps, attempts, this.nowMs);
+      expect(
+        next?.runs[0]?.after.status !== undefined &&
+          TERMINAL_RUN_STATUSES.has(next.runs[0].after.status),
+      ).toBe(true);
     }
   }
 
   private facts(attempt: RunAttempt, op: Op): CompletionFacts {
-    const startedAtMs = attempt.startedAtMs ?? Math.max(attempt.createdAtMs, this.nowMs - (op.delta % 200));
+    const startedAtMs =
+      attempt.startedAtMs ?? Math.max(attempt.createdAtMs, this.nowMs - (op.delta % 200));
     const finishedAtMs = startedAtMs + (op.delta % (this.nowMs - startedAtMs + 1));
     const exit = op.variant % 3;
     // A receipt reports the stop intent recorded before the signal, or none.
@@ -185,13 +248,24 @@ class Driver {
     const v = op.variant;
     const receiptRoll = v % 5;
     const receipt: RecoveryEvidence["receipt"] =
-      receiptRoll === 0 && attempt.status !== "claimed" ? { status: "valid", facts: this.facts(attempt, op) } : receiptRoll === 1 ? { status: "invalid", reason: "mac mismatch" } : { status: "none" };
+      receiptRoll === 0 && attempt.status !== "claimed"
+        ? { status: "valid", facts: this.facts(attempt, op) }
+        : receiptRoll === 1
+          ? { status: "invalid", reason: "mac mismatch" }
+          : { status: "none" };
     const journalRoll = Math.floor(v / 5) % 5;
     const journal = journalRoll === 0 ? "absent" : journalRoll === 1 ? "invalid" : "present";
     const inspectionCount = Math.floor(v / 25) % 4 === 0 ? 1 : 2;
-    const inspections = Array.from({ length: inspectionCount }, (_, index) => INSPECTIONS[Math.floor(v / (100 * (index + 1))) % INSPECTIONS.length]!);
+    const inspections = Array.from(
+      { length: inspectionCount },
+      (_, index) => INSPECTIONS[Math.floor(v / (100 * (index + 1))) % INSPECTIONS.length]!,
+    );
     // A running attempt's journal was written before its spawn, so it cannot be absent.
-    return { receipt, journal: attempt.status === "running" && journal === "absent" ? "present" : journal, inspections };
+    return {
+      receipt,
+      journal: attempt.status === "running" && journal === "absent" ? "present" : journal,
+      inspections,
+    };
   }
 
   /** Performs the operation `op` names if one of its kind is possible now. */
@@ -202,23 +276,34 @@ class Driver {
     const admitting = !TERMINAL_RUN_STATUSES.has(run.status) && run.cancelRequestedAtMs === null;
     switch (op.kind) {
       case 0:
-        if (run.kind === "workflow") this.apply(advanceFrontier(run, this.steps, this.attempts, this.nowMs), "frontier");
+        if (run.kind === "workflow")
+          this.apply(advanceFrontier(run, this.steps, this.attempts, this.nowMs), "frontier");
         return;
       case 1:
       case 2: {
         if (!admitting) return;
         if (run.kind === "ordinary") {
-          const admitted = admitOrdinaryAttempt(run, definitionOf(this.world.pkg, run.target), this.nowMs);
+          const admitted = admitOrdinaryAttempt(
+            run,
+            definitionOf(this.world.pkg, run.target),
+            this.nowMs,
+          );
           this.apply(admitted?.change ?? null, "admit");
           return;
         }
-        const ready = this.steps.filter((step) => step.status === "ready" && (step.notBeforeMs === null || step.notBeforeMs <= this.nowMs));
+        const ready = this.steps.filter(
+          (step) =>
+            step.status === "ready" &&
+            (step.notBeforeMs === null || step.notBeforeMs <= this.nowMs),
+        );
         const step = pick(ready, op.pick);
         if (step === undefined) return;
         const result = this.world.tryAdmit(RUN_ID, step.name, this.nowMs);
         if (result.kind === "replayed") {
           // The epoch already has its winner: the replay must name it and write nothing.
-          expect(result.receipt.attemptId).toBe(model.admission(RUN_ID, step.id, step.version)?.attemptId);
+          expect(result.receipt.attemptId).toBe(
+            model.admission(RUN_ID, step.id, step.version)?.attemptId,
+          );
           return;
         }
         this.apply(result.change, "admit");
@@ -226,33 +311,72 @@ class Driver {
       }
       case 3: {
         if (!admitting) return;
-        const attempt = pick(this.attempts.filter((candidate) => candidate.status === "claimed"), op.pick);
-        if (attempt !== undefined) this.apply(markStarting(model.scope(attempt.id), this.nowMs), "starting");
+        const attempt = pick(
+          this.attempts.filter((candidate) => candidate.status === "claimed"),
+          op.pick,
+        );
+        if (attempt !== undefined)
+          this.apply(markStarting(model.scope(attempt.id), this.nowMs), "starting");
         return;
       }
       case 4: {
-        const attempt = pick(this.attempts.filter((candidate) => candidate.status === "starting"), op.pick);
+        const attempt = pick(
+          this.attempts.filter((candidate) => candidate.status === "starting"),
+          op.pick,
+        );
         if (attempt === undefined) return;
         const startedAtMs = Math.max(attempt.createdAtMs, this.nowMs - (op.delta % 100));
-        this.apply(markRunning(model.scope(attempt.id), handleAt(startedAtMs, 1000 + attempt.number), this.nowMs), "running");
+        this.apply(
+          markRunning(
+            model.scope(attempt.id),
+            handleAt(startedAtMs, 1000 + attempt.number),
+            this.nowMs,
+          ),
+          "running",
+        );
         return;
       }
       case 5:
       case 6: {
-        const attempt = pick(this.attempts.filter((candidate) => candidate.status === "running" || candidate.status === "starting"), op.pick);
-        if (attempt !== undefined) this.apply(complete(model.scope(attempt.id), this.facts(attempt, op), this.retryOf(attempt), this.nowMs), "complete");
+        const attempt = pick(
+          this.attempts.filter(
+            (candidate) => candidate.status === "running" || candidate.status === "starting",
+          ),
+          op.pick,
+        );
+        if (attempt !== undefined)
+          this.apply(
+            complete(
+              model.scope(attempt.id),
+              this.facts(attempt, op),
+              this.retryOf(attempt),
+              this.nowMs,
+            ),
+            "complete",
+          );
         return;
       }
       case 7: {
-        const attempt = pick(this.attempts.filter((candidate) => candidate.status === "starting"), op.pick);
-        if (attempt !== undefined) this.apply(startFailed(model.scope(attempt.id), "ENOENT", this.retryOf(attempt), this.nowMs), "start_failed");
+        const attempt = pick(
+          this.attempts.filter((candidate) => candidate.status === "starting"),
+          op.pick,
+        );
+        if (attempt !== undefined)
+          this.apply(
+            startFailed(model.scope(attempt.id), "ENOENT", this.retryOf(attempt), this.nowMs),
+            "start_failed",
+          );
         return;
       }
       case 8: {
-        const attempt = pick(this.attempts.filter((candidate) => candidate.status === "running"), op.pick);
+        const attempt = pick(
+          this.attempts.filter((candidate) => candidate.status === "running"),
+          op.pick,
+        );
         if (attempt === undefined) return;
         // Half of these let the clock reach the deadline first, so timeouts are not left to chance.
-        if (op.variant % 2 === 0 && attempt.deadlineAtMs !== null) this.nowMs = Math.max(this.nowMs, attempt.deadlineAtMs);
+        if (op.variant % 2 === 0 && attempt.deadlineAtMs !== null)
+          this.nowMs = Math.max(this.nowMs, attempt.deadlineAtMs);
         this.apply(requestTimeoutStop(model.scope(attempt.id), this.nowMs), "timeout");
         return;
       }
@@ -267,12 +391,24 @@ class Driver {
         const attempt = pick(this.live(), op.pick);
         if (attempt === undefined) return;
         const scope = model.scope(attempt.id);
-        this.apply(applyRecovery(scope, decideRecovery(scope, this.evidence(attempt, op)), this.retryOf(attempt), this.nowMs), "recovery");
+        this.apply(
+          applyRecovery(
+            scope,
+            decideRecovery(scope, this.evidence(attempt, op)),
+            this.retryOf(attempt),
+            this.nowMs,
+          ),
+          "recovery",
+        );
         return;
       }
       case 12: {
-        const attempt = pick(this.attempts.filter((candidate) => candidate.status === "running"), op.pick);
-        if (attempt !== undefined) this.apply(requestShutdownStop(model.scope(attempt.id), this.nowMs), "shutdown");
+        const attempt = pick(
+          this.attempts.filter((candidate) => candidate.status === "running"),
+          op.pick,
+        );
+        if (attempt !== undefined)
+          this.apply(requestShutdownStop(model.scope(attempt.id), this.nowMs), "shutdown");
         return;
       }
       default:
@@ -286,21 +422,47 @@ class Driver {
     for (let round = 0; round < 100 && !TERMINAL_RUN_STATUSES.has(this.run.status); round += 1) {
       this.nowMs += 1_000;
       this.apply(convergeCancellation(this.run, this.steps, this.attempts, this.nowMs), "converge");
-      if (this.run.kind === "workflow") this.apply(advanceFrontier(this.run, this.steps, this.attempts, this.nowMs), "frontier");
+      if (this.run.kind === "workflow")
+        this.apply(advanceFrontier(this.run, this.steps, this.attempts, this.nowMs), "frontier");
       if (TERMINAL_RUN_STATUSES.has(this.run.status)) break;
       if (this.run.cancelRequestedAtMs === null) {
-        if (this.run.kind === "ordinary") this.apply(admitOrdinaryAttempt(this.run, definitionOf(this.world.pkg, this.run.target), this.nowMs)?.change ?? null, "admit");
-        for (const step of this.steps.filter((candidate) => candidate.status === "ready" && (candidate.notBeforeMs ?? 0) <= this.nowMs)) {
+        if (this.run.kind === "ordinary")
+          this.apply(
+            admitOrdinaryAttempt(
+              this.run,
+              definitionOf(this.world.pkg, this.run.target),
+              this.nowMs,
+            )?.change ?? null,
+            "admit",
+          );
+        for (const step of this.steps.filter(
+          (candidate) => candidate.status === "ready" && (candidate.notBeforeMs ?? 0) <= this.nowMs,
+        )) {
           const result = this.world.tryAdmit(RUN_ID, step.name, this.nowMs);
           if (result.kind === "admitted") this.apply(result.change, "admit");
         }
-        for (const attempt of this.attempts.filter((candidate) => candidate.status === "claimed")) this.apply(markStarting(model.scope(attempt.id), this.nowMs), "starting");
+        for (const attempt of this.attempts.filter((candidate) => candidate.status === "claimed"))
+          this.apply(markStarting(model.scope(attempt.id), this.nowMs), "starting");
       }
-      for (const attempt of this.attempts.filter((candidate) => candidate.status === "starting")) this.apply(markRunning(model.scope(attempt.id), handleAt(this.nowMs), this.nowMs), "running");
+      for (const attempt of this.attempts.filter((candidate) => candidate.status === "starting"))
+        this.apply(
+          markRunning(model.scope(attempt.id), handleAt(this.nowMs), this.nowMs),
+          "running",
+        );
       for (const attempt of this.attempts.filter((candidate) => candidate.status === "running")) {
         const current = model.attempt(attempt.id);
-        const facts: CompletionFacts = { startedAtMs: current.startedAtMs ?? this.nowMs, finishedAtMs: this.nowMs, exitCode: 0, signal: null, stopReason: current.stopReason, spawnError: null };
-        this.apply(complete(model.scope(attempt.id), facts, this.retryOf(attempt), this.nowMs), "complete");
+        const facts: CompletionFacts = {
+          startedAtMs: current.startedAtMs ?? this.nowMs,
+          finishedAtMs: this.nowMs,
+          exitCode: 0,
+          signal: null,
+          stopReason: current.stopReason,
+          spawnError: null,
+        };
+        this.apply(
+          complete(model.scope(attempt.id), facts, this.retryOf(attempt), this.nowMs),
+          "complete",
+        );
       }
     }
     const run = this.run;
@@ -313,24 +475,32 @@ class Driver {
 describe("properties of the pure core", () => {
   it("random DAGs under random interleavings never throw, keep one live attempt per step, bump the run version once per change set, keep event seqs contiguous, and end terminal exactly when settled", () => {
     fc.assert(
-      fc.property(dagArbitrary, fc.array(opArbitrary, { minLength: 20, maxLength: 100, size: "max" }), (dag, ops) => {
-        const driver = new Driver(manifestOf(dag), "workflow");
-        driver.checkInvariants("creation");
-        for (const op of ops) driver.step(op);
-        driver.drain();
-      }),
+      fc.property(
+        dagArbitrary,
+        fc.array(opArbitrary, { minLength: 20, maxLength: 100, size: "max" }),
+        (dag, ops) => {
+          const driver = new Driver(manifestOf(dag), "workflow");
+          driver.checkInvariants("creation");
+          for (const op of ops) driver.step(op);
+          driver.drain();
+        },
+      ),
       { numRuns: 250 },
     );
   });
 
   it("ordinary runs under random interleavings keep latest-attempt semantics: at most one live attempt, dispatching and running mirror it, terminal only when nothing is live", () => {
     fc.assert(
-      fc.property(dagArbitrary, fc.array(opArbitrary, { minLength: 20, maxLength: 80, size: "max" }), (dag, ops) => {
-        const driver = new Driver(manifestOf(dag), "ordinary");
-        driver.checkInvariants("creation");
-        for (const op of ops) driver.step(op);
-        driver.drain();
-      }),
+      fc.property(
+        dagArbitrary,
+        fc.array(opArbitrary, { minLength: 20, maxLength: 80, size: "max" }),
+        (dag, ops) => {
+          const driver = new Driver(manifestOf(dag), "ordinary");
+          driver.checkInvariants("creation");
+          for (const op of ops) driver.step(op);
+          driver.drain();
+        },
+      ),
       { numRuns: 200 },
     );
   });
@@ -342,17 +512,45 @@ describe("properties of the pure core", () => {
         let guard = 0;
         while (driver.run.status === "running" && guard < 50) {
           guard += 1;
-          driver.apply(advanceFrontier(driver.run, driver.steps, driver.attempts, (driver.nowMs += 1)), "frontier");
+          driver.apply(
+            advanceFrontier(driver.run, driver.steps, driver.attempts, (driver.nowMs += 1)),
+            "frontier",
+          );
           for (const step of driver.steps.filter((candidate) => candidate.status === "ready")) {
             expect(driver.run.status).toBe("running");
             const result = driver.world.tryAdmit(RUN_ID, step.name, (driver.nowMs += 1));
             if (result.kind !== "admitted") throw new Error("a fresh ready epoch must be admitted");
             driver.apply(result.change, "admit");
             const id = result.attempt.id;
-            driver.apply(markStarting(driver.world.model.scope(id), (driver.nowMs += 1)), "starting");
-            driver.apply(markRunning(driver.world.model.scope(id), handleAt(driver.nowMs), (driver.nowMs += 1)), "running");
-            const facts: CompletionFacts = { startedAtMs: driver.nowMs - 1, finishedAtMs: driver.nowMs, exitCode: 0, signal: null, stopReason: null, spawnError: null };
-            driver.apply(complete(driver.world.model.scope(id), facts, definitionOf(driver.world.pkg, step.task).retry, (driver.nowMs += 1)), "complete");
+            driver.apply(
+              markStarting(driver.world.model.scope(id), (driver.nowMs += 1)),
+              "starting",
+            );
+            driver.apply(
+              markRunning(
+                driver.world.model.scope(id),
+                handleAt(driver.nowMs),
+                (driver.nowMs += 1),
+              ),
+              "running",
+            );
+            const facts: CompletionFacts = {
+              startedAtMs: driver.nowMs - 1,
+              finishedAtMs: driver.nowMs,
+              exitCode: 0,
+              signal: null,
+              stopReason: null,
+              spawnError: null,
+            };
+            driver.apply(
+              complete(
+                driver.world.model.scope(id),
+                facts,
+                definitionOf(driver.world.pkg, step.task).retry,
+                (driver.nowMs += 1),
+              ),
+              "complete",
+            );
           }
         }
         expect(driver.run.status).toBe("succeeded");

@@ -4,10 +4,24 @@ import { advanceFrontier } from "../../src/frontier.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { expireLease } from "../../src/leases.ts";
 import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
-import { applyRecovery, decideRecovery, resolveFailedClosed, type LiveInspection, type RecoveryDecision, type RecoveryEvidence } from "../../src/recovery.ts";
+import {
+  applyRecovery,
+  decideRecovery,
+  resolveFailedClosed,
+  type LiveInspection,
+  type RecoveryDecision,
+  type RecoveryEvidence,
+} from "../../src/recovery.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
-import { CoreWorld, definitionOf, exitFacts, expectOneVersionBump, handleAt, T0 } from "./core-fixtures.ts";
+import {
+  CoreWorld,
+  definitionOf,
+  exitFacts,
+  expectOneVersionBump,
+  handleAt,
+  T0,
+} from "./core-fixtures.ts";
 
 /**
  * Start-up recovery of workflow task attempts (ADR-0229 §3, ADR-0227 §6), one attempt at a
@@ -19,10 +33,16 @@ import { CoreWorld, definitionOf, exitFacts, expectOneVersionBump, handleAt, T0 
 const NO_RETRY = { max: 0, backoffMs: 0, idempotent: false };
 const IDEMPOTENT = { max: 2, backoffMs: 250, idempotent: true };
 
-const NO_EVIDENCE: RecoveryEvidence = { receipt: { status: "none" }, journal: "present", inspections: [] };
+const NO_EVIDENCE: RecoveryEvidence = {
+  receipt: { status: "none" },
+  journal: "present",
+  inspections: [],
+};
 
 function worldWith(retry = NO_RETRY): CoreWorld {
-  const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["true"], { retry })] }));
+  const world = new CoreWorld(
+    diamondManifest("demo", { tasks: [task("work", ["true"], { retry })] }),
+  );
   const run = world.startWorkflow();
   world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
   return world;
@@ -44,11 +64,20 @@ function running(world: CoreWorld): RunAttempt {
   return world.model.attempt(attempt.id);
 }
 
-function decide(world: CoreWorld, attempt: RunAttempt, evidence: RecoveryEvidence): RecoveryDecision {
+function decide(
+  world: CoreWorld,
+  attempt: RunAttempt,
+  evidence: RecoveryEvidence,
+): RecoveryDecision {
   return decideRecovery(world.model.scope(attempt.id), evidence);
 }
 
-function recover(world: CoreWorld, attempt: RunAttempt, evidence: RecoveryEvidence, nowMs = T0 + 100): RecoveryDecision {
+function recover(
+  world: CoreWorld,
+  attempt: RunAttempt,
+  evidence: RecoveryEvidence,
+  nowMs = T0 + 100,
+): RecoveryDecision {
   const scope = world.model.scope(attempt.id);
   const decision = decideRecovery(scope, evidence);
   world.apply(applyRecovery(scope, decision, definitionOf(world.pkg, "work").retry, nowMs));
@@ -66,16 +95,35 @@ describe("orphaned claims", () => {
     const stepBefore = world.model.step("run-1", "a");
     const runBefore = world.model.run("run-1");
     const scope = world.model.scope(attempt.id);
-    const decision = decideRecovery(scope, { receipt: { status: "none" }, journal: "absent", inspections: [] });
+    const decision = decideRecovery(scope, {
+      receipt: { status: "none" },
+      journal: "absent",
+      inspections: [],
+    });
     expect(decision.kind).toBe("lost_new_epoch");
     const change = applyRecovery(scope, decision, NO_RETRY, T0 + 100)!;
     expectOneVersionBump(change, runBefore);
     world.apply(change);
-    expect(world.model.attempt(attempt.id)).toMatchObject({ status: "lost", finishedAtMs: T0 + 100 });
+    expect(world.model.attempt(attempt.id)).toMatchObject({
+      status: "lost",
+      finishedAtMs: T0 + 100,
+    });
     const step = world.model.step("run-1", "a");
-    expect(step).toMatchObject({ status: "ready", version: stepBefore.version + 1, attemptCount: stepBefore.attemptCount, readyAtMs: stepBefore.readyAtMs });
+    expect(step).toMatchObject({
+      status: "ready",
+      version: stepBefore.version + 1,
+      attemptCount: stepBefore.attemptCount,
+      readyAtMs: stepBefore.readyAtMs,
+    });
     expect(step.digest).not.toBe(stepBefore.digest);
-    expect(change.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus, mutation.fromDigest, mutation.toDigest])).toEqual([["ready", "ready", stepBefore.digest, step.digest]]);
+    expect(
+      change.mutations.map((mutation) => [
+        mutation.fromStatus,
+        mutation.toStatus,
+        mutation.fromDigest,
+        mutation.toDigest,
+      ]),
+    ).toEqual([["ready", "ready", stepBefore.digest, step.digest]]);
     expect(world.model.run("run-1").status).toBe("running");
   });
 
@@ -84,13 +132,19 @@ describe("orphaned claims", () => {
     const first = claimed(world);
     recover(world, first, { receipt: { status: "none" }, journal: "absent", inspections: [] });
     expect(world.tryAdmit("run-1", "a", T0 + 101).kind).toBe("admitted");
-    expect(world.model.admission("run-1", first.stepRunId!, first.stepRunVersion!)?.attemptId).toBe(first.id);
+    expect(world.model.admission("run-1", first.stepRunId!, first.stepRunVersion!)?.attemptId).toBe(
+      first.id,
+    );
   });
 
   it("a claim is orphaned whatever evidence is offered, since it never crossed the start barrier", () => {
     const world = worldWith();
     const attempt = claimed(world);
-    for (const evidence of [NO_EVIDENCE, inspected("running", "running"), { ...NO_EVIDENCE, receipt: { status: "invalid" as const, reason: "x" } }]) {
+    for (const evidence of [
+      NO_EVIDENCE,
+      inspected("running", "running"),
+      { ...NO_EVIDENCE, receipt: { status: "invalid" as const, reason: "x" } },
+    ]) {
       expect(decide(world, attempt, evidence).kind).toBe("lost_new_epoch");
     }
   });
@@ -98,7 +152,10 @@ describe("orphaned claims", () => {
   it("recovery of a starting attempt without a journal record treats it as never spawned and opens a new epoch", () => {
     const world = worldWith();
     const attempt = starting(world);
-    expect(recover(world, attempt, { receipt: { status: "none" }, journal: "absent", inspections: [] }).kind).toBe("lost_new_epoch");
+    expect(
+      recover(world, attempt, { receipt: { status: "none" }, journal: "absent", inspections: [] })
+        .kind,
+    ).toBe("lost_new_epoch");
     expect(world.model.step("run-1", "a")).toMatchObject({ status: "ready", attemptCount: 0 });
   });
 
@@ -107,7 +164,11 @@ describe("orphaned claims", () => {
     const run = world.startTask();
     const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
     world.apply(admitted.change);
-    recover(world, admitted.attempt, { receipt: { status: "none" }, journal: "absent", inspections: [] });
+    recover(world, admitted.attempt, {
+      receipt: { status: "none" },
+      journal: "absent",
+      inspections: [],
+    });
     expect(world.model.attempt(admitted.attempt.id).status).toBe("lost");
     expect(world.model.run(run.id).status).toBe("queued");
   });
@@ -117,32 +178,59 @@ describe("attempts past the start barrier", () => {
   it("a valid receipt completes a starting attempt through ready → running → terminal", () => {
     const world = worldWith();
     const attempt = starting(world);
-    const decision = recover(world, attempt, { ...NO_EVIDENCE, receipt: { status: "valid", facts: exitFacts(T0 + 4, T0 + 40, 0, { handle: handleAt(T0 + 4) }) } });
+    const decision = recover(world, attempt, {
+      ...NO_EVIDENCE,
+      receipt: {
+        status: "valid",
+        facts: exitFacts(T0 + 4, T0 + 40, 0, { handle: handleAt(T0 + 4) }),
+      },
+    });
     expect(decision.kind).toBe("complete");
     expect(world.model.attempt(attempt.id).status).toBe("succeeded");
-    expect(world.model.step("run-1", "a")).toMatchObject({ status: "succeeded", attemptCount: 1, startedAtMs: T0 + 4 });
+    expect(world.model.step("run-1", "a")).toMatchObject({
+      status: "succeeded",
+      attemptCount: 1,
+      startedAtMs: T0 + 4,
+    });
   });
 
   it("a receipt is read first: it decides even when the inspections disagree", () => {
     const world = worldWith();
     const attempt = running(world);
-    const decision = decide(world, attempt, { receipt: { status: "valid", facts: exitFacts(T0 + 4, T0 + 40, 1) }, journal: "present", inspections: ["changed_identity", "unverifiable"] });
+    const decision = decide(world, attempt, {
+      receipt: { status: "valid", facts: exitFacts(T0 + 4, T0 + 40, 1) },
+      journal: "present",
+      inspections: ["changed_identity", "unverifiable"],
+    });
     expect(decision.kind).toBe("complete");
   });
 
   it("recovery with a tampered receipt fails closed", () => {
     const world = worldWith();
     const attempt = running(world);
-    const decision = recover(world, attempt, { receipt: { status: "invalid", reason: "mac mismatch" }, journal: "present", inspections: ["not_running", "not_running"] });
+    const decision = recover(world, attempt, {
+      receipt: { status: "invalid", reason: "mac mismatch" },
+      journal: "present",
+      inspections: ["not_running", "not_running"],
+    });
     expect(decision).toEqual({ kind: "fail_closed", reason: "receipt rejected: mac mismatch" });
-    expect(world.model.attempt(attempt.id)).toMatchObject({ status: "running", error: "receipt rejected: mac mismatch" });
+    expect(world.model.attempt(attempt.id)).toMatchObject({
+      status: "running",
+      error: "receipt rejected: mac mismatch",
+    });
     expect(world.model.step("run-1", "a").status).toBe("running");
   });
 
   it("recovery with a rejected journal record fails closed", () => {
     const world = worldWith();
     const attempt = running(world);
-    expect(decide(world, attempt, { ...NO_EVIDENCE, journal: "invalid", inspections: ["not_running", "not_running"] }).kind).toBe("fail_closed");
+    expect(
+      decide(world, attempt, {
+        ...NO_EVIDENCE,
+        journal: "invalid",
+        inspections: ["not_running", "not_running"],
+      }).kind,
+    ).toBe("fail_closed");
   });
 
   it("recovery of a starting attempt without receipt and with a changed identity fails closed", () => {
@@ -157,19 +245,31 @@ describe("attempts past the start barrier", () => {
   it("recovery of a running attempt whose pid now belongs to another process fails closed", () => {
     const world = worldWith();
     const attempt = running(world);
-    expect(decide(world, attempt, inspected("changed_identity", "running"))).toEqual({ kind: "fail_closed", reason: "the pid now belongs to another process" });
-    expect(decide(world, attempt, inspected("not_running", "changed_identity")).kind).toBe("fail_closed");
+    expect(decide(world, attempt, inspected("changed_identity", "running"))).toEqual({
+      kind: "fail_closed",
+      reason: "the pid now belongs to another process",
+    });
+    expect(decide(world, attempt, inspected("not_running", "changed_identity")).kind).toBe(
+      "fail_closed",
+    );
   });
 
   it("an unverifiable platform, a single inspection, inconsistent inspections or a missing handle fail closed", () => {
     const world = worldWith();
     const attempt = running(world);
-    expect(decide(world, attempt, inspected("unverifiable", "unverifiable")).kind).toBe("fail_closed");
-    expect(decide(world, attempt, { ...NO_EVIDENCE, inspections: ["not_running"] }).kind).toBe("fail_closed");
+    expect(decide(world, attempt, inspected("unverifiable", "unverifiable")).kind).toBe(
+      "fail_closed",
+    );
+    expect(decide(world, attempt, { ...NO_EVIDENCE, inspections: ["not_running"] }).kind).toBe(
+      "fail_closed",
+    );
     expect(decide(world, attempt, inspected("running", "not_running")).kind).toBe("fail_closed");
     expect(decide(world, attempt, inspected("not_running", "running")).kind).toBe("fail_closed");
     const withoutHandle = { ...world.model.scope(attempt.id), attempt: { ...attempt, pid: null } };
-    expect(decideRecovery(withoutHandle, inspected("running", "running"))).toEqual({ kind: "fail_closed", reason: "no persisted process handle to inspect" });
+    expect(decideRecovery(withoutHandle, inspected("running", "running"))).toEqual({
+      kind: "fail_closed",
+      reason: "no persisted process handle to inspect",
+    });
   });
 
   it("trusted not-running evidence needs no persisted handle: a starting attempt whose journal proves the process gone is lost and its step failed", () => {
@@ -177,7 +277,9 @@ describe("attempts past the start barrier", () => {
     // died before it persisted the handle; the step then fails, never silently retried.
     const world = worldWith();
     const attempt = starting(world);
-    expect(recover(world, attempt, inspected("not_running", "not_running")).kind).toBe("lost_failed");
+    expect(recover(world, attempt, inspected("not_running", "not_running")).kind).toBe(
+      "lost_failed",
+    );
     expect(world.model.attempt(attempt.id).status).toBe("lost");
     expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 0 });
   });
@@ -203,7 +305,14 @@ describe("attempts past the start barrier", () => {
     expect(change.steps).toEqual([]);
     world.apply(change);
     const again = world.model.scope(attempt.id);
-    expect(applyRecovery(again, decideRecovery(again, inspected("unverifiable", "unverifiable")), NO_RETRY, T0 + 200)).toBeNull();
+    expect(
+      applyRecovery(
+        again,
+        decideRecovery(again, inspected("unverifiable", "unverifiable")),
+        NO_RETRY,
+        T0 + 200,
+      ),
+    ).toBeNull();
   });
 
   it("recovery of a running attempt with trusted not-running evidence yields attempt lost and step failed (running → lost → failed chain)", () => {
@@ -217,7 +326,9 @@ describe("attempts past the start barrier", () => {
       ["attempt.status_changed", "running", "lost"],
       ["step.status_changed", "running", "failed"],
     ]);
-    expect(change.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus])).toEqual([["running", "failed"]]);
+    expect(change.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus])).toEqual([
+      ["running", "failed"],
+    ]);
     world.apply(change);
     expect(world.model.attempt(attempt.id).status).toBe("lost");
     expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 1 });
@@ -229,7 +340,11 @@ describe("attempts past the start barrier", () => {
     const before = world.model.step("run-1", "a");
     recover(world, attempt, inspected("not_running", "not_running"));
     expect(world.model.attempt(attempt.id).status).toBe("lost");
-    expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", version: before.version + 1, attemptCount: 1 });
+    expect(world.model.step("run-1", "a")).toMatchObject({
+      status: "failed",
+      version: before.version + 1,
+      attemptCount: 1,
+    });
     // Nothing new to admit: the step is terminal.
     expect(world.model.attemptsOf("run-1")).toHaveLength(1);
   });
@@ -243,19 +358,39 @@ describe("attempts past the start barrier", () => {
   });
 
   it("recovery never finalizes the parent workflow run", () => {
-    const world = new CoreWorld({ package: "demo", description: null, tasks: [task("work")], workflows: [{ name: "one", description: null, steps: [{ name: "only", task: "work", needs: [] }] }], schedules: [] });
+    const world = new CoreWorld({
+      package: "demo",
+      description: null,
+      tasks: [task("work")],
+      workflows: [
+        { name: "one", description: null, steps: [{ name: "only", task: "work", needs: [] }] },
+      ],
+      schedules: [],
+    });
     const run = world.startWorkflow("one");
     world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
     const attempt = world.admit("run-1", "only", T0 + 2);
     world.apply(markStarting(world.model.scope(attempt.id), T0 + 3));
     world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 5));
     const scope = world.model.scope(attempt.id);
-    const change = applyRecovery(scope, decideRecovery(scope, inspected("not_running", "not_running")), NO_RETRY, T0 + 100)!;
+    const change = applyRecovery(
+      scope,
+      decideRecovery(scope, inspected("not_running", "not_running")),
+      NO_RETRY,
+      T0 + 100,
+    )!;
     expect(change.events.some((event) => event.type === "run.status_changed")).toBe(false);
     world.apply(change);
     // Every step is settled and nothing is live, yet the run stays running until the frontier sees it.
     expect(world.model.run("run-1").status).toBe("running");
-    world.apply(advanceFrontier(world.model.run("run-1"), world.model.stepsOf("run-1"), world.model.attemptsOf("run-1"), T0 + 101));
+    world.apply(
+      advanceFrontier(
+        world.model.run("run-1"),
+        world.model.stepsOf("run-1"),
+        world.model.attemptsOf("run-1"),
+        T0 + 101,
+      ),
+    );
     expect(world.model.run("run-1").status).toBe("failed");
   });
 
@@ -265,29 +400,54 @@ describe("attempts past the start barrier", () => {
       [{ max: 1, backoffMs: 0, idempotent: false }, "lost"],
       [IDEMPOTENT, "lost"],
     ] as const) {
-      const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["true"], { retry })] }));
+      const world = new CoreWorld(
+        diamondManifest("demo", { tasks: [task("work", ["true"], { retry })] }),
+      );
       const run = world.startTask();
       const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
       world.apply(admitted.change);
       world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
       world.apply(markRunning(world.model.scope(admitted.attempt.id), handleAt(T0 + 2), T0 + 3));
-      recover(world, world.model.attempt(admitted.attempt.id), inspected("not_running", "not_running"));
+      recover(
+        world,
+        world.model.attempt(admitted.attempt.id),
+        inspected("not_running", "not_running"),
+      );
       expect(world.model.run(run.id).status).toBe(expected);
     }
   });
 
   it("a pristine remote claim that never held a lease is dispatcher backlog, never lost for its missing lease", () => {
-    const world = new CoreWorld(diamondManifest("demo", { tasks: [task("work", ["run"], { executor: "remote_worker", pool: "gpu" })] }));
+    const world = new CoreWorld(
+      diamondManifest("demo", {
+        tasks: [task("work", ["run"], { executor: "remote_worker", pool: "gpu" })],
+      }),
+    );
     const run = world.startWorkflow();
     world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
     const attempt = world.admit("run-1", "a", T0 + 2);
-    expect(attempt).toMatchObject({ executor: "remote_worker", leaseExpiresAtMs: null, leaseVersion: 0 });
+    expect(attempt).toMatchObject({
+      executor: "remote_worker",
+      leaseExpiresAtMs: null,
+      leaseVersion: 0,
+    });
     expect(expireLease(world.model.scope(attempt.id), NO_RETRY, T0 + 10 * 60_000)).toBeNull();
     // Once a lease was held and expired before the start barrier, the claim is lost and the step gets a new epoch.
-    const leased = { ...attempt, leaseWorkerId: "worker-1", leaseVersion: 1, leaseExpiresAtMs: T0 + 30_000 };
-    const change = expireLease({ ...world.model.scope(attempt.id), attempt: leased }, NO_RETRY, T0 + 30_000);
+    const leased = {
+      ...attempt,
+      leaseWorkerId: "worker-1",
+      leaseVersion: 1,
+      leaseExpiresAtMs: T0 + 30_000,
+    };
+    const change = expireLease(
+      { ...world.model.scope(attempt.id), attempt: leased },
+      NO_RETRY,
+      T0 + 30_000,
+    );
     expect(change?.attempts[0]?.after.status).toBe("lost");
-    expect(change?.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus])).toEqual([["ready", "ready"]]);
+    expect(change?.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus])).toEqual([
+      ["ready", "ready"],
+    ]);
   });
 
   it("terminal attempts need no recovery", () => {
@@ -302,12 +462,23 @@ describe("an operator resolves an attempt that failed closed", () => {
   it("a starting attempt without a handle that failed closed becomes lost with the operator's reason; its step fails and is never retried", () => {
     const world = worldWith(IDEMPOTENT);
     const attempt = starting(world);
-    const decision = recover(world, attempt, { receipt: { status: "none" }, journal: "present", inspections: [] });
+    const decision = recover(world, attempt, {
+      receipt: { status: "none" },
+      journal: "present",
+      inspections: [],
+    });
     expect(decision.kind).toBe("fail_closed");
     const failedClosed = world.model.attempt(attempt.id);
     expect(failedClosed.status).toBe("starting");
     expect(failedClosed.error).not.toBeNull();
-    world.apply(resolveFailedClosed(world.model.scope(attempt.id), "host rebooted, no such process", IDEMPOTENT, T0 + 200));
+    world.apply(
+      resolveFailedClosed(
+        world.model.scope(attempt.id),
+        "host rebooted, no such process",
+        IDEMPOTENT,
+        T0 + 200,
+      ),
+    );
     const resolved = world.model.attempt(attempt.id);
     expect(resolved.status).toBe("lost");
     expect(resolved.error).toBe("resolved as lost by an operator: host rebooted, no such process");
@@ -318,10 +489,13 @@ describe("an operator resolves an attempt that failed closed", () => {
   it("refuses a live attempt that did not fail closed, and a settled one, writing nothing", () => {
     const world = worldWith();
     const attempt = running(world);
-    expect(() => resolveFailedClosed(world.model.scope(attempt.id), "looks stuck", NO_RETRY, T0 + 200)).toThrow(/has not failed closed/);
+    expect(() =>
+      resolveFailedClosed(world.model.scope(attempt.id), "looks stuck", NO_RETRY, T0 + 200),
+    ).toThrow(/has not failed closed/);
     recover(world, attempt, inspected("not_running", "not_running"));
     expect(world.model.attempt(attempt.id).status).toBe("lost");
-    expect(() => resolveFailedClosed(world.model.scope(attempt.id), "again", NO_RETRY, T0 + 300)).toThrow(/only a starting or running attempt/);
+    expect(() =>
+      resolveFailedClosed(world.model.scope(attempt.id), "again", NO_RETRY, T0 + 300),
+    ).toThrow(/only a starting or running attempt/);
   });
 });
-

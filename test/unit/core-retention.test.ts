@@ -36,7 +36,11 @@ describe("retention settings", () => {
   it.each([
     ["1m", "1", { horizonMs: MINUTE_MS, maxRuns: 1 }],
     ["36h", "250", { horizonMs: 36 * 3_600_000, maxRuns: 250 }],
-    ["3650d", String(MAX_RETENTION_RUNS), { horizonMs: MAX_RETENTION_MS, maxRuns: MAX_RETENTION_RUNS }],
+    [
+      "3650d",
+      String(MAX_RETENTION_RUNS),
+      { horizonMs: MAX_RETENTION_MS, maxRuns: MAX_RETENTION_RUNS },
+    ],
   ])("accepts --retention %s --retention-runs %s", (horizon, maxRuns, expected) => {
     expect(parseRetentionPolicy({ horizon, maxRuns })).toEqual(expected);
   });
@@ -53,20 +57,30 @@ describe("retention settings", () => {
     [undefined, "1e3", /retention-runs must be a whole number/],
     [undefined, "-5", /retention-runs must be a whole number/],
     [undefined, " 10", /retention-runs must be a whole number/],
-  ])("refuses --retention %s --retention-runs %s with a clear error", (horizon, maxRuns, message) => {
-    let caught: unknown;
-    try {
-      parseRetentionPolicy({ horizon, maxRuns });
-    } catch (error) {
-      caught = error;
-    }
-    expect(isQlrError(caught, "invalid_request")).toBe(true);
-    expect((caught as Error).message).toMatch(message);
-    expect((caught as { details: { path: string }[] }).details[0]?.path).toBe(horizon !== undefined ? "retention" : "retention-runs");
-  });
+  ])(
+    "refuses --retention %s --retention-runs %s with a clear error",
+    (horizon, maxRuns, message) => {
+      let caught: unknown;
+      try {
+        parseRetentionPolicy({ horizon, maxRuns });
+      } catch (error) {
+        caught = error;
+      }
+      expect(isQlrError(caught, "invalid_request")).toBe(true);
+      expect((caught as Error).message).toMatch(message);
+      expect((caught as { details: { path: string }[] }).details[0]?.path).toBe(
+        horizon !== undefined ? "retention" : "retention-runs",
+      );
+    },
+  );
 
   it("names the setting as the caller spells it, and reports both problems at once", () => {
-    expect(() => parseRetentionPolicy({ horizon: "0m", maxRuns: "none" }, { horizon: "QLR_RETENTION", maxRuns: "QLR_RETENTION_RUNS" })).toThrow(/QLR_RETENTION must be from 1m.*QLR_RETENTION_RUNS must be a whole number/);
+    expect(() =>
+      parseRetentionPolicy(
+        { horizon: "0m", maxRuns: "none" },
+        { horizon: "QLR_RETENTION", maxRuns: "QLR_RETENTION_RUNS" },
+      ),
+    ).toThrow(/QLR_RETENTION must be from 1m.*QLR_RETENTION_RUNS must be a whole number/);
   });
 });
 
@@ -75,7 +89,15 @@ describe("the purge decision", () => {
   const nowMs = T0 + 10 * DAY_MS;
   const old = nowMs - 2 * DAY_MS;
   const recent = nowMs - 1_000;
-  const base: PurgeCandidate = { runId: "r-1", status: "succeeded", finishedAtMs: old, idempotencyKey: null, liveAttempts: 0, scheduleLastRun: false, frontierDue: false };
+  const base: PurgeCandidate = {
+    runId: "r-1",
+    status: "succeeded",
+    finishedAtMs: old,
+    idempotencyKey: null,
+    liveAttempts: 0,
+    scheduleLastRun: false,
+    frontierDue: false,
+  };
   // The third-newest terminal run finished at `recent` with id r-5: older ones are over the count.
   const range = purgeRange(policy, nowMs, { finishedAtMs: recent, runId: "r-5" });
   const rangeWithoutCount = purgeRange(policy, nowMs, null);
@@ -83,7 +105,10 @@ describe("the purge decision", () => {
   it("the range ends at the later of the time horizon and the oldest of the newest N", () => {
     expect(rangeWithoutCount.end).toEqual({ finishedAtMs: nowMs - DAY_MS, runId: "" });
     expect(range.end).toEqual({ finishedAtMs: recent, runId: "r-5" });
-    expect(purgeRange(policy, nowMs, { finishedAtMs: old, runId: "r-9" }).end).toEqual({ finishedAtMs: nowMs - DAY_MS, runId: "" });
+    expect(purgeRange(policy, nowMs, { finishedAtMs: old, runId: "r-9" }).end).toEqual({
+      finishedAtMs: nowMs - DAY_MS,
+      runId: "",
+    });
   });
 
   it.each<[string, Partial<PurgeCandidate>, ReturnType<typeof decidePurge>]>([
@@ -91,22 +116,64 @@ describe("the purge decision", () => {
     ["every terminal status alike", { status: "lost" }, { purge: true, reason: "expired" }],
     ["a run that is not terminal", { status: "running" }, { purge: false, reason: "not_terminal" }],
     ["a queued run", { status: "queued" }, { purge: false, reason: "not_terminal" }],
-    ["a terminal run without a finish time", { finishedAtMs: null }, { purge: false, reason: "not_finished" }],
-    ["a run with an attempt that may be live", { liveAttempts: 1 }, { purge: false, reason: "live_attempt" }],
-    ["a schedule's last run", { scheduleLastRun: true }, { purge: false, reason: "schedule_last_run" }],
-    ["a run the frontier still has to see", { frontierDue: true }, { purge: false, reason: "frontier_due" }],
-    ["an expired keyed run: the window is over", { idempotencyKey: "k" }, { purge: true, reason: "expired" }],
-    ["a recent run beyond the newest N", { finishedAtMs: recent, runId: "r-4" }, { purge: true, reason: "over_count" }],
-    ["a recent keyed run beyond the newest N: inside the idempotency window", { finishedAtMs: recent, runId: "r-4", idempotencyKey: "k" }, { purge: false, reason: "idempotency_window" }],
-    ["the oldest of the newest N itself", { finishedAtMs: recent, runId: "r-5" }, { purge: false, reason: "retained" }],
-    ["a run finished exactly at the horizon", { finishedAtMs: nowMs - DAY_MS, runId: "r-0" }, { purge: true, reason: "over_count" }],
+    [
+      "a terminal run without a finish time",
+      { finishedAtMs: null },
+      { purge: false, reason: "not_finished" },
+    ],
+    [
+      "a run with an attempt that may be live",
+      { liveAttempts: 1 },
+      { purge: false, reason: "live_attempt" },
+    ],
+    [
+      "a schedule's last run",
+      { scheduleLastRun: true },
+      { purge: false, reason: "schedule_last_run" },
+    ],
+    [
+      "a run the frontier still has to see",
+      { frontierDue: true },
+      { purge: false, reason: "frontier_due" },
+    ],
+    [
+      "an expired keyed run: the window is over",
+      { idempotencyKey: "k" },
+      { purge: true, reason: "expired" },
+    ],
+    [
+      "a recent run beyond the newest N",
+      { finishedAtMs: recent, runId: "r-4" },
+      { purge: true, reason: "over_count" },
+    ],
+    [
+      "a recent keyed run beyond the newest N: inside the idempotency window",
+      { finishedAtMs: recent, runId: "r-4", idempotencyKey: "k" },
+      { purge: false, reason: "idempotency_window" },
+    ],
+    [
+      "the oldest of the newest N itself",
+      { finishedAtMs: recent, runId: "r-5" },
+      { purge: false, reason: "retained" },
+    ],
+    [
+      "a run finished exactly at the horizon",
+      { finishedAtMs: nowMs - DAY_MS, runId: "r-0" },
+      { purge: true, reason: "over_count" },
+    ],
   ])("%s", (_name, patch, expected) => {
     expect(decidePurge({ ...base, ...patch }, range)).toEqual(expected);
   });
 
   it("without enough terminal runs, only the horizon counts; a run finished exactly at it stays", () => {
-    expect(decidePurge({ ...base, finishedAtMs: nowMs - DAY_MS }, rangeWithoutCount)).toEqual({ purge: false, reason: "retained" });
-    expect(decidePurge({ ...base, finishedAtMs: nowMs - DAY_MS - 1 }, rangeWithoutCount)).toEqual({ purge: true, reason: "expired" });
+    expect(decidePurge({ ...base, finishedAtMs: nowMs - DAY_MS }, rangeWithoutCount)).toEqual({
+      purge: false,
+      reason: "retained",
+    });
+    expect(decidePurge({ ...base, finishedAtMs: nowMs - DAY_MS - 1 }, rangeWithoutCount)).toEqual({
+      purge: true,
+      reason: "expired",
+    });
   });
 });
 
@@ -124,12 +191,50 @@ describe("the purge stage", () => {
     const clock = new TestClock(T0);
     const store: SqlStore = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
     const ids = new SequentialIds("run");
-    const executor = new SimulatedExecutor({ clock, prng: new Prng(3), failureRate: 0, spawnFailureRate: 0, minDurationMs: 100, maxDurationMs: 100 });
+    const executor = new SimulatedExecutor({
+      clock,
+      prng: new Prng(3),
+      failureRate: 0,
+      spawnFailureRate: 0,
+      minDurationMs: 100,
+      maxDurationMs: 100,
+    });
     const purged: PurgedRun[] = [];
-    const coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.standalone, executors: { local_process: executor }, retention: policy, onPurge: (run) => purged.push(run) });
-    await store.transaction(async (tx) => applyPackage(tx, diamondManifest("ret", { tasks: [task("work", ["true"], { retry: { max: 0, backoffMs: 0, idempotent: false } })] }), await tx.observe(clock.nowMs())));
+    const coordinator = new Coordinator({
+      store,
+      clock,
+      ids,
+      profile: PROFILES.standalone,
+      executors: { local_process: executor },
+      retention: policy,
+      onPurge: (run) => purged.push(run),
+    });
+    await store.transaction(async (tx) =>
+      applyPackage(
+        tx,
+        diamondManifest("ret", {
+          tasks: [task("work", ["true"], { retry: { max: 0, backoffMs: 0, idempotent: false } })],
+        }),
+        await tx.observe(clock.nowMs()),
+      ),
+    );
     const start = (idempotencyKey: string | null = null) =>
-      store.transaction(async (tx) => (await startRun(tx, { package: "ret", target: { kind: "workflow", name: "diamond" }, idempotencyKey, scheduleName: null, runId: ids.runId() }, await tx.observe(clock.nowMs()))).run.id);
+      store.transaction(
+        async (tx) =>
+          (
+            await startRun(
+              tx,
+              {
+                package: "ret",
+                target: { kind: "workflow", name: "diamond" },
+                idempotencyKey,
+                scheduleName: null,
+                runId: ids.runId(),
+              },
+              await tx.observe(clock.nowMs()),
+            )
+          ).run.id,
+      );
     /** Ticks with the clock moving until the run is terminal (bounded). */
     const finish = async (runId: string): Promise<void> => {
       for (let round = 0; round < 40; round += 1) {
@@ -142,7 +247,8 @@ describe("the purge stage", () => {
     };
     const rowCounts = (runId: string) =>
       store.driver.transaction(async (tx) => {
-        const count = async (sql: string) => Number((await tx.query<{ n: number }>(sql, [runId]))[0]?.n ?? 0);
+        const count = async (sql: string) =>
+          Number((await tx.query<{ n: number }>(sql, [runId]))[0]?.n ?? 0);
         return {
           runs: await count("SELECT COUNT(*) AS n FROM runs WHERE id = ?"),
           steps: await count("SELECT COUNT(*) AS n FROM step_runs WHERE run_id = ?"),
@@ -152,7 +258,8 @@ describe("the purge stage", () => {
           mutations: await count("SELECT COUNT(*) AS n FROM step_mutations WHERE run_id = ?"),
         };
       });
-    const attemptIds = (runId: string) => store.transaction(async (tx) => (await tx.getAttempts(runId)).map((attempt) => attempt.id));
+    const attemptIds = (runId: string) =>
+      store.transaction(async (tx) => (await tx.getAttempts(runId)).map((attempt) => attempt.id));
     return { clock, store, executor, coordinator, start, finish, rowCounts, attemptIds, purged };
   }
 
@@ -169,8 +276,18 @@ describe("the purge stage", () => {
     const newAttempts = await r.attemptIds(newRun);
     r.clock.advance(20_000);
     const report = await r.coordinator.tick();
-    expect(report.stages.find((stage) => stage.name === "purge")).toMatchObject({ processed: 1, errors: [] });
-    expect(await r.rowCounts(oldRun)).toEqual({ runs: 0, steps: 0, attempts: 0, admissions: 0, events: 0, mutations: 0 });
+    expect(report.stages.find((stage) => stage.name === "purge")).toMatchObject({
+      processed: 1,
+      errors: [],
+    });
+    expect(await r.rowCounts(oldRun)).toEqual({
+      runs: 0,
+      steps: 0,
+      attempts: 0,
+      admissions: 0,
+      events: 0,
+      mutations: 0,
+    });
     for (const attemptId of oldAttempts) expect(r.executor.journal.has(attemptId)).toBe(false);
     const kept = await r.rowCounts(newRun);
     expect(kept.runs).toBe(1);
@@ -189,7 +306,9 @@ describe("the purge stage", () => {
       runs.push(runId);
     }
     await r.coordinator.tick();
-    const remaining = await r.store.transaction(async (tx) => (await tx.listRuns({ status: null, cursor: null, limit: 50 })).map((run) => run.id).sort());
+    const remaining = await r.store.transaction(async (tx) =>
+      (await tx.listRuns({ status: null, cursor: null, limit: 50 })).map((run) => run.id).sort(),
+    );
     // The two newest stay, the keyed one stays for its window, the other two go.
     expect(remaining).toEqual([runs[1], runs[3], runs[4]].sort());
     // A repeated start with the key inside the window answers the same run.
@@ -210,7 +329,9 @@ describe("the purge stage", () => {
     const report = await r.coordinator.tick();
     expect(report.stages.find((stage) => stage.name === "purge")?.processed).toBe(0);
     expect((await r.rowCounts(stuck)).runs).toBe(1);
-    await r.store.transaction(async (tx) => cancelRun(tx, stuck, await tx.observe(r.clock.nowMs())));
+    await r.store.transaction(async (tx) =>
+      cancelRun(tx, stuck, await tx.observe(r.clock.nowMs())),
+    );
     await r.finish(stuck);
     r.clock.advance(2 * MINUTE_MS);
     await r.coordinator.tick();
@@ -238,7 +359,12 @@ describe("the purge stage", () => {
     const keptAttempts = await r.attemptIds(kept);
     // The first coordinator dies right after the purge's commit: rows gone, journals left.
     const crashing = new Coordinator({
-      store: r.store, clock: r.clock, ids: new SequentialIds("x"), profile: PROFILES.standalone, executors: { local_process: r.executor }, retention: { horizonMs: MINUTE_MS, maxRuns: 100 },
+      store: r.store,
+      clock: r.clock,
+      ids: new SequentialIds("x"),
+      profile: PROFILES.standalone,
+      executors: { local_process: r.executor },
+      retention: { horizonMs: MINUTE_MS, maxRuns: 100 },
       fault: (point) => {
         if (point === "purge.after_commit") throw new Error("crash at purge.after_commit");
       },
@@ -247,7 +373,14 @@ describe("the purge stage", () => {
     expect((await r.rowCounts(doomed)).runs).toBe(0);
     for (const attemptId of doomedAttempts) expect(r.executor.journal.has(attemptId)).toBe(true);
     // A fresh coordinator (a restart) sweeps on its first cycle.
-    const restarted = new Coordinator({ store: r.store, clock: r.clock, ids: new SequentialIds("y"), profile: PROFILES.edge, executors: { local_process: r.executor }, retention: { horizonMs: MINUTE_MS, maxRuns: 100 } });
+    const restarted = new Coordinator({
+      store: r.store,
+      clock: r.clock,
+      ids: new SequentialIds("y"),
+      profile: PROFILES.edge,
+      executors: { local_process: r.executor },
+      retention: { horizonMs: MINUTE_MS, maxRuns: 100 },
+    });
     // One cycle walks a journal of fewer than ORPHAN_SWEEP_PAGE names.
     await restarted.tick();
     for (const attemptId of doomedAttempts) expect(r.executor.journal.has(attemptId)).toBe(false);
@@ -259,7 +392,8 @@ describe("the purge stage", () => {
     await r.coordinator.tick();
     // A journal record whose attempt this store never had appears after the start-up sweep.
     r.executor.journal.add("ora:left-by-another-replica");
-    for (let cycle = 1; cycle < ORPHAN_SWEEP_EVERY_PURGES - 1; cycle += 1) await r.coordinator.tick();
+    for (let cycle = 1; cycle < ORPHAN_SWEEP_EVERY_PURGES - 1; cycle += 1)
+      await r.coordinator.tick();
     expect(r.executor.journal.has("ora:left-by-another-replica")).toBe(true);
     await r.coordinator.tick();
     expect(r.executor.journal.has("ora:left-by-another-replica")).toBe(false);

@@ -17,23 +17,56 @@ describe("bounded stages resume where they stopped", () => {
     const clock = new VirtualClock(1_900_000_000_000);
     let next = 0;
     const ids = { runId: () => `rr-${(next += 1)}` };
-    const store = await openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), MIGRATIONS, clock.nowMs());
+    const store = await openSqlStore(
+      openSqlJsMemoryDriver(await loadSqlJs()),
+      MIGRATIONS,
+      clock.nowMs(),
+    );
     const executor = new SimulatedExecutor({
       clock,
       prng: new Prng(1),
       // Every long task runs for an hour; the short one ends after one second.
-      outcome: (request) => ({ exitCode: 0, durationMs: request.definition.task === "short" ? 1_000 : 3_600_000 }),
+      outcome: (request) => ({
+        exitCode: 0,
+        durationMs: request.definition.task === "short" ? 1_000 : 3_600_000,
+      }),
     });
     let shortRunId = "";
-    const coordinator = new Coordinator({ store, clock, ids, profile: PROFILES.edge, executors: { local_process: executor } });
+    const coordinator = new Coordinator({
+      store,
+      clock,
+      ids,
+      profile: PROFILES.edge,
+      executors: { local_process: executor },
+    });
     await store.transaction(async (tx) => {
       const nowMs = await tx.observe(clock.nowMs());
-      await applyPackage(tx, { package: "rr", description: null, tasks: [task("long", ["sim"], { timeoutMs: 7_200_000 }), task("short", ["sim"])], workflows: [], schedules: [] }, nowMs);
+      await applyPackage(
+        tx,
+        {
+          package: "rr",
+          description: null,
+          tasks: [task("long", ["sim"], { timeoutMs: 7_200_000 }), task("short", ["sim"])],
+          workflows: [],
+          schedules: [],
+        },
+        nowMs,
+      );
       const longAttemptIds: string[] = [];
       for (let index = 0; index < 8; index += 1) {
         const runId = ids.runId();
         longAttemptIds.push(ordinaryAttemptId(runId, 1));
-        await startRun(tx, { package: "rr", target: { kind: "task", name: "long" }, idempotencyKey: null, scheduleName: null, runId }, nowMs);
+        await startRun(
+          tx,
+          {
+            package: "rr",
+            target: { kind: "task", name: "long" },
+            idempotencyKey: null,
+            scheduleName: null,
+            runId,
+          },
+          nowMs,
+        );
       }
       // Pick the short run's id so its attempt id sorts after every long attempt's: a scan that
       // always started from the lowest id would see only the eight long ones.
@@ -41,7 +74,17 @@ describe("bounded stages resume where they stopped", () => {
       let candidate = 0;
       while (ordinaryAttemptId(`rr-short-${candidate}`, 1) < highest) candidate += 1;
       shortRunId = `rr-short-${candidate}`;
-      await startRun(tx, { package: "rr", target: { kind: "task", name: "short" }, idempotencyKey: null, scheduleName: null, runId: shortRunId }, nowMs);
+      await startRun(
+        tx,
+        {
+          package: "rr",
+          target: { kind: "task", name: "short" },
+          idempotencyKey: null,
+          scheduleName: null,
+          runId: shortRunId,
+        },
+        nowMs,
+      );
     });
     // Edge admits and dispatches one ordinary run per cycle: nine cycles start all nine.
     for (let index = 0; index < 12; index += 1) {
@@ -56,7 +99,9 @@ describe("bounded stages resume where they stopped", () => {
       statuses.push(short?.status ?? "missing");
     }
     expect(statuses).toContain("succeeded");
-    const running = await store.transaction(async (tx) => tx.listAttempts("local_process", ["running"], null, 100));
+    const running = await store.transaction(async (tx) =>
+      tx.listAttempts("local_process", ["running"], null, 100),
+    );
     expect(running).toHaveLength(8);
     await store.close();
   });

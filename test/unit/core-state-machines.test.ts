@@ -41,7 +41,9 @@ function thrownCode(fn: () => unknown): string | null {
 }
 
 function sorted<S extends string>(table: TransitionTable<S>): Record<string, string[]> {
-  return Object.fromEntries(Object.entries<readonly S[]>(table).map(([from, to]) => [from, [...to].sort()]));
+  return Object.fromEntries(
+    Object.entries<readonly S[]>(table).map(([from, to]) => [from, [...to].sort()]),
+  );
 }
 
 describe("state machines", () => {
@@ -73,7 +75,9 @@ describe("state machines", () => {
 
   it("a workflow run is never queued, dispatching, timed_out or lost: a step timeout fails the run instead", () => {
     for (const to of ["queued", "dispatching", "timed_out", "lost"] as const) {
-      expect(thrownCode(() => transitionRun("workflow", "running", to, "run-1"))).toBe("illegal_transition");
+      expect(thrownCode(() => transitionRun("workflow", "running", to, "run-1"))).toBe(
+        "illegal_transition",
+      );
     }
   });
 
@@ -112,14 +116,22 @@ describe("state machines", () => {
 
   it("an illegal transition throws illegal_transition, and every legal one returns its target", () => {
     for (const [from, to] of pairs(RUN_STATUSES)) {
-      expect(thrownCode(() => transitionRun("ordinary", from, to, "r"))).toBe(isLegalTransition(ORDINARY_RUN_TRANSITIONS, from, to) ? null : "illegal_transition");
-      expect(thrownCode(() => transitionRun("workflow", from, to, "r"))).toBe(isLegalTransition(WORKFLOW_RUN_TRANSITIONS, from, to) ? null : "illegal_transition");
+      expect(thrownCode(() => transitionRun("ordinary", from, to, "r"))).toBe(
+        isLegalTransition(ORDINARY_RUN_TRANSITIONS, from, to) ? null : "illegal_transition",
+      );
+      expect(thrownCode(() => transitionRun("workflow", from, to, "r"))).toBe(
+        isLegalTransition(WORKFLOW_RUN_TRANSITIONS, from, to) ? null : "illegal_transition",
+      );
     }
     for (const [from, to] of pairs(STEP_STATUSES)) {
-      expect(thrownCode(() => transitionStep(from, to, "s"))).toBe(isLegalTransition(STEP_TRANSITIONS, from, to) ? null : "illegal_transition");
+      expect(thrownCode(() => transitionStep(from, to, "s"))).toBe(
+        isLegalTransition(STEP_TRANSITIONS, from, to) ? null : "illegal_transition",
+      );
     }
     for (const [from, to] of pairs(ATTEMPT_STATUSES)) {
-      expect(thrownCode(() => transitionAttempt(from, to, "a"))).toBe(isLegalTransition(ATTEMPT_TRANSITIONS, from, to) ? null : "illegal_transition");
+      expect(thrownCode(() => transitionAttempt(from, to, "a"))).toBe(
+        isLegalTransition(ATTEMPT_TRANSITIONS, from, to) ? null : "illegal_transition",
+      );
     }
     expect(transitionStep("ready", "running", "s")).toBe("running");
   });
@@ -131,7 +143,9 @@ describe("state machines", () => {
     } catch (error) {
       expect(isQlrError(error, "illegal_transition")).toBe(true);
       expect((error as Error).message).toContain("run attempt wta:0: succeeded → running");
-      expect(isQlrError(error) ? error.details : []).toEqual([{ path: "run attempt", message: "succeeded → running" }]);
+      expect(isQlrError(error) ? error.details : []).toEqual([
+        { path: "run attempt", message: "succeeded → running" },
+      ]);
     }
   });
 
@@ -145,16 +159,20 @@ describe("state machines", () => {
   });
 
   it("a step is settled exactly when its machine has no way out", () => {
-    for (const status of STEP_STATUSES) expect(SETTLED_STEP_STATUSES.has(status)).toBe(STEP_TRANSITIONS[status].length === 0);
+    for (const status of STEP_STATUSES)
+      expect(SETTLED_STEP_STATUSES.has(status)).toBe(STEP_TRANSITIONS[status].length === 0);
   });
 
   it("live and terminal attempt statuses partition the attempt statuses", () => {
-    for (const status of ATTEMPT_STATUSES) expect(LIVE_ATTEMPT_STATUSES.has(status)).toBe(!TERMINAL_ATTEMPT_STATUSES.has(status));
-    for (const status of ATTEMPT_STATUSES) expect(TERMINAL_ATTEMPT_STATUSES.has(status)).toBe(ATTEMPT_TRANSITIONS[status].length === 0);
+    for (const status of ATTEMPT_STATUSES)
+      expect(LIVE_ATTEMPT_STATUSES.has(status)).toBe(!TERMINAL_ATTEMPT_STATUSES.has(status));
+    for (const status of ATTEMPT_STATUSES)
+      expect(TERMINAL_ATTEMPT_STATUSES.has(status)).toBe(ATTEMPT_TRANSITIONS[status].length === 0);
   });
 
   it("a step never returns to pending, and a skipped step never runs", () => {
-    for (const from of STEP_STATUSES) expect(isLegalTransition(STEP_TRANSITIONS, from, "pending")).toBe(false);
+    for (const from of STEP_STATUSES)
+      expect(isLegalTransition(STEP_TRANSITIONS, from, "pending")).toBe(false);
     expect(isLegalTransition(STEP_TRANSITIONS, "skipped", "ready")).toBe(false);
     expect(isLegalTransition(STEP_TRANSITIONS, "pending", "running")).toBe(false);
   });
@@ -166,16 +184,26 @@ describe("state machines", () => {
   });
 
   it("an attempt is lost only from claimed, starting or running", () => {
-    const into = ATTEMPT_STATUSES.filter((from) => isLegalTransition(ATTEMPT_TRANSITIONS, from, "lost"));
+    const into = ATTEMPT_STATUSES.filter((from) =>
+      isLegalTransition(ATTEMPT_TRANSITIONS, from, "lost"),
+    );
     expect(into.sort()).toEqual(["claimed", "running", "starting"]);
   });
 });
 
 describe("refusals name their machine", () => {
   it("an illegal transition says which machine refused it and for what subject", () => {
-    expect(() => transitionRun("workflow", "running", "queued", "run-w")).toThrow(/^workflow run run-w: running → queued is not a legal transition$/);
-    expect(() => transitionRun("ordinary", "succeeded", "queued", "run-o")).toThrow(/^ordinary run run-o: succeeded → queued is not a legal transition$/);
-    expect(() => transitionStep("succeeded", "ready", "step-1")).toThrow(/^step run step-1: succeeded → ready is not a legal transition$/);
-    expect(() => transitionAttempt("lost", "running", "att-1")).toThrow(/^run attempt att-1: lost → running is not a legal transition$/);
+    expect(() => transitionRun("workflow", "running", "queued", "run-w")).toThrow(
+      /^workflow run run-w: running → queued is not a legal transition$/,
+    );
+    expect(() => transitionRun("ordinary", "succeeded", "queued", "run-o")).toThrow(
+      /^ordinary run run-o: succeeded → queued is not a legal transition$/,
+    );
+    expect(() => transitionStep("succeeded", "ready", "step-1")).toThrow(
+      /^step run step-1: succeeded → ready is not a legal transition$/,
+    );
+    expect(() => transitionAttempt("lost", "running", "att-1")).toThrow(
+      /^run attempt att-1: lost → running is not a legal transition$/,
+    );
   });
 });

@@ -28,7 +28,10 @@ describe("golden fixtures", () => {
   }
 
   it("the pinned values agree with each other: the admission's attempt id is the derived wta id of its epoch", () => {
-    const receipt = JSON.parse(pinned.admissionReceiptCanonicalJson ?? "{}") as Record<string, unknown>;
+    const receipt = JSON.parse(pinned.admissionReceiptCanonicalJson ?? "{}") as Record<
+      string,
+      unknown
+    >;
     expect(pinned.admittedAttemptId).toBe(pinned.workflowAttemptId);
     expect(receipt.attemptId).toBe(pinned.workflowAttemptId);
     expect(receipt.eventId).toBe(pinned.admissionEventId);

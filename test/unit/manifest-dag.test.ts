@@ -1,7 +1,13 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
-import { findWorkflowProblems, topologicalOrder, validateManifest, type DagStep, type ManifestIssue } from "../../src/manifest/index.ts";
+import {
+  findWorkflowProblems,
+  topologicalOrder,
+  validateManifest,
+  type DagStep,
+  type ManifestIssue,
+} from "../../src/manifest/index.ts";
 
 function step(name: string, needs: string[] = []): DagStep {
   return { name, needs };
@@ -9,19 +15,29 @@ function step(name: string, needs: string[] = []): DagStep {
 
 /** A manifest with one task `work` and one workflow `flow` whose steps all run it. */
 function workflowIssues(needsByStep: Record<string, string[]>): ManifestIssue[] {
-  const steps = Object.fromEntries(Object.entries(needsByStep).map(([name, needs]) => [name, { task: "work", needs }]));
-  const result = validateManifest({ package: "demo", tasks: { work: { run: ["true"] } }, workflows: { flow: { steps } } });
+  const steps = Object.fromEntries(
+    Object.entries(needsByStep).map(([name, needs]) => [name, { task: "work", needs }]),
+  );
+  const result = validateManifest({
+    package: "demo",
+    tasks: { work: { run: ["true"] } },
+    workflows: { flow: { steps } },
+  });
   return result.ok ? [] : result.issues;
 }
 
 describe("workflow DAG validation", () => {
   it("a cycle is rejected and named a → b → a", () => {
-    expect(workflowIssues({ a: ["b"], b: ["a"] })).toEqual([{ path: "workflows.flow.steps.a.needs", message: "cycle: a → b → a" }]);
+    expect(workflowIssues({ a: ["b"], b: ["a"] })).toEqual([
+      { path: "workflows.flow.steps.a.needs", message: "cycle: a → b → a" },
+    ]);
   });
 
   it("a longer cycle is named from its smallest step in run order: a → b → c → a", () => {
     // c needs b, b needs a, a needs c: a runs before b, b before c, c before a.
-    expect(workflowIssues({ c: ["b"], b: ["a"], a: ["c"], d: ["a"] })).toEqual([{ path: "workflows.flow.steps.a.needs", message: "cycle: a → b → c → a" }]);
+    expect(workflowIssues({ c: ["b"], b: ["a"], a: ["c"], d: ["a"] })).toEqual([
+      { path: "workflows.flow.steps.a.needs", message: "cycle: a → b → c → a" },
+    ]);
   });
 
   it("each separate cycle is reported once", () => {
@@ -30,29 +46,59 @@ describe("workflow DAG validation", () => {
   });
 
   it("a self-dependency is rejected at its needs index", () => {
-    expect(workflowIssues({ a: [], b: ["a", "b"] })).toEqual([{ path: "workflows.flow.steps.b.needs[1]", message: "a step cannot need itself" }]);
+    expect(workflowIssues({ a: [], b: ["a", "b"] })).toEqual([
+      { path: "workflows.flow.steps.b.needs[1]", message: "a step cannot need itself" },
+    ]);
   });
 
   it("an unknown needs target is rejected at its index", () => {
-    expect(workflowIssues({ a: [], b: ["a", "nope"] })).toEqual([{ path: "workflows.flow.steps.b.needs[1]", message: 'unknown step "nope"' }]);
+    expect(workflowIssues({ a: [], b: ["a", "nope"] })).toEqual([
+      { path: "workflows.flow.steps.b.needs[1]", message: 'unknown step "nope"' },
+    ]);
   });
 
   it("a duplicate entry within one step's needs is rejected at the repeat", () => {
-    expect(workflowIssues({ a: [], b: ["a", "a"] })).toEqual([{ path: "workflows.flow.steps.b.needs[1]", message: '"a" is listed more than once' }]);
+    expect(workflowIssues({ a: [], b: ["a", "a"] })).toEqual([
+      { path: "workflows.flow.steps.b.needs[1]", message: '"a" is listed more than once' },
+    ]);
   });
 
   it("a step referencing an unknown task is rejected", () => {
-    const result = validateManifest({ package: "demo", tasks: { work: { run: ["true"] } }, workflows: { flow: { steps: { a: { task: "wrok" } } } } });
-    expect(result.ok ? [] : result.issues).toEqual([{ path: "workflows.flow.steps.a.task", message: 'unknown task "wrok"' }]);
+    const result = validateManifest({
+      package: "demo",
+      tasks: { work: { run: ["true"] } },
+      workflows: { flow: { steps: { a: { task: "wrok" } } } },
+    });
+    expect(result.ok ? [] : result.issues).toEqual([
+      { path: "workflows.flow.steps.a.task", message: 'unknown task "wrok"' },
+    ]);
   });
 
   it("a step in a package without tasks references an unknown task", () => {
-    const result = validateManifest({ package: "demo", workflows: { flow: { steps: { a: { task: "work" } } } } });
-    expect(result.ok ? [] : result.issues).toEqual([{ path: "workflows.flow.steps.a.task", message: 'unknown task "work"' }]);
+    const result = validateManifest({
+      package: "demo",
+      workflows: { flow: { steps: { a: { task: "work" } } } },
+    });
+    expect(result.ok ? [] : result.issues).toEqual([
+      { path: "workflows.flow.steps.a.task", message: 'unknown task "work"' },
+    ]);
   });
 
   it("steps and their needs are normalized in name order", () => {
-    const result = validateManifest({ package: "demo", tasks: { work: { run: ["true"] } }, workflows: { flow: { steps: { d: { task: "work", needs: ["c", "b"] }, b: { task: "work", needs: ["a"] }, c: { task: "work", needs: ["a"] }, a: { task: "work" } } } } });
+    const result = validateManifest({
+      package: "demo",
+      tasks: { work: { run: ["true"] } },
+      workflows: {
+        flow: {
+          steps: {
+            d: { task: "work", needs: ["c", "b"] },
+            b: { task: "work", needs: ["a"] },
+            c: { task: "work", needs: ["a"] },
+            a: { task: "work" },
+          },
+        },
+      },
+    });
     if (!result.ok) throw new Error(JSON.stringify(result.issues));
     expect(result.manifest.workflows[0]?.steps).toEqual([
       { name: "a", task: "work", needs: [] },
@@ -63,7 +109,9 @@ describe("workflow DAG validation", () => {
   });
 
   it("topologicalOrder puts the diamond in dependency order, ties broken by name", () => {
-    expect(topologicalOrder([step("d", ["c", "b"]), step("c", ["a"]), step("b", ["a"]), step("a")])).toEqual(["a", "b", "c", "d"]);
+    expect(
+      topologicalOrder([step("d", ["c", "b"]), step("c", ["a"]), step("b", ["a"]), step("a")]),
+    ).toEqual(["a", "b", "c", "d"]);
     expect(topologicalOrder([step("z"), step("y"), step("x", ["z"])])).toEqual(["y", "z", "x"]);
   });
 
@@ -79,7 +127,9 @@ describe("workflow DAG validation", () => {
   });
 
   it("a repeated step name in an array is reported", () => {
-    expect(findWorkflowProblems([step("a"), step("a")]).map((problem) => problem.kind)).toEqual(["duplicate_step"]);
+    expect(findWorkflowProblems([step("a"), step("a")]).map((problem) => problem.kind)).toEqual([
+      "duplicate_step",
+    ]);
   });
 });
 
@@ -96,7 +146,11 @@ const acyclicGraph = fc
         Array.from({ length: size }, (_, index) => `s${String(index).padStart(2, "0")}`),
         { minLength: size, maxLength: size },
       ),
-      needs: fc.tuple(...Array.from({ length: size }, (_, index) => fc.uniqueArray(fc.nat({ max: Math.max(index - 1, 0) }), { maxLength: index }))),
+      needs: fc.tuple(
+        ...Array.from({ length: size }, (_, index) =>
+          fc.uniqueArray(fc.nat({ max: Math.max(index - 1, 0) }), { maxLength: index }),
+        ),
+      ),
     }),
   )
   .map(({ names, needs }) =>
@@ -108,7 +162,9 @@ const acyclicGraph = fc
 
 function reachable(steps: readonly DagStep[], from: string): Set<string> {
   const dependents = new Map<string, string[]>();
-  for (const each of steps) for (const need of each.needs) dependents.set(need, [...(dependents.get(need) ?? []), each.name]);
+  for (const each of steps)
+    for (const need of each.needs)
+      dependents.set(need, [...(dependents.get(need) ?? []), each.name]);
   const seen = new Set<string>();
   const pending = [from];
   for (let name = pending.pop(); name !== undefined; name = pending.pop()) {
@@ -131,7 +187,8 @@ describe("workflow DAG properties", () => {
         expect([...order].sort()).toEqual(steps.map((each) => each.name).sort());
         const position = new Map(order.map((name, index) => [name, index]));
         for (const each of steps) {
-          for (const need of each.needs) expect(position.get(need)).toBeLessThan(position.get(each.name) ?? -1);
+          for (const need of each.needs)
+            expect(position.get(need)).toBeLessThan(position.get(each.name) ?? -1);
         }
       }),
       { numRuns: 300 },
@@ -141,7 +198,12 @@ describe("workflow DAG properties", () => {
   it("topologicalOrder does not depend on the order the steps are given in", () => {
     fc.assert(
       fc.property(
-        acyclicGraph.chain((steps) => fc.tuple(fc.constant(steps), fc.shuffledSubarray(steps, { minLength: steps.length, maxLength: steps.length }))),
+        acyclicGraph.chain((steps) =>
+          fc.tuple(
+            fc.constant(steps),
+            fc.shuffledSubarray(steps, { minLength: steps.length, maxLength: steps.length }),
+          ),
+        ),
         ([steps, shuffled]) => {
           expect(topologicalOrder(shuffled)).toEqual(topologicalOrder(steps));
         },
@@ -155,12 +217,22 @@ describe("workflow DAG properties", () => {
       .chain((steps) => {
         // Pick a step that something depends on, then one of the steps reachable from it.
         const sources = steps.filter((each) => reachable(steps, each.name).size > 0);
-        return fc.constantFrom(...sources).chain((source) => fc.tuple(fc.constant(steps), fc.constant(source.name), fc.constantFrom(...reachable(steps, source.name))));
+        return fc
+          .constantFrom(...sources)
+          .chain((source) =>
+            fc.tuple(
+              fc.constant(steps),
+              fc.constant(source.name),
+              fc.constantFrom(...reachable(steps, source.name)),
+            ),
+          );
       });
     fc.assert(
       fc.property(withBackEdge, ([steps, source, descendant]) => {
         // The source now also needs one of its own descendants: that closes a cycle.
-        const cyclic = steps.map((each) => (each.name === source ? { name: each.name, needs: [...each.needs, descendant] } : each));
+        const cyclic = steps.map((each) =>
+          each.name === source ? { name: each.name, needs: [...each.needs, descendant] } : each,
+        );
         const cycles = findWorkflowProblems(cyclic).filter((problem) => problem.kind === "cycle");
         expect(cycles.length).toBeGreaterThanOrEqual(1);
         const needsOf = new Map(cyclic.map((each) => [each.name, each.needs]));

@@ -5,7 +5,8 @@ import { formatDurationMs, parseDurationMs, tryParseDurationMs } from "../../src
 
 function reasonFor(value: unknown): string {
   const result = tryParseDurationMs(value);
-  if (result.ok) throw new Error(`expected ${JSON.stringify(value)} to be rejected, got ${result.ms}`);
+  if (result.ok)
+    throw new Error(`expected ${JSON.stringify(value)} to be rejected, got ${result.ms}`);
   return result.reason;
 }
 
@@ -42,7 +43,21 @@ describe("durations", () => {
   it("empty, unit-less and garbage strings are rejected", () => {
     expect(reasonFor("")).toMatch(/empty/);
     expect(reasonFor("500")).toMatch(/unit/);
-    for (const garbage of [" 5s", "5s ", "5 s", "5S", "5x", "s", "ms", "5m5", "1h1h", "30s1m", "5ms5s", "1e3ms", "PT5S"]) {
+    for (const garbage of [
+      " 5s",
+      "5s ",
+      "5 s",
+      "5S",
+      "5x",
+      "s",
+      "ms",
+      "5m5",
+      "1h1h",
+      "30s1m",
+      "5ms5s",
+      "1e3ms",
+      "PT5S",
+    ]) {
       expect(tryParseDurationMs(garbage).ok, garbage).toBe(false);
     }
   });

@@ -7,7 +7,10 @@ const DEMO_PATH = join(import.meta.dirname, "..", "..", "examples", "demo", "pac
 
 function demo(): Manifest {
   const result = parseManifest(readFileSync(DEMO_PATH, "utf8"), "yaml");
-  if (!result.ok) throw new Error(`examples/demo/package.yaml is invalid: ${JSON.stringify(result.issues, null, 2)}`);
+  if (!result.ok)
+    throw new Error(
+      `examples/demo/package.yaml is invalid: ${JSON.stringify(result.issues, null, 2)}`,
+    );
   return result.manifest;
 }
 
@@ -29,7 +32,15 @@ describe("examples/demo/package.yaml", () => {
 
   it("the demo schedules the pipeline nightly at 03:00 UTC and skips overlaps", () => {
     expect(demo().schedules).toEqual([
-      { name: "nightly", cron: "0 3 * * *", timezone: "UTC", target: { kind: "workflow", name: "pipeline" }, overlap: "skip", missed: "skip", enabled: true },
+      {
+        name: "nightly",
+        cron: "0 3 * * *",
+        timezone: "UTC",
+        target: { kind: "workflow", name: "pipeline" },
+        overlap: "skip",
+        missed: "skip",
+        enabled: true,
+      },
     ]);
   });
 

@@ -23,7 +23,9 @@ schedules:
     );
     expect(result.ok).toBe(true);
     if (!result.ok) return;
-    expect(result.manifest.tasks[0]?.notify).toEqual([{ kind: "webhook", url: "http://127.0.0.1:9/hook", secret: "0123456789abcdef" }]);
+    expect(result.manifest.tasks[0]?.notify).toEqual([
+      { kind: "webhook", url: "http://127.0.0.1:9/hook", secret: "0123456789abcdef" },
+    ]);
     expect(result.manifest.workflows[0]?.notify).toEqual([
       { kind: "command", argv: ["logger", "failed"] },
       { kind: "webhook", url: "https://example.com/x", secret: null },
@@ -46,14 +48,33 @@ schedules:
     ['notify: { webhook: "ftp://x/y" }', "tasks.t.notify[0].webhook", "http(s) URL"],
     ['notify: { webhook: "not a url" }', "tasks.t.notify[0].webhook", "absolute"],
     ['notify: { webhook: "https://u:p@x/y" }', "tasks.t.notify[0].webhook", "user or password"],
-    ['notify: { webhook: "https://x/y", secret: short }', "tasks.t.notify[0].secret", "at least 16"],
-    ['notify: { command: [a], secret: "0123456789abcdef" }', "tasks.t.notify[0].secret", "only to a webhook"],
+    [
+      'notify: { webhook: "https://x/y", secret: short }',
+      "tasks.t.notify[0].secret",
+      "at least 16",
+    ],
+    [
+      'notify: { command: [a], secret: "0123456789abcdef" }',
+      "tasks.t.notify[0].secret",
+      "only to a webhook",
+    ],
     ['notify: { command: [a], webhook: "https://x/y" }', "tasks.t.notify[0].command", "not both"],
-    ['notify: { command: [] }', "tasks.t.notify[0].command", "program"],
-    ['notify: { webhook: "https://x/y", headers: 1 }', "tasks.t.notify[0].headers", "unknown field"],
-    ['notify: [{ command: [a] }, { command: [a] }, { command: [a] }, { command: [a] }, { command: [a] }]', "tasks.t.notify", "at most 4"],
+    ["notify: { command: [] }", "tasks.t.notify[0].command", "program"],
+    [
+      'notify: { webhook: "https://x/y", headers: 1 }',
+      "tasks.t.notify[0].headers",
+      "unknown field",
+    ],
+    [
+      "notify: [{ command: [a] }, { command: [a] }, { command: [a] }, { command: [a] }, { command: [a] }]",
+      "tasks.t.notify",
+      "at most 4",
+    ],
   ])("refuses %s with a clear issue", (notify, path, message) => {
     const issues = issuesOf(`package: p\ntasks:\n  t: { run: [echo], ${notify} }\n`);
-    expect(issues.some((issue) => issue.path === path && issue.message.includes(message)), JSON.stringify(issues)).toBe(true);
+    expect(
+      issues.some((issue) => issue.path === path && issue.message.includes(message)),
+      JSON.stringify(issues),
+    ).toBe(true);
   });
 });

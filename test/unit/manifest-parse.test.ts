@@ -1,7 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { isQlrError } from "../../src/errors.ts";
-import { MAX_MANIFEST_BYTES, manifestError, parseManifest, type ManifestIssue, type ManifestParseResult } from "../../src/manifest/index.ts";
+import {
+  MAX_MANIFEST_BYTES,
+  manifestError,
+  parseManifest,
+  type ManifestIssue,
+  type ManifestParseResult,
+} from "../../src/manifest/index.ts";
 
 const YAML_TEXT = `
 package: demo
@@ -31,7 +37,15 @@ schedules:
 
 /** The same package as YAML_TEXT, with keys in a different order and defaults spelled out. */
 const JSON_TEXT = JSON.stringify({
-  schedules: { nightly: { workflow: "pipeline", cron: "0 3 * * *", overlap: "skip", missed: "skip", enabled: true } },
+  schedules: {
+    nightly: {
+      workflow: "pipeline",
+      cron: "0 3 * * *",
+      overlap: "skip",
+      missed: "skip",
+      enabled: true,
+    },
+  },
   workflows: {
     pipeline: {
       steps: {
@@ -45,7 +59,12 @@ const JSON_TEXT = JSON.stringify({
   tasks: {
     remote: { executor: "remote_worker", pool: "gpu", run: ["work"] },
     fetch: { shell: "sleep 1; echo prices", retry: { idempotent: true, backoff: 5000, max: 2 } },
-    hello: { run: ["echo", "hello"], timeout: 30_000, env: { ALPHA: "1", GREETING: "hi" }, executor: "local_process" },
+    hello: {
+      run: ["echo", "hello"],
+      timeout: 30_000,
+      env: { ALPHA: "1", GREETING: "hi" },
+      executor: "local_process",
+    },
   },
   description: "prices",
   package: "demo",
@@ -70,7 +89,12 @@ describe("parseManifest", () => {
     const result = parseManifest(YAML_TEXT, "yaml");
     if (!result.ok) throw new Error(JSON.stringify(result.issues));
     expect(result.manifest.tasks.map((task) => task.name)).toEqual(["fetch", "hello", "remote"]);
-    expect(result.manifest.workflows[0]?.steps.map((step) => step.name)).toEqual(["a", "b", "c", "d"]);
+    expect(result.manifest.workflows[0]?.steps.map((step) => step.name)).toEqual([
+      "a",
+      "b",
+      "c",
+      "d",
+    ]);
     expect(result.manifest.workflows[0]?.steps[3]?.needs).toEqual(["b", "c"]);
     expect(result.manifest.schedules[0]?.target).toEqual({ kind: "workflow", name: "pipeline" });
   });
@@ -78,7 +102,9 @@ describe("parseManifest", () => {
   it("oversize manifest is rejected before parsing", () => {
     // Not even valid YAML: only the size problem may be reported, so the parser never ran.
     const text = `package: demo\n${"x: [".repeat(MAX_MANIFEST_BYTES / 4)}`;
-    expect(issuesOf(parseManifest(text, "yaml"))).toEqual([{ path: "$", message: expect.stringMatching(/larger than 262144 bytes/) as unknown }]);
+    expect(issuesOf(parseManifest(text, "yaml"))).toEqual([
+      { path: "$", message: expect.stringMatching(/larger than 262144 bytes/) as unknown },
+    ]);
   });
 
   it("the size limit counts UTF-8 bytes, not characters", () => {
@@ -127,12 +153,17 @@ schedules:
   });
 
   it("duplicate YAML keys are rejected with their line", () => {
-    const issues = issuesOf(parseManifest("package: demo\ntasks:\n  a: { run: [true] }\n  a: { run: [false] }\n", "yaml"));
-    expect(issues).toEqual([{ path: "$", message: "YAML: Map keys must be unique at line 4, column 3" }]);
+    const issues = issuesOf(
+      parseManifest("package: demo\ntasks:\n  a: { run: [true] }\n  a: { run: [false] }\n", "yaml"),
+    );
+    expect(issues).toEqual([
+      { path: "$", message: "YAML: Map keys must be unique at line 4, column 3" },
+    ]);
   });
 
   it("duplicate JSON keys are rejected with their path instead of keeping the last", () => {
-    const text = '{"package":"demo","tasks":{"a":{"run":["true"]},"b":{"run":["x"],"run":["y"]},"a":{"run":["false"]}}}';
+    const text =
+      '{"package":"demo","tasks":{"a":{"run":["true"]},"b":{"run":["x"],"run":["y"]},"a":{"run":["false"]}}}';
     expect(issuesOf(parseManifest(text, "json"))).toEqual([
       { path: "tasks.a", message: "duplicate key: JSON would keep only the last one" },
       { path: "tasks.b.run", message: "duplicate key: JSON would keep only the last one" },
@@ -140,12 +171,15 @@ schedules:
   });
 
   it("equal keys in different JSON objects are not duplicates", () => {
-    const text = '{"package":"demo","tasks":{"a":{"run":["true"],"env":{"run":"x"}},"b":{"run":["true"]}},"workflows":{"w":{"steps":{"a":{"task":"a"},"b":{"task":"b","needs":["a"]}}}}}';
+    const text =
+      '{"package":"demo","tasks":{"a":{"run":["true"],"env":{"run":"x"}},"b":{"run":["true"]}},"workflows":{"w":{"steps":{"a":{"task":"a"},"b":{"task":"b","needs":["a"]}}}}}';
     expect(parseManifest(text, "json").ok).toBe(true);
   });
 
   it("YAML tags outside the core schema are rejected", () => {
-    const issues = issuesOf(parseManifest('package: demo\ndescription: !!js/function "function () {}"\n', "yaml"));
+    const issues = issuesOf(
+      parseManifest('package: demo\ndescription: !!js/function "function () {}"\n', "yaml"),
+    );
     expect(issues[0]?.message).toMatch(/Unresolved tag/);
   });
 
@@ -154,25 +188,37 @@ schedules:
     for (let level = 1; level < 10; level += 1) {
       const previous = String.fromCharCode(96 + level);
       const current = String.fromCharCode(97 + level);
-      lines.push(`${current}: &${current} [${Array.from({ length: 9 }, () => `*${previous}`).join(", ")}]`);
+      lines.push(
+        `${current}: &${current} [${Array.from({ length: 9 }, () => `*${previous}`).join(", ")}]`,
+      );
     }
     const issues = issuesOf(parseManifest(`${lines.join("\n")}\n`, "yaml"));
     expect(issues).toEqual([{ path: "$", message: expect.stringMatching(/alias/i) as unknown }]);
   });
 
   it("a YAML anchor reused a few times is fine", () => {
-    const text = "package: demo\ntasks:\n  a: { run: [echo], env: &shared { MODE: fast } }\n  b: { run: [echo], env: *shared }\n";
+    const text =
+      "package: demo\ntasks:\n  a: { run: [echo], env: &shared { MODE: fast } }\n  b: { run: [echo], env: *shared }\n";
     const result = parseManifest(text, "yaml");
-    expect(result.ok && result.manifest.tasks.map((task) => task.env)).toEqual([{ MODE: "fast" }, { MODE: "fast" }]);
+    expect(result.ok && result.manifest.tasks.map((task) => task.env)).toEqual([
+      { MODE: "fast" },
+      { MODE: "fast" },
+    ]);
   });
 
   it("several YAML documents in one text are rejected", () => {
-    expect(issuesOf(parseManifest("package: demo\n---\npackage: other\n", "yaml"))[0]?.message).toMatch(/multiple documents/);
+    expect(
+      issuesOf(parseManifest("package: demo\n---\npackage: other\n", "yaml"))[0]?.message,
+    ).toMatch(/multiple documents/);
   });
 
   it("YAML merge keys are not expanded", () => {
-    const text = "package: demo\ntasks:\n  a: &base { run: [echo] }\n  b:\n    <<: *base\n    timeout: 5s\n";
-    expect(issuesOf(parseManifest(text, "yaml"))).toContainEqual({ path: 'tasks.b["<<"]', message: "unknown field" });
+    const text =
+      "package: demo\ntasks:\n  a: &base { run: [echo] }\n  b:\n    <<: *base\n    timeout: 5s\n";
+    expect(issuesOf(parseManifest(text, "yaml"))).toContainEqual({
+      path: 'tasks.b["<<"]',
+      message: "unknown field",
+    });
   });
 
   it("JSON syntax errors are reported at $", () => {
@@ -187,11 +233,16 @@ schedules:
   });
 
   it("an empty YAML document is rejected as not a mapping", () => {
-    expect(issuesOf(parseManifest("", "yaml"))).toEqual([{ path: "$", message: expect.stringMatching(/must be a mapping/) as unknown }]);
+    expect(issuesOf(parseManifest("", "yaml"))).toEqual([
+      { path: "$", message: expect.stringMatching(/must be a mapping/) as unknown },
+    ]);
   });
 
   it("issue paths quote names that cannot follow a dot", () => {
-    expect(issuesOf(parseManifest('{"package":"demo","tasks":{"a.b":{"run":["true"]}}}', "json"))[0]?.path).toBe('tasks["a.b"]');
+    expect(
+      issuesOf(parseManifest('{"package":"demo","tasks":{"a.b":{"run":["true"]}}}', "json"))[0]
+        ?.path,
+    ).toBe('tasks["a.b"]');
   });
 
   it("manifestError carries every issue as details under invalid_manifest", () => {

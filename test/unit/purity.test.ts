@@ -15,13 +15,19 @@ function sourceFiles(dir: string): string[] {
 
 /** Each banned construct with the replacement the core uses instead. */
 const BANNED: readonly { pattern: RegExp; use: string }[] = [
-  { pattern: /from\s+["'](node:[^"']+|fs|path|os|child_process|crypto)["']/, use: "a port implemented in runtimes/ or storage/" },
+  {
+    pattern: /from\s+["'](node:[^"']+|fs|path|os|child_process|crypto)["']/,
+    use: "a port implemented in runtimes/ or storage/",
+  },
   { pattern: /from\s+["'](\.\.\/)+(storage|runtimes)\//, use: "a port declared in src/ports.ts" },
   { pattern: /\bDate\.now\s*\(/, use: "nowMs passed in (Clock port)" },
   { pattern: /new\s+Date\s*\(\s*\)/, use: "nowMs passed in (Clock port)" },
   { pattern: /\bMath\.random\s*\(/, use: "an injected seeded source" },
   { pattern: /\brandomUUID\s*\(/, use: "the IdSource port or derived ids" },
-  { pattern: /\b(setTimeout|setInterval|setImmediate)\s*\(/, use: "the cadence tick driven from outside" },
+  {
+    pattern: /\b(setTimeout|setInterval|setImmediate)\s*\(/,
+    use: "the cadence tick driven from outside",
+  },
   { pattern: /\bfetch\s*\(/, use: "a port" },
   { pattern: /\bprocess\./, use: "configuration passed in" },
 ];
@@ -34,7 +40,8 @@ describe("the core is pure", () => {
       lines.forEach((line, index) => {
         const code = line.replace(/\/\/.*$/, "").replace(/^\s*\*.*$/, "");
         for (const { pattern, use } of BANNED) {
-          if (pattern.test(code)) violations.push(`${relative(root, file)}:${index + 1}: ${line.trim()}  → use ${use}`);
+          if (pattern.test(code))
+            violations.push(`${relative(root, file)}:${index + 1}: ${line.trim()}  → use ${use}`);
         }
       });
     }
@@ -62,7 +69,9 @@ describe("the core is pure", () => {
     });
     const code = result.outputFiles[0]!.text;
     expect(code).not.toMatch(/require\(["']node:/);
-    const module = (await import(`data:text/javascript;base64,${Buffer.from(code).toString("base64")}`)) as { out: Record<string, string> };
+    const module = (await import(
+      `data:text/javascript;base64,${Buffer.from(code).toString("base64")}`
+    )) as { out: Record<string, string> };
     expect(module.out.coordinator).toBe("function");
     expect(module.out.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
     expect(module.out.attempt).toMatch(/^wta:[0-9a-f]{32}$/);

@@ -25,7 +25,19 @@ describe("the immutable body cache", () => {
     const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
     const run = await transactAtStoreTime(store, clock, async (tx, nowMs) => {
       await applyPackage(tx, diamondManifest("cached"), nowMs);
-      return (await startRun(tx, { package: "cached", target: { kind: "workflow", name: "diamond" }, idempotencyKey: null, scheduleName: null, runId: new SequentialIds("run").runId() }, nowMs)).run;
+      return (
+        await startRun(
+          tx,
+          {
+            package: "cached",
+            target: { kind: "workflow", name: "diamond" },
+            idempotencyKey: null,
+            scheduleName: null,
+            runId: new SequentialIds("run").runId(),
+          },
+          nowMs,
+        )
+      ).run;
     });
     const read = () =>
       store.transaction(async (tx) => ({

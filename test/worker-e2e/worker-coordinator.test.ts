@@ -44,7 +44,11 @@ interface AttemptView {
 
 interface RunDetail {
   readonly run: { readonly id: string; readonly status: string };
-  readonly steps: readonly { readonly name: string; readonly status: string; readonly attemptCount: number }[];
+  readonly steps: readonly {
+    readonly name: string;
+    readonly status: string;
+    readonly attemptCount: number;
+  }[];
   readonly attempts: readonly AttemptView[];
 }
 
@@ -53,10 +57,17 @@ let mf: Miniflare | undefined;
 let coordinatorUrl: string;
 let worker: Proc | undefined;
 
-async function api<T>(method: string, path: string, body?: { readonly type: string; readonly text: string }): Promise<T> {
+async function api<T>(
+  method: string,
+  path: string,
+  body?: { readonly type: string; readonly text: string },
+): Promise<T> {
   const response = await fetch(`${coordinatorUrl}${path}`, {
     method,
-    headers: { authorization: `Bearer ${TOKEN}`, ...(body === undefined ? {} : { "content-type": body.type }) },
+    headers: {
+      authorization: `Bearer ${TOKEN}`,
+      ...(body === undefined ? {} : { "content-type": body.type }),
+    },
     ...(body === undefined ? {} : { body: body.text }),
     signal: AbortSignal.timeout(10_000),
   });
@@ -71,10 +82,32 @@ function alive(proc: Proc): boolean {
 
 function startWorker(stateDir: string): Proc {
   // The caller's QLR_* settings must not leak into the process under test.
-  const env = { ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_"))), QLR_WORKER_TOKEN: WORKER_TOKEN };
-  const args = ["worker", "--coordinator", coordinatorUrl, "--pool", "p1", "--capacity", "2", "--state-dir", stateDir];
-  const child = spawn(process.execPath, [QLR, ...args], { cwd: scratch, stdio: ["ignore", "pipe", "pipe"], env });
-  const proc: Proc = { child, stdout: "", stderr: "", exited: new Promise((resolveExit) => child.once("exit", (code) => resolveExit(code))) };
+  const env = {
+    ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_"))),
+    QLR_WORKER_TOKEN: WORKER_TOKEN,
+  };
+  const args = [
+    "worker",
+    "--coordinator",
+    coordinatorUrl,
+    "--pool",
+    "p1",
+    "--capacity",
+    "2",
+    "--state-dir",
+    stateDir,
+  ];
+  const child = spawn(process.execPath, [QLR, ...args], {
+    cwd: scratch,
+    stdio: ["ignore", "pipe", "pipe"],
+    env,
+  });
+  const proc: Proc = {
+    child,
+    stdout: "",
+    stderr: "",
+    exited: new Promise((resolveExit) => child.once("exit", (code) => resolveExit(code))),
+  };
   child.stdout?.setEncoding("utf8").on("data", (text: string) => (proc.stdout += text));
   child.stderr?.setEncoding("utf8").on("data", (text: string) => (proc.stderr += text));
   return proc;
@@ -102,9 +135,14 @@ async function tickUntilTerminal(runId: string): Promise<RunDetail> {
     await api("POST", "/tick");
     const current = await api<RunDetail>("GET", `/runs/${runId}`);
     if (TERMINAL.includes(current.run.status)) return current;
-    if (worker !== undefined && !alive(worker)) throw new Error(`qlr worker exited (${worker.child.exitCode ?? worker.child.signalCode})\n--- stdout\n${worker.stdout}\n--- stderr\n${worker.stderr}`);
+    if (worker !== undefined && !alive(worker))
+      throw new Error(
+        `qlr worker exited (${worker.child.exitCode ?? worker.child.signalCode})\n--- stdout\n${worker.stdout}\n--- stderr\n${worker.stderr}`,
+      );
     if (performance.now() > deadline) {
-      throw new Error(`timed out after ${RUN_WAIT_MS} ms waiting for run ${runId} to end: ${JSON.stringify(current)}\n--- worker stdout\n${worker?.stdout ?? ""}\n--- worker stderr\n${worker?.stderr ?? ""}`);
+      throw new Error(
+        `timed out after ${RUN_WAIT_MS} ms waiting for run ${runId} to end: ${JSON.stringify(current)}\n--- worker stdout\n${worker?.stdout ?? ""}\n--- worker stderr\n${worker?.stderr ?? ""}`,
+      );
     }
     await sleep(TICK_EVERY_MS);
   }
@@ -114,7 +152,10 @@ let markers: string;
 
 beforeAll(async () => {
   // dist/qlr.mjs and dist/worker/index.js (wrangler deploy --dry-run, offline).
-  await promisify(execFile)(process.execPath, [join(ROOT, "scripts/build.mjs")], { cwd: ROOT, timeout: 110_000 });
+  await promisify(execFile)(process.execPath, [join(ROOT, "scripts/build.mjs")], {
+    cwd: ROOT,
+    timeout: 110_000,
+  });
   scratch = await mkdtemp(join(tmpdir(), "qlr-worker-e2e-"));
   markers = join(scratch, "markers");
   await mkdir(markers);
@@ -164,16 +205,27 @@ workflows:
       b: { task: second, needs: [a] }
 `;
     await api("POST", "/packages", { type: "application/yaml", text: manifest });
-    const { run } = await api<{ run: { id: string; status: string } }>("POST", "/runs", { type: "application/json", text: JSON.stringify({ package: "edge-e2e", workflow: "two" }) });
+    const { run } = await api<{ run: { id: string; status: string } }>("POST", "/runs", {
+      type: "application/json",
+      text: JSON.stringify({ package: "edge-e2e", workflow: "two" }),
+    });
 
     worker = startWorker(join(scratch!, "worker"));
     const done = await tickUntilTerminal(run.id);
 
     expect(done.run.status).toBe("succeeded");
-    expect(done.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([["a", "succeeded", 1], ["b", "succeeded", 1]]);
+    expect(done.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
+      ["a", "succeeded", 1],
+      ["b", "succeeded", 1],
+    ]);
     expect(done.attempts).toHaveLength(2);
     for (const attempt of done.attempts) {
-      expect(attempt).toMatchObject({ status: "succeeded", executor: "remote_worker", exitCode: 0, error: null });
+      expect(attempt).toMatchObject({
+        status: "succeeded",
+        executor: "remote_worker",
+        exitCode: 0,
+        error: null,
+      });
       expect(attempt.pid).toEqual(expect.any(Number));
     }
     // One attempt per step (attempt numbers are run-global).

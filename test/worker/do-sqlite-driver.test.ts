@@ -6,7 +6,11 @@
 import { describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
-import { mapDurableObjectSqlError, singleStatement, sqliteCodeOf } from "../../storage/do-sqlite/driver.ts";
+import {
+  mapDurableObjectSqlError,
+  singleStatement,
+  sqliteCodeOf,
+} from "../../storage/do-sqlite/driver.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { freshObject, freshObjectDriver, inObject } from "./support.ts";
 
@@ -15,13 +19,17 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 async function openWithTable(): Promise<SqlDriver> {
   const driver = freshObjectDriver();
   await driver.transaction(async (tx) => {
-    await tx.query("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, amount INTEGER CHECK (amount IS NULL OR amount >= 0))");
+    await tx.query(
+      "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, amount INTEGER CHECK (amount IS NULL OR amount >= 0))",
+    );
   });
   return driver;
 }
 
 async function names(driver: SqlDriver): Promise<string[]> {
-  const rows = await driver.transaction((tx) => tx.query<{ name: string }>("SELECT name FROM items ORDER BY id"));
+  const rows = await driver.transaction((tx) =>
+    tx.query<{ name: string }>("SELECT name FROM items ORDER BY id"),
+  );
   return rows.map((row) => row.name);
 }
 
@@ -48,7 +56,9 @@ describe("do-sqlite driver", () => {
       .catch((caught: unknown) => caught);
     expect(outcome).toBe(boom);
     expect(await names(driver)).toEqual(["kept"]);
-    const kept = await driver.transaction((tx) => tx.query("SELECT amount FROM items WHERE name = 'kept'"));
+    const kept = await driver.transaction((tx) =>
+      tx.query("SELECT amount FROM items WHERE name = 'kept'"),
+    );
     expect(kept).toEqual([{ amount: null }]);
   });
 
@@ -70,7 +80,9 @@ describe("do-sqlite driver", () => {
     const driver = await openWithTable();
     await driver.transaction(async (tx) => {
       await tx.query("INSERT INTO items (name) VALUES ('a')");
-      await expect(tx.query("INSERT INTO items (name) VALUES ('a')")).rejects.toMatchObject({ code: "conflict" });
+      await expect(tx.query("INSERT INTO items (name) VALUES ('a')")).rejects.toMatchObject({
+        code: "conflict",
+      });
       await tx.query("INSERT INTO items (name) VALUES ('b')");
     });
     expect(await names(driver)).toEqual(["a", "b"]);
@@ -85,7 +97,9 @@ describe("do-sqlite driver", () => {
         throw new Error("undo");
       }),
     ).rejects.toThrow("undo");
-    const tables = await driver.transaction((tx) => tx.query("SELECT name FROM sqlite_master WHERE name LIKE 'rolled%'"));
+    const tables = await driver.transaction((tx) =>
+      tx.query("SELECT name FROM sqlite_master WHERE name LIKE 'rolled%'"),
+    );
     expect(tables).toEqual([]);
   });
 
@@ -97,20 +111,32 @@ describe("do-sqlite driver", () => {
     const stub = freshObject();
     const trace = await inObject(stub, async (instance) => {
       const driver = instance.driver;
-      await driver.transaction((tx) => tx.query("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, amount INTEGER)"));
-      await driver.transaction((tx) => tx.query("INSERT INTO items (name, amount) VALUES ('counter', 0)"));
+      await driver.transaction((tx) =>
+        tx.query(
+          "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, amount INTEGER)",
+        ),
+      );
+      await driver.transaction((tx) =>
+        tx.query("INSERT INTO items (name, amount) VALUES ('counter', 0)"),
+      );
       const events: string[] = [];
       const increment = (label: string, pauseMs: number): Promise<void> =>
         driver.transaction(async (tx) => {
           events.push(`${label}:start`);
-          const rows = await tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'");
+          const rows = await tx.query<{ amount: number }>(
+            "SELECT amount FROM items WHERE name = 'counter'",
+          );
           // A real macrotask wait: without the queue, the next transaction would start here.
           await sleep(pauseMs);
-          await tx.query("UPDATE items SET amount = ? WHERE name = 'counter'", [(rows[0]?.amount ?? 0) + 1]);
+          await tx.query("UPDATE items SET amount = ? WHERE name = 'counter'", [
+            (rows[0]?.amount ?? 0) + 1,
+          ]);
           events.push(`${label}:end`);
         });
       await Promise.all([increment("a", 20), increment("b", 0), increment("c", 5)]);
-      const counter = await driver.transaction((tx) => tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'"));
+      const counter = await driver.transaction((tx) =>
+        tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'"),
+      );
       events.push(`amount=${counter[0]?.amount ?? "missing"}`);
       return events;
     });
@@ -130,13 +156,17 @@ describe("do-sqlite driver", () => {
   it("refuses multi-statement text before running any of it", async () => {
     const driver = await openWithTable();
     const error = await driver
-      .transaction((tx) => tx.query("INSERT INTO items (name) VALUES ('x'); INSERT INTO items (name) VALUES ('y')"))
+      .transaction((tx) =>
+        tx.query("INSERT INTO items (name) VALUES ('x'); INSERT INTO items (name) VALUES ('y')"),
+      )
       .catch((caught: unknown) => caught);
     expect(isQlrError(error, "internal")).toBe(true);
     expect((error as Error).message).toMatch(/One statement per query/);
     expect(await names(driver)).toEqual([]);
     // A trailing semicolon with comments after it, and semicolons inside literals, are one statement.
-    await driver.transaction((tx) => tx.query("INSERT INTO items (name) VALUES ('a;b') ; -- done\n /* really */ ;"));
+    await driver.transaction((tx) =>
+      tx.query("INSERT INTO items (name) VALUES ('a;b') ; -- done\n /* really */ ;"),
+    );
     await driver.transaction((tx) => tx.query(`INSERT INTO items ("name") VALUES ('it''s; fine')`));
     expect(await names(driver)).toEqual(["a;b", "it's; fine"]);
   });
@@ -145,7 +175,9 @@ describe("do-sqlite driver", () => {
     expect(singleStatement("SELECT 1")).toBe("SELECT 1");
     expect(singleStatement("SELECT 1;")).toBe("SELECT 1");
     expect(singleStatement("SELECT 1; \n-- trailing\n/* c */;;  ")).toBe("SELECT 1");
-    expect(singleStatement("SELECT ';' AS a, \";\" AS b, [;] AS c, `;` AS d -- ;\n")).toBe("SELECT ';' AS a, \";\" AS b, [;] AS c, `;` AS d -- ;\n");
+    expect(singleStatement("SELECT ';' AS a, \";\" AS b, [;] AS c, `;` AS d -- ;\n")).toBe(
+      "SELECT ';' AS a, \";\" AS b, [;] AS c, `;` AS d -- ;\n",
+    );
     expect(singleStatement("SELECT 'it''s;' /* ; */")).toBe("SELECT 'it''s;' /* ; */");
     expect(() => singleStatement("SELECT 1; SELECT 2")).toThrow(/One statement per query/);
     expect(() => singleStatement("SELECT 1; -- c\n SELECT 2")).toThrow(/One statement per query/);
@@ -153,8 +185,17 @@ describe("do-sqlite driver", () => {
 
   it("transaction control belongs to the storage API: BEGIN, COMMIT and SAVEPOINT are refused", async () => {
     const driver = freshObjectDriver();
-    for (const statement of ["BEGIN", "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK", "SAVEPOINT s", "RELEASE s"]) {
-      const error = await driver.transaction((tx) => tx.query(statement)).catch((caught: unknown) => caught);
+    for (const statement of [
+      "BEGIN",
+      "BEGIN IMMEDIATE",
+      "COMMIT",
+      "ROLLBACK",
+      "SAVEPOINT s",
+      "RELEASE s",
+    ]) {
+      const error = await driver
+        .transaction((tx) => tx.query(statement))
+        .catch((caught: unknown) => caught);
       expect(isQlrError(error, "internal"), statement).toBe(true);
     }
   });
@@ -162,12 +203,20 @@ describe("do-sqlite driver", () => {
   it("returns integers as numbers and refuses numbers it cannot store faithfully", async () => {
     const driver = await openWithTable();
     const ms = 1_800_000_000_123;
-    await driver.transaction((tx) => tx.query("INSERT INTO items (name, amount) VALUES (?, ?)", ["ms", ms]));
-    const rows = await driver.transaction((tx) => tx.query<{ amount: unknown; kind: string; count: unknown }>("SELECT amount, typeof(amount) AS kind, (SELECT COUNT(*) FROM items) AS count FROM items WHERE name = 'ms'"));
+    await driver.transaction((tx) =>
+      tx.query("INSERT INTO items (name, amount) VALUES (?, ?)", ["ms", ms]),
+    );
+    const rows = await driver.transaction((tx) =>
+      tx.query<{ amount: unknown; kind: string; count: unknown }>(
+        "SELECT amount, typeof(amount) AS kind, (SELECT COUNT(*) FROM items) AS count FROM items WHERE name = 'ms'",
+      ),
+    );
     expect(rows).toEqual([{ amount: ms, kind: "integer", count: 1 }]);
     expect(typeof rows[0]?.count).toBe("number");
     for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, 2 ** 53]) {
-      const error = await driver.transaction((tx) => tx.query("INSERT INTO items (name, amount) VALUES ('bad', ?)", [bad])).catch((caught: unknown) => caught);
+      const error = await driver
+        .transaction((tx) => tx.query("INSERT INTO items (name, amount) VALUES ('bad', ?)", [bad]))
+        .catch((caught: unknown) => caught);
       expect(isQlrError(error, "internal"), String(bad)).toBe(true);
     }
     expect(await names(driver)).toEqual(["ms"]);
@@ -177,17 +226,41 @@ describe("do-sqlite driver", () => {
     const driver = await openWithTable();
     await driver.transaction(async (tx) => {
       await tx.query("INSERT INTO items (id, name) VALUES (1, 'one')");
-      await tx.query("CREATE TABLE children (id INTEGER PRIMARY KEY, item_id INTEGER NOT NULL REFERENCES items (id))");
+      await tx.query(
+        "CREATE TABLE children (id INTEGER PRIMARY KEY, item_id INTEGER NOT NULL REFERENCES items (id))",
+      );
     });
-    const attempt = (sql: string): Promise<unknown> => driver.transaction((tx) => tx.query(sql)).catch((caught: unknown) => caught);
-    expect(await attempt("INSERT INTO items (id, name) VALUES (1, 'other')")).toMatchObject({ code: "conflict" });
-    expect(await attempt("INSERT INTO items (name) VALUES ('one')")).toMatchObject({ code: "conflict" });
-    expect(await attempt("INSERT INTO items (name, amount) VALUES ('neg', -1)")).toMatchObject({ code: "internal" });
+    const attempt = (sql: string): Promise<unknown> =>
+      driver.transaction((tx) => tx.query(sql)).catch((caught: unknown) => caught);
+    expect(await attempt("INSERT INTO items (id, name) VALUES (1, 'other')")).toMatchObject({
+      code: "conflict",
+    });
+    expect(await attempt("INSERT INTO items (name) VALUES ('one')")).toMatchObject({
+      code: "conflict",
+    });
+    expect(await attempt("INSERT INTO items (name, amount) VALUES ('neg', -1)")).toMatchObject({
+      code: "internal",
+    });
     // Foreign keys are enforced in DO SQLite without any pragma.
-    expect(await attempt("INSERT INTO children (item_id) VALUES (999)")).toMatchObject({ code: "internal" });
-    expect(sqliteCodeOf(new Error("UNIQUE constraint failed: t.name: SQLITE_CONSTRAINT (extended: SQLITE_CONSTRAINT_UNIQUE)"))).toBe("SQLITE_CONSTRAINT_UNIQUE");
-    expect(mapDurableObjectSqlError(new Error("database or disk is full: SQLITE_FULL"), "INSERT").code).toBe("storage_unavailable");
-    expect(mapDurableObjectSqlError(new Error("database disk image is malformed: SQLITE_CORRUPT"), "SELECT").code).toBe("storage_corrupt");
+    expect(await attempt("INSERT INTO children (item_id) VALUES (999)")).toMatchObject({
+      code: "internal",
+    });
+    expect(
+      sqliteCodeOf(
+        new Error(
+          "UNIQUE constraint failed: t.name: SQLITE_CONSTRAINT (extended: SQLITE_CONSTRAINT_UNIQUE)",
+        ),
+      ),
+    ).toBe("SQLITE_CONSTRAINT_UNIQUE");
+    expect(
+      mapDurableObjectSqlError(new Error("database or disk is full: SQLITE_FULL"), "INSERT").code,
+    ).toBe("storage_unavailable");
+    expect(
+      mapDurableObjectSqlError(
+        new Error("database disk image is malformed: SQLITE_CORRUPT"),
+        "SELECT",
+      ).code,
+    ).toBe("storage_corrupt");
   });
 
   it("speaks the SQL the store uses: partial indexes, RETURNING, ON CONFLICT, CHECK", async () => {
@@ -195,24 +268,41 @@ describe("do-sqlite driver", () => {
     const result = await driver.transaction(async (tx) => {
       await tx.query("CREATE INDEX items_positive ON items (id) WHERE amount > 0");
       await tx.query("INSERT INTO items (name, amount) VALUES ('a', 1), ('b', 0)");
-      const updated = await tx.query("UPDATE items SET amount = amount + 1 WHERE name = ? RETURNING name, amount", ["a"]);
-      const upserted = await tx.query("INSERT INTO items (name, amount) VALUES ('b', 5) ON CONFLICT (name) DO UPDATE SET amount = excluded.amount RETURNING amount");
+      const updated = await tx.query(
+        "UPDATE items SET amount = amount + 1 WHERE name = ? RETURNING name, amount",
+        ["a"],
+      );
+      const upserted = await tx.query(
+        "INSERT INTO items (name, amount) VALUES ('b', 5) ON CONFLICT (name) DO UPDATE SET amount = excluded.amount RETURNING amount",
+      );
       const positive = await tx.query("SELECT name FROM items WHERE amount > 0 ORDER BY name");
       return { updated, upserted, positive };
     });
-    expect(result).toEqual({ updated: [{ name: "a", amount: 2 }], upserted: [{ amount: 5 }], positive: [{ name: "a" }, { name: "b" }] });
+    expect(result).toEqual({
+      updated: [{ name: "a", amount: 2 }],
+      upserted: [{ amount: 5 }],
+      positive: [{ name: "a" }, { name: "b" }],
+    });
   });
 
   it("the _cf_ prefix is reserved by Durable Objects, and no table of the schema uses it", async () => {
     const driver = freshObjectDriver();
-    await expect(driver.transaction((tx) => tx.query("CREATE TABLE _cf_mine (a INTEGER)"))).rejects.toMatchObject({ code: "internal" });
+    await expect(
+      driver.transaction((tx) => tx.query("CREATE TABLE _cf_mine (a INTEGER)")),
+    ).rejects.toMatchObject({ code: "internal" });
     await openSqliteStore(driver, 1_800_000_000_000);
-    const objects = await driver.transaction((tx) => tx.query<{ name: string; type: string }>("SELECT name, type FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"));
+    const objects = await driver.transaction((tx) =>
+      tx.query<{ name: string; type: string }>(
+        "SELECT name, type FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name",
+      ),
+    );
     expect(objects.map((object) => object.name)).toContain("qlr_schema");
     expect(objects.map((object) => object.name)).toContain("runs");
     expect(objects.filter((object) => object.name.toLowerCase().startsWith("_cf_"))).toEqual([]);
     // Partial indexes of the migration exist.
-    expect(objects.filter((object) => object.type === "index").map((object) => object.name)).toContain("runs_frontier_due");
+    expect(
+      objects.filter((object) => object.type === "index").map((object) => object.name),
+    ).toContain("runs_frontier_due");
   });
 
   it("a tx handle used after its transaction ended is refused", async () => {
@@ -222,7 +312,9 @@ describe("do-sqlite driver", () => {
       leaked = tx;
       return Promise.resolve();
     });
-    await expect(leaked!.query("INSERT INTO items (name) VALUES ('late')")).rejects.toMatchObject({ code: "internal" });
+    await expect(leaked!.query("INSERT INTO items (name) VALUES ('late')")).rejects.toMatchObject({
+      code: "internal",
+    });
     expect(await names(driver)).toEqual([]);
   });
 
@@ -237,7 +329,9 @@ describe("do-sqlite driver", () => {
       });
       const closed = driver.close();
       await Promise.all([pending, closed, driver.close()]);
-      const later = await driver.transaction((tx) => tx.query("SELECT 1")).catch((caught: unknown) => caught);
+      const later = await driver
+        .transaction((tx) => tx.query("SELECT 1"))
+        .catch((caught: unknown) => caught);
       return { later, rows: state.storage.sql.exec("SELECT a FROM t").toArray() };
     });
     expect(outcome.later).toMatchObject({ code: "storage_unavailable" });

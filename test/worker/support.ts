@@ -8,13 +8,15 @@ export const testEnv = env as WorkerEnv;
 
 export function token(): string {
   const value = testEnv.QLR_TOKEN;
-  if (value === undefined || value === "") throw new Error("QLR_TOKEN binding missing from the test config");
+  if (value === undefined || value === "")
+    throw new Error("QLR_TOKEN binding missing from the test config");
   return value;
 }
 
 export function workerToken(): string {
   const value = testEnv.QLR_WORKER_TOKEN;
-  if (value === undefined || value === "") throw new Error("QLR_WORKER_TOKEN binding missing from the test config");
+  if (value === undefined || value === "")
+    throw new Error("QLR_WORKER_TOKEN binding missing from the test config");
   return value;
 }
 
@@ -24,8 +26,14 @@ export function freshObject(): DurableObjectStub<CoordinatorObject> {
 }
 
 /** Runs `callback` inside the object (same isolate), with the instance and its state. */
-export function inObject<R>(stub: DurableObjectStub<CoordinatorObject>, callback: (instance: CoordinatorObject, state: DurableObjectState) => R | Promise<R>): Promise<R> {
-  return runInDurableObject<CoordinatorObject, R>(stub as unknown as DurableObjectStub<never>, callback);
+export function inObject<R>(
+  stub: DurableObjectStub<CoordinatorObject>,
+  callback: (instance: CoordinatorObject, state: DurableObjectState) => R | Promise<R>,
+): Promise<R> {
+  return runInDurableObject<CoordinatorObject, R>(
+    stub as unknown as DurableObjectStub<never>,
+    callback,
+  );
 }
 
 /**

@@ -19,7 +19,9 @@ export default defineProject({
     cloudflareTest({
       main: "./runtimes/worker/index.ts",
       wrangler: { configPath: "./wrangler.toml" },
-      miniflare: { bindings: { QLR_TOKEN: "worker-test-token", QLR_WORKER_TOKEN: "worker-lease-test-token" } },
+      miniflare: {
+        bindings: { QLR_TOKEN: "worker-test-token", QLR_WORKER_TOKEN: "worker-lease-test-token" },
+      },
     }),
   ],
   test: {

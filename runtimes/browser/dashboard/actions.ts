@@ -8,7 +8,11 @@ import { describe, RUNS_PAGE, setMessage, state } from "./state.ts";
 
 /** What a button or a link does: each action changes the state, then refreshes the view. */
 
-export async function startRun(packageName: string, kind: "workflow" | "task", name: string): Promise<void> {
+export async function startRun(
+  packageName: string,
+  kind: "workflow" | "task",
+  name: string,
+): Promise<void> {
   if (state.api === null || state.busy) return;
   state.busy = true;
   try {
@@ -17,7 +21,10 @@ export async function startRun(packageName: string, kind: "workflow" | "task", n
     location.hash = runHref(run.id);
   } catch (error) {
     if (isUnauthorized(error)) return renderTokenForm("rejected");
-    setMessage({ kind: "error", text: `Could not start ${packageName}/${name}: ${describe(error)}` });
+    setMessage({
+      kind: "error",
+      text: `Could not start ${packageName}/${name}: ${describe(error)}`,
+    });
     await refresh(false);
   } finally {
     state.busy = false;
@@ -30,7 +37,10 @@ export async function rerunRun(id: string, fromFailed: boolean): Promise<void> {
   state.busy = true;
   try {
     const { run } = await state.api.rerun(id, { fromFailed });
-    setMessage({ kind: "info", text: `Rerun of ${id}${fromFailed ? " from its failed steps" : ""}: run ${run.id}.` });
+    setMessage({
+      kind: "info",
+      text: `Rerun of ${id}${fromFailed ? " from its failed steps" : ""}: run ${run.id}.`,
+    });
     location.hash = runHref(run.id);
   } catch (error) {
     if (isUnauthorized(error)) return renderTokenForm("rejected");
@@ -47,7 +57,10 @@ export async function cancelRun(id: string, button: HTMLButtonElement): Promise<
   button.textContent = "Cancelling…";
   try {
     await state.api.cancel(id);
-    setMessage({ kind: "info", text: `Cancel requested for run ${id}: its processes are being stopped.` });
+    setMessage({
+      kind: "info",
+      text: `Cancel requested for run ${id}: its processes are being stopped.`,
+    });
   } catch (error) {
     if (isUnauthorized(error)) return renderTokenForm("rejected");
     setMessage({ kind: "error", text: `Could not cancel: ${describe(error)}` });
@@ -55,10 +68,15 @@ export async function cancelRun(id: string, button: HTMLButtonElement): Promise<
   await refresh(false);
 }
 
-export async function loadMore(client: QlrClient, status: RunStatus | null, cursor: string): Promise<void> {
+export async function loadMore(
+  client: QlrClient,
+  status: RunStatus | null,
+  cursor: string,
+): Promise<void> {
   try {
     const page = await client.listRuns({ status, cursor, limit: RUNS_PAGE });
-    const previous = state.extraRuns !== null && state.extraRuns.status === status ? state.extraRuns.runs : [];
+    const previous =
+      state.extraRuns !== null && state.extraRuns.status === status ? state.extraRuns.runs : [];
     state.extraRuns = { status, runs: [...previous, ...page.runs], nextCursor: page.nextCursor };
   } catch (error) {
     setMessage({ kind: "error", text: `Could not load more runs: ${describe(error)}` });

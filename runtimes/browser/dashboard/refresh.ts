@@ -41,9 +41,24 @@ export async function refresh(routeChanged: boolean): Promise<void> {
     state.connectionProblem = describe(error);
     state.lastSignature = "";
     const existing = main.querySelector("#connection-problem");
-    if (routeChanged || main.querySelector(".view-title") === null) replaceKeepingFocus(main, h("h1", { class: "view-title", tabindex: "-1" }, "Dashboard"), messageBox());
-    else if (existing === null) main.querySelector(".view-title")?.after(h("div", { class: "alert", role: "alert", id: "connection-problem" }, `Could not refresh: ${state.connectionProblem}. Retrying every ${POLL_MS / 1000} s.`));
-    else existing.textContent = `Could not refresh: ${state.connectionProblem}. Retrying every ${POLL_MS / 1000} s.`;
+    if (routeChanged || main.querySelector(".view-title") === null)
+      replaceKeepingFocus(
+        main,
+        h("h1", { class: "view-title", tabindex: "-1" }, "Dashboard"),
+        messageBox(),
+      );
+    else if (existing === null)
+      main
+        .querySelector(".view-title")
+        ?.after(
+          h(
+            "div",
+            { class: "alert", role: "alert", id: "connection-problem" },
+            `Could not refresh: ${state.connectionProblem}. Retrying every ${POLL_MS / 1000} s.`,
+          ),
+        );
+    else
+      existing.textContent = `Could not refresh: ${state.connectionProblem}. Retrying every ${POLL_MS / 1000} s.`;
     return;
   } finally {
     schedulePoll();
@@ -61,7 +76,8 @@ export async function refresh(routeChanged: boolean): Promise<void> {
   if (routeChanged && state.navigated) {
     const title = main.querySelector<HTMLElement>(".view-title");
     title?.focus({ preventScroll: true });
-    if (state.route.view === "run" && state.route.step !== null) document.getElementById("log-section")?.scrollIntoView({ block: "nearest" });
+    if (state.route.view === "run" && state.route.step !== null)
+      document.getElementById("log-section")?.scrollIntoView({ block: "nearest" });
   }
 }
 

@@ -6,7 +6,11 @@ import { RUN_STATUSES, type RunStatus } from "../../../src/model.ts";
  * `#/runs/<id>/steps/<name>`, `#/packages`), so every view is a link.
  */
 
-export type Route = { readonly view: "overview" } | { readonly view: "runs"; readonly status: RunStatus | null } | { readonly view: "run"; readonly id: string; readonly step: string | null } | { readonly view: "packages" };
+export type Route =
+  | { readonly view: "overview" }
+  | { readonly view: "runs"; readonly status: RunStatus | null }
+  | { readonly view: "run"; readonly id: string; readonly step: string | null }
+  | { readonly view: "packages" };
 
 function isRunStatus(text: string | null): text is RunStatus {
   return text !== null && (RUN_STATUSES as readonly string[]).includes(text);
@@ -20,13 +24,21 @@ export function parseRoute(hash: string): Route | null {
   const [pathname = "", query = ""] = path.split("?", 2);
   let parts: string[];
   try {
-    parts = pathname.split("/").filter((part) => part.length > 0).map(decodeURIComponent);
+    parts = pathname
+      .split("/")
+      .filter((part) => part.length > 0)
+      .map(decodeURIComponent);
   } catch {
     return null;
   }
   if (parts[0] === "packages") return { view: "packages" };
   if (parts[0] === "overview") return { view: "overview" };
-  if (parts[0] === "runs" && parts[1] !== undefined) return { view: "run", id: parts[1], step: parts[2] === "steps" && parts[3] !== undefined ? parts[3] : null };
+  if (parts[0] === "runs" && parts[1] !== undefined)
+    return {
+      view: "run",
+      id: parts[1],
+      step: parts[2] === "steps" && parts[3] !== undefined ? parts[3] : null,
+    };
   if (parts[0] === "runs") {
     const status = new URLSearchParams(query).get("status");
     return { view: "runs", status: isRunStatus(status) ? status : null };
@@ -35,4 +47,5 @@ export function parseRoute(hash: string): Route | null {
 }
 
 export const runHref = (id: string): string => `#/runs/${encodeURIComponent(id)}`;
-export const stepHref = (id: string, step: string): string => `#/runs/${encodeURIComponent(id)}/steps/${encodeURIComponent(step)}`;
+export const stepHref = (id: string, step: string): string =>
+  `#/runs/${encodeURIComponent(id)}/steps/${encodeURIComponent(step)}`;

@@ -11,8 +11,30 @@ const conn = document.getElementById("conn") as HTMLElement;
 
 export function messageBox(): Child {
   return [
-    state.connectionProblem === null ? null : h("div", { class: "alert", role: "alert", id: "connection-problem" }, `Could not refresh: ${state.connectionProblem}. Retrying every ${POLL_MS / 1000} s.`),
-    state.message === null ? null : h("div", { class: state.message.kind === "error" ? "alert" : "notice", role: state.message.kind === "error" ? "alert" : "status", id: "message" }, state.message.text, " ", h("button", { type: "button", class: "linkish", "data-key": "dismiss", onclick: () => dismiss() }, "Dismiss")),
+    state.connectionProblem === null
+      ? null
+      : h(
+          "div",
+          { class: "alert", role: "alert", id: "connection-problem" },
+          `Could not refresh: ${state.connectionProblem}. Retrying every ${POLL_MS / 1000} s.`,
+        ),
+    state.message === null
+      ? null
+      : h(
+          "div",
+          {
+            class: state.message.kind === "error" ? "alert" : "notice",
+            role: state.message.kind === "error" ? "alert" : "status",
+            id: "message",
+          },
+          state.message.text,
+          " ",
+          h(
+            "button",
+            { type: "button", class: "linkish", "data-key": "dismiss", onclick: () => dismiss() },
+            "Dismiss",
+          ),
+        ),
   ];
 }
 
@@ -40,7 +62,11 @@ export function renderConnection(): void {
     state.updatedText = null;
     return;
   }
-  const liveBox = h("input", { type: "checkbox", id: "live-toggle", ...(state.live ? { checked: true } : {}) });
+  const liveBox = h("input", {
+    type: "checkbox",
+    id: "live-toggle",
+    ...(state.live ? { checked: true } : {}),
+  });
   liveBox.addEventListener("change", () => {
     state.live = liveBox.checked;
     localStorage.setItem(LIVE_KEY, state.live ? "on" : "off");
@@ -50,14 +76,24 @@ export function renderConnection(): void {
   });
   state.updatedText = h("span", { class: "live", id: "updated" }, "connecting…");
   conn.replaceChildren(
-    h("span", {}, h("span", { class: `dot${state.live ? "" : " paused"}`, "aria-hidden": "true" }), state.updatedText),
+    h(
+      "span",
+      {},
+      h("span", { class: `dot${state.live ? "" : " paused"}`, "aria-hidden": "true" }),
+      state.updatedText,
+    ),
     h("label", { class: "check", for: "live-toggle" }, liveBox, "Live refresh (2 s)"),
-    h("button", { type: "button", id: "forget-token", onclick: () => forgetToken() }, "Forget token"),
+    h(
+      "button",
+      { type: "button", id: "forget-token", onclick: () => forgetToken() },
+      "Forget token",
+    ),
   );
 }
 
 export function stamp(): void {
-  if (state.updatedText !== null) state.updatedText.textContent = `Connected · updated ${new Date().toISOString().slice(11, 19)}Z`;
+  if (state.updatedText !== null)
+    state.updatedText.textContent = `Connected · updated ${new Date().toISOString().slice(11, 19)}Z`;
 }
 
 export function forgetToken(): void {
@@ -68,12 +104,22 @@ export function forgetToken(): void {
   renderTokenForm("needed");
 }
 
-
-export function renderTokenForm(reason: "needed" | "wrong" | "rejected" | "unreachable", detail = ""): void {
+export function renderTokenForm(
+  reason: "needed" | "wrong" | "rejected" | "unreachable",
+  detail = "",
+): void {
   if (state.pollTimer !== null) clearTimeout(state.pollTimer);
   state.pollTimer = null;
   state.lastSignature = "";
-  const input = h("input", { type: "password", id: "token-input", name: "token", autocomplete: "off", spellcheck: "false", required: true, "aria-describedby": "token-help" });
+  const input = h("input", {
+    type: "password",
+    id: "token-input",
+    name: "token",
+    autocomplete: "off",
+    spellcheck: "false",
+    required: true,
+    "aria-describedby": "token-help",
+  });
   const form = h(
     "form",
     { class: "token-form", id: "token-form", "aria-label": "Connect with the API token" },
@@ -86,19 +132,51 @@ export function renderTokenForm(reason: "needed" | "wrong" | "rejected" | "unrea
   });
   const problem: Record<typeof reason, Child> = {
     needed: null,
-    wrong: h("div", { class: "alert", role: "alert", id: "token-problem" }, "Wrong token: the runtime rejected it (401). Check the token file and try again."),
-    rejected: h("div", { class: "alert", role: "alert", id: "token-problem" }, "The stored token was rejected (wrong, or the runtime's token changed). Enter the current one."),
-    unreachable: h("div", { class: "alert", role: "alert", id: "token-problem" }, `Cannot reach the runtime: ${detail}`),
+    wrong: h(
+      "div",
+      { class: "alert", role: "alert", id: "token-problem" },
+      "Wrong token: the runtime rejected it (401). Check the token file and try again.",
+    ),
+    rejected: h(
+      "div",
+      { class: "alert", role: "alert", id: "token-problem" },
+      "The stored token was rejected (wrong, or the runtime's token changed). Enter the current one.",
+    ),
+    unreachable: h(
+      "div",
+      { class: "alert", role: "alert", id: "token-problem" },
+      `Cannot reach the runtime: ${detail}`,
+    ),
   };
   main.replaceChildren(
     h(
       "section",
       { class: "card token-card", "aria-labelledby": "token-title", "data-state": reason },
-      h("h1", { class: "view-title", id: "token-title", tabindex: "-1" }, reason === "needed" ? "Token needed" : reason === "unreachable" ? "Runtime unreachable" : "Wrong token"),
-      h("p", {}, "Every API call of this runtime needs its bearer token. The dashboard asks for it once and keeps it in this browser (localStorage) until you choose Forget token."),
+      h(
+        "h1",
+        { class: "view-title", id: "token-title", tabindex: "-1" },
+        reason === "needed"
+          ? "Token needed"
+          : reason === "unreachable"
+            ? "Runtime unreachable"
+            : "Wrong token",
+      ),
+      h(
+        "p",
+        {},
+        "Every API call of this runtime needs its bearer token. The dashboard asks for it once and keeps it in this browser (localStorage) until you choose Forget token.",
+      ),
       problem[reason],
       form,
-      h("p", { class: "muted small", id: "token-help" }, "`qlr serve` prints the token once when it creates it and keeps it in ", h("code", {}, "<state-dir>/token"), " (by default ", h("code", {}, ".qlr/token"), ")."),
+      h(
+        "p",
+        { class: "muted small", id: "token-help" },
+        "`qlr serve` prints the token once when it creates it and keeps it in ",
+        h("code", {}, "<state-dir>/token"),
+        " (by default ",
+        h("code", {}, ".qlr/token"),
+        ").",
+      ),
     ),
   );
   input.focus();

@@ -98,7 +98,10 @@ export async function loadInfo(client: QlrClient): Promise<RuntimeInfo> {
   return state.infoCache;
 }
 
-export async function loadPackages(client: QlrClient, force: boolean): Promise<PackageDetailView[]> {
+export async function loadPackages(
+  client: QlrClient,
+  force: boolean,
+): Promise<PackageDetailView[]> {
   if (state.packagesCache !== null && !force) return state.packagesCache;
   const { packages } = await client.packages();
   const details = await Promise.all(packages.map((head) => client.packageDetail(head.package)));

@@ -47,23 +47,36 @@ export function layoutDag(steps: readonly DagStep[]): DagLayout {
   // (down) or after (up). Declaration order breaks ties, so the drawing is stable.
   const declared = new Map(steps.map((step, index) => [step.name, index]));
   const successors = new Map<string, string[]>();
-  for (const step of steps) for (const need of step.needs) if (byName.has(need)) successors.set(need, [...(successors.get(need) ?? []), step.name]);
-  const rowOf = (): Map<string, number> => new Map(layers.flatMap((layer) => layer.map((name, row) => [name, row] as const)));
+  for (const step of steps)
+    for (const need of step.needs)
+      if (byName.has(need)) successors.set(need, [...(successors.get(need) ?? []), step.name]);
+  const rowOf = (): Map<string, number> =>
+    new Map(layers.flatMap((layer) => layer.map((name, row) => [name, row] as const)));
   const sortBy = (layer: string[], neighbours: (name: string) => readonly string[]): void => {
     const rows = rowOf();
     const key = (name: string): number => {
-      const around = neighbours(name).map((other) => rows.get(other)).filter((row): row is number => row !== undefined);
-      return around.length === 0 ? (rows.get(name) ?? 0) : around.reduce((sum, row) => sum + row, 0) / around.length;
+      const around = neighbours(name)
+        .map((other) => rows.get(other))
+        .filter((row): row is number => row !== undefined);
+      return around.length === 0
+        ? (rows.get(name) ?? 0)
+        : around.reduce((sum, row) => sum + row, 0) / around.length;
     };
     const keys = new Map(layer.map((name) => [name, key(name)]));
-    layer.sort((a, b) => (keys.get(a) ?? 0) - (keys.get(b) ?? 0) || (declared.get(a) ?? 0) - (declared.get(b) ?? 0));
+    layer.sort(
+      (a, b) =>
+        (keys.get(a) ?? 0) - (keys.get(b) ?? 0) || (declared.get(a) ?? 0) - (declared.get(b) ?? 0),
+    );
   };
   for (let sweep = 0; sweep < 4; sweep += 1) {
     for (const layer of layers.slice(1)) sortBy(layer, (name) => byName.get(name)?.needs ?? []);
-    for (const layer of layers.slice(0, -1).reverse()) sortBy(layer, (name) => successors.get(name) ?? []);
+    for (const layer of layers.slice(0, -1).reverse())
+      sortBy(layer, (name) => successors.get(name) ?? []);
   }
   const position = new Map<string, { layer: number; row: number }>();
-  layers.forEach((layer, layerIndex) => layer.forEach((name, row) => position.set(name, { layer: layerIndex, row })));
+  layers.forEach((layer, layerIndex) =>
+    layer.forEach((name, row) => position.set(name, { layer: layerIndex, row })),
+  );
   return { layers, position };
 }
 
@@ -101,7 +114,10 @@ export function renderDag(steps: readonly DagStep[], options: DagOptions): SVGSV
     const place = position.get(name) ?? { layer: 0, row: 0 };
     const count = layers[place.layer]?.length ?? 1;
     const offset = ((tallest - count) * (NODE_HEIGHT + GAP_Y)) / 2;
-    return { x: MARGIN + place.layer * (NODE_WIDTH + GAP_X), y: MARGIN + offset + place.row * (NODE_HEIGHT + GAP_Y) };
+    return {
+      x: MARGIN + place.layer * (NODE_WIDTH + GAP_X),
+      y: MARGIN + offset + place.row * (NODE_HEIGHT + GAP_Y),
+    };
   };
   svgCounter += 1;
   const arrowId = `dag-arrow-${svgCounter}`;
@@ -118,7 +134,13 @@ export function renderDag(steps: readonly DagStep[], options: DagOptions): SVGSV
         const y2 = to.y + NODE_HEIGHT / 2;
         const mid = (x1 + x2) / 2;
         const done = byName.get(need)?.status === "succeeded";
-        return s("path", { class: `dag-edge${done ? " done" : ""}`, d: `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2} ${y2}`, "marker-end": `url(#${arrowId})`, "data-from": need, "data-to": step.name });
+        return s("path", {
+          class: `dag-edge${done ? " done" : ""}`,
+          d: `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2} ${y2}`,
+          "marker-end": `url(#${arrowId})`,
+          "data-from": need,
+          "data-to": step.name,
+        });
       }),
   );
   const nodes = steps.map((step) => {
@@ -128,24 +150,67 @@ export function renderDag(steps: readonly DagStep[], options: DagOptions): SVGSV
     const title = `${step.name}${step.task === undefined ? "" : ` (task ${step.task})`}: ${step.status}${attempts > 0 ? `, ${attempts} attempt${attempts === 1 ? "" : "s"}` : ""}${step.needs.length > 0 ? `; needs ${step.needs.join(", ")}` : ""}`;
     const group = s(
       "g",
-      { class: `dag-node tone-${info.tone}${options.selected === step.name ? " selected" : ""}`, "data-step": step.name, "data-status": step.status, transform: `translate(${x} ${y})` },
+      {
+        class: `dag-node tone-${info.tone}${options.selected === step.name ? " selected" : ""}`,
+        "data-step": step.name,
+        "data-status": step.status,
+        transform: `translate(${x} ${y})`,
+      },
       s("title", {}, title),
       s("rect", { width: NODE_WIDTH, height: NODE_HEIGHT, rx: 8, ry: 8 }),
       s("rect", { class: "dag-stripe", width: 6, height: NODE_HEIGHT, rx: 3, ry: 3 }),
       s("text", { class: "dag-name", x: 16, y: 23 }, truncate(step.name, 16)),
-      s("text", { class: "dag-status", x: 16, y: 43 }, `${info.glyph} ${step.status}${attempts > 1 ? `  ×${attempts}` : ""}`),
+      s(
+        "text",
+        { class: "dag-status", x: 16, y: 43 },
+        `${info.glyph} ${step.status}${attempts > 1 ? `  ×${attempts}` : ""}`,
+      ),
     );
     if (options.href === undefined) return group;
-    return s("a", { href: options.href(step.name), class: "dag-link", "data-key": `dag-${step.name}`, "aria-label": title }, group);
+    return s(
+      "a",
+      {
+        href: options.href(step.name),
+        class: "dag-link",
+        "data-key": `dag-${step.name}`,
+        "aria-label": title,
+      },
+      group,
+    );
   });
   const svg = s(
     "svg",
-    { class: "dag", viewBox: `0 0 ${width} ${height}`, width, height, role: "group", "aria-label": options.label, "data-steps": steps.length },
-    s("defs", {}, s("marker", { id: arrowId, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" }, s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "dag-arrow" }))),
+    {
+      class: "dag",
+      viewBox: `0 0 ${width} ${height}`,
+      width,
+      height,
+      role: "group",
+      "aria-label": options.label,
+      "data-steps": steps.length,
+    },
+    s(
+      "defs",
+      {},
+      s(
+        "marker",
+        {
+          id: arrowId,
+          viewBox: "0 0 10 10",
+          refX: 9,
+          refY: 5,
+          markerWidth: 7,
+          markerHeight: 7,
+          orient: "auto-start-reverse",
+        },
+        s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "dag-arrow" }),
+      ),
+    ),
     s("g", { class: "dag-edges" }, edges),
     s("g", { class: "dag-nodes" }, nodes),
   );
   // Set through the CSSOM, which a style-src 'self' policy allows (a style attribute it would not).
-  if (options.minScale !== undefined) svg.style.minWidth = `${Math.round(width * options.minScale)}px`;
+  if (options.minScale !== undefined)
+    svg.style.minWidth = `${Math.round(width * options.minScale)}px`;
   return svg;
 }

@@ -30,7 +30,11 @@ function applyAttrs(element: Element, attrs: Attrs): void {
 }
 
 /** An HTML element: `h("button", {type: "button", onclick: fn}, "Start")`. */
-export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Attrs = {}, ...children: Child[]): HTMLElementTagNameMap[K] {
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Attrs = {},
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
   const element = document.createElement(tag);
   applyAttrs(element, attrs);
   append(element, children);
@@ -40,7 +44,11 @@ export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Attrs = 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 /** An SVG element. */
-export function s<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Attrs = {}, ...children: Child[]): SVGElementTagNameMap[K] {
+export function s<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attrs: Attrs = {},
+  ...children: Child[]
+): SVGElementTagNameMap[K] {
   const element = document.createElementNS(SVG_NS, tag);
   applyAttrs(element, attrs);
   append(element, children);
@@ -53,12 +61,16 @@ export function s<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Attrs = {
  */
 export function replaceKeepingFocus(container: Element, ...children: Child[]): void {
   const active = document.activeElement;
-  const key = active instanceof Element && container.contains(active) ? active.getAttribute("data-key") : null;
+  const key =
+    active instanceof Element && container.contains(active)
+      ? active.getAttribute("data-key")
+      : null;
   const fragment = document.createDocumentFragment();
   append(fragment, children);
   container.replaceChildren(fragment);
   if (key !== null) {
     const again = container.querySelector(`[data-key="${CSS.escape(key)}"]`);
-    if (again instanceof HTMLElement || again instanceof SVGElement) again.focus({ preventScroll: true });
+    if (again instanceof HTMLElement || again instanceof SVGElement)
+      again.focus({ preventScroll: true });
   }
 }

@@ -1,7 +1,10 @@
 /** Times as the CLI prints them: UTC, second precision; durations short and human. */
 export function formatTime(ms: number | null | undefined): string {
   if (ms === null || ms === undefined) return "—";
-  return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+  return new Date(ms)
+    .toISOString()
+    .replace("T", " ")
+    .replace(/\.\d+Z$/, "Z");
 }
 
 export function formatDuration(ms: number): string {

@@ -30,5 +30,14 @@ export function statusInfo(status: string): { glyph: string; tone: Tone } {
 /** A badge: glyph (hidden from screen readers) and the exact status word. */
 export function statusBadge(status: string, extraClass = ""): HTMLSpanElement {
   const info = statusInfo(status);
-  return h("span", { class: `badge tone-${info.tone}${extraClass === "" ? "" : ` ${extraClass}`}`, "data-status": status }, h("span", { class: "glyph", "aria-hidden": "true" }, info.glyph), " ", status);
+  return h(
+    "span",
+    {
+      class: `badge tone-${info.tone}${extraClass === "" ? "" : ` ${extraClass}`}`,
+      "data-status": status,
+    },
+    h("span", { class: "glyph", "aria-hidden": "true" }, info.glyph),
+    " ",
+    status,
+  );
 }

@@ -6,7 +6,11 @@
  */
 import { digestOf, type Digest } from "../../../src/digest.ts";
 import { TERMINAL_RUN_STATUSES, type RunStatus } from "../../../src/model.ts";
-import type { SimulationLogEntry, SimulationOptions, SimulationResult } from "../../../src/sim/simulation.ts";
+import type {
+  SimulationLogEntry,
+  SimulationOptions,
+  SimulationResult,
+} from "../../../src/sim/simulation.ts";
 import type { Store } from "../../../src/ports.ts";
 import type { LossyDriver } from "../../../storage/lossy-driver.ts";
 import type { DagStep } from "../shared/dag.ts";
@@ -26,7 +30,15 @@ export interface SimSettings {
   readonly delayMs: number;
 }
 
-export const DEFAULT_SETTINGS: SimSettings = { seed: 42, store: "sqljs", actions: 120, lostCommits: true, failureRate: null, spawnFailureRate: null, delayMs: 80 };
+export const DEFAULT_SETTINGS: SimSettings = {
+  seed: 42,
+  store: "sqljs",
+  actions: 120,
+  lostCommits: true,
+  failureRate: null,
+  spawnFailureRate: null,
+  delayMs: 80,
+};
 
 /** The store's opening time and the simulation's virtual start, as in test/sim. */
 export const STORE_OPENED_AT_MS = 1_700_000_000_000;
@@ -68,16 +80,22 @@ export function settingsFromHash(hash: string): { settings: SimSettings; hasSeed
 
 export function settingsToHash(settings: SimSettings): string {
   const params = new URLSearchParams({ seed: String(settings.seed), store: settings.store });
-  if (settings.actions !== DEFAULT_SETTINGS.actions) params.set("actions", String(settings.actions));
+  if (settings.actions !== DEFAULT_SETTINGS.actions)
+    params.set("actions", String(settings.actions));
   if (!settings.lostCommits) params.set("lost", "0");
   if (settings.failureRate !== null) params.set("fail", String(settings.failureRate));
-  if (settings.spawnFailureRate !== null) params.set("spawnfail", String(settings.spawnFailureRate));
+  if (settings.spawnFailureRate !== null)
+    params.set("spawnfail", String(settings.spawnFailureRate));
   if (settings.delayMs !== DEFAULT_SETTINGS.delayMs) params.set("delay", String(settings.delayMs));
   return `#${params.toString()}`;
 }
 
 /** The options simulate() gets for a case; everything not named here is simulate()'s default. */
-export function simulationOptions(settings: SimSettings, lossy: LossyDriver, onAction?: SimulationOptions["onAction"]): SimulationOptions {
+export function simulationOptions(
+  settings: SimSettings,
+  lossy: LossyDriver,
+  onAction?: SimulationOptions["onAction"],
+): SimulationOptions {
   const executorFaults = {
     ...(settings.failureRate === null ? {} : { failureRate: settings.failureRate }),
     ...(settings.spawnFailureRate === null ? {} : { spawnFailureRate: settings.spawnFailureRate }),
@@ -94,12 +112,16 @@ export function simulationOptions(settings: SimSettings, lossy: LossyDriver, onA
 
 /** A digest of the whole action log, times relative to the start. */
 export function logDigest(log: readonly SimulationLogEntry[], startMs = SIM_START_MS): Digest {
-  return digestOf(log.map((entry) => [entry.index, entry.action, entry.atMs - startMs, entry.detail]));
+  return digestOf(
+    log.map((entry) => [entry.index, entry.action, entry.atMs - startMs, entry.detail]),
+  );
 }
 
 /** A digest of every attempt the executor spawned and how often (exactly once each). */
 export function spawnDigest(result: Pick<SimulationResult, "executor">): Digest {
-  return digestOf([...result.executor.spawnCounts.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  return digestOf(
+    [...result.executor.spawnCounts.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+  );
 }
 
 export type ActionKind = "fault" | "recovery" | "run" | "tick" | "setup";
@@ -132,19 +154,61 @@ export interface FaultTally {
 }
 
 /** Which faults the seed produced: from the log, and from the executor's simulated processes. */
-export function faultTally(result: Pick<SimulationResult, "log" | "executor" | "crashes">): FaultTally[] {
-  const count = (action: string): number => result.log.filter((entry) => entry.action === action).length;
+export function faultTally(
+  result: Pick<SimulationResult, "log" | "executor" | "crashes">,
+): FaultTally[] {
+  const count = (action: string): number =>
+    result.log.filter((entry) => entry.action === action).length;
   const processes = [...result.executor.processes.values()];
   return [
-    { label: "Coordinator crashes", count: result.crashes, note: `${count("arm-crash")} armed at a fault point; each crash is followed by recovery` },
-    { label: "Recoveries", count: count("recover"), note: `${count("recover-refused")} refused while the clock read earlier than the store` },
-    { label: "Lost commit responses", count: count("lose-commit-response"), note: "the transaction committed, its answer was lost" },
-    { label: "Clock steps back", count: count("clock-step"), note: "the host clock stepped back for one tick" },
-    { label: "External kills", count: count("kill"), note: "kill -9 of a task from outside the runtime" },
-    { label: "Tick errors", count: result.log.filter((entry) => entry.action === "tick" && entry.detail.includes(" errors ")).length, note: "ticks in which a stage reported errors" },
-    { label: "Process failures", count: processes.filter((process) => process.exitCode !== null && process.exitCode !== 0).length, note: "simulated processes that exited non-zero" },
-    { label: "Spawn failures", count: processes.filter((process) => process.spawnError !== null).length, note: "spawns that failed outright" },
-    { label: "Stops", count: processes.filter((process) => process.stopReason !== null).length, note: "processes stopped by the runtime (cancel, timeout)" },
+    {
+      label: "Coordinator crashes",
+      count: result.crashes,
+      note: `${count("arm-crash")} armed at a fault point; each crash is followed by recovery`,
+    },
+    {
+      label: "Recoveries",
+      count: count("recover"),
+      note: `${count("recover-refused")} refused while the clock read earlier than the store`,
+    },
+    {
+      label: "Lost commit responses",
+      count: count("lose-commit-response"),
+      note: "the transaction committed, its answer was lost",
+    },
+    {
+      label: "Clock steps back",
+      count: count("clock-step"),
+      note: "the host clock stepped back for one tick",
+    },
+    {
+      label: "External kills",
+      count: count("kill"),
+      note: "kill -9 of a task from outside the runtime",
+    },
+    {
+      label: "Tick errors",
+      count: result.log.filter(
+        (entry) => entry.action === "tick" && entry.detail.includes(" errors "),
+      ).length,
+      note: "ticks in which a stage reported errors",
+    },
+    {
+      label: "Process failures",
+      count: processes.filter((process) => process.exitCode !== null && process.exitCode !== 0)
+        .length,
+      note: "simulated processes that exited non-zero",
+    },
+    {
+      label: "Spawn failures",
+      count: processes.filter((process) => process.spawnError !== null).length,
+      note: "spawns that failed outright",
+    },
+    {
+      label: "Stops",
+      count: processes.filter((process) => process.stopReason !== null).length,
+      note: "processes stopped by the runtime (cancel, timeout)",
+    },
   ];
 }
 
@@ -166,11 +230,25 @@ export async function readRuns(store: Store): Promise<SimRunView[]> {
     for (const run of runs) {
       let steps: DagStep[];
       if (run.kind === "workflow") {
-        steps = (await tx.getSteps(run.id)).map((step) => ({ name: step.name, task: step.task, needs: step.needs, status: step.status, attemptCount: step.attemptCount }));
+        steps = (await tx.getSteps(run.id)).map((step) => ({
+          name: step.name,
+          task: step.task,
+          needs: step.needs,
+          status: step.status,
+          attemptCount: step.attemptCount,
+        }));
       } else {
         const attempts = await tx.getAttempts(run.id);
         const last = attempts.at(-1);
-        steps = [{ name: run.target, task: run.target, needs: [], status: last?.status ?? run.status, attemptCount: attempts.length }];
+        steps = [
+          {
+            name: run.target,
+            task: run.target,
+            needs: [],
+            status: last?.status ?? run.status,
+            attemptCount: attempts.length,
+          },
+        ];
       }
       views.push({ id: run.id, kind: run.kind, target: run.target, status: run.status, steps });
     }
@@ -178,8 +256,16 @@ export async function readRuns(store: Store): Promise<SimRunView[]> {
   });
 }
 
-export function runTally(runs: readonly SimRunView[]): { total: number; live: number; byStatus: [string, number][] } {
+export function runTally(runs: readonly SimRunView[]): {
+  total: number;
+  live: number;
+  byStatus: [string, number][];
+} {
   const byStatus = new Map<string, number>();
   for (const run of runs) byStatus.set(run.status, (byStatus.get(run.status) ?? 0) + 1);
-  return { total: runs.length, live: runs.filter((run) => !TERMINAL_RUN_STATUSES.has(run.status as RunStatus)).length, byStatus: [...byStatus.entries()].sort() };
+  return {
+    total: runs.length,
+    live: runs.filter((run) => !TERMINAL_RUN_STATUSES.has(run.status as RunStatus)).length,
+    byStatus: [...byStatus.entries()].sort(),
+  };
 }

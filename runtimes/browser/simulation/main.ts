@@ -7,7 +7,11 @@
  * not change what happens. The page reads the store between actions through the raw driver
  * (never the lossy wrapper, whose armed state belongs to the simulation) to draw the runs.
  */
-import { simulate, type SimulationLogEntry, type SimulationResult } from "../../../src/sim/simulation.ts";
+import {
+  simulate,
+  type SimulationLogEntry,
+  type SimulationResult,
+} from "../../../src/sim/simulation.ts";
 import { errorMessage } from "../../../src/errors.ts";
 import { lossyDriver } from "../../../storage/lossy-driver.ts";
 import { openSqlStore, SqlStore } from "../../../storage/sql-store.ts";
@@ -55,18 +59,71 @@ let session: Session | null = null;
 
 // ---------------------------------------------------------------- controls
 
-const seedInput = h("input", { type: "number", id: "seed", name: "seed", min: 0, max: MAX_SEED, step: 1, required: true, inputmode: "numeric" });
-const actionsInput = h("input", { type: "number", id: "actions", name: "actions", min: 1, max: MAX_ACTIONS, step: 1, required: true });
+const seedInput = h("input", {
+  type: "number",
+  id: "seed",
+  name: "seed",
+  min: 0,
+  max: MAX_SEED,
+  step: 1,
+  required: true,
+  inputmode: "numeric",
+});
+const actionsInput = h("input", {
+  type: "number",
+  id: "actions",
+  name: "actions",
+  min: 1,
+  max: MAX_ACTIONS,
+  step: 1,
+  required: true,
+});
 const storeSqljs = h("input", { type: "radio", name: "store", id: "store-sqljs", value: "sqljs" });
-const storePglite = h("input", { type: "radio", name: "store", id: "store-pglite", value: "pglite" });
+const storePglite = h("input", {
+  type: "radio",
+  name: "store",
+  id: "store-pglite",
+  value: "pglite",
+});
 const lostInput = h("input", { type: "checkbox", id: "lost", name: "lost" });
-const failInput = h("input", { type: "number", id: "fail", name: "fail", min: 0, max: 1, step: 0.01, placeholder: "default 0.15", "aria-describedby": "faults-help" });
-const spawnFailInput = h("input", { type: "number", id: "spawnfail", name: "spawnfail", min: 0, max: 1, step: 0.01, placeholder: "default 0.02", "aria-describedby": "faults-help" });
-const delayInput = h("input", { type: "range", id: "delay", name: "delay", min: 0, max: 1000, step: 10 });
+const failInput = h("input", {
+  type: "number",
+  id: "fail",
+  name: "fail",
+  min: 0,
+  max: 1,
+  step: 0.01,
+  placeholder: "default 0.15",
+  "aria-describedby": "faults-help",
+});
+const spawnFailInput = h("input", {
+  type: "number",
+  id: "spawnfail",
+  name: "spawnfail",
+  min: 0,
+  max: 1,
+  step: 0.01,
+  placeholder: "default 0.02",
+  "aria-describedby": "faults-help",
+});
+const delayInput = h("input", {
+  type: "range",
+  id: "delay",
+  name: "delay",
+  min: 0,
+  max: 1000,
+  step: 10,
+});
 const delayOutput = h("output", { for: "delay", id: "delay-out" });
-const shareInput = h("input", { type: "text", id: "share", readonly: true, "aria-label": "Link to this case" });
+const shareInput = h("input", {
+  type: "text",
+  id: "share",
+  readonly: true,
+  "aria-label": "Link to this case",
+});
 
-const button = (id: string, label: string, extra: string, onClick: () => void): HTMLButtonElement => h("button", { type: "button", id, class: extra, onclick: onClick }, label);
+const button = (id: string, label: string, extra: string, onClick: () => void): HTMLButtonElement =>
+  h("button", { type: "button", id, class: extra, onclick: onClick }, label);
 const runButton = button("run", "Run", "primary", () => void start("run"));
 const animateButton = button("animate", "Animate", "", () => void start("animate"));
 const stepThroughButton = button("step-through", "Step through", "", () => void start("step"));
@@ -89,7 +146,12 @@ const fieldset = h(
   "fieldset",
   { class: "settings", id: "settings" },
   h("legend", { class: "visually-hidden" }, "Case"),
-  h("div", { class: "field" }, h("label", { for: "seed" }, "Seed"), h("div", { class: "inline" }, seedInput, randomButton)),
+  h(
+    "div",
+    { class: "field" },
+    h("label", { for: "seed" }, "Seed"),
+    h("div", { class: "inline" }, seedInput, randomButton),
+  ),
   h(
     "div",
     { class: "field", role: "radiogroup", "aria-labelledby": "store-label" },
@@ -98,20 +160,44 @@ const fieldset = h(
     h("label", { class: "check", for: "store-pglite" }, storePglite, "PGlite (PostgreSQL)"),
     h("span", { class: "hint" }, "PGlite loads about 15 MB and takes a few seconds to open."),
   ),
-  h("div", { class: "field" }, h("label", { for: "actions" }, "Actions"), actionsInput, h("span", { class: "hint" }, "random actions before the drain (default 120)")),
+  h(
+    "div",
+    { class: "field" },
+    h("label", { for: "actions" }, "Actions"),
+    actionsInput,
+    h("span", { class: "hint" }, "random actions before the drain (default 120)"),
+  ),
   h(
     "details",
     { class: "faults", id: "fault-knobs" },
     h("summary", {}, "Fault knobs"),
-    h("p", { class: "hint", id: "faults-help" }, "Crashes, clock steps and external kills are drawn from the seed; the tally below names each one. The executor's probabilities can be changed: the same random draws happen, only their outcomes move. Empty keeps the default, which the Node simulation uses."),
+    h(
+      "p",
+      { class: "hint", id: "faults-help" },
+      "Crashes, clock steps and external kills are drawn from the seed; the tally below names each one. The executor's probabilities can be changed: the same random draws happen, only their outcomes move. Empty keeps the default, which the Node simulation uses.",
+    ),
     h("label", { class: "check", for: "lost" }, lostInput, "Lost commit responses"),
     h("div", { class: "field" }, h("label", { for: "fail" }, "Process failure rate"), failInput),
-    h("div", { class: "field" }, h("label", { for: "spawnfail" }, "Spawn failure rate"), spawnFailInput),
+    h(
+      "div",
+      { class: "field" },
+      h("label", { for: "spawnfail" }, "Spawn failure rate"),
+      spawnFailInput,
+    ),
   ),
-  h("div", { class: "field" }, h("label", { for: "delay" }, "Animation delay ", delayOutput), delayInput),
+  h(
+    "div",
+    { class: "field" },
+    h("label", { for: "delay" }, "Animation delay ", delayOutput),
+    delayInput,
+  ),
 );
 
-const form = h("form", { id: "case-form", "aria-label": "Simulation case", novalidate: true }, fieldset);
+const form = h(
+  "form",
+  { id: "case-form", "aria-label": "Simulation case", novalidate: true },
+  fieldset,
+);
 form.addEventListener("submit", (event) => {
   event.preventDefault();
   void start("run");
@@ -121,17 +207,41 @@ form.addEventListener("change", () => syncHash());
 
 // ---------------------------------------------------------------- results
 
-const stateLine = h("p", { id: "sim-state", class: "state", role: "status", "data-state": "idle" }, "Ready.");
+const stateLine = h(
+  "p",
+  { id: "sim-state", class: "state", role: "status", "data-state": "idle" },
+  "Ready.",
+);
 const progressLine = h("p", { id: "sim-progress", class: "muted small" });
 const resultList = h("dl", { class: "meta results", id: "results" });
-const tallyPlaceholder = (): HTMLTableRowElement => h("tr", {}, h("td", { colspan: 3, class: "empty" }, "Shown when the case ends."));
+const tallyPlaceholder = (): HTMLTableRowElement =>
+  h("tr", {}, h("td", { colspan: 3, class: "empty" }, "Shown when the case ends."));
 const tallyBody = h("tbody", {}, tallyPlaceholder());
-const runsGrid = h("div", { class: "runs-grid", id: "sim-runs-grid" }, h("p", { class: "empty" }, "No runs yet."));
-const timeline = h("ol", { class: "timeline", id: "timeline", "aria-label": "Logged actions, oldest first" });
+const runsGrid = h(
+  "div",
+  { class: "runs-grid", id: "sim-runs-grid" },
+  h("p", { class: "empty" }, "No runs yet."),
+);
+const timeline = h("ol", {
+  class: "timeline",
+  id: "timeline",
+  "aria-label": "Logged actions, oldest first",
+});
 const hideTicks = h("input", { type: "checkbox", id: "hide-ticks" });
-hideTicks.addEventListener("change", () => timeline.classList.toggle("hide-ticks", hideTicks.checked));
+hideTicks.addEventListener("change", () =>
+  timeline.classList.toggle("hide-ticks", hideTicks.checked),
+);
 const timelineCount = h("span", { class: "muted small", id: "timeline-count" }, "0 entries");
-const timelineFrame = h("div", { class: "timeline-frame", tabindex: "0", role: "region", "aria-label": "Event timeline (scrollable)" }, timeline);
+const timelineFrame = h(
+  "div",
+  {
+    class: "timeline-frame",
+    tabindex: "0",
+    role: "region",
+    "aria-label": "Event timeline (scrollable)",
+  },
+  timeline,
+);
 
 function setState(state: PageState, text: string): void {
   stateLine.dataset.state = state;
@@ -149,7 +259,8 @@ function updateButtons(): void {
   const active = session !== null;
   fieldset.disabled = active;
   for (const control of [runButton, animateButton, stepThroughButton]) control.hidden = active;
-  for (const control of [pauseButton, stepButton, resumeButton, finishButton, stopButton]) control.hidden = !active;
+  for (const control of [pauseButton, stepButton, resumeButton, finishButton, stopButton])
+    control.hidden = !active;
   if (session !== null) {
     pauseButton.hidden = session.mode === "step";
     resumeButton.hidden = session.mode === "animate";
@@ -161,7 +272,8 @@ function readForm(): SimSettings | null {
     form.reportValidity();
     return null;
   }
-  const number = (input: HTMLInputElement): number | null => (input.value.trim() === "" ? null : Number(input.value));
+  const number = (input: HTMLInputElement): number | null =>
+    input.value.trim() === "" ? null : Number(input.value);
   return {
     seed: Number(seedInput.value),
     store: storePglite.checked ? "pglite" : "sqljs",
@@ -180,10 +292,12 @@ function fillForm(settings: SimSettings): void {
   storePglite.checked = settings.store === "pglite";
   lostInput.checked = settings.lostCommits;
   failInput.value = settings.failureRate === null ? "" : String(settings.failureRate);
-  spawnFailInput.value = settings.spawnFailureRate === null ? "" : String(settings.spawnFailureRate);
+  spawnFailInput.value =
+    settings.spawnFailureRate === null ? "" : String(settings.spawnFailureRate);
   delayInput.value = String(settings.delayMs);
   delayOutput.textContent = `${settings.delayMs} ms per action`;
-  if (settings.failureRate !== null || settings.spawnFailureRate !== null || !settings.lostCommits) (document.getElementById("fault-knobs") as HTMLDetailsElement | null)?.setAttribute("open", "");
+  if (settings.failureRate !== null || settings.spawnFailureRate !== null || !settings.lostCommits)
+    (document.getElementById("fault-knobs") as HTMLDetailsElement | null)?.setAttribute("open", "");
   shareInput.value = location.href;
 }
 
@@ -229,7 +343,12 @@ function appendEntry(entry: SimulationLogEntry): void {
       { class: `ev kind-${kind}`, "data-action": entry.action },
       h("span", { class: "ev-index" }, `#${entry.index}`),
       h("span", { class: "ev-time" }, offset(entry.atMs)),
-      h("span", { class: "ev-action" }, kind === "fault" ? h("span", { "aria-hidden": "true" }, "⚡ ") : null, entry.action),
+      h(
+        "span",
+        { class: "ev-action" },
+        kind === "fault" ? h("span", { "aria-hidden": "true" }, "⚡ ") : null,
+        entry.action,
+      ),
       h("span", { class: "ev-detail" }, entry.detail),
     ),
   );
@@ -250,9 +369,29 @@ function renderRuns(runs: readonly SimRunView[]): void {
       h(
         "article",
         // A graph of four layers or more gets a whole row, so its step names stay readable.
-        { class: `run-card${layoutDag(run.steps).layers.length >= 4 ? " wide" : ""}`, "data-run": run.id, "data-status": run.status, "aria-label": `Run ${run.id}` },
-        h("div", { class: "run-card-head" }, h("span", { class: "run-name" }, run.id.replace(/^.*-(r\d+)$/, "$1")), h("span", { class: "muted small" }, `${run.kind === "workflow" ? "workflow" : "task"} ${run.target}`), h("span", { class: "spacer" }), statusBadge(run.status)),
-        h("div", { class: "dag-frame" }, renderDag(run.steps, { label: `Steps of ${run.id}`, minScale: 0.6 })),
+        {
+          class: `run-card${layoutDag(run.steps).layers.length >= 4 ? " wide" : ""}`,
+          "data-run": run.id,
+          "data-status": run.status,
+          "aria-label": `Run ${run.id}`,
+        },
+        h(
+          "div",
+          { class: "run-card-head" },
+          h("span", { class: "run-name" }, run.id.replace(/^.*-(r\d+)$/, "$1")),
+          h(
+            "span",
+            { class: "muted small" },
+            `${run.kind === "workflow" ? "workflow" : "task"} ${run.target}`,
+          ),
+          h("span", { class: "spacer" }),
+          statusBadge(run.status),
+        ),
+        h(
+          "div",
+          { class: "dag-frame" },
+          renderDag(run.steps, { label: `Steps of ${run.id}`, minScale: 0.6 }),
+        ),
       ),
     ),
   );
@@ -263,10 +402,20 @@ function progress(entry: SimulationLogEntry, mode: Mode): void {
 }
 
 function resultRows(rows: readonly [string, Child, string?][]): void {
-  resultList.replaceChildren(...rows.flatMap(([label, value, id]) => [h("dt", {}, label), h("dd", id === undefined ? {} : { id }, value)]));
+  resultList.replaceChildren(
+    ...rows.flatMap(([label, value, id]) => [
+      h("dt", {}, label),
+      h("dd", id === undefined ? {} : { id }, value),
+    ]),
+  );
 }
 
-function renderResult(result: SimulationResult, runs: readonly SimRunView[], storeLabel: string, wallMs: number): void {
+function renderResult(
+  result: SimulationResult,
+  runs: readonly SimRunView[],
+  storeLabel: string,
+  wallMs: number,
+): void {
   const tally = runTally(runs);
   const digest = result.finalDigest;
   resultRows([
@@ -274,15 +423,33 @@ function renderResult(result: SimulationResult, runs: readonly SimRunView[], sto
     ["Log digest", h("code", { class: "digest" }, logDigest(result.log)), "log-digest"],
     ["Spawn digest", h("code", { class: "digest" }, spawnDigest(result)), "spawn-digest"],
     ["Package", h("code", {}, result.packageName)],
-    ["Runs", `${tally.total}${tally.byStatus.length === 0 ? "" : ` — ${tally.byStatus.map(([status, count]) => `${count} ${status}`).join(", ")}`}`, "sim-runs"],
-    ["Settled", result.drained ? "yes: every run reached a terminal status" : "no: runs were still live when the drain gave up", "sim-drained"],
+    [
+      "Runs",
+      `${tally.total}${tally.byStatus.length === 0 ? "" : ` — ${tally.byStatus.map(([status, count]) => `${count} ${status}`).join(", ")}`}`,
+      "sim-runs",
+    ],
+    [
+      "Settled",
+      result.drained
+        ? "yes: every run reached a terminal status"
+        : "no: runs were still live when the drain gave up",
+      "sim-drained",
+    ],
     ["Virtual time", `${offset(result.endMs)} (${formatDuration(result.endMs - SIM_START_MS)})`],
     ["Store", storeLabel, "sim-store"],
     ["Wall time", formatDuration(wallMs)],
   ]);
   resultList.dataset.finalDigest = digest;
   tallyBody.replaceChildren(
-    ...faultTally(result).map((row) => h("tr", { class: row.count > 0 ? "hit" : "" }, h("th", { scope: "row" }, row.label), h("td", { class: "num" }, String(row.count)), h("td", { class: "muted small" }, row.note))),
+    ...faultTally(result).map((row) =>
+      h(
+        "tr",
+        { class: row.count > 0 ? "hit" : "" },
+        h("th", { scope: "row" }, row.label),
+        h("td", { class: "num" }, String(row.count)),
+        h("td", { class: "muted small" }, row.note),
+      ),
+    ),
   );
 }
 
@@ -313,7 +480,11 @@ function modeOf(current: Session): Mode {
   return current.mode;
 }
 
-async function onAction(current: Session, reader: SqlStore, entry: SimulationLogEntry): Promise<void> {
+async function onAction(
+  current: Session,
+  reader: SqlStore,
+  entry: SimulationLogEntry,
+): Promise<void> {
   if (current.aborted) throw new Aborted();
   appendEntry(entry);
   progress(entry, current.mode);
@@ -327,12 +498,19 @@ async function onAction(current: Session, reader: SqlStore, entry: SimulationLog
       setState("running", "Animating…");
       await wait(current, currentDelay());
     } else {
-      setState("paused", `Paused after #${entry.index} ${entry.action}. Press Step for the next action.`);
+      setState(
+        "paused",
+        `Paused after #${entry.index} ${entry.action}. Press Step for the next action.`,
+      );
       stepButton.focus({ preventScroll: true });
       await pause(current);
       // The buttons change the mode while the page waits here.
       const resumed: Mode = modeOf(current);
-      if (!current.aborted) setState("running", resumed === "run" ? "Running…" : resumed === "animate" ? "Animating…" : "Stepping…");
+      if (!current.aborted)
+        setState(
+          "running",
+          resumed === "run" ? "Running…" : resumed === "animate" ? "Animating…" : "Stepping…",
+        );
     }
   }
   if (current.aborted) throw new Aborted();
@@ -354,7 +532,12 @@ async function start(mode: Mode): Promise<void> {
   tallyBody.replaceChildren(tallyPlaceholder());
   renderRuns([]);
   progressLine.textContent = "";
-  setState("opening", settings.store === "pglite" ? "Opening PGlite (PostgreSQL in WebAssembly; a few seconds)…" : "Opening sql.js…");
+  setState(
+    "opening",
+    settings.store === "pglite"
+      ? "Opening PGlite (PostgreSQL in WebAssembly; a few seconds)…"
+      : "Opening sql.js…",
+  );
   let close: (() => Promise<void>) | null = null;
   try {
     const opened = await openDriver(settings.store);
@@ -364,17 +547,27 @@ async function start(mode: Mode): Promise<void> {
     // Reads for drawing go around the lossy wrapper: they must never consume an armed loss.
     const reader = new SqlStore(opened.driver);
     if (current.aborted) throw new Aborted();
-    setState("running", mode === "run" ? "Running…" : mode === "animate" ? "Animating…" : "Stepping…");
+    setState(
+      "running",
+      mode === "run" ? "Running…" : mode === "animate" ? "Animating…" : "Stepping…",
+    );
     const began = performance.now();
-    const result = await simulate(store, simulationOptions(settings, lossy, (entry) => onAction(current, reader, entry)));
+    const result = await simulate(
+      store,
+      simulationOptions(settings, lossy, (entry) => onAction(current, reader, entry)),
+    );
     const wallMs = performance.now() - began;
     const runs = await readRuns(reader);
     renderRuns(runs);
     renderResult(result, runs, opened.label, wallMs);
     progressLine.textContent = `${result.log.length} log entries · virtual time ${offset(result.endMs)}`;
-    setState("done", `Finished seed ${settings.seed} on ${settings.store === "pglite" ? "PGlite" : "sql.js"}: ${result.runs} runs, ${result.crashes} coordinator crash${result.crashes === 1 ? "" : "es"}, ${result.drained ? "all settled" : "NOT settled"}.`);
+    setState(
+      "done",
+      `Finished seed ${settings.seed} on ${settings.store === "pglite" ? "PGlite" : "sql.js"}: ${result.runs} runs, ${result.crashes} coordinator crash${result.crashes === 1 ? "" : "es"}, ${result.drained ? "all settled" : "NOT settled"}.`,
+    );
   } catch (error) {
-    if (error instanceof Aborted) setState("stopped", "Stopped. The next run starts again from a fresh store.");
+    if (error instanceof Aborted)
+      setState("stopped", "Stopped. The next run starts again from a fresh store.");
     else setState("error", `The simulation failed: ${errorMessage(error)}`);
   } finally {
     session = null;
@@ -387,7 +580,12 @@ async function start(mode: Mode): Promise<void> {
 // ---------------------------------------------------------------- page
 
 function card(title: string, id: string, ...children: Child[]): HTMLElement {
-  return h("section", { class: "card", "aria-labelledby": id }, h("h2", { class: "section-title", id }, title), ...children);
+  return h(
+    "section",
+    { class: "card", "aria-labelledby": id },
+    h("h2", { class: "section-title", id }, title),
+    ...children,
+  );
 }
 
 const app = document.getElementById("app") as HTMLElement;
@@ -399,8 +597,24 @@ app.replaceChildren(
       "Case",
       "case-title",
       form,
-      h("div", { class: "button-row controls", id: "controls" }, runButton, animateButton, stepThroughButton, pauseButton, stepButton, resumeButton, finishButton, stopButton),
-      h("div", { class: "share" }, h("label", { for: "share" }, "Share this case"), h("div", { class: "inline" }, shareInput, copyButton)),
+      h(
+        "div",
+        { class: "button-row controls", id: "controls" },
+        runButton,
+        animateButton,
+        stepThroughButton,
+        pauseButton,
+        stepButton,
+        resumeButton,
+        finishButton,
+        stopButton,
+      ),
+      h(
+        "div",
+        { class: "share" },
+        h("label", { for: "share" }, "Share this case"),
+        h("div", { class: "inline" }, shareInput, copyButton),
+      ),
     ),
     card(
       "Result",
@@ -409,14 +623,47 @@ app.replaceChildren(
       progressLine,
       resultList,
       h("h3", {}, "Faults this seed produced"),
-      h("div", { class: "table-wrap" }, h("table", { id: "fault-tally" }, h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Fault"), h("th", { scope: "col" }, "Count"), h("th", { scope: "col" }, "What it is"))), tallyBody)),
+      h(
+        "div",
+        { class: "table-wrap" },
+        h(
+          "table",
+          { id: "fault-tally" },
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              h("th", { scope: "col" }, "Fault"),
+              h("th", { scope: "col" }, "Count"),
+              h("th", { scope: "col" }, "What it is"),
+            ),
+          ),
+          tallyBody,
+        ),
+      ),
     ),
   ),
-  card("Runs", "runs-title", h("p", { class: "muted small" }, "Every run of the case with its steps; arrows point from a step to the steps that need it."), runsGrid),
+  card(
+    "Runs",
+    "runs-title",
+    h(
+      "p",
+      { class: "muted small" },
+      "Every run of the case with its steps; arrows point from a step to the steps that need it.",
+    ),
+    runsGrid,
+  ),
   card(
     "Event timeline",
     "timeline-title",
-    h("div", { class: "timeline-head" }, h("label", { class: "check", for: "hide-ticks" }, hideTicks, "Hide ticks"), timelineCount),
+    h(
+      "div",
+      { class: "timeline-head" },
+      h("label", { class: "check", for: "hide-ticks" }, hideTicks, "Hide ticks"),
+      timelineCount,
+    ),
     timelineFrame,
   ),
 );

@@ -16,15 +16,28 @@ import type { SimStoreKind } from "./engine.ts";
 let sqlJs: Promise<SqlJsStatic> | null = null;
 
 function loadSqlJs(): Promise<SqlJsStatic> {
-  sqlJs ??= initSqlJs({ locateFile: () => new URL("sql-wasm.wasm", import.meta.url).href }).catch((error: unknown) => {
-    sqlJs = null;
-    throw error;
-  });
+  sqlJs ??= initSqlJs({ locateFile: () => new URL("sql-wasm.wasm", import.meta.url).href }).catch(
+    (error: unknown) => {
+      sqlJs = null;
+      throw error;
+    },
+  );
   return sqlJs;
 }
 
-export async function openDriver(kind: SimStoreKind): Promise<{ driver: SqlDriver; migrations: readonly Migration[]; label: string }> {
-  if (kind === "sqljs") return { driver: openSqlJsMemoryDriver(await loadSqlJs()), migrations: SQLITE_MIGRATIONS, label: "sql.js (SQLite 3, in memory)" };
+export async function openDriver(
+  kind: SimStoreKind,
+): Promise<{ driver: SqlDriver; migrations: readonly Migration[]; label: string }> {
+  if (kind === "sqljs")
+    return {
+      driver: openSqlJsMemoryDriver(await loadSqlJs()),
+      migrations: SQLITE_MIGRATIONS,
+      label: "sql.js (SQLite 3, in memory)",
+    };
   const { openPgliteDriver } = await import("../../../storage/postgres/pglite-driver.ts");
-  return { driver: await openPgliteDriver(), migrations: POSTGRES_MIGRATIONS, label: "PGlite (PostgreSQL, memory://)" };
+  return {
+    driver: await openPgliteDriver(),
+    migrations: POSTGRES_MIGRATIONS,
+    label: "PGlite (PostgreSQL, memory://)",
+  };
 }

@@ -3,7 +3,14 @@ import { PACKAGE_NAME_PATTERN } from "../../../src/identity.ts";
 import { parseManifest } from "../../../src/manifest/index.ts";
 import { MAX_MANIFEST_BYTES, utf8ByteLength } from "../../../src/manifest/limits.ts";
 import { applyPackage } from "../../../src/operations.ts";
-import { scheduleView, taskSummaryView, workflowSummaryView, type ApplyView, type PackageDetailView, type PackageList } from "../contract.ts";
+import {
+  scheduleView,
+  taskSummaryView,
+  workflowSummaryView,
+  type ApplyView,
+  type PackageDetailView,
+  type PackageList,
+} from "../contract.ts";
 import { writeTransaction, type AppDeps } from "../deps.ts";
 import { fail, mediaType, paramsOf } from "../validation.ts";
 import { MAX_LIST_LIMIT } from "./runs.ts";
@@ -14,7 +21,8 @@ const MAX_GENERATIONS_LISTED = 50;
 
 const packageParam = paramsOf((params) => {
   const name = params.name ?? "";
-  if (!PACKAGE_NAME_PATTERN.test(name)) fail("invalid_request", "package name is not valid", [{ path: "name", message: "invalid" }]);
+  if (!PACKAGE_NAME_PATTERN.test(name))
+    fail("invalid_request", "package name is not valid", [{ path: "name", message: "invalid" }]);
   return { name };
 });
 
@@ -28,35 +36,67 @@ export function packageRoutes(deps: AppDeps): Hono {
       // read as text, and a manifest is UTF-8 whatever its media type says.
       const text = new TextDecoder("utf-8").decode(await c.req.arrayBuffer());
       // The body is the manifest: one over the manifest limit is a payload too large, whatever its format.
-      if (text.length > MAX_MANIFEST_BYTES || utf8ByteLength(text) > MAX_MANIFEST_BYTES) fail("payload_too_large", `the manifest exceeds ${MAX_MANIFEST_BYTES} bytes`);
+      if (text.length > MAX_MANIFEST_BYTES || utf8ByteLength(text) > MAX_MANIFEST_BYTES)
+        fail("payload_too_large", `the manifest exceeds ${MAX_MANIFEST_BYTES} bytes`);
       let result;
       if (YAML_MEDIA_TYPES.has(contentType)) {
         result = parseManifest(text, "yaml");
       } else if (contentType === "application/json" || contentType === "") {
         result = parseManifest(text, "json");
       } else {
-        fail("invalid_request", `unsupported content-type ${contentType}; use application/json or application/yaml`, [{ path: "content-type", message: "unsupported" }]);
+        fail(
+          "invalid_request",
+          `unsupported content-type ${contentType}; use application/json or application/yaml`,
+          [{ path: "content-type", message: "unsupported" }],
+        );
       }
-      if (!result.ok) fail("invalid_manifest", `the manifest has ${result.issues.length} problem(s)`, result.issues);
+      if (!result.ok)
+        fail(
+          "invalid_manifest",
+          `the manifest has ${result.issues.length} problem(s)`,
+          result.issues,
+        );
       const supported = deps.supportedExecutors ?? ["local_process", "remote_worker"];
-      const unsupported = result.manifest.tasks.filter((task) => !supported.includes(task.executor));
+      const unsupported = result.manifest.tasks.filter(
+        (task) => !supported.includes(task.executor),
+      );
       if (unsupported.length > 0) {
         fail(
           "invalid_manifest",
           `this runtime cannot run ${unsupported[0]?.executor ?? ""} tasks`,
-          unsupported.map((task) => ({ path: `tasks.${task.name}.executor`, message: `${task.executor} is not available here; use one of ${supported.join(", ")}` })),
+          unsupported.map((task) => ({
+            path: `tasks.${task.name}.executor`,
+            message: `${task.executor} is not available here; use one of ${supported.join(", ")}`,
+          })),
         );
       }
       // A command notifier runs on the runtime's own host, like a local_process task.
       if (!supported.includes("local_process")) {
-        const sections = [...result.manifest.tasks.map((item) => ["tasks", item] as const), ...result.manifest.workflows.map((item) => ["workflows", item] as const), ...result.manifest.schedules.map((item) => ["schedules", item] as const)];
+        const sections = [
+          ...result.manifest.tasks.map((item) => ["tasks", item] as const),
+          ...result.manifest.workflows.map((item) => ["workflows", item] as const),
+          ...result.manifest.schedules.map((item) => ["schedules", item] as const),
+        ];
         const commands = sections.flatMap(([section, item]) =>
-          (item.notify ?? []).flatMap((notifier, index) => (notifier.kind === "command" ? [{ path: `${section}.${item.name}.notify[${index}].command`, message: "a command notifier runs only on a device (qlr serve); use a webhook here" }] : [])),
+          (item.notify ?? []).flatMap((notifier, index) =>
+            notifier.kind === "command"
+              ? [
+                  {
+                    path: `${section}.${item.name}.notify[${index}].command`,
+                    message:
+                      "a command notifier runs only on a device (qlr serve); use a webhook here",
+                  },
+                ]
+              : [],
+          ),
         );
-        if (commands.length > 0) fail("invalid_manifest", "this runtime cannot run command notifiers", commands);
+        if (commands.length > 0)
+          fail("invalid_manifest", "this runtime cannot run command notifiers", commands);
       }
       const manifest = result.manifest;
-      const applied = await writeTransaction(deps, (tx, nowMs) => applyPackage(tx, manifest, nowMs));
+      const applied = await writeTransaction(deps, (tx, nowMs) =>
+        applyPackage(tx, manifest, nowMs),
+      );
       return c.json(applied satisfies ApplyView, applied.changed ? 201 : 200);
     })
     .get("/packages", async (c) => {

@@ -1,9 +1,29 @@
 import { Hono } from "hono";
 import { z } from "zod";
-import { isPortableId, PACKAGE_NAME_PATTERN, RESOURCE_NAME_PATTERN } from "../../../src/identity.ts";
+import {
+  isPortableId,
+  PACKAGE_NAME_PATTERN,
+  RESOURCE_NAME_PATTERN,
+} from "../../../src/identity.ts";
 import { RUN_STATUSES } from "../../../src/model.ts";
-import { cancelRun, getRunDetail, getRunEvents, latestStepAttempt, rerunRun, startRun } from "../../../src/operations.ts";
-import { attemptView, eventView, runView, stepView, type EventPage, type RunAnswer, type RunDetail, type RunPage } from "../contract.ts";
+import {
+  cancelRun,
+  getRunDetail,
+  getRunEvents,
+  latestStepAttempt,
+  rerunRun,
+  startRun,
+} from "../../../src/operations.ts";
+import {
+  attemptView,
+  eventView,
+  runView,
+  stepView,
+  type EventPage,
+  type RunAnswer,
+  type RunDetail,
+  type RunPage,
+} from "../contract.ts";
 import { writeTransaction, type AppDeps } from "../deps.ts";
 import { fail, jsonBody, paramsOf, queryOf } from "../validation.ts";
 
@@ -17,17 +37,30 @@ const startRunBody = z
     package: z.string().regex(PACKAGE_NAME_PATTERN),
     workflow: z.string().regex(RESOURCE_NAME_PATTERN).optional(),
     task: z.string().regex(RESOURCE_NAME_PATTERN).optional(),
-    idempotencyKey: z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/).optional(),
+    idempotencyKey: z
+      .string()
+      .min(1)
+      .max(128)
+      .regex(/^[\x20-\x7e]+$/)
+      .optional(),
     // Checked by the core (resolveRunInput): keys, types, declarations, size.
     input: z.record(z.string(), z.unknown()).optional(),
   })
   .strict()
-  .refine((body) => (body.workflow === undefined) !== (body.task === undefined), { message: "exactly one of workflow or task", path: ["workflow"] });
+  .refine((body) => (body.workflow === undefined) !== (body.task === undefined), {
+    message: "exactly one of workflow or task",
+    path: ["workflow"],
+  });
 
 const rerunBody = z
   .object({
     fromFailed: z.boolean().default(false),
-    idempotencyKey: z.string().min(1).max(128).regex(/^[\x20-\x7e]+$/).optional(),
+    idempotencyKey: z
+      .string()
+      .min(1)
+      .max(128)
+      .regex(/^[\x20-\x7e]+$/)
+      .optional(),
   })
   .strict();
 
@@ -51,11 +84,19 @@ const listQuery = z
   })
   .strict();
 
-const eventsQuery = z.object({ after: wholeNumberText(0, Number.MAX_SAFE_INTEGER).default(0), limit: wholeNumberText(1, MAX_EVENTS_PAGE).default(MAX_EVENTS_PAGE) }).strict();
+const eventsQuery = z
+  .object({
+    after: wholeNumberText(0, Number.MAX_SAFE_INTEGER).default(0),
+    limit: wholeNumberText(1, MAX_EVENTS_PAGE).default(MAX_EVENTS_PAGE),
+  })
+  .strict();
 
 function checkRunId(params: Record<string, string>): string {
   const id = params.id ?? "";
-  if (!isPortableId(id)) fail("invalid_request", "run id must be a portable identity", [{ path: "id", message: "not a portable identity" }]);
+  if (!isPortableId(id))
+    fail("invalid_request", "run id must be a portable identity", [
+      { path: "id", message: "not a portable identity" },
+    ]);
   return id;
 }
 
@@ -65,7 +106,8 @@ const runParam = paramsOf((params) => ({ id: checkRunId(params) }));
 const runStepParams = paramsOf((params) => {
   const id = checkRunId(params);
   const name = params.name ?? "";
-  if (!RESOURCE_NAME_PATTERN.test(name)) fail("invalid_request", "step name is not valid", [{ path: "name", message: "invalid" }]);
+  if (!RESOURCE_NAME_PATTERN.test(name))
+    fail("invalid_request", "step name is not valid", [{ path: "name", message: "invalid" }]);
   return { id, name };
 });
 
@@ -75,20 +117,45 @@ export function runRoutes(deps: AppDeps): Hono {
   return new Hono()
     .post("/runs", jsonBody(startRunBody, "the run request"), async (c) => {
       const body = c.req.valid("json");
-      const target = body.workflow !== undefined ? ({ kind: "workflow", name: body.workflow } as const) : ({ kind: "task", name: body.task ?? "" } as const);
-      const started = await writeTransaction(deps, (tx, nowMs) => startRun(tx, { package: body.package, target, idempotencyKey: body.idempotencyKey ?? null, scheduleName: null, runId: deps.ids.runId(), input: body.input }, nowMs));
+      const target =
+        body.workflow !== undefined
+          ? ({ kind: "workflow", name: body.workflow } as const)
+          : ({ kind: "task", name: body.task ?? "" } as const);
+      const started = await writeTransaction(deps, (tx, nowMs) =>
+        startRun(
+          tx,
+          {
+            package: body.package,
+            target,
+            idempotencyKey: body.idempotencyKey ?? null,
+            scheduleName: null,
+            runId: deps.ids.runId(),
+            input: body.input,
+          },
+          nowMs,
+        ),
+      );
       return c.json({ run: runView(started.run) } satisfies RunAnswer, started.created ? 201 : 200);
     })
     .get("/runs", queryOf(listQuery), async (c) => {
       const { status, limit, cursor } = c.req.valid("query");
-      const runs = await store.transaction(async (tx) => tx.listRuns({ status: status ?? null, cursor: cursor ?? null, limit: limit + 1 }));
+      const runs = await store.transaction(async (tx) =>
+        tx.listRuns({ status: status ?? null, cursor: cursor ?? null, limit: limit + 1 }),
+      );
       const page = runs.slice(0, limit);
-      return c.json({ runs: page.map(runView), nextCursor: runs.length > limit ? (page[page.length - 1]?.id ?? null) : null } satisfies RunPage);
+      return c.json({
+        runs: page.map(runView),
+        nextCursor: runs.length > limit ? (page[page.length - 1]?.id ?? null) : null,
+      } satisfies RunPage);
     })
     .get("/runs/:id", runParam, async (c) => {
       const { id } = c.req.valid("param");
       const detail = await store.transaction(async (tx) => getRunDetail(tx, id));
-      return c.json({ run: runView(detail.run), steps: detail.steps.map(stepView), attempts: detail.attempts.map(attemptView) } satisfies RunDetail);
+      return c.json({
+        run: runView(detail.run),
+        steps: detail.steps.map(stepView),
+        attempts: detail.attempts.map(attemptView),
+      } satisfies RunDetail);
     })
     .get("/runs/:id/events", runParam, queryOf(eventsQuery), async (c) => {
       const { id } = c.req.valid("param");
@@ -100,7 +167,18 @@ export function runRoutes(deps: AppDeps): Hono {
       const { id } = c.req.valid("param");
       const body = c.req.valid("json");
       const newRunId = deps.ids.runId();
-      const rerun = await writeTransaction(deps, (tx, nowMs) => rerunRun(tx, { runId: id, fromFailed: body.fromFailed, newRunId, idempotencyKey: body.idempotencyKey ?? null }, nowMs));
+      const rerun = await writeTransaction(deps, (tx, nowMs) =>
+        rerunRun(
+          tx,
+          {
+            runId: id,
+            fromFailed: body.fromFailed,
+            newRunId,
+            idempotencyKey: body.idempotencyKey ?? null,
+          },
+          nowMs,
+        ),
+      );
       return c.json({ run: runView(rerun.run) } satisfies RunAnswer, rerun.created ? 201 : 200);
     })
     .post("/runs/:id/cancel", runParam, async (c) => {
@@ -111,7 +189,8 @@ export function runRoutes(deps: AppDeps): Hono {
     .get("/runs/:id/steps/:name/log", runStepParams, async (c) => {
       const { id, name } = c.req.valid("param");
       const latest = await store.transaction(async (tx) => latestStepAttempt(tx, id, name));
-      if (latest === null || deps.readLog === undefined) fail("not_found", `step ${name} has no log yet`);
+      if (latest === null || deps.readLog === undefined)
+        fail("not_found", `step ${name} has no log yet`);
       const text = await deps.readLog(latest, LOG_ANSWER_MAX_BYTES);
       if (text === null) fail("not_found", `step ${name} has no log yet`);
       return c.text(text, 200, { "content-type": "text/plain; charset=utf-8" });

@@ -5,18 +5,31 @@ import type { AppDeps } from "../deps.ts";
 /** The runtime itself: one cadence cycle on demand, its profile and retention, recovery, metrics. */
 export function systemRoutes(deps: AppDeps): Hono {
   return new Hono()
-    .post("/tick", async (c) => c.json({ report: await deps.coordinator.tick() } satisfies TickAnswer))
+    .post("/tick", async (c) =>
+      c.json({ report: await deps.coordinator.tick() } satisfies TickAnswer),
+    )
     .get("/info", (c) => {
       const retention = deps.retention ?? null;
       return c.json({
         profile: deps.profileName ?? null,
         // The idempotency window is the horizon: a key whose run was purged starts a new run.
-        retention: retention === null ? null : { horizonMs: retention.horizonMs, maxRuns: retention.maxRuns, idempotencyWindowMs: retention.horizonMs },
+        retention:
+          retention === null
+            ? null
+            : {
+                horizonMs: retention.horizonMs,
+                maxRuns: retention.maxRuns,
+                idempotencyWindowMs: retention.horizonMs,
+              },
       } satisfies RuntimeInfo);
     })
-    .get("/recovery", (c) => c.json({ recovery: deps.recoveryReport?.() ?? [] } satisfies RecoveryList))
+    .get("/recovery", (c) =>
+      c.json({ recovery: deps.recoveryReport?.() ?? [] } satisfies RecoveryList),
+    )
     .get("/metrics", async (c) => {
       const counts = await deps.store.transaction(async (tx) => tx.countRunsByStatus());
-      return c.text(deps.metrics.render(counts), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+      return c.text(deps.metrics.render(counts), 200, {
+        "content-type": "text/plain; version=0.0.4; charset=utf-8",
+      });
     });
 }

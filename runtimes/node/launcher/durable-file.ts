@@ -21,8 +21,15 @@ const LINK_UNSUPPORTED_CODES = new Set(["EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSY
  * the caller may act on the file's existence (for the journal: spawn). Throws the file system
  * error unchanged (EEXIST when the name is taken); callers map it.
  */
-export async function createFileExclusiveDurable(finalPath: string, tmpDir: string, content: string): Promise<void> {
-  const tmpPath = join(tmpDir, `${basename(finalPath)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
+export async function createFileExclusiveDurable(
+  finalPath: string,
+  tmpDir: string,
+  content: string,
+): Promise<void> {
+  const tmpPath = join(
+    tmpDir,
+    `${basename(finalPath)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`,
+  );
   await writeAndSync(tmpPath, content);
   try {
     await link(tmpPath, finalPath);
@@ -50,7 +57,10 @@ async function writeAndSync(path: string, content: string): Promise<void> {
 }
 
 /** Creates the directories (owner-only: logs and stop intents may name secrets) and makes them durable. */
-export async function ensureDurableDirectories(parent: string, children: readonly string[]): Promise<void> {
+export async function ensureDurableDirectories(
+  parent: string,
+  children: readonly string[],
+): Promise<void> {
   const created = await mkdir(parent, { recursive: true, mode: 0o700 });
   for (const child of children) await mkdir(child, { recursive: true, mode: 0o700 });
   await fsyncDirectory(parent);
@@ -62,7 +72,10 @@ export async function ensureDurableDirectories(parent: string, children: readonl
  * the runtime read or trust another file) and refuses anything above `maxBytes`. Returns null
  * when the file does not exist.
  */
-export async function readSmallFile(path: string, maxBytes: number): Promise<{ ok: true; text: string } | { ok: false; reason: string } | null> {
+export async function readSmallFile(
+  path: string,
+  maxBytes: number,
+): Promise<{ ok: true; text: string } | { ok: false; reason: string } | null> {
   let handle;
   try {
     handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
@@ -75,10 +88,12 @@ export async function readSmallFile(path: string, maxBytes: number): Promise<{ o
   try {
     const stats = await handle.stat();
     if (!stats.isFile()) return { ok: false, reason: "is not a regular file" };
-    if (stats.size > maxBytes) return { ok: false, reason: `is ${stats.size} bytes, more than the ${maxBytes} allowed` };
+    if (stats.size > maxBytes)
+      return { ok: false, reason: `is ${stats.size} bytes, more than the ${maxBytes} allowed` };
     const buffer = Buffer.alloc(maxBytes + 1);
     const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
-    if (bytesRead > maxBytes) return { ok: false, reason: `grew past the ${maxBytes} bytes allowed` };
+    if (bytesRead > maxBytes)
+      return { ok: false, reason: `grew past the ${maxBytes} bytes allowed` };
     return { ok: true, text: buffer.subarray(0, bytesRead).toString("utf8") };
   } finally {
     await handle.close();

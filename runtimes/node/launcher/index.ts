@@ -18,6 +18,18 @@ export {
   type Supervision,
 } from "./posix-launcher.ts";
 export { type JournalRecord } from "./journal.ts";
-export { loadOrCreateReceiptKey, STOP_REASONS, type CompletionReceipt, type StopReason } from "./receipt.ts";
-export { isAlive, listProcessGroupMembers, parseProcStat, readBootId, readProcStat, type ProcStat } from "./proc.ts";
+export {
+  loadOrCreateReceiptKey,
+  STOP_REASONS,
+  type CompletionReceipt,
+  type StopReason,
+} from "./receipt.ts";
+export {
+  isAlive,
+  listProcessGroupMembers,
+  parseProcStat,
+  readBootId,
+  readProcStat,
+  type ProcStat,
+} from "./proc.ts";
 export { type LogStream } from "./state-layout.ts";

@@ -24,17 +24,27 @@ export interface JournalRecord {
 }
 
 export const JOURNAL_MAX_BYTES = 16 * 1024;
-const JOURNAL_KEYS = ["argvDigest", "attemptId", "bootId", "cwd", "logMaxBytes", "startedAtMs", "version"];
+const JOURNAL_KEYS = [
+  "argvDigest",
+  "attemptId",
+  "bootId",
+  "cwd",
+  "logMaxBytes",
+  "startedAtMs",
+  "version",
+];
 
 export function journalText(record: JournalRecord): string {
   return `${canonicalJson({ ...record })}\n`;
 }
 
 function journalShapeProblem(value: unknown): string | null {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return "not a JSON object";
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    return "not a JSON object";
   const record = value as Record<string, unknown>;
   const keys = Object.keys(record).sort();
-  if (keys.length !== JOURNAL_KEYS.length || keys.some((key, index) => key !== JOURNAL_KEYS[index])) return `fields are [${keys.join(",")}]`;
+  if (keys.length !== JOURNAL_KEYS.length || keys.some((key, index) => key !== JOURNAL_KEYS[index]))
+    return `fields are [${keys.join(",")}]`;
   if (record.version !== 1) return "version is not 1";
   if (!isPortableId(record.attemptId)) return "attemptId is not a portable identity";
   if (!Number.isSafeInteger(record.startedAtMs)) return "startedAtMs is not an integer";
@@ -50,7 +60,10 @@ function journalShapeProblem(value: unknown): string | null {
  * malformed, a link, or names another attempt throws `storage_corrupt`, because "no journal"
  * and "a journal we cannot trust" lead recovery to different decisions.
  */
-export async function readJournalRecord(layout: StateLayout, attemptId: string): Promise<JournalRecord | null> {
+export async function readJournalRecord(
+  layout: StateLayout,
+  attemptId: string,
+): Promise<JournalRecord | null> {
   const path = journalPath(layout, attemptId);
   const file = await readSmallFile(path, JOURNAL_MAX_BYTES);
   if (file === null) return null;
@@ -64,6 +77,10 @@ export async function readJournalRecord(layout: StateLayout, attemptId: string):
   const problem = journalShapeProblem(parsed);
   if (problem !== null) throw new QlrError("storage_corrupt", `journal ${path}: ${problem}`);
   const record = parsed as JournalRecord;
-  if (record.attemptId !== attemptId) throw new QlrError("storage_corrupt", `journal ${path} names attempt ${JSON.stringify(record.attemptId)}`);
+  if (record.attemptId !== attemptId)
+    throw new QlrError(
+      "storage_corrupt",
+      `journal ${path} names attempt ${JSON.stringify(record.attemptId)}`,
+    );
   return record;
 }

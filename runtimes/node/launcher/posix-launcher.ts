@@ -6,11 +6,35 @@ import { digestOf, timingSafeEqualText } from "../../../src/digest.ts";
 import { assertPortableId, isPortableId } from "../../../src/identity.ts";
 import { QlrError, errorMessage, errorCode } from "../../../src/errors.ts";
 import { fsyncDirectory } from "../../../storage/node/fsync-directory.ts";
-import { createFileExclusiveDurable, ensureDurableDirectories, readSmallFile } from "./durable-file.ts";
+import {
+  createFileExclusiveDurable,
+  ensureDurableDirectories,
+  readSmallFile,
+} from "./durable-file.ts";
 import { journalText, readJournalRecord, type JournalRecord } from "./journal.ts";
 import { DEFAULT_PROC_ROOT, isExitedState, readBootId, readProcStat } from "./proc.ts";
-import { checkReceiptText, isStopReason, readReceiptKey, RECEIPT_MAX_BYTES, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive, type CompletionReceipt, type StopReason } from "./receipt.ts";
-import { attemptFilesBesideJournal, attemptLogPath, attemptWorkPath, journalPath, JOURNAL_SUFFIX, receiptPath, stateLayout, type LogStream, type StateLayout } from "./state-layout.ts";
+import {
+  checkReceiptText,
+  isStopReason,
+  readReceiptKey,
+  RECEIPT_MAX_BYTES,
+  signReceipt,
+  SPAWN_ERROR_MAX_LENGTH,
+  writeReceiptExclusive,
+  type CompletionReceipt,
+  type StopReason,
+} from "./receipt.ts";
+import {
+  attemptFilesBesideJournal,
+  attemptLogPath,
+  attemptWorkPath,
+  journalPath,
+  JOURNAL_SUFFIX,
+  receiptPath,
+  stateLayout,
+  type LogStream,
+  type StateLayout,
+} from "./state-layout.ts";
 import { recordStopIntent } from "./stop-intent.ts";
 import { readSpawnRecord } from "./spawn-record.ts";
 import { SupervisorClient } from "./supervisor-client.ts";
@@ -56,9 +80,16 @@ export interface ProcessHandle {
   readonly startedAtMs: number;
 }
 
-export type Inspection = { readonly state: "running" } | { readonly state: "not_running" } | { readonly state: "changed_identity" } | { readonly state: "unverifiable"; readonly reason: string };
+export type Inspection =
+  | { readonly state: "running" }
+  | { readonly state: "not_running" }
+  | { readonly state: "changed_identity" }
+  | { readonly state: "unverifiable"; readonly reason: string };
 
-export type ReceiptReading = { readonly status: "none" } | { readonly status: "valid"; readonly receipt: CompletionReceipt } | { readonly status: "invalid"; readonly reason: string };
+export type ReceiptReading =
+  | { readonly status: "none" }
+  | { readonly status: "valid"; readonly receipt: CompletionReceipt }
+  | { readonly status: "invalid"; readonly reason: string };
 
 export interface JournalListing {
   /** Attempt ids with a well-named journal file, sorted. */
@@ -99,7 +130,9 @@ export const LOG_MAX_BYTES_LIMIT = 1024 * 1024 * 1024;
 export const DEFAULT_GRACE_MS = 5000;
 export const SUPERVISOR_FILE_NAME = "supervisor.mjs";
 /** The supervisor bundle's default place: next to the runtime bundle (dist/supervisor.mjs). */
-export const DEFAULT_SUPERVISOR_PATH = fileURLToPath(new URL(`./${SUPERVISOR_FILE_NAME}`, import.meta.url));
+export const DEFAULT_SUPERVISOR_PATH = fileURLToPath(
+  new URL(`./${SUPERVISOR_FILE_NAME}`, import.meta.url),
+);
 
 /** After SIGKILL, how long stop waits for the process to be gone before reporting what it sees. */
 const KILL_SETTLE_MS = 5000;
@@ -113,7 +146,11 @@ const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
  * a user script must see only what its task definition gives it.
  */
 export function minimalBaseEnv(source: NodeJS.ProcessEnv = process.env): Record<string, string> {
-  return { PATH: source.PATH ?? DEFAULT_PATH, HOME: source.HOME ?? "/", LANG: source.LANG ?? "C.UTF-8" };
+  return {
+    PATH: source.PATH ?? DEFAULT_PATH,
+    HOME: source.HOME ?? "/",
+    LANG: source.LANG ?? "C.UTF-8",
+  };
 }
 
 /** Thrown by launch when the task could not be started; its receipt is already durable. */
@@ -122,7 +159,9 @@ export class SpawnFailedError extends Error {
   readonly receipt: CompletionReceipt;
 
   constructor(receipt: CompletionReceipt) {
-    super(`attempt ${receipt.attemptId} did not start: ${receipt.spawnError ?? "unknown spawn error"}`);
+    super(
+      `attempt ${receipt.attemptId} did not start: ${receipt.spawnError ?? "unknown spawn error"}`,
+    );
     this.name = "SpawnFailedError";
     this.receipt = receipt;
   }
@@ -136,22 +175,42 @@ export function isSpawnFailedError(value: unknown): value is SpawnFailedError {
 }
 
 function invalidSpec(path: string, message: string): QlrError {
-  return new QlrError("invalid_request", `launch spec ${path}: ${message}`, { details: [{ path, message }] });
+  return new QlrError("invalid_request", `launch spec ${path}: ${message}`, {
+    details: [{ path, message }],
+  });
 }
 
 function validateLaunchSpec(spec: LaunchSpec): void {
-  if (!Array.isArray(spec.argv) || spec.argv.length === 0 || spec.argv.length > ARGV_MAX_ENTRIES) throw invalidSpec("argv", `must hold 1 to ${ARGV_MAX_ENTRIES} strings`);
+  if (!Array.isArray(spec.argv) || spec.argv.length === 0 || spec.argv.length > ARGV_MAX_ENTRIES)
+    throw invalidSpec("argv", `must hold 1 to ${ARGV_MAX_ENTRIES} strings`);
   spec.argv.forEach((item, index) => {
-    if (typeof item !== "string" || item.includes("\0")) throw invalidSpec(`argv[${index}]`, "must be a string without NUL");
+    if (typeof item !== "string" || item.includes("\0"))
+      throw invalidSpec(`argv[${index}]`, "must be a string without NUL");
   });
   if (spec.argv[0] === "") throw invalidSpec("argv[0]", "must name a program");
   for (const [name, value] of Object.entries(spec.env)) {
-    if (name === "" || name.includes("=") || name.includes("\0")) throw invalidSpec(`env.${name}`, "a variable name must be non-empty, without '=' or NUL");
-    if (typeof value !== "string" || value.includes("\0")) throw invalidSpec(`env.${name}`, "must be a string without NUL");
+    if (name === "" || name.includes("=") || name.includes("\0"))
+      throw invalidSpec(`env.${name}`, "a variable name must be non-empty, without '=' or NUL");
+    if (typeof value !== "string" || value.includes("\0"))
+      throw invalidSpec(`env.${name}`, "must be a string without NUL");
   }
-  if (spec.cwd !== null && (typeof spec.cwd !== "string" || !isAbsolute(spec.cwd) || spec.cwd.includes("\0"))) throw invalidSpec("cwd", "must be an absolute path or null");
-  if (!Number.isSafeInteger(spec.logMaxBytes) || spec.logMaxBytes < 1 || spec.logMaxBytes > LOG_MAX_BYTES_LIMIT) throw invalidSpec("logMaxBytes", `must be an integer from 1 to ${LOG_MAX_BYTES_LIMIT}`);
-  if (spec.timeoutMs !== undefined && spec.timeoutMs !== null && (!Number.isSafeInteger(spec.timeoutMs) || spec.timeoutMs < 1)) throw invalidSpec("timeoutMs", "must be a positive integer or null");
+  if (
+    spec.cwd !== null &&
+    (typeof spec.cwd !== "string" || !isAbsolute(spec.cwd) || spec.cwd.includes("\0"))
+  )
+    throw invalidSpec("cwd", "must be an absolute path or null");
+  if (
+    !Number.isSafeInteger(spec.logMaxBytes) ||
+    spec.logMaxBytes < 1 ||
+    spec.logMaxBytes > LOG_MAX_BYTES_LIMIT
+  )
+    throw invalidSpec("logMaxBytes", `must be an integer from 1 to ${LOG_MAX_BYTES_LIMIT}`);
+  if (
+    spec.timeoutMs !== undefined &&
+    spec.timeoutMs !== null &&
+    (!Number.isSafeInteger(spec.timeoutMs) || spec.timeoutMs < 1)
+  )
+    throw invalidSpec("timeoutMs", "must be a positive integer or null");
 }
 
 /**
@@ -207,8 +266,15 @@ export class PosixLauncher {
     this.graceMs = options.graceMs ?? DEFAULT_GRACE_MS;
     this.procRoot = options.procRoot ?? DEFAULT_PROC_ROOT;
     this.afterJournal = options.afterJournal;
-    this.supervisor = new SupervisorClient({ stateDir: options.stateDir, hmacKey: options.hmacKey, supervisorPath: this.supervisorPath, supervisorEnv: minimalBaseEnv(), ...(options.onSupervisorExit === undefined ? {} : { onExited: options.onSupervisorExit }) });
-    if (!Number.isSafeInteger(this.graceMs) || this.graceMs < 0) throw new QlrError("invalid_request", "graceMs must be a non-negative integer");
+    this.supervisor = new SupervisorClient({
+      stateDir: options.stateDir,
+      hmacKey: options.hmacKey,
+      supervisorPath: this.supervisorPath,
+      supervisorEnv: minimalBaseEnv(),
+      ...(options.onSupervisorExit === undefined ? {} : { onExited: options.onSupervisorExit }),
+    });
+    if (!Number.isSafeInteger(this.graceMs) || this.graceMs < 0)
+      throw new QlrError("invalid_request", "graceMs must be a non-negative integer");
   }
 
   /** The state directory the launcher keeps its files in (task files are kept beside them). */
@@ -230,13 +296,20 @@ export class PosixLauncher {
     validateLaunchSpec(spec);
     // A user that cannot be resolved or assumed is a spawn failure of this attempt (its step
     // fails with the reason), recorded after the journal like any other.
-    const account = spec.user === undefined || spec.user === null ? null : await this.taskAccount(spec.user);
+    const account =
+      spec.user === undefined || spec.user === null ? null : await this.taskAccount(spec.user);
     const ownWorkDir = spec.cwd === null ? attemptWorkPath(this.layout, attemptId) : null;
     const supervisorSpec: SupervisorSpec = {
       attemptId,
       argv: [...spec.argv],
       // A task run as another user gets its own home (or its work dir), not the runtime's.
-      env: { ...minimalBaseEnv(), ...(account !== null && typeof account !== "string" ? { HOME: account.home ?? ownWorkDir ?? spec.cwd ?? "/" } : {}), ...spec.env },
+      env: {
+        ...minimalBaseEnv(),
+        ...(account !== null && typeof account !== "string"
+          ? { HOME: account.home ?? ownWorkDir ?? spec.cwd ?? "/" }
+          : {}),
+        ...spec.env,
+      },
       cwd: spec.cwd ?? ownWorkDir ?? "/",
       logMaxBytes: spec.logMaxBytes,
       uid: account !== null && typeof account !== "string" ? account.uid : null,
@@ -244,26 +317,55 @@ export class PosixLauncher {
       timeoutMs: spec.timeoutMs ?? null,
       graceMs: this.graceMs,
     };
-    if (Buffer.byteLength(JSON.stringify(supervisorSpec), "utf8") > SUPERVISOR_SPEC_MAX_BYTES) throw invalidSpec("argv", `argv and env together exceed ${SUPERVISOR_SPEC_MAX_BYTES} bytes`);
+    if (Buffer.byteLength(JSON.stringify(supervisorSpec), "utf8") > SUPERVISOR_SPEC_MAX_BYTES)
+      throw invalidSpec("argv", `argv and env together exceed ${SUPERVISOR_SPEC_MAX_BYTES} bytes`);
     await this.prepare();
     const bootId = await readBootId(this.procRoot);
-    if (bootId === null) throw new QlrError("storage_unavailable", `no boot id under ${this.procRoot}: the POSIX launcher needs Linux /proc to identify processes`);
-    if (this.launchesInFlight.has(attemptId)) throw new QlrError("conflict", `attempt ${attemptId} is being launched already`);
+    if (bootId === null)
+      throw new QlrError(
+        "storage_unavailable",
+        `no boot id under ${this.procRoot}: the POSIX launcher needs Linux /proc to identify processes`,
+      );
+    if (this.launchesInFlight.has(attemptId))
+      throw new QlrError("conflict", `attempt ${attemptId} is being launched already`);
     this.launchesInFlight.add(attemptId);
     try {
       const startedAtMs = this.nowMs();
-      if (!Number.isSafeInteger(startedAtMs)) throw new QlrError("invalid_request", "nowMs() must return an integer");
-      const journal: JournalRecord = { version: 1, attemptId, startedAtMs, bootId, argvDigest: digestOf(spec.argv), cwd: spec.cwd, logMaxBytes: spec.logMaxBytes };
+      if (!Number.isSafeInteger(startedAtMs))
+        throw new QlrError("invalid_request", "nowMs() must return an integer");
+      const journal: JournalRecord = {
+        version: 1,
+        attemptId,
+        startedAtMs,
+        bootId,
+        argvDigest: digestOf(spec.argv),
+        cwd: spec.cwd,
+        logMaxBytes: spec.logMaxBytes,
+      };
       try {
-        await createFileExclusiveDurable(journalPath(this.layout, attemptId), this.layout.tmpDir, journalText(journal));
+        await createFileExclusiveDurable(
+          journalPath(this.layout, attemptId),
+          this.layout.tmpDir,
+          journalText(journal),
+        );
       } catch (error) {
-        if (errorCode(error) === "EEXIST") throw new QlrError("conflict", `attempt ${attemptId} is already journaled; launching it again could run it twice`, { cause: error });
+        if (errorCode(error) === "EEXIST")
+          throw new QlrError(
+            "conflict",
+            `attempt ${attemptId} is already journaled; launching it again could run it twice`,
+            { cause: error },
+          );
         // Nothing was spawned and nothing will be: the journal is the barrier.
-        throw new QlrError("storage_unavailable", `the launcher cannot write the journal record of ${attemptId} (${errorCode(error) ?? errorMessage(error)}), so it does not start the task`, { cause: error });
+        throw new QlrError(
+          "storage_unavailable",
+          `the launcher cannot write the journal record of ${attemptId} (${errorCode(error) ?? errorMessage(error)}), so it does not start the task`,
+          { cause: error },
+        );
       }
 
       await this.afterJournal?.(attemptId);
-      if (typeof account === "string") return await this.failWithoutSupervisor(attemptId, startedAtMs, account);
+      if (typeof account === "string")
+        return await this.failWithoutSupervisor(attemptId, startedAtMs, account);
       if (ownWorkDir !== null) {
         try {
           await mkdir(ownWorkDir, { recursive: true, mode: 0o700 });
@@ -271,14 +373,22 @@ export class PosixLauncher {
           // closed to that user: the child changes into the directory before it drops to the uid.
           if (account !== null) await chown(ownWorkDir, account.uid, account.gid);
         } catch (error) {
-          return await this.failWithoutSupervisor(attemptId, startedAtMs, `the working directory ${ownWorkDir} could not be prepared: ${errorCode(error) ?? String(error)}`);
+          return await this.failWithoutSupervisor(
+            attemptId,
+            startedAtMs,
+            `the working directory ${ownWorkDir} could not be prepared: ${errorCode(error) ?? String(error)}`,
+          );
         }
       }
       try {
         await this.supervisor.connected();
       } catch (error) {
         // Nothing was asked of any supervisor, so nothing ran: a definite spawn failure.
-        return await this.failWithoutSupervisor(attemptId, startedAtMs, `no supervisor: ${errorMessage(error)}`);
+        return await this.failWithoutSupervisor(
+          attemptId,
+          startedAtMs,
+          `no supervisor: ${errorMessage(error)}`,
+        );
       }
       let reply;
       try {
@@ -286,21 +396,44 @@ export class PosixLauncher {
       } catch (error) {
         // The request may or may not have reached the supervisor: the attempt is unknown until
         // its spawn record, its receipt or the supervisor's settle answer says which.
-        throw new QlrError("internal", `launch of ${attemptId}: ${errorMessage(error)}`, { cause: error });
+        throw new QlrError("internal", `launch of ${attemptId}: ${errorMessage(error)}`, {
+          cause: error,
+        });
       }
       if (reply.kind === "spawn_failed") {
         const reading = await this.readReceipt(attemptId);
-        if (reading.status !== "valid") throw new QlrError("integrity", `attempt ${attemptId} failed to spawn (${reply.spawnError}) but its receipt is ${reading.status}`);
+        if (reading.status !== "valid")
+          throw new QlrError(
+            "integrity",
+            `attempt ${attemptId} failed to spawn (${reply.spawnError}) but its receipt is ${reading.status}`,
+          );
         throw new SpawnFailedError(reading.receipt);
       }
-      if (reply.kind === "rejected") throw new QlrError("storage_unavailable", `the supervisor did not start ${attemptId}: ${reply.reason}`);
-      if (reply.kind !== "started") throw new QlrError("internal", `the supervisor answered a launch of ${attemptId} with ${reply.kind}`);
+      if (reply.kind === "rejected")
+        throw new QlrError(
+          "storage_unavailable",
+          `the supervisor did not start ${attemptId}: ${reply.reason}`,
+        );
+      if (reply.kind !== "started")
+        throw new QlrError(
+          "internal",
+          `the supervisor answered a launch of ${attemptId} with ${reply.kind}`,
+        );
       if (reply.startTicks === null) {
         // The task runs but cannot be identified; it is never signalled by pid alone. Its
         // receipt still arrives when it ends, and the supervisor enforces its deadline.
-        throw new QlrError("storage_unavailable", `attempt ${attemptId} started as pid ${reply.pid} but its /proc start time was unreadable`);
+        throw new QlrError(
+          "storage_unavailable",
+          `attempt ${attemptId} started as pid ${reply.pid} but its /proc start time was unreadable`,
+        );
       }
-      return { attemptId, pid: reply.pid, processStartTicks: reply.startTicks, bootId, startedAtMs };
+      return {
+        attemptId,
+        pid: reply.pid,
+        processStartTicks: reply.startTicks,
+        bootId,
+        startedAtMs,
+      };
     } finally {
       this.launchesInFlight.delete(attemptId);
     }
@@ -328,7 +461,12 @@ export class PosixLauncher {
       if (bootId !== record.bootId) return "gone";
       const reading = await readProcStat(record.supervisorPid, this.procRoot);
       if (reading.kind === "unreadable") return "unknown";
-      if (reading.kind === "absent" || reading.stat.startTicks !== record.supervisorStartTicks || isExitedState(reading.stat.state)) return "gone";
+      if (
+        reading.kind === "absent" ||
+        reading.stat.startTicks !== record.supervisorStartTicks ||
+        isExitedState(reading.stat.state)
+      )
+        return "gone";
       return "live";
     }
     try {
@@ -336,7 +474,10 @@ export class PosixLauncher {
       if (journal === null) return "never_spawned";
       const reply = await this.supervisor.requestIfAlive({ op: "settle", attemptId });
       // No supervisor of this state directory is alive: none can still write the spawn record.
-      if (reply === null) return (await readSpawnRecord(this.layout, attemptId)) === null ? "never_spawned" : "unknown";
+      if (reply === null)
+        return (await readSpawnRecord(this.layout, attemptId)) === null
+          ? "never_spawned"
+          : "unknown";
       if (reply.kind !== "settled") return "unknown";
       return reply.state === "never" ? "never_spawned" : "live";
     } catch {
@@ -349,9 +490,16 @@ export class PosixLauncher {
    * and persisting it): the intent is recorded durably and the supervisor, which knows the
    * exact process, signals it. False when no live supervisor knows the attempt.
    */
-  async stopBySupervisor(attemptId: string, reason: StopReason): Promise<{ recordedReason: StopReason; known: boolean }> {
+  async stopBySupervisor(
+    attemptId: string,
+    reason: StopReason,
+  ): Promise<{ recordedReason: StopReason; known: boolean }> {
     assertPortableId(attemptId, "attemptId");
-    if (!isStopReason(reason)) throw new QlrError("invalid_request", `stop reason must be cancel, timeout or shutdown, got ${String(reason)}`);
+    if (!isStopReason(reason))
+      throw new QlrError(
+        "invalid_request",
+        `stop reason must be cancel, timeout or shutdown, got ${String(reason)}`,
+      );
     await this.prepare();
     const recordedReason = await recordStopIntent(this.layout, attemptId, reason, this.nowMs());
     const reply = await this.supervisor.requestIfAlive({ op: "stop", attemptId });
@@ -362,23 +510,55 @@ export class PosixLauncher {
     const account = await resolveTaskUser(user);
     if (typeof account === "string") return account;
     const ownUid = process.getuid?.() ?? -1;
-    if (ownUid !== 0 && account.uid !== ownUid) return `task user ${JSON.stringify(user)} (uid ${account.uid}) needs the runtime to run as root; it runs as uid ${ownUid}`;
+    if (ownUid !== 0 && account.uid !== ownUid)
+      return `task user ${JSON.stringify(user)} (uid ${account.uid}) needs the runtime to run as root; it runs as uid ${ownUid}`;
     return account;
   }
 
   /** Directories, the key check and the supervisor bundle, once per launcher (retried after a failure). */
   private prepare(): Promise<void> {
     this.prepared ??= (async () => {
-      const { stateDir, journalDir, receiptsDir, logsDir, stopsDir, spawnsDir, tmpDir, workDir, receiptKeyPath } = this.layout;
-      await ensureDurableDirectories(stateDir, [journalDir, receiptsDir, logsDir, stopsDir, spawnsDir, tmpDir, workDir]);
+      const {
+        stateDir,
+        journalDir,
+        receiptsDir,
+        logsDir,
+        stopsDir,
+        spawnsDir,
+        tmpDir,
+        workDir,
+        receiptKeyPath,
+      } = this.layout;
+      await ensureDurableDirectories(stateDir, [
+        journalDir,
+        receiptsDir,
+        logsDir,
+        stopsDir,
+        spawnsDir,
+        tmpDir,
+        workDir,
+      ]);
       const fileKey = await readReceiptKey(receiptKeyPath);
       // The supervisor signs with the file's key and this launcher verifies with its own, so
       // they must be the same key or every receipt would read as invalid.
-      if (fileKey === null || !timingSafeEqualText(Buffer.from(fileKey).toString("hex"), Buffer.from(this.hmacKey).toString("hex"))) {
-        throw new QlrError("integrity", `hmacKey is not the key in ${receiptKeyPath}; create both with loadOrCreateReceiptKey(stateDir)`);
+      if (
+        fileKey === null ||
+        !timingSafeEqualText(
+          Buffer.from(fileKey).toString("hex"),
+          Buffer.from(this.hmacKey).toString("hex"),
+        )
+      ) {
+        throw new QlrError(
+          "integrity",
+          `hmacKey is not the key in ${receiptKeyPath}; create both with loadOrCreateReceiptKey(stateDir)`,
+        );
       }
       const supervisor = await stat(this.supervisorPath).catch(() => null);
-      if (supervisor === null || !supervisor.isFile()) throw new QlrError("not_found", `supervisor bundle ${this.supervisorPath} is missing; build it with buildSupervisor()`);
+      if (supervisor === null || !supervisor.isFile())
+        throw new QlrError(
+          "not_found",
+          `supervisor bundle ${this.supervisorPath} is missing; build it with buildSupervisor()`,
+        );
     })().catch((error: unknown) => {
       this.prepared = null;
       throw error;
@@ -387,8 +567,20 @@ export class PosixLauncher {
   }
 
   /** The supervisor was never asked, so nothing ran: the launcher writes the receipt itself and the journal never dangles. */
-  private async failWithoutSupervisor(attemptId: string, startedAtMs: number, spawnError: string): Promise<never> {
-    const receipt = signReceipt(this.hmacKey, { attemptId, startedAtMs, finishedAtMs: this.nowMs(), exitCode: null, signal: null, stopReason: null, spawnError: spawnError.slice(0, SPAWN_ERROR_MAX_LENGTH) });
+  private async failWithoutSupervisor(
+    attemptId: string,
+    startedAtMs: number,
+    spawnError: string,
+  ): Promise<never> {
+    const receipt = signReceipt(this.hmacKey, {
+      attemptId,
+      startedAtMs,
+      finishedAtMs: this.nowMs(),
+      exitCode: null,
+      signal: null,
+      stopReason: null,
+      spawnError: spawnError.slice(0, SPAWN_ERROR_MAX_LENGTH),
+    });
     await writeReceiptExclusive(this.layout, receipt);
     throw new SpawnFailedError(receipt);
   }
@@ -412,9 +604,13 @@ export class PosixLauncher {
     const valid: string[] = [];
     const rejected: { name: string; reason: string }[] = [];
     for (const entry of entries) {
-      const stem = entry.name.endsWith(JOURNAL_SUFFIX) ? entry.name.slice(0, -JOURNAL_SUFFIX.length) : null;
-      if (stem === null) rejected.push({ name: entry.name, reason: `name does not end in ${JOURNAL_SUFFIX}` });
-      else if (!isPortableId(stem)) rejected.push({ name: entry.name, reason: "name is not a portable identity" });
+      const stem = entry.name.endsWith(JOURNAL_SUFFIX)
+        ? entry.name.slice(0, -JOURNAL_SUFFIX.length)
+        : null;
+      if (stem === null)
+        rejected.push({ name: entry.name, reason: `name does not end in ${JOURNAL_SUFFIX}` });
+      else if (!isPortableId(stem))
+        rejected.push({ name: entry.name, reason: "name is not a portable identity" });
       else if (!entry.isFile()) rejected.push({ name: entry.name, reason: "not a regular file" });
       else valid.push(stem);
     }
@@ -441,15 +637,26 @@ export class PosixLauncher {
    * finishes; a file without its journal can never be left behind. A missing file is fine
    * (a task that never logged, a discard repeated after a crash).
    */
-  async discard(attemptIds: readonly string[], beforeJournal?: () => void | Promise<void>): Promise<void> {
+  async discard(
+    attemptIds: readonly string[],
+    beforeJournal?: () => void | Promise<void>,
+  ): Promise<void> {
     const ids = attemptIds.map((attemptId) => assertPortableId(attemptId, "attemptId"));
     if (ids.length === 0) return;
     for (const attemptId of ids) {
-      for (const path of attemptFilesBesideJournal(this.layout, attemptId)) await unlinkIfPresent(path);
+      for (const path of attemptFilesBesideJournal(this.layout, attemptId))
+        await unlinkIfPresent(path);
       // Removes symbolic links a task left there, never what they point to.
       await rm(attemptWorkPath(this.layout, attemptId), { recursive: true, force: true });
     }
-    for (const directory of [this.layout.logsDir, this.layout.stopsDir, this.layout.spawnsDir, this.layout.receiptsDir, this.layout.workDir]) await fsyncDirectoryIfPresent(directory);
+    for (const directory of [
+      this.layout.logsDir,
+      this.layout.stopsDir,
+      this.layout.spawnsDir,
+      this.layout.receiptsDir,
+      this.layout.workDir,
+    ])
+      await fsyncDirectoryIfPresent(directory);
     await beforeJournal?.();
     for (const attemptId of ids) await unlinkIfPresent(journalPath(this.layout, attemptId));
     // Not fsynced: a journal record that a power loss brings back is an orphan the next
@@ -473,8 +680,13 @@ export class PosixLauncher {
     } catch (error) {
       return { status: "invalid", reason: `journal unusable: ${errorMessage(error)}` };
     }
-    if (journal === null) return { status: "invalid", reason: "no journal record for this receipt" };
-    if (journal.startedAtMs !== checked.receipt.startedAtMs) return { status: "invalid", reason: `receipt startedAtMs ${checked.receipt.startedAtMs} differs from the journal's ${journal.startedAtMs}` };
+    if (journal === null)
+      return { status: "invalid", reason: "no journal record for this receipt" };
+    if (journal.startedAtMs !== checked.receipt.startedAtMs)
+      return {
+        status: "invalid",
+        reason: `receipt startedAtMs ${checked.receipt.startedAtMs} differs from the journal's ${journal.startedAtMs}`,
+      };
     return { status: "valid", receipt: checked.receipt };
   }
 
@@ -484,9 +696,15 @@ export class PosixLauncher {
    * since a reboot ends every process of the earlier boot.
    */
   async inspect(handle: ProcessHandle): Promise<Inspection> {
-    if (!Number.isSafeInteger(handle.pid) || handle.pid <= 0 || !/^[0-9]+$/.test(handle.processStartTicks)) return { state: "unverifiable", reason: "the handle is malformed" };
+    if (
+      !Number.isSafeInteger(handle.pid) ||
+      handle.pid <= 0 ||
+      !/^[0-9]+$/.test(handle.processStartTicks)
+    )
+      return { state: "unverifiable", reason: "the handle is malformed" };
     const bootId = await readBootId(this.procRoot);
-    if (bootId === null) return { state: "unverifiable", reason: `no boot id under ${this.procRoot}` };
+    if (bootId === null)
+      return { state: "unverifiable", reason: `no boot id under ${this.procRoot}` };
     if (bootId !== handle.bootId) return { state: "not_running" };
     const reading = await readProcStat(handle.pid, this.procRoot);
     if (reading.kind === "unreadable") return { state: "unverifiable", reason: reading.reason };
@@ -503,23 +721,36 @@ export class PosixLauncher {
    */
   stop(handle: ProcessHandle, reason: StopReason): Promise<StopResult> {
     const attemptId = assertPortableId(handle.attemptId, "attemptId");
-    if (!isStopReason(reason)) throw new QlrError("invalid_request", `stop reason must be cancel, timeout or shutdown, got ${String(reason)}`);
+    if (!isStopReason(reason))
+      throw new QlrError(
+        "invalid_request",
+        `stop reason must be cancel, timeout or shutdown, got ${String(reason)}`,
+      );
     const inFlight = this.stopsInFlight.get(attemptId);
     if (inFlight !== undefined) return inFlight;
-    const stopping = this.stopExact(handle, reason).finally(() => this.stopsInFlight.delete(attemptId));
+    const stopping = this.stopExact(handle, reason).finally(() =>
+      this.stopsInFlight.delete(attemptId),
+    );
     this.stopsInFlight.set(attemptId, stopping);
     return stopping;
   }
 
   private async stopExact(handle: ProcessHandle, reason: StopReason): Promise<StopResult> {
     await this.prepare();
-    const recordedReason = await recordStopIntent(this.layout, handle.attemptId, reason, this.nowMs());
+    const recordedReason = await recordStopIntent(
+      this.layout,
+      handle.attemptId,
+      reason,
+      this.nowMs(),
+    );
     const signalsSent: ("SIGTERM" | "SIGKILL")[] = [];
     let inspection = await this.signalIfSame(handle, "SIGTERM", signalsSent);
-    if (inspection.state === "running") inspection = await this.waitWhileRunning(handle, this.graceMs);
+    if (inspection.state === "running")
+      inspection = await this.waitWhileRunning(handle, this.graceMs);
     if (inspection.state === "running") {
       inspection = await this.signalIfSame(handle, "SIGKILL", signalsSent);
-      if (inspection.state === "running") inspection = await this.waitWhileRunning(handle, KILL_SETTLE_MS);
+      if (inspection.state === "running")
+        inspection = await this.waitWhileRunning(handle, KILL_SETTLE_MS);
     }
     return { signalsSent, finalInspection: inspection, recordedReason };
   }
@@ -530,7 +761,11 @@ export class PosixLauncher {
    * supervisor and have its pid reused by a new group leader, which needs the pid space to
    * wrap within microseconds.
    */
-  private async signalIfSame(handle: ProcessHandle, signal: "SIGTERM" | "SIGKILL", signalsSent: ("SIGTERM" | "SIGKILL")[]): Promise<Inspection> {
+  private async signalIfSame(
+    handle: ProcessHandle,
+    signal: "SIGTERM" | "SIGKILL",
+    signalsSent: ("SIGTERM" | "SIGKILL")[],
+  ): Promise<Inspection> {
     const inspection = await this.inspect(handle);
     if (inspection.state !== "running") return inspection;
     try {

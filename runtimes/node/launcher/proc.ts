@@ -27,7 +27,10 @@ export function parseProcStat(text: string): ProcStat | null {
   const commandEnd = text.lastIndexOf(")");
   if (commandEnd < 0) return null;
   // After ") " the fields start at field 3; field N is at index N - 3.
-  const fields = text.slice(commandEnd + 1).trim().split(/\s+/);
+  const fields = text
+    .slice(commandEnd + 1)
+    .trim()
+    .split(/\s+/);
   const state = fields[0];
   const parentPid = Number(fields[1]);
   const processGroupId = Number(fields[2]);
@@ -49,7 +52,9 @@ function statPath(procRoot: string, pid: number): string {
 
 function classifyStat(text: string): ProcStatReading {
   const stat = parseProcStat(text);
-  return stat === null ? { kind: "unreadable", reason: "unparseable /proc stat line" } : { kind: "present", stat };
+  return stat === null
+    ? { kind: "unreadable", reason: "unparseable /proc stat line" }
+    : { kind: "present", stat };
 }
 
 function classifyError(error: unknown): ProcStatReading {
@@ -59,7 +64,10 @@ function classifyError(error: unknown): ProcStatReading {
   return { kind: "unreadable", reason: `reading /proc failed: ${code ?? String(error)}` };
 }
 
-export async function readProcStat(pid: number, procRoot: string = DEFAULT_PROC_ROOT): Promise<ProcStatReading> {
+export async function readProcStat(
+  pid: number,
+  procRoot: string = DEFAULT_PROC_ROOT,
+): Promise<ProcStatReading> {
   try {
     return classifyStat(await readFile(statPath(procRoot, pid), "utf8"));
   } catch (error) {
@@ -71,7 +79,10 @@ export async function readProcStat(pid: number, procRoot: string = DEFAULT_PROC_
  * The synchronous reading is for the supervisor right after spawn: it runs before the event
  * loop can reap the child, so even a task that exits at once still has its /proc entry.
  */
-export function readProcStatSync(pid: number, procRoot: string = DEFAULT_PROC_ROOT): ProcStatReading {
+export function readProcStatSync(
+  pid: number,
+  procRoot: string = DEFAULT_PROC_ROOT,
+): ProcStatReading {
   try {
     return classifyStat(readFileSync(statPath(procRoot, pid), "utf8"));
   } catch (error) {
@@ -92,9 +103,17 @@ export async function readBootId(procRoot: string = DEFAULT_PROC_ROOT): Promise<
 }
 
 /** True when the exact process (pid and start ticks) exists and has not exited. */
-export async function isAlive(pid: number, startTicks: string, procRoot: string = DEFAULT_PROC_ROOT): Promise<boolean> {
+export async function isAlive(
+  pid: number,
+  startTicks: string,
+  procRoot: string = DEFAULT_PROC_ROOT,
+): Promise<boolean> {
   const reading = await readProcStat(pid, procRoot);
-  return reading.kind === "present" && reading.stat.startTicks === startTicks && !isExitedState(reading.stat.state);
+  return (
+    reading.kind === "present" &&
+    reading.stat.startTicks === startTicks &&
+    !isExitedState(reading.stat.state)
+  );
 }
 
 /** Z is a zombie (exited, waiting for its parent to reap it); X is dead. Neither runs code again. */
@@ -106,13 +125,21 @@ export function isExitedState(state: string): boolean {
  * The live members of a process group, found by scanning /proc. Used by diagnostics and tests;
  * the scan is bounded by the number of processes on the machine.
  */
-export async function listProcessGroupMembers(processGroupId: number, procRoot: string = DEFAULT_PROC_ROOT): Promise<number[]> {
+export async function listProcessGroupMembers(
+  processGroupId: number,
+  procRoot: string = DEFAULT_PROC_ROOT,
+): Promise<number[]> {
   const members: number[] = [];
   for (const entry of await readdir(procRoot)) {
     if (!/^[0-9]+$/.test(entry)) continue;
     const pid = Number(entry);
     const reading = await readProcStat(pid, procRoot);
-    if (reading.kind === "present" && reading.stat.processGroupId === processGroupId && !isExitedState(reading.stat.state)) members.push(pid);
+    if (
+      reading.kind === "present" &&
+      reading.stat.processGroupId === processGroupId &&
+      !isExitedState(reading.stat.state)
+    )
+      members.push(pid);
   }
   return members;
 }

@@ -6,7 +6,11 @@ import { isPortableId } from "../../../src/identity.ts";
 import type { JsonValue } from "../../../src/canonical-json.ts";
 import { MAX_OUTPUT_BYTES } from "../../../src/task-output.ts";
 import { QlrError, errorCode } from "../../../src/errors.ts";
-import { createFileExclusiveDurable, ensureDurableDirectories, readSmallFile } from "./durable-file.ts";
+import {
+  createFileExclusiveDurable,
+  ensureDurableDirectories,
+  readSmallFile,
+} from "./durable-file.ts";
 import { receiptPath, stateLayout, type StateLayout } from "./state-layout.ts";
 
 export const STOP_REASONS = ["cancel", "timeout", "shutdown"] as const;
@@ -42,8 +46,28 @@ export interface CompletionReceipt {
 
 export type UnsignedReceipt = Omit<CompletionReceipt, "mac">;
 
-const RECEIPT_KEYS = ["attemptId", "exitCode", "finishedAtMs", "mac", "signal", "spawnError", "startedAtMs", "stopReason"];
-const RECEIPT_KEYS_WITH_OUTPUT = ["attemptId", "exitCode", "finishedAtMs", "mac", "output", "outputError", "signal", "spawnError", "startedAtMs", "stopReason"];
+const RECEIPT_KEYS = [
+  "attemptId",
+  "exitCode",
+  "finishedAtMs",
+  "mac",
+  "signal",
+  "spawnError",
+  "startedAtMs",
+  "stopReason",
+];
+const RECEIPT_KEYS_WITH_OUTPUT = [
+  "attemptId",
+  "exitCode",
+  "finishedAtMs",
+  "mac",
+  "output",
+  "outputError",
+  "signal",
+  "spawnError",
+  "startedAtMs",
+  "stopReason",
+];
 /** Room for the largest output (MAX_OUTPUT_BYTES of canonical JSON) besides the receipt's own fields. */
 export const RECEIPT_MAX_BYTES = 16 * 1024 + MAX_OUTPUT_BYTES;
 /** Output refusal reasons are clipped like spawn errors. */
@@ -61,42 +85,87 @@ export function receiptMac(key: Uint8Array, fields: UnsignedReceipt): string {
   const output = fields.output ?? null;
   const outputError = fields.outputError ?? null;
   const withOutput = output === null && outputError === null ? {} : { output, outputError };
-  return hmacSha256Hex(key, canonicalJson({ attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError, ...withOutput }));
+  return hmacSha256Hex(
+    key,
+    canonicalJson({
+      attemptId,
+      startedAtMs,
+      finishedAtMs,
+      exitCode,
+      signal,
+      stopReason,
+      spawnError,
+      ...withOutput,
+    }),
+  );
 }
 
 export function signReceipt(key: Uint8Array, fields: UnsignedReceipt): CompletionReceipt {
   const { attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError } = fields;
   const output = fields.output ?? null;
   const outputError = fields.outputError ?? null;
-  return { attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError, output, outputError, mac: receiptMac(key, fields) };
+  return {
+    attemptId,
+    startedAtMs,
+    finishedAtMs,
+    exitCode,
+    signal,
+    stopReason,
+    spawnError,
+    output,
+    outputError,
+    mac: receiptMac(key, fields),
+  };
 }
 
 /** Checks the exact shape of a parsed receipt; returns the reason it is not one, or null. */
 function receiptShapeProblem(value: unknown): string | null {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return "not a JSON object";
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    return "not a JSON object";
   const record = value as Record<string, unknown>;
   const keys = Object.keys(record).sort();
   const expected = keys.includes("output") ? RECEIPT_KEYS_WITH_OUTPUT : RECEIPT_KEYS;
-  if (keys.length !== expected.length || keys.some((key, index) => key !== expected[index])) return `fields are [${keys.join(",")}], expected [${expected.join(",")}]`;
-  if (record.outputError !== undefined && record.outputError !== null && typeof record.outputError !== "string") return "outputError is neither text nor null";
+  if (keys.length !== expected.length || keys.some((key, index) => key !== expected[index]))
+    return `fields are [${keys.join(",")}], expected [${expected.join(",")}]`;
+  if (
+    record.outputError !== undefined &&
+    record.outputError !== null &&
+    typeof record.outputError !== "string"
+  )
+    return "outputError is neither text nor null";
   if (!isPortableId(record.attemptId)) return "attemptId is not a portable identity";
-  if (!Number.isSafeInteger(record.startedAtMs) || !Number.isSafeInteger(record.finishedAtMs)) return "times are not integers";
-  if (record.exitCode !== null && !Number.isSafeInteger(record.exitCode)) return "exitCode is neither an integer nor null";
-  if (record.signal !== null && (typeof record.signal !== "string" || !/^SIG[A-Z0-9]+$/.test(record.signal))) return "signal is neither a signal name nor null";
-  if (record.stopReason !== null && !isStopReason(record.stopReason)) return "stopReason is not cancel, timeout, shutdown or null";
-  if (record.spawnError !== null && typeof record.spawnError !== "string") return "spawnError is neither text nor null";
-  if (typeof record.mac !== "string" || !MAC_PATTERN.test(record.mac)) return "mac is not 64 lower-case hex digits";
+  if (!Number.isSafeInteger(record.startedAtMs) || !Number.isSafeInteger(record.finishedAtMs))
+    return "times are not integers";
+  if (record.exitCode !== null && !Number.isSafeInteger(record.exitCode))
+    return "exitCode is neither an integer nor null";
+  if (
+    record.signal !== null &&
+    (typeof record.signal !== "string" || !/^SIG[A-Z0-9]+$/.test(record.signal))
+  )
+    return "signal is neither a signal name nor null";
+  if (record.stopReason !== null && !isStopReason(record.stopReason))
+    return "stopReason is not cancel, timeout, shutdown or null";
+  if (record.spawnError !== null && typeof record.spawnError !== "string")
+    return "spawnError is neither text nor null";
+  if (typeof record.mac !== "string" || !MAC_PATTERN.test(record.mac))
+    return "mac is not 64 lower-case hex digits";
   return null;
 }
 
-export type ReceiptCheck = { readonly ok: true; readonly receipt: CompletionReceipt } | { readonly ok: false; readonly reason: string };
+export type ReceiptCheck =
+  | { readonly ok: true; readonly receipt: CompletionReceipt }
+  | { readonly ok: false; readonly reason: string };
 
 /**
  * Parses and authenticates receipt text: exact shape, then a constant-time MAC comparison,
  * then the binding to the attempt id the file is named after (a valid receipt copied to
  * another attempt's name is rejected).
  */
-export function checkReceiptText(key: Uint8Array, text: string, expectedAttemptId: string): ReceiptCheck {
+export function checkReceiptText(
+  key: Uint8Array,
+  text: string,
+  expectedAttemptId: string,
+): ReceiptCheck {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -107,8 +176,13 @@ export function checkReceiptText(key: Uint8Array, text: string, expectedAttemptI
   if (problem !== null) return { ok: false, reason: `receipt shape: ${problem}` };
   const receipt = parsed as CompletionReceipt;
   const { mac, ...fields } = receipt;
-  if (!timingSafeEqualText(receiptMac(key, fields), mac)) return { ok: false, reason: "receipt MAC does not verify" };
-  if (receipt.attemptId !== expectedAttemptId) return { ok: false, reason: `receipt names attempt ${JSON.stringify(receipt.attemptId)}, its file names ${JSON.stringify(expectedAttemptId)}` };
+  if (!timingSafeEqualText(receiptMac(key, fields), mac))
+    return { ok: false, reason: "receipt MAC does not verify" };
+  if (receipt.attemptId !== expectedAttemptId)
+    return {
+      ok: false,
+      reason: `receipt names attempt ${JSON.stringify(receipt.attemptId)}, its file names ${JSON.stringify(expectedAttemptId)}`,
+    };
   return { ok: true, receipt };
 }
 
@@ -117,12 +191,20 @@ export function checkReceiptText(key: Uint8Array, text: string, expectedAttemptI
  * directory). A second write for the same attempt fails with a QlrError `conflict` whose
  * cause has code EEXIST, and the first receipt stays as it was.
  */
-export async function writeReceiptExclusive(layout: StateLayout, receipt: CompletionReceipt): Promise<void> {
+export async function writeReceiptExclusive(
+  layout: StateLayout,
+  receipt: CompletionReceipt,
+): Promise<void> {
   const path = receiptPath(layout, receipt.attemptId);
   try {
     await createFileExclusiveDurable(path, layout.tmpDir, `${canonicalJson({ ...receipt })}\n`);
   } catch (error) {
-    if (errorCode(error) === "EEXIST") throw new QlrError("conflict", `a receipt for ${receipt.attemptId} already exists; receipts are never overwritten`, { cause: error });
+    if (errorCode(error) === "EEXIST")
+      throw new QlrError(
+        "conflict",
+        `a receipt for ${receipt.attemptId} already exists; receipts are never overwritten`,
+        { cause: error },
+      );
     throw error;
   }
 }
@@ -135,9 +217,17 @@ export async function readReceiptKey(keyPath: string): Promise<Uint8Array | null
   if (file === null) return null;
   if (!file.ok) throw new QlrError("integrity", `receipt key ${keyPath} ${file.reason}`);
   const mode = (await stat(keyPath)).mode & 0o777;
-  if ((mode & 0o077) !== 0) throw new QlrError("integrity", `receipt key ${keyPath} has mode ${mode.toString(8)}; it must be readable by its owner only (chmod 600)`);
+  if ((mode & 0o077) !== 0)
+    throw new QlrError(
+      "integrity",
+      `receipt key ${keyPath} has mode ${mode.toString(8)}; it must be readable by its owner only (chmod 600)`,
+    );
   const hex = file.text.trim();
-  if (!new RegExp(`^[0-9a-f]{${RECEIPT_KEY_BYTES * 2}}$`).test(hex)) throw new QlrError("integrity", `receipt key ${keyPath} is not ${RECEIPT_KEY_BYTES * 2} lower-case hex digits`);
+  if (!new RegExp(`^[0-9a-f]{${RECEIPT_KEY_BYTES * 2}}$`).test(hex))
+    throw new QlrError(
+      "integrity",
+      `receipt key ${keyPath} is not ${RECEIPT_KEY_BYTES * 2} lower-case hex digits`,
+    );
   return Uint8Array.from(Buffer.from(hex, "hex"));
 }
 
@@ -153,12 +243,20 @@ export async function loadOrCreateReceiptKey(stateDir: string): Promise<Uint8Arr
   if (existing !== null) return existing;
   await ensureDurableDirectories(layout.stateDir, [layout.tmpDir]);
   try {
-    await createFileExclusiveDurable(layout.receiptKeyPath, layout.tmpDir, `${randomBytes(RECEIPT_KEY_BYTES).toString("hex")}\n`);
+    await createFileExclusiveDurable(
+      layout.receiptKeyPath,
+      layout.tmpDir,
+      `${randomBytes(RECEIPT_KEY_BYTES).toString("hex")}\n`,
+    );
   } catch (error) {
     // Another process created it first: both must use that one key.
     if (errorCode(error) !== "EEXIST") throw error;
   }
   const created = await readReceiptKey(layout.receiptKeyPath);
-  if (created === null) throw new QlrError("storage_unavailable", `receipt key ${layout.receiptKeyPath} vanished right after it was created`);
+  if (created === null)
+    throw new QlrError(
+      "storage_unavailable",
+      `receipt key ${layout.receiptKeyPath} vanished right after it was created`,
+    );
   return created;
 }

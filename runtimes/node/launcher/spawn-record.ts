@@ -20,19 +20,38 @@ export interface SpawnRecord {
 const SPAWN_RECORD_MAX_BYTES = 4096;
 
 export async function writeSpawnRecord(layout: StateLayout, record: SpawnRecord): Promise<void> {
-  await createFileExclusiveDurable(spawnRecordPath(layout, record.attemptId), layout.tmpDir, `${canonicalJson({ ...record })}\n`);
+  await createFileExclusiveDurable(
+    spawnRecordPath(layout, record.attemptId),
+    layout.tmpDir,
+    `${canonicalJson({ ...record })}\n`,
+  );
 }
 
 /** The record, null when there is none, or the reason it cannot be used. */
-export async function readSpawnRecord(layout: StateLayout, attemptId: string): Promise<SpawnRecord | null | { invalid: string }> {
+export async function readSpawnRecord(
+  layout: StateLayout,
+  attemptId: string,
+): Promise<SpawnRecord | null | { invalid: string }> {
   const file = await readSmallFile(spawnRecordPath(layout, attemptId), SPAWN_RECORD_MAX_BYTES);
   if (file === null) return null;
   if (!file.ok) return { invalid: `spawn record ${file.reason}` };
   try {
     const parsed = JSON.parse(file.text) as Record<string, unknown>;
-    if (parsed.attemptId !== attemptId || !isPortableId(parsed.attemptId)) return { invalid: "spawn record names another attempt" };
-    if (!Number.isSafeInteger(parsed.supervisorPid) || typeof parsed.supervisorStartTicks !== "string" || !/^[0-9]+$/.test(parsed.supervisorStartTicks) || typeof parsed.bootId !== "string") return { invalid: "spawn record is malformed" };
-    return { attemptId, supervisorPid: parsed.supervisorPid as number, supervisorStartTicks: parsed.supervisorStartTicks, bootId: parsed.bootId };
+    if (parsed.attemptId !== attemptId || !isPortableId(parsed.attemptId))
+      return { invalid: "spawn record names another attempt" };
+    if (
+      !Number.isSafeInteger(parsed.supervisorPid) ||
+      typeof parsed.supervisorStartTicks !== "string" ||
+      !/^[0-9]+$/.test(parsed.supervisorStartTicks) ||
+      typeof parsed.bootId !== "string"
+    )
+      return { invalid: "spawn record is malformed" };
+    return {
+      attemptId,
+      supervisorPid: parsed.supervisorPid as number,
+      supervisorStartTicks: parsed.supervisorStartTicks,
+      bootId: parsed.bootId,
+    };
   } catch {
     return { invalid: "spawn record is not JSON" };
   }

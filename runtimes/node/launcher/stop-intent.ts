@@ -10,10 +10,19 @@ import { stopIntentPath, type StateLayout } from "./state-layout.ts";
  * after signalling. The first recorded reason wins: a later "shutdown" does not relabel a
  * "cancel" already in flight.
  */
-export async function recordStopIntent(layout: StateLayout, attemptId: string, reason: StopReason, requestedAtMs: number): Promise<StopReason> {
+export async function recordStopIntent(
+  layout: StateLayout,
+  attemptId: string,
+  reason: StopReason,
+  requestedAtMs: number,
+): Promise<StopReason> {
   const path = stopIntentPath(layout, attemptId);
   try {
-    await createFileExclusiveDurable(path, layout.tmpDir, `${canonicalJson({ attemptId, reason, requestedAtMs })}\n`);
+    await createFileExclusiveDurable(
+      path,
+      layout.tmpDir,
+      `${canonicalJson({ attemptId, reason, requestedAtMs })}\n`,
+    );
     return reason;
   } catch (error) {
     if (errorCode(error) !== "EEXIST") throw error;
@@ -22,7 +31,10 @@ export async function recordStopIntent(layout: StateLayout, attemptId: string, r
 }
 
 /** The recorded stop reason, or null when there is none or it cannot be read as one. */
-export async function readStopReason(layout: StateLayout, attemptId: string): Promise<StopReason | null> {
+export async function readStopReason(
+  layout: StateLayout,
+  attemptId: string,
+): Promise<StopReason | null> {
   const file = await readSmallFile(stopIntentPath(layout, attemptId), 4096);
   if (file === null || !file.ok) return null;
   try {

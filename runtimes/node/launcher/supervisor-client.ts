@@ -2,7 +2,17 @@ import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { connect, type Socket } from "node:net";
 import { QlrError, errorCode, errorMessage } from "../../../src/errors.ts";
-import { challengeProof, parseStartupReport, parseSupervisorMessage, proofMatches, SUPERVISOR_MESSAGE_MAX_BYTES, supervisorSocketName, type ClientMessage, type StartupReport, type SupervisorMessage } from "./supervisor-protocol.ts";
+import {
+  challengeProof,
+  parseStartupReport,
+  parseSupervisorMessage,
+  proofMatches,
+  SUPERVISOR_MESSAGE_MAX_BYTES,
+  supervisorSocketName,
+  type ClientMessage,
+  type StartupReport,
+  type SupervisorMessage,
+} from "./supervisor-protocol.ts";
 
 /**
  * The supervisor only shuttles bytes from pipes to files and waits on children; a small heap
@@ -16,7 +26,10 @@ const STARTUP_TIMEOUT_MS = 30_000;
 const REQUEST_TIMEOUT_MS = 30_000;
 const CONNECT_ATTEMPTS = 5;
 
-type Reply = Exclude<SupervisorMessage, { kind: "challenge" } | { kind: "welcome" } | { kind: "exited" }>;
+type Reply = Exclude<
+  SupervisorMessage,
+  { kind: "challenge" } | { kind: "welcome" } | { kind: "exited" }
+>;
 
 export interface SupervisorClientOptions {
   readonly stateDir: string;
@@ -31,7 +44,10 @@ export interface SupervisorClientOptions {
 /** One authenticated connection to the state directory's resident supervisor. */
 class Connection {
   private buffered = "";
-  private readonly waiting = new Map<string, { resolve: (reply: Reply) => void; reject: (error: Error) => void; timer: NodeJS.Timeout }>();
+  private readonly waiting = new Map<
+    string,
+    { resolve: (reply: Reply) => void; reject: (error: Error) => void; timer: NodeJS.Timeout }
+  >();
   closed = false;
 
   constructor(
@@ -46,7 +62,12 @@ class Connection {
       this.closed = true;
       for (const { reject, timer } of this.waiting.values()) {
         clearTimeout(timer);
-        reject(new QlrError("storage_unavailable", "the supervisor connection closed before it answered"));
+        reject(
+          new QlrError(
+            "storage_unavailable",
+            "the supervisor connection closed before it answered",
+          ),
+        );
       }
       this.waiting.clear();
       this.onClose();
@@ -61,7 +82,11 @@ class Connection {
       this.socket.destroy();
       return;
     }
-    for (let newline = this.buffered.indexOf("\n"); newline >= 0; newline = this.buffered.indexOf("\n")) {
+    for (
+      let newline = this.buffered.indexOf("\n");
+      newline >= 0;
+      newline = this.buffered.indexOf("\n")
+    ) {
       const message = parseSupervisorMessage(this.buffered.slice(0, newline));
       this.buffered = this.buffered.slice(newline + 1);
       if (message === null || message.kind === "challenge" || message.kind === "welcome") continue;
@@ -81,12 +106,26 @@ class Connection {
   request(message: Exclude<ClientMessage, { op: "hello" }>): Promise<Reply> {
     const attemptId = message.op === "launch" ? message.spec.attemptId : message.attemptId;
     const key = `${message.op}:${attemptId}`;
-    if (this.closed) return Promise.reject(new QlrError("storage_unavailable", "the supervisor connection is closed"));
-    if (this.waiting.has(key)) return Promise.reject(new QlrError("conflict", `a ${message.op} of ${attemptId} is already waiting for the supervisor`));
+    if (this.closed)
+      return Promise.reject(
+        new QlrError("storage_unavailable", "the supervisor connection is closed"),
+      );
+    if (this.waiting.has(key))
+      return Promise.reject(
+        new QlrError(
+          "conflict",
+          `a ${message.op} of ${attemptId} is already waiting for the supervisor`,
+        ),
+      );
     return new Promise<Reply>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiting.delete(key);
-        reject(new QlrError("storage_unavailable", `the supervisor did not answer a ${message.op} of ${attemptId} within ${REQUEST_TIMEOUT_MS} ms`));
+        reject(
+          new QlrError(
+            "storage_unavailable",
+            `the supervisor did not answer a ${message.op} of ${attemptId} within ${REQUEST_TIMEOUT_MS} ms`,
+          ),
+        );
       }, REQUEST_TIMEOUT_MS);
       this.waiting.set(key, { resolve, reject, timer });
       this.socket.write(`${JSON.stringify(message)}\n`);
@@ -171,10 +210,17 @@ export class SupervisorClient {
       if (socket !== null) return this.handshake(socket);
       const report = await this.startSupervisor();
       // `busy`: another starter won the race; its supervisor answers on the next try.
-      if (report.kind === "failed") throw new QlrError("storage_unavailable", `the supervisor could not start: ${report.reason}`);
+      if (report.kind === "failed")
+        throw new QlrError(
+          "storage_unavailable",
+          `the supervisor could not start: ${report.reason}`,
+        );
       lastProblem = report.kind;
     }
-    throw new QlrError("storage_unavailable", `no supervisor answered after ${CONNECT_ATTEMPTS} attempts (${lastProblem})`);
+    throw new QlrError(
+      "storage_unavailable",
+      `no supervisor answered after ${CONNECT_ATTEMPTS} attempts (${lastProblem})`,
+    );
   }
 
   /** A connected socket, or null when no supervisor listens (ECONNREFUSED/ENOENT). */
@@ -188,7 +234,14 @@ export class SupervisorClient {
       socket.once("error", (error) => {
         const code = errorCode(error);
         if (code === "ECONNREFUSED" || code === "ENOENT") resolve(null);
-        else reject(new QlrError("storage_unavailable", `cannot reach the supervisor: ${errorMessage(error)}`, { cause: error }));
+        else
+          reject(
+            new QlrError(
+              "storage_unavailable",
+              `cannot reach the supervisor: ${errorMessage(error)}`,
+              { cause: error },
+            ),
+          );
       });
     });
   }
@@ -214,11 +267,14 @@ export class SupervisorClient {
           const message = parseSupervisorMessage(buffered.slice(0, newline));
           buffered = buffered.slice(newline + 1);
           if (message?.kind === "challenge") {
-            socket.write(`${JSON.stringify({ op: "hello", proof: challengeProof(key, "client", message.nonce), nonce })}\n`);
+            socket.write(
+              `${JSON.stringify({ op: "hello", proof: challengeProof(key, "client", message.nonce), nonce })}\n`,
+            );
           } else if (message?.kind === "welcome") {
             // A process that does not hold the key (another user squatting on the name) can
             // never answer our challenge: nothing is sent to it.
-            if (!proofMatches(key, "supervisor", nonce, message.proof)) return fail("the supervisor does not hold the receipt key");
+            if (!proofMatches(key, "supervisor", nonce, message.proof))
+              return fail("the supervisor does not hold the receipt key");
             clearTimeout(timer);
             socket.removeListener("data", onData);
             socket.removeAllListeners("close");
@@ -240,13 +296,17 @@ export class SupervisorClient {
     return new Promise<StartupReport>((resolve) => {
       let child;
       try {
-        child = spawn(process.execPath, [...SUPERVISOR_NODE_FLAGS, this.options.supervisorPath, this.options.stateDir], {
-          detached: true,
-          stdio: ["ignore", "ignore", "ignore", "pipe"],
-          env: this.options.supervisorEnv,
-          // The root directory keeps the supervisor from pinning a mount point a task does not use.
-          cwd: "/",
-        });
+        child = spawn(
+          process.execPath,
+          [...SUPERVISOR_NODE_FLAGS, this.options.supervisorPath, this.options.stateDir],
+          {
+            detached: true,
+            stdio: ["ignore", "ignore", "ignore", "pipe"],
+            env: this.options.supervisorEnv,
+            // The root directory keeps the supervisor from pinning a mount point a task does not use.
+            cwd: "/",
+          },
+        );
       } catch (error) {
         resolve({ kind: "failed", reason: errorMessage(error) });
         return;
@@ -261,7 +321,11 @@ export class SupervisorClient {
         child.unref();
         resolve(report);
       };
-      const timer = setTimeout(() => settle({ kind: "failed", reason: `no start-up report within ${STARTUP_TIMEOUT_MS} ms` }), STARTUP_TIMEOUT_MS);
+      const timer = setTimeout(
+        () =>
+          settle({ kind: "failed", reason: `no start-up report within ${STARTUP_TIMEOUT_MS} ms` }),
+        STARTUP_TIMEOUT_MS,
+      );
       child.on("error", (error) => settle({ kind: "failed", reason: error.message }));
       const channel = child.stdio[3];
       if (channel === null || channel === undefined) {
@@ -272,10 +336,20 @@ export class SupervisorClient {
       channel.on("data", (chunk: Buffer) => {
         text += chunk.toString("utf8");
         const newline = text.indexOf("\n");
-        if (newline >= 0) settle(parseStartupReport(text.slice(0, newline)) ?? { kind: "failed", reason: "unreadable start-up report" });
+        if (newline >= 0)
+          settle(
+            parseStartupReport(text.slice(0, newline)) ?? {
+              kind: "failed",
+              reason: "unreadable start-up report",
+            },
+          );
         else if (text.length > 4096) settle({ kind: "failed", reason: "start-up report too long" });
       });
-      channel.once("close", () => setImmediate(() => settle({ kind: "failed", reason: "the supervisor exited before reporting" })));
+      channel.once("close", () =>
+        setImmediate(() =>
+          settle({ kind: "failed", reason: "the supervisor exited before reporting" }),
+        ),
+      );
     });
   }
 }

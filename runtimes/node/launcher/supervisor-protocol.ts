@@ -47,7 +47,12 @@ export type ClientMessage =
 export type SupervisorMessage =
   | { readonly kind: "challenge"; readonly nonce: string }
   | { readonly kind: "welcome"; readonly proof: string; readonly pid: number }
-  | { readonly kind: "started"; readonly attemptId: string; readonly pid: number; readonly startTicks: string | null }
+  | {
+      readonly kind: "started";
+      readonly attemptId: string;
+      readonly pid: number;
+      readonly startTicks: string | null;
+    }
   | { readonly kind: "spawn_failed"; readonly attemptId: string; readonly spawnError: string }
   /** Nothing ran and no receipt was written (no journal, no spawn record possible, a refused id). */
   | { readonly kind: "rejected"; readonly attemptId: string; readonly reason: string }
@@ -57,7 +62,10 @@ export type SupervisorMessage =
   | { readonly kind: "exited"; readonly attemptId: string };
 
 /** The supervisor's start-up line on fd 3 to the process that started it. */
-export type StartupReport = { readonly kind: "ready"; readonly pid: number } | { readonly kind: "busy" } | { readonly kind: "failed"; readonly reason: string };
+export type StartupReport =
+  | { readonly kind: "ready"; readonly pid: number }
+  | { readonly kind: "busy" }
+  | { readonly kind: "failed"; readonly reason: string };
 
 export const SUPERVISOR_STARTUP_FD = 3;
 /** Bounds one message (a launch spec: argv plus env) so a runaway manifest cannot balloon the supervisor. */
@@ -70,11 +78,20 @@ export function supervisorSocketName(stateDir: string): string {
   return `\0qlr-supervisor-${createHash("sha256").update(stateDir, "utf8").digest("hex").slice(0, 40)}`;
 }
 
-export function challengeProof(key: Uint8Array, role: "client" | "supervisor", nonce: string): string {
+export function challengeProof(
+  key: Uint8Array,
+  role: "client" | "supervisor",
+  nonce: string,
+): string {
   return createHmac("sha256", key).update(`qlr-supervisor-${role}:${nonce}`, "utf8").digest("hex");
 }
 
-export function proofMatches(key: Uint8Array, role: "client" | "supervisor", nonce: string, proof: unknown): boolean {
+export function proofMatches(
+  key: Uint8Array,
+  role: "client" | "supervisor",
+  nonce: string,
+  proof: unknown,
+): boolean {
   return typeof proof === "string" && timingSafeEqualText(proof, challengeProof(key, role, nonce));
 }
 
@@ -92,14 +109,27 @@ export function parseSupervisorSpec(value: unknown): SupervisorSpec | string {
   if (typeof value !== "object" || value === null) return "the launch spec is not a JSON object";
   const spec = value as Record<string, unknown>;
   if (!isPortableId(spec.attemptId)) return "the launch spec has no portable attempt id";
-  if (!Array.isArray(spec.argv) || spec.argv.length === 0 || !spec.argv.every((item) => typeof item === "string")) return "the launch spec has no argv";
+  if (
+    !Array.isArray(spec.argv) ||
+    spec.argv.length === 0 ||
+    !spec.argv.every((item) => typeof item === "string")
+  )
+    return "the launch spec has no argv";
   if (!isStringRecord(spec.env)) return "the launch spec env is not a string map";
   if (typeof spec.cwd !== "string") return "the launch spec has no cwd";
-  if (!Number.isSafeInteger(spec.logMaxBytes) || (spec.logMaxBytes as number) < 1) return "the launch spec has no log cap";
-  const isId = (member: unknown): boolean => member === null || (Number.isSafeInteger(member) && (member as number) >= 0);
-  if (!isId(spec.uid) || !isId(spec.gid) || (spec.uid === null) !== (spec.gid === null)) return "the launch spec's uid and gid are not both ids or both null";
-  if (spec.timeoutMs !== null && (!Number.isSafeInteger(spec.timeoutMs) || (spec.timeoutMs as number) < 1)) return "the launch spec's timeoutMs is not a positive integer or null";
-  if (!Number.isSafeInteger(spec.graceMs) || (spec.graceMs as number) < 0) return "the launch spec's graceMs is not a non-negative integer";
+  if (!Number.isSafeInteger(spec.logMaxBytes) || (spec.logMaxBytes as number) < 1)
+    return "the launch spec has no log cap";
+  const isId = (member: unknown): boolean =>
+    member === null || (Number.isSafeInteger(member) && (member as number) >= 0);
+  if (!isId(spec.uid) || !isId(spec.gid) || (spec.uid === null) !== (spec.gid === null))
+    return "the launch spec's uid and gid are not both ids or both null";
+  if (
+    spec.timeoutMs !== null &&
+    (!Number.isSafeInteger(spec.timeoutMs) || (spec.timeoutMs as number) < 1)
+  )
+    return "the launch spec's timeoutMs is not a positive integer or null";
+  if (!Number.isSafeInteger(spec.graceMs) || (spec.graceMs as number) < 0)
+    return "the launch spec's graceMs is not a non-negative integer";
   return spec as unknown as SupervisorSpec;
 }
 
@@ -114,14 +144,18 @@ export function parseClientMessage(line: string): ClientMessage | string {
   const message = parsed as Record<string, unknown>;
   switch (message.op) {
     case "hello":
-      return typeof message.proof === "string" && isNonce(message.nonce) ? { op: "hello", proof: message.proof, nonce: message.nonce } : "malformed hello";
+      return typeof message.proof === "string" && isNonce(message.nonce)
+        ? { op: "hello", proof: message.proof, nonce: message.nonce }
+        : "malformed hello";
     case "launch": {
       const spec = parseSupervisorSpec(message.spec);
       return typeof spec === "string" ? spec : { op: "launch", spec };
     }
     case "stop":
     case "settle":
-      return isPortableId(message.attemptId) ? { op: message.op, attemptId: message.attemptId } : `malformed ${message.op}`;
+      return isPortableId(message.attemptId)
+        ? { op: message.op, attemptId: message.attemptId }
+        : `malformed ${message.op}`;
     default:
       return "unknown op";
   }
@@ -136,24 +170,37 @@ export function parseSupervisorMessage(line: string): SupervisorMessage | null {
   }
   if (typeof parsed !== "object" || parsed === null) return null;
   const message = parsed as Record<string, unknown>;
-  if (message.kind === "challenge") return isNonce(message.nonce) ? { kind: "challenge", nonce: message.nonce } : null;
-  if (message.kind === "welcome") return typeof message.proof === "string" && Number.isSafeInteger(message.pid) ? { kind: "welcome", proof: message.proof, pid: message.pid as number } : null;
+  if (message.kind === "challenge")
+    return isNonce(message.nonce) ? { kind: "challenge", nonce: message.nonce } : null;
+  if (message.kind === "welcome")
+    return typeof message.proof === "string" && Number.isSafeInteger(message.pid)
+      ? { kind: "welcome", proof: message.proof, pid: message.pid as number }
+      : null;
   if (!isPortableId(message.attemptId)) return null;
   const attemptId = message.attemptId;
   switch (message.kind) {
     case "started": {
       if (!Number.isSafeInteger(message.pid) || (message.pid as number) <= 0) return null;
-      const startTicks = typeof message.startTicks === "string" && /^[0-9]+$/.test(message.startTicks) ? message.startTicks : null;
+      const startTicks =
+        typeof message.startTicks === "string" && /^[0-9]+$/.test(message.startTicks)
+          ? message.startTicks
+          : null;
       return { kind: "started", attemptId, pid: message.pid as number, startTicks };
     }
     case "spawn_failed":
-      return typeof message.spawnError === "string" ? { kind: "spawn_failed", attemptId, spawnError: message.spawnError } : null;
+      return typeof message.spawnError === "string"
+        ? { kind: "spawn_failed", attemptId, spawnError: message.spawnError }
+        : null;
     case "rejected":
-      return typeof message.reason === "string" ? { kind: "rejected", attemptId, reason: message.reason } : null;
+      return typeof message.reason === "string"
+        ? { kind: "rejected", attemptId, reason: message.reason }
+        : null;
     case "stopping":
       return { kind: "stopping", attemptId, known: message.known === true };
     case "settled":
-      return message.state === "spawned" || message.state === "never" ? { kind: "settled", attemptId, state: message.state } : null;
+      return message.state === "spawned" || message.state === "never"
+        ? { kind: "settled", attemptId, state: message.state }
+        : null;
     case "exited":
       return { kind: "exited", attemptId };
     default:
@@ -164,9 +211,11 @@ export function parseSupervisorMessage(line: string): SupervisorMessage | null {
 export function parseStartupReport(line: string): StartupReport | null {
   try {
     const parsed = JSON.parse(line) as Record<string, unknown>;
-    if (parsed.kind === "ready" && Number.isSafeInteger(parsed.pid)) return { kind: "ready", pid: parsed.pid as number };
+    if (parsed.kind === "ready" && Number.isSafeInteger(parsed.pid))
+      return { kind: "ready", pid: parsed.pid as number };
     if (parsed.kind === "busy") return { kind: "busy" };
-    if (parsed.kind === "failed" && typeof parsed.reason === "string") return { kind: "failed", reason: parsed.reason };
+    if (parsed.kind === "failed" && typeof parsed.reason === "string")
+      return { kind: "failed", reason: parsed.reason };
   } catch {
     return null;
   }

@@ -13,20 +13,46 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { appendFileSync, closeSync, existsSync, fsyncSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
+import {
+  appendFileSync,
+  closeSync,
+  existsSync,
+  fsyncSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  writeSync,
+} from "node:fs";
 import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { errorMessage, errorCode } from "../../../src/errors.ts";
 import { readJournalRecord } from "./journal.ts";
 import { readBootId, readProcStatSync } from "./proc.ts";
-import { OUTPUT_ERROR_MAX_LENGTH, readReceiptKey, signReceipt, SPAWN_ERROR_MAX_LENGTH, writeReceiptExclusive, type CompletionReceipt } from "./receipt.ts";
+import {
+  OUTPUT_ERROR_MAX_LENGTH,
+  readReceiptKey,
+  signReceipt,
+  SPAWN_ERROR_MAX_LENGTH,
+  writeReceiptExclusive,
+  type CompletionReceipt,
+} from "./receipt.ts";
 import { NO_OUTPUT } from "../../../src/task-output.ts";
 import { taskOutputPath } from "../task-env.ts";
 import { readTaskOutput } from "../task-output.ts";
 import { writeSpawnRecord } from "./spawn-record.ts";
 import { attemptLogPath, stateLayout, stopIntentPath, type StateLayout } from "./state-layout.ts";
 import { readStopReason, recordStopIntent } from "./stop-intent.ts";
-import { challengeProof, parseClientMessage, proofMatches, SUPERVISOR_MESSAGE_MAX_BYTES, SUPERVISOR_STARTUP_FD, supervisorSocketName, type StartupReport, type SupervisorMessage, type SupervisorSpec } from "./supervisor-protocol.ts";
+import {
+  challengeProof,
+  parseClientMessage,
+  proofMatches,
+  SUPERVISOR_MESSAGE_MAX_BYTES,
+  SUPERVISOR_STARTUP_FD,
+  supervisorSocketName,
+  type StartupReport,
+  type SupervisorMessage,
+  type SupervisorSpec,
+} from "./supervisor-protocol.ts";
 
 /**
  * After the task's leader exits, output still in the pipes is drained for at most this long.
@@ -74,7 +100,13 @@ class CappedLog {
       return;
     }
     if (roomBytes > 0) this.writeAll(chunk.subarray(0, roomBytes));
-    this.writeAll(Buffer.from(`${this.endsWithNewline ? "" : "\n"}[qlr: log truncated at ${this.maxBytes} bytes]\n`, "utf8"), false);
+    this.writeAll(
+      Buffer.from(
+        `${this.endsWithNewline ? "" : "\n"}[qlr: log truncated at ${this.maxBytes} bytes]\n`,
+        "utf8",
+      ),
+      false,
+    );
     this.truncated = true;
   }
 
@@ -163,7 +195,11 @@ function describeError(error: unknown): string {
 /** Best-effort note for failures that leave no receipt (yet); an operator finds it next to the logs. */
 function noteSupervisorFailure(layout: StateLayout, attemptId: string, message: string): void {
   try {
-    appendFileSync(join(layout.logsDir, `${attemptId}.supervisor.log`), `[qlr supervisor] ${message}\n`, { mode: LOG_FILE_MODE });
+    appendFileSync(
+      join(layout.logsDir, `${attemptId}.supervisor.log`),
+      `[qlr supervisor] ${message}\n`,
+      { mode: LOG_FILE_MODE },
+    );
   } catch {
     // The disk is full or the state directory unusable; there is nowhere left to say it.
   }
@@ -190,7 +226,8 @@ function sendStartupReport(report: StartupReport): void {
   }
 }
 
-const sleepMs = (milliseconds: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, milliseconds));
+const sleepMs = (milliseconds: number): Promise<void> =>
+  new Promise((resolve) => setTimeout(resolve, milliseconds));
 
 class ResidentSupervisor {
   private readonly tasks = new Map<string, Task>();
@@ -215,7 +252,11 @@ class ResidentSupervisor {
 
   /** Leaves once nothing is supervised, nothing is pending and nobody is connected for IDLE_EXIT_MS. */
   checkIdle(): void {
-    const idle = this.tasks.size === 0 && this.accepted.size === 0 && this.pendingReceipts === 0 && this.clients.size === 0;
+    const idle =
+      this.tasks.size === 0 &&
+      this.accepted.size === 0 &&
+      this.pendingReceipts === 0 &&
+      this.clients.size === 0;
     if (!idle) {
       if (this.idleTimer !== null) clearTimeout(this.idleTimer);
       this.idleTimer = null;
@@ -223,7 +264,13 @@ class ResidentSupervisor {
     }
     this.idleTimer ??= setTimeout(() => {
       this.idleTimer = null;
-      if (this.tasks.size === 0 && this.accepted.size === 0 && this.pendingReceipts === 0 && this.clients.size === 0) process.exit(0);
+      if (
+        this.tasks.size === 0 &&
+        this.accepted.size === 0 &&
+        this.pendingReceipts === 0 &&
+        this.clients.size === 0
+      )
+        process.exit(0);
     }, IDLE_EXIT_MS);
   }
 
@@ -268,7 +315,11 @@ class ResidentSupervisor {
           clearTimeout(handshakeTimer);
           this.clients.add(socket);
           this.checkIdle();
-          send(socket, { kind: "welcome", proof: challengeProof(this.key, "supervisor", message.nonce), pid: process.pid });
+          send(socket, {
+            kind: "welcome",
+            proof: challengeProof(this.key, "supervisor", message.nonce),
+            pid: process.pid,
+          });
           continue;
         }
         if (message.op === "launch") void this.launch(socket, message.spec);
@@ -301,7 +352,12 @@ class ResidentSupervisor {
   private async launch(socket: Socket, spec: SupervisorSpec): Promise<void> {
     const { attemptId } = spec;
     if (this.tasks.has(attemptId) || this.accepted.has(attemptId) || this.refused.has(attemptId)) {
-      send(socket, { kind: "rejected", attemptId, reason: "this attempt is already known to the supervisor (spawned, being spawned or settled as never spawned)" });
+      send(socket, {
+        kind: "rejected",
+        attemptId,
+        reason:
+          "this attempt is already known to the supervisor (spawned, being spawned or settled as never spawned)",
+      });
       return;
     }
     this.accepted.add(attemptId);
@@ -323,7 +379,12 @@ class ResidentSupervisor {
     } catch (error) {
       return { kind: "rejected", attemptId, reason: `journal unreadable: ${describeError(error)}` };
     }
-    if (journal === null) return { kind: "rejected", attemptId, reason: "no journal record: a task that was not journaled is never started" };
+    if (journal === null)
+      return {
+        kind: "rejected",
+        attemptId,
+        reason: "no journal record: a task that was not journaled is never started",
+      };
     const { startedAtMs } = journal;
 
     const stdoutFile = openLog(this.layout, attemptId, "stdout");
@@ -340,13 +401,22 @@ class ResidentSupervisor {
       stderrLog.close();
     };
     try {
-      await writeSpawnRecord(this.layout, { attemptId, supervisorPid: this.identity.pid, supervisorStartTicks: this.identity.startTicks, bootId: this.identity.bootId });
+      await writeSpawnRecord(this.layout, {
+        attemptId,
+        supervisorPid: this.identity.pid,
+        supervisorStartTicks: this.identity.startTicks,
+        bootId: this.identity.bootId,
+      });
     } catch (error) {
       // No spawn record, no spawn: with a full disk the attempt provably never started (the
       // runtime's settle question gets `never`), which is better than a task nobody can prove.
       closeLogs();
       this.refused.add(attemptId);
-      return { kind: "rejected", attemptId, reason: `the spawn record could not be written: ${describeError(error)}` };
+      return {
+        kind: "rejected",
+        attemptId,
+        reason: `the spawn record could not be written: ${describeError(error)}`,
+      };
     }
 
     const [command, ...args] = spec.argv;
@@ -356,15 +426,23 @@ class ResidentSupervisor {
       // group whose id is its pid; that group is what a stop signals. With a task user the
       // child changes into cwd, then drops supplementary groups, sets the gid, then the uid,
       // all before exec.
-      const identity = spec.uid === null || spec.gid === null ? {} : { uid: spec.uid, gid: spec.gid };
-      child = spawn(command ?? "", args, { detached: true, stdio: ["ignore", "pipe", "pipe"], env: { ...spec.env }, cwd: spec.cwd, ...identity });
+      const identity =
+        spec.uid === null || spec.gid === null ? {} : { uid: spec.uid, gid: spec.gid };
+      child = spawn(command ?? "", args, {
+        detached: true,
+        stdio: ["ignore", "pipe", "pipe"],
+        env: { ...spec.env },
+        cwd: spec.cwd,
+        ...identity,
+      });
     } catch (error) {
       return this.failSpawn(attemptId, startedAtMs, stderrLog, closeLogs, error);
     }
     const spawnFailure = new Promise<unknown>((resolve) => child.once("error", resolve));
     const pid = child.pid;
     // ENOENT, EACCES, a missing cwd: Node reports them through "error" on the next tick.
-    if (pid === undefined) return this.failSpawn(attemptId, startedAtMs, stderrLog, closeLogs, await spawnFailure);
+    if (pid === undefined)
+      return this.failSpawn(attemptId, startedAtMs, stderrLog, closeLogs, await spawnFailure);
     // Read synchronously, before the event loop runs again and could reap a task that exits at
     // once: the /proc entry (a zombie at worst) still carries the start time.
     const stat = readProcStatSync(pid);
@@ -384,10 +462,19 @@ class ResidentSupervisor {
     this.tasks.set(attemptId, task);
     this.scheduleEnforcement();
     void this.superviseToReceipt(task, stdoutLog, stderrLog);
-    return { kind: "started", attemptId, pid, startTicks: stat.kind === "present" ? stat.stat.startTicks : null };
+    return {
+      kind: "started",
+      attemptId,
+      pid,
+      startTicks: stat.kind === "present" ? stat.stat.startTicks : null,
+    };
   }
 
-  private async superviseToReceipt(task: Task, stdoutLog: CappedLog, stderrLog: CappedLog): Promise<void> {
+  private async superviseToReceipt(
+    task: Task,
+    stdoutLog: CappedLog,
+    stderrLog: CappedLog,
+  ): Promise<void> {
     const { child, pid, attemptId } = task;
     const streamsClosed = [
       { stream: child.stdout, log: stdoutLog },
@@ -402,9 +489,11 @@ class ResidentSupervisor {
         stream.once("error", () => resolve());
       });
     });
-    const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-      child.once("exit", (code, signal) => resolve({ code, signal }));
-    });
+    const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>(
+      (resolve) => {
+        child.once("exit", (code, signal) => resolve({ code, signal }));
+      },
+    );
     const finishedAtMs = Date.now();
     task.exited = true;
     // The leader is gone; whatever it left running in its group (a background job holding the
@@ -413,19 +502,35 @@ class ResidentSupervisor {
     // is alive, and an empty group answers ESRCH.
     signalGroup(pid, "SIGKILL");
     let drainTimer: NodeJS.Timeout | undefined;
-    await Promise.race([Promise.all(streamsClosed), new Promise<void>((resolve) => (drainTimer = setTimeout(resolve, PIPE_DRAIN_MAX_MS)))]);
+    await Promise.race([
+      Promise.all(streamsClosed),
+      new Promise<void>((resolve) => (drainTimer = setTimeout(resolve, PIPE_DRAIN_MAX_MS))),
+    ]);
     clearTimeout(drainTimer);
     child.stdout?.destroy();
     child.stderr?.destroy();
     stdoutLog.close();
     stderrLog.close();
-    for (const [stream, log] of [["stdout", stdoutLog], ["stderr", stderrLog]] as const) {
-      if (log.writeError !== null) noteSupervisorFailure(this.layout, attemptId, `${stream} log incomplete: ${log.writeError}`);
+    for (const [stream, log] of [
+      ["stdout", stdoutLog],
+      ["stderr", stderrLog],
+    ] as const) {
+      if (log.writeError !== null)
+        noteSupervisorFailure(
+          this.layout,
+          attemptId,
+          `${stream} log incomplete: ${log.writeError}`,
+        );
     }
     this.pendingReceipts += 1;
     this.tasks.delete(attemptId);
     try {
-      await this.finish(attemptId, task.startedAtMs, { exitCode: exit.code, signal: exit.signal, spawnError: null, finishedAtMs });
+      await this.finish(attemptId, task.startedAtMs, {
+        exitCode: exit.code,
+        signal: exit.signal,
+        spawnError: null,
+        finishedAtMs,
+      });
     } finally {
       this.pendingReceipts -= 1;
       this.broadcast({ kind: "exited", attemptId });
@@ -438,27 +543,55 @@ class ResidentSupervisor {
    * loses it (the supervisor stays for as long as the receipt is pending). EEXIST ends it: a
    * receipt is never replaced.
    */
-  private async finish(attemptId: string, startedAtMs: number, outcome: Pick<CompletionReceipt, "exitCode" | "signal" | "spawnError" | "finishedAtMs">): Promise<boolean> {
+  private async finish(
+    attemptId: string,
+    startedAtMs: number,
+    outcome: Pick<CompletionReceipt, "exitCode" | "signal" | "spawnError" | "finishedAtMs">,
+  ): Promise<boolean> {
     // Read once, after the task's group is gone and before the receipt: the output is signed
     // with the exit code, so it is recorded exactly as the completion is.
-    const { output, outputError } = outcome.spawnError === null ? await readTaskOutput(taskOutputPath(this.layout.stateDir, attemptId)) : NO_OUTPUT;
-    const outputFields = { output, outputError: outputError?.slice(0, OUTPUT_ERROR_MAX_LENGTH) ?? null };
+    const { output, outputError } =
+      outcome.spawnError === null
+        ? await readTaskOutput(taskOutputPath(this.layout.stateDir, attemptId))
+        : NO_OUTPUT;
+    const outputFields = {
+      output,
+      outputError: outputError?.slice(0, OUTPUT_ERROR_MAX_LENGTH) ?? null,
+    };
     let backoffMs = RECEIPT_RETRY_MIN_MS;
     let noted = false;
     for (;;) {
       try {
         const stopReason = await readStopReason(this.layout, attemptId);
-        await writeReceiptExclusive(this.layout, signReceipt(this.key, { attemptId, startedAtMs, stopReason, ...outcome, ...outputFields }));
+        await writeReceiptExclusive(
+          this.layout,
+          signReceipt(this.key, {
+            attemptId,
+            startedAtMs,
+            stopReason,
+            ...outcome,
+            ...outputFields,
+          }),
+        );
         return true;
       } catch (error) {
         if (errorCode((error as { cause?: unknown }).cause) === "EEXIST") {
-          noteSupervisorFailure(this.layout, attemptId, `receipt not written: ${describeError(error)}`);
+          noteSupervisorFailure(
+            this.layout,
+            attemptId,
+            `receipt not written: ${describeError(error)}`,
+          );
           return false;
         }
         // A state directory that is gone (removed by hand) will never take the receipt: give
         // up instead of lingering forever. Anything else (a full disk) is waited out.
         if (!existsSync(this.layout.receiptsDir)) return false;
-        if (!noted) noteSupervisorFailure(this.layout, attemptId, `receipt write failed, retrying until it lands: ${describeError(error)}`);
+        if (!noted)
+          noteSupervisorFailure(
+            this.layout,
+            attemptId,
+            `receipt write failed, retrying until it lands: ${describeError(error)}`,
+          );
         noted = true;
       }
       await sleepMs(backoffMs);
@@ -466,17 +599,32 @@ class ResidentSupervisor {
     }
   }
 
-  private async failBeforeSpawn(attemptId: string, startedAtMs: number, spawnError: string): Promise<SupervisorMessage> {
+  private async failBeforeSpawn(
+    attemptId: string,
+    startedAtMs: number,
+    spawnError: string,
+  ): Promise<SupervisorMessage> {
     this.pendingReceipts += 1;
     try {
-      await this.finish(attemptId, startedAtMs, { exitCode: null, signal: null, spawnError: spawnError.slice(0, SPAWN_ERROR_MAX_LENGTH), finishedAtMs: Date.now() });
+      await this.finish(attemptId, startedAtMs, {
+        exitCode: null,
+        signal: null,
+        spawnError: spawnError.slice(0, SPAWN_ERROR_MAX_LENGTH),
+        finishedAtMs: Date.now(),
+      });
     } finally {
       this.pendingReceipts -= 1;
     }
     return { kind: "spawn_failed", attemptId, spawnError };
   }
 
-  private failSpawn(attemptId: string, startedAtMs: number, stderrLog: CappedLog, closeLogs: () => void, error: unknown): Promise<SupervisorMessage> {
+  private failSpawn(
+    attemptId: string,
+    startedAtMs: number,
+    stderrLog: CappedLog,
+    closeLogs: () => void,
+    error: unknown,
+  ): Promise<SupervisorMessage> {
     const spawnError = describeError(error);
     stderrLog.write(Buffer.from(`[qlr: spawn failed: ${spawnError}]\n`, "utf8"));
     closeLogs();
@@ -500,17 +648,30 @@ class ResidentSupervisor {
     for (const task of this.tasks.values()) {
       if (task.exited) continue;
       const deadlinePassed = task.deadlineAtMs !== null && nowMs >= task.deadlineAtMs;
-      if (task.stopNoticedAtMs === null && (task.stopAsked || deadlinePassed || existsSync(stopIntentPath(this.layout, task.attemptId)))) {
+      if (
+        task.stopNoticedAtMs === null &&
+        (task.stopAsked ||
+          deadlinePassed ||
+          existsSync(stopIntentPath(this.layout, task.attemptId)))
+      ) {
         task.stopNoticedAtMs = nowMs;
         // A deadline the supervisor enforces is recorded like the runtime's own: the receipt says timeout.
-        if (deadlinePassed) void recordStopIntent(this.layout, task.attemptId, "timeout", nowMs).catch(() => undefined);
+        if (deadlinePassed)
+          void recordStopIntent(this.layout, task.attemptId, "timeout", nowMs).catch(
+            () => undefined,
+          );
       }
       if (task.stopNoticedAtMs === null) continue;
-      const backstopMs = task.stopAsked || this.clients.size === 0 ? 0 : task.graceMs + BACKSTOP_MARGIN_MS;
+      const backstopMs =
+        task.stopAsked || this.clients.size === 0 ? 0 : task.graceMs + BACKSTOP_MARGIN_MS;
       if (task.termSentAtMs === null && nowMs >= task.stopNoticedAtMs + backstopMs) {
         task.termSentAtMs = nowMs;
         signalGroup(task.pid, "SIGTERM");
-      } else if (task.termSentAtMs !== null && !task.killSent && nowMs >= task.termSentAtMs + task.graceMs) {
+      } else if (
+        task.termSentAtMs !== null &&
+        !task.killSent &&
+        nowMs >= task.termSentAtMs + task.graceMs
+      ) {
         task.killSent = true;
         signalGroup(task.pid, "SIGKILL");
       }
@@ -531,11 +692,21 @@ function send(socket: Socket, message: SupervisorMessage): void {
   if (!socket.destroyed) socket.write(`${JSON.stringify(message)}\n`);
 }
 
-function openLog(layout: StateLayout, attemptId: string, stream: "stdout" | "stderr"): { ok: true; fd: number } | { ok: false; reason: string } {
+function openLog(
+  layout: StateLayout,
+  attemptId: string,
+  stream: "stdout" | "stderr",
+): { ok: true; fd: number } | { ok: false; reason: string } {
   try {
-    return { ok: true, fd: openSync(attemptLogPath(layout, attemptId, stream), "wx", LOG_FILE_MODE) };
+    return {
+      ok: true,
+      fd: openSync(attemptLogPath(layout, attemptId, stream), "wx", LOG_FILE_MODE),
+    };
   } catch (error) {
-    return { ok: false, reason: `cannot create the ${stream} log: ${errorCode(error) ?? String(error)}` };
+    return {
+      ok: false,
+      reason: `cannot create the ${stream} log: ${errorCode(error) ?? String(error)}`,
+    };
   }
 }
 
@@ -552,16 +723,29 @@ async function main(): Promise<void> {
   try {
     key = await readReceiptKey(layout.receiptKeyPath);
   } catch (error) {
-    sendStartupReport({ kind: "failed", reason: `receipt key unreadable: ${describeError(error)}` });
+    sendStartupReport({
+      kind: "failed",
+      reason: `receipt key unreadable: ${describeError(error)}`,
+    });
     process.exit(70);
   }
   const bootId = await readBootId();
   const ownStat = readProcStatSync(process.pid);
   if (key === null || bootId === null || ownStat.kind !== "present") {
-    sendStartupReport({ kind: "failed", reason: key === null ? `receipt key ${layout.receiptKeyPath} does not exist` : "no /proc to identify processes" });
+    sendStartupReport({
+      kind: "failed",
+      reason:
+        key === null
+          ? `receipt key ${layout.receiptKeyPath} does not exist`
+          : "no /proc to identify processes",
+    });
     process.exit(70);
   }
-  const supervisor = new ResidentSupervisor(layout, key, { pid: process.pid, startTicks: ownStat.stat.startTicks, bootId });
+  const supervisor = new ResidentSupervisor(layout, key, {
+    pid: process.pid,
+    startTicks: ownStat.stat.startTicks,
+    bootId,
+  });
   process.on("SIGTERM", () => supervisor.forward("SIGTERM"));
   process.on("SIGINT", () => supervisor.forward("SIGINT"));
   process.on("SIGHUP", () => undefined);
@@ -569,7 +753,11 @@ async function main(): Promise<void> {
   server.on("error", (error) => {
     // The abstract name is bound: another supervisor of this state directory is alive and is
     // the one to use. Binding is the lock, so there is never a second.
-    sendStartupReport(errorCode(error) === "EADDRINUSE" ? { kind: "busy" } : { kind: "failed", reason: describeError(error) });
+    sendStartupReport(
+      errorCode(error) === "EADDRINUSE"
+        ? { kind: "busy" }
+        : { kind: "failed", reason: describeError(error) },
+    );
     process.exit(errorCode(error) === "EADDRINUSE" ? 0 : 70);
   });
   server.listen({ path: supervisorSocketName(stateDir) }, () => {

@@ -16,7 +16,9 @@ const MAX_ID = 4_294_967_294;
 
 function parseId(text: string): number | null {
   const value = Number(text);
-  return /^[0-9]{1,10}$/.test(text) && Number.isSafeInteger(value) && value <= MAX_ID ? value : null;
+  return /^[0-9]{1,10}$/.test(text) && Number.isSafeInteger(value) && value <= MAX_ID
+    ? value
+    : null;
 }
 
 interface PasswdEntry {
@@ -40,17 +42,22 @@ async function readPasswd(path: string): Promise<PasswdEntry[]> {
 }
 
 /** Resolves `name`, `uid` or `uid:gid`; the answer is a reason when it cannot be resolved. */
-export async function resolveTaskUser(user: string, passwdPath = "/etc/passwd"): Promise<TaskAccount | string> {
+export async function resolveTaskUser(
+  user: string,
+  passwdPath = "/etc/passwd",
+): Promise<TaskAccount | string> {
   const entries = await readPasswd(passwdPath).catch(() => [] as PasswdEntry[]);
   const [uidText, gidText] = user.split(":");
   const uid = uidText === undefined ? null : parseId(uidText);
   if (uid !== null) {
     const gid = gidText === undefined ? null : parseId(gidText);
-    if (gidText !== undefined && gid === null) return `task user ${JSON.stringify(user)}: ${JSON.stringify(gidText)} is not a gid`;
+    if (gidText !== undefined && gid === null)
+      return `task user ${JSON.stringify(user)}: ${JSON.stringify(gidText)} is not a gid`;
     const entry = entries.find((candidate) => candidate.uid === uid);
     return { uid, gid: gid ?? entry?.gid ?? uid, home: entry?.home ?? null };
   }
   const entry = entries.find((candidate) => candidate.name === user);
-  if (entry === undefined) return `task user ${JSON.stringify(user)} is not in ${passwdPath}; give its numeric uid instead`;
+  if (entry === undefined)
+    return `task user ${JSON.stringify(user)} is not in ${passwdPath}; give its numeric uid instead`;
   return { uid: entry.uid, gid: entry.gid, home: entry.home };
 }

@@ -61,7 +61,13 @@ const SNAPSHOT_TEMP_FILE = "snapshot.sqlite.tmp";
 const JOURNAL_FILE = "journal.log";
 
 /** The checkpoint's steps in order, each reported to `faultPoints.duringCheckpoint` once it is done. */
-export const SQLJS_CHECKPOINT_STEPS = ["exported", "temp-synced", "renamed", "directory-synced", "journal-reset"] as const;
+export const SQLJS_CHECKPOINT_STEPS = [
+  "exported",
+  "temp-synced",
+  "renamed",
+  "directory-synced",
+  "journal-reset",
+] as const;
 export type SqlJsCheckpointStep = (typeof SQLJS_CHECKPOINT_STEPS)[number];
 
 /**
@@ -117,17 +123,31 @@ export interface SqlJsFileDriver extends SqlDriver {
   stats(): SqlJsFileStats;
 }
 
-export async function openSqlJsFileDriver(SQL: SqlJsStatic, options: SqlJsFileDriverOptions): Promise<SqlJsFileDriver> {
+export async function openSqlJsFileDriver(
+  SQL: SqlJsStatic,
+  options: SqlJsFileDriverOptions,
+): Promise<SqlJsFileDriver> {
   const fs = options.fs ?? nodeDurableFs;
   const directory = resolve(options.path);
   try {
     fs.mkdirp(directory, DIRECTORY_MODE);
   } catch (error) {
-    throw new QlrError("storage_unavailable", `The database directory ${directory} could not be created.`, { cause: error });
+    throw new QlrError(
+      "storage_unavailable",
+      `The database directory ${directory} could not be created.`,
+      { cause: error },
+    );
   }
   const lock = await acquireLock(directory, fs);
   try {
-    return new SqlJsFileStore(SQL, fs, directory, lock, loadDurableState(SQL, fs, directory, options), options);
+    return new SqlJsFileStore(
+      SQL,
+      fs,
+      directory,
+      lock,
+      loadDurableState(SQL, fs, directory, options),
+      options,
+    );
   } catch (error) {
     lock.release();
     throw error;
@@ -196,10 +216,16 @@ class SqlJsFileStore implements SqlJsFileDriver {
   ) {
     this.queue = new SerialQueue(`The sqljs-file driver for ${directory} is closed.`);
     this.faults = options.faultPoints ?? {};
-    this.checkpointJournalBytes = Math.max(1, options.checkpointJournalBytes ?? DEFAULT_CHECKPOINT_JOURNAL_BYTES);
+    this.checkpointJournalBytes = Math.max(
+      1,
+      options.checkpointJournalBytes ?? DEFAULT_CHECKPOINT_JOURNAL_BYTES,
+    );
     // A reopened large database amortises its next snapshot over as much journal as the last one.
     this.lastSnapshotBytes = loaded.snapshotBytes;
-    this.nextCheckpointJournalBytes = Math.min(MAX_CHECKPOINT_JOURNAL_BYTES, Math.max(this.checkpointJournalBytes, loaded.snapshotBytes));
+    this.nextCheckpointJournalBytes = Math.min(
+      MAX_CHECKPOINT_JOURNAL_BYTES,
+      Math.max(this.checkpointJournalBytes, loaded.snapshotBytes),
+    );
     this.connection = loaded.connection;
     this.journal = loaded.journal;
     this.dictionary = loaded.dictionary;
@@ -246,7 +272,8 @@ class SqlJsFileStore implements SqlJsFileDriver {
         state.pending = this.appendRecord(usable);
       },
       commitFailed: () => {
-        if (state.pending !== undefined) this.cutJournalBack(usable.journal, state.pending.journalBytesBefore);
+        if (state.pending !== undefined)
+          this.cutJournalBack(usable.journal, state.pending.journalBytesBefore);
       },
     });
     const pending = state.pending;
@@ -264,7 +291,10 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private appendRecord(usable: Usable): PendingRecord | undefined {
     const unjournaled = usable.connection.unjournaledChangeBy();
     if (unjournaled !== undefined) {
-      throw new QlrError("internal", `A statement failed after changing rows (an OR FAIL conflict clause?); the journal cannot replay that, so the transaction was rolled back (in: ${unjournaled}).`);
+      throw new QlrError(
+        "internal",
+        `A statement failed after changing rows (an OR FAIL conflict clause?); the journal cannot replay that, so the transaction was rolled back (in: ${unjournaled}).`,
+      );
     }
     const writes: readonly RecordedWrite[] = usable.connection.recordedWrites();
     if (writes.length === 0) return undefined;
@@ -280,7 +310,11 @@ class SqlJsFileStore implements SqlJsFileDriver {
       this.faults.beforeJournalSync?.();
     } catch (error) {
       this.cutJournalBack(usable.journal, journalBytesBefore);
-      throw new QlrError("storage_unavailable", `The journal in ${this.directory} could not be written (${errorMessage(error)}); the transaction was rolled back.`, { cause: error });
+      throw new QlrError(
+        "storage_unavailable",
+        `The journal in ${this.directory} could not be written (${errorMessage(error)}); the transaction was rolled back.`,
+        { cause: error },
+      );
     }
     try {
       this.fs.fdatasync(usable.journal);
@@ -288,13 +322,21 @@ class SqlJsFileStore implements SqlJsFileDriver {
       // Never retried: after a failed sync the kernel may have dropped the record's pages and
       // marked them clean, so a second sync would succeed without making them durable.
       this.failure = error;
-      throw new QlrError("storage_unavailable", `The journal in ${this.directory} could not be synced (${errorMessage(error)}); the transaction was rolled back and the store reopens from what is durable before its next write.`, { cause: error });
+      throw new QlrError(
+        "storage_unavailable",
+        `The journal in ${this.directory} could not be synced (${errorMessage(error)}); the transaction was rolled back and the store reopens from what is durable before its next write.`,
+        { cause: error },
+      );
     }
     try {
       this.faults.afterJournalSync?.();
     } catch (error) {
       this.cutJournalBack(usable.journal, journalBytesBefore);
-      throw new QlrError("storage_unavailable", `The transaction in ${this.directory} failed after its journal record was synced; it was rolled back.`, { cause: error });
+      throw new QlrError(
+        "storage_unavailable",
+        `The transaction in ${this.directory} failed after its journal record was synced; it was rolled back.`,
+        { cause: error },
+      );
     }
     return { sequence, journalBytesBefore, adoption };
   }
@@ -323,7 +365,10 @@ class SqlJsFileStore implements SqlJsFileDriver {
       // The journal may grow to the size of the snapshot before the next one is written, so a
       // snapshot's bytes are amortised over at least as many journal bytes: flash writes per
       // commit stay bounded by about twice the journal record, however large the database grows.
-      this.nextCheckpointJournalBytes = Math.min(MAX_CHECKPOINT_JOURNAL_BYTES, Math.max(this.checkpointJournalBytes, this.lastSnapshotBytes));
+      this.nextCheckpointJournalBytes = Math.min(
+        MAX_CHECKPOINT_JOURNAL_BYTES,
+        Math.max(this.checkpointJournalBytes, this.lastSnapshotBytes),
+      );
     } catch {
       this.nextCheckpointJournalBytes = this.journalBytes + this.checkpointJournalBytes;
     }
@@ -342,7 +387,11 @@ class SqlJsFileStore implements SqlJsFileDriver {
     try {
       image = connection.db.export();
     } catch (error) {
-      throw new QlrError("storage_unavailable", "sql.js could not export the database for a checkpoint.", { cause: error });
+      throw new QlrError(
+        "storage_unavailable",
+        "sql.js could not export the database for a checkpoint.",
+        { cause: error },
+      );
     } finally {
       connection.applyPragmas();
     }
@@ -372,7 +421,11 @@ class SqlJsFileStore implements SqlJsFileDriver {
       // A half-written temporary file holds space a full disk needs back (the open removes it too).
       if (!renamed) removeQuietly(this.fs, tempPath);
       if (isQlrError(error)) throw error;
-      throw new QlrError("storage_unavailable", `The snapshot in ${this.directory} could not be written (${errorMessage(error)}).`, { cause: error });
+      throw new QlrError(
+        "storage_unavailable",
+        `The snapshot in ${this.directory} could not be written (${errorMessage(error)}).`,
+        { cause: error },
+      );
     }
     this.snapshotSequence = this.sequence;
     // Every journal record is in a durable snapshot now: none is needed to reopen.
@@ -384,7 +437,11 @@ class SqlJsFileStore implements SqlJsFileDriver {
       this.fs.fsync(journal);
     } catch (error) {
       this.failure = error;
-      throw new QlrError("storage_unavailable", `The journal in ${this.directory} could not be reset after a checkpoint.`, { cause: error });
+      throw new QlrError(
+        "storage_unavailable",
+        `The journal in ${this.directory} could not be reset after a checkpoint.`,
+        { cause: error },
+      );
     }
     this.checkpoints += 1;
     this.faults.duringCheckpoint?.("journal-reset");
@@ -397,11 +454,13 @@ class SqlJsFileStore implements SqlJsFileDriver {
    * replayed as at open. If that fails too, the store stays refused and the next call tries again.
    */
   private usable(): Usable {
-    if (this.failure === undefined && this.connection !== undefined && this.journal !== undefined) return { connection: this.connection, journal: this.journal };
+    if (this.failure === undefined && this.connection !== undefined && this.journal !== undefined)
+      return { connection: this.connection, journal: this.journal };
     try {
       if (this.journal !== undefined) {
         const journal = this.journal;
-        if (this.fs.sizeOf(journal) > this.neededJournalBytes) this.fs.truncate(journal, this.neededJournalBytes);
+        if (this.fs.sizeOf(journal) > this.neededJournalBytes)
+          this.fs.truncate(journal, this.neededJournalBytes);
         this.fs.fsync(journal);
         this.journal = undefined;
         closeQuietly(this.fs, journal);
@@ -423,13 +482,18 @@ class SqlJsFileStore implements SqlJsFileDriver {
     } catch (error) {
       const cause = this.failure ?? error;
       this.failure = cause;
-      throw new QlrError("storage_unavailable", `The store in ${this.directory} stopped after a failed write or sync and could not yet be reopened from what is durable (${errorMessage(error)}).`, { cause: error });
+      throw new QlrError(
+        "storage_unavailable",
+        `The store in ${this.directory} stopped after a failed write or sync and could not yet be reopened from what is durable (${errorMessage(error)}).`,
+        { cause: error },
+      );
     }
   }
 
   private shutdown(): void {
     try {
-      if (this.failure === undefined && this.connection !== undefined && this.journal !== undefined) this.checkpointNow({ connection: this.connection, journal: this.journal });
+      if (this.failure === undefined && this.connection !== undefined && this.journal !== undefined)
+        this.checkpointNow({ connection: this.connection, journal: this.journal });
     } catch {
       // The journal still holds every commit, so a failed final checkpoint loses nothing.
     } finally {
@@ -452,7 +516,12 @@ interface Usable {
  * Loads the snapshot, replays the journal and cuts a torn tail; the caller holds the lock. Used
  * by the open and by the reopen after a failure.
  */
-function loadDurableState(SQL: SqlJsStatic, fs: DurableFs, directory: string, options: SqlJsFileDriverOptions): LoadedState {
+function loadDurableState(
+  SQL: SqlJsStatic,
+  fs: DurableFs,
+  directory: string,
+  options: SqlJsFileDriverOptions,
+): LoadedState {
   const snapshotPath = join(directory, SNAPSHOT_FILE);
   const journalPath = join(directory, JOURNAL_FILE);
   let connection: SqlJsConnection | undefined;
@@ -475,7 +544,10 @@ function loadDurableState(SQL: SqlJsStatic, fs: DurableFs, directory: string, op
     const openConnection = connection;
     const scan = scanJournalAt(fs, journalPath, journalExisted, (record) => {
       if (previousRecordSequence !== undefined && record.sequence !== previousRecordSequence + 1) {
-        throw corrupt(record.offset, `its sequence ${record.sequence} does not follow the previous record's ${previousRecordSequence}`);
+        throw corrupt(
+          record.offset,
+          `its sequence ${record.sequence} does not follow the previous record's ${previousRecordSequence}`,
+        );
       }
       previousRecordSequence = record.sequence;
       // Decoding even skipped records keeps the statement-id numbering the same as the writer's.
@@ -485,7 +557,10 @@ function loadDurableState(SQL: SqlJsStatic, fs: DurableFs, directory: string, op
         return;
       }
       if (record.sequence !== sequence + 1) {
-        throw corrupt(record.offset, `its sequence ${record.sequence} leaves a gap after sequence ${sequence} of the snapshot`);
+        throw corrupt(
+          record.offset,
+          `its sequence ${record.sequence} leaves a gap after sequence ${sequence} of the snapshot`,
+        );
       }
       replayRecord(openConnection, record, statements);
       sequence = record.sequence;
@@ -506,12 +581,24 @@ function loadDurableState(SQL: SqlJsStatic, fs: DurableFs, directory: string, op
       journalBytes = 0;
       dictionary.reset();
     }
-    return { connection, journal, dictionary, journalBytes, sequence, snapshotSequence, snapshotBytes: loaded.imageBytes };
+    return {
+      connection,
+      journal,
+      dictionary,
+      journalBytes,
+      sequence,
+      snapshotSequence,
+      snapshotBytes: loaded.imageBytes,
+    };
   } catch (error) {
     if (journal !== undefined) closeQuietly(fs, journal);
     connection?.close();
     if (isQlrError(error)) throw error;
-    throw new QlrError("storage_unavailable", `The database in ${directory} could not be opened (${errorMessage(error)}).`, { cause: error });
+    throw new QlrError(
+      "storage_unavailable",
+      `The database in ${directory} could not be opened (${errorMessage(error)}).`,
+      { cause: error },
+    );
   }
 }
 
@@ -521,11 +608,21 @@ function loadDurableState(SQL: SqlJsStatic, fs: DurableFs, directory: string, op
  * so the next large allocation (the journal, read next) can reclaim them and the open does not
  * hold the image twice over while it replays.
  */
-function loadSnapshot(SQL: SqlJsStatic, fs: DurableFs, snapshotPath: string, options: SqlJsFileDriverOptions): { connection: SqlJsConnection; includedSequence: number; imageBytes: number } {
-  const snapshot = fs.exists(snapshotPath) ? decodeSnapshot(asBuffer(fs.readFile(snapshotPath)), snapshotPath) : undefined;
+function loadSnapshot(
+  SQL: SqlJsStatic,
+  fs: DurableFs,
+  snapshotPath: string,
+  options: SqlJsFileDriverOptions,
+): { connection: SqlJsConnection; includedSequence: number; imageBytes: number } {
+  const snapshot = fs.exists(snapshotPath)
+    ? decodeSnapshot(asBuffer(fs.readFile(snapshotPath)), snapshotPath)
+    : undefined;
   try {
     return {
-      connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), { ...options, trackWrites: true }),
+      connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), {
+        ...options,
+        trackWrites: true,
+      }),
       includedSequence: snapshot?.includedSequence ?? 0,
       imageBytes: snapshot?.image.length ?? 0,
     };
@@ -535,17 +632,30 @@ function loadSnapshot(SQL: SqlJsStatic, fs: DurableFs, snapshotPath: string, opt
 }
 
 /** Scans the journal file record by record (journal.ts), through its own read-only handle. */
-function scanJournalAt(fs: DurableFs, journalPath: string, exists: boolean, onRecord: (record: ParsedRecord) => void): JournalScan {
+function scanJournalAt(
+  fs: DurableFs,
+  journalPath: string,
+  exists: boolean,
+  onRecord: (record: ParsedRecord) => void,
+): JournalScan {
   if (!exists) return { validBytes: 0, tornTailBytes: 0 };
   const handle = fs.open(journalPath, "read");
   try {
-    return scanJournalFile((position, length) => asBuffer(fs.read(handle, position, length)), fs.sizeOf(handle), onRecord);
+    return scanJournalFile(
+      (position, length) => asBuffer(fs.read(handle, position, length)),
+      fs.sizeOf(handle),
+      onRecord,
+    );
   } finally {
     fs.close(handle);
   }
 }
 
-function replayRecord(connection: SqlJsConnection, record: ParsedRecord, statements: readonly RecordedWrite[]): void {
+function replayRecord(
+  connection: SqlJsConnection,
+  record: ParsedRecord,
+  statements: readonly RecordedWrite[],
+): void {
   try {
     connection.begin();
     for (const statement of statements) connection.query(statement.sql, statement.params);
@@ -553,7 +663,11 @@ function replayRecord(connection: SqlJsConnection, record: ParsedRecord, stateme
   } catch (error) {
     connection.rollbackQuietly();
     const reason = errorMessage(error);
-    throw corrupt(record.offset, `record ${record.sequence} does not replay on the snapshot (${reason})`, error);
+    throw corrupt(
+      record.offset,
+      `record ${record.sequence} does not replay on the snapshot (${reason})`,
+      error,
+    );
   }
 }
 

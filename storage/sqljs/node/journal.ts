@@ -50,7 +50,12 @@ const COMPRESSION_WINDOW_BYTES = 8 * 1024;
  * already require.
  */
 function compressPayload(json: Buffer, window: Buffer): Buffer {
-  const compressed = deflateRawSync(json, { level: 6, memLevel: 8, strategy: zlibConstants.Z_DEFAULT_STRATEGY, ...(window.length > 0 ? { dictionary: window } : {}) });
+  const compressed = deflateRawSync(json, {
+    level: 6,
+    memLevel: 8,
+    strategy: zlibConstants.Z_DEFAULT_STRATEGY,
+    ...(window.length > 0 ? { dictionary: window } : {}),
+  });
   if (compressed.length + 1 >= json.length) return json;
   const payload = Buffer.allocUnsafe(compressed.length + 1);
   payload[0] = COMPRESSED_PAYLOAD_MARK;
@@ -60,7 +65,9 @@ function compressPayload(json: Buffer, window: Buffer): Buffer {
 
 function nextWindow(window: Buffer, json: Buffer): Buffer {
   const joined = Buffer.concat([window, json]);
-  return joined.length <= COMPRESSION_WINDOW_BYTES ? joined : Buffer.from(joined.subarray(joined.length - COMPRESSION_WINDOW_BYTES));
+  return joined.length <= COMPRESSION_WINDOW_BYTES
+    ? joined
+    : Buffer.from(joined.subarray(joined.length - COMPRESSION_WINDOW_BYTES));
 }
 
 /**
@@ -80,7 +87,10 @@ export class SqlTextDictionary {
   private window: Buffer = Buffer.alloc(0);
 
   /** Encodes a record; `adoption` is what to `adopt` once it is kept (texts it defines, the next compression window). */
-  encodeRecord(sequence: number, writes: readonly RecordedWrite[]): { bytes: Buffer; adoption: RecordAdoption } {
+  encodeRecord(
+    sequence: number,
+    writes: readonly RecordedWrite[],
+  ): { bytes: Buffer; adoption: RecordAdoption } {
     const addedTexts: string[] = [];
     const pendingIds = new Map<string, number>();
     const statements = writes.map((write) => {
@@ -97,9 +107,15 @@ export class SqlTextDictionary {
     });
     const json = Buffer.from(JSON.stringify(statements), "utf8");
     if (json.length > MAX_RECORD_PAYLOAD_BYTES) {
-      throw new QlrError("limit_exceeded", `A transaction's journal record would take ${json.length} bytes; the limit is ${MAX_RECORD_PAYLOAD_BYTES}.`);
+      throw new QlrError(
+        "limit_exceeded",
+        `A transaction's journal record would take ${json.length} bytes; the limit is ${MAX_RECORD_PAYLOAD_BYTES}.`,
+      );
     }
-    return { bytes: encodeRecordBytes(sequence, compressPayload(json, this.window)), adoption: { addedTexts, window: nextWindow(this.window, json) } };
+    return {
+      bytes: encodeRecordBytes(sequence, compressPayload(json, this.window)),
+      adoption: { addedTexts, window: nextWindow(this.window, json) },
+    };
   }
 
   adopt(adoption: RecordAdoption): void {
@@ -125,7 +141,10 @@ export class SqlTextDictionary {
     let json = Buffer.from(payload.buffer, payload.byteOffset, payload.length);
     if (json[0] === COMPRESSED_PAYLOAD_MARK) {
       try {
-        json = inflateRawSync(json.subarray(1), { maxOutputLength: MAX_RECORD_PAYLOAD_BYTES, ...(this.window.length > 0 ? { dictionary: this.window } : {}) });
+        json = inflateRawSync(json.subarray(1), {
+          maxOutputLength: MAX_RECORD_PAYLOAD_BYTES,
+          ...(this.window.length > 0 ? { dictionary: this.window } : {}),
+        });
       } catch (error) {
         throw corrupt(offset, "its compressed payload does not inflate", error);
       }
@@ -139,9 +158,11 @@ export class SqlTextDictionary {
     }
     if (!Array.isArray(parsed)) throw corrupt(offset, "its payload is not a list of statements");
     return parsed.map((entry: unknown) => {
-      if (!Array.isArray(entry) || entry.length < 1 || entry.length > 2) throw corrupt(offset, "a statement entry is malformed");
+      if (!Array.isArray(entry) || entry.length < 1 || entry.length > 2)
+        throw corrupt(offset, "a statement entry is malformed");
       const [head, params = []] = entry as [unknown, unknown?];
-      if (!Array.isArray(params) || !params.every(isSqlParam)) throw corrupt(offset, "a statement's parameters are malformed");
+      if (!Array.isArray(params) || !params.every(isSqlParam))
+        throw corrupt(offset, "a statement's parameters are malformed");
       let sql: string;
       if (typeof head === "string") {
         this.adoptTexts([head]);
@@ -177,21 +198,29 @@ export interface ParsedRecord {
   readonly payload: Uint8Array;
 }
 
-type ParseOutcome = { readonly valid: true; readonly record: ParsedRecord } | { readonly valid: false; readonly reason: string };
+type ParseOutcome =
+  | { readonly valid: true; readonly record: ParsedRecord }
+  | { readonly valid: false; readonly reason: string };
 
 /** Validates the record starting at `offset` without interpreting its payload. */
 export function parseRecordAt(bytes: Buffer, offset: number): ParseOutcome {
-  if (bytes.length - offset < RECORD_HEADER_BYTES) return { valid: false, reason: "its header is incomplete" };
-  if (!bytes.subarray(offset, offset + 4).equals(JOURNAL_MAGIC)) return { valid: false, reason: "it does not start with the record magic" };
+  if (bytes.length - offset < RECORD_HEADER_BYTES)
+    return { valid: false, reason: "its header is incomplete" };
+  if (!bytes.subarray(offset, offset + 4).equals(JOURNAL_MAGIC))
+    return { valid: false, reason: "it does not start with the record magic" };
   const payloadBytes = bytes.readUInt32LE(offset + 4);
-  if (payloadBytes > MAX_RECORD_PAYLOAD_BYTES) return { valid: false, reason: `its declared length ${payloadBytes} is over the limit` };
+  if (payloadBytes > MAX_RECORD_PAYLOAD_BYTES)
+    return { valid: false, reason: `its declared length ${payloadBytes} is over the limit` };
   const endOffset = offset + RECORD_HEADER_BYTES + payloadBytes;
-  if (endOffset > bytes.length) return { valid: false, reason: "its declared length runs past the end of the file" };
+  if (endOffset > bytes.length)
+    return { valid: false, reason: "its declared length runs past the end of the file" };
   const payload = bytes.subarray(offset + RECORD_HEADER_BYTES, endOffset);
   const expectedCrc = crc32Update(crc32(bytes.subarray(offset + 4, offset + 16)), payload);
-  if (bytes.readUInt32LE(offset + 16) !== expectedCrc) return { valid: false, reason: "its checksum does not match" };
+  if (bytes.readUInt32LE(offset + 16) !== expectedCrc)
+    return { valid: false, reason: "its checksum does not match" };
   const sequence = bytes.readBigUInt64LE(offset + 8);
-  if (sequence < 1n || sequence > BigInt(Number.MAX_SAFE_INTEGER)) return { valid: false, reason: "its sequence number is out of range" };
+  if (sequence < 1n || sequence > BigInt(Number.MAX_SAFE_INTEGER))
+    return { valid: false, reason: "its sequence number is out of range" };
   return { valid: true, record: { offset, endOffset, sequence: Number(sequence), payload } };
 }
 
@@ -213,7 +242,11 @@ export type JournalReader = (position: number, length: number) => Buffer;
  * tail rule (see the top of this file). Throws `storage_corrupt` for damage before the tail.
  */
 export function scanJournal(bytes: Buffer, onRecord: (record: ParsedRecord) => void): JournalScan {
-  return scanJournalWith(bytes.length, (position, length) => bytes.subarray(position, position + length), onRecord);
+  return scanJournalWith(
+    bytes.length,
+    (position, length) => bytes.subarray(position, position + length),
+    onRecord,
+  );
 }
 
 /**
@@ -222,11 +255,19 @@ export function scanJournal(bytes: Buffer, onRecord: (record: ParsedRecord) => v
  * which may grow to the size of the snapshot before a checkpoint. Only after a bad record does
  * it read the rest of the file at once, to tell a torn tail from damage.
  */
-export function scanJournalFile(read: JournalReader, sizeBytes: number, onRecord: (record: ParsedRecord) => void): JournalScan {
+export function scanJournalFile(
+  read: JournalReader,
+  sizeBytes: number,
+  onRecord: (record: ParsedRecord) => void,
+): JournalScan {
   return scanJournalWith(sizeBytes, read, onRecord);
 }
 
-function scanJournalWith(sizeBytes: number, read: JournalReader, onRecord: (record: ParsedRecord) => void): JournalScan {
+function scanJournalWith(
+  sizeBytes: number,
+  read: JournalReader,
+  onRecord: (record: ParsedRecord) => void,
+): JournalScan {
   let offset = 0;
   // Bounded by the journal's size: each iteration consumes one record of at least a header, or returns.
   while (offset < sizeBytes) {
@@ -235,7 +276,10 @@ function scanJournalWith(sizeBytes: number, read: JournalReader, onRecord: (reco
       const rest = read(offset, sizeBytes - offset);
       const laterRecordOffset = findValidRecordAfter(rest, 1);
       if (laterRecordOffset !== undefined) {
-        throw corrupt(offset, `${outcome.reason}, yet a valid record follows at byte offset ${offset + laterRecordOffset}`);
+        throw corrupt(
+          offset,
+          `${outcome.reason}, yet a valid record follows at byte offset ${offset + laterRecordOffset}`,
+        );
       }
       return { validBytes: offset, tornTailBytes: sizeBytes - offset };
     }
@@ -250,9 +294,15 @@ function readRecord(read: JournalReader, sizeBytes: number, offset: number): Par
   const header = read(offset, Math.min(RECORD_HEADER_BYTES, sizeBytes - offset));
   const headerOutcome = parseRecordAt(header, 0);
   // With the header alone, every check but "runs past the end" (and the checksum) has its final answer.
-  if (header.length < RECORD_HEADER_BYTES || !header.subarray(0, 4).equals(JOURNAL_MAGIC) || header.readUInt32LE(4) > MAX_RECORD_PAYLOAD_BYTES) return headerOutcome;
+  if (
+    header.length < RECORD_HEADER_BYTES ||
+    !header.subarray(0, 4).equals(JOURNAL_MAGIC) ||
+    header.readUInt32LE(4) > MAX_RECORD_PAYLOAD_BYTES
+  )
+    return headerOutcome;
   const endOffset = offset + RECORD_HEADER_BYTES + header.readUInt32LE(4);
-  if (endOffset > sizeBytes) return { valid: false, reason: "its declared length runs past the end of the file" };
+  if (endOffset > sizeBytes)
+    return { valid: false, reason: "its declared length runs past the end of the file" };
   const outcome = parseRecordAt(read(offset, endOffset - offset), 0);
   if (!outcome.valid) return outcome;
   return { valid: true, record: { ...outcome.record, offset, endOffset } };
@@ -260,12 +310,20 @@ function readRecord(read: JournalReader, sizeBytes: number, offset: number): Par
 
 function findValidRecordAfter(bytes: Buffer, from: number): number | undefined {
   // Bounded by the file length: each iteration moves the search start forward by at least one byte.
-  for (let candidate = bytes.indexOf(JOURNAL_MAGIC, from); candidate >= 0; candidate = bytes.indexOf(JOURNAL_MAGIC, candidate + 1)) {
+  for (
+    let candidate = bytes.indexOf(JOURNAL_MAGIC, from);
+    candidate >= 0;
+    candidate = bytes.indexOf(JOURNAL_MAGIC, candidate + 1)
+  ) {
     if (parseRecordAt(bytes, candidate).valid) return candidate;
   }
   return undefined;
 }
 
 export function corrupt(offset: number, reason: string, cause?: unknown): QlrError {
-  return new QlrError("storage_corrupt", `The sqljs-file journal is damaged at byte offset ${offset}: ${reason}.`, cause === undefined ? undefined : { cause });
+  return new QlrError(
+    "storage_corrupt",
+    `The sqljs-file journal is damaged at byte offset ${offset}: ${reason}.`,
+    cause === undefined ? undefined : { cause },
+  );
 }

@@ -37,7 +37,9 @@ export function loadSqlJs(options: LoadSqlJsOptions = {}): Promise<SqlJsStatic> 
     .then(() => initialise(options))
     .catch((error: unknown) => {
       loading = undefined;
-      throw new QlrError("storage_unavailable", "sql.js could not be initialised.", { cause: error });
+      throw new QlrError("storage_unavailable", "sql.js could not be initialised.", {
+        cause: error,
+      });
     });
   return loading;
 }
@@ -50,13 +52,22 @@ function initialise(options: LoadSqlJsOptions): Promise<SqlJsStatic> {
     // Instantiated here rather than by sql.js so that its memory can be measured (wasm-memory.ts); the
     // instance is handed over exactly as sql.js's own loader would (Emscripten's
     // `instantiateWasm` hook). A failed instantiation rejects instead of leaving sql.js waiting.
-    const instantiateWasm = (imports: WebAssembly.Imports, done: (instance: WebAssembly.Instance) => void): object => {
+    const instantiateWasm = (
+      imports: WebAssembly.Imports,
+      done: (instance: WebAssembly.Instance) => void,
+    ): object => {
       WebAssembly.instantiate(wasmBytes, imports).then((result) => {
-        rememberSqlJsWasmMemory(Object.values(result.instance.exports).find((value): value is WebAssembly.Memory => value instanceof WebAssembly.Memory));
+        rememberSqlJsWasmMemory(
+          Object.values(result.instance.exports).find(
+            (value): value is WebAssembly.Memory => value instanceof WebAssembly.Memory,
+          ),
+        );
         done(result.instance);
       }, reject);
       return {};
     };
-    initSqlJs({ locateFile: () => wasmPath, instantiateWasm } as Parameters<typeof initSqlJs>[0]).then(resolve, reject);
+    initSqlJs({ locateFile: () => wasmPath, instantiateWasm } as Parameters<
+      typeof initSqlJs
+    >[0]).then(resolve, reject);
   });
 }

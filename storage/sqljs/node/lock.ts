@@ -44,12 +44,20 @@ const heldByThisProcess = new Set<string>();
 
 export async function acquireLock(directory: string, fs: DurableFs): Promise<HeldLock> {
   const lockPath = join(directory, "lock");
-  const holder: LockHolder = { pid: process.pid, startMarker: processStartMarker(fs, process.pid) ?? null, token: randomUUID() };
+  const holder: LockHolder = {
+    pid: process.pid,
+    startMarker: processStartMarker(fs, process.pid) ?? null,
+    token: randomUUID(),
+  };
   for (let attempt = 0; attempt < ACQUIRE_ATTEMPTS; attempt += 1) {
     if (tryCreateLockFile(fs, lockPath, holder)) return heldLock(fs, lockPath, holder.token);
     const existing = await readHolder(fs, lockPath);
     if (existing === "missing") continue;
-    if (existing !== "unreadable" && holderIsAlive(fs, existing) && !(existing.pid === process.pid && !heldByThisProcess.has(lockPath))) {
+    if (
+      existing !== "unreadable" &&
+      holderIsAlive(fs, existing) &&
+      !(existing.pid === process.pid && !heldByThisProcess.has(lockPath))
+    ) {
       throw new QlrError(
         "storage_locked",
         `The database at ${directory} is in use by process ${existing.pid} (lock file ${lockPath}). Stop that process, or remove the lock file if that process is not a qlr runtime.`,
@@ -57,7 +65,10 @@ export async function acquireLock(directory: string, fs: DurableFs): Promise<Hel
     }
     removeIfPresent(fs, lockPath);
   }
-  throw new QlrError("storage_locked", `The lock ${lockPath} kept changing hands; another process is opening the same database.`);
+  throw new QlrError(
+    "storage_locked",
+    `The lock ${lockPath} kept changing hands; another process is opening the same database.`,
+  );
 }
 
 function tryCreateLockFile(fs: DurableFs, lockPath: string, holder: LockHolder): boolean {
@@ -66,7 +77,9 @@ function tryCreateLockFile(fs: DurableFs, lockPath: string, holder: LockHolder):
     fd = fs.open(lockPath, "exclusive", 0o600);
   } catch (error) {
     if (errorCode(error) === "EEXIST") return false;
-    throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be created.`, { cause: error });
+    throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be created.`, {
+      cause: error,
+    });
   }
   try {
     fs.append(fd, new TextEncoder().encode(`${JSON.stringify(holder)}\n`));
@@ -77,20 +90,27 @@ function tryCreateLockFile(fs: DurableFs, lockPath: string, holder: LockHolder):
     // An empty lock would make the next opener wait for it; a full disk is better reported now.
     fs.close(fd);
     removeIfPresent(fs, lockPath);
-    throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be written.`, { cause: error });
+    throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be written.`, {
+      cause: error,
+    });
   }
   fs.close(fd);
   return true;
 }
 
-async function readHolder(fs: DurableFs, lockPath: string): Promise<LockHolder | "missing" | "unreadable"> {
+async function readHolder(
+  fs: DurableFs,
+  lockPath: string,
+): Promise<LockHolder | "missing" | "unreadable"> {
   for (let attempt = 0; attempt <= UNREADABLE_LOCK_RETRIES; attempt += 1) {
     let text: string;
     try {
       text = new TextDecoder().decode(fs.readFile(lockPath));
     } catch (error) {
       if (errorCode(error) === "ENOENT") return "missing";
-      throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be read.`, { cause: error });
+      throw new QlrError("storage_unavailable", `The lock file ${lockPath} could not be read.`, {
+        cause: error,
+      });
     }
     const holder = parseHolder(text);
     if (holder !== undefined) return holder;
@@ -103,9 +123,14 @@ async function readHolder(fs: DurableFs, lockPath: string): Promise<LockHolder |
 function parseHolder(text: string): LockHolder | undefined {
   try {
     const value = JSON.parse(text) as Partial<Record<keyof LockHolder, unknown>>;
-    if (typeof value.pid !== "number" || !Number.isSafeInteger(value.pid) || value.pid <= 0) return undefined;
+    if (typeof value.pid !== "number" || !Number.isSafeInteger(value.pid) || value.pid <= 0)
+      return undefined;
     if (typeof value.token !== "string") return undefined;
-    return { pid: value.pid, startMarker: typeof value.startMarker === "string" ? value.startMarker : null, token: value.token };
+    return {
+      pid: value.pid,
+      startMarker: typeof value.startMarker === "string" ? value.startMarker : null,
+      token: value.token,
+    };
   } catch {
     return undefined;
   }
@@ -119,7 +144,12 @@ function holderIsAlive(fs: DurableFs, holder: LockHolder): boolean {
     if (errorCode(error) === "ESRCH") return false;
   }
   const currentMarker = processStartMarker(fs, holder.pid);
-  if (holder.startMarker !== null && currentMarker !== undefined && currentMarker !== holder.startMarker) return false;
+  if (
+    holder.startMarker !== null &&
+    currentMarker !== undefined &&
+    currentMarker !== holder.startMarker
+  )
+    return false;
   return true;
 }
 
@@ -172,6 +202,9 @@ function removeIfPresent(fs: DurableFs, filePath: string): void {
   try {
     fs.unlink(filePath);
   } catch (error) {
-    if (errorCode(error) !== "ENOENT") throw new QlrError("storage_unavailable", `The file ${filePath} could not be removed.`, { cause: error });
+    if (errorCode(error) !== "ENOENT")
+      throw new QlrError("storage_unavailable", `The file ${filePath} could not be removed.`, {
+        cause: error,
+      });
   }
 }

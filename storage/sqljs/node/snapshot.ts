@@ -38,15 +38,21 @@ export interface DecodedSnapshot {
 
 /** Validates a snapshot file's bytes; any mismatch is `storage_corrupt` naming `filePath`. */
 export function decodeSnapshot(bytes: Buffer, filePath: string): DecodedSnapshot {
-  const damaged = (reason: string): QlrError => new QlrError("storage_corrupt", `The snapshot ${filePath} is damaged: ${reason}.`);
-  if (bytes.length < SNAPSHOT_TRAILER_BYTES) throw damaged(`it has ${bytes.length} bytes, fewer than its trailer`);
+  const damaged = (reason: string): QlrError =>
+    new QlrError("storage_corrupt", `The snapshot ${filePath} is damaged: ${reason}.`);
+  if (bytes.length < SNAPSHOT_TRAILER_BYTES)
+    throw damaged(`it has ${bytes.length} bytes, fewer than its trailer`);
   const trailerOffset = bytes.length - SNAPSHOT_TRAILER_BYTES;
   const trailer = bytes.subarray(trailerOffset);
-  if (!trailer.subarray(0, 8).equals(SNAPSHOT_MAGIC)) throw damaged(`its trailer at byte offset ${trailerOffset} has no magic`);
-  if (trailer.readBigUInt64LE(16) !== BigInt(trailerOffset)) throw damaged(`its trailer at byte offset ${trailerOffset} declares another image length`);
+  if (!trailer.subarray(0, 8).equals(SNAPSHOT_MAGIC))
+    throw damaged(`its trailer at byte offset ${trailerOffset} has no magic`);
+  if (trailer.readBigUInt64LE(16) !== BigInt(trailerOffset))
+    throw damaged(`its trailer at byte offset ${trailerOffset} declares another image length`);
   const image = bytes.subarray(0, trailerOffset);
-  if (trailer.readUInt32LE(24) !== crc32Update(crc32(image), trailer.subarray(0, 24))) throw damaged("its checksum does not match");
+  if (trailer.readUInt32LE(24) !== crc32Update(crc32(image), trailer.subarray(0, 24)))
+    throw damaged("its checksum does not match");
   const includedSequence = trailer.readBigUInt64LE(8);
-  if (includedSequence > BigInt(Number.MAX_SAFE_INTEGER)) throw damaged("its sequence number is out of range");
+  if (includedSequence > BigInt(Number.MAX_SAFE_INTEGER))
+    throw damaged("its sequence number is out of range");
   return { image, includedSequence: Number(includedSequence) };
 }

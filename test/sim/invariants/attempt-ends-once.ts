@@ -12,10 +12,24 @@ export function checkAttemptEndsOnce(world: World, final: boolean): string[] {
     if (count > 1) problems.push(`attempt ${attemptId} was spawned ${count} times`);
   }
   for (const attempt of world.attempts) {
-    const terminalEvents = world.events.filter((event) => event.attemptId === attempt.id && event.type === "attempt.status_changed" && TERMINAL_ATTEMPT_STATUSES.has(event.data.to as never));
-    if (terminalEvents.length > 1) problems.push(`attempt ${attempt.id} has ${terminalEvents.length} terminal events`);
-    if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status) && terminalEvents.length !== 1) problems.push(`attempt ${attempt.id} is ${attempt.status} with ${terminalEvents.length} terminal events`);
-    if (final && world.spawnCounts.has(attempt.id) && !TERMINAL_ATTEMPT_STATUSES.has(attempt.status)) problems.push(`spawned attempt ${attempt.id} never ended (${attempt.status})`);
+    const terminalEvents = world.events.filter(
+      (event) =>
+        event.attemptId === attempt.id &&
+        event.type === "attempt.status_changed" &&
+        TERMINAL_ATTEMPT_STATUSES.has(event.data.to as never),
+    );
+    if (terminalEvents.length > 1)
+      problems.push(`attempt ${attempt.id} has ${terminalEvents.length} terminal events`);
+    if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status) && terminalEvents.length !== 1)
+      problems.push(
+        `attempt ${attempt.id} is ${attempt.status} with ${terminalEvents.length} terminal events`,
+      );
+    if (
+      final &&
+      world.spawnCounts.has(attempt.id) &&
+      !TERMINAL_ATTEMPT_STATUSES.has(attempt.status)
+    )
+      problems.push(`spawned attempt ${attempt.id} never ended (${attempt.status})`);
   }
   return problems;
 }

@@ -8,5 +8,7 @@ export function checkOneLiveAttemptPerStep(world: World): string[] {
     if (attempt.stepRunId === null || !LIVE_ATTEMPT_STATUSES.has(attempt.status)) continue;
     live.set(attempt.stepRunId, [...(live.get(attempt.stepRunId) ?? []), attempt.id]);
   }
-  return [...live.entries()].filter(([, ids]) => ids.length > 1).map(([step, ids]) => `step ${step} has ${ids.length} live attempts: ${ids.join(", ")}`);
+  return [...live.entries()]
+    .filter(([, ids]) => ids.length > 1)
+    .map(([step, ids]) => `step ${step} has ${ids.length} live attempts: ${ids.join(", ")}`);
 }

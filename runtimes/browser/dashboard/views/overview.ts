@@ -31,22 +31,61 @@ function hourLabel(ms: number): string {
   return new Date(ms).toISOString().slice(11, 13);
 }
 
-function axes(hours: readonly number[], maxValue: number, format: (value: number) => string): Child[] {
+function axes(
+  hours: readonly number[],
+  maxValue: number,
+  format: (value: number) => string,
+): Child[] {
   const plotHeight = CHART_HEIGHT - PAD.top - PAD.bottom;
   const step = (CHART_WIDTH - PAD.left - PAD.right) / hours.length;
   return [
-    s("line", { x1: PAD.left, y1: CHART_HEIGHT - PAD.bottom, x2: CHART_WIDTH - PAD.right, y2: CHART_HEIGHT - PAD.bottom, class: "axis" }),
-    s("text", { x: PAD.left - 4, y: PAD.top + 10, "text-anchor": "end", class: "tick" }, format(maxValue)),
-    s("text", { x: PAD.left - 4, y: PAD.top + plotHeight, "text-anchor": "end", class: "tick" }, format(0)),
-    ...hours.flatMap((hour, index) => (index % 3 === 0 ? [s("text", { x: PAD.left + step * index + step / 2, y: CHART_HEIGHT - 6, "text-anchor": "middle", class: "tick" }, hourLabel(hour))] : [])),
+    s("line", {
+      x1: PAD.left,
+      y1: CHART_HEIGHT - PAD.bottom,
+      x2: CHART_WIDTH - PAD.right,
+      y2: CHART_HEIGHT - PAD.bottom,
+      class: "axis",
+    }),
+    s(
+      "text",
+      { x: PAD.left - 4, y: PAD.top + 10, "text-anchor": "end", class: "tick" },
+      format(maxValue),
+    ),
+    s(
+      "text",
+      { x: PAD.left - 4, y: PAD.top + plotHeight, "text-anchor": "end", class: "tick" },
+      format(0),
+    ),
+    ...hours.flatMap((hour, index) =>
+      index % 3 === 0
+        ? [
+            s(
+              "text",
+              {
+                x: PAD.left + step * index + step / 2,
+                y: CHART_HEIGHT - 6,
+                "text-anchor": "middle",
+                class: "tick",
+              },
+              hourLabel(hour),
+            ),
+          ]
+        : [],
+    ),
   ];
 }
 
 /** Stacked bars: ended runs per hour, one segment per status. */
 function runsChart(overview: Overview, hours: readonly number[]): Child {
   const perHour = new Map<number, Map<string, number>>();
-  for (const row of overview.runsPerHour) perHour.set(row.hourStartMs, (perHour.get(row.hourStartMs) ?? new Map<string, number>()).set(row.status, row.count));
-  const totals = hours.map((hour) => [...(perHour.get(hour)?.values() ?? [])].reduce((sum, count) => sum + count, 0));
+  for (const row of overview.runsPerHour)
+    perHour.set(
+      row.hourStartMs,
+      (perHour.get(row.hourStartMs) ?? new Map<string, number>()).set(row.status, row.count),
+    );
+  const totals = hours.map((hour) =>
+    [...(perHour.get(hour)?.values() ?? [])].reduce((sum, count) => sum + count, 0),
+  );
   const maxTotal = Math.max(1, ...totals);
   const plotHeight = CHART_HEIGHT - PAD.top - PAD.bottom;
   const step = (CHART_WIDTH - PAD.left - PAD.right) / hours.length;
@@ -57,42 +96,117 @@ function runsChart(overview: Overview, hours: readonly number[]): Child {
       if (count === 0) return [];
       const height = (count / maxTotal) * plotHeight;
       y -= height;
-      return [s("rect", { x: PAD.left + step * index + 1, y, width: Math.max(1, step - 2), height, class: `bar tone-${statusInfo(status).tone}`, "data-status": status }, s("title", {}, `${hourLabel(hour)}:00 ${count} ${status}`))];
+      return [
+        s(
+          "rect",
+          {
+            x: PAD.left + step * index + 1,
+            y,
+            width: Math.max(1, step - 2),
+            height,
+            class: `bar tone-${statusInfo(status).tone}`,
+            "data-status": status,
+          },
+          s("title", {}, `${hourLabel(hour)}:00 ${count} ${status}`),
+        ),
+      ];
     });
   });
   const total = totals.reduce((sum, count) => sum + count, 0);
   return h(
     "figure",
     { class: "chart", id: "runs-chart", "data-total": String(total) },
-    s("svg", { viewBox: `0 0 ${CHART_WIDTH} ${CHART_HEIGHT}`, role: "img", "aria-label": `Ended runs per hour over the last ${HOURS} hours: ${total} in all` }, ...axes(hours, maxTotal, String), ...bars),
-    h("figcaption", { class: "legend" }, STATUS_ORDER.map((status) => h("span", {}, statusBadge(status)))),
+    s(
+      "svg",
+      {
+        viewBox: `0 0 ${CHART_WIDTH} ${CHART_HEIGHT}`,
+        role: "img",
+        "aria-label": `Ended runs per hour over the last ${HOURS} hours: ${total} in all`,
+      },
+      ...axes(hours, maxTotal, String),
+      ...bars,
+    ),
+    h(
+      "figcaption",
+      { class: "legend" },
+      STATUS_ORDER.map((status) => h("span", {}, statusBadge(status))),
+    ),
   );
 }
 
 /** Lines: average duration per workflow per hour. */
 function durationChart(overview: Overview, hours: readonly number[]): Child {
-  const workflows = [...new Set(overview.durations.map((row) => `${row.package}/${row.workflow}`))].sort();
-  if (workflows.length === 0) return h("p", { class: "empty", id: "duration-chart" }, "No workflow run ended in this window.");
+  const workflows = [
+    ...new Set(overview.durations.map((row) => `${row.package}/${row.workflow}`)),
+  ].sort();
+  if (workflows.length === 0)
+    return h(
+      "p",
+      { class: "empty", id: "duration-chart" },
+      "No workflow run ended in this window.",
+    );
   const maxMs = Math.max(1, ...overview.durations.map((row) => row.avgDurationMs));
   const plotHeight = CHART_HEIGHT - PAD.top - PAD.bottom;
   const step = (CHART_WIDTH - PAD.left - PAD.right) / hours.length;
   const lines = workflows.map((name, index) => {
     const points = overview.durations
       .filter((row) => `${row.package}/${row.workflow}` === name)
-      .map((row) => ({ x: PAD.left + step * Math.round((row.hourStartMs - (hours[0] ?? 0)) / HOUR_MS) + step / 2, y: CHART_HEIGHT - PAD.bottom - (row.avgDurationMs / maxMs) * plotHeight, row }));
+      .map((row) => ({
+        x: PAD.left + step * Math.round((row.hourStartMs - (hours[0] ?? 0)) / HOUR_MS) + step / 2,
+        y: CHART_HEIGHT - PAD.bottom - (row.avgDurationMs / maxMs) * plotHeight,
+        row,
+      }));
     const colour = SERIES_COLOURS[index % SERIES_COLOURS.length] ?? "#2563eb";
     return s(
       "g",
       { class: "series", "data-workflow": name },
-      s("polyline", { points: points.map((point) => `${point.x.toFixed(1)},${point.y.toFixed(1)}`).join(" "), fill: "none", stroke: colour, "stroke-width": 2 }),
-      ...points.map((point) => s("circle", { cx: point.x, cy: point.y, r: 3, fill: colour }, s("title", {}, `${name} ${hourLabel(point.row.hourStartMs)}:00: ${point.row.runs} runs, average ${formatDuration(point.row.avgDurationMs)}, longest ${formatDuration(point.row.maxDurationMs)}`))),
+      s("polyline", {
+        points: points.map((point) => `${point.x.toFixed(1)},${point.y.toFixed(1)}`).join(" "),
+        fill: "none",
+        stroke: colour,
+        "stroke-width": 2,
+      }),
+      ...points.map((point) =>
+        s(
+          "circle",
+          { cx: point.x, cy: point.y, r: 3, fill: colour },
+          s(
+            "title",
+            {},
+            `${name} ${hourLabel(point.row.hourStartMs)}:00: ${point.row.runs} runs, average ${formatDuration(point.row.avgDurationMs)}, longest ${formatDuration(point.row.maxDurationMs)}`,
+          ),
+        ),
+      ),
     );
   });
   return h(
     "figure",
     { class: "chart", id: "duration-chart" },
-    s("svg", { viewBox: `0 0 ${CHART_WIDTH} ${CHART_HEIGHT}`, role: "img", "aria-label": `Average duration per workflow and hour, ${workflows.length} workflows` }, ...axes(hours, maxMs, (value) => formatDuration(value)), ...lines),
-    h("figcaption", { class: "legend" }, workflows.map((name, index) => h("span", { class: "series-name" }, h("span", { class: `swatch series-${index % SERIES_COLOURS.length}`, "aria-hidden": "true" }), name))),
+    s(
+      "svg",
+      {
+        viewBox: `0 0 ${CHART_WIDTH} ${CHART_HEIGHT}`,
+        role: "img",
+        "aria-label": `Average duration per workflow and hour, ${workflows.length} workflows`,
+      },
+      ...axes(hours, maxMs, (value) => formatDuration(value)),
+      ...lines,
+    ),
+    h(
+      "figcaption",
+      { class: "legend" },
+      workflows.map((name, index) =>
+        h(
+          "span",
+          { class: "series-name" },
+          h("span", {
+            class: `swatch series-${index % SERIES_COLOURS.length}`,
+            "aria-hidden": "true",
+          }),
+          name,
+        ),
+      ),
+    ),
   );
 }
 
@@ -101,32 +215,90 @@ function runList(id: string, runs: Overview["active"], empty: string, nowMs: num
   return h(
     "ul",
     { class: "run-list", id },
-    runs.map((run) => h("li", {}, statusBadge(run.status), " ", h("a", { href: runHref(run.id) }, `${run.package}/${run.target}`), " ", h("span", { class: "muted small" }, run.finishedAtMs === null ? `started ${formatRelative(run.createdAtMs, nowMs)}` : `ended ${formatRelative(run.finishedAtMs, nowMs)}`))),
+    runs.map((run) =>
+      h(
+        "li",
+        {},
+        statusBadge(run.status),
+        " ",
+        h("a", { href: runHref(run.id) }, `${run.package}/${run.target}`),
+        " ",
+        h(
+          "span",
+          { class: "muted small" },
+          run.finishedAtMs === null
+            ? `started ${formatRelative(run.createdAtMs, nowMs)}`
+            : `ended ${formatRelative(run.finishedAtMs, nowMs)}`,
+        ),
+      ),
+    ),
   );
 }
 
 export async function overviewView(client: QlrClient, serial: number): Promise<BuiltView> {
   const { overview } = await client.overview(HOURS);
   if (serial !== state.viewSerial) return null;
-  const hours = Array.from({ length: overview.hours }, (_, index) => overview.sinceMs + index * HOUR_MS);
+  const hours = Array.from(
+    { length: overview.hours },
+    (_, index) => overview.sinceMs + index * HOUR_MS,
+  );
   const nowMs = overview.nowMs;
-  const signature = JSON.stringify({ overview: { ...overview, nowMs: Math.floor(nowMs / 10_000) }, message: state.message });
+  const signature = JSON.stringify({
+    overview: { ...overview, nowMs: Math.floor(nowMs / 10_000) },
+    message: state.message,
+  });
   return {
     signature,
     render: () => [
       h("h1", { class: "view-title", tabindex: "-1" }, "Overview"),
       messageBox(),
-      h("section", { class: "card", "aria-labelledby": "runs-chart-title" }, h("h2", { id: "runs-chart-title" }, `Runs per hour, last ${HOURS} hours`), runsChart(overview, hours)),
-      h("section", { class: "card", "aria-labelledby": "duration-chart-title" }, h("h2", { id: "duration-chart-title" }, "Workflow duration per hour (average)"), durationChart(overview, hours)),
-      h("section", { class: "card", "aria-labelledby": "failures-title" }, h("h2", { id: "failures-title" }, "Failures, last 24 hours"), runList("failures", overview.recentFailures, "No failures in the last 24 hours.", nowMs)),
-      h("section", { class: "card", "aria-labelledby": "active-title" }, h("h2", { id: "active-title" }, `Running now (${overview.activeCount})`), runList("active", overview.active, "Nothing is running.", nowMs)),
+      h(
+        "section",
+        { class: "card", "aria-labelledby": "runs-chart-title" },
+        h("h2", { id: "runs-chart-title" }, `Runs per hour, last ${HOURS} hours`),
+        runsChart(overview, hours),
+      ),
+      h(
+        "section",
+        { class: "card", "aria-labelledby": "duration-chart-title" },
+        h("h2", { id: "duration-chart-title" }, "Workflow duration per hour (average)"),
+        durationChart(overview, hours),
+      ),
+      h(
+        "section",
+        { class: "card", "aria-labelledby": "failures-title" },
+        h("h2", { id: "failures-title" }, "Failures, last 24 hours"),
+        runList("failures", overview.recentFailures, "No failures in the last 24 hours.", nowMs),
+      ),
+      h(
+        "section",
+        { class: "card", "aria-labelledby": "active-title" },
+        h("h2", { id: "active-title" }, `Running now (${overview.activeCount})`),
+        runList("active", overview.active, "Nothing is running.", nowMs),
+      ),
       h(
         "section",
         { class: "card", "aria-labelledby": "fires-title" },
         h("h2", { id: "fires-title" }, "Next schedule fires"),
         overview.nextFires.length === 0
           ? h("p", { class: "empty", id: "fires" }, "No schedule is due to fire.")
-          : h("ul", { class: "run-list", id: "fires" }, overview.nextFires.map((fire) => h("li", {}, `${fire.package}/${fire.name}`, " ", h("span", { class: "muted small" }, `${formatTime(fire.nextFireAtMs)} (${formatRelative(fire.nextFireAtMs, nowMs)})`)))),
+          : h(
+              "ul",
+              { class: "run-list", id: "fires" },
+              overview.nextFires.map((fire) =>
+                h(
+                  "li",
+                  {},
+                  `${fire.package}/${fire.name}`,
+                  " ",
+                  h(
+                    "span",
+                    { class: "muted small" },
+                    `${formatTime(fire.nextFireAtMs)} (${formatRelative(fire.nextFireAtMs, nowMs)})`,
+                  ),
+                ),
+              ),
+            ),
       ),
     ],
   };

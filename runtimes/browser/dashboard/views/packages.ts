@@ -13,7 +13,11 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
   const details = await loadPackages(client, true);
   if (serial !== state.viewSerial) return null;
   const nowMs = Date.now();
-  const signature = JSON.stringify({ details, message: state.message, minute: Math.floor(nowMs / 10_000) });
+  const signature = JSON.stringify({
+    details,
+    message: state.message,
+    minute: Math.floor(nowMs / 10_000),
+  });
   return {
     signature,
     render: () => [
@@ -30,7 +34,11 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
             { class: "card-head" },
             h("h2", { id: `pkg-${name}` }, name),
             h("span", { class: "badge" }, `generation ${detail.package.generation}`),
-            h("span", { class: "muted small" }, `updated ${formatTime(detail.package.updatedAtMs)}`),
+            h(
+              "span",
+              { class: "muted small" },
+              `updated ${formatTime(detail.package.updatedAtMs)}`,
+            ),
           ),
           h(
             "div",
@@ -49,9 +57,23 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
                         "li",
                         {},
                         h("span", { class: "wf-name" }, workflow.name),
-                        h("span", { class: "muted small" }, `${workflow.steps.length} step${workflow.steps.length === 1 ? "" : "s"}${workflow.description === null ? "" : ` · ${workflow.description}`}`),
+                        h(
+                          "span",
+                          { class: "muted small" },
+                          `${workflow.steps.length} step${workflow.steps.length === 1 ? "" : "s"}${workflow.description === null ? "" : ` · ${workflow.description}`}`,
+                        ),
                         h("span", { class: "spacer" }),
-                        h("button", { type: "button", class: "primary", "data-key": `pstart-${name}-w-${workflow.name}`, "data-start": `${name}/${workflow.name}`, onclick: () => void startRun(name, "workflow", workflow.name) }, `Start ${workflow.name}`),
+                        h(
+                          "button",
+                          {
+                            type: "button",
+                            class: "primary",
+                            "data-key": `pstart-${name}-w-${workflow.name}`,
+                            "data-start": `${name}/${workflow.name}`,
+                            onclick: () => void startRun(name, "workflow", workflow.name),
+                          },
+                          `Start ${workflow.name}`,
+                        ),
                       ),
                     ),
                   ),
@@ -62,7 +84,18 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
                 h(
                   "table",
                   {},
-                  h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Task"), h("th", { scope: "col" }, "Executor"), h("th", { scope: "col" }, "Timeout"), h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions")))),
+                  h(
+                    "thead",
+                    {},
+                    h(
+                      "tr",
+                      {},
+                      h("th", { scope: "col" }, "Task"),
+                      h("th", { scope: "col" }, "Executor"),
+                      h("th", { scope: "col" }, "Timeout"),
+                      h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions")),
+                    ),
+                  ),
                   h(
                     "tbody",
                     {},
@@ -73,7 +106,20 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
                         h("th", { scope: "row" }, task.name),
                         h("td", {}, task.executor),
                         h("td", { class: "num" }, formatDuration(task.timeoutMs)),
-                        h("td", {}, h("button", { type: "button", "data-key": `pstart-${name}-t-${task.name}`, "data-start": `${name}/${task.name}`, onclick: () => void startRun(name, "task", task.name) }, `Run ${task.name}`)),
+                        h(
+                          "td",
+                          {},
+                          h(
+                            "button",
+                            {
+                              type: "button",
+                              "data-key": `pstart-${name}-t-${task.name}`,
+                              "data-start": `${name}/${task.name}`,
+                              onclick: () => void startRun(name, "task", task.name),
+                            },
+                            `Run ${task.name}`,
+                          ),
+                        ),
                       ),
                     ),
                   ),
@@ -92,7 +138,17 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
                     h(
                       "table",
                       { class: "schedules" },
-                      h("thead", {}, h("tr", {}, ["Schedule", "Cron", "Starts", "Next fire", "Last fire", "Overlap"].map((label) => h("th", { scope: "col" }, label)))),
+                      h(
+                        "thead",
+                        {},
+                        h(
+                          "tr",
+                          {},
+                          ["Schedule", "Cron", "Starts", "Next fire", "Last fire", "Overlap"].map(
+                            (label) => h("th", { scope: "col" }, label),
+                          ),
+                        ),
+                      ),
                       h(
                         "tbody",
                         {},
@@ -101,11 +157,37 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
                             "tr",
                             { "data-schedule": schedule.name },
                             h("th", { scope: "row" }, schedule.name),
-                            h("td", {}, h("code", {}, schedule.cron), h("span", { class: "muted small" }, ` ${schedule.timezone}`)),
+                            h(
+                              "td",
+                              {},
+                              h("code", {}, schedule.cron),
+                              h("span", { class: "muted small" }, ` ${schedule.timezone}`),
+                            ),
                             h("td", {}, `${schedule.target.kind} ${schedule.target.name}`),
-                            h("td", { class: "num" }, formatTime(schedule.nextFireAtMs), h("br", {}), h("span", { class: "muted small" }, formatRelative(schedule.nextFireAtMs, nowMs))),
+                            h(
+                              "td",
+                              { class: "num" },
+                              formatTime(schedule.nextFireAtMs),
+                              h("br", {}),
+                              h(
+                                "span",
+                                { class: "muted small" },
+                                formatRelative(schedule.nextFireAtMs, nowMs),
+                              ),
+                            ),
                             h("td", { class: "num" }, formatTime(schedule.lastFireAtMs)),
-                            h("td", {}, schedule.overlap, schedule.missedFires + schedule.skippedOverlaps > 0 ? h("span", { class: "muted small" }, ` · ${schedule.missedFires} missed, ${schedule.skippedOverlaps} skipped`) : null),
+                            h(
+                              "td",
+                              {},
+                              schedule.overlap,
+                              schedule.missedFires + schedule.skippedOverlaps > 0
+                                ? h(
+                                    "span",
+                                    { class: "muted small" },
+                                    ` · ${schedule.missedFires} missed, ${schedule.skippedOverlaps} skipped`,
+                                  )
+                                : null,
+                            ),
                           ),
                         ),
                       ),
@@ -118,7 +200,17 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
                 h(
                   "table",
                   { class: "generations" },
-                  h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Generation"), h("th", { scope: "col" }, "Manifest digest"), h("th", { scope: "col" }, "Applied"))),
+                  h(
+                    "thead",
+                    {},
+                    h(
+                      "tr",
+                      {},
+                      h("th", { scope: "col" }, "Generation"),
+                      h("th", { scope: "col" }, "Manifest digest"),
+                      h("th", { scope: "col" }, "Applied"),
+                    ),
+                  ),
                   h(
                     "tbody",
                     {},
@@ -126,8 +218,19 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
                       h(
                         "tr",
                         {},
-                        h("td", { class: "num" }, String(generation.generation), generation.generation === detail.package.generation ? h("span", { class: "muted small" }, " (current)") : null),
-                        h("td", { class: "mono", title: generation.manifestDigest }, shortDigest(generation.manifestDigest)),
+                        h(
+                          "td",
+                          { class: "num" },
+                          String(generation.generation),
+                          generation.generation === detail.package.generation
+                            ? h("span", { class: "muted small" }, " (current)")
+                            : null,
+                        ),
+                        h(
+                          "td",
+                          { class: "mono", title: generation.manifestDigest },
+                          shortDigest(generation.manifestDigest),
+                        ),
                         h("td", { class: "num" }, formatTime(generation.createdAtMs)),
                       ),
                     ),

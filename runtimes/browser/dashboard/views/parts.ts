@@ -17,7 +17,16 @@ export function retentionNote(info: RuntimeInfo): Child {
 }
 
 export function startButtons(details: readonly PackageDetailView[], compact: boolean): Child {
-  if (details.length === 0) return h("p", { class: "muted" }, "No package is applied yet. Apply one with ", h("code", {}, "qlr apply FILE"), " or ", h("code", {}, "qlr serve --apply FILE"), ".");
+  if (details.length === 0)
+    return h(
+      "p",
+      { class: "muted" },
+      "No package is applied yet. Apply one with ",
+      h("code", {}, "qlr apply FILE"),
+      " or ",
+      h("code", {}, "qlr serve --apply FILE"),
+      ".",
+    );
   return h(
     "div",
     { class: "start-groups" },
@@ -28,9 +37,33 @@ export function startButtons(details: readonly PackageDetailView[], compact: boo
         { class: "start-group", role: "group", "aria-label": `Start runs of package ${name}` },
         h("span", { class: "pkg" }, name),
         detail.workflows.map((workflow) =>
-          h("button", { type: "button", class: "primary", "data-key": `start-${name}-w-${workflow.name}`, "data-start": `${name}/${workflow.name}`, "data-kind": "workflow", onclick: () => void startRun(name, "workflow", workflow.name) }, `Start ${workflow.name}`, compact ? null : h("span", { class: "kind" }, `${workflow.steps.length} steps`)),
+          h(
+            "button",
+            {
+              type: "button",
+              class: "primary",
+              "data-key": `start-${name}-w-${workflow.name}`,
+              "data-start": `${name}/${workflow.name}`,
+              "data-kind": "workflow",
+              onclick: () => void startRun(name, "workflow", workflow.name),
+            },
+            `Start ${workflow.name}`,
+            compact ? null : h("span", { class: "kind" }, `${workflow.steps.length} steps`),
+          ),
         ),
-        detail.tasks.map((task) => h("button", { type: "button", "data-key": `start-${name}-t-${task.name}`, "data-start": `${name}/${task.name}`, "data-kind": "task", onclick: () => void startRun(name, "task", task.name) }, `Run task ${task.name}`)),
+        detail.tasks.map((task) =>
+          h(
+            "button",
+            {
+              type: "button",
+              "data-key": `start-${name}-t-${task.name}`,
+              "data-start": `${name}/${task.name}`,
+              "data-kind": "task",
+              onclick: () => void startRun(name, "task", task.name),
+            },
+            `Run task ${task.name}`,
+          ),
+        ),
       );
     }),
   );

@@ -1,5 +1,9 @@
 /// <reference lib="dom" />
-import { SETTLED_STEP_STATUSES, TERMINAL_RUN_STATUSES, type StepStatus } from "../../../../src/model.ts";
+import {
+  SETTLED_STEP_STATUSES,
+  TERMINAL_RUN_STATUSES,
+  type StepStatus,
+} from "../../../../src/model.ts";
 import { ApiError, isUnauthorized, type QlrClient } from "../../../http/client.ts";
 import type { AttemptView, RunDetail } from "../../../http/contract.ts";
 import { renderDag, type DagStep } from "../../shared/dag.ts";
@@ -27,33 +31,72 @@ export function attemptExit(attempt: AttemptView): string {
 }
 
 export function dagSteps(detail: RunDetail): DagStep[] {
-  if (detail.run.kind === "workflow") return detail.steps.map((step) => ({ name: step.name, task: step.task, needs: step.needs, status: step.status, attemptCount: step.attemptCount }));
+  if (detail.run.kind === "workflow")
+    return detail.steps.map((step) => ({
+      name: step.name,
+      task: step.task,
+      needs: step.needs,
+      status: step.status,
+      attemptCount: step.attemptCount,
+    }));
   const last = detail.attempts.at(-1);
-  return [{ name: detail.run.target, task: detail.run.target, needs: [], status: last?.status ?? detail.run.status, attemptCount: detail.attempts.length }];
+  return [
+    {
+      name: detail.run.target,
+      task: detail.run.target,
+      needs: [],
+      status: last?.status ?? detail.run.status,
+      attemptCount: detail.attempts.length,
+    },
+  ];
 }
 
 export async function loadLog(client: QlrClient, detail: RunDetail, step: string): Promise<void> {
   const key = `${detail.run.id}/${step}`;
-  const stepStatus = detail.run.kind === "workflow" ? (detail.steps.find((candidate) => candidate.name === step)?.status ?? "missing") : detail.run.status;
+  const stepStatus =
+    detail.run.kind === "workflow"
+      ? (detail.steps.find((candidate) => candidate.name === step)?.status ?? "missing")
+      : detail.run.status;
   // A settled step's log no longer changes: fetch it once more after it settled, then stop.
-  if (state.logState !== null && state.logState.key === key && state.logState.loadedStatus !== null && SETTLED_STEP_STATUSES.has(state.logState.loadedStatus as StepStatus) && state.logState.loadedStatus === stepStatus) return;
+  if (
+    state.logState !== null &&
+    state.logState.key === key &&
+    state.logState.loadedStatus !== null &&
+    SETTLED_STEP_STATUSES.has(state.logState.loadedStatus as StepStatus) &&
+    state.logState.loadedStatus === stepStatus
+  )
+    return;
   const next: LogState = { key, text: null, note: null, loadedStatus: stepStatus };
   try {
     next.text = await client.log(detail.run.id, step);
   } catch (error) {
     if (isUnauthorized(error)) throw error;
-    next.note = error instanceof ApiError && error.status === 404 ? "No log yet: the step has not started, or its process wrote nothing." : `Could not load the log: ${describe(error)}`;
+    next.note =
+      error instanceof ApiError && error.status === 404
+        ? "No log yet: the step has not started, or its process wrote nothing."
+        : `Could not load the log: ${describe(error)}`;
   }
   state.logState = next;
 }
 
-export async function runView(client: QlrClient, view: Extract<Route, { view: "run" }>, serial: number): Promise<BuiltView> {
+export async function runView(
+  client: QlrClient,
+  view: Extract<Route, { view: "run" }>,
+  serial: number,
+): Promise<BuiltView> {
   let detail: RunDetail;
   try {
     detail = await client.run(view.id);
   } catch (error) {
     if (error instanceof ApiError && (error.status === 404 || error.status === 400)) {
-      return { signature: `missing:${view.id}`, render: () => [h("p", { class: "crumbs" }, h("a", { href: "#/runs" }, "← All runs")), h("h1", { class: "view-title", tabindex: "-1" }, "Run not found"), h("p", {}, `There is no run ${view.id}.`)] };
+      return {
+        signature: `missing:${view.id}`,
+        render: () => [
+          h("p", { class: "crumbs" }, h("a", { href: "#/runs" }, "← All runs")),
+          h("h1", { class: "view-title", tabindex: "-1" }, "Run not found"),
+          h("p", {}, `There is no run ${view.id}.`),
+        ],
+      };
     }
     throw error;
   }
@@ -63,16 +106,46 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
   const terminal = TERMINAL_RUN_STATUSES.has(run.status);
   const nowMs = Date.now();
   const stepName = new Map(steps.map((step) => [step.id, step.name]));
-  const signature = JSON.stringify({ detail, log: view.step === null ? null : state.logState, message: state.message, tick: terminal ? 0 : nowMs });
-  const cancel = h("button", { type: "button", class: "danger", id: "cancel-run", "data-key": "cancel-run", ...(terminal || run.cancelRequestedAtMs !== null ? { disabled: true } : {}) }, run.cancelRequestedAtMs !== null && !terminal ? "Cancelling…" : "Cancel run");
+  const signature = JSON.stringify({
+    detail,
+    log: view.step === null ? null : state.logState,
+    message: state.message,
+    tick: terminal ? 0 : nowMs,
+  });
+  const cancel = h(
+    "button",
+    {
+      type: "button",
+      class: "danger",
+      id: "cancel-run",
+      "data-key": "cancel-run",
+      ...(terminal || run.cancelRequestedAtMs !== null ? { disabled: true } : {}),
+    },
+    run.cancelRequestedAtMs !== null && !terminal ? "Cancelling…" : "Cancel run",
+  );
   cancel.addEventListener("click", () => void cancelRun(run.id, cancel));
-  const again = h("button", { type: "button", id: "start-again", "data-key": "start-again", onclick: () => void startRun(run.package, run.kind === "workflow" ? "workflow" : "task", run.target) }, "Start again");
+  const again = h(
+    "button",
+    {
+      type: "button",
+      id: "start-again",
+      "data-key": "start-again",
+      onclick: () =>
+        void startRun(run.package, run.kind === "workflow" ? "workflow" : "task", run.target),
+    },
+    "Start again",
+  );
   const selected = view.step;
   return {
     signature,
     render: () => [
       h("p", { class: "crumbs" }, h("a", { href: "#/runs" }, "← All runs")),
-      h("h1", { class: "view-title", tabindex: "-1", id: "run-title" }, `${run.package}/${run.target}`, h("span", { id: "run-status" }, statusBadge(run.status, "large"))),
+      h(
+        "h1",
+        { class: "view-title", tabindex: "-1", id: "run-title" },
+        `${run.package}/${run.target}`,
+        h("span", { id: "run-status" }, statusBadge(run.status, "large")),
+      ),
       messageBox(),
       h(
         "section",
@@ -86,16 +159,50 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
             h("dt", {}, "Run id"),
             h("dd", { class: "mono", id: "run-id" }, run.id),
             h("dt", {}, "Kind"),
-            h("dd", {}, run.kind === "workflow" ? `workflow ${run.target}` : `task ${run.target}`, ` · package ${run.package} generation ${run.generation}`),
+            h(
+              "dd",
+              {},
+              run.kind === "workflow" ? `workflow ${run.target}` : `task ${run.target}`,
+              ` · package ${run.package} generation ${run.generation}`,
+            ),
             h("dt", {}, "Created"),
             h("dd", { class: "num" }, formatTime(run.createdAtMs)),
             h("dt", {}, "Finished"),
-            h("dd", { class: "num" }, run.finishedAtMs === null ? `not yet (${formatDuration(nowMs - run.createdAtMs)} so far)` : `${formatTime(run.finishedAtMs)} (took ${formatDuration(run.finishedAtMs - run.createdAtMs)})`),
-            run.cancelRequestedAtMs === null ? null : [h("dt", {}, "Cancel requested"), h("dd", { class: "num" }, formatTime(run.cancelRequestedAtMs))],
-            run.scheduleName === null ? null : [h("dt", {}, "Schedule"), h("dd", {}, run.scheduleName)],
-            run.idempotencyKey === null ? null : [h("dt", {}, "Idempotency key"), h("dd", { class: "mono" }, run.idempotencyKey)],
-            Object.keys(run.input).length === 0 ? null : [h("dt", {}, "Input"), h("dd", { class: "mono", id: "run-input" }, JSON.stringify(run.input))],
-            run.rerunOf === null ? null : [h("dt", {}, "Rerun of"), h("dd", { class: "mono" }, h("a", { href: runHref(run.rerunOf), id: "rerun-of" }, run.rerunOf))],
+            h(
+              "dd",
+              { class: "num" },
+              run.finishedAtMs === null
+                ? `not yet (${formatDuration(nowMs - run.createdAtMs)} so far)`
+                : `${formatTime(run.finishedAtMs)} (took ${formatDuration(run.finishedAtMs - run.createdAtMs)})`,
+            ),
+            run.cancelRequestedAtMs === null
+              ? null
+              : [
+                  h("dt", {}, "Cancel requested"),
+                  h("dd", { class: "num" }, formatTime(run.cancelRequestedAtMs)),
+                ],
+            run.scheduleName === null
+              ? null
+              : [h("dt", {}, "Schedule"), h("dd", {}, run.scheduleName)],
+            run.idempotencyKey === null
+              ? null
+              : [h("dt", {}, "Idempotency key"), h("dd", { class: "mono" }, run.idempotencyKey)],
+            Object.keys(run.input).length === 0
+              ? null
+              : [
+                  h("dt", {}, "Input"),
+                  h("dd", { class: "mono", id: "run-input" }, JSON.stringify(run.input)),
+                ],
+            run.rerunOf === null
+              ? null
+              : [
+                  h("dt", {}, "Rerun of"),
+                  h(
+                    "dd",
+                    { class: "mono" },
+                    h("a", { href: runHref(run.rerunOf), id: "rerun-of" }, run.rerunOf),
+                  ),
+                ],
           ),
           h("span", { class: "spacer" }),
           h(
@@ -103,17 +210,56 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
             { class: "button-row" },
             cancel,
             again,
-            terminal ? h("button", { type: "button", id: "rerun", "data-key": "rerun", onclick: () => void rerunRun(run.id, false) }, "Rerun") : null,
-            terminal && run.status !== "succeeded" ? h("button", { type: "button", id: "rerun-failed", "data-key": "rerun-failed", onclick: () => void rerunRun(run.id, true) }, "Rerun failed steps") : null,
+            terminal
+              ? h(
+                  "button",
+                  {
+                    type: "button",
+                    id: "rerun",
+                    "data-key": "rerun",
+                    onclick: () => void rerunRun(run.id, false),
+                  },
+                  "Rerun",
+                )
+              : null,
+            terminal && run.status !== "succeeded"
+              ? h(
+                  "button",
+                  {
+                    type: "button",
+                    id: "rerun-failed",
+                    "data-key": "rerun-failed",
+                    onclick: () => void rerunRun(run.id, true),
+                  },
+                  "Rerun failed steps",
+                )
+              : null,
           ),
         ),
       ),
       h(
         "section",
         { class: "card", "aria-labelledby": "dag-title" },
-        h("h2", { class: "section-title", id: "dag-title" }, run.kind === "workflow" ? "Workflow graph" : "Task"),
-        h("div", { class: "dag-frame", id: "dag" }, renderDag(dagSteps(detail), { label: `Steps of run ${run.id} and their dependencies; select a step to see its log`, href: (name) => stepHref(run.id, name), selected, minScale: 0.8 })),
-        h("p", { class: "muted small" }, "Arrows point from a step to the steps that need it. Select a step to see its log."),
+        h(
+          "h2",
+          { class: "section-title", id: "dag-title" },
+          run.kind === "workflow" ? "Workflow graph" : "Task",
+        ),
+        h(
+          "div",
+          { class: "dag-frame", id: "dag" },
+          renderDag(dagSteps(detail), {
+            label: `Steps of run ${run.id} and their dependencies; select a step to see its log`,
+            href: (name) => stepHref(run.id, name),
+            selected,
+            minScale: 0.8,
+          }),
+        ),
+        h(
+          "p",
+          { class: "muted small" },
+          "Arrows point from a step to the steps that need it. Select a step to see its log.",
+        ),
       ),
       run.kind === "workflow"
         ? h(
@@ -126,7 +272,37 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
               h(
                 "table",
                 { id: "steps-table" },
-                h("thead", {}, h("tr", {}, ["Step", "Task", "Needs", "Status", "Attempts", "Started", "Finished", "Output", "Log"].map((label) => h("th", { scope: "col", class: label === "Task" || label === "Needs" || label === "Started" ? "hide-narrow" : "" }, label)))),
+                h(
+                  "thead",
+                  {},
+                  h(
+                    "tr",
+                    {},
+                    [
+                      "Step",
+                      "Task",
+                      "Needs",
+                      "Status",
+                      "Attempts",
+                      "Started",
+                      "Finished",
+                      "Output",
+                      "Log",
+                    ].map((label) =>
+                      h(
+                        "th",
+                        {
+                          scope: "col",
+                          class:
+                            label === "Task" || label === "Needs" || label === "Started"
+                              ? "hide-narrow"
+                              : "",
+                        },
+                        label,
+                      ),
+                    ),
+                  ),
+                ),
                 h(
                   "tbody",
                   {},
@@ -136,13 +312,30 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
                       { "data-step": step.name, "data-status": step.status },
                       h("th", { scope: "row" }, step.name),
                       h("td", { class: "hide-narrow" }, step.task),
-                      h("td", { class: "hide-narrow" }, step.needs.length === 0 ? "—" : step.needs.join(", ")),
+                      h(
+                        "td",
+                        { class: "hide-narrow" },
+                        step.needs.length === 0 ? "—" : step.needs.join(", "),
+                      ),
                       h("td", {}, statusBadge(step.status)),
                       h("td", { class: "num" }, String(step.attemptCount)),
                       h("td", { class: "num hide-narrow" }, formatTime(step.startedAtMs)),
                       h("td", { class: "num" }, formatTime(step.finishedAtMs)),
                       h("td", { class: "mono", "data-output": step.name }, briefJson(step.output)),
-                      h("td", {}, h("a", { href: stepHref(run.id, step.name), "data-key": `log-${step.name}`, "aria-label": `Log of step ${step.name}`, ...(selected === step.name ? { "aria-current": "true" } : {}) }, "View log")),
+                      h(
+                        "td",
+                        {},
+                        h(
+                          "a",
+                          {
+                            href: stepHref(run.id, step.name),
+                            "data-key": `log-${step.name}`,
+                            "aria-label": `Log of step ${step.name}`,
+                            ...(selected === step.name ? { "aria-current": "true" } : {}),
+                          },
+                          "View log",
+                        ),
+                      ),
                     ),
                   ),
                 ),
@@ -162,19 +355,53 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
               h(
                 "table",
                 { id: "attempts-table" },
-                h("thead", {}, h("tr", {}, ["#", "Step", "Status", "Executor", "PID", "Started", "Finished", "Exit", "Stop reason", "Output", "Error"].map((label) => h("th", { scope: "col" }, label)))),
+                h(
+                  "thead",
+                  {},
+                  h(
+                    "tr",
+                    {},
+                    [
+                      "#",
+                      "Step",
+                      "Status",
+                      "Executor",
+                      "PID",
+                      "Started",
+                      "Finished",
+                      "Exit",
+                      "Stop reason",
+                      "Output",
+                      "Error",
+                    ].map((label) => h("th", { scope: "col" }, label)),
+                  ),
+                ),
                 h(
                   "tbody",
                   {},
                   attempts.map((attempt) =>
                     h(
                       "tr",
-                      { "data-attempt": attempt.id, "data-pid": attempt.pid ?? "", "data-status": attempt.status },
+                      {
+                        "data-attempt": attempt.id,
+                        "data-pid": attempt.pid ?? "",
+                        "data-status": attempt.status,
+                      },
                       h("td", { class: "num" }, String(attempt.number)),
-                      h("td", {}, attempt.stepRunId === null ? run.target : (stepName.get(attempt.stepRunId) ?? "?")),
+                      h(
+                        "td",
+                        {},
+                        attempt.stepRunId === null
+                          ? run.target
+                          : (stepName.get(attempt.stepRunId) ?? "?"),
+                      ),
                       h("td", {}, statusBadge(attempt.status)),
                       h("td", {}, attempt.executor),
-                      h("td", { class: "num mono" }, attempt.pid === null ? "—" : String(attempt.pid)),
+                      h(
+                        "td",
+                        { class: "num mono" },
+                        attempt.pid === null ? "—" : String(attempt.pid),
+                      ),
                       h("td", { class: "num" }, formatTime(attempt.startedAtMs)),
                       h("td", { class: "num" }, formatTime(attempt.finishedAtMs)),
                       h("td", { class: "num mono" }, attemptExit(attempt)),
@@ -195,14 +422,35 @@ export async function runView(client: QlrClient, view: Extract<Route, { view: "r
             h(
               "div",
               { class: "log-head" },
-              h("h2", { class: "section-title", id: "log-title" }, `Log of ${run.kind === "workflow" ? "step" : "task"} ${selected}`),
+              h(
+                "h2",
+                { class: "section-title", id: "log-title" },
+                `Log of ${run.kind === "workflow" ? "step" : "task"} ${selected}`,
+              ),
               h("span", { class: "muted small" }, "latest attempt, stdout then stderr"),
               h("span", { class: "spacer" }),
-              h("button", { type: "button", id: "refresh-log", "data-key": "refresh-log", onclick: () => void reloadLog() }, "Reload log"),
-              h("a", { href: runHref(run.id), class: "button", "data-key": "close-log" }, "Close log"),
+              h(
+                "button",
+                {
+                  type: "button",
+                  id: "refresh-log",
+                  "data-key": "refresh-log",
+                  onclick: () => void reloadLog(),
+                },
+                "Reload log",
+              ),
+              h(
+                "a",
+                { href: runHref(run.id), class: "button", "data-key": "close-log" },
+                "Close log",
+              ),
             ),
             state.logState?.text !== null && state.logState?.text !== undefined
-              ? h("pre", { class: "log", id: "log", tabindex: "0", "aria-label": `Log of ${selected}` }, state.logState.text.length === 0 ? "(empty)" : state.logState.text)
+              ? h(
+                  "pre",
+                  { class: "log", id: "log", tabindex: "0", "aria-label": `Log of ${selected}` },
+                  state.logState.text.length === 0 ? "(empty)" : state.logState.text,
+                )
               : h("p", { class: "empty", id: "log" }, state.logState?.note ?? "Loading…"),
           ),
     ],
