@@ -375,9 +375,7 @@ async function latency(config: LauncherBenchConfig): Promise<unknown> {
 }
 
 /** A memory cgroup with a limit (v2, else v1), or the reason there is none. */
-function memoryCgroup(
-  limitBytes: number,
-):
+function memoryCgroup(limitBytes: number):
   | {
       procs: string;
       read: () => { peakBytes: number | null; oomKills: number | null };

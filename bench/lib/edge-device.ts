@@ -143,9 +143,7 @@ const IMPORT_STEPS: readonly { readonly label: string; readonly code: string }[]
   },
 ];
 
-async function importBreakdown(
-  root: string,
-): Promise<
+async function importBreakdown(root: string): Promise<
   {
     label: string;
     rssMiB: number | null;

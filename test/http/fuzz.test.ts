@@ -294,13 +294,11 @@ function workerRequests(attemptIds: () => readonly string[]): fc.Arbitrary<Reque
     fc
       .tuple(fc.constantFrom(...WORKER_ROUTES), anyJson)
       .map(([path, value]) => ({ method: "POST", path, options: { json: value } })),
-    fc
-      .tuple(fc.constantFrom(...WORKER_ROUTES), anyText)
-      .map(([path, text]) => ({
-        method: "POST",
-        path,
-        options: { body: text, contentType: "application/json" },
-      })),
+    fc.tuple(fc.constantFrom(...WORKER_ROUTES), anyText).map(([path, text]) => ({
+      method: "POST",
+      path,
+      options: { body: text, contentType: "application/json" },
+    })),
     // Claims with one unknown field: the only claim that could be valid is refused by its shape.
     fc
       .tuple(fc.record({ workerId: anyText, pool: anyText, capacity: anyJson }), unknownKey)
@@ -310,32 +308,26 @@ function workerRequests(attemptIds: () => readonly string[]): fc.Arbitrary<Reque
         options: { json: { ...body, [key]: 1 } },
       })),
     // Fences of attempts that exist (local ones, so never a live lease) or not, with any secret.
-    fc
-      .tuple(fenceLike, phase)
-      .map(([fence, extra]) => ({
-        method: "POST",
-        path: "/worker/start",
-        options: { json: { ...fence, ...extra } },
-      })),
+    fc.tuple(fenceLike, phase).map(([fence, extra]) => ({
+      method: "POST",
+      path: "/worker/start",
+      options: { json: { ...fence, ...extra } },
+    })),
     fenceLike.map((fence) => ({
       method: "POST",
       path: "/worker/heartbeat",
       options: { json: fence },
     })),
-    fc
-      .tuple(fenceLike, times)
-      .map(([fence, facts]) => ({
-        method: "POST",
-        path: "/worker/complete",
-        options: { json: { ...fence, ...facts } },
-      })),
-    fc
-      .tuple(fenceLike, anyText)
-      .map(([fence, reason]) => ({
-        method: "POST",
-        path: "/worker/lost",
-        options: { json: { ...fence, reason } },
-      })),
+    fc.tuple(fenceLike, times).map(([fence, facts]) => ({
+      method: "POST",
+      path: "/worker/complete",
+      options: { json: { ...fence, ...facts } },
+    })),
+    fc.tuple(fenceLike, anyText).map(([fence, reason]) => ({
+      method: "POST",
+      path: "/worker/lost",
+      options: { json: { ...fence, reason } },
+    })),
   );
 }
 

@@ -101,9 +101,7 @@ async function codeOf(promise: Promise<unknown>): Promise<string> {
   return (await errorOf(promise)).code;
 }
 
-async function errorOf(
-  promise: Promise<unknown>,
-): Promise<{
+async function errorOf(promise: Promise<unknown>): Promise<{
   code: string;
   message: string;
   details: readonly { path: string; message: string }[];
