@@ -2,7 +2,7 @@
  * The device store: a sql.js database that lives in memory and is made crash-consistent on
  * disk by a snapshot plus an append-only journal. Node-only. Files in the directory `path`:
  *
- * - `snapshot.sqlite`: a full sql.js `export()` with a trailer naming the journal sequence it
+ * - `snapshot.sqlite`: the sql.js `export()` image, deflated in frames, with a trailer naming the journal sequence it
  *   includes (format in snapshot.ts);
  * - `journal.log`: one checksummed record per committed write transaction (format and the torn
  *   tail rule in journal.ts);
@@ -46,7 +46,8 @@ import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
 import type { JournalScan, ParsedRecord, RecordAdoption } from "./journal.ts";
 import { acquireLock } from "./lock.ts";
 import type { HeldLock } from "./lock.ts";
-import { decodeSnapshot, encodeSnapshotTrailer } from "./snapshot.ts";
+import { SNAPSHOT_FRAME_IMAGE_BYTES, decodeSnapshot, encodeSnapshot } from "./snapshot.ts";
+import type { DecodedSnapshot } from "./snapshot.ts";
 
 /** The database holds every secret a manifest carries (env values): owner-only, like the state dir. */
 const FILE_MODE = 0o600;
@@ -55,6 +56,13 @@ const DIRECTORY_MODE = 0o700;
 export const DEFAULT_CHECKPOINT_JOURNAL_BYTES = 1024 * 1024;
 /** The journal never grows past this before a checkpoint, whatever the database size (open-time replay stays bounded). */
 export const MAX_CHECKPOINT_JOURNAL_BYTES = 64 * 1024 * 1024;
+/**
+ * After a checkpoint the journal may grow to this many times the snapshot file just written
+ * before the next one. A snapshot then costs at most 1/this of the journal bytes it retires
+ * (bytes per commit ≈ journal × 1.5 while the database holds its size), and an open replays at
+ * most this many snapshot-sizes of compressed journal (bounded by MAX_CHECKPOINT_JOURNAL_BYTES).
+ */
+export const CHECKPOINT_JOURNAL_PER_SNAPSHOT_BYTE = 2;
 
 const SNAPSHOT_FILE = "snapshot.sqlite";
 const SNAPSHOT_TEMP_FILE = "snapshot.sqlite.tmp";
@@ -98,6 +106,8 @@ export interface SqlJsFileDriverOptions extends SqlJsConnectionOptions {
   readonly faultPoints?: SqlJsFileFaultPoints;
   /** The file operations; the real file system by default, a simulated one in the power-loss and fault tests. */
   readonly fs?: DurableFs;
+  /** Image bytes per compressed snapshot frame (snapshot.ts); small values let tests cut inside a multi-frame write. */
+  readonly snapshotFrameImageBytes?: number;
 }
 
 export interface SqlJsFileStats {
@@ -168,7 +178,7 @@ interface LoadedState {
   readonly journalBytes: number;
   readonly sequence: number;
   readonly snapshotSequence: number;
-  /** The image size of the snapshot loaded (0 without one). */
+  /** The size of the snapshot file loaded (0 without one). */
   readonly snapshotBytes: number;
 }
 
@@ -222,10 +232,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     );
     // A reopened large database amortises its next snapshot over as much journal as the last one.
     this.lastSnapshotBytes = loaded.snapshotBytes;
-    this.nextCheckpointJournalBytes = Math.min(
-      MAX_CHECKPOINT_JOURNAL_BYTES,
-      Math.max(this.checkpointJournalBytes, loaded.snapshotBytes),
-    );
+    this.nextCheckpointJournalBytes = this.thresholdAfterSnapshot();
     this.connection = loaded.connection;
     this.journal = loaded.journal;
     this.dictionary = loaded.dictionary;
@@ -362,16 +369,25 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private checkpointAfterCommit(usable: Usable): void {
     try {
       this.checkpointNow(usable);
-      // The journal may grow to the size of the snapshot before the next one is written, so a
-      // snapshot's bytes are amortised over at least as many journal bytes: flash writes per
-      // commit stay bounded by about twice the journal record, however large the database grows.
-      this.nextCheckpointJournalBytes = Math.min(
-        MAX_CHECKPOINT_JOURNAL_BYTES,
-        Math.max(this.checkpointJournalBytes, this.lastSnapshotBytes),
-      );
+      this.nextCheckpointJournalBytes = this.thresholdAfterSnapshot();
     } catch {
       this.nextCheckpointJournalBytes = this.journalBytes + this.checkpointJournalBytes;
     }
+  }
+
+  /**
+   * The journal may grow to CHECKPOINT_JOURNAL_PER_SNAPSHOT_BYTE times the last snapshot file
+   * before the next checkpoint, so a snapshot's bytes are amortised over at least that many
+   * journal bytes however large the database grows.
+   */
+  private thresholdAfterSnapshot(): number {
+    return Math.min(
+      MAX_CHECKPOINT_JOURNAL_BYTES,
+      Math.max(
+        this.checkpointJournalBytes,
+        this.lastSnapshotBytes * CHECKPOINT_JOURNAL_PER_SNAPSHOT_BYTE,
+      ),
+    );
   }
 
   private checkpointNow(usable: Usable): void {
@@ -395,16 +411,22 @@ class SqlJsFileStore implements SqlJsFileDriver {
     } finally {
       connection.applyPragmas();
     }
-    this.lastSnapshotBytes = image.length;
     this.faults.duringCheckpoint?.("exported");
     let renamed = false;
+    let snapshotBytes = 0;
     try {
-      const trailer = encodeSnapshotTrailer(image, this.sequence);
       const fd = this.fs.open(tempPath, "truncate", FILE_MODE);
       try {
-        this.bytesWrittenTotal += image.length + trailer.length;
-        this.fs.append(fd, image);
-        this.fs.append(fd, trailer);
+        // One compressed frame at a time: never a second image-sized buffer.
+        for (const part of encodeSnapshot(
+          image,
+          this.sequence,
+          this.options.snapshotFrameImageBytes ?? SNAPSHOT_FRAME_IMAGE_BYTES,
+        )) {
+          this.bytesWrittenTotal += part.length;
+          snapshotBytes += part.length;
+          this.fs.append(fd, part);
+        }
         // A failed sync here costs nothing but this attempt: the temporary file is never read,
         // and the next checkpoint writes a new one from the start.
         this.fs.fsync(fd);
@@ -427,6 +449,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
         { cause: error },
       );
     }
+    this.lastSnapshotBytes = snapshotBytes;
     this.snapshotSequence = this.sequence;
     // Every journal record is in a durable snapshot now: none is needed to reopen.
     this.neededJournalBytes = 0;
@@ -588,7 +611,7 @@ function loadDurableState(
       journalBytes,
       sequence,
       snapshotSequence,
-      snapshotBytes: loaded.imageBytes,
+      snapshotBytes: loaded.fileBytes,
     };
   } catch (error) {
     if (journal !== undefined) closeQuietly(fs, journal);
@@ -613,10 +636,14 @@ function loadSnapshot(
   fs: DurableFs,
   snapshotPath: string,
   options: SqlJsFileDriverOptions,
-): { connection: SqlJsConnection; includedSequence: number; imageBytes: number } {
-  const snapshot = fs.exists(snapshotPath)
-    ? decodeSnapshot(asBuffer(fs.readFile(snapshotPath)), snapshotPath)
-    : undefined;
+): { connection: SqlJsConnection; includedSequence: number; fileBytes: number } {
+  let fileBytes = 0;
+  let snapshot: DecodedSnapshot | undefined;
+  if (fs.exists(snapshotPath)) {
+    const bytes = asBuffer(fs.readFile(snapshotPath));
+    fileBytes = bytes.length;
+    snapshot = decodeSnapshot(bytes, snapshotPath);
+  }
   try {
     return {
       connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), {
@@ -624,7 +651,7 @@ function loadSnapshot(
         trackWrites: true,
       }),
       includedSequence: snapshot?.includedSequence ?? 0,
-      imageBytes: snapshot?.image.length ?? 0,
+      fileBytes,
     };
   } catch (error) {
     throw mapSqlJsError(error, "open snapshot");
