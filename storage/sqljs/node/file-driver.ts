@@ -56,13 +56,6 @@ const DIRECTORY_MODE = 0o700;
 export const DEFAULT_CHECKPOINT_JOURNAL_BYTES = 1024 * 1024;
 /** The journal never grows past this before a checkpoint, whatever the database size (open-time replay stays bounded). */
 export const MAX_CHECKPOINT_JOURNAL_BYTES = 64 * 1024 * 1024;
-/**
- * After a checkpoint the journal may grow to this many times the snapshot file just written
- * before the next one. A snapshot then costs at most 1/this of the journal bytes it retires
- * (bytes per commit ≈ journal × 1.5 while the database holds its size), and an open replays at
- * most this many snapshot-sizes of compressed journal (bounded by MAX_CHECKPOINT_JOURNAL_BYTES).
- */
-export const CHECKPOINT_JOURNAL_PER_SNAPSHOT_BYTE = 2;
 
 const SNAPSHOT_FILE = "snapshot.sqlite";
 const SNAPSHOT_TEMP_FILE = "snapshot.sqlite.tmp";
@@ -178,8 +171,8 @@ interface LoadedState {
   readonly journalBytes: number;
   readonly sequence: number;
   readonly snapshotSequence: number;
-  /** The size of the snapshot file loaded (0 without one). */
-  readonly snapshotBytes: number;
+  /** The image size of the snapshot loaded (0 without one). */
+  readonly imageBytes: number;
 }
 
 class SqlJsFileStore implements SqlJsFileDriver {
@@ -188,7 +181,8 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private readonly queue: SerialQueue;
   private readonly faults: SqlJsFileFaultPoints;
   private readonly checkpointJournalBytes: number;
-  private lastSnapshotBytes = 0;
+  /** The database image the last snapshot holds (uncompressed): the next checkpoint threshold. */
+  private lastImageBytes = 0;
   private nextCheckpointJournalBytes: number;
   private bytesWrittenTotal = 0;
   private commits = 0;
@@ -231,7 +225,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       options.checkpointJournalBytes ?? DEFAULT_CHECKPOINT_JOURNAL_BYTES,
     );
     // A reopened large database amortises its next snapshot over as much journal as the last one.
-    this.lastSnapshotBytes = loaded.snapshotBytes;
+    this.lastImageBytes = loaded.imageBytes;
     this.nextCheckpointJournalBytes = this.thresholdAfterSnapshot();
     this.connection = loaded.connection;
     this.journal = loaded.journal;
@@ -376,17 +370,15 @@ class SqlJsFileStore implements SqlJsFileDriver {
   }
 
   /**
-   * The journal may grow to CHECKPOINT_JOURNAL_PER_SNAPSHOT_BYTE times the last snapshot file
-   * before the next checkpoint, so a snapshot's bytes are amortised over at least that many
-   * journal bytes however large the database grows.
+   * The journal may grow to the size of the last snapshot's image (uncompressed) before the
+   * next checkpoint: that bounds the replay at open to about one database's worth of
+   * statements, and since the snapshot file is the image deflated (≈ 4× smaller), a snapshot
+   * costs about a quarter of the journal bytes it retires however large the database grows.
    */
   private thresholdAfterSnapshot(): number {
     return Math.min(
       MAX_CHECKPOINT_JOURNAL_BYTES,
-      Math.max(
-        this.checkpointJournalBytes,
-        this.lastSnapshotBytes * CHECKPOINT_JOURNAL_PER_SNAPSHOT_BYTE,
-      ),
+      Math.max(this.checkpointJournalBytes, this.lastImageBytes),
     );
   }
 
@@ -413,7 +405,6 @@ class SqlJsFileStore implements SqlJsFileDriver {
     }
     this.faults.duringCheckpoint?.("exported");
     let renamed = false;
-    let snapshotBytes = 0;
     try {
       const fd = this.fs.open(tempPath, "truncate", FILE_MODE);
       try {
@@ -424,7 +415,6 @@ class SqlJsFileStore implements SqlJsFileDriver {
           this.options.snapshotFrameImageBytes ?? SNAPSHOT_FRAME_IMAGE_BYTES,
         )) {
           this.bytesWrittenTotal += part.length;
-          snapshotBytes += part.length;
           this.fs.append(fd, part);
         }
         // A failed sync here costs nothing but this attempt: the temporary file is never read,
@@ -449,7 +439,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
         { cause: error },
       );
     }
-    this.lastSnapshotBytes = snapshotBytes;
+    this.lastImageBytes = image.length;
     this.snapshotSequence = this.sequence;
     // Every journal record is in a durable snapshot now: none is needed to reopen.
     this.neededJournalBytes = 0;
@@ -611,7 +601,7 @@ function loadDurableState(
       journalBytes,
       sequence,
       snapshotSequence,
-      snapshotBytes: loaded.fileBytes,
+      imageBytes: loaded.imageBytes,
     };
   } catch (error) {
     if (journal !== undefined) closeQuietly(fs, journal);
@@ -636,14 +626,10 @@ function loadSnapshot(
   fs: DurableFs,
   snapshotPath: string,
   options: SqlJsFileDriverOptions,
-): { connection: SqlJsConnection; includedSequence: number; fileBytes: number } {
-  let fileBytes = 0;
-  let snapshot: DecodedSnapshot | undefined;
-  if (fs.exists(snapshotPath)) {
-    const bytes = asBuffer(fs.readFile(snapshotPath));
-    fileBytes = bytes.length;
-    snapshot = decodeSnapshot(bytes, snapshotPath);
-  }
+): { connection: SqlJsConnection; includedSequence: number; imageBytes: number } {
+  const snapshot: DecodedSnapshot | undefined = fs.exists(snapshotPath)
+    ? decodeSnapshot(asBuffer(fs.readFile(snapshotPath)), snapshotPath)
+    : undefined;
   try {
     return {
       connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), {
@@ -651,7 +637,7 @@ function loadSnapshot(
         trackWrites: true,
       }),
       includedSequence: snapshot?.includedSequence ?? 0,
-      fileBytes,
+      imageBytes: snapshot?.image.length ?? 0,
     };
   } catch (error) {
     throw mapSqlJsError(error, "open snapshot");
