@@ -19,8 +19,9 @@
  *
  * Synchronous on purpose: the sql.js file store does its I/O inside one queued task, and a
  * synchronous call keeps a commit's steps free of interleaving. The launcher's durable files
- * (journal before spawn, receipts, stop intents) can move onto it as they are: `link` and
- * `fsyncDirectory` are here for its write-temp-then-link pattern.
+ * (journal before spawn, spawn records, receipts, stop intents) use it too
+ * (runtimes/node/launcher/durable-file.ts): `link` and `fsyncDirectory` serve its
+ * write-temp-then-link pattern, `readSmall` its reads that must not follow a planted link.
  */
 import {
   closeSync,
@@ -39,6 +40,7 @@ import {
   unlinkSync,
   writeSync,
 } from "node:fs";
+import { errorCode } from "../../src/errors.ts";
 import { fsyncDirectorySync } from "./fsync-directory.ts";
 
 /** An open file; opaque to the caller. */
@@ -51,6 +53,11 @@ export type DurableFileHandle = number;
  * - `exclusive`: created, or EEXIST when the name is taken; writes go to the end.
  */
 export type DurableOpenMode = "read" | "append" | "truncate" | "exclusive";
+
+export type SmallFileReading =
+  | { readonly ok: true; readonly bytes: Uint8Array }
+  | { readonly ok: false; readonly reason: string }
+  | null;
 
 export interface DurableFs {
   /** Creates the directory and its missing parents with `mode`; nothing when it exists. */
@@ -70,6 +77,12 @@ export interface DurableFs {
   close(handle: DurableFileHandle): void;
   /** The whole file; ENOENT when missing. */
   readFile(path: string): Uint8Array;
+  /**
+   * A small regular file read without following a symbolic link (a planted link must not make
+   * the caller read or trust another file): its bytes, null when it does not exist, or the
+   * reason it was refused (a link, not a regular file, over `maxBytes`).
+   */
+  readSmall(path: string, maxBytes: number): SmallFileReading;
   /** Replaces `to` atomically (same directory). */
   rename(from: string, to: string): void;
   /** Gives the file a second name; EEXIST when `to` exists. */
@@ -153,6 +166,29 @@ export const nodeDurableFs: DurableFs = {
   },
   readFile(path) {
     return readFileSync(path);
+  },
+  readSmall(path, maxBytes) {
+    let handle: number;
+    try {
+      handle = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+    } catch (error) {
+      const code = errorCode(error);
+      if (code === "ENOENT") return null;
+      if (code === "ELOOP") return { ok: false, reason: "is a symbolic link" };
+      throw error;
+    }
+    try {
+      const stats = fstatSync(handle);
+      if (!stats.isFile()) return { ok: false, reason: "is not a regular file" };
+      if (stats.size > maxBytes)
+        return { ok: false, reason: `is ${stats.size} bytes, more than the ${maxBytes} allowed` };
+      const bytes = nodeDurableFs.read(handle, 0, maxBytes + 1);
+      if (bytes.length > maxBytes)
+        return { ok: false, reason: `grew past the ${maxBytes} bytes allowed` };
+      return { ok: true, bytes };
+    } finally {
+      closeSync(handle);
+    }
   },
   rename(from, to) {
     renameSync(from, to);

@@ -6,7 +6,7 @@
  * - `fsyncDirectorySync`, for the sql.js file store (synchronous, inside its queued work):
  *   a platform with no such step (Windows answers EISDIR or EPERM on opening a directory, some
  *   file systems EINVAL on syncing one) has nothing more to do, so it returns;
- * - `fsyncDirectory`, for the launcher's journal records and receipts: every error is thrown,
+ * - `fsyncDirectoryStrictSync`, for the launcher's journal records and receipts: every error is thrown,
  *   because the journal's directory entry must be durable before the task is spawned, and an
  *   attempt that cannot promise that fails to start rather than run unrecorded.
  */
@@ -35,6 +35,16 @@ export function fsyncDirectorySync(directory: string): void {
 }
 
 /** Makes a directory entry (a create, a link, an unlink) survive power loss, or throws. */
+export function fsyncDirectoryStrictSync(directory: string): void {
+  const fd = openSync(directory, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The same, without blocking the event loop (the launcher's startup and cleanup). */
 export async function fsyncDirectory(directory: string): Promise<void> {
   const handle = await open(directory, constants.O_RDONLY | constants.O_DIRECTORY);
   try {

@@ -34,6 +34,8 @@ import type {
 } from "../../storage/sqljs/node/file-driver.ts";
 import { parseRecordAt } from "../../storage/sqljs/node/journal.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
+import { decodeSnapshot, encodeSnapshot } from "../../storage/sqljs/node/snapshot.ts";
+import { crc32, crc32Update } from "../../storage/sqljs/crc32.ts";
 import { SqlJsChild, bundleSqlJsChild } from "./fixtures/sqljs-child-process.ts";
 
 const CHILD_TIMEOUT_MS = 20_000;
@@ -218,10 +220,11 @@ describe("sqljs-file reopen and replay", () => {
     await commitPairs(driver, range(1, 30));
     const stats = driver.stats();
     expect(stats.checkpoints).toBeGreaterThan(0);
-    // After a checkpoint the journal may grow to the snapshot's size before the next one, so a
-    // snapshot's bytes are amortised over as many journal bytes (flash writes stay bounded).
-    const snapshotBytes = statSync(join(path, "snapshot.sqlite")).size;
-    expect(stats.journalBytes).toBeLessThan(Math.max(300, snapshotBytes) + 300);
+    // After a checkpoint the journal may grow to the snapshot's image size before the next one,
+    // so a (compressed) snapshot's bytes are amortised over more journal bytes than it holds.
+    const imageBytes = decodeSnapshot(readFileSync(join(path, "snapshot.sqlite")), "s").image
+      .length;
+    expect(stats.journalBytes).toBeLessThan(Math.max(300, imageBytes) + 300);
     const reopened = await open(crashImage(path));
     expect(await committedNumbers(reopened)).toEqual(range(1, 30));
   });
@@ -570,5 +573,81 @@ describe("sqljs-file bytes written", () => {
     expect(after.commits - before.commits).toBe(transactions);
     // Header 20 bytes plus about 30 bytes of ids and parameters; the bound catches a format regression.
     expect(bytesPerCommit).toBeLessThan(80);
+  });
+});
+
+describe("sqljs-file snapshot format", () => {
+  function snapshotFile(image: Uint8Array, sequence: number, frameBytes?: number): Buffer {
+    return Buffer.concat([...encodeSnapshot(image, sequence, frameBytes)]);
+  }
+
+  function sampleImage(length: number): Uint8Array {
+    // Compressible like SQLite pages: repeated text with a counter in it.
+    const text = Array.from(
+      { length: Math.ceil(length / 24) },
+      (_, index) => `row ${String(index).padStart(8, "0")} ok;`,
+    ).join("");
+    return Uint8Array.from(Buffer.from(text.slice(0, length), "latin1"));
+  }
+
+  it("round-trips an image over many frames and writes it compressed", () => {
+    const image = sampleImage(100_000);
+    const file = snapshotFile(image, 42, 7_000);
+    expect(file.length).toBeLessThan(image.length / 2);
+    const decoded = decodeSnapshot(file, "s");
+    expect(decoded.includedSequence).toBe(42);
+    expect(Buffer.from(decoded.image).equals(Buffer.from(image))).toBe(true);
+  });
+
+  it("still reads a snapshot written before compression (format 1)", () => {
+    const image = sampleImage(5_000);
+    const trailer = Buffer.alloc(32);
+    trailer.write("QLRSNAP1", 0, "latin1");
+    trailer.writeBigUInt64LE(7n, 8);
+    trailer.writeBigUInt64LE(BigInt(image.length), 16);
+    trailer.writeUInt32LE(crc32Update(crc32(image), trailer.subarray(0, 24)), 24);
+    const decoded = decodeSnapshot(Buffer.concat([image, trailer]), "s");
+    expect(decoded.includedSequence).toBe(7);
+    expect(Buffer.from(decoded.image).equals(Buffer.from(image))).toBe(true);
+  });
+
+  it("refuses every truncation and a flipped bit anywhere, naming the file", () => {
+    const file = snapshotFile(sampleImage(20_000), 3, 4_000);
+    const refusals = new Set<string>();
+    for (let length = 0; length < file.length; length += 97) {
+      const outcome = (() => {
+        try {
+          return decodeSnapshot(file.subarray(0, length), "/db/snapshot.sqlite");
+        } catch (error) {
+          return error;
+        }
+      })();
+      expect(isQlrError(outcome, "storage_corrupt"), `truncated to ${length}`).toBe(true);
+      expect((outcome as Error).message).toContain("/db/snapshot.sqlite");
+      refusals.add((outcome as Error).message);
+    }
+    for (let offset = 0; offset < file.length; offset += 131) {
+      const flipped = Buffer.from(file);
+      flipped[offset] = (flipped[offset] ?? 0) ^ 0x10;
+      expect(() => decodeSnapshot(flipped, "s"), `bit flipped at ${offset}`).toThrow(/damaged/);
+    }
+    expect(refusals.size).toBeGreaterThan(1);
+  });
+
+  it("writes a snapshot the store reopens from, in frames of the size asked", async () => {
+    const path = newDirectory();
+    const driver = await open(path, { snapshotFrameImageBytes: 4096 });
+    await createPairs(driver);
+    await commitPairs(driver, range(1, 200));
+    await driver.checkpoint();
+    const file = readFileSync(join(path, "snapshot.sqlite"));
+    const decoded = decodeSnapshot(file, "s");
+    expect(file.length).toBeLessThan(decoded.image.length);
+    // Several frames: the first declares 4,096 image bytes, and the image holds three pages or more.
+    expect(file.readUInt32LE(4)).toBe(4096);
+    expect(decoded.image.length).toBeGreaterThan(2 * 4096);
+    await close(driver);
+    const reopened = await open(path);
+    expect(await committedNumbers(reopened)).toEqual(range(1, 200));
   });
 });

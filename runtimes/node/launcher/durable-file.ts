@@ -1,9 +1,27 @@
 import { randomBytes } from "node:crypto";
-import { link, mkdir, open, unlink } from "node:fs/promises";
-import { constants } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { errorCode } from "../../../src/errors.ts";
-import { fsyncDirectory } from "../../../storage/node/fsync-directory.ts";
+import { nodeDurableFs } from "../../../storage/node/durable-fs.ts";
+import type { DurableFs } from "../../../storage/node/durable-fs.ts";
+import { fsyncDirectoryStrictSync } from "../../../storage/node/fsync-directory.ts";
+
+/**
+ * The launcher's durable files (journal before spawn, spawn records, receipts, stop intents,
+ * the receipt key) go through `DurableFs`, the one small file interface the sql.js file store
+ * uses, so the power-loss tests can run these very functions on a simulated machine
+ * (test/launcher/launcher-power-cut.test.ts). Production uses the real file system, with a
+ * directory fsync that throws on every error: the journal's directory entry must be durable
+ * before the task is spawned, and an attempt that cannot promise that fails to start rather
+ * than run unrecorded (the store's own directory sync tolerates platforms without the step).
+ *
+ * The calls are synchronous (one file of a few hundred bytes, one fsync of it and one of its
+ * directory): the same interface as the store's, at the cost of blocking the event loop for
+ * those fsyncs, as every store commit already does.
+ */
+export const launcherDurableFs: DurableFs = {
+  ...nodeDurableFs,
+  fsyncDirectory: fsyncDirectoryStrictSync,
+};
 
 /**
  * File systems that cannot hard-link (vfat and exfat on the USB disks routers often use, some
@@ -21,50 +39,74 @@ const LINK_UNSUPPORTED_CODES = new Set(["EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSY
  * the caller may act on the file's existence (for the journal: spawn). Throws the file system
  * error unchanged (EEXIST when the name is taken); callers map it.
  */
-export async function createFileExclusiveDurable(
+export function createFileExclusiveDurable(
   finalPath: string,
   tmpDir: string,
   content: string,
+  fs: DurableFs = launcherDurableFs,
 ): Promise<void> {
+  return settled(() => createFileExclusiveDurableSync(finalPath, tmpDir, content, fs));
+}
+
+function createFileExclusiveDurableSync(
+  finalPath: string,
+  tmpDir: string,
+  content: string,
+  fs: DurableFs,
+): void {
   const tmpPath = join(
     tmpDir,
     `${basename(finalPath)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`,
   );
-  await writeAndSync(tmpPath, content);
+  writeAndSync(fs, tmpPath, content);
   try {
-    await link(tmpPath, finalPath);
+    fs.link(tmpPath, finalPath);
   } catch (error) {
-    await unlink(tmpPath);
+    fs.unlink(tmpPath);
     if (!LINK_UNSUPPORTED_CODES.has(errorCode(error) ?? "")) throw error;
-    await writeAndSync(finalPath, content);
-    await fsyncDirectory(dirname(finalPath));
+    writeAndSync(fs, finalPath, content);
+    fs.fsyncDirectory(dirname(finalPath));
     return;
   }
-  await fsyncDirectory(dirname(finalPath));
+  fs.fsyncDirectory(dirname(finalPath));
   // The temporary name is garbage once the link is durable; a crash right here leaves a stray
   // file in tmp/, never a second journal or receipt.
-  await unlink(tmpPath);
+  fs.unlink(tmpPath);
 }
 
-async function writeAndSync(path: string, content: string): Promise<void> {
-  const handle = await open(path, "wx", 0o600);
+function writeAndSync(fs: DurableFs, path: string, content: string): void {
+  const handle = fs.open(path, "exclusive", 0o600);
   try {
-    await handle.writeFile(content, "utf8");
-    await handle.sync();
+    fs.append(handle, Buffer.from(content, "utf8"));
+    fs.fsync(handle);
   } finally {
-    await handle.close();
+    fs.close(handle);
   }
 }
 
 /** Creates the directories (owner-only: logs and stop intents may name secrets) and makes them durable. */
-export async function ensureDurableDirectories(
+export function ensureDurableDirectories(
   parent: string,
   children: readonly string[],
+  fs: DurableFs = launcherDurableFs,
 ): Promise<void> {
-  const created = await mkdir(parent, { recursive: true, mode: 0o700 });
-  for (const child of children) await mkdir(child, { recursive: true, mode: 0o700 });
-  await fsyncDirectory(parent);
-  if (created !== undefined) await fsyncDirectory(dirname(created));
+  return settled(() => ensureDurableDirectoriesSync(parent, children, fs));
+}
+
+function ensureDurableDirectoriesSync(
+  parent: string,
+  children: readonly string[],
+  fs: DurableFs,
+): void {
+  // The highest directory the mkdir will create: its parent's entry must be synced too.
+  let highestMissing: string | undefined;
+  // Bounded by the path's depth.
+  for (let path = parent; !fs.exists(path) && dirname(path) !== path; path = dirname(path))
+    highestMissing = path;
+  fs.mkdirp(parent, 0o700);
+  for (const child of children) fs.mkdirp(child, 0o700);
+  fs.fsyncDirectory(parent);
+  if (highestMissing !== undefined) fs.fsyncDirectory(dirname(highestMissing));
 }
 
 /**
@@ -72,30 +114,27 @@ export async function ensureDurableDirectories(
  * the runtime read or trust another file) and refuses anything above `maxBytes`. Returns null
  * when the file does not exist.
  */
-export async function readSmallFile(
+export function readSmallFile(
   path: string,
   maxBytes: number,
+  fs: DurableFs = launcherDurableFs,
 ): Promise<{ ok: true; text: string } | { ok: false; reason: string } | null> {
-  let handle;
+  return settled(() => {
+    const reading = fs.readSmall(path, maxBytes);
+    if (reading === null || !reading.ok) return reading;
+    const { bytes } = reading;
+    return {
+      ok: true,
+      text: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString("utf8"),
+    };
+  });
+}
+
+/** Runs synchronous file work as a promise, turning a throw into a rejection (callers await it). */
+function settled<T>(work: () => T): Promise<T> {
   try {
-    handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+    return Promise.resolve(work());
   } catch (error) {
-    const code = errorCode(error);
-    if (code === "ENOENT") return null;
-    if (code === "ELOOP") return { ok: false, reason: "is a symbolic link" };
-    throw error;
-  }
-  try {
-    const stats = await handle.stat();
-    if (!stats.isFile()) return { ok: false, reason: "is not a regular file" };
-    if (stats.size > maxBytes)
-      return { ok: false, reason: `is ${stats.size} bytes, more than the ${maxBytes} allowed` };
-    const buffer = Buffer.alloc(maxBytes + 1);
-    const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
-    if (bytesRead > maxBytes)
-      return { ok: false, reason: `grew past the ${maxBytes} bytes allowed` };
-    return { ok: true, text: buffer.subarray(0, bytesRead).toString("utf8") };
-  } finally {
-    await handle.close();
+    return Promise.reject(error instanceof Error ? error : new Error(String(error)));
   }
 }

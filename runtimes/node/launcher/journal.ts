@@ -2,7 +2,8 @@ import { canonicalJson } from "../../../src/canonical-json.ts";
 import { isDigest, type Digest } from "../../../src/digest.ts";
 import { QlrError } from "../../../src/errors.ts";
 import { isPortableId } from "../../../src/identity.ts";
-import { readSmallFile } from "./durable-file.ts";
+import type { DurableFs } from "../../../storage/node/durable-fs.ts";
+import { createFileExclusiveDurable, launcherDurableFs, readSmallFile } from "./durable-file.ts";
 import { journalPath, type StateLayout } from "./state-layout.ts";
 
 /**
@@ -38,6 +39,23 @@ export function journalText(record: JournalRecord): string {
   return `${canonicalJson({ ...record })}\n`;
 }
 
+/**
+ * Writes the record durably, exactly once: when this returns, a power cut cannot lose it, so
+ * the caller may spawn. EEXIST (unchanged) when the attempt is already journaled.
+ */
+export function writeJournalRecord(
+  layout: StateLayout,
+  record: JournalRecord,
+  fs: DurableFs = launcherDurableFs,
+): Promise<void> {
+  return createFileExclusiveDurable(
+    journalPath(layout, record.attemptId),
+    layout.tmpDir,
+    journalText(record),
+    fs,
+  );
+}
+
 function journalShapeProblem(value: unknown): string | null {
   if (typeof value !== "object" || value === null || Array.isArray(value))
     return "not a JSON object";
@@ -63,9 +81,10 @@ function journalShapeProblem(value: unknown): string | null {
 export async function readJournalRecord(
   layout: StateLayout,
   attemptId: string,
+  fs: DurableFs = launcherDurableFs,
 ): Promise<JournalRecord | null> {
   const path = journalPath(layout, attemptId);
-  const file = await readSmallFile(path, JOURNAL_MAX_BYTES);
+  const file = await readSmallFile(path, JOURNAL_MAX_BYTES, fs);
   if (file === null) return null;
   if (!file.ok) throw new QlrError("storage_corrupt", `journal ${path} ${file.reason}`);
   let parsed: unknown;

@@ -6,12 +6,8 @@ import { digestOf, timingSafeEqualText } from "../../../src/digest.ts";
 import { assertPortableId, isPortableId } from "../../../src/identity.ts";
 import { QlrError, errorMessage, errorCode } from "../../../src/errors.ts";
 import { fsyncDirectory } from "../../../storage/node/fsync-directory.ts";
-import {
-  createFileExclusiveDurable,
-  ensureDurableDirectories,
-  readSmallFile,
-} from "./durable-file.ts";
-import { journalText, readJournalRecord, type JournalRecord } from "./journal.ts";
+import { ensureDurableDirectories, readSmallFile } from "./durable-file.ts";
+import { readJournalRecord, writeJournalRecord, type JournalRecord } from "./journal.ts";
 import { DEFAULT_PROC_ROOT, isExitedState, readBootId, readProcStat } from "./proc.ts";
 import {
   checkReceiptText,
@@ -343,11 +339,7 @@ export class PosixLauncher {
         logMaxBytes: spec.logMaxBytes,
       };
       try {
-        await createFileExclusiveDurable(
-          journalPath(this.layout, attemptId),
-          this.layout.tmpDir,
-          journalText(journal),
-        );
+        await writeJournalRecord(this.layout, journal);
       } catch (error) {
         if (errorCode(error) === "EEXIST")
           throw new QlrError(

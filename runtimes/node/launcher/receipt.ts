@@ -6,9 +6,11 @@ import { isPortableId } from "../../../src/identity.ts";
 import type { JsonValue } from "../../../src/canonical-json.ts";
 import { MAX_OUTPUT_BYTES } from "../../../src/task-output.ts";
 import { QlrError, errorCode } from "../../../src/errors.ts";
+import type { DurableFs } from "../../../storage/node/durable-fs.ts";
 import {
   createFileExclusiveDurable,
   ensureDurableDirectories,
+  launcherDurableFs,
   readSmallFile,
 } from "./durable-file.ts";
 import { receiptPath, stateLayout, type StateLayout } from "./state-layout.ts";
@@ -194,10 +196,11 @@ export function checkReceiptText(
 export async function writeReceiptExclusive(
   layout: StateLayout,
   receipt: CompletionReceipt,
+  fs: DurableFs = launcherDurableFs,
 ): Promise<void> {
   const path = receiptPath(layout, receipt.attemptId);
   try {
-    await createFileExclusiveDurable(path, layout.tmpDir, `${canonicalJson({ ...receipt })}\n`);
+    await createFileExclusiveDurable(path, layout.tmpDir, `${canonicalJson({ ...receipt })}\n`, fs);
   } catch (error) {
     if (errorCode(error) === "EEXIST")
       throw new QlrError(

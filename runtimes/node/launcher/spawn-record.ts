@@ -1,6 +1,7 @@
 import { canonicalJson } from "../../../src/canonical-json.ts";
 import { isPortableId } from "../../../src/identity.ts";
-import { createFileExclusiveDurable, readSmallFile } from "./durable-file.ts";
+import type { DurableFs } from "../../../storage/node/durable-fs.ts";
+import { createFileExclusiveDurable, launcherDurableFs, readSmallFile } from "./durable-file.ts";
 import { spawnRecordPath, type StateLayout } from "./state-layout.ts";
 
 /**
@@ -19,11 +20,16 @@ export interface SpawnRecord {
 
 const SPAWN_RECORD_MAX_BYTES = 4096;
 
-export async function writeSpawnRecord(layout: StateLayout, record: SpawnRecord): Promise<void> {
+export async function writeSpawnRecord(
+  layout: StateLayout,
+  record: SpawnRecord,
+  fs: DurableFs = launcherDurableFs,
+): Promise<void> {
   await createFileExclusiveDurable(
     spawnRecordPath(layout, record.attemptId),
     layout.tmpDir,
     `${canonicalJson({ ...record })}\n`,
+    fs,
   );
 }
 
@@ -31,8 +37,9 @@ export async function writeSpawnRecord(layout: StateLayout, record: SpawnRecord)
 export async function readSpawnRecord(
   layout: StateLayout,
   attemptId: string,
+  fs: DurableFs = launcherDurableFs,
 ): Promise<SpawnRecord | null | { invalid: string }> {
-  const file = await readSmallFile(spawnRecordPath(layout, attemptId), SPAWN_RECORD_MAX_BYTES);
+  const file = await readSmallFile(spawnRecordPath(layout, attemptId), SPAWN_RECORD_MAX_BYTES, fs);
   if (file === null) return null;
   if (!file.ok) return { invalid: `spawn record ${file.reason}` };
   try {

@@ -1,20 +1,26 @@
 import { canonicalJson } from "../../../src/canonical-json.ts";
-import { errorCode } from "../../../src/errors.ts";
-import { createFileExclusiveDurable, readSmallFile } from "./durable-file.ts";
+import { QlrError, errorCode, isQlrError } from "../../../src/errors.ts";
+import type { DurableFs } from "../../../storage/node/durable-fs.ts";
+import { createFileExclusiveDurable, launcherDurableFs, readSmallFile } from "./durable-file.ts";
 import { isStopReason, type StopReason } from "./receipt.ts";
 import { stopIntentPath, type StateLayout } from "./state-layout.ts";
+
+const STOP_INTENT_MAX_BYTES = 4096;
 
 /**
  * A stop intent is written durably before the first signal, so whatever the signal causes, the
  * supervisor finds the reason when it writes the receipt, even if the runtime dies right
  * after signalling. The first recorded reason wins: a later "shutdown" does not relabel a
- * "cancel" already in flight.
+ * "cancel" already in flight. An existing intent that cannot be read as one (torn by a power
+ * cut on a file system without hard links, where the write is not atomic) is refused with
+ * `storage_corrupt` naming the file, never silently replaced.
  */
 export async function recordStopIntent(
   layout: StateLayout,
   attemptId: string,
   reason: StopReason,
   requestedAtMs: number,
+  fs: DurableFs = launcherDurableFs,
 ): Promise<StopReason> {
   const path = stopIntentPath(layout, attemptId);
   try {
@@ -22,25 +28,70 @@ export async function recordStopIntent(
       path,
       layout.tmpDir,
       `${canonicalJson({ attemptId, reason, requestedAtMs })}\n`,
+      fs,
     );
     return reason;
   } catch (error) {
     if (errorCode(error) !== "EEXIST") throw error;
-    return (await readStopReason(layout, attemptId)) ?? reason;
+    return (await readStopIntent(layout, attemptId, fs))?.reason ?? reason;
   }
 }
 
-/** The recorded stop reason, or null when there is none or it cannot be read as one. */
+export interface StopIntent {
+  readonly reason: StopReason;
+  readonly requestedAtMs: number;
+}
+
+/**
+ * The recorded intent, null when there is none; `storage_corrupt` naming the file and what is
+ * wrong when one exists that is not a whole, well-formed intent for this attempt.
+ */
+export async function readStopIntent(
+  layout: StateLayout,
+  attemptId: string,
+  fs: DurableFs = launcherDurableFs,
+): Promise<StopIntent | null> {
+  const path = stopIntentPath(layout, attemptId);
+  const file = await readSmallFile(path, STOP_INTENT_MAX_BYTES, fs);
+  if (file === null) return null;
+  const damaged = (reason: string, cause?: unknown): QlrError =>
+    new QlrError(
+      "storage_corrupt",
+      `stop intent ${path} is damaged: ${reason}`,
+      cause === undefined ? undefined : { cause },
+    );
+  if (!file.ok) throw damaged(file.reason);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(file.text);
+  } catch (error) {
+    throw damaged("it is not valid JSON (a write torn by a power cut?)", error);
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+    throw damaged("it is not a JSON object");
+  const intent = parsed as { attemptId?: unknown; reason?: unknown; requestedAtMs?: unknown };
+  if (intent.attemptId !== attemptId)
+    throw damaged(`it names attempt ${JSON.stringify(intent.attemptId)}`);
+  if (!isStopReason(intent.reason)) throw damaged("its reason is not cancel, timeout or shutdown");
+  if (!Number.isSafeInteger(intent.requestedAtMs))
+    throw damaged("its requestedAtMs is not an integer");
+  return { reason: intent.reason, requestedAtMs: intent.requestedAtMs as number };
+}
+
+/**
+ * The recorded stop reason, or null when there is none or it cannot be read as one: the
+ * supervisor labels a receipt with it, and a damaged intent must not keep the receipt from
+ * being written (the completion itself is what must not be lost).
+ */
 export async function readStopReason(
   layout: StateLayout,
   attemptId: string,
+  fs: DurableFs = launcherDurableFs,
 ): Promise<StopReason | null> {
-  const file = await readSmallFile(stopIntentPath(layout, attemptId), 4096);
-  if (file === null || !file.ok) return null;
   try {
-    const parsed = JSON.parse(file.text) as { attemptId?: unknown; reason?: unknown };
-    return parsed.attemptId === attemptId && isStopReason(parsed.reason) ? parsed.reason : null;
-  } catch {
-    return null;
+    return (await readStopIntent(layout, attemptId, fs))?.reason ?? null;
+  } catch (error) {
+    if (isQlrError(error, "storage_corrupt")) return null;
+    throw error;
   }
 }

@@ -2,7 +2,7 @@
  * The device store: a sql.js database that lives in memory and is made crash-consistent on
  * disk by a snapshot plus an append-only journal. Node-only. Files in the directory `path`:
  *
- * - `snapshot.sqlite`: a full sql.js `export()` with a trailer naming the journal sequence it
+ * - `snapshot.sqlite`: the sql.js `export()` image, deflated in frames, with a trailer naming the journal sequence it
  *   includes (format in snapshot.ts);
  * - `journal.log`: one checksummed record per committed write transaction (format and the torn
  *   tail rule in journal.ts);
@@ -46,7 +46,8 @@ import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
 import type { JournalScan, ParsedRecord, RecordAdoption } from "./journal.ts";
 import { acquireLock } from "./lock.ts";
 import type { HeldLock } from "./lock.ts";
-import { decodeSnapshot, encodeSnapshotTrailer } from "./snapshot.ts";
+import { SNAPSHOT_FRAME_IMAGE_BYTES, decodeSnapshot, encodeSnapshot } from "./snapshot.ts";
+import type { DecodedSnapshot } from "./snapshot.ts";
 
 /** The database holds every secret a manifest carries (env values): owner-only, like the state dir. */
 const FILE_MODE = 0o600;
@@ -98,6 +99,8 @@ export interface SqlJsFileDriverOptions extends SqlJsConnectionOptions {
   readonly faultPoints?: SqlJsFileFaultPoints;
   /** The file operations; the real file system by default, a simulated one in the power-loss and fault tests. */
   readonly fs?: DurableFs;
+  /** Image bytes per compressed snapshot frame (snapshot.ts); small values let tests cut inside a multi-frame write. */
+  readonly snapshotFrameImageBytes?: number;
 }
 
 export interface SqlJsFileStats {
@@ -169,7 +172,7 @@ interface LoadedState {
   readonly sequence: number;
   readonly snapshotSequence: number;
   /** The image size of the snapshot loaded (0 without one). */
-  readonly snapshotBytes: number;
+  readonly imageBytes: number;
 }
 
 class SqlJsFileStore implements SqlJsFileDriver {
@@ -178,7 +181,8 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private readonly queue: SerialQueue;
   private readonly faults: SqlJsFileFaultPoints;
   private readonly checkpointJournalBytes: number;
-  private lastSnapshotBytes = 0;
+  /** The database image the last snapshot holds (uncompressed): the next checkpoint threshold. */
+  private lastImageBytes = 0;
   private nextCheckpointJournalBytes: number;
   private bytesWrittenTotal = 0;
   private commits = 0;
@@ -221,11 +225,8 @@ class SqlJsFileStore implements SqlJsFileDriver {
       options.checkpointJournalBytes ?? DEFAULT_CHECKPOINT_JOURNAL_BYTES,
     );
     // A reopened large database amortises its next snapshot over as much journal as the last one.
-    this.lastSnapshotBytes = loaded.snapshotBytes;
-    this.nextCheckpointJournalBytes = Math.min(
-      MAX_CHECKPOINT_JOURNAL_BYTES,
-      Math.max(this.checkpointJournalBytes, loaded.snapshotBytes),
-    );
+    this.lastImageBytes = loaded.imageBytes;
+    this.nextCheckpointJournalBytes = this.thresholdAfterSnapshot();
     this.connection = loaded.connection;
     this.journal = loaded.journal;
     this.dictionary = loaded.dictionary;
@@ -362,16 +363,23 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private checkpointAfterCommit(usable: Usable): void {
     try {
       this.checkpointNow(usable);
-      // The journal may grow to the size of the snapshot before the next one is written, so a
-      // snapshot's bytes are amortised over at least as many journal bytes: flash writes per
-      // commit stay bounded by about twice the journal record, however large the database grows.
-      this.nextCheckpointJournalBytes = Math.min(
-        MAX_CHECKPOINT_JOURNAL_BYTES,
-        Math.max(this.checkpointJournalBytes, this.lastSnapshotBytes),
-      );
+      this.nextCheckpointJournalBytes = this.thresholdAfterSnapshot();
     } catch {
       this.nextCheckpointJournalBytes = this.journalBytes + this.checkpointJournalBytes;
     }
+  }
+
+  /**
+   * The journal may grow to the size of the last snapshot's image (uncompressed) before the
+   * next checkpoint: that bounds the replay at open to about one database's worth of
+   * statements, and since the snapshot file is the image deflated (≈ 4× smaller), a snapshot
+   * costs about a quarter of the journal bytes it retires however large the database grows.
+   */
+  private thresholdAfterSnapshot(): number {
+    return Math.min(
+      MAX_CHECKPOINT_JOURNAL_BYTES,
+      Math.max(this.checkpointJournalBytes, this.lastImageBytes),
+    );
   }
 
   private checkpointNow(usable: Usable): void {
@@ -395,16 +403,20 @@ class SqlJsFileStore implements SqlJsFileDriver {
     } finally {
       connection.applyPragmas();
     }
-    this.lastSnapshotBytes = image.length;
     this.faults.duringCheckpoint?.("exported");
     let renamed = false;
     try {
-      const trailer = encodeSnapshotTrailer(image, this.sequence);
       const fd = this.fs.open(tempPath, "truncate", FILE_MODE);
       try {
-        this.bytesWrittenTotal += image.length + trailer.length;
-        this.fs.append(fd, image);
-        this.fs.append(fd, trailer);
+        // One compressed frame at a time: never a second image-sized buffer.
+        for (const part of encodeSnapshot(
+          image,
+          this.sequence,
+          this.options.snapshotFrameImageBytes ?? SNAPSHOT_FRAME_IMAGE_BYTES,
+        )) {
+          this.bytesWrittenTotal += part.length;
+          this.fs.append(fd, part);
+        }
         // A failed sync here costs nothing but this attempt: the temporary file is never read,
         // and the next checkpoint writes a new one from the start.
         this.fs.fsync(fd);
@@ -427,6 +439,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
         { cause: error },
       );
     }
+    this.lastImageBytes = image.length;
     this.snapshotSequence = this.sequence;
     // Every journal record is in a durable snapshot now: none is needed to reopen.
     this.neededJournalBytes = 0;
@@ -588,7 +601,7 @@ function loadDurableState(
       journalBytes,
       sequence,
       snapshotSequence,
-      snapshotBytes: loaded.imageBytes,
+      imageBytes: loaded.imageBytes,
     };
   } catch (error) {
     if (journal !== undefined) closeQuietly(fs, journal);
@@ -614,7 +627,7 @@ function loadSnapshot(
   snapshotPath: string,
   options: SqlJsFileDriverOptions,
 ): { connection: SqlJsConnection; includedSequence: number; imageBytes: number } {
-  const snapshot = fs.exists(snapshotPath)
+  const snapshot: DecodedSnapshot | undefined = fs.exists(snapshotPath)
     ? decodeSnapshot(asBuffer(fs.readFile(snapshotPath)), snapshotPath)
     : undefined;
   try {
