@@ -25,6 +25,7 @@ const TESTS_BY_FILE = {
     "test/unit/core-execution.test.ts",
     "test/unit/core-admission.test.ts",
     "test/unit/core-cancellation.test.ts",
+    "test/unit/core-frontier.test.ts",
   ],
   "src/admission.ts": [
     "test/unit/core-admission.test.ts",
