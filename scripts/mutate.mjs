@@ -3,13 +3,47 @@
  * `npm run mutate [src/file.ts ...]`: mutation testing of the core's rule files, one file per
  * Stryker run (a small machine finishes each in minutes and a report per file survives an
  * interrupted pass). Without arguments it runs every file `mutate` lists in
- * stryker.config.mjs. Reports: `.stryker/report/<file>.json` and `.html`; the summary line per
+ * stryker.config.mjs. Each file runs against its own list of fast unit tests
+ * (TESTS_BY_FILE, handed to vitest.mutate.config.ts as QLR_MUTATE_TESTS): Stryker runs the
+ * tests covering a mutant, and the slow whole-coordinator and property tests would cover every
+ * mutant of every file. Reports: `.stryker/report/<file>.json` and `.html`; the summary line per
  * file is printed at the end.
  */
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+
+/**
+ * The unit tests each rule file is mutated against: the tests written for its rules, plus the
+ * tests of its direct callers that drive it through whole lifecycles. Files not listed run the
+ * whole unit project.
+ */
+const TESTS_BY_FILE = {
+  "src/aggregate.ts": [
+    "test/unit/core-aggregate.test.ts",
+    "test/unit/core-execution.test.ts",
+    "test/unit/core-admission.test.ts",
+    "test/unit/core-cancellation.test.ts",
+    "test/unit/core-frontier.test.ts",
+  ],
+  "src/admission.ts": [
+    "test/unit/core-admission.test.ts",
+    "test/unit/core-generation-binding.test.ts",
+  ],
+  "src/execution.ts": [
+    "test/unit/core-execution.test.ts",
+    "test/unit/core-ordinary.test.ts",
+    "test/unit/core-leases.test.ts",
+  ],
+  "src/recovery.ts": ["test/unit/core-recovery.test.ts", "test/unit/core-leases.test.ts"],
+  "src/leases.ts": ["test/unit/core-leases.test.ts"],
+  "src/lease-service.ts": ["test/unit/lease-service.test.ts"],
+  "src/cancellation.ts": ["test/unit/core-cancellation.test.ts"],
+  "src/frontier.ts": ["test/unit/core-frontier.test.ts"],
+  "src/state-machines.ts": ["test/unit/core-state-machines.test.ts"],
+  "src/schedules.ts": ["test/unit/core-schedules.test.ts"],
+};
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const config = (await import(path.join(root, "stryker.config.mjs"))).default;
@@ -29,7 +63,13 @@ for (const file of files) {
     {
       cwd: root,
       stdio: "inherit",
-      env: { ...process.env, QLR_MUTATE_REPORT: report },
+      env: {
+        ...process.env,
+        QLR_MUTATE_REPORT: report,
+        ...(TESTS_BY_FILE[file] === undefined
+          ? {}
+          : { QLR_MUTATE_TESTS: TESTS_BY_FILE[file].join(",") }),
+      },
     },
   );
   if (result.status !== 0) {

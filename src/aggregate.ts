@@ -114,7 +114,11 @@ export class RunChange {
     return event;
   }
 
-  patchRun(patch: Partial<Pick<Run, "cancelRequestedAtMs" | "notBeforeMs" | "attemptSeq">>): void {
+  patchRun(
+    patch: Partial<
+      Pick<Run, "cancelRequestedAtMs" | "cancelReason" | "notBeforeMs" | "attemptSeq">
+    >,
+  ): void {
     this.currentRun = { ...this.currentRun, ...patch };
   }
 

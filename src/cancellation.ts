@@ -1,13 +1,15 @@
 import { RunChange } from "./aggregate.ts";
-import type { ChangeSet, Run, RunAttempt, StepRun } from "./model.ts";
+import type { ChangeSet, Run, RunAttempt, StepRun, StopReason } from "./model.ts";
 import { LIVE_ATTEMPT_STATUSES, SETTLED_STEP_STATUSES, TERMINAL_RUN_STATUSES } from "./model.ts";
 
 /**
  * Whole-run cancellation convergence (ADR-0228, as used by ADR-0229 §1 step 1). It respects
  * the start barrier: a claim that never started is cancelled outright; a `starting` attempt is
- * left until its start is settled; a `running` attempt gets a stop intent (reason `cancel`)
- * that execution control carries out on the exact process. The run becomes `cancelled` only
- * when no attempt is live and every step is settled.
+ * left until its start is settled; a `running` attempt gets a stop intent that execution
+ * control (or, for a remote attempt, the worker's next heartbeat) carries out on the exact
+ * process. The stop reason is the run's cancel reason projected (ADR-0227 §5): `cancel` for a
+ * user's cancel, `shutdown` for a shutdown's. The run becomes `cancelled` only when no attempt
+ * is live and every step is settled.
  */
 export function convergeCancellation(
   run: Run,
@@ -17,6 +19,7 @@ export function convergeCancellation(
 ): ChangeSet | null {
   if (run.cancelRequestedAtMs === null || TERMINAL_RUN_STATUSES.has(run.status)) return null;
   const change = new RunChange(run, nowMs);
+  const stopReason = stopReasonOfCancel(run);
 
   for (const original of attempts) {
     const attempt = change.attempt(original);
@@ -24,15 +27,15 @@ export function convergeCancellation(
       change.setAttempt(
         original,
         "cancelled",
-        { finishedAtMs: nowMs, stopReason: "cancel" },
+        { finishedAtMs: nowMs, stopReason },
         { reason: "run cancelled before start" },
       );
     } else if (attempt.status === "running" && attempt.stopReason === null) {
       change.setAttempt(
         original,
         null,
-        { stopReason: "cancel", stopRequestedAtMs: nowMs },
-        { reason: "cancel" },
+        { stopReason, stopRequestedAtMs: nowMs },
+        { reason: stopReason },
         "attempt.stop_requested",
       );
     }
@@ -57,4 +60,9 @@ export function convergeCancellation(
   const allSettled = steps.every((step) => SETTLED_STEP_STATUSES.has(change.step(step).status));
   if (!anyLive && allSettled) change.setRunStatus("cancelled");
   return change.changed ? change.build() : null;
+}
+
+/** The stop reason a run's cancel intent gives its attempts; an intent without a reason is a user's. */
+export function stopReasonOfCancel(run: Run): StopReason {
+  return run.cancelReason === "shutdown" ? "shutdown" : "cancel";
 }

@@ -1268,6 +1268,43 @@ export class Coordinator {
     }
     return stopped;
   }
+
+  /**
+   * Shutdown intents for attempts leased to remote workers (ADR-0227 §5, ADR-0229 §6): each
+   * running remote attempt gets a durable `shutdown` stop intent, which its worker's next
+   * heartbeat answers as `stop_requested(shutdown)`; the worker stops the process (grace, then
+   * SIGKILL) and completes it `cancelled` with its step failed, as a local shutdown stop does.
+   * Only a coordinator without a cluster node does this: it is the only one its workers can
+   * reach, while a replica of a cluster going away leaves its workers to the others. Repeating
+   * it changes nothing for an attempt already stopped; it answers how many remote attempts
+   * carry a shutdown intent and are still running.
+   */
+  async requestRemoteShutdownStops(): Promise<number> {
+    if (this.node !== null) return 0;
+    let pending = 0;
+    await walkKeyset<RunAttempt, string>({
+      after: null,
+      pageSize: MAX_STORE_PAGE,
+      pages: Infinity,
+      read: (after, limit) =>
+        this.deps.store.transaction(async (tx) =>
+          tx.listAttempts("remote_worker", ["running"], after, limit),
+        ),
+      cursorOf: (attempt) => attempt.id,
+      handle: async (attempt) => {
+        const stopped = await this.write(async (tx, nowMs) => {
+          const scope = await findAttemptScope(tx, attempt.id);
+          if (scope === null) return null;
+          const change = requestShutdownStop(scope, nowMs);
+          if (change !== null) await tx.apply(change);
+          return tx.getAttempt(attempt.id);
+        });
+        if (stopped !== null && stopped.status === "running" && stopped.stopReason === "shutdown")
+          pending += 1;
+      },
+    });
+    return pending;
+  }
 }
 
 export type { RetryPolicy };

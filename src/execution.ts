@@ -200,7 +200,14 @@ export function complete(
       "illegal_transition",
       `attempt ${attempt.id} is ${attempt.status}; only a running attempt completes`,
     );
-  const outcome = decideOutcome(attempt, facts);
+  const decided = decideOutcome(attempt, facts);
+  // A stop that a whole-run cancel asked for (by a user or for a shutdown) cancels the step
+  // too: the run is being cancelled, the step did not fail. A shutdown stop of one attempt
+  // alone fails its step (step-scoped, ADR-0229 §6).
+  const outcome: OutcomeDecision =
+    decided.attempt === "cancelled" && scope.run.cancelRequestedAtMs !== null
+      ? { attempt: "cancelled", step: "cancelled" }
+      : decided;
   const stopReason =
     facts.stopReason ?? (outcome.attempt === "timed_out" ? "timeout" : attempt.stopReason);
   const output = facts.output ?? null;

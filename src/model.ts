@@ -40,6 +40,12 @@ export type AttemptStatus = (typeof ATTEMPT_STATUSES)[number];
 export type RunKind = "ordinary" | "workflow";
 export type ExecutorType = "local_process" | "remote_worker";
 export type StopReason = "cancel" | "timeout" | "shutdown";
+/**
+ * Why a whole-run cancel intent was recorded (ADR-0227 §5): an explicit cancel, or the runtime
+ * shutting down. Convergence projects it onto every live attempt's stop intent.
+ */
+export type RunCancelReason = "user" | "shutdown";
+export const RUN_CANCEL_REASONS: readonly RunCancelReason[] = ["user", "shutdown"];
 
 export const TERMINAL_RUN_STATUSES: ReadonlySet<RunStatus> = new Set([
   "succeeded",
@@ -93,6 +99,8 @@ export interface Run {
   /** The run this one reruns (`qlr rerun`), or null. */
   readonly rerunOf: string | null;
   readonly cancelRequestedAtMs: number | null;
+  /** Set with `cancelRequestedAtMs`, null without it; never changes once set. */
+  readonly cancelReason: RunCancelReason | null;
   /** Ordinary runs waiting for a retry backoff are not admitted before this time. */
   readonly notBeforeMs: number | null;
   readonly createdAtMs: number;

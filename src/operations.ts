@@ -1,7 +1,7 @@
 import { requireAttemptScope } from "./attempt-scope.ts";
 import { QlrError } from "./errors.ts";
 import { manifestError, type Manifest } from "./manifest/index.ts";
-import type { Run, RunAttempt, RunEvent, StepRun } from "./model.ts";
+import type { Run, RunAttempt, RunCancelReason, RunEvent, StepRun } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { materializePlans, nextGeneration, reconcileTasks } from "./packages.ts";
 import type { StoreTx } from "./ports.ts";
@@ -161,7 +161,7 @@ export async function cancelRun(
   tx: StoreTx,
   runId: string,
   nowMs: number,
-  reason = "user",
+  reason: RunCancelReason = "user",
 ): Promise<Run> {
   const run = await tx.getRun(runId);
   if (run === null) throw new QlrError("not_found", `run ${runId} does not exist`);

@@ -4,8 +4,16 @@ import { assertPortableId } from "./identity.ts";
 import type { JsonValue } from "./canonical-json.ts";
 import type { RunInput } from "./run-inputs.ts";
 import { eventId, frontierMarks, RunChange, stepDigest } from "./aggregate.ts";
-import type { ChangeSet, RowChange, Run, RunEvent, StepMutation, StepRun } from "./model.ts";
-import { EMPTY_CHANGE_SET, TERMINAL_RUN_STATUSES } from "./model.ts";
+import type {
+  ChangeSet,
+  RowChange,
+  Run,
+  RunCancelReason,
+  RunEvent,
+  StepMutation,
+  StepRun,
+} from "./model.ts";
+import { EMPTY_CHANGE_SET, RUN_CANCEL_REASONS, TERMINAL_RUN_STATUSES } from "./model.ts";
 import type { ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "./packages.ts";
 
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
@@ -89,6 +97,7 @@ export function createWorkflowRun(
     input: options.input ?? {},
     rerunOf: options.rerunOf ?? null,
     cancelRequestedAtMs: null,
+    cancelReason: null,
     notBeforeMs: null,
     createdAtMs: options.nowMs,
     updatedAtMs: options.nowMs,
@@ -223,6 +232,7 @@ export function createOrdinaryRun(
     input: options.input ?? {},
     rerunOf: options.rerunOf ?? null,
     cancelRequestedAtMs: null,
+    cancelReason: null,
     notBeforeMs: null,
     createdAtMs: options.nowMs,
     updatedAtMs: options.nowMs,
@@ -252,13 +262,16 @@ export function createOrdinaryRun(
 }
 
 /**
- * Whole-run cancel intent. It only records the intent; convergence (stopping processes,
- * cancelling steps, finalizing the run) happens in the cadence. Repeating it changes nothing.
+ * Whole-run cancel intent. It only records the intent and its reason; convergence (stopping
+ * processes with that reason, cancelling steps, finalizing the run) happens in the cadence.
+ * Repeating it changes nothing, whatever the reason: the first intent stands.
  */
-export function requestCancel(run: Run, nowMs: number, reason: string): ChangeSet | null {
+export function requestCancel(run: Run, nowMs: number, reason: RunCancelReason): ChangeSet | null {
+  if (!RUN_CANCEL_REASONS.includes(reason))
+    throw new QlrError("invalid_request", `unknown cancel reason ${JSON.stringify(reason)}`);
   if (TERMINAL_RUN_STATUSES.has(run.status) || run.cancelRequestedAtMs !== null) return null;
   const change = new RunChange(run, nowMs);
-  change.patchRun({ cancelRequestedAtMs: nowMs });
+  change.patchRun({ cancelRequestedAtMs: nowMs, cancelReason: reason });
   change.emit("run.cancel_requested", {}, { reason });
   return change.build();
 }

@@ -59,6 +59,7 @@ export const RUN_COLUMNS = [
   "finished_at_ms",
   "input",
   "rerun_of",
+  "cancel_reason",
 ] as const;
 export type RunRow = Record<(typeof RUN_COLUMNS)[number], unknown>;
 
@@ -73,6 +74,7 @@ export const RUN_MUTABLE_COLUMNS = [
   "event_seq",
   "attempt_seq",
   "cancel_requested_at_ms",
+  "cancel_reason",
   "not_before_ms",
   "updated_at_ms",
   "finished_at_ms",
@@ -85,6 +87,7 @@ export function runMutableParams(run: Run): SqlParam[] {
     run.eventSeq,
     run.attemptSeq,
     run.cancelRequestedAtMs,
+    run.cancelReason,
     run.notBeforeMs,
     run.updatedAtMs,
     run.finishedAtMs,
@@ -113,6 +116,7 @@ export function runParams(run: Run): SqlParam[] {
     run.finishedAtMs,
     canonicalJson(run.input),
     run.rerunOf,
+    run.cancelReason,
   ];
 }
 
@@ -149,6 +153,7 @@ export function toRun(row: RunRow): Run {
     finishedAtMs: numOrNull(row.finished_at_ms),
     input: (jsonOrNull(row.input) ?? {}) as Run["input"],
     rerunOf: textOrNull(row.rerun_of),
+    cancelReason: textOrNull(row.cancel_reason) as Run["cancelReason"],
   };
 }
 

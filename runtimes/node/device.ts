@@ -4,6 +4,7 @@ import { Server as HttpServer } from "node:http";
 import { resolve } from "node:path";
 import { serve, type ServerType } from "@hono/node-server";
 import { Coordinator, type FaultPoint, type TickReport } from "../../src/coordinator.ts";
+import { DEFAULT_LEASE_TTL_MS } from "../../src/leases.ts";
 import { manifestError, parseManifest } from "../../src/manifest/index.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { applyPackage, type ApplyResult } from "../../src/operations.ts";
@@ -43,6 +44,8 @@ export interface DeviceOptions {
   readonly tickIntervalMs?: number;
   readonly logMaxBytes?: number;
   readonly graceMs?: number;
+  /** How long stopping waits for remote workers to carry out their shutdown stops (REMOTE_DRAIN_MS). */
+  readonly remoteDrainMs?: number;
   readonly supervisorPath?: string;
   /** Crash tests: SIGKILL this process when the named fault point is reached (`QLR_FAULT_POINT`). */
   readonly crashAt?: FaultPoint | null;
@@ -61,6 +64,27 @@ export interface RecoveryEntry {
   readonly attemptId: string;
   readonly decision: string;
   readonly reason: string | null;
+}
+
+/**
+ * How long a stopping runtime keeps answering its remote workers so their heartbeats carry the
+ * shutdown intent and their completions land: one lease TTL, because a worker that holds a
+ * live lease heartbeats within it. A worker that misses the window is told on its first
+ * heartbeat after the restart (the intent is durable).
+ */
+export const REMOTE_DRAIN_MS = DEFAULT_LEASE_TTL_MS;
+
+/** The lease calls of a worker already holding a lease; while stopping, nothing else is served. */
+const DRAIN_PATHS: ReadonlySet<string> = new Set([
+  "/worker/start",
+  "/worker/heartbeat",
+  "/worker/complete",
+  "/worker/lost",
+]);
+
+/** While stopping, intake is closed but workers holding leases are still answered. */
+interface Intake {
+  open: boolean;
 }
 
 /** The most log bytes one API call returns, stdout and stderr together; logs are capped on disk too. */
@@ -87,6 +111,7 @@ export class DeviceRuntime {
   private wakeRequested = false;
   /** Edge profile only: frees dead database-sized buffers after a cycle (buffer-reclaimer.ts). */
   private readonly reclaimer: BufferReclaimer | null;
+  private readonly intake: Intake;
   private stopping: Promise<void> | null = null;
 
   private constructor(parts: {
@@ -97,6 +122,7 @@ export class DeviceRuntime {
     server: ServerType;
     options: DeviceOptions;
     recovery: RecoveryEntry[];
+    intake: Intake;
   }) {
     this.url = parts.url;
     this.store = parts.store;
@@ -105,6 +131,7 @@ export class DeviceRuntime {
     this.server = parts.server;
     this.options = parts.options;
     this.recovery = parts.recovery;
+    this.intake = parts.intake;
     this.reclaimer = parts.options.profile === "edge" ? new BufferReclaimer() : null;
   }
 
@@ -222,10 +249,23 @@ export class DeviceRuntime {
             Math.min(maxBytes, LOG_READ_MAX_BYTES),
           ),
       });
+      const intake: Intake = { open: true };
+      const fetch = (request: Request, env?: unknown): Response | Promise<Response> =>
+        intake.open || DRAIN_PATHS.has(new URL(request.url).pathname)
+          ? app.fetch(request, env)
+          : Response.json(
+              {
+                error: {
+                  code: "storage_unavailable",
+                  message: "the runtime is stopping",
+                  details: [],
+                },
+              },
+              { status: 503 },
+            );
       const server = await new Promise<ServerType>((resolveServer, rejectServer) => {
-        const started = serve(
-          { fetch: app.fetch, hostname: options.host, port: options.port },
-          () => resolveServer(started),
+        const started = serve({ fetch, hostname: options.host, port: options.port }, () =>
+          resolveServer(started),
         );
         started.once("error", rejectServer);
       });
@@ -239,6 +279,7 @@ export class DeviceRuntime {
         server,
         options,
         recovery,
+        intake,
       });
       runtimeForWake = runtime;
       runtime.scheduleTick(0);
@@ -303,9 +344,8 @@ export class DeviceRuntime {
   }
 
   private async stopInOrder(): Promise<void> {
-    // 1. Stop intake: no new HTTP requests.
-    const closed = new Promise<void>((resolveClose) => this.server.close(() => resolveClose()));
-    if (this.server instanceof HttpServer) this.server.closeIdleConnections();
+    // 1. Stop intake: every request but a lease holder's lease calls is refused from here on.
+    this.intake.open = false;
     // 2. Scheduler stopAndDrain: no further cycles admit or dispatch; wait for the cycle in flight.
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
@@ -326,7 +366,21 @@ export class DeviceRuntime {
         await new Promise((wait) => setTimeout(wait, 100));
       }
     }
-    // 4. Close the store.
+    // 3b. Remote workers: durable shutdown intents, answered through their heartbeats while the
+    // lease calls are still served; bounded by one lease TTL. Asked again each round, so an
+    // attempt that reached running meanwhile is stopped too.
+    const drainUntilMs = performance.now() + (this.options.remoteDrainMs ?? REMOTE_DRAIN_MS);
+    if ((await this.coordinator.requestRemoteShutdownStops()) > 0) {
+      do {
+        if (performance.now() >= drainUntilMs) break;
+        await new Promise((wait) => setTimeout(wait, 200));
+        // A frozen cycle still converges cancellation and the frontier of what workers report.
+        await this.coordinator.tick();
+      } while ((await this.coordinator.requestRemoteShutdownStops()) > 0);
+    }
+    // 4. Close the server and the store.
+    const closed = new Promise<void>((resolveClose) => this.server.close(() => resolveClose()));
+    if (this.server instanceof HttpServer) this.server.closeIdleConnections();
     if (this.server instanceof HttpServer) this.server.closeAllConnections();
     await closed;
     await this.store.close();

@@ -299,7 +299,7 @@ export async function simulate(
       if (live.length > 0) {
         const run = prng.pick(live);
         await transactAtStoreTime(store, clock, (tx, nowMs) =>
-          cancelRun(tx, run.id, nowMs, "simulation"),
+          cancelRun(tx, run.id, nowMs, "user"),
         );
         await record("cancel", run.id);
       }

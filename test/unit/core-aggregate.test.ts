@@ -299,12 +299,28 @@ describe("the cancel intent", () => {
     expect(change!.runs[0]?.after).toMatchObject({
       status: "running",
       cancelRequestedAtMs: T0 + 3,
+      cancelReason: "user",
     });
     expect(change!.events.map((event) => [event.type, event.data])).toEqual([
       ["run.cancel_requested", { reason: "user" }],
     ]);
     world.apply(change);
-    expect(requestCancel(world.model.run(run.id), T0 + 4, "again")).toBeNull();
+    // The first intent stands: a later shutdown cancel neither replaces its reason nor its time.
+    expect(requestCancel(world.model.run(run.id), T0 + 4, "shutdown")).toBeNull();
+  });
+
+  it("records a shutdown cancel with its reason, and refuses a reason it does not know", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    const change = requestCancel(run, T0 + 3, "shutdown");
+    expect(change!.runs[0]?.after).toMatchObject({
+      cancelRequestedAtMs: T0 + 3,
+      cancelReason: "shutdown",
+    });
+    expect(change!.events.map((event) => [event.type, event.data])).toEqual([
+      ["run.cancel_requested", { reason: "shutdown" }],
+    ]);
+    expect(() => requestCancel(run, T0 + 3, "policy" as "user")).toThrow(/unknown cancel reason/);
   });
 
   it("cancelling a terminal run writes nothing", () => {

@@ -57,7 +57,10 @@ function converge(
 }
 
 /** Run "run-1" of the fan: p claimed, q starting, r running, s ready without attempt. */
-function mixedWorld(idempotent = false): {
+function mixedWorld(
+  idempotent = false,
+  reason: "user" | "shutdown" = "user",
+): {
   world: CoreWorld;
   ids: Record<"p" | "q" | "r", string>;
 } {
@@ -70,7 +73,7 @@ function mixedWorld(idempotent = false): {
   const r = world.admit("run-1", "r", T0 + 2);
   world.apply(markStarting(world.model.scope(r.id), T0 + 3));
   world.apply(markRunning(world.model.scope(r.id), handleAt(T0 + 3), T0 + 4));
-  world.apply(requestCancel(world.model.run("run-1"), T0 + 10, "user"));
+  world.apply(requestCancel(world.model.run("run-1"), T0 + 10, reason));
   return { world, ids: { p: p.id, q: q.id, r: r.id } };
 }
 
@@ -111,6 +114,41 @@ describe("whole-run cancellation convergence", () => {
     converge(world, T0 + 15);
     expect(world.model.run("run-1")).toMatchObject({ status: "cancelled", finishedAtMs: T0 + 15 });
     expect(world.model.step("run-1", "q").status).toBe("failed");
+  });
+
+  it("a shutdown cancel projects its reason: claims are cancelled and running attempts stopped with reason shutdown, and the stopped step is cancelled, not failed", () => {
+    const { world, ids } = mixedWorld(false, "shutdown");
+    converge(world, T0 + 11);
+    expect(world.model.attempt(ids.p)).toMatchObject({
+      status: "cancelled",
+      stopReason: "shutdown",
+    });
+    expect(world.model.attempt(ids.r)).toMatchObject({
+      status: "running",
+      stopReason: "shutdown",
+    });
+    expect(
+      world.model
+        .eventsOf("run-1")
+        .filter((event) => event.type === "attempt.stop_requested")
+        .map((event) => event.data),
+    ).toEqual([{ reason: "shutdown" }]);
+    world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
+    world.apply(
+      complete(
+        world.model.scope(ids.r),
+        exitFacts(T0 + 3, T0 + 14, null, { stopReason: "shutdown" }),
+        NO_RETRY,
+        T0 + 14,
+      ),
+    );
+    expect(world.model.attempt(ids.r).status).toBe("cancelled");
+    expect(world.model.step("run-1", "r").status).toBe("cancelled");
+    converge(world, T0 + 15);
+    expect(world.model.run("run-1")).toMatchObject({
+      status: "cancelled",
+      cancelReason: "shutdown",
+    });
   });
 
   it("a stop intent is requested once: repeating convergence while a stop is pending writes nothing", () => {
