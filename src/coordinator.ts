@@ -75,6 +75,8 @@ const RECOVERY_WRITE_TRIES = 3;
 const RECOVERY_PAGE = 64;
 /** A bound on one start-up recovery: attempts beyond it keep their state until the next start-up. */
 const MAX_RECOVERED_ATTEMPTS = 10_000;
+/** Attempts remembered as never launched after a failed `starting` write; beyond it, a restart settles them. */
+const MAX_UNLAUNCHED_STARTING = 10_000;
 
 export type StageName =
   | "cancellation"
@@ -234,6 +236,14 @@ export class Coordinator {
    * emptied as the writes land or the attempts move on.
    */
   private readonly unrecordedHandles = new Map<string, ProcessHandleFacts>();
+  /**
+   * Attempts whose `claimed → starting` write failed in this incarnation, so none was handed
+   * to a launcher: a write whose COMMIT answer was lost may have committed `starting` all the
+   * same. For these, an absent journal proves the spawn never happened, and execution control
+   * gives the step a new epoch instead of leaving it `starting` until a restart. Bounded;
+   * entries leave as the attempts are dispatched or settled.
+   */
+  private readonly unlaunchedStarting = new Set<string>();
   private readonly deps: CoordinatorDeps;
   private readonly node: NodeIdentity | null;
   /** The incarnation this runtime registered; null until `register` ran. */
@@ -652,8 +662,11 @@ export class Coordinator {
       for (const attempt of claimed.slice(0, pageSize)) {
         try {
           const starting = await this.markDispatchStarting(attempt.id);
+          this.unlaunchedStarting.delete(attempt.id);
           if (starting !== null) started.push({ attemptId: attempt.id, ...starting });
         } catch (error) {
+          if (this.unlaunchedStarting.size < MAX_UNLAUNCHED_STARTING)
+            this.unlaunchedStarting.add(attempt.id);
           context.errors.push({ ...describe(error), subject: attempt.id });
         }
       }
@@ -788,7 +801,11 @@ export class Coordinator {
       return recorded;
     }
     const journal = await executor.hasJournal(attempt);
-    if (journal === "never_spawned") {
+    // An absent journal is conclusive for an attempt this incarnation never handed to a launcher.
+    if (
+      journal === "never_spawned" ||
+      (journal === "absent" && this.unlaunchedStarting.has(attempt.id))
+    ) {
       const settled = await this.write(async (tx, nowMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null || scope.attempt.status !== "starting") return false;
@@ -802,7 +819,10 @@ export class Coordinator {
         await tx.apply(change);
         return true;
       });
-      if (settled) this.followUp = true;
+      if (settled) {
+        this.followUp = true;
+        this.unlaunchedStarting.delete(attempt.id);
+      }
       return settled;
     }
     const cancelRequested = await this.deps.store.transaction(
@@ -929,8 +949,10 @@ export class Coordinator {
 
   private async controlOne(executor: Executor, attempt: RunAttempt): Promise<boolean> {
     const receipt = await executor.readReceipt(attempt);
-    if (attempt.status !== "starting" || receipt.status !== "none")
+    if (attempt.status !== "starting" || receipt.status !== "none") {
       this.unrecordedHandles.delete(attempt.id);
+      this.unlaunchedStarting.delete(attempt.id);
+    }
     if (attempt.status === "starting" && receipt.status === "none")
       return this.controlStarting(executor, attempt);
     if (receipt.status === "valid") {

@@ -75,6 +75,42 @@ export function isSerializationFailure(error: unknown): boolean {
   return false;
 }
 
+/**
+ * True when `error`, or any error in its `cause` chain, says this server cannot take the
+ * transaction now but another may: the connection broke or could not be made, the server is
+ * shutting down or starting (57P0x), or it is a read-only standby (25006). During a failover
+ * these are what a client sees until it reaches the promoted server.
+ */
+export function isServerSwitchFailure(error: unknown): boolean {
+  let current: unknown = error;
+  for (
+    let depth = 0;
+    depth < MAX_CAUSE_DEPTH && current !== undefined && current !== null;
+    depth += 1
+  ) {
+    if (isConnectionFailure(current) || isReadOnlyServer(current)) return true;
+    current = typeof current === "object" ? (current as { cause?: unknown }).cause : undefined;
+  }
+  return false;
+}
+
+/** SQLSTATE 25006 (`read_only_sql_transaction`): a write reached a standby, or a read-only session. */
+export function isReadOnlyServer(error: unknown): boolean {
+  let current: unknown = error;
+  for (
+    let depth = 0;
+    depth < MAX_CAUSE_DEPTH && current !== undefined && current !== null;
+    depth += 1
+  ) {
+    const state = sqlStateOf(current);
+    if (state === "25006") return true;
+    // A standby also refuses the SERIALIZABLE a transaction begins with (0A000, "hot standby").
+    if (state === "0A000" && /hot standby/i.test(messageOf(current))) return true;
+    current = typeof current === "object" ? (current as { cause?: unknown }).cause : undefined;
+  }
+  return false;
+}
+
 /** True when the error means the connection is gone or could not be made. */
 export function isConnectionFailure(error: unknown): boolean {
   const state = sqlStateOf(error);
@@ -145,7 +181,7 @@ export function toQlrError(error: unknown): QlrError {
       cause: error,
     });
   }
-  if (isUnavailableState(state)) {
+  if (isUnavailableState(state) || isReadOnlyServer(error)) {
     return new QlrError(
       "storage_unavailable",
       `PostgreSQL cannot serve the request now; SQLSTATE ${state}`,
@@ -173,6 +209,11 @@ function isUnavailableState(state: string): boolean {
     state === "25006" ||
     state === "40003"
   );
+}
+
+function messageOf(error: unknown): string {
+  const message = (error as { message?: unknown }).message;
+  return typeof message === "string" ? message : "";
 }
 
 function constraintOf(error: unknown): string | undefined {

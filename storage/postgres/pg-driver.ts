@@ -3,13 +3,30 @@
  * for the cluster profile. Each transaction checks one client out of a bounded pool, runs
  * SERIALIZABLE with bounded retry (transaction.ts) and gives the client back. The client
  * is kept across the retries of one transaction, so a retry never waits for the pool.
+ *
+ * Failover. The URL may name several servers, as libpq does:
+ * `postgres://user:pw@h1:5432,h2:5432/db?target_session_attrs=read-write`. Connections go to
+ * one server at a time; with `read-write` (or `primary`) a new connection is kept only when the
+ * server is not read-only (`SHOW transaction_read_only`), so a standby is skipped until it is
+ * promoted. A transaction that fails because its server went away or turned out read-only
+ * (connection errors, 57P0x, SQLSTATE 25006) before COMMIT was sent applied nothing: the driver
+ * moves to the next server and runs it again, with a bounded backoff (`reconnect`), instead of
+ * failing the caller during the switch. A connection lost once COMMIT was sent is never retried:
+ * the outcome is unknown (transaction.ts) and the caller reads what is durable.
  */
 import { Pool, types as pgTypes, type CustomTypesConfig, type PoolClient } from "pg";
 import { isQlrError, QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlRow, SqlTx } from "../driver.ts";
-import { isSerializationFailure, toQlrError } from "./errors.ts";
+import {
+  isReadOnlyServer,
+  isSerializationFailure,
+  isServerSwitchFailure,
+  toQlrError,
+} from "./errors.ts";
 import {
   SHARED_SERVER_SERIALIZABLE_RETRY,
+  backoffDelayMs,
+  isUnknownCommitOutcome,
   parseInt8,
   parseNumeric,
   runSerializableTransaction,
@@ -18,7 +35,11 @@ import {
 } from "./transaction.ts";
 
 export interface PgDriverOptions {
-  /** `postgres://user:password@host:port/database`, with the usual libpq query options. */
+  /**
+   * `postgres://user:password@host:port/database`, with the usual libpq query options; several
+   * `host:port` pairs separated by commas name servers to fail over between, and
+   * `target_session_attrs=read-write` (or `primary`) keeps only a server that accepts writes.
+   */
   readonly connectionString: string;
   /** Connections held at most; transactions beyond it wait for a free one. Default 4. */
   readonly poolSize?: number;
@@ -28,6 +49,79 @@ export interface PgDriverOptions {
   readonly connectTimeoutMs?: number;
   /** Overrides parts of the serialization-failure retry policy (tests use one attempt). */
   readonly serializableRetry?: Partial<SerializableRetryPolicy>;
+  /** Overrides parts of the policy for transactions that lost their server before COMMIT. */
+  readonly reconnect?: Partial<SerializableRetryPolicy>;
+}
+
+/**
+ * Transactions that lost their server (or reached a read-only one) before COMMIT are run again
+ * on the next server, 12 attempts with ceilings from 100 ms up to 2 s: about 15 s in all, which
+ * covers a standby's promotion, still short of an HTTP client's patience.
+ */
+export const DEFAULT_RECONNECT_RETRY: SerializableRetryPolicy = {
+  maxAttempts: 12,
+  baseDelayMs: 100,
+  maxDelayMs: 2_000,
+};
+
+/** A bound on the servers one URL may name. */
+const MAX_HOSTS = 16;
+
+/** One server of the URL, and the single-host URL `pg` connects with. */
+export interface PgServerTarget {
+  readonly label: string;
+  readonly connectionString: string;
+}
+
+export interface PgConnectionTargets {
+  readonly servers: readonly PgServerTarget[];
+  /** `target_session_attrs=read-write` or `primary`: only a server that accepts writes is used. */
+  readonly requireReadWrite: boolean;
+}
+
+/**
+ * Splits a libpq-style URL into one URL per server (`pg` connects to one host only) and reads
+ * `target_session_attrs`, which it removes. A keyword/value connection string passes through
+ * as one server.
+ */
+export function parseConnectionTargets(connectionString: string): PgConnectionTargets {
+  const match = /^(postgres(?:ql)?:\/\/)([^@/?#]*@)?([^/?#]*)(.*)$/s.exec(connectionString);
+  if (match === null)
+    return { servers: [{ label: "server", connectionString }], requireReadWrite: false };
+  const [, scheme = "", userInfo = "", hostList = "", rest = ""] = match;
+  const queryStart = rest.indexOf("?");
+  const fragmentStart = rest.indexOf("#");
+  const pathEnd =
+    queryStart === -1 ? (fragmentStart === -1 ? rest.length : fragmentStart) : queryStart;
+  const path = rest.slice(0, pathEnd);
+  const query =
+    queryStart === -1
+      ? ""
+      : rest.slice(queryStart + 1, fragmentStart === -1 ? rest.length : fragmentStart);
+  const params = new URLSearchParams(query);
+  const attrs = params.get("target_session_attrs") ?? "any";
+  if (attrs !== "any" && attrs !== "read-write" && attrs !== "primary")
+    throw new QlrError(
+      "invalid_request",
+      "target_session_attrs in the database URL must be any, read-write or primary",
+    );
+  params.delete("target_session_attrs");
+  const entries = hostList.split(",");
+  if (entries.length > MAX_HOSTS)
+    throw new QlrError(
+      "invalid_request",
+      `the database URL names ${entries.length} servers; at most ${MAX_HOSTS} are allowed`,
+    );
+  if (entries.length > 1 && entries.some((entry) => entry.trim() === ""))
+    throw new QlrError("invalid_request", "the database URL has an empty entry in its host list");
+  const search = params.toString();
+  return {
+    servers: entries.map((entry) => ({
+      label: entry === "" ? "server" : entry,
+      connectionString: `${scheme}${userInfo}${entry}${path}${search === "" ? "" : `?${search}`}`,
+    })),
+    requireReadWrite: attrs !== "any",
+  };
 }
 
 const DEFAULT_POOL_SIZE = 4;
@@ -70,40 +164,123 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     ...SHARED_SERVER_SERIALIZABLE_RETRY,
     ...options.serializableRetry,
   };
-  const pool = new Pool({
-    connectionString: options.connectionString,
-    max: Math.max(1, Math.floor(options.poolSize ?? DEFAULT_POOL_SIZE)),
-    connectionTimeoutMillis: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
-    idleTimeoutMillis: IDLE_TIMEOUT_MS,
-    idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS,
-    application_name: "qlr",
-    types: qlrTypeParsers,
-    // TCP keepalive notices a peer that vanished without closing the connection.
-    keepAlive: true,
-    ...(options.statementTimeoutMs === undefined
-      ? {}
-      : {
-          statement_timeout: options.statementTimeoutMs,
-          // The client gives up a little later than the server, for when the server's
-          // cancellation never arrives because the network is gone.
-          query_timeout: options.statementTimeoutMs + CLIENT_TIMEOUT_MARGIN_MS,
-        }),
-  });
-  // An idle client whose connection dies is dropped by the pool, which then emits "error";
-  // without a listener that event would crash the process. The next checkout reports the
-  // outage as `storage_unavailable`, so nothing is lost by ignoring it here.
-  pool.on("error", () => undefined);
+  const reconnectPolicy: SerializableRetryPolicy = {
+    ...DEFAULT_RECONNECT_RETRY,
+    ...options.reconnect,
+  };
+  const targets = parseConnectionTargets(options.connectionString);
+  const poolSize = Math.max(1, Math.floor(options.poolSize ?? DEFAULT_POOL_SIZE));
+  const openPool = (server: PgServerTarget): Pool => {
+    const pool = new Pool({
+      connectionString: server.connectionString,
+      max: poolSize,
+      connectionTimeoutMillis: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
+      idleTimeoutMillis: IDLE_TIMEOUT_MS,
+      idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS,
+      application_name: "qlr",
+      types: qlrTypeParsers,
+      // TCP keepalive notices a peer that vanished without closing the connection.
+      keepAlive: true,
+      ...(options.statementTimeoutMs === undefined
+        ? {}
+        : {
+            statement_timeout: options.statementTimeoutMs,
+            // The client gives up a little later than the server, for when the server's
+            // cancellation never arrives because the network is gone.
+            query_timeout: options.statementTimeoutMs + CLIENT_TIMEOUT_MARGIN_MS,
+          }),
+    });
+    // An idle client whose connection dies is dropped by the pool, which then emits "error";
+    // without a listener that event would crash the process. The next checkout reports the
+    // outage as `storage_unavailable`, so nothing is lost by ignoring it here.
+    pool.on("error", () => undefined);
+    return pool;
+  };
 
   const inFlight = new Set<Promise<unknown>>();
   let closing: Promise<void> | undefined;
 
-  async function runOnClient<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-    let client: PoolClient;
-    try {
-      client = await pool.connect();
-    } catch (error) {
-      throw toQlrError(error);
+  /** Checkout failures that mean "no server takes writes right now" (all down, or standbys). */
+  const noWritableServer = new WeakSet<object>();
+  const isNoWritableServer = (error: unknown): boolean =>
+    typeof error === "object" && error !== null && noWritableServer.has(error);
+
+  /** One pool per server, opened when first used and retired when its server fails us. */
+  const pools = new Map<number, Pool>();
+  const retiring = new Set<Promise<void>>();
+  /** The server the last transaction used: the next one starts there. */
+  let current = 0;
+  /** Clients proven to be on a server that accepts writes (only with read-write). */
+  const verified = new WeakSet<PoolClient>();
+
+  const poolFor = (index: number): Pool => {
+    let pool = pools.get(index);
+    if (pool === undefined) {
+      pool = openPool(targets.servers[index]!);
+      pools.set(index, pool);
     }
+    return pool;
+  };
+  /** Drops a server's pool (its idle connections close now, checked-out ones on release). */
+  const retire = (index: number, pool: Pool): void => {
+    if (pools.get(index) !== pool) return;
+    pools.delete(index);
+    const ended = pool.end().catch(() => undefined);
+    retiring.add(ended);
+    void ended.then(() => retiring.delete(ended));
+  };
+
+  /** A client on the first server, from `current` on, that answers (and accepts writes when asked). */
+  async function checkout(): Promise<{ client: PoolClient; index: number; pool: Pool }> {
+    let lastError: unknown;
+    let standbyOnly = false;
+    for (let tried = 0; tried < targets.servers.length; tried += 1) {
+      const index = (current + tried) % targets.servers.length;
+      const pool = poolFor(index);
+      let client: PoolClient;
+      try {
+        client = await pool.connect();
+      } catch (error) {
+        lastError = error;
+        if (targets.servers.length > 1) retire(index, pool);
+        continue;
+      }
+      if (targets.requireReadWrite && !verified.has(client)) {
+        let readOnly: boolean;
+        try {
+          const result = await client.query<{ transaction_read_only: string }>(
+            "SHOW transaction_read_only",
+          );
+          readOnly = result.rows[0]?.transaction_read_only !== "off";
+        } catch (error) {
+          client.release(asError(error));
+          lastError = error;
+          retire(index, pool);
+          continue;
+        }
+        if (readOnly) {
+          client.release(new Error("the server is read-only"));
+          lastError = new QlrError(
+            "storage_unavailable",
+            `${targets.servers[index]!.label} is read-only (a standby) and target_session_attrs asks for read-write`,
+          );
+          standbyOnly = true;
+          retire(index, pool);
+          continue;
+        }
+        verified.add(client);
+      }
+      current = index;
+      return { client, index, pool };
+    }
+    const failure = toQlrError(lastError);
+    // No server answered, or none accepts writes yet (a standby not promoted): worth waiting for.
+    if (standbyOnly || isServerSwitchFailure(lastError)) noWritableServer.add(failure);
+    throw failure;
+  }
+
+  async function runOnClient<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+    const { client, index, pool } = await checkout();
     // A checked-out client has no pool listener; a connection that dies between two of our
     // statements would otherwise raise an unhandled "error" event.
     let brokenBy: unknown;
@@ -128,11 +305,39 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
       // Exhausted serialization retries leave a healthy connection behind.
       if (isQlrError(error, "storage_unavailable") && !isSerializationFailure(error))
         brokenBy ??= error;
+      // This server went away or is a standby: the next transaction starts at the next one.
+      if (targets.servers.length > 1 && isServerSwitchFailure(error)) {
+        if (isReadOnlyServer(error) && current === index)
+          current = (index + 1) % targets.servers.length;
+        retire(index, pool);
+      }
       throw error;
     } finally {
       client.off("error", onClientError);
       // Passing an error makes the pool destroy the client instead of reusing it.
       client.release(brokenBy === undefined ? undefined : asError(brokenBy));
+    }
+  }
+
+  /**
+   * Runs `fn` again when its server failed it before COMMIT was sent (nothing applied), on the
+   * next server, with a bounded backoff; every other outcome goes to the caller as it is.
+   */
+  async function runWithReconnect<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+    const maxAttempts = Math.max(1, Math.floor(reconnectPolicy.maxAttempts));
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await runOnClient(fn);
+      } catch (error) {
+        const retryable =
+          attempt < maxAttempts &&
+          closing === undefined &&
+          !isUnknownCommitOutcome(error) &&
+          !isSerializationFailure(error) &&
+          (isNoWritableServer(error) || isServerSwitchFailure(error));
+        if (!retryable) throw error;
+        await sleep(backoffDelayMs(attempt, reconnectPolicy));
+      }
     }
   }
 
@@ -142,7 +347,7 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
       if (closing !== undefined)
         return Promise.reject(new QlrError("storage_unavailable", "the pg driver is closed"));
-      const result = runOnClient(fn);
+      const result = runWithReconnect(fn);
       const settled = result.then(
         () => undefined,
         () => undefined,
@@ -154,19 +359,36 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     close(): Promise<void> {
       closing ??= (async () => {
         await Promise.all(inFlight);
-        await pool.end();
+        const open = [...pools.values()];
+        pools.clear();
+        await Promise.all([...open.map((pool) => pool.end()), ...retiring]);
       })();
       return closing;
     },
   };
 
-  try {
-    await driver.transaction((tx) => tx.query("SELECT 1"));
-  } catch (error) {
-    await pool.end().catch(() => undefined);
-    throw error;
+  // One pass over the servers, without the reconnect backoff: a wrong URL fails at once.
+  let probeError: Error | undefined;
+  for (let tried = 0; tried < targets.servers.length; tried += 1) {
+    try {
+      await runOnClient((tx) => tx.query("SELECT 1"));
+      probeError = undefined;
+      break;
+    } catch (error) {
+      probeError = error instanceof Error ? error : toQlrError(error);
+      // A server that failed inside the transaction (a standby, say) sends us to the next one.
+      if (isNoWritableServer(error) || !isServerSwitchFailure(error)) break;
+    }
+  }
+  if (probeError !== undefined) {
+    await driver.close().catch(() => undefined);
+    throw probeError;
   }
   return driver;
+}
+
+function sleep(delayMs: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, delayMs));
 }
 
 function asError(value: unknown): Error {

@@ -71,6 +71,18 @@ export interface SerializableTransactionHooks {
   readonly onSessionBroken?: (error: unknown) => void;
 }
 
+/** Errors that mean "COMMIT was sent and its answer never came": never to be retried blindly. */
+const unknownCommitOutcomes = new WeakSet<object>();
+
+/**
+ * True when the transaction that raised `error` may have committed: the connection broke after
+ * COMMIT was sent (or while it was being sent). Its caller must read the durable state, never run
+ * the transaction again as if it had failed.
+ */
+export function isUnknownCommitOutcome(error: unknown): boolean {
+  return typeof error === "object" && error !== null && unknownCommitOutcomes.has(error);
+}
+
 type AttemptOutcome<T> =
   | { readonly ok: true; readonly value: T }
   | { readonly ok: false; readonly error: unknown; readonly retryable: boolean };
@@ -161,15 +173,13 @@ async function runOneAttempt<T>(
     const mapped = toQlrError(error);
     if (mapped.code !== "storage_unavailable")
       return { ok: false, error: mapped, retryable: false };
-    return {
-      ok: false,
-      error: new QlrError(
-        "storage_unavailable",
-        "the connection failed during COMMIT: the transaction may or may not have been applied",
-        { cause: error },
-      ),
-      retryable: false,
-    };
+    const unknown = new QlrError(
+      "storage_unavailable",
+      "the connection failed during COMMIT: the transaction may or may not have been applied",
+      { cause: error },
+    );
+    unknownCommitOutcomes.add(unknown);
+    return { ok: false, error: unknown, retryable: false };
   }
 
   // COMMIT of an aborted transaction answers ROLLBACK instead of failing. That happens
