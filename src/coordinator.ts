@@ -110,6 +110,8 @@ export type FaultPoint =
   | "completion.after_commit"
   | "cancellation.after_stop_intent"
   | "cancellation.after_stop"
+  /** A frontier change (steps ready, or the run finalized with its alerts) is committed. */
+  | "frontier.after_commit"
   | "purge.after_commit"
   | "purge.after_discard"
   | "purge.discard_before_journal"
@@ -566,7 +568,7 @@ export class Coordinator {
   }
 
   async frontier(runId: string): Promise<boolean> {
-    return this.write(async (tx, nowMs) => {
+    const advanced = await this.write(async (tx, nowMs) => {
       const run = await tx.getRun(runId);
       if (run === null) return false;
       const change = advanceFrontier(
@@ -579,6 +581,10 @@ export class Coordinator {
       await tx.clearFrontierMark(runId);
       return change !== null;
     });
+    // Steps made ready or a run finalized (its alerts in the outbox) are durable; nothing has
+    // admitted those steps or drained those alerts yet.
+    if (advanced) await this.fault("frontier.after_commit");
+    return advanced;
   }
 
   private async admission(budget: StageBudget, context: StageContext): Promise<void> {

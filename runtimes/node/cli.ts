@@ -1,6 +1,5 @@
 import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
-import type { FaultPoint } from "../../src/coordinator.ts";
 import { isPortableId } from "../../src/identity.ts";
 import { INPUT_KEY_PATTERN } from "../../src/run-inputs.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
@@ -18,6 +17,7 @@ import {
   type CommonConfig,
 } from "./config.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
+import { faultInjectionFromEnv, type FaultInjection } from "./fault-points.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 
 /**
@@ -100,22 +100,6 @@ const OPTIONS = {
   state: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
-
-const FAULT_POINTS: readonly FaultPoint[] = [
-  "admission.after_commit",
-  "dispatch.after_starting",
-  "dispatch.after_spawn",
-  "dispatch.after_running",
-  "completion.before_commit",
-  "completion.after_commit",
-  "cancellation.after_stop_intent",
-  "cancellation.after_stop",
-  "purge.after_commit",
-  "purge.after_discard",
-  "purge.discard_before_journal",
-  "launch.after_journal",
-  "notification.after_send",
-];
 
 /** Exit codes: 0 success, 1 a run that did not succeed, 2 an API error, 64 usage, 69 unreachable. */
 const EXIT_USAGE = 64;
@@ -302,18 +286,18 @@ async function serveCommand(
   tickIntervalMs: number | undefined,
   retention: RetentionPolicy,
 ): Promise<number> {
+  let fault: FaultInjection | null;
+  try {
+    fault = faultInjectionFromEnv(process.env);
+  } catch (error) {
+    throw new UsageError(errorMessage(error));
+  }
   // Before the token is written into it: the state dir must be the runtime's own and owner-only.
   const secured = await secureStateDir(config.stateDir);
   if (secured.tightenedFromMode !== null)
     process.stderr.write(`${describeTightened(config.stateDir, secured.tightenedFromMode)}\n`);
   const stored = config.token === null ? await loadOrCreateToken(config.stateDir) : null;
   const token = config.token ?? stored?.token ?? "";
-  const fault = process.env.QLR_FAULT_POINT;
-  if (fault !== undefined && !FAULT_POINTS.includes(fault as FaultPoint))
-    throw new UsageError(`QLR_FAULT_POINT must be one of ${FAULT_POINTS.join(", ")}`);
-  const faultAction = process.env.QLR_FAULT_ACTION ?? "sigkill";
-  if (faultAction !== "sigkill" && faultAction !== "throw")
-    throw new UsageError("QLR_FAULT_ACTION must be sigkill or throw");
   const runtime = await DeviceRuntime.start({
     stateDir: config.stateDir,
     host: config.host,
@@ -325,8 +309,7 @@ async function serveCommand(
     databaseUrl: config.databaseUrl,
     applyFiles,
     ...(tickIntervalMs === undefined ? {} : { tickIntervalMs }),
-    crashAt: (fault as FaultPoint | undefined) ?? null,
-    faultAction,
+    fault,
     retention,
   });
   const lines = [

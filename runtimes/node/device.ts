@@ -3,7 +3,7 @@ import { readFile } from "node:fs/promises";
 import { Server as HttpServer } from "node:http";
 import { resolve } from "node:path";
 import { serve, type ServerType } from "@hono/node-server";
-import { Coordinator, type FaultPoint, type TickReport } from "../../src/coordinator.ts";
+import { Coordinator, type TickReport } from "../../src/coordinator.ts";
 import { DEFAULT_LEASE_TTL_MS } from "../../src/leases.ts";
 import { manifestError, parseManifest } from "../../src/manifest/index.ts";
 import type { RunAttempt } from "../../src/model.ts";
@@ -29,6 +29,13 @@ import { openConfiguredStore, type StoreKind } from "./open-store.ts";
 import { readAttemptLog, readLogChunk } from "./read-log.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 import { loadOrCreateNodeIdentity } from "./node-identity.ts";
+import {
+  API_AFTER_CHANGE,
+  faultTrigger,
+  STOP_AFTER_INTENT,
+  STOP_AFTER_TERM,
+  type FaultInjection,
+} from "./fault-points.ts";
 
 export interface DeviceOptions {
   readonly stateDir: string;
@@ -47,14 +54,12 @@ export interface DeviceOptions {
   /** How long stopping waits for remote workers to carry out their shutdown stops (REMOTE_DRAIN_MS). */
   readonly remoteDrainMs?: number;
   readonly supervisorPath?: string;
-  /** Crash tests: SIGKILL this process when the named fault point is reached (`QLR_FAULT_POINT`). */
-  readonly crashAt?: FaultPoint | null;
   /**
-   * What happens at `crashAt`: `sigkill` (default) dies there; `throw` fails that cycle there
-   * once and lives on (`QLR_FAULT_ACTION`), so what was in flight (launch handles) is lost
-   * without a restart.
+   * Crash tests (fault-points.ts): at the named point's chosen reach, `sigkill` kills this
+   * process; `throw` fails that one cycle there and lives on, so what was in flight (launch
+   * handles) is lost without a restart. Null or absent: no fault point does anything.
    */
-  readonly faultAction?: "sigkill" | "throw";
+  readonly fault?: FaultInjection | null;
   /** Retention (bounded history); default 7 days and 10 000 terminal runs. */
   readonly retention?: RetentionPolicy;
   readonly log?: (line: string) => void;
@@ -159,18 +164,9 @@ export class DeviceRuntime {
           `applied ${file}: package ${applied.package} generation ${applied.generation}${applied.changed ? " (new)" : " (unchanged)"}`,
         );
       }
-      const crashAt = options.crashAt ?? null;
       // A crash test's named point: die exactly here, as a power cut or OOM kill would, or
       // fail this one cycle here as a store error would.
-      let faultThrown = false;
-      const fault = (point: FaultPoint): void => {
-        if (point !== crashAt) return;
-        if (options.faultAction !== "throw") process.kill(process.pid, "SIGKILL");
-        else if (!faultThrown) {
-          faultThrown = true;
-          throw new Error(`injected fault at ${point}`);
-        }
-      };
+      const fault = faultTrigger(options.fault ?? null, () => process.kill(process.pid, "SIGKILL"));
       const launcher = new PosixLauncher({
         stateDir,
         hmacKey,
@@ -178,6 +174,8 @@ export class DeviceRuntime {
         graceMs: options.graceMs ?? DEFAULT_GRACE_MS,
         onSupervisorExit: wake,
         afterJournal: () => fault("launch.after_journal"),
+        afterStopIntent: () => fault(STOP_AFTER_INTENT),
+        afterStopTerm: () => fault(STOP_AFTER_TERM),
         ...(options.supervisorPath === undefined ? {} : { supervisorPath: options.supervisorPath }),
       });
       const executor = new LocalProcessExecutor(launcher, {
@@ -239,7 +237,10 @@ export class DeviceRuntime {
         retention,
         profileName: options.profile,
         mount: (app) => mountDashboard(app),
-        onChange: wake,
+        onChange: () => {
+          fault(API_AFTER_CHANGE);
+          wake();
+        },
         readLogChunk: (attempt, stream, offset, limitBytes, complete) =>
           readLogChunk(launcher.logPath(attempt.id, stream), offset, limitBytes, complete),
         readLog: (attempt: RunAttempt, maxBytes: number) =>

@@ -26,6 +26,8 @@ export interface TaskSpec {
 
 export interface WorkflowSpec {
   readonly steps: Record<string, { task: string; needs?: string[] }>;
+  readonly inputs?: Record<string, Record<string, unknown>>;
+  readonly notify?: unknown;
 }
 
 export class Scratch {
@@ -80,9 +82,19 @@ export class Scratch {
     packageName: string,
     tasks: Record<string, Record<string, unknown>>,
     workflows: Record<string, WorkflowSpec>,
+    extra: { schedules?: Record<string, Record<string, unknown>>; fileName?: string } = {},
   ): Promise<{ file: string; text: string }> {
-    const text = JSON.stringify({ package: packageName, tasks, workflows }, null, 2);
-    const file = this.path(`${packageName}.json`);
+    const text = JSON.stringify(
+      {
+        package: packageName,
+        tasks,
+        workflows,
+        ...(extra.schedules === undefined ? {} : { schedules: extra.schedules }),
+      },
+      null,
+      2,
+    );
+    const file = this.path(extra.fileName ?? `${packageName}.json`);
     await writeFile(file, text);
     return { file, text };
   }

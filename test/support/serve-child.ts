@@ -77,22 +77,27 @@ export function stopAllServed(): void {
   servedChildren.clear();
 }
 
+export interface ServeOptions {
+  readonly fault?: string;
+  /** The fault fires at this reach of its point (QLR_FAULT_OCCURRENCE; default the first). */
+  readonly faultOccurrence?: number;
+  readonly faultAction?: "sigkill" | "throw";
+  readonly apply?: readonly string[];
+  readonly profile?: string;
+  readonly tickInterval?: string;
+  readonly retention?: string;
+  readonly retentionRuns?: string;
+}
+
 /**
  * Starts `node qlr.mjs serve --state-dir DIR --port 0` and waits for its `qlr serving URL`
- * line. `fault` sets QLR_FAULT_POINT: the runtime SIGKILLs itself when that point is reached.
+ * line. `fault` sets QLR_FAULT_POINT: the runtime SIGKILLs itself when that point is reached
+ * (at its `faultOccurrence`th reach).
  */
 export async function startServe(
   bundle: Bundle,
   stateDir: string,
-  options: {
-    fault?: string;
-    faultAction?: "sigkill" | "throw";
-    apply?: string[];
-    profile?: string;
-    tickInterval?: string;
-    retention?: string;
-    retentionRuns?: string;
-  } = {},
+  options: ServeOptions = {},
 ): Promise<Served> {
   const args = [
     bundle.qlr,
@@ -110,6 +115,9 @@ export async function startServe(
   const child = spawn(process.execPath, args, {
     env: childEnv({
       ...(options.fault === undefined ? {} : { QLR_FAULT_POINT: options.fault }),
+      ...(options.faultOccurrence === undefined
+        ? {}
+        : { QLR_FAULT_OCCURRENCE: String(options.faultOccurrence) }),
       ...(options.faultAction === undefined ? {} : { QLR_FAULT_ACTION: options.faultAction }),
     }),
     stdio: ["ignore", "pipe", "pipe"],
@@ -127,10 +135,11 @@ export async function startServe(
       () =>
         rejectUrl(
           new Error(
-            `qlr serve did not print its URL within 30 s\nstdout: ${output.stdout}\nstderr: ${output.stderr}`,
+            `qlr serve did not print its URL within 60 s\nstdout: ${output.stdout}\nstderr: ${output.stderr}`,
           ),
         ),
-      30_000,
+      // Generous: a loaded machine starts Node slowly; a runtime that never serves still fails.
+      60_000,
     );
     child.stdout?.on("data", (chunk: string) => {
       output.stdout += chunk;

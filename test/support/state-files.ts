@@ -64,7 +64,19 @@ export async function journalNames(stateDir: string): Promise<string[]> {
  * pre-spawn startedAtMs (ADR-0229 §5) — no lost completion, no completion invented. Attempts
  * without a journal never spawned and must not be running.
  */
-export async function expectReceiptsHonoured(stateDir: string, detail: RunDetail): Promise<void> {
+export async function expectReceiptsHonoured(
+  stateDir: string,
+  detail: RunDetail,
+  options: {
+    /**
+     * The supervisor was SIGKILLed: an attempt it spawned may have no receipt, and must then be
+     * `lost` (settled on trusted not-running evidence), never completed with invented facts.
+     */
+    readonly supervisorKilled?: boolean;
+    /** Attempts of other runs on the same state dir, whose journal records are theirs. */
+    readonly otherAttemptIds?: readonly string[];
+  } = {},
+): Promise<void> {
   const names = await journalNames(stateDir);
   const journaled = new Set(names.map((name) => name.replace(/\.json$/, "")));
   for (const attempt of detail.attempts) {
@@ -80,6 +92,11 @@ export async function expectReceiptsHonoured(stateDir: string, detail: RunDetail
     if (receipt === null && !existsSync(join(stateDir, "spawns", `${attempt.id}.json`))) {
       if (attempt.status !== "lost")
         throw new Error(`attempt ${attempt.id} was never spawned but is ${attempt.status}`);
+      continue;
+    }
+    if (receipt === null && options.supervisorKilled === true) {
+      if (attempt.status !== "lost")
+        throw new Error(`attempt ${attempt.id} has no receipt but is ${attempt.status}`);
       continue;
     }
     if (journal === null || receipt === null)
@@ -110,7 +127,10 @@ export async function expectReceiptsHonoured(stateDir: string, detail: RunDetail
     }
   }
   // No journal record belongs to an attempt the store does not know.
-  const known = new Set(detail.attempts.map((attempt) => attempt.id));
+  const known = new Set([
+    ...detail.attempts.map((attempt) => attempt.id),
+    ...(options.otherAttemptIds ?? []),
+  ]);
   for (const id of journaled)
     if (!known.has(id))
       throw new Error(`journal record ${id} names no attempt of run ${detail.run.id}`);

@@ -119,6 +119,10 @@ export interface PosixLauncherOptions {
   readonly onSupervisorExit?: (attemptId: string) => void;
   /** Crash tests: called once the journal record is durable, before the supervisor is asked to spawn. */
   readonly afterJournal?: (attemptId: string) => void | Promise<void>;
+  /** Crash tests: called once a stop's durable intent is written, before any signal or request. */
+  readonly afterStopIntent?: (attemptId: string) => void | Promise<void>;
+  /** Crash tests: called once a stop's SIGTERM reached the task's group, before its grace runs out. */
+  readonly afterStopTerm?: (attemptId: string) => void | Promise<void>;
 }
 
 export const DEFAULT_LOG_MAX_BYTES = 1024 * 1024;
@@ -249,6 +253,8 @@ export class PosixLauncher {
   private readonly procRoot: string;
   private readonly supervisor: SupervisorClient;
   private readonly afterJournal: ((attemptId: string) => void | Promise<void>) | undefined;
+  private readonly afterStopIntent: ((attemptId: string) => void | Promise<void>) | undefined;
+  private readonly afterStopTerm: ((attemptId: string) => void | Promise<void>) | undefined;
   private prepared: Promise<void> | null = null;
   private readonly stopsInFlight = new Map<string, Promise<StopResult>>();
   /** Launches between their journal write and the supervisor's answer: never settled as never spawned. */
@@ -262,6 +268,8 @@ export class PosixLauncher {
     this.graceMs = options.graceMs ?? DEFAULT_GRACE_MS;
     this.procRoot = options.procRoot ?? DEFAULT_PROC_ROOT;
     this.afterJournal = options.afterJournal;
+    this.afterStopIntent = options.afterStopIntent;
+    this.afterStopTerm = options.afterStopTerm;
     this.supervisor = new SupervisorClient({
       stateDir: options.stateDir,
       hmacKey: options.hmacKey,
@@ -494,6 +502,7 @@ export class PosixLauncher {
       );
     await this.prepare();
     const recordedReason = await recordStopIntent(this.layout, attemptId, reason, this.nowMs());
+    await this.afterStopIntent?.(attemptId);
     const reply = await this.supervisor.requestIfAlive({ op: "stop", attemptId });
     return { recordedReason, known: reply !== null && reply.kind === "stopping" && reply.known };
   }
@@ -735,8 +744,10 @@ export class PosixLauncher {
       reason,
       this.nowMs(),
     );
+    await this.afterStopIntent?.(handle.attemptId);
     const signalsSent: ("SIGTERM" | "SIGKILL")[] = [];
     let inspection = await this.signalIfSame(handle, "SIGTERM", signalsSent);
+    if (signalsSent.includes("SIGTERM")) await this.afterStopTerm?.(handle.attemptId);
     if (inspection.state === "running")
       inspection = await this.waitWhileRunning(handle, this.graceMs);
     if (inspection.state === "running") {
