@@ -77,6 +77,13 @@ export const DRIVERS: readonly DriverFactory[] = [SQLJS_MEMORY, SQLJS_FILE, PGLI
  */
 export const IN_PROCESS_DRIVERS: readonly DriverFactory[] = [SQLJS_MEMORY, PGLITE];
 
+/** The entry of the driver list with that name. */
+export function driverNamed(name: DriverName): DriverFactory {
+  const found = DRIVERS.find((factory) => factory.name === name);
+  if (found === undefined) throw new Error(`no driver ${name} in the driver list`);
+  return found;
+}
+
 /** A store, migrated, on a fresh database of `factory`, its clock observed at `nowMs`. */
 export async function openTestStore(factory: DriverFactory, nowMs: number): Promise<SqlStore> {
   const driver = await factory.open();
