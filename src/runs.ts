@@ -80,55 +80,38 @@ export function createWorkflowRun(
       `plan ${plan.digest} is not bound to reconciliation receipt ${reconciliation.digest}`,
     );
   }
-  const run: Run = {
-    id: options.runId,
-    kind: "workflow",
-    package: plan.package,
-    generation: plan.generation,
-    target: plan.workflow,
-    planDigest: plan.digest,
-    reconciliationDigest: reconciliation.digest,
-    status: "running",
-    version: 1,
-    eventSeq: 1,
-    attemptSeq: 0,
-    idempotencyKey: options.idempotencyKey,
-    scheduleName: options.scheduleName,
-    input: options.input ?? {},
-    rerunOf: options.rerunOf ?? null,
-    cancelRequestedAtMs: null,
-    cancelReason: null,
-    notBeforeMs: null,
-    createdAtMs: options.nowMs,
-    updatedAtMs: options.nowMs,
-    finishedAtMs: null,
-  };
-  const created: RunEvent = {
-    id: eventId(run.id, 1),
-    runId: run.id,
-    seq: 1,
-    type: "run.created",
-    atMs: options.nowMs,
-    stepRunId: null,
-    attemptId: null,
-    data: {
+  const run = newRun(
+    {
+      kind: "workflow",
+      package: plan.package,
+      generation: plan.generation,
+      target: plan.workflow,
+      planDigest: plan.digest,
+      reconciliationDigest: reconciliation.digest,
+      status: "running",
+    },
+    options,
+  );
+  const created = runCreatedEvent(
+    run,
+    options,
+    {
       kind: "workflow",
       package: plan.package,
       generation: plan.generation,
       workflow: plan.workflow,
       planDigest: plan.digest,
       steps: plan.steps.map((step) => step.name),
-      ...runCreatedExtras(options),
-      ...(reused.size === 0
-        ? {}
-        : {
-            reusedSteps: [...reused.entries()].map(([name, from]) => ({
-              step: name,
-              fromStepRunId: from.fromStepRunId,
-            })),
-          }),
     },
-  };
+    reused.size === 0
+      ? {}
+      : {
+          reusedSteps: [...reused.entries()].map(([name, from]) => ({
+            step: name,
+            fromStepRunId: from.fromStepRunId,
+          })),
+        },
+  );
   for (const name of reused.keys()) {
     if (!plan.steps.some((step) => step.name === name))
       throw new QlrError(
@@ -184,15 +167,61 @@ export function createWorkflowRun(
   };
 }
 
-/** What `run.created` says beyond the target: the input and the rerun link, only when there are any. */
-function runCreatedExtras(options: NewRunOptions): Record<string, unknown> {
+/** What a new run is bound to: the rest of its first row is the same for every kind. */
+type RunBinding = Pick<
+  Run,
+  "kind" | "package" | "generation" | "target" | "planDigest" | "reconciliationDigest" | "status"
+>;
+
+/** A run's first row: version 1, its `run.created` event is seq 1, no attempt yet. */
+function newRun(binding: RunBinding, options: NewRunOptions): Run {
   return {
-    ...(options.input === undefined || Object.keys(options.input).length === 0
-      ? {}
-      : { input: options.input }),
-    ...(options.rerunOf === undefined || options.rerunOf === null
-      ? {}
-      : { rerunOf: options.rerunOf }),
+    id: options.runId,
+    ...binding,
+    version: 1,
+    eventSeq: 1,
+    attemptSeq: 0,
+    idempotencyKey: options.idempotencyKey,
+    scheduleName: options.scheduleName,
+    input: options.input ?? {},
+    rerunOf: options.rerunOf ?? null,
+    cancelRequestedAtMs: null,
+    cancelReason: null,
+    notBeforeMs: null,
+    createdAtMs: options.nowMs,
+    updatedAtMs: options.nowMs,
+    finishedAtMs: null,
+  };
+}
+
+/**
+ * The `run.created` event: the target, then the input and the rerun link (only when there are
+ * any), then what only one kind says (`rest`).
+ */
+function runCreatedEvent(
+  run: Run,
+  options: NewRunOptions,
+  target: Record<string, unknown>,
+  rest: Record<string, unknown> = {},
+): RunEvent {
+  return {
+    id: eventId(run.id, 1),
+    runId: run.id,
+    seq: 1,
+    type: "run.created",
+    atMs: options.nowMs,
+    stepRunId: null,
+    attemptId: null,
+    data: {
+      ...target,
+      ...(options.input === undefined || Object.keys(options.input).length === 0
+        ? {}
+        : { input: options.input }),
+      ...(options.rerunOf === undefined || options.rerunOf === null
+        ? {}
+        : { rerunOf: options.rerunOf }),
+      ...rest,
+    },
   };
 }
 
@@ -215,46 +244,25 @@ export function createOrdinaryRun(
       `task definition ${definition.revision} is not part of reconciliation receipt ${reconciliation.digest}`,
     );
   }
-  const run: Run = {
-    id: options.runId,
-    kind: "ordinary",
-    package: definition.package,
-    generation: definition.generation,
-    target: definition.task,
-    planDigest: null,
-    reconciliationDigest: reconciliation.digest,
-    status: "queued",
-    version: 1,
-    eventSeq: 1,
-    attemptSeq: 0,
-    idempotencyKey: options.idempotencyKey,
-    scheduleName: options.scheduleName,
-    input: options.input ?? {},
-    rerunOf: options.rerunOf ?? null,
-    cancelRequestedAtMs: null,
-    cancelReason: null,
-    notBeforeMs: null,
-    createdAtMs: options.nowMs,
-    updatedAtMs: options.nowMs,
-    finishedAtMs: null,
-  };
-  const created: RunEvent = {
-    id: eventId(run.id, 1),
-    runId: run.id,
-    seq: 1,
-    type: "run.created",
-    atMs: options.nowMs,
-    stepRunId: null,
-    attemptId: null,
-    data: {
+  const run = newRun(
+    {
       kind: "ordinary",
       package: definition.package,
       generation: definition.generation,
-      task: definition.task,
-      taskRevision: definition.revision,
-      ...runCreatedExtras(options),
+      target: definition.task,
+      planDigest: null,
+      reconciliationDigest: reconciliation.digest,
+      status: "queued",
     },
-  };
+    options,
+  );
+  const created = runCreatedEvent(run, options, {
+    kind: "ordinary",
+    package: definition.package,
+    generation: definition.generation,
+    task: definition.task,
+    taskRevision: definition.revision,
+  });
   return {
     run,
     change: { ...EMPTY_CHANGE_SET, runs: [{ before: null, after: run }], events: [created] },

@@ -12,7 +12,7 @@ import type {
 import type { PackageHead } from "../src/ports.ts";
 import type { NotificationEntry } from "../src/notifications.ts";
 import type { ScheduleState } from "../src/schedules.ts";
-import type { SqlParam } from "./driver.ts";
+import type { SqlParam, SqlRow } from "./driver.ts";
 
 /**
  * Row types are separate from domain types, with one mapper per table. Status columns are
@@ -38,29 +38,50 @@ function textOrNull(value: unknown): string | null {
       : JSON.stringify(value);
 }
 
-export const RUN_COLUMNS = [
-  "id",
-  "kind",
-  "package",
-  "generation",
-  "target",
-  "plan_digest",
-  "reconciliation_digest",
-  "status",
-  "version",
-  "event_seq",
-  "attempt_seq",
-  "idempotency_key",
-  "schedule_name",
-  "cancel_requested_at_ms",
-  "not_before_ms",
-  "created_at_ms",
-  "updated_at_ms",
-  "finished_at_ms",
-  "input",
-  "rerun_of",
-  "cancel_reason",
-] as const;
+/**
+ * How each column of a table is written from its domain value. The key order is the column
+ * order of every SELECT and INSERT, so the column list, the full parameter list and the
+ * parameters of an update all come from this one table.
+ */
+type ColumnWriters<T> = Readonly<Record<string, (value: T) => SqlParam>>;
+
+function columnsOf<W extends ColumnWriters<never>>(writers: W): readonly (keyof W & string)[] {
+  return Object.keys(writers);
+}
+
+function paramsOf<T, C extends string>(
+  writers: Readonly<Record<C, (value: T) => SqlParam>>,
+  columns: readonly C[],
+  value: T,
+): SqlParam[] {
+  return columns.map((column) => writers[column](value));
+}
+
+const RUN_WRITERS = {
+  id: (run: Run) => run.id,
+  kind: (run: Run) => run.kind,
+  package: (run: Run) => run.package,
+  generation: (run: Run) => run.generation,
+  target: (run: Run) => run.target,
+  plan_digest: (run: Run) => run.planDigest,
+  reconciliation_digest: (run: Run) => run.reconciliationDigest,
+  status: (run: Run) => run.status,
+  version: (run: Run) => run.version,
+  event_seq: (run: Run) => run.eventSeq,
+  attempt_seq: (run: Run) => run.attemptSeq,
+  idempotency_key: (run: Run) => run.idempotencyKey,
+  schedule_name: (run: Run) => run.scheduleName,
+  cancel_requested_at_ms: (run: Run) => run.cancelRequestedAtMs,
+  not_before_ms: (run: Run) => run.notBeforeMs,
+  created_at_ms: (run: Run) => run.createdAtMs,
+  updated_at_ms: (run: Run) => run.updatedAtMs,
+  finished_at_ms: (run: Run) => run.finishedAtMs,
+  input: (run: Run) => canonicalJson(run.input),
+  rerun_of: (run: Run) => run.rerunOf,
+  cancel_reason: (run: Run) => run.cancelReason,
+} satisfies ColumnWriters<Run>;
+
+export const RUN_COLUMNS = columnsOf(RUN_WRITERS);
 export type RunRow = Record<(typeof RUN_COLUMNS)[number], unknown>;
 
 /**
@@ -78,46 +99,14 @@ export const RUN_MUTABLE_COLUMNS = [
   "not_before_ms",
   "updated_at_ms",
   "finished_at_ms",
-] as const;
+] as const satisfies readonly (typeof RUN_COLUMNS)[number][];
 
 export function runMutableParams(run: Run): SqlParam[] {
-  return [
-    run.status,
-    run.version,
-    run.eventSeq,
-    run.attemptSeq,
-    run.cancelRequestedAtMs,
-    run.cancelReason,
-    run.notBeforeMs,
-    run.updatedAtMs,
-    run.finishedAtMs,
-  ];
+  return paramsOf(RUN_WRITERS, RUN_MUTABLE_COLUMNS, run);
 }
 
 export function runParams(run: Run): SqlParam[] {
-  return [
-    run.id,
-    run.kind,
-    run.package,
-    run.generation,
-    run.target,
-    run.planDigest,
-    run.reconciliationDigest,
-    run.status,
-    run.version,
-    run.eventSeq,
-    run.attemptSeq,
-    run.idempotencyKey,
-    run.scheduleName,
-    run.cancelRequestedAtMs,
-    run.notBeforeMs,
-    run.createdAtMs,
-    run.updatedAtMs,
-    run.finishedAtMs,
-    canonicalJson(run.input),
-    run.rerunOf,
-    run.cancelReason,
-  ];
+  return paramsOf(RUN_WRITERS, RUN_COLUMNS, run);
 }
 
 /** A JSON column: text on SQLite, text or an already-parsed value on some PostgreSQL drivers. */
@@ -224,36 +213,38 @@ export function stepOutputParam(step: StepRun): string | null {
   return outputParam(step.output);
 }
 
-export const ATTEMPT_COLUMNS = [
-  "id",
-  "run_id",
-  "step_run_id",
-  "step_run_version",
-  "number",
-  "status",
-  "executor",
-  "pool",
-  "version",
-  "created_at_ms",
-  "started_at_ms",
-  "finished_at_ms",
-  "deadline_at_ms",
-  "timeout_ms",
-  "exit_code",
-  "signal",
-  "pid",
-  "process_start_ticks",
-  "boot_id",
-  "stop_reason",
-  "stop_requested_at_ms",
-  "error",
-  "lease_worker_id",
-  "lease_version",
-  "lease_expires_at_ms",
-  "lease_secret_digest",
-  "owner_node_id",
-  "output",
-] as const;
+const ATTEMPT_WRITERS = {
+  id: (attempt: RunAttempt) => attempt.id,
+  run_id: (attempt: RunAttempt) => attempt.runId,
+  step_run_id: (attempt: RunAttempt) => attempt.stepRunId,
+  step_run_version: (attempt: RunAttempt) => attempt.stepRunVersion,
+  number: (attempt: RunAttempt) => attempt.number,
+  status: (attempt: RunAttempt) => attempt.status,
+  executor: (attempt: RunAttempt) => attempt.executor,
+  pool: (attempt: RunAttempt) => attempt.pool,
+  version: (attempt: RunAttempt) => attempt.version,
+  created_at_ms: (attempt: RunAttempt) => attempt.createdAtMs,
+  started_at_ms: (attempt: RunAttempt) => attempt.startedAtMs,
+  finished_at_ms: (attempt: RunAttempt) => attempt.finishedAtMs,
+  deadline_at_ms: (attempt: RunAttempt) => attempt.deadlineAtMs,
+  timeout_ms: (attempt: RunAttempt) => attempt.timeoutMs,
+  exit_code: (attempt: RunAttempt) => attempt.exitCode,
+  signal: (attempt: RunAttempt) => attempt.signal,
+  pid: (attempt: RunAttempt) => attempt.pid,
+  process_start_ticks: (attempt: RunAttempt) => attempt.processStartTicks,
+  boot_id: (attempt: RunAttempt) => attempt.bootId,
+  stop_reason: (attempt: RunAttempt) => attempt.stopReason,
+  stop_requested_at_ms: (attempt: RunAttempt) => attempt.stopRequestedAtMs,
+  error: (attempt: RunAttempt) => attempt.error,
+  lease_worker_id: (attempt: RunAttempt) => attempt.leaseWorkerId,
+  lease_version: (attempt: RunAttempt) => attempt.leaseVersion,
+  lease_expires_at_ms: (attempt: RunAttempt) => attempt.leaseExpiresAtMs,
+  lease_secret_digest: (attempt: RunAttempt) => attempt.leaseSecretDigest,
+  owner_node_id: (attempt: RunAttempt) => attempt.ownerNodeId,
+  output: (attempt: RunAttempt) => outputParam(attempt.output),
+} satisfies ColumnWriters<RunAttempt>;
+
+export const ATTEMPT_COLUMNS = columnsOf(ATTEMPT_WRITERS);
 export type AttemptRow = Record<(typeof ATTEMPT_COLUMNS)[number], unknown>;
 
 /** The columns an attempt update may change (see RUN_MUTABLE_COLUMNS for why the rest are never rewritten). */
@@ -277,63 +268,14 @@ export const ATTEMPT_MUTABLE_COLUMNS = [
   "lease_secret_digest",
   "owner_node_id",
   "output",
-] as const;
+] as const satisfies readonly (typeof ATTEMPT_COLUMNS)[number][];
 
 export function attemptMutableParams(attempt: RunAttempt): SqlParam[] {
-  return [
-    attempt.status,
-    attempt.version,
-    attempt.startedAtMs,
-    attempt.finishedAtMs,
-    attempt.deadlineAtMs,
-    attempt.exitCode,
-    attempt.signal,
-    attempt.pid,
-    attempt.processStartTicks,
-    attempt.bootId,
-    attempt.stopReason,
-    attempt.stopRequestedAtMs,
-    attempt.error,
-    attempt.leaseWorkerId,
-    attempt.leaseVersion,
-    attempt.leaseExpiresAtMs,
-    attempt.leaseSecretDigest,
-    attempt.ownerNodeId,
-    outputParam(attempt.output),
-  ];
+  return paramsOf(ATTEMPT_WRITERS, ATTEMPT_MUTABLE_COLUMNS, attempt);
 }
 
 export function attemptParams(attempt: RunAttempt): SqlParam[] {
-  return [
-    attempt.id,
-    attempt.runId,
-    attempt.stepRunId,
-    attempt.stepRunVersion,
-    attempt.number,
-    attempt.status,
-    attempt.executor,
-    attempt.pool,
-    attempt.version,
-    attempt.createdAtMs,
-    attempt.startedAtMs,
-    attempt.finishedAtMs,
-    attempt.deadlineAtMs,
-    attempt.timeoutMs,
-    attempt.exitCode,
-    attempt.signal,
-    attempt.pid,
-    attempt.processStartTicks,
-    attempt.bootId,
-    attempt.stopReason,
-    attempt.stopRequestedAtMs,
-    attempt.error,
-    attempt.leaseWorkerId,
-    attempt.leaseVersion,
-    attempt.leaseExpiresAtMs,
-    attempt.leaseSecretDigest,
-    attempt.ownerNodeId,
-    outputParam(attempt.output),
-  ];
+  return paramsOf(ATTEMPT_WRITERS, ATTEMPT_COLUMNS, attempt);
 }
 
 export function toAttempt(row: AttemptRow): RunAttempt {
@@ -528,3 +470,36 @@ export function notificationParams(entry: NotificationEntry): SqlParam[] {
     entry.version,
   ];
 }
+
+/** A table read whole into its domain type: what `SELECT <every column> FROM <table>` needs. */
+export interface RowTable<T> {
+  readonly name: string;
+  readonly columns: readonly string[];
+  read(row: SqlRow): T;
+}
+
+export const RUNS: RowTable<Run> = {
+  name: "runs",
+  columns: RUN_COLUMNS,
+  read: (row) => toRun(row as RunRow),
+};
+export const STEPS: RowTable<StepRun> = {
+  name: "step_runs",
+  columns: STEP_COLUMNS,
+  read: (row) => toStep(row as StepRow),
+};
+export const ATTEMPTS: RowTable<RunAttempt> = {
+  name: "run_attempts",
+  columns: ATTEMPT_COLUMNS,
+  read: (row) => toAttempt(row as AttemptRow),
+};
+export const SCHEDULES: RowTable<ScheduleState> = {
+  name: "schedules",
+  columns: SCHEDULE_COLUMNS,
+  read: (row) => toSchedule(row as ScheduleRow),
+};
+export const NOTIFICATIONS: RowTable<NotificationEntry> = {
+  name: "notifications",
+  columns: NOTIFICATION_COLUMNS,
+  read: (row) => toNotification(row as NotificationRow),
+};

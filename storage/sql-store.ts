@@ -219,6 +219,58 @@ class SqlStoreTx implements StoreTx {
     return this.bodies.set(key, JSON.parse(found[0].body) as T);
   }
 
+  /** The rows of one table, read whole: `rest` is what follows `FROM <table>`. */
+  private async select<T>(
+    table: rows.RowTable<T>,
+    rest: string,
+    params: readonly SqlParam[],
+  ): Promise<T[]> {
+    const found = await this.q(
+      `SELECT ${table.columns.join(", ")} FROM ${table.name} ${rest}`,
+      params,
+    );
+    return found.map((row) => table.read(row));
+  }
+
+  private async selectOne<T>(
+    table: rows.RowTable<T>,
+    rest: string,
+    params: readonly SqlParam[],
+  ): Promise<T | null> {
+    return (await this.select(table, rest, params))[0] ?? null;
+  }
+
+  /**
+   * One page of a table newest first. Keyset on (created_at_ms, id) descending: stable while
+   * rows are inserted. Each `equals` entry filters on its column; a null value does not.
+   */
+  private async newestFirst<T>(
+    table: rows.RowTable<T>,
+    equals: Readonly<Record<string, SqlParam>>,
+    cursor: string | null,
+    limit: number,
+  ): Promise<T[]> {
+    const conditions: string[] = [];
+    const params: SqlParam[] = [];
+    for (const [column, value] of Object.entries(equals)) {
+      if (value === null) continue;
+      conditions.push(`${column} = ?`);
+      params.push(value);
+    }
+    if (cursor !== null) {
+      const createdAtOfCursor = `(SELECT created_at_ms FROM ${table.name} WHERE id = ?)`;
+      conditions.push(
+        `(created_at_ms < ${createdAtOfCursor} OR (created_at_ms = ${createdAtOfCursor} AND id < ?))`,
+      );
+      params.push(cursor, cursor, cursor);
+    }
+    const where = conditions.length === 0 ? "" : `WHERE ${conditions.join(" AND ")}`;
+    return this.select(table, `${where} ORDER BY created_at_ms DESC, id DESC LIMIT ?`, [
+      ...params,
+      limit,
+    ]);
+  }
+
   private async q<R extends SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
     let text = this.cache.get(sql);
     if (text === undefined) {
@@ -443,19 +495,15 @@ class SqlStoreTx implements StoreTx {
   }
 
   async listDueNotifications(nowMs: number, limit: number): Promise<NotificationEntry[]> {
-    const found = await this.q<rows.NotificationRow>(
-      `SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications WHERE state = 'pending' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?`,
+    return this.select(
+      rows.NOTIFICATIONS,
+      "WHERE state = 'pending' AND next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?",
       [nowMs, cap(limit)],
     );
-    return found.map(rows.toNotification);
   }
 
   async getNotification(id: string): Promise<NotificationEntry | null> {
-    const found = await this.q<rows.NotificationRow>(
-      `SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications WHERE id = ?`,
-      [id],
-    );
-    return found[0] === undefined ? null : rows.toNotification(found[0]);
+    return this.selectOne(rows.NOTIFICATIONS, "WHERE id = ?", [id]);
   }
 
   async updateNotification(entry: NotificationEntry, expectedVersion: number): Promise<void> {
@@ -481,76 +529,36 @@ class SqlStoreTx implements StoreTx {
   }
 
   async listNotifications(filter: NotificationListFilter): Promise<NotificationEntry[]> {
-    const conditions: string[] = [];
-    const params: SqlParam[] = [];
-    if (filter.runId !== null) {
-      conditions.push("run_id = ?");
-      params.push(filter.runId);
-    }
-    if (filter.state !== null) {
-      conditions.push("state = ?");
-      params.push(filter.state);
-    }
-    if (filter.cursor !== null) {
-      conditions.push(
-        "(created_at_ms < (SELECT created_at_ms FROM notifications WHERE id = ?) OR (created_at_ms = (SELECT created_at_ms FROM notifications WHERE id = ?) AND id < ?))",
-      );
-      params.push(filter.cursor, filter.cursor, filter.cursor);
-    }
-    const where = conditions.length === 0 ? "" : `WHERE ${conditions.join(" AND ")}`;
-    const found = await this.q<rows.NotificationRow>(
-      `SELECT ${rows.NOTIFICATION_COLUMNS.join(", ")} FROM notifications ${where} ORDER BY created_at_ms DESC, id DESC LIMIT ?`,
-      [...params, cap(filter.limit)],
+    return this.newestFirst(
+      rows.NOTIFICATIONS,
+      { run_id: filter.runId, state: filter.state },
+      filter.cursor,
+      cap(filter.limit),
     );
-    return found.map(rows.toNotification);
   }
 
   async getRun(runId: string): Promise<Run | null> {
-    const found = await this.q<rows.RunRow>(
-      `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE id = ?`,
-      [runId],
-    );
-    return found[0] === undefined ? null : rows.toRun(found[0]);
+    return this.selectOne(rows.RUNS, "WHERE id = ?", [runId]);
   }
 
   async getRunByIdempotencyKey(key: string): Promise<Run | null> {
-    const found = await this.q<rows.RunRow>(
-      `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE idempotency_key = ?`,
-      [key],
-    );
-    return found[0] === undefined ? null : rows.toRun(found[0]);
+    return this.selectOne(rows.RUNS, "WHERE idempotency_key = ?", [key]);
   }
 
   async getSteps(runId: string): Promise<StepRun[]> {
-    const found = await this.q<rows.StepRow>(
-      `SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE run_id = ? ORDER BY position`,
-      [runId],
-    );
-    return found.map(rows.toStep);
+    return this.select(rows.STEPS, "WHERE run_id = ? ORDER BY position", [runId]);
   }
 
   async getStep(stepRunId: string): Promise<StepRun | null> {
-    const found = await this.q<rows.StepRow>(
-      `SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE id = ?`,
-      [stepRunId],
-    );
-    return found[0] === undefined ? null : rows.toStep(found[0]);
+    return this.selectOne(rows.STEPS, "WHERE id = ?", [stepRunId]);
   }
 
   async getAttempts(runId: string): Promise<RunAttempt[]> {
-    const found = await this.q<rows.AttemptRow>(
-      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE run_id = ? ORDER BY number`,
-      [runId],
-    );
-    return found.map(rows.toAttempt);
+    return this.select(rows.ATTEMPTS, "WHERE run_id = ? ORDER BY number", [runId]);
   }
 
   async getAttempt(attemptId: string): Promise<RunAttempt | null> {
-    const found = await this.q<rows.AttemptRow>(
-      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE id = ?`,
-      [attemptId],
-    );
-    return found[0] === undefined ? null : rows.toAttempt(found[0]);
+    return this.selectOne(rows.ATTEMPTS, "WHERE id = ?", [attemptId]);
   }
 
   async getAdmission(
@@ -740,19 +748,15 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getSchedules(packageName: string): Promise<ScheduleState[]> {
-    const found = await this.q<rows.ScheduleRow>(
-      `SELECT ${rows.SCHEDULE_COLUMNS.join(", ")} FROM schedules WHERE package = ? ORDER BY name`,
-      [packageName],
-    );
-    return found.map(rows.toSchedule);
+    return this.select(rows.SCHEDULES, "WHERE package = ? ORDER BY name", [packageName]);
   }
 
   async listDueSchedules(nowMs: number, limit: number): Promise<ScheduleState[]> {
-    const found = await this.q<rows.ScheduleRow>(
-      `SELECT ${rows.SCHEDULE_COLUMNS.join(", ")} FROM schedules WHERE next_fire_at_ms IS NOT NULL AND next_fire_at_ms <= ? ORDER BY next_fire_at_ms, package, name LIMIT ?`,
+    return this.select(
+      rows.SCHEDULES,
+      "WHERE next_fire_at_ms IS NOT NULL AND next_fire_at_ms <= ? ORDER BY next_fire_at_ms, package, name LIMIT ?",
       [nowMs, cap(limit)],
     );
-    return found.map(rows.toSchedule);
   }
 
   async putSchedule(state: ScheduleState, expectedVersion: number | null): Promise<void> {
@@ -932,11 +936,11 @@ class SqlStoreTx implements StoreTx {
   }
 
   async listClaimableRemote(pool: string, nowMs: number, limit: number): Promise<RunAttempt[]> {
-    const found = await this.q<rows.AttemptRow>(
-      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE executor = 'remote_worker' AND status = 'claimed' AND pool = ? AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?) ORDER BY created_at_ms, id LIMIT ?`,
+    return this.select(
+      rows.ATTEMPTS,
+      "WHERE executor = 'remote_worker' AND status = 'claimed' AND pool = ? AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?) ORDER BY created_at_ms, id LIMIT ?",
       [pool, nowMs, cap(limit)],
     );
-    return found.map(rows.toAttempt);
   }
 
   async listExpiredLeases(
@@ -944,11 +948,11 @@ class SqlStoreTx implements StoreTx {
     afterAttemptId: string | null,
     limit: number,
   ): Promise<RunAttempt[]> {
-    const found = await this.q<rows.AttemptRow>(
-      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE executor = 'remote_worker' AND status IN ('claimed', 'starting', 'running') AND lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms <= ? AND id > ? ORDER BY id LIMIT ?`,
+    return this.select(
+      rows.ATTEMPTS,
+      "WHERE executor = 'remote_worker' AND status IN ('claimed', 'starting', 'running') AND lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms <= ? AND id > ? ORDER BY id LIMIT ?",
       [nowMs, afterAttemptId ?? "", cap(limit)],
     );
-    return found.map(rows.toAttempt);
   }
 
   async terminalRunAtRank(rank: number): Promise<PurgeKey | null> {
@@ -1040,26 +1044,7 @@ class SqlStoreTx implements StoreTx {
   }
 
   async listRuns(filter: RunListFilter): Promise<Run[]> {
-    const limit = cap(filter.limit);
-    const conditions: string[] = [];
-    const params: SqlParam[] = [];
-    if (filter.status !== null) {
-      conditions.push("status = ?");
-      params.push(filter.status);
-    }
-    if (filter.cursor !== null) {
-      // Keyset on (created_at_ms, id) descending: stable while new runs are inserted.
-      conditions.push(
-        "(created_at_ms < (SELECT created_at_ms FROM runs WHERE id = ?) OR (created_at_ms = (SELECT created_at_ms FROM runs WHERE id = ?) AND id < ?))",
-      );
-      params.push(filter.cursor, filter.cursor, filter.cursor);
-    }
-    const where = conditions.length === 0 ? "" : `WHERE ${conditions.join(" AND ")}`;
-    const found = await this.q<rows.RunRow>(
-      `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs ${where} ORDER BY created_at_ms DESC, id DESC LIMIT ?`,
-      [...params, limit],
-    );
-    return found.map(rows.toRun);
+    return this.newestFirst(rows.RUNS, { status: filter.status }, filter.cursor, cap(filter.limit));
   }
 
   async listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]> {

@@ -243,6 +243,24 @@ export class RemoteWorker {
     }
   }
 
+  /** Reports the attempt lost (no process ran or none is left to report), then lets it go. */
+  private async reportLost(held: HeldLease, attemptId: string, reason: string): Promise<void> {
+    try {
+      await this.coordinator.leaseLost({ ...this.fence(held), reason });
+    } catch (error) {
+      // Refused only when another worker or the coordinator already settled the attempt.
+      if (!settledElsewhere(error)) throw error;
+    }
+    await this.release(held, attemptId);
+  }
+
+  /** The attempt is settled on the coordinator: forget the lease and its file. */
+  private async release(held: HeldLease, attemptId: string): Promise<void> {
+    held.done = true;
+    this.held.delete(attemptId);
+    await rm(this.leaseFile(attemptId), { force: true });
+  }
+
   private fence(held: HeldLease): LeaseFenceRequest {
     return {
       attemptId: held.lease.attemptId,
@@ -316,9 +334,7 @@ export class RemoteWorker {
         if (!settledElsewhere(error)) throw error;
         this.log(`completion of ${attemptId} refused: ${error.message}`);
       }
-      held.done = true;
-      this.held.delete(attemptId);
-      await rm(this.leaseFile(attemptId), { force: true });
+      await this.release(held, attemptId);
       return;
     }
     if (receipt.status === "invalid") {
@@ -328,19 +344,8 @@ export class RemoteWorker {
     if (held.handle === null) {
       // Started (or about to) but no handle: the journal decides whether anything was spawned.
       const journal = await this.launcher.readJournal(attemptId).catch(() => null);
-      if (journal === null && this.running) {
-        try {
-          await this.coordinator.leaseLost({
-            ...this.fence(held),
-            reason: "the worker stopped before spawning",
-          });
-        } catch (error) {
-          if (!settledElsewhere(error)) throw error;
-        }
-        held.done = true;
-        this.held.delete(attemptId);
-        await rm(this.leaseFile(attemptId), { force: true });
-      }
+      if (journal === null && this.running)
+        await this.reportLost(held, attemptId, "the worker stopped before spawning");
       return;
     }
     const inspection = await this.launcher.inspect(held.handle);
@@ -349,19 +354,8 @@ export class RemoteWorker {
       held.goneSinceMs ??= systemClock.nowMs();
       if (systemClock.nowMs() - held.goneSinceMs < RECEIPT_GRACE_MS) return;
       const again = await this.launcher.readReceipt(attemptId);
-      if (again.status === "none") {
-        try {
-          await this.coordinator.leaseLost({
-            ...this.fence(held),
-            reason: "the process is gone and left no receipt",
-          });
-        } catch (error) {
-          if (!settledElsewhere(error)) throw error;
-        }
-        held.done = true;
-        this.held.delete(attemptId);
-        await rm(this.leaseFile(attemptId), { force: true });
-      }
+      if (again.status === "none")
+        await this.reportLost(held, attemptId, "the process is gone and left no receipt");
       return;
     }
     // Heartbeats are spaced (each one is a write on the coordinator); stop requests arrive with them.

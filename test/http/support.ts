@@ -22,12 +22,8 @@ import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import { VirtualClock } from "../../src/sim/virtual-clock.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import type { LaunchRequest } from "../../src/ports.ts";
-import { openPgliteDriver } from "../../storage/postgres/pglite-driver.ts";
-import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
-import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import type { SqlStore } from "../../storage/sql-store.ts";
+import { IN_PROCESS_DRIVERS, openTestStore } from "../support/drivers.ts";
 import { SequentialIds, SequentialSecrets } from "../support/fixtures.ts";
 import type {
   ErrorBody,
@@ -53,17 +49,11 @@ export interface StoreFactory {
   open(): Promise<SqlStore>;
 }
 
-export const STORE_FACTORIES: readonly StoreFactory[] = [
-  {
-    name: "sqljs-memory",
-    open: async () =>
-      openSqlStore(openSqlJsMemoryDriver(await loadSqlJs()), SQLITE_MIGRATIONS, START_MS),
-  },
-  {
-    name: "pglite",
-    open: async () => openSqlStore(await openPgliteDriver(), POSTGRES_MIGRATIONS, START_MS),
-  },
-];
+/** A migrated store on each in-process driver of the one driver list, its clock at START_MS. */
+export const STORE_FACTORIES: readonly StoreFactory[] = IN_PROCESS_DRIVERS.map((driver) => ({
+  name: driver.name,
+  open: () => openTestStore(driver, START_MS),
+}));
 
 /** Every table of the schema, read in a fixed order for before/after comparisons. */
 export const DUMP_TABLES = [

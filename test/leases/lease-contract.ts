@@ -11,8 +11,8 @@ import { PROFILES } from "../../src/profiles.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
-import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
+import type { DriverFactory } from "../support/drivers.ts";
+import { migrationsFor } from "../support/dialect-migrations.ts";
 import { SequentialIds, SequentialSecrets, task, TestClock } from "../support/fixtures.ts";
 
 /**
@@ -22,11 +22,6 @@ import { SequentialIds, SequentialSecrets, task, TestClock } from "../support/fi
  * store for the whole file; every test uses its own package and pool, and the clock only
  * moves forward.
  */
-
-export interface LeaseDriverFactory {
-  readonly name: string;
-  open(): Promise<SqlDriver>;
-}
 
 /** Every table, in a fixed order: "nothing written" means this text is unchanged. */
 const DUMP_TABLES = [
@@ -116,7 +111,7 @@ async function errorOf(promise: Promise<unknown>): Promise<{
   return { code: "ok", message: "", details: [] };
 }
 
-export function describeLeaseContract(factory: LeaseDriverFactory): void {
+export function describeLeaseContract(factory: DriverFactory): void {
   describe(`lease contract on ${factory.name}`, () => {
     let driver: SqlDriver;
     let lossy: LossyDriver;
@@ -129,7 +124,7 @@ export function describeLeaseContract(factory: LeaseDriverFactory): void {
     beforeAll(async () => {
       driver = await factory.open();
       lossy = lossyDriver(driver);
-      const migrations = driver.dialect === "sqlite" ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
+      const migrations = migrationsFor(driver.dialect);
       store = await openSqlStore(lossy.driver, migrations, clock.nowMs());
       coordinator = new Coordinator({
         store,

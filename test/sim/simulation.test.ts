@@ -1,13 +1,9 @@
 import { describe, expect, it } from "vitest";
-import type { SqlDriver } from "../../storage/driver.ts";
 import { lossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { openPgliteDriver } from "../../storage/postgres/pglite-driver.ts";
 import { simulate } from "../../src/sim/simulation.ts";
+import { migrationsFor } from "../support/dialect-migrations.ts";
+import { driverNamed, openTestStore, type DriverFactory } from "../support/drivers.ts";
 import { readWorld } from "./world.ts";
 import { checkOneLiveAttemptPerStep } from "./invariants/one-live-attempt-per-step.ts";
 import { checkNoAdmissionAfterCancel } from "./invariants/no-admission-after-cancel.ts";
@@ -40,21 +36,24 @@ function timeoutFor(seeds: number, perSeedMs: number): number {
   return Math.max(300_000, seeds * perSeedMs);
 }
 
+const SQLJS = driverNamed("sqljs-memory");
+const PGLITE = driverNamed("pglite");
+
 /**
- * Runs `count` seeds. With `freshPerSeed` every seed gets its own empty database (cheap for
- * sql.js), so a seed's outcome depends on the seed alone and the cost per seed stays flat; a
- * shared database (PGlite, ~2 s and ~700 MB to open) chains the seeds' virtual clocks.
+ * Runs `count` seeds. On sql.js every seed gets its own empty database (cheap), so a seed's
+ * outcome depends on the seed alone and the cost per seed stays flat; PGlite (~2 s and ~700 MB
+ * to open) keeps one database, and the seeds' virtual clocks follow each other.
  */
 async function runSeeds(
-  label: string,
-  openDriver: () => Promise<SqlDriver>,
-  freshPerSeed: boolean,
-  migrations: typeof SQLITE_MIGRATIONS,
+  factory: DriverFactory,
   count: number,
   firstSeed = FIRST_SEED,
   retention: RetentionPolicy | null = null,
 ): Promise<{ seeds: number; crashes: number; runs: number; purges: number; purgeCrashes: number }> {
-  let driver = await openDriver();
+  const label = retention === null ? factory.name : `${factory.name}+retention`;
+  const freshPerSeed = factory !== PGLITE;
+  let driver = await factory.open();
+  const migrations = migrationsFor(driver.dialect);
   let wrapped = lossyDriver(driver);
   let store = await openSqlStore(wrapped.driver, migrations, 1_700_000_000_000);
   let crashes = 0;
@@ -65,7 +64,7 @@ async function runSeeds(
   for (let seed = firstSeed; seed < firstSeed + count; seed += 1) {
     if (freshPerSeed && seed !== firstSeed) {
       await store.close();
-      driver = await openDriver();
+      driver = await factory.open();
       wrapped = lossyDriver(driver);
       store = await openSqlStore(wrapped.driver, migrations, 1_700_000_000_000);
       startMs = 1_800_000_000_000;
@@ -132,14 +131,7 @@ describe("deterministic simulation", () => {
   it(
     `holds every invariant over ${SQLJS_SEEDS} seeds on sql.js`,
     async () => {
-      const SQL = await loadSqlJs();
-      const summary = await runSeeds(
-        "sqljs-memory",
-        () => Promise.resolve(openSqlJsMemoryDriver(SQL)),
-        true,
-        SQLITE_MIGRATIONS,
-        SQLJS_SEEDS,
-      );
+      const summary = await runSeeds(SQLJS, SQLJS_SEEDS);
       expect(summary.runs).toBeGreaterThan(0);
       expect(summary.crashes).toBeGreaterThan(0);
     },
@@ -153,15 +145,7 @@ describe("deterministic simulation", () => {
   it.each([507521])(
     "holds every invariant on sql.js for seed %i, found by a long run",
     async (seed) => {
-      const SQL = await loadSqlJs();
-      const summary = await runSeeds(
-        "sqljs-memory",
-        () => Promise.resolve(openSqlJsMemoryDriver(SQL)),
-        true,
-        SQLITE_MIGRATIONS,
-        1,
-        seed,
-      );
+      const summary = await runSeeds(SQLJS, 1, seed);
       expect(summary.runs).toBeGreaterThan(0);
     },
   );
@@ -169,13 +153,7 @@ describe("deterministic simulation", () => {
   it(
     `holds every invariant over ${PGLITE_SEEDS} seeds on PGlite`,
     async () => {
-      const summary = await runSeeds(
-        "pglite",
-        () => openPgliteDriver(),
-        false,
-        POSTGRES_MIGRATIONS,
-        PGLITE_SEEDS,
-      );
+      const summary = await runSeeds(PGLITE, PGLITE_SEEDS);
       expect(summary.runs).toBeGreaterThan(0);
     },
     timeoutFor(PGLITE_SEEDS, 20_000),
@@ -184,16 +162,7 @@ describe("deterministic simulation", () => {
   it(
     `with retention on, purges only what nothing references over ${RETENTION_SEEDS} seeds on sql.js`,
     async () => {
-      const SQL = await loadSqlJs();
-      const summary = await runSeeds(
-        "sqljs-memory+retention",
-        () => Promise.resolve(openSqlJsMemoryDriver(SQL)),
-        true,
-        SQLITE_MIGRATIONS,
-        RETENTION_SEEDS,
-        FIRST_SEED,
-        SIM_RETENTION,
-      );
+      const summary = await runSeeds(SQLJS, RETENTION_SEEDS, FIRST_SEED, SIM_RETENTION);
       expect(summary.purges).toBeGreaterThan(summary.seeds);
       expect(summary.purgeCrashes).toBeGreaterThan(0);
     },
@@ -203,28 +172,15 @@ describe("deterministic simulation", () => {
   it(
     `with retention on, purges only what nothing references over ${RETENTION_PGLITE_SEEDS} seeds on PGlite`,
     async () => {
-      const summary = await runSeeds(
-        "pglite+retention",
-        () => openPgliteDriver(),
-        false,
-        POSTGRES_MIGRATIONS,
-        RETENTION_PGLITE_SEEDS,
-        FIRST_SEED,
-        SIM_RETENTION,
-      );
+      const summary = await runSeeds(PGLITE, RETENTION_PGLITE_SEEDS, FIRST_SEED, SIM_RETENTION);
       expect(summary.purges).toBeGreaterThan(0);
     },
     timeoutFor(RETENTION_PGLITE_SEEDS, 5_000),
   );
 
   it("the same seed gives the same final state on sql.js and PGlite", async () => {
-    const sqljs = await openSqlStore(
-      openSqlJsMemoryDriver(await loadSqlJs()),
-      SQLITE_MIGRATIONS,
-      1_700_000_000_000,
-    );
-    const pgDriver = await openPgliteDriver();
-    const pglite = await openSqlStore(pgDriver, POSTGRES_MIGRATIONS, 1_700_000_000_000);
+    const sqljs = await openTestStore(SQLJS, 1_700_000_000_000);
+    const pglite = await openTestStore(PGLITE, 1_700_000_000_000);
     let startMs = 1_800_000_000_000;
     for (const seed of [7, 42, 1234]) {
       const a = await simulate(sqljs, { seed, startMs });
@@ -232,6 +188,6 @@ describe("deterministic simulation", () => {
       expect(b.finalDigest).toBe(a.finalDigest);
       startMs = Math.max(a.endMs, b.endMs) + 60_000;
     }
-    await pgDriver.close();
+    await Promise.all([sqljs.close(), pglite.close()]);
   }, 300_000);
 });

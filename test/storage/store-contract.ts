@@ -9,26 +9,21 @@ import { findAttemptScope, type DefinedAttemptScope } from "../../src/attempt-sc
 import { complete, markRunning, markStarting } from "../../src/execution.ts";
 import { PROFILES } from "../../src/profiles.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
-import { migrate } from "../../storage/migrate.ts";
+import { migrate, type Migration } from "../../storage/migrate.ts";
 import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { MIGRATIONS as POSTGRES_MIGRATIONS } from "../../storage/postgres/migrations.generated.ts";
+import type { DriverFactory } from "../support/drivers.ts";
+import { migrationsFor } from "../support/dialect-migrations.ts";
 import { diamondManifest, SequentialIds, TestClock, wideManifest } from "../support/fixtures.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import { claimForDelivery, recordDelivery } from "../../src/notifications.ts";
 
 /**
  * The one storage contract every driver passes. `describeStoreContract` takes a factory of a
- * fresh, empty driver; each driver gets one fresh database for the whole file, and every test
- * uses its own package and run ids so tests never see each other's rows.
+ * fresh, empty driver (test/support/drivers.ts); each driver gets one fresh database for the
+ * whole file, and every test uses its own package and run ids so tests never see each other's
+ * rows.
  */
-export interface DriverFactory {
-  readonly name: string;
-  open(): Promise<SqlDriver>;
-  /** A second, independent handle to the same database, for real concurrency (null: single-connection driver). */
-  openSecond?: () => Promise<SqlDriver>;
-}
 
 async function snapshot(store: SqlStore, runId: string): Promise<unknown> {
   return store.transaction(async (tx) => ({
@@ -47,11 +42,11 @@ export function describeStoreContract(factory: DriverFactory): void {
     let store: SqlStore;
     const clock = new TestClock();
     const ids = new SequentialIds(`${factory.name.replace(/[^a-z0-9]/g, "")}`);
-    let migrations: typeof SQLITE_MIGRATIONS;
+    let migrations: readonly Migration[];
 
     beforeAll(async () => {
       driver = await factory.open();
-      migrations = driver.dialect === "sqlite" ? SQLITE_MIGRATIONS : POSTGRES_MIGRATIONS;
+      migrations = migrationsFor(driver.dialect);
       lossy = lossyDriver(driver);
       store = await openSqlStore(lossy.driver, migrations, clock.nowMs());
     });

@@ -151,4 +151,18 @@ describe("docs/ARCHITECTURE.md", () => {
     expect(missing).toEqual([]);
     expect(cited).toBeGreaterThan(30);
   });
+  it("every folder and file the layout table names exists", () => {
+    const rows = tableAfter("### Layout");
+    expect(rows.length).toBeGreaterThan(15);
+    const root = join(import.meta.dirname, "..", "..");
+    const missing: string[] = [];
+    for (const [folderCell = "", what = ""] of rows) {
+      const folder = folderCell.replace(/`/g, "");
+      if (!existsSync(join(root, folder))) missing.push(folder);
+      for (const [, name = ""] of what.matchAll(/`([\w./-]+(?:\.(?:ts|mjs)|\/))`/g)) {
+        if (!existsSync(join(root, folder, name))) missing.push(`${folder}${name}`);
+      }
+    }
+    expect(missing).toEqual([]);
+  });
 });

@@ -106,6 +106,33 @@ async function runState(
   });
 }
 
+/**
+ * A standalone coordinator whose local executor launches with `launch` and answers everything
+ * else (receipts, journals, inspections, stops) from the simulated `executor`.
+ */
+function coordinatorLaunchingWith(
+  store: Store,
+  clock: TestClock,
+  executor: Executor,
+  launch: Executor["launch"],
+): Coordinator {
+  const local: Executor = {
+    type: "local_process",
+    launch,
+    readReceipt: (attempt) => executor.readReceipt(attempt),
+    hasJournal: (attempt) => executor.hasJournal(attempt),
+    inspect: (attempt) => executor.inspect(attempt),
+    stop: (attempt, reason) => executor.stop(attempt, reason),
+  };
+  return new Coordinator({
+    store,
+    clock,
+    ids: new SequentialIds("x"),
+    profile: PROFILES.standalone,
+    executors: { local_process: local },
+  });
+}
+
 describe("the cadence cycle", () => {
   it("the tick runs its stages in the fixed order: cancellation, schedules and ordinary runs, frontier, admission, dispatch, execution control, notifications, purge", async () => {
     const { coordinator } = await rig();
@@ -248,29 +275,15 @@ describe("the cadence cycle", () => {
     let inFlight = 0;
     let maxInFlight = 0;
     const launchOrder: string[] = [];
-    const racing: Executor = {
-      type: "local_process",
-      launch: async (request) => {
-        inFlight += 1;
-        maxInFlight = Math.max(maxInFlight, inFlight);
-        // The first attempt of the page is the slowest: its launch ends last.
-        const yields = launchOrder.length === 0 ? 20 : 1;
-        launchOrder.push(request.attempt.id);
-        for (let index = 0; index < yields; index += 1) await Promise.resolve();
-        inFlight -= 1;
-        return executor.launch(request);
-      },
-      readReceipt: (attempt) => executor.readReceipt(attempt),
-      hasJournal: (attempt) => executor.hasJournal(attempt),
-      inspect: (attempt) => executor.inspect(attempt),
-      stop: (attempt, reason) => executor.stop(attempt, reason),
-    };
-    const coordinator = new Coordinator({
-      store,
-      clock,
-      ids: new SequentialIds("x"),
-      profile: PROFILES.standalone,
-      executors: { local_process: racing },
+    const coordinator = coordinatorLaunchingWith(store, clock, executor, async (request) => {
+      inFlight += 1;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      // The first attempt of the page is the slowest: its launch ends last.
+      const yields = launchOrder.length === 0 ? 20 : 1;
+      launchOrder.push(request.attempt.id);
+      for (let index = 0; index < yields; index += 1) await Promise.resolve();
+      inFlight -= 1;
+      return executor.launch(request);
     });
     const first = await coordinator.tick();
     expect(maxInFlight).toBe(PROFILES.standalone.dispatch);
@@ -302,23 +315,9 @@ describe("the cadence cycle", () => {
           .execution.timeoutMs,
     );
     // The launch hangs past the deadline (the clock moves while it runs), then fails to spawn.
-    const hanging: Executor = {
-      type: "local_process",
-      launch: () => {
-        clock.nowMsValue += timeoutMs + 1;
-        return Promise.reject(Object.assign(new Error("spawn ENOENT"), { code: "spawn_failed" }));
-      },
-      readReceipt: (attempt) => executor.readReceipt(attempt),
-      hasJournal: (attempt) => executor.hasJournal(attempt),
-      inspect: (attempt) => executor.inspect(attempt),
-      stop: (attempt, reason) => executor.stop(attempt, reason),
-    };
-    const coordinator = new Coordinator({
-      store,
-      clock,
-      ids: new SequentialIds("x"),
-      profile: PROFILES.standalone,
-      executors: { local_process: hanging },
+    const coordinator = coordinatorLaunchingWith(store, clock, executor, () => {
+      clock.nowMsValue += timeoutMs + 1;
+      return Promise.reject(Object.assign(new Error("spawn ENOENT"), { code: "spawn_failed" }));
     });
     await coordinator.tick();
     const attempts = await store.transaction(async (tx) => tx.getAttempts(runId));

@@ -10,18 +10,21 @@ import {
   stepMayRetry,
 } from "../../src/execution.ts";
 import { convergeCancellation } from "../../src/cancellation.ts";
-import { advanceFrontier } from "../../src/frontier.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
 import {
+  claimedStepA,
   CoreWorld,
   definitionOf,
   errorCode,
   exitFacts,
   expectOneVersionBump,
   handleAt,
+  readyDiamondWorld,
+  runningStepA,
+  startingStepA,
   T0,
 } from "./core-fixtures.ts";
 
@@ -36,29 +39,15 @@ const NO_RETRY = { max: 0, backoffMs: 0, idempotent: false };
 const RETRY_TWICE = { max: 2, backoffMs: 500, idempotent: true };
 
 function worldWith(retry = NO_RETRY): CoreWorld {
-  const world = new CoreWorld(
-    diamondManifest("demo", { tasks: [task("work", ["true"], { timeoutMs: TIMEOUT_MS, retry })] }),
-  );
-  const run = world.startWorkflow();
-  world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
-  return world;
+  return readyDiamondWorld({ timeoutMs: TIMEOUT_MS, retry });
 }
 
-function claimed(world: CoreWorld): RunAttempt {
-  return world.admit("run-1", "a", T0 + 2);
-}
-
-function starting(world: CoreWorld): RunAttempt {
-  const attempt = claimed(world);
-  world.apply(markStarting(world.model.scope(attempt.id), T0 + 3));
-  return world.model.attempt(attempt.id);
-}
+const claimed = claimedStepA;
+const starting = startingStepA;
 
 /** Running with the handle's pre-spawn start at T0 + 4, recorded at T0 + 50. */
 function running(world: CoreWorld): RunAttempt {
-  const attempt = starting(world);
-  world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 50));
-  return world.model.attempt(attempt.id);
+  return runningStepA(world, T0 + 50);
 }
 
 describe("dispatch and start", () => {

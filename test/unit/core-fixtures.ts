@@ -1,8 +1,14 @@
 import { expect } from "vitest";
 import { admitTaskAttempt, type AdmissionResult } from "../../src/admission.ts";
 import { QlrError } from "../../src/errors.ts";
-import type { AttemptScope, CompletionFacts } from "../../src/execution.ts";
-import type { Manifest } from "../../src/manifest/types.ts";
+import {
+  markRunning,
+  markStarting,
+  type AttemptScope,
+  type CompletionFacts,
+} from "../../src/execution.ts";
+import { advanceFrontier } from "../../src/frontier.ts";
+import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
 import type {
   AdmissionReceipt,
   ChangeSet,
@@ -23,7 +29,7 @@ import {
   type WorkflowPlan,
 } from "../../src/packages.ts";
 import { createOrdinaryRun, createWorkflowRun } from "../../src/runs.ts";
-import { diamondManifest } from "../support/fixtures.ts";
+import { diamondManifest, task } from "../support/fixtures.ts";
 
 /**
  * Shared helpers of the core unit tests: an applied package (generation, reconciliation,
@@ -303,4 +309,36 @@ export function errorCode(fn: () => unknown): string {
     return (error as { code?: string }).code ?? "not a QlrError";
   }
   return "no error";
+}
+
+/**
+ * The diamond workflow over one task `work` with `overrides`, run-1 started and its first step
+ * `a` ready at T0 + 1: where every test of one attempt's lifecycle starts.
+ */
+export function readyDiamondWorld(overrides: Partial<TaskSpec> = {}): CoreWorld {
+  const world = new CoreWorld(
+    diamondManifest("demo", { tasks: [task("work", ["true"], overrides)] }),
+  );
+  const run = world.startWorkflow();
+  world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+  return world;
+}
+
+/** Step `a` of run-1 admitted at T0 + 2: its attempt, claimed. */
+export function claimedStepA(world: CoreWorld): RunAttempt {
+  return world.admit("run-1", "a", T0 + 2);
+}
+
+/** Step `a`'s attempt claimed, then starting at T0 + 3. */
+export function startingStepA(world: CoreWorld): RunAttempt {
+  const attempt = claimedStepA(world);
+  world.apply(markStarting(world.model.scope(attempt.id), T0 + 3));
+  return world.model.attempt(attempt.id);
+}
+
+/** Step `a`'s attempt running: the handle's pre-spawn start at T0 + 4, recorded at `recordedAtMs`. */
+export function runningStepA(world: CoreWorld, recordedAtMs: number): RunAttempt {
+  const attempt = startingStepA(world);
+  world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), recordedAtMs));
+  return world.model.attempt(attempt.id);
 }

@@ -15,11 +15,15 @@ import {
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
 import {
+  claimedStepA,
   CoreWorld,
   definitionOf,
   exitFacts,
   expectOneVersionBump,
   handleAt,
+  readyDiamondWorld,
+  runningStepA,
+  startingStepA,
   T0,
 } from "./core-fixtures.ts";
 
@@ -40,28 +44,14 @@ const NO_EVIDENCE: RecoveryEvidence = {
 };
 
 function worldWith(retry = NO_RETRY): CoreWorld {
-  const world = new CoreWorld(
-    diamondManifest("demo", { tasks: [task("work", ["true"], { retry })] }),
-  );
-  const run = world.startWorkflow();
-  world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
-  return world;
+  return readyDiamondWorld({ retry });
 }
 
-function claimed(world: CoreWorld): RunAttempt {
-  return world.admit("run-1", "a", T0 + 2);
-}
-
-function starting(world: CoreWorld): RunAttempt {
-  const attempt = claimed(world);
-  world.apply(markStarting(world.model.scope(attempt.id), T0 + 3));
-  return world.model.attempt(attempt.id);
-}
+const claimed = claimedStepA;
+const starting = startingStepA;
 
 function running(world: CoreWorld): RunAttempt {
-  const attempt = starting(world);
-  world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 5));
-  return world.model.attempt(attempt.id);
+  return runningStepA(world, T0 + 5);
 }
 
 function decide(

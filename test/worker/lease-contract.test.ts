@@ -1,5 +1,5 @@
 import { describeLeaseContract } from "../leases/lease-contract.ts";
-import { freshObjectDriver } from "./support.ts";
+import { DO_SQLITE } from "./support.ts";
 
 // The lease protocol contract every store passes, here on Durable Object SQLite inside workerd.
-describeLeaseContract({ name: "do-sqlite", open: () => Promise.resolve(freshObjectDriver()) });
+describeLeaseContract(DO_SQLITE);

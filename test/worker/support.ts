@@ -2,6 +2,7 @@ import { env, runInDurableObject } from "cloudflare:test";
 import type { CoordinatorObject, WorkerEnv } from "../../runtimes/worker/coordinator-object.ts";
 import type { DurableObjectState, DurableObjectStub } from "../../runtimes/worker/types.ts";
 import type { SqlDriver, SqlTx } from "../../storage/driver.ts";
+import type { DriverFactory } from "../support/drivers.ts";
 
 /** The test Worker's bindings: wrangler.toml's plus `QLR_TOKEN` and `QLR_WORKER_TOKEN` from test/worker/vitest.config.ts. */
 export const testEnv = env as WorkerEnv;
@@ -56,3 +57,9 @@ export function freshObjectDriver(): SqlDriver {
     },
   };
 }
+
+/** The Durable Object entry of the driver list (test/support/drivers.ts has the Node ones). */
+export const DO_SQLITE: DriverFactory = {
+  name: "do-sqlite",
+  open: () => Promise.resolve(freshObjectDriver()),
+};
