@@ -483,6 +483,7 @@ export const NOTIFICATION_COLUMNS = [
   "updated_at_ms",
   "delivered_at_ms",
   "version",
+  "step_name",
 ] as const;
 export type NotificationRow = Record<(typeof NOTIFICATION_COLUMNS)[number], unknown>;
 
@@ -502,6 +503,7 @@ export function toNotification(row: NotificationRow): NotificationEntry {
     updatedAtMs: num(row.updated_at_ms),
     deliveredAtMs: numOrNull(row.delivered_at_ms),
     version: num(row.version),
+    stepName: textOrNull(row.step_name),
   };
 }
 
@@ -521,5 +523,6 @@ export function notificationParams(entry: NotificationEntry): SqlParam[] {
     entry.updatedAtMs,
     entry.deliveredAtMs,
     entry.version,
+    entry.stepName,
   ];
 }

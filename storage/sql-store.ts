@@ -20,8 +20,11 @@ import type {
 } from "../src/packages.ts";
 import {
   alertingRuns,
+  alertingSteps,
   entriesForRun,
+  entriesForStep,
   notifiersForRun,
+  notifiersForStep,
   type NotificationEntry,
 } from "../src/notifications.ts";
 import {
@@ -419,26 +422,44 @@ class SqlStoreTx implements StoreTx {
   }
 
   /**
-   * The outbox entries of runs that entered failed, timed_out or lost in this change, written
-   * in its transaction: the alert commits exactly when the transition does. The notifiers come
-   * from the run's own generation (what it ran with), decided by the core.
+   * The outbox entries of runs that entered failed, timed_out or lost in this change, and of
+   * workflow steps that entered failed or timed_out, written in its transaction: the alert
+   * commits exactly when the transition does. The notifiers come from the run's own generation
+   * (what it ran with), decided by the core.
    */
   private async enqueueAlerts(change: ChangeSet): Promise<void> {
+    const entries: NotificationEntry[] = [];
     for (const run of alertingRuns(change)) {
       const generation = await this.getGeneration(run.package, run.generation);
       if (generation === null) continue;
-      for (const entry of entriesForRun(
-        run,
-        notifiersForRun(generation.manifest, run),
-        run.updatedAtMs,
-      )) {
-        // A run enters a terminal status once, so the derived id is new; DO NOTHING keeps a
-        // replayed change (a lost commit answer) from failing on it.
-        await this.q(
-          `INSERT INTO notifications (${rows.NOTIFICATION_COLUMNS.join(", ")}) VALUES (${rows.NOTIFICATION_COLUMNS.map(() => "?").join(", ")}) ON CONFLICT (id) DO NOTHING`,
-          rows.notificationParams(entry),
-        );
-      }
+      entries.push(
+        ...entriesForRun(run, notifiersForRun(generation.manifest, run), run.updatedAtMs),
+      );
+    }
+    // A workflow step that ended failed or timed out: its task's notifiers, from the run's generation.
+    for (const step of alertingSteps(change)) {
+      const run =
+        change.runs.find(({ after }) => after.id === step.runId)?.after ??
+        (await this.getRun(step.runId));
+      if (run === null) continue;
+      const generation = await this.getGeneration(run.package, run.generation);
+      if (generation === null) continue;
+      entries.push(
+        ...entriesForStep(
+          run,
+          step,
+          notifiersForStep(generation.manifest, step),
+          step.finishedAtMs ?? run.updatedAtMs,
+        ),
+      );
+    }
+    for (const entry of entries) {
+      // A run or a step enters an alerting status once, so the derived id is new; DO NOTHING
+      // keeps a replayed change (a lost commit answer) from failing on it.
+      await this.q(
+        `INSERT INTO notifications (${rows.NOTIFICATION_COLUMNS.join(", ")}) VALUES (${rows.NOTIFICATION_COLUMNS.map(() => "?").join(", ")}) ON CONFLICT (id) DO NOTHING`,
+        rows.notificationParams(entry),
+      );
     }
   }
 

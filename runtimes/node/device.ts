@@ -184,12 +184,10 @@ export class DeviceRuntime {
         log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
       // Recovery goes by the store's attempts, never by journal file names; a file whose name is
       // not `<portable id>.json` is reported here so an operator sees it, and never used.
-      const journal = await launcher
-        .listJournal()
-        .catch((error: unknown) => ({
-          valid: [],
-          rejected: [{ name: "journal/", reason: `cannot be listed: ${errorMessage(error)}` }],
-        }));
+      const journal = await launcher.listJournal().catch((error: unknown) => ({
+        valid: [],
+        rejected: [{ name: "journal/", reason: `cannot be listed: ${errorMessage(error)}` }],
+      }));
       for (const rejected of journal.rejected) {
         log(
           `journal file ${JSON.stringify(rejected.name)} rejected: ${rejected.reason}; it is never treated as an attempt`,

@@ -31,5 +31,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 6,
     "name": "notifications",
     "sql": "-- Alerts: the notification outbox. The store writes one row per notifier in the same\n-- transaction as a run's failed, timed-out or lost transition; the cadence's notifications\n-- stage claims due rows (next_attempt_at_ms doubles as the claim's expiry), sends them and\n-- records the outcome under a version CAS. The payload is fixed at insert, so every attempt\n-- sends the same body with the same idempotency key (the id).\nCREATE TABLE notifications (\n  id TEXT PRIMARY KEY,\n  run_id TEXT NOT NULL,\n  package TEXT NOT NULL,\n  event TEXT NOT NULL CHECK (event IN ('run.failed', 'run.timed_out', 'run.lost')),\n  notifier TEXT NOT NULL,\n  payload TEXT NOT NULL,\n  state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),\n  attempts INTEGER NOT NULL,\n  next_attempt_at_ms BIGINT NOT NULL,\n  last_error TEXT,\n  created_at_ms BIGINT NOT NULL,\n  updated_at_ms BIGINT NOT NULL,\n  delivered_at_ms BIGINT,\n  version INTEGER NOT NULL\n);\n-- The drain reads due pending rows in time order; delivered and failed rows leave the index.\nCREATE INDEX notifications_due ON notifications (next_attempt_at_ms, id) WHERE state = 'pending';\n-- The API lists a run's notifications, and retention deletes them with the run.\nCREATE INDEX notifications_by_run ON notifications (run_id, id);\n"
+  },
+  {
+    "version": 9,
+    "name": "step_notifications",
+    "sql": "-- A workflow step that ends failed or timed out fires its task's notifiers: the outbox takes\n-- step events and names the step.\nALTER TABLE notifications DROP CONSTRAINT notifications_event_check;\nALTER TABLE notifications ADD CONSTRAINT notifications_event_check\n  CHECK (event IN ('run.failed', 'run.timed_out', 'run.lost', 'step.failed', 'step.timed_out'));\nALTER TABLE notifications ADD COLUMN step_name TEXT;\n"
   }
 ];

@@ -10,6 +10,7 @@ import { cancelRun, reloadLog, rerunRun, startRun } from "../actions.ts";
 import { runHref, stepHref, type Route } from "../router.ts";
 import { messageBox } from "../shell.ts";
 import { loadLiveLog, renderLiveLog } from "../live-log.ts";
+import { loadRunNotifications, renderRunNotifications } from "./run-notifications.ts";
 import { state, type BuiltView } from "../state.ts";
 
 /** A JSON value on one line, cut to `width` characters ("—" for none): outputs and inputs in tables. */
@@ -70,6 +71,7 @@ export async function runView(
     throw error;
   }
   if (view.step !== null) await loadLiveLog(client, detail, view.step);
+  const notifications = await loadRunNotifications(client, view.id);
   if (serial !== state.viewSerial) return null;
   const { run, steps, attempts } = detail;
   const terminal = TERMINAL_RUN_STATUSES.has(run.status);
@@ -77,6 +79,7 @@ export async function runView(
   const stepName = new Map(steps.map((step) => [step.id, step.name]));
   const signature = JSON.stringify({
     detail,
+    notifications,
     log:
       view.step === null
         ? null
@@ -390,6 +393,7 @@ export async function runView(
               ),
             ),
       ),
+      renderRunNotifications(notifications),
       selected === null
         ? null
         : h(
