@@ -38,6 +38,7 @@ import {
   type Store,
   type StoreTx,
 } from "../src/ports.ts";
+import type { NotifierSpec } from "../src/manifest/types.ts";
 import type { PurgeCandidate, PurgeKey } from "../src/retention.ts";
 import {
   HOUR_MS,
@@ -442,16 +443,8 @@ class SqlStoreTx implements StoreTx {
         change.runs.find(({ after }) => after.id === step.runId)?.after ??
         (await this.getRun(step.runId));
       if (run === null) continue;
-      const generation = await this.getGeneration(run.package, run.generation);
-      if (generation === null) continue;
-      entries.push(
-        ...entriesForStep(
-          run,
-          step,
-          notifiersForStep(generation.manifest, step),
-          step.finishedAtMs ?? run.updatedAtMs,
-        ),
-      );
+      const notifiers = await this.taskNotifiers(run.package, run.generation, step.task);
+      entries.push(...entriesForStep(run, step, notifiers, step.finishedAtMs ?? run.updatedAtMs));
     }
     for (const entry of entries) {
       // A run or a step enters an alerting status once, so the derived id is new; DO NOTHING
@@ -461,6 +454,39 @@ class SqlStoreTx implements StoreTx {
         rows.notificationParams(entry),
       );
     }
+  }
+
+  /**
+   * A task's notifiers in one generation. A run whose steps fail one per transaction would
+   * otherwise load and parse its whole manifest for each; the notifiers are cached by the
+   * manifest's digest (content-addressed, so right for any database), bounded.
+   */
+  private async taskNotifiers(
+    packageName: string,
+    generation: number,
+    task: string,
+  ): Promise<NotifierSpec[]> {
+    const found = await this.q<{ manifest_digest: string }>(
+      "SELECT manifest_digest FROM generations WHERE package = ? AND generation = ?",
+      [packageName, generation],
+    );
+    const digest = found[0]?.manifest_digest;
+    if (digest === undefined) return [];
+    let byTask = TASK_NOTIFIERS_BY_DIGEST.get(digest);
+    if (byTask === undefined) {
+      const loaded = await this.getGeneration(packageName, generation);
+      if (loaded === null) return [];
+      byTask = new Map(
+        loaded.manifest.tasks.map((spec) => [
+          spec.name,
+          notifiersForStep(loaded.manifest, { task: spec.name }),
+        ]),
+      );
+      if (TASK_NOTIFIERS_BY_DIGEST.size >= TASK_NOTIFIERS_CACHE_SIZE)
+        TASK_NOTIFIERS_BY_DIGEST.delete(TASK_NOTIFIERS_BY_DIGEST.keys().next().value ?? "");
+      TASK_NOTIFIERS_BY_DIGEST.set(digest, byTask);
+    }
+    return byTask.get(task) ?? [];
   }
 
   async listDueNotifications(nowMs: number, limit: number): Promise<NotificationEntry[]> {
@@ -1223,6 +1249,10 @@ export class SqlStore implements Store {
 export type { SqlStoreTx };
 
 /** Opens a store over a driver: applies the dialect's migrations first. */
+/** Manifests whose task notifiers are kept (oldest dropped first). */
+const TASK_NOTIFIERS_CACHE_SIZE = 32;
+const TASK_NOTIFIERS_BY_DIGEST = new Map<string, Map<string, NotifierSpec[]>>();
+
 export async function openSqlStore(
   driver: SqlDriver,
   migrations: readonly Migration[],
