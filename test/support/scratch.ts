@@ -26,6 +26,7 @@ export interface TaskSpec {
 
 export interface WorkflowSpec {
   readonly steps: Record<string, { task: string; needs?: string[] }>;
+  readonly notify?: unknown;
 }
 
 export class Scratch {
