@@ -1,7 +1,15 @@
 import { canonicalJson } from "./canonical-json.ts";
 import { digestOf, hmacSha256Hex, sha256Hex } from "./digest.ts";
 import type { Manifest, NotifierSpec } from "./manifest/types.ts";
-import { TERMINAL_RUN_STATUSES, type ChangeSet, type Run, type RunStatus } from "./model.ts";
+import {
+  SETTLED_STEP_STATUSES,
+  TERMINAL_RUN_STATUSES,
+  type ChangeSet,
+  type Run,
+  type RunStatus,
+  type StepRun,
+  type StepStatus,
+} from "./model.ts";
 import { utf8ToBytes } from "@noble/hashes/utils.js";
 
 /**
@@ -13,9 +21,24 @@ import { utf8ToBytes } from "@noble/hashes/utils.js";
  * retry after an exponential backoff, or failed after the last attempt. A crash between the
  * send and its record sends the entry again after the claim expires, with the same
  * `idempotency-key` (the entry id), so a receiver that honours the key acts once.
+ *
+ * A workflow's step that ends failed or timed out (its retries spent; a lost attempt ends its
+ * step failed) fires its task's `notify:` as a `step.*` event, written in the transaction of
+ * the step's transition, exactly like a run's. The run's own notifiers (the workflow's, the
+ * schedule's) still fire for the run's `run.*` event: the two are different events with
+ * different ids, so a notifier named on both the task and the workflow hears of both.
  */
 
 export const ALERT_RUN_STATUSES: ReadonlySet<RunStatus> = new Set(["failed", "timed_out", "lost"]);
+export const ALERT_STEP_STATUSES: ReadonlySet<StepStatus> = new Set(["failed", "timed_out"]);
+export const NOTIFICATION_EVENTS = [
+  "run.failed",
+  "run.timed_out",
+  "run.lost",
+  "step.failed",
+  "step.timed_out",
+] as const;
+export type NotificationEvent = (typeof NOTIFICATION_EVENTS)[number];
 export const NOTIFICATION_STATES = ["pending", "delivered", "failed"] as const;
 export type NotificationState = (typeof NOTIFICATION_STATES)[number];
 
@@ -37,7 +60,9 @@ export interface NotificationEntry {
   readonly id: string;
   readonly runId: string;
   readonly package: string;
-  readonly event: `run.${"failed" | "timed_out" | "lost"}`;
+  readonly event: NotificationEvent;
+  /** The workflow step a `step.*` event is about; null for a `run.*` event. */
+  readonly stepName: string | null;
   readonly notifier: NotifierSpec;
   /** The exact JSON body sent on every attempt. */
   readonly payload: string;
@@ -87,6 +112,34 @@ export function alertingRuns(change: ChangeSet): Run[] {
     .map(({ after }) => after);
 }
 
+/** The workflow steps of a change set that have just ended failed or timed out. */
+export function alertingSteps(change: ChangeSet): StepRun[] {
+  return change.steps
+    .filter(
+      ({ before, after }) =>
+        ALERT_STEP_STATUSES.has(after.status) &&
+        (before === null || !SETTLED_STEP_STATUSES.has(before.status)),
+    )
+    .map(({ after }) => after);
+}
+
+/** The notifiers of a workflow step: its task's `notify:`, one per distinct notifier. */
+export function notifiersForStep(manifest: Manifest, step: Pick<StepRun, "task">): NotifierSpec[] {
+  return distinct(manifest.tasks.find((task) => task.name === step.task)?.notify ?? []);
+}
+
+function distinct(notifiers: readonly NotifierSpec[]): NotifierSpec[] {
+  const seen = new Set<string>();
+  const out: NotifierSpec[] = [];
+  for (const notifier of notifiers) {
+    const key = digestOf(notifier);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    out.push(notifier);
+  }
+  return out;
+}
+
 /** The notifiers of a run: its workflow's or task's, then its schedule's; one per distinct notifier. */
 export function notifiersForRun(
   manifest: Manifest,
@@ -100,15 +153,7 @@ export function notifiersForRun(
     run.scheduleName === null
       ? undefined
       : manifest.schedules.find((item) => item.name === run.scheduleName)?.notify;
-  const seen = new Set<string>();
-  const notifiers: NotifierSpec[] = [];
-  for (const notifier of [...(own ?? []), ...(schedule ?? [])]) {
-    const key = digestOf(notifier);
-    if (seen.has(key)) continue;
-    seen.add(key);
-    notifiers.push(notifier);
-  }
-  return notifiers;
+  return distinct([...(own ?? []), ...(schedule ?? [])]);
 }
 
 /** The outbox entries a run's terminal transition writes (none for a run without notifiers). */
@@ -141,6 +186,59 @@ export function entriesForRun(
       runId: run.id,
       package: run.package,
       event,
+      stepName: null,
+      notifier,
+      payload,
+      state: "pending",
+      attempts: 0,
+      nextAttemptAtMs: nowMs,
+      lastError: null,
+      createdAtMs: nowMs,
+      updatedAtMs: nowMs,
+      deliveredAtMs: null,
+      version: 1,
+    };
+  });
+}
+
+/** The outbox entries a workflow step's failed or timed-out transition writes, one per notifier of its task. */
+export function entriesForStep(
+  run: Run,
+  step: StepRun,
+  notifiers: readonly NotifierSpec[],
+  nowMs: number,
+): NotificationEntry[] {
+  if (!ALERT_STEP_STATUSES.has(step.status)) return [];
+  const event = `step.${step.status}` as NotificationEntry["event"];
+  return notifiers.map((notifier) => {
+    const id = `ntf:${sha256Hex(canonicalJson([run.id, step.id, step.status, digestOf(notifier)])).slice(0, 32)}`;
+    const payload = canonicalJson({
+      id,
+      event,
+      run: {
+        id: run.id,
+        kind: run.kind,
+        package: run.package,
+        generation: run.generation,
+        target: run.target,
+        schedule: run.scheduleName,
+        createdAtMs: run.createdAtMs,
+      },
+      step: {
+        id: step.id,
+        name: step.name,
+        task: step.task,
+        status: step.status,
+        attempts: step.attemptCount,
+        finishedAtMs: step.finishedAtMs,
+      },
+    });
+    return {
+      id,
+      runId: run.id,
+      package: run.package,
+      event,
+      stepName: step.name,
       notifier,
       payload,
       state: "pending",
@@ -168,6 +266,7 @@ export function deliveryRequest(entry: NotificationEntry): DeliveryRequest {
         QLR_EVENT: entry.event,
         QLR_RUN_ID: entry.runId,
         QLR_PACKAGE: entry.package,
+        ...(entry.stepName === null ? {} : { QLR_STEP: entry.stepName }),
       },
     };
   }

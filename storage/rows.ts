@@ -430,6 +430,7 @@ export const NOTIFICATION_COLUMNS = [
   "updated_at_ms",
   "delivered_at_ms",
   "version",
+  "step_name",
 ] as const;
 export type NotificationRow = Record<(typeof NOTIFICATION_COLUMNS)[number], unknown>;
 
@@ -449,6 +450,7 @@ export function toNotification(row: NotificationRow): NotificationEntry {
     updatedAtMs: num(row.updated_at_ms),
     deliveredAtMs: numOrNull(row.delivered_at_ms),
     version: num(row.version),
+    stepName: textOrNull(row.step_name),
   };
 }
 
@@ -468,6 +470,7 @@ export function notificationParams(entry: NotificationEntry): SqlParam[] {
     entry.updatedAtMs,
     entry.deliveredAtMs,
     entry.version,
+    entry.stepName,
   ];
 }
 

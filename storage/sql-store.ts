@@ -20,8 +20,11 @@ import type {
 } from "../src/packages.ts";
 import {
   alertingRuns,
+  alertingSteps,
   entriesForRun,
+  entriesForStep,
   notifiersForRun,
+  notifiersForStep,
   type NotificationEntry,
 } from "../src/notifications.ts";
 import {
@@ -35,6 +38,7 @@ import {
   type Store,
   type StoreTx,
 } from "../src/ports.ts";
+import type { NotifierSpec } from "../src/manifest/types.ts";
 import type { PurgeCandidate, PurgeKey } from "../src/retention.ts";
 import {
   HOUR_MS,
@@ -471,27 +475,70 @@ class SqlStoreTx implements StoreTx {
   }
 
   /**
-   * The outbox entries of runs that entered failed, timed_out or lost in this change, written
-   * in its transaction: the alert commits exactly when the transition does. The notifiers come
-   * from the run's own generation (what it ran with), decided by the core.
+   * The outbox entries of runs that entered failed, timed_out or lost in this change, and of
+   * workflow steps that entered failed or timed_out, written in its transaction: the alert
+   * commits exactly when the transition does. The notifiers come from the run's own generation
+   * (what it ran with), decided by the core.
    */
   private async enqueueAlerts(change: ChangeSet): Promise<void> {
+    const entries: NotificationEntry[] = [];
     for (const run of alertingRuns(change)) {
       const generation = await this.getGeneration(run.package, run.generation);
       if (generation === null) continue;
-      for (const entry of entriesForRun(
-        run,
-        notifiersForRun(generation.manifest, run),
-        run.updatedAtMs,
-      )) {
-        // A run enters a terminal status once, so the derived id is new; DO NOTHING keeps a
-        // replayed change (a lost commit answer) from failing on it.
-        await this.q(
-          `INSERT INTO notifications (${rows.NOTIFICATION_COLUMNS.join(", ")}) VALUES (${rows.NOTIFICATION_COLUMNS.map(() => "?").join(", ")}) ON CONFLICT (id) DO NOTHING`,
-          rows.notificationParams(entry),
-        );
-      }
+      entries.push(
+        ...entriesForRun(run, notifiersForRun(generation.manifest, run), run.updatedAtMs),
+      );
     }
+    // A workflow step that ended failed or timed out: its task's notifiers, from the run's generation.
+    for (const step of alertingSteps(change)) {
+      const run =
+        change.runs.find(({ after }) => after.id === step.runId)?.after ??
+        (await this.getRun(step.runId));
+      if (run === null) continue;
+      const notifiers = await this.taskNotifiers(run.package, run.generation, step.task);
+      entries.push(...entriesForStep(run, step, notifiers, step.finishedAtMs ?? run.updatedAtMs));
+    }
+    for (const entry of entries) {
+      // A run or a step enters an alerting status once, so the derived id is new; DO NOTHING
+      // keeps a replayed change (a lost commit answer) from failing on it.
+      await this.q(
+        `INSERT INTO notifications (${rows.NOTIFICATION_COLUMNS.join(", ")}) VALUES (${rows.NOTIFICATION_COLUMNS.map(() => "?").join(", ")}) ON CONFLICT (id) DO NOTHING`,
+        rows.notificationParams(entry),
+      );
+    }
+  }
+
+  /**
+   * A task's notifiers in one generation. A run whose steps fail one per transaction would
+   * otherwise load and parse its whole manifest for each; the notifiers are cached by the
+   * manifest's digest (content-addressed, so right for any database), bounded.
+   */
+  private async taskNotifiers(
+    packageName: string,
+    generation: number,
+    task: string,
+  ): Promise<NotifierSpec[]> {
+    const found = await this.q<{ manifest_digest: string }>(
+      "SELECT manifest_digest FROM generations WHERE package = ? AND generation = ?",
+      [packageName, generation],
+    );
+    const digest = found[0]?.manifest_digest;
+    if (digest === undefined) return [];
+    let byTask = TASK_NOTIFIERS_BY_DIGEST.get(digest);
+    if (byTask === undefined) {
+      const loaded = await this.getGeneration(packageName, generation);
+      if (loaded === null) return [];
+      byTask = new Map(
+        loaded.manifest.tasks.map((spec) => [
+          spec.name,
+          notifiersForStep(loaded.manifest, { task: spec.name }),
+        ]),
+      );
+      if (TASK_NOTIFIERS_BY_DIGEST.size >= TASK_NOTIFIERS_CACHE_SIZE)
+        TASK_NOTIFIERS_BY_DIGEST.delete(TASK_NOTIFIERS_BY_DIGEST.keys().next().value ?? "");
+      TASK_NOTIFIERS_BY_DIGEST.set(digest, byTask);
+    }
+    return byTask.get(task) ?? [];
   }
 
   async listDueNotifications(nowMs: number, limit: number): Promise<NotificationEntry[]> {
@@ -1187,6 +1234,10 @@ export class SqlStore implements Store {
 export type { SqlStoreTx };
 
 /** Opens a store over a driver: applies the dialect's migrations first. */
+/** Manifests whose task notifiers are kept (oldest dropped first). */
+const TASK_NOTIFIERS_CACHE_SIZE = 32;
+const TASK_NOTIFIERS_BY_DIGEST = new Map<string, Map<string, NotifierSpec[]>>();
+
 export async function openSqlStore(
   driver: SqlDriver,
   migrations: readonly Migration[],

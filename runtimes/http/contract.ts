@@ -401,6 +401,8 @@ export interface NotificationView {
   readonly runId: string;
   readonly package: string;
   readonly event: NotificationEntry["event"];
+  /** The workflow step a `step.*` event is about; null for a `run.*` event. */
+  readonly step: string | null;
   readonly notifier:
     | { readonly kind: "webhook"; readonly url: string; readonly signed: boolean }
     | { readonly kind: "command"; readonly argv: readonly string[] };
@@ -443,6 +445,7 @@ export function notificationView(entry: NotificationEntry): NotificationView {
     runId: entry.runId,
     package: entry.package,
     event: entry.event,
+    step: entry.stepName,
     notifier,
     state: entry.state,
     attempts: entry.attempts,

@@ -223,7 +223,30 @@ function renderNotification(entry: NotificationView): string {
       : entry.state === "pending"
         ? `next try ${time(entry.nextAttemptAtMs)}`
         : "gave up";
-  return `${entry.id}  ${entry.state.padEnd(9)} ${entry.event.padEnd(14)} run ${entry.runId}  ${target}  attempts ${entry.attempts}  ${when}${entry.lastError === null ? "" : `  (${entry.lastError})`}`;
+  return `${entry.id}  ${entry.state.padEnd(9)} ${entry.event.padEnd(14)} run ${entry.runId}${entry.step === null ? "" : ` step ${entry.step}`}  ${target}  attempts ${entry.attempts}  ${when}${entry.lastError === null ? "" : `  (${entry.lastError})`}`;
+}
+
+/** The alerts `qlr status` shows for one run (a run has one per notifier and event). */
+const STATUS_NOTIFICATIONS = 50;
+
+/** A run's alerts under its steps: what was sent, what waits, what gave up and why. */
+function renderRunNotifications(entries: readonly NotificationView[]): string[] {
+  if (entries.length === 0) return [];
+  return [
+    "  notifications",
+    ...entries.map((entry) => {
+      const target =
+        entry.notifier.kind === "webhook" ? entry.notifier.url : entry.notifier.argv.join(" ");
+      const state =
+        entry.state === "delivered"
+          ? `sent ${time(entry.deliveredAtMs)}`
+          : entry.state === "pending"
+            ? `pending, next try ${time(entry.nextAttemptAtMs)}`
+            : "failed";
+      const about = entry.step === null ? "" : ` step ${entry.step}`;
+      return `    ${entry.event}${about}  ${target}  ${state}  attempts ${entry.attempts}${entry.lastError === null ? "" : `  last error: ${entry.lastError}`}`;
+    }),
+  ];
 }
 
 /** How often `logs -f` asks for more; each answer carries at most one chunk per stream. */
@@ -547,7 +570,13 @@ export async function main(argv: readonly string[]): Promise<number> {
         if (!isPortableId(runId)) throw new UsageError("RUN must be a run id");
         const api = await client(config);
         const detail = await api.run(runId);
-        print(config, detail, () => renderDetail(detail));
+        const { notifications } = await api.notifications({
+          run: runId,
+          limit: STATUS_NOTIFICATIONS,
+        });
+        print(config, { ...detail, notifications }, () =>
+          [renderDetail(detail), ...renderRunNotifications(notifications)].join("\n"),
+        );
         return 0;
       }
       case "logs": {

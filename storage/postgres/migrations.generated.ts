@@ -36,5 +36,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 7,
     "name": "cancel_reason",
     "sql": "-- Why a run's cancel intent was recorded: 'user' (an explicit cancel) or 'shutdown' (the run is\n-- cancelled because the runtime shuts down). Convergence projects it onto every live attempt's\n-- stop intent, so remote workers are told `stop_requested(cancel)` or `stop_requested(shutdown)`.\n-- NULL exactly when there is no cancel intent; intents recorded before this column were users'.\nALTER TABLE runs ADD COLUMN cancel_reason TEXT CHECK (cancel_reason IN ('user', 'shutdown'));\nUPDATE runs SET cancel_reason = 'user' WHERE cancel_requested_at_ms IS NOT NULL;\n"
+  },
+  {
+    "version": 8,
+    "name": "step_notifications",
+    "sql": "-- A workflow step that ends failed or timed out fires its task's notifiers: the outbox takes\n-- step events and names the step.\nALTER TABLE notifications DROP CONSTRAINT notifications_event_check;\nALTER TABLE notifications ADD CONSTRAINT notifications_event_check\n  CHECK (event IN ('run.failed', 'run.timed_out', 'run.lost', 'step.failed', 'step.timed_out'));\nALTER TABLE notifications ADD COLUMN step_name TEXT;\n"
   }
 ];

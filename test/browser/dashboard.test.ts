@@ -14,6 +14,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LOG_TAIL_CHARS } from "../../runtimes/browser/shared/log-tail.ts";
 import { waitFor } from "../support/wait.ts";
 import {
   launchBrowser,
@@ -26,7 +27,7 @@ import {
 
 const TAG = `qlr-browser-test-${randomBytes(6).toString("hex")}`;
 
-function manifest(tag: string): string {
+function manifest(tag: string, gate: string): string {
   const env = `env: { QLR_BROWSER_TEST_TAG: ${tag} }`;
   return `package: reports
 description: A nightly price report (dashboard test)
@@ -59,6 +60,14 @@ tasks:
     run: ["sleep", "30"]
     timeout: 120s
     ${env}
+  ticker:
+    shell: 'for i in 1 2 3; do echo "line $i"; done; echo warming up >&2; while [ ! -e "$GATE" ]; do sleep 0.1; done; for i in 4 5 6; do echo "line $i"; sleep 0.3; done'
+    timeout: 120s
+    env: { QLR_BROWSER_TEST_TAG: ${tag}, GATE: ${JSON.stringify(gate)} }
+  flood:
+    shell: 'i=0; while [ $i -lt 4000 ]; do echo "row $i of a long report, padded to about a hundred characters ........................"; i=$((i+1)); done'
+    timeout: 120s
+    ${env}
 workflows:
   nightly-report:
     description: extract, then prices and rates in parallel, then publish
@@ -70,6 +79,12 @@ workflows:
   tiny:
     steps:
       one: { task: blip }
+  ticking:
+    steps:
+      tick: { task: ticker }
+  flooding:
+    steps:
+      flood: { task: flood }
   long-import:
     steps:
       prepare: { task: extract }
@@ -98,6 +113,7 @@ interface RunJson {
 }
 
 let scratch = "";
+let gatePath = "";
 let stateDir = "";
 let server: ChildProcess | null = null;
 let serverOutput = "";
@@ -113,6 +129,28 @@ async function api<T>(path: string, init: RequestInit = {}): Promise<T> {
   });
   if (!response.ok) throw new Error(`${path}: ${response.status} ${await response.text()}`);
   return (await response.json()) as T;
+}
+
+async function apiText(path: string): Promise<string> {
+  const response = await fetch(`${baseUrl}${path}`, {
+    headers: { authorization: `Bearer ${token}` },
+    signal: AbortSignal.timeout(10_000),
+  });
+  if (!response.ok) throw new Error(`${path}: ${response.status} ${await response.text()}`);
+  return response.text();
+}
+
+function startThroughApi(body: Record<string, unknown>): Promise<{ run: { id: string } }> {
+  return api<{ run: { id: string } }>("/runs", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+/** The page finds the token where the token form keeps it, whichever test ran first. */
+async function withToken(page: Page): Promise<void> {
+  await page.addInitScript((value) => localStorage.setItem("qlr.dashboard.token", value), token);
 }
 
 function runIdOf(page: Page): string {
@@ -133,7 +171,8 @@ beforeAll(async () => {
   scratch = await mkdtemp(join(tmpdir(), "qlr-dashboard-test-"));
   stateDir = join(scratch, "state");
   const manifestPath = join(scratch, "reports.yaml");
-  await writeFile(manifestPath, manifest(TAG));
+  gatePath = join(scratch, "ticker-gate");
+  await writeFile(manifestPath, manifest(TAG, gatePath));
   // The token is the one the runtime generates into the state dir, whatever the caller's env says.
   const env = { ...process.env };
   for (const name of [
@@ -296,6 +335,89 @@ describe("dashboard on qlr serve", () => {
     await page.locator('tr[data-schedule="nightly"]').waitFor();
     expect(await page.locator('tr[data-schedule="nightly"]').textContent()).toMatch(/03:00:00Z/);
     await screenshot(page, "dashboard-packages");
+    await page.close();
+    expect(unexpectedErrors()).toEqual([]);
+  }, 120_000);
+
+  it("follows a step's log live by byte offset: new chunks appended, never re-read from 0, no log request once the attempt ended", async () => {
+    const { run } = await startThroughApi({ package: "reports", workflow: "ticking" });
+    const page = await browser!.newPage();
+    const chunkReads: { stream: string; offset: number; attempt: string | null }[] = [];
+    let detailReads = 0;
+    let wholeReads = 0;
+    page.on("request", (request) => {
+      const url = new URL(request.url());
+      if (url.pathname === `/runs/${run.id}/steps/tick/log`) {
+        const offset = url.searchParams.get("offset");
+        // The whole-log answer (no offset) is not how the page follows a log.
+        if (offset === null) wholeReads += 1;
+        else
+          chunkReads.push({
+            stream: url.searchParams.get("stream") ?? "stdout",
+            offset: Number(offset),
+            attempt: url.searchParams.get("attempt"),
+          });
+      } else if (url.pathname === `/runs/${run.id}`) detailReads += 1;
+    });
+    await withToken(page);
+    await page.goto(`${baseUrl}/#/runs/${run.id}/steps/tick`);
+    // Lines 1-3 are written, then the step waits for the gate: line 4 cannot exist yet.
+    await expectText(page, "#log", "line 3");
+    expect(await page.locator("#log").textContent()).not.toContain("line 4");
+    expect(await page.locator("#log").getAttribute("data-finished")).toBe("false");
+    await writeFile(gatePath, "");
+    await page.locator('#log[data-finished="true"]').waitFor({ timeout: 60_000 });
+    const whole = await apiText(`/runs/${run.id}/steps/tick/log`);
+    expect(whole).toContain("line 6");
+    expect(whole).toContain("warming up");
+    expect(await page.locator("#log").textContent()).toBe(whole);
+    // Each stream's offsets only move forward; the read after lines 1-3 starts where they ended.
+    for (const stream of ["stdout", "stderr"]) {
+      const offsets = chunkReads
+        .filter((read) => read.stream === stream)
+        .map((read) => read.offset);
+      expect(offsets[0]).toBe(0);
+      expect(offsets).toEqual([...offsets].sort((a, b) => a - b));
+      expect(offsets.at(-1)).toBeGreaterThan(0);
+    }
+    const stdoutOffsets = chunkReads
+      .filter((read) => read.stream === "stdout")
+      .map((read) => read.offset);
+    expect(stdoutOffsets).toContain(Buffer.byteLength("line 1\nline 2\nline 3\n"));
+    expect(new Set(chunkReads.map((read) => read.attempt)).size).toBe(1);
+    expect(chunkReads[0]?.attempt).not.toBeNull();
+    expect(wholeReads).toBe(0);
+    // The attempt ended: the page keeps refreshing the run, but asks for no more log.
+    const readsWhenFinished = chunkReads.length;
+    const detailsWhenFinished = detailReads;
+    await waitFor(
+      "two more refreshes of the run",
+      () => detailReads >= detailsWhenFinished + 2,
+      30_000,
+    );
+    expect(chunkReads.length).toBe(readsWhenFinished);
+    await page.close();
+    expect(unexpectedErrors()).toEqual([]);
+  }, 120_000);
+
+  it("keeps a bounded tail of a long log and offers the whole log as a download", async () => {
+    const { run } = await startThroughApi({ package: "reports", workflow: "flooding" });
+    const page = await browser!.newPage();
+    await withToken(page);
+    await page.goto(`${baseUrl}/#/runs/${run.id}/steps/flood`);
+    await page.locator('#log[data-finished="true"]').waitFor({ timeout: 60_000 });
+    const whole = await apiText(`/runs/${run.id}/steps/flood`.concat("/log"));
+    expect(whole.length).toBeGreaterThan(LOG_TAIL_CHARS);
+    const shown = (await page.locator("#log").textContent()) ?? "";
+    expect(shown.length).toBeLessThanOrEqual(LOG_TAIL_CHARS);
+    expect(shown.length).toBeGreaterThan(LOG_TAIL_CHARS - 200);
+    expect(whole.endsWith(shown)).toBe(true);
+    expect(shown.startsWith("row ")).toBe(true);
+    await expectText(page, "#log-trimmed", "Earlier output trimmed");
+    const download = page.waitForEvent("download");
+    await page.locator("#download-log").click();
+    const file = await (await download).path();
+    expect(await readFile(file, "utf8")).toBe(whole);
     await page.close();
     expect(unexpectedErrors()).toEqual([]);
   }, 120_000);

@@ -266,4 +266,101 @@ describe("alerts", () => {
       expect(receiver.received[0]?.headers["idempotency-key"]).toBe(entries[0]?.id);
     },
   );
+  it(
+    "a workflow step that fails fires its task's command notifier (step event) and the workflow's own (run event); qlr status lists both",
+    { timeout: 120_000 },
+    async () => {
+      const dir = await Scratch.create("step-alerts");
+      scratches.push(dir);
+      const taskAlerts = dir.path("task-alerts");
+      const runAlerts = dir.path("run-alerts");
+      const record = (file: string) => ({
+        command: ["sh", "-c", `{ cat; echo; echo "$QLR_EVENT $QLR_STEP"; } >> '${file}'`],
+      });
+      const { text } = await dir.manifest(
+        "steps",
+        {
+          fine: { ...dir.task({ label: "fine" }), notify: record(taskAlerts) },
+          boom: { ...dir.task({ label: "boom", then: "exit 4" }), notify: record(taskAlerts) },
+        },
+        {
+          pipeline: {
+            steps: { first: { task: "fine" }, second: { task: "boom", needs: ["first"] } },
+            notify: record(runAlerts),
+          },
+        },
+      );
+      const served = await startServe(bundle, dir.stateDir);
+      await served.api.apply(text);
+      const answer = await served.api.call<{ run: { id: string } }>("POST", "/runs", {
+        text: JSON.stringify({ package: "steps", workflow: "pipeline" }),
+        contentType: "application/json",
+      });
+      expect(answer.status).toBe(201);
+      const runId = answer.body.run.id;
+      const delivered = await waitFor(
+        "the step's and the run's alerts to be delivered",
+        async () => {
+          const entries = await notificationsOf(served.api, runId);
+          return entries.length === 2 && entries.every((entry) => entry.state === "delivered")
+            ? entries
+            : null;
+        },
+        60_000,
+      );
+      expect((await served.api.run(runId)).run.status).toBe("failed");
+      expect(delivered.map((entry) => entry.event).sort()).toEqual(["run.failed", "step.failed"]);
+      // The task's notifier heard once, of the failed step only (the succeeded one is silent).
+      const taskLines = (await readFile(taskAlerts, "utf8")).trim().split("\n");
+      expect(taskLines).toHaveLength(2);
+      expect(JSON.parse(taskLines[0] ?? "{}")).toMatchObject({
+        event: "step.failed",
+        run: { id: runId, target: "pipeline" },
+        step: { name: "second", task: "boom", status: "failed" },
+      });
+      expect(taskLines[1]).toBe("step.failed second");
+      const runLines = (await readFile(runAlerts, "utf8")).trim().split("\n");
+      expect(runLines).toHaveLength(2);
+      expect(JSON.parse(runLines[0] ?? "{}")).toMatchObject({
+        event: "run.failed",
+        run: { id: runId, status: "failed" },
+      });
+      expect(runLines[1]).toBe("run.failed");
+
+      // qlr status shows the run's notifications, sent, with their attempts.
+      const status = await runCli(bundle, [
+        "status",
+        runId,
+        "--state-dir",
+        dir.stateDir,
+        "--url",
+        served.url,
+      ]);
+      expect(status.code).toBe(0);
+      expect(status.stdout).toContain("  notifications");
+      expect(status.stdout).toMatch(
+        /step\.failed step second {2}sh -c .* {2}sent .* {2}attempts 1/,
+      );
+      expect(status.stdout).toMatch(/run\.failed {2}sh -c .* {2}sent .* {2}attempts 1/);
+      const json = await runCli(bundle, [
+        "status",
+        runId,
+        "--json",
+        "--state-dir",
+        dir.stateDir,
+        "--url",
+        served.url,
+      ]);
+      expect(
+        (
+          JSON.parse(json.stdout) as { notifications: { event: string; step: string | null }[] }
+        ).notifications
+          .map((entry) => [entry.event, entry.step])
+          .sort(),
+      ).toEqual([
+        ["run.failed", null],
+        ["step.failed", "second"],
+      ]);
+    },
+  );
 });

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Coordinator } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { admitTaskAttempt, MAX_ADMISSION_PAGE } from "../../src/admission.ts";
-import type { ChangeSet } from "../../src/model.ts";
+import { EMPTY_CHANGE_SET, type ChangeSet } from "../../src/model.ts";
 import type { AdmissionCandidate } from "../../src/ports.ts";
 import { applyPackage, cancelRun, rerunRun, startRun } from "../../src/operations.ts";
 import { findAttemptScope, type DefinedAttemptScope } from "../../src/attempt-scope.ts";
@@ -828,6 +828,96 @@ export function describeStoreContract(factory: DriverFactory): void {
       // Retention takes a run's alerts with it.
       await store.transaction(async (tx) => tx.purgeRun(failed));
       expect(await outbox(failed)).toEqual([]);
+    });
+
+    it("a workflow step entering failed or timed_out writes its task's alerts (step events) in the same transaction, once; the workflow's own notifiers wait for the run", async () => {
+      const base = diamondManifest("step-notify-pkg");
+      const taskHook = { kind: "webhook" as const, url: "http://127.0.0.1:9/task", secret: null };
+      const workflowHook = {
+        kind: "webhook" as const,
+        url: "http://127.0.0.1:9/workflow",
+        secret: null,
+      };
+      const manifest = {
+        ...base,
+        tasks: base.tasks.map((spec) => ({ ...spec, notify: [taskHook] })),
+        workflows: base.workflows.map((workflow) => ({ ...workflow, notify: [workflowHook] })),
+      };
+      const runId = await store.transaction(async (tx) => {
+        const nowMs = await tx.observe(clock.nowMs());
+        await applyPackage(tx, manifest, nowMs);
+        const { run } = await startRun(
+          tx,
+          {
+            package: "step-notify-pkg",
+            target: { kind: "workflow", name: "diamond" },
+            idempotencyKey: null,
+            scheduleName: null,
+            runId: ids.runId(),
+          },
+          nowMs,
+        );
+        return run.id;
+      });
+      const settleStep = async (
+        name: string,
+        status: "failed" | "timed_out" | "succeeded",
+      ): Promise<void> =>
+        store.transaction(async (tx) => {
+          const nowMs = await tx.observe(clock.nowMs());
+          const step = (await tx.getSteps(runId)).find((candidate) => candidate.name === name);
+          if (step === undefined) throw new Error(`no step ${name}`);
+          await tx.apply({
+            ...EMPTY_CHANGE_SET,
+            steps: [
+              {
+                before: step,
+                after: {
+                  ...step,
+                  status,
+                  version: step.version + 1,
+                  finishedAtMs: nowMs,
+                },
+              },
+            ],
+          });
+        });
+      const outbox = async () =>
+        store.transaction(async (tx) =>
+          tx.listNotifications({ runId, state: null, cursor: null, limit: 10 }),
+        );
+      clock.advance(1000);
+      await settleStep("a", "succeeded");
+      expect(await outbox()).toEqual([]);
+      await settleStep("b", "failed");
+      await settleStep("c", "timed_out");
+      const entries = await outbox();
+      expect(
+        entries
+          .map((entry) => [entry.event, entry.stepName, entry.notifier] as const)
+          .sort((x, y) => x[0].localeCompare(y[0])),
+      ).toEqual([
+        ["step.failed", "b", taskHook],
+        ["step.timed_out", "c", taskHook],
+      ]);
+      const failedEntry = entries.find((entry) => entry.stepName === "b");
+      expect(JSON.parse(failedEntry?.payload ?? "{}")).toMatchObject({
+        event: "step.failed",
+        run: { id: runId, package: "step-notify-pkg", target: "diamond" },
+        step: { name: "b", task: "work", status: "failed" },
+      });
+      // A step already settled that is written again (a replayed change) alerts nobody anew.
+      await store.transaction(async (tx) => {
+        const step = (await tx.getSteps(runId)).find((candidate) => candidate.name === "b");
+        if (step === undefined) throw new Error("no step b");
+        await tx.apply({
+          ...EMPTY_CHANGE_SET,
+          steps: [{ before: step, after: { ...step, version: step.version + 1 } }],
+        });
+      });
+      expect(await outbox()).toHaveLength(2);
+      await store.transaction(async (tx) => tx.purgeRun(runId));
+      expect(await outbox()).toEqual([]);
     });
 
     it("the overview aggregates ended runs per hour and workflow in SQL, lists failures, active runs and next fires, bounded", async () => {

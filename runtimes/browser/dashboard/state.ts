@@ -3,6 +3,7 @@ import { errorMessage } from "../../../src/errors.ts";
 import type { RunStatus } from "../../../src/model.ts";
 import { ApiError, isUnauthorized, QlrClient } from "../../http/client.ts";
 import type { Child } from "../shared/dom.ts";
+import type { LogTail } from "../shared/log-tail.ts";
 import type { PackageDetailView, RunView, RuntimeInfo } from "../../http/contract.ts";
 import { parseRoute, type Route } from "./router.ts";
 
@@ -23,11 +24,16 @@ export interface Message {
   readonly text: string;
 }
 
+/** The live log of one step's latest attempt (live-log.ts). */
 export interface LogState {
+  /** `runId/step`. */
   readonly key: string;
-  text: string | null;
+  readonly attemptId: string | null;
+  readonly stdout: LogTail;
+  readonly stderr: LogTail;
   note: string | null;
-  loadedStatus: string | null;
+  /** Bumped on every change: the view's signature, instead of the text itself. */
+  version: number;
 }
 
 /** What one view answers: a signature of its data and how to draw it; null when another view took over. */

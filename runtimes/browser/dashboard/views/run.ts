@@ -1,10 +1,6 @@
 /// <reference lib="dom" />
-import {
-  SETTLED_STEP_STATUSES,
-  TERMINAL_RUN_STATUSES,
-  type StepStatus,
-} from "../../../../src/model.ts";
-import { ApiError, isUnauthorized, type QlrClient } from "../../../http/client.ts";
+import { TERMINAL_RUN_STATUSES } from "../../../../src/model.ts";
+import { ApiError, type QlrClient } from "../../../http/client.ts";
 import type { AttemptView, RunDetail } from "../../../http/contract.ts";
 import { renderDag, type DagStep } from "../../shared/dag.ts";
 import { h } from "../../shared/dom.ts";
@@ -13,7 +9,9 @@ import { statusBadge } from "../../shared/status.ts";
 import { cancelRun, reloadLog, rerunRun, startRun } from "../actions.ts";
 import { runHref, stepHref, type Route } from "../router.ts";
 import { messageBox } from "../shell.ts";
-import { describe, state, type BuiltView, type LogState } from "../state.ts";
+import { loadLiveLog, renderLiveLog } from "../live-log.ts";
+import { loadRunNotifications, renderRunNotifications } from "./run-notifications.ts";
+import { state, type BuiltView } from "../state.ts";
 
 /** A JSON value on one line, cut to `width` characters ("—" for none): outputs and inputs in tables. */
 export function briefJson(value: unknown, width = 80): string {
@@ -51,34 +49,6 @@ export function dagSteps(detail: RunDetail): DagStep[] {
   ];
 }
 
-export async function loadLog(client: QlrClient, detail: RunDetail, step: string): Promise<void> {
-  const key = `${detail.run.id}/${step}`;
-  const stepStatus =
-    detail.run.kind === "workflow"
-      ? (detail.steps.find((candidate) => candidate.name === step)?.status ?? "missing")
-      : detail.run.status;
-  // A settled step's log no longer changes: fetch it once more after it settled, then stop.
-  if (
-    state.logState !== null &&
-    state.logState.key === key &&
-    state.logState.loadedStatus !== null &&
-    SETTLED_STEP_STATUSES.has(state.logState.loadedStatus as StepStatus) &&
-    state.logState.loadedStatus === stepStatus
-  )
-    return;
-  const next: LogState = { key, text: null, note: null, loadedStatus: stepStatus };
-  try {
-    next.text = await client.log(detail.run.id, step);
-  } catch (error) {
-    if (isUnauthorized(error)) throw error;
-    next.note =
-      error instanceof ApiError && error.status === 404
-        ? "No log yet: the step has not started, or its process wrote nothing."
-        : `Could not load the log: ${describe(error)}`;
-  }
-  state.logState = next;
-}
-
 export async function runView(
   client: QlrClient,
   view: Extract<Route, { view: "run" }>,
@@ -100,7 +70,8 @@ export async function runView(
     }
     throw error;
   }
-  if (view.step !== null) await loadLog(client, detail, view.step);
+  if (view.step !== null) await loadLiveLog(client, detail, view.step);
+  const notifications = await loadRunNotifications(client, view.id);
   if (serial !== state.viewSerial) return null;
   const { run, steps, attempts } = detail;
   const terminal = TERMINAL_RUN_STATUSES.has(run.status);
@@ -108,7 +79,15 @@ export async function runView(
   const stepName = new Map(steps.map((step) => [step.id, step.name]));
   const signature = JSON.stringify({
     detail,
-    log: view.step === null ? null : state.logState,
+    notifications,
+    log:
+      view.step === null
+        ? null
+        : {
+            key: state.logState?.key,
+            version: state.logState?.version,
+            note: state.logState?.note,
+          },
     message: state.message,
     tick: terminal ? 0 : nowMs,
   });
@@ -414,6 +393,7 @@ export async function runView(
               ),
             ),
       ),
+      renderRunNotifications(notifications),
       selected === null
         ? null
         : h(
@@ -427,7 +407,7 @@ export async function runView(
                 { class: "section-title", id: "log-title" },
                 `Log of ${run.kind === "workflow" ? "step" : "task"} ${selected}`,
               ),
-              h("span", { class: "muted small" }, "latest attempt, stdout then stderr"),
+              h("span", { class: "muted small" }, "latest attempt, stdout then stderr, live"),
               h("span", { class: "spacer" }),
               h(
                 "button",
@@ -445,13 +425,7 @@ export async function runView(
                 "Close log",
               ),
             ),
-            state.logState?.text !== null && state.logState?.text !== undefined
-              ? h(
-                  "pre",
-                  { class: "log", id: "log", tabindex: "0", "aria-label": `Log of ${selected}` },
-                  state.logState.text.length === 0 ? "(empty)" : state.logState.text,
-                )
-              : h("p", { class: "empty", id: "log" }, state.logState?.note ?? "Loading…"),
+            renderLiveLog(run.id, selected),
           ),
     ],
   };
