@@ -84,7 +84,7 @@ describe("the slot rule", () => {
 
 describe("concurrency: in the manifest", () => {
   const manifestWith = (concurrency: string): string =>
-    `package: bp\ntasks:\n  fetch:\n    run: [\"true\"]\n    concurrency: ${concurrency}\n`;
+    `package: bp\ntasks:\n  fetch:\n    run: ["true"]\n    concurrency: ${concurrency}\n`;
 
   it("takes a whole number from 1 to 1000 into the task and its definition digest", () => {
     const parsed = parseManifest(manifestWith("2"), "yaml");
