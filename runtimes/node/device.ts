@@ -41,6 +41,8 @@ export interface DeviceOptions {
   readonly databaseUrl: string | null;
   readonly applyFiles: readonly string[];
   readonly tickIntervalMs?: number;
+  /** `--max-running`: live local attempts at once; absent: the profile's default. */
+  readonly maxRunning?: number;
   readonly logMaxBytes?: number;
   readonly graceMs?: number;
   readonly supervisorPath?: string;
@@ -171,6 +173,7 @@ export class DeviceRuntime {
         clock: systemClock,
         ids: uuidv7Ids,
         profile: PROFILES[options.profile],
+        ...(options.maxRunning === undefined ? {} : { maxRunning: options.maxRunning }),
         executors: { local_process: executor },
         elapsedMs: () => performance.now(),
         onStage: (stage) => metrics.observeStage(stage),
@@ -184,12 +187,10 @@ export class DeviceRuntime {
         log(`recovery failed closed for attempt ${entry.attemptId}: ${entry.reason ?? ""}`);
       // Recovery goes by the store's attempts, never by journal file names; a file whose name is
       // not `<portable id>.json` is reported here so an operator sees it, and never used.
-      const journal = await launcher
-        .listJournal()
-        .catch((error: unknown) => ({
-          valid: [],
-          rejected: [{ name: "journal/", reason: `cannot be listed: ${errorMessage(error)}` }],
-        }));
+      const journal = await launcher.listJournal().catch((error: unknown) => ({
+        valid: [],
+        rejected: [{ name: "journal/", reason: `cannot be listed: ${errorMessage(error)}` }],
+      }));
       for (const rejected of journal.rejected) {
         log(
           `journal file ${JSON.stringify(rejected.name)} rejected: ${rejected.reason}; it is never treated as an attempt`,
