@@ -90,6 +90,7 @@ export async function startServe(
     apply?: string[];
     profile?: string;
     tickInterval?: string;
+    maxRunning?: string;
     retention?: string;
     retentionRuns?: string;
   } = {},
@@ -103,6 +104,7 @@ export async function startServe(
     "0",
     ...(options.profile === undefined ? [] : ["--profile", options.profile]),
     ...(options.tickInterval === undefined ? [] : ["--tick-interval", options.tickInterval]),
+    ...(options.maxRunning === undefined ? [] : ["--max-running", options.maxRunning]),
     ...(options.retention === undefined ? [] : ["--retention", options.retention]),
     ...(options.retentionRuns === undefined ? [] : ["--retention-runs", options.retentionRuns]),
     ...(options.apply ?? []).flatMap((file) => ["--apply", file]),
