@@ -12,13 +12,15 @@ import {
 } from "./execution.ts";
 import { advanceFrontier } from "./frontier.ts";
 import { expireLease } from "./leases.ts";
-import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
+import type { ExecutorType, ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
+import { slotFor, type WaitReason } from "./backpressure.ts";
 import {
   MAX_STORE_PAGE,
   type AdmissionCandidate,
   type Clock,
+  type ListedAdmissionCandidate,
   type CoordinatorRecord,
   type Executor,
   type IdSource,
@@ -144,6 +146,11 @@ export interface CoordinatorDeps {
    * and entries stay pending (visible through the API) until a runtime with a sender drains them.
    */
   readonly notifier?: NotificationSender | null;
+  /**
+   * `--max-running`: live `local_process` attempts at once (src/backpressure.ts). Absent: the
+   * profile's default; null: no runtime-wide limit.
+   */
+  readonly maxRunning?: number | null;
   /** Observes each purged run after its rows are deleted (simulation checkers); never required. */
   readonly onPurge?: (purged: PurgedRun, atMs: number) => void;
   /** Observes stage timings for metrics; never required. */
@@ -214,6 +221,50 @@ export const ORPHAN_SWEEP_PAGE = 256;
  */
 export const ORPHAN_SWEEP_EVERY_PURGES = 1024;
 
+/**
+ * Pages of candidates one admission pass reads at most. Candidates held back by a limit are
+ * passed over without a transaction, so a pass can look past many of them to a task with a
+ * free slot; beyond this many the rest wait for the next cycle.
+ */
+export const MAX_ADMISSION_WALK_PAGES = 8;
+
+type AdmissionOutcome =
+  | { readonly kind: "admitted" | "skipped"; readonly executor: ExecutorType | null }
+  | { readonly kind: "waiting"; readonly reason: WaitReason };
+
+/**
+ * What one admission pass learned about limits: the tasks found at their own limit, and
+ * whether the runtime-wide limit is reached (with the tasks known to run locally, which it
+ * holds). Lives for one pass only: the next cycle counts again.
+ */
+class AdmissionHold {
+  private readonly fullTasks = new Set<string>();
+  private readonly localTasks = new Set<string>();
+  private runtimeFull = false;
+
+  holds(candidate: ListedAdmissionCandidate): boolean {
+    const key = taskKey(candidate);
+    return this.fullTasks.has(key) || (this.runtimeFull && this.localTasks.has(key));
+  }
+
+  hold(candidate: ListedAdmissionCandidate, reason: WaitReason): void {
+    const key = taskKey(candidate);
+    if (reason.kind === "task_limit") this.fullTasks.add(key);
+    else {
+      this.runtimeFull = true;
+      this.localTasks.add(key);
+    }
+  }
+
+  learn(candidate: ListedAdmissionCandidate, executor: ExecutorType | null): void {
+    if (executor === "local_process") this.localTasks.add(taskKey(candidate));
+  }
+}
+
+function taskKey(candidate: ListedAdmissionCandidate): string {
+  return `${candidate.package}\u0000${candidate.task}`;
+}
+
 export class Coordinator {
   private frozen = false;
   /** Set by the stages of the cycle in progress; see `TickReport.followUp`. */
@@ -256,6 +307,11 @@ export class Coordinator {
   constructor(deps: CoordinatorDeps) {
     this.deps = deps;
     this.node = deps.node === undefined ? null : validateNodeIdentity(deps.node);
+  }
+
+  /** The runtime-wide limit on live local attempts this coordinator admits by; null: none. */
+  get maxRunning(): number | null {
+    return this.deps.maxRunning === undefined ? this.deps.profile.maxRunning : this.deps.maxRunning;
   }
 
   /** This runtime's node id in a shared store; null for the store's only coordinator. */
@@ -409,14 +465,24 @@ export class Coordinator {
         );
       case "schedules":
         return this.schedules(profile.schedules, context);
-      case "ordinary":
-        return this.pagedRuns(
+      case "ordinary": {
+        let held = false;
+        await this.pagedRuns(
           "ordinary",
           profile.ordinary,
           context,
           (tx, after, limit, nowMs) => tx.listQueuedOrdinaryRuns(after, limit, nowMs),
-          (runId) => this.admitOrdinary(runId),
+          async (runId) => {
+            const outcome = await this.admitOrdinary(runId);
+            if (outcome === "waiting") held = true;
+            return outcome === "admitted";
+          },
         );
+        // Runs held back by a limit wait for a slot to free (a process exit wakes the cadence);
+        // asking for the next cycle at once would only walk them again.
+        if (held) context.more = false;
+        return;
+      }
       case "frontier":
         return this.pagedRuns(
           "frontier",
@@ -550,20 +616,23 @@ export class Coordinator {
     }
   }
 
-  private async admitOrdinary(runId: string): Promise<boolean> {
+  private async admitOrdinary(runId: string): Promise<"admitted" | "waiting" | "skipped"> {
     return this.write(async (tx, nowMs) => {
       const run = await tx.getRun(runId);
-      if (run === null || run.kind !== "ordinary") return false;
+      if (run === null || run.kind !== "ordinary") return "skipped";
       const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, run.target);
       if (definition === null)
         throw new QlrError(
           "integrity",
           `run ${run.id}: task ${run.target} has no definition in its generation`,
         );
+      if (run.status !== "queued") return "skipped";
+      // A task run beyond a limit stays queued; the stage's next pass offers it again.
+      if ((await slotFor(tx, definition, this.maxRunning)) !== null) return "waiting";
       const admitted = admitOrdinaryAttempt(run, definition, nowMs);
-      if (admitted === null) return false;
+      if (admitted === null) return "skipped";
       await tx.apply(admitted.change);
-      return true;
+      return "admitted";
     });
   }
 
@@ -587,26 +656,58 @@ export class Coordinator {
     return advanced;
   }
 
+  /**
+   * Every cycle walks the candidates from the start (an admitted epoch is no longer a
+   * candidate), in run order, so the oldest waiting step takes a freed slot. The budget counts
+   * admission decisions; a step held back by a limit costs no budget, and once a task (or the
+   * runtime) is found at its limit the pass passes over that task's later candidates without a
+   * transaction, so a full task neither stalls the others nor is overtaken within its own.
+   */
   private async admission(budget: StageBudget, context: StageContext): Promise<void> {
-    // Every cycle walks the candidates from the start: an admitted epoch is no longer a candidate.
-    const more = await walkKeyset<AdmissionCandidate, AdmissionCandidate>({
-      after: null,
-      pageSize: Math.min(budget.pageSize, MAX_ADMISSION_PAGE),
-      pages: budget.pages,
-      read: (after, limit) =>
-        this.deps.store.transaction(async (tx) =>
-          tx.listAdmissionCandidates(after, limit, await tx.observe(this.deps.clock.nowMs())),
+    const decisions = budget.pageSize * budget.pages;
+    const held = new AdmissionHold();
+    let decided = 0;
+    let after: AdmissionCandidate | null = null;
+    for (let page = 0; page < MAX_ADMISSION_WALK_PAGES; page += 1) {
+      const cursor: AdmissionCandidate | null = after;
+      const candidates: ListedAdmissionCandidate[] = await this.deps.store.transaction(async (tx) =>
+        tx.listAdmissionCandidates(
+          cursor,
+          MAX_ADMISSION_PAGE,
+          await tx.observe(this.deps.clock.nowMs()),
         ),
-      cursorOf: (candidate) => candidate,
-      handle: (candidate) =>
-        this.countOne(context, candidate.stepRunId, () => this.admit(candidate)),
-    });
-    if (more) context.more = true;
+      );
+      for (const candidate of candidates) {
+        if (held.holds(candidate)) continue;
+        if (decided >= decisions) {
+          context.more = true;
+          return;
+        }
+        await this.countOne(context, candidate.stepRunId, async () => {
+          const outcome = await this.admitWithinLimits(candidate);
+          if (outcome.kind === "waiting") {
+            held.hold(candidate, outcome.reason);
+            return false;
+          }
+          held.learn(candidate, outcome.executor);
+          decided += 1;
+          return outcome.kind === "admitted";
+        });
+      }
+      const last = candidates[candidates.length - 1];
+      if (candidates.length < MAX_ADMISSION_PAGE || last === undefined) return;
+      after = last;
+    }
   }
 
   /** Admits one exact ready epoch; an existing winner is replayed from its receipt, nothing new is written. */
   async admit(candidate: AdmissionCandidate): Promise<boolean> {
-    const admitted = await this.write(async (tx, nowMs) => {
+    return (await this.admitWithinLimits(candidate)).kind === "admitted";
+  }
+
+  private async admitWithinLimits(candidate: AdmissionCandidate): Promise<AdmissionOutcome> {
+    const outcome = await this.write(async (tx, nowMs): Promise<AdmissionOutcome> => {
+      const skipped: AdmissionOutcome = { kind: "skipped", executor: null };
       const run = await tx.getRun(candidate.runId);
       const step = await tx.getStep(candidate.stepRunId);
       if (
@@ -616,8 +717,8 @@ export class Coordinator {
         step.version !== candidate.stepRunVersion ||
         step.status !== "ready"
       )
-        return false;
-      if (run.status !== "running" || run.cancelRequestedAtMs !== null) return false;
+        return skipped;
+      if (run.status !== "running" || run.cancelRequestedAtMs !== null) return skipped;
       const plan = run.planDigest === null ? null : await tx.getPlan(run.planDigest);
       const reconciliation = await tx.getReconciliation(run.reconciliationDigest);
       const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, step.task);
@@ -627,6 +728,11 @@ export class Coordinator {
           `run ${run.id}: plan, reconciliation or task definition missing`,
         );
       const existing = await tx.getAdmission(run.id, step.id, step.version);
+      // A replay answers from its receipt whatever the counts say now; a new winner needs a slot.
+      if (existing === null) {
+        const reason = await slotFor(tx, definition, this.maxRunning);
+        if (reason !== null) return { kind: "waiting", reason };
+      }
       const result = admitTaskAttempt({
         plan,
         run,
@@ -636,12 +742,12 @@ export class Coordinator {
         existing,
         nowMs,
       });
-      if (result.kind === "replayed") return false;
+      if (result.kind === "replayed") return { kind: "skipped", executor: definition.executor };
       await tx.apply(result.change);
-      return true;
+      return { kind: "admitted", executor: definition.executor };
     });
-    if (admitted) await this.fault("admission.after_commit");
-    return admitted;
+    if (outcome.kind === "admitted") await this.fault("admission.after_commit");
+    return outcome;
   }
 
   /**

@@ -172,6 +172,12 @@ export interface TaskDefinition {
   readonly execution: ExecutionRevision;
   readonly executionDigest: Digest;
   readonly retry: RetryPolicy;
+  /**
+   * The task's `concurrency:` limit (live attempts across all runs of the package), checked at
+   * admission (src/backpressure.ts). Absent without one, and then left out of the digest, so
+   * every definition stored before the limit existed keeps its digest and revision.
+   */
+  readonly concurrency?: number;
   readonly definitionDigest: Digest;
 }
 
@@ -190,12 +196,14 @@ export function taskDefinitionFor(
     backoffMs: task.retry.backoffMs,
     idempotent: task.retry.idempotent,
   };
+  const concurrency = task.concurrency === undefined ? {} : { concurrency: task.concurrency };
   const definitionDigest = digestOf({
     package: packageName,
     task: task.name,
     execution: execution.revision,
     executionDigest: execution.digest,
     retry,
+    ...concurrency,
   });
   return {
     id: runtimeTaskId(packageName, task.name),
@@ -207,6 +215,7 @@ export function taskDefinitionFor(
     execution: execution.revision,
     executionDigest: execution.digest,
     retry,
+    ...concurrency,
     definitionDigest,
   };
 }
@@ -291,6 +300,7 @@ function checkTaskDefinition(definition: TaskDefinition): boolean {
     execution: execution.revision,
     executionDigest: execution.digest,
     retry: definition.retry,
+    ...(definition.concurrency === undefined ? {} : { concurrency: definition.concurrency }),
   });
   return (
     execution.digest === definition.executionDigest &&

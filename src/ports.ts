@@ -76,6 +76,12 @@ export interface AdmissionCandidate {
   readonly stepRunVersion: number;
 }
 
+/** A listed candidate names its task, so an admission pass skips a task it found at its limit without reading it again. */
+export interface ListedAdmissionCandidate extends AdmissionCandidate {
+  readonly package: string;
+  readonly task: string;
+}
+
 /**
  * A coordinator node registered in the store. The node id is stable across restarts of one
  * runtime (kept in its state dir); each start takes a new incarnation. The lease is in store
@@ -147,7 +153,15 @@ export interface StoreTx {
     after: AdmissionCandidate | null,
     limit: number,
     nowMs: number,
-  ): Promise<AdmissionCandidate[]>;
+  ): Promise<ListedAdmissionCandidate[]>;
+  /**
+   * Live attempts (claimed, starting or running) of one task of a package, across every run
+   * and generation: ordinary runs of the task and workflow steps that run it. What a task's
+   * `concurrency:` limits (src/backpressure.ts); read in the admitting transaction.
+   */
+  countLiveTaskAttempts(packageName: string, task: string): Promise<number>;
+  /** Live attempts (claimed, starting or running) of one executor type in the store: what `--max-running` limits. */
+  countLiveAttempts(executor: ExecutorType): Promise<number>;
   /** Due queued ordinary runs without a cancel intent. */
   listQueuedOrdinaryRuns(
     afterRunId: string | null,

@@ -29,6 +29,11 @@ export interface Profile {
   readonly notifications: StageBudget;
   /** How often the device runtime's timer calls the cycle. */
   readonly tickIntervalMs: number;
+  /**
+   * The default of `qlr serve --max-running`: live `local_process` attempts (claimed, starting
+   * or running) at once. Ready steps beyond it wait as ready (src/backpressure.ts).
+   */
+  readonly maxRunning: number;
 }
 
 export type ProfileName = "edge" | "standalone" | "cluster";
@@ -46,6 +51,8 @@ export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
     purge: { pageSize: 4, pages: 1 },
     notifications: { pageSize: 2, pages: 1 },
     tickIntervalMs: 1000,
+    // A router: each task is a process of its own beside a 128 MiB budget.
+    maxRunning: 4,
   },
   standalone: {
     name: "standalone",
@@ -59,6 +66,7 @@ export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
     purge: { pageSize: 16, pages: 2 },
     notifications: { pageSize: 8, pages: 1 },
     tickIntervalMs: 500,
+    maxRunning: 32,
   },
   cluster: {
     name: "cluster",
@@ -72,6 +80,10 @@ export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
     purge: { pageSize: 32, pages: 2 },
     notifications: { pageSize: 16, pages: 1 },
     tickIntervalMs: 250,
+    // Counted over the shared store, so it caps local processes across every coordinator of
+    // the cluster (whose bulk of work runs on remote workers, which it never counts): four
+    // coordinators' worth of a standalone server.
+    maxRunning: 128,
   },
 };
 

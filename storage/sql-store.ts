@@ -30,6 +30,7 @@ import {
 import {
   MAX_STORE_PAGE,
   type AdmissionCandidate,
+  type ListedAdmissionCandidate,
   type CoordinatorRecord,
   type NotificationListFilter,
   type PackageHead,
@@ -853,9 +854,15 @@ class SqlStoreTx implements StoreTx {
     after: AdmissionCandidate | null,
     limit: number,
     nowMs: number,
-  ): Promise<AdmissionCandidate[]> {
-    const found = await this.q<{ run_id: string; id: string; version: number }>(
-      `SELECT s.run_id, s.id, s.version FROM step_runs s JOIN runs r ON r.id = s.run_id
+  ): Promise<ListedAdmissionCandidate[]> {
+    const found = await this.q<{
+      run_id: string;
+      id: string;
+      version: number;
+      package: string;
+      task: string;
+    }>(
+      `SELECT s.run_id, s.id, s.version, r.package, s.task FROM step_runs s JOIN runs r ON r.id = s.run_id
         WHERE s.status = 'ready' AND r.status = 'running' AND r.cancel_requested_at_ms IS NULL
           AND (s.not_before_ms IS NULL OR s.not_before_ms <= ?)
           AND NOT EXISTS (SELECT 1 FROM admission_receipts a WHERE a.run_id = s.run_id AND a.step_run_id = s.id AND a.step_run_version = s.version)
@@ -873,7 +880,29 @@ class SqlStoreTx implements StoreTx {
       runId: row.run_id,
       stepRunId: row.id,
       stepRunVersion: Number(row.version),
+      package: row.package,
+      task: row.task,
     }));
+  }
+
+  async countLiveTaskAttempts(packageName: string, task: string): Promise<number> {
+    // Walks the live attempts (the partial index run_attempts_live), few by construction.
+    const found = await this.q<{ count: number }>(
+      `SELECT COUNT(*) AS count FROM run_attempts a JOIN runs r ON r.id = a.run_id
+        LEFT JOIN step_runs s ON s.id = a.step_run_id
+        WHERE a.status IN ('claimed', 'starting', 'running') AND r.package = ?
+          AND CASE WHEN a.step_run_id IS NULL THEN r.target ELSE s.task END = ?`,
+      [packageName, task],
+    );
+    return Number(found[0]?.count ?? 0);
+  }
+
+  async countLiveAttempts(executor: ExecutorType): Promise<number> {
+    const found = await this.q<{ count: number }>(
+      "SELECT COUNT(*) AS count FROM run_attempts WHERE executor = ? AND status IN ('claimed', 'starting', 'running')",
+      [executor],
+    );
+    return Number(found[0]?.count ?? 0);
   }
 
   async listQueuedOrdinaryRuns(

@@ -78,6 +78,12 @@ export interface StepView {
   readonly finishedAtMs: number | null;
   /** What the steps that need this one receive: its succeeded attempt's output (or a rerun's reused one); null: none. */
   readonly output: JsonValue | null;
+  /**
+   * Why a ready step without an attempt waits, when a limit holds it back right now
+   * (src/backpressure.ts): `waiting: task "fetch" at its concurrency limit (2 of 2 running)`
+   * or `waiting: runtime at --max-running 4`; null otherwise. Absent from older runtimes.
+   */
+  readonly waiting?: string | null;
 }
 
 export interface AttemptView {
@@ -111,6 +117,8 @@ export interface RunDetail {
   readonly run: RunView;
   readonly steps: readonly StepView[];
   readonly attempts: readonly AttemptView[];
+  /** Why a queued task run waits, when a limit holds it back right now; null otherwise (see `StepView.waiting`). */
+  readonly waiting?: string | null;
 }
 
 /** `GET /runs`: newest first, keyset-paged by `nextCursor`. */
@@ -316,7 +324,8 @@ export function runView(run: Run): RunView {
   };
 }
 
-export function stepView(step: StepRun): StepView {
+/** `waiting`: why the step waits (src/backpressure.ts `explainWaiting`); null when nothing holds it back. */
+export function stepView(step: StepRun, waiting: string | null): StepView {
   return {
     id: step.id,
     name: step.name,
@@ -328,6 +337,7 @@ export function stepView(step: StepRun): StepView {
     startedAtMs: step.startedAtMs,
     finishedAtMs: step.finishedAtMs,
     output: step.output,
+    waiting,
   };
 }
 

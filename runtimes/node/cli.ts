@@ -16,6 +16,7 @@ import {
   UsageError,
   type CommonConfig,
 } from "./config.ts";
+import { MAX_MAX_RUNNING } from "../../src/backpressure.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
 import { faultInjectionFromEnv, type FaultInjection } from "./fault-points.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
@@ -31,6 +32,8 @@ Usage:
   qlr serve [--apply FILE]...        run the runtime: store, cadence, launcher, HTTP API
             [--tick-interval D]      cadence interval when nothing wakes it (QLR_TICK_INTERVAL;
                                      default per profile: edge 1s, standalone 500ms, cluster 250ms)
+            [--max-running N]        live local tasks at once; more wait as ready (QLR_MAX_RUNNING;
+                                     default per profile: edge 4, standalone 32, cluster 128)
             [--retention D]          purge runs that ended longer ago (QLR_RETENTION, default 7d)
             [--retention-runs N]     keep at most N ended runs (QLR_RETENTION_RUNS, default 10000)
   qlr apply FILE                     apply a package manifest (YAML or JSON)
@@ -81,6 +84,7 @@ const OPTIONS = {
   url: { type: "string" },
   apply: { type: "string", multiple: true },
   "tick-interval": { type: "string" },
+  "max-running": { type: "string" },
   as: { type: "string" },
   reason: { type: "string" },
   wait: { type: "boolean" },
@@ -176,12 +180,14 @@ function renderDetail(detail: RunDetail): string {
     lines.push(`  input ${brief(detail.run.input, 200)}`);
   if (detail.run.rerunOf !== undefined && detail.run.rerunOf !== null)
     lines.push(`  rerun of ${detail.run.rerunOf}`);
+  if (typeof detail.waiting === "string") lines.push(`  ${detail.waiting}`);
   for (const step of detail.steps) {
     const attempts = detail.attempts.filter((attempt) => attempt.stepRunId === step.id);
     const last = attempts.at(-1);
     lines.push(
       `  ${step.name.padEnd(16)} ${step.status.padEnd(10)} attempts ${step.attemptCount}${last === undefined ? "" : `  last ${last.status} pid ${last.pid ?? "-"} exit ${last.exitCode ?? last.signal ?? "-"}${last.error === null ? "" : `  (${last.error})`}`}`,
     );
+    if (typeof step.waiting === "string") lines.push(`  ${"".padEnd(16)} ${step.waiting}`);
     if (step.output !== undefined && step.output !== null)
       lines.push(`  ${"".padEnd(16)} output ${brief(step.output)}`);
   }
@@ -303,10 +309,21 @@ function tickIntervalOption(text: string | undefined): number | undefined {
   return parsed.ms;
 }
 
+function maxRunningOption(text: string | undefined): number | undefined {
+  if (text === undefined || text === "") return undefined;
+  const value = /^[0-9]{1,6}$/.test(text) ? Number(text) : Number.NaN;
+  if (!Number.isInteger(value) || value < 1 || value > MAX_MAX_RUNNING)
+    throw new UsageError(
+      `--max-running must be a whole number from 1 to ${MAX_MAX_RUNNING}, got ${text}`,
+    );
+  return value;
+}
+
 async function serveCommand(
   config: CommonConfig,
   applyFiles: string[],
   tickIntervalMs: number | undefined,
+  maxRunning: number | undefined,
   retention: RetentionPolicy,
 ): Promise<number> {
   let fault: FaultInjection | null;
@@ -332,6 +349,7 @@ async function serveCommand(
     databaseUrl: config.databaseUrl,
     applyFiles,
     ...(tickIntervalMs === undefined ? {} : { tickIntervalMs }),
+    ...(maxRunning === undefined ? {} : { maxRunning }),
     fault,
     retention,
   });
@@ -453,6 +471,7 @@ export async function main(argv: readonly string[]): Promise<number> {
           config,
           parsed.values.apply ?? [],
           tickIntervalOption(parsed.values["tick-interval"] ?? process.env.QLR_TICK_INTERVAL),
+          maxRunningOption(parsed.values["max-running"] ?? process.env.QLR_MAX_RUNNING),
           retentionConfig(parsed.values, process.env),
         );
       case "apply": {

@@ -49,6 +49,8 @@ export interface DeviceOptions {
   readonly databaseUrl: string | null;
   readonly applyFiles: readonly string[];
   readonly tickIntervalMs?: number;
+  /** `--max-running`: live local attempts at once; absent: the profile's default. */
+  readonly maxRunning?: number;
   readonly logMaxBytes?: number;
   readonly graceMs?: number;
   /** How long stopping waits for remote workers to carry out their shutdown stops (REMOTE_DRAIN_MS). */
@@ -196,6 +198,7 @@ export class DeviceRuntime {
         clock: systemClock,
         ids: uuidv7Ids,
         profile: PROFILES[options.profile],
+        ...(options.maxRunning === undefined ? {} : { maxRunning: options.maxRunning }),
         executors: { local_process: executor },
         elapsedMs: () => performance.now(),
         onStage: (stage) => metrics.observeStage(stage),

@@ -47,6 +47,12 @@ export const MAX_CRON_LENGTH = 256;
 /** An IANA time zone name; the longest in the tz database is about 30 characters. */
 export const MAX_TIMEZONE_LENGTH = 64;
 
+/**
+ * A task's `concurrency:` (its live attempts across all runs of the package). A thousand is far
+ * above what one host runs at once and keeps the limit a small integer in every digest.
+ */
+export const MAX_TASK_CONCURRENCY = 1000;
+
 /** The shortest timeout; below it process start-up alone would time tasks out. */
 export const MIN_TIMEOUT_MS = 100;
 /** The longest timeout; a week covers batch jobs while a forgotten process still ends. */

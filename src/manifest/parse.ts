@@ -471,6 +471,7 @@ function normalize(document: ManifestDocument): Manifest {
         backoffMs: task.retry.backoff,
         idempotent: task.retry.idempotent,
       },
+      ...(task.concurrency === undefined ? {} : { concurrency: task.concurrency }),
       ...normalizeNotify(task.notify),
     };
   });

@@ -19,6 +19,7 @@ import {
   MIN_WEBHOOK_SECRET_LENGTH,
   MAX_PACKAGE_DESCRIPTION_LENGTH,
   MAX_RETRY,
+  MAX_TASK_CONCURRENCY,
   MAX_SCHEDULES_PER_PACKAGE,
   MAX_SHELL_BYTES,
   MAX_STEPS_PER_WORKFLOW,
@@ -385,6 +386,12 @@ export const TaskSchema = z
         .default("local_process"),
       pool: PoolSchema.optional(),
       retry: RetrySchema.default(() => ({ max: 0, backoff: 0, idempotent: false })),
+      concurrency: z
+        .number({ error: expecting(`a whole number from 1 to ${MAX_TASK_CONCURRENCY}`) })
+        .int("must be a whole number")
+        .min(1, "must be at least 1")
+        .max(MAX_TASK_CONCURRENCY, `must be at most ${MAX_TASK_CONCURRENCY}`)
+        .optional(),
       notify: NotifySchema,
     },
     { error: expecting("a mapping with run (an argv array) or shell (a script)") },

@@ -40,6 +40,11 @@ export interface TaskSpec {
   /** Set exactly when the executor is `remote_worker`. */
   pool: string | null;
   retry: RetryPolicy;
+  /**
+   * At most this many attempts of the task live (claimed, starting or running) across all runs
+   * of the package; absent: no limit of its own (so older digests are unchanged).
+   */
+  concurrency?: number;
   /** Alerts for ordinary runs of this task; absent when none (so older digests are unchanged). */
   notify?: NotifierSpec[];
 }

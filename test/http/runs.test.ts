@@ -177,7 +177,7 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
     expect(created.attempts).toEqual([]);
 
     const detail = await h.runUntil(run.id);
-    expect(sortedKeys(detail)).toEqual(["attempts", "run", "steps"]);
+    expect(sortedKeys(detail)).toEqual(["attempts", "run", "steps", "waiting"]);
     expect(detail.run.status).toBe("succeeded");
     expect(detail.run.finishedAtMs).toBe(h.clock.nowMs());
     const steps = byName(detail.steps);

@@ -117,6 +117,7 @@ export const STEP_VIEW_KEYS = [
   "status",
   "task",
   "version",
+  "waiting",
 ];
 export const ATTEMPT_VIEW_KEYS = [
   "error",

@@ -14,7 +14,14 @@ import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import type { DriverFactory } from "../support/drivers.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
-import { diamondManifest, SequentialIds, TestClock, wideManifest } from "../support/fixtures.ts";
+import {
+  diamondManifest,
+  SequentialIds,
+  task,
+  TestClock,
+  wideManifest,
+} from "../support/fixtures.ts";
+import type { Manifest } from "../../src/manifest/types.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import { claimForDelivery, recordDelivery } from "../../src/notifications.ts";
 
@@ -227,6 +234,116 @@ export function describeStoreContract(factory: DriverFactory): void {
         ),
       );
       expect(again).toEqual([]);
+    });
+
+    /** One package with a limited task `fetch`, an unlimited `other`, and a workflow of `width` fetch steps. */
+    function limitedManifest(packageName: string, limit: number, width: number): Manifest {
+      return {
+        package: packageName,
+        description: null,
+        tasks: [task("fetch", ["true"], { concurrency: limit }), task("other")],
+        workflows: [
+          {
+            name: "fan",
+            description: null,
+            steps: Array.from({ length: width }, (_, index) => ({
+              name: `s${index}`,
+              task: "fetch",
+              needs: [],
+            })),
+          },
+        ],
+        schedules: [],
+      };
+    }
+
+    async function startLimited(
+      packageName: string,
+      limit: number,
+      targets: readonly { kind: "workflow" | "task"; name: string }[],
+      width = 3,
+    ): Promise<string[]> {
+      return store.transaction(async (tx) => {
+        const nowMs = await tx.observe(clock.nowMs());
+        await applyPackage(tx, limitedManifest(packageName, limit, width), nowMs);
+        const runIds: string[] = [];
+        for (const target of targets) {
+          const { run } = await startRun(
+            tx,
+            {
+              package: packageName,
+              target,
+              idempotencyKey: null,
+              scheduleName: null,
+              runId: ids.runId(),
+            },
+            nowMs,
+          );
+          runIds.push(run.id);
+        }
+        return runIds;
+      });
+    }
+
+    it("live attempts are counted per task across runs and kinds, and per executor", async () => {
+      const countTask = (packageName: string, name: string) =>
+        store.transaction(async (tx) => tx.countLiveTaskAttempts(packageName, name));
+      const countLocal = () =>
+        store.transaction(async (tx) => tx.countLiveAttempts("local_process"));
+      const localBefore = await countLocal();
+      const [taskRunId, workflowRunId] = await startLimited("cnt-pkg", 2, [
+        { kind: "task", name: "fetch" },
+        { kind: "workflow", name: "fan" },
+        { kind: "task", name: "other" },
+      ]);
+      // The same task name in another package is another task.
+      await startLimited("cnt-other", 2, [{ kind: "task", name: "fetch" }]);
+      const c = coordinator();
+      await c.tick();
+      await c.tick();
+      // The task run and one step take fetch's two slots; other is unlimited.
+      expect(await countTask("cnt-pkg", "fetch")).toBe(2);
+      expect(await countTask("cnt-pkg", "other")).toBe(1);
+      expect(await countTask("cnt-other", "fetch")).toBe(1);
+      expect(await countTask("cnt-pkg", "missing")).toBe(0);
+      expect(await countLocal()).toBe(localBefore + 4);
+      const admitted = await store.transaction(async (tx) => tx.getAttempts(workflowRunId!));
+      expect(admitted).toHaveLength(1);
+      // A cancelled claim frees its slot: the next step takes it.
+      await store.transaction(async (tx) =>
+        cancelRun(tx, taskRunId!, await tx.observe(clock.nowMs())),
+      );
+      await c.tick();
+      await c.tick();
+      expect(await countTask("cnt-pkg", "fetch")).toBe(2);
+      const after = await store.transaction(async (tx) => tx.getAttempts(workflowRunId!));
+      expect(after.filter((attempt) => attempt.status === "claimed")).toHaveLength(2);
+      expect(await countLocal()).toBe(localBefore + 4);
+    });
+
+    it("two admissions racing for a task's last slot: exactly one wins, the other waits", async () => {
+      const [runId] = await startLimited("race-pkg", 1, [{ kind: "workflow", name: "fan" }], 6);
+      const c = coordinator();
+      await c.frontier(runId!);
+      const candidates = await store.transaction(async (tx) =>
+        (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
+          (item) => item.runId === runId,
+        ),
+      );
+      expect(candidates).toHaveLength(6);
+      expect(candidates.every((item) => item.package === "race-pkg" && item.task === "fetch")).toBe(
+        true,
+      );
+      // Two coordinators at once, each on its own candidate (on PostgreSQL, concurrent transactions).
+      const other = coordinator();
+      const results = await Promise.all(
+        candidates.map((candidate, index) => (index % 2 === 0 ? c : other).admit(candidate)),
+      );
+      expect(results.filter(Boolean)).toHaveLength(1);
+      expect(
+        await store.transaction(async (tx) => tx.countLiveTaskAttempts("race-pkg", "fetch")),
+      ).toBe(1);
+      expect(await store.transaction(async (tx) => tx.getAttempts(runId!))).toHaveLength(1);
     });
 
     it("a commit whose response is lost is answered from the durable receipt on retry", async () => {

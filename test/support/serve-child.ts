@@ -85,6 +85,7 @@ export interface ServeOptions {
   readonly apply?: readonly string[];
   readonly profile?: string;
   readonly tickInterval?: string;
+  readonly maxRunning?: string;
   readonly retention?: string;
   readonly retentionRuns?: string;
 }
@@ -108,6 +109,7 @@ export async function startServe(
     "0",
     ...(options.profile === undefined ? [] : ["--profile", options.profile]),
     ...(options.tickInterval === undefined ? [] : ["--tick-interval", options.tickInterval]),
+    ...(options.maxRunning === undefined ? [] : ["--max-running", options.maxRunning]),
     ...(options.retention === undefined ? [] : ["--retention", options.retention]),
     ...(options.retentionRuns === undefined ? [] : ["--retention-runs", options.retentionRuns]),
     ...(options.apply ?? []).flatMap((file) => ["--apply", file]),

@@ -37,6 +37,8 @@ describe("bounded stages resume where they stopped", () => {
       clock,
       ids,
       profile: PROFILES.edge,
+      // Execution control's budget is the subject, with more running than the edge's default --max-running.
+      maxRunning: null,
       executors: { local_process: executor },
     });
     await store.transaction(async (tx) => {

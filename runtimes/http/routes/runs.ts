@@ -5,6 +5,7 @@ import {
   PACKAGE_NAME_PATTERN,
   RESOURCE_NAME_PATTERN,
 } from "../../../src/identity.ts";
+import { explainWaiting } from "../../../src/backpressure.ts";
 import { RUN_STATUSES } from "../../../src/model.ts";
 import {
   cancelRun,
@@ -150,11 +151,22 @@ export function runRoutes(deps: AppDeps): Hono {
     })
     .get("/runs/:id", runParam, async (c) => {
       const { id } = c.req.valid("param");
-      const detail = await store.transaction(async (tx) => getRunDetail(tx, id));
+      const { detail, waiting } = await store.transaction(async (tx) => {
+        const read = await getRunDetail(tx, id);
+        const explained = await explainWaiting(
+          tx,
+          read.run,
+          read.steps,
+          read.attempts,
+          deps.coordinator.maxRunning,
+        );
+        return { detail: read, waiting: explained };
+      });
       return c.json({
         run: runView(detail.run),
-        steps: detail.steps.map(stepView),
+        steps: detail.steps.map((step) => stepView(step, waiting.steps.get(step.id) ?? null)),
         attempts: detail.attempts.map(attemptView),
+        waiting: waiting.run,
       } satisfies RunDetail);
     })
     .get("/runs/:id/events", runParam, queryOf(eventsQuery), async (c) => {

@@ -126,6 +126,9 @@ export async function runView(
         h("span", { id: "run-status" }, statusBadge(run.status, "large")),
       ),
       messageBox(),
+      typeof detail.waiting === "string"
+        ? h("p", { class: "muted", id: "run-waiting" }, detail.waiting)
+        : null,
       h(
         "section",
         { class: "card", "aria-label": "Run" },
@@ -296,7 +299,18 @@ export async function runView(
                         { class: "hide-narrow" },
                         step.needs.length === 0 ? "—" : step.needs.join(", "),
                       ),
-                      h("td", {}, statusBadge(step.status)),
+                      h(
+                        "td",
+                        {},
+                        statusBadge(step.status),
+                        typeof step.waiting === "string"
+                          ? h(
+                              "div",
+                              { class: "muted small", "data-waiting": step.name },
+                              step.waiting,
+                            )
+                          : null,
+                      ),
                       h("td", { class: "num" }, String(step.attemptCount)),
                       h("td", { class: "num hide-narrow" }, formatTime(step.startedAtMs)),
                       h("td", { class: "num" }, formatTime(step.finishedAtMs)),
