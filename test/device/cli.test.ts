@@ -110,6 +110,11 @@ describe("qlr CLI", () => {
     expect(final.run.status).toBe("cancelled");
     const afterCancel = await runCli(device.bundle, ["status", holdRunId, ...common]);
     expect(afterCancel.stdout).toContain(`run ${holdRunId}  workflow cli/holding  cancelled`);
+    // Who cancelled it, from the run view's reason.
+    expect(final.run.cancelReason).toBe("user");
+    expect(afterCancel.stdout).toMatch(
+      /\n {2}cancel requested \d{4}-\d\d-\d\d [\d:]+Z by a user\n/,
+    );
 
     // Usage errors exit 64; an unreachable runtime exits 69.
     expect((await runCli(device.bundle, ["start", "not a target", ...common])).code).toBe(64);
