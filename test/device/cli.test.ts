@@ -13,7 +13,7 @@ import { useDeviceHarness } from "../support/device-harness.ts";
 const device = useDeviceHarness();
 
 describe("qlr CLI", () => {
-  it("apply, start --wait, runs --json, status, logs, cancel", { timeout: 120_000 }, async () => {
+  it("apply, start --wait, runs --json, status, logs, cancel", { timeout: 300_000 }, async () => {
     const dir = await device.scratch("cli");
     const gate = dir.gate("hold");
     const { file } = await dir.manifest(
