@@ -7,6 +7,7 @@ import type {
   ExecutorType,
   Run,
   RunAttempt,
+  RunCancelReason,
   RunEvent,
   RunKind,
   RunStatus,
@@ -58,6 +59,11 @@ export interface RunView {
   readonly createdAtMs: number;
   readonly finishedAtMs: number | null;
   readonly cancelRequestedAtMs: number | null;
+  /**
+   * Why the run was cancelled, set with `cancelRequestedAtMs`: `user` (an explicit cancel) or
+   * `shutdown` (the runtime was stopping); null when no cancel was requested.
+   */
+  readonly cancelReason: RunCancelReason | null;
   readonly idempotencyKey: string | null;
   readonly scheduleName: string | null;
   /** The resolved run input (declared defaults filled in); `{}` when none. */
@@ -317,6 +323,7 @@ export function runView(run: Run): RunView {
     createdAtMs: run.createdAtMs,
     finishedAtMs: run.finishedAtMs,
     cancelRequestedAtMs: run.cancelRequestedAtMs,
+    cancelReason: run.cancelReason,
     idempotencyKey: run.idempotencyKey,
     scheduleName: run.scheduleName,
     input: run.input,

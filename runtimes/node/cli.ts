@@ -7,7 +7,13 @@ import { tryParseDurationMs } from "../../src/manifest/duration.ts";
 import { errorMessage } from "../../src/errors.ts";
 import { TERMINAL_RUN_STATUSES } from "../../src/model.ts";
 import { ApiError, QlrClient } from "../http/client.ts";
-import type { LogChunkView, NotificationView, RunDetail, RunPage } from "../http/contract.ts";
+import type {
+  LogChunkView,
+  NotificationView,
+  RunDetail,
+  RunPage,
+  RunView,
+} from "../http/contract.ts";
 import {
   commonConfig,
   loadOrCreateToken,
@@ -171,6 +177,13 @@ function brief(value: unknown, width = 72): string {
   return text.length <= width ? text : `${text.slice(0, width - 1)}…`;
 }
 
+/** Why a run was cancelled, for people; empty from a runtime too old to say. */
+function cancelReasonText(reason: RunView["cancelReason"] | undefined): string {
+  if (reason === "user") return " by a user";
+  if (reason === "shutdown") return " by the runtime shutting down";
+  return "";
+}
+
 function renderDetail(detail: RunDetail): string {
   const lines = [
     `run ${detail.run.id}  ${detail.run.kind} ${detail.run.package}/${detail.run.target}  ${detail.run.status}`,
@@ -180,6 +193,10 @@ function renderDetail(detail: RunDetail): string {
     lines.push(`  input ${brief(detail.run.input, 200)}`);
   if (detail.run.rerunOf !== undefined && detail.run.rerunOf !== null)
     lines.push(`  rerun of ${detail.run.rerunOf}`);
+  if (detail.run.cancelRequestedAtMs !== null)
+    lines.push(
+      `  cancel requested ${time(detail.run.cancelRequestedAtMs)}${cancelReasonText(detail.run.cancelReason)}`,
+    );
   if (typeof detail.waiting === "string") lines.push(`  ${detail.waiting}`);
   for (const step of detail.steps) {
     const attempts = detail.attempts.filter((attempt) => attempt.stepRunId === step.id);

@@ -1,12 +1,16 @@
 /**
  * The dashboard against a REAL `qlr serve` (built by scripts/build.mjs, real processes, real
  * files), driven in Chromium: the token flow, starting a workflow from the page and watching
- * it succeed, cancelling a run whose step is a real `sleep 30` (the process must be gone), and
- * the page at phone width. The runtime, its supervisors and every task process carry the
- * scratch dir or a tag, so the cleanup ends exactly what this file started, by pid.
+ * it succeed, cancelling a run whose step is a real `sleep 30` (the process must be gone, the
+ * page says who cancelled), the page at phone width, why a step held by a task's
+ * `concurrency: 1` waits, a run's alert going from pending to sent, and the overview of a few
+ * hundred real runs of every outcome checked against the run list. The runtime, its
+ * supervisors and every task process carry the scratch dir or a tag, so the cleanup ends
+ * exactly what this file started, by pid.
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { createServer } from "node:http";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -56,6 +60,10 @@ tasks:
     run: ["sh", "-c", "exit 1"]
     timeout: 30s
     ${env}
+  slowpoke:
+    run: ["sleep", "30"]
+    timeout: 1s
+    ${env}
   wait-upstream:
     run: ["sleep", "30"]
     timeout: 120s
@@ -102,12 +110,17 @@ interface AttemptJson {
   readonly stopReason: string | null;
 }
 interface RunJson {
-  readonly run: { readonly id: string; readonly status: string };
+  readonly run: {
+    readonly id: string;
+    readonly status: string;
+    readonly cancelReason: string | null;
+  };
   readonly steps: readonly {
     readonly id: string;
     readonly name: string;
     readonly status: string;
     readonly needs: readonly string[];
+    readonly waiting?: string | null;
   }[];
   readonly attempts: readonly AttemptJson[];
 }
@@ -138,6 +151,14 @@ async function apiText(path: string): Promise<string> {
   });
   if (!response.ok) throw new Error(`${path}: ${response.status} ${await response.text()}`);
   return response.text();
+}
+
+async function applyYaml(text: string): Promise<void> {
+  await api("/packages", {
+    method: "POST",
+    headers: { "content-type": "application/yaml" },
+    body: text,
+  });
 }
 
 function startThroughApi(body: Record<string, unknown>): Promise<{ run: { id: string } }> {
@@ -453,6 +474,10 @@ describe("dashboard on qlr serve", () => {
     expect(detail.attempts.find((attempt) => attempt.pid === pid)?.stopReason).toBe("cancel");
     await page.locator('svg.dag .dag-node[data-step="wait"][data-status="cancelled"]').waitFor();
     expect(await page.locator("#cancel-run").isDisabled()).toBe(true);
+    // Who cancelled it: the page shows the run view's reason.
+    expect(detail.run.cancelReason).toBe("user");
+    expect(await page.locator("#run-cancel-reason").getAttribute("data-reason")).toBe("user");
+    expect(await page.locator("#run-cancel-reason").textContent()).toBe(" by a user");
     await screenshot(page, "dashboard-cancelled");
     await page.locator("#nav-runs").click();
     await page.locator(`#runs-table tr[data-run="${id}"][data-status="cancelled"]`).waitFor();
@@ -487,71 +512,257 @@ describe("dashboard on qlr serve", () => {
     expect(unexpectedErrors()).toEqual([]);
   }, 60_000);
 
-  it("opens on an overview of a few hundred runs: charts with data, failures with links, at desktop and phone width", async () => {
-    // History: quick workflow runs and failing task runs, started through the API, all ended.
-    const started: string[] = [];
-    for (let batch = 0; batch < 15; batch += 1) {
-      const bodies = [
-        ...Array.from({ length: 8 }, () => ({ package: "reports", workflow: "tiny" })),
-        ...Array.from({ length: 2 }, () => ({ package: "reports", task: "oops" })),
-      ];
-      const runs = await Promise.all(
-        bodies.map((body) =>
-          api<{ run: { id: string } }>("/runs", {
-            method: "POST",
-            headers: { "content-type": "application/json" },
-            body: JSON.stringify(body),
-          }),
-        ),
+  it("says why a step waits: a task's concurrency: 1 holds the newer run's step, and the page shows the reason until it runs", async () => {
+    const gate = join(scratch, "held-gate");
+    await applyYaml(`package: held
+tasks:
+  hold:
+    shell: 'n=0; while [ ! -e "$GATE" ]; do n=$((n+1)); if [ "$n" -gt 1200 ]; then exit 99; fi; sleep 0.1; done'
+    timeout: 300s
+    concurrency: 1
+    env: { QLR_BROWSER_TEST_TAG: ${TAG}, GATE: ${JSON.stringify(gate)} }
+workflows:
+  one:
+    steps:
+      only: { task: hold }
+`);
+    const ids = [
+      (await startThroughApi({ package: "held", workflow: "one" })).run.id,
+      (await startThroughApi({ package: "held", workflow: "one" })).run.id,
+    ].sort();
+    // Runs are admitted oldest first: the older one holds the task's only slot.
+    const [older = "", newer = ""] = ids;
+    const reason = 'waiting: task "hold" at its concurrency limit (1 of 1 running)';
+    await waitFor(
+      "the older run's step to run and the newer one's to wait",
+      async () => {
+        const [first, second] = await Promise.all([
+          api<RunJson>(`/runs/${older}`),
+          api<RunJson>(`/runs/${newer}`),
+        ]);
+        return first.steps[0]?.status === "running" && second.steps[0]?.waiting === reason
+          ? true
+          : null;
+      },
+      60_000,
+    );
+    // The gate opens whatever happens, so no held run outlives this test.
+    try {
+      const page = await browser!.newPage();
+      await withToken(page);
+      await page.goto(`${baseUrl}/#/runs/${newer}`);
+      await expectText(page, '#steps-table [data-waiting="only"]', reason);
+      await page.goto(`${baseUrl}/#/runs/${older}`);
+      await page.locator('#steps-table tr[data-step="only"][data-status="running"]').waitFor();
+      expect(await page.locator("#steps-table [data-waiting]").count()).toBe(0);
+      await page.goto(`${baseUrl}/#/runs/${newer}`);
+      await expectText(page, '#steps-table [data-waiting="only"]', reason);
+      await screenshot(page, "dashboard-waiting");
+      await writeFile(gate, "");
+      await page.locator('#run-status [data-status="succeeded"]').waitFor({ timeout: 60_000 });
+      expect(await page.locator("#steps-table [data-waiting]").count()).toBe(0);
+      await waitFor(
+        "the older run to succeed",
+        async () =>
+          (await api<RunJson>(`/runs/${older}`)).run.status === "succeeded" ? true : null,
+        60_000,
       );
-      started.push(...runs.map((answer) => answer.run.id));
+      await page.close();
+    } finally {
+      await writeFile(gate, "");
     }
+    expect(unexpectedErrors()).toEqual([]);
+  }, 180_000);
+
+  it("lists a failed run's alert on its page (event, notifier, state, attempts, last error) and follows it from pending to sent", async () => {
+    // A webhook receiver that refuses the first two deliveries, then takes the alert.
+    const answers = [503, 503];
+    const received: number[] = [];
+    const receiver = createServer((request, response) => {
+      request.resume();
+      request.on("end", () => {
+        const status = answers.shift() ?? 200;
+        received.push(status);
+        response.writeHead(status).end();
+      });
+    });
+    await new Promise<void>((resolveListen) => receiver.listen(0, "127.0.0.1", resolveListen));
+    try {
+      const address = receiver.address();
+      const hookUrl = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}/hook`;
+      await applyYaml(`package: alerting
+tasks:
+  alarm:
+    run: ["sh", "-c", "echo the disk is full >&2; exit 4"]
+    timeout: 30s
+    env: { QLR_BROWSER_TEST_TAG: ${TAG} }
+    notify:
+      - webhook: ${hookUrl}
+`);
+      const { run } = await startThroughApi({ package: "alerting", task: "alarm" });
+      const page = await browser!.newPage();
+      await withToken(page);
+      await page.goto(`${baseUrl}/#/runs/${run.id}`);
+      await page.locator('#run-status [data-status="failed"]').waitFor({ timeout: 60_000 });
+      // Refused once or twice: pending, with the receiver's answer as the last error.
+      const pending = page
+        .locator('#notifications-table tbody tr[data-state="pending"]')
+        .filter({ hasText: "answered 503" });
+      await pending.waitFor({ timeout: 30_000 });
+      const pendingCells = await pending.locator("td").allTextContents();
+      expect(pendingCells[0]).toBe("run.failed");
+      expect(pendingCells[1]).toBe("—");
+      expect(pendingCells[2]).toBe(hookUrl);
+      expect(pendingCells[3]).toBe("pending");
+      expect(Number(pendingCells[4])).toBeGreaterThanOrEqual(1);
+      expect(pendingCells[5]).toMatch(/^next try /);
+      expect(pendingCells[6]).toBe(`POST ${hookUrl} answered 503`);
+      await screenshot(page, "dashboard-alert-pending");
+      // The third delivery is taken: the row turns to delivered without a reload.
+      const delivered = page.locator('#notifications-table tbody tr[data-state="delivered"]');
+      await delivered.waitFor({ timeout: 90_000 });
+      const deliveredCells = await delivered.locator("td").allTextContents();
+      expect(deliveredCells.slice(0, 5)).toEqual(["run.failed", "—", hookUrl, "delivered", "3"]);
+      expect(deliveredCells[5]).toMatch(/^sent /);
+      expect(deliveredCells[6]).toBe("");
+      expect(await page.locator("#notifications-table tbody tr").count()).toBe(1);
+      expect(received).toEqual([503, 503, 200]);
+      // The page agrees with the API.
+      const { notifications } = await api<{
+        notifications: { event: string; state: string; attempts: number }[];
+      }>(`/notifications?run=${run.id}`);
+      expect(notifications).toMatchObject([
+        { event: "run.failed", state: "delivered", attempts: 3 },
+      ]);
+      await page.close();
+    } finally {
+      await new Promise<void>((resolveClose) => receiver.close(() => resolveClose()));
+    }
+    expect(unexpectedErrors()).toEqual([]);
+  }, 180_000);
+
+  it("opens on an overview of a few hundred runs of every outcome: the charts and lists agree with the store, at desktop and phone width", async () => {
+    // History through the API, in batches of ten real runs: quick workflow runs that succeed,
+    // task runs that fail, that time out (a 1 s timeout on a sleep 30), and that are cancelled
+    // as soon as they are made.
+    const started: string[] = [];
+    for (let batch = 0; batch < 30; batch += 1) {
+      const bodies = [
+        ...Array.from({ length: 6 }, () => ({ package: "reports", workflow: "tiny" })),
+        ...Array.from({ length: 2 }, () => ({ package: "reports", task: "oops" })),
+        { package: "reports", task: "slowpoke" },
+      ];
+      const runs = await Promise.all(bodies.map((body) => startThroughApi(body)));
+      const doomed = await startThroughApi({ package: "reports", task: "wait-upstream" });
+      await api(`/runs/${doomed.run.id}/cancel`, { method: "POST" });
+      started.push(...runs.map((answer) => answer.run.id), doomed.run.id);
+    }
+    expect(started.length).toBeGreaterThanOrEqual(300);
     await waitFor(
       "every history run to end",
       async () => {
-        const { overview } = await api<{
-          overview: { activeCount: number; active: { id: string }[] };
-        }>("/overview?hours=24");
+        const { overview } = await api<{ overview: { active: { id: string }[] } }>(
+          "/overview?hours=24",
+        );
         return overview.active.every((run) => !started.includes(run.id)) ? true : null;
       },
-      240_000,
+      300_000,
       500,
     );
-    const { overview } = await api<{
-      overview: { runsPerHour: { count: number }[]; recentFailures: { id: string }[] };
-    }>("/overview?hours=24");
-    const ended = overview.runsPerHour.reduce((sum, row) => sum + row.count, 0);
-    expect(ended).toBeGreaterThanOrEqual(150);
+    // One run goes on while the page is looked at: it is what runs now.
+    const { run: live } = await startThroughApi({ package: "reports", task: "wait-upstream" });
+    await waitFor(
+      "the live run to run",
+      async () => ((await api<RunJson>(`/runs/${live.id}`)).run.status === "running" ? true : null),
+      30_000,
+    );
+
+    // The store's truth, read through the run list (not the overview's aggregates).
+    const ended = new Map<string, string[]>();
+    for (const status of ["succeeded", "failed", "timed_out", "cancelled", "lost"])
+      ended.set(status, await runIdsWithStatus(status));
+    const running = [...(await runIdsWithStatus("running")), ...(await runIdsWithStatus("queued"))];
+    expect(running).toEqual([live.id]);
+    for (const status of ["succeeded", "failed", "timed_out", "cancelled"])
+      expect(ended.get(status)?.length, status).toBeGreaterThanOrEqual(30);
+    const endedTotal = [...ended.values()].reduce((sum, ids) => sum + ids.length, 0);
+    expect(endedTotal).toBeGreaterThanOrEqual(300);
+    const failures = new Set([
+      ...(ended.get("failed") ?? []),
+      ...(ended.get("timed_out") ?? []),
+      ...(ended.get("lost") ?? []),
+    ]);
 
     for (const viewport of [
       { width: 1280, height: 900 },
       { width: 390, height: 844 },
     ]) {
       const page = await browser!.newPage(viewport);
+      await withToken(page);
       await page.goto(`${baseUrl}/`);
       await expectText(page, "h1.view-title", "Overview");
-      await page.locator("#runs-chart svg rect.bar").first().waitFor();
-      expect(Number(await page.locator("#runs-chart").getAttribute("data-total"))).toBe(ended);
-      expect(
-        await page.locator('#runs-chart rect.bar[data-status="failed"]').count(),
-      ).toBeGreaterThan(0);
+      await page.locator(`#runs-chart[data-total="${endedTotal}"]`).waitFor({ timeout: 30_000 });
+      // The bars of each status add up to the runs that ended with it.
+      const bars = await page
+        .locator("#runs-chart rect.bar")
+        .evaluateAll((rects) =>
+          rects.map((rect) => [rect.getAttribute("data-status"), rect.getAttribute("data-count")]),
+        );
+      const perStatus = new Map<string, number>();
+      for (const [status, count] of bars)
+        perStatus.set(status ?? "?", (perStatus.get(status ?? "?") ?? 0) + Number(count));
+      expect(Object.fromEntries(perStatus)).toEqual(
+        Object.fromEntries(
+          [...ended]
+            .filter(([, ids]) => ids.length > 0)
+            .map(([status, ids]) => [status, ids.length]),
+        ),
+      );
       expect(
         await page.locator('#duration-chart g.series[data-workflow="reports/tiny"] circle').count(),
       ).toBeGreaterThan(0);
-      expect(await page.locator("#failures a").count()).toBe(
-        Math.min(20, overview.recentFailures.length),
-      );
+      // Failures of the last 24 hours: as many as the list holds, each a link to a failed run.
+      const failureLinks = await page
+        .locator("#failures a")
+        .evaluateAll((links) => links.map((link) => link.getAttribute("href") ?? ""));
+      expect(failureLinks).toHaveLength(Math.min(20, failures.size));
+      const linked = failureLinks.map((href) => /^#\/runs\/([^/]+)$/.exec(href)?.[1] ?? href);
+      expect(new Set(linked).size).toBe(linked.length);
+      for (const id of linked) expect(failures.has(decodeURIComponent(id)), id).toBe(true);
+      // Running now: the one live run, with a link.
+      await expectText(page, "#active-title", "Running now (1)");
+      expect(
+        await page
+          .locator("#active a")
+          .evaluateAll((links) => links.map((link) => link.getAttribute("href"))),
+      ).toEqual([`#/runs/${encodeURIComponent(live.id)}`]);
       expect(await noHorizontalOverflow(page)).toBe(true);
       await screenshot(page, `dashboard-overview-${viewport.width}`);
       // A failure links to its run.
       await page.locator("#failures a").first().click();
       await page.waitForURL(/#\/runs\//);
-      expect(runIdOf(page)).toBe(overview.recentFailures[0]?.id);
+      expect(failures.has(runIdOf(page))).toBe(true);
       await page.close();
     }
+    await api(`/runs/${live.id}/cancel`, { method: "POST" });
     expect(unexpectedErrors()).toEqual([]);
-  }, 300_000);
+  }, 480_000);
 });
+
+/** The ids of every run with `status`, through the run list's keyset pages. */
+async function runIdsWithStatus(status: string): Promise<string[]> {
+  const ids: string[] = [];
+  let cursor: string | null = null;
+  for (let page = 0; page < 50; page += 1) {
+    const answer: { runs: { id: string }[]; nextCursor: string | null } = await api(
+      `/runs?status=${status}&limit=200${cursor === null ? "" : `&cursor=${cursor}`}`,
+    );
+    ids.push(...answer.runs.map((run) => run.id));
+    cursor = answer.nextCursor;
+    if (cursor === null) return ids;
+  }
+  throw new Error(`more than 50 pages of ${status} runs`);
+}
 
 /** Page errors, minus the browser's own note about the 401 the wrong-token test provokes. */
 function unexpectedErrors(): string[] {

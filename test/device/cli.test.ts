@@ -13,7 +13,7 @@ import { useDeviceHarness } from "../support/device-harness.ts";
 const device = useDeviceHarness();
 
 describe("qlr CLI", () => {
-  it("apply, start --wait, runs --json, status, logs, cancel", { timeout: 120_000 }, async () => {
+  it("apply, start --wait, runs --json, status, logs, cancel", { timeout: 300_000 }, async () => {
     const dir = await device.scratch("cli");
     const gate = dir.gate("hold");
     const { file } = await dir.manifest(
@@ -110,6 +110,11 @@ describe("qlr CLI", () => {
     expect(final.run.status).toBe("cancelled");
     const afterCancel = await runCli(device.bundle, ["status", holdRunId, ...common]);
     expect(afterCancel.stdout).toContain(`run ${holdRunId}  workflow cli/holding  cancelled`);
+    // Who cancelled it, from the run view's reason.
+    expect(final.run.cancelReason).toBe("user");
+    expect(afterCancel.stdout).toMatch(
+      /\n {2}cancel requested \d{4}-\d\d-\d\d [\d:]+Z by a user\n/,
+    );
 
     // Usage errors exit 64; an unreachable runtime exits 69.
     expect((await runCli(device.bundle, ["start", "not a target", ...common])).code).toBe(64);

@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RUN_STATUSES } from "../../src/model.ts";
+import { cancelRun } from "../../src/operations.ts";
 import {
   ATTEMPT_VIEW_KEYS,
   DEFAULT_TASK_MS,
@@ -161,6 +162,7 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
       createdAtMs,
       finishedAtMs: null,
       cancelRequestedAtMs: null,
+      cancelReason: null,
       idempotencyKey: null,
       scheduleName: null,
       input: {},
@@ -318,7 +320,11 @@ workflows:
       const body = cancelled.json<{ run: RunView }>();
       expect(sortedKeys(body)).toEqual(["run"]);
       // The intent is recorded; convergence belongs to the cadence.
-      expect(body.run).toEqual({ ...target, cancelRequestedAtMs: h.clock.nowMs() });
+      expect(body.run).toEqual({
+        ...target,
+        cancelRequestedAtMs: h.clock.nowMs(),
+        cancelReason: "user",
+      });
     }
 
     await h.tick();
@@ -380,6 +386,7 @@ workflows:
     expect(cancelled.json<{ run: RunView }>().run).toMatchObject({
       status: "running",
       cancelRequestedAtMs: requestedAtMs,
+      cancelReason: "user",
     });
 
     // One tick: the stop intent is persisted and the exact process is told to stop.
@@ -433,6 +440,31 @@ workflows:
     expect(stopRequested).toBeGreaterThan(requested);
     expect(attemptCancelled).toBeGreaterThan(stopRequested);
     expect(runCancelled).toBe(events.length - 1);
+    // The run keeps why it was cancelled after it ended.
+    expect(detail.run.cancelReason).toBe("user");
+  });
+
+  it("a run cancelled because the runtime shuts down says so in its view; the first reason stands", async () => {
+    const name = "cancel-shutdown";
+    expect((await h.applyYaml(diamondYaml(name))).status).toBe(201);
+    const run = await h.startRun({ package: name, workflow: "diamond" });
+    expect(run.cancelReason).toBeNull();
+    // Only a stopping runtime cancels for shutdown; the API's cancel is always the user's.
+    await h.store.transaction(async (tx) =>
+      cancelRun(tx, run.id, await tx.observe(h.clock.nowMs()), "shutdown"),
+    );
+    expect((await h.runDetail(run.id)).run).toMatchObject({
+      cancelRequestedAtMs: h.clock.nowMs(),
+      cancelReason: "shutdown",
+    });
+    const again = await h.call("POST", `/runs/${run.id}/cancel`);
+    expect(again.status).toBe(202);
+    expect(again.json<{ run: RunView }>().run.cancelReason).toBe("shutdown");
+    await h.tick();
+    const detail = await h.runDetail(run.id);
+    expect(detail.run).toMatchObject({ status: "cancelled", cancelReason: "shutdown" });
+    const listed = (await h.allRuns()).find((candidate) => candidate.id === run.id);
+    expect(listed?.cancelReason).toBe("shutdown");
   });
 
   it("an idempotency key answers 200 with the same run; the same key for another target is 409", async () => {

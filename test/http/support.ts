@@ -92,6 +92,7 @@ export type {
 } from "../../runtimes/http/contract.ts";
 
 export const RUN_VIEW_KEYS = [
+  "cancelReason",
   "cancelRequestedAtMs",
   "createdAtMs",
   "finishedAtMs",

@@ -88,6 +88,10 @@ export interface ServeOptions {
   readonly maxRunning?: string;
   readonly retention?: string;
   readonly retentionRuns?: string;
+  /** `--store`: the state dir's SQLite file (the default) or a PostgreSQL database. */
+  readonly store?: "sqlite" | "postgres";
+  /** The PostgreSQL URL for `store: "postgres"`, passed as QLR_DATABASE_URL (not on the command line). */
+  readonly databaseUrl?: string;
 }
 
 /**
@@ -112,6 +116,7 @@ export async function startServe(
     ...(options.maxRunning === undefined ? [] : ["--max-running", options.maxRunning]),
     ...(options.retention === undefined ? [] : ["--retention", options.retention]),
     ...(options.retentionRuns === undefined ? [] : ["--retention-runs", options.retentionRuns]),
+    ...(options.store === undefined ? [] : ["--store", options.store]),
     ...(options.apply ?? []).flatMap((file) => ["--apply", file]),
   ];
   const child = spawn(process.execPath, args, {
@@ -121,6 +126,7 @@ export async function startServe(
         ? {}
         : { QLR_FAULT_OCCURRENCE: String(options.faultOccurrence) }),
       ...(options.faultAction === undefined ? {} : { QLR_FAULT_ACTION: options.faultAction }),
+      ...(options.databaseUrl === undefined ? {} : { QLR_DATABASE_URL: options.databaseUrl }),
     }),
     stdio: ["ignore", "pipe", "pipe"],
   });

@@ -106,6 +106,7 @@ function runsChart(overview: Overview, hours: readonly number[]): Child {
             height,
             class: `bar tone-${statusInfo(status).tone}`,
             "data-status": status,
+            "data-count": count,
           },
           s("title", {}, `${hourLabel(hour)}:00 ${count} ${status}`),
         ),

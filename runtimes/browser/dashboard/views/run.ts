@@ -161,7 +161,20 @@ export async function runView(
               ? null
               : [
                   h("dt", {}, "Cancel requested"),
-                  h("dd", { class: "num" }, formatTime(run.cancelRequestedAtMs)),
+                  h(
+                    "dd",
+                    { class: "num", id: "run-cancel" },
+                    formatTime(run.cancelRequestedAtMs),
+                    run.cancelReason === null
+                      ? null
+                      : h(
+                          "span",
+                          { id: "run-cancel-reason", "data-reason": run.cancelReason },
+                          run.cancelReason === "shutdown"
+                            ? " by the runtime shutting down"
+                            : " by a user",
+                        ),
+                  ),
                 ],
             run.scheduleName === null
               ? null
