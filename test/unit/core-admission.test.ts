@@ -731,6 +731,49 @@ describe("guards behind a digest: a forged body that verifies is still refused b
   });
 });
 
+describe("admission reads the plan step and the reconciliation item of its own step", () => {
+  it("the plan step is the one named like the step: a forged source digest on another step does not matter, on its own it refuses", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    const forging = (name: string) =>
+      input.plan.steps.map((step) =>
+        step.name === name ? { ...step, sourceTaskDigest: digestOf(["forged"]) } : step,
+      );
+    expect(input.plan.steps.map((step) => step.name)).toEqual(["a", "b", "c", "d"]);
+    expect(refusal(boundTo(input, input.reconciliation, { steps: forging("b") }))).toBe("admitted");
+    const forgedFirst = boundTo(input, input.reconciliation, { steps: forging("a") });
+    expect(refusal(forgedFirst)).toMatch(/differs from the plan's source task/);
+    // Step b, made ready here, reads its own plan step and not the first one.
+    const b = {
+      ...forgedFirst,
+      step: { ...inputFor(world, "b").step, status: "ready" as const },
+    };
+    expect(refusal(b)).toBe("admitted");
+  });
+
+  it("a step whose name the plan does not hold is refused as not in the plan", () => {
+    const input = inputFor(readyWorld());
+    expect(refusal({ ...input, step: { ...input.step, name: "zzz" } })).toMatch(
+      /step zzz is not in plan/,
+    );
+  });
+
+  it("the reconciliation item is the one of the step's task, wherever it stands in the receipt", () => {
+    const input = inputFor(readyWorld());
+    const decoy = {
+      task: "decoy",
+      runtimeTaskId: "pkg:demo:decoy",
+      runtimeTaskRevision: "qltd:v1:1:decoy",
+      definitionDigest: digestOf(["decoy"]),
+      executionDigest: digestOf(["decoy execution"]),
+    };
+    const receipt = redigestedReceipt(input.reconciliation, {
+      items: [decoy, ...input.reconciliation.items],
+    });
+    expect(refusal(boundTo(input, receipt))).toBe("admitted");
+  });
+});
+
 describe("bounded candidate pages", () => {
   it("the admission page is named once: 64 (ADR-0227 §3)", () => {
     expect(MAX_ADMISSION_PAGE).toBe(64);

@@ -3,6 +3,7 @@ import { derivedId, digestOf } from "../../src/digest.ts";
 import {
   assertNotBefore,
   eventId,
+  frontierMarks,
   mergeChangeSets,
   RunChange,
   stepDigest,
@@ -251,7 +252,8 @@ describe("the RunChange builder", () => {
     const a = world.model.step(run.id, "a");
     const change = new RunChange(run, T0 + 1);
     const ready = change.setStep(a, "ready", { readyAtMs: T0 + 1 });
-    const epoch = change.setStep(a, "ready");
+    // Handed the step as this transaction sees it, the builder still keeps the stored row as the CAS before.
+    const epoch = change.setStep(ready, "ready");
     expect(epoch.version).toBe(ready.version + 1);
     expect(epoch.digest).not.toBe(ready.digest);
     expect(epoch.readyAtMs).toBe(ready.readyAtMs);
@@ -297,7 +299,8 @@ describe("the RunChange builder", () => {
     const change = new RunChange(world.model.run(run.id), T0 + 3);
     const starting = change.setAttempt(attempt, "starting", {});
     expect(change.attempt(attempt)).toBe(starting);
-    const failed = change.setAttempt(attempt, "failed", { finishedAtMs: T0 + 3 });
+    // The second change is handed the row as this transaction sees it: the CAS before stays the stored row.
+    const failed = change.setAttempt(starting, "failed", { finishedAtMs: T0 + 3 });
     expect(failed.version).toBe(attempt.version + 2);
     const built = change.build();
     expect(built.events.map((event) => [event.type, event.data])).toEqual([
@@ -381,6 +384,9 @@ describe("the RunChange builder", () => {
     expect(() => assertNotBefore(T0 + 0.5, T0, "run run-1")).toThrow(
       "run run-1: time must be an integer of milliseconds",
     );
+    expect(
+      () => new RunChange({ ...new CoreWorld().startWorkflow(), createdAtMs: T0 + 1 }, T0),
+    ).toThrow(/^run run-1: observation time/);
     const world = new CoreWorld();
     const run = world.startWorkflow();
     const a = world.model.step(run.id, "a");
@@ -415,6 +421,9 @@ describe("the RunChange builder", () => {
       "illegal_transition",
     );
     expect(errorCode(() => change.setRunStatus("timed_out"))).toBe("illegal_transition");
+    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const attempt = world.admit(run.id, "a", T0 + 1);
+    expect(errorCode(() => change.setAttempt(attempt, "succeeded", {}))).toBe("illegal_transition");
     expect(change.changed).toBe(false);
   });
 
@@ -480,6 +489,23 @@ describe("the RunChange builder", () => {
     const merged = mergeChangeSets([a!, b!]);
     expect(merged.runs.map((row) => row.after.id)).toEqual(["run-1", "run-2"]);
     expect(merged.events).toHaveLength(2);
+  });
+});
+
+describe("frontier marks over several runs", () => {
+  it("a settled step marks its own run only, and a step row that arrives settled counts as settling", () => {
+    const world = new CoreWorld();
+    const one = world.startWorkflow("diamond", "run-1");
+    const two = world.startWorkflow("diamond", "run-2");
+    const runs = [
+      { before: one, after: one },
+      { before: two, after: two },
+    ];
+    const a2 = world.model.step("run-2", "a");
+    const succeeded = { ...a2, status: "succeeded" as const };
+    expect(frontierMarks(runs, [{ before: a2, after: succeeded }])).toEqual(["run-2"]);
+    expect(frontierMarks(runs, [{ before: null, after: succeeded }])).toEqual(["run-2"]);
+    expect(frontierMarks(runs, [{ before: succeeded, after: succeeded }])).toEqual([]);
   });
 });
 
