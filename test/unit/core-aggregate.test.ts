@@ -321,6 +321,7 @@ describe("the RunChange builder", () => {
     expect(() => change.insertAttempt(admitted.attempt)).toThrow(
       new RegExp(`attempt ${admitted.attempt.id} inserted twice`),
     );
+    expect(errorCode(() => change.insertAttempt(admitted.attempt))).toBe("internal");
     const built = change.build();
     expect(built.attempts).toEqual([{ before: null, after: admitted.attempt }]);
     expect(built.events.map((event) => [event.type, event.attemptId, event.data])).toEqual([
