@@ -7,11 +7,16 @@ import {
   workflowAttemptId,
   type AdmissionInput,
 } from "../../src/admission.ts";
-import { digestOf } from "../../src/digest.ts";
+import { derivedId, digestOf } from "../../src/digest.ts";
 import { complete, markRunning, markStarting, type AttemptScope } from "../../src/execution.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
 import type { ChangeSet, Run } from "../../src/model.ts";
-import { normalizeLocalProcess, type TaskDefinition } from "../../src/packages.ts";
+import {
+  normalizeLocalProcess,
+  type ReconciliationReceipt,
+  type TaskDefinition,
+  type WorkflowPlan,
+} from "../../src/packages.ts";
 import { applyRecovery, decideRecovery } from "../../src/recovery.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
@@ -104,6 +109,26 @@ describe("admission creates only a dispatch intent", () => {
     });
     expect(result.change.attempts).toEqual([{ before: null, after: result.attempt }]);
     expect(result.change.admissions).toEqual([result.receipt]);
+    expect(result.change.events[0]?.data).toEqual({
+      to: "claimed",
+      number: 1,
+      step: "a",
+      stepRunVersion: world.model.step("run-1", "a").version,
+      taskRevision: definitionOf(world.pkg, "work").revision,
+      executor: "local_process",
+    });
+  });
+
+  it("attempt and event ids of an admission are derived from the ready epoch alone, each with its own prefix", () => {
+    const attemptId = workflowAttemptId("run-1", "stp:a", 2);
+    const eventId = admissionEventId("run-1", "stp:a", 2);
+    expect(attemptId).toBe(derivedId("wta", ["run-1", "stp:a", 2]));
+    expect(eventId).toBe(derivedId("wte", ["run-1", "stp:a", 2]));
+    expect(attemptId).toMatch(/^wta:[0-9a-f]{32}$/);
+    expect(eventId).toMatch(/^wte:[0-9a-f]{32}$/);
+    expect(workflowAttemptId("run-1", "stp:a", 3)).not.toBe(attemptId);
+    expect(workflowAttemptId("run-1", "stp:b", 2)).not.toBe(attemptId);
+    expect(workflowAttemptId("run-2", "stp:a", 2)).not.toBe(attemptId);
   });
 
   it("admission never touches attemptCount: it grows only when the attempt enters running", () => {
@@ -571,6 +596,181 @@ describe("each refusal is the guard's own", () => {
     expect(refusal({ ...input, existing: { ...receipt, attemptId: "wta:forged" } })).toMatch(
       /stored receipt for wta:forged fails its digest/,
     );
+  });
+});
+
+/** A plan with `patch` applied and its digest recomputed: it verifies, so only a binding guard can refuse it. */
+function redigestedPlan(
+  plan: WorkflowPlan,
+  patch: Partial<Omit<WorkflowPlan, "digest">>,
+): WorkflowPlan {
+  const { digest: _old, ...body } = { ...plan, ...patch };
+  return { ...body, digest: digestOf(body) };
+}
+
+/** A reconciliation receipt with `patch` applied, its lock and receipt digests recomputed. */
+function redigestedReceipt(
+  receipt: ReconciliationReceipt,
+  patch: Partial<Omit<ReconciliationReceipt, "digest" | "lockDigest">>,
+): ReconciliationReceipt {
+  const { digest: _old, ...patched } = { ...receipt, ...patch };
+  const body = { ...patched, lockDigest: digestOf(patched.items) };
+  return { ...body, digest: digestOf(body) };
+}
+
+/**
+ * The input with the run and plan bound to `reconciliation` and the run to `plan` (both
+ * re-digested), so every digest and binding check before the guard under test passes.
+ */
+function boundTo(
+  input: AdmissionInput,
+  reconciliation: ReconciliationReceipt,
+  planPatch: Partial<Omit<WorkflowPlan, "digest">> = {},
+): AdmissionInput {
+  const plan = redigestedPlan(input.plan, {
+    ...planPatch,
+    reconciliationDigest: reconciliation.digest,
+  });
+  return {
+    ...input,
+    plan,
+    reconciliation,
+    run: { ...input.run, planDigest: plan.digest, reconciliationDigest: reconciliation.digest },
+  };
+}
+
+describe("guards behind a digest: a forged body that verifies is still refused by its binding", () => {
+  it("the bound fixture itself is admitted: each case below differs from it in one field", () => {
+    const input = inputFor(readyWorld());
+    expect(refusal(boundTo(input, input.reconciliation))).toBe("admitted");
+  });
+
+  it("a verifying plan of another package or generation, with the run bound to its digest, is refused", () => {
+    const input = inputFor(readyWorld());
+    for (const patch of [{ package: "other" }, { generation: 2 }]) {
+      const plan = redigestedPlan(input.plan, patch);
+      expect(refusal({ ...input, plan, run: { ...input.run, planDigest: plan.digest } })).toMatch(
+        /plan and run belong to different generations/,
+      );
+    }
+  });
+
+  it("a reconciliation receipt bound to the run but not the plan, or to the plan but not the run, is refused", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    const other = redigestedReceipt(input.reconciliation, { createdAtMs: T0 + 99 });
+    const message = /reconciliation receipt is not the one the run and plan are bound to/;
+    expect(
+      refusal({
+        ...input,
+        reconciliation: other,
+        run: { ...input.run, reconciliationDigest: other.digest },
+      }),
+    ).toMatch(message);
+    const bound = boundTo(input, other);
+    expect(
+      refusal({
+        ...bound,
+        run: { ...bound.run, reconciliationDigest: input.reconciliation.digest },
+      }),
+    ).toMatch(message);
+  });
+
+  it("a bound reconciliation receipt of another package, generation or manifest is refused", () => {
+    const input = inputFor(readyWorld());
+    for (const patch of [
+      { package: "other" },
+      { generation: 2 },
+      { manifestDigest: digestOf(["another manifest"]) },
+    ]) {
+      expect(refusal(boundTo(input, redigestedReceipt(input.reconciliation, patch)))).toMatch(
+        /reconciliation receipt belongs to another generation/,
+      );
+    }
+  });
+
+  it("a task the bound reconciliation does not reconcile is refused", () => {
+    const input = inputFor(readyWorld());
+    const receipt = redigestedReceipt(input.reconciliation, {
+      items: input.reconciliation.items.filter((item) => item.task !== "work"),
+    });
+    expect(refusal(boundTo(input, receipt))).toMatch(/task work is not reconciled in generation 1/);
+  });
+
+  it("a plan step whose source task digest is not the reconciled definition's is refused", () => {
+    const input = inputFor(readyWorld());
+    const steps = input.plan.steps.map((step) =>
+      step.name === "a" ? { ...step, sourceTaskDigest: digestOf(["another task"]) } : step,
+    );
+    expect(refusal(boundTo(input, input.reconciliation, { steps }))).toMatch(
+      /task work differs from the plan's source task/,
+    );
+  });
+
+  it("a definition whose id, revision or definition digest is not the reconciled item's is refused by the identity guard", () => {
+    const input = inputFor(readyWorld());
+    for (const patch of [
+      { id: "pkg:demo:other" },
+      { revision: "qltd:v1:1:forged" },
+      { definitionDigest: digestOf(["another definition"]) },
+    ]) {
+      expect(refusal({ ...input, definition: { ...input.definition, ...patch } })).toMatch(
+        /task definition .* is not the reconciled qltd:v1:1:/,
+      );
+    }
+  });
+
+  it("a bound reconciliation item naming another execution digest than the definition's is refused", () => {
+    const input = inputFor(readyWorld());
+    const items = input.reconciliation.items.map((item) =>
+      item.task === "work" ? { ...item, executionDigest: digestOf(["another execution"]) } : item,
+    );
+    expect(refusal(boundTo(input, redigestedReceipt(input.reconciliation, { items })))).toMatch(
+      /execution digest claimed .* but the revision normalizes to/,
+    );
+  });
+});
+
+describe("admission reads the plan step and the reconciliation item of its own step", () => {
+  it("the plan step is the one named like the step: a forged source digest on another step does not matter, on its own it refuses", () => {
+    const world = readyWorld();
+    const input = inputFor(world);
+    const forging = (name: string) =>
+      input.plan.steps.map((step) =>
+        step.name === name ? { ...step, sourceTaskDigest: digestOf(["forged"]) } : step,
+      );
+    expect(input.plan.steps.map((step) => step.name)).toEqual(["a", "b", "c", "d"]);
+    expect(refusal(boundTo(input, input.reconciliation, { steps: forging("b") }))).toBe("admitted");
+    const forgedFirst = boundTo(input, input.reconciliation, { steps: forging("a") });
+    expect(refusal(forgedFirst)).toMatch(/differs from the plan's source task/);
+    // Step b, made ready here, reads its own plan step and not the first one.
+    const b = {
+      ...forgedFirst,
+      step: { ...inputFor(world, "b").step, status: "ready" as const },
+    };
+    expect(refusal(b)).toBe("admitted");
+  });
+
+  it("a step whose name the plan does not hold is refused as not in the plan", () => {
+    const input = inputFor(readyWorld());
+    expect(refusal({ ...input, step: { ...input.step, name: "zzz" } })).toMatch(
+      /step zzz is not in plan/,
+    );
+  });
+
+  it("the reconciliation item is the one of the step's task, wherever it stands in the receipt", () => {
+    const input = inputFor(readyWorld());
+    const decoy = {
+      task: "decoy",
+      runtimeTaskId: "pkg:demo:decoy",
+      runtimeTaskRevision: "qltd:v1:1:decoy",
+      definitionDigest: digestOf(["decoy"]),
+      executionDigest: digestOf(["decoy execution"]),
+    };
+    const receipt = redigestedReceipt(input.reconciliation, {
+      items: [decoy, ...input.reconciliation.items],
+    });
+    expect(refusal(boundTo(input, receipt))).toBe("admitted");
   });
 });
 

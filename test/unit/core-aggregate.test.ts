@@ -1,7 +1,9 @@
 import { describe, expect, it } from "vitest";
+import { derivedId, digestOf } from "../../src/digest.ts";
 import {
   assertNotBefore,
   eventId,
+  frontierMarks,
   mergeChangeSets,
   RunChange,
   stepDigest,
@@ -144,6 +146,42 @@ describe("run creation", () => {
   });
 });
 
+describe("a step's digest and an event's id", () => {
+  it("a step's digest covers exactly its canonical fields, and leaves output out while it has none so older digests stay valid", () => {
+    const world = new CoreWorld();
+    world.startWorkflow();
+    const { digest: _stored, ...d } = world.model.step("run-1", "d");
+    expect(d.needs).toEqual(["b", "c"]);
+    const canonical = {
+      id: d.id,
+      runId: d.runId,
+      name: d.name,
+      task: d.task,
+      needs: ["b", "c"],
+      status: d.status,
+      version: d.version,
+      attemptCount: d.attemptCount,
+      readyAtMs: d.readyAtMs,
+      notBeforeMs: d.notBeforeMs,
+      startedAtMs: d.startedAtMs,
+      finishedAtMs: d.finishedAtMs,
+    };
+    expect(d.output).toBeNull();
+    expect(stepDigest(d)).toBe(digestOf(canonical));
+    const withOutput = { ...d, output: { rows: 3 } };
+    expect(stepDigest(withOutput)).toBe(digestOf({ ...canonical, output: { rows: 3 } }));
+    // The row's creation time is not canonical state: the same state digests the same.
+    expect(stepDigest({ ...d, createdAtMs: d.createdAtMs + 1 })).toBe(stepDigest(d));
+  });
+
+  it("an event's id is derived from its run and seq alone, so a replayed change names the same event", () => {
+    expect(eventId("run-1", 3)).toBe(derivedId("evt", ["run-1", 3]));
+    expect(eventId("run-1", 3)).toMatch(/^evt:[0-9a-f]{32}$/);
+    expect(eventId("run-1", 4)).not.toBe(eventId("run-1", 3));
+    expect(eventId("run-2", 3)).not.toBe(eventId("run-1", 3));
+  });
+});
+
 describe("the RunChange builder", () => {
   it("bumps the run version exactly once however many changes it holds, and appends contiguous events", () => {
     const world = new CoreWorld();
@@ -214,12 +252,112 @@ describe("the RunChange builder", () => {
     const a = world.model.step(run.id, "a");
     const change = new RunChange(run, T0 + 1);
     const ready = change.setStep(a, "ready", { readyAtMs: T0 + 1 });
-    const epoch = change.setStep(a, "ready");
+    // Handed the step as this transaction sees it, the builder still keeps the stored row as the CAS before.
+    const epoch = change.setStep(ready, "ready");
     expect(epoch.version).toBe(ready.version + 1);
     expect(epoch.digest).not.toBe(ready.digest);
     expect(epoch.readyAtMs).toBe(ready.readyAtMs);
     // Both changes of one step in one transaction keep the row's original as the CAS `before`.
     expect(change.build().steps).toEqual([{ before: a, after: epoch }]);
+  });
+
+  it("an attempt change without a status transition (a stop request) keeps the status, bumps the attempt's version, and its event carries only its own data", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const attempt = world.admit(run.id, "a", T0 + 2);
+    const change = new RunChange(world.model.run(run.id), T0 + 3);
+    const next = change.setAttempt(
+      attempt,
+      null,
+      { stopRequestedAtMs: T0 + 3 },
+      { reason: "user" },
+      "attempt.stop_requested",
+    );
+    expect(next).toMatchObject({
+      status: "claimed",
+      version: attempt.version + 1,
+      stopRequestedAtMs: T0 + 3,
+    });
+    const built = change.build();
+    expect(built.events).toEqual([
+      expect.objectContaining({
+        type: "attempt.stop_requested",
+        stepRunId: attempt.stepRunId,
+        attemptId: attempt.id,
+        data: { reason: "user" },
+      }),
+    ]);
+    expect(built.attempts).toEqual([{ before: attempt, after: next }]);
+  });
+
+  it("an attempt transition's event names from and to, and two changes of one attempt in one transaction keep the row's original as the CAS before", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const attempt = world.admit(run.id, "a", T0 + 2);
+    const change = new RunChange(world.model.run(run.id), T0 + 3);
+    const starting = change.setAttempt(attempt, "starting", {});
+    expect(change.attempt(attempt)).toBe(starting);
+    // The second change is handed the row as this transaction sees it: the CAS before stays the stored row.
+    const failed = change.setAttempt(starting, "failed", { finishedAtMs: T0 + 3 });
+    expect(failed.version).toBe(attempt.version + 2);
+    const built = change.build();
+    expect(built.events.map((event) => [event.type, event.data])).toEqual([
+      ["attempt.status_changed", { from: "claimed", to: "starting" }],
+      ["attempt.status_changed", { from: "starting", to: "failed" }],
+    ]);
+    expect(built.attempts).toEqual([{ before: attempt, after: failed }]);
+  });
+
+  it("an attempt inserted twice in one transaction is refused; an inserted attempt is a row without a before", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const admitted = world.tryAdmit(run.id, "a", T0 + 2);
+    if (admitted.kind !== "admitted") throw new Error("step a was not admitted");
+    const change = new RunChange(world.model.run(run.id), T0 + 2);
+    change.insertAttempt(admitted.attempt);
+    expect(() => change.insertAttempt(admitted.attempt)).toThrow(
+      new RegExp(`attempt ${admitted.attempt.id} inserted twice`),
+    );
+    expect(errorCode(() => change.insertAttempt(admitted.attempt))).toBe("internal");
+    const built = change.build();
+    expect(built.attempts).toEqual([{ before: null, after: admitted.attempt }]);
+    expect(built.events.map((event) => [event.type, event.attemptId, event.data])).toEqual([
+      ["attempt.status_changed", admitted.attempt.id, { to: "claimed", number: 1 }],
+    ]);
+  });
+
+  it("an event takes the id it is given, or the one derived from its run and seq, and names no step or attempt unless told", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    const change = new RunChange(run, T0 + 1);
+    const given = change.emit("run.cancel_requested", { id: "evt-given" });
+    const derived = change.emit("run.cancel_requested", {});
+    expect(given).toEqual({
+      id: "evt-given",
+      runId: run.id,
+      seq: run.eventSeq + 1,
+      type: "run.cancel_requested",
+      atMs: T0 + 1,
+      stepRunId: null,
+      attemptId: null,
+      data: {},
+    });
+    expect(derived.id).toBe(eventId(run.id, run.eventSeq + 2));
+  });
+
+  it("a run status that is not terminal leaves finishedAtMs empty, and its event carries from, to and the caller's data", () => {
+    const world = new CoreWorld();
+    const run = world.startTask();
+    const change = new RunChange(run, T0 + 1);
+    change.setRunStatus("dispatching", { reason: "admitted" });
+    const built = change.build();
+    expect(built.runs[0]?.after).toMatchObject({ status: "dispatching", finishedAtMs: null });
+    expect(built.events.map((event) => [event.type, event.data])).toEqual([
+      ["run.status_changed", { from: "queued", to: "dispatching", reason: "admitted" }],
+    ]);
   });
 
   it("event time before the run's creation is a clock_regression, and nothing is built", () => {
@@ -240,6 +378,35 @@ describe("the RunChange builder", () => {
     expect(errorCode(() => change.setAttempt(attempt, "starting", {}))).toBe("clock_regression");
   });
 
+  it("a refused time names its subject and both times, so an operator can tell which row's clock went back", () => {
+    expect(() => assertNotBefore(T0 - 1, T0, "run run-1")).toThrow(
+      `run run-1: observation time ${T0 - 1} is before its creation at ${T0}; refusing to write`,
+    );
+    expect(() => assertNotBefore(T0 + 0.5, T0, "run run-1")).toThrow(
+      "run run-1: time must be an integer of milliseconds",
+    );
+    expect(
+      () => new RunChange({ ...new CoreWorld().startWorkflow(), createdAtMs: T0 + 1 }, T0),
+    ).toThrow(/^run run-1: observation time/);
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    const a = world.model.step(run.id, "a");
+    // A step row created after the reading (its run is older): the step is named.
+    const change = new RunChange(run, T0 + 1);
+    expect(() => change.setStep({ ...a, createdAtMs: T0 + 2 }, "ready")).toThrow(
+      new RegExp(`^step ${a.id}: observation time`),
+    );
+    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const attempt = world.admit(run.id, "a", T0 + 50);
+    expect(() =>
+      new RunChange(world.model.run(run.id), T0 + 40).setAttempt(attempt, "starting", {}),
+    ).toThrow(new RegExp(`^attempt ${attempt.id}: observation time`));
+    const other = world.startWorkflow("diamond", "run-2");
+    expect(() =>
+      new RunChange(other, T0 + 1).setStep(world.model.step("run-1", "b"), "ready"),
+    ).toThrow(`step ${world.model.step("run-1", "b").id} is not part of run run-2`);
+  });
+
   it("a time that is not an integer of milliseconds is refused", () => {
     const world = new CoreWorld();
     const run = world.startWorkflow();
@@ -255,6 +422,9 @@ describe("the RunChange builder", () => {
       "illegal_transition",
     );
     expect(errorCode(() => change.setRunStatus("timed_out"))).toBe("illegal_transition");
+    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const attempt = world.admit(run.id, "a", T0 + 1);
+    expect(errorCode(() => change.setAttempt(attempt, "succeeded", {}))).toBe("illegal_transition");
     expect(change.changed).toBe(false);
   });
 
@@ -279,6 +449,40 @@ describe("the RunChange builder", () => {
     });
   });
 
+  it("merging change sets keeps every kind of write of each, in order: runs, steps, attempts, events, mutations, admission receipts and frontier marks", () => {
+    const world = new CoreWorld();
+    const run = world.startWorkflow();
+    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const admitted = world.tryAdmit(run.id, "a", T0 + 2);
+    if (admitted.kind !== "admitted") throw new Error("step a was not admitted");
+    const created = createWorkflowRun(
+      planOf(world.pkg, "diamond"),
+      world.pkg.reconciliation.receipt,
+      {
+        runId: "run-2",
+        nowMs: T0 + 2,
+        idempotencyKey: null,
+        scheduleName: null,
+      },
+    ).change;
+    const merged = mergeChangeSets([admitted.change, created]);
+    expect(merged).toEqual({
+      runs: [...admitted.change.runs, ...created.runs],
+      steps: [...admitted.change.steps, ...created.steps],
+      attempts: [...admitted.change.attempts, ...created.attempts],
+      events: [...admitted.change.events, ...created.events],
+      mutations: [...admitted.change.mutations, ...created.mutations],
+      admissions: [...admitted.change.admissions, ...created.admissions],
+      frontierDue: [...admitted.change.frontierDue, ...created.frontierDue],
+    });
+    // Each kind is present in the merge, so none of them can go missing unseen.
+    expect(merged.attempts).toHaveLength(1);
+    expect(merged.admissions).toHaveLength(1);
+    expect(merged.steps).toHaveLength(4);
+    expect(merged.mutations).toHaveLength(4);
+    expect(merged.frontierDue).toEqual(["run-2"]);
+  });
+
   it("merging change sets of different aggregates keeps every row and event", () => {
     const world = new CoreWorld();
     const a = requestCancel(world.startWorkflow("diamond", "run-1"), T0 + 1, "user");
@@ -286,6 +490,23 @@ describe("the RunChange builder", () => {
     const merged = mergeChangeSets([a!, b!]);
     expect(merged.runs.map((row) => row.after.id)).toEqual(["run-1", "run-2"]);
     expect(merged.events).toHaveLength(2);
+  });
+});
+
+describe("frontier marks over several runs", () => {
+  it("a settled step marks its own run only, and a step row that arrives settled counts as settling", () => {
+    const world = new CoreWorld();
+    const one = world.startWorkflow("diamond", "run-1");
+    const two = world.startWorkflow("diamond", "run-2");
+    const runs = [
+      { before: one, after: one },
+      { before: two, after: two },
+    ];
+    const a2 = world.model.step("run-2", "a");
+    const succeeded = { ...a2, status: "succeeded" as const };
+    expect(frontierMarks(runs, [{ before: a2, after: succeeded }])).toEqual(["run-2"]);
+    expect(frontierMarks(runs, [{ before: null, after: succeeded }])).toEqual(["run-2"]);
+    expect(frontierMarks(runs, [{ before: succeeded, after: succeeded }])).toEqual([]);
   });
 });
 
