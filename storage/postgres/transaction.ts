@@ -176,7 +176,10 @@ async function runOneAttempt<T>(
   let evidence: unknown;
   try {
     value = await fn(tx);
-    if (hooks.beforeCommit !== undefined) evidence = await hooks.beforeCommit();
+    // After a swallowed statement error the transaction is aborted: COMMIT will answer ROLLBACK
+    // (below), and a statement now would only fail with 25P02 and hide the first error.
+    if (hooks.beforeCommit !== undefined && firstStatementError === undefined)
+      evidence = await hooks.beforeCommit();
   } catch (error) {
     const rolledBack = await rollbackQuietly(session, hooks);
     // A session whose ROLLBACK failed cannot carry another attempt.
