@@ -335,7 +335,7 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
           `${detail.run.id} ${detail.run.status}: ${detail.steps.map((step) => `${step.name}=${step.status}`).join(" ")} | ${detail.attempts.map((attempt) => `${attempt.id.slice(-6)} ${attempt.status} pid=${String(attempt.pid)} ${attempt.error ?? ""}`).join("; ")}`,
       );
       throw new Error(
-        `${String(error)}\n${stuck.size} of ${runs.length} runs stuck:\n${summary.join("\n")}\n${describeAll()}`,
+        `${String(error)}\n${contention.length} calls answered with contention, ${apiFailures.length} transient API failures\n${stuck.size} of ${runs.length} runs stuck:\n${summary.join("\n")}\n${describeAll()}`,
       );
     });
 
