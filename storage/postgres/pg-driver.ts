@@ -11,8 +11,16 @@
  * promoted. A transaction that fails because its server went away or turned out read-only
  * (connection errors, 57P0x, SQLSTATE 25006) before COMMIT was sent applied nothing: the driver
  * moves to the next server and runs it again, with a bounded backoff (`reconnect`), instead of
- * failing the caller during the switch. A connection lost once COMMIT was sent is never retried:
- * the outcome is unknown (transaction.ts) and the caller reads what is durable.
+ * failing the caller during the switch.
+ *
+ * A lost COMMIT. Just before COMMIT each transaction records its transaction id
+ * (`pg_current_xact_id_if_assigned()`), the timeline and the postmaster's start. When the
+ * connection breaks after COMMIT was sent, the driver reconnects and asks `pg_xact_status`:
+ * committed (and visible) answers the caller as if the COMMIT answer had arrived, aborted runs
+ * the transaction again, and a transaction without an id wrote nothing and runs again too. The
+ * server vouches only for ids of its own history: on another entry of the URL, another timeline
+ * (a promoted standby) or after a restart the outcome stays unknown, and the caller reads what
+ * is durable (its exact-replay path, DESIGN.md §3) instead of trying again blindly.
  */
 import { Pool, types as pgTypes, type CustomTypesConfig, type PoolClient } from "pg";
 import { isQlrError, QlrError } from "../../src/errors.ts";
@@ -28,6 +36,7 @@ import {
   backoffDelayMs,
   isUnknownCommitOutcome,
   parseInt8,
+  unknownCommitOf,
   parseNumeric,
   runSerializableTransaction,
   type PostgresSession,
@@ -299,6 +308,24 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
         onSessionBroken: (error) => {
           brokenBy ??= error;
         },
+        beforeCommit: async (): Promise<CommitEvidence> => {
+          try {
+            const result = await client.query<{
+              xid: string | null;
+              timeline: number | null;
+              started: string | null;
+            }>(RECORD_TRANSACTION_ID_SQL);
+            const row = result.rows[0];
+            return {
+              xid: row?.xid ?? null,
+              serverIndex: index,
+              timeline: row?.timeline ?? null,
+              postmasterStartedAt: row?.started ?? null,
+            };
+          } catch (error) {
+            throw toQlrError(error);
+          }
+        },
       });
     } catch (error) {
       // Any storage_unavailable outcome may have left the connection half-dead; a fresh one is cheap.
@@ -320,8 +347,78 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
   }
 
   /**
+   * Asks the server whether a transaction whose COMMIT answer was lost committed. The answer
+   * counts only from the server and history the transaction id was taken on: the same entry of
+   * the URL, the same timeline, the same postmaster start. After a promotion the new primary may
+   * never have seen the id and hand it to another transaction, and after a restart an id whose
+   * records never reached the disk may be handed out again, so either answers `unknown`.
+   * `in progress` (the backend has not yet noticed its client is gone, or its commit waits
+   * for the synchronous standby) is asked again, with the reconnect backoff, as is a server
+   * that cannot be reached; when the patience runs out the outcome stays unknown.
+   */
+  async function settleCommit(evidence: CommitEvidence): Promise<CommitSettlement> {
+    if (evidence.xid === null || evidence.timeline === null) return "unknown";
+    const maxAttempts = Math.max(1, Math.floor(reconnectPolicy.maxAttempts));
+    for (let attempt = 1; attempt <= maxAttempts && closing === undefined; attempt += 1) {
+      if (attempt > 1) await sleep(backoffDelayMs(attempt - 1, reconnectPolicy));
+      let checkedOut: { client: PoolClient; index: number; pool: Pool };
+      try {
+        checkedOut = await checkout();
+      } catch (error) {
+        if (isNoWritableServer(error) || isServerSwitchFailure(error)) continue;
+        return "unknown";
+      }
+      const { client, index, pool } = checkedOut;
+      if (index !== evidence.serverIndex) {
+        client.release();
+        return "unknown";
+      }
+      let brokenBy: unknown;
+      const onClientError = (error: Error): void => {
+        brokenBy ??= error;
+      };
+      client.on("error", onClientError);
+      try {
+        const result = await client.query<{
+          status: string | null;
+          visible: boolean;
+          timeline: number;
+          started: string;
+        }>(TRANSACTION_STATUS_SQL, [evidence.xid]);
+        const row = result.rows[0];
+        if (
+          row === undefined ||
+          row.timeline !== evidence.timeline ||
+          row.started !== evidence.postmasterStartedAt
+        )
+          return "unknown";
+        if (row.status === "committed" && row.visible) return "committed";
+        if (row.status === "aborted") return "aborted";
+        // Committed but not yet visible to others (a synchronous commit still waiting for the
+        // standby), or still in progress: ask again.
+        if (row.status === null) return "unknown";
+      } catch (error) {
+        brokenBy ??= error;
+        if (isServerSwitchFailure(error)) {
+          if (targets.servers.length > 1) retire(index, pool);
+          continue;
+        }
+        // An id the server calls "in the future" or too old to know (22023): not ours to guess.
+        return "unknown";
+      } finally {
+        client.off("error", onClientError);
+        client.release(brokenBy === undefined ? undefined : asError(brokenBy));
+      }
+    }
+    return "unknown";
+  }
+
+  /**
    * Runs `fn` again when its server failed it before COMMIT was sent (nothing applied), on the
-   * next server, with a bounded backoff; every other outcome goes to the caller as it is.
+   * next server, with a bounded backoff. A COMMIT whose answer was lost is settled with the
+   * server (`settleCommit`): committed answers the caller with `fn`'s value, aborted (or a
+   * transaction that wrote nothing) runs `fn` again, and an outcome the server cannot vouch for
+   * goes to the caller as unknown. Every other outcome goes to the caller as it is.
    */
   async function runWithReconnect<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
     const maxAttempts = Math.max(1, Math.floor(reconnectPolicy.maxAttempts));
@@ -329,6 +426,20 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
       try {
         return await runOnClient(fn);
       } catch (error) {
+        const unknownCommit = unknownCommitOf(error);
+        if (unknownCommit !== undefined && attempt < maxAttempts && closing === undefined) {
+          const evidence = unknownCommit.evidence as CommitEvidence | undefined;
+          // No transaction id: the transaction wrote nothing, so running it again is safe.
+          const settled =
+            evidence === undefined
+              ? "unknown"
+              : evidence.xid === null
+                ? "aborted"
+                : await settleCommit(evidence);
+          if (settled === "committed") return unknownCommit.value as T;
+          if (settled === "aborted") continue;
+          throw error;
+        }
         const retryable =
           attempt < maxAttempts &&
           closing === undefined &&
@@ -386,6 +497,40 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
   }
   return driver;
 }
+
+/** What a transaction records just before COMMIT, to ask about it should the answer be lost. */
+interface CommitEvidence {
+  /** `pg_current_xact_id_if_assigned()`: `null` when the transaction wrote nothing. */
+  readonly xid: string | null;
+  /** The entry of the URL the transaction ran on. */
+  readonly serverIndex: number;
+  /** The timeline the server wrote WAL on; a promotion starts a new one. */
+  readonly timeline: number | null;
+  /** `pg_postmaster_start_time()`: a restart may hand an unflushed id out again. */
+  readonly postmasterStartedAt: string | null;
+}
+
+type CommitSettlement = "committed" | "aborted" | "unknown";
+
+/** The timeline from the name of the WAL file being written (its first eight hex digits). */
+const CURRENT_TIMELINE_SQL =
+  "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int";
+
+/**
+ * One round trip before COMMIT. `_if_assigned` keeps a read-only transaction without an id
+ * (asking for one would make it write a commit record and, with a synchronous standby, wait
+ * for it); the rest is read only when there is an id.
+ */
+const RECORD_TRANSACTION_ID_SQL = `SELECT x.xid::text AS xid,
+  CASE WHEN x.xid IS NULL THEN NULL ELSE ${CURRENT_TIMELINE_SQL} END AS timeline,
+  CASE WHEN x.xid IS NULL THEN NULL ELSE pg_postmaster_start_time()::text END AS started
+FROM (SELECT pg_current_xact_id_if_assigned() AS xid) AS x`;
+
+/** Asked on a fresh connection, outside a transaction, after a COMMIT answer was lost. */
+const TRANSACTION_STATUS_SQL = `SELECT pg_xact_status($1::xid8) AS status,
+  pg_visible_in_snapshot($1::xid8, pg_current_snapshot()) AS visible,
+  ${CURRENT_TIMELINE_SQL} AS timeline,
+  pg_postmaster_start_time()::text AS started`;
 
 function sleep(delayMs: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, delayMs));

@@ -69,10 +69,25 @@ export interface SerializableTransactionHooks {
    * pg driver destroys the client instead of returning it to the pool.
    */
   readonly onSessionBroken?: (error: unknown) => void;
+  /**
+   * Runs inside the transaction after `fn` and before COMMIT; what it returns travels with an
+   * unknown COMMIT outcome (`unknownCommitOf`), so the driver can ask the server afterwards
+   * whether that transaction committed (the pg driver records its transaction id here). A
+   * throw fails the attempt as a throw from `fn` would.
+   */
+  readonly beforeCommit?: () => Promise<unknown>;
+}
+
+/** What is known of a transaction whose COMMIT was sent and whose answer never came. */
+export interface UnknownCommit {
+  /** What `fn` returned: the transaction's result, should it turn out to have committed. */
+  readonly value: unknown;
+  /** What `beforeCommit` returned, `undefined` without the hook. */
+  readonly evidence: unknown;
 }
 
 /** Errors that mean "COMMIT was sent and its answer never came": never to be retried blindly. */
-const unknownCommitOutcomes = new WeakSet<object>();
+const unknownCommitOutcomes = new WeakMap<object, UnknownCommit>();
 
 /**
  * True when the transaction that raised `error` may have committed: the connection broke after
@@ -81,6 +96,11 @@ const unknownCommitOutcomes = new WeakSet<object>();
  */
 export function isUnknownCommitOutcome(error: unknown): boolean {
   return typeof error === "object" && error !== null && unknownCommitOutcomes.has(error);
+}
+
+/** The value and evidence of an unknown COMMIT outcome, `undefined` for any other error. */
+export function unknownCommitOf(error: unknown): UnknownCommit | undefined {
+  return typeof error === "object" && error !== null ? unknownCommitOutcomes.get(error) : undefined;
 }
 
 type AttemptOutcome<T> =
@@ -153,8 +173,13 @@ async function runOneAttempt<T>(
   };
 
   let value: T;
+  let evidence: unknown;
   try {
     value = await fn(tx);
+    // After a swallowed statement error the transaction is aborted: COMMIT will answer ROLLBACK
+    // (below), and a statement now would only fail with 25P02 and hide the first error.
+    if (hooks.beforeCommit !== undefined && firstStatementError === undefined)
+      evidence = await hooks.beforeCommit();
   } catch (error) {
     const rolledBack = await rollbackQuietly(session, hooks);
     // A session whose ROLLBACK failed cannot carry another attempt.
@@ -178,7 +203,7 @@ async function runOneAttempt<T>(
       "the connection failed during COMMIT: the transaction may or may not have been applied",
       { cause: error },
     );
-    unknownCommitOutcomes.add(unknown);
+    unknownCommitOutcomes.set(unknown, { value, evidence });
     return { ok: false, error: unknown, retryable: false };
   }
 

@@ -13,6 +13,7 @@ import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import { uuidv7Ids } from "../../runtimes/shared/uuidv7.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
+import { isUnknownCommitOutcome } from "../../storage/postgres/transaction.ts";
 import { openPostgresStore } from "../../storage/postgres/store.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { diamondManifest, SequentialSecrets, task } from "../support/fixtures.ts";
@@ -20,6 +21,7 @@ import {
   startReplicatedPostgres,
   type ReplicatedPostgres,
 } from "../support/replicated-postgres.ts";
+import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.ts";
 import { waitFor } from "../support/wait.ts";
 
 /**
@@ -352,5 +354,76 @@ describe("failover to a promoted synchronous standby", { timeout: 300_000 }, () 
     // What the stages reported during the switch: only outcomes a COMMIT left unknown reach them.
     for (const message of stageErrors)
       expect(message).toMatch(/during COMMIT|unreachable|read-only|SQLSTATE 57P0|connection/);
+  });
+});
+
+/**
+ * A COMMIT caught by the promotion: the primary applies it (and, with `remote_apply`, so does
+ * the standby), the answer is lost, the primary crashes and the standby is promoted before the
+ * driver can ask. The promoted server is another entry of the URL on timeline 2, where the id
+ * taken on timeline 1 proves nothing, so the driver reports the outcome unknown rather than
+ * guessing, and the caller's re-read on the new primary decides: applied, once.
+ */
+describe("a COMMIT lost at the promotion", { timeout: 300_000 }, () => {
+  let cluster: ReplicatedPostgres;
+  let proxy: TcpProxy;
+  let driver: SqlDriver | undefined;
+
+  beforeAll(async () => {
+    cluster = await startReplicatedPostgres({ user: "qlr_failover_unknown" });
+    const admin = new pg.Client({ connectionString: cluster.urlOf(cluster.primary) });
+    await admin.connect();
+    await admin.query(`CREATE DATABASE ${DATABASE}`);
+    await admin.end();
+    proxy = await startTcpProxy(cluster.primary);
+  });
+  afterAll(async () => {
+    await driver?.close().catch(() => undefined);
+    await proxy?.close();
+    await cluster?.stop();
+  });
+
+  it("the outcome is unknown on the new timeline and the caller's re-read finds the write once", async () => {
+    const url = cluster
+      .multiHostUrl(DATABASE)
+      .replace(
+        `@${cluster.primary.host}:${cluster.primary.port},`,
+        `@${proxy.host}:${proxy.port},`,
+      );
+    const opened = await openPgDriver({ connectionString: url });
+    driver = opened;
+    await opened.transaction((tx) =>
+      tx.query("CREATE TABLE promotion_counter (id int PRIMARY KEY, bumps int NOT NULL)"),
+    );
+    const loss = proxy.arm({
+      mode: "after-commit",
+      when: (statements) =>
+        statements.some((statement) => statement.sql.includes("INSERT INTO promotion_counter")),
+      thenRefuseConnections: true,
+    });
+    let runs = 0;
+    const outcome = opened
+      .transaction(async (tx) => {
+        runs += 1;
+        await tx.query("INSERT INTO promotion_counter (id, bumps) VALUES (1, 1)");
+        return "bumped";
+      })
+      .then(
+        (value) => ({ value }),
+        (error: unknown) => ({ error }),
+      );
+    await loss;
+    await cluster.crashPrimary();
+    expect(await cluster.promoteStandby()).toBe(2);
+    const settled = await outcome;
+    expect("error" in settled && isUnknownCommitOutcome(settled.error)).toBe(true);
+    expect(runs).toBe(1);
+    // The replay path: read what is durable on the new primary.
+    const rows = await opened.transaction((tx) =>
+      tx.query<{ bumps: number; port: number }>(
+        "SELECT bumps, inet_server_port() AS port FROM promotion_counter",
+      ),
+    );
+    expect(rows).toEqual([{ bumps: 1, port: cluster.standby.port }]);
   });
 });

@@ -11,7 +11,9 @@ import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import { uuidv7Ids } from "../../runtimes/shared/uuidv7.ts";
+import type { SqlDriver } from "../../storage/driver.ts";
 import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
+import { isUnknownCommitOutcome } from "../../storage/postgres/transaction.ts";
 import { openPostgresStore } from "../../storage/postgres/store.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { diamondManifest, SequentialSecrets, task } from "../support/fixtures.ts";
@@ -27,12 +29,13 @@ import { waitFor } from "../support/wait.ts";
 
 /**
  * Lost COMMITs on the wire: a coordinator (and a lease service, the coordinator a worker talks
- * to) reach a real PostgreSQL through a TCP proxy that breaks the connection at COMMIT. After
- * the COMMIT is applied and its answer lost, the store reports an unknown outcome (never a
- * blind retry); the next cycle reads what is durable and converges: no second admission, no
- * second spawn or lease, no completion lost or doubled, events numbered without a gap. When the
- * connection breaks before COMMIT reaches the server, nothing was applied and the next cycle
- * applies it once.
+ * to) reach a real PostgreSQL through a TCP proxy that breaks the connection at COMMIT. The
+ * driver recorded the transaction id before COMMIT and asks the server about it on a new
+ * connection: a COMMIT that was applied answers the caller as if nothing had been lost, one
+ * that never reached the server is run again, and nothing is applied twice. When the server
+ * cannot be asked (the partition outlasts the connection), the caller hears an unknown outcome
+ * and its replay path reads what is durable. In every case: no second admission, no second spawn
+ * or lease, no completion lost or doubled, events numbered without a gap.
  */
 
 const clock: Clock = { nowMs: () => Date.now() };
@@ -61,6 +64,8 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
   let proxy: TcpProxy;
   /** Through the proxy: everything under test. */
   let store: SqlStore;
+  /** Through the proxy, giving up on a server it cannot reach after a few tries. */
+  let impatient: SqlStore;
   /** Straight to the server: set-up and inspection. */
   let direct: SqlStore;
   let executor: SimulatedExecutor;
@@ -80,6 +85,15 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
       Date.now(),
       { clock: "database" },
     );
+    impatient = await openPostgresStore(
+      await openPgDriver({
+        connectionString: urlThroughProxy(database.url, proxy),
+        poolSize: 2,
+        reconnect: { maxAttempts: 3, baseDelayMs: 20, maxDelayMs: 50 },
+      }),
+      Date.now(),
+      { clock: "database" },
+    );
     executor = new SimulatedExecutor({
       clock,
       prng: new Prng(11),
@@ -95,9 +109,13 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
     });
     await coordinator.recover();
   });
-  afterEach(() => proxy?.disarm());
+  afterEach(() => {
+    proxy?.disarm();
+    proxy?.acceptConnections();
+  });
   afterAll(async () => {
     await store?.close();
+    await impatient?.close();
     await direct?.close();
     await proxy?.close();
     await database?.drop();
@@ -179,59 +197,64 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
     expect(toSucceeded).toHaveLength(steps);
   }
 
-  it("admission: the attempt committed, the answer lost; the next cycle admits nothing twice", async () => {
+  it("admission: the attempt committed, the answer lost; the driver learns it committed, nothing is admitted twice", async () => {
     const runId = await startWorkflow(diamondManifest("lost-admission"), "diamond");
     const loss = proxy.arm({ mode: "after-commit", when: insertsAttempt });
     const errors = await tickUntil(loss, "the admission COMMIT is lost");
-    expect(errors.some((message) => /during COMMIT/.test(message))).toBe(true);
-    // The commit went through: the attempt exists although the coordinator was told otherwise.
+    // The server said the transaction committed: the stage never heard of the lost answer.
+    expect(errors).toEqual([]);
     expect((await attemptsOf(runId)).length).toBeGreaterThanOrEqual(1);
     await finish(runId);
     await expectExactReplay(runId, 4);
   });
 
-  it("dispatch: `starting` committed, the answer lost; the step is spawned exactly once", async () => {
+  it("dispatch: `starting` committed, the answer lost; the launcher still gets it and spawns once", async () => {
     const runId = await startWorkflow(diamondManifest("lost-dispatch"), "diamond");
     const loss = proxy.arm({ mode: "after-commit", when: writesAttemptStatus("starting") });
     const errors = await tickUntil(loss, "the dispatch COMMIT is lost");
-    expect(errors.some((message) => /during COMMIT/.test(message))).toBe(true);
+    expect(errors).toEqual([]);
     const lost = (await loss).statements.find((statement) =>
       /^\s*UPDATE run_attempts/i.test(statement.sql),
     );
     await finish(runId);
     await expectExactReplay(runId, 4);
-    // The attempt whose `starting` answer was lost was never handed to a launcher: it ends lost
-    // without a spawn, and its step ran once under a new epoch.
+    // The attempt whose `starting` answer was lost is the one that ran: no attempt ended lost.
     const attemptId = lost?.params.at(-2);
-    const attempt = (await attemptsOf(runId)).find((candidate) => candidate.id === attemptId);
-    expect(attempt?.status).toBe("lost");
-    expect(executor.spawnCounts.get(attemptId ?? "") ?? 0).toBe(0);
+    const attempts = await attemptsOf(runId);
+    expect(attempts.find((candidate) => candidate.id === attemptId)?.status).toBe("succeeded");
+    expect(attempts.filter((attempt) => attempt.status === "lost")).toEqual([]);
+    expect(executor.spawnCounts.get(attemptId ?? "") ?? 0).toBe(1);
   });
 
   it("completion: `succeeded` committed, the answer lost; recorded once, the run goes on", async () => {
     const runId = await startWorkflow(diamondManifest("lost-completion"), "diamond");
     const loss = proxy.arm({ mode: "after-commit", when: writesAttemptStatus("succeeded") });
     const errors = await tickUntil(loss, "the completion COMMIT is lost");
-    expect(errors.some((message) => /during COMMIT/.test(message))).toBe(true);
+    expect(errors).toEqual([]);
     await finish(runId);
     await expectExactReplay(runId, 4);
   });
 
-  it("lease completion: the worker's report committed, the answer lost; its retry is a replay", async () => {
-    const pool = "pool-lost-lease";
+  /**
+   * A worker's lease completion whose COMMIT answer is lost. When the server can be asked, the
+   * report is answered as applied; when it cannot (`unreachable`), the report fails as unknown
+   * and the worker's retry of it is answered `replayed` from the durable state.
+   */
+  async function leaseCompletionLost(name: string, unreachable: boolean): Promise<void> {
+    const pool = `pool-${name}`;
     const manifest: Manifest = {
-      ...diamondManifest("lost-lease", {
+      ...diamondManifest(name, {
         tasks: [task("work", ["true"], { executor: "remote_worker", pool })],
       }),
     };
     const runId = await startWorkflow(manifest, "diamond");
     const leases = new LeaseService({
-      store,
+      store: unreachable ? impatient : store,
       clock,
       secrets: new SequentialSecrets(),
       ttlMs: 30_000,
     });
-    const worker = "worker-lost-lease";
+    const worker = `worker-${name}`;
     const completedOnce = new Map<string, number>();
     let lostAnswers = 0;
     await waitFor(
@@ -265,14 +288,24 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
             const loss = proxy.arm({
               mode: "after-commit",
               when: writesAttemptStatus("succeeded"),
+              thenRefuseConnections: unreachable,
             });
-            const error = await leases.complete(lease.attemptId, fence, facts).then(
-              () => undefined,
-              (caught: unknown) => caught,
+            const outcome = await leases.complete(lease.attemptId, fence, facts).then(
+              (answer) => ({ answer }),
+              (error: unknown) => ({ error }),
             );
-            expect(isQlrError(error, "storage_unavailable")).toBe(true);
             expect((await loss).mode).toBe("after-commit");
             lostAnswers += 1;
+            if (!unreachable) {
+              // The server vouched for the commit: the report is answered as applied.
+              expect(outcome).toEqual({ answer: { status: "succeeded", replayed: false } });
+            } else {
+              expect("error" in outcome && isQlrError(outcome.error, "storage_unavailable")).toBe(
+                true,
+              );
+              expect(String((outcome as { error: unknown }).error)).toMatch(/during COMMIT/);
+              proxy.acceptConnections();
+            }
             // The worker retries its report: answered from the durable state, nothing written again.
             const eventsBefore = await eventsOf(runId);
             expect(await leases.complete(lease.attemptId, fence, facts)).toEqual({
@@ -304,17 +337,121 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
         (event) => event.type === "attempt.status_changed" && event.data.to === "succeeded",
       ),
     ).toHaveLength(4);
-  });
+  }
 
-  it("a connection lost before COMMIT reached the server applied nothing; the next cycle applies it once", async () => {
+  it("lease completion: the worker's report committed, the answer lost; the server vouches for it", () =>
+    leaseCompletionLost("lost-lease", false));
+
+  it("lease completion: the answer lost and the server out of reach; the outcome is unknown and the worker's retry is a replay", () =>
+    leaseCompletionLost("lost-lease-unreachable", true));
+
+  it("a connection lost before COMMIT reached the server applied nothing; the driver learns it aborted and applies it once", async () => {
     const runId = await startWorkflow(diamondManifest("lost-before-commit"), "diamond");
     const loss = proxy.arm({ mode: "before-commit", when: insertsAttempt });
     const errors = await tickUntil(loss, "the admission COMMIT never reaches the server");
-    // The client cannot tell this from a lost answer: it reports an unknown outcome as well.
-    expect(errors.some((message) => /during COMMIT/.test(message))).toBe(true);
-    // But nothing was applied: no attempt exists until the next cycle admits one.
-    expect(await attemptsOf(runId)).toEqual([]);
+    // The server reported the transaction aborted, so the driver ran it again within the same call.
+    expect(errors).toEqual([]);
+    const admitted = await attemptsOf(runId);
+    expect(admitted.length).toBeGreaterThanOrEqual(1);
+    expect(new Set(admitted.map((attempt) => attempt.stepRunId)).size).toBe(admitted.length);
     await finish(runId);
     await expectExactReplay(runId, 4);
+  });
+});
+
+/**
+ * The driver alone, on a counter no transaction may bump twice: the store's transactions re-read
+ * their state and would hide a second run, this one would not.
+ */
+describe("the pg driver settles a lost COMMIT with the server", { timeout: 120_000 }, () => {
+  let database: TestDatabase;
+  let proxy: TcpProxy;
+  let driver: SqlDriver;
+  let direct: SqlDriver;
+  const name = "lost_commit_counter";
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    const server = new URL(database.url);
+    proxy = await startTcpProxy({ host: server.hostname, port: Number(server.port) });
+    direct = await openPgDriver({ connectionString: database.url });
+    driver = await openPgDriver({
+      connectionString: urlThroughProxy(database.url, proxy),
+      reconnect: { maxAttempts: 3, baseDelayMs: 20, maxDelayMs: 50 },
+    });
+    await direct.transaction((tx) =>
+      tx.query(`CREATE TABLE ${name} (id int PRIMARY KEY, bumps int NOT NULL)`),
+    );
+  });
+  afterEach(() => {
+    proxy?.disarm();
+    proxy?.acceptConnections();
+  });
+  afterAll(async () => {
+    await driver?.close();
+    await direct?.close();
+    await proxy?.close();
+    await database?.drop();
+  });
+
+  const bumps = async (id: number): Promise<number | undefined> =>
+    (
+      await direct.transaction((tx) =>
+        tx.query<{ bumps: number }>(`SELECT bumps FROM ${name} WHERE id = $1`, [id]),
+      )
+    )[0]?.bumps;
+
+  /** Bumps row `id` once per run of the transaction; returns what it computed and how often it ran. */
+  async function bump(id: number): Promise<{ value: string; runs: number }> {
+    let runs = 0;
+    const value = await driver.transaction(async (tx) => {
+      runs += 1;
+      await tx.query(
+        `INSERT INTO ${name} (id, bumps) VALUES ($1, 1) ON CONFLICT (id) DO UPDATE SET bumps = ${name}.bumps + 1`,
+        [id],
+      );
+      return `bumped ${id}`;
+    });
+    return { value, runs };
+  }
+
+  const bumpsRow = (statements: readonly ProxiedStatement[]): boolean =>
+    statements.some((statement) => statement.sql.includes(`INSERT INTO ${name}`));
+
+  it("committed: the call answers with the transaction's value, run once", async () => {
+    const loss = proxy.arm({ mode: "after-commit", when: bumpsRow });
+    expect(await bump(1)).toEqual({ value: "bumped 1", runs: 1 });
+    expect((await loss).mode).toBe("after-commit");
+    expect(await bumps(1)).toBe(1);
+  });
+
+  it("aborted: COMMIT never reached the server; the call runs it again and it applies once", async () => {
+    const loss = proxy.arm({ mode: "before-commit", when: bumpsRow });
+    expect(await bump(2)).toEqual({ value: "bumped 2", runs: 2 });
+    expect((await loss).mode).toBe("before-commit");
+    expect(await bumps(2)).toBe(1);
+  });
+
+  it("a transaction that wrote nothing is run again without asking", async () => {
+    const loss = proxy.arm({ mode: "after-commit" });
+    let runs = 0;
+    const rows = await driver.transaction(async (tx) => {
+      runs += 1;
+      return tx.query<{ one: number }>("SELECT 1 AS one");
+    });
+    expect((await loss).mode).toBe("after-commit");
+    expect({ rows, runs }).toEqual({ rows: [{ one: 1 }], runs: 2 });
+  });
+
+  it("unknown: the server cannot be asked; the caller hears an unknown outcome and the write stands once", async () => {
+    const loss = proxy.arm({ mode: "after-commit", when: bumpsRow, thenRefuseConnections: true });
+    const outcome = await bump(3).then(
+      (answer) => ({ answer }),
+      (error: unknown) => ({ error }),
+    );
+    await loss;
+    proxy.acceptConnections();
+    expect("error" in outcome && isUnknownCommitOutcome(outcome.error)).toBe(true);
+    expect(await bumps(3)).toBe(1);
   });
 });

