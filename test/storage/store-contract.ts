@@ -112,10 +112,14 @@ export function describeStoreContract(factory: DriverFactory): void {
       return nowMs;
     }
 
-    async function newWorkflowRun(packageName: string): Promise<string> {
+    /** Applies the package (default: the plain diamond) and starts its workflow `diamond`. */
+    async function newWorkflowRun(
+      packageName: string,
+      manifest: Manifest = diamondManifest(packageName),
+    ): Promise<string> {
       return store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
-        await applyPackage(tx, diamondManifest(packageName), nowMs);
+        await applyPackage(tx, manifest, nowMs);
         const { run } = await startDiamond(tx, packageName, nowMs);
         return run.id;
       });
@@ -812,13 +816,7 @@ export function describeStoreContract(factory: DriverFactory): void {
           notify: [hook, { kind: "command" as const, argv: ["logger", "x"] }],
         })),
       };
-      const start = async (): Promise<string> =>
-        store.transaction(async (tx) => {
-          const nowMs = await tx.observe(clock.nowMs());
-          await applyPackage(tx, manifest, nowMs);
-          const { run } = await startDiamond(tx, "notify-pkg", nowMs);
-          return run.id;
-        });
+      const start = (): Promise<string> => newWorkflowRun("notify-pkg", manifest);
       const settle = async (
         runId: string,
         status: "failed" | "succeeded" | "lost",
@@ -916,12 +914,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         tasks: base.tasks.map((spec) => ({ ...spec, notify: [taskHook] })),
         workflows: base.workflows.map((workflow) => ({ ...workflow, notify: [workflowHook] })),
       };
-      const runId = await store.transaction(async (tx) => {
-        const nowMs = await tx.observe(clock.nowMs());
-        await applyPackage(tx, manifest, nowMs);
-        const { run } = await startDiamond(tx, "step-notify-pkg", nowMs);
-        return run.id;
-      });
+      const runId = await newWorkflowRun("step-notify-pkg", manifest);
       const settleStep = async (
         name: string,
         status: "failed" | "timed_out" | "succeeded",
