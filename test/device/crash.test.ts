@@ -141,10 +141,11 @@ class World {
     served: Served,
     runId: string,
     decision: string,
+    reason: string | null = null,
   ): Promise<AttemptView | undefined> {
     const [attempt] = attemptsOf(await served.api.run(runId), "a");
     expect(recoveryOf(await served.api.recovery(), attempt?.id)).toEqual([
-      { attemptId: attempt?.id, decision, reason: null },
+      { attemptId: attempt?.id, decision, reason },
     ]);
     return attempt;
   }
@@ -250,30 +251,74 @@ function recoveryOf(entries: readonly RecoveryView[], attemptId: string | undefi
   return entries.filter((entry) => entry.attemptId === attemptId);
 }
 
-const SUCCEEDED_PAIR = {
-  run: "succeeded",
-  steps: { a: "succeeded", b: "succeeded" },
-  spawns: { a: 1, b: 1 },
-} as const;
+/** A run's expected history: its end, each step's end, how often each step's task spawned. */
+function history(
+  run: string,
+  steps: Record<string, string>,
+  spawns: Record<string, number>,
+  more: Partial<ReplayExpectation> = {},
+): ReplayExpectation {
+  return { run, steps, spawns, ...more };
+}
 
-const CANCELLED_PAIR = {
-  run: "cancelled",
-  steps: { a: "cancelled", b: "cancelled" },
-  spawns: { a: 1 },
-  stopRequests: 1,
-} as const;
+const SUCCEEDED_PAIR = history("succeeded", { a: "succeeded", b: "succeeded" }, { a: 1, b: 1 });
+/** A one-step workflow `pipeline` (step a alone) that succeeded. */
+const SUCCEEDED_SINGLE = history("succeeded", { a: "succeeded" }, { a: 1 });
+/** The pair when step a failed once and its retry succeeded. */
+const RETRIED_PAIR = history("succeeded", { a: "succeeded", b: "succeeded" }, { a: 2, b: 1 });
+const SUCCEEDED_FAN = history(
+  "succeeded",
+  { root: "succeeded", x: "succeeded", y: "succeeded", z: "succeeded" },
+  { root: 1, x: 1, y: 1, z: 1 },
+);
+const CANCELLED_PAIR = history(
+  "cancelled",
+  { a: "cancelled", b: "cancelled" },
+  { a: 1 },
+  { stopRequests: 1 },
+);
+/** The pair whose step a was stopped at its deadline, once. */
+const TIMED_OUT_PAIR = history("failed", { a: "timed_out", b: "skipped" }, { a: 1 });
+/** Step a failed (or was lost) once; b skipped. */
+const FAILED_PAIR = history("failed", { a: "failed", b: "skipped" }, { a: 1 });
+/** Shutdown stops a (not idempotent): its step failed, b skipped. */
+const SHUTDOWN_PAIR = { ...FAILED_PAIR, stopRequests: 1 };
+/** A cancelled pair whose step a could leave no receipt (its supervisor was SIGKILLed). */
+const LOST_UNDER_CANCEL_PAIR = history(
+  "cancelled",
+  { a: "failed", b: "cancelled" },
+  { a: 1 },
+  { stopRequests: 1, supervisorKilled: true },
+);
 
-/** A cancelled pair: a was stopped for the cancel (its receipt says so), b never ran. */
-async function expectCancelledPair(
-  world: World,
-  served: Served,
-  runId: string,
-): Promise<RunDetail> {
-  const detail = await world.replayed(served, runId, CANCELLED_PAIR);
+const NO_PROCESS_HANDLE = "no persisted process handle to inspect";
+const LOST_ON_TRUSTED_EVIDENCE =
+  "trusted evidence: the exact process is not running and left no receipt";
+
+/** Every decision recovery took at the reopen, for any attempt, in order. */
+async function expectDecisions(served: Served, decisions: readonly string[]): Promise<void> {
+  expect((await served.api.recovery()).map((entry) => entry.decision)).toEqual(decisions);
+}
+
+/** A was stopped for the cancel, and its receipt says so. */
+async function expectStoppedForCancel(world: World, detail: RunDetail): Promise<void> {
   const [attempt] = attemptsOf(detail, "a");
   expect(attempt).toMatchObject({ status: "cancelled", stopReason: "cancel" });
   expect((await readReceipt(world.dir.stateDir, attempt?.id ?? ""))?.stopReason).toBe("cancel");
-  return detail;
+}
+
+/** A was stopped for the shutdown: cancelled, once. */
+function expectStoppedForShutdown(_world: World, detail: RunDetail): void {
+  expect(attemptsOf(detail, "a")).toEqual([
+    expect.objectContaining({ status: "cancelled", stopReason: "shutdown" }),
+  ]);
+}
+
+/** A with no receipt possible: lost on trusted evidence, never re-run. */
+async function expectLostWithoutReceipt(world: World, detail: RunDetail): Promise<void> {
+  const [attempt] = attemptsOf(detail, "a");
+  expect(attempt).toMatchObject({ status: "lost", error: LOST_ON_TRUSTED_EVIDENCE });
+  expect(await readReceipt(world.dir.stateDir, attempt?.id ?? "")).toBeNull();
 }
 
 /** Starts the pair, waits for a to run, then cancels (the cancel's answer may be torn). */
@@ -296,39 +341,60 @@ async function startTolerant(served: Served): Promise<void> {
   await served.api.startWorkflow(PACKAGE, "pipeline").catch(() => null);
 }
 
-/** Shutdown stops a (not idempotent): cancelled for shutdown, its step failed, b skipped. */
-async function expectShutdownSettled(world: World, served: Served, runId: string): Promise<void> {
-  const detail = await world.replayed(served, runId, {
-    run: "failed",
-    steps: { a: "failed", b: "skipped" },
-    spawns: { a: 1 },
-    stopRequests: 1,
-  });
-  expect(attemptsOf(detail, "a")).toEqual([
-    expect.objectContaining({ status: "cancelled", stopReason: "shutdown" }),
-  ]);
+/** Starts the fan; the answer may be torn by a fault in the first cycles. */
+async function startFanTolerant(served: Served): Promise<void> {
+  await served.api.startWorkflow(PACKAGE, "fan").catch(() => null);
 }
 
-/** A with no receipt possible (its supervisor was SIGKILLed): lost on trusted evidence, never re-run. */
-async function expectLostUnderCancel(world: World, served: Served, runId: string): Promise<void> {
-  const detail = await world.replayed(served, runId, {
-    run: "cancelled",
-    steps: { a: "failed", b: "cancelled" },
-    spawns: { a: 1 },
-    stopRequests: 1,
-    supervisorKilled: true,
-  });
-  const [attempt] = attemptsOf(detail, "a");
-  expect(attempt).toMatchObject({
-    status: "lost",
-    error: "trusted evidence: the exact process is not running and left no receipt",
-  });
-  expect(await readReceipt(world.dir.stateDir, attempt?.id ?? "")).toBeNull();
+/** The attempt ids the launcher spawned, from the spawn records on the state dir. */
+function spawnedAttemptIds(world: World): string[] {
+  return readdirSync(join(world.dir.stateDir, "spawns")).map((name) => name.replace(/\.json$/, ""));
 }
+
+/** Waits, with no runtime up, until every spawned attempt's supervisor wrote its receipt. */
+async function receiptsWrittenWhileDown(world: World): Promise<void> {
+  for (const attemptId of spawnedAttemptIds(world))
+    await waitFor("a receipt written while the runtime is down", async () =>
+      (await readReceipt(world.dir.stateDir, attemptId)) === null ? null : true,
+    );
+}
+
+/**
+ * Workflow `pipeline` (step a alone, waiting for its gate), which the schedule `everySecond`
+ * starts where `enabled`.
+ */
+async function everySecond(dir: Scratch, enabled: boolean): Promise<string> {
+  const { file } = await dir.manifest(
+    PACKAGE,
+    { ta: dir.task({ label: "a", then: gated(dir) }) },
+    { pipeline: { steps: { a: { task: "ta" } } } },
+    {
+      schedules: { everySecond: { cron: "* * * * * *", workflow: "pipeline", enabled } },
+      fileName: enabled ? "enabled.json" : "disabled.json",
+    },
+  );
+  return file;
+}
+
+/** The pair with step a waiting for its gate. */
+const gatedPair = (dir: Scratch): Promise<string> => pair(dir, { a: gated(dir) });
+
+/** The pair with step a ignoring SIGTERM while it waits for its gate. */
+const ignoringTermPair = (dir: Scratch): Promise<string> => pair(dir, { a: ignoringTerm(dir) });
+
+/** The pair whose step a fails once and is retried (idempotent). */
+const failingOncePair = (dir: Scratch): Promise<string> =>
+  pair(dir, { a: FAIL_ONCE, aRetry: { max: 1, idempotent: true } });
+
+/** The pair whose gated step a has a deadline. */
+const deadlinePair =
+  (timeout: string) =>
+  (dir: Scratch): Promise<string> =>
+    pair(dir, { a: gated(dir), aTimeout: timeout });
 
 // ---- the matrix ------------------------------------------------------------------------------
 
-interface CrashCase {
+interface CaseWindow {
   readonly group: Group;
   /** The window, in words. */
   readonly window: string;
@@ -336,7 +402,95 @@ interface CrashCase {
   readonly points: readonly DeviceFaultPoint[];
   /** Whether the case also SIGKILLs the resident supervisor. */
   readonly supervisorKilled?: boolean;
+}
+
+/**
+ * A case of the usual shape, run by `runFlow`: a SIGKILL at each of the case's points (the
+ * first while the runtime does what the case drives, the later ones in the next runtime's own
+ * recovery), one reopen, the run awaited and its history checked. Only what the window changes
+ * is written down.
+ */
+interface FlowCase extends CaseWindow {
+  /** Writes the package the crashing runtime applies (default: the pair). */
+  readonly manifest?: (dir: Scratch) => Promise<string>;
+  /** Which reach of the first point kills (default: the first). */
+  readonly occurrence?: number;
+  /** What the crashing runtime is asked to do (default: start the pair, tolerating a torn answer). */
+  readonly drive?: (served: Served) => Promise<void>;
+  /** Writes a package the reopen applies (default: none). */
+  readonly reopenApplies?: (dir: Scratch) => Promise<string>;
+  /** What happens with no runtime up, between the SIGKILL(s) and the reopen. */
+  readonly whileDown?: (world: World) => Promise<void>;
+  /**
+   * What recovery decided at the reopen for step a's first attempt (`"nothing"`: no decision
+   * for any attempt).
+   */
+  readonly recovered?: "nothing" | { readonly decision: string; readonly reason?: string };
+  /** Checks at the reopen, before the run is awaited (given step a's first attempt then). */
+  readonly atReopen?: (
+    world: World,
+    served: Served,
+    runId: string,
+    firstAttempt: AttemptView | undefined,
+  ) => Promise<void> | void;
+  /** The ended run's whole history, for the history checker. */
+  readonly replays: ReplayExpectation | ((detail: RunDetail) => ReplayExpectation);
+  /** How many attempts the run made in all, once it ended. */
+  readonly attemptsInAll?: number;
+  /** The statuses of step a's attempts, in order, once the run ended. */
+  readonly attemptsOfA?: readonly string[];
+  /** Checks on the ended run. */
+  readonly onceEnded?: (world: World, detail: RunDetail, served: Served) => Promise<void> | void;
+}
+
+/** A case whose steps differ from that shape: a rerun, a second crash the case drives itself. */
+interface ScriptedCase extends CaseWindow {
   readonly run: (world: World) => Promise<void>;
+}
+
+type CrashCase = FlowCase | ScriptedCase;
+
+/**
+ * Applies the case's package, SIGKILLs the runtime at its point (and the supervisor where the
+ * case says), lets the down time pass as the case says, reopens, checks what recovery decided,
+ * awaits the run and checks its history, then stops the runtime cleanly.
+ */
+async function runFlow(world: World, crash: FlowCase): Promise<void> {
+  const [first, ...later] = crash.points;
+  if (first === undefined) throw new Error(`a case names its fault points: ${crash.window}`);
+  const file = await (crash.manifest ?? pair)(world.dir);
+  const reopenFile = await crash.reopenApplies?.(world.dir);
+  await world.crash(first, {
+    ...(crash.occurrence === undefined ? {} : { occurrence: crash.occurrence }),
+    apply: [file],
+    drive: crash.drive ?? startTolerant,
+  });
+  for (const point of later) await world.crash(point);
+  if (crash.supervisorKilled === true) await world.killSupervisor();
+  await crash.whileDown?.(world);
+  const { served, runId } = await world.reopen(
+    reopenFile === undefined ? {} : { apply: [reopenFile] },
+  );
+  if (crash.recovered === "nothing") expect(await served.api.recovery()).toEqual([]);
+  else if (crash.recovered !== undefined)
+    await world.expectRecovered(served, runId, crash.recovered.decision, crash.recovered.reason);
+  const reopened = await served.api.run(runId);
+  const firstAttempt = reopened.steps.some((step) => step.name === "a")
+    ? attemptsOf(reopened, "a")[0]
+    : undefined;
+  await crash.atReopen?.(world, served, runId, firstAttempt);
+  const detail = await served.api.waitTerminal(runId, 60_000);
+  const expected = typeof crash.replays === "function" ? crash.replays(detail) : crash.replays;
+  await expectExactReplay(world.dir, served.api, detail, expected);
+  if (crash.attemptsInAll !== undefined) expect(detail.attempts).toHaveLength(crash.attemptsInAll);
+  if (crash.attemptsOfA !== undefined)
+    expect(attemptsOf(detail, "a").map((attempt) => attempt.status)).toEqual(crash.attemptsOfA);
+  await crash.onceEnded?.(world, detail, served);
+  await world.finish(served);
+}
+
+function runCase(world: World, crash: CrashCase): Promise<void> {
+  return "run" in crash ? crash.run(world) : runFlow(world, crash);
 }
 
 const CASES: readonly CrashCase[] = [
@@ -346,17 +500,13 @@ const CASES: readonly CrashCase[] = [
     window:
       "a run start committed, its answer lost before any cycle saw it; the retry with the same idempotency key finds that run",
     points: [API_AFTER_CHANGE],
-    run: async (world) => {
-      const file = await pair(world.dir);
-      await world.crash(API_AFTER_CHANGE, {
-        apply: [file],
-        drive: async (served) => {
-          await served.api.client
-            .startRun({ package: PACKAGE, workflow: "pipeline", idempotencyKey: "deploy-1" })
-            .catch(() => null);
-        },
-      });
-      const { served, runId } = await world.reopen();
+    drive: async (served) => {
+      await served.api.client
+        .startRun({ package: PACKAGE, workflow: "pipeline", idempotencyKey: "deploy-1" })
+        .catch(() => null);
+    },
+    recovered: "nothing",
+    atReopen: async (_world, served, runId) => {
       const again = await served.api.call<{ run: { id: string } }>("POST", "/runs", {
         text: JSON.stringify({
           package: PACKAGE,
@@ -366,120 +516,80 @@ const CASES: readonly CrashCase[] = [
         contentType: "application/json",
       });
       expect(again).toMatchObject({ status: 200, body: { run: { id: runId } } });
-      await world.replayed(served, runId, SUCCEEDED_PAIR);
-      expect(await served.api.recovery()).toEqual([]);
-      await world.finish(served);
     },
+    replays: SUCCEEDED_PAIR,
   },
   {
     group: "admission",
     window: "the first frontier page committed (root ready), before its admission ledger commit",
     points: ["frontier.after_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir);
-      await world.crash("frontier.after_commit", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      const before = await served.api.run(runId);
-      expect(stepNamed(before, "a").status).not.toBe("pending");
-      expect(await served.api.recovery()).toEqual([]);
-      const detail = await world.replayed(served, runId, SUCCEEDED_PAIR);
-      expect(detail.attempts).toHaveLength(2);
-      await world.finish(served);
+    recovered: "nothing",
+    atReopen: async (_world, served, runId) => {
+      expect(stepNamed(await served.api.run(runId), "a").status).not.toBe("pending");
     },
+    replays: SUCCEEDED_PAIR,
+    attemptsInAll: 2,
   },
   {
     group: "admission",
     window:
       "after the admission ledger commit: the orphaned claim never crossed the start barrier → lost, new ready epoch, admitted once more, spawned once",
     points: ["admission.after_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir);
-      await world.crash("admission.after_commit", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      const [first] = attemptsOf(await served.api.run(runId), "a");
-      expect(recoveryOf(await served.api.recovery(), first?.id)).toEqual([
-        {
-          attemptId: first?.id,
-          decision: "lost_new_epoch",
-          reason: "orphaned claim never crossed the start barrier",
-        },
-      ]);
-      expect(await readJournal(world.dir.stateDir, first?.id ?? "")).toBeNull();
-      const detail = await world.replayed(served, runId, SUCCEEDED_PAIR);
-      expect(attemptsOf(detail, "a").map((attempt) => attempt.status)).toEqual([
-        "lost",
-        "succeeded",
-      ]);
-      await world.finish(served);
+    recovered: {
+      decision: "lost_new_epoch",
+      reason: "orphaned claim never crossed the start barrier",
     },
+    atReopen: async (world, _served, _runId, first) => {
+      expect(await readJournal(world.dir.stateDir, first?.id ?? "")).toBeNull();
+    },
+    replays: SUCCEEDED_PAIR,
+    attemptsOfA: ["lost", "succeeded"],
   },
   {
     group: "admission",
     window:
       "after the dispatch commit (starting), before the journal: never spawned → lost, new ready epoch",
     points: ["dispatch.after_starting"],
-    run: async (world) => {
-      const file = await pair(world.dir);
-      await world.crash("dispatch.after_starting", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      const [first] = attemptsOf(await served.api.run(runId), "a");
-      expect(recoveryOf(await served.api.recovery(), first?.id)).toEqual([
-        {
-          attemptId: first?.id,
-          decision: "lost_new_epoch",
-          reason: "no journal record: the process was never spawned",
-        },
-      ]);
-      await world.replayed(served, runId, SUCCEEDED_PAIR);
-      await world.finish(served);
+    recovered: {
+      decision: "lost_new_epoch",
+      reason: "no journal record: the process was never spawned",
     },
+    replays: SUCCEEDED_PAIR,
   },
   {
     group: "admission",
     window:
       "after the journal, before the spawn record: provably never spawned (no record, no supervisor that could write one) → lost, new ready epoch",
     points: ["launch.after_journal"],
-    run: async (world) => {
-      const file = await pair(world.dir);
-      await world.crash("launch.after_journal", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      const [first] = attemptsOf(await served.api.run(runId), "a");
-      expect(recoveryOf(await served.api.recovery(), first?.id)).toEqual([
-        {
-          attemptId: first?.id,
-          decision: "lost_new_epoch",
-          reason:
-            "journaled but never spawned: no spawn record and no supervisor that could still write one",
-        },
-      ]);
-      expect(await readJournal(world.dir.stateDir, first?.id ?? "")).not.toBeNull();
-      await world.replayed(served, runId, SUCCEEDED_PAIR);
-      await world.finish(served);
+    recovered: {
+      decision: "lost_new_epoch",
+      reason:
+        "journaled but never spawned: no spawn record and no supervisor that could still write one",
     },
+    atReopen: async (world, _served, _runId, first) => {
+      expect(await readJournal(world.dir.stateDir, first?.id ?? "")).not.toBeNull();
+    },
+    replays: SUCCEEDED_PAIR,
   },
   {
     group: "admission",
     window:
       "after the spawn, before the running commit: no persisted handle → fails closed while it runs; its receipt then completes it ready → running → terminal with the journal's startedAtMs",
     points: ["dispatch.after_spawn"],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash("dispatch.after_spawn", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      const [attempt] = attemptsOf(await served.api.run(runId), "a");
-      const reason = "no persisted process handle to inspect";
-      expect(recoveryOf(await served.api.recovery(), attempt?.id)).toEqual([
-        { attemptId: attempt?.id, decision: "fail_closed", reason },
-      ]);
-      expect(attempt).toMatchObject({ status: "starting", pid: null, error: reason });
+    manifest: gatedPair,
+    recovered: { decision: "fail_closed", reason: NO_PROCESS_HANDLE },
+    atReopen: async (world, served, runId, attempt) => {
+      expect(attempt).toMatchObject({ status: "starting", pid: null, error: NO_PROCESS_HANDLE });
       const [spawn] = await world.dir.spawns();
       expect(await isRunning(spawn?.pid ?? -1)).toBe(true);
       // Cycles without a receipt change nothing: still starting, no second spawn.
       await served.api.tick();
       expect(attemptsOf(await served.api.run(runId), "a")).toEqual([attempt]);
       await world.dir.open(world.dir.gate("a"));
-      const detail = await world.replayed(served, runId, SUCCEEDED_PAIR);
-      const events = await served.api.events(runId);
+    },
+    replays: SUCCEEDED_PAIR,
+    onceEnded: async (world, detail, served) => {
+      const events = await served.api.events(detail.run.id);
       const transitions = events
         .filter(
           (event) =>
@@ -503,7 +613,6 @@ const CASES: readonly CrashCase[] = [
         (await readJournal(world.dir.stateDir, done?.id ?? ""))?.startedAtMs,
       );
       expect(done).toMatchObject({ pid: null, error: null });
-      await world.finish(served);
     },
   },
   {
@@ -511,49 +620,31 @@ const CASES: readonly CrashCase[] = [
     window:
       "after the running commit: the exact identity passes two live inspections → re-adopted, never re-run",
     points: ["dispatch.after_running"],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash("dispatch.after_running", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      const [attempt] = attemptsOf(await served.api.run(runId), "a");
+    manifest: gatedPair,
+    recovered: { decision: "readopt" },
+    atReopen: async (world, _served, _runId, attempt) => {
       const [spawn] = await world.dir.spawns();
-      expect(recoveryOf(await served.api.recovery(), attempt?.id)).toEqual([
-        { attemptId: attempt?.id, decision: "readopt", reason: null },
-      ]);
       expect(attempt).toMatchObject({ status: "running", pid: spawn?.pid });
       await world.dir.open(world.dir.gate("a"));
-      await world.replayed(served, runId, SUCCEEDED_PAIR);
-      await world.finish(served);
     },
+    replays: SUCCEEDED_PAIR,
   },
   {
     group: "admission",
     window:
       "inside a multi-step frontier page: the second admission of the run (the first of the fan-out) committed, its siblings not yet",
     points: ["admission.after_commit"],
-    run: async (world) => {
-      const file = await fan(world.dir);
-      await world.crash("admission.after_commit", {
-        occurrence: 2,
-        apply: [file],
-        drive: (served) =>
-          served.api
-            .startWorkflow(PACKAGE, "fan")
-            .then(() => undefined)
-            .catch(() => undefined),
-      });
-      const { served, runId } = await world.reopen();
-      const recovery = await served.api.recovery();
-      expect(recovery.map((entry) => entry.decision)).toEqual(["lost_new_epoch"]);
-      const detail = await world.replayed(served, runId, {
-        run: "succeeded",
-        steps: { root: "succeeded", x: "succeeded", y: "succeeded", z: "succeeded" },
-        spawns: { root: 1, x: 1, y: 1, z: 1 },
-      });
+    manifest: fan,
+    occurrence: 2,
+    drive: startFanTolerant,
+    atReopen: async (_world, served) => {
+      await expectDecisions(served, ["lost_new_epoch"]);
+    },
+    replays: SUCCEEDED_FAN,
+    attemptsInAll: 5,
+    onceEnded: (_world, detail) => {
       // One orphaned claim among the fan-out, re-admitted once; its siblings admitted once.
       expect(detail.attempts.filter((attempt) => attempt.status === "lost")).toHaveLength(1);
-      expect(detail.attempts).toHaveLength(5);
-      await world.finish(served);
     },
   },
   {
@@ -561,18 +652,10 @@ const CASES: readonly CrashCase[] = [
     window:
       "inside a multi-attempt dispatch page: the fan-out's attempts committed starting (as many as the profile dispatches at once), none journaled",
     points: ["dispatch.after_starting"],
-    run: async (world) => {
-      const file = await fan(world.dir);
-      await world.crash("dispatch.after_starting", {
-        occurrence: 2,
-        apply: [file],
-        drive: (served) =>
-          served.api
-            .startWorkflow(PACKAGE, "fan")
-            .then(() => undefined)
-            .catch(() => undefined),
-      });
-      const { served, runId } = await world.reopen();
+    manifest: fan,
+    occurrence: 2,
+    drive: startFanTolerant,
+    atReopen: async (_world, served) => {
       const recovery = await served.api.recovery();
       expect(recovery.length).toBeGreaterThan(0);
       for (const entry of recovery)
@@ -580,15 +663,12 @@ const CASES: readonly CrashCase[] = [
           decision: "lost_new_epoch",
           reason: "no journal record: the process was never spawned",
         });
-      const detail = await world.replayed(served, runId, {
-        run: "succeeded",
-        steps: { root: "succeeded", x: "succeeded", y: "succeeded", z: "succeeded" },
-        spawns: { root: 1, x: 1, y: 1, z: 1 },
-      });
+    },
+    replays: SUCCEEDED_FAN,
+    onceEnded: async (_world, detail, served) => {
       expect(detail.attempts.filter((attempt) => attempt.status === "lost")).toHaveLength(
-        recovery.length,
+        (await served.api.recovery()).length,
       );
-      await world.finish(served);
     },
   },
   {
@@ -596,67 +676,36 @@ const CASES: readonly CrashCase[] = [
     window:
       "a page of launches spawned and ended while the runtime is down, no running commit: each completed from its receipt, none re-run",
     points: ["dispatch.after_spawn"],
-    run: async (world) => {
-      const file = await fan(world.dir);
-      await world.crash("dispatch.after_spawn", {
-        occurrence: 2,
-        apply: [file],
-        drive: (served) =>
-          served.api
-            .startWorkflow(PACKAGE, "fan")
-            .then(() => undefined)
-            .catch(() => undefined),
-      });
-      // Every spawned task ends at once; its supervisor writes the receipt with no runtime up.
-      const journaled = readdirSync(join(world.dir.stateDir, "spawns")).map((name) =>
-        name.replace(/\.json$/, ""),
-      );
-      for (const attemptId of journaled)
-        await waitFor("a receipt written while the runtime is down", async () =>
-          (await readReceipt(world.dir.stateDir, attemptId)) === null ? null : true,
-        );
-      const { served, runId } = await world.reopen();
+    manifest: fan,
+    occurrence: 2,
+    drive: startFanTolerant,
+    // Every spawned task ends at once; its supervisor writes the receipt with no runtime up.
+    whileDown: receiptsWrittenWhileDown,
+    atReopen: async (_world, served) => {
       const recovery = await served.api.recovery();
       expect(recovery.length).toBeGreaterThan(0);
       for (const entry of recovery) expect(entry).toMatchObject({ decision: "complete" });
-      const detail = await world.replayed(served, runId, {
-        run: "succeeded",
-        steps: { root: "succeeded", x: "succeeded", y: "succeeded", z: "succeeded" },
-        spawns: { root: 1, x: 1, y: 1, z: 1 },
-      });
-      expect(detail.attempts).toHaveLength(4);
-      await world.finish(served);
     },
+    replays: SUCCEEDED_FAN,
+    attemptsInAll: 4,
   },
   {
     group: "admission",
     window:
       "the retry admission after a failed attempt committed (a new ready epoch of an idempotent task), the claim orphaned",
     points: ["admission.after_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir, {
-        a: FAIL_ONCE,
-        aRetry: { max: 1, idempotent: true },
-      });
-      await world.crash("admission.after_commit", {
-        occurrence: 2,
-        apply: [file],
-        drive: startTolerant,
-      });
-      const { served, runId } = await world.reopen();
-      const recovery = await served.api.recovery();
-      expect(recovery.map((entry) => entry.decision)).toEqual(["lost_new_epoch"]);
-      const detail = await world.replayed(served, runId, {
-        run: "succeeded",
-        steps: { a: "succeeded", b: "succeeded" },
-        spawns: { a: 2, b: 1 },
-      });
+    manifest: failingOncePair,
+    occurrence: 2,
+    atReopen: async (_world, served) => {
+      await expectDecisions(served, ["lost_new_epoch"]);
+    },
+    replays: RETRIED_PAIR,
+    onceEnded: (_world, detail) => {
       expect(attemptsOf(detail, "a").map((attempt) => [attempt.status, attempt.exitCode])).toEqual([
         ["failed", 3],
         ["lost", null],
         ["succeeded", 0],
       ]);
-      await world.finish(served);
     },
   },
   {
@@ -664,33 +713,19 @@ const CASES: readonly CrashCase[] = [
     window:
       "the first admission of a run a schedule fired: the schedule fires that slot once, its run is replayed exactly",
     points: ["admission.after_commit"],
-    run: async (world) => {
-      const tasks = { ta: world.dir.task({ label: "a", then: gated(world.dir) }) };
-      const workflows = { pipeline: { steps: { a: { task: "ta" } } } };
-      const { file } = await world.dir.manifest(PACKAGE, tasks, workflows, {
-        schedules: { everySecond: { cron: "* * * * * *", workflow: "pipeline" } },
-      });
-      // The restart applies the same package with the schedule disabled: no later slot fires.
-      const { file: disabled } = await world.dir.manifest(PACKAGE, tasks, workflows, {
-        schedules: {
-          everySecond: { cron: "* * * * * *", workflow: "pipeline", enabled: false },
-        },
-        fileName: "disabled.json",
-      });
-      await world.crash("admission.after_commit", { apply: [file] });
-      const { served, runId } = await world.reopen({ apply: [disabled] });
+    manifest: (dir) => everySecond(dir, true),
+    // The schedule starts the run.
+    drive: () => Promise.resolve(),
+    // The restart applies the same package with the schedule disabled: no later slot fires.
+    reopenApplies: (dir) => everySecond(dir, false),
+    atReopen: async (world, served, runId) => {
       expect((await served.api.run(runId)).run.scheduleName).toBe("everySecond");
-      expect((await served.api.recovery()).map((entry) => entry.decision)).toEqual([
-        "lost_new_epoch",
-      ]);
+      await expectDecisions(served, ["lost_new_epoch"]);
       await world.dir.open(world.dir.gate("a"));
-      await world.replayed(served, runId, {
-        run: "succeeded",
-        steps: { a: "succeeded" },
-        spawns: { a: 1 },
-      });
-      expect(await world.onlyRun(served.api)).toBe(runId);
-      await world.finish(served);
+    },
+    replays: SUCCEEDED_SINGLE,
+    onceEnded: async (world, detail, served) => {
+      expect(await world.onlyRun(served.api)).toBe(detail.run.id);
     },
   },
   {
@@ -718,14 +753,10 @@ const CASES: readonly CrashCase[] = [
       expect(runs.body.runs).toHaveLength(2);
       const rerun = runs.body.runs.find((run) => run.rerunOf === originalId);
       const detail = await served.api.waitTerminal(rerun?.id ?? "", 60_000);
-      expect((await served.api.recovery()).map((entry) => entry.decision)).toEqual([
-        "lost_new_epoch",
-      ]);
+      await expectDecisions(served, ["lost_new_epoch"]);
       const original = await served.api.run(originalId);
       await expectExactReplay(world.dir, served.api, detail, {
-        run: "succeeded",
-        steps: { a: "succeeded", b: "succeeded" },
-        spawns: { a: 2, b: 2 },
+        ...history("succeeded", { a: "succeeded", b: "succeeded" }, { a: 2, b: 2 }),
         otherRuns: [original],
       });
       expect(original.run.status).toBe("succeeded");
@@ -738,13 +769,11 @@ const CASES: readonly CrashCase[] = [
     window:
       "a run with inputs journaled and never spawned: the new epoch's process sees the run's input",
     points: ["launch.after_journal"],
-    run: async (world) => {
-      const seen = world.dir.path("seen-input");
-      const { file } = await world.dir.manifest(
+    manifest: async (dir) => {
+      const seen = dir.path("seen-input");
+      const { file } = await dir.manifest(
         PACKAGE,
-        {
-          ta: world.dir.task({ label: "a", then: `echo "$QLR_INPUT_region" >> '${seen}'` }),
-        },
+        { ta: dir.task({ label: "a", then: `echo "$QLR_INPUT_region" >> '${seen}'` }) },
         {
           pipeline: {
             inputs: { region: { type: "string", required: true } },
@@ -752,26 +781,20 @@ const CASES: readonly CrashCase[] = [
           },
         },
       );
-      await world.crash("launch.after_journal", {
-        apply: [file],
-        drive: (served) =>
-          served.api.client
-            .startRun({ package: PACKAGE, workflow: "pipeline", input: { region: "eu-north" } })
-            .then(() => undefined)
-            .catch(() => undefined),
-      });
-      const { served, runId } = await world.reopen();
-      expect((await served.api.recovery()).map((entry) => entry.decision)).toEqual([
-        "lost_new_epoch",
-      ]);
-      const detail = await world.replayed(served, runId, {
-        run: "succeeded",
-        steps: { a: "succeeded" },
-        spawns: { a: 1 },
-      });
+      return file;
+    },
+    drive: async (served) => {
+      await served.api.client
+        .startRun({ package: PACKAGE, workflow: "pipeline", input: { region: "eu-north" } })
+        .catch(() => null);
+    },
+    atReopen: async (_world, served) => {
+      await expectDecisions(served, ["lost_new_epoch"]);
+    },
+    replays: SUCCEEDED_SINGLE,
+    onceEnded: async (world, detail) => {
       expect(detail.run.input).toEqual({ region: "eu-north" });
-      expect(await readFile(seen, "utf8")).toBe("eu-north\n");
-      await world.finish(served);
+      expect(await readFile(world.dir.path("seen-input"), "utf8")).toBe("eu-north\n");
     },
   },
   {
@@ -779,38 +802,26 @@ const CASES: readonly CrashCase[] = [
     window:
       "a crash in recovery's own new epoch: the re-admission after the first crash is orphaned again → lost again, a third epoch spawns once",
     points: ["admission.after_commit", "admission.after_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir);
-      await world.crash("admission.after_commit", { apply: [file], drive: startTolerant });
-      await world.crash("admission.after_commit");
-      const { served, runId } = await world.reopen();
-      const detail = await world.replayed(served, runId, SUCCEEDED_PAIR);
-      expect(attemptsOf(detail, "a").map((attempt) => attempt.status)).toEqual([
-        "lost",
-        "lost",
-        "succeeded",
-      ]);
-      await world.finish(served);
-    },
+    replays: SUCCEEDED_PAIR,
+    attemptsOfA: ["lost", "lost", "succeeded"],
   },
   {
     group: "admission",
     window:
       "an orphaned claim, then a new generation with another argv applied while the runtime is down: the run's new epoch still runs its own generation",
     points: ["admission.after_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir);
-      const { file: second } = await world.dir.manifest(
+    reopenApplies: async (dir) => {
+      const { file } = await dir.manifest(
         PACKAGE,
-        { ta: world.dir.task({ label: "a2" }), tb: world.dir.task({ label: "b2" }) },
+        { ta: dir.task({ label: "a2" }), tb: dir.task({ label: "b2" }) },
         { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
         { fileName: "generation-2.json" },
       );
-      await world.crash("admission.after_commit", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen({ apply: [second] });
-      const detail = await world.replayed(served, runId, SUCCEEDED_PAIR);
+      return file;
+    },
+    replays: SUCCEEDED_PAIR,
+    onceEnded: (_world, detail) => {
       expect(detail.run.generation).toBe(1);
-      await world.finish(served);
     },
   },
 
@@ -820,208 +831,153 @@ const CASES: readonly CrashCase[] = [
     window:
       "a cancel committed, its answer lost before any cycle saw it: the restart converges the cancel intent and stops the re-adopted process once",
     points: [API_AFTER_CHANGE],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash(API_AFTER_CHANGE, { occurrence: 2, apply: [file], drive: startThenCancel });
-      const { served, runId } = await world.reopen();
-      const before = await served.api.run(runId);
-      expect(before.run.cancelRequestedAtMs).not.toBeNull();
-      const [attempt] = attemptsOf(before, "a");
-      expect(recoveryOf(await served.api.recovery(), attempt?.id)).toEqual([
-        { attemptId: attempt?.id, decision: "readopt", reason: null },
-      ]);
-      await expectCancelledPair(world, served, runId);
-      await world.finish(served);
+    manifest: gatedPair,
+    occurrence: 2,
+    drive: startThenCancel,
+    recovered: { decision: "readopt" },
+    atReopen: async (_world, served, runId) => {
+      expect((await served.api.run(runId)).run.cancelRequestedAtMs).not.toBeNull();
     },
+    replays: CANCELLED_PAIR,
+    onceEnded: expectStoppedForCancel,
   },
   {
     group: "stop",
     window:
       "the cancel's stop intent committed in the store, before the launcher's intent file or any signal",
     points: ["cancellation.after_stop_intent"],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash("cancellation.after_stop_intent", {
-        apply: [file],
-        drive: startThenCancel,
-      });
-      const { served, runId } = await world.reopen();
-      const [attempt] = attemptsOf(await served.api.run(runId), "a");
+    manifest: gatedPair,
+    drive: startThenCancel,
+    recovered: { decision: "readopt" },
+    atReopen: (_world, _served, _runId, attempt) => {
       expect(attempt?.stopReason).toBe("cancel");
-      expect(recoveryOf(await served.api.recovery(), attempt?.id)).toEqual([
-        { attemptId: attempt?.id, decision: "readopt", reason: null },
-      ]);
-      await expectCancelledPair(world, served, runId);
-      await world.finish(served);
     },
+    replays: CANCELLED_PAIR,
+    onceEnded: expectStoppedForCancel,
   },
   {
     group: "stop",
     window: "the launcher's durable stop intent written, before the signal",
     points: [STOP_AFTER_INTENT],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash(STOP_AFTER_INTENT, { apply: [file], drive: startThenCancel });
-      const { served, runId } = await world.reopen();
-      await expectCancelledPair(world, served, runId);
-      await world.finish(served);
-    },
+    manifest: gatedPair,
+    drive: startThenCancel,
+    replays: CANCELLED_PAIR,
+    onceEnded: expectStoppedForCancel,
   },
   {
     group: "stop",
     window:
       "the stop asked of the launcher, the runtime gone before its outcome: the next runtime re-adopts or completes from the receipt",
     points: ["cancellation.after_stop"],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash("cancellation.after_stop", { apply: [file], drive: startThenCancel });
-      const { served, runId } = await world.reopen();
-      const [attempt] = attemptsOf(await served.api.run(runId), "a");
+    manifest: gatedPair,
+    drive: startThenCancel,
+    atReopen: async (_world, served, _runId, attempt) => {
       // Whether the SIGTERM reached the process before the SIGKILL is the kernel's order: either
       // its receipt completes it, or it is re-adopted and stopped again. Both are exact.
       const decisions = recoveryOf(await served.api.recovery(), attempt?.id).map(
         (entry) => entry.decision,
       );
       expect([["readopt"], ["complete"]]).toContainEqual(decisions);
-      await expectCancelledPair(world, served, runId);
-      await world.finish(served);
     },
+    replays: CANCELLED_PAIR,
+    onceEnded: expectStoppedForCancel,
   },
   {
     group: "stop",
     window:
       "during the grace after SIGTERM, before the SIGKILL escalation (the task ignores SIGTERM)",
     points: [STOP_AFTER_TERM],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: ignoringTerm(world.dir) });
-      await world.crash(STOP_AFTER_TERM, { apply: [file], drive: startThenCancel });
-      const { served, runId } = await world.reopen();
-      const detail = await expectCancelledPair(world, served, runId);
+    manifest: ignoringTermPair,
+    drive: startThenCancel,
+    replays: CANCELLED_PAIR,
+    onceEnded: async (world, detail) => {
+      await expectStoppedForCancel(world, detail);
       expect(attemptsOf(detail, "a")[0]?.signal).toBe("SIGKILL");
-      await world.finish(served);
     },
   },
   {
     group: "stop",
     window: "the cancelled process's receipt written, its completion commit lost",
     points: ["completion.before_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash("completion.before_commit", { apply: [file], drive: startThenCancel });
-      const { served, runId } = await world.reopen();
-      await world.expectRecovered(served, runId, "complete");
-      await expectCancelledPair(world, served, runId);
-      await world.finish(served);
-    },
+    manifest: gatedPair,
+    drive: startThenCancel,
+    recovered: { decision: "complete" },
+    replays: CANCELLED_PAIR,
+    onceEnded: expectStoppedForCancel,
   },
   {
     group: "stop",
     window: "the cancelled completion committed, before the frontier converged the run",
     points: ["completion.after_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash("completion.after_commit", { apply: [file], drive: startThenCancel });
-      const { served, runId } = await world.reopen();
-      expect(await served.api.recovery()).toEqual([]);
-      await expectCancelledPair(world, served, runId);
-      await world.finish(served);
-    },
+    manifest: gatedPair,
+    drive: startThenCancel,
+    recovered: "nothing",
+    replays: CANCELLED_PAIR,
+    onceEnded: expectStoppedForCancel,
   },
   {
     group: "stop",
     window:
       "the receipt written, the completion commit lost (plain success): recorded from the receipt",
     points: ["completion.before_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir);
-      await world.crash("completion.before_commit", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      await world.expectRecovered(served, runId, "complete");
-      await world.replayed(served, runId, SUCCEEDED_PAIR);
-      await world.finish(served);
-    },
+    recovered: { decision: "complete" },
+    replays: SUCCEEDED_PAIR,
   },
   {
     group: "stop",
     window:
       "the completion committed, before the frontier: nothing to recover, never applied twice",
     points: ["completion.after_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir);
-      await world.crash("completion.after_commit", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      expect(await served.api.recovery()).toEqual([]);
-      await world.replayed(served, runId, SUCCEEDED_PAIR);
-      await world.finish(served);
-    },
+    recovered: "nothing",
+    replays: SUCCEEDED_PAIR,
   },
   {
     group: "stop",
     window:
       "a deadline that passes while the runtime is down: the supervisor stops the task, the restart records timed_out from the receipt",
     points: ["dispatch.after_running"],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir), aTimeout: "1s" });
-      await world.crash("dispatch.after_running", { apply: [file], drive: startTolerant });
-      const attemptId = readdirSync(join(world.dir.stateDir, "spawns"))[0]?.replace(/\.json$/, "");
-      await waitFor("the deadline's receipt written while the runtime is down", async () =>
-        (await readReceipt(world.dir.stateDir, attemptId ?? "")) === null ? null : true,
+    manifest: deadlinePair("1s"),
+    // The supervisor's own deadline backstop stops the task and writes the receipt.
+    whileDown: receiptsWrittenWhileDown,
+    recovered: { decision: "complete" },
+    replays: TIMED_OUT_PAIR,
+    onceEnded: async (world, detail) => {
+      const [attempt] = attemptsOf(detail, "a");
+      expect((await readReceipt(world.dir.stateDir, attempt?.id ?? ""))?.stopReason).toBe(
+        "timeout",
       );
-      const { served, runId } = await world.reopen();
-      expect(recoveryOf(await served.api.recovery(), attemptId)).toEqual([
-        { attemptId, decision: "complete", reason: null },
-      ]);
-      await world.replayed(served, runId, {
-        run: "failed",
-        steps: { a: "timed_out", b: "skipped" },
-        spawns: { a: 1 },
-      });
-      expect((await readReceipt(world.dir.stateDir, attemptId ?? ""))?.stopReason).toBe("timeout");
-      await world.finish(served);
     },
   },
   {
     group: "stop",
     window: "the runtime's deadline stop: its timeout intent durable, before the signal",
     points: [STOP_AFTER_INTENT],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir), aTimeout: "2s" });
-      await world.crash(STOP_AFTER_INTENT, { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      const detail = await world.replayed(served, runId, {
-        run: "failed",
-        steps: { a: "timed_out", b: "skipped" },
-        spawns: { a: 1 },
-        stopRequests: 1,
+    manifest: deadlinePair("2s"),
+    replays: { ...TIMED_OUT_PAIR, stopRequests: 1 },
+    onceEnded: (_world, detail) => {
+      expect(attemptsOf(detail, "a")[0]).toMatchObject({
+        status: "timed_out",
+        stopReason: "timeout",
       });
-      const [attempt] = attemptsOf(detail, "a");
-      expect(attempt).toMatchObject({ status: "timed_out", stopReason: "timeout" });
-      await world.finish(served);
     },
   },
   {
     group: "stop",
     window: "a shutdown stop: the shutdown intent durable, before the signal",
     points: [STOP_AFTER_INTENT],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash(STOP_AFTER_INTENT, { apply: [file], drive: startThenShutdown });
-      const { served, runId } = await world.reopen();
-      await expectShutdownSettled(world, served, runId);
-      await world.finish(served);
-    },
+    manifest: gatedPair,
+    drive: startThenShutdown,
+    replays: SHUTDOWN_PAIR,
+    onceEnded: expectStoppedForShutdown,
   },
   {
     group: "stop",
     window: "a shutdown stop during its grace (the task ignores SIGTERM)",
     points: [STOP_AFTER_TERM],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: ignoringTerm(world.dir) });
-      await world.crash(STOP_AFTER_TERM, { apply: [file], drive: startThenShutdown });
-      const { served, runId } = await world.reopen();
-      await expectShutdownSettled(world, served, runId);
-      await world.finish(served);
-    },
+    manifest: ignoringTermPair,
+    drive: startThenShutdown,
+    replays: SHUTDOWN_PAIR,
+    onceEnded: expectStoppedForShutdown,
   },
   {
     group: "stop",
@@ -1029,15 +985,11 @@ const CASES: readonly CrashCase[] = [
       "the runtime and the supervisor killed together during a cancel's grace: re-adopted by identity, stopped, lost on trusted evidence",
     points: [STOP_AFTER_TERM],
     supervisorKilled: true,
-    run: async (world) => {
-      const file = await pair(world.dir, { a: ignoringTerm(world.dir) });
-      await world.crash(STOP_AFTER_TERM, { apply: [file], drive: startThenCancel });
-      await world.killSupervisor();
-      const { served, runId } = await world.reopen();
-      await world.expectRecovered(served, runId, "readopt");
-      await expectLostUnderCancel(world, served, runId);
-      await world.finish(served);
-    },
+    manifest: ignoringTermPair,
+    drive: startThenCancel,
+    recovered: { decision: "readopt" },
+    replays: LOST_UNDER_CANCEL_PAIR,
+    onceEnded: expectLostWithoutReceipt,
   },
   {
     group: "stop",
@@ -1045,43 +997,39 @@ const CASES: readonly CrashCase[] = [
       "the supervisor killed after the cancel's stop intent committed and before any signal, the runtime with it",
     points: ["cancellation.after_stop_intent"],
     supervisorKilled: true,
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash("cancellation.after_stop_intent", {
-        apply: [file],
-        drive: startThenCancel,
-      });
-      await world.killSupervisor();
-      const { served, runId } = await world.reopen();
-      await expectLostUnderCancel(world, served, runId);
-      await world.finish(served);
-    },
+    manifest: gatedPair,
+    drive: startThenCancel,
+    replays: LOST_UNDER_CANCEL_PAIR,
+    onceEnded: expectLostWithoutReceipt,
   },
   {
     group: "stop",
     window:
       "the terminal run committed with its alert in the outbox, before the notifications stage drained it: sent once",
     points: ["frontier.after_commit"],
-    run: async (world) => {
-      const alerts = world.dir.path("alerts");
-      const file = await pair(world.dir, {
+    // Reaches: (1) a made ready, (2) b skipped and the run finalized failed.
+    occurrence: 2,
+    manifest: (dir) =>
+      pair(dir, {
         a: "exit 3",
         notify: {
-          command: ["sh", "-c", `cat > /dev/null; echo "$QLR_NOTIFICATION_ID" >> '${alerts}'`],
+          command: [
+            "sh",
+            "-c",
+            `cat > /dev/null; echo "$QLR_NOTIFICATION_ID" >> '${dir.path("alerts")}'`,
+          ],
         },
-      });
-      // Reaches: (1) a made ready, (2) b skipped and the run finalized failed.
-      await world.crash("frontier.after_commit", {
-        occurrence: 2,
-        apply: [file],
-        drive: startTolerant,
-      });
-      const { served, runId } = await world.reopen();
+      }),
+    atReopen: async (_world, served, runId) => {
+      // Terminal at the reopen: the crash came after the run's final commit.
       expect((await served.api.run(runId)).run.status).toBe("failed");
+    },
+    replays: FAILED_PAIR,
+    onceEnded: async (world, detail, served) => {
       const delivered = await waitFor("the alert delivered", async () => {
         const answer = await served.api.call<{ notifications: { id: string; state: string }[] }>(
           "GET",
-          `/notifications?run=${runId}`,
+          `/notifications?run=${detail.run.id}`,
         );
         return answer.body.notifications.every((entry) => entry.state === "delivered") &&
           answer.body.notifications.length > 0
@@ -1089,14 +1037,7 @@ const CASES: readonly CrashCase[] = [
           : null;
       });
       expect(delivered).toHaveLength(1);
-      expect(await readFile(alerts, "utf8")).toBe(`${delivered[0]?.id ?? ""}\n`);
-      const detail = await served.api.run(runId);
-      await expectExactReplay(world.dir, served.api, detail, {
-        run: "failed",
-        steps: { a: "failed", b: "skipped" },
-        spawns: { a: 1 },
-      });
-      await world.finish(served);
+      expect(await readFile(world.dir.path("alerts"), "utf8")).toBe(`${delivered[0]?.id ?? ""}\n`);
     },
   },
   {
@@ -1104,45 +1045,29 @@ const CASES: readonly CrashCase[] = [
     window:
       "a failed attempt's completion committed with its retry still to open: one new epoch, one more spawn",
     points: ["completion.after_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: FAIL_ONCE, aRetry: { max: 1, idempotent: true } });
-      await world.crash("completion.after_commit", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      expect(await served.api.recovery()).toEqual([]);
-      const detail = await world.replayed(served, runId, {
-        run: "succeeded",
-        steps: { a: "succeeded", b: "succeeded" },
-        spawns: { a: 2, b: 1 },
-      });
-      expect(attemptsOf(detail, "a").map((attempt) => attempt.status)).toEqual([
-        "failed",
-        "succeeded",
-      ]);
-      await world.finish(served);
-    },
+    manifest: failingOncePair,
+    recovered: "nothing",
+    replays: RETRIED_PAIR,
+    attemptsOfA: ["failed", "succeeded"],
   },
   {
     group: "stop",
     window:
       "a timed-out task's receipt written, its completion commit lost: recorded timed_out from the receipt",
     points: ["completion.before_commit"],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir), aTimeout: "1s" });
-      await world.crash("completion.before_commit", { apply: [file], drive: startTolerant });
-      const { served, runId } = await world.reopen();
-      const attempt = await world.expectRecovered(served, runId, "complete");
-      const detail = await served.api.waitTerminal(runId, 60_000);
-      const stops = (await readReceipt(world.dir.stateDir, attempt?.id ?? ""))?.stopReason;
-      expect(stops).toBe("timeout");
-      await expectExactReplay(world.dir, served.api, detail, {
-        run: "failed",
-        steps: { a: "timed_out", b: "skipped" },
-        spawns: { a: 1 },
-        // The runtime's deadline stop (a timeout request) or, had its cycle come later than the
-        // supervisor's backstop, the supervisor's own: either way at most one intent.
-        stopRequests: detail.attempts[0]?.stopReason === null ? 0 : 1,
-      });
-      await world.finish(served);
+    manifest: deadlinePair("1s"),
+    recovered: { decision: "complete" },
+    // The runtime's deadline stop (a timeout request) or, had its cycle come later than the
+    // supervisor's backstop, the supervisor's own: either way at most one intent.
+    replays: (detail) => ({
+      ...TIMED_OUT_PAIR,
+      stopRequests: detail.attempts[0]?.stopReason === null ? 0 : 1,
+    }),
+    onceEnded: async (world, detail) => {
+      const [attempt] = attemptsOf(detail, "a");
+      expect((await readReceipt(world.dir.stateDir, attempt?.id ?? ""))?.stopReason).toBe(
+        "timeout",
+      );
     },
   },
   {
@@ -1182,25 +1107,18 @@ const CASES: readonly CrashCase[] = [
       "the runtime and the supervisor killed together while the task runs, no stop asked: re-adopted by identity, its unreported end lost on trusted evidence",
     points: ["dispatch.after_running"],
     supervisorKilled: true,
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash("dispatch.after_running", { apply: [file], drive: startTolerant });
-      await world.killSupervisor();
-      const { served, runId } = await world.reopen();
-      const attempt = await world.expectRecovered(served, runId, "readopt");
+    manifest: gatedPair,
+    recovered: { decision: "readopt" },
+    atReopen: async (world, _served, _runId, attempt) => {
       expect(await isRunning(attempt?.pid ?? -1)).toBe(true);
       await world.dir.open(world.dir.gate("a"));
-      const detail = await world.replayed(served, runId, {
-        run: "failed",
-        steps: { a: "failed", b: "skipped" },
-        spawns: { a: 1 },
-        supervisorKilled: true,
-      });
+    },
+    replays: { ...FAILED_PAIR, supervisorKilled: true },
+    onceEnded: (_world, detail) => {
       expect(attemptsOf(detail, "a")[0]).toMatchObject({
         status: "lost",
-        error: "trusted evidence: the exact process is not running and left no receipt",
+        error: LOST_ON_TRUSTED_EVIDENCE,
       });
-      await world.finish(served);
     },
   },
   {
@@ -1208,22 +1126,16 @@ const CASES: readonly CrashCase[] = [
     window:
       "a task that ends while the runtime is down: its completion recorded from the receipt the supervisor wrote, not re-run",
     points: ["dispatch.after_running"],
-    run: async (world) => {
-      const file = await pair(world.dir, { a: gated(world.dir) });
-      await world.crash("dispatch.after_running", { apply: [file], drive: startTolerant });
-      const attemptId = readdirSync(join(world.dir.stateDir, "spawns"))[0]?.replace(/\.json$/, "");
+    manifest: gatedPair,
+    whileDown: async (world) => {
       await world.dir.open(world.dir.gate("a"));
-      await waitFor("the receipt written while the runtime is down", async () =>
-        (await readReceipt(world.dir.stateDir, attemptId ?? "")) === null ? null : true,
-      );
-      const { served, runId } = await world.reopen();
-      expect(recoveryOf(await served.api.recovery(), attemptId)).toEqual([
-        { attemptId, decision: "complete", reason: null },
-      ]);
-      const detail = await world.replayed(served, runId, SUCCEEDED_PAIR);
+      await receiptsWrittenWhileDown(world);
+    },
+    recovered: { decision: "complete" },
+    replays: SUCCEEDED_PAIR,
+    onceEnded: async (world, detail) => {
       const [spawn] = await world.dir.spawns();
       expect(attemptsOf(detail, "a")[0]).toMatchObject({ status: "succeeded", pid: spawn?.pid });
-      await world.finish(served);
     },
   },
 ];
@@ -1271,7 +1183,7 @@ for (const profile of PROFILES_UNDER_TEST)
           async (test: TestContext) => {
             await slots.run(async () => {
               const dir = await harness.scratch(`${profile}-${group}-${index + 1}`, test);
-              await crash.run(new World(profile, dir));
+              await runCase(new World(profile, dir), crash);
             });
           },
         );
@@ -1302,9 +1214,7 @@ for (const profile of PROFILES_UNDER_TEST)
           });
           await world.dir.open(world.dir.gate("a"));
           const detail = await world.replayed(served, runId, {
-            run: "failed",
-            steps: { a: "failed", b: "skipped" },
-            spawns: { a: 1 },
+            ...FAILED_PAIR,
             supervisorKilled: true,
           });
           expect(attemptsOf(detail, "a")[0]).toMatchObject({

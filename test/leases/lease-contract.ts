@@ -555,17 +555,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
     });
 
     it("cancelling the run while an attempt runs: the next tick sets the stop intent, heartbeat answers stop_requested(cancel), and the completion cancels attempt, step and run", async () => {
-      const runId = await startWorkflow(
-        remoteManifest("cancel", "pool-cancel", { a: [], b: ["a"] }),
-      );
-      await tick();
-      const lease = await claimOne("worker-1", "pool-cancel");
-      const fence = fenceOf(lease, "worker-1");
-      await leases.start(lease.attemptId, fence, "starting", null);
-      const startedAtMs = clock.nowMs();
-      await leases.start(lease.attemptId, fence, "running", handleAt(startedAtMs));
-      clock.advance(1_000);
-      expect(await leases.heartbeat(lease.attemptId, fence)).toMatchObject({ action: "continue" });
+      const { runId, lease, fence, startedAtMs } = await runningRemote("cancel");
 
       await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
       // Until the cancellation stage ran, the worker is not told anything.
@@ -574,11 +564,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       await tick();
       const intent = await attemptOf(lease.attemptId);
       expect(intent).toMatchObject({ status: "running", stopReason: "cancel" });
-      expect(
-        (await eventsOf(runId)).filter(
-          (event) => event.type === "attempt.stop_requested" && event.attemptId === lease.attemptId,
-        ),
-      ).toHaveLength(1);
+      expect(await stopEventsOf(runId, lease.attemptId)).toHaveLength(1);
       const steps = await stepsOf(runId);
       expect(steps.map((step) => [step.name, step.status])).toEqual([
         ["a", "running"],
@@ -586,25 +572,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       ]);
       expect((await runOf(runId)).status).toBe("running");
 
-      clock.advance(100);
-      expect(await leases.heartbeat(lease.attemptId, fence)).toEqual({
-        action: "stop_requested",
-        reason: "cancel",
-        leaseExpiresAtMs: clock.nowMs() + TTL_MS,
-      });
-      clock.advance(100);
-      expect(
-        await leases.complete(
-          lease.attemptId,
-          fence,
-          completion(startedAtMs, clock.nowMs(), {
-            exitCode: null,
-            signal: "SIGTERM",
-            stopReason: "cancel",
-          }),
-        ),
-      ).toEqual({ status: "cancelled", replayed: false });
-      expect((await attemptOf(lease.attemptId)).status).toBe("cancelled");
+      await expectStopAnsweredThenCancelled(lease, fence, startedAtMs, "cancel");
       expect((await stepsOf(runId)).map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
       await tick();
       const run = await runOf(runId);
@@ -1092,6 +1060,38 @@ export function describeLeaseContract(factory: DriverFactory): void {
       return { runId, lease, fence, startedAtMs };
     }
 
+    /**
+     * The running remote attempt's next heartbeat is told to stop for `reason`; the worker's
+     * process then ends on its SIGTERM, and the completion cancels the attempt with that reason.
+     */
+    async function expectStopAnsweredThenCancelled(
+      lease: Lease,
+      fence: LeaseFence,
+      startedAtMs: number,
+      reason: "cancel" | "shutdown",
+    ): Promise<void> {
+      clock.advance(100);
+      expect(await leases.heartbeat(lease.attemptId, fence)).toEqual({
+        action: "stop_requested",
+        reason,
+        leaseExpiresAtMs: clock.nowMs() + TTL_MS,
+      });
+      clock.advance(100);
+      const stopped = completion(startedAtMs, clock.nowMs(), {
+        exitCode: null,
+        signal: "SIGTERM",
+        stopReason: reason,
+      });
+      expect(await leases.complete(lease.attemptId, fence, stopped)).toEqual({
+        status: "cancelled",
+        replayed: false,
+      });
+      expect(await attemptOf(lease.attemptId)).toMatchObject({
+        status: "cancelled",
+        stopReason: reason,
+      });
+    }
+
     function stopEventsOf(runId: string, attemptId: string): Promise<RunEvent[]> {
       return eventsOf(runId).then((events) =>
         events.filter(
@@ -1115,28 +1115,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       expect((await stopEventsOf(runId, lease.attemptId)).map((event) => event.data)).toEqual([
         { reason: "shutdown" },
       ]);
-      clock.advance(100);
-      expect(await leases.heartbeat(lease.attemptId, fence)).toEqual({
-        action: "stop_requested",
-        reason: "shutdown",
-        leaseExpiresAtMs: clock.nowMs() + TTL_MS,
-      });
-      clock.advance(100);
-      expect(
-        await leases.complete(
-          lease.attemptId,
-          fence,
-          completion(startedAtMs, clock.nowMs(), {
-            exitCode: null,
-            signal: "SIGTERM",
-            stopReason: "shutdown",
-          }),
-        ),
-      ).toEqual({ status: "cancelled", replayed: false });
-      expect(await attemptOf(lease.attemptId)).toMatchObject({
-        status: "cancelled",
-        stopReason: "shutdown",
-      });
+      await expectStopAnsweredThenCancelled(lease, fence, startedAtMs, "shutdown");
       // The whole run was cancelled: its running step is cancelled, not failed.
       expect((await stepsOf(runId)).map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
       await tick();
@@ -1193,28 +1172,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
         { reason: "shutdown" },
       ]);
 
-      clock.advance(100);
-      expect(await leases.heartbeat(lease.attemptId, fence)).toEqual({
-        action: "stop_requested",
-        reason: "shutdown",
-        leaseExpiresAtMs: clock.nowMs() + TTL_MS,
-      });
-      clock.advance(100);
-      expect(
-        await leases.complete(
-          lease.attemptId,
-          fence,
-          completion(startedAtMs, clock.nowMs(), {
-            exitCode: null,
-            signal: "SIGTERM",
-            stopReason: "shutdown",
-          }),
-        ),
-      ).toEqual({ status: "cancelled", replayed: false });
-      expect(await attemptOf(lease.attemptId)).toMatchObject({
-        status: "cancelled",
-        stopReason: "shutdown",
-      });
+      await expectStopAnsweredThenCancelled(lease, fence, startedAtMs, "shutdown");
       expect((await stepsOf(runId)).map((step) => [step.name, step.status])).toEqual([
         ["a", "failed"],
         ["b", "pending"],

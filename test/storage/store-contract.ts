@@ -2,8 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Coordinator } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { admitTaskAttempt, MAX_ADMISSION_PAGE } from "../../src/admission.ts";
-import { EMPTY_CHANGE_SET, type ChangeSet } from "../../src/model.ts";
-import type { AdmissionCandidate } from "../../src/ports.ts";
+import { EMPTY_CHANGE_SET, type ChangeSet, type RunStatus } from "../../src/model.ts";
+import type { AdmissionCandidate, StoreTx } from "../../src/ports.ts";
 import { applyPackage, cancelRun, rerunRun, startRun } from "../../src/operations.ts";
 import { findAttemptScope, type DefinedAttemptScope } from "../../src/attempt-scope.ts";
 import { complete, markRunning, markStarting } from "../../src/execution.ts";
@@ -75,21 +75,52 @@ export function describeStoreContract(factory: DriverFactory): void {
       });
     }
 
-    async function newWorkflowRun(packageName: string): Promise<string> {
+    /** Starts workflow `diamond` of the package in the transaction, as a fresh unscheduled run. */
+    function startDiamond(
+      tx: StoreTx,
+      packageName: string,
+      nowMs: number,
+      more: { idempotencyKey?: string | null; input?: Record<string, unknown> } = {},
+    ): ReturnType<typeof startRun> {
+      return startRun(
+        tx,
+        {
+          package: packageName,
+          target: { kind: "workflow", name: "diamond" },
+          idempotencyKey: more.idempotencyKey ?? null,
+          scheduleName: null,
+          runId: ids.runId(),
+          ...(more.input === undefined ? {} : { input: more.input }),
+        },
+        nowMs,
+      );
+    }
+
+    /** Ends the run directly in the store with `status`, at store time; returns that time. */
+    async function endRun(tx: StoreTx, runId: string, status: RunStatus): Promise<number> {
+      const nowMs = await tx.observe(clock.nowMs());
+      const run = await tx.getRun(runId);
+      if (run === null) throw new Error("no run");
+      const ended = {
+        ...run,
+        status,
+        version: run.version + 1,
+        updatedAtMs: nowMs,
+        finishedAtMs: nowMs,
+      };
+      await tx.apply({ ...EMPTY_CHANGE_SET, runs: [{ before: run, after: ended }] });
+      return nowMs;
+    }
+
+    /** Applies the package (default: the plain diamond) and starts its workflow `diamond`. */
+    async function newWorkflowRun(
+      packageName: string,
+      manifest: Manifest = diamondManifest(packageName),
+    ): Promise<string> {
       return store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
-        await applyPackage(tx, diamondManifest(packageName), nowMs);
-        const { run } = await startRun(
-          tx,
-          {
-            package: packageName,
-            target: { kind: "workflow", name: "diamond" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: ids.runId(),
-          },
-          nowMs,
-        );
+        await applyPackage(tx, manifest, nowMs);
+        const { run } = await startDiamond(tx, packageName, nowMs);
         return run.id;
       });
     }
@@ -449,17 +480,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         store.transaction(async (tx) => {
           const nowMs = await tx.observe(clock.nowMs());
           await applyPackage(tx, diamondManifest("idem-pkg"), nowMs);
-          return startRun(
-            tx,
-            {
-              package: "idem-pkg",
-              target: { kind: "workflow", name: "diamond" },
-              idempotencyKey: key,
-              scheduleName: null,
-              runId: ids.runId(),
-            },
-            nowMs,
-          );
+          return startDiamond(tx, "idem-pkg", nowMs, { idempotencyKey: key });
         });
       const first = await start("nightly-2026-11-30");
       const second = await start("nightly-2026-11-30");
@@ -474,20 +495,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       const runId = await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, diamondManifest("io-pkg"), nowMs);
-        return (
-          await startRun(
-            tx,
-            {
-              package: "io-pkg",
-              target: { kind: "workflow", name: "diamond" },
-              idempotencyKey: null,
-              scheduleName: null,
-              runId: ids.runId(),
-              input,
-            },
-            nowMs,
-          )
-        ).run.id;
+        return (await startDiamond(tx, "io-pkg", nowMs, { input })).run.id;
       });
       await coordinator().frontier(runId);
       const candidate = (
@@ -598,19 +606,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         const runId = await store.transaction(async (tx) => {
           const nowMs = await tx.observe(clock.nowMs());
           await applyPackage(tx, diamondManifest("purge-pkg"), nowMs);
-          return (
-            await startRun(
-              tx,
-              {
-                package: "purge-pkg",
-                target: { kind: "workflow", name: "diamond" },
-                idempotencyKey,
-                scheduleName: null,
-                runId: ids.runId(),
-              },
-              nowMs,
-            )
-          ).run.id;
+          return (await startDiamond(tx, "purge-pkg", nowMs, { idempotencyKey })).run.id;
         });
         await c.frontier(runId);
         const candidates = await store.transaction(async (tx) =>
@@ -802,17 +798,9 @@ export function describeStoreContract(factory: DriverFactory): void {
       // A purged run reads as absent, and its idempotency key starts a new run.
       expect(await store.transaction(async (tx) => tx.getRun(keyed))).toBeNull();
       const restarted = await store.transaction(async (tx) =>
-        startRun(
-          tx,
-          {
-            package: "purge-pkg",
-            target: { kind: "workflow", name: "diamond" },
-            idempotencyKey: "purge-contract-key",
-            scheduleName: null,
-            runId: ids.runId(),
-          },
-          await tx.observe(clock.nowMs()),
-        ),
+        startDiamond(tx, "purge-pkg", await tx.observe(clock.nowMs()), {
+          idempotencyKey: "purge-contract-key",
+        }),
       );
       expect(restarted.created).toBe(true);
       expect(restarted.run.id).not.toBe(keyed);
@@ -828,52 +816,14 @@ export function describeStoreContract(factory: DriverFactory): void {
           notify: [hook, { kind: "command" as const, argv: ["logger", "x"] }],
         })),
       };
-      const start = async (): Promise<string> =>
-        store.transaction(async (tx) => {
-          const nowMs = await tx.observe(clock.nowMs());
-          await applyPackage(tx, manifest, nowMs);
-          const { run } = await startRun(
-            tx,
-            {
-              package: "notify-pkg",
-              target: { kind: "workflow", name: "diamond" },
-              idempotencyKey: null,
-              scheduleName: null,
-              runId: ids.runId(),
-            },
-            nowMs,
-          );
-          return run.id;
-        });
+      const start = (): Promise<string> => newWorkflowRun("notify-pkg", manifest);
       const settle = async (
         runId: string,
         status: "failed" | "succeeded" | "lost",
         failWith: Error | null = null,
       ): Promise<void> =>
         store.transaction(async (tx) => {
-          const nowMs = await tx.observe(clock.nowMs());
-          const run = await tx.getRun(runId);
-          if (run === null) throw new Error("no run");
-          await tx.apply({
-            runs: [
-              {
-                before: run,
-                after: {
-                  ...run,
-                  status,
-                  version: run.version + 1,
-                  updatedAtMs: nowMs,
-                  finishedAtMs: nowMs,
-                },
-              },
-            ],
-            steps: [],
-            attempts: [],
-            events: [],
-            mutations: [],
-            admissions: [],
-            frontierDue: [],
-          });
+          await endRun(tx, runId, status);
           if (failWith !== null) throw failWith;
         });
       const outbox = async (runId: string) =>
@@ -964,22 +914,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         tasks: base.tasks.map((spec) => ({ ...spec, notify: [taskHook] })),
         workflows: base.workflows.map((workflow) => ({ ...workflow, notify: [workflowHook] })),
       };
-      const runId = await store.transaction(async (tx) => {
-        const nowMs = await tx.observe(clock.nowMs());
-        await applyPackage(tx, manifest, nowMs);
-        const { run } = await startRun(
-          tx,
-          {
-            package: "step-notify-pkg",
-            target: { kind: "workflow", name: "diamond" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: ids.runId(),
-          },
-          nowMs,
-        );
-        return run.id;
-      });
+      const runId = await newWorkflowRun("step-notify-pkg", manifest);
       const settleStep = async (
         name: string,
         status: "failed" | "timed_out" | "succeeded",
@@ -1049,21 +984,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         await applyPackage(tx, manifest, nowMs);
         const started: string[] = [];
         for (let index = 0; index < 4; index += 1)
-          started.push(
-            (
-              await startRun(
-                tx,
-                {
-                  package: "overview-pkg",
-                  target: { kind: "workflow", name: "diamond" },
-                  idempotencyKey: null,
-                  scheduleName: null,
-                  runId: ids.runId(),
-                },
-                nowMs,
-              )
-            ).run.id,
-          );
+          started.push((await startDiamond(tx, "overview-pkg", nowMs)).run.id);
         return started;
       });
       const finalNow = startedAt + 90 * 60_000;
@@ -1071,33 +992,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       const settle = async (
         runId: string,
         status: "failed" | "succeeded" | "timed_out",
-      ): Promise<number> =>
-        store.transaction(async (tx) => {
-          const nowMs = await tx.observe(clock.nowMs());
-          const run = await tx.getRun(runId);
-          if (run === null) throw new Error("no run");
-          await tx.apply({
-            runs: [
-              {
-                before: run,
-                after: {
-                  ...run,
-                  status,
-                  version: run.version + 1,
-                  updatedAtMs: nowMs,
-                  finishedAtMs: nowMs,
-                },
-              },
-            ],
-            steps: [],
-            attempts: [],
-            events: [],
-            mutations: [],
-            admissions: [],
-            frontierDue: [],
-          });
-          return nowMs;
-        });
+      ): Promise<number> => store.transaction((tx) => endRun(tx, runId, status));
       clock.advance(30 * 60_000);
       const firstEnd = await settle(runIds[0] ?? "", "failed");
       clock.advance(60 * 60_000);
