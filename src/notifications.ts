@@ -1,4 +1,4 @@
-import { canonicalJson } from "./canonical-json.ts";
+import { canonicalJson, type JsonValue } from "./canonical-json.ts";
 import { digestOf, hmacSha256Hex, sha256Hex } from "./digest.ts";
 import type { Manifest, NotifierSpec } from "./manifest/types.ts";
 import {
@@ -163,12 +163,10 @@ export function entriesForRun(
   nowMs: number,
 ): NotificationEntry[] {
   if (!ALERT_RUN_STATUSES.has(run.status)) return [];
-  const event = `run.${run.status}` as NotificationEntry["event"];
-  return notifiers.map((notifier) => {
-    const id = `ntf:${sha256Hex(canonicalJson([run.id, run.status, digestOf(notifier)])).slice(0, 32)}`;
-    const payload = canonicalJson({
-      id,
-      event,
+  return pendingEntries(run, null, {
+    event: `run.${run.status}` as NotificationEvent,
+    transition: [run.id, run.status],
+    about: {
       run: {
         id: run.id,
         kind: run.kind,
@@ -180,24 +178,9 @@ export function entriesForRun(
         createdAtMs: run.createdAtMs,
         finishedAtMs: run.finishedAtMs,
       },
-    });
-    return {
-      id,
-      runId: run.id,
-      package: run.package,
-      event,
-      stepName: null,
-      notifier,
-      payload,
-      state: "pending",
-      attempts: 0,
-      nextAttemptAtMs: nowMs,
-      lastError: null,
-      createdAtMs: nowMs,
-      updatedAtMs: nowMs,
-      deliveredAtMs: null,
-      version: 1,
-    };
+    },
+    notifiers,
+    nowMs,
   });
 }
 
@@ -209,12 +192,10 @@ export function entriesForStep(
   nowMs: number,
 ): NotificationEntry[] {
   if (!ALERT_STEP_STATUSES.has(step.status)) return [];
-  const event = `step.${step.status}` as NotificationEntry["event"];
-  return notifiers.map((notifier) => {
-    const id = `ntf:${sha256Hex(canonicalJson([run.id, step.id, step.status, digestOf(notifier)])).slice(0, 32)}`;
-    const payload = canonicalJson({
-      id,
-      event,
+  return pendingEntries(run, step.name, {
+    event: `step.${step.status}` as NotificationEvent,
+    transition: [run.id, step.id, step.status],
+    about: {
       run: {
         id: run.id,
         kind: run.kind,
@@ -232,15 +213,39 @@ export function entriesForStep(
         attempts: step.attemptCount,
         finishedAtMs: step.finishedAtMs,
       },
-    });
+    },
+    notifiers,
+    nowMs,
+  });
+}
+
+/**
+ * One pending entry per notifier for one alerting transition. The id is derived from the
+ * transition and the notifier, so writing the same transition again yields the same ids; the
+ * payload is the event and what it is `about`, fixed once for every delivery attempt.
+ */
+function pendingEntries(
+  run: Run,
+  stepName: string | null,
+  alert: {
+    readonly event: NotificationEvent;
+    readonly transition: readonly string[];
+    readonly about: Readonly<Record<string, JsonValue>>;
+    readonly notifiers: readonly NotifierSpec[];
+    readonly nowMs: number;
+  },
+): NotificationEntry[] {
+  const { event, nowMs } = alert;
+  return alert.notifiers.map((notifier) => {
+    const id = `ntf:${sha256Hex(canonicalJson([...alert.transition, digestOf(notifier)])).slice(0, 32)}`;
     return {
       id,
       runId: run.id,
       package: run.package,
       event,
-      stepName: step.name,
+      stepName,
       notifier,
-      payload,
+      payload: canonicalJson({ id, event, ...alert.about }),
       state: "pending",
       attempts: 0,
       nextAttemptAtMs: nowMs,
