@@ -5,6 +5,7 @@ import {
   SETTLED_STEP_STATUSES,
   TERMINAL_RUN_STATUSES,
   type ChangeSet,
+  type RowChange,
   type Run,
   type RunStatus,
   type StepRun,
@@ -103,22 +104,24 @@ export interface NotificationSender {
 
 /** The runs of a change set that have just entered an alerting terminal status. */
 export function alertingRuns(change: ChangeSet): Run[] {
-  return change.runs
-    .filter(
-      ({ before, after }) =>
-        ALERT_RUN_STATUSES.has(after.status) &&
-        (before === null || !TERMINAL_RUN_STATUSES.has(before.status)),
-    )
-    .map(({ after }) => after);
+  return justEntered(change.runs, ALERT_RUN_STATUSES, TERMINAL_RUN_STATUSES);
 }
 
 /** The workflow steps of a change set that have just ended failed or timed out. */
 export function alertingSteps(change: ChangeSet): StepRun[] {
-  return change.steps
+  return justEntered(change.steps, ALERT_STEP_STATUSES, SETTLED_STEP_STATUSES);
+}
+
+/** The rows a change moves into one of `alerting` from no `final` status (or creates there). */
+function justEntered<T extends { readonly status: string }>(
+  changes: readonly RowChange<T>[],
+  alerting: ReadonlySet<T["status"]>,
+  final: ReadonlySet<T["status"]>,
+): T[] {
+  return changes
     .filter(
       ({ before, after }) =>
-        ALERT_STEP_STATUSES.has(after.status) &&
-        (before === null || !SETTLED_STEP_STATUSES.has(before.status)),
+        alerting.has(after.status) && (before === null || !final.has(before.status)),
     )
     .map(({ after }) => after);
 }
