@@ -170,17 +170,7 @@ export function entriesForRun(
     event: `run.${run.status}` as NotificationEvent,
     transition: [run.id, run.status],
     about: {
-      run: {
-        id: run.id,
-        kind: run.kind,
-        package: run.package,
-        generation: run.generation,
-        target: run.target,
-        status: run.status,
-        schedule: run.scheduleName,
-        createdAtMs: run.createdAtMs,
-        finishedAtMs: run.finishedAtMs,
-      },
+      run: { ...runIdentity(run), status: run.status, finishedAtMs: run.finishedAtMs },
     },
     notifiers,
     nowMs,
@@ -199,15 +189,7 @@ export function entriesForStep(
     event: `step.${step.status}` as NotificationEvent,
     transition: [run.id, step.id, step.status],
     about: {
-      run: {
-        id: run.id,
-        kind: run.kind,
-        package: run.package,
-        generation: run.generation,
-        target: run.target,
-        schedule: run.scheduleName,
-        createdAtMs: run.createdAtMs,
-      },
+      run: runIdentity(run),
       step: {
         id: step.id,
         name: step.name,
@@ -220,6 +202,23 @@ export function entriesForStep(
     notifiers,
     nowMs,
   });
+}
+
+/**
+ * What every alert's payload says of its run (canonical JSON sorts the keys, so the bytes do
+ * not depend on the order written here). A step's alert leaves out the run's status: the run
+ * is usually still going.
+ */
+function runIdentity(run: Run): Readonly<Record<string, JsonValue>> {
+  return {
+    id: run.id,
+    kind: run.kind,
+    package: run.package,
+    generation: run.generation,
+    target: run.target,
+    schedule: run.scheduleName,
+    createdAtMs: run.createdAtMs,
+  };
 }
 
 /**
