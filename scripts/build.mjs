@@ -12,29 +12,34 @@ const dist = join(root, "dist");
 mkdirSync(dist, { recursive: true });
 generateAll();
 
+/** What every Node bundle shares: ESM for Node 20, written to memory and then moved in place. */
+const NODE_BUNDLE = {
+  bundle: true,
+  platform: "node",
+  format: "esm",
+  target: "node20",
+  legalComments: "none",
+  logLevel: "warning",
+  write: false,
+};
+
 /**
- * Bundles one entry and replaces its output with a rename, so a process starting the file while
- * another build runs (tests build in parallel) never loads a half-written bundle.
+ * Replaces each output with a rename, in the given order, so a process starting a file while
+ * another build runs (tests build in parallel) never loads a half-written one.
  */
-async function bundle(entry, outfile, options) {
-  const result = await build({
-    entryPoints: [entry],
-    outfile,
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node20",
-    legalComments: "none",
-    logLevel: "warning",
-    write: false,
-    ...options,
-  });
-  for (const file of result.outputFiles) {
+function writeInPlace(outputFiles, isExecutable) {
+  for (const file of outputFiles) {
     const temp = `${file.path}.tmp-${process.pid}`;
     writeFileSync(temp, file.contents);
-    if (file.path.endsWith(".mjs")) chmodSync(temp, 0o755);
+    if (isExecutable(file.path)) chmodSync(temp, 0o755);
     renameSync(temp, file.path);
   }
+}
+
+/** Bundles one entry into one file. */
+async function bundle(entry, outfile, options) {
+  const result = await build({ ...NODE_BUNDLE, entryPoints: [entry], outfile, ...options });
+  writeInPlace(result.outputFiles, (path) => path.endsWith(".mjs"));
 }
 
 /**
@@ -49,31 +54,22 @@ async function bundle(entry, outfile, options) {
  */
 async function bundleSplit(entry, name, options) {
   const result = await build({
+    ...NODE_BUNDLE,
     entryPoints: { [name]: entry },
     outdir: dist,
     outExtension: { ".js": ".mjs" },
     chunkNames: "chunk-[hash]",
     splitting: true,
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node20",
-    legalComments: "none",
-    logLevel: "warning",
-    write: false,
     ...options,
   });
   const entryPath = join(dist, `${name}.mjs`);
-  const ordered = [
-    ...result.outputFiles.filter((file) => file.path !== entryPath),
-    ...result.outputFiles.filter((file) => file.path === entryPath),
-  ];
-  for (const file of ordered) {
-    const temp = `${file.path}.tmp-${process.pid}`;
-    writeFileSync(temp, file.contents);
-    if (file.path === entryPath) chmodSync(temp, 0o755);
-    renameSync(temp, file.path);
-  }
+  writeInPlace(
+    [
+      ...result.outputFiles.filter((file) => file.path !== entryPath),
+      ...result.outputFiles.filter((file) => file.path === entryPath),
+    ],
+    (path) => path === entryPath,
+  );
 }
 
 await bundleSplit(join(root, "runtimes/node/main.ts"), "qlr", {

@@ -2,39 +2,18 @@ import type { JsonValue } from "./canonical-json.ts";
 import type { Digest } from "./digest.ts";
 import type { RunInput } from "./run-inputs.ts";
 
+/**
+ * The outcomes a run, a step and an attempt share: each ends in one of these (or in a status
+ * of its own: a run or an attempt `lost`, a step `skipped`), and never moves again.
+ */
+const OUTCOMES = ["succeeded", "failed", "timed_out", "cancelled"] as const;
+
 /** Status words are exactly those of the public contract; storage keeps them as literal unions. */
-export const RUN_STATUSES = [
-  "queued",
-  "dispatching",
-  "running",
-  "succeeded",
-  "failed",
-  "timed_out",
-  "cancelled",
-  "lost",
-] as const;
+export const RUN_STATUSES = ["queued", "dispatching", "running", ...OUTCOMES, "lost"] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
-export const STEP_STATUSES = [
-  "pending",
-  "ready",
-  "running",
-  "succeeded",
-  "failed",
-  "timed_out",
-  "cancelled",
-  "skipped",
-] as const;
+export const STEP_STATUSES = ["pending", "ready", "running", ...OUTCOMES, "skipped"] as const;
 export type StepStatus = (typeof STEP_STATUSES)[number];
-export const ATTEMPT_STATUSES = [
-  "claimed",
-  "starting",
-  "running",
-  "succeeded",
-  "failed",
-  "timed_out",
-  "cancelled",
-  "lost",
-] as const;
+export const ATTEMPT_STATUSES = ["claimed", "starting", "running", ...OUTCOMES, "lost"] as const;
 export type AttemptStatus = (typeof ATTEMPT_STATUSES)[number];
 
 export type RunKind = "ordinary" | "workflow";
@@ -47,27 +26,9 @@ export type StopReason = "cancel" | "timeout" | "shutdown";
 export type RunCancelReason = "user" | "shutdown";
 export const RUN_CANCEL_REASONS: readonly RunCancelReason[] = ["user", "shutdown"];
 
-export const TERMINAL_RUN_STATUSES: ReadonlySet<RunStatus> = new Set([
-  "succeeded",
-  "failed",
-  "timed_out",
-  "cancelled",
-  "lost",
-]);
-export const SETTLED_STEP_STATUSES: ReadonlySet<StepStatus> = new Set([
-  "succeeded",
-  "failed",
-  "timed_out",
-  "cancelled",
-  "skipped",
-]);
-export const TERMINAL_ATTEMPT_STATUSES: ReadonlySet<AttemptStatus> = new Set([
-  "succeeded",
-  "failed",
-  "timed_out",
-  "cancelled",
-  "lost",
-]);
+export const TERMINAL_RUN_STATUSES: ReadonlySet<RunStatus> = new Set([...OUTCOMES, "lost"]);
+export const SETTLED_STEP_STATUSES: ReadonlySet<StepStatus> = new Set([...OUTCOMES, "skipped"]);
+export const TERMINAL_ATTEMPT_STATUSES: ReadonlySet<AttemptStatus> = new Set([...OUTCOMES, "lost"]);
 export const LIVE_ATTEMPT_STATUSES: ReadonlySet<AttemptStatus> = new Set([
   "claimed",
   "starting",

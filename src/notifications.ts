@@ -1,10 +1,11 @@
-import { canonicalJson } from "./canonical-json.ts";
+import { canonicalJson, type JsonValue } from "./canonical-json.ts";
 import { digestOf, hmacSha256Hex, sha256Hex } from "./digest.ts";
 import type { Manifest, NotifierSpec } from "./manifest/types.ts";
 import {
   SETTLED_STEP_STATUSES,
   TERMINAL_RUN_STATUSES,
   type ChangeSet,
+  type RowChange,
   type Run,
   type RunStatus,
   type StepRun,
@@ -103,22 +104,24 @@ export interface NotificationSender {
 
 /** The runs of a change set that have just entered an alerting terminal status. */
 export function alertingRuns(change: ChangeSet): Run[] {
-  return change.runs
-    .filter(
-      ({ before, after }) =>
-        ALERT_RUN_STATUSES.has(after.status) &&
-        (before === null || !TERMINAL_RUN_STATUSES.has(before.status)),
-    )
-    .map(({ after }) => after);
+  return justEntered(change.runs, ALERT_RUN_STATUSES, TERMINAL_RUN_STATUSES);
 }
 
 /** The workflow steps of a change set that have just ended failed or timed out. */
 export function alertingSteps(change: ChangeSet): StepRun[] {
-  return change.steps
+  return justEntered(change.steps, ALERT_STEP_STATUSES, SETTLED_STEP_STATUSES);
+}
+
+/** The rows a change moves into one of `alerting` from no `final` status (or creates there). */
+function justEntered<T extends { readonly status: string }>(
+  changes: readonly RowChange<T>[],
+  alerting: ReadonlySet<T["status"]>,
+  final: ReadonlySet<T["status"]>,
+): T[] {
+  return changes
     .filter(
       ({ before, after }) =>
-        ALERT_STEP_STATUSES.has(after.status) &&
-        (before === null || !SETTLED_STEP_STATUSES.has(before.status)),
+        alerting.has(after.status) && (before === null || !final.has(before.status)),
     )
     .map(({ after }) => after);
 }
@@ -163,41 +166,14 @@ export function entriesForRun(
   nowMs: number,
 ): NotificationEntry[] {
   if (!ALERT_RUN_STATUSES.has(run.status)) return [];
-  const event = `run.${run.status}` as NotificationEntry["event"];
-  return notifiers.map((notifier) => {
-    const id = `ntf:${sha256Hex(canonicalJson([run.id, run.status, digestOf(notifier)])).slice(0, 32)}`;
-    const payload = canonicalJson({
-      id,
-      event,
-      run: {
-        id: run.id,
-        kind: run.kind,
-        package: run.package,
-        generation: run.generation,
-        target: run.target,
-        status: run.status,
-        schedule: run.scheduleName,
-        createdAtMs: run.createdAtMs,
-        finishedAtMs: run.finishedAtMs,
-      },
-    });
-    return {
-      id,
-      runId: run.id,
-      package: run.package,
-      event,
-      stepName: null,
-      notifier,
-      payload,
-      state: "pending",
-      attempts: 0,
-      nextAttemptAtMs: nowMs,
-      lastError: null,
-      createdAtMs: nowMs,
-      updatedAtMs: nowMs,
-      deliveredAtMs: null,
-      version: 1,
-    };
+  return pendingEntries(run, null, {
+    event: `run.${run.status}` as NotificationEvent,
+    transition: [run.id, run.status],
+    about: {
+      run: { ...runIdentity(run), status: run.status, finishedAtMs: run.finishedAtMs },
+    },
+    notifiers,
+    nowMs,
   });
 }
 
@@ -209,21 +185,11 @@ export function entriesForStep(
   nowMs: number,
 ): NotificationEntry[] {
   if (!ALERT_STEP_STATUSES.has(step.status)) return [];
-  const event = `step.${step.status}` as NotificationEntry["event"];
-  return notifiers.map((notifier) => {
-    const id = `ntf:${sha256Hex(canonicalJson([run.id, step.id, step.status, digestOf(notifier)])).slice(0, 32)}`;
-    const payload = canonicalJson({
-      id,
-      event,
-      run: {
-        id: run.id,
-        kind: run.kind,
-        package: run.package,
-        generation: run.generation,
-        target: run.target,
-        schedule: run.scheduleName,
-        createdAtMs: run.createdAtMs,
-      },
+  return pendingEntries(run, step.name, {
+    event: `step.${step.status}` as NotificationEvent,
+    transition: [run.id, step.id, step.status],
+    about: {
+      run: runIdentity(run),
       step: {
         id: step.id,
         name: step.name,
@@ -232,15 +198,56 @@ export function entriesForStep(
         attempts: step.attemptCount,
         finishedAtMs: step.finishedAtMs,
       },
-    });
+    },
+    notifiers,
+    nowMs,
+  });
+}
+
+/**
+ * What every alert's payload says of its run (canonical JSON sorts the keys, so the bytes do
+ * not depend on the order written here). A step's alert leaves out the run's status: the run
+ * is usually still going.
+ */
+function runIdentity(run: Run): Readonly<Record<string, JsonValue>> {
+  return {
+    id: run.id,
+    kind: run.kind,
+    package: run.package,
+    generation: run.generation,
+    target: run.target,
+    schedule: run.scheduleName,
+    createdAtMs: run.createdAtMs,
+  };
+}
+
+/**
+ * One pending entry per notifier for one alerting transition. The id is derived from the
+ * transition and the notifier, so writing the same transition again yields the same ids; the
+ * payload is the event and what it is `about`, fixed once for every delivery attempt.
+ */
+function pendingEntries(
+  run: Run,
+  stepName: string | null,
+  alert: {
+    readonly event: NotificationEvent;
+    readonly transition: readonly string[];
+    readonly about: Readonly<Record<string, JsonValue>>;
+    readonly notifiers: readonly NotifierSpec[];
+    readonly nowMs: number;
+  },
+): NotificationEntry[] {
+  const { event, nowMs } = alert;
+  return alert.notifiers.map((notifier) => {
+    const id = `ntf:${sha256Hex(canonicalJson([...alert.transition, digestOf(notifier)])).slice(0, 32)}`;
     return {
       id,
       runId: run.id,
       package: run.package,
       event,
-      stepName: step.name,
+      stepName,
       notifier,
-      payload,
+      payload: canonicalJson({ id, event, ...alert.about }),
       state: "pending",
       attempts: 0,
       nextAttemptAtMs: nowMs,

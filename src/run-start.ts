@@ -1,5 +1,5 @@
 import { QlrError } from "./errors.ts";
-import type { Run } from "./model.ts";
+import type { ChangeSet, Run } from "./model.ts";
 import type { WorkflowPlan } from "./packages.ts";
 import type { StoreTx } from "./ports.ts";
 import { resolveRunInput, sameInput, type InputDeclaration } from "./run-inputs.ts";
@@ -86,32 +86,29 @@ export async function startRun(
     scheduleName: request.scheduleName,
     rerunOf: null,
   };
+  let created: { readonly run: Run; readonly change: ChangeSet };
   if (request.target.kind === "workflow") {
     const plan = await tx.findPlan(request.package, head.generation, request.target.name);
-    if (plan === null)
-      throw new QlrError(
-        "not_found",
-        `package ${request.package} has no workflow ${request.target.name}`,
-      );
-    const created = createWorkflowRun(plan, reconciliation, {
+    if (plan === null) throw targetNotFound(request);
+    created = createWorkflowRun(plan, reconciliation, {
       ...options,
       input: resolveRunInput(request.input, declaredInputs(plan)),
     });
-    await tx.apply(created.change);
-    return { run: created.run, created: true };
+  } else {
+    const definition = await tx.getTaskDefinitionFor(reconciliation.digest, request.target.name);
+    if (definition === null) throw targetNotFound(request);
+    created = createOrdinaryRun(definition, reconciliation, {
+      ...options,
+      input: resolveRunInput(request.input, null),
+    });
   }
-  const definition = await tx.getTaskDefinitionFor(reconciliation.digest, request.target.name);
-  if (definition === null)
-    throw new QlrError(
-      "not_found",
-      `package ${request.package} has no task ${request.target.name}`,
-    );
-  const created = createOrdinaryRun(definition, reconciliation, {
-    ...options,
-    input: resolveRunInput(request.input, null),
-  });
   await tx.apply(created.change);
   return { run: created.run, created: true };
+}
+
+function targetNotFound(request: StartRunRequest): QlrError {
+  const { kind, name } = request.target;
+  return new QlrError("not_found", `package ${request.package} has no ${kind} ${name}`);
 }
 
 export async function fireSchedule(

@@ -371,33 +371,24 @@ export function toPackageHead(row: PackageRow): PackageHead {
   };
 }
 
-export const SCHEDULE_COLUMNS = [
-  "package",
-  "name",
-  "generation",
-  "spec",
-  "next_fire_at_ms",
-  "last_fire_at_ms",
-  "last_run_id",
-  "missed_fires",
-  "skipped_overlaps",
-  "version",
-] as const;
+const SCHEDULE_WRITERS = {
+  package: (state: ScheduleState) => state.package,
+  name: (state: ScheduleState) => state.name,
+  generation: (state: ScheduleState) => state.generation,
+  spec: (state: ScheduleState) => JSON.stringify(state.spec),
+  next_fire_at_ms: (state: ScheduleState) => state.nextFireAtMs,
+  last_fire_at_ms: (state: ScheduleState) => state.lastFireAtMs,
+  last_run_id: (state: ScheduleState) => state.lastRunId,
+  missed_fires: (state: ScheduleState) => state.missedFires,
+  skipped_overlaps: (state: ScheduleState) => state.skippedOverlaps,
+  version: (state: ScheduleState) => state.version,
+} satisfies ColumnWriters<ScheduleState>;
+
+export const SCHEDULE_COLUMNS = columnsOf(SCHEDULE_WRITERS);
 export type ScheduleRow = Record<(typeof SCHEDULE_COLUMNS)[number], unknown>;
 
 export function scheduleParams(state: ScheduleState): SqlParam[] {
-  return [
-    state.package,
-    state.name,
-    state.generation,
-    JSON.stringify(state.spec),
-    state.nextFireAtMs,
-    state.lastFireAtMs,
-    state.lastRunId,
-    state.missedFires,
-    state.skippedOverlaps,
-    state.version,
-  ];
+  return paramsOf(SCHEDULE_WRITERS, SCHEDULE_COLUMNS, state);
 }
 
 export function toSchedule(row: ScheduleRow): ScheduleState {
@@ -415,24 +406,30 @@ export function toSchedule(row: ScheduleRow): ScheduleState {
   };
 }
 
-export const NOTIFICATION_COLUMNS = [
-  "id",
-  "run_id",
-  "package",
-  "event",
-  "notifier",
-  "payload",
-  "state",
-  "attempts",
-  "next_attempt_at_ms",
-  "last_error",
-  "created_at_ms",
-  "updated_at_ms",
-  "delivered_at_ms",
-  "version",
-  "step_name",
-] as const;
+const NOTIFICATION_WRITERS = {
+  id: (entry: NotificationEntry) => entry.id,
+  run_id: (entry: NotificationEntry) => entry.runId,
+  package: (entry: NotificationEntry) => entry.package,
+  event: (entry: NotificationEntry) => entry.event,
+  notifier: (entry: NotificationEntry) => JSON.stringify(entry.notifier),
+  payload: (entry: NotificationEntry) => entry.payload,
+  state: (entry: NotificationEntry) => entry.state,
+  attempts: (entry: NotificationEntry) => entry.attempts,
+  next_attempt_at_ms: (entry: NotificationEntry) => entry.nextAttemptAtMs,
+  last_error: (entry: NotificationEntry) => entry.lastError,
+  created_at_ms: (entry: NotificationEntry) => entry.createdAtMs,
+  updated_at_ms: (entry: NotificationEntry) => entry.updatedAtMs,
+  delivered_at_ms: (entry: NotificationEntry) => entry.deliveredAtMs,
+  version: (entry: NotificationEntry) => entry.version,
+  step_name: (entry: NotificationEntry) => entry.stepName,
+} satisfies ColumnWriters<NotificationEntry>;
+
+export const NOTIFICATION_COLUMNS = columnsOf(NOTIFICATION_WRITERS);
 export type NotificationRow = Record<(typeof NOTIFICATION_COLUMNS)[number], unknown>;
+
+export function notificationParams(entry: NotificationEntry): SqlParam[] {
+  return paramsOf(NOTIFICATION_WRITERS, NOTIFICATION_COLUMNS, entry);
+}
 
 export function toNotification(row: NotificationRow): NotificationEntry {
   return {
@@ -454,26 +451,6 @@ export function toNotification(row: NotificationRow): NotificationEntry {
   };
 }
 
-export function notificationParams(entry: NotificationEntry): SqlParam[] {
-  return [
-    entry.id,
-    entry.runId,
-    entry.package,
-    entry.event,
-    JSON.stringify(entry.notifier),
-    entry.payload,
-    entry.state,
-    entry.attempts,
-    entry.nextAttemptAtMs,
-    entry.lastError,
-    entry.createdAtMs,
-    entry.updatedAtMs,
-    entry.deliveredAtMs,
-    entry.version,
-    entry.stepName,
-  ];
-}
-
 /** A table read whole into its domain type: what `SELECT <every column> FROM <table>` needs. */
 export interface RowTable<T> {
   readonly name: string;
@@ -481,28 +458,16 @@ export interface RowTable<T> {
   read(row: SqlRow): T;
 }
 
-export const RUNS: RowTable<Run> = {
-  name: "runs",
-  columns: RUN_COLUMNS,
-  read: (row) => toRun(row as RunRow),
-};
-export const STEPS: RowTable<StepRun> = {
-  name: "step_runs",
-  columns: STEP_COLUMNS,
-  read: (row) => toStep(row as StepRow),
-};
-export const ATTEMPTS: RowTable<RunAttempt> = {
-  name: "run_attempts",
-  columns: ATTEMPT_COLUMNS,
-  read: (row) => toAttempt(row as AttemptRow),
-};
-export const SCHEDULES: RowTable<ScheduleState> = {
-  name: "schedules",
-  columns: SCHEDULE_COLUMNS,
-  read: (row) => toSchedule(row as ScheduleRow),
-};
-export const NOTIFICATIONS: RowTable<NotificationEntry> = {
-  name: "notifications",
-  columns: NOTIFICATION_COLUMNS,
-  read: (row) => toNotification(row as NotificationRow),
-};
+function rowTable<T, C extends string>(
+  name: string,
+  columns: readonly C[],
+  read: (row: Record<C, unknown>) => T,
+): RowTable<T> {
+  return { name, columns, read: (row) => read(row as Record<C, unknown>) };
+}
+
+export const RUNS = rowTable("runs", RUN_COLUMNS, toRun);
+export const STEPS = rowTable("step_runs", STEP_COLUMNS, toStep);
+export const ATTEMPTS = rowTable("run_attempts", ATTEMPT_COLUMNS, toAttempt);
+export const SCHEDULES = rowTable("schedules", SCHEDULE_COLUMNS, toSchedule);
+export const NOTIFICATIONS = rowTable("notifications", NOTIFICATION_COLUMNS, toNotification);

@@ -219,9 +219,14 @@ class SqlStoreTx implements StoreTx {
   private async body<T>(key: string, sql: string, params: readonly SqlParam[]): Promise<T | null> {
     const cached = this.bodies.get<T>(key);
     if (cached !== undefined) return cached;
+    const found = await this.uncachedBody<T>(sql, params);
+    return found === null ? null : this.bodies.set(key, found);
+  }
+
+  /** The parsed JSON `body` column of the first row `sql` finds; null when it finds none. */
+  private async uncachedBody<T>(sql: string, params: readonly SqlParam[]): Promise<T | null> {
     const found = await this.q<{ body: string }>(sql, params);
-    if (found[0] === undefined) return null;
-    return this.bodies.set(key, JSON.parse(found[0].body) as T);
+    return found[0] === undefined ? null : (JSON.parse(found[0].body) as T);
   }
 
   /** The rows of one table, read whole: `rest` is what follows `FROM <table>`. */
@@ -614,11 +619,10 @@ class SqlStoreTx implements StoreTx {
     stepRunId: string,
     stepRunVersion: number,
   ): Promise<AdmissionReceipt | null> {
-    const found = await this.q<{ body: string }>(
+    return this.uncachedBody<AdmissionReceipt>(
       "SELECT body FROM admission_receipts WHERE run_id = ? AND step_run_id = ? AND step_run_version = ?",
       [runId, stepRunId, stepRunVersion],
     );
-    return found[0] === undefined ? null : (JSON.parse(found[0].body) as AdmissionReceipt);
   }
 
   async getPlan(digest: string): Promise<WorkflowPlan | null> {
@@ -634,11 +638,10 @@ class SqlStoreTx implements StoreTx {
     generation: number,
     workflow: string,
   ): Promise<WorkflowPlan | null> {
-    const found = await this.q<{ body: string }>(
+    return this.uncachedBody<WorkflowPlan>(
       "SELECT body FROM workflow_plans WHERE package = ? AND generation = ? AND workflow = ?",
       [packageName, generation, workflow],
     );
-    return found[0] === undefined ? null : (JSON.parse(found[0].body) as WorkflowPlan);
   }
 
   async getReconciliation(digest: string): Promise<ReconciliationReceipt | null> {
@@ -650,11 +653,10 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getTaskDefinition(revision: string): Promise<TaskDefinition | null> {
-    const found = await this.q<{ body: string }>(
+    return this.uncachedBody<TaskDefinition>(
       "SELECT body FROM task_definitions WHERE revision = ?",
       [revision],
     );
-    return found[0] === undefined ? null : (JSON.parse(found[0].body) as TaskDefinition);
   }
 
   async getTaskDefinitionFor(

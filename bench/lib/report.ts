@@ -260,6 +260,10 @@ const kib = (bytes: number | null | undefined): string =>
 const mib = (bytes: number | null | undefined): string =>
   bytes === null || bytes === undefined ? "–" : `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
 
+/** The 1-minute load average before → after a measurement. */
+const load = (value: { before: number; after: number } | undefined): string =>
+  value === undefined ? "–" : `${fmt(value.before, 1)}→${fmt(value.after, 1)}`;
+
 function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const line = (cells: readonly string[]): string => `| ${cells.join(" | ")} |`;
   return [line(header), line(header.map(() => "---")), ...rows.map(line)].join("\n");
@@ -312,9 +316,7 @@ export function renderMarkdown(report: BenchReport): string {
           fmt(result.latency.maxMs, 2),
           int(result.admissionsPerSecond),
           `${fmt(result.perAdmission.statements, 0)} (${fmt(result.perAdmission.reads, 0)} R / ${fmt(result.perAdmission.writes, 0)} W)`,
-          result.loadAverage1m === undefined
-            ? "–"
-            : `${fmt(result.loadAverage1m.before, 1)}→${fmt(result.loadAverage1m.after, 1)}`,
+          load(result.loadAverage1m),
         ]),
       ),
     );
@@ -591,9 +593,7 @@ export function renderMarkdown(report: BenchReport): string {
           fmt(result.workflow.tick.p95Ms, 2),
           fmt(result.workflow.tick.maxMs, 1),
           fmt(result.workflow.runStartsPerSecond, 0),
-          result.loadAverage1m === undefined
-            ? "–"
-            : `${fmt(result.loadAverage1m.before, 1)}→${fmt(result.loadAverage1m.after, 1)}`,
+          load(result.loadAverage1m),
         ]),
       ),
     );
@@ -851,9 +851,6 @@ function renderDeviceMemory(report: BenchReport, parts: string[]): void {
     ),
   );
 }
-
-const load = (value: { before: number; after: number } | undefined): string =>
-  value === undefined ? "–" : `${fmt(value.before, 1)}→${fmt(value.after, 1)}`;
 
 function renderServeAndPeers(report: BenchReport, parts: string[]): void {
   const serve = report.serve as unknown as ServeResult[];

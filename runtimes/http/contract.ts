@@ -1,10 +1,12 @@
 import type { StageReport, TickReport } from "../../src/coordinator.ts";
+import type { CompletionFacts } from "../../src/execution.ts";
 import type { Lease, WorkerCompletion } from "../../src/lease-service.ts";
 import type { LeaseControl } from "../../src/leases.ts";
 import type { ApplyResult } from "../../src/operations.ts";
 import type {
   AttemptStatus,
   ExecutorType,
+  ProcessHandleFacts,
   Run,
   RunAttempt,
   RunCancelReason,
@@ -273,29 +275,19 @@ export interface ClaimAnswer {
   readonly leases: readonly LeaseView[];
 }
 
-export interface ProcessHandleRequest {
-  readonly pid: number;
-  readonly processStartTicks: string;
-  readonly bootId: string;
-  readonly startedAtMs: number;
-}
+/** The process a worker started, as the core records it. */
+export type ProcessHandleRequest = ProcessHandleFacts;
 
 export interface LeaseStartRequest extends LeaseFenceRequest {
   readonly phase: "starting" | "running";
   readonly handle?: ProcessHandleRequest;
 }
 
-export interface LeaseCompleteRequest extends LeaseFenceRequest {
-  readonly startedAtMs: number;
-  readonly finishedAtMs: number;
-  readonly exitCode: number | null;
-  readonly signal: string | null;
-  readonly stopReason: StopReason | null;
-  readonly spawnError: string | null;
-  /** The output the receipt carries (null: none) and why it was refused; absent: none. */
-  readonly output?: JsonValue | null;
-  readonly outputError?: string | null;
-}
+/**
+ * The completion a worker reports: the core's completion facts, with the output its receipt
+ * carries (null: none) and why it was refused; absent: none. The handle travels on start.
+ */
+export interface LeaseCompleteRequest extends LeaseFenceRequest, Omit<CompletionFacts, "handle"> {}
 
 export interface LeaseLostRequest extends LeaseFenceRequest {
   readonly reason: string;

@@ -22,8 +22,22 @@ interface StreamFile {
   readonly sizeBytes: number;
 }
 
-/** Reads at most `maxBytes` from the start of the file, and its size; null when there is no file. */
-async function readHead(path: string, maxBytes: number): Promise<StreamFile | null> {
+/** What one bounded read of a file found: its bytes from `start`, and the file's size then. */
+interface FileRange {
+  readonly bytes: Buffer;
+  readonly start: number;
+  readonly sizeBytes: number;
+}
+
+/**
+ * Reads at most `maxBytes` from `offset` (or from the end, when the file is shorter): bounded
+ * memory whatever the file's size. Null when there is no file.
+ */
+async function readRange(
+  path: string,
+  offset: number,
+  maxBytes: number,
+): Promise<FileRange | null> {
   let handle;
   try {
     handle = await open(path, "r");
@@ -32,12 +46,19 @@ async function readHead(path: string, maxBytes: number): Promise<StreamFile | nu
   }
   try {
     const { size } = await handle.stat();
-    const buffer = Buffer.alloc(Math.min(size, maxBytes));
-    const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
-    return { head: buffer.subarray(0, bytesRead), sizeBytes: Math.max(size, bytesRead) };
+    const start = Math.min(offset, size);
+    const buffer = Buffer.alloc(Math.max(0, Math.min(maxBytes, size - start)));
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, start);
+    return { bytes: buffer.subarray(0, bytesRead), start, sizeBytes: size };
   } finally {
     await handle.close();
   }
+}
+
+/** Reads at most `maxBytes` from the start of the file, and its size; null when there is no file. */
+async function readHead(path: string, maxBytes: number): Promise<StreamFile | null> {
+  const range = await readRange(path, 0, maxBytes);
+  return range === null ? null : { head: range.bytes, sizeBytes: range.sizeBytes };
 }
 
 /** The longest prefix of at most `maxBytes` that does not split a UTF-8 character. */
@@ -126,21 +147,9 @@ export async function readLogChunk(
   limitBytes: number,
   complete: boolean,
 ): Promise<LogChunk | null> {
-  let handle;
-  try {
-    handle = await open(path, "r");
-  } catch {
-    return null;
-  }
-  try {
-    const { size } = await handle.stat();
-    const start = Math.min(offset, size);
-    const buffer = Buffer.alloc(Math.max(0, Math.min(limitBytes, size - start)));
-    const { bytesRead } = await handle.read(buffer, 0, buffer.length, start);
-    const read = buffer.subarray(0, bytesRead);
-    const kept = complete && start + bytesRead >= size ? read : wholeCharacters(read);
-    return { text: kept.toString("utf8"), nextOffset: start + kept.length, sizeBytes: size };
-  } finally {
-    await handle.close();
-  }
+  const range = await readRange(path, offset, limitBytes);
+  if (range === null) return null;
+  const { bytes, start, sizeBytes } = range;
+  const kept = complete && start + bytes.length >= sizeBytes ? bytes : wholeCharacters(bytes);
+  return { text: kept.toString("utf8"), nextOffset: start + kept.length, sizeBytes };
 }

@@ -364,25 +364,17 @@ function crossReferenceIssues(document: unknown): ManifestIssue[] {
   if (isPlainObject(document.schedules)) {
     for (const [scheduleName, schedule] of Object.entries(document.schedules)) {
       if (!isPlainObject(schedule)) continue;
-      if (
-        typeof schedule.workflow === "string" &&
-        workflowNames !== null &&
-        !workflowNames.has(schedule.workflow)
-      ) {
-        issues.push({
-          path: formatIssuePath(["schedules", scheduleName, "workflow"]),
-          message: `unknown workflow ${JSON.stringify(schedule.workflow)}`,
-        });
-      }
-      if (
-        typeof schedule.task === "string" &&
-        taskNames !== null &&
-        !taskNames.has(schedule.task)
-      ) {
-        issues.push({
-          path: formatIssuePath(["schedules", scheduleName, "task"]),
-          message: `unknown task ${JSON.stringify(schedule.task)}`,
-        });
+      const targets = [
+        ["workflow", workflowNames],
+        ["task", taskNames],
+      ] as const;
+      for (const [field, known] of targets) {
+        const target = schedule[field];
+        if (typeof target === "string" && known !== null && !known.has(target))
+          issues.push({
+            path: formatIssuePath(["schedules", scheduleName, field]),
+            message: `unknown ${field} ${JSON.stringify(target)}`,
+          });
       }
     }
   }

@@ -270,19 +270,11 @@ const NotifierSchema = z
       const hasWebhook = notifier.webhook !== undefined;
       const hasCommand = notifier.command !== undefined;
       if (hasWebhook && hasCommand)
-        ctx.addIssue({
-          code: "custom",
-          path: ["command"],
-          message: "a notifier is either a webhook or a command, not both",
-        });
+        fieldIssue(ctx, "command", "a notifier is either a webhook or a command, not both");
       if (!hasWebhook && !hasCommand)
-        ctx.addIssue({
-          code: "custom",
-          path: ["webhook"],
-          message: "is required: the URL to call (or give command: instead)",
-        });
+        fieldIssue(ctx, "webhook", "is required: the URL to call (or give command: instead)");
       if (notifier.secret !== undefined && !hasWebhook)
-        ctx.addIssue({ code: "custom", path: ["secret"], message: "applies only to a webhook" });
+        fieldIssue(ctx, "secret", "applies only to a webhook");
     },
     { when: always },
   );
@@ -303,6 +295,11 @@ export const NotifySchema = z
   )
   .optional();
 
+/** An issue on one field of the object a rule that spans fields checks. */
+function fieldIssue(ctx: z.RefinementCtx, field: string, message: string): void {
+  ctx.addIssue({ code: "custom", path: [field], message });
+}
+
 /**
  * Rules that span fields. They run even when a field failed (`when`), so one pass reports
  * every problem; the value may then hold unparsed input, hence the defensive checks.
@@ -311,44 +308,27 @@ function checkTaskChoices(task: unknown, ctx: z.RefinementCtx): void {
   if (!isObjectLike(task)) return;
   const hasRun = task.run !== undefined;
   const hasShell = task.shell !== undefined;
-  if (hasRun && hasShell)
-    ctx.addIssue({
-      code: "custom",
-      path: ["shell"],
-      message: "a task has either run or shell, not both",
-    });
+  if (hasRun && hasShell) fieldIssue(ctx, "shell", "a task has either run or shell, not both");
   if (!hasRun && !hasShell)
-    ctx.addIssue({
-      code: "custom",
-      path: ["run"],
-      message: "is required: an argv array (or give shell: a script instead)",
-    });
+    fieldIssue(ctx, "run", "is required: an argv array (or give shell: a script instead)");
   if (task.executor === "remote_worker") {
     if (task.pool === undefined)
-      ctx.addIssue({
-        code: "custom",
-        path: ["pool"],
-        message: "is required when executor is remote_worker",
-      });
+      fieldIssue(ctx, "pool", "is required when executor is remote_worker");
     if (task.cwd !== undefined)
-      ctx.addIssue({
-        code: "custom",
-        path: ["cwd"],
-        message: "applies only to local_process: a remote worker chooses its own directory",
-      });
+      fieldIssue(
+        ctx,
+        "cwd",
+        "applies only to local_process: a remote worker chooses its own directory",
+      );
     if (task.user !== undefined)
-      ctx.addIssue({
-        code: "custom",
-        path: ["user"],
-        message: "applies only to local_process: a remote worker runs tasks as its own user",
-      });
+      fieldIssue(
+        ctx,
+        "user",
+        "applies only to local_process: a remote worker runs tasks as its own user",
+      );
   }
   if (task.executor === "local_process" && task.pool !== undefined) {
-    ctx.addIssue({
-      code: "custom",
-      path: ["pool"],
-      message: "is allowed only when executor is remote_worker",
-    });
+    fieldIssue(ctx, "pool", "is allowed only when executor is remote_worker");
   }
 }
 
@@ -357,17 +337,9 @@ function checkScheduleTarget(schedule: unknown, ctx: z.RefinementCtx): void {
   const hasWorkflow = schedule.workflow !== undefined;
   const hasTask = schedule.task !== undefined;
   if (hasWorkflow && hasTask)
-    ctx.addIssue({
-      code: "custom",
-      path: ["task"],
-      message: "a schedule starts either a workflow or a task, not both",
-    });
+    fieldIssue(ctx, "task", "a schedule starts either a workflow or a task, not both");
   if (!hasWorkflow && !hasTask)
-    ctx.addIssue({
-      code: "custom",
-      path: ["workflow"],
-      message: "is required: the workflow to start (or give task: instead)",
-    });
+    fieldIssue(ctx, "workflow", "is required: the workflow to start (or give task: instead)");
 }
 
 export const TaskSchema = z
@@ -422,18 +394,14 @@ function checkInputDeclaration(declaration: unknown, ctx: z.RefinementCtx): void
   const type = declaration.type;
   const value = declaration.default;
   if ((type === "string" || type === "number" || type === "boolean") && typeof value !== type) {
-    ctx.addIssue({
-      code: "custom",
-      path: ["default"],
-      message: `must be a ${type}, as the input's type says`,
-    });
+    fieldIssue(ctx, "default", `must be a ${type}, as the input's type says`);
   }
   if (declaration.required === true)
-    ctx.addIssue({
-      code: "custom",
-      path: ["required"],
-      message: "an input with a default is never missing: give either required: true or a default",
-    });
+    fieldIssue(
+      ctx,
+      "required",
+      "an input with a default is never missing: give either required: true or a default",
+    );
 }
 
 export const InputDeclarationSchema = z

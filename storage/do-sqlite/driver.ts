@@ -34,6 +34,7 @@ import { errorMessage, QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../driver.ts";
 import { SerialQueue } from "../serial-queue.ts";
 import { mapSqliteError, sqlExcerpt } from "../sqlite/errors.ts";
+import { transactionHandle } from "../sqlite/transaction-handle.ts";
 
 /** The part of `DurableObjectStorage` (SQLite-backed) the driver uses. */
 export interface DurableObjectSqlStorage {
@@ -74,35 +75,16 @@ export function openDurableObjectSqliteDriver(
   }
 
   async function run<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-    let open = true;
-    const tx: SqlTx = {
-      query<R extends SqlRow = SqlRow>(
-        sql: string,
-        params: readonly SqlParam[] = [],
-      ): Promise<R[]> {
-        if (!open)
-          return Promise.reject(
-            new QlrError(
-              "internal",
-              `A query ran after its transaction ended (in: ${sqlExcerpt(sql)}).`,
-            ),
-          );
-        try {
-          return Promise.resolve(exec(sql, params) as R[]);
-        } catch (error) {
-          return Promise.reject(
-            error instanceof Error ? error : mapDurableObjectSqlError(error, sql),
-          );
-        }
-      },
-    };
+    const handle = transactionHandle(exec, (error, sql) =>
+      error instanceof Error ? error : mapDurableObjectSqlError(error, sql),
+    );
     // `fn`'s own rejection passes through untouched; anything else (the savepoint's release or
     // rollback failing) is the storage's error and is mapped.
     const fnFailure: { error?: unknown; failed: boolean } = { failed: false };
     try {
       return await storage.transaction(async () => {
         try {
-          return await fn(tx);
+          return await fn(handle.tx);
         } catch (error) {
           fnFailure.failed = true;
           fnFailure.error = error;
@@ -113,7 +95,7 @@ export function openDurableObjectSqliteDriver(
       if (fnFailure.failed && error === fnFailure.error) throw error;
       throw mapDurableObjectSqlError(error, "(transaction)");
     } finally {
-      open = false;
+      handle.end();
     }
   }
 

@@ -56,23 +56,26 @@ export function sqlStateOf(error: unknown): string | undefined {
   return /^[0-9A-Z]{5}$/.test(candidate.code) ? candidate.code : undefined;
 }
 
+/** True when `error` or an error in its `cause` chain (followed `MAX_CAUSE_DEPTH` deep) passes `test`. */
+function inCauseChain(error: unknown, test: (link: unknown) => boolean): boolean {
+  let link: unknown = error;
+  for (let depth = 0; depth < MAX_CAUSE_DEPTH && link !== undefined && link !== null; depth += 1) {
+    if (test(link)) return true;
+    link = typeof link === "object" ? (link as { cause?: unknown }).cause : undefined;
+  }
+  return false;
+}
+
 /**
  * True when `error`, or any error in its `cause` chain, is a serialization failure or a
  * deadlock. The chain is followed because `tx.query` hands the caller a mapped `QlrError`
  * whose cause is the server's error, and the caller usually rethrows that.
  */
 export function isSerializationFailure(error: unknown): boolean {
-  let current: unknown = error;
-  for (
-    let depth = 0;
-    depth < MAX_CAUSE_DEPTH && current !== undefined && current !== null;
-    depth += 1
-  ) {
-    const state = sqlStateOf(current);
-    if (state !== undefined && RETRYABLE_SQLSTATES.has(state)) return true;
-    current = typeof current === "object" ? (current as { cause?: unknown }).cause : undefined;
-  }
-  return false;
+  return inCauseChain(error, (link) => {
+    const state = sqlStateOf(link);
+    return state !== undefined && RETRYABLE_SQLSTATES.has(state);
+  });
 }
 
 /**
@@ -82,33 +85,16 @@ export function isSerializationFailure(error: unknown): boolean {
  * these are what a client sees until it reaches the promoted server.
  */
 export function isServerSwitchFailure(error: unknown): boolean {
-  let current: unknown = error;
-  for (
-    let depth = 0;
-    depth < MAX_CAUSE_DEPTH && current !== undefined && current !== null;
-    depth += 1
-  ) {
-    if (isConnectionFailure(current) || isReadOnlyServer(current)) return true;
-    current = typeof current === "object" ? (current as { cause?: unknown }).cause : undefined;
-  }
-  return false;
+  return inCauseChain(error, (link) => isConnectionFailure(link) || isReadOnlyServer(link));
 }
 
 /** SQLSTATE 25006 (`read_only_sql_transaction`): a write reached a standby, or a read-only session. */
 export function isReadOnlyServer(error: unknown): boolean {
-  let current: unknown = error;
-  for (
-    let depth = 0;
-    depth < MAX_CAUSE_DEPTH && current !== undefined && current !== null;
-    depth += 1
-  ) {
-    const state = sqlStateOf(current);
-    if (state === "25006") return true;
+  return inCauseChain(error, (link) => {
+    const state = sqlStateOf(link);
     // A standby also refuses the SERIALIZABLE a transaction begins with (0A000, "hot standby").
-    if (state === "0A000" && /hot standby/i.test(messageOf(current))) return true;
-    current = typeof current === "object" ? (current as { cause?: unknown }).cause : undefined;
-  }
-  return false;
+    return state === "25006" || (state === "0A000" && /hot standby/i.test(messageOf(link)));
+  });
 }
 
 /** True when the error means the connection is gone or could not be made. */

@@ -9,6 +9,7 @@ import type { Database, SqlValue, Statement } from "sql.js";
 import { QlrError, errorCode } from "../../src/errors.ts";
 import type { SqlParam, SqlRow, SqlTx } from "../driver.ts";
 import { mapSqliteError, sqlExcerpt } from "../sqlite/errors.ts";
+import { transactionHandle } from "../sqlite/transaction-handle.ts";
 
 export const DEFAULT_STATEMENT_CACHE_SIZE = 64;
 export const DEFAULT_PAGE_CACHE_KIB = 1024;
@@ -362,32 +363,19 @@ export async function runTransaction<T>(
   steps: TransactionSteps = {},
 ): Promise<T> {
   connection.begin();
-  let open = true;
-  const tx: SqlTx = {
-    query<R extends SqlRow = SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
-      if (!open)
-        return Promise.reject(
-          new QlrError(
-            "internal",
-            `A query ran after its transaction ended (in: ${sqlExcerpt(sql)}).`,
-          ),
-        );
-      try {
-        return Promise.resolve(connection.query(sql, params) as R[]);
-      } catch (error) {
-        return Promise.reject(mapSqlJsError(error, sql));
-      }
-    },
-  };
+  const handle = transactionHandle(
+    (sql, params) => connection.query(sql, params),
+    (error, sql) => mapSqlJsError(error, sql),
+  );
   let result: T;
   try {
-    result = await fn(tx);
+    result = await fn(handle.tx);
   } catch (error) {
-    open = false;
+    handle.end();
     connection.rollbackQuietly();
     throw error;
   }
-  open = false;
+  handle.end();
   try {
     steps.beforeCommit?.();
   } catch (error) {

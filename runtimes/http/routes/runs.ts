@@ -33,17 +33,19 @@ export const MAX_EVENTS_PAGE = 500;
 /** The most bytes of log one answer carries, stdout and stderr together (README: 1 MiB). */
 export const LOG_ANSWER_MAX_BYTES = 1024 * 1024;
 
+/** A client's idempotency key: printable ASCII, as a start and a rerun both take it. */
+const idempotencyKey = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[\x20-\x7e]+$/);
+
 const startRunBody = z
   .object({
     package: z.string().regex(PACKAGE_NAME_PATTERN),
     workflow: z.string().regex(RESOURCE_NAME_PATTERN).optional(),
     task: z.string().regex(RESOURCE_NAME_PATTERN).optional(),
-    idempotencyKey: z
-      .string()
-      .min(1)
-      .max(128)
-      .regex(/^[\x20-\x7e]+$/)
-      .optional(),
+    idempotencyKey: idempotencyKey.optional(),
     // Checked by the core (resolveRunInput): keys, types, declarations, size.
     input: z.record(z.string(), z.unknown()).optional(),
   })
@@ -56,12 +58,7 @@ const startRunBody = z
 const rerunBody = z
   .object({
     fromFailed: z.boolean().default(false),
-    idempotencyKey: z
-      .string()
-      .min(1)
-      .max(128)
-      .regex(/^[\x20-\x7e]+$/)
-      .optional(),
+    idempotencyKey: idempotencyKey.optional(),
   })
   .strict();
 
