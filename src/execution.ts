@@ -40,7 +40,7 @@ function requireStep(scope: AttemptScope): StepRun | null {
 export function markStarting(
   scope: AttemptScope,
   nowMs: number,
-  facts: { workerId?: string; ownerNodeId?: string } = {},
+  facts: { ownerNodeId?: string } = {},
 ): ChangeSet {
   const step = requireStep(scope);
   // ADR-0229 §2: a workflow task attempt is dispatched only while its exact ready epoch holds
@@ -65,7 +65,6 @@ export function markStarting(
   }
   const change = new RunChange(scope.run, nowMs);
   change.setAttempt(scope.attempt, "starting", {
-    ...(facts.workerId === undefined ? {} : { leaseWorkerId: facts.workerId }),
     // The dispatching node owns the attempt from here: only it can read the journal and receipt.
     ...(facts.ownerNodeId === undefined ? {} : { ownerNodeId: facts.ownerNodeId }),
   });

@@ -181,6 +181,9 @@ describe("granting a lease", () => {
     const world = remoteWorld();
     const attempt = claimed(world);
     const scope = world.model.scope(attempt.id);
+    expect(messageOf(() => grantLease(scope, "worker-1", "short", T0 + 3, TTL_MS))).toBe(
+      "the lease secret source returned a value outside the lease secret pattern",
+    );
     for (const secret of ["short", "has spaces in the secret", "x".repeat(129)])
       expect(errorCode(() => grantLease(scope, "worker-1", secret, T0 + 3, TTL_MS))).toBe(
         "integrity",
@@ -223,6 +226,14 @@ describe("the fence", () => {
     const { attempt, fence } = leased(world);
     const short = { ...attempt, leaseSecretDigest: leaseSecretDigest("short") };
     expect(errorCode(() => checkFence(short, { ...fence, leaseSecret: "short" }))).toBe("conflict");
+  });
+
+  it("a secret that is not a string is refused, even when its text would be the stored secret", () => {
+    const world = remoteWorld();
+    const { attempt, fence } = leased(world);
+    const numeric = { ...attempt, leaseSecretDigest: leaseSecretDigest("1234567890123456") };
+    const forged = { ...fence, leaseSecret: 1234567890123456 as unknown as string };
+    expect(errorCode(() => checkFence(numeric, forged))).toBe("conflict");
   });
 
   it("an attempt with no stored digest is held by nobody, whatever is presented", () => {
@@ -316,6 +327,9 @@ describe("extending a lease", () => {
     expect(errorCode(() => extendLease(world.model.scope(attempt.id), T0 + 1, TTL_MS))).toBe(
       "clock_regression",
     );
+    expect(messageOf(() => extendLease(world.model.scope(attempt.id), T0 + 1, TTL_MS))).toBe(
+      `attempt ${attempt.id}: observation time ${T0 + 1} is before its creation at ${T0 + 2}; refusing to write`,
+    );
   });
 });
 
@@ -366,6 +380,16 @@ describe("crossing the start barrier under the fence", () => {
     );
     expect(errorCode(() => workerStarting(scope, fence, expiry, TTL_MS))).toBe("conflict");
     expect(errorCode(() => workerStarting(scope, fence, expiry - 1, TTL_MS))).toBe("no error");
+  });
+
+  it("a held claim with no recorded expiry has not expired", () => {
+    const world = remoteWorld();
+    const { attempt, fence } = leased(world);
+    const scope = world.model.scope(attempt.id);
+    const unbounded = { ...scope, attempt: { ...scope.attempt, leaseExpiresAtMs: null } };
+    expect(errorCode(() => workerStarting(unbounded, fence, T0 + 1_000_000, TTL_MS))).toBe(
+      "no error",
+    );
   });
 
   it("an attempt past starting does not start again", () => {
@@ -441,6 +465,25 @@ describe("the process exists", () => {
       expect(errorCode(() => workerRunning(scope, fence, other, T0 + 7, TTL_MS))).toBe(
         "illegal_transition",
       );
+  });
+
+  it("the running report repeated after the completion is refused, not answered as a repeat", () => {
+    const world = remoteWorld();
+    const { attempt, fence } = running(world);
+    const answer = workerComplete(
+      world.model.scope(attempt.id),
+      fence,
+      exitFacts(T0 + 5, T0 + 20, 0),
+      NO_RETRY,
+      T0 + 21,
+    );
+    if (answer.kind !== "recorded") throw new Error("the completion was not recorded");
+    world.apply(answer.change);
+    expect(
+      errorCode(() =>
+        workerRunning(world.model.scope(attempt.id), fence, handleAt(T0 + 5), T0 + 22, TTL_MS),
+      ),
+    ).toBe("illegal_transition");
   });
 
   it("a handle started implausibly far in the future is refused at handle.startedAtMs", () => {
