@@ -140,9 +140,10 @@ export interface CompletionFacts {
   readonly outputError?: string | null;
 }
 
+/** An exited process always settles: its step's outcome is one a run can also end with. */
 export interface OutcomeDecision {
   readonly attempt: AttemptStatus;
-  readonly step: StepStatus;
+  readonly step: Exclude<OrdinaryOutcome, "lost">;
 }
 
 /**
@@ -247,18 +248,7 @@ export function complete(
       );
     }
   } else {
-    finishOrdinary(
-      change,
-      outcome.step === "skipped" ||
-        outcome.step === "pending" ||
-        outcome.step === "ready" ||
-        outcome.step === "running"
-        ? "failed"
-        : outcome.step,
-      attempt.number,
-      retry,
-      nowMs,
-    );
+    finishOrdinary(change, outcome.step, attempt.number, retry, nowMs);
   }
   return change.build();
 }
