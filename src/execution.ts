@@ -40,7 +40,7 @@ function requireStep(scope: AttemptScope): StepRun | null {
 export function markStarting(
   scope: AttemptScope,
   nowMs: number,
-  facts: { workerId?: string; ownerNodeId?: string } = {},
+  facts: { ownerNodeId?: string } = {},
 ): ChangeSet {
   const step = requireStep(scope);
   // ADR-0229 §2: a workflow task attempt is dispatched only while its exact ready epoch holds
@@ -65,7 +65,6 @@ export function markStarting(
   }
   const change = new RunChange(scope.run, nowMs);
   change.setAttempt(scope.attempt, "starting", {
-    ...(facts.workerId === undefined ? {} : { leaseWorkerId: facts.workerId }),
     // The dispatching node owns the attempt from here: only it can read the journal and receipt.
     ...(facts.ownerNodeId === undefined ? {} : { ownerNodeId: facts.ownerNodeId }),
   });
@@ -141,9 +140,10 @@ export interface CompletionFacts {
   readonly outputError?: string | null;
 }
 
+/** An exited process always settles: its step's outcome is one a run can also end with. */
 export interface OutcomeDecision {
   readonly attempt: AttemptStatus;
-  readonly step: StepStatus;
+  readonly step: Exclude<OrdinaryOutcome, "lost">;
 }
 
 /**
@@ -248,18 +248,7 @@ export function complete(
       );
     }
   } else {
-    finishOrdinary(
-      change,
-      outcome.step === "skipped" ||
-        outcome.step === "pending" ||
-        outcome.step === "ready" ||
-        outcome.step === "running"
-        ? "failed"
-        : outcome.step,
-      attempt.number,
-      retry,
-      nowMs,
-    );
+    finishOrdinary(change, outcome.step, attempt.number, retry, nowMs);
   }
   return change.build();
 }

@@ -57,6 +57,23 @@ export type WorkerCompletion = {
   readonly replayed: boolean;
 };
 
+/**
+ * The leased attempt as this transaction just wrote it. Missing, or without a lease expiry, it
+ * would mean the store lost its own write inside one transaction: an integrity error, never a
+ * made-up answer.
+ */
+async function writtenLease(
+  tx: StoreTx,
+  attemptId: string,
+): Promise<RunAttempt & { readonly leaseExpiresAtMs: number }> {
+  const attempt = await tx.getAttempt(attemptId);
+  // Stryker disable all: unreachable, the row was written or read in this very transaction
+  if (attempt === null || attempt.leaseExpiresAtMs === null)
+    throw new QlrError("integrity", `attempt ${attemptId} has no lease after its own write`);
+  // Stryker restore all
+  return { ...attempt, leaseExpiresAtMs: attempt.leaseExpiresAtMs };
+}
+
 export class LeaseService {
   private readonly deps: LeaseServiceDeps;
   private readonly ttlMs: number;
@@ -88,21 +105,22 @@ export class LeaseService {
           // Re-read inside the transaction: another worker may have won it meanwhile.
           if (!isClaimable(scope.attempt, nowMs) || scope.run.cancelRequestedAtMs !== null)
             return null;
+          // Stryker disable next-line ConditionalExpression: unreachable, admission checked the executor
           if (scope.definition.execution.executor !== "remote_worker") return null;
           await tx.apply(grantLease(scope, workerId, leaseSecret, nowMs, this.ttlMs));
-          const leased = await tx.getAttempt(candidate.id);
-          if (leased === null) return null;
+          const leased = await writtenLease(tx, candidate.id);
           return {
             attemptId: leased.id,
             leaseVersion: leased.leaseVersion,
             leaseSecret,
-            leaseExpiresAtMs: leased.leaseExpiresAtMs ?? nowMs + this.ttlMs,
+            leaseExpiresAtMs: leased.leaseExpiresAtMs,
             runId: leased.runId,
             stepRunId: leased.stepRunId,
             taskRevision: scope.definition.revision,
             execution: scope.definition.execution,
             context: taskContext(
               { ...scope, attempt: leased },
+              // Stryker disable next-line ConditionalExpression,ArrayDeclaration: equivalent, no steps to read
               scope.step === null ? [] : await tx.getSteps(scope.run.id),
               scope.definition.task,
             ),
@@ -132,11 +150,8 @@ export class LeaseService {
           throw new QlrError("invalid_request", "phase running needs the process handle");
         await tx.apply(workerRunning(scope, fence, handle, nowMs, this.ttlMs));
       }
-      const after = await tx.getAttempt(attemptId);
-      return {
-        status: after?.status ?? scope.attempt.status,
-        leaseExpiresAtMs: after?.leaseExpiresAtMs ?? nowMs + this.ttlMs,
-      };
+      const after = await writtenLease(tx, attemptId);
+      return { status: after.status, leaseExpiresAtMs: after.leaseExpiresAtMs };
     });
   }
 
@@ -159,10 +174,7 @@ export class LeaseService {
       const answer = workerComplete(scope, fence, facts, scope.definition.retry, nowMs);
       if (answer.kind === "replayed") return { status: answer.status, replayed: true };
       await tx.apply(answer.change);
-      return {
-        status: (await tx.getAttempt(attemptId))?.status ?? scope.attempt.status,
-        replayed: false,
-      };
+      return { status: (await writtenLease(tx, attemptId)).status, replayed: false };
     });
   }
 
@@ -180,11 +192,9 @@ export class LeaseService {
           ? ({ kind: "lost_new_epoch", reason: why } as const)
           : ({ kind: "lost_failed", reason: why } as const);
       const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
+      // Stryker disable next-line ConditionalExpression: equivalent, a loss always writes a change
       if (change !== null) await tx.apply(change);
-      return {
-        status: (await tx.getAttempt(attemptId))?.status ?? scope.attempt.status,
-        replayed: false,
-      };
+      return { status: (await writtenLease(tx, attemptId)).status, replayed: false };
     });
   }
 }

@@ -519,3 +519,59 @@ describe("step-level retry of idempotent tasks", () => {
     expect(stepMayRetry(step, "timed_out", RETRY_TWICE)).toBe(true);
   });
 });
+
+describe("a completion's output", () => {
+  it("a success keeps its output on the attempt and the step, and its event says an output came", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    const change = complete(
+      world.model.scope(attempt.id),
+      exitFacts(T0 + 4, T0 + 60, 0, { output: { rows: 2 } }),
+      NO_RETRY,
+      T0 + 61,
+    );
+    world.apply(change);
+    expect(world.model.attempt(attempt.id)).toMatchObject({ output: { rows: 2 }, error: null });
+    expect(world.model.step("run-1", "a")).toMatchObject({
+      status: "succeeded",
+      output: { rows: 2 },
+      finishedAtMs: T0 + 60,
+    });
+    expect(change.events[0]).toMatchObject({
+      type: "attempt.status_changed",
+      data: { from: "running", to: "succeeded", exitCode: 0, signal: null, output: true },
+    });
+    expect(change.events[0]?.data).not.toHaveProperty("outputError");
+  });
+
+  it("a refused output fails the attempt with the reason in its error and event, and the step keeps no output", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    const change = complete(
+      world.model.scope(attempt.id),
+      exitFacts(T0 + 4, T0 + 60, 0, { output: { rows: 2 }, outputError: "too large" }),
+      NO_RETRY,
+      T0 + 61,
+    );
+    world.apply(change);
+    expect(world.model.attempt(attempt.id)).toMatchObject({
+      status: "failed",
+      error: "output refused: too large",
+    });
+    expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", output: null });
+    expect(change.events[0]?.data).toMatchObject({ outputError: "too large", output: true });
+  });
+
+  it("a completion without output records none and says none", () => {
+    const world = worldWith();
+    const attempt = running(world);
+    const change = complete(
+      world.model.scope(attempt.id),
+      exitFacts(T0 + 4, T0 + 60, 0),
+      NO_RETRY,
+      T0 + 61,
+    );
+    expect(change.attempts[0]?.after).toMatchObject({ output: null, error: null });
+    expect(change.events[0]?.data).not.toHaveProperty("output");
+  });
+});

@@ -489,3 +489,249 @@ describe("an operator resolves an attempt that failed closed", () => {
     ).toThrow(/only a starting or running attempt/);
   });
 });
+
+describe("each recovery decision is its own rule's", () => {
+  const twice = (inspection: LiveInspection): LiveInspection[] => [inspection, inspection];
+
+  it("each kind of evidence decides with its own reason", () => {
+    const world = worldWith();
+    const live = running(world);
+    const scope = world.model.scope(live.id);
+    const startingScope = { ...scope, attempt: { ...live, status: "starting" as const } };
+    const claimedScope = { ...scope, attempt: { ...live, status: "claimed" as const } };
+    const evidence = (
+      journal: RecoveryEvidence["journal"],
+      inspections: LiveInspection[],
+    ): RecoveryEvidence => ({ receipt: { status: "none" }, journal, inspections });
+    const cases: [typeof scope, RecoveryEvidence, RecoveryDecision][] = [
+      [
+        claimedScope,
+        NO_EVIDENCE,
+        { kind: "lost_new_epoch", reason: "orphaned claim never crossed the start barrier" },
+      ],
+      [
+        scope,
+        { ...NO_EVIDENCE, receipt: { status: "invalid", reason: "bad mac" } },
+        { kind: "fail_closed", reason: "receipt rejected: bad mac" },
+      ],
+      [
+        scope,
+        evidence("invalid", twice("running")),
+        { kind: "fail_closed", reason: "journal record rejected" },
+      ],
+      [
+        startingScope,
+        evidence("absent", twice("running")),
+        { kind: "lost_new_epoch", reason: "no journal record: the process was never spawned" },
+      ],
+      // A running attempt proved it spawned: a missing journal or spawn record does not undo that.
+      [scope, evidence("absent", twice("running")), { kind: "readopt" }],
+      [
+        startingScope,
+        evidence("never_spawned", twice("running")),
+        {
+          kind: "lost_new_epoch",
+          reason:
+            "journaled but never spawned: no spawn record and no supervisor that could still write one",
+        },
+      ],
+      [scope, evidence("never_spawned", twice("running")), { kind: "readopt" }],
+      [
+        scope,
+        evidence("present", ["running"]),
+        { kind: "fail_closed", reason: "fewer than two live inspections" },
+      ],
+      [
+        scope,
+        evidence("present", twice("not_running")),
+        {
+          kind: "lost_failed",
+          reason: "trusted evidence: the exact process is not running and left no receipt",
+        },
+      ],
+      [scope, evidence("present", twice("running")), { kind: "readopt" }],
+      [
+        scope,
+        evidence("present", ["changed_identity", "running"]),
+        { kind: "fail_closed", reason: "the pid now belongs to another process" },
+      ],
+      [
+        scope,
+        evidence("present", ["running", "changed_identity"]),
+        { kind: "fail_closed", reason: "the pid now belongs to another process" },
+      ],
+      [
+        scope,
+        evidence("present", ["unverifiable", "changed_identity"]),
+        { kind: "fail_closed", reason: "the pid now belongs to another process" },
+      ],
+      [
+        scope,
+        evidence("present", ["unverifiable", "running"]),
+        { kind: "fail_closed", reason: "the platform cannot verify the process identity" },
+      ],
+      [
+        scope,
+        evidence("present", ["running", "unverifiable"]),
+        { kind: "fail_closed", reason: "the platform cannot verify the process identity" },
+      ],
+      [
+        scope,
+        evidence("present", ["running", "not_running"]),
+        { kind: "fail_closed", reason: "inconsistent inspections: running, not_running" },
+      ],
+    ];
+    for (const [caseScope, caseEvidence, expected] of cases)
+      expect(decideRecovery(caseScope, caseEvidence)).toEqual(expected);
+  });
+
+  it("each missing part of the persisted handle fails closed where live inspections would re-adopt", () => {
+    const world = worldWith();
+    const live = running(world);
+    const scope = world.model.scope(live.id);
+    for (const missing of [{ pid: null }, { processStartTicks: null }, { bootId: null }])
+      expect(
+        decideRecovery(
+          { ...scope, attempt: { ...live, ...missing } },
+          { receipt: { status: "none" }, journal: "present", inspections: twice("running") },
+        ),
+      ).toEqual({ kind: "fail_closed", reason: "no persisted process handle to inspect" });
+  });
+
+  it("no decision and re-adoption write nothing", () => {
+    const world = worldWith();
+    const live = running(world);
+    const scope = world.model.scope(live.id);
+    expect(applyRecovery(scope, { kind: "none" }, NO_RETRY, T0 + 100)).toBeNull();
+    expect(applyRecovery(scope, { kind: "readopt" }, NO_RETRY, T0 + 100)).toBeNull();
+  });
+
+  it("failing closed records the reason and the status it kept in its event", () => {
+    const world = worldWith();
+    const live = running(world);
+    world.apply(
+      applyRecovery(
+        world.model.scope(live.id),
+        { kind: "fail_closed", reason: "why" },
+        NO_RETRY,
+        T0 + 100,
+      ),
+    );
+    expect(world.model.eventsOf("run-1").at(-1)).toMatchObject({
+      type: "attempt.recovery_failed_closed",
+      data: { reason: "why", status: "running" },
+    });
+  });
+
+  it("a new ready epoch names its reason and the lost attempt in the attempt's and the step's events", () => {
+    const world = worldWith();
+    const attempt = claimed(world);
+    world.apply(
+      applyRecovery(
+        world.model.scope(attempt.id),
+        { kind: "lost_new_epoch", reason: "gone" },
+        NO_RETRY,
+        T0 + 100,
+      ),
+    );
+    const [lost, epoch] = world.model.eventsOf("run-1").slice(-2);
+    expect(lost).toMatchObject({
+      type: "attempt.status_changed",
+      data: { from: "claimed", to: "lost", reason: "gone" },
+    });
+    expect(epoch).toMatchObject({
+      type: "step.status_changed",
+      data: {
+        from: "ready",
+        to: "ready",
+        reason: "new ready epoch after orphaned claim",
+        lostAttemptId: attempt.id,
+      },
+    });
+  });
+
+  it("a new ready epoch for a step that is no longer ready is an integrity error", () => {
+    const world = worldWith();
+    const attempt = claimed(world);
+    const scope = world.model.scope(attempt.id);
+    const step = { ...scope.step!, status: "running" as const };
+    expect(() =>
+      applyRecovery(
+        { ...scope, step },
+        { kind: "lost_new_epoch", reason: "gone" },
+        NO_RETRY,
+        T0 + 100,
+      ),
+    ).toThrow(`step ${step.id} of orphaned attempt ${attempt.id} is running, not ready`);
+  });
+
+  it("an ordinary orphaned claim requeues its run with the reason, and only a dispatching run", () => {
+    const world = new CoreWorld();
+    const run = world.startTask();
+    const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
+    world.apply(admitted.change);
+    const scope = world.model.scope(admitted.attempt.id);
+    const lost = { kind: "lost_new_epoch", reason: "gone" } as const;
+    const change = applyRecovery(scope, lost, NO_RETRY, T0 + 100)!;
+    expect(change.runs[0]?.after.status).toBe("queued");
+    expect(change.events.at(-1)).toMatchObject({
+      data: { from: "dispatching", to: "queued", reason: "gone" },
+    });
+    const notDispatching = { ...scope, run: { ...scope.run, status: "running" as const } };
+    expect(applyRecovery(notDispatching, lost, NO_RETRY, T0 + 100)!.runs[0]?.after.status).toBe(
+      "running",
+    );
+  });
+
+  it("a lost started attempt fails its step at the loss time with the reason and the attempt", () => {
+    const world = worldWith();
+    const live = running(world);
+    world.apply(
+      applyRecovery(
+        world.model.scope(live.id),
+        { kind: "lost_failed", reason: "gone" },
+        NO_RETRY,
+        T0 + 100,
+      ),
+    );
+    expect(world.model.step("run-1", "a")).toMatchObject({
+      status: "failed",
+      finishedAtMs: T0 + 100,
+    });
+    const [lost, failed] = world.model.eventsOf("run-1").slice(-2);
+    expect(lost).toMatchObject({ data: { from: "running", to: "lost", reason: "gone" } });
+    expect(failed).toMatchObject({
+      data: { from: "running", to: "failed", reason: "gone", lostAttemptId: live.id },
+    });
+  });
+
+  it("a lost attempt whose step already settled leaves the step as it is", () => {
+    const world = worldWith();
+    const live = running(world);
+    const scope = world.model.scope(live.id);
+    const settled = { ...scope, step: { ...scope.step!, status: "cancelled" as const } };
+    const change = applyRecovery(
+      settled,
+      { kind: "lost_failed", reason: "gone" },
+      NO_RETRY,
+      T0 + 100,
+    )!;
+    expect(change.steps).toEqual([]);
+    expect(change.attempts[0]?.after.status).toBe("lost");
+  });
+
+  it("an operator's resolution is refused with conflict", () => {
+    const world = worldWith();
+    const live = running(world);
+    const scope = world.model.scope(live.id);
+    for (const refused of [scope, { ...scope, attempt: { ...live, status: "lost" as const } }]) {
+      let code = "no error";
+      try {
+        resolveFailedClosed(refused, "x", NO_RETRY, T0 + 200);
+      } catch (error) {
+        code = (error as { code: string }).code;
+      }
+      expect(code).toBe("conflict");
+    }
+  });
+});
