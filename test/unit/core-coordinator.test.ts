@@ -359,7 +359,8 @@ describe("the cadence cycle", () => {
       (await tx.getAttempts(runId)).map((attempt) => attempt.stopReason),
     );
     expect(stopReasons.filter((reason) => reason === "shutdown")).toHaveLength(width);
-  });
+    // 520 attempts through ten real cycles: seconds on a quiet machine, past 30 s on a loaded one.
+  }, 120_000);
 
   it("ADR-0227 §3: the cadence never asks the store for more than 64 admission candidates, whatever the profile says", async () => {
     const { store, clock, executor, start } = await rig();
