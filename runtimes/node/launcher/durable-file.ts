@@ -18,9 +18,9 @@ import {
  * before the task is spawned, and an attempt that cannot promise that fails to start rather
  * than run unrecorded (the store's own directory sync tolerates platforms without the step).
  *
- * The calls are synchronous (one file of a few hundred bytes, one fsync of it and one of its
- * directory): the same interface as the store's, at the cost of blocking the event loop for
- * those fsyncs, as every store commit already does.
+ * The interface is synchronous, the store's; the exclusive creates gather into groups whose
+ * fsyncs run together on the thread pool (`DurableCreateGroup`), so they do not block the event
+ * loop and a burst of records costs about one flush.
  */
 export const launcherDurableFs: DurableFs = {
   ...nodeDurableFs,
