@@ -144,7 +144,15 @@ export class DurableCreateGroup {
   /** Writes groups until the queue is empty; only one runs at a time. */
   private async flushAll(): Promise<void> {
     try {
-      while (this.queue.length > 0) await this.flush(this.queue.splice(0));
+      while (this.queue.length > 0) {
+        const batch = this.queue.splice(0);
+        // flush settles every item itself; should it throw, no create may wait forever (a
+        // settled promise ignores the second answer).
+        await this.flush(batch).catch((error: unknown) => {
+          for (const item of batch)
+            item.reject(error instanceof Error ? error : new Error(String(error)));
+        });
+      }
     } finally {
       this.scheduled = false;
       if (this.queue.length > 0) {
