@@ -17,6 +17,7 @@ import {
   appendFileSync,
   closeSync,
   existsSync,
+  fsync,
   fsyncSync,
   openSync,
   readdirSync,
@@ -80,6 +81,8 @@ const HANDSHAKE_TIMEOUT_MS = 10_000;
 /** A log file that keeps at most `maxBytes` of the stream, then one marker line, then nothing. */
 class CappedLog {
   private writtenBytes = 0;
+  /** Every byte in the file, the marker line included. */
+  private bytesWritten = 0;
   private truncated = false;
   private endsWithNewline = true;
   /** The first write error (a full disk): the log stops there, the task is still supervised. */
@@ -119,11 +122,38 @@ class CappedLog {
       this.writeError = errorCode(error) ?? errorMessage(error);
       return;
     }
+    this.bytesWritten += bytes.length;
     if (counts) this.writtenBytes += bytes.length;
     this.endsWithNewline = bytes[bytes.length - 1] === 0x0a;
   }
 
-  /** The logs are made durable before the receipt, so a receipt implies its logs are as complete as the disk allowed. */
+  /**
+   * The logs are made durable before the receipt, so a receipt implies its logs are as complete
+   * as the disk allowed. The fsync runs on the thread pool, so the logs of tasks that end
+   * together share a flush and the supervisor keeps serving launches meanwhile; a log nothing
+   * was written to has nothing to make durable and skips it.
+   */
+  async closeDurably(): Promise<void> {
+    if (this.bytesWritten === 0 && this.writeError === null) {
+      this.closeQuietly();
+      return;
+    }
+    const error = await new Promise<unknown>((resolve) =>
+      fsync(this.fd, (failure) => resolve(failure ?? null)),
+    );
+    if (error !== null) this.writeError ??= errorCode(error) ?? errorMessage(error);
+    this.closeQuietly();
+  }
+
+  private closeQuietly(): void {
+    try {
+      closeSync(this.fd);
+    } catch {
+      // Closed already.
+    }
+  }
+
+  /** Closes at once (the spawn failed; the spawn error receipt follows). */
   close(): void {
     try {
       fsyncSync(this.fd);
@@ -509,8 +539,7 @@ class ResidentSupervisor {
     clearTimeout(drainTimer);
     child.stdout?.destroy();
     child.stderr?.destroy();
-    stdoutLog.close();
-    stderrLog.close();
+    await Promise.all([stdoutLog.closeDurably(), stderrLog.closeDurably()]);
     for (const [stream, log] of [
       ["stdout", stdoutLog],
       ["stderr", stderrLog],
