@@ -6,6 +6,7 @@ import {
   complete,
   markRunning,
   markStarting,
+  settleStrandedClaim,
   requestShutdownStop,
   requestTimeoutStop,
   startFailed,
@@ -808,12 +809,15 @@ export class Coordinator {
     return this.write(async (tx, nowMs) => {
       const scope = await findAttemptScope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "claimed") return null;
+      // A cancel intent's convergence cancels the claim; nothing starts after it.
       if (scope.run.cancelRequestedAtMs !== null) return null;
-      if (
-        scope.step !== null &&
-        (scope.step.status !== "ready" || scope.step.version !== scope.attempt.stepRunVersion)
-      )
+      // A claim whose ready epoch is gone is settled here, or it would stay `claimed` for good.
+      const stranded = settleStrandedClaim(scope, nowMs);
+      if (stranded !== null) {
+        await tx.apply(stranded);
+        this.followUp = true;
         return null;
+      }
       await tx.apply(
         markStarting(scope, nowMs, this.node === null ? {} : { ownerNodeId: this.node.nodeId }),
       );

@@ -72,6 +72,40 @@ export function markStarting(
 }
 
 /**
+ * A workflow claim that may no longer start, settled (ADR-0227 §6, ADR-0229 §2): it never crossed
+ * the start barrier, so it has no side effects, and it becomes `lost`. Its step is left alone:
+ * the step has already moved past this claim's ready epoch (a new epoch, a settled outcome) and
+ * the current epoch has, or will get, its own claim. Left `claimed`, such an attempt would never
+ * be dispatched nor settled: it would hold a concurrency slot, head every dispatch page and keep
+ * the frontier from finalizing the run. Null when the claim may still start, and when the run
+ * has a cancel intent (whole-run cancellation convergence cancels every claim itself).
+ */
+export function settleStrandedClaim(scope: AttemptScope, nowMs: number): ChangeSet | null {
+  const { run, attempt } = scope;
+  if (attempt.status !== "claimed" || run.kind !== "workflow" || run.cancelRequestedAtMs !== null)
+    return null;
+  const current = requireStep(scope);
+  if (current === null) return null;
+  let reason: string;
+  if (run.status !== "running") reason = `its run is ${run.status}`;
+  else if (current.status !== "ready") reason = `its step is ${current.status}`;
+  else if (current.version !== attempt.stepRunVersion)
+    reason = `its step moved to ready epoch ${current.version}`;
+  else return null;
+  const change = new RunChange(run, nowMs);
+  change.setAttempt(
+    attempt,
+    "lost",
+    {
+      finishedAtMs: nowMs,
+      error: `claim of ready epoch ${String(attempt.stepRunVersion)} may no longer start: ${reason}`,
+    },
+    { reason, stepRunVersion: attempt.stepRunVersion, currentStepRunVersion: current.version },
+  );
+  return change.build();
+}
+
+/**
  * The facts an attempt enters `running` with. The process identity is null only when a receipt
  * completes an attempt whose handle was never persisted (a crash between spawn and the running
  * transition): the identity stays unknown rather than invented.

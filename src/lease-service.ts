@@ -1,6 +1,6 @@
 import { QlrError } from "./errors.ts";
 import { requireAttemptScope } from "./attempt-scope.ts";
-import type { CompletionFacts } from "./execution.ts";
+import { settleStrandedClaim, type CompletionFacts } from "./execution.ts";
 import {
   checkFence,
   DEFAULT_LEASE_TTL_MS,
@@ -107,6 +107,12 @@ export class LeaseService {
             return null;
           // Stryker disable next-line ConditionalExpression: unreachable, admission checked the executor
           if (scope.definition.execution.executor !== "remote_worker") return null;
+          // A claim whose ready epoch is gone may no longer start: settled, not leased.
+          const stranded = settleStrandedClaim(scope, nowMs);
+          if (stranded !== null) {
+            await tx.apply(stranded);
+            return null;
+          }
           await tx.apply(grantLease(scope, workerId, leaseSecret, nowMs, this.ttlMs));
           const leased = await writtenLease(tx, candidate.id);
           return {

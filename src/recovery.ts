@@ -136,7 +136,10 @@ export function applyRecovery(
         { finishedAtMs: nowMs, error: decision.reason },
         { reason: decision.reason },
       );
-      if (step !== null) {
+      // Only the claim of the step's exact ready epoch opens a new one (`claimed`/`starting`
+      // leave the step's version as admitted). An orphan of an epoch the step already left
+      // is only lost: moving the step again would strand the current epoch's own claim.
+      if (step !== null && step.version === attempt.stepRunVersion) {
         // A new ready epoch: version and digest move, attempt count and ready time stay.
         if (change.step(step).status !== "ready")
           throw new QlrError(
@@ -149,7 +152,7 @@ export function applyRecovery(
           {},
           { reason: "new ready epoch after orphaned claim", lostAttemptId: attempt.id },
         );
-      } else if (run.status === "dispatching") {
+      } else if (step === null && run.status === "dispatching") {
         change.setRunStatus("queued", { reason: decision.reason });
       }
       return change.build();

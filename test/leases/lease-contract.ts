@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RunChange } from "../../src/aggregate.ts";
 import { Coordinator, type TickReport } from "../../src/coordinator.ts";
 import type { CompletionFacts } from "../../src/execution.ts";
 import { isQlrError } from "../../src/errors.ts";
@@ -304,6 +305,29 @@ export function describeLeaseContract(factory: DriverFactory): void {
       expect(leased.map((event) => event.attemptId).sort()).toEqual(
         attemptsA.map((attempt) => attempt.id).sort(),
       );
+    });
+
+    it("a claim whose ready epoch moved on is settled as lost instead of leased; the new epoch gets its own claim", async () => {
+      const { runId, attempt } = await admittedSingle("stranded", "pool-stranded");
+      // The step gets a new ready epoch while its claim is still pristine.
+      await store.transaction(async (tx) => {
+        const run = (await tx.getRun(runId))!;
+        const [step] = await tx.getSteps(runId);
+        const change = new RunChange(run, await tx.observe(clock.nowMs()));
+        change.setStep(step!, "ready", {}, { reason: "new ready epoch" });
+        await tx.apply(change.build());
+      });
+      const [moved] = await stepsOf(runId);
+      expect(await leases.claim("worker-1", "pool-stranded", 1)).toEqual([]);
+      expect(await attemptOf(attempt.id)).toMatchObject({ status: "lost", leaseWorkerId: null });
+      expect(await stepsOf(runId)).toEqual([moved]);
+      await tick();
+      const lease = await claimOne("worker-1", "pool-stranded");
+      expect(lease.attemptId).not.toBe(attempt.id);
+      expect(await attemptOf(lease.attemptId)).toMatchObject({
+        stepRunVersion: moved!.version,
+        status: "claimed",
+      });
     });
 
     it("a claimed attempt whose lease expired is lost at the next tick and its step gets a new ready epoch, a new admission and a new attempt id", async () => {

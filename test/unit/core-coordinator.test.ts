@@ -1,6 +1,8 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import type { SqlJsStatic } from "sql.js";
 import { MAX_ADMISSION_PAGE } from "../../src/admission.ts";
+import { RunChange } from "../../src/aggregate.ts";
+import { advanceFrontier } from "../../src/frontier.ts";
 import { Coordinator, STAGE_ORDER } from "../../src/coordinator.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
@@ -202,6 +204,57 @@ describe("the cadence cycle", () => {
       steps: ["succeeded", "succeeded", "succeeded", "succeeded"],
       attempts: 4,
       admissions: 4,
+      stepCounts: [1, 1, 1, 1],
+    });
+  });
+
+  it("a claim whose ready epoch moved on before it started is settled as lost, and the run still converges", async () => {
+    const { start, coordinator, store, clock } = await rig();
+    const runId = await start(diamondManifest("demo"), "diamond");
+    const c = coordinator();
+    // The frontier makes the first step ready; nothing is admitted yet.
+    const first = await store.transaction(async (tx) => {
+      const run = await tx.getRun(runId);
+      if (run === null) throw new Error("run missing");
+      const change = advanceFrontier(
+        run,
+        await tx.getSteps(runId),
+        [],
+        await tx.observe(clock.nowMs()),
+      );
+      if (change !== null) await tx.apply(change);
+      return (await tx.getSteps(runId))[0];
+    });
+    if (first === undefined) throw new Error("the diamond has no first step");
+    expect(first.status).toBe("ready");
+    expect(await c.admit({ runId, stepRunId: first.id, stepRunVersion: first.version })).toBe(true);
+    // The step gets a new ready epoch while its claim is still `claimed`: the claim may no
+    // longer start (its epoch is gone), and a new claim is admitted for the new epoch.
+    await store.transaction(async (tx) => {
+      const run = await tx.getRun(runId);
+      const step = await tx.getStep(first.id);
+      if (run === null || step === null) throw new Error("run or step missing");
+      const change = new RunChange(run, await tx.observe(clock.nowMs()));
+      change.setStep(step, "ready", {}, { reason: "new ready epoch" });
+      await tx.apply(change.build());
+    });
+    for (
+      let cycle = 0;
+      cycle < 40 && (await runState(store, runId)).status === "running";
+      cycle += 1
+    ) {
+      await c.tick();
+      clock.advance(150);
+    }
+    const attempts = await store.transaction(async (tx) => tx.getAttempts(runId));
+    const stale = attempts.find((attempt) => attempt.stepRunVersion === first.version);
+    expect(stale).toMatchObject({ stepRunId: first.id, status: "lost" });
+    expect(attempts.filter((attempt) => attempt.status === "claimed")).toEqual([]);
+    expect(await runState(store, runId)).toEqual({
+      status: "succeeded",
+      steps: ["succeeded", "succeeded", "succeeded", "succeeded"],
+      attempts: 5,
+      admissions: 5,
       stepCounts: [1, 1, 1, 1],
     });
   });

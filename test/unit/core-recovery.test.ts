@@ -117,6 +117,28 @@ describe("orphaned claims", () => {
     expect(world.model.run("run-1").status).toBe("running");
   });
 
+  it("an orphaned claim of an epoch its step already left is lost without moving the step, so the current epoch's claim keeps its epoch", () => {
+    const world = worldWith();
+    const attempt = claimed(world);
+    const scope = world.model.scope(attempt.id);
+    const step = scope.step!;
+    // The step already holds a newer ready epoch (another claim's): the orphan is not of it.
+    const moved = { ...scope, step: { ...step, version: step.version + 1 } };
+    const decision = decideRecovery(moved, { ...NO_EVIDENCE, journal: "absent" });
+    expect(decision.kind).toBe("lost_new_epoch");
+    const change = applyRecovery(moved, decision, NO_RETRY, T0 + 100)!;
+    expect(change.steps).toEqual([]);
+    expect(change.attempts.map((row) => row.after.status)).toEqual(["lost"]);
+    // A step that moved past `ready` (its newer epoch started) is not an integrity failure either.
+    const started = {
+      ...scope,
+      step: { ...step, status: "running" as const, version: step.version + 2 },
+    };
+    const change2 = applyRecovery(started, decision, NO_RETRY, T0 + 100)!;
+    expect(change2.steps).toEqual([]);
+    expect(change2.attempts.map((row) => row.after.status)).toEqual(["lost"]);
+  });
+
   it("the new epoch is admitted again through the normal admission path, and the old receipt stays with the old epoch", () => {
     const world = worldWith();
     const first = claimed(world);
