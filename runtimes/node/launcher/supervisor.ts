@@ -179,6 +179,8 @@ interface Task {
   termSentAtMs: number | null;
   killSent: boolean;
   exited: boolean;
+  /** The timeout intent the supervisor writes at a deadline; the receipt waits for it. */
+  deadlineIntent: Promise<void> | null;
 }
 
 /** O_CLOEXEC as /proc/<pid>/fdinfo shows it (octal `flags:`), on every Linux architecture Node runs on. */
@@ -488,6 +490,7 @@ class ResidentSupervisor {
       termSentAtMs: null,
       killSent: false,
       exited: false,
+      deadlineIntent: null,
     };
     this.tasks.set(attemptId, task);
     this.scheduleEnforcement();
@@ -554,6 +557,7 @@ class ResidentSupervisor {
     this.pendingReceipts += 1;
     this.tasks.delete(attemptId);
     try {
+      if (task.deadlineIntent !== null) await task.deadlineIntent;
       await this.finish(attemptId, task.startedAtMs, {
         exitCode: exit.code,
         signal: exit.signal,
@@ -685,8 +689,16 @@ class ResidentSupervisor {
       ) {
         task.stopNoticedAtMs = nowMs;
         // A deadline the supervisor enforces is recorded like the runtime's own: the receipt says timeout.
+        // The signal goes at once, the intent's write is durable later: the receipt awaits it
+        // (superviseToReceipt), or the task's exit could be recorded without its reason.
         if (deadlinePassed)
-          void recordStopIntent(this.layout, task.attemptId, "timeout", nowMs).catch(
+          task.deadlineIntent = recordStopIntent(
+            this.layout,
+            task.attemptId,
+            "timeout",
+            nowMs,
+          ).then(
+            () => undefined,
             () => undefined,
           );
       }
