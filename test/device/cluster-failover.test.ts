@@ -9,7 +9,8 @@ import { buildBundle, type Bundle } from "../support/bundle.ts";
 import { checkClusterHistory, type CheckedRun } from "../support/cluster-history.ts";
 import {
   callApi,
-  clusterMember,
+  coordinatorMember,
+  workerMember,
   describeMembers,
   freeLoopbackPort,
   killMembers,
@@ -89,35 +90,9 @@ describe("real coordinators and a worker through a promotion of the standby", ()
         const port = await freeLoopbackPort();
         const stateDir = scratch.path(`coordinator-${index}`);
         urls.push(`http://127.0.0.1:${port}`);
-        members.push(
-          clusterMember(`coordinator-${index}`, "coordinator", () => [
-            "serve",
-            "--store",
-            "postgres",
-            "--profile",
-            "cluster",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            String(port),
-            "--state-dir",
-            stateDir,
-          ]),
-        );
+        members.push(coordinatorMember(`coordinator-${index}`, port, stateDir));
       }
-      members.push(
-        clusterMember("worker-0", "worker", () => [
-          "worker",
-          "--coordinator",
-          urls[1] ?? "",
-          "--pool",
-          "p1",
-          "--capacity",
-          "4",
-          "--state-dir",
-          scratch.path("worker-0"),
-        ]),
-      );
+      members.push(workerMember("worker-0", urls[1] ?? "", scratch.path("worker-0")));
       const describeAll = (): string => describeMembers(members);
       const call = <T>(url: string, method: string, path: string, body?: unknown) =>
         callApi<T>(url, TOKEN, method, path, body, CLIENT_TIMEOUT_MS);

@@ -9,7 +9,8 @@ import { buildBundle, type Bundle } from "../support/bundle.ts";
 import { checkClusterHistory, type CheckedRun } from "../support/cluster-history.ts";
 import {
   callApi,
-  clusterMember,
+  coordinatorMember,
+  workerMember,
   describeMembers,
   freeLoopbackPort,
   isAlive as alive,
@@ -100,38 +101,12 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
       const port = await freeLoopbackPort();
       const stateDir = scratch.path(`coordinator-${index}`);
       urls.push(`http://127.0.0.1:${port}`);
-      members.push(
-        clusterMember(`coordinator-${index}`, "coordinator", () => [
-          "serve",
-          "--store",
-          "postgres",
-          "--profile",
-          "cluster",
-          "--host",
-          "127.0.0.1",
-          "--port",
-          String(port),
-          "--state-dir",
-          stateDir,
-        ]),
-      );
+      members.push(coordinatorMember(`coordinator-${index}`, port, stateDir));
     }
     for (let index = 0; index < 2; index += 1) {
       const stateDir = scratch.path(`worker-${index}`);
       const coordinatorUrl = urls[index] ?? "";
-      members.push(
-        clusterMember(`worker-${index}`, "worker", () => [
-          "worker",
-          "--coordinator",
-          coordinatorUrl,
-          "--pool",
-          "p1",
-          "--capacity",
-          "4",
-          "--state-dir",
-          stateDir,
-        ]),
-      );
+      members.push(workerMember(`worker-${index}`, coordinatorUrl, stateDir));
     }
     const coordinators = members.filter((member) => member.kind === "coordinator");
     const describeAll = (): string => `${context}\n${describeMembers(members)}`;

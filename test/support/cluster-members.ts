@@ -29,6 +29,42 @@ export function clusterMember(
   return { name, kind, args, child: null, exited: Promise.resolve(), output: "", restarts: 0 };
 }
 
+/** A `qlr serve --store postgres --profile cluster` on a fixed loopback port: a restart comes back where clients and workers look. */
+export function coordinatorMember(name: string, port: number, stateDir: string): ClusterMember {
+  return clusterMember(name, "coordinator", () => [
+    "serve",
+    "--store",
+    "postgres",
+    "--profile",
+    "cluster",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    String(port),
+    "--state-dir",
+    stateDir,
+  ]);
+}
+
+/** A `qlr worker` of pool `p1` with capacity 4, leasing from one coordinator. */
+export function workerMember(
+  name: string,
+  coordinatorUrl: string,
+  stateDir: string,
+): ClusterMember {
+  return clusterMember(name, "worker", () => [
+    "worker",
+    "--coordinator",
+    coordinatorUrl,
+    "--pool",
+    "p1",
+    "--capacity",
+    "4",
+    "--state-dir",
+    stateDir,
+  ]);
+}
+
 export function isAlive(member: ClusterMember): boolean {
   return (
     member.child !== null && member.child.exitCode === null && member.child.signalCode === null
