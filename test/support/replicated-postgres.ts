@@ -92,6 +92,19 @@ export interface ReplicatedPostgres {
   stop(): Promise<void>;
 }
 
+/** The error code a fresh connection to `url` meets (`ECONNREFUSED` for a fenced server), or undefined when it connects. */
+export async function connectionRefusal(url: string): Promise<string | undefined> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5_000 });
+  client.on("error", () => undefined);
+  try {
+    await client.connect();
+  } catch (error) {
+    return (error as { code?: string }).code ?? String(error);
+  }
+  await client.end();
+  return undefined;
+}
+
 export async function startReplicatedPostgres(options: {
   readonly user: string;
 }): Promise<ReplicatedPostgres> {
