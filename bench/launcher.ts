@@ -268,7 +268,11 @@ async function waitUntil(
 }
 
 async function memoryPerTask(config: LauncherBenchConfig): Promise<unknown> {
-  const served = await startServe(config.root, "standalone", null);
+  // Every task must run at once to be counted, so the runtime's own limit must not hold any back.
+  const served = await startServe(config.root, "standalone", null, [
+    "--max-running",
+    String(config.memoryTasks + 1),
+  ]);
   try {
     await startRun(served, "long");
     await waitUntil(
