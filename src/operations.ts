@@ -210,15 +210,16 @@ export async function getRunEvents(
 }
 
 /**
- * The attempt whose log answers "the log of step NAME": the step's latest attempt. A task run
- * has no steps: its latest attempt answers whatever name is asked (the dashboard and the CLI
- * name it by the task). Null when no attempt has started yet; a workflow run without that step
- * is not found.
+ * The attempt whose log answers "the log of step NAME": the step's latest attempt, or the one
+ * named by `attemptId`. A task run has no steps: its attempts answer whatever name is asked
+ * (the dashboard and the CLI name it by the task). Null when no attempt has started yet (or
+ * none has that id); a workflow run without that step is not found.
  */
-export async function latestStepAttempt(
+export async function stepAttempt(
   tx: StoreTx,
   runId: string,
   stepName: string,
+  attemptId?: string,
 ): Promise<RunAttempt | null> {
   const detail = await getRunDetail(tx, runId);
   let stepRunId: string | null = null;
@@ -227,7 +228,10 @@ export async function latestStepAttempt(
     if (step === undefined) throw new QlrError("not_found", `run ${runId} has no step ${stepName}`);
     stepRunId = step.id;
   }
-  return detail.attempts.filter((attempt) => attempt.stepRunId === stepRunId).at(-1) ?? null;
+  const attempts = detail.attempts.filter((attempt) => attempt.stepRunId === stepRunId);
+  const found =
+    attemptId === undefined ? attempts.at(-1) : attempts.find(({ id }) => id === attemptId);
+  return found ?? null;
 }
 
 export { manifestError };

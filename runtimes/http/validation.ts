@@ -1,7 +1,8 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { validator } from "hono/validator";
-import type { z } from "zod";
+import { z } from "zod";
 import { QlrError, type QlrErrorCode } from "../../src/errors.ts";
+import { isPortableId, RESOURCE_NAME_PATTERN } from "../../src/identity.ts";
 import type { ErrorDetail } from "./contract.ts";
 
 /**
@@ -61,17 +62,56 @@ export function jsonBody<S extends z.ZodType<object>>(
   };
 }
 
+/** A query string's values checked by `schema`, or the refusal of an invalid query. */
+export function checkQuery<S extends z.ZodType>(schema: S, value: unknown): z.output<S> {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) fail("invalid_request", "the query is not valid", zodDetails(parsed.error));
+  return parsed.data;
+}
+
 /** The query string checked by `schema`; the route reads it with `c.req.valid("query")`. */
 export function queryOf<S extends z.ZodType>(schema: S) {
-  return validator("query", (value): z.output<S> => {
-    const parsed = schema.safeParse(value);
-    if (!parsed.success)
-      fail("invalid_request", "the query is not valid", zodDetails(parsed.error));
-    return parsed.data;
-  });
+  return validator("query", (value): z.output<S> => checkQuery(schema, value));
 }
 
 /** The path parameters checked by `check`, which throws the route's own refusal. */
 export function paramsOf<T>(check: (params: Record<string, string>) => T) {
   return validator("param", (value: Record<string, string>): T => check(value));
 }
+
+/**
+ * A whole number in a query string: decimal digits only, at most 16 of them (every safe
+ * integer fits). `Number()` alone would read "" and " 5" as numbers, so an empty `after=`
+ * silently meant 0; `min` and `max` bound each field's own range.
+ */
+export function wholeNumberText(min: number, max: number): z.ZodType<number, string> {
+  return z
+    .string()
+    .regex(/^[0-9]{1,16}$/, "must be a whole number (decimal digits only)")
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max));
+}
+
+function checkRunId(params: Record<string, string>): string {
+  const id = params.id ?? "";
+  if (!isPortableId(id))
+    fail("invalid_request", "run id must be a portable identity", [
+      { path: "id", message: "not a portable identity" },
+    ]);
+  return id;
+}
+
+/** `:id`, a run id. */
+export const runParam = paramsOf((params) => ({ id: checkRunId(params) }));
+
+/**
+ * `:id` and `:name`, a run and one of its steps. One validator for both: a later param
+ * validator would replace the earlier one's data.
+ */
+export const runStepParams = paramsOf((params) => {
+  const id = checkRunId(params);
+  const name = params.name ?? "";
+  if (!RESOURCE_NAME_PATTERN.test(name))
+    fail("invalid_request", "step name is not valid", [{ path: "name", message: "invalid" }]);
+  return { id, name };
+});

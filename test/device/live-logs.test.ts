@@ -145,7 +145,7 @@ describe("live logs", () => {
         ["offset=0&limit=99999999", "limit"],
         ["offset=0&stream=both", "stream"],
         ["offset=0&attempt=..", "attempt"],
-        ["offset=0&color=1", "$"],
+        ["offset=0&color=1", "color"],
       ] as const) {
         const answer = await served.api.call<{
           error: { code: string; details: { path: string }[] };

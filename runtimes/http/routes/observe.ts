@@ -1,10 +1,9 @@
-import { Hono, type Context } from "hono";
+import { Hono } from "hono";
 import { z } from "zod";
-import { QlrError } from "../../../src/errors.ts";
-import { isPortableId, RESOURCE_NAME_PATTERN } from "../../../src/identity.ts";
+import { isPortableId } from "../../../src/identity.ts";
 import { TERMINAL_ATTEMPT_STATUSES } from "../../../src/model.ts";
 import { NOTIFICATION_STATES } from "../../../src/notifications.ts";
-import { getRunDetail } from "../../../src/operations.ts";
+import { stepAttempt } from "../../../src/operations.ts";
 import { DEFAULT_OVERVIEW_HOURS, MAX_OVERVIEW_HOURS } from "../../../src/overview.ts";
 import {
   notificationView,
@@ -13,6 +12,7 @@ import {
   type OverviewAnswer,
 } from "../contract.ts";
 import type { AppDeps } from "../deps.ts";
+import { checkQuery, fail, queryOf, runStepParams, wholeNumberText } from "../validation.ts";
 
 /**
  * Routes for watching the runtime: the notification outbox (`GET /notifications`), the
@@ -29,41 +29,11 @@ export const MAX_NOTIFICATIONS_PAGE = 200;
 /** Offsets beyond any log the runtime keeps (logs are capped at 1 MiB per stream). */
 const MAX_LOG_OFFSET = 1024 * 1024 * 1024;
 
-function fail(message: string, details: { path: string; message: string }[]): never {
-  throw new QlrError("invalid_request", message, { details });
-}
-
-function query(c: Context): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [key, value] of new URL(c.req.url).searchParams) out[key] = value;
-  return out;
-}
-
-function parseQuery<T>(schema: z.ZodType<T>, c: Context): T {
-  const parsed = schema.safeParse(query(c));
-  if (!parsed.success)
-    fail(
-      "the query is not valid",
-      parsed.error.issues.map((issue) => ({
-        path: issue.path.length === 0 ? "$" : issue.path.map(String).join("."),
-        message: issue.message,
-      })),
-    );
-  return parsed.data;
-}
-
-const wholeNumber = (min: number, max: number) =>
-  z
-    .string()
-    .regex(/^[0-9]{1,12}$/, "must be a whole number")
-    .transform(Number)
-    .pipe(z.number().int().min(min).max(max));
-
 const notificationsQuery = z
   .object({
     run: z.string().refine(isPortableId, "must be a run id").optional(),
     state: z.enum(NOTIFICATION_STATES).optional(),
-    limit: wholeNumber(1, MAX_NOTIFICATIONS_PAGE).default(50),
+    limit: wholeNumberText(1, MAX_NOTIFICATIONS_PAGE).default(50),
     cursor: z
       .string()
       .regex(/^ntf:[0-9a-f]{32}$/, "must be a notification id")
@@ -72,13 +42,15 @@ const notificationsQuery = z
   .strict();
 
 const overviewQuery = z
-  .object({ hours: wholeNumber(1, MAX_OVERVIEW_HOURS).default(DEFAULT_OVERVIEW_HOURS) })
+  .object({ hours: wholeNumberText(1, MAX_OVERVIEW_HOURS).default(DEFAULT_OVERVIEW_HOURS) })
   .strict();
 
 const logChunkQuery = z
   .object({
-    offset: wholeNumber(0, MAX_LOG_OFFSET),
-    limit: wholeNumber(MIN_LOG_CHUNK_BYTES, MAX_LOG_CHUNK_BYTES).default(DEFAULT_LOG_CHUNK_BYTES),
+    offset: wholeNumberText(0, MAX_LOG_OFFSET),
+    limit: wholeNumberText(MIN_LOG_CHUNK_BYTES, MAX_LOG_CHUNK_BYTES).default(
+      DEFAULT_LOG_CHUNK_BYTES,
+    ),
     stream: z.enum(["stdout", "stderr"]).default("stdout"),
     attempt: z.string().refine(isPortableId, "must be an attempt id").optional(),
   })
@@ -89,8 +61,8 @@ export function observeRoutes(deps: AppDeps): Hono {
   const { store } = deps;
   const app = new Hono();
 
-  app.get("/notifications", async (c) => {
-    const { run, state, limit, cursor } = parseQuery(notificationsQuery, c);
+  app.get("/notifications", queryOf(notificationsQuery), async (c) => {
+    const { run, state, limit, cursor } = c.req.valid("query");
     const entries = await store.transaction(async (tx) =>
       tx.listNotifications({
         runId: run ?? null,
@@ -106,8 +78,8 @@ export function observeRoutes(deps: AppDeps): Hono {
     } satisfies NotificationPage);
   });
 
-  app.get("/overview", async (c) => {
-    const { hours } = parseQuery(overviewQuery, c);
+  app.get("/overview", queryOf(overviewQuery), async (c) => {
+    const { hours } = c.req.valid("query");
     const overview = await store.transaction(async (tx) =>
       tx.overview(await tx.observe(deps.clock.nowMs()), hours),
     );
@@ -116,29 +88,14 @@ export function observeRoutes(deps: AppDeps): Hono {
 
   // With `offset`, the log is read as a chunk of one stream (JSON); without, the next route
   // answers the whole log as text.
-  app.get("/runs/:id/steps/:name/log", async (c, next) => {
+  app.get("/runs/:id/steps/:name/log", runStepParams, async (c, next) => {
     if (new URL(c.req.url).searchParams.get("offset") === null) return next();
-    const id = c.req.param("id");
-    const name = c.req.param("name");
-    if (!isPortableId(id))
-      fail("run id must be a portable identity", [
-        { path: "id", message: "not a portable identity" },
-      ]);
-    if (!RESOURCE_NAME_PATTERN.test(name))
-      fail("step name is not valid", [{ path: "name", message: "invalid" }]);
-    const { offset, limit, stream, attempt: attemptId } = parseQuery(logChunkQuery, c);
-    const detail = await store.transaction(async (tx) => getRunDetail(tx, id));
-    const step = detail.steps.find((candidate) => candidate.name === name);
-    if (detail.run.kind === "workflow" && step === undefined)
-      throw new QlrError("not_found", `run ${id} has no step ${name}`);
-    const stepRunId = detail.run.kind === "ordinary" ? null : (step?.id ?? null);
-    const attempts = detail.attempts.filter((candidate) => candidate.stepRunId === stepRunId);
-    const attempt =
-      attemptId === undefined
-        ? attempts.at(-1)
-        : attempts.find((candidate) => candidate.id === attemptId);
-    if (attempt === undefined)
-      throw new QlrError(
+    const { id, name } = c.req.valid("param");
+    // Checked here, not as middleware: without `offset` the query belongs to the next route.
+    const { offset, limit, stream, attempt: attemptId } = checkQuery(logChunkQuery, c.req.query());
+    const attempt = await store.transaction(async (tx) => stepAttempt(tx, id, name, attemptId));
+    if (attempt === null)
+      fail(
         "not_found",
         attemptId === undefined
           ? `step ${name} has no attempt yet`
@@ -151,7 +108,7 @@ export function observeRoutes(deps: AppDeps): Hono {
         ? null
         : await deps.readLogChunk(attempt, stream, offset, limit, finished);
     if (chunk === null && deps.readLogChunk === undefined)
-      throw new QlrError("not_found", "this runtime keeps no step logs");
+      fail("not_found", "this runtime keeps no step logs");
     const answer = chunk ?? { text: "", nextOffset: offset, sizeBytes: 0 };
     return c.json({
       attemptId: attempt.id,

@@ -11,9 +11,9 @@ import {
   cancelRun,
   getRunDetail,
   getRunEvents,
-  latestStepAttempt,
   rerunRun,
   startRun,
+  stepAttempt,
 } from "../../../src/operations.ts";
 import {
   attemptView,
@@ -26,7 +26,14 @@ import {
   type RunPage,
 } from "../contract.ts";
 import { writeTransaction, type AppDeps } from "../deps.ts";
-import { fail, jsonBody, paramsOf, queryOf } from "../validation.ts";
+import {
+  fail,
+  jsonBody,
+  queryOf,
+  runParam,
+  runStepParams,
+  wholeNumberText,
+} from "../validation.ts";
 
 export const MAX_LIST_LIMIT = 200;
 export const MAX_EVENTS_PAGE = 500;
@@ -62,18 +69,6 @@ const rerunBody = z
   })
   .strict();
 
-/**
- * A whole number in a query string: decimal digits only. `Number()` alone would read "" and
- * " 5" as numbers, so an empty `after=` silently meant 0.
- */
-function wholeNumberText(min: number, max: number): z.ZodType<number, string> {
-  return z
-    .string()
-    .regex(/^[0-9]{1,16}$/, "must be a whole number (decimal digits only)")
-    .transform(Number)
-    .pipe(z.number().int().min(min).max(max));
-}
-
 const listQuery = z
   .object({
     status: z.enum(RUN_STATUSES).optional(),
@@ -88,26 +83,6 @@ const eventsQuery = z
     limit: wholeNumberText(1, MAX_EVENTS_PAGE).default(MAX_EVENTS_PAGE),
   })
   .strict();
-
-function checkRunId(params: Record<string, string>): string {
-  const id = params.id ?? "";
-  if (!isPortableId(id))
-    fail("invalid_request", "run id must be a portable identity", [
-      { path: "id", message: "not a portable identity" },
-    ]);
-  return id;
-}
-
-const runParam = paramsOf((params) => ({ id: checkRunId(params) }));
-
-/** One validator for both: a later param validator would replace the earlier one's data. */
-const runStepParams = paramsOf((params) => {
-  const id = checkRunId(params);
-  const name = params.name ?? "";
-  if (!RESOURCE_NAME_PATTERN.test(name))
-    fail("invalid_request", "step name is not valid", [{ path: "name", message: "invalid" }]);
-  return { id, name };
-});
 
 /** Runs: start, list, read, follow events, cancel, and the latest log of a step. */
 export function runRoutes(deps: AppDeps): Hono {
@@ -197,7 +172,7 @@ export function runRoutes(deps: AppDeps): Hono {
     })
     .get("/runs/:id/steps/:name/log", runStepParams, async (c) => {
       const { id, name } = c.req.valid("param");
-      const latest = await store.transaction(async (tx) => latestStepAttempt(tx, id, name));
+      const latest = await store.transaction(async (tx) => stepAttempt(tx, id, name));
       if (latest === null || deps.readLog === undefined)
         fail("not_found", `step ${name} has no log yet`);
       const text = await deps.readLog(latest, LOG_ANSWER_MAX_BYTES);
