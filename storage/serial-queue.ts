@@ -4,10 +4,14 @@
  * `await` inside one transaction can never let a second one onto the one connection, and a
  * closing state that refuses new work and waits for what is already queued.
  *
+ * `serialDriver` is the base the memory, PGlite and Durable Object drivers are built on: their
+ * own part is one transaction on the one connection and what closing releases.
+ *
  * Isomorphic on purpose: no `node:*` import, because the same queue serves the Worker
  * (workerd) and the browser (sql.js, PGlite) as well as the device.
  */
 import { QlrError } from "../src/errors.ts";
+import type { SqlDialect, SqlDriver, SqlTx } from "./driver.ts";
 
 export class SerialQueue {
   private tail: Promise<void> = Promise.resolve();
@@ -49,4 +53,26 @@ export class SerialQueue {
     );
     return result;
   }
+}
+
+export interface SerialDriverParts<D extends SqlDialect, N extends string> {
+  readonly dialect: D;
+  readonly name: N;
+  /** One transaction on the connection; the queue guarantees no other one is running. */
+  readonly runTransaction: <T>(fn: (tx: SqlTx) => Promise<T>) => Promise<T>;
+  /** Releases the connection once the queued transactions have settled. */
+  readonly release?: () => Promise<void> | void;
+}
+
+/** A single-connection `SqlDriver`: every transaction goes through one `SerialQueue`. */
+export function serialDriver<D extends SqlDialect, N extends string>(
+  parts: SerialDriverParts<D, N>,
+): SqlDriver & { readonly dialect: D; readonly name: N } {
+  const queue = new SerialQueue(`The ${parts.name} driver is closed.`);
+  return {
+    dialect: parts.dialect,
+    name: parts.name,
+    transaction: (fn) => queue.run(() => parts.runTransaction(fn)),
+    close: () => queue.close(parts.release),
+  };
 }

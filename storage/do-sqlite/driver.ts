@@ -32,7 +32,7 @@
  */
 import { errorMessage, QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../driver.ts";
-import { SerialQueue } from "../serial-queue.ts";
+import { serialDriver } from "../serial-queue.ts";
 import { mapSqliteError, sqlExcerpt } from "../sqlite/errors.ts";
 import { transactionHandle } from "../sqlite/transaction-handle.ts";
 
@@ -52,8 +52,6 @@ export interface DurableObjectSqliteDriver extends SqlDriver {
 export function openDurableObjectSqliteDriver(
   storage: DurableObjectSqlStorage,
 ): DurableObjectSqliteDriver {
-  const queue = new SerialQueue("The do-sqlite driver is closed.");
-
   function exec(sql: string, params: readonly SqlParam[]): SqlRow[] {
     for (const param of params) {
       if (
@@ -99,17 +97,8 @@ export function openDurableObjectSqliteDriver(
     }
   }
 
-  return {
-    dialect: "sqlite",
-    name: "do-sqlite",
-    transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-      return queue.run(() => run(fn));
-    },
-    close(): Promise<void> {
-      // The object's database needs no closing; waiting for the queue is all there is.
-      return queue.close();
-    },
-  };
+  // The object's database needs no closing; waiting for the queue is all there is.
+  return serialDriver({ dialect: "sqlite", name: "do-sqlite", runTransaction: run });
 }
 
 /**

@@ -17,7 +17,7 @@
 import { PGlite } from "@electric-sql/pglite";
 import { QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlRow, SqlTx } from "../driver.ts";
-import { SerialQueue } from "../serial-queue.ts";
+import { serialDriver } from "../serial-queue.ts";
 import {
   parseInt8,
   parseNumeric,
@@ -58,7 +58,6 @@ export async function openPgliteDriver(options: PgliteDriverOptions = {}): Promi
     },
   };
 
-  const queue = new SerialQueue("the PGlite driver is closed");
   // A failed ROLLBACK may leave the one connection inside a transaction; every later
   // transaction would silently join it, so the driver refuses work from then on.
   let brokenBy: unknown;
@@ -78,14 +77,10 @@ export async function openPgliteDriver(options: PgliteDriverOptions = {}): Promi
     });
   }
 
-  return {
+  return serialDriver({
     dialect: "postgres",
     name: "pglite",
-    transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-      return queue.run(() => runQueued(fn));
-    },
-    close(): Promise<void> {
-      return queue.close(() => pglite.close());
-    },
-  };
+    runTransaction: runQueued,
+    release: () => pglite.close(),
+  });
 }

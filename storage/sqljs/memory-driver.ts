@@ -4,8 +4,8 @@
  * initialised `SqlJsStatic` (Node code gets one from `loadSqlJs()` in load.ts).
  */
 import type { SqlJsStatic } from "sql.js";
-import type { SqlDriver, SqlTx } from "../driver.ts";
-import { SerialQueue } from "../serial-queue.ts";
+import type { SqlDriver } from "../driver.ts";
+import { serialDriver } from "../serial-queue.ts";
 import { SqlJsConnection, runTransaction } from "./connection.ts";
 import type { SqlJsConnectionOptions } from "./connection.ts";
 
@@ -20,16 +20,10 @@ export function openSqlJsMemoryDriver(
   options: SqlJsMemoryDriverOptions = {},
 ): SqlJsMemoryDriver {
   const connection = new SqlJsConnection(new SQL.Database(), { ...options, trackWrites: false });
-  const queue = new SerialQueue("The sqljs-memory driver is closed.");
-
-  return {
+  return serialDriver({
     dialect: "sqlite",
     name: "sqljs-memory",
-    transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-      return queue.run(() => runTransaction(connection, fn));
-    },
-    close(): Promise<void> {
-      return queue.close(() => connection.close());
-    },
-  };
+    runTransaction: (fn) => runTransaction(connection, fn),
+    release: () => connection.close(),
+  });
 }
