@@ -7,6 +7,7 @@ import { materializePlans, nextGeneration, reconcileTasks } from "./packages.ts"
 import type { StoreTx } from "./ports.ts";
 import { resolveFailedClosed } from "./recovery.ts";
 import { createOrdinaryRun, createWorkflowRun, requestCancel } from "./runs.ts";
+import { keyConflict, runNamedByKey } from "./run-start.ts";
 import { initialScheduleState } from "./schedules.ts";
 
 /**
@@ -93,16 +94,11 @@ export async function rerunRun(
   request: RerunRequest,
   nowMs: number,
 ): Promise<{ run: Run; created: boolean }> {
-  if (request.idempotencyKey !== null) {
-    const existing = await tx.getRunByIdempotencyKey(request.idempotencyKey);
-    if (existing !== null) {
-      if (existing.rerunOf !== request.runId)
-        throw new QlrError(
-          "conflict",
-          `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id}, which is not a rerun of ${request.runId}`,
-        );
-      return { run: existing, created: false };
-    }
+  const existing = await runNamedByKey(tx, request.idempotencyKey);
+  if (existing !== null) {
+    if (existing.rerunOf !== request.runId)
+      throw keyConflict(existing, `, which is not a rerun of ${request.runId}`);
+    return { run: existing, created: false };
   }
   const old = await tx.getRun(request.runId);
   if (old === null) throw new QlrError("not_found", `run ${request.runId} does not exist`);

@@ -1,4 +1,4 @@
-import { QlrError } from "./errors.ts";
+import { QlrError, type QlrErrorDetail } from "./errors.ts";
 import type { ChangeSet, Run } from "./model.ts";
 import type { WorkflowPlan } from "./packages.ts";
 import type { StoreTx } from "./ports.ts";
@@ -26,6 +26,27 @@ export interface StartRunRequest {
   readonly input?: unknown;
 }
 
+/** The run an idempotency key already names; null when there is no key or it names no run. */
+export async function runNamedByKey(tx: StoreTx, key: string | null): Promise<Run | null> {
+  return key === null ? null : tx.getRunByIdempotencyKey(key);
+}
+
+/**
+ * The refusal of a request whose idempotency key already names `existing`, a run it does not
+ * match; `mismatch` ends the sentence (" of another target").
+ */
+export function keyConflict(
+  existing: Run,
+  mismatch: string,
+  details: readonly QlrErrorDetail[] = [],
+): QlrError {
+  return new QlrError(
+    "conflict",
+    `idempotency key ${JSON.stringify(existing.idempotencyKey)} already names run ${existing.id}${mismatch}`,
+    { details },
+  );
+}
+
 /** The input declarations a run of this plan is checked against; null: the workflow declares none. */
 function declaredInputs(plan: WorkflowPlan | null): readonly InputDeclaration[] | null {
   return plan?.inputs ?? null;
@@ -41,38 +62,22 @@ export async function startRun(
   request: StartRunRequest,
   nowMs: number,
 ): Promise<{ run: Run; created: boolean }> {
-  if (request.idempotencyKey !== null) {
-    const existing = await tx.getRunByIdempotencyKey(request.idempotencyKey);
-    if (existing !== null) {
-      if (
-        existing.package !== request.package ||
-        existing.target !== request.target.name ||
-        (existing.kind === "workflow") !== (request.target.kind === "workflow")
-      ) {
-        throw new QlrError(
-          "conflict",
-          `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} of another target`,
-        );
-      }
-      // Resolved against the declarations the existing run was created under, so defaults compare equal.
-      const plan = existing.planDigest === null ? null : await tx.getPlan(existing.planDigest);
-      const input = resolveRunInput(request.input, declaredInputs(plan));
-      if (!sameInput(existing.input, input)) {
-        throw new QlrError(
-          "conflict",
-          `idempotency key ${JSON.stringify(request.idempotencyKey)} already names run ${existing.id} with another input`,
-          {
-            details: [
-              {
-                path: "input",
-                message: "differs from the input of the run this idempotency key names",
-              },
-            ],
-          },
-        );
-      }
-      return { run: existing, created: false };
-    }
+  const existing = await runNamedByKey(tx, request.idempotencyKey);
+  if (existing !== null) {
+    if (
+      existing.package !== request.package ||
+      existing.target !== request.target.name ||
+      (existing.kind === "workflow") !== (request.target.kind === "workflow")
+    )
+      throw keyConflict(existing, " of another target");
+    // Resolved against the declarations the existing run was created under, so defaults compare equal.
+    const plan = existing.planDigest === null ? null : await tx.getPlan(existing.planDigest);
+    const input = resolveRunInput(request.input, declaredInputs(plan));
+    if (!sameInput(existing.input, input))
+      throw keyConflict(existing, " with another input", [
+        { path: "input", message: "differs from the input of the run this idempotency key names" },
+      ]);
+    return { run: existing, created: false };
   }
   const head = await tx.getPackageHead(request.package);
   if (head === null) throw new QlrError("not_found", `package ${request.package} is not applied`);

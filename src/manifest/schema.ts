@@ -267,13 +267,11 @@ const NotifierSchema = z
   .superRefine(
     (notifier, ctx) => {
       if (!isObjectLike(notifier)) return;
-      const hasWebhook = notifier.webhook !== undefined;
-      const hasCommand = notifier.command !== undefined;
-      if (hasWebhook && hasCommand)
-        fieldIssue(ctx, "command", "a notifier is either a webhook or a command, not both");
-      if (!hasWebhook && !hasCommand)
-        fieldIssue(ctx, "webhook", "is required: the URL to call (or give command: instead)");
-      if (notifier.secret !== undefined && !hasWebhook)
+      checkExactlyOne(ctx, notifier, ["webhook", "command"], {
+        both: "a notifier is either a webhook or a command, not both",
+        neither: "is required: the URL to call (or give command: instead)",
+      });
+      if (notifier.secret !== undefined && notifier.webhook === undefined)
         fieldIssue(ctx, "secret", "applies only to a webhook");
     },
     { when: always },
@@ -334,12 +332,26 @@ function checkTaskChoices(task: unknown, ctx: z.RefinementCtx): void {
 
 function checkScheduleTarget(schedule: unknown, ctx: z.RefinementCtx): void {
   if (!isObjectLike(schedule)) return;
-  const hasWorkflow = schedule.workflow !== undefined;
-  const hasTask = schedule.task !== undefined;
-  if (hasWorkflow && hasTask)
-    fieldIssue(ctx, "task", "a schedule starts either a workflow or a task, not both");
-  if (!hasWorkflow && !hasTask)
-    fieldIssue(ctx, "workflow", "is required: the workflow to start (or give task: instead)");
+  checkExactlyOne(ctx, schedule, ["workflow", "task"], {
+    both: "a schedule starts either a workflow or a task, not both",
+    neither: "is required: the workflow to start (or give task: instead)",
+  });
+}
+
+/**
+ * Two fields of which exactly one is given: both is reported at the second field, neither at
+ * the first (the one a reader most likely meant).
+ */
+function checkExactlyOne(
+  ctx: z.RefinementCtx,
+  value: Record<string, unknown>,
+  [first, second]: readonly [string, string],
+  messages: { readonly both: string; readonly neither: string },
+): void {
+  const hasFirst = value[first] !== undefined;
+  const hasSecond = value[second] !== undefined;
+  if (hasFirst && hasSecond) fieldIssue(ctx, second, messages.both);
+  if (!hasFirst && !hasSecond) fieldIssue(ctx, first, messages.neither);
 }
 
 export const TaskSchema = z
