@@ -445,16 +445,18 @@ function inputRecord<Value extends z.ZodType>(value: Value, noun: string) {
     });
 }
 
+/** A free-text description, shown beside what it describes; absent: none. */
+function descriptionText(maxLength: number) {
+  return z
+    .string({ error: expecting("a string") })
+    .max(maxLength, `must be at most ${maxLength} characters`)
+    .optional();
+}
+
 export const WorkflowSchema = z.strictObject(
   {
     inputs: inputRecord(InputDeclarationSchema, "declaration").optional(),
-    description: z
-      .string({ error: expecting("a string") })
-      .max(
-        MAX_WORKFLOW_DESCRIPTION_LENGTH,
-        `must be at most ${MAX_WORKFLOW_DESCRIPTION_LENGTH} characters`,
-      )
-      .optional(),
+    description: descriptionText(MAX_WORKFLOW_DESCRIPTION_LENGTH),
     steps: namedRecord(StepSchema, "step", { min: 1, max: MAX_STEPS_PER_WORKFLOW }),
     notify: NotifySchema,
   },
@@ -536,13 +538,7 @@ export const ManifestSchema = z.strictObject(
     package: z
       .string({ error: expecting("a package name") })
       .regex(PACKAGE_NAME_PATTERN, `the package name ${PACKAGE_NAME_RULE}`),
-    description: z
-      .string({ error: expecting("a string") })
-      .max(
-        MAX_PACKAGE_DESCRIPTION_LENGTH,
-        `must be at most ${MAX_PACKAGE_DESCRIPTION_LENGTH} characters`,
-      )
-      .optional(),
+    description: descriptionText(MAX_PACKAGE_DESCRIPTION_LENGTH),
     tasks: namedRecord(TaskSchema, "task", { min: 0, max: MAX_TASKS_PER_PACKAGE }).default(
       () => ({}),
     ),
