@@ -74,3 +74,39 @@ export function replaceKeepingFocus(container: Element, ...children: Child[]): v
       again.focus({ preventScroll: true });
   }
 }
+
+/** A column of a data table: its heading, and a class for the heading cell when it has one. */
+export type Column = string | Node | { readonly label: Child; readonly class: string };
+
+/**
+ * A data table in its scrolling wrapper: column headings (`th scope="col"`), then `body`, the
+ * table's `tbody` (a caller that refills it later keeps a reference to it). `caption`, when
+ * given, names the table for screen readers.
+ */
+export function dataTable(
+  attrs: Attrs,
+  columns: readonly Column[],
+  body: HTMLTableSectionElement,
+  caption?: HTMLTableCaptionElement,
+): HTMLDivElement {
+  const headings = columns.map((column) =>
+    typeof column === "string" || column instanceof Node
+      ? h("th", { scope: "col" }, column)
+      : h("th", { scope: "col", class: column.class }, column.label),
+  );
+  return h(
+    "div",
+    { class: "table-wrap" },
+    h("table", attrs, caption, h("thead", {}, h("tr", {}, headings)), body),
+  );
+}
+
+/** A titled card: a section labelled by its own `h2` (whose id is `id`). */
+export function card(title: string, id: string, ...children: Child[]): HTMLElement {
+  return h(
+    "section",
+    { class: "card", "aria-labelledby": id },
+    h("h2", { class: "section-title", id }, title),
+    ...children,
+  );
+}

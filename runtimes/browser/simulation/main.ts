@@ -16,7 +16,7 @@ import { errorMessage } from "../../../src/errors.ts";
 import { lossyDriver } from "../../../storage/lossy-driver.ts";
 import { openSqlStore, SqlStore } from "../../../storage/sql-store.ts";
 import { layoutDag, renderDag } from "../shared/dag.ts";
-import { h, type Child } from "../shared/dom.ts";
+import { card, dataTable, h, type Child } from "../shared/dom.ts";
 import { formatDuration } from "../shared/format.ts";
 import { statusBadge } from "../shared/status.ts";
 import {
@@ -579,15 +579,6 @@ async function start(mode: Mode): Promise<void> {
 
 // ---------------------------------------------------------------- page
 
-function card(title: string, id: string, ...children: Child[]): HTMLElement {
-  return h(
-    "section",
-    { class: "card", "aria-labelledby": id },
-    h("h2", { class: "section-title", id }, title),
-    ...children,
-  );
-}
-
 const app = document.getElementById("app") as HTMLElement;
 app.replaceChildren(
   h(
@@ -623,26 +614,7 @@ app.replaceChildren(
       progressLine,
       resultList,
       h("h3", {}, "Faults this seed produced"),
-      h(
-        "div",
-        { class: "table-wrap" },
-        h(
-          "table",
-          { id: "fault-tally" },
-          h(
-            "thead",
-            {},
-            h(
-              "tr",
-              {},
-              h("th", { scope: "col" }, "Fault"),
-              h("th", { scope: "col" }, "Count"),
-              h("th", { scope: "col" }, "What it is"),
-            ),
-          ),
-          tallyBody,
-        ),
-      ),
+      dataTable({ id: "fault-tally" }, ["Fault", "Count", "What it is"], tallyBody),
     ),
   ),
   card(

@@ -1,6 +1,6 @@
 /// <reference lib="dom" />
 import type { QlrClient } from "../../../http/client.ts";
-import { h } from "../../shared/dom.ts";
+import { dataTable, h } from "../../shared/dom.ts";
 import { formatDuration, formatRelative, formatTime, shortDigest } from "../../shared/format.ts";
 import { startRun } from "../actions.ts";
 import { messageBox } from "../shell.ts";
@@ -78,47 +78,31 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
                     ),
                   ),
               h("h3", {}, "Tasks"),
-              h(
-                "div",
-                { class: "table-wrap" },
+              dataTable(
+                {},
+                ["Task", "Executor", "Timeout", h("span", { class: "visually-hidden" }, "Actions")],
                 h(
-                  "table",
+                  "tbody",
                   {},
-                  h(
-                    "thead",
-                    {},
+                  detail.tasks.map((task) =>
                     h(
                       "tr",
                       {},
-                      h("th", { scope: "col" }, "Task"),
-                      h("th", { scope: "col" }, "Executor"),
-                      h("th", { scope: "col" }, "Timeout"),
-                      h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions")),
-                    ),
-                  ),
-                  h(
-                    "tbody",
-                    {},
-                    detail.tasks.map((task) =>
+                      h("th", { scope: "row" }, task.name),
+                      h("td", {}, task.executor),
+                      h("td", { class: "num" }, formatDuration(task.timeoutMs)),
                       h(
-                        "tr",
+                        "td",
                         {},
-                        h("th", { scope: "row" }, task.name),
-                        h("td", {}, task.executor),
-                        h("td", { class: "num" }, formatDuration(task.timeoutMs)),
                         h(
-                          "td",
-                          {},
-                          h(
-                            "button",
-                            {
-                              type: "button",
-                              "data-key": `pstart-${name}-t-${task.name}`,
-                              "data-start": `${name}/${task.name}`,
-                              onclick: () => void startRun(name, "task", task.name),
-                            },
-                            `Run ${task.name}`,
-                          ),
+                          "button",
+                          {
+                            type: "button",
+                            "data-key": `pstart-${name}-t-${task.name}`,
+                            "data-start": `${name}/${task.name}`,
+                            onclick: () => void startRun(name, "task", task.name),
+                          },
+                          `Run ${task.name}`,
                         ),
                       ),
                     ),
@@ -132,107 +116,77 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
               h("h3", {}, "Schedules"),
               detail.schedules.length === 0
                 ? h("p", { class: "muted" }, "None.")
-                : h(
-                    "div",
-                    { class: "table-wrap" },
+                : dataTable(
+                    { class: "schedules" },
+                    ["Schedule", "Cron", "Starts", "Next fire", "Last fire", "Overlap"],
                     h(
-                      "table",
-                      { class: "schedules" },
-                      h(
-                        "thead",
-                        {},
+                      "tbody",
+                      {},
+                      detail.schedules.map((schedule) =>
                         h(
                           "tr",
-                          {},
-                          ["Schedule", "Cron", "Starts", "Next fire", "Last fire", "Overlap"].map(
-                            (label) => h("th", { scope: "col" }, label),
-                          ),
-                        ),
-                      ),
-                      h(
-                        "tbody",
-                        {},
-                        detail.schedules.map((schedule) =>
+                          { "data-schedule": schedule.name },
+                          h("th", { scope: "row" }, schedule.name),
                           h(
-                            "tr",
-                            { "data-schedule": schedule.name },
-                            h("th", { scope: "row" }, schedule.name),
+                            "td",
+                            {},
+                            h("code", {}, schedule.cron),
+                            h("span", { class: "muted small" }, ` ${schedule.timezone}`),
+                          ),
+                          h("td", {}, `${schedule.target.kind} ${schedule.target.name}`),
+                          h(
+                            "td",
+                            { class: "num" },
+                            formatTime(schedule.nextFireAtMs),
+                            h("br", {}),
                             h(
-                              "td",
-                              {},
-                              h("code", {}, schedule.cron),
-                              h("span", { class: "muted small" }, ` ${schedule.timezone}`),
+                              "span",
+                              { class: "muted small" },
+                              formatRelative(schedule.nextFireAtMs, nowMs),
                             ),
-                            h("td", {}, `${schedule.target.kind} ${schedule.target.name}`),
-                            h(
-                              "td",
-                              { class: "num" },
-                              formatTime(schedule.nextFireAtMs),
-                              h("br", {}),
-                              h(
-                                "span",
-                                { class: "muted small" },
-                                formatRelative(schedule.nextFireAtMs, nowMs),
-                              ),
-                            ),
-                            h("td", { class: "num" }, formatTime(schedule.lastFireAtMs)),
-                            h(
-                              "td",
-                              {},
-                              schedule.overlap,
-                              schedule.missedFires + schedule.skippedOverlaps > 0
-                                ? h(
-                                    "span",
-                                    { class: "muted small" },
-                                    ` · ${schedule.missedFires} missed, ${schedule.skippedOverlaps} skipped`,
-                                  )
-                                : null,
-                            ),
+                          ),
+                          h("td", { class: "num" }, formatTime(schedule.lastFireAtMs)),
+                          h(
+                            "td",
+                            {},
+                            schedule.overlap,
+                            schedule.missedFires + schedule.skippedOverlaps > 0
+                              ? h(
+                                  "span",
+                                  { class: "muted small" },
+                                  ` · ${schedule.missedFires} missed, ${schedule.skippedOverlaps} skipped`,
+                                )
+                              : null,
                           ),
                         ),
                       ),
                     ),
                   ),
               h("h3", {}, "Generations"),
-              h(
-                "div",
-                { class: "table-wrap" },
+              dataTable(
+                { class: "generations" },
+                ["Generation", "Manifest digest", "Applied"],
                 h(
-                  "table",
-                  { class: "generations" },
-                  h(
-                    "thead",
-                    {},
+                  "tbody",
+                  {},
+                  detail.generations.map((generation) =>
                     h(
                       "tr",
                       {},
-                      h("th", { scope: "col" }, "Generation"),
-                      h("th", { scope: "col" }, "Manifest digest"),
-                      h("th", { scope: "col" }, "Applied"),
-                    ),
-                  ),
-                  h(
-                    "tbody",
-                    {},
-                    detail.generations.map((generation) =>
                       h(
-                        "tr",
-                        {},
-                        h(
-                          "td",
-                          { class: "num" },
-                          String(generation.generation),
-                          generation.generation === detail.package.generation
-                            ? h("span", { class: "muted small" }, " (current)")
-                            : null,
-                        ),
-                        h(
-                          "td",
-                          { class: "mono", title: generation.manifestDigest },
-                          shortDigest(generation.manifestDigest),
-                        ),
-                        h("td", { class: "num" }, formatTime(generation.createdAtMs)),
+                        "td",
+                        { class: "num" },
+                        String(generation.generation),
+                        generation.generation === detail.package.generation
+                          ? h("span", { class: "muted small" }, " (current)")
+                          : null,
                       ),
+                      h(
+                        "td",
+                        { class: "mono", title: generation.manifestDigest },
+                        shortDigest(generation.manifestDigest),
+                      ),
+                      h("td", { class: "num" }, formatTime(generation.createdAtMs)),
                     ),
                   ),
                 ),

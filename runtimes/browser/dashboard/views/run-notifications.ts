@@ -1,7 +1,7 @@
 /// <reference lib="dom" />
 import { isUnauthorized, type QlrClient } from "../../../http/client.ts";
 import type { NotificationView } from "../../../http/contract.ts";
-import { h, type Child } from "../../shared/dom.ts";
+import { card, dataTable, h, type Child } from "../../shared/dom.ts";
 import { formatTime } from "../../shared/format.ts";
 
 /** The alerts the run page lists: a run has one per notifier and event, so one page holds them. */
@@ -27,52 +27,36 @@ function target(entry: NotificationView): string {
 /** The run page's alerts section: nothing for a run that alerted nobody. */
 export function renderRunNotifications(entries: readonly NotificationView[] | null): Child {
   if (entries !== null && entries.length === 0) return null;
-  return h(
-    "section",
-    { class: "card", "aria-labelledby": "notifications-title" },
-    h("h2", { class: "section-title", id: "notifications-title" }, "Notifications"),
+  return card(
+    "Notifications",
+    "notifications-title",
     entries === null
       ? h("p", { class: "empty" }, "Could not read this run's notifications.")
-      : h(
-          "div",
-          { class: "table-wrap" },
+      : dataTable(
+          { id: "notifications-table" },
+          ["Event", "Step", "Notifier", "State", "Attempts", "When", "Last error"],
           h(
-            "table",
-            { id: "notifications-table" },
-            h(
-              "thead",
-              {},
+            "tbody",
+            {},
+            entries.map((entry) =>
               h(
                 "tr",
-                {},
-                ["Event", "Step", "Notifier", "State", "Attempts", "When", "Last error"].map(
-                  (label) => h("th", { scope: "col" }, label),
-                ),
-              ),
-            ),
-            h(
-              "tbody",
-              {},
-              entries.map((entry) =>
+                { "data-notification": entry.id, "data-state": entry.state },
+                h("td", { class: "mono" }, entry.event),
+                h("td", {}, entry.step ?? "—"),
+                h("td", { class: "mono" }, target(entry)),
+                h("td", {}, entry.state),
+                h("td", { class: "num" }, String(entry.attempts)),
                 h(
-                  "tr",
-                  { "data-notification": entry.id, "data-state": entry.state },
-                  h("td", { class: "mono" }, entry.event),
-                  h("td", {}, entry.step ?? "—"),
-                  h("td", { class: "mono" }, target(entry)),
-                  h("td", {}, entry.state),
-                  h("td", { class: "num" }, String(entry.attempts)),
-                  h(
-                    "td",
-                    { class: "num" },
-                    entry.state === "delivered"
-                      ? `sent ${formatTime(entry.deliveredAtMs)}`
-                      : entry.state === "pending"
-                        ? `next try ${formatTime(entry.nextAttemptAtMs)}`
-                        : "gave up",
-                  ),
-                  h("td", { class: "error" }, entry.lastError ?? ""),
+                  "td",
+                  { class: "num" },
+                  entry.state === "delivered"
+                    ? `sent ${formatTime(entry.deliveredAtMs)}`
+                    : entry.state === "pending"
+                      ? `next try ${formatTime(entry.nextAttemptAtMs)}`
+                      : "gave up",
                 ),
+                h("td", { class: "error" }, entry.lastError ?? ""),
               ),
             ),
           ),

@@ -3,7 +3,7 @@ import { TERMINAL_RUN_STATUSES } from "../../../../src/model.ts";
 import { ApiError, type QlrClient } from "../../../http/client.ts";
 import type { AttemptView, RunDetail } from "../../../http/contract.ts";
 import { renderDag, type DagStep } from "../../shared/dag.ts";
-import { h } from "../../shared/dom.ts";
+import { card, dataTable, h } from "../../shared/dom.ts";
 import { formatDuration, formatTime } from "../../shared/format.ts";
 import { statusBadge } from "../../shared/status.ts";
 import { cancelRun, reloadLog, rerunRun, startRun } from "../actions.ts";
@@ -257,90 +257,64 @@ export async function runView(
         ),
       ),
       run.kind === "workflow"
-        ? h(
-            "section",
-            { class: "card", "aria-labelledby": "steps-title" },
-            h("h2", { class: "section-title", id: "steps-title" }, "Steps"),
-            h(
-              "div",
-              { class: "table-wrap" },
+        ? card(
+            "Steps",
+            "steps-title",
+            dataTable(
+              { id: "steps-table" },
+              [
+                "Step",
+                { label: "Task", class: "hide-narrow" },
+                { label: "Needs", class: "hide-narrow" },
+                "Status",
+                "Attempts",
+                { label: "Started", class: "hide-narrow" },
+                "Finished",
+                "Output",
+                "Log",
+              ],
               h(
-                "table",
-                { id: "steps-table" },
-                h(
-                  "thead",
-                  {},
+                "tbody",
+                {},
+                steps.map((step) =>
                   h(
                     "tr",
-                    {},
-                    [
-                      "Step",
-                      "Task",
-                      "Needs",
-                      "Status",
-                      "Attempts",
-                      "Started",
-                      "Finished",
-                      "Output",
-                      "Log",
-                    ].map((label) =>
-                      h(
-                        "th",
-                        {
-                          scope: "col",
-                          class:
-                            label === "Task" || label === "Needs" || label === "Started"
-                              ? "hide-narrow"
-                              : "",
-                        },
-                        label,
-                      ),
-                    ),
-                  ),
-                ),
-                h(
-                  "tbody",
-                  {},
-                  steps.map((step) =>
+                    { "data-step": step.name, "data-status": step.status },
+                    h("th", { scope: "row" }, step.name),
+                    h("td", { class: "hide-narrow" }, step.task),
                     h(
-                      "tr",
-                      { "data-step": step.name, "data-status": step.status },
-                      h("th", { scope: "row" }, step.name),
-                      h("td", { class: "hide-narrow" }, step.task),
+                      "td",
+                      { class: "hide-narrow" },
+                      step.needs.length === 0 ? "—" : step.needs.join(", "),
+                    ),
+                    h(
+                      "td",
+                      {},
+                      statusBadge(step.status),
+                      typeof step.waiting === "string"
+                        ? h(
+                            "div",
+                            { class: "muted small", "data-waiting": step.name },
+                            step.waiting,
+                          )
+                        : null,
+                    ),
+                    h("td", { class: "num" }, String(step.attemptCount)),
+                    h("td", { class: "num hide-narrow" }, formatTime(step.startedAtMs)),
+                    h("td", { class: "num" }, formatTime(step.finishedAtMs)),
+                    h("td", { class: "mono", "data-output": step.name }, briefJson(step.output)),
+                    h(
+                      "td",
+                      {},
                       h(
-                        "td",
-                        { class: "hide-narrow" },
-                        step.needs.length === 0 ? "—" : step.needs.join(", "),
-                      ),
-                      h(
-                        "td",
-                        {},
-                        statusBadge(step.status),
-                        typeof step.waiting === "string"
-                          ? h(
-                              "div",
-                              { class: "muted small", "data-waiting": step.name },
-                              step.waiting,
-                            )
-                          : null,
-                      ),
-                      h("td", { class: "num" }, String(step.attemptCount)),
-                      h("td", { class: "num hide-narrow" }, formatTime(step.startedAtMs)),
-                      h("td", { class: "num" }, formatTime(step.finishedAtMs)),
-                      h("td", { class: "mono", "data-output": step.name }, briefJson(step.output)),
-                      h(
-                        "td",
-                        {},
-                        h(
-                          "a",
-                          {
-                            href: stepHref(run.id, step.name),
-                            "data-key": `log-${step.name}`,
-                            "aria-label": `Log of step ${step.name}`,
-                            ...(selected === step.name ? { "aria-current": "true" } : {}),
-                          },
-                          "View log",
-                        ),
+                        "a",
+                        {
+                          href: stepHref(run.id, step.name),
+                          "data-key": `log-${step.name}`,
+                          "aria-label": `Log of step ${step.name}`,
+                          ...(selected === step.name ? { "aria-current": "true" } : {}),
+                        },
+                        "View log",
                       ),
                     ),
                   ),
@@ -349,72 +323,58 @@ export async function runView(
             ),
           )
         : null,
-      h(
-        "section",
-        { class: "card", "aria-labelledby": "attempts-title" },
-        h("h2", { class: "section-title", id: "attempts-title" }, "Attempts"),
+      card(
+        "Attempts",
+        "attempts-title",
         attempts.length === 0
           ? h("p", { class: "empty" }, "No attempt yet.")
-          : h(
-              "div",
-              { class: "table-wrap" },
+          : dataTable(
+              { id: "attempts-table" },
+              [
+                "#",
+                "Step",
+                "Status",
+                "Executor",
+                "PID",
+                "Started",
+                "Finished",
+                "Exit",
+                "Stop reason",
+                "Output",
+                "Error",
+              ],
               h(
-                "table",
-                { id: "attempts-table" },
-                h(
-                  "thead",
-                  {},
+                "tbody",
+                {},
+                attempts.map((attempt) =>
                   h(
                     "tr",
-                    {},
-                    [
-                      "#",
-                      "Step",
-                      "Status",
-                      "Executor",
-                      "PID",
-                      "Started",
-                      "Finished",
-                      "Exit",
-                      "Stop reason",
-                      "Output",
-                      "Error",
-                    ].map((label) => h("th", { scope: "col" }, label)),
-                  ),
-                ),
-                h(
-                  "tbody",
-                  {},
-                  attempts.map((attempt) =>
+                    {
+                      "data-attempt": attempt.id,
+                      "data-pid": attempt.pid ?? "",
+                      "data-status": attempt.status,
+                    },
+                    h("td", { class: "num" }, String(attempt.number)),
                     h(
-                      "tr",
-                      {
-                        "data-attempt": attempt.id,
-                        "data-pid": attempt.pid ?? "",
-                        "data-status": attempt.status,
-                      },
-                      h("td", { class: "num" }, String(attempt.number)),
-                      h(
-                        "td",
-                        {},
-                        attempt.stepRunId === null
-                          ? run.target
-                          : (stepName.get(attempt.stepRunId) ?? "?"),
-                      ),
-                      h("td", {}, statusBadge(attempt.status)),
-                      h("td", {}, attempt.executor),
-                      h(
-                        "td",
-                        { class: "num mono" },
-                        attempt.pid === null ? "—" : String(attempt.pid),
-                      ),
-                      h("td", { class: "num" }, formatTime(attempt.startedAtMs)),
-                      h("td", { class: "num" }, formatTime(attempt.finishedAtMs)),
-                      h("td", { class: "num mono" }, attemptExit(attempt)),
-                      h("td", {}, attempt.stopReason ?? "—"),
-                      h("td", { class: "mono" }, briefJson(attempt.output)),
-                      h("td", { class: "error" }, attempt.error ?? ""),
+                      "td",
+                      {},
+                      attempt.stepRunId === null
+                        ? run.target
+                        : (stepName.get(attempt.stepRunId) ?? "?"),
                     ),
+                    h("td", {}, statusBadge(attempt.status)),
+                    h("td", {}, attempt.executor),
+                    h(
+                      "td",
+                      { class: "num mono" },
+                      attempt.pid === null ? "—" : String(attempt.pid),
+                    ),
+                    h("td", { class: "num" }, formatTime(attempt.startedAtMs)),
+                    h("td", { class: "num" }, formatTime(attempt.finishedAtMs)),
+                    h("td", { class: "num mono" }, attemptExit(attempt)),
+                    h("td", {}, attempt.stopReason ?? "—"),
+                    h("td", { class: "mono" }, briefJson(attempt.output)),
+                    h("td", { class: "error" }, attempt.error ?? ""),
                   ),
                 ),
               ),

@@ -2,7 +2,7 @@
 import { TERMINAL_RUN_STATUSES, RUN_STATUSES } from "../../../../src/model.ts";
 import type { QlrClient } from "../../../http/client.ts";
 import type { RunView } from "../../../http/contract.ts";
-import { h, type Child } from "../../shared/dom.ts";
+import { card, dataTable, h, type Child } from "../../shared/dom.ts";
 import { formatDuration, formatTime } from "../../shared/format.ts";
 import { statusBadge } from "../../shared/status.ts";
 import { loadMore } from "../actions.ts";
@@ -22,63 +22,52 @@ export function runsTable(
   const filter = statusFilter ?? "";
   if (runs.length === 0)
     return h("p", { class: "empty", id: "runs-empty", "data-filter": filter }, "No runs match.");
-  return h(
-    "div",
-    { class: "table-wrap" },
+  return dataTable(
+    { id: "runs-table", "data-filter": filter },
+    [
+      "Run",
+      "Status",
+      { label: "Kind", class: "hide-narrow" },
+      "Created",
+      { label: "Duration", class: "hide-narrow" },
+    ],
     h(
-      "table",
-      { id: "runs-table", "data-filter": filter },
-      h("caption", { class: "visually-hidden" }, "Runs, newest first"),
-      h(
-        "thead",
-        {},
+      "tbody",
+      {},
+      runs.map((run) =>
         h(
           "tr",
-          {},
-          h("th", { scope: "col" }, "Run"),
-          h("th", { scope: "col" }, "Status"),
-          h("th", { scope: "col", class: "hide-narrow" }, "Kind"),
-          h("th", { scope: "col" }, "Created"),
-          h("th", { scope: "col", class: "hide-narrow" }, "Duration"),
-        ),
-      ),
-      h(
-        "tbody",
-        {},
-        runs.map((run) =>
+          { "data-run": run.id, "data-status": run.status },
           h(
-            "tr",
-            { "data-run": run.id, "data-status": run.status },
+            "td",
+            {},
             h(
-              "td",
-              {},
-              h(
-                "a",
-                { href: runHref(run.id), class: "run-target", "data-key": `run-${run.id}` },
-                `${run.package}/${run.target}`,
-              ),
-              h("span", { class: "run-id" }, run.id),
+              "a",
+              { href: runHref(run.id), class: "run-target", "data-key": `run-${run.id}` },
+              `${run.package}/${run.target}`,
             ),
-            h("td", {}, statusBadge(run.status)),
-            h(
-              "td",
-              { class: "hide-narrow" },
-              run.kind === "workflow" ? "workflow" : "task",
-              run.scheduleName === null
-                ? null
-                : h("span", { class: "muted small" }, ` · schedule ${run.scheduleName}`),
-            ),
-            h("td", { class: "num" }, formatTime(run.createdAtMs)),
-            h(
-              "td",
-              { class: "num hide-narrow" },
-              formatDuration((run.finishedAtMs ?? nowMs) - run.createdAtMs),
-              run.finishedAtMs === null ? h("span", { class: "muted small" }, " so far") : null,
-            ),
+            h("span", { class: "run-id" }, run.id),
+          ),
+          h("td", {}, statusBadge(run.status)),
+          h(
+            "td",
+            { class: "hide-narrow" },
+            run.kind === "workflow" ? "workflow" : "task",
+            run.scheduleName === null
+              ? null
+              : h("span", { class: "muted small" }, ` · schedule ${run.scheduleName}`),
+          ),
+          h("td", { class: "num" }, formatTime(run.createdAtMs)),
+          h(
+            "td",
+            { class: "num hide-narrow" },
+            formatDuration((run.finishedAtMs ?? nowMs) - run.createdAtMs),
+            run.finishedAtMs === null ? h("span", { class: "muted small" }, " so far") : null,
           ),
         ),
       ),
     ),
+    h("caption", { class: "visually-hidden" }, "Runs, newest first"),
   );
 }
 
@@ -130,12 +119,7 @@ export async function runsView(
     render: () => [
       h("h1", { class: "view-title", tabindex: "-1" }, "Runs"),
       messageBox(),
-      h(
-        "section",
-        { class: "card", "aria-labelledby": "start-title" },
-        h("h2", { class: "section-title", id: "start-title" }, "Start a run"),
-        startButtons(packages, true),
-      ),
+      card("Start a run", "start-title", startButtons(packages, true)),
       h(
         "section",
         { class: "card", "aria-labelledby": "runs-title" },
