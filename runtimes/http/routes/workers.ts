@@ -91,21 +91,13 @@ export function workerRoutes(deps: AppDeps): Hono {
       } satisfies ClaimAnswer);
     })
     .post("/worker/start", jsonBody(startBody, WHAT), async (c) => {
-      const request = c.req.valid("json");
-      return c.json(
-        (await leases.start(
-          request.attemptId,
-          request,
-          request.phase,
-          request.handle ?? null,
-        )) satisfies LeaseStartAnswer,
-      );
+      const { attemptId, phase, handle, ...leaseFence } = c.req.valid("json");
+      const answer = await leases.start(attemptId, leaseFence, phase, handle ?? null);
+      return c.json(answer satisfies LeaseStartAnswer);
     })
     .post("/worker/heartbeat", jsonBody(heartbeatBody, WHAT), async (c) => {
-      const request = c.req.valid("json");
-      return c.json(
-        (await leases.heartbeat(request.attemptId, request)) satisfies LeaseControlView,
-      );
+      const { attemptId, ...leaseFence } = c.req.valid("json");
+      return c.json((await leases.heartbeat(attemptId, leaseFence)) satisfies LeaseControlView);
     })
     .post("/worker/complete", jsonBody(completeBody, WHAT), async (c) => {
       const { attemptId, workerId, leaseVersion, leaseSecret, output, outputError, ...facts } =
@@ -125,13 +117,9 @@ export function workerRoutes(deps: AppDeps): Hono {
       );
     })
     .post("/worker/lost", jsonBody(lostBody, WHAT), async (c) => {
-      const request = c.req.valid("json");
+      const { attemptId, reason, ...leaseFence } = c.req.valid("json");
       return c.json(
-        (await leases.lost(
-          request.attemptId,
-          request,
-          request.reason,
-        )) satisfies WorkerCompletionView,
+        (await leases.lost(attemptId, leaseFence, reason)) satisfies WorkerCompletionView,
       );
     });
 }
