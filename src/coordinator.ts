@@ -72,6 +72,12 @@ export interface RecoveryResult {
 }
 
 const LIVE_ATTEMPT_STATUSES: readonly RunAttempt["status"][] = ["claimed", "starting", "running"];
+/**
+ * What a cluster node's start-up recovery reads: only attempts that crossed the start barrier.
+ * A claim is a dispatch intent that belongs to no node (any node's dispatch starts it, or settles
+ * it when its epoch is gone), so it is never an orphan of this node's last incarnation.
+ */
+const STARTED_ATTEMPT_STATUSES: readonly RunAttempt["status"][] = ["starting", "running"];
 /** How often recovery repeats a read, or reads and decides one attempt again, after its transaction failed. */
 const RECOVERY_WRITE_TRIES = 3;
 /** Live attempts start-up recovery reads per page: each costs two inspections and a receipt read. */
@@ -1268,6 +1274,9 @@ export class Coordinator {
     // coordinator reports its attempts while it recovers them.
     if (this.node !== null && this.incarnation === null) await this.register();
     const owner = this.node?.nodeId;
+    // A lone runtime's claims were made by its previous incarnation and are orphaned (ADR-0229
+    // §3); a cluster node's restart would otherwise lose every claim the other nodes just made.
+    const statuses = this.node === null ? LIVE_ATTEMPT_STATUSES : STARTED_ATTEMPT_STATUSES;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
@@ -1277,7 +1286,7 @@ export class Coordinator {
         pages: Infinity,
         read: (after, limit) =>
           this.readForRecovery((tx) =>
-            tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, after, limit, owner),
+            tx.listAttempts(executor.type, statuses, after, limit, owner),
           ),
         cursorOf: (attempt) => attempt.id,
         handle: async (attempt) => {

@@ -513,7 +513,7 @@ interface CommitEvidence {
 type CommitSettlement = "committed" | "aborted" | "unknown";
 
 /** The timeline from the name of the WAL file being written (its first eight hex digits). */
-const CURRENT_TIMELINE_SQL =
+export const CURRENT_TIMELINE_SQL =
   "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int";
 
 /**
@@ -521,7 +521,7 @@ const CURRENT_TIMELINE_SQL =
  * (asking for one would make it write a commit record and, with a synchronous standby, wait
  * for it); the rest is read only when there is an id.
  */
-const RECORD_TRANSACTION_ID_SQL = `SELECT x.xid::text AS xid,
+export const RECORD_TRANSACTION_ID_SQL = `SELECT x.xid::text AS xid,
   CASE WHEN x.xid IS NULL THEN NULL ELSE ${CURRENT_TIMELINE_SQL} END AS timeline,
   CASE WHEN x.xid IS NULL THEN NULL ELSE pg_postmaster_start_time()::text END AS started
 FROM (SELECT pg_current_xact_id_if_assigned() AS xid) AS x`;

@@ -35,13 +35,14 @@ import { waitFor } from "../support/wait.ts";
  * - every non-idempotent step spawned at most once, exactly once when it succeeded;
  * - every run's events are numbered 1..n without a gap;
  * - no API call was answered 409 because the coordinators contended among themselves.
- * `QLR_CLUSTER_RUNS` scales it (default 40), `QLR_CLUSTER_SEED` replays a seed; a failure
+ * `QLR_CLUSTER_RUNS` scales it (default 40, 200 under `CI=true`), `QLR_CLUSTER_SEED` replays a seed; a failure
  * names its seed. The steps are tiny (a marker line and a 50 ms sleep, so a kill can still land
  * on a running process) and runs are submitted in concurrent batches: the time goes to the
  * coordinators' transitions and the restarts, which is what the harness is about.
  */
 
-const RUNS = Number(process.env.QLR_CLUSTER_RUNS ?? 40);
+/** A few hundred under CI (the size the design asks for); fewer by default on a workstation. */
+const RUNS = Number(process.env.QLR_CLUSTER_RUNS ?? (process.env.CI === "true" ? 200 : 40));
 /** Runs submitted at once; each POST carries its own idempotency key. */
 const SUBMIT_BATCH = 8;
 /** Chaos goes on after the last run is submitted until this many members were killed (bounded by CHAOS_TAIL_MS). */

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Coordinator } from "../../src/coordinator.ts";
+import { LeaseService } from "../../src/lease-service.ts";
 import { isQlrError } from "../../src/errors.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { applyPackage, startRun } from "../../src/operations.ts";
@@ -12,7 +13,7 @@ import { uuidv7Ids } from "../../runtimes/shared/uuidv7.ts";
 import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import { openPostgresStore } from "../../storage/postgres/store.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
-import { diamondManifest, task } from "../support/fixtures.ts";
+import { diamondManifest, SequentialSecrets, task } from "../support/fixtures.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -72,24 +73,36 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     await database?.drop();
   });
 
-  function coordinator(on: Host, fault?: (point: string) => void): Coordinator {
+  /** `launches: false` is a node that admits but has no launcher: its claims wait for another node's dispatch. */
+  function coordinator(on: Host, fault?: (point: string) => void, launches = true): Coordinator {
     return new Coordinator({
       store,
       clock: on.clock,
       ids: uuidv7Ids,
       profile: PROFILES.cluster,
-      executors: { local_process: on.executor },
+      executors: launches ? { local_process: on.executor } : {},
       node: on.node,
       ...(fault === undefined ? {} : { fault }),
     });
   }
 
-  async function startDiamond(packageName: string, clock: Clock): Promise<string> {
+  async function startDiamond(
+    packageName: string,
+    clock: Clock,
+    executor: "local_process" | "remote_worker" = "local_process",
+  ): Promise<string> {
     return store.transaction(async (tx) => {
       const nowMs = await tx.observe(clock.nowMs());
       await applyPackage(
         tx,
-        diamondManifest(packageName, { tasks: [task("work", ["true"], { timeoutMs: 600_000 })] }),
+        diamondManifest(packageName, {
+          tasks: [
+            task("work", ["true"], {
+              timeoutMs: 600_000,
+              ...(executor === "remote_worker" ? { executor, pool: "claims" } : {}),
+            }),
+          ],
+        }),
         nowMs,
       );
       const { run } = await startRun(
@@ -308,6 +321,63 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     expect((await attemptsOf(runId)).find((attempt) => attempt.id === running?.id)?.status).toBe(
       "succeeded",
     );
+  });
+
+  it("a node's restart leaves the claims other nodes made and the claims leased to workers untouched: no churn, one attempt each", async () => {
+    const admitter = host("admitter", 1_000);
+    const restarted = host("restarted", -1_000);
+    const localRunId = await startDiamond("claims-stay-local", admitter.clock);
+    const remoteRunId = await startDiamond("claims-stay-remote", admitter.clock, "remote_worker");
+    // A node that admits but has no launcher: its claims stay `claimed`, as between another
+    // node's admission and its dispatch.
+    const a = coordinator(admitter, undefined, false);
+    await a.recover();
+    await waitFor(
+      "both runs' first steps are claimed",
+      async () => {
+        await a.tick();
+        const attempts = [...(await attemptsOf(localRunId)), ...(await attemptsOf(remoteRunId))];
+        return attempts.filter((attempt) => attempt.status === "claimed").length === 2;
+      },
+      30_000,
+    );
+    // A worker leases the remote claim (still `claimed`: its process has not started).
+    const leases = await new LeaseService({
+      store,
+      clock: admitter.clock,
+      secrets: new SequentialSecrets(),
+    }).claim("worker-1", "claims", 1);
+    expect(leases).toHaveLength(1);
+    const [localClaim] = await attemptsOf(localRunId);
+    const [remoteClaim] = await attemptsOf(remoteRunId);
+    expect(localClaim).toMatchObject({ status: "claimed", ownerNodeId: null });
+    expect(remoteClaim).toMatchObject({ status: "claimed", leaseWorkerId: "worker-1" });
+
+    // Another node restarts: its start-up recovery reads only attempts past the start barrier.
+    const b = coordinator(restarted);
+    const recovered = await b.recover();
+    expect(recovered).toEqual([]);
+    expect((await attemptsOf(localRunId))[0]).toEqual(localClaim);
+    expect((await attemptsOf(remoteRunId))[0]).toEqual(remoteClaim);
+
+    // The other node's claim is dispatched by the restarted node: one attempt per step, none lost.
+    await waitFor(
+      "the local run finishes",
+      async () => {
+        await b.tick();
+        return (await runStatus(localRunId)) === "succeeded";
+      },
+      60_000,
+    );
+    const attempts = await attemptsOf(localRunId);
+    expect(attempts.map((attempt) => attempt.status)).toEqual([
+      "succeeded",
+      "succeeded",
+      "succeeded",
+      "succeeded",
+    ]);
+    expect(attempts[0]).toMatchObject({ id: localClaim?.id, ownerNodeId: restarted.node.nodeId });
+    expect(spawnsOf([restarted], [localClaim?.id ?? ""])).toBe(1);
   });
 
   it("an attempt whose owner's lease expired fails closed once and is settled by its owner when it returns", async () => {

@@ -9,7 +9,10 @@
  *   twice; a spawn no attempt records is allowed only for an attempt settled from its receipt
  *   before its process identity was written (pid null), one each;
  * - every non-idempotent step spawned at most once, exactly once when it succeeded;
- * - every run's events are numbered 1..n without a gap.
+ * - every run's events are numbered 1..n without a gap;
+ * - no claim was stranded: a step holds at most one live attempt, of its current ready epoch, so
+ *   a claim whose epoch moved on while it was live (settled "may no longer start") means some
+ *   path moved the epoch past it. The problem carries the run's event trail to find that path.
  */
 import type { EventView, RunDetail } from "./api-views.ts";
 
@@ -99,6 +102,12 @@ export function checkClusterHistory(history: ClusterHistory): string[] {
       }
     }
     const events = history.events.get(run.id) ?? [];
+    for (const attempt of detail.attempts) {
+      if (attempt.status === "lost" && attempt.error?.includes("may no longer start") === true)
+        problems.push(
+          `attempt ${attempt.id} of run ${run.id} was a stranded claim (${attempt.error}); events:\n${describeEvents(events)}`,
+        );
+    }
     events.forEach((event, index) => {
       if (event.seq !== index + 1)
         problems.push(`run ${run.id}: event ${index + 1} has seq ${event.seq}`);
@@ -127,4 +136,14 @@ export function checkClusterHistory(history: ClusterHistory): string[] {
       );
   }
   return problems;
+}
+
+/** A run's event trail, one line each, for a problem that needs the history behind it. */
+function describeEvents(events: readonly EventView[]): string {
+  return events
+    .map(
+      (event) =>
+        `  ${event.seq} ${event.type} step=${event.stepRunId?.slice(-8) ?? "-"} attempt=${event.attemptId?.slice(-8) ?? "-"} ${JSON.stringify(event.data)}`,
+    )
+    .join("\n");
 }
