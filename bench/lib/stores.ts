@@ -255,7 +255,11 @@ export function fileStoreSizes(directory: string): { snapshotBytes: number; jour
       return 0;
     }
   };
-  return { snapshotBytes: size("snapshot.sqlite"), journalBytes: size("journal.log") };
+  // A checkpoint in flight (or one that failed) leaves the journal it folds in as a sealed segment.
+  return {
+    snapshotBytes: size("snapshot.sqlite"),
+    journalBytes: size("journal.log") + size("journal.sealed.log"),
+  };
 }
 
 /** A fresh database on the server, dropped (with any leftover session) afterwards. */

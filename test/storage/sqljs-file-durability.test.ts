@@ -9,6 +9,7 @@
 import {
   copyFileSync,
   existsSync,
+  fsyncSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -21,20 +22,25 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { SqlJsStatic } from "sql.js";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import {
   SQLJS_CHECKPOINT_STEPS,
   openSqlJsFileDriver,
 } from "../../storage/sqljs/node/file-driver.ts";
 import type {
+  SqlJsCheckpointIo,
   SqlJsCheckpointStep,
   SqlJsFileDriver,
   SqlJsFileDriverOptions,
 } from "../../storage/sqljs/node/file-driver.ts";
 import { parseRecordAt } from "../../storage/sqljs/node/journal.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { decodeSnapshot, encodeSnapshot } from "../../storage/sqljs/node/snapshot.ts";
+import {
+  decodeSnapshot,
+  deflateFrameSync,
+  encodeSnapshot,
+} from "../../storage/sqljs/node/snapshot.ts";
 import { crc32, crc32Update } from "../../storage/sqljs/crc32.ts";
 import { SqlJsChild, bundleSqlJsChild } from "./fixtures/sqljs-child-process.ts";
 
@@ -218,8 +224,15 @@ describe("sqljs-file reopen and replay", () => {
     const driver = await open(path, { checkpointJournalBytes: 300 });
     await createPairs(driver);
     await commitPairs(driver, range(1, 30));
+    // The snapshot is written in the background, off the commit path: wait for it (bounded).
+    await vi.waitFor(
+      () => {
+        expect(driver.stats()).toMatchObject({ checkpointInFlight: false });
+        expect(driver.stats().checkpoints).toBeGreaterThan(0);
+      },
+      { timeout: 30_000, interval: 20 },
+    );
     const stats = driver.stats();
-    expect(stats.checkpoints).toBeGreaterThan(0);
     // After a checkpoint the journal may grow to the snapshot's image size before the next one,
     // so a (compressed) snapshot's bytes are amortised over more journal bytes than it holds.
     const imageBytes = decodeSnapshot(readFileSync(join(path, "snapshot.sqlite")), "s").image
@@ -484,6 +497,113 @@ describe("sqljs-file failures inside commit and checkpoint", () => {
       expect(await committedNumbers(final)).toEqual(range(1, 5));
     },
   );
+});
+
+describe("sqljs-file checkpoint in the background", () => {
+  /** A checkpoint's background I/O that waits at `holdAt` until the test releases it. */
+  function heldCheckpointIo(holdAt: "deflate" | "sync"): {
+    io: SqlJsCheckpointIo;
+    reached: () => boolean;
+    release: () => void;
+  } {
+    let reached = false;
+    let release = (): void => undefined;
+    const gate = new Promise<void>((resolveGate) => {
+      release = resolveGate;
+    });
+    const hold = async (point: "deflate" | "sync"): Promise<void> => {
+      if (point !== holdAt) return;
+      reached = true;
+      await gate;
+    };
+    return {
+      io: {
+        deflateFrame: async (piece) => {
+          await hold("deflate");
+          return deflateFrameSync(piece);
+        },
+        syncSnapshotFile: async (handle) => {
+          await hold("sync");
+          fsyncSync(handle);
+        },
+      },
+      reached: () => reached,
+      release: () => release(),
+    };
+  }
+
+  it.each([{ holdAt: "deflate" as const }, { holdAt: "sync" as const }])(
+    "acknowledges commits while a checkpoint is held at its $holdAt, and opens exactly before and after it",
+    async ({ holdAt }) => {
+      const path = newDirectory();
+      const held = heldCheckpointIo(holdAt);
+      const driver = await open(path, { checkpointIo: held.io });
+      await createPairs(driver);
+      await commitPairs(driver, range(1, 3));
+      const checkpointing = driver.checkpoint();
+      await vi.waitFor(() => expect(held.reached()).toBe(true), { timeout: 30_000 });
+
+      // The checkpoint cannot go on until released, so these commits cannot have waited for it.
+      await commitPairs(driver, range(4, 8));
+      expect(driver.stats()).toMatchObject({ checkpointInFlight: true, checkpoints: 0 });
+      expect(existsSync(join(path, "journal.sealed.log"))).toBe(true);
+      const during = await open(crashImage(path));
+      expect(await committedNumbers(during)).toEqual(range(1, 8));
+      await close(during);
+
+      held.release();
+      await checkpointing;
+      expect(driver.stats()).toMatchObject({ checkpointInFlight: false, checkpoints: 1 });
+      expect(existsSync(join(path, "journal.sealed.log"))).toBe(false);
+      // The new journal holds only what followed the export: commits 4 to 8.
+      expect(recordBounds(path)).toHaveLength(5);
+      expect(
+        decodeSnapshot(readFileSync(join(path, "snapshot.sqlite")), "s").includedSequence,
+      ).toBe(4);
+      const after = await open(crashImage(path));
+      expect(await committedNumbers(after)).toEqual(range(1, 8));
+      await close(after);
+      await commitPairs(driver, [9]);
+      await close(driver);
+      const closed = await open(path);
+      expect(await committedNumbers(closed)).toEqual(range(1, 9));
+    },
+  );
+
+  it("retires a sealed journal left by a failed checkpoint with the next one", async () => {
+    const path = newDirectory();
+    let failSync = true;
+    const driver = await open(path, {
+      checkpointIo: {
+        deflateFrame: (piece) => Promise.resolve(deflateFrameSync(piece)),
+        syncSnapshotFile: (handle) => {
+          if (failSync) return Promise.reject(new Error("simulated failed snapshot sync"));
+          fsyncSync(handle);
+          return Promise.resolve();
+        },
+      },
+    });
+    await createPairs(driver);
+    await commitPairs(driver, range(1, 3));
+    const failed = await driver.checkpoint().catch((error: unknown) => error);
+    expect(isQlrError(failed, "storage_unavailable")).toBe(true);
+    expect(existsSync(join(path, "journal.sealed.log"))).toBe(true);
+    expect(existsSync(join(path, "snapshot.sqlite.tmp"))).toBe(false);
+    await commitPairs(driver, range(4, 5));
+    const between = await open(crashImage(path));
+    expect(await committedNumbers(between)).toEqual(range(1, 5));
+    await close(between);
+
+    failSync = false;
+    await driver.checkpoint();
+    expect(existsSync(join(path, "journal.sealed.log"))).toBe(false);
+    await commitPairs(driver, [6]);
+    // journal.log still holds 4 and 5 (in the snapshot now, skipped) before 6.
+    const after = await open(crashImage(path));
+    expect(await committedNumbers(after)).toEqual(range(1, 6));
+    expect(after.stats().sequence).toBe(7);
+    await close(after);
+  });
 });
 
 describe("sqljs-file lock", () => {

@@ -6,6 +6,8 @@
  *   includes (format in snapshot.ts);
  * - `journal.log`: one checksummed record per committed write transaction (format and the torn
  *   tail rule in journal.ts);
+ * - `journal.sealed.log`: while a checkpoint is in flight (or after one failed), the journal
+ *   segment its snapshot folds in; the open replays it before `journal.log`;
  * - `lock`: the advisory exclusive lock (lock.ts).
  *
  * Commit order. The transaction's statements run inside a sql.js transaction; then the record
@@ -26,13 +28,19 @@
  * after changing rows (an `OR FAIL` conflict clause) cannot be replayed faithfully; such a
  * transaction is refused.
  *
- * Checkpoint, after a commit leaves the journal over `checkpointJournalBytes`, on
- * `checkpoint()` and on `close()`: export, write `snapshot.sqlite.tmp`, fsync it, rename it over
- * the snapshot, fsync the directory, then truncate the journal and fsync it. A crash between any
- * two steps opens correctly: before the rename the old snapshot and the full journal are
- * intact; after it, journal records up to the snapshot's included sequence are skipped.
+ * Checkpoint, after a commit leaves the journal over its threshold, on `checkpoint()` and on
+ * `close()`, in two parts. In the commit queue, quickly: rename `journal.log` to
+ * `journal.sealed.log`, sync the directory, open a new empty `journal.log`, sync the directory
+ * again, and export the image. Then in the background, while commits go on into the new
+ * journal: compress the image and write `snapshot.sqlite.tmp` (zlib and fsync on the thread
+ * pool), then in one synchronous stretch rename it over the snapshot, sync the directory and
+ * remove the sealed segment. A crash anywhere opens correctly: the snapshot names the sequence
+ * it includes, the open replays the sealed segment and then `journal.log` and skips what the
+ * snapshot holds. A checkpoint that fails leaves the sealed segment; the next one exports
+ * without sealing again and retires it.
  */
 import { Buffer } from "node:buffer";
+import { fsync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { SqlJsStatic } from "sql.js";
 import { QlrError, errorCode, errorMessage, isQlrError } from "../../../src/errors.ts";
@@ -46,8 +54,14 @@ import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
 import type { JournalScan, ParsedRecord, RecordAdoption } from "./journal.ts";
 import { acquireLock } from "./lock.ts";
 import type { HeldLock } from "./lock.ts";
-import { SNAPSHOT_FRAME_IMAGE_BYTES, decodeSnapshot, encodeSnapshot } from "./snapshot.ts";
-import type { DecodedSnapshot } from "./snapshot.ts";
+import {
+  SNAPSHOT_FRAME_IMAGE_BYTES,
+  decodeSnapshot,
+  deflateFrameOnThreadPool,
+  deflateFrameSync,
+  encodeSnapshotAsync,
+} from "./snapshot.ts";
+import type { DecodedSnapshot, SnapshotFrameDeflater } from "./snapshot.ts";
 
 /** The database holds every secret a manifest carries (env values): owner-only, like the state dir. */
 const FILE_MODE = 0o600;
@@ -60,14 +74,21 @@ export const MAX_CHECKPOINT_JOURNAL_BYTES = 64 * 1024 * 1024;
 const SNAPSHOT_FILE = "snapshot.sqlite";
 const SNAPSHOT_TEMP_FILE = "snapshot.sqlite.tmp";
 const JOURNAL_FILE = "journal.log";
+/** The journal segment a checkpoint in flight folds into its snapshot (at most one exists). */
+const SEALED_JOURNAL_FILE = "journal.sealed.log";
 
-/** The checkpoint's steps in order, each reported to `faultPoints.duringCheckpoint` once it is done. */
+/**
+ * The checkpoint's steps in order, each reported to `faultPoints.duringCheckpoint` once it is
+ * done. `sealed` and `exported` run in the commit queue; the rest in the background while
+ * commits go on (`sealed` is skipped when an earlier failed checkpoint left its sealed segment).
+ */
 export const SQLJS_CHECKPOINT_STEPS = [
+  "sealed",
   "exported",
   "temp-synced",
   "renamed",
   "directory-synced",
-  "journal-reset",
+  "retired",
 ] as const;
 export type SqlJsCheckpointStep = (typeof SQLJS_CHECKPOINT_STEPS)[number];
 
@@ -101,6 +122,45 @@ export interface SqlJsFileDriverOptions extends SqlJsConnectionOptions {
   readonly fs?: DurableFs;
   /** Image bytes per compressed snapshot frame (snapshot.ts); small values let tests cut inside a multi-frame write. */
   readonly snapshotFrameImageBytes?: number;
+  /**
+   * How a checkpoint compresses and syncs its snapshot in the background. By default zlib and
+   * fsync on libuv's thread pool with the real file system, and synchronous calls through `fs`
+   * with a given one (so simulated runs stay deterministic); tests pass their own to hold a
+   * checkpoint in flight.
+   */
+  readonly checkpointIo?: SqlJsCheckpointIo;
+}
+
+export interface SqlJsCheckpointIo {
+  readonly deflateFrame: SnapshotFrameDeflater;
+  /** Makes the temporary snapshot file's data durable (a failure fails that checkpoint only). */
+  syncSnapshotFile(handle: DurableFileHandle): Promise<void>;
+}
+
+/** zlib and fsync on libuv's thread pool: the event loop, and so the commits, never wait for them. */
+const threadPoolCheckpointIo: SqlJsCheckpointIo = {
+  deflateFrame: deflateFrameOnThreadPool,
+  syncSnapshotFile: (handle) =>
+    new Promise((resolvePromise, reject) => {
+      fsync(handle, (error) => {
+        if (error === null) resolvePromise();
+        else reject(error);
+      });
+    }),
+};
+
+function synchronousCheckpointIo(fs: DurableFs): SqlJsCheckpointIo {
+  return {
+    deflateFrame: (piece) => Promise.resolve(deflateFrameSync(piece)),
+    syncSnapshotFile: (handle) => {
+      try {
+        fs.fsync(handle);
+        return Promise.resolve();
+      } catch (error) {
+        return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+      }
+    },
+  };
 }
 
 export interface SqlJsFileStats {
@@ -111,6 +171,8 @@ export interface SqlJsFileStats {
   /** Write transactions journaled since open (read-only transactions are not counted). */
   readonly commits: number;
   readonly checkpoints: number;
+  /** True while a checkpoint writes its snapshot in the background. */
+  readonly checkpointInFlight: boolean;
   /** The sequence number of the last committed write transaction. */
   readonly sequence: number;
   /** Reopens from what is durable after a failed sync (or a failed write that could not be cut back). */
@@ -121,7 +183,11 @@ export interface SqlJsFileStats {
 
 export interface SqlJsFileDriver extends SqlDriver {
   readonly name: "sqljs-file";
-  /** Folds the journal into the snapshot now (queued like a transaction). */
+  /**
+   * Folds the journal into a snapshot now: waits for a checkpoint already in flight, then runs
+   * one more (its seal and export queued like a transaction, its writing in the background).
+   * Resolves once that snapshot is durable and its journal segment retired.
+   */
   checkpoint(): Promise<void>;
   stats(): SqlJsFileStats;
 }
@@ -173,6 +239,13 @@ interface LoadedState {
   readonly snapshotSequence: number;
   /** The image size of the snapshot loaded (0 without one). */
   readonly imageBytes: number;
+  /** A sealed journal segment is still there (its checkpoint did not finish). */
+  readonly sealedPresent: boolean;
+}
+
+/** A checkpoint whose image is exported and whose snapshot is being written in the background. */
+interface CheckpointInFlight {
+  readonly done: Promise<void>;
 }
 
 class SqlJsFileStore implements SqlJsFileDriver {
@@ -180,6 +253,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
   readonly name = "sqljs-file";
   private readonly queue: SerialQueue;
   private readonly faults: SqlJsFileFaultPoints;
+  private readonly checkpointIo: SqlJsCheckpointIo;
   private readonly checkpointJournalBytes: number;
   /** The database image the last snapshot holds (uncompressed): the next checkpoint threshold. */
   private lastImageBytes = 0;
@@ -188,20 +262,24 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private commits = 0;
   private checkpoints = 0;
   private reopens = 0;
+  /** Counts reopens: a checkpoint started before one does not install its snapshot after it. */
+  private generation = 0;
+  private inFlight: CheckpointInFlight | undefined;
   /** Absent only while a reopen after a failure has not succeeded yet. */
   private connection: SqlJsConnection | undefined;
   private journal: DurableFileHandle | undefined;
-  private dictionary: SqlTextDictionary;
-  private journalBytes: number;
+  private dictionary: SqlTextDictionary = new SqlTextDictionary();
+  private journalBytes = 0;
   /**
    * The journal prefix every acknowledged commit needs: its length after the last sync that
-   * succeeded, or 0 once a durable snapshot holds every record. A reopen after a failure cuts
-   * the journal back to it before reading anything, so a record whose sync failed is never
-   * replayed, nor followed by new records.
+   * succeeded. A reopen after a failure cuts the journal back to it before reading anything, so
+   * a record whose sync failed is never replayed, nor followed by new records.
    */
-  private neededJournalBytes: number;
-  private sequence: number;
-  private snapshotSequence: number;
+  private neededJournalBytes = 0;
+  private sequence = 0;
+  private snapshotSequence = 0;
+  /** `journal.sealed.log` exists: a checkpoint that failed left it, and the next one retires it. */
+  private sealedPresent = false;
   /**
    * Set when the files may no longer match what the store believes is durable: a sync failed
    * (its data may be lost although a later sync would succeed), or a failed write could not be
@@ -220,6 +298,9 @@ class SqlJsFileStore implements SqlJsFileDriver {
   ) {
     this.queue = new SerialQueue(`The sqljs-file driver for ${directory} is closed.`);
     this.faults = options.faultPoints ?? {};
+    this.checkpointIo =
+      options.checkpointIo ??
+      (options.fs === undefined ? threadPoolCheckpointIo : synchronousCheckpointIo(fs));
     this.checkpointJournalBytes = Math.max(
       1,
       options.checkpointJournalBytes ?? DEFAULT_CHECKPOINT_JOURNAL_BYTES,
@@ -227,25 +308,23 @@ class SqlJsFileStore implements SqlJsFileDriver {
     // A reopened large database amortises its next snapshot over as much journal as the last one.
     this.lastImageBytes = loaded.imageBytes;
     this.nextCheckpointJournalBytes = this.thresholdAfterSnapshot();
-    this.connection = loaded.connection;
-    this.journal = loaded.journal;
-    this.dictionary = loaded.dictionary;
-    this.journalBytes = loaded.journalBytes;
-    this.neededJournalBytes = loaded.journalBytes;
-    this.sequence = loaded.sequence;
-    this.snapshotSequence = loaded.snapshotSequence;
+    this.adoptLoaded(loaded);
   }
 
   transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
     return this.queue.run(() => this.runQueuedTransaction(fn));
   }
 
-  checkpoint(): Promise<void> {
-    return this.queue.run(() =>
+  async checkpoint(): Promise<void> {
+    await this.inFlight?.done.catch(() => undefined);
+    const started = await this.queue.run(() =>
       settle(() => {
-        this.checkpointNow(this.usable());
+        const usable = this.usable();
+        // Another checkpoint may have started (after a commit) while this one waited.
+        return this.inFlight ?? this.startCheckpoint(usable);
       }),
     );
+    await started?.done;
   }
 
   stats(): SqlJsFileStats {
@@ -254,6 +333,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       bytesWrittenTotal: this.bytesWrittenTotal,
       commits: this.commits,
       checkpoints: this.checkpoints,
+      checkpointInFlight: this.inFlight !== undefined,
       sequence: this.sequence,
       reopens: this.reopens,
       failed: this.failure !== undefined,
@@ -262,6 +342,17 @@ class SqlJsFileStore implements SqlJsFileDriver {
 
   close(): Promise<void> {
     return this.queue.close(() => this.shutdown());
+  }
+
+  private adoptLoaded(loaded: LoadedState): void {
+    this.connection = loaded.connection;
+    this.journal = loaded.journal;
+    this.dictionary = loaded.dictionary;
+    this.journalBytes = loaded.journalBytes;
+    this.neededJournalBytes = loaded.journalBytes;
+    this.sequence = loaded.sequence;
+    this.snapshotSequence = loaded.snapshotSequence;
+    this.sealedPresent = loaded.sealedPresent;
   }
 
   private async runQueuedTransaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
@@ -284,7 +375,8 @@ class SqlJsFileStore implements SqlJsFileDriver {
     this.sequence = pending.sequence;
     this.commits += 1;
     this.faults.afterCommit?.();
-    if (this.journalBytes >= this.nextCheckpointJournalBytes) this.checkpointAfterCommit(usable);
+    if (this.inFlight === undefined && this.journalBytes >= this.nextCheckpointJournalBytes)
+      this.checkpointAfterCommit(usable);
     return result;
   }
 
@@ -358,12 +450,13 @@ class SqlJsFileStore implements SqlJsFileDriver {
   /**
    * The commit is already durable, so a failed automatic checkpoint must not fail it: the journal
    * keeps growing and the next attempt waits until it has grown by another threshold, so a full
-   * disk does not cost a snapshot write per commit.
+   * disk does not cost a snapshot write per commit. The snapshot is written in the background.
    */
   private checkpointAfterCommit(usable: Usable): void {
     try {
-      this.checkpointNow(usable);
-      this.nextCheckpointJournalBytes = this.thresholdAfterSnapshot();
+      const started = this.startCheckpoint(usable);
+      // Its failure is handled inside (the threshold moves on); nobody else waits for it here.
+      void started?.done.catch(() => undefined);
     } catch {
       this.nextCheckpointJournalBytes = this.journalBytes + this.checkpointJournalBytes;
     }
@@ -382,11 +475,24 @@ class SqlJsFileStore implements SqlJsFileDriver {
     );
   }
 
-  private checkpointNow(usable: Usable): void {
-    if (this.journalBytes === 0 && this.sequence === this.snapshotSequence) return;
-    const { connection, journal } = usable;
-    const snapshotPath = join(this.directory, SNAPSHOT_FILE);
-    const tempPath = join(this.directory, SNAPSHOT_TEMP_FILE);
+  /**
+   * The part of a checkpoint that runs in the commit queue, quickly: seal the journal (rename
+   * it to `journal.sealed.log` and start an empty `journal.log`, so new commits never share a
+   * file with the records the snapshot retires) and export the image. Then the snapshot is
+   * compressed, written and synced in the background while commits go on; undefined when there
+   * is nothing to fold. Only one checkpoint is in flight at a time.
+   */
+  private startCheckpoint(usable: Usable): CheckpointInFlight | undefined {
+    if (this.journalBytes === 0 && this.sequence === this.snapshotSequence && !this.sealedPresent)
+      return undefined;
+    const { connection } = usable;
+    // After a failed checkpoint the sealed segment stays, and `journal.log` keeps the records that
+    // followed it: this snapshot includes both, and the open skips what it already holds.
+    if (!this.sealedPresent && this.journalBytes > 0) {
+      this.sealJournal(usable.journal);
+      this.faults.duringCheckpoint?.("sealed");
+    }
+    const journalBytesAtExport = this.journalBytes;
     // sql.js 1.17 exports through SQLite's backup API and keeps statements alive, but earlier
     // versions closed and reopened the database inside export(); freeing the statements and
     // reapplying the pragmas costs little at checkpoint frequency and holds for both.
@@ -404,26 +510,100 @@ class SqlJsFileStore implements SqlJsFileDriver {
       connection.applyPragmas();
     }
     this.faults.duringCheckpoint?.("exported");
+    const includedSequence = this.sequence;
+    const generation = this.generation;
+    this.nextCheckpointJournalBytes = Number.POSITIVE_INFINITY;
+    const inFlight: { done: Promise<void> } = {
+      done: this.writeSnapshot(image, includedSequence, generation).then(
+        () => {
+          this.inFlight = undefined;
+          this.nextCheckpointJournalBytes = journalBytesAtExport + this.thresholdAfterSnapshot();
+        },
+        (error: unknown) => {
+          this.inFlight = undefined;
+          this.nextCheckpointJournalBytes = this.journalBytes + this.checkpointJournalBytes;
+          throw error;
+        },
+      ),
+    };
+    this.inFlight = inFlight;
+    return inFlight;
+  }
+
+  /**
+   * Renames the live journal to the sealed name and opens a new empty one. The directory is
+   * synced after the rename and again after the create: a power cut may keep directory entries
+   * in any order, and a new `journal.log` surviving without the rename would hide the old one.
+   * No commit is acknowledged in the new file before its entry is durable.
+   */
+  private sealJournal(journal: DurableFileHandle): void {
+    const journalPath = join(this.directory, JOURNAL_FILE);
+    try {
+      this.fs.rename(journalPath, join(this.directory, SEALED_JOURNAL_FILE));
+    } catch (error) {
+      throw new QlrError(
+        "storage_unavailable",
+        `The journal in ${this.directory} could not be sealed for a checkpoint (${errorMessage(error)}).`,
+        { cause: error },
+      );
+    }
+    this.sealedPresent = true;
+    try {
+      this.fs.fsyncDirectory(this.directory);
+      const next = this.fs.open(journalPath, "append", FILE_MODE);
+      this.journal = next;
+      this.journalBytes = 0;
+      this.neededJournalBytes = 0;
+      this.dictionary = new SqlTextDictionary();
+      closeQuietly(this.fs, journal);
+      this.fs.fsyncDirectory(this.directory);
+    } catch (error) {
+      // The files are consistent (the open reads the sealed segment, then `journal.log`), but
+      // which handle to append to is not settled: reopen from the files.
+      this.failure = error;
+      throw new QlrError(
+        "storage_unavailable",
+        `The journal in ${this.directory} could not be started after sealing it (${errorMessage(error)}).`,
+        { cause: error },
+      );
+    }
+  }
+
+  /**
+   * The background part: compress and write `snapshot.sqlite.tmp` frame by frame and sync it,
+   * each step off the event loop; then, in one synchronous stretch no commit can enter, rename
+   * it over the snapshot, sync the directory and remove the sealed segment.
+   */
+  private async writeSnapshot(
+    image: Uint8Array,
+    includedSequence: number,
+    generation: number,
+  ): Promise<void> {
+    const snapshotPath = join(this.directory, SNAPSHOT_FILE);
+    const tempPath = join(this.directory, SNAPSHOT_TEMP_FILE);
     let renamed = false;
     try {
       const fd = this.fs.open(tempPath, "truncate", FILE_MODE);
       try {
         // One compressed frame at a time: never a second image-sized buffer.
-        for (const part of encodeSnapshot(
+        for await (const part of encodeSnapshotAsync(
           image,
-          this.sequence,
+          includedSequence,
           this.options.snapshotFrameImageBytes ?? SNAPSHOT_FRAME_IMAGE_BYTES,
+          this.checkpointIo.deflateFrame,
         )) {
           this.bytesWrittenTotal += part.length;
           this.fs.append(fd, part);
         }
         // A failed sync here costs nothing but this attempt: the temporary file is never read,
         // and the next checkpoint writes a new one from the start.
-        this.fs.fsync(fd);
+        await this.checkpointIo.syncSnapshotFile(fd);
       } finally {
         this.fs.close(fd);
       }
       this.faults.duringCheckpoint?.("temp-synced");
+      if (generation !== this.generation)
+        throw new Error("the store reopened from its files while the snapshot was written");
       this.fs.rename(tempPath, snapshotPath);
       renamed = true;
       this.faults.duringCheckpoint?.("renamed");
@@ -440,24 +620,21 @@ class SqlJsFileStore implements SqlJsFileDriver {
       );
     }
     this.lastImageBytes = image.length;
-    this.snapshotSequence = this.sequence;
-    // Every journal record is in a durable snapshot now: none is needed to reopen.
-    this.neededJournalBytes = 0;
+    this.snapshotSequence = Math.max(this.snapshotSequence, includedSequence);
+    this.checkpoints += 1;
+    // Every record of the sealed segment is in a durable snapshot now. Its removal need not be
+    // durable: an open that finds it again skips all of it and removes it.
     try {
-      this.fs.truncate(journal, 0);
-      this.journalBytes = 0;
-      this.dictionary.reset();
-      this.fs.fsync(journal);
+      removeIfPresent(this.fs, join(this.directory, SEALED_JOURNAL_FILE));
+      this.sealedPresent = false;
     } catch (error) {
-      this.failure = error;
       throw new QlrError(
         "storage_unavailable",
-        `The journal in ${this.directory} could not be reset after a checkpoint.`,
+        `The sealed journal in ${this.directory} could not be removed after a checkpoint (${errorMessage(error)}); the next checkpoint retires it.`,
         { cause: error },
       );
     }
-    this.checkpoints += 1;
-    this.faults.duringCheckpoint?.("journal-reset");
+    this.faults.duringCheckpoint?.("retired");
   }
 
   /**
@@ -481,14 +658,9 @@ class SqlJsFileStore implements SqlJsFileDriver {
       // Closed before loading: the old image and the new one are never in memory together.
       this.connection?.close();
       this.connection = undefined;
+      this.generation += 1;
       const loaded = loadDurableState(this.SQL, this.fs, this.directory, this.options);
-      this.connection = loaded.connection;
-      this.journal = loaded.journal;
-      this.dictionary = loaded.dictionary;
-      this.journalBytes = loaded.journalBytes;
-      this.neededJournalBytes = loaded.journalBytes;
-      this.sequence = loaded.sequence;
-      this.snapshotSequence = loaded.snapshotSequence;
+      this.adoptLoaded(loaded);
       this.failure = undefined;
       this.reopens += 1;
       return { connection: loaded.connection, journal: loaded.journal };
@@ -503,12 +675,14 @@ class SqlJsFileStore implements SqlJsFileDriver {
     }
   }
 
-  private shutdown(): void {
+  private async shutdown(): Promise<void> {
     try {
+      // The background part never waits for the queue, so waiting for it here cannot deadlock.
+      await this.inFlight?.done.catch(() => undefined);
       if (this.failure === undefined && this.connection !== undefined && this.journal !== undefined)
-        this.checkpointNow({ connection: this.connection, journal: this.journal });
+        await this.startCheckpoint({ connection: this.connection, journal: this.journal })?.done;
     } catch {
-      // The journal still holds every commit, so a failed final checkpoint loses nothing.
+      // The journal segments still hold every commit, so a failed final checkpoint loses nothing.
     } finally {
       try {
         if (this.journal !== undefined) closeQuietly(this.fs, this.journal);
@@ -537,6 +711,7 @@ function loadDurableState(
 ): LoadedState {
   const snapshotPath = join(directory, SNAPSHOT_FILE);
   const journalPath = join(directory, JOURNAL_FILE);
+  const sealedPath = join(directory, SEALED_JOURNAL_FILE);
   let connection: SqlJsConnection | undefined;
   let journal: DurableFileHandle | undefined;
   try {
@@ -545,63 +720,67 @@ function loadDurableState(
     const loaded = loadSnapshot(SQL, fs, snapshotPath, options);
     connection = loaded.connection;
     const snapshotSequence = loaded.includedSequence;
+    const sealedExisted = fs.exists(sealedPath);
     const journalExisted = fs.exists(journalPath);
     journal = fs.open(journalPath, "append", FILE_MODE);
     if (!journalExisted) fs.fsyncDirectory(directory);
 
-    const dictionary = new SqlTextDictionary();
-    let sequence = snapshotSequence;
-    let previousRecordSequence: number | undefined;
-    let skippedRecords = 0;
-    let appliedRecords = 0;
-    const openConnection = connection;
-    const scan = scanJournalAt(fs, journalPath, journalExisted, (record) => {
-      if (previousRecordSequence !== undefined && record.sequence !== previousRecordSequence + 1) {
-        throw corrupt(
-          record.offset,
-          `its sequence ${record.sequence} does not follow the previous record's ${previousRecordSequence}`,
-        );
-      }
-      previousRecordSequence = record.sequence;
-      // Decoding even skipped records keeps the statement-id numbering the same as the writer's.
-      const statements = dictionary.decodeStatements(record.payload, record.offset);
-      if (record.sequence <= snapshotSequence) {
-        skippedRecords += 1;
-        return;
-      }
-      if (record.sequence !== sequence + 1) {
-        throw corrupt(
-          record.offset,
-          `its sequence ${record.sequence} leaves a gap after sequence ${sequence} of the snapshot`,
-        );
-      }
-      replayRecord(openConnection, record, statements);
-      sequence = record.sequence;
-      appliedRecords += 1;
-    });
-    let journalBytes = scan.validBytes;
-    if (scan.tornTailBytes > 0) {
-      fs.truncate(journal, scan.validBytes);
+    // The sealed segment (a checkpoint's, not finished) comes first, then `journal.log`: one
+    // sequence runs through both, each with its own statement ids and compression window.
+    const replay = new JournalReplay(connection, snapshotSequence);
+    const sealed = sealedExisted
+      ? replay.segment(fs, sealedPath, SEALED_JOURNAL_FILE)
+      : { scan: { validBytes: 0, tornTailBytes: 0 }, skipped: 0, applied: 0 };
+    const live = replay.segment(fs, journalPath, JOURNAL_FILE, journalExisted);
+    if (sealed.scan.tornTailBytes > 0 && live.skipped + live.applied > 0) {
+      // Sealing happens only once every record of the segment is synced, so only damage tears it.
+      throw new QlrError(
+        "storage_corrupt",
+        `The sqljs-file journal segment ${sealedPath} is damaged at byte offset ${sealed.scan.validBytes}, yet ${JOURNAL_FILE} holds records after it.`,
+      );
+    }
+    let journalBytes = live.scan.validBytes;
+    if (live.scan.tornTailBytes > 0) {
+      fs.truncate(journal, live.scan.validBytes);
       fs.fsync(journal);
     }
-    if (skippedRecords > 0 && appliedRecords === 0) {
-      // A checkpoint stopped after its rename and before emptying the journal: finish it. The
-      // rename may not be durable yet (the process that made it may have died before syncing
-      // the directory), and emptying the journal is only safe once it is.
+    let dictionary = live.dictionary;
+    let sealedPresent = sealedExisted;
+    const snapshotHoldsSealed = sealedExisted && sealed.applied === 0;
+    const snapshotHoldsLive = live.skipped > 0 && live.applied === 0;
+    if (snapshotHoldsSealed || snapshotHoldsLive) {
+      // A checkpoint stopped after its rename and before retiring the journal it folded: finish
+      // it. The rename may not be durable yet (the process that made it may have died before
+      // syncing the directory), and dropping journal records is only safe once it is.
       fs.fsyncDirectory(directory);
+    }
+    if (snapshotHoldsSealed) {
+      fs.unlink(sealedPath);
+      sealedPresent = false;
+    } else if (sealed.scan.tornTailBytes > 0) {
+      const handle = fs.open(sealedPath, "append", FILE_MODE);
+      try {
+        fs.truncate(handle, sealed.scan.validBytes);
+        fs.fsync(handle);
+      } finally {
+        fs.close(handle);
+      }
+    }
+    if (snapshotHoldsLive) {
       fs.truncate(journal, 0);
       fs.fsync(journal);
       journalBytes = 0;
-      dictionary.reset();
+      dictionary = new SqlTextDictionary();
     }
     return {
       connection,
       journal,
       dictionary,
       journalBytes,
-      sequence,
+      sequence: replay.sequence,
       snapshotSequence,
       imageBytes: loaded.imageBytes,
+      sealedPresent,
     };
   } catch (error) {
     if (journal !== undefined) closeQuietly(fs, journal);
@@ -612,6 +791,71 @@ function loadDurableState(
       `The database in ${directory} could not be opened (${errorMessage(error)}).`,
       { cause: error },
     );
+  }
+}
+
+/** What the replay of one journal segment found. */
+interface SegmentReplay {
+  readonly scan: JournalScan;
+  /** Records the snapshot already held. */
+  readonly skipped: number;
+  readonly applied: number;
+  /** The segment's statement ids and compression window after its last record. */
+  readonly dictionary: SqlTextDictionary;
+}
+
+/** Replays journal segments in order onto the snapshot, checking that one sequence runs through them. */
+class JournalReplay {
+  /** The last sequence applied (the snapshot's at first). */
+  sequence: number;
+  private previousRecordSequence: number | undefined;
+
+  constructor(
+    private readonly connection: SqlJsConnection,
+    private readonly snapshotSequence: number,
+  ) {
+    this.sequence = snapshotSequence;
+  }
+
+  segment(fs: DurableFs, path: string, name: string, exists = true): SegmentReplay {
+    const dictionary = new SqlTextDictionary();
+    let skipped = 0;
+    let applied = 0;
+    try {
+      const scan = scanJournalAt(fs, path, exists, (record) => {
+        if (
+          this.previousRecordSequence !== undefined &&
+          record.sequence !== this.previousRecordSequence + 1
+        ) {
+          throw corrupt(
+            record.offset,
+            `its sequence ${record.sequence} does not follow the previous record's ${this.previousRecordSequence}`,
+          );
+        }
+        this.previousRecordSequence = record.sequence;
+        // Decoding even skipped records keeps the statement-id numbering the same as the writer's.
+        const statements = dictionary.decodeStatements(record.payload, record.offset);
+        if (record.sequence <= this.snapshotSequence) {
+          skipped += 1;
+          return;
+        }
+        if (record.sequence !== this.sequence + 1) {
+          throw corrupt(
+            record.offset,
+            `its sequence ${record.sequence} leaves a gap after sequence ${this.sequence} of the snapshot`,
+          );
+        }
+        replayRecord(this.connection, record, statements);
+        this.sequence = record.sequence;
+        applied += 1;
+      });
+      return { scan, skipped, applied, dictionary };
+    } catch (error) {
+      if (name === JOURNAL_FILE || !isQlrError(error, "storage_corrupt")) throw error;
+      throw new QlrError("storage_corrupt", `In ${name}: ${errorMessage(error)}`, {
+        cause: error,
+      });
+    }
   }
 }
 
@@ -714,10 +958,9 @@ function closeQuietly(fs: DurableFs, handle: DurableFileHandle): void {
 }
 
 /** Runs synchronous work as a task for the queue, turning a throw into a rejection. */
-function settle(work: () => void): Promise<void> {
+function settle<T>(work: () => T): Promise<T> {
   try {
-    work();
-    return Promise.resolve();
+    return Promise.resolve(work());
   } catch (error) {
     return Promise.reject(error instanceof Error ? error : new Error(String(error)));
   }

@@ -35,7 +35,7 @@
  * damaged file is refused as such, never handed to zlib or SQLite.
  */
 import { Buffer } from "node:buffer";
-import { inflateRawSync, deflateRawSync } from "node:zlib";
+import { deflateRaw, deflateRawSync, inflateRawSync } from "node:zlib";
 import { QlrError } from "../../../src/errors.ts";
 import { crc32, crc32Update } from "../crc32.ts";
 
@@ -56,6 +56,24 @@ const MAX_IMAGE_BYTES = 0xffff_ffff;
  */
 const DEFLATE_LEVEL = 6;
 
+/** Compresses one slice of the image into a raw deflate stream (on the thread pool in production). */
+export type SnapshotFrameDeflater = (piece: Uint8Array) => Promise<Buffer>;
+
+/** The synchronous deflater: the one the simulated file systems of the tests use, so their runs stay deterministic. */
+export function deflateFrameSync(piece: Uint8Array): Buffer {
+  return deflateRawSync(piece, { level: DEFLATE_LEVEL });
+}
+
+/** The deflater of a checkpoint in production: zlib on libuv's thread pool, off the event loop. */
+export function deflateFrameOnThreadPool(piece: Uint8Array): Promise<Buffer> {
+  return new Promise((resolvePromise, reject) => {
+    deflateRaw(piece, { level: DEFLATE_LEVEL }, (error, stream) => {
+      if (error === null) resolvePromise(stream);
+      else reject(error);
+    });
+  });
+}
+
 /**
  * The snapshot file's bytes in the order they are to be written: one buffer per frame, the
  * trailer last. Lazy, so the writer holds one compressed frame at a time.
@@ -65,33 +83,70 @@ export function* encodeSnapshot(
   includedSequence: number,
   frameImageBytes = SNAPSHOT_FRAME_IMAGE_BYTES,
 ): Generator<Buffer, void, undefined> {
-  if (image.length > MAX_IMAGE_BYTES)
-    throw new QlrError(
-      "limit_exceeded",
-      `The database image is ${image.length} bytes; a snapshot holds at most ${MAX_IMAGE_BYTES}.`,
-    );
-  const frameBytes = Math.min(MAX_FRAME_IMAGE_BYTES, Math.max(1, Math.floor(frameImageBytes)));
-  let crc = 0;
-  let payloadBytes = 0;
-  // Bounded by the image: each iteration consumes `frameBytes` of it.
-  for (let offset = 0; offset < image.length; offset += frameBytes) {
-    const piece = image.subarray(offset, Math.min(image.length, offset + frameBytes));
-    const stream = deflateRawSync(piece, { level: DEFLATE_LEVEL });
+  const encoder = new SnapshotEncoder(image, includedSequence, frameImageBytes);
+  for (const piece of encoder.pieces()) yield encoder.frame(piece, deflateFrameSync(piece));
+  yield encoder.trailer();
+}
+
+/**
+ * The same bytes as `encodeSnapshot`, each frame compressed by `deflate`, so a checkpoint can
+ * leave the compression to another thread while the commits go on.
+ */
+export async function* encodeSnapshotAsync(
+  image: Uint8Array,
+  includedSequence: number,
+  frameImageBytes: number,
+  deflate: SnapshotFrameDeflater,
+): AsyncGenerator<Buffer, void, undefined> {
+  const encoder = new SnapshotEncoder(image, includedSequence, frameImageBytes);
+  for (const piece of encoder.pieces()) yield encoder.frame(piece, await deflate(piece));
+  yield encoder.trailer();
+}
+
+/** Frames an image's slices and computes the trailer over them (the layout at the top of this file). */
+class SnapshotEncoder {
+  private readonly frameBytes: number;
+  private crc = 0;
+  private payloadBytes = 0;
+
+  constructor(
+    private readonly image: Uint8Array,
+    private readonly includedSequence: number,
+    frameImageBytes: number,
+  ) {
+    if (image.length > MAX_IMAGE_BYTES)
+      throw new QlrError(
+        "limit_exceeded",
+        `The database image is ${image.length} bytes; a snapshot holds at most ${MAX_IMAGE_BYTES}.`,
+      );
+    this.frameBytes = Math.min(MAX_FRAME_IMAGE_BYTES, Math.max(1, Math.floor(frameImageBytes)));
+  }
+
+  *pieces(): Generator<Uint8Array, void, undefined> {
+    // Bounded by the image: each iteration consumes `frameBytes` of it.
+    for (let offset = 0; offset < this.image.length; offset += this.frameBytes)
+      yield this.image.subarray(offset, Math.min(this.image.length, offset + this.frameBytes));
+  }
+
+  frame(piece: Uint8Array, stream: Buffer): Buffer {
     const frame = Buffer.allocUnsafe(FRAME_HEADER_BYTES + stream.length);
     frame.writeUInt32LE(stream.length, 0);
     frame.writeUInt32LE(piece.length, 4);
     stream.copy(frame, FRAME_HEADER_BYTES);
-    crc = crc32Update(crc, frame);
-    payloadBytes += frame.length;
-    yield frame;
+    this.crc = crc32Update(this.crc, frame);
+    this.payloadBytes += frame.length;
+    return frame;
   }
-  const trailer = Buffer.alloc(SNAPSHOT_TRAILER_BYTES);
-  SNAPSHOT_MAGIC_V2.copy(trailer, 0);
-  trailer.writeBigUInt64LE(BigInt(includedSequence), 8);
-  trailer.writeBigUInt64LE(BigInt(payloadBytes), 16);
-  trailer.writeUInt32LE(image.length, 24);
-  trailer.writeUInt32LE(crc32Update(crc, trailer.subarray(0, 28)), 28);
-  yield trailer;
+
+  trailer(): Buffer {
+    const trailer = Buffer.alloc(SNAPSHOT_TRAILER_BYTES);
+    SNAPSHOT_MAGIC_V2.copy(trailer, 0);
+    trailer.writeBigUInt64LE(BigInt(this.includedSequence), 8);
+    trailer.writeBigUInt64LE(BigInt(this.payloadBytes), 16);
+    trailer.writeUInt32LE(this.image.length, 24);
+    trailer.writeUInt32LE(crc32Update(this.crc, trailer.subarray(0, 28)), 28);
+    return trailer;
+  }
 }
 
 export interface DecodedSnapshot {
