@@ -10,11 +10,11 @@ import {
   completion,
   CoreWorld,
   definitionOf,
-  errorCode,
   exitFacts,
   expectOneVersionBump,
   handleAt,
   NO_RETRY,
+  refusal,
   runningOrdinaryAttempt,
   T0,
 } from "./core-fixtures.ts";
@@ -177,7 +177,10 @@ describe("whole-run cancellation convergence", () => {
 
   it("a claimed attempt is not dispatched after the cancel intent", () => {
     const { world, ids } = mixedWorld();
-    expect(errorCode(() => markStarting(world.model.scope(ids.p), T0 + 11))).toBe("conflict");
+    expect(refusal(() => markStarting(world.model.scope(ids.p), T0 + 11))).toEqual({
+      code: "conflict",
+      message: `run run-1 has a cancel intent; attempt ${ids.p} is not dispatched`,
+    });
   });
 
   it("a run with only pending and ready steps is cancelled in one convergence", () => {
@@ -219,15 +222,16 @@ describe("whole-run cancellation convergence", () => {
 
   it("an ordinary running run gets a stop and ends cancelled when its attempt ends", () => {
     const world = new CoreWorld();
-    const run = world.startTask();
-    const attempt = runningOrdinaryAttempt(world, run.id, T0 + 2);
-    world.apply(requestCancel(world.model.run(run.id), T0 + 4, "user"));
-    converge(world, T0 + 5, run.id);
-    expect(world.model.run(run.id).status).toBe("running");
-    expect(world.model.attempt(attempt.id).stopReason).toBe("cancel");
+    const attempt = runningOrdinaryAttempt(world, world.startTask().id, T0 + 2);
+    world.apply(requestCancel(world.model.run(attempt.runId), T0 + 4, "user"));
+    converge(world, T0 + 5, attempt.runId);
+    expect([
+      world.model.run(attempt.runId).status,
+      world.model.attempt(attempt.id).stopReason,
+    ]).toEqual(["running", "cancel"]);
     const stopped = exitFacts(T0 + 2, T0 + 6, null, { stopReason: "cancel" });
     world.apply(completion(world, attempt.id, stopped, T0 + 6));
-    expect(world.model.run(run.id).status).toBe("cancelled");
+    expect(world.model.run(attempt.runId).status).toBe("cancelled");
   });
 
   it("an ordinary dispatching run whose claim never started is cancelled with its claim", () => {
@@ -236,8 +240,10 @@ describe("whole-run cancellation convergence", () => {
     const claim = claimedOrdinaryAttempt(world, run.id, T0 + 1);
     world.apply(requestCancel(world.model.run(run.id), T0 + 2, "user"));
     converge(world, T0 + 3, run.id);
-    expect(world.model.attempt(claim.id).status).toBe("cancelled");
-    expect(world.model.run(run.id).status).toBe("cancelled");
+    expect([world.model.attempt(claim.id).status, world.model.run(run.id).status]).toEqual([
+      "cancelled",
+      "cancelled",
+    ]);
   });
 });
 

@@ -700,12 +700,8 @@ describe("a completion's output", () => {
   it("a success keeps its output on the attempt and the step, and its event says an output came", () => {
     const world = worldWith();
     const attempt = running(world);
-    const change = completion(
-      world,
-      attempt.id,
-      exitFacts(T0 + 4, T0 + 60, 0, { output: { rows: 2 } }),
-      T0 + 61,
-    );
+    const facts = exitFacts(T0 + 4, T0 + 60, 0, { output: { rows: 2 } });
+    const change = completion(world, attempt.id, facts, T0 + 61);
     world.apply(change);
     expect(world.model.attempt(attempt.id)).toMatchObject({ output: { rows: 2 }, error: null });
     expect(world.model.step("run-1", "a")).toMatchObject({
@@ -723,12 +719,11 @@ describe("a completion's output", () => {
   it("a refused output fails the attempt with the reason in its error and event, and the step keeps no output", () => {
     const world = worldWith();
     const attempt = running(world);
-    const change = completion(
-      world,
-      attempt.id,
-      exitFacts(T0 + 4, T0 + 60, 0, { output: { rows: 2 }, outputError: "too large" }),
-      T0 + 61,
-    );
+    const refused = exitFacts(T0 + 4, T0 + 60, 0, {
+      output: { rows: 2 },
+      outputError: "too large",
+    });
+    const change = completion(world, attempt.id, refused, T0 + 61);
     world.apply(change);
     expect(world.model.attempt(attempt.id)).toMatchObject({
       status: "failed",

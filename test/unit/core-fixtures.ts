@@ -400,3 +400,25 @@ export function refusal(fn: () => unknown): { code: string; message: string } {
   }
   return { code: "no error", message: "" };
 }
+
+/**
+ * A package of one task `work` and one workflow `workflow` whose steps (in plan order) all run
+ * it, each with the needs `needsByStep` gives it.
+ */
+export function workflowManifest(
+  workflow: string,
+  needsByStep: Readonly<Record<string, readonly string[]>>,
+): Manifest {
+  const steps = Object.entries(needsByStep).map(([name, needs]) => ({
+    name,
+    task: "work",
+    needs: [...needs],
+  }));
+  return {
+    package: "demo",
+    description: null,
+    tasks: [task("work")],
+    workflows: [{ name: workflow, description: null, steps }],
+    schedules: [],
+  };
+}

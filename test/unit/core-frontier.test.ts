@@ -15,6 +15,7 @@ import {
   handleAt,
   NO_RETRY,
   T0,
+  workflowManifest,
 } from "./core-fixtures.ts";
 
 /**
@@ -235,7 +236,7 @@ describe("the workflow frontier", () => {
     ).toBeNull();
   });
 
-  it("failedSteps names failed, timed out and cancelled steps but not skipped ones", () => {
+  it("one root failed, one succeeded: the skip's blockedBy names only the upstream that did not succeed, and failedSteps names failed steps but not skipped ones", () => {
     const world = new CoreWorld(twoRoots());
     world.startWorkflow("pair");
     frontier(world, T0 + 1);
@@ -243,61 +244,19 @@ describe("the workflow frontier", () => {
     finishStep(world, "y", T0 + 2, 0);
     frontier(world, T0 + 4);
     expect(statuses(world)).toEqual({ x: "failed", y: "succeeded", z: "skipped" });
+    const z = world.model.step("run-1", "z");
+    expect(
+      world.model.eventsOf("run-1").find((event) => event.stepRunId === z.id)?.data,
+    ).toMatchObject({ from: "pending", to: "skipped", blockedBy: ["x"] });
     expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({
       to: "failed",
       failedSteps: ["x"],
     });
   });
-
-  it("a skip's blockedBy names the upstream steps that did not succeed, not the ones that did", () => {
-    const world = new CoreWorld(twoRoots());
-    world.startWorkflow("pair");
-    frontier(world, T0 + 1);
-    finishStep(world, "y", T0 + 2, 0);
-    finishStep(world, "x", T0 + 2, 1);
-    frontier(world, T0 + 4);
-    const z = world.model.step("run-1", "z");
-    expect(
-      world.model.eventsOf("run-1").find((event) => event.stepRunId === z.id)?.data,
-    ).toMatchObject({
-      from: "pending",
-      to: "skipped",
-      blockedBy: ["x"],
-    });
-  });
 });
 
-function singleStep(): Manifest {
-  return {
-    package: "demo",
-    description: null,
-    tasks: [task("work")],
-    workflows: [
-      { name: "one", description: null, steps: [{ name: "only", task: "work", needs: [] }] },
-    ],
-    schedules: [],
-  };
-}
-
-function twoRoots(): Manifest {
-  return {
-    package: "demo",
-    description: null,
-    tasks: [task("work")],
-    workflows: [
-      {
-        name: "pair",
-        description: null,
-        steps: [
-          { name: "x", task: "work", needs: [] },
-          { name: "y", task: "work", needs: [] },
-          { name: "z", task: "work", needs: ["x", "y"] },
-        ],
-      },
-    ],
-    schedules: [],
-  };
-}
+const singleStep = (): Manifest => workflowManifest("one", { only: [] });
+const twoRoots = (): Manifest => workflowManifest("pair", { x: [], y: [], z: ["x", "y"] });
 
 describe("which changes mark a run for the frontier stage", () => {
   it("a new workflow run is marked, a new ordinary run is not", () => {
