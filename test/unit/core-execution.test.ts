@@ -582,19 +582,14 @@ describe("deadlines and stops", () => {
     for (const exitCode of [0, 1, null]) {
       const world = worldWith();
       const attempt = running(world);
-      world.apply(
-        completion(
-          world,
-          attempt.id,
-          exitFacts(T0 + 4, T0 + 5 + TIMEOUT_MS, exitCode),
-          T0 + 6 + TIMEOUT_MS,
-        ),
-      );
-      expect(world.model.attempt(attempt.id)).toMatchObject({
-        status: "timed_out",
-        stopReason: "timeout",
-      });
-      expect(world.model.step("run-1", "a").status).toBe("timed_out");
+      const late = exitFacts(T0 + 4, T0 + 5 + TIMEOUT_MS, exitCode);
+      world.apply(completion(world, attempt.id, late, T0 + 6 + TIMEOUT_MS));
+      const { status, stopReason } = world.model.attempt(attempt.id);
+      expect([status, stopReason, world.model.step("run-1", "a").status]).toEqual([
+        "timed_out",
+        "timeout",
+        "timed_out",
+      ]);
     }
   });
 
