@@ -34,6 +34,7 @@ const TESTS_BY_FILE = {
   "src/execution.ts": [
     "test/unit/core-execution.test.ts",
     "test/unit/core-ordinary.test.ts",
+    "test/unit/core-cancellation.test.ts",
     "test/unit/core-leases.test.ts",
   ],
   "src/recovery.ts": ["test/unit/core-recovery.test.ts", "test/unit/core-leases.test.ts"],

@@ -82,9 +82,9 @@ export function markStarting(
  */
 export function settleStrandedClaim(scope: AttemptScope, nowMs: number): ChangeSet | null {
   const { run, attempt } = scope;
-  if (attempt.status !== "claimed" || run.kind !== "workflow" || run.cancelRequestedAtMs !== null)
-    return null;
+  if (attempt.status !== "claimed" || run.cancelRequestedAtMs !== null) return null;
   const current = requireStep(scope);
+  // An ordinary claim has no ready epoch to outlive: its run's own status guards its dispatch.
   if (current === null) return null;
   let reason: string;
   if (run.status !== "running") reason = `its run is ${run.status}`;
@@ -356,12 +356,10 @@ export function startFailed(
  */
 export function requestTimeoutStop(scope: AttemptScope, nowMs: number): ChangeSet | null {
   const attempt = scope.attempt;
-  if (
-    attempt.status !== "running" ||
-    attempt.deadlineAtMs === null ||
-    nowMs < attempt.deadlineAtMs ||
-    attempt.stopReason !== null
-  )
+  // Every running attempt has a deadline (it is set on entering running); without one there is
+  // nothing to time out.
+  const deadlineAtMs = attempt.deadlineAtMs ?? Number.POSITIVE_INFINITY;
+  if (attempt.status !== "running" || nowMs < deadlineAtMs || attempt.stopReason !== null)
     return null;
   const change = new RunChange(scope.run, nowMs);
   change.setAttempt(

@@ -1,18 +1,21 @@
 import { describe, expect, it } from "vitest";
 import { convergeCancellation } from "../../src/cancellation.ts";
-import { complete, markRunning, markStarting, startFailed } from "../../src/execution.ts";
+import { markRunning, markStarting, startFailed } from "../../src/execution.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
-import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { task } from "../support/fixtures.ts";
 import {
+  claimedOrdinaryAttempt,
+  completion,
   CoreWorld,
   definitionOf,
-  errorCode,
   exitFacts,
   expectOneVersionBump,
   handleAt,
+  NO_RETRY,
+  refusal,
+  runningOrdinaryAttempt,
   T0,
 } from "./core-fixtures.ts";
 
@@ -21,8 +24,6 @@ import {
  * cancel intent the frontier and admission are frozen, the start barrier is respected, and
  * the parent run is finalized as cancelled only once nothing is live.
  */
-
-const NO_RETRY = { max: 0, backoffMs: 0, idempotent: false };
 
 /** Four independent steps, so one run can hold a claimed, a starting, a running and an untouched step at once. */
 function fanOut(idempotent = false): Manifest {
@@ -102,14 +103,8 @@ describe("whole-run cancellation convergence", () => {
     // The start of q settles (here: the spawn failed); r's process ends after its stop.
     world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
     expect(converge(world, T0 + 13)).toBeNull();
-    world.apply(
-      complete(
-        world.model.scope(ids.r),
-        exitFacts(T0 + 3, T0 + 14, null, { stopReason: "cancel" }),
-        NO_RETRY,
-        T0 + 14,
-      ),
-    );
+    const stopped = exitFacts(T0 + 3, T0 + 14, null, { stopReason: "cancel" });
+    world.apply(completion(world, ids.r, stopped, T0 + 14));
     expect(world.model.step("run-1", "r").status).toBe("cancelled");
     converge(world, T0 + 15);
     expect(world.model.run("run-1")).toMatchObject({ status: "cancelled", finishedAtMs: T0 + 15 });
@@ -134,14 +129,8 @@ describe("whole-run cancellation convergence", () => {
         .map((event) => event.data),
     ).toEqual([{ reason: "shutdown" }]);
     world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
-    world.apply(
-      complete(
-        world.model.scope(ids.r),
-        exitFacts(T0 + 3, T0 + 14, null, { stopReason: "shutdown" }),
-        NO_RETRY,
-        T0 + 14,
-      ),
-    );
+    const stopped = exitFacts(T0 + 3, T0 + 14, null, { stopReason: "shutdown" });
+    world.apply(completion(world, ids.r, stopped, T0 + 14));
     expect(world.model.attempt(ids.r).status).toBe("cancelled");
     expect(world.model.step("run-1", "r").status).toBe("cancelled");
     converge(world, T0 + 15);
@@ -172,9 +161,7 @@ describe("whole-run cancellation convergence", () => {
     const { world, ids } = mixedWorld();
     converge(world, T0 + 11);
     world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
-    world.apply(
-      complete(world.model.scope(ids.r), exitFacts(T0 + 3, T0 + 11, 0), NO_RETRY, T0 + 12),
-    );
+    world.apply(completion(world, ids.r, exitFacts(T0 + 3, T0 + 11, 0), T0 + 12));
     expect(world.model.step("run-1", "r").status).toBe("succeeded");
     converge(world, T0 + 13);
     expect(world.model.run("run-1").status).toBe("cancelled");
@@ -183,20 +170,17 @@ describe("whole-run cancellation convergence", () => {
   it("the cancel intent suppresses a step retry: an idempotent step that failed during cancellation stays failed", () => {
     const { world, ids } = mixedWorld(true);
     converge(world, T0 + 11);
-    world.apply(
-      complete(
-        world.model.scope(ids.r),
-        exitFacts(T0 + 3, T0 + 12, 1),
-        definitionOf(world.pkg, "work").retry,
-        T0 + 12,
-      ),
-    );
+    const retry = definitionOf(world.pkg, "work").retry;
+    world.apply(completion(world, ids.r, exitFacts(T0 + 3, T0 + 12, 1), T0 + 12, retry));
     expect(world.model.step("run-1", "r").status).toBe("failed");
   });
 
   it("a claimed attempt is not dispatched after the cancel intent", () => {
     const { world, ids } = mixedWorld();
-    expect(errorCode(() => markStarting(world.model.scope(ids.p), T0 + 11))).toBe("conflict");
+    expect(refusal(() => markStarting(world.model.scope(ids.p), T0 + 11))).toEqual({
+      code: "conflict",
+      message: `run run-1 has a cancel intent; attempt ${ids.p} is not dispatched`,
+    });
   });
 
   it("a run with only pending and ready steps is cancelled in one convergence", () => {
@@ -238,35 +222,28 @@ describe("whole-run cancellation convergence", () => {
 
   it("an ordinary running run gets a stop and ends cancelled when its attempt ends", () => {
     const world = new CoreWorld();
-    const run = world.startTask();
-    const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
-    world.apply(admitted.change);
-    world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
-    world.apply(markRunning(world.model.scope(admitted.attempt.id), handleAt(T0 + 2), T0 + 3));
-    world.apply(requestCancel(world.model.run(run.id), T0 + 4, "user"));
-    converge(world, T0 + 5, run.id);
-    expect(world.model.run(run.id).status).toBe("running");
-    expect(world.model.attempt(admitted.attempt.id).stopReason).toBe("cancel");
-    world.apply(
-      complete(
-        world.model.scope(admitted.attempt.id),
-        exitFacts(T0 + 2, T0 + 6, null, { stopReason: "cancel" }),
-        NO_RETRY,
-        T0 + 6,
-      ),
-    );
-    expect(world.model.run(run.id).status).toBe("cancelled");
+    const attempt = runningOrdinaryAttempt(world, world.startTask().id, T0 + 2);
+    world.apply(requestCancel(world.model.run(attempt.runId), T0 + 4, "user"));
+    converge(world, T0 + 5, attempt.runId);
+    expect([
+      world.model.run(attempt.runId).status,
+      world.model.attempt(attempt.id).stopReason,
+    ]).toEqual(["running", "cancel"]);
+    const stopped = exitFacts(T0 + 2, T0 + 6, null, { stopReason: "cancel" });
+    world.apply(completion(world, attempt.id, stopped, T0 + 6));
+    expect(world.model.run(attempt.runId).status).toBe("cancelled");
   });
 
   it("an ordinary dispatching run whose claim never started is cancelled with its claim", () => {
     const world = new CoreWorld();
     const run = world.startTask();
-    const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
-    world.apply(admitted.change);
+    const claim = claimedOrdinaryAttempt(world, run.id, T0 + 1);
     world.apply(requestCancel(world.model.run(run.id), T0 + 2, "user"));
     converge(world, T0 + 3, run.id);
-    expect(world.model.attempt(admitted.attempt.id).status).toBe("cancelled");
-    expect(world.model.run(run.id).status).toBe("cancelled");
+    expect([world.model.attempt(claim.id).status, world.model.run(run.id).status]).toEqual([
+      "cancelled",
+      "cancelled",
+    ]);
   });
 });
 

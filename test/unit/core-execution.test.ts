@@ -1,28 +1,31 @@
 import { describe, expect, it } from "vitest";
 import {
-  complete,
   decideOutcome,
   markRunning,
   markStarting,
   requestShutdownStop,
   requestTimeoutStop,
+  settleStrandedClaim,
   startFailed,
   stepMayRetry,
 } from "../../src/execution.ts";
 import { convergeCancellation } from "../../src/cancellation.ts";
 import type { RunAttempt } from "../../src/model.ts";
-import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
 import {
+  claimedOrdinaryAttempt,
   claimedStepA,
+  completion,
   CoreWorld,
-  definitionOf,
   errorCode,
   exitFacts,
   expectOneVersionBump,
   handleAt,
+  NO_RETRY,
   readyDiamondWorld,
+  refusal,
+  runningOrdinaryAttempt,
   runningStepA,
   startingStepA,
   T0,
@@ -35,7 +38,6 @@ import {
  */
 
 const TIMEOUT_MS = 1_000;
-const NO_RETRY = { max: 0, backoffMs: 0, idempotent: false };
 const RETRY_TWICE = { max: 2, backoffMs: 500, idempotent: true };
 
 function worldWith(retry = NO_RETRY): CoreWorld {
@@ -67,34 +69,57 @@ describe("dispatch and start", () => {
     const world = worldWith();
     const attempt = claimed(world);
     const scope = world.model.scope(attempt.id);
+    const step = scope.step!;
+    const epoch = `not the ready epoch ${step.version} of attempt ${attempt.id}`;
     expect(
-      errorCode(() =>
-        markStarting(
-          { ...scope, step: { ...scope.step!, version: scope.step!.version + 1 } },
-          T0 + 3,
-        ),
+      refusal(() =>
+        markStarting({ ...scope, step: { ...step, version: step.version + 1 } }, T0 + 3),
       ),
-    ).toBe("conflict");
+    ).toEqual({
+      code: "conflict",
+      message: `step ${step.id} is ready at version ${step.version + 1}, ${epoch}`,
+    });
     expect(
-      errorCode(() =>
-        markStarting({ ...scope, step: { ...scope.step!, status: "cancelled" } }, T0 + 3),
-      ),
-    ).toBe("conflict");
+      refusal(() => markStarting({ ...scope, step: { ...step, status: "cancelled" } }, T0 + 3)),
+    ).toEqual({
+      code: "conflict",
+      message: `step ${step.id} is cancelled at version ${step.version}, ${epoch}`,
+    });
     expect(
-      errorCode(() => markStarting({ ...scope, run: { ...scope.run, status: "failed" } }, T0 + 3)),
-    ).toBe("conflict");
+      refusal(() => markStarting({ ...scope, run: { ...scope.run, status: "failed" } }, T0 + 3)),
+    ).toEqual({
+      code: "conflict",
+      message: `run run-1 is failed; attempt ${attempt.id} is not dispatched`,
+    });
     world.apply(requestCancel(world.model.run("run-1"), T0 + 3, "user"));
-    expect(errorCode(() => markStarting(world.model.scope(attempt.id), T0 + 4))).toBe("conflict");
+    expect(refusal(() => markStarting(world.model.scope(attempt.id), T0 + 4))).toEqual({
+      code: "conflict",
+      message: `run run-1 has a cancel intent; attempt ${attempt.id} is not dispatched`,
+    });
+  });
+
+  it("the dispatching node of a cluster becomes the attempt's owner at starting; a single node records none", () => {
+    const world = worldWith();
+    const scope = world.model.scope(claimed(world).id);
+    expect(scope.attempt.ownerNodeId).toBeNull();
+    expect(
+      markStarting(scope, T0 + 3, { ownerNodeId: "node-b" }).attempts[0]?.after.ownerNodeId,
+    ).toBe("node-b");
+    expect(markStarting(scope, T0 + 3).attempts[0]?.after.ownerNodeId).toBeNull();
   });
 
   it("an attempt that is not bound to its step is refused", () => {
     const world = worldWith();
     const attempt = claimed(world);
     const scope = world.model.scope(attempt.id);
+    const unbound = {
+      code: "integrity",
+      message: `attempt ${attempt.id} is not bound to its step`,
+    };
     expect(
-      errorCode(() => markStarting({ ...scope, step: world.model.step("run-1", "b") }, T0 + 3)),
-    ).toBe("integrity");
-    expect(errorCode(() => markStarting({ ...scope, step: null }, T0 + 3))).toBe("integrity");
+      refusal(() => markStarting({ ...scope, step: world.model.step("run-1", "b") }, T0 + 3)),
+    ).toEqual(unbound);
+    expect(refusal(() => markStarting({ ...scope, step: null }, T0 + 3))).toEqual(unbound);
   });
 
   it("markRunning moves the attempt to running and the step ready → running in one change; the parent stays running", () => {
@@ -104,10 +129,14 @@ describe("dispatch and start", () => {
     const change = markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 50);
     expectOneVersionBump(change, before);
     expect(change.runs[0]?.after.status).toBe("running");
-    expect(change.events.map((event) => event.type)).toEqual([
-      "attempt.status_changed",
-      "step.status_changed",
+    expect(change.events).toMatchObject([
+      { type: "attempt.status_changed", data: { from: "starting", to: "running", pid: 4242 } },
+      {
+        type: "step.status_changed",
+        data: { from: "ready", to: "running", attemptId: attempt.id },
+      },
     ]);
+    expect(change.events[0]?.data).toEqual({ from: "starting", to: "running", pid: 4242 });
     expect(change.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus])).toEqual([
       ["ready", "running"],
     ]);
@@ -119,10 +148,10 @@ describe("dispatch and start", () => {
     expect(world.model.step("run-1", "a").attemptCount).toBe(1);
     world.apply(requestTimeoutStop(world.model.scope(attempt.id), T0 + 4 + TIMEOUT_MS));
     world.apply(
-      complete(
-        world.model.scope(attempt.id),
+      completion(
+        world,
+        attempt.id,
         exitFacts(T0 + 4, T0 + 2_000, null, { stopReason: "timeout" }),
-        NO_RETRY,
         T0 + 2_000,
       ),
     );
@@ -151,8 +180,121 @@ describe("dispatch and start", () => {
     const world = worldWith();
     const attempt = claimed(world);
     expect(
-      errorCode(() => markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 5)),
-    ).toBe("illegal_transition");
+      refusal(() => markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 5)),
+    ).toEqual({
+      code: "illegal_transition",
+      message: `attempt ${attempt.id} is claimed, not starting`,
+    });
+  });
+});
+
+describe("a claim that may no longer start (settleStrandedClaim)", () => {
+  it("a claim whose step moved to a new ready epoch becomes lost with both epochs in its error and event, and its step is left alone", () => {
+    const world = worldWith();
+    const attempt = claimed(world);
+    const scope = world.model.scope(attempt.id);
+    const epoch = scope.step!.version;
+    const moved = { ...scope, step: { ...scope.step!, version: epoch + 1 } };
+    const change = settleStrandedClaim(moved, T0 + 5);
+    expect(change).not.toBeNull();
+    expectOneVersionBump(change!, scope.run);
+    expect(change!.steps).toEqual([]);
+    expect(change!.attempts[0]?.after).toMatchObject({
+      status: "lost",
+      finishedAtMs: T0 + 5,
+      error: `claim of ready epoch ${epoch} may no longer start: its step moved to ready epoch ${epoch + 1}`,
+    });
+    expect(change!.events).toEqual([
+      expect.objectContaining({
+        type: "attempt.status_changed",
+        attemptId: attempt.id,
+        data: {
+          from: "claimed",
+          to: "lost",
+          reason: `its step moved to ready epoch ${epoch + 1}`,
+          stepRunVersion: epoch,
+          currentStepRunVersion: epoch + 1,
+        },
+      }),
+    ]);
+    world.apply(change);
+    expect(world.model.step("run-1", "a")).toEqual(scope.step);
+  });
+
+  it("a claim whose step settled, or whose run is no longer running, becomes lost and says which", () => {
+    const world = worldWith();
+    const attempt = claimed(world);
+    const scope = world.model.scope(attempt.id);
+    const epoch = scope.step!.version;
+    const settled = settleStrandedClaim(
+      { ...scope, step: { ...scope.step!, status: "succeeded" } },
+      T0 + 5,
+    );
+    expect(settled?.events[0]?.data).toEqual({
+      from: "claimed",
+      to: "lost",
+      reason: "its step is succeeded",
+      stepRunVersion: epoch,
+      currentStepRunVersion: epoch,
+    });
+    // The run's status is named first, even when the step moved on too.
+    const ended = settleStrandedClaim(
+      {
+        ...scope,
+        run: { ...scope.run, status: "failed" },
+        step: { ...scope.step!, version: epoch + 1 },
+      },
+      T0 + 5,
+    );
+    expect(ended?.attempts[0]?.after.error).toBe(
+      `claim of ready epoch ${epoch} may no longer start: its run is failed`,
+    );
+  });
+
+  it("a claim whose exact ready epoch holds is left to start", () => {
+    const world = worldWith();
+    const attempt = claimed(world);
+    expect(settleStrandedClaim(world.model.scope(attempt.id), T0 + 5)).toBeNull();
+  });
+
+  it("only a workflow claim without a cancel intent is settled here: not an attempt past its claim, an ordinary claim or a cancelled run's claim", () => {
+    const world = worldWith();
+    const attempt = starting(world);
+    const scope = world.model.scope(attempt.id);
+    const moved = { ...scope, step: { ...scope.step!, version: scope.step!.version + 1 } };
+    expect(settleStrandedClaim(moved, T0 + 5)).toBeNull();
+
+    const ordinary = worldWith();
+    const run = ordinary.startTask();
+    const ordinaryScope = ordinary.model.scope(claimedOrdinaryAttempt(ordinary, run.id, T0 + 1).id);
+    expect(
+      settleStrandedClaim(
+        { ...ordinaryScope, run: { ...ordinaryScope.run, status: "failed" } },
+        T0 + 2,
+      ),
+    ).toBeNull();
+
+    const cancelled = worldWith();
+    const claim = claimed(cancelled);
+    cancelled.apply(requestCancel(cancelled.model.run("run-1"), T0 + 3, "user"));
+    const cancelledScope = cancelled.model.scope(claim.id);
+    expect(
+      settleStrandedClaim(
+        {
+          ...cancelledScope,
+          step: { ...cancelledScope.step!, version: cancelledScope.step!.version + 1 },
+        },
+        T0 + 4,
+      ),
+    ).toBeNull();
+  });
+
+  it("a workflow claim that is not bound to its step is refused", () => {
+    const world = worldWith();
+    const scope = world.model.scope(claimed(world).id);
+    expect(errorCode(() => settleStrandedClaim({ ...scope, step: null }, T0 + 5))).toBe(
+      "integrity",
+    );
   });
 });
 
@@ -161,12 +303,7 @@ describe("completion", () => {
     const world = worldWith();
     const attempt = running(world);
     const before = world.model.run("run-1");
-    const change = complete(
-      world.model.scope(attempt.id),
-      exitFacts(T0 + 4, T0 + 900, 0),
-      NO_RETRY,
-      T0 + 950,
-    );
+    const change = completion(world, attempt.id, exitFacts(T0 + 4, T0 + 900, 0), T0 + 950);
     expectOneVersionBump(change, before);
     expect(change.runs[0]?.after.status).toBe("running");
     world.apply(change);
@@ -181,19 +318,43 @@ describe("completion", () => {
     });
   });
 
-  it("a non-zero exit or a signal fails the attempt and the step", () => {
+  it("a non-zero exit or a signal fails the attempt and the step, whose event names the exit code", () => {
     for (const facts of [
       exitFacts(T0 + 4, T0 + 10, 3),
       exitFacts(T0 + 4, T0 + 10, null, { signal: "SIGKILL" }),
+      // Contradictory facts (a report can carry both) are no success either.
+      exitFacts(T0 + 4, T0 + 10, 0, { signal: "SIGKILL" }),
     ]) {
       const world = worldWith();
       const attempt = running(world);
-      world.apply(complete(world.model.scope(attempt.id), facts, NO_RETRY, T0 + 60));
+      const change = completion(world, attempt.id, facts, T0 + 60);
+      world.apply(change);
       expect([
         world.model.attempt(attempt.id).status,
         world.model.step("run-1", "a").status,
       ]).toEqual(["failed", "failed"]);
+      expect(
+        change.events.find((event) => event.type === "step.status_changed")?.data,
+      ).toMatchObject({
+        from: "running",
+        to: "failed",
+        exitCode: facts.exitCode,
+      });
     }
+  });
+
+  it("a receipt without a handle for a starting attempt keeps the process identity unknown and runs the deadline from the receipt's start", () => {
+    const world = worldWith();
+    const attempt = starting(world);
+    world.apply(completion(world, attempt.id, exitFacts(T0 + 4, T0 + 20, 0), T0 + 30));
+    expect(world.model.attempt(attempt.id)).toMatchObject({
+      status: "succeeded",
+      pid: null,
+      processStartTicks: null,
+      bootId: null,
+      startedAtMs: T0 + 4,
+      deadlineAtMs: T0 + 4 + TIMEOUT_MS,
+    });
   });
 
   it("a receipt for a starting attempt writes ready → running → terminal atomically", () => {
@@ -201,7 +362,7 @@ describe("completion", () => {
     const attempt = starting(world);
     const before = world.model.run("run-1");
     const facts = exitFacts(T0 + 4, T0 + 20, 0, { handle: handleAt(T0 + 4, 777) });
-    const change = complete(world.model.scope(attempt.id), facts, NO_RETRY, T0 + 30);
+    const change = completion(world, attempt.id, facts, T0 + 30);
     expectOneVersionBump(change, before);
     expect(change.mutations.map((mutation) => [mutation.fromStatus, mutation.toStatus])).toEqual([
       ["ready", "running"],
@@ -227,23 +388,20 @@ describe("completion", () => {
   it("a completion of an attempt that is already terminal is refused and cannot rewrite its outcome", () => {
     const world = worldWith();
     const attempt = running(world);
-    world.apply(
-      complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 1), NO_RETRY, T0 + 60),
-    );
+    world.apply(completion(world, attempt.id, exitFacts(T0 + 4, T0 + 10, 1), T0 + 60));
     expect(
-      errorCode(() =>
-        complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 0), NO_RETRY, T0 + 61),
-      ),
-    ).toBe("illegal_transition");
+      refusal(() => completion(world, attempt.id, exitFacts(T0 + 4, T0 + 10, 0), T0 + 61)),
+    ).toEqual({
+      code: "illegal_transition",
+      message: `attempt ${attempt.id} is failed; only a running attempt completes`,
+    });
     expect(world.model.attempt(attempt.id).status).toBe("failed");
   });
 
   it("a recorded completion stays as it is after the parent is cancelled: a late replay cannot rewrite it", () => {
     const world = worldWith();
     const attempt = running(world);
-    world.apply(
-      complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 60, 0), NO_RETRY, T0 + 61),
-    );
+    world.apply(completion(world, attempt.id, exitFacts(T0 + 4, T0 + 60, 0), T0 + 61));
     world.apply(requestCancel(world.model.run("run-1"), T0 + 62, "user"));
     world.apply(
       convergeCancellation(
@@ -255,9 +413,7 @@ describe("completion", () => {
     );
     expect(world.model.run("run-1").status).toBe("cancelled");
     expect(
-      errorCode(() =>
-        complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 60, 1), NO_RETRY, T0 + 64),
-      ),
+      errorCode(() => completion(world, attempt.id, exitFacts(T0 + 4, T0 + 60, 1), T0 + 64)),
     ).toBe("illegal_transition");
     expect([world.model.attempt(attempt.id).status, world.model.step("run-1", "a").status]).toEqual(
       ["succeeded", "succeeded"],
@@ -268,25 +424,40 @@ describe("completion", () => {
     const world = worldWith();
     const attempt = claimed(world);
     expect(
-      errorCode(() =>
-        complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 0), NO_RETRY, T0 + 11),
-      ),
+      errorCode(() => completion(world, attempt.id, exitFacts(T0 + 4, T0 + 10, 0), T0 + 11)),
     ).toBe("illegal_transition");
   });
 
   it("a start failure fails the attempt (starting → failed) and the step (ready → failed); the parent stays running", () => {
     const world = worldWith();
     const attempt = starting(world);
-    world.apply(
-      startFailed(world.model.scope(attempt.id), "ENOENT: no such file", NO_RETRY, T0 + 5),
+    const change = startFailed(
+      world.model.scope(attempt.id),
+      "ENOENT: no such file",
+      NO_RETRY,
+      T0 + 5,
     );
+    world.apply(change);
     expect(world.model.attempt(attempt.id)).toMatchObject({
       status: "failed",
       error: "ENOENT: no such file",
       startedAtMs: null,
+      stopReason: null,
+      finishedAtMs: T0 + 5,
     });
-    expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 0 });
+    expect(world.model.step("run-1", "a")).toMatchObject({
+      status: "failed",
+      attemptCount: 0,
+      finishedAtMs: T0 + 5,
+    });
     expect(world.model.run("run-1").status).toBe("running");
+    expect(change.events.map((event) => [event.type, event.data])).toEqual([
+      ["attempt.status_changed", { from: "starting", to: "failed", error: "ENOENT: no such file" }],
+      [
+        "step.status_changed",
+        expect.objectContaining({ from: "ready", to: "failed", error: "ENOENT: no such file" }),
+      ],
+    ]);
   });
 
   it("a start failure recorded after the deadline (store time past starting + timeout) times the attempt and the step out", () => {
@@ -370,6 +541,13 @@ describe("deadlines and stops", () => {
     expect(
       requestTimeoutStop(other.model.scope(starting(other).id), T0 + 10 * TIMEOUT_MS),
     ).toBeNull();
+    // An attempt that ended in time keeps its deadline and no stop reason: it is past stopping.
+    const ended = worldWith();
+    const done = running(ended);
+    ended.apply(completion(ended, done.id, exitFacts(T0 + 4, T0 + 10, 0), T0 + 11));
+    expect(ended.model.attempt(done.id)).toMatchObject({ status: "succeeded", stopReason: null });
+    expect(requestTimeoutStop(ended.model.scope(done.id), T0 + 10 * TIMEOUT_MS)).toBeNull();
+    expect(requestShutdownStop(ended.model.scope(done.id), T0 + 12)).toBeNull();
   });
 
   it("an ordinary attempt's timeout stop is an attempt.stop_requested event", () => {
@@ -377,12 +555,8 @@ describe("deadlines and stops", () => {
       diamondManifest("demo", { tasks: [task("work", ["true"], { timeoutMs: TIMEOUT_MS })] }),
     );
     const run = world.startTask();
-    const definition = definitionOf(world.pkg, "work");
-    const admitted = admitOrdinaryAttempt(run, definition, T0 + 1)!;
-    world.apply(admitted.change);
-    world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
-    world.apply(markRunning(world.model.scope(admitted.attempt.id), handleAt(T0 + 2), T0 + 3));
-    const change = requestTimeoutStop(world.model.scope(admitted.attempt.id), T0 + 2 + TIMEOUT_MS);
+    const attempt = runningOrdinaryAttempt(world, run.id, T0 + 2);
+    const change = requestTimeoutStop(world.model.scope(attempt.id), T0 + 2 + TIMEOUT_MS);
     expect(change?.events.map((event) => event.type)).toEqual(["attempt.stop_requested"]);
   });
 
@@ -391,10 +565,10 @@ describe("deadlines and stops", () => {
     const attempt = running(world);
     world.apply(requestTimeoutStop(world.model.scope(attempt.id), T0 + 4 + TIMEOUT_MS));
     world.apply(
-      complete(
-        world.model.scope(attempt.id),
+      completion(
+        world,
+        attempt.id,
         exitFacts(T0 + 4, T0 + 4 + TIMEOUT_MS, null, { stopReason: "timeout" }),
-        NO_RETRY,
         T0 + 5 + TIMEOUT_MS,
       ),
     );
@@ -408,19 +582,14 @@ describe("deadlines and stops", () => {
     for (const exitCode of [0, 1, null]) {
       const world = worldWith();
       const attempt = running(world);
-      world.apply(
-        complete(
-          world.model.scope(attempt.id),
-          exitFacts(T0 + 4, T0 + 5 + TIMEOUT_MS, exitCode),
-          NO_RETRY,
-          T0 + 6 + TIMEOUT_MS,
-        ),
-      );
-      expect(world.model.attempt(attempt.id)).toMatchObject({
-        status: "timed_out",
-        stopReason: "timeout",
-      });
-      expect(world.model.step("run-1", "a").status).toBe("timed_out");
+      const late = exitFacts(T0 + 4, T0 + 5 + TIMEOUT_MS, exitCode);
+      world.apply(completion(world, attempt.id, late, T0 + 6 + TIMEOUT_MS));
+      const { status, stopReason } = world.model.attempt(attempt.id);
+      expect([status, stopReason, world.model.step("run-1", "a").status]).toEqual([
+        "timed_out",
+        "timeout",
+        "timed_out",
+      ]);
     }
   });
 
@@ -428,12 +597,7 @@ describe("deadlines and stops", () => {
     const world = worldWith();
     const attempt = running(world);
     world.apply(
-      complete(
-        world.model.scope(attempt.id),
-        exitFacts(T0 + 4, T0 + 4 + TIMEOUT_MS, 0),
-        NO_RETRY,
-        T0 + 5 + TIMEOUT_MS,
-      ),
+      completion(world, attempt.id, exitFacts(T0 + 4, T0 + 4 + TIMEOUT_MS, 0), T0 + 5 + TIMEOUT_MS),
     );
     expect(world.model.attempt(attempt.id).status).toBe("succeeded");
   });
@@ -452,15 +616,14 @@ describe("deadlines and stops", () => {
       ["attempt.stop_requested", { reason: "shutdown" }],
     ]);
     world.apply(change);
+    expect(world.model.attempt(attempt.id)).toMatchObject({
+      status: "running",
+      stopReason: "shutdown",
+      stopRequestedAtMs: T0 + 60,
+    });
     expect(requestShutdownStop(world.model.scope(attempt.id), T0 + 61)).toBeNull();
-    world.apply(
-      complete(
-        world.model.scope(attempt.id),
-        exitFacts(T0 + 4, T0 + 70, null, { stopReason: "shutdown" }),
-        NO_RETRY,
-        T0 + 70,
-      ),
-    );
+    const stopped = exitFacts(T0 + 4, T0 + 70, null, { stopReason: "shutdown" });
+    world.apply(completion(world, attempt.id, stopped, T0 + 70));
     expect([world.model.attempt(attempt.id).status, world.model.step("run-1", "a").status]).toEqual(
       ["cancelled", "failed"],
     );
@@ -476,8 +639,21 @@ describe("step-level retry of idempotent tasks", () => {
     const world = worldWith(RETRY_TWICE);
     const attempt = running(world);
     const stepBefore = world.model.step("run-1", "a");
-    world.apply(
-      complete(world.model.scope(attempt.id), exitFacts(T0 + 4, T0 + 10, 1), RETRY_TWICE, T0 + 60),
+    const change = completion(
+      world,
+      attempt.id,
+      exitFacts(T0 + 4, T0 + 10, 1),
+      T0 + 60,
+      RETRY_TWICE,
+    );
+    world.apply(change);
+    expect(change.events.find((event) => event.type === "step.status_changed")?.data).toMatchObject(
+      {
+        from: "running",
+        to: "ready",
+        retry: 1,
+        outcome: "failed",
+      },
     );
     const step = world.model.step("run-1", "a");
     expect(step).toMatchObject({
@@ -499,12 +675,7 @@ describe("step-level retry of idempotent tasks", () => {
       world.apply(markStarting(world.model.scope(attempt.id), nowMs));
       world.apply(markRunning(world.model.scope(attempt.id), handleAt(nowMs), nowMs));
       world.apply(
-        complete(
-          world.model.scope(attempt.id),
-          exitFacts(nowMs, nowMs + 1, 1),
-          RETRY_TWICE,
-          nowMs + 1,
-        ),
+        completion(world, attempt.id, exitFacts(nowMs, nowMs + 1, 1), nowMs + 1, RETRY_TWICE),
       );
       nowMs += 1_000;
     }
@@ -524,12 +695,8 @@ describe("a completion's output", () => {
   it("a success keeps its output on the attempt and the step, and its event says an output came", () => {
     const world = worldWith();
     const attempt = running(world);
-    const change = complete(
-      world.model.scope(attempt.id),
-      exitFacts(T0 + 4, T0 + 60, 0, { output: { rows: 2 } }),
-      NO_RETRY,
-      T0 + 61,
-    );
+    const facts = exitFacts(T0 + 4, T0 + 60, 0, { output: { rows: 2 } });
+    const change = completion(world, attempt.id, facts, T0 + 61);
     world.apply(change);
     expect(world.model.attempt(attempt.id)).toMatchObject({ output: { rows: 2 }, error: null });
     expect(world.model.step("run-1", "a")).toMatchObject({
@@ -547,12 +714,11 @@ describe("a completion's output", () => {
   it("a refused output fails the attempt with the reason in its error and event, and the step keeps no output", () => {
     const world = worldWith();
     const attempt = running(world);
-    const change = complete(
-      world.model.scope(attempt.id),
-      exitFacts(T0 + 4, T0 + 60, 0, { output: { rows: 2 }, outputError: "too large" }),
-      NO_RETRY,
-      T0 + 61,
-    );
+    const refused = exitFacts(T0 + 4, T0 + 60, 0, {
+      output: { rows: 2 },
+      outputError: "too large",
+    });
+    const change = completion(world, attempt.id, refused, T0 + 61);
     world.apply(change);
     expect(world.model.attempt(attempt.id)).toMatchObject({
       status: "failed",
@@ -565,12 +731,7 @@ describe("a completion's output", () => {
   it("a completion without output records none and says none", () => {
     const world = worldWith();
     const attempt = running(world);
-    const change = complete(
-      world.model.scope(attempt.id),
-      exitFacts(T0 + 4, T0 + 60, 0),
-      NO_RETRY,
-      T0 + 61,
-    );
+    const change = completion(world, attempt.id, exitFacts(T0 + 4, T0 + 60, 0), T0 + 61);
     expect(change.attempts[0]?.after).toMatchObject({ output: null, error: null });
     expect(change.events[0]?.data).not.toHaveProperty("output");
   });

@@ -2,6 +2,7 @@ import { expect } from "vitest";
 import { admitTaskAttempt, type AdmissionResult } from "../../src/admission.ts";
 import { QlrError } from "../../src/errors.ts";
 import {
+  complete,
   markRunning,
   markStarting,
   type AttemptScope,
@@ -19,12 +20,14 @@ import type {
   StepMutation,
   StepRun,
 } from "../../src/model.ts";
+import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
 import {
   materializePlans,
   nextGeneration,
   reconcileTasks,
   type Generation,
   type Reconciliation,
+  type RetryPolicy,
   type TaskDefinition,
   type WorkflowPlan,
 } from "../../src/packages.ts";
@@ -341,4 +344,81 @@ export function runningStepA(world: CoreWorld, recordedAtMs: number): RunAttempt
   const attempt = startingStepA(world);
   world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), recordedAtMs));
   return world.model.attempt(attempt.id);
+}
+
+/** The retry policy of a task that is never retried. */
+export const NO_RETRY: RetryPolicy = { max: 0, backoffMs: 0, idempotent: false };
+
+/**
+ * The completion of attempt `attemptId` as its transaction would compute it from the model's
+ * current rows (not applied).
+ */
+export function completion(
+  world: CoreWorld,
+  attemptId: string,
+  facts: CompletionFacts,
+  nowMs: number,
+  retry: RetryPolicy = NO_RETRY,
+): ChangeSet {
+  return complete(world.model.scope(attemptId), facts, retry, nowMs);
+}
+
+/** Ordinary run `runId`'s next attempt admitted with its task's definition at `nowMs`: claimed. */
+export function claimedOrdinaryAttempt(world: CoreWorld, runId: string, nowMs: number): RunAttempt {
+  const run = world.model.run(runId);
+  const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, run.target), nowMs);
+  if (admitted === null) throw new Error(`run ${runId} was not admitted`);
+  world.apply(admitted.change);
+  return admitted.attempt;
+}
+
+/** Ordinary run `runId`'s next attempt claimed and starting at `nowMs`. */
+export function startingOrdinaryAttempt(
+  world: CoreWorld,
+  runId: string,
+  nowMs: number,
+): RunAttempt {
+  const attempt = claimedOrdinaryAttempt(world, runId, nowMs);
+  world.apply(markStarting(world.model.scope(attempt.id), nowMs));
+  return world.model.attempt(attempt.id);
+}
+
+/** Ordinary run `runId`'s next attempt claimed, starting and running at `nowMs` (its handle's start). */
+export function runningOrdinaryAttempt(world: CoreWorld, runId: string, nowMs: number): RunAttempt {
+  const attempt = startingOrdinaryAttempt(world, runId, nowMs);
+  world.apply(markRunning(world.model.scope(attempt.id), handleAt(nowMs), nowMs));
+  return world.model.attempt(attempt.id);
+}
+
+/** Calls `fn` and returns the code and message of the QlrError it threw (or "no error"). */
+export function refusal(fn: () => unknown): { code: string; message: string } {
+  try {
+    fn();
+  } catch (error) {
+    const { code, message } = error as { code?: string; message?: string };
+    return { code: code ?? "not a QlrError", message: message ?? "" };
+  }
+  return { code: "no error", message: "" };
+}
+
+/**
+ * A package of one task `work` and one workflow `workflow` whose steps (in plan order) all run
+ * it, each with the needs `needsByStep` gives it.
+ */
+export function workflowManifest(
+  workflow: string,
+  needsByStep: Readonly<Record<string, readonly string[]>>,
+): Manifest {
+  const steps = Object.entries(needsByStep).map(([name, needs]) => ({
+    name,
+    task: "work",
+    needs: [...needs],
+  }));
+  return {
+    package: "demo",
+    description: null,
+    tasks: [task("work")],
+    workflows: [{ name: workflow, description: null, steps }],
+    schedules: [],
+  };
 }

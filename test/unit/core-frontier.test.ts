@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { complete, markRunning, markStarting, startFailed } from "../../src/execution.ts";
+import { markRunning, markStarting, startFailed } from "../../src/execution.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import type { RunAttempt } from "../../src/model.ts";
@@ -7,12 +7,15 @@ import { frontierMarks } from "../../src/aggregate.ts";
 import { createOrdinaryRun, createWorkflowRun, requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
 import {
+  completion,
   CoreWorld,
   definitionOf,
   exitFacts,
   expectOneVersionBump,
   handleAt,
+  NO_RETRY,
   T0,
+  workflowManifest,
 } from "./core-fixtures.ts";
 
 /**
@@ -20,8 +23,6 @@ import {
  * steps to ready or skipped and the only place that finalizes a workflow run as succeeded or
  * failed. Execution and recovery advance attempts and steps only.
  */
-
-const NO_RETRY = { max: 0, backoffMs: 0, idempotent: false };
 
 function frontier(world: CoreWorld, nowMs: number, runId = "run-1"): void {
   world.apply(
@@ -44,14 +45,17 @@ function runStep(world: CoreWorld, name: string, nowMs: number, runId = "run-1")
 
 function finishStep(world: CoreWorld, name: string, nowMs: number, exitCode: number | null): void {
   const attempt = runStep(world, name, nowMs);
-  world.apply(
-    complete(
-      world.model.scope(attempt.id),
-      exitFacts(nowMs, nowMs + 1, exitCode),
-      NO_RETRY,
-      nowMs + 1,
-    ),
-  );
+  world.apply(completion(world, attempt.id, exitFacts(nowMs, nowMs + 1, exitCode), nowMs + 1));
+}
+
+/** The diamond run-1 after its first step `a` ran (T0 + 2) with `exitCode` and the frontier moved at T0 + 4. */
+function afterStepA(exitCode: number): CoreWorld {
+  const world = new CoreWorld();
+  world.startWorkflow();
+  frontier(world, T0 + 1);
+  finishStep(world, "a", T0 + 2, exitCode);
+  frontier(world, T0 + 4);
+  return world;
 }
 
 function statuses(world: CoreWorld, runId = "run-1"): Record<string, string> {
@@ -71,11 +75,7 @@ describe("the workflow frontier", () => {
   });
 
   it("a pending step whose needs all succeeded becomes ready; one that still waits stays pending", () => {
-    const world = new CoreWorld();
-    world.startWorkflow();
-    frontier(world, T0 + 1);
-    finishStep(world, "a", T0 + 2, 0);
-    frontier(world, T0 + 4);
+    const world = afterStepA(0);
     expect(statuses(world)).toEqual({ a: "succeeded", b: "ready", c: "ready", d: "pending" });
     finishStep(world, "b", T0 + 5, 0);
     frontier(world, T0 + 7);
@@ -83,11 +83,7 @@ describe("the workflow frontier", () => {
   });
 
   it("a workflow run is finalized only by the frontier: the last completion leaves it running", () => {
-    const world = new CoreWorld();
-    world.startWorkflow();
-    frontier(world, T0 + 1);
-    finishStep(world, "a", T0 + 2, 0);
-    frontier(world, T0 + 4);
+    const world = afterStepA(0);
     finishStep(world, "b", T0 + 5, 0);
     finishStep(world, "c", T0 + 5, 0);
     frontier(world, T0 + 7);
@@ -104,11 +100,7 @@ describe("the workflow frontier", () => {
   });
 
   it("frontier skips steps downstream of a failed step and then fails the run", () => {
-    const world = new CoreWorld();
-    world.startWorkflow();
-    frontier(world, T0 + 1);
-    finishStep(world, "a", T0 + 2, 1);
-    frontier(world, T0 + 4);
+    const world = afterStepA(1);
     // One pass settles the whole chain of skips (steps are in topological order) and the run.
     expect(statuses(world)).toEqual({ a: "failed", b: "skipped", c: "skipped", d: "skipped" });
     expect(world.model.run("run-1").status).toBe("failed");
@@ -123,11 +115,7 @@ describe("the workflow frontier", () => {
   });
 
   it("a downstream step is skipped as soon as one upstream failed, but the run waits for the sibling still running", () => {
-    const world = new CoreWorld();
-    world.startWorkflow();
-    frontier(world, T0 + 1);
-    finishStep(world, "a", T0 + 2, 0);
-    frontier(world, T0 + 4);
+    const world = afterStepA(0);
     finishStep(world, "b", T0 + 5, 1);
     const c = runStep(world, "c", T0 + 6);
     frontier(world, T0 + 7);
@@ -141,7 +129,7 @@ describe("the workflow frontier", () => {
         .find((event) => event.stepRunId === d.id && event.data.to === "skipped")?.data,
     ).toMatchObject({ from: "pending", blockedBy: ["b"] });
     expect(world.model.run("run-1").status).toBe("running");
-    world.apply(complete(world.model.scope(c.id), exitFacts(T0 + 6, T0 + 8, 0), NO_RETRY, T0 + 8));
+    world.apply(completion(world, c.id, exitFacts(T0 + 6, T0 + 8, 0), T0 + 8));
     frontier(world, T0 + 9);
     expect(world.model.run("run-1").status).toBe("failed");
     expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({ failedSteps: ["b"] });
@@ -154,9 +142,7 @@ describe("the workflow frontier", () => {
     world.startWorkflow();
     frontier(world, T0 + 1);
     const a = runStep(world, "a", T0 + 2);
-    world.apply(
-      complete(world.model.scope(a.id), exitFacts(T0 + 2, T0 + 500, 0), NO_RETRY, T0 + 500),
-    );
+    world.apply(completion(world, a.id, exitFacts(T0 + 2, T0 + 500, 0), T0 + 500));
     expect(statuses(world).a).toBe("timed_out");
     frontier(world, T0 + 501);
     expect(world.model.run("run-1").status).toBe("failed");
@@ -185,6 +171,35 @@ describe("the workflow frontier", () => {
     expect(advanceFrontier(world.model.run("run-1"), settledLooking, [attempt], T0 + 3)).toBeNull();
   });
 
+  it("the run is not finalized while one attempt is live beside settled ones", () => {
+    const world = new CoreWorld(twoRoots());
+    world.startWorkflow("pair");
+    frontier(world, T0 + 1);
+    finishStep(world, "x", T0 + 2, 1);
+    world.admit("run-1", "y", T0 + 3);
+    const attempts = world.model.attemptsOf("run-1");
+    expect(attempts.map((attempt) => attempt.status)).toEqual(["failed", "claimed"]);
+    const settledLooking = world.model
+      .stepsOf("run-1")
+      .map((step) => ({ ...step, status: "failed" as const }));
+    expect(advanceFrontier(world.model.run("run-1"), settledLooking, attempts, T0 + 4)).toBeNull();
+  });
+
+  it("a need that names no step of the run is never taken as met: its step waits, and so does the run", () => {
+    const world = new CoreWorld();
+    world.startWorkflow();
+    frontier(world, T0 + 1);
+    finishStep(world, "a", T0 + 2, 1);
+    const steps = world.model
+      .stepsOf("run-1")
+      .map((step) => (step.name === "b" ? { ...step, needs: ["a", "gone"] } : step));
+    world.apply(
+      advanceFrontier(world.model.run("run-1"), steps, world.model.attemptsOf("run-1"), T0 + 4),
+    );
+    expect(statuses(world)).toEqual({ a: "failed", b: "pending", c: "skipped", d: "skipped" });
+    expect(world.model.run("run-1").status).toBe("running");
+  });
+
   it("frontier is frozen for a run with a cancel intent: whole-run cancellation owns it", () => {
     const world = new CoreWorld();
     const run = world.startWorkflow();
@@ -198,6 +213,9 @@ describe("the workflow frontier", () => {
     const world = new CoreWorld();
     const ordinary = world.startTask();
     expect(advanceFrontier(ordinary, [], [], T0 + 1)).toBeNull();
+    // A running ordinary run has no steps to settle: the frontier never finalizes it, even
+    // handed no live attempt (its latest attempt's completion ends it).
+    expect(advanceFrontier({ ...ordinary, status: "running" }, [], [], T0 + 1)).toBeNull();
     const run = world.startWorkflow();
     expect(
       advanceFrontier({ ...run, status: "failed" }, world.model.stepsOf(run.id), [], T0 + 1),
@@ -218,7 +236,7 @@ describe("the workflow frontier", () => {
     ).toBeNull();
   });
 
-  it("failedSteps names failed, timed out and cancelled steps but not skipped ones", () => {
+  it("one root failed, one succeeded: the skip's blockedBy names only the upstream that did not succeed, and failedSteps names failed steps but not skipped ones", () => {
     const world = new CoreWorld(twoRoots());
     world.startWorkflow("pair");
     frontier(world, T0 + 1);
@@ -226,6 +244,10 @@ describe("the workflow frontier", () => {
     finishStep(world, "y", T0 + 2, 0);
     frontier(world, T0 + 4);
     expect(statuses(world)).toEqual({ x: "failed", y: "succeeded", z: "skipped" });
+    const z = world.model.step("run-1", "z");
+    expect(
+      world.model.eventsOf("run-1").find((event) => event.stepRunId === z.id)?.data,
+    ).toMatchObject({ from: "pending", to: "skipped", blockedBy: ["x"] });
     expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({
       to: "failed",
       failedSteps: ["x"],
@@ -233,37 +255,8 @@ describe("the workflow frontier", () => {
   });
 });
 
-function singleStep(): Manifest {
-  return {
-    package: "demo",
-    description: null,
-    tasks: [task("work")],
-    workflows: [
-      { name: "one", description: null, steps: [{ name: "only", task: "work", needs: [] }] },
-    ],
-    schedules: [],
-  };
-}
-
-function twoRoots(): Manifest {
-  return {
-    package: "demo",
-    description: null,
-    tasks: [task("work")],
-    workflows: [
-      {
-        name: "pair",
-        description: null,
-        steps: [
-          { name: "x", task: "work", needs: [] },
-          { name: "y", task: "work", needs: [] },
-          { name: "z", task: "work", needs: ["x", "y"] },
-        ],
-      },
-    ],
-    schedules: [],
-  };
-}
+const singleStep = (): Manifest => workflowManifest("one", { only: [] });
+const twoRoots = (): Manifest => workflowManifest("pair", { x: [], y: [], z: ["x", "y"] });
 
 describe("which changes mark a run for the frontier stage", () => {
   it("a new workflow run is marked, a new ordinary run is not", () => {
@@ -297,12 +290,7 @@ describe("which changes mark a run for the frontier stage", () => {
     const running = markRunning(world.model.scope(attempt.id), handleAt(T0 + 3), T0 + 3);
     expect(running.frontierDue).toEqual([]);
     world.apply(running);
-    const completed = complete(
-      world.model.scope(attempt.id),
-      exitFacts(T0 + 3, T0 + 4, 1),
-      NO_RETRY,
-      T0 + 4,
-    );
+    const completed = completion(world, attempt.id, exitFacts(T0 + 3, T0 + 4, 1), T0 + 4);
     expect(completed.frontierDue).toEqual([run.id]);
   });
 

@@ -1,24 +1,21 @@
 import { describe, expect, it } from "vitest";
-import {
-  complete,
-  finishOrdinary,
-  markRunning,
-  markStarting,
-  startFailed,
-} from "../../src/execution.ts";
+import { finishOrdinary, startFailed } from "../../src/execution.ts";
 import { RunChange } from "../../src/aggregate.ts";
-import type { RunAttempt, RunStatus } from "../../src/model.ts";
+import type { RunStatus } from "../../src/model.ts";
 import { admitOrdinaryAttempt, ordinaryAttemptId } from "../../src/ordinary.ts";
 import type { RetryPolicy } from "../../src/packages.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
 import {
+  completion,
   CoreWorld,
   definitionOf,
   errorCode,
   exitFacts,
   expectOneVersionBump,
-  handleAt,
+  NO_RETRY,
+  runningOrdinaryAttempt,
+  startingOrdinaryAttempt,
   T0,
 } from "./core-fixtures.ts";
 
@@ -27,24 +24,12 @@ import {
  * semantics, `queued → dispatching → running → terminal`, retries back to `queued`.
  */
 
-function worldWith(retry: RetryPolicy = { max: 0, backoffMs: 0, idempotent: false }): CoreWorld {
+const RETRY_ONCE: RetryPolicy = { max: 1, backoffMs: 0, idempotent: false };
+
+function worldWith(retry: RetryPolicy = NO_RETRY): CoreWorld {
   return new CoreWorld(
     diamondManifest("demo", { tasks: [task("work", ["true"], { retry, timeoutMs: 1_000 })] }),
   );
-}
-
-/** Admits and starts the run's next attempt at `nowMs`; returns it running. */
-function runAttempt(world: CoreWorld, runId: string, nowMs: number): RunAttempt {
-  const admitted = admitOrdinaryAttempt(
-    world.model.run(runId),
-    definitionOf(world.pkg, "work"),
-    nowMs,
-  );
-  if (admitted === null) throw new Error("the run was not admitted");
-  world.apply(admitted.change);
-  world.apply(markStarting(world.model.scope(admitted.attempt.id), nowMs));
-  world.apply(markRunning(world.model.scope(admitted.attempt.id), handleAt(nowMs), nowMs));
-  return world.model.attempt(admitted.attempt.id);
 }
 
 describe("the ordinary run path", () => {
@@ -69,22 +54,19 @@ describe("the ordinary run path", () => {
   it("a run goes queued → dispatching → running → succeeded with its latest attempt", () => {
     const world = worldWith();
     const run = world.startTask();
-    const attempt = runAttempt(world, run.id, T0 + 1);
+    const attempt = runningOrdinaryAttempt(world, run.id, T0 + 1);
     expect(world.model.run(run.id).status).toBe("running");
-    world.apply(
-      complete(
-        world.model.scope(attempt.id),
-        exitFacts(T0 + 1, T0 + 10, 0),
-        definitionOf(world.pkg, "work").retry,
-        T0 + 11,
-      ),
-    );
+    world.apply(completion(world, attempt.id, exitFacts(T0 + 1, T0 + 10, 0), T0 + 11));
     expect(world.model.run(run.id)).toMatchObject({ status: "succeeded", finishedAtMs: T0 + 11 });
     const transitions = world.model
       .eventsOf(run.id)
       .filter((event) => event.type === "run.status_changed")
-      .map((event) => `${String(event.data.from)}→${String(event.data.to)}`);
-    expect(transitions).toEqual(["queued→dispatching", "dispatching→running", "running→succeeded"]);
+      .map((event) => event.data);
+    expect(transitions).toEqual([
+      expect.objectContaining({ from: "queued", to: "dispatching" }),
+      { from: "dispatching", to: "running", attemptId: attempt.id },
+      { from: "running", to: "succeeded", attemptNumber: 1 },
+    ]);
   });
 
   it("a run that is not queued, waits for its backoff or has a cancel intent is not admitted", () => {
@@ -148,59 +130,44 @@ describe("the ordinary run path", () => {
     const retry = { max: 1, backoffMs: 100, idempotent: false };
     const world = worldWith(retry);
     const run = world.startTask();
-    const first = runAttempt(world, run.id, T0 + 1);
-    world.apply(complete(world.model.scope(first.id), exitFacts(T0 + 1, T0 + 5, 2), retry, T0 + 6));
+    const first = runningOrdinaryAttempt(world, run.id, T0 + 1);
+    world.apply(completion(world, first.id, exitFacts(T0 + 1, T0 + 5, 2), T0 + 6, retry));
     expect(world.model.run(run.id)).toMatchObject({ status: "queued", notBeforeMs: T0 + 106 });
+    expect(world.model.eventsOf(run.id).at(-1)?.data).toEqual({
+      from: "running",
+      to: "queued",
+      retry: 1,
+      outcome: "failed",
+    });
     expect(
       admitOrdinaryAttempt(world.model.run(run.id), definitionOf(world.pkg, "work"), T0 + 105),
     ).toBeNull();
-    const second = runAttempt(world, run.id, T0 + 106);
+    const second = runningOrdinaryAttempt(world, run.id, T0 + 106);
     expect(second).toMatchObject({ number: 2, id: ordinaryAttemptId(run.id, 2) });
     expect(world.model.run(run.id).notBeforeMs).toBeNull();
-    world.apply(
-      complete(world.model.scope(second.id), exitFacts(T0 + 106, T0 + 110, 2), retry, T0 + 111),
-    );
+    world.apply(completion(world, second.id, exitFacts(T0 + 106, T0 + 110, 2), T0 + 111, retry));
     expect(world.model.run(run.id).status).toBe("failed");
   });
 
-  it("a start failure fails the run, or returns it to queued while budget is left", () => {
-    for (const [retry, expected] of [
-      [{ max: 0, backoffMs: 0, idempotent: false }, "failed"],
-      [{ max: 1, backoffMs: 0, idempotent: false }, "queued"],
+  it("a start failure fails the run, or returns it to queued while budget is left; reported after the deadline it times the run out instead", () => {
+    const timeoutMs = 1_000;
+    for (const [retry, reportedAtMs, attemptStatus, runStatus] of [
+      [NO_RETRY, T0 + 3, "failed", "failed"],
+      [RETRY_ONCE, T0 + 3, "failed", "queued"],
+      [NO_RETRY, T0 + 3 + timeoutMs, "timed_out", "timed_out"],
+      [RETRY_ONCE, T0 + 3 + timeoutMs, "timed_out", "queued"],
     ] as const) {
       const world = worldWith(retry);
       const run = world.startTask();
-      const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
-      world.apply(admitted.change);
-      world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
-      world.apply(startFailed(world.model.scope(admitted.attempt.id), "ENOENT", retry, T0 + 3));
-      expect(world.model.attempt(admitted.attempt.id).status).toBe("failed");
-      expect(world.model.run(run.id).status).toBe(expected);
-    }
-  });
-
-  it("a start failure recorded after the deadline times the ordinary run out, or requeues it while budget is left", () => {
-    for (const [retry, expected] of [
-      [{ max: 0, backoffMs: 0, idempotent: false }, "timed_out"],
-      [{ max: 1, backoffMs: 0, idempotent: false }, "queued"],
-    ] as const) {
-      const world = worldWith(retry);
-      const run = world.startTask();
-      const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
-      world.apply(admitted.change);
-      world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
-      const timeoutMs = world.model.attempt(admitted.attempt.id).timeoutMs;
+      const attempt = startingOrdinaryAttempt(world, run.id, T0 + 2);
+      expect(attempt.timeoutMs).toBe(timeoutMs);
       world.apply(
-        startFailed(
-          world.model.scope(admitted.attempt.id),
-          "ENOENT",
-          retry,
-          T0 + 3 + timeoutMs,
-          T0 + 2,
-        ),
+        startFailed(world.model.scope(attempt.id), "ENOENT", retry, reportedAtMs, T0 + 2),
       );
-      expect(world.model.attempt(admitted.attempt.id).status).toBe("timed_out");
-      expect(world.model.run(run.id).status).toBe(expected);
+      expect([world.model.attempt(attempt.id).status, world.model.run(run.id).status]).toEqual([
+        attemptStatus,
+        runStatus,
+      ]);
     }
   });
 
@@ -208,26 +175,17 @@ describe("the ordinary run path", () => {
     const retry = { max: 3, backoffMs: 0, idempotent: true };
     const world = worldWith(retry);
     const run = world.startTask();
-    const attempt = runAttempt(world, run.id, T0 + 1);
+    const attempt = runningOrdinaryAttempt(world, run.id, T0 + 1);
     world.apply(requestCancel(world.model.run(run.id), T0 + 2, "user"));
-    world.apply(
-      complete(world.model.scope(attempt.id), exitFacts(T0 + 1, T0 + 3, 1), retry, T0 + 4),
-    );
+    world.apply(completion(world, attempt.id, exitFacts(T0 + 1, T0 + 3, 1), T0 + 4, retry));
     expect(world.model.run(run.id).status).toBe("failed");
   });
 
   it("a receipt for a starting ordinary attempt moves the run dispatching → running → terminal atomically", () => {
     const world = worldWith();
     const run = world.startTask();
-    const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
-    world.apply(admitted.change);
-    world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
-    const change = complete(
-      world.model.scope(admitted.attempt.id),
-      exitFacts(T0 + 2, T0 + 5, 0),
-      definitionOf(world.pkg, "work").retry,
-      T0 + 6,
-    );
+    const attempt = startingOrdinaryAttempt(world, run.id, T0 + 2);
+    const change = completion(world, attempt.id, exitFacts(T0 + 2, T0 + 5, 0), T0 + 6);
     expect(
       change.events
         .filter((event) => event.type === "run.status_changed")
