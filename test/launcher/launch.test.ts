@@ -52,6 +52,22 @@ describe("launch", () => {
     expect(await readFile(launcher.logPath(spec.attemptId, "stderr"), "utf8")).toBe("err\n");
   });
 
+  it("creates a log only for a stream the task wrote to", async () => {
+    const { launcher } = await newLauncher(scratch);
+    const silent = shellSpec("exit 0");
+    const talksOnStderr = shellSpec("echo only-err >&2");
+    await launcher.launch(silent);
+    await launcher.launch(talksOnStderr);
+    for (const spec of [silent, talksOnStderr])
+      expect((await waitForReceipt(launcher, spec.attemptId)).status).toBe("valid");
+    expect(existsSync(launcher.logPath(silent.attemptId, "stdout"))).toBe(false);
+    expect(existsSync(launcher.logPath(silent.attemptId, "stderr"))).toBe(false);
+    expect(existsSync(launcher.logPath(talksOnStderr.attemptId, "stdout"))).toBe(false);
+    expect(await readFile(launcher.logPath(talksOnStderr.attemptId, "stderr"), "utf8")).toBe(
+      "only-err\n",
+    );
+  });
+
   it("has the journal on disk before the task runs (the task reads its own journal record)", async () => {
     const { launcher, stateDir } = await newLauncher(scratch);
     const attemptId = newAttemptId();
