@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import {
   isSpawnFailedError,
@@ -9,17 +9,9 @@ import {
   PosixLauncher,
   type ProcessHandle,
 } from "../../runtimes/node/launcher/index.ts";
-import { makeScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
+import { useScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
 
-let scratch: Awaited<ReturnType<typeof makeScratch>>;
-
-beforeAll(async () => {
-  scratch = await makeScratch("launch");
-});
-
-afterAll(async () => {
-  await scratch.cleanup();
-});
+const scratch = useScratch("launch");
 
 describe("launch", () => {
   it("runs the argv, writes both logs and a valid receipt with the exit code and the journal's startedAtMs", async () => {
