@@ -216,6 +216,49 @@ function childrenOf(pid: number): number[] {
   return children;
 }
 
+/** Clock ticks per second of /proc/<pid>/stat's times (USER_HZ: 100 on every Linux Node runs on). */
+const CLOCK_TICKS_PER_SECOND = 100;
+
+/**
+ * CPU time of a process from /proc/<pid>/stat, ms: its own (utime + stime, every thread) and
+ * that of its children it has reaped (cutime + cstime: the supervisor's tasks). Zeros when the
+ * process is gone.
+ */
+function cpuOf(pid: number): { ownMs: number; reapedChildrenMs: number } {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // After the command name: field 3 (state) is index 0, so utime (14) is index 11.
+    const ticks = (index: number): number => Number(fields[index] ?? 0);
+    const toMs = (value: number): number => (value * 1000) / CLOCK_TICKS_PER_SECOND;
+    return {
+      ownMs: toMs(ticks(11) + ticks(12)),
+      reapedChildrenMs: toMs(ticks(13) + ticks(14)),
+    };
+  } catch {
+    return { ownMs: 0, reapedChildrenMs: 0 };
+  }
+}
+
+/** CPU ms per unit of work, by process, between two readings. */
+function cpuPerUnit(
+  units: number,
+  parts: Record<string, { before: number; after: number }>,
+): Record<string, number> {
+  const result: Record<string, number> = {};
+  let total = 0;
+  for (const [name, { before, after }] of Object.entries(parts)) {
+    result[name] = round((after - before) / units, 2);
+    total += after - before;
+  }
+  result.total = round(total / units, 2);
+  return result;
+}
+
+function loadAverage1m(): number {
+  return Number(readFileSync("/proc/loadavg", "utf8").split(" ")[0]);
+}
+
 /** Private_Clean + Private_Dirty and Pss of a process, bytes. */
 function privateBytes(pid: number): { privateBytes: number; pssBytes: number; rssBytes: number } {
   const text = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
@@ -321,11 +364,23 @@ async function memoryPerTask(config: LauncherBenchConfig): Promise<unknown> {
 async function throughput(config: LauncherBenchConfig): Promise<unknown> {
   const served = await startServe(config.root, "standalone", null);
   try {
+    // One run first, so the resident supervisor is up and its start is not counted.
+    const warmRunId = await startRun(served, "one");
+    await waitUntil(
+      "the warm-up run",
+      async () => (await runStatus(served, warmRunId)) === "succeeded",
+      60_000,
+    );
+    const supervisor = supervisorPid(served.stateDir) ?? -1;
+    const servePid = served.child.pid ?? -1;
+    const serveBefore = cpuOf(servePid);
+    const supervisorBefore = cpuOf(supervisor);
+    const loadBefore = loadAverage1m();
     let started = 0;
     let state = { terminal: 0, succeeded: 0, running: 0 };
     const t0 = now();
-    while (state.terminal < config.throughputRuns) {
-      while (started < config.throughputRuns && started - state.terminal < config.inFlight) {
+    while (state.terminal < config.throughputRuns + 1) {
+      while (started < config.throughputRuns && started + 1 - state.terminal < config.inFlight) {
         await startRun(served, "one");
         started += 1;
       }
@@ -334,16 +389,27 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
       if (now() - t0 > 600_000) throw new Error("throughput did not finish in 10 minutes");
     }
     const wallMs = now() - t0;
-    const stepsPerSecond = round((state.succeeded / wallMs) * 1000, 1);
+    const serveAfter = cpuOf(servePid);
+    const supervisorAfter = cpuOf(supervisor);
+    const succeeded = state.succeeded - 1;
+    const stepsPerSecond = round((succeeded / wallMs) * 1000, 1);
+    const cpuMsPerStep = cpuPerUnit(config.throughputRuns, {
+      serve: { before: serveBefore.ownMs, after: serveAfter.ownMs },
+      supervisor: { before: supervisorBefore.ownMs, after: supervisorAfter.ownMs },
+      tasks: { before: supervisorBefore.reapedChildrenMs, after: supervisorAfter.reapedChildrenMs },
+    });
+    const load1m = { before: loadBefore, after: loadAverage1m() };
     log(
-      `throughput: ${state.succeeded}/${config.throughputRuns} one-step runs of true in ${Math.round(wallMs)} ms: ${stepsPerSecond} steps/s`,
+      `throughput: ${succeeded}/${config.throughputRuns} one-step runs of true in ${Math.round(wallMs)} ms: ${stepsPerSecond} steps/s; CPU per step ${JSON.stringify(cpuMsPerStep)} ms; load ${load1m.before} → ${load1m.after}`,
     );
     return {
       runs: config.throughputRuns,
-      succeeded: state.succeeded,
+      succeeded,
       inFlight: config.inFlight,
       wallMs: Math.round(wallMs),
       stepsPerSecond,
+      cpuMsPerStep,
+      load1m,
     };
   } finally {
     await stopServe(served);
@@ -538,6 +604,10 @@ async function launcherAlone(config: LauncherBenchConfig): Promise<unknown> {
     const total = config.throughputRuns;
     const launchMs: number[] = [];
     let next = 0;
+    const supervisor = supervisorPid(stateDir) ?? -1;
+    const launcherBefore = process.cpuUsage();
+    const supervisorBefore = cpuOf(supervisor);
+    const loadBefore = loadAverage1m();
     const t0 = now();
     const worker = async (): Promise<void> => {
       while (next < total) {
@@ -553,9 +623,17 @@ async function launcherAlone(config: LauncherBenchConfig): Promise<unknown> {
     };
     await Promise.all(Array.from({ length: config.inFlight }, () => worker()));
     const wallMs = now() - t0;
+    const launcherCpu = process.cpuUsage(launcherBefore);
+    const supervisorAfter = cpuOf(supervisor);
     const summary = summarize(launchMs);
+    const cpuMsPerLaunch = cpuPerUnit(total, {
+      launcher: { before: 0, after: (launcherCpu.user + launcherCpu.system) / 1000 },
+      supervisor: { before: supervisorBefore.ownMs, after: supervisorAfter.ownMs },
+      tasks: { before: supervisorBefore.reapedChildrenMs, after: supervisorAfter.reapedChildrenMs },
+    });
+    const load1m = { before: loadBefore, after: loadAverage1m() };
     log(
-      `launcher alone: ${total} launches of true to a valid receipt in ${Math.round(wallMs)} ms: ${round((total / wallMs) * 1000, 1)} tasks/s, launch p50 ${summary.p50Ms} ms`,
+      `launcher alone: ${total} launches of true to a valid receipt in ${Math.round(wallMs)} ms: ${round((total / wallMs) * 1000, 1)} tasks/s, launch p50 ${summary.p50Ms} ms; CPU per launch ${JSON.stringify(cpuMsPerLaunch)} ms; load ${load1m.before} → ${load1m.after}`,
     );
     return {
       launches: total,
@@ -563,6 +641,8 @@ async function launcherAlone(config: LauncherBenchConfig): Promise<unknown> {
       wallMs: Math.round(wallMs),
       tasksPerSecond: round((total / wallMs) * 1000, 1),
       launch: summary,
+      cpuMsPerLaunch,
+      load1m,
     };
   } finally {
     launcher.close();

@@ -1,4 +1,5 @@
 import type { FaultPoint } from "../../src/coordinator.ts";
+import type { CompletionFacts } from "../../src/execution.ts";
 import type { ProcessHandleFacts, RunAttempt, StopReason } from "../../src/model.ts";
 import type { Executor, LaunchRequest } from "../../src/ports.ts";
 import type { LiveInspection, ReceiptEvidence } from "../../src/recovery.ts";
@@ -13,10 +14,27 @@ import { checkOutput, type OutputEvidence } from "../../src/task-output.ts";
 import { prepareTaskEnvironment } from "./task-env.ts";
 
 /** The output a valid receipt carries, checked against the output rules once more. */
-export function receiptOutput(receipt: CompletionReceipt): OutputEvidence {
+function receiptOutput(receipt: CompletionReceipt): OutputEvidence {
   const outputError = receipt.outputError ?? null;
   if (outputError !== null) return { output: null, outputError };
   return checkOutput(receipt.output ?? null);
+}
+
+/**
+ * The completion a valid receipt records, as the core takes it (from a local attempt's
+ * evidence, or a remote worker's report). The output is re-checked here too: the receipt
+ * authenticates the bytes, the rules are the core's.
+ */
+export function receiptCompletion(receipt: CompletionReceipt): CompletionFacts {
+  return {
+    startedAtMs: receipt.startedAtMs,
+    finishedAtMs: receipt.finishedAtMs,
+    exitCode: receipt.exitCode,
+    signal: receipt.signal,
+    stopReason: receipt.stopReason,
+    spawnError: receipt.spawnError,
+    ...receiptOutput(receipt),
+  };
 }
 
 /**
@@ -91,20 +109,7 @@ export class LocalProcessExecutor implements Executor {
   async readReceipt(attempt: RunAttempt): Promise<ReceiptEvidence> {
     const reading = await this.launcher.readReceipt(attempt.id);
     if (reading.status !== "valid") return reading;
-    const receipt = reading.receipt;
-    return {
-      status: "valid",
-      facts: {
-        startedAtMs: receipt.startedAtMs,
-        finishedAtMs: receipt.finishedAtMs,
-        exitCode: receipt.exitCode,
-        signal: receipt.signal,
-        stopReason: receipt.stopReason,
-        spawnError: receipt.spawnError,
-        // Re-checked here too: the receipt authenticates the bytes, the rules are the core's.
-        ...receiptOutput(receipt),
-      },
-    };
+    return { status: "valid", facts: receiptCompletion(reading.receipt) };
   }
 
   async hasJournal(

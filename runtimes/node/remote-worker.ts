@@ -8,7 +8,7 @@ import { errorMessage } from "../../src/errors.ts";
 import { ApiError, QlrClient } from "../http/client.ts";
 import type { LeaseFenceRequest } from "../http/contract.ts";
 import { systemClock } from "./host.ts";
-import { receiptOutput } from "./local-executor.ts";
+import { receiptCompletion } from "./local-executor.ts";
 import { prepareTaskEnvironment } from "./task-env.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 import {
@@ -311,22 +311,12 @@ export class RemoteWorker {
     const attemptId = held.lease.attemptId;
     const receipt = await this.launcher.readReceipt(attemptId);
     if (receipt.status === "valid") {
-      const { startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError } =
-        receipt.receipt;
       // The output travels with the completion it was signed with; a repeated call (a lost
       // answer) carries the same receipt, and the coordinator records the first one only.
-      const { output, outputError } = receiptOutput(receipt.receipt);
       try {
         await this.coordinator.leaseComplete({
           ...this.fence(held),
-          startedAtMs,
-          finishedAtMs,
-          exitCode,
-          signal,
-          stopReason,
-          spawnError,
-          output,
-          outputError,
+          ...receiptCompletion(receipt.receipt),
         });
       } catch (error) {
         // A completion is retried until acknowledged; only a refused fence ends it (another

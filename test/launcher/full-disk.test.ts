@@ -8,8 +8,14 @@ import { mkdir, open, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
-import { loadOrCreateReceiptKey, PosixLauncher } from "../../runtimes/node/launcher/index.ts";
-import { makeScratch, newAttemptId, shellSpec, waitFor, waitForReceipt } from "./support.ts";
+import {
+  makeScratch,
+  newLauncher,
+  newLauncherWithSupervisor,
+  shellSpec,
+  waitFor,
+  waitForReceipt,
+} from "./support.ts";
 
 let scratch: Awaited<ReturnType<typeof makeScratch>>;
 let mountPoint: string;
@@ -69,12 +75,8 @@ describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", 
     { timeout: 60_000 },
     async () => {
       expect(mounted).toBe(true);
-      const stateDir = join(mountPoint, "state-receipt");
-      const launcher = new PosixLauncher({
-        stateDir,
-        hmacKey: await loadOrCreateReceiptKey(stateDir),
-        nowMs: () => Date.now(),
-        supervisorPath: scratch.supervisorPath,
+      const { launcher } = await newLauncher(scratch, {
+        stateDir: join(mountPoint, "state-receipt"),
       });
       const gate = join(scratch.dir, "gate-receipt");
       const spec = shellSpec(`while [ ! -e ${gate} ]; do sleep 0.05; done; echo finished`);
@@ -106,16 +108,9 @@ describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", 
     { timeout: 60_000 },
     async () => {
       expect(mounted).toBe(true);
-      const stateDir = join(mountPoint, "state-journal");
-      const launcher = new PosixLauncher({
-        stateDir,
-        hmacKey: await loadOrCreateReceiptKey(stateDir),
-        nowMs: () => Date.now(),
-        supervisorPath: scratch.supervisorPath,
+      const { launcher } = await newLauncherWithSupervisor(scratch, {
+        stateDir: join(mountPoint, "state-journal"),
       });
-      const warmUp = newAttemptId();
-      await launcher.launch(shellSpec("true", { attemptId: warmUp }));
-      await waitForReceipt(launcher, warmUp);
       const filler = await fillDisk("filler-journal");
       const marker = join(scratch.dir, "ran-journal");
       const spec = shellSpec(`touch ${marker}`);

@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import { chmod, copyFile, mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   isAlive,
   parseProcStat,
@@ -9,17 +9,9 @@ import {
   readProcStat,
   type ProcessHandle,
 } from "../../runtimes/node/launcher/index.ts";
-import { makeScratch, newLauncher, shellSpec, waitFor, waitForReceipt } from "./support.ts";
+import { useScratch, newLauncher, shellSpec, waitFor, waitForReceipt } from "./support.ts";
 
-let scratch: Awaited<ReturnType<typeof makeScratch>>;
-
-beforeAll(async () => {
-  scratch = await makeScratch("inspect");
-});
-
-afterAll(async () => {
-  await scratch.cleanup();
-});
+const scratch = useScratch("inspect");
 
 describe("inspect", () => {
   it("says running while the task runs and not_running after it exits", async () => {

@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import {
   isSpawnFailedError,
@@ -9,17 +9,9 @@ import {
   PosixLauncher,
   type ProcessHandle,
 } from "../../runtimes/node/launcher/index.ts";
-import { makeScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
+import { useScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
 
-let scratch: Awaited<ReturnType<typeof makeScratch>>;
-
-beforeAll(async () => {
-  scratch = await makeScratch("launch");
-});
-
-afterAll(async () => {
-  await scratch.cleanup();
-});
+const scratch = useScratch("launch");
 
 describe("launch", () => {
   it("runs the argv, writes both logs and a valid receipt with the exit code and the journal's startedAtMs", async () => {
@@ -50,6 +42,22 @@ describe("launch", () => {
 
     expect(await readFile(launcher.logPath(spec.attemptId, "stdout"), "utf8")).toBe("out\n");
     expect(await readFile(launcher.logPath(spec.attemptId, "stderr"), "utf8")).toBe("err\n");
+  });
+
+  it("creates a log only for a stream the task wrote to", async () => {
+    const { launcher } = await newLauncher(scratch);
+    const silent = shellSpec("exit 0");
+    const talksOnStderr = shellSpec("echo only-err >&2");
+    await launcher.launch(silent);
+    await launcher.launch(talksOnStderr);
+    for (const spec of [silent, talksOnStderr])
+      expect((await waitForReceipt(launcher, spec.attemptId)).status).toBe("valid");
+    expect(existsSync(launcher.logPath(silent.attemptId, "stdout"))).toBe(false);
+    expect(existsSync(launcher.logPath(silent.attemptId, "stderr"))).toBe(false);
+    expect(existsSync(launcher.logPath(talksOnStderr.attemptId, "stdout"))).toBe(false);
+    expect(await readFile(launcher.logPath(talksOnStderr.attemptId, "stderr"), "utf8")).toBe(
+      "only-err\n",
+    );
   });
 
   it("has the journal on disk before the task runs (the task reads its own journal record)", async () => {

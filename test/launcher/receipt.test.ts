@@ -1,6 +1,6 @@
 import { chmod, readFile, rename, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import {
   loadOrCreateReceiptKey,
@@ -9,17 +9,9 @@ import {
 } from "../../runtimes/node/launcher/index.ts";
 import { signReceipt, writeReceiptExclusive } from "../../runtimes/node/launcher/receipt.ts";
 import { stateLayout } from "../../runtimes/node/launcher/state-layout.ts";
-import { makeScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
+import { useScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
 
-let scratch: Awaited<ReturnType<typeof makeScratch>>;
-
-beforeAll(async () => {
-  scratch = await makeScratch("receipt");
-});
-
-afterAll(async () => {
-  await scratch.cleanup();
-});
+const scratch = useScratch("receipt");
 
 /** Launches a task that exits with 7 and returns the launcher, the attempt and the receipt file's path. */
 async function completedAttempt(): Promise<{

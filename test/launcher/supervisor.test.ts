@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import { createFileExclusiveDurable } from "../../runtimes/node/launcher/durable-file.ts";
 import { journalText } from "../../runtimes/node/launcher/journal.ts";
@@ -15,23 +15,16 @@ import {
 import { journalPath, stateLayout } from "../../runtimes/node/launcher/state-layout.ts";
 import {
   isGoneOrZombie,
-  makeScratch,
+  useScratch,
   newAttemptId,
   newLauncher,
+  newLauncherWithSupervisor,
   shellSpec,
   waitFor,
   waitForReceipt,
 } from "./support.ts";
 
-let scratch: Awaited<ReturnType<typeof makeScratch>>;
-
-beforeAll(async () => {
-  scratch = await makeScratch("supervisor");
-});
-
-afterAll(async () => {
-  await scratch.cleanup();
-});
+const scratch = useScratch("supervisor");
 
 async function journalAttempt(
   stateDir: string,
@@ -107,16 +100,7 @@ describe("the resident supervisor", () => {
   });
 
   it("refuses to start a task that has no journal record", async () => {
-    const { launcher, stateDir, hmacKey } = await newLauncher(scratch);
-    const warmUp = newAttemptId();
-    await launcher.launch({
-      attemptId: warmUp,
-      argv: ["true"],
-      env: {},
-      cwd: null,
-      logMaxBytes: 1024,
-    });
-    await waitForReceipt(launcher, warmUp);
+    const { launcher, stateDir, hmacKey } = await newLauncherWithSupervisor(scratch);
     const client = new SupervisorClient({
       stateDir,
       hmacKey,
@@ -137,16 +121,7 @@ describe("the resident supervisor", () => {
   });
 
   it("answers an unknown attempt's settle with never, and refuses to launch it from then on", async () => {
-    const { launcher, stateDir, hmacKey } = await newLauncher(scratch);
-    const warmUp = newAttemptId();
-    await launcher.launch({
-      attemptId: warmUp,
-      argv: ["true"],
-      env: {},
-      cwd: null,
-      logMaxBytes: 1024,
-    });
-    await waitForReceipt(launcher, warmUp);
+    const { launcher, stateDir, hmacKey } = await newLauncherWithSupervisor(scratch);
     const attemptId = newAttemptId();
     await journalAttempt(stateDir, attemptId, 1234);
     // Journaled, no spawn record, and the live supervisor never heard of it.

@@ -3,6 +3,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { afterAll, beforeAll } from "vitest";
 import { buildSupervisor } from "../../runtimes/node/launcher/build-supervisor.ts";
 import {
   loadOrCreateReceiptKey,
@@ -22,24 +23,54 @@ export async function makeScratch(
   return { dir, supervisorPath, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
 
+export type Scratch = Awaited<ReturnType<typeof makeScratch>>;
+
+/**
+ * The scratch directory of one test file: made before its first test, removed after its last.
+ * The fields are filled in by then, so tests read them as usual.
+ */
+export function useScratch(prefix: string): Scratch {
+  const scratch = {} as Scratch;
+  beforeAll(async () => {
+    Object.assign(scratch, await makeScratch(prefix));
+  });
+  afterAll(async () => {
+    await scratch.cleanup();
+  });
+  return scratch;
+}
+
 export function newAttemptId(): string {
   return `wta:${randomBytes(16).toString("hex")}`;
 }
 
 export async function newLauncher(
   scratch: { dir: string; supervisorPath: string },
-  options: { graceMs?: number; procRoot?: string } = {},
+  options: { graceMs?: number; procRoot?: string; stateDir?: string } = {},
 ): Promise<{ launcher: PosixLauncher; stateDir: string; hmacKey: Uint8Array }> {
-  const stateDir = await mkdtemp(join(scratch.dir, "state-"));
+  const { stateDir: givenStateDir, ...launcherOptions } = options;
+  const stateDir = givenStateDir ?? (await mkdtemp(join(scratch.dir, "state-")));
   const hmacKey = await loadOrCreateReceiptKey(stateDir);
   const launcher = new PosixLauncher({
     stateDir,
     hmacKey,
     nowMs: () => Date.now(),
     supervisorPath: scratch.supervisorPath,
-    ...options,
+    ...launcherOptions,
   });
   return { launcher, stateDir, hmacKey };
+}
+
+/** A launcher whose state directory's supervisor is up: one `true` launched and its receipt read. */
+export async function newLauncherWithSupervisor(
+  scratch: { dir: string; supervisorPath: string },
+  options: { stateDir?: string } = {},
+): Promise<{ launcher: PosixLauncher; stateDir: string; hmacKey: Uint8Array }> {
+  const started = await newLauncher(scratch, options);
+  const warmUp = newAttemptId();
+  await started.launcher.launch(shellSpec("true", { attemptId: warmUp, argv: ["true"] }));
+  await waitForReceipt(started.launcher, warmUp);
+  return started;
 }
 
 export function shellSpec(script: string, overrides: Partial<LaunchSpec> = {}): LaunchSpec {

@@ -1,6 +1,6 @@
 import { access, readFile, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { canonicalJson } from "../../src/canonical-json.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import type { TaskContext } from "../../src/task-context.ts";
@@ -12,7 +12,7 @@ import {
   taskNeedsPath,
   taskOutputPath,
 } from "../../runtimes/node/task-env.ts";
-import { makeScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
+import { useScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
 
 /**
  * The task environment and the output file with real processes: a shell task reads its
@@ -20,15 +20,7 @@ import { makeScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } fro
  * `QLR_OUTPUT`, and the supervisor signs what it wrote into the receipt.
  */
 
-let scratch: Awaited<ReturnType<typeof makeScratch>>;
-
-beforeAll(async () => {
-  scratch = await makeScratch("task-env");
-});
-
-afterAll(async () => {
-  await scratch.cleanup();
-});
+const scratch = useScratch("task-env");
 
 function contextFor(attemptId: string): TaskContext {
   return {

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { fsync } from "node:fs";
 import { basename, dirname, join } from "node:path";
+import { canonicalJson } from "../../../src/canonical-json.ts";
 import { errorCode } from "../../../src/errors.ts";
 import { nodeDurableFs } from "../../../storage/node/durable-fs.ts";
 import type { DurableFileHandle, DurableFs } from "../../../storage/node/durable-fs.ts";
@@ -330,4 +331,40 @@ function settled<T>(work: () => T): Promise<T> {
   } catch (error) {
     return Promise.reject(error instanceof Error ? error : new Error(String(error)));
   }
+}
+
+/**
+ * Writes one record as a line of canonical JSON, exclusively and durably: the journal, the
+ * spawn record and the stop intent are all written this way (see createFileExclusiveDurable).
+ */
+export function createRecordFile(
+  path: string,
+  tmpDir: string,
+  record: object,
+  fs: DurableFs = launcherDurableFs,
+): Promise<void> {
+  return createFileExclusiveDurable(path, tmpDir, `${canonicalJson({ ...record })}\n`, fs);
+}
+
+/**
+ * Reads one record written by `createRecordFile`: null when there is none, else its JSON
+ * object, or why the file is not one (too large, not a regular file, not JSON, not an object).
+ * Each reader checks the fields and says what a bad record means for it.
+ */
+export async function readRecordFile(
+  path: string,
+  maxBytes: number,
+  fs: DurableFs = launcherDurableFs,
+): Promise<{ ok: true; record: Record<string, unknown> } | { ok: false; reason: string } | null> {
+  const file = await readSmallFile(path, maxBytes, fs);
+  if (file === null || !file.ok) return file;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(file.text);
+  } catch {
+    return { ok: false, reason: "is not valid JSON" };
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+    return { ok: false, reason: "is not a JSON object" };
+  return { ok: true, record: parsed as Record<string, unknown> };
 }

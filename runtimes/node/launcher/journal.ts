@@ -3,7 +3,7 @@ import { isDigest, type Digest } from "../../../src/digest.ts";
 import { QlrError } from "../../../src/errors.ts";
 import { isPortableId } from "../../../src/identity.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
-import { createFileExclusiveDurable, launcherDurableFs, readSmallFile } from "./durable-file.ts";
+import { createRecordFile, launcherDurableFs, readRecordFile } from "./durable-file.ts";
 import { journalPath, type StateLayout } from "./state-layout.ts";
 
 /**
@@ -35,6 +35,7 @@ const JOURNAL_KEYS = [
   "version",
 ];
 
+/** The record's bytes on disk, as `createRecordFile` writes them. */
 export function journalText(record: JournalRecord): string {
   return `${canonicalJson({ ...record })}\n`;
 }
@@ -48,18 +49,10 @@ export function writeJournalRecord(
   record: JournalRecord,
   fs: DurableFs = launcherDurableFs,
 ): Promise<void> {
-  return createFileExclusiveDurable(
-    journalPath(layout, record.attemptId),
-    layout.tmpDir,
-    journalText(record),
-    fs,
-  );
+  return createRecordFile(journalPath(layout, record.attemptId), layout.tmpDir, record, fs);
 }
 
-function journalShapeProblem(value: unknown): string | null {
-  if (typeof value !== "object" || value === null || Array.isArray(value))
-    return "not a JSON object";
-  const record = value as Record<string, unknown>;
+function journalShapeProblem(record: Record<string, unknown>): string | null {
   const keys = Object.keys(record).sort();
   if (keys.length !== JOURNAL_KEYS.length || keys.some((key, index) => key !== JOURNAL_KEYS[index]))
     return `fields are [${keys.join(",")}]`;
@@ -84,18 +77,12 @@ export async function readJournalRecord(
   fs: DurableFs = launcherDurableFs,
 ): Promise<JournalRecord | null> {
   const path = journalPath(layout, attemptId);
-  const file = await readSmallFile(path, JOURNAL_MAX_BYTES, fs);
+  const file = await readRecordFile(path, JOURNAL_MAX_BYTES, fs);
   if (file === null) return null;
   if (!file.ok) throw new QlrError("storage_corrupt", `journal ${path} ${file.reason}`);
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(file.text);
-  } catch (error) {
-    throw new QlrError("storage_corrupt", `journal ${path} is not valid JSON`, { cause: error });
-  }
-  const problem = journalShapeProblem(parsed);
+  const problem = journalShapeProblem(file.record);
   if (problem !== null) throw new QlrError("storage_corrupt", `journal ${path}: ${problem}`);
-  const record = parsed as JournalRecord;
+  const record = file.record as unknown as JournalRecord;
   if (record.attemptId !== attemptId)
     throw new QlrError(
       "storage_corrupt",

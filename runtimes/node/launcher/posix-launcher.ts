@@ -21,6 +21,7 @@ import {
   type StopReason,
 } from "./receipt.ts";
 import {
+  attemptDirectories,
   attemptFilesBesideJournal,
   attemptLogPath,
   attemptWorkPath,
@@ -519,26 +520,8 @@ export class PosixLauncher {
   /** Directories, the key check and the supervisor bundle, once per launcher (retried after a failure). */
   private prepare(): Promise<void> {
     this.prepared ??= (async () => {
-      const {
-        stateDir,
-        journalDir,
-        receiptsDir,
-        logsDir,
-        stopsDir,
-        spawnsDir,
-        tmpDir,
-        workDir,
-        receiptKeyPath,
-      } = this.layout;
-      await ensureDurableDirectories(stateDir, [
-        journalDir,
-        receiptsDir,
-        logsDir,
-        stopsDir,
-        spawnsDir,
-        tmpDir,
-        workDir,
-      ]);
+      const { stateDir, receiptKeyPath } = this.layout;
+      await ensureDurableDirectories(stateDir, attemptDirectories(this.layout));
       const fileKey = await readReceiptKey(receiptKeyPath);
       // The supervisor signs with the file's key and this launcher verifies with its own, so
       // they must be the same key or every receipt would read as invalid.
@@ -650,14 +633,10 @@ export class PosixLauncher {
       // Removes symbolic links a task left there, never what they point to.
       await rm(attemptWorkPath(this.layout, attemptId), { recursive: true, force: true });
     }
-    for (const directory of [
-      this.layout.logsDir,
-      this.layout.stopsDir,
-      this.layout.spawnsDir,
-      this.layout.receiptsDir,
-      this.layout.workDir,
-    ])
-      await fsyncDirectoryIfPresent(directory);
+    // Every directory but the journal's (it goes last) and tmp/ (nothing of an attempt stays in it).
+    for (const directory of attemptDirectories(this.layout))
+      if (directory !== this.layout.journalDir && directory !== this.layout.tmpDir)
+        await fsyncDirectoryIfPresent(directory);
     await beforeJournal?.();
     for (const attemptId of ids) await unlinkIfPresent(journalPath(this.layout, attemptId));
     // Not fsynced: a journal record that a power loss brings back is an orphan the next

@@ -9,6 +9,7 @@ import { QlrError, errorCode } from "../../../src/errors.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
 import {
   createFileExclusiveDurable,
+  createRecordFile,
   ensureDurableDirectories,
   launcherDurableFs,
   readSmallFile,
@@ -78,34 +79,17 @@ export const OUTPUT_ERROR_MAX_LENGTH = 1024;
 export const SPAWN_ERROR_MAX_LENGTH = 1024;
 const MAC_PATTERN = /^[0-9a-f]{64}$/;
 
-/** MAC = HMAC-SHA256(key, canonical JSON of every receipt field except `mac`). */
-export function receiptMac(key: Uint8Array, fields: UnsignedReceipt): string {
-  // The fields are picked one by one so an object carrying extra members (a whole receipt,
-  // say) can never change what is authenticated. The output fields are authenticated only
-  // when they say something, so a receipt without an output keeps the MAC it always had.
+/**
+ * What a receipt's MAC covers. The fields are picked one by one so an object carrying extra
+ * members (a whole receipt, say) can never change what is authenticated. The output fields
+ * are authenticated only when they say something, so a receipt without an output keeps the
+ * MAC it always had.
+ */
+function authenticatedFields(fields: UnsignedReceipt): UnsignedReceipt {
   const { attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError } = fields;
   const output = fields.output ?? null;
   const outputError = fields.outputError ?? null;
   const withOutput = output === null && outputError === null ? {} : { output, outputError };
-  return hmacSha256Hex(
-    key,
-    canonicalJson({
-      attemptId,
-      startedAtMs,
-      finishedAtMs,
-      exitCode,
-      signal,
-      stopReason,
-      spawnError,
-      ...withOutput,
-    }),
-  );
-}
-
-export function signReceipt(key: Uint8Array, fields: UnsignedReceipt): CompletionReceipt {
-  const { attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError } = fields;
-  const output = fields.output ?? null;
-  const outputError = fields.outputError ?? null;
   return {
     attemptId,
     startedAtMs,
@@ -114,8 +98,20 @@ export function signReceipt(key: Uint8Array, fields: UnsignedReceipt): Completio
     signal,
     stopReason,
     spawnError,
-    output,
-    outputError,
+    ...withOutput,
+  };
+}
+
+/** MAC = HMAC-SHA256(key, canonical JSON of every receipt field except `mac`). */
+export function receiptMac(key: Uint8Array, fields: UnsignedReceipt): string {
+  return hmacSha256Hex(key, canonicalJson({ ...authenticatedFields(fields) }));
+}
+
+export function signReceipt(key: Uint8Array, fields: UnsignedReceipt): CompletionReceipt {
+  return {
+    ...authenticatedFields(fields),
+    output: fields.output ?? null,
+    outputError: fields.outputError ?? null,
     mac: receiptMac(key, fields),
   };
 }
@@ -200,7 +196,7 @@ export async function writeReceiptExclusive(
 ): Promise<void> {
   const path = receiptPath(layout, receipt.attemptId);
   try {
-    await createFileExclusiveDurable(path, layout.tmpDir, `${canonicalJson({ ...receipt })}\n`, fs);
+    await createRecordFile(path, layout.tmpDir, receipt, fs);
   } catch (error) {
     if (errorCode(error) === "EEXIST")
       throw new QlrError(

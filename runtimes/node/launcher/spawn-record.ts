@@ -1,7 +1,6 @@
-import { canonicalJson } from "../../../src/canonical-json.ts";
 import { isPortableId } from "../../../src/identity.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
-import { createFileExclusiveDurable, launcherDurableFs, readSmallFile } from "./durable-file.ts";
+import { createRecordFile, launcherDurableFs, readRecordFile } from "./durable-file.ts";
 import { spawnRecordPath, type StateLayout } from "./state-layout.ts";
 
 /**
@@ -25,12 +24,7 @@ export async function writeSpawnRecord(
   record: SpawnRecord,
   fs: DurableFs = launcherDurableFs,
 ): Promise<void> {
-  await createFileExclusiveDurable(
-    spawnRecordPath(layout, record.attemptId),
-    layout.tmpDir,
-    `${canonicalJson({ ...record })}\n`,
-    fs,
-  );
+  await createRecordFile(spawnRecordPath(layout, record.attemptId), layout.tmpDir, record, fs);
 }
 
 /** The record, null when there is none, or the reason it cannot be used. */
@@ -39,27 +33,23 @@ export async function readSpawnRecord(
   attemptId: string,
   fs: DurableFs = launcherDurableFs,
 ): Promise<SpawnRecord | null | { invalid: string }> {
-  const file = await readSmallFile(spawnRecordPath(layout, attemptId), SPAWN_RECORD_MAX_BYTES, fs);
+  const file = await readRecordFile(spawnRecordPath(layout, attemptId), SPAWN_RECORD_MAX_BYTES, fs);
   if (file === null) return null;
   if (!file.ok) return { invalid: `spawn record ${file.reason}` };
-  try {
-    const parsed = JSON.parse(file.text) as Record<string, unknown>;
-    if (parsed.attemptId !== attemptId || !isPortableId(parsed.attemptId))
-      return { invalid: "spawn record names another attempt" };
-    if (
-      !Number.isSafeInteger(parsed.supervisorPid) ||
-      typeof parsed.supervisorStartTicks !== "string" ||
-      !/^[0-9]+$/.test(parsed.supervisorStartTicks) ||
-      typeof parsed.bootId !== "string"
-    )
-      return { invalid: "spawn record is malformed" };
-    return {
-      attemptId,
-      supervisorPid: parsed.supervisorPid as number,
-      supervisorStartTicks: parsed.supervisorStartTicks,
-      bootId: parsed.bootId,
-    };
-  } catch {
-    return { invalid: "spawn record is not JSON" };
-  }
+  const parsed = file.record;
+  if (parsed.attemptId !== attemptId || !isPortableId(parsed.attemptId))
+    return { invalid: "spawn record names another attempt" };
+  if (
+    !Number.isSafeInteger(parsed.supervisorPid) ||
+    typeof parsed.supervisorStartTicks !== "string" ||
+    !/^[0-9]+$/.test(parsed.supervisorStartTicks) ||
+    typeof parsed.bootId !== "string"
+  )
+    return { invalid: "spawn record is malformed" };
+  return {
+    attemptId,
+    supervisorPid: parsed.supervisorPid as number,
+    supervisorStartTicks: parsed.supervisorStartTicks,
+    bootId: parsed.bootId,
+  };
 }

@@ -44,6 +44,19 @@ export function stateLayout(stateDir: string): StateLayout {
   };
 }
 
+/** Every directory the launcher and the supervisor write attempt files into. */
+export function attemptDirectories(layout: StateLayout): string[] {
+  return [
+    layout.journalDir,
+    layout.receiptsDir,
+    layout.logsDir,
+    layout.stopsDir,
+    layout.spawnsDir,
+    layout.tmpDir,
+    layout.workDir,
+  ];
+}
+
 export const JOURNAL_SUFFIX = ".json";
 
 export function journalPath(layout: StateLayout, attemptId: string): string {

@@ -1,7 +1,6 @@
-import { canonicalJson } from "../../../src/canonical-json.ts";
 import { QlrError, errorCode, isQlrError } from "../../../src/errors.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
-import { createFileExclusiveDurable, launcherDurableFs, readSmallFile } from "./durable-file.ts";
+import { createRecordFile, launcherDurableFs, readRecordFile } from "./durable-file.ts";
 import { isStopReason, type StopReason } from "./receipt.ts";
 import { stopIntentPath, type StateLayout } from "./state-layout.ts";
 
@@ -24,12 +23,7 @@ export async function recordStopIntent(
 ): Promise<StopReason> {
   const path = stopIntentPath(layout, attemptId);
   try {
-    await createFileExclusiveDurable(
-      path,
-      layout.tmpDir,
-      `${canonicalJson({ attemptId, reason, requestedAtMs })}\n`,
-      fs,
-    );
+    await createRecordFile(path, layout.tmpDir, { attemptId, reason, requestedAtMs }, fs);
     return reason;
   } catch (error) {
     if (errorCode(error) !== "EEXIST") throw error;
@@ -52,24 +46,13 @@ export async function readStopIntent(
   fs: DurableFs = launcherDurableFs,
 ): Promise<StopIntent | null> {
   const path = stopIntentPath(layout, attemptId);
-  const file = await readSmallFile(path, STOP_INTENT_MAX_BYTES, fs);
+  const file = await readRecordFile(path, STOP_INTENT_MAX_BYTES, fs);
   if (file === null) return null;
-  const damaged = (reason: string, cause?: unknown): QlrError =>
-    new QlrError(
-      "storage_corrupt",
-      `stop intent ${path} is damaged: ${reason}`,
-      cause === undefined ? undefined : { cause },
-    );
-  if (!file.ok) throw damaged(file.reason);
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(file.text);
-  } catch (error) {
-    throw damaged("it is not valid JSON (a write torn by a power cut?)", error);
-  }
-  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
-    throw damaged("it is not a JSON object");
-  const intent = parsed as { attemptId?: unknown; reason?: unknown; requestedAtMs?: unknown };
+  const damaged = (reason: string): QlrError =>
+    new QlrError("storage_corrupt", `stop intent ${path} is damaged: ${reason}`);
+  // Not JSON: most likely a write torn by a power cut on a file system without hard links.
+  if (!file.ok) throw damaged(`it ${file.reason}`);
+  const intent = file.record;
   if (intent.attemptId !== attemptId)
     throw damaged(`it names attempt ${JSON.stringify(intent.attemptId)}`);
   if (!isStopReason(intent.reason)) throw damaged("its reason is not cancel, timeout or shutdown");

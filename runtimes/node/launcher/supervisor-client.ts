@@ -49,6 +49,8 @@ class Connection {
     { resolve: (reply: Reply) => void; reject: (error: Error) => void; timer: NodeJS.Timeout }
   >();
   closed = false;
+  /** Writes of this turn are being gathered into one (see `request`). */
+  private corked = false;
 
   constructor(
     private readonly socket: Socket,
@@ -128,6 +130,16 @@ class Connection {
         );
       }, REQUEST_TIMEOUT_MS);
       this.waiting.set(key, { resolve, reject, timer });
+      // The launches of one dispatch page are asked in one turn (their journal records share
+      // one flush): they leave in one write, not one system call each.
+      if (!this.corked) {
+        this.corked = true;
+        this.socket.cork();
+        process.nextTick(() => {
+          this.corked = false;
+          this.socket.uncork();
+        });
+      }
       this.socket.write(`${JSON.stringify(message)}\n`);
     });
   }

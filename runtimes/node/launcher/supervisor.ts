@@ -78,18 +78,25 @@ const RECEIPT_RETRY_MAX_MS = 2000;
 const MAX_CLIENTS = 64;
 const HANDSHAKE_TIMEOUT_MS = 10_000;
 
-/** A log file that keeps at most `maxBytes` of the stream, then one marker line, then nothing. */
+/**
+ * A log file that keeps at most `maxBytes` of the stream, then one marker line, then nothing.
+ * The file is created by the first byte the task writes, not before the spawn: most tasks of a
+ * busy device say nothing on one stream or both, and two file creations (and two removals at
+ * retention) per attempt were a large part of a launch's cost. A reader treats a missing log as
+ * an empty one.
+ */
 class CappedLog {
+  private fd: number | null = null;
   private writtenBytes = 0;
   /** Every byte in the file, the marker line included. */
   private bytesWritten = 0;
   private truncated = false;
   private endsWithNewline = true;
-  /** The first write error (a full disk): the log stops there, the task is still supervised. */
+  /** The first error creating or writing the file (a full disk): the log stops there, the task is still supervised. */
   writeError: string | null = null;
 
   constructor(
-    private readonly fd: number,
+    private readonly path: string,
     private readonly maxBytes: number,
   ) {}
 
@@ -117,6 +124,8 @@ class CappedLog {
     if (bytes.length === 0 || this.writeError !== null) return;
     let offset = 0;
     try {
+      // Exclusive: an attempt's log is only ever written by its one supervised spawn.
+      this.fd ??= openSync(this.path, "wx", LOG_FILE_MODE);
       while (offset < bytes.length) offset += writeSync(this.fd, bytes, offset);
     } catch (error) {
       this.writeError = errorCode(error) ?? errorMessage(error);
@@ -131,37 +140,39 @@ class CappedLog {
    * The logs are made durable before the receipt, so a receipt implies its logs are as complete
    * as the disk allowed. The fsync runs on the thread pool, so the logs of tasks that end
    * together share a flush and the supervisor keeps serving launches meanwhile; a log nothing
-   * was written to has nothing to make durable and skips it.
+   * was written to does not exist and has nothing to make durable.
    */
   async closeDurably(): Promise<void> {
-    if (this.bytesWritten === 0 && this.writeError === null) {
-      this.closeQuietly();
-      return;
-    }
+    const fd = this.fd;
+    if (fd === null) return;
+    this.fd = null;
     const error = await new Promise<unknown>((resolve) =>
-      fsync(this.fd, (failure) => resolve(failure ?? null)),
+      fsync(fd, (failure) => resolve(failure ?? null)),
     );
     if (error !== null) this.writeError ??= errorCode(error) ?? errorMessage(error);
-    this.closeQuietly();
-  }
-
-  private closeQuietly(): void {
-    try {
-      closeSync(this.fd);
-    } catch {
-      // Closed already.
-    }
+    closeQuietly(fd);
   }
 
   /** Closes at once (the spawn failed; the spawn error receipt follows). */
   close(): void {
+    const fd = this.fd;
+    if (fd === null) return;
+    this.fd = null;
     try {
-      fsyncSync(this.fd);
+      fsyncSync(fd);
     } catch (error) {
       this.writeError ??= errorCode(error) ?? errorMessage(error);
     } finally {
-      closeSync(this.fd);
+      closeQuietly(fd);
     }
+  }
+}
+
+function closeQuietly(fd: number): void {
+  try {
+    closeSync(fd);
+  } catch {
+    // Closed already.
   }
 }
 
@@ -402,7 +413,7 @@ class ResidentSupervisor {
     }
   }
 
-  /** Journal check → logs → spawn record (durable) → spawn. Nothing is spawned without both records. */
+  /** Journal check → spawn record (durable) → spawn. Nothing is spawned without both records; the logs are created by the task's first output. */
   private async spawnTask(spec: SupervisorSpec): Promise<SupervisorMessage> {
     const { attemptId } = spec;
     let journal;
@@ -419,15 +430,14 @@ class ResidentSupervisor {
       };
     const { startedAtMs } = journal;
 
-    const stdoutFile = openLog(this.layout, attemptId, "stdout");
-    if (!stdoutFile.ok) return this.failBeforeSpawn(attemptId, startedAtMs, stdoutFile.reason);
-    const stderrFile = openLog(this.layout, attemptId, "stderr");
-    if (!stderrFile.ok) {
-      closeSync(stdoutFile.fd);
-      return this.failBeforeSpawn(attemptId, startedAtMs, stderrFile.reason);
-    }
-    const stdoutLog = new CappedLog(stdoutFile.fd, spec.logMaxBytes);
-    const stderrLog = new CappedLog(stderrFile.fd, spec.logMaxBytes);
+    const stdoutLog = new CappedLog(
+      attemptLogPath(this.layout, attemptId, "stdout"),
+      spec.logMaxBytes,
+    );
+    const stderrLog = new CappedLog(
+      attemptLogPath(this.layout, attemptId, "stderr"),
+      spec.logMaxBytes,
+    );
     const closeLogs = (): void => {
       stdoutLog.close();
       stderrLog.close();
@@ -442,7 +452,6 @@ class ResidentSupervisor {
     } catch (error) {
       // No spawn record, no spawn: with a full disk the attempt provably never started (the
       // runtime's settle question gets `never`), which is better than a task nobody can prove.
-      closeLogs();
       this.refused.add(attemptId);
       return {
         kind: "rejected",
@@ -729,26 +738,25 @@ class ResidentSupervisor {
   }
 }
 
-function send(socket: Socket, message: SupervisorMessage): void {
-  if (!socket.destroyed) socket.write(`${JSON.stringify(message)}\n`);
-}
+/** Sockets corked until the end of this turn of the event loop (see `send`). */
+const corkedSockets = new Set<Socket>();
 
-function openLog(
-  layout: StateLayout,
-  attemptId: string,
-  stream: "stdout" | "stderr",
-): { ok: true; fd: number } | { ok: false; reason: string } {
-  try {
-    return {
-      ok: true,
-      fd: openSync(attemptLogPath(layout, attemptId, stream), "wx", LOG_FILE_MODE),
-    };
-  } catch (error) {
-    return {
-      ok: false,
-      reason: `cannot create the ${stream} log: ${errorCode(error) ?? String(error)}`,
-    };
+/**
+ * The answers and receipts of one turn (the launches of a dispatch page, the tasks that ended
+ * together) leave in one write: the socket is corked at the first message of a turn and
+ * uncorked right after it.
+ */
+function send(socket: Socket, message: SupervisorMessage): void {
+  if (socket.destroyed) return;
+  if (!corkedSockets.has(socket)) {
+    corkedSockets.add(socket);
+    socket.cork();
+    process.nextTick(() => {
+      corkedSockets.delete(socket);
+      socket.uncork();
+    });
   }
+  socket.write(`${JSON.stringify(message)}\n`);
 }
 
 async function main(): Promise<void> {
