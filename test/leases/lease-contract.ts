@@ -15,6 +15,7 @@ import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import type { DriverFactory } from "../support/drivers.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import { SequentialIds, SequentialSecrets, task, TestClock } from "../support/fixtures.ts";
+import { dumpTables } from "../support/store-dump.ts";
 
 /**
  * The lease protocol contract (ADR-0227 §4–§6, DESIGN.md §3 "Lease"), run on every store.
@@ -23,17 +24,6 @@ import { SequentialIds, SequentialSecrets, task, TestClock } from "../support/fi
  * store for the whole file; every test uses its own package and pool, and the clock only
  * moves forward.
  */
-
-/** Every table, in a fixed order: "nothing written" means this text is unchanged. */
-const DUMP_TABLES = [
-  "runs",
-  "step_runs",
-  "run_attempts",
-  "run_events",
-  "step_mutations",
-  "admission_receipts",
-  "qlr_store_clock",
-] as const;
 
 export const TTL_MS = 10_000;
 const STEP_TIMEOUT_MS = 60_000;
@@ -200,16 +190,9 @@ export function describeLeaseContract(factory: DriverFactory): void {
       return store.transaction(async (tx) => tx.listEvents(runId, 0, 500));
     }
 
-    /** Every row of the run-bearing tables and the store clock, as one comparable text. */
-    async function dump(): Promise<string> {
-      return driver.transaction(async (tx) => {
-        const parts: string[] = [];
-        for (const table of DUMP_TABLES) {
-          const found = await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`);
-          parts.push(`-- ${table} (${found.length})`, ...found.map((row) => JSON.stringify(row)));
-        }
-        return parts.join("\n");
-      });
+    /** Every row of every table, as one comparable text: "nothing written" means it is unchanged. */
+    function dump(): Promise<string> {
+      return dumpTables(driver);
     }
 
     /** One run's rows and events: for checks across a tick, which may touch other tests' runs. */
