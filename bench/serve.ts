@@ -24,6 +24,7 @@ import {
 import { join } from "node:path";
 import type { ProfileName } from "../src/profiles.ts";
 import { log, now, readConfig, round, writeResult } from "./lib/common.ts";
+import { serveArgs } from "../test/support/qlr-args.ts";
 
 export interface ServeConfig {
   readonly profile: ProfileName;
@@ -260,15 +261,7 @@ async function main(): Promise<void> {
     const argv = [
       ...config.nodeFlags,
       join(config.root, "dist", "qlr.mjs"),
-      "serve",
-      "--profile",
-      config.profile,
-      "--state-dir",
-      stateDir,
-      "--port",
-      "0",
-      "--apply",
-      manifestPath,
+      ...serveArgs(stateDir, manifestPath, { profile: config.profile }),
     ];
     // The token is the state dir's (read back below), never one inherited from the environment.
     const childEnv: NodeJS.ProcessEnv = { ...process.env };
