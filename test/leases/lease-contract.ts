@@ -14,7 +14,14 @@ import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import type { DriverFactory } from "../support/drivers.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
-import { SequentialIds, SequentialSecrets, task, TestClock } from "../support/fixtures.ts";
+import {
+  SequentialIds,
+  SequentialSecrets,
+  task,
+  taskStart,
+  TestClock,
+  workflowStart,
+} from "../support/fixtures.ts";
 import { dumpTables } from "../support/store-dump.ts";
 
 /**
@@ -148,13 +155,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
         await applyPackage(tx, manifest, nowMs);
         const { run } = await startRun(
           tx,
-          {
-            package: manifest.package,
-            target: { kind: "workflow", name: "flow" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: ids.runId(),
-          },
+          workflowStart(manifest.package, "flow", ids.runId()),
           nowMs,
         );
         return run.id;
@@ -971,17 +972,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       const runId = await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, manifest, nowMs);
-        const { run } = await startRun(
-          tx,
-          {
-            package: "ordinary",
-            target: { kind: "task", name: "job" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: ids.runId(),
-          },
-          nowMs,
-        );
+        const { run } = await startRun(tx, taskStart("ordinary", "job", ids.runId()), nowMs);
         expect(run.status).toBe("queued");
         return run.id;
       });
@@ -1024,19 +1015,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       const runId = await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, manifest, nowMs);
-        return (
-          await startRun(
-            tx,
-            {
-              package: "ordinary-exp",
-              target: { kind: "task", name: "job" },
-              idempotencyKey: null,
-              scheduleName: null,
-              runId: ids.runId(),
-            },
-            nowMs,
-          )
-        ).run.id;
+        return (await startRun(tx, taskStart("ordinary-exp", "job", ids.runId()), nowMs)).run.id;
       });
       await tick();
       const lease = await claimOne("worker-1", "pool-ordinary-exp");

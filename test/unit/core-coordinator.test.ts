@@ -13,7 +13,13 @@ import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { diamondManifest, SequentialIds, TestClock, wideManifest } from "../support/fixtures.ts";
+import {
+  diamondManifest,
+  SequentialIds,
+  TestClock,
+  wideManifest,
+  workflowStart,
+} from "../support/fixtures.ts";
 import { steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
 
@@ -59,13 +65,7 @@ async function rig(): Promise<Rig> {
         await applyPackage(tx, manifest, nowMs);
         const { run } = await startRun(
           tx,
-          {
-            package: manifest.package,
-            target: { kind: "workflow", name: workflow },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: ids.runId(),
-          },
+          workflowStart(manifest.package, workflow, ids.runId()),
           nowMs,
         );
         return run.id;

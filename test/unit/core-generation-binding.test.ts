@@ -9,7 +9,13 @@ import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { diamondManifest, SequentialIds, task, TestClock } from "../support/fixtures.ts";
+import {
+  diamondManifest,
+  SequentialIds,
+  task,
+  TestClock,
+  workflowStart,
+} from "../support/fixtures.ts";
 import { recordingExecutor, steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
 
@@ -72,13 +78,7 @@ async function rig(): Promise<Rig> {
           (
             await startRun(
               tx,
-              {
-                package: "bind",
-                target: { kind: "workflow", name: "diamond" },
-                idempotencyKey: null,
-                scheduleName: null,
-                runId: ids.runId(),
-              },
+              workflowStart("bind", "diamond", ids.runId()),
               await tx.observe(clock.nowMs()),
             )
           ).run.id,

@@ -19,7 +19,7 @@ import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { SequentialIds, TestClock } from "../support/fixtures.ts";
+import { SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
 import { recordingExecutor, steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
 
@@ -365,14 +365,7 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
     const { run } = await world.store.transaction(async (tx) =>
       startRun(
         tx,
-        {
-          package: "etl",
-          target: { kind: "workflow", name: "pipeline" },
-          idempotencyKey: null,
-          scheduleName: null,
-          runId: "run-big",
-          input: { region: "eu" },
-        },
+        workflowStart("etl", "pipeline", "run-big", { region: "eu" }),
         await tx.observe(world.clock.nowMs()),
       ),
     );
@@ -398,18 +391,7 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
     const now = async (tx: Parameters<Parameters<SqlStore["transaction"]>[0]>[0]) =>
       tx.observe(world.clock.nowMs());
     const { run: old } = await world.store.transaction(async (tx) =>
-      startRun(
-        tx,
-        {
-          package: "etl",
-          target: { kind: "workflow", name: "pipeline" },
-          idempotencyKey: null,
-          scheduleName: null,
-          runId: "run-old",
-          input: { region: "eu" },
-        },
-        await now(tx),
-      ),
+      startRun(tx, workflowStart("etl", "pipeline", "run-old", { region: "eu" }), await now(tx)),
     );
     expect(await world.settle(old.id)).toBe("failed");
     const oldSteps = await world.store.transaction((tx) => tx.getSteps(old.id));
@@ -485,14 +467,7 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
     const { run } = await world.store.transaction(async (tx) =>
       startRun(
         tx,
-        {
-          package: "etl",
-          target: { kind: "workflow", name: "pipeline" },
-          idempotencyKey: null,
-          scheduleName: null,
-          runId: "run-live",
-          input: { region: "eu" },
-        },
+        workflowStart("etl", "pipeline", "run-live", { region: "eu" }),
         await tx.observe(world.clock.nowMs()),
       ),
     );
