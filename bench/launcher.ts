@@ -35,6 +35,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadOrCreateReceiptKey, PosixLauncher } from "../runtimes/node/launcher/index.ts";
 import { log, now, round, summarize, writeResult } from "./lib/common.ts";
+import { serveArgs } from "../test/support/qlr-args.ts";
 
 export interface LauncherBenchConfig {
   readonly root: string;
@@ -108,16 +109,7 @@ async function startServe(
   writeFileSync(manifestPath, PACKAGE);
   const argv = [
     join(root, "dist", "qlr.mjs"),
-    "serve",
-    "--profile",
-    profile,
-    "--state-dir",
-    stateDir,
-    "--port",
-    "0",
-    "--apply",
-    manifestPath,
-    ...extraArgs,
+    ...serveArgs(stateDir, manifestPath, { profile, extra: extraArgs }),
   ];
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const key of Object.keys(env)) if (key.startsWith("QLR_")) delete env[key];

@@ -35,6 +35,21 @@ interface Outcome {
   readonly capped: boolean;
 }
 
+/** Enqueues `jobs` no-op jobs 1000 at a time through `insert`; the milliseconds it took. */
+async function enqueueInBatches(
+  jobs: number,
+  insert: (count: number) => Promise<unknown>,
+): Promise<number> {
+  const startedAt = now();
+  for (let offset = 0; offset < jobs; offset += 1000) await insert(Math.min(1000, jobs - offset));
+  return now() - startedAt;
+}
+
+/** The `n` of a `SELECT count(*) AS n …` (PostgreSQL answers a bigint as text). */
+async function countOf(probe: pg.Client, sql: string): Promise<number> {
+  return Number((await probe.query<{ n: string }>(sql)).rows[0]?.n ?? 0);
+}
+
 async function pollCompleted(
   count: () => Promise<number>,
   jobs: number,
@@ -64,16 +79,9 @@ async function runPgBoss(url: string, config: PeersConfig, probe: pg.Client): Pr
   await boss.start();
   try {
     await boss.createQueue("noop");
-    const enqueueStartedAt = now();
-    for (let offset = 0; offset < config.jobs; offset += 1000) {
-      await boss.insert(
-        Array.from({ length: Math.min(1000, config.jobs - offset) }, () => ({
-          name: "noop",
-          data: {},
-        })),
-      );
-    }
-    const enqueueMs = now() - enqueueStartedAt;
+    const enqueueMs = await enqueueInBatches(config.jobs, (count) =>
+      boss.insert(Array.from({ length: count }, () => ({ name: "noop", data: {} }))),
+    );
     let handlerCalls = 0;
     const handler = (jobs: unknown[]): Promise<void> => {
       handlerCalls += jobs.length;
@@ -82,13 +90,10 @@ async function runPgBoss(url: string, config: PeersConfig, probe: pg.Client): Pr
     const processStarted = now();
     for (let index = 0; index < workers; index += 1) await boss.work("noop", workOptions, handler);
     const polled = await pollCompleted(
-      async () =>
-        Number(
-          (
-            await probe.query<{ n: string }>(
-              "SELECT count(*) AS n FROM pgboss.job WHERE name = 'noop' AND state = 'completed'",
-            )
-          ).rows[0]?.n ?? 0,
+      () =>
+        countOf(
+          probe,
+          "SELECT count(*) AS n FROM pgboss.job WHERE name = 'noop' AND state = 'completed'",
         ),
       config.jobs,
       config.capMs,
@@ -126,16 +131,9 @@ async function runGraphileWorker(
   let runner: Awaited<ReturnType<typeof run>> | null = null;
   try {
     await utils.migrate();
-    const enqueueStartedAt = now();
-    for (let offset = 0; offset < config.jobs; offset += 1000) {
-      await utils.addJobs(
-        Array.from({ length: Math.min(1000, config.jobs - offset) }, () => ({
-          identifier: "noop",
-          payload: {},
-        })),
-      );
-    }
-    const enqueueMs = now() - enqueueStartedAt;
+    const enqueueMs = await enqueueInBatches(config.jobs, (count) =>
+      utils.addJobs(Array.from({ length: count }, () => ({ identifier: "noop", payload: {} }))),
+    );
     let handlerCalls = 0;
     const concurrency = tuned ? 16 : undefined;
     const localQueueSize = tuned ? 100 : undefined;
@@ -157,13 +155,7 @@ async function runGraphileWorker(
     const polled = await pollCompleted(
       async () =>
         config.jobs -
-        Number(
-          (
-            await probe.query<{ n: string }>(
-              "SELECT count(*) AS n FROM graphile_worker._private_jobs",
-            )
-          ).rows[0]?.n ?? 0,
-        ),
+        (await countOf(probe, "SELECT count(*) AS n FROM graphile_worker._private_jobs")),
       config.jobs,
       config.capMs,
     );

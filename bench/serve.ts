@@ -24,6 +24,7 @@ import {
 import { join } from "node:path";
 import type { ProfileName } from "../src/profiles.ts";
 import { log, now, readConfig, round, writeResult } from "./lib/common.ts";
+import { serveArgs } from "../test/support/qlr-args.ts";
 
 export interface ServeConfig {
   readonly profile: ProfileName;
@@ -106,6 +107,14 @@ function statField(path: string, key: string): number {
   }
 }
 
+/** The pids in a cgroup (its `cgroup.procs`, the same file in v1 and v2). */
+function cgroupPids(path: string): number[] {
+  return readFileSync(join(path, "cgroup.procs"), "utf8")
+    .split("\n")
+    .filter((line) => line !== "")
+    .map(Number);
+}
+
 /** A fresh memory cgroup under this process's own one, or null with the reason. */
 function createMemoryCgroup(limitBytes: number): { cgroup: MemoryCgroup | null; why: string } {
   const own = readFileSync("/proc/self/cgroup", "utf8");
@@ -144,11 +153,7 @@ function createMemoryCgroup(limitBytes: number): { cgroup: MemoryCgroup | null; 
             limitHits: count("max"),
           };
         },
-        pids: () =>
-          readFileSync(join(path, "cgroup.procs"), "utf8")
-            .split("\n")
-            .filter((line) => line !== "")
-            .map(Number),
+        pids: () => cgroupPids(path),
         usage: () => ({
           anonBytes: statField(join(path, "memory.stat"), "anon"),
           fileBytes: statField(join(path, "memory.stat"), "file"),
@@ -185,11 +190,7 @@ function createMemoryCgroup(limitBytes: number): { cgroup: MemoryCgroup | null; 
             limitHits: Number(readFileSync(join(path, "memory.failcnt"), "utf8")),
           };
         },
-        pids: () =>
-          readFileSync(join(path, "cgroup.procs"), "utf8")
-            .split("\n")
-            .filter((line) => line !== "")
-            .map(Number),
+        pids: () => cgroupPids(path),
         usage: () => ({
           anonBytes: statField(join(path, "memory.stat"), "total_rss"),
           fileBytes: statField(join(path, "memory.stat"), "total_cache"),
@@ -260,15 +261,7 @@ async function main(): Promise<void> {
     const argv = [
       ...config.nodeFlags,
       join(config.root, "dist", "qlr.mjs"),
-      "serve",
-      "--profile",
-      config.profile,
-      "--state-dir",
-      stateDir,
-      "--port",
-      "0",
-      "--apply",
-      manifestPath,
+      ...serveArgs(stateDir, manifestPath, { profile: config.profile }),
     ];
     // The token is the state dir's (read back below), never one inherited from the environment.
     const childEnv: NodeJS.ProcessEnv = { ...process.env };

@@ -5,7 +5,6 @@
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
-import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
 
 export type StoreKind = "sqljs-memory" | "sqljs-file" | "pglite" | "pg";
 export const STORE_KINDS: readonly StoreKind[] = ["sqljs-memory", "sqljs-file", "pglite", "pg"];
@@ -135,57 +134,8 @@ export function readProcStatus(): { vmHwmBytes: number; vmRssBytes: number } | n
   return { vmHwmBytes: field("VmHWM"), vmRssBytes: field("VmRSS") };
 }
 
-export function task(name: string): TaskSpec {
-  return {
-    name,
-    argv: ["true"],
-    shell: false,
-    timeoutMs: 60_000,
-    env: {},
-    cwd: null,
-    executor: "local_process",
-    pool: null,
-    retry: { max: 0, backoffMs: 0, idempotent: false },
-  };
-}
-
-/** A wide workflow of independent steps: every step is ready after the first frontier pass. */
-export function wideManifest(packageName: string, width: number): Manifest {
-  const steps = Array.from({ length: width }, (_, index) => ({
-    name: `s${String(index).padStart(3, "0")}`,
-    task: "work",
-    needs: [] as string[],
-  }));
-  return {
-    package: packageName,
-    description: null,
-    tasks: [task("work")],
-    workflows: [{ name: "wide", description: null, steps }],
-    schedules: [],
-  };
-}
-
-/** A diamond: a → b, a → c, {b, c} → d. */
-export function diamondManifest(packageName: string): Manifest {
-  return {
-    package: packageName,
-    description: null,
-    tasks: [task("work")],
-    workflows: [
-      {
-        name: "diamond",
-        description: null,
-        steps: [
-          { name: "a", task: "work", needs: [] },
-          { name: "b", task: "work", needs: ["a"] },
-          { name: "c", task: "work", needs: ["a"] },
-          { name: "d", task: "work", needs: ["b", "c"] },
-        ],
-      },
-    ],
-    schedules: [],
-  };
-}
+/** The benches run the tests' manifests, so a bench and a test speak of the same workflow. */
+export { diamondManifest, task, wideManifest } from "../../test/support/fixtures.ts";
 
 /** Portable, sortable run ids (`^[A-Za-z0-9][A-Za-z0-9._:-]{0,35}$`). */
 export class BenchIds {

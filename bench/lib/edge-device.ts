@@ -35,6 +35,7 @@ import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { log, now, round } from "./common.ts";
 import { databaseComposition, type TableShare } from "./db-composition.ts";
 import { applyManifest, createWorld, driveUntilTerminal, startRuns } from "./world.ts";
+import { serveArgs } from "../../test/support/qlr-args.ts";
 
 export interface EdgeDeviceConfig {
   /** The repository root (dist/qlr.mjs must be built). */
@@ -230,16 +231,7 @@ export async function startServe(
     [
       ...flags,
       join(root, "dist", "qlr.mjs"),
-      "serve",
-      "--profile",
-      "edge",
-      "--state-dir",
-      stateDir,
-      "--port",
-      "0",
-      "--apply",
-      manifestPath,
-      ...extraArgs,
+      ...serveArgs(stateDir, manifestPath, { profile: "edge", extra: extraArgs }),
     ],
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env },
   );

@@ -12,6 +12,7 @@ import { PROFILES, type Profile, type ProfileName } from "../../src/profiles.ts"
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import { VirtualClock } from "../../src/sim/virtual-clock.ts";
+import { manualStart } from "../../test/support/fixtures.ts";
 import { BENCH_START_MS, BenchIds, now } from "./common.ts";
 
 export interface World {
@@ -75,11 +76,7 @@ export async function startRuns(
   for (let index = 0; index < count; index += 1) {
     const runId = world.ids.runId();
     await transactAtStoreTime(world.store, world.clock, (tx, nowMs) =>
-      startRun(
-        tx,
-        { package: packageName, target, idempotencyKey: null, scheduleName: null, runId },
-        nowMs,
-      ),
+      startRun(tx, manualStart(packageName, target, runId), nowMs),
     );
     runIds.push(runId);
   }

@@ -24,6 +24,7 @@ import {
 import { startServe } from "../support/serve-child.ts";
 import { attemptsOf, stepNamed } from "../support/api-client.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
+import { workflowStart } from "../support/fixtures.ts";
 
 const device = useDeviceHarness();
 
@@ -121,17 +122,7 @@ describe("device lifecycle (real processes)", () => {
       await applyFile(store, file);
       const runId = uuidv7();
       await store.transaction(async (tx) =>
-        startRun(
-          tx,
-          {
-            package: packageName,
-            target: { kind: "workflow", name: "pipeline" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId,
-          },
-          await tx.observe(Date.now()),
-        ),
+        startRun(tx, workflowStart(packageName, "pipeline", runId), await tx.observe(Date.now())),
       );
       await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(Date.now())));
       return runId;

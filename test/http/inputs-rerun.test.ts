@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Harness, STORE_FACTORIES, DUMP_TABLES, errorOf, type RunView } from "./support.ts";
+import { Harness, STORE_FACTORIES, errorOf, type RunView } from "./support.ts";
 
 /**
  * Run inputs, step outputs and reruns over the HTTP API, on each store: `input` on `POST /runs`
@@ -37,15 +37,6 @@ for (const factory of STORE_FACTORIES) {
       await h.close();
     });
 
-    async function dump(): Promise<string> {
-      return h.store.driver.transaction(async (tx) => {
-        const parts: string[] = [];
-        for (const table of DUMP_TABLES)
-          parts.push(JSON.stringify(await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`)));
-        return parts.join("\n");
-      });
-    }
-
     it("a run keeps its resolved input; every step's output is shown and handed to the steps that need it", async () => {
       expect((await h.applyYaml(yaml("io-http"))).status).toBe(201);
       const detail = await h.packageDetail("io-http");
@@ -82,7 +73,7 @@ for (const factory of STORE_FACTORIES) {
     });
 
     it("bad input is a 400 naming each key, a different input under the same idempotency key is a 409; neither writes anything", async () => {
-      const before = await dump();
+      const before = await h.dump();
       for (const [input, paths] of [
         [{ limit: 5 }, ["input.region"]],
         [{ region: "eu", limit: "many", extra: 1 }, ["input.extra", "input.limit"]],
@@ -105,7 +96,7 @@ for (const factory of STORE_FACTORIES) {
         json: { package: "io-http", workflow: "pipeline", input: ["eu"] },
       });
       expect(notObject.status).toBe(400);
-      expect(await dump()).toBe(before);
+      expect(await h.dump()).toBe(before);
 
       const first = await h.startRun({
         package: "io-http",
@@ -122,7 +113,7 @@ for (const factory of STORE_FACTORIES) {
         },
       });
       expect(again.run.id).toBe(first.id);
-      const afterFirst = await dump();
+      const afterFirst = await h.dump();
       const conflict = await h.call("POST", "/runs", {
         json: {
           package: "io-http",
@@ -133,7 +124,7 @@ for (const factory of STORE_FACTORIES) {
       });
       expect(conflict.status).toBe(409);
       expect(errorOf(conflict)).toMatchObject({ code: "conflict", details: [{ path: "input" }] });
-      expect(await dump()).toBe(afterFirst);
+      expect(await h.dump()).toBe(afterFirst);
       await h.runUntil(first.id);
     });
 
@@ -185,7 +176,7 @@ for (const factory of STORE_FACTORIES) {
         (await h.startRun({ package: "io-http", workflow: "plain" })).id,
       );
       const live = await h.startRun({ package: "io-http", workflow: "plain" });
-      const before = await dump();
+      const before = await h.dump();
       const liveAnswer = await h.call("POST", `/runs/${live.id}/rerun`, { json: {} });
       expect(liveAnswer.status).toBe(409);
       expect(errorOf(liveAnswer).message).toMatch(/only a finished run can be rerun/);
@@ -204,7 +195,7 @@ for (const factory of STORE_FACTORIES) {
           .sort(),
       ).toEqual(["extra", "fromFailed"]);
       expect((await h.call("POST", "/runs/no-such-run/rerun", { json: {} })).status).toBe(404);
-      expect(await dump()).toBe(before);
+      expect(await h.dump()).toBe(before);
       await h.runUntil(live.id);
     });
   });

@@ -25,6 +25,7 @@ import type { LaunchRequest } from "../../src/ports.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { IN_PROCESS_DRIVERS, openTestStore } from "../support/drivers.ts";
 import { SequentialIds, SequentialSecrets } from "../support/fixtures.ts";
+import { dumpTables } from "../support/store-dump.ts";
 import type {
   ErrorBody,
   EventView,
@@ -54,24 +55,6 @@ export const STORE_FACTORIES: readonly StoreFactory[] = IN_PROCESS_DRIVERS.map((
   name: driver.name,
   open: () => openTestStore(driver, START_MS),
 }));
-
-/** Every table of the schema, read in a fixed order for before/after comparisons. */
-export const DUMP_TABLES = [
-  "runs",
-  "step_runs",
-  "run_attempts",
-  "run_events",
-  "step_mutations",
-  "admission_receipts",
-  "packages",
-  "generations",
-  "reconciliation_receipts",
-  "task_definitions",
-  "workflow_plans",
-  "schedules",
-  "qlr_store_clock",
-  "qlr_schema",
-] as const;
 
 // ---- response shapes: the contract (runtimes/http/contract.ts) ----
 
@@ -402,14 +385,7 @@ export class Harness {
 
   /** Every row of every table, in a fixed order, as one comparable text. */
   async dump(): Promise<string> {
-    return this.store.driver.transaction(async (tx) => {
-      const parts: string[] = [];
-      for (const table of DUMP_TABLES) {
-        const rows = await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`);
-        parts.push(`-- ${table} (${rows.length})`, ...rows.map((row) => JSON.stringify(row)));
-      }
-      return parts.join("\n");
-    });
+    return dumpTables(this.store.driver);
   }
 }
 

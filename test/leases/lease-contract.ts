@@ -14,7 +14,15 @@ import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import type { DriverFactory } from "../support/drivers.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
-import { SequentialIds, SequentialSecrets, task, TestClock } from "../support/fixtures.ts";
+import {
+  SequentialIds,
+  SequentialSecrets,
+  task,
+  taskStart,
+  TestClock,
+  workflowStart,
+} from "../support/fixtures.ts";
+import { dumpTables } from "../support/store-dump.ts";
 
 /**
  * The lease protocol contract (ADR-0227 §4–§6, DESIGN.md §3 "Lease"), run on every store.
@@ -23,17 +31,6 @@ import { SequentialIds, SequentialSecrets, task, TestClock } from "../support/fi
  * store for the whole file; every test uses its own package and pool, and the clock only
  * moves forward.
  */
-
-/** Every table, in a fixed order: "nothing written" means this text is unchanged. */
-const DUMP_TABLES = [
-  "runs",
-  "step_runs",
-  "run_attempts",
-  "run_events",
-  "step_mutations",
-  "admission_receipts",
-  "qlr_store_clock",
-] as const;
 
 export const TTL_MS = 10_000;
 const STEP_TIMEOUT_MS = 60_000;
@@ -158,13 +155,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
         await applyPackage(tx, manifest, nowMs);
         const { run } = await startRun(
           tx,
-          {
-            package: manifest.package,
-            target: { kind: "workflow", name: "flow" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: ids.runId(),
-          },
+          workflowStart(manifest.package, "flow", ids.runId()),
           nowMs,
         );
         return run.id;
@@ -200,16 +191,9 @@ export function describeLeaseContract(factory: DriverFactory): void {
       return store.transaction(async (tx) => tx.listEvents(runId, 0, 500));
     }
 
-    /** Every row of the run-bearing tables and the store clock, as one comparable text. */
-    async function dump(): Promise<string> {
-      return driver.transaction(async (tx) => {
-        const parts: string[] = [];
-        for (const table of DUMP_TABLES) {
-          const found = await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`);
-          parts.push(`-- ${table} (${found.length})`, ...found.map((row) => JSON.stringify(row)));
-        }
-        return parts.join("\n");
-      });
+    /** Every row of every table, as one comparable text: "nothing written" means it is unchanged. */
+    function dump(): Promise<string> {
+      return dumpTables(driver);
     }
 
     /** One run's rows and events: for checks across a tick, which may touch other tests' runs. */
@@ -988,17 +972,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       const runId = await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, manifest, nowMs);
-        const { run } = await startRun(
-          tx,
-          {
-            package: "ordinary",
-            target: { kind: "task", name: "job" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: ids.runId(),
-          },
-          nowMs,
-        );
+        const { run } = await startRun(tx, taskStart("ordinary", "job", ids.runId()), nowMs);
         expect(run.status).toBe("queued");
         return run.id;
       });
@@ -1041,19 +1015,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       const runId = await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, manifest, nowMs);
-        return (
-          await startRun(
-            tx,
-            {
-              package: "ordinary-exp",
-              target: { kind: "task", name: "job" },
-              idempotencyKey: null,
-              scheduleName: null,
-              runId: ids.runId(),
-            },
-            nowMs,
-          )
-        ).run.id;
+        return (await startRun(tx, taskStart("ordinary-exp", "job", ids.runId()), nowMs)).run.id;
       });
       await tick();
       const lease = await claimOne("worker-1", "pool-ordinary-exp");

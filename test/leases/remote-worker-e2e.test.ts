@@ -1,10 +1,13 @@
-import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { execFile } from "node:child_process";
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildDist } from "../support/bundle.ts";
+import { isAlive, spawnQlr, stopQlr, type QlrProcess } from "../support/qlr-process.ts";
+import { serveArgs, workerArgs } from "../support/qlr-args.ts";
 
 /**
  * `qlr serve` and `qlr worker` as real processes: a coordinator with remote_worker tasks in
@@ -15,14 +18,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 const ROOT = resolve(import.meta.dirname, "../..");
 const QLR = join(ROOT, "dist/qlr.mjs");
 const WAIT_MS = 30_000;
-
-interface Proc {
-  readonly child: ChildProcess;
-  readonly name: string;
-  stdout: string;
-  stderr: string;
-  exited: Promise<number | null>;
-}
 
 interface AttemptView {
   readonly id: string;
@@ -50,41 +45,24 @@ interface RunDetail {
   readonly attempts: readonly AttemptView[];
 }
 
-const children: Proc[] = [];
+const children: QlrProcess[] = [];
 const taskPids = new Set<number>();
 let scratch: string;
 let serverUrl: string;
 let token: string;
-let server: Proc;
+let server: QlrProcess;
 
 const WORKER_TOKEN = "remote-worker-e2e-lease-token";
 
-function start(name: string, args: readonly string[], extraEnv: Record<string, string> = {}): Proc {
-  // The caller's QLR_* settings must not leak into the processes under test.
-  const env = {
-    ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_"))),
-    ...extraEnv,
-  };
-  const child = spawn(process.execPath, [QLR, ...args], {
-    cwd: scratch,
-    stdio: ["ignore", "pipe", "pipe"],
-    env,
-  });
-  const proc: Proc = {
-    child,
-    name,
-    stdout: "",
-    stderr: "",
-    exited: new Promise((resolveExit) => child.once("exit", (code) => resolveExit(code))),
-  };
-  child.stdout?.setEncoding("utf8").on("data", (text: string) => (proc.stdout += text));
-  child.stderr?.setEncoding("utf8").on("data", (text: string) => (proc.stderr += text));
+function start(
+  name: string,
+  args: readonly string[],
+  env: Record<string, string> = {},
+): QlrProcess {
+  // childEnv: the caller's QLR_* settings must not leak into the processes under test.
+  const proc = spawnQlr(QLR, name, args, { cwd: scratch, env });
   children.push(proc);
   return proc;
-}
-
-function alive(proc: Proc): boolean {
-  return proc.child.exitCode === null && proc.child.signalCode === null;
 }
 
 async function waitFor<T>(
@@ -159,44 +137,16 @@ async function procState(pid: number): Promise<string | null> {
   return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] ?? null;
 }
 
-function startWorker(stateDir: string, name: string): Proc {
-  return start(
-    name,
-    [
-      "worker",
-      "--coordinator",
-      serverUrl,
-      "--pool",
-      "p1",
-      "--capacity",
-      "2",
-      "--state-dir",
-      stateDir,
-    ],
-    { QLR_WORKER_TOKEN: WORKER_TOKEN },
-  );
-}
-
-async function stopProc(proc: Proc, signal: NodeJS.Signals, boundMs = 10_000): Promise<void> {
-  if (!alive(proc)) return;
-  proc.child.kill(signal);
-  const ended = await Promise.race([
-    proc.exited.then(() => true),
-    sleep(boundMs).then(() => false),
-  ]);
-  if (!ended && alive(proc)) {
-    proc.child.kill("SIGKILL");
-    await proc.exited;
-  }
+function startWorker(stateDir: string, name: string): QlrProcess {
+  return start(name, workerArgs(serverUrl, stateDir, { capacity: 2 }), {
+    QLR_WORKER_TOKEN: WORKER_TOKEN,
+  });
 }
 
 let markers: string;
 
 beforeAll(async () => {
-  await promisify(execFile)(process.execPath, [join(ROOT, "scripts/build.mjs")], {
-    cwd: ROOT,
-    timeout: 110_000,
-  });
+  await buildDist(110_000);
   scratch = await mkdtemp(join(tmpdir(), "qlr-remote-e2e-"));
   markers = join(scratch, "markers");
   const append = (file: string, text: string): string => `echo ${text} >> ${join(markers, file)}`;
@@ -243,27 +193,20 @@ workflows:
   // opens the lease routes only.
   const workerTokenFile = join(scratch, "worker.token");
   await writeFile(workerTokenFile, `${WORKER_TOKEN}\n`, { mode: 0o600 });
-  server = start("server", [
-    "serve",
-    "--state-dir",
-    stateDir,
-    "--port",
-    "0",
-    "--apply",
-    manifestPath,
-    "--worker-token-file",
-    workerTokenFile,
-  ]);
+  server = start(
+    "server",
+    serveArgs(stateDir, manifestPath, { extra: ["--worker-token-file", workerTokenFile] }),
+  );
   serverUrl = await waitFor("the server to listen", () => {
-    if (!alive(server)) throw new Error(`qlr serve exited: ${server.stderr}`);
+    if (!isAlive(server)) throw new Error(`qlr serve exited: ${server.stderr}`);
     return /qlr serving (http:\/\/127\.0\.0\.1:\d+)/.exec(server.stdout)?.[1];
   });
   token = (await readFile(join(stateDir, "token"), "utf8")).trim();
 }, 120_000);
 
 afterAll(async () => {
-  for (const proc of children.filter((item) => item !== server)) await stopProc(proc, "SIGKILL");
-  if (server !== undefined) await stopProc(server, "SIGTERM");
+  for (const proc of children.filter((item) => item !== server)) await stopQlr(proc, "SIGKILL");
+  if (server !== undefined) await stopQlr(server, "SIGTERM");
   // Task processes a failed test may have left: only the exact pids this file saw, and only while they are still our sleeps.
   for (const pid of taskPids) {
     const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
@@ -305,7 +248,7 @@ describe("qlr worker against qlr serve", () => {
 
   it("a SIGKILLed worker restarted on its state dir re-adopts the lease and reports the completion from the receipt, with no second spawn", async () => {
     const first = children.find((proc) => proc.name === "worker-1")!;
-    expect(alive(first)).toBe(true);
+    expect(isAlive(first)).toBe(true);
     const runId = await startRun("slow");
     const running = await waitForRunningAttempt(runId);
     first.child.kill("SIGKILL");
@@ -340,7 +283,7 @@ describe("qlr worker against qlr serve", () => {
 
   it("cancelling a run whose remote step runs stops the exact process and everything ends cancelled", async () => {
     const worker = children.find((proc) => proc.name === "worker-2")!;
-    expect(alive(worker)).toBe(true);
+    expect(isAlive(worker)).toBe(true);
     const runId = await startRun("long");
     const running = await waitForRunningAttempt(runId);
     const pid = running.pid!;
@@ -385,7 +328,7 @@ describe("qlr worker against qlr serve", () => {
   }, 60_000);
 
   it("a lease file the coordinator does not know (a reused state dir) does not wedge the worker", async () => {
-    await stopProc(
+    await stopQlr(
       children.find((proc) => proc.name === "worker-2")!,
       "SIGTERM",
     );
@@ -431,7 +374,7 @@ describe("qlr worker against qlr serve", () => {
   // Last: it stops the server (and reads the outcome from a restarted one).
   it("stopping the server while a remote step runs: the worker's heartbeat carries the shutdown stop, the exact process is gone, and the attempt ends cancelled with stop reason shutdown, once", async () => {
     const worker = children.find((proc) => proc.name === "worker-3")!;
-    expect(alive(worker)).toBe(true);
+    expect(isAlive(worker)).toBe(true);
     const runId = await startRun("long");
     const running = await waitForRunningAttempt(runId);
     const pid = running.pid!;
@@ -457,7 +400,7 @@ describe("qlr worker against qlr serve", () => {
       join(scratch, "worker.token"),
     ]);
     serverUrl = await waitFor("the restarted server to listen", () => {
-      if (!alive(server)) throw new Error(`qlr serve exited: ${server.stderr}`);
+      if (!isAlive(server)) throw new Error(`qlr serve exited: ${server.stderr}`);
       return /qlr serving (http:\/\/127\.0\.0\.1:\d+)/.exec(server.stdout)?.[1];
     });
     const done = await detail(runId);

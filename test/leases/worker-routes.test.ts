@@ -10,6 +10,7 @@ import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { SequentialIds, SequentialSecrets, TestClock } from "../support/fixtures.ts";
+import { dumpTables } from "../support/store-dump.ts";
 
 /**
  * The `/worker/*` routes through `app.request()` on sql.js: bad input is `400 invalid_request`
@@ -19,18 +20,6 @@ import { SequentialIds, SequentialSecrets, TestClock } from "../support/fixtures
 
 const TOKEN = "worker-routes-test-token";
 const TTL_MS = 10_000;
-const DUMP_TABLES = [
-  "runs",
-  "step_runs",
-  "run_attempts",
-  "run_events",
-  "step_mutations",
-  "admission_receipts",
-  "packages",
-  "generations",
-  "task_definitions",
-  "qlr_store_clock",
-] as const;
 const ROUTES = [
   "/worker/claim",
   "/worker/start",
@@ -124,15 +113,16 @@ function errorOf(answer: Answer): ErrorBody["error"] {
   return body.error;
 }
 
-async function dump(): Promise<string> {
-  return store.driver.transaction(async (tx) => {
-    const parts: string[] = [];
-    for (const table of DUMP_TABLES) {
-      const found = await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`);
-      parts.push(`-- ${table} (${found.length})`, ...found.map((row) => JSON.stringify(row)));
-    }
-    return parts.join("\n");
-  });
+/** The answer is `400 invalid_request` (`label` names the case when it is not); its error. */
+function invalidRequest(answer: Answer, label: string): ErrorBody["error"] {
+  expect(answer.status, label).toBe(400);
+  const error = errorOf(answer);
+  expect(error.code, label).toBe("invalid_request");
+  return error;
+}
+
+function dump(): Promise<string> {
+  return dumpTables(store.driver);
 }
 
 async function tick(): Promise<void> {
@@ -260,9 +250,7 @@ describe("worker routes", () => {
         "\u0000",
       ]) {
         const answer = await call(route, { body });
-        expect(answer.status, `${route} ${JSON.stringify(body)}`).toBe(400);
-        const error = errorOf(answer);
-        expect(error.code).toBe("invalid_request");
+        const error = invalidRequest(answer, `${route} ${JSON.stringify(body)}`);
         expect(error.details.length).toBeGreaterThan(0);
       }
     }
@@ -276,8 +264,7 @@ describe("worker routes", () => {
       const valid = bodies[route];
       for (const json of [null, 42, "text", [], [valid], true]) {
         const answer = await call(route, { json });
-        expect(answer.status, `${route} ${JSON.stringify(json)}`).toBe(400);
-        expect(errorOf(answer).code).toBe("invalid_request");
+        invalidRequest(answer, `${route} ${JSON.stringify(json)}`);
       }
       for (const extra of [
         { extra: 1 },
@@ -285,9 +272,7 @@ describe("worker routes", () => {
         { status: "succeeded" },
       ]) {
         const answer = await call(route, { json: { ...valid, ...extra } });
-        expect(answer.status, `${route} + ${JSON.stringify(extra)}`).toBe(400);
-        const error = errorOf(answer);
-        expect(error.code).toBe("invalid_request");
+        const error = invalidRequest(answer, `${route} + ${JSON.stringify(extra)}`);
         // Each unknown field is named by its own path, as everywhere else in the API.
         expect(error.details).toContainEqual({
           path: Object.keys(extra)[0]!,
@@ -307,9 +292,7 @@ describe("worker routes", () => {
         if (route === "/worker/start" && key === "handle") continue;
         const missing = Object.fromEntries(Object.entries(valid).filter(([name]) => name !== key));
         const answer = await call(route, { json: missing });
-        expect(answer.status, `${route} without ${key}`).toBe(400);
-        const error = errorOf(answer);
-        expect(error.code).toBe("invalid_request");
+        const error = invalidRequest(answer, `${route} without ${key}`);
         expect(error.details.map((detail) => detail.path)).toContain(key);
       }
     }
@@ -328,9 +311,7 @@ describe("worker routes", () => {
       for (const field of idFields) {
         for (const bad of NON_PORTABLE) {
           const answer = await call(route, { json: { ...valid, [field]: bad } });
-          expect(answer.status, `${route} ${field}=${JSON.stringify(bad)}`).toBe(400);
-          const error = errorOf(answer);
-          expect(error.code).toBe("invalid_request");
+          const error = invalidRequest(answer, `${route} ${field}=${JSON.stringify(bad)}`);
           expect(error.details.map((detail) => detail.path)).toContain(field);
         }
       }
@@ -387,9 +368,7 @@ describe("worker routes", () => {
       for (const [field, values] of Object.entries(wrong[route])) {
         for (const value of values) {
           const answer = await call(route, { json: { ...bodies[route], [field]: value } });
-          expect(answer.status, `${route} ${field}=${JSON.stringify(value)}`).toBe(400);
-          const error = errorOf(answer);
-          expect(error.code).toBe("invalid_request");
+          const error = invalidRequest(answer, `${route} ${field}=${JSON.stringify(value)}`);
           expect(
             error.details.some(
               (detail) => detail.path === field || detail.path.startsWith(`${field}.`),

@@ -16,10 +16,12 @@ import type { DriverFactory } from "../support/drivers.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import {
   diamondManifest,
+  manualStart,
   SequentialIds,
   task,
   TestClock,
   wideManifest,
+  workflowStart,
 } from "../support/fixtures.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
@@ -303,17 +305,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         await applyPackage(tx, limitedManifest(packageName, limit, width), nowMs);
         const runIds: string[] = [];
         for (const target of targets) {
-          const { run } = await startRun(
-            tx,
-            {
-              package: packageName,
-              target,
-              idempotencyKey: null,
-              scheduleName: null,
-              runId: ids.runId(),
-            },
-            nowMs,
-          );
+          const { run } = await startRun(tx, manualStart(packageName, target, ids.runId()), nowMs);
           runIds.push(run.id);
         }
         return runIds;
@@ -404,17 +396,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       await store.transaction(async (tx) => {
         const nowMs = await tx.observe(clock.nowMs());
         await applyPackage(tx, wideManifest("wide-pkg", 70), nowMs);
-        await startRun(
-          tx,
-          {
-            package: "wide-pkg",
-            target: { kind: "workflow", name: "wide" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId,
-          },
-          nowMs,
-        );
+        await startRun(tx, workflowStart("wide-pkg", "wide", runId), nowMs);
       });
       // The frontier alone: 70 ready steps, none admitted (the admission and dispatch budgets are zero).
       const frontierOnly = {

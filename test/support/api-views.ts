@@ -2,11 +2,4 @@
  * The runtime's HTTP API views as the tests read them: the contract itself
  * (runtimes/http/contract.ts), declared once for the app, the client, the dashboard and the tests.
  */
-export type {
-  AttemptView,
-  EventView,
-  RecoveryView,
-  RunDetail,
-  RunView,
-  StepView,
-} from "../../runtimes/http/contract.ts";
+export type * from "../../runtimes/http/contract.ts";

@@ -10,10 +10,12 @@
  * repository's, so the bundle's external packages resolve exactly as they do from `dist/`, and
  * `supervisor.mjs` sits beside `qlr.mjs`, where the launcher looks for it by default.
  */
+import { execFile } from "node:child_process";
 import { mkdtemp, rm, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { buildSupervisor } from "../../runtimes/node/launcher/build-supervisor.ts";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -46,4 +48,16 @@ export async function buildBundle(): Promise<Bundle> {
   });
   const supervisor = await buildSupervisor(join(dir, "supervisor.mjs"));
   return { dir, qlr, supervisor, cleanup: () => rm(dir, { recursive: true, force: true }) };
+}
+
+/**
+ * Runs `scripts/build.mjs`, for the tests that need `dist/` itself: the CLI as shipped, the
+ * dashboard's assets, the Worker bundle. The build replaces each file by a rename, so test
+ * files that build at the same time never load a half-written one.
+ */
+export async function buildDist(timeoutMs: number): Promise<void> {
+  await promisify(execFile)(process.execPath, [join(REPO_ROOT, "scripts/build.mjs")], {
+    cwd: REPO_ROOT,
+    timeout: timeoutMs,
+  });
 }

@@ -7,6 +7,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createServer } from "node:net";
 import type { Bundle } from "./bundle.ts";
 import { childEnv } from "./serve-child.ts";
+import { workerArgs } from "./qlr-args.ts";
 
 export interface ClusterMember {
   readonly name: string;
@@ -52,17 +53,7 @@ export function workerMember(
   coordinatorUrl: string,
   stateDir: string,
 ): ClusterMember {
-  return clusterMember(name, "worker", () => [
-    "worker",
-    "--coordinator",
-    coordinatorUrl,
-    "--pool",
-    "p1",
-    "--capacity",
-    "4",
-    "--state-dir",
-    stateDir,
-  ]);
+  return clusterMember(name, "worker", () => workerArgs(coordinatorUrl, stateDir, { capacity: 4 }));
 }
 
 export function isAlive(member: ClusterMember): boolean {

@@ -1,4 +1,5 @@
 import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
+import type { RunTarget, StartRunRequest } from "../../src/run-start.ts";
 
 export function task(
   name: string,
@@ -95,4 +96,34 @@ export class SequentialIds {
     this.next += 1;
     return `${this.prefix}-${String(this.next).padStart(6, "0")}`;
   }
+}
+
+/** A start by hand, as `qlr run` asks for it: no idempotency key, no schedule. */
+export function manualStart(
+  packageName: string,
+  target: RunTarget,
+  runId: string,
+  input?: unknown,
+): StartRunRequest {
+  return {
+    package: packageName,
+    target,
+    idempotencyKey: null,
+    scheduleName: null,
+    runId,
+    ...(input === undefined ? {} : { input }),
+  };
+}
+
+export function workflowStart(
+  packageName: string,
+  workflow: string,
+  runId: string,
+  input?: unknown,
+): StartRunRequest {
+  return manualStart(packageName, { kind: "workflow", name: workflow }, runId, input);
+}
+
+export function taskStart(packageName: string, task: string, runId: string): StartRunRequest {
+  return manualStart(packageName, { kind: "task", name: task }, runId);
 }

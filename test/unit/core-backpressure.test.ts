@@ -20,7 +20,7 @@ import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { task } from "../support/fixtures.ts";
+import { manualStart, task } from "../support/fixtures.ts";
 
 /**
  * Backpressure (src/backpressure.ts): the rule alone, then through the coordinator over a real
@@ -180,17 +180,7 @@ async function world(
         const nowMs = await tx.observe(clock.nowMs());
         const runIds: string[] = [];
         for (const target of targets) {
-          const { run } = await startRun(
-            tx,
-            {
-              package: "bp",
-              target,
-              idempotencyKey: null,
-              scheduleName: null,
-              runId: ids.runId(),
-            },
-            nowMs,
-          );
+          const { run } = await startRun(tx, manualStart("bp", target, ids.runId()), nowMs);
           runIds.push(run.id);
         }
         return runIds;

@@ -8,13 +8,19 @@ import type { Manifest } from "../../src/manifest/types.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
 import { MAX_STORE_PAGE, type Executor, type Store, type StoreTx } from "../../src/ports.ts";
 import { PROFILES, type ProfileName } from "../../src/profiles.ts";
-import { Prng } from "../../src/sim/prng.ts";
-import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
+import type { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { diamondManifest, SequentialIds, TestClock, wideManifest } from "../support/fixtures.ts";
+import {
+  diamondManifest,
+  SequentialIds,
+  TestClock,
+  wideManifest,
+  workflowStart,
+} from "../support/fixtures.ts";
+import { steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
 
 /**
@@ -40,14 +46,7 @@ async function rig(): Promise<Rig> {
   const clock = new TestClock(T0);
   const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
   const ids = new SequentialIds("run");
-  const executor = new SimulatedExecutor({
-    clock,
-    prng: new Prng(7),
-    failureRate: 0,
-    spawnFailureRate: 0,
-    minDurationMs: 100,
-    maxDurationMs: 100,
-  });
+  const executor = steadyExecutor(clock, 7);
   return {
     store,
     clock,
@@ -66,13 +65,7 @@ async function rig(): Promise<Rig> {
         await applyPackage(tx, manifest, nowMs);
         const { run } = await startRun(
           tx,
-          {
-            package: manifest.package,
-            target: { kind: "workflow", name: workflow },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: ids.runId(),
-          },
+          workflowStart(manifest.package, workflow, ids.runId()),
           nowMs,
         );
         return run.id;
@@ -138,17 +131,9 @@ function coordinatorLaunchingWith(
 describe("the cadence cycle", () => {
   it("the tick runs its stages in the fixed order: cancellation, schedules and ordinary runs, frontier, admission, dispatch, execution control, notifications, purge", async () => {
     const { coordinator } = await rig();
-    expect(STAGE_ORDER).toEqual([
-      "cancellation",
-      "schedules",
-      "ordinary",
-      "frontier",
-      "admission",
-      "dispatch",
-      "execution_control",
-      "notifications",
-      "purge",
-    ]);
+    expect(STAGE_ORDER.join(" → ")).toBe(
+      "cancellation → schedules → ordinary → frontier → admission → dispatch → execution_control → notifications → purge",
+    );
     const report = await coordinator().tick();
     expect(report.stages.map((stage) => stage.name)).toEqual([...STAGE_ORDER]);
     expect(report.profile).toBe("standalone");

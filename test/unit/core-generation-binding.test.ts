@@ -3,15 +3,20 @@ import type { SqlJsStatic } from "sql.js";
 import { Coordinator } from "../../src/coordinator.ts";
 import type { AdmissionReceipt } from "../../src/model.ts";
 import { applyPackage, startRun } from "../../src/operations.ts";
-import type { Executor, LaunchRequest } from "../../src/ports.ts";
+import type { LaunchRequest } from "../../src/ports.ts";
 import { PROFILES } from "../../src/profiles.ts";
-import { Prng } from "../../src/sim/prng.ts";
-import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { diamondManifest, SequentialIds, task, TestClock } from "../support/fixtures.ts";
+import {
+  diamondManifest,
+  SequentialIds,
+  task,
+  TestClock,
+  workflowStart,
+} from "../support/fixtures.ts";
+import { recordingExecutor, steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
 
 /**
@@ -39,26 +44,9 @@ async function rig(): Promise<Rig> {
   const clock = new TestClock(T0);
   const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
   const ids = new SequentialIds("run");
-  const simulated = new SimulatedExecutor({
-    clock,
-    prng: new Prng(3),
-    failureRate: 0,
-    spawnFailureRate: 0,
-    minDurationMs: 100,
-    maxDurationMs: 100,
-  });
+  const simulated = steadyExecutor(clock, 3);
   const launches: LaunchRequest[] = [];
-  const recording: Executor = {
-    type: "local_process",
-    launch: (request) => {
-      launches.push(request);
-      return simulated.launch(request);
-    },
-    readReceipt: (attempt) => simulated.readReceipt(attempt),
-    hasJournal: (attempt) => simulated.hasJournal(attempt),
-    inspect: (attempt) => simulated.inspect(attempt),
-    stop: (attempt, reason) => simulated.stop(attempt, reason),
-  };
+  const recording = recordingExecutor(simulated, launches);
   const coordinator = new Coordinator({
     store,
     clock,
@@ -90,13 +78,7 @@ async function rig(): Promise<Rig> {
           (
             await startRun(
               tx,
-              {
-                package: "bind",
-                target: { kind: "workflow", name: "diamond" },
-                idempotencyKey: null,
-                scheduleName: null,
-                runId: ids.runId(),
-              },
+              workflowStart("bind", "diamond", ids.runId()),
               await tx.observe(clock.nowMs()),
             )
           ).run.id,

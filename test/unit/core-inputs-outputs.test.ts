@@ -5,7 +5,7 @@ import { isQlrError } from "../../src/errors.ts";
 import { parseManifest } from "../../src/manifest/index.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import { applyPackage, rerunRun, startRun } from "../../src/operations.ts";
-import type { Executor, LaunchRequest } from "../../src/ports.ts";
+import type { LaunchRequest } from "../../src/ports.ts";
 import { PROFILES } from "../../src/profiles.ts";
 import {
   MAX_INPUT_BYTES,
@@ -13,14 +13,14 @@ import {
   resolveRunInput,
   type InputDeclaration,
 } from "../../src/run-inputs.ts";
-import { Prng } from "../../src/sim/prng.ts";
-import { SimulatedExecutor, type SimulatedOutcome } from "../../src/sim/simulated-executor.ts";
+import type { SimulatedOutcome } from "../../src/sim/simulated-executor.ts";
 import { checkOutput, MAX_OUTPUT_BYTES, outputFromText } from "../../src/task-output.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { SequentialIds, TestClock } from "../support/fixtures.ts";
+import { SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
+import { recordingExecutor, steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
 
 /**
@@ -217,27 +217,9 @@ async function rig(
 ): Promise<Rig> {
   const clock = new TestClock(T0);
   const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
-  const simulated = new SimulatedExecutor({
-    clock,
-    prng: new Prng(5),
-    failureRate: 0,
-    spawnFailureRate: 0,
-    minDurationMs: 100,
-    maxDurationMs: 100,
-    outcome,
-  });
+  const simulated = steadyExecutor(clock, 5, outcome);
   const launches: LaunchRequest[] = [];
-  const recording: Executor = {
-    type: "local_process",
-    launch: (request) => {
-      launches.push(request);
-      return simulated.launch(request);
-    },
-    readReceipt: (attempt) => simulated.readReceipt(attempt),
-    hasJournal: (attempt) => simulated.hasJournal(attempt),
-    inspect: (attempt) => simulated.inspect(attempt),
-    stop: (attempt, reason) => simulated.stop(attempt, reason),
-  };
+  const recording = recordingExecutor(simulated, launches);
   const coordinator = new Coordinator({
     store,
     clock,
@@ -383,14 +365,7 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
     const { run } = await world.store.transaction(async (tx) =>
       startRun(
         tx,
-        {
-          package: "etl",
-          target: { kind: "workflow", name: "pipeline" },
-          idempotencyKey: null,
-          scheduleName: null,
-          runId: "run-big",
-          input: { region: "eu" },
-        },
+        workflowStart("etl", "pipeline", "run-big", { region: "eu" }),
         await tx.observe(world.clock.nowMs()),
       ),
     );
@@ -416,18 +391,7 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
     const now = async (tx: Parameters<Parameters<SqlStore["transaction"]>[0]>[0]) =>
       tx.observe(world.clock.nowMs());
     const { run: old } = await world.store.transaction(async (tx) =>
-      startRun(
-        tx,
-        {
-          package: "etl",
-          target: { kind: "workflow", name: "pipeline" },
-          idempotencyKey: null,
-          scheduleName: null,
-          runId: "run-old",
-          input: { region: "eu" },
-        },
-        await now(tx),
-      ),
+      startRun(tx, workflowStart("etl", "pipeline", "run-old", { region: "eu" }), await now(tx)),
     );
     expect(await world.settle(old.id)).toBe("failed");
     const oldSteps = await world.store.transaction((tx) => tx.getSteps(old.id));
@@ -503,14 +467,7 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
     const { run } = await world.store.transaction(async (tx) =>
       startRun(
         tx,
-        {
-          package: "etl",
-          target: { kind: "workflow", name: "pipeline" },
-          idempotencyKey: null,
-          scheduleName: null,
-          runId: "run-live",
-          input: { region: "eu" },
-        },
+        workflowStart("etl", "pipeline", "run-live", { region: "eu" }),
         await tx.observe(world.clock.nowMs()),
       ),
     );

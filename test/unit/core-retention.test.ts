@@ -15,13 +15,12 @@ import {
   type PurgeCandidate,
   type RetentionPolicy,
 } from "../../src/retention.ts";
-import { Prng } from "../../src/sim/prng.ts";
-import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { diamondManifest, SequentialIds, task, TestClock } from "../support/fixtures.ts";
+import { steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
 
 const MINUTE_MS = 60_000;
@@ -191,14 +190,7 @@ describe("the purge stage", () => {
     const clock = new TestClock(T0);
     const store: SqlStore = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
     const ids = new SequentialIds("run");
-    const executor = new SimulatedExecutor({
-      clock,
-      prng: new Prng(3),
-      failureRate: 0,
-      spawnFailureRate: 0,
-      minDurationMs: 100,
-      maxDurationMs: 100,
-    });
+    const executor = steadyExecutor(clock, 3);
     const purged: PurgedRun[] = [];
     const coordinator = new Coordinator({
       store,

@@ -10,7 +10,7 @@ import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { task } from "../support/fixtures.ts";
+import { task, taskStart } from "../support/fixtures.ts";
 
 describe("bounded stages resume where they stopped", () => {
   it("execution control on the edge budget (8 per cycle) still completes a short task behind 8 long-running ones", async () => {
@@ -58,17 +58,7 @@ describe("bounded stages resume where they stopped", () => {
       for (let index = 0; index < 8; index += 1) {
         const runId = ids.runId();
         longAttemptIds.push(ordinaryAttemptId(runId, 1));
-        await startRun(
-          tx,
-          {
-            package: "rr",
-            target: { kind: "task", name: "long" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId,
-          },
-          nowMs,
-        );
+        await startRun(tx, taskStart("rr", "long", runId), nowMs);
       }
       // Pick the short run's id so its attempt id sorts after every long attempt's: a scan that
       // always started from the lowest id would see only the eight long ones.
@@ -76,17 +66,7 @@ describe("bounded stages resume where they stopped", () => {
       let candidate = 0;
       while (ordinaryAttemptId(`rr-short-${candidate}`, 1) < highest) candidate += 1;
       shortRunId = `rr-short-${candidate}`;
-      await startRun(
-        tx,
-        {
-          package: "rr",
-          target: { kind: "task", name: "short" },
-          idempotencyKey: null,
-          scheduleName: null,
-          runId: shortRunId,
-        },
-        nowMs,
-      );
+      await startRun(tx, taskStart("rr", "short", shortRunId), nowMs);
     });
     // Edge admits and dispatches one ordinary run per cycle: nine cycles start all nine.
     for (let index = 0; index < 12; index += 1) {

@@ -6,7 +6,7 @@ import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { diamondManifest, SequentialIds, TestClock } from "../support/fixtures.ts";
+import { diamondManifest, SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
 import { T0 } from "./core-fixtures.ts";
 
 /**
@@ -28,13 +28,7 @@ describe("the immutable body cache", () => {
       return (
         await startRun(
           tx,
-          {
-            package: "cached",
-            target: { kind: "workflow", name: "diamond" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: new SequentialIds("run").runId(),
-          },
+          workflowStart("cached", "diamond", new SequentialIds("run").runId()),
           nowMs,
         )
       ).run;

@@ -1,11 +1,12 @@
-import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { copyFile, mkdir, mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { promisify } from "node:util";
 import { Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildDist } from "../support/bundle.ts";
+import { isAlive, spawnQlr, stopQlr, type QlrProcess } from "../support/qlr-process.ts";
+import { workerArgs } from "../support/qlr-args.ts";
 
 /**
  * The Cloudflare Worker as deployed (dist/worker/index.js, the `wrangler deploy --dry-run`
@@ -23,13 +24,6 @@ const WORKER_TOKEN = "worker-e2e-lease-token";
 const RUN_WAIT_MS = 60_000;
 const TICK_EVERY_MS = 200;
 const TERMINAL = ["succeeded", "failed", "timed_out", "cancelled", "lost"];
-
-interface Proc {
-  readonly child: ChildProcess;
-  stdout: string;
-  stderr: string;
-  readonly exited: Promise<number | null>;
-}
 
 interface AttemptView {
   readonly id: string;
@@ -55,7 +49,7 @@ interface RunDetail {
 let scratch: string | undefined;
 let mf: Miniflare | undefined;
 let coordinatorUrl: string;
-let worker: Proc | undefined;
+let worker: QlrProcess | undefined;
 
 async function api<T>(
   method: string,
@@ -76,51 +70,10 @@ async function api<T>(
   return JSON.parse(text) as T;
 }
 
-function alive(proc: Proc): boolean {
-  return proc.child.exitCode === null && proc.child.signalCode === null;
-}
-
-function startWorker(stateDir: string): Proc {
-  // The caller's QLR_* settings must not leak into the process under test.
-  const env = {
-    ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("QLR_"))),
-    QLR_WORKER_TOKEN: WORKER_TOKEN,
-  };
-  const args = [
-    "worker",
-    "--coordinator",
-    coordinatorUrl,
-    "--pool",
-    "p1",
-    "--capacity",
-    "2",
-    "--state-dir",
-    stateDir,
-  ];
-  const child = spawn(process.execPath, [QLR, ...args], {
-    cwd: scratch,
-    stdio: ["ignore", "pipe", "pipe"],
-    env,
-  });
-  const proc: Proc = {
-    child,
-    stdout: "",
-    stderr: "",
-    exited: new Promise((resolveExit) => child.once("exit", (code) => resolveExit(code))),
-  };
-  child.stdout?.setEncoding("utf8").on("data", (text: string) => (proc.stdout += text));
-  child.stderr?.setEncoding("utf8").on("data", (text: string) => (proc.stderr += text));
-  return proc;
-}
-
-async function stopProc(proc: Proc): Promise<void> {
-  if (!alive(proc)) return;
-  proc.child.kill("SIGTERM");
-  const ended = await Promise.race([proc.exited.then(() => true), sleep(10_000).then(() => false)]);
-  if (!ended && alive(proc)) {
-    proc.child.kill("SIGKILL");
-    await proc.exited;
-  }
+function startWorker(stateDir: string): QlrProcess {
+  const args = workerArgs(coordinatorUrl, stateDir, { capacity: 2 });
+  // childEnv: the caller's QLR_* settings must not leak into the process under test.
+  return spawnQlr(QLR, "worker", args, { cwd: scratch, env: { QLR_WORKER_TOKEN: WORKER_TOKEN } });
 }
 
 async function lines(path: string): Promise<string[]> {
@@ -135,7 +88,7 @@ async function tickUntilTerminal(runId: string): Promise<RunDetail> {
     await api("POST", "/tick");
     const current = await api<RunDetail>("GET", `/runs/${runId}`);
     if (TERMINAL.includes(current.run.status)) return current;
-    if (worker !== undefined && !alive(worker))
+    if (worker !== undefined && !isAlive(worker))
       throw new Error(
         `qlr worker exited (${worker.child.exitCode ?? worker.child.signalCode})\n--- stdout\n${worker.stdout}\n--- stderr\n${worker.stderr}`,
       );
@@ -152,10 +105,7 @@ let markers: string;
 
 beforeAll(async () => {
   // dist/qlr.mjs and dist/worker/index.js (wrangler deploy --dry-run, offline).
-  await promisify(execFile)(process.execPath, [join(ROOT, "scripts/build.mjs")], {
-    cwd: ROOT,
-    timeout: 110_000,
-  });
+  await buildDist(110_000);
   scratch = await mkdtemp(join(tmpdir(), "qlr-worker-e2e-"));
   markers = join(scratch, "markers");
   await mkdir(markers);
@@ -178,7 +128,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  if (worker !== undefined) await stopProc(worker);
+  if (worker !== undefined) await stopQlr(worker);
   await mf?.dispose();
   if (scratch !== undefined) await rm(scratch, { recursive: true, force: true });
 }, 60_000);

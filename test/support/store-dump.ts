@@ -1,0 +1,32 @@
+/** "Nothing written" made checkable: every row of the schema's tables as one comparable text. */
+import type { SqlDriver } from "../../storage/driver.ts";
+
+/** Every table of the schema, read in a fixed order for before/after comparisons. */
+export const DUMP_TABLES = [
+  "runs",
+  "step_runs",
+  "run_attempts",
+  "run_events",
+  "step_mutations",
+  "admission_receipts",
+  "packages",
+  "generations",
+  "reconciliation_receipts",
+  "task_definitions",
+  "workflow_plans",
+  "schedules",
+  "qlr_store_clock",
+  "qlr_schema",
+] as const;
+
+/** Every row of every table in `DUMP_TABLES`, in one transaction, as one text. */
+export async function dumpTables(driver: SqlDriver): Promise<string> {
+  return driver.transaction(async (tx) => {
+    const parts: string[] = [];
+    for (const table of DUMP_TABLES) {
+      const rows = await tx.query(`SELECT * FROM ${table} ORDER BY 1, 2`);
+      parts.push(`-- ${table} (${rows.length})`, ...rows.map((row) => JSON.stringify(row)));
+    }
+    return parts.join("\n");
+  });
+}
