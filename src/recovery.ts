@@ -152,7 +152,9 @@ export function applyRecovery(
           {},
           { reason: "new ready epoch after orphaned claim", lostAttemptId: attempt.id },
         );
-      } else if (step === null && run.status === "dispatching") {
+      } else if (run.status === "dispatching") {
+        // Only an ordinary run dispatches (a workflow run is created `running`): its claim is
+        // lost and the run waits in the queue again.
         change.setRunStatus("queued", { reason: decision.reason });
       }
       return change.build();

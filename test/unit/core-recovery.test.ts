@@ -684,7 +684,12 @@ describe("each recovery decision is its own rule's", () => {
         NO_RETRY,
         T0 + 100,
       ),
-    ).toThrow(`step ${step.id} of orphaned attempt ${attempt.id} is running, not ready`);
+    ).toThrow(
+      expect.objectContaining({
+        code: "integrity",
+        message: `step ${step.id} of orphaned attempt ${attempt.id} is running, not ready`,
+      }),
+    );
   });
 
   it("an ordinary orphaned claim requeues its run with the reason, and only a dispatching run", () => {
