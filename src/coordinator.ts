@@ -304,6 +304,13 @@ export class Coordinator {
    * entries leave as the attempts are dispatched or settled.
    */
   private readonly unlaunchedStarting = new Set<string>();
+  /**
+   * Started attempts (`starting`, `running`) whose start-up recovery could not record its
+   * decision: the store refused every try. Execution control makes the decision again
+   * (`recoverAgain`), so such an attempt does not wait for the next restart. Bounded by one
+   * start-up recovery; an entry leaves once a decision is recorded or the attempt moved on.
+   */
+  private readonly unrecordedRecoveries = new Set<string>();
   private readonly deps: CoordinatorDeps;
   private readonly node: NodeIdentity | null;
   /** The incarnation this runtime registered; null until `register` ran. */
@@ -1070,6 +1077,7 @@ export class Coordinator {
   }
 
   private async controlOne(executor: Executor, attempt: RunAttempt): Promise<boolean> {
+    if (this.unrecordedRecoveries.has(attempt.id)) return this.recoverAgain(executor, attempt);
     const receipt = await executor.readReceipt(attempt);
     if (attempt.status !== "starting" || receipt.status !== "none") {
       this.unrecordedHandles.delete(attempt.id);
@@ -1375,11 +1383,35 @@ export class Coordinator {
         lastError = error;
       }
     }
+    // A claim is not kept: dispatch starts it, and a started claim is this incarnation's own.
+    if (attempt.status !== "claimed" && this.unrecordedRecoveries.size < MAX_RECOVERED_ATTEMPTS)
+      this.unrecordedRecoveries.add(listed.id);
     return {
       attemptId: listed.id,
       decision: "fail_closed",
       reason: `recovery could not record its decision: ${describe(lastError).message}`,
     };
+  }
+
+  /**
+   * Execution control's hook for an attempt whose start-up recovery decision the store refused:
+   * the same recovery, from fresh evidence, under the same version check (nothing is applied
+   * twice). Refused again, the attempt stays in `unrecordedRecoveries` for the next cycle; true
+   * when the recorded decision changed the attempt.
+   */
+  private async recoverAgain(executor: Executor, attempt: RunAttempt): Promise<boolean> {
+    this.unrecordedRecoveries.delete(attempt.id);
+    let result: RecoveryResult | null;
+    try {
+      result = await this.recoverOne(executor, attempt);
+    } catch (error) {
+      this.unrecordedRecoveries.add(attempt.id);
+      throw error;
+    }
+    if (result === null || this.unrecordedRecoveries.has(attempt.id)) return false;
+    const changed = result.decision !== "readopt" && result.decision !== "none";
+    if (changed) this.followUp = true;
+    return changed;
   }
 
   /** Execution control stopAndDrain: persist shutdown intent, then stop the exact processes. */

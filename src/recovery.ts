@@ -107,7 +107,7 @@ export function applyRecovery(
   retry: RetryPolicy,
   nowMs: number,
 ): ChangeSet | null {
-  const { run, step, attempt } = scope;
+  const { run, attempt } = scope;
   switch (decision.kind) {
     case "none":
     case "readopt":
@@ -128,63 +128,78 @@ export function applyRecovery(
       );
       return change.build();
     }
-    case "lost_new_epoch": {
-      const change = new RunChange(run, nowMs);
-      change.setAttempt(
-        attempt,
-        "lost",
-        { finishedAtMs: nowMs, error: decision.reason },
-        { reason: decision.reason },
-      );
-      // Only the claim of the step's exact ready epoch opens a new one (`claimed`/`starting`
-      // leave the step's version as admitted). An orphan of an epoch the step already left
-      // is only lost: moving the step again would strand the current epoch's own claim.
-      if (step !== null && step.version === attempt.stepRunVersion) {
-        // A new ready epoch: version and digest move, attempt count and ready time stay.
-        if (change.step(step).status !== "ready")
-          throw new QlrError(
-            "integrity",
-            `step ${step.id} of orphaned attempt ${attempt.id} is ${step.status}, not ready`,
-          );
-        change.setStep(
-          step,
-          "ready",
-          {},
-          { reason: "new ready epoch after orphaned claim", lostAttemptId: attempt.id },
-        );
-      } else if (step === null && run.status === "dispatching") {
-        change.setRunStatus("queued", { reason: decision.reason });
-      }
-      return change.build();
-    }
-    case "lost_failed": {
-      const change = new RunChange(run, nowMs);
-      // The running path keeps its running → lost (attempt) and running → failed (step) chain.
-      // The attempt crossed the start barrier and its outcome is unknown: v1 has no step-level
-      // deduplication, so it is never retried automatically, whatever the task declares
-      // (ADR-0227 §6). Retries of idempotent tasks cover definite failures and timeouts only.
-      const current = change.setAttempt(
-        attempt,
-        "lost",
-        { finishedAtMs: nowMs, error: decision.reason },
-        { reason: decision.reason },
-      );
-      if (step !== null) {
-        const currentStep = change.step(step);
-        if (currentStep.status === "running" || currentStep.status === "ready") {
-          change.setStep(
-            step,
-            "failed",
-            { finishedAtMs: nowMs },
-            { reason: decision.reason, lostAttemptId: current.id },
-          );
-        }
-      } else {
-        finishOrdinary(change, "lost", attempt.number, retry, nowMs);
-      }
-      return change.build();
-    }
+    case "lost_new_epoch":
+    case "lost_failed":
+      return applyLoss(scope, decision, retry, nowMs);
   }
+}
+
+/** A decision that the attempt is lost: before the start barrier (new epoch) or after it. */
+export type LossDecision = Extract<RecoveryDecision, { kind: "lost_new_epoch" | "lost_failed" }>;
+
+/** Applies a loss as one change set: the attempt always becomes `lost`, so there is always one. */
+export function applyLoss(
+  scope: AttemptScope,
+  decision: LossDecision,
+  retry: RetryPolicy,
+  nowMs: number,
+): ChangeSet {
+  const { run, step, attempt } = scope;
+  const change = new RunChange(run, nowMs);
+  if (decision.kind === "lost_new_epoch") {
+    change.setAttempt(
+      attempt,
+      "lost",
+      { finishedAtMs: nowMs, error: decision.reason },
+      { reason: decision.reason },
+    );
+    // Only the claim of the step's exact ready epoch opens a new one (`claimed`/`starting`
+    // leave the step's version as admitted). An orphan of an epoch the step already left
+    // is only lost: moving the step again would strand the current epoch's own claim.
+    if (step !== null && step.version === attempt.stepRunVersion) {
+      // A new ready epoch: version and digest move, attempt count and ready time stay.
+      if (change.step(step).status !== "ready")
+        throw new QlrError(
+          "integrity",
+          `step ${step.id} of orphaned attempt ${attempt.id} is ${step.status}, not ready`,
+        );
+      change.setStep(
+        step,
+        "ready",
+        {},
+        { reason: "new ready epoch after orphaned claim", lostAttemptId: attempt.id },
+      );
+    } else if (run.status === "dispatching") {
+      // Only an ordinary run dispatches (a workflow run is created `running`): its claim is
+      // lost and the run waits in the queue again.
+      change.setRunStatus("queued", { reason: decision.reason });
+    }
+    return change.build();
+  }
+  // The running path keeps its running → lost (attempt) and running → failed (step) chain.
+  // The attempt crossed the start barrier and its outcome is unknown: v1 has no step-level
+  // deduplication, so it is never retried automatically, whatever the task declares
+  // (ADR-0227 §6). Retries of idempotent tasks cover definite failures and timeouts only.
+  const current = change.setAttempt(
+    attempt,
+    "lost",
+    { finishedAtMs: nowMs, error: decision.reason },
+    { reason: decision.reason },
+  );
+  if (step !== null) {
+    const currentStep = change.step(step);
+    if (currentStep.status === "running" || currentStep.status === "ready") {
+      change.setStep(
+        step,
+        "failed",
+        { finishedAtMs: nowMs },
+        { reason: decision.reason, lostAttemptId: current.id },
+      );
+    }
+  } else {
+    finishOrdinary(change, "lost", attempt.number, retry, nowMs);
+  }
+  return change.build();
 }
 
 /** The longest reason an operator may give when settling an attempt. */
@@ -216,15 +231,10 @@ export function resolveFailedClosed(
       "conflict",
       `attempt ${attempt.id} has not failed closed: recovery and execution control still decide it from its evidence`,
     );
-  const change = applyRecovery(
+  return applyLoss(
     scope,
     { kind: "lost_failed", reason: `resolved as lost by an operator: ${reason}` },
     retry,
     nowMs,
   );
-  // Stryker disable all: unreachable, a loss always writes a change
-  if (change === null)
-    throw new QlrError("internal", `attempt ${attempt.id}: resolving it changed nothing`);
-  // Stryker restore all
-  return change;
 }

@@ -79,6 +79,21 @@ function running(world: CoreWorld): { attempt: RunAttempt; fence: LeaseFence } {
   return { attempt: world.model.attempt(attempt.id), fence };
 }
 
+/** Running, then completed with exit 0 (started T0 + 5, finished T0 + 20) recorded at T0 + 21. */
+function succeeded(world: CoreWorld): { attempt: RunAttempt; fence: LeaseFence } {
+  const { attempt, fence } = running(world);
+  const answer = workerComplete(
+    world.model.scope(attempt.id),
+    fence,
+    exitFacts(T0 + 5, T0 + 20, 0),
+    NO_RETRY,
+    T0 + 21,
+  );
+  if (answer.kind !== "recorded") throw new Error("the completion was not recorded");
+  world.apply(answer.change);
+  return { attempt: world.model.attempt(attempt.id), fence };
+}
+
 function messageOf(fn: () => unknown): string {
   try {
     fn();
@@ -469,16 +484,7 @@ describe("the process exists", () => {
 
   it("the running report repeated after the completion is refused, not answered as a repeat", () => {
     const world = remoteWorld();
-    const { attempt, fence } = running(world);
-    const answer = workerComplete(
-      world.model.scope(attempt.id),
-      fence,
-      exitFacts(T0 + 5, T0 + 20, 0),
-      NO_RETRY,
-      T0 + 21,
-    );
-    if (answer.kind !== "recorded") throw new Error("the completion was not recorded");
-    world.apply(answer.change);
+    const { attempt, fence } = succeeded(world);
     expect(
       errorCode(() =>
         workerRunning(world.model.scope(attempt.id), fence, handleAt(T0 + 5), T0 + 22, TTL_MS),
@@ -569,16 +575,7 @@ describe("heartbeats", () => {
 
   it("a heartbeat of a finished attempt is refused", () => {
     const world = remoteWorld();
-    const { attempt, fence } = running(world);
-    const answer = workerComplete(
-      world.model.scope(attempt.id),
-      fence,
-      exitFacts(T0 + 5, T0 + 20, 0),
-      NO_RETRY,
-      T0 + 21,
-    );
-    if (answer.kind !== "recorded") throw new Error("the completion was not recorded");
-    world.apply(answer.change);
+    const { attempt, fence } = succeeded(world);
     const scope = world.model.scope(attempt.id);
     expect(messageOf(() => heartbeat(scope, fence, T0 + 22, TTL_MS))).toBe(
       `attempt ${attempt.id} is already succeeded`,

@@ -74,6 +74,11 @@ function recover(
   return decision;
 }
 
+/** Applies `decision` to the attempt at T0 + 100, whatever the evidence would have said. */
+function decideAs(world: CoreWorld, attempt: RunAttempt, decision: RecoveryDecision): void {
+  world.apply(applyRecovery(world.model.scope(attempt.id), decision, NO_RETRY, T0 + 100));
+}
+
 function inspected(first: LiveInspection, second: LiveInspection): RecoveryEvidence {
   return { ...NO_EVIDENCE, inspections: [first, second] };
 }
@@ -370,20 +375,8 @@ describe("attempts past the start barrier", () => {
   });
 
   it("recovery never finalizes the parent workflow run", () => {
-    const world = new CoreWorld({
-      package: "demo",
-      description: null,
-      tasks: [task("work")],
-      workflows: [
-        { name: "one", description: null, steps: [{ name: "only", task: "work", needs: [] }] },
-      ],
-      schedules: [],
-    });
-    const run = world.startWorkflow("one");
-    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
-    const attempt = world.admit("run-1", "only", T0 + 2);
-    world.apply(markStarting(world.model.scope(attempt.id), T0 + 3));
-    world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), T0 + 5));
+    const world = worldWith();
+    const attempt = running(world);
     const scope = world.model.scope(attempt.id);
     const change = applyRecovery(
       scope,
@@ -393,7 +386,7 @@ describe("attempts past the start barrier", () => {
     )!;
     expect(change.events.some((event) => event.type === "run.status_changed")).toBe(false);
     world.apply(change);
-    // Every step is settled and nothing is live, yet the run stays running until the frontier sees it.
+    // Nothing is live and the failed step decides the run, yet it stays running until the frontier sees it.
     expect(world.model.run("run-1").status).toBe("running");
     world.apply(
       advanceFrontier(
@@ -572,39 +565,23 @@ describe("each recovery decision is its own rule's", () => {
         },
       ],
       [scope, evidence("present", twice("running")), { kind: "readopt" }],
-      [
-        scope,
-        evidence("present", ["changed_identity", "running"]),
-        { kind: "fail_closed", reason: "the pid now belongs to another process" },
-      ],
-      [
-        scope,
-        evidence("present", ["running", "changed_identity"]),
-        { kind: "fail_closed", reason: "the pid now belongs to another process" },
-      ],
-      [
-        scope,
-        evidence("present", ["unverifiable", "changed_identity"]),
-        { kind: "fail_closed", reason: "the pid now belongs to another process" },
-      ],
-      [
-        scope,
-        evidence("present", ["unverifiable", "running"]),
-        { kind: "fail_closed", reason: "the platform cannot verify the process identity" },
-      ],
-      [
-        scope,
-        evidence("present", ["running", "unverifiable"]),
-        { kind: "fail_closed", reason: "the platform cannot verify the process identity" },
-      ],
-      [
-        scope,
-        evidence("present", ["running", "not_running"]),
-        { kind: "fail_closed", reason: "inconsistent inspections: running, not_running" },
-      ],
     ];
     for (const [caseScope, caseEvidence, expected] of cases)
       expect(decideRecovery(caseScope, caseEvidence)).toEqual(expected);
+    // Two inspections that neither agree on running nor on not running: each pair's own reason.
+    const failedClosed: [LiveInspection, LiveInspection, string][] = [
+      ["changed_identity", "running", "the pid now belongs to another process"],
+      ["running", "changed_identity", "the pid now belongs to another process"],
+      ["unverifiable", "changed_identity", "the pid now belongs to another process"],
+      ["unverifiable", "running", "the platform cannot verify the process identity"],
+      ["running", "unverifiable", "the platform cannot verify the process identity"],
+      ["running", "not_running", "inconsistent inspections: running, not_running"],
+    ];
+    for (const [first, second, reason] of failedClosed)
+      expect(decideRecovery(scope, evidence("present", [first, second]))).toEqual({
+        kind: "fail_closed",
+        reason,
+      });
   });
 
   it("each missing part of the persisted handle fails closed where live inspections would re-adopt", () => {
@@ -631,14 +608,7 @@ describe("each recovery decision is its own rule's", () => {
   it("failing closed records the reason and the status it kept in its event", () => {
     const world = worldWith();
     const live = running(world);
-    world.apply(
-      applyRecovery(
-        world.model.scope(live.id),
-        { kind: "fail_closed", reason: "why" },
-        NO_RETRY,
-        T0 + 100,
-      ),
-    );
+    decideAs(world, live, { kind: "fail_closed", reason: "why" });
     expect(world.model.eventsOf("run-1").at(-1)).toMatchObject({
       type: "attempt.recovery_failed_closed",
       data: { reason: "why", status: "running" },
@@ -648,14 +618,7 @@ describe("each recovery decision is its own rule's", () => {
   it("a new ready epoch names its reason and the lost attempt in the attempt's and the step's events", () => {
     const world = worldWith();
     const attempt = claimed(world);
-    world.apply(
-      applyRecovery(
-        world.model.scope(attempt.id),
-        { kind: "lost_new_epoch", reason: "gone" },
-        NO_RETRY,
-        T0 + 100,
-      ),
-    );
+    decideAs(world, attempt, { kind: "lost_new_epoch", reason: "gone" });
     const [lost, epoch] = world.model.eventsOf("run-1").slice(-2);
     expect(lost).toMatchObject({
       type: "attempt.status_changed",
@@ -684,7 +647,12 @@ describe("each recovery decision is its own rule's", () => {
         NO_RETRY,
         T0 + 100,
       ),
-    ).toThrow(`step ${step.id} of orphaned attempt ${attempt.id} is running, not ready`);
+    ).toThrow(
+      expect.objectContaining({
+        code: "integrity",
+        message: `step ${step.id} of orphaned attempt ${attempt.id} is running, not ready`,
+      }),
+    );
   });
 
   it("an ordinary orphaned claim requeues its run with the reason, and only a dispatching run", () => {
@@ -708,14 +676,7 @@ describe("each recovery decision is its own rule's", () => {
   it("a lost started attempt fails its step at the loss time with the reason and the attempt", () => {
     const world = worldWith();
     const live = running(world);
-    world.apply(
-      applyRecovery(
-        world.model.scope(live.id),
-        { kind: "lost_failed", reason: "gone" },
-        NO_RETRY,
-        T0 + 100,
-      ),
-    );
+    decideAs(world, live, { kind: "lost_failed", reason: "gone" });
     expect(world.model.step("run-1", "a")).toMatchObject({
       status: "failed",
       finishedAtMs: T0 + 100,

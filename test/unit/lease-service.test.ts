@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
+import { RunChange } from "../../src/aggregate.ts";
 import { Coordinator } from "../../src/coordinator.ts";
 import { QlrError } from "../../src/errors.ts";
-import type { CompletionFacts } from "../../src/execution.ts";
 import { LeaseService, type Lease } from "../../src/lease-service.ts";
 import { DEFAULT_LEASE_TTL_MS, MAX_CLAIM_CAPACITY, type LeaseFence } from "../../src/leases.ts";
 import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
@@ -14,6 +14,7 @@ import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import { SequentialIds, SequentialSecrets, task, TestClock } from "../support/fixtures.ts";
+import { exitFacts } from "./core-fixtures.ts";
 
 /**
  * The lease service over a real in-memory sql.js store: what each call reads, writes and
@@ -194,18 +195,6 @@ function fenceOf(lease: Lease, workerId = "worker-1"): LeaseFence {
   return { workerId, leaseVersion: lease.leaseVersion, leaseSecret: lease.leaseSecret };
 }
 
-function facts(startedAtMs: number, finishedAtMs: number, extra: Partial<CompletionFacts> = {}) {
-  return {
-    startedAtMs,
-    finishedAtMs,
-    exitCode: 0,
-    signal: null,
-    stopReason: null,
-    spawnError: null,
-    ...extra,
-  } satisfies CompletionFacts;
-}
-
 const HANDLE = { pid: 77, processStartTicks: "ticks-77", bootId: "boot-w" };
 
 async function codeOf(promise: Promise<unknown>): Promise<string> {
@@ -299,7 +288,7 @@ describe("claim", () => {
     await world.leases.complete(
       first!.attemptId,
       fence,
-      facts(startedAtMs, world.clock.nowMs(), { output: { rows: 3 } }),
+      exitFacts(startedAtMs, world.clock.nowMs(), 0, { output: { rows: 3 } }),
     );
     await tick(world);
     const [second] = await world.leases.claim("worker-2", "pool-1", 1);
@@ -355,6 +344,29 @@ describe("claim", () => {
     world.store.conflictOnAttempt = first!.id;
     const granted = await world.leases.claim("worker-1", "pool-1", 2);
     expect(granted.map((lease) => lease.attemptId)).toEqual([second!.id]);
+  });
+
+  it("a candidate whose ready epoch moved on is settled as lost in its own transaction, and the claim goes on to lease the next", async () => {
+    const world = await openWorld();
+    const runId = await started(world, flowManifest({ a: [], b: [] }));
+    const [stranded, pristine] = await attempts(world, runId);
+    // Step a gets a new ready epoch while its claim is still pristine: that claim may not start.
+    await world.store.transaction(async (tx) => {
+      const step = (await tx.getStep(stranded!.stepRunId!))!;
+      const change = new RunChange(
+        (await tx.getRun(runId))!,
+        await tx.observe(world.clock.nowMs()),
+      );
+      change.setStep(step, "ready", {}, { reason: "new ready epoch" });
+      await tx.apply(change.build());
+    });
+    const granted = await world.leases.claim("worker-1", "pool-1", 2);
+    expect(granted.map((lease) => lease.attemptId)).toEqual([pristine!.id]);
+    expect(await attempt(world, stranded!.id)).toMatchObject({
+      status: "lost",
+      leaseVersion: 0,
+      leaseWorkerId: null,
+    });
   });
 
   it("any other failure of a grant is not swallowed", async () => {
@@ -451,7 +463,7 @@ describe("complete", () => {
     const world = await openWorld();
     const { lease, startedAtMs } = await runningLease(world);
     world.clock.advance(50);
-    const done = facts(startedAtMs, world.clock.nowMs(), { exitCode: 3 });
+    const done = exitFacts(startedAtMs, world.clock.nowMs(), 3);
     expect(await world.leases.complete(lease.attemptId, fenceOf(lease), done)).toEqual({
       status: "failed",
       replayed: false,
