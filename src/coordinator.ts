@@ -157,6 +157,13 @@ export interface CoordinatorDeps {
    * profile's default; null: no runtime-wide limit.
    */
   readonly maxRunning?: number | null;
+  /**
+   * Group commit: one store transaction per stage page (the default) or, with false, one per
+   * item as before it; the benches compare the two in one run.
+   */
+  readonly groupCommit?: boolean;
+  /** Observes each stage page written as a group: its size and whether it committed as one; never required. */
+  readonly onPage?: (page: PageReport) => void;
   /** Observes each purged run after its rows are deleted (simulation checkers); never required. */
   readonly onPurge?: (purged: PurgedRun, atMs: number) => void;
   /** Observes stage timings for metrics; never required. */
@@ -177,6 +184,13 @@ export interface StageReport {
   }[];
   readonly more: boolean;
   readonly durationMs: number;
+}
+
+export interface PageReport {
+  /** Items the page wrote (or decided) in its shared transaction. */
+  readonly size: number;
+  /** False: the shared transaction failed and the items were written one transaction each. */
+  readonly committed: boolean;
 }
 
 export interface TickReport {
@@ -465,7 +479,7 @@ export class Coordinator {
    */
   private async writePage<T>(writes: readonly PageWrite<T>[]): Promise<PageResult<T>> {
     let pageError: unknown = null;
-    if (writes.length > 1) {
+    if (writes.length > 1 && this.deps.groupCommit !== false) {
       let runs = 0;
       try {
         const values = await this.write(async (tx, nowMs, hostOffsetMs) => {
@@ -475,10 +489,12 @@ export class Coordinator {
           for (const write of writes) page.push(await write(tx, nowMs, hostOffsetMs));
           return page;
         });
+        this.deps.onPage?.({ size: writes.length, committed: true });
         return { outcomes: values.map((value) => ({ ok: true, value })), pageError: null };
       } catch (error) {
         // Each item's own error, if it has one, is what gets reported: see below.
         pageError = error;
+        this.deps.onPage?.({ size: writes.length, committed: false });
       }
     }
     const outcomes: PageOutcome<T>[] = [];
@@ -880,11 +896,14 @@ export class Coordinator {
     if (!candidates.some((candidate) => !held.holds(candidate)))
       return { held, decided, admitted: 0, budgetReached: false };
     if (decided >= decisions) return { held, decided, admitted: 0, budgetReached: true };
+    if (this.deps.groupCommit === false) return null;
     let runs = 0;
+    let size = 0;
     try {
-      return await this.write(async (tx, nowMs, hostOffsetMs): Promise<AdmissionPage> => {
+      const page = await this.write(async (tx, nowMs, hostOffsetMs): Promise<AdmissionPage> => {
         runs += 1;
         if (runs > 1) throw new PageAbandoned();
+        size = 0;
         const pageHeld = held.copy();
         let pageDecided = decided;
         let admitted = 0;
@@ -892,6 +911,7 @@ export class Coordinator {
           if (pageHeld.holds(candidate)) continue;
           if (pageDecided >= decisions)
             return { held: pageHeld, decided: pageDecided, admitted, budgetReached: true };
+          size += 1;
           const outcome = await this.admissionWrite(candidate)(tx, nowMs, hostOffsetMs);
           if (outcome.kind === "waiting") {
             pageHeld.hold(candidate, outcome.reason);
@@ -903,7 +923,10 @@ export class Coordinator {
         }
         return { held: pageHeld, decided: pageDecided, admitted, budgetReached: false };
       });
+      this.deps.onPage?.({ size, committed: true });
+      return page;
     } catch {
+      this.deps.onPage?.({ size, committed: false });
       return null;
     }
   }
