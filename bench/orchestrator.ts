@@ -619,13 +619,14 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         modes: ["grouped", "per-item"],
         ordinaryRuns: scale.scaleoutOrdinaryRuns,
         workflowRuns: scale.scaleoutWorkflowRuns,
-        capMs: Math.floor((scale.childTimeoutMs - 60_000) / 12),
+        capMs: quick ? 20_000 : 40_000,
       };
       const outcome = await runChild(
         `scaleout: 1, 2, 3 coordinators on one PostgreSQL, group commit and one transaction per item, ${config.ordinaryRuns} ordinary + ${config.workflowRuns} diamond runs each`,
         "scaleout",
         config,
-        { env: pgEnv },
+        // Twelve phases (two modes × three counts × two workloads), each at most `capMs`.
+        { env: pgEnv, timeoutMs: 12 * config.capMs + 180_000 },
       );
       report.scaleout = outcome.result;
     }

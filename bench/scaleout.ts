@@ -13,7 +13,8 @@
  * 2. then `workflowRuns` 4-step diamond runs: steps/s.
  *
  * The wall time runs from the first tick to the last run seen terminal (polled every 20 ms on a
- * connection of its own). Per variant it also reports what the coordinators' transactions cost:
+ * connection of its own), or to the phase's time cap, where the rate counts the runs that
+ * finished within it. Per variant it also reports what the coordinators' transactions cost:
  * transactions, bodies run (above transactions by PostgreSQL's serializable retries), failed
  * transactions, statements, and the stage pages written as one transaction or item by item.
  * One Node process runs every coordinator, so their JavaScript shares one core; the server has
@@ -52,6 +53,7 @@ export interface ScaleoutConfig {
 
 interface PhaseFigures {
   readonly runs: number;
+  readonly completedRuns: number;
   readonly units: number;
   readonly finished: boolean;
   readonly wallMs: number;
@@ -195,12 +197,14 @@ async function variant(
       ticks = 0;
       let done = false;
       let finished = false;
+      let completed = 0;
       const startedAt = now();
       const loops = coordinators.map(async (coordinator) => {
         while (!done) await coordinator.tick();
       });
       while (now() - startedAt < config.capMs) {
-        if ((await terminalRuns(monitorStore)) - terminalBefore >= runs) {
+        completed = (await terminalRuns(monitorStore)) - terminalBefore;
+        if (completed >= runs) {
           finished = true;
           break;
         }
@@ -211,11 +215,13 @@ async function variant(
       await Promise.all(loops);
       for (const driver of drivers) driver.counting = false;
       const wallMs = endedAt - startedAt;
-      const units = runs * unitsPerRun;
+      // A phase cut by the cap counts what finished in it: the rate stays a rate.
+      const units = Math.min(runs, completed) * unitsPerRun;
       const sums = sumTallies(drivers.map((driver) => driver.tally));
       const committed = pages.filter((page) => page.committed);
       return {
         runs,
+        completedRuns: completed,
         units,
         finished,
         wallMs: round(wallMs, 1),
@@ -224,8 +230,8 @@ async function variant(
         stageErrors,
         firstStageError,
         ...sums,
-        statementsPerUnit: round(sums.statements / units, 1),
-        transactionsPerUnit: round(sums.transactions / units, 2),
+        statementsPerUnit: round(sums.statements / Math.max(1, units), 1),
+        transactionsPerUnit: round(sums.transactions / Math.max(1, units), 2),
         pagesCommitted: committed.length,
         pagesItemByItem: pages.length - committed.length,
         meanPageSize: round(

@@ -264,6 +264,7 @@ const mib = (bytes: number | null | undefined): string =>
 
 interface ScaleoutPhase {
   runs: number;
+  completedRuns: number;
   units: number;
   finished: boolean;
   wallMs: number;
@@ -309,7 +310,7 @@ function renderScaleout(result: ScaleoutResult, peers: readonly PeerResult[]): s
         variant.mode,
         String(variant.coordinators),
         label,
-        `**${fmt(phase.perSecond, 1)}**${phase.finished ? "" : " (capped)"}`,
+        `**${fmt(phase.perSecond, 1)}**${phase.finished ? "" : ` (capped: ${int(phase.completedRuns)}/${int(phase.runs)} runs)`}`,
         ratio(phase.perSecond, versus),
         fmt(phase.transactionsPerUnit, 2),
         fmt(phase.statementsPerUnit, 1),
