@@ -98,6 +98,7 @@ function dispatchOnly(control: boolean): Profile {
 function serializationFailure(): Error {
   return Object.assign(new Error("could not serialize access due to concurrent update"), {
     code: "40001",
+    severity: "ERROR",
   });
 }
 
