@@ -158,8 +158,10 @@ export interface CoordinatorDeps {
    */
   readonly maxRunning?: number | null;
   /**
-   * Group commit: one store transaction per stage page (the default) or, with false, one per
-   * item as before it; the benches compare the two in one run.
+   * Group commit: one store transaction per stage page, or one per item. Absent: on for the
+   * store's only coordinator, off for a node of a shared store, where measured pages of
+   * several coordinators on one PostgreSQL met serialization failures and fell back item by
+   * item more often than not (docs/PERFORMANCE.md). The benches set it to compare both.
    */
   readonly groupCommit?: boolean;
   /** Observes each stage page written as a group: its size and whether it committed as one; never required. */
@@ -380,6 +382,11 @@ export class Coordinator {
     return this.deps.maxRunning === undefined ? this.deps.profile.maxRunning : this.deps.maxRunning;
   }
 
+  /** Whether stage pages commit as one transaction (see `CoordinatorDeps.groupCommit`). */
+  private get grouping(): boolean {
+    return this.deps.groupCommit ?? this.node === null;
+  }
+
   /** This runtime's node id in a shared store; null for the store's only coordinator. */
   get nodeId(): string | null {
     return this.node?.nodeId ?? null;
@@ -479,7 +486,7 @@ export class Coordinator {
    */
   private async writePage<T>(writes: readonly PageWrite<T>[]): Promise<PageResult<T>> {
     let pageError: unknown = null;
-    if (writes.length > 1 && this.deps.groupCommit !== false) {
+    if (writes.length > 1 && this.grouping) {
       let runs = 0;
       try {
         const values = await this.write(async (tx, nowMs, hostOffsetMs) => {
@@ -896,7 +903,7 @@ export class Coordinator {
     if (!candidates.some((candidate) => !held.holds(candidate)))
       return { held, decided, admitted: 0, budgetReached: false };
     if (decided >= decisions) return { held, decided, admitted: 0, budgetReached: true };
-    if (this.deps.groupCommit === false) return null;
+    if (!this.grouping) return null;
     let runs = 0;
     let size = 0;
     try {
