@@ -168,6 +168,9 @@ export type StoreClockSource = "host" | "database";
  */
 export const DATABASE_CLOCK_WATERMARK_STEP_MS = 1_000;
 
+/** The most values one statement binds: Durable Object SQLite refuses more than 100. */
+const MAX_BOUND_PARAMETERS = 96;
+
 const COORDINATOR_COLUMNS =
   "node_id, incarnation, host, boot_id, started_at_ms, heartbeat_at_ms, lease_expires_at_ms";
 type CoordinatorRow = Record<
@@ -344,6 +347,8 @@ class SqlStoreTx implements StoreTx {
       this.watermarkMs = Math.max(this.watermarkMs ?? 0, latestMs);
       return;
     }
+    // Already there in this transaction (the page's earlier writes moved it): the update would match no row.
+    if (this.watermarkMs !== null && latestMs <= this.watermarkMs) return;
     await this.q(
       "UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?",
       [latestMs, latestMs],
@@ -431,37 +436,33 @@ class SqlStoreTx implements StoreTx {
           );
       }
     }
-    for (const event of change.events) {
-      await this.q(
-        "INSERT INTO run_events (run_id, seq, id, type, at_ms, step_run_id, attempt_id, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-          event.runId,
-          event.seq,
-          event.id,
-          event.type,
-          event.atMs,
-          event.stepRunId,
-          event.attemptId,
-          JSON.stringify(event.data),
-        ],
-      );
-    }
-    for (const mutation of change.mutations) {
-      await this.q(
-        "INSERT INTO step_mutations (run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-          mutation.runId,
-          mutation.stepRunId,
-          mutation.version,
-          mutation.fromStatus,
-          mutation.toStatus,
-          mutation.fromDigest,
-          mutation.toDigest,
-          mutation.eventSeq,
-          mutation.atMs,
-        ],
-      );
-    }
+    await this.insertRows(
+      "INSERT INTO run_events (run_id, seq, id, type, at_ms, step_run_id, attempt_id, data) VALUES",
+      change.events.map((event) => [
+        event.runId,
+        event.seq,
+        event.id,
+        event.type,
+        event.atMs,
+        event.stepRunId,
+        event.attemptId,
+        JSON.stringify(event.data),
+      ]),
+    );
+    await this.insertRows(
+      "INSERT INTO step_mutations (run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms) VALUES",
+      change.mutations.map((mutation) => [
+        mutation.runId,
+        mutation.stepRunId,
+        mutation.version,
+        mutation.fromStatus,
+        mutation.toStatus,
+        mutation.fromDigest,
+        mutation.toDigest,
+        mutation.eventSeq,
+        mutation.atMs,
+      ]),
+    );
     for (const receipt of change.admissions) {
       await this.q(
         "INSERT INTO admission_receipts (run_id, step_run_id, step_run_version, attempt_id, event_id, digest, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -478,6 +479,25 @@ class SqlStoreTx implements StoreTx {
     }
     await this.enqueueAlerts(change);
     if (times.length > 0) await this.advanceWatermark(Math.max(...times));
+  }
+
+  /**
+   * Append-only rows in multi-row INSERTs: one statement (one round trip on PostgreSQL) per
+   * chunk instead of one per row. A chunk binds at most MAX_BOUND_PARAMETERS values, which every
+   * driver accepts (Durable Object SQLite allows 100 per statement).
+   */
+  private async insertRows(
+    insertPrefix: string,
+    rowsToInsert: readonly SqlParam[][],
+  ): Promise<void> {
+    const width = rowsToInsert[0]?.length ?? 0;
+    if (width === 0) return;
+    const perStatement = Math.max(1, Math.floor(MAX_BOUND_PARAMETERS / width));
+    const tuple = `(${Array.from({ length: width }, () => "?").join(", ")})`;
+    for (let start = 0; start < rowsToInsert.length; start += perStatement) {
+      const chunk = rowsToInsert.slice(start, start + perStatement);
+      await this.q(`${insertPrefix} ${chunk.map(() => tuple).join(", ")}`, chunk.flat());
+    }
   }
 
   /**
