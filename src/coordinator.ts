@@ -86,6 +86,10 @@ const RECOVERY_PAGE = 64;
 const MAX_RECOVERED_ATTEMPTS = 10_000;
 /** Attempts remembered as never launched after a failed `starting` write; beyond it, a restart settles them. */
 const MAX_UNLAUNCHED_STARTING = 10_000;
+/** Start-up recovery walks every live attempt, in pages of `RECOVERY_PAGE` (bounded by `MAX_RECOVERED_ATTEMPTS`). */
+const RECOVERY_WALK: StageBudget = { pageSize: RECOVERY_PAGE, pages: Infinity };
+/** Every item of a list, in the largest pages the store returns: a shutdown must reach them all. */
+const WHOLE_LIST: StageBudget = { pageSize: MAX_STORE_PAGE, pages: Infinity };
 
 export type StageName =
   | "cancellation"
@@ -242,6 +246,38 @@ interface StageContext {
   more: boolean;
   errors: { code: string; message: string; subject: string | null }[];
 }
+
+/**
+ * A keyset walk over one store list (`walkKeyset`, src/paging.ts) whose cursor is an item's
+ * id: each page is read in a short transaction of its own, then handled item by item
+ * (`handle`) or as one page (`handlePage`, group commit).
+ */
+type StoreWalk<Item> = {
+  /** Round robin: the walk resumes next cycle where this one stopped, under this key; absent: from the start. */
+  readonly resume?: string;
+  readonly budget: StageBudget;
+  /** One page of the list after `after`, at most `limit` items (never more than the store caps). */
+  readonly list: (tx: StoreTx, after: string | null, limit: number) => Promise<readonly Item[]>;
+  readonly idOf: (item: Item) => string;
+  /** How a page's read runs (default: one store transaction); start-up recovery retries its reads. */
+  readonly read?: <T>(fn: (tx: StoreTx) => Promise<T>) => Promise<T>;
+  /** Checked before each page: true ends the walk. */
+  readonly done?: () => boolean;
+} & (
+  | { readonly handle: (item: Item) => Promise<void> }
+  | { readonly handlePage: (items: readonly Item[]) => Promise<void> }
+);
+
+/** A stage that walks run ids and writes each page in one transaction (`Coordinator.pagedRuns`). */
+interface RunStage<T> {
+  readonly list: (tx: StoreTx, after: string | null, limit: number) => Promise<string[]>;
+  readonly write: (runId: string) => PageWrite<T>;
+  /** What follows each committed item (fault points, follow-ups); true counts it as processed. */
+  readonly committed: (value: T) => Promise<boolean>;
+}
+
+const attemptIdOf = (attempt: RunAttempt): string => attempt.id;
+const itself = (id: string): string => id;
 
 function describe(error: unknown): { code: string; message: string } {
   if (isQlrError(error)) return { code: error.code, message: error.message };
@@ -581,43 +617,35 @@ export class Coordinator {
     const profile = this.deps.profile;
     switch (name) {
       case "cancellation":
-        return this.pagedRuns(
-          "cancellation",
-          profile.cancellation,
-          context,
-          (tx, after, limit) => tx.listCancellingRuns(after, limit),
-          (runId) => this.convergeWrite(runId),
-          (change) => this.afterConverge(change),
-        );
+        return this.pagedRuns(name, profile.cancellation, context, {
+          list: (tx, after, limit) => tx.listCancellingRuns(after, limit),
+          write: (runId) => this.convergeWrite(runId),
+          committed: (change) => this.afterConverge(change),
+        });
       case "schedules":
         return this.schedules(profile.schedules, context);
       case "ordinary": {
         let held = false;
-        await this.pagedRuns(
-          "ordinary",
-          profile.ordinary,
-          context,
-          (tx, after, limit, nowMs) => tx.listQueuedOrdinaryRuns(after, limit, nowMs),
-          (runId) => this.admitOrdinaryWrite(runId),
-          (outcome) => {
+        await this.pagedRuns(name, profile.ordinary, context, {
+          list: async (tx, after, limit) =>
+            tx.listQueuedOrdinaryRuns(after, limit, await this.storeNow(tx)),
+          write: (runId) => this.admitOrdinaryWrite(runId),
+          committed: (outcome) => {
             if (outcome === "waiting") held = true;
             return Promise.resolve(outcome === "admitted");
           },
-        );
+        });
         // Runs held back by a limit wait for a slot to free (a process exit wakes the cadence);
         // asking for the next cycle at once would only walk them again.
         if (held) context.more = false;
         return;
       }
       case "frontier":
-        return this.pagedRuns(
-          "frontier",
-          profile.frontier,
-          context,
-          (tx, after, limit) => tx.listFrontierRuns(after, limit),
-          (runId) => this.frontierWrite(runId),
-          (advanced) => this.afterFrontier(advanced),
-        );
+        return this.pagedRuns(name, profile.frontier, context, {
+          list: (tx, after, limit) => tx.listFrontierRuns(after, limit),
+          write: (runId) => this.frontierWrite(runId),
+          committed: (advanced) => this.afterFrontier(advanced),
+        });
       case "admission":
         return this.admission(profile.admission, context);
       case "dispatch":
@@ -651,24 +679,48 @@ export class Coordinator {
     cursorKey: string,
     budget: StageBudget,
     context: StageContext,
-    list: (tx: StoreTx, after: string | null, limit: number, nowMs: number) => Promise<string[]>,
-    writeOf: (runId: string) => PageWrite<T>,
-    committed: (value: T) => Promise<boolean>,
+    stage: RunStage<T>,
   ): Promise<void> {
-    const more = await walkKeyset<string, string>({
-      after: this.cursors.get(cursorKey) ?? null,
-      pageSize: budget.pageSize,
-      pages: budget.pages,
-      read: (after, limit) =>
-        this.deps.store.transaction(async (tx) =>
-          list(tx, after, limit, await tx.observe(this.deps.clock.nowMs())),
-        ),
-      cursorOf: (runId) => runId,
+    await this.stageWalk(context, {
+      resume: cursorKey,
+      budget,
+      list: stage.list,
+      idOf: itself,
       handlePage: (runIds) =>
-        this.commitPage(context, runIds, (runId) => runId, writeOf, committed),
-      saved: (after) => this.saveCursor(cursorKey, after),
+        this.commitPage(context, runIds, itself, stage.write, stage.committed),
     });
-    if (more) context.more = true;
+  }
+
+  /** Walks a store list (`StoreWalk`); true when pages were left unread. */
+  private walkStore<Item>(walk: StoreWalk<Item>): Promise<boolean> {
+    const { resume } = walk;
+    const read = walk.read ?? ((fn) => this.deps.store.transaction(fn));
+    const base = {
+      after: resume === undefined ? null : (this.cursors.get(resume) ?? null),
+      pageSize: walk.budget.pageSize,
+      pages: walk.budget.pages,
+      read: (after: string | null, limit: number) => read((tx) => walk.list(tx, after, limit)),
+      cursorOf: walk.idOf,
+      ...(resume === undefined
+        ? {}
+        : { saved: (after: string | null) => this.saveCursor(resume, after) }),
+      ...(walk.done === undefined ? {} : { done: walk.done }),
+    };
+    return walkKeyset<Item, string>(
+      "handlePage" in walk
+        ? { ...base, handlePage: walk.handlePage }
+        : { ...base, handle: walk.handle },
+    );
+  }
+
+  /** A stage's walk: pages left unread by its budget ask for the next cycle (`more`). */
+  private async stageWalk<Item>(context: StageContext, walk: StoreWalk<Item>): Promise<void> {
+    if (await this.walkStore(walk)) context.more = true;
+  }
+
+  /** Store time, for a list that selects what is due. */
+  private storeNow(tx: StoreTx): Promise<number> {
+    return tx.observe(this.deps.clock.nowMs());
   }
 
   /**
@@ -838,34 +890,38 @@ export class Coordinator {
     const decisions = budget.pageSize * budget.pages;
     let held = new AdmissionHold();
     let decided = 0;
-    let after: AdmissionCandidate | null = null;
-    for (let page = 0; page < MAX_ADMISSION_WALK_PAGES; page += 1) {
-      const cursor: AdmissionCandidate | null = after;
-      const candidates: ListedAdmissionCandidate[] = await this.deps.store.transaction(async (tx) =>
-        tx.listAdmissionCandidates(
-          cursor,
-          MAX_ADMISSION_PAGE,
-          await tx.observe(this.deps.clock.nowMs()),
+    let budgetReached = false;
+    // Pages the walk leaves unread hold only candidates it passed over (held back by a limit):
+    // they ask for no next cycle, a freed slot wakes the cadence. A spent budget does.
+    await walkKeyset<ListedAdmissionCandidate, AdmissionCandidate>({
+      after: null,
+      pageSize: MAX_ADMISSION_PAGE,
+      pages: MAX_ADMISSION_WALK_PAGES,
+      read: (after, limit) =>
+        this.deps.store.transaction(async (tx) =>
+          tx.listAdmissionCandidates(after, limit, await this.storeNow(tx)),
         ),
-      );
-      const grouped = await this.admitPage(candidates, held, decided, decisions);
-      if (grouped !== null) {
-        held = grouped.held;
-        decided = grouped.decided;
-        for (let index = 0; index < grouped.admitted; index += 1) {
-          context.processed += 1;
-          await this.fault("admission.after_commit");
-        }
-        if (grouped.budgetReached) {
-          context.more = true;
+      cursorOf: (candidate) => candidate,
+      done: () => budgetReached,
+      handlePage: async (candidates) => {
+        const grouped = await this.admitPage(candidates, held, decided, decisions);
+        if (grouped !== null) {
+          held = grouped.held;
+          decided = grouped.decided;
+          budgetReached = grouped.budgetReached;
+          // One reach per admission, all after the page's one commit: an occurrence count still
+          // names one admission, and the window is the whole page committed (ARCHITECTURE §16).
+          for (let index = 0; index < grouped.admitted; index += 1) {
+            context.processed += 1;
+            await this.fault("admission.after_commit");
+          }
           return;
         }
-      } else {
-        // The page failed as a whole: one transaction per candidate, as before grouping.
+        // The page failed as a whole: one transaction per candidate.
         for (const candidate of candidates) {
           if (held.holds(candidate)) continue;
           if (decided >= decisions) {
-            context.more = true;
+            budgetReached = true;
             return;
           }
           await this.countOne(context, candidate.stepRunId, async () => {
@@ -879,11 +935,9 @@ export class Coordinator {
             return outcome.kind === "admitted";
           });
         }
-      }
-      const last = candidates[candidates.length - 1];
-      if (candidates.length < MAX_ADMISSION_PAGE || last === undefined) return;
-      after = last;
-    }
+      },
+    });
+    if (budgetReached) context.more = true;
   }
 
   /**
@@ -1245,20 +1299,14 @@ export class Coordinator {
     const owner = this.node?.nodeId;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
-      const cursorKey = `control:${executor.type}`;
-      const more = await walkKeyset<RunAttempt, string>({
-        after: this.cursors.get(cursorKey) ?? null,
-        pageSize: budget.pageSize,
-        pages: budget.pages,
-        read: (after, limit) =>
-          this.deps.store.transaction(async (tx) =>
-            tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner),
-          ),
-        cursorOf: (attempt) => attempt.id,
+      await this.stageWalk(context, {
+        resume: `control:${executor.type}`,
+        budget,
+        list: (tx, after, limit) =>
+          tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner),
+        idOf: attemptIdOf,
         handlePage: (attempts) => this.controlPage(context, executor, attempts),
-        saved: (after) => this.saveCursor(cursorKey, after),
       });
-      if (more) context.more = true;
     }
   }
 
@@ -1272,20 +1320,11 @@ export class Coordinator {
     if (node === null) return;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
-      const more = await walkKeyset<RunAttempt, string>({
-        after: null,
-        pageSize: budget.pageSize,
-        pages: budget.pages,
-        read: (after, limit) =>
-          this.deps.store.transaction(async (tx) =>
-            tx.listOrphanedAttempts(
-              executor.type,
-              await tx.observe(this.deps.clock.nowMs()),
-              after,
-              limit,
-            ),
-          ),
-        cursorOf: (attempt) => attempt.id,
+      await this.stageWalk(context, {
+        budget,
+        list: async (tx, after, limit) =>
+          tx.listOrphanedAttempts(executor.type, await this.storeNow(tx), after, limit),
+        idOf: attemptIdOf,
         handle: (attempt) =>
           this.countOne(context, attempt.id, () =>
             this.write(async (tx, nowMs) => {
@@ -1311,21 +1350,16 @@ export class Coordinator {
             }),
           ),
       });
-      if (more) context.more = true;
     }
   }
 
   /** Remote leases that expired: claims are re-opened, started attempts fail closed until their worker reports. */
   private async expireLeases(budget: StageBudget, context: StageContext): Promise<void> {
-    const more = await walkKeyset<RunAttempt, string>({
-      after: this.cursors.get("leases") ?? null,
-      pageSize: budget.pageSize,
-      pages: budget.pages,
-      read: (after, limit) =>
-        this.deps.store.transaction(async (tx) =>
-          tx.listExpiredLeases(await tx.observe(this.deps.clock.nowMs()), after, limit),
-        ),
-      cursorOf: (attempt) => attempt.id,
+    await this.stageWalk(context, {
+      resume: "leases",
+      budget,
+      list: async (tx, after, limit) => tx.listExpiredLeases(await this.storeNow(tx), after, limit),
+      idOf: attemptIdOf,
       handle: (attempt) =>
         this.countOne(context, attempt.id, () =>
           this.write(async (tx, nowMs) => {
@@ -1337,9 +1371,7 @@ export class Coordinator {
             return true;
           }),
         ),
-      saved: (after) => this.saveCursor("leases", after),
     });
-    if (more) context.more = true;
   }
 
   /**
@@ -1559,28 +1591,26 @@ export class Coordinator {
     if (!this.sweepDue) return;
     let finished = true;
     for (const executor of Object.values(this.deps.executors)) {
-      if (executor?.listHeld === undefined || executor.discard === undefined) continue;
+      const listHeld = executor?.listHeld?.bind(executor);
+      const discard = executor?.discard?.bind(executor);
+      if (executor === undefined || listHeld === undefined || discard === undefined) continue;
       const cursorKey = `sweep:${executor.type}`;
-      let after = this.cursors.get(cursorKey) ?? null;
-      let done = false;
-      for (let page = 0; page < budget.pages && !done; page += 1) {
-        const held = await executor.listHeld(after, ORPHAN_SWEEP_PAGE);
-        if (held.length > 0) {
+      const more = await walkKeyset<string, string>({
+        after: this.cursors.get(cursorKey) ?? null,
+        pageSize: ORPHAN_SWEEP_PAGE,
+        pages: budget.pages,
+        read: listHeld,
+        cursorOf: itself,
+        handlePage: async (held) => {
           const existing = new Set(
             await this.deps.store.transaction(async (tx) => tx.existingAttemptIds(held)),
           );
           const orphans = held.filter((attemptId) => !existing.has(attemptId));
-          if (orphans.length > 0) await executor.discard(orphans);
-        }
-        if (held.length < ORPHAN_SWEEP_PAGE) {
-          this.cursors.delete(cursorKey);
-          done = true;
-        } else {
-          after = held[held.length - 1] ?? null;
-          this.cursors.set(cursorKey, after);
-        }
-      }
-      if (!done) finished = false;
+          if (orphans.length > 0) await discard(orphans);
+        },
+        saved: (after) => this.saveCursor(cursorKey, after),
+      });
+      if (more) finished = false;
     }
     if (finished) this.sweepDue = false;
   }
@@ -1598,15 +1628,12 @@ export class Coordinator {
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
-      await walkKeyset<RunAttempt, string>({
-        after: null,
-        pageSize: RECOVERY_PAGE,
-        pages: Infinity,
-        read: (after, limit) =>
-          this.readForRecovery((tx) =>
-            tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, after, limit, owner),
-          ),
-        cursorOf: (attempt) => attempt.id,
+      await this.walkStore({
+        budget: RECOVERY_WALK,
+        list: (tx, after, limit) =>
+          tx.listAttempts(executor.type, LIVE_ATTEMPT_STATUSES, after, limit, owner),
+        idOf: attemptIdOf,
+        read: (fn) => this.readForRecovery(fn),
         handle: async (attempt) => {
           const result = await this.recoverOne(executor, attempt);
           if (result !== null) results.push(result);
@@ -1707,23 +1734,13 @@ export class Coordinator {
       if (executor === undefined) continue;
       // Every running attempt, page by page: a shutdown that stopped only the first page would
       // leave the rest running without their runtime.
-      await walkKeyset<RunAttempt, string>({
-        after: null,
-        pageSize: MAX_STORE_PAGE,
-        pages: Infinity,
-        read: (after, limit) =>
-          this.deps.store.transaction(async (tx) =>
-            tx.listAttempts(executor.type, ["running"], after, limit, this.node?.nodeId),
-          ),
-        cursorOf: (attempt) => attempt.id,
+      await this.walkStore({
+        budget: WHOLE_LIST,
+        list: (tx, after, limit) =>
+          tx.listAttempts(executor.type, ["running"], after, limit, this.node?.nodeId),
+        idOf: attemptIdOf,
         handle: async (attempt) => {
-          const stop = await this.write(async (tx, nowMs) => {
-            const scope = await findAttemptScope(tx, attempt.id);
-            if (scope === null) return null;
-            const change = requestShutdownStop(scope, nowMs);
-            if (change !== null) await tx.apply(change);
-            return tx.getAttempt(attempt.id);
-          });
+          const stop = await this.write(this.shutdownStopWrite(attempt.id));
           if (stop !== null && stop.status === "running") {
             await executor.stop(stop, stop.stopReason ?? "shutdown");
             stopped += 1;
@@ -1747,28 +1764,28 @@ export class Coordinator {
   async requestRemoteShutdownStops(): Promise<number> {
     if (this.node !== null) return 0;
     let pending = 0;
-    await walkKeyset<RunAttempt, string>({
-      after: null,
-      pageSize: MAX_STORE_PAGE,
-      pages: Infinity,
-      read: (after, limit) =>
-        this.deps.store.transaction(async (tx) =>
-          tx.listAttempts("remote_worker", ["running"], after, limit),
-        ),
-      cursorOf: (attempt) => attempt.id,
+    await this.walkStore({
+      budget: WHOLE_LIST,
+      list: (tx, after, limit) => tx.listAttempts("remote_worker", ["running"], after, limit),
+      idOf: attemptIdOf,
       handle: async (attempt) => {
-        const stopped = await this.write(async (tx, nowMs) => {
-          const scope = await findAttemptScope(tx, attempt.id);
-          if (scope === null) return null;
-          const change = requestShutdownStop(scope, nowMs);
-          if (change !== null) await tx.apply(change);
-          return tx.getAttempt(attempt.id);
-        });
+        const stopped = await this.write(this.shutdownStopWrite(attempt.id));
         if (stopped !== null && stopped.status === "running" && stopped.stopReason === "shutdown")
           pending += 1;
       },
     });
     return pending;
+  }
+
+  /** A durable `shutdown` stop intent for a running attempt; the attempt as it stands after. */
+  private shutdownStopWrite(attemptId: string): PageWrite<RunAttempt | null> {
+    return async (tx, nowMs) => {
+      const scope = await findAttemptScope(tx, attemptId);
+      if (scope === null) return null;
+      const change = requestShutdownStop(scope, nowMs);
+      if (change !== null) await tx.apply(change);
+      return tx.getAttempt(attemptId);
+    };
   }
 }
 
