@@ -37,6 +37,7 @@ import type { MemoryConfig } from "./memory.ts";
 import type { ThroughputConfig } from "./throughput.ts";
 import type { ServeConfig } from "./serve.ts";
 import type { PeersConfig } from "./peers.ts";
+import type { ScaleoutConfig } from "./scaleout.ts";
 import type { WorkerdConfig } from "./workerd.ts";
 import type { LauncherBenchConfig } from "./launcher.ts";
 import type { SoakServeConfig, SoakSimulatedConfig } from "./soak.ts";
@@ -58,6 +59,7 @@ export type BenchName =
   | "memory"
   | "serve"
   | "peers"
+  | "scaleout"
   | "workerd"
   | "soak"
   | "launcher";
@@ -69,6 +71,7 @@ const BENCH_NAMES: readonly BenchName[] = [
   "memory",
   "serve",
   "peers",
+  "scaleout",
   "workerd",
   "soak",
   "launcher",
@@ -100,6 +103,9 @@ interface Scale {
   readonly serveRuns: number;
   /** Two-step runs for the memory of `qlr serve --profile edge`. */
   readonly serveMemoryRuns: number;
+  /** Ordinary runs, then diamond runs, per variant of the scale-out bench (1–3 coordinators, grouped and per item). */
+  readonly scaleoutOrdinaryRuns: number;
+  readonly scaleoutWorkflowRuns: number;
   /** Trivial jobs per peer (pg-boss, graphile-worker) and mode. */
   readonly peerJobs: number;
   /** Time cap of a peer's processing (the defaults of pg-boss fetch one job per 2 s poll). */
@@ -141,6 +147,8 @@ const DEFAULT_SCALE: Scale = {
   childTimeoutMs: 8 * 60_000,
   serveRuns: 100,
   serveMemoryRuns: 1000,
+  scaleoutOrdinaryRuns: 400,
+  scaleoutWorkflowRuns: 100,
   peerJobs: 10_000,
   peerCapMs: 60_000,
   workerdRuns: 20,
@@ -176,6 +184,8 @@ const QUICK_SCALE: Scale = {
   childTimeoutMs: 4 * 60_000,
   serveRuns: 20,
   serveMemoryRuns: 100,
+  scaleoutOrdinaryRuns: 100,
+  scaleoutWorkflowRuns: 25,
   peerJobs: 1000,
   peerCapMs: 20_000,
   workerdRuns: 20,
@@ -329,7 +339,8 @@ export async function main(options: { root: string; bundleDir: string }): Promis
   const needsPostgres =
     (stores.includes("pg") &&
       benches.some((name) => name === "admission" || name === "throughput")) ||
-    benches.includes("peers");
+    benches.includes("peers") ||
+    benches.includes("scaleout");
   let postgres: BenchPostgres | null = null;
   let postgresError: string | null = null;
   if (needsPostgres) {
@@ -369,6 +380,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
     memoryDevice: null,
     serve: [],
     peers: [],
+    scaleout: null,
     workerd: null,
     launcher: null,
     failures,
@@ -599,6 +611,24 @@ export async function main(options: { root: string; bundleDir: string }): Promis
           if (outcome.result !== null) report.peers.push(outcome.result);
         }
       }
+    }
+
+    if (benches.includes("scaleout") && postgres !== null) {
+      const config: ScaleoutConfig = {
+        coordinators: [1, 2, 3],
+        modes: ["grouped", "per-item"],
+        ordinaryRuns: scale.scaleoutOrdinaryRuns,
+        workflowRuns: scale.scaleoutWorkflowRuns,
+        capMs: quick ? 20_000 : 40_000,
+      };
+      const outcome = await runChild(
+        `scaleout: 1, 2, 3 coordinators on one PostgreSQL, group commit and one transaction per item, ${config.ordinaryRuns} ordinary + ${config.workflowRuns} diamond runs each`,
+        "scaleout",
+        config,
+        // Twelve phases (two modes × three counts × two workloads), each at most `capMs`.
+        { env: pgEnv, timeoutMs: 12 * config.capMs + 180_000 },
+      );
+      report.scaleout = outcome.result;
     }
 
     if (benches.includes("launcher")) {

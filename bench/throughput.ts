@@ -28,6 +28,7 @@ import {
   driveUntilTerminal,
   startRuns,
   type DriveResult,
+  groupCommitFromEnv,
 } from "./lib/world.ts";
 
 export interface ThroughputConfig {
@@ -60,7 +61,11 @@ async function main(): Promise<void> {
     postgresAdminUrl: process.env.QLR_BENCH_PG_URL,
   });
   try {
-    const world = createWorld(opened.store, { profile: config.profile });
+    const groupCommit = groupCommitFromEnv();
+    const world = createWorld(opened.store, {
+      profile: config.profile,
+      ...(groupCommit === undefined ? {} : { groupCommit }),
+    });
     await applyManifest(world, diamondManifest("bench"));
 
     const startedAt = now();

@@ -4,6 +4,7 @@ import { convergeCancellation } from "./cancellation.ts";
 import { isQlrError, QlrError } from "./errors.ts";
 import {
   complete,
+  type CompletionFacts,
   markRunning,
   markStarting,
   settleStrandedClaim,
@@ -13,7 +14,7 @@ import {
 } from "./execution.ts";
 import { advanceFrontier } from "./frontier.ts";
 import { expireLease } from "./leases.ts";
-import type { ExecutorType, ProcessHandleFacts, RunAttempt } from "./model.ts";
+import type { ChangeSet, ExecutorType, ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
 import { slotFor, type WaitReason } from "./backpressure.ts";
@@ -40,7 +41,12 @@ import {
 } from "./retention.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
 import { factsInStoreTime, handleInStoreTime, receiptInStoreTime } from "./host-time.ts";
-import { applyRecovery, decideRecovery, type RecoveryDecision } from "./recovery.ts";
+import {
+  applyRecovery,
+  decideRecovery,
+  type ReceiptEvidence,
+  type RecoveryDecision,
+} from "./recovery.ts";
 import { storePageSize, walkKeyset } from "./paging.ts";
 import { fireSchedule } from "./run-start.ts";
 import {
@@ -86,6 +92,10 @@ const RECOVERY_PAGE = 64;
 const MAX_RECOVERED_ATTEMPTS = 10_000;
 /** Attempts remembered as never launched after a failed `starting` write; beyond it, a restart settles them. */
 const MAX_UNLAUNCHED_STARTING = 10_000;
+/** Start-up recovery walks every live attempt, in pages of `RECOVERY_PAGE` (bounded by `MAX_RECOVERED_ATTEMPTS`). */
+const RECOVERY_WALK: StageBudget = { pageSize: RECOVERY_PAGE, pages: Infinity };
+/** Every item of a list, in the largest pages the store returns: a shutdown must reach them all. */
+const WHOLE_LIST: StageBudget = { pageSize: MAX_STORE_PAGE, pages: Infinity };
 
 export type StageName =
   | "cancellation"
@@ -158,6 +168,15 @@ export interface CoordinatorDeps {
    * profile's default; null: no runtime-wide limit.
    */
   readonly maxRunning?: number | null;
+  /**
+   * Group commit: one store transaction per stage page, or one per item. Absent: on for the
+   * store's only coordinator, off for a node of a shared store, where measured pages of
+   * several coordinators on one PostgreSQL met serialization failures and fell back item by
+   * item more often than not (docs/PERFORMANCE.md). The benches set it to compare both.
+   */
+  readonly groupCommit?: boolean;
+  /** Observes each stage page written as a group: its size and whether it committed as one; never required. */
+  readonly onPage?: (page: PageReport) => void;
   /** Observes each purged run after its rows are deleted (simulation checkers); never required. */
   readonly onPurge?: (purged: PurgedRun, atMs: number) => void;
   /** Observes stage timings for metrics; never required. */
@@ -180,6 +199,13 @@ export interface StageReport {
   readonly durationMs: number;
 }
 
+export interface PageReport {
+  /** Items the page wrote (or decided) in its shared transaction. */
+  readonly size: number;
+  /** False: the shared transaction failed and the items were written one transaction each. */
+  readonly committed: boolean;
+}
+
 export interface TickReport {
   readonly profile: string;
   readonly stages: readonly StageReport[];
@@ -193,11 +219,71 @@ export interface TickReport {
   readonly durationMs: number;
 }
 
+/** One item's reads, decision and write inside a page transaction (see `writePage`). */
+type PageWrite<T> = (tx: StoreTx, nowMs: number, hostOffsetMs: number) => Promise<T>;
+
+type PageOutcome<T> =
+  { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: unknown };
+
+interface PageResult<T> {
+  /** One outcome per write, in page order. */
+  readonly outcomes: readonly PageOutcome<T>[];
+  /**
+   * Why the shared transaction failed, when it did (the outcomes then come from one
+   * transaction per item); null when the page committed as one. After a lost commit response
+   * the page may have committed all the same, which the per-item writes then find.
+   */
+  readonly pageError: unknown;
+}
+
+/**
+ * Thrown into a page transaction that the store calls a second time (a PostgreSQL
+ * serialization failure): a page that met a competitor once is written item by item at once,
+ * rather than retried whole against the same competitors (see `writePage`).
+ */
+class PageAbandoned extends Error {
+  constructor() {
+    super("the page transaction met a serialization failure; written item by item instead");
+  }
+}
+
 interface StageContext {
   processed: number;
   more: boolean;
   errors: { code: string; message: string; subject: string | null }[];
 }
+
+/**
+ * A keyset walk over one store list (`walkKeyset`, src/paging.ts) whose cursor is an item's
+ * id: each page is read in a short transaction of its own, then handled item by item
+ * (`handle`) or as one page (`handlePage`, group commit).
+ */
+type StoreWalk<Item> = {
+  /** Round robin: the walk resumes next cycle where this one stopped, under this key; absent: from the start. */
+  readonly resume?: string;
+  readonly budget: StageBudget;
+  /** One page of the list after `after`, at most `limit` items (never more than the store caps). */
+  readonly list: (tx: StoreTx, after: string | null, limit: number) => Promise<readonly Item[]>;
+  readonly idOf: (item: Item) => string;
+  /** How a page's read runs (default: one store transaction); start-up recovery retries its reads. */
+  readonly read?: <T>(fn: (tx: StoreTx) => Promise<T>) => Promise<T>;
+  /** Checked before each page: true ends the walk. */
+  readonly done?: () => boolean;
+} & (
+  | { readonly handle: (item: Item) => Promise<void> }
+  | { readonly handlePage: (items: readonly Item[]) => Promise<void> }
+);
+
+/** A stage that walks run ids and writes each page in one transaction (`Coordinator.pagedRuns`). */
+interface RunStage<T> {
+  readonly list: (tx: StoreTx, after: string | null, limit: number) => Promise<string[]>;
+  readonly write: (runId: string) => PageWrite<T>;
+  /** What follows each committed item (fault points, follow-ups); true counts it as processed. */
+  readonly committed: (value: T) => Promise<boolean>;
+}
+
+const attemptIdOf = (attempt: RunAttempt): string => attempt.id;
+const itself = (id: string): string => id;
 
 function describe(error: unknown): { code: string; message: string } {
   if (isQlrError(error)) return { code: error.code, message: error.message };
@@ -266,6 +352,24 @@ class AdmissionHold {
   learn(candidate: ListedAdmissionCandidate, executor: ExecutorType | null): void {
     if (executor === "local_process") this.localTasks.add(taskKey(candidate));
   }
+
+  /** A copy that a page transaction learns into: kept only when the page commits. */
+  copy(): AdmissionHold {
+    const copy = new AdmissionHold();
+    for (const key of this.fullTasks) copy.fullTasks.add(key);
+    for (const key of this.localTasks) copy.localTasks.add(key);
+    copy.runtimeFull = this.runtimeFull;
+    return copy;
+  }
+}
+
+/** What one admission page decided in its shared transaction (see `Coordinator.admitPage`). */
+interface AdmissionPage {
+  readonly held: AdmissionHold;
+  readonly decided: number;
+  readonly admitted: number;
+  /** The pass's decision budget ran out inside this page. */
+  readonly budgetReached: boolean;
 }
 
 function taskKey(candidate: ListedAdmissionCandidate): string {
@@ -326,6 +430,11 @@ export class Coordinator {
   /** The runtime-wide limit on live local attempts this coordinator admits by; null: none. */
   get maxRunning(): number | null {
     return this.deps.maxRunning === undefined ? this.deps.profile.maxRunning : this.deps.maxRunning;
+  }
+
+  /** Whether stage pages commit as one transaction (see `CoordinatorDeps.groupCommit`). */
+  private get grouping(): boolean {
+    return this.deps.groupCommit ?? this.node === null;
   }
 
   /** This runtime's node id in a shared store; null for the store's only coordinator. */
@@ -406,6 +515,57 @@ export class Coordinator {
   }
 
   /**
+   * Group commit: the writes of one stage page in one store transaction, so the page costs one
+   * commit (one fdatasync on the file store, one COMMIT round trip on PostgreSQL) instead of
+   * one per item. Each write still reads and decides against what its own reads return, in
+   * page order, so it sees the page's earlier writes exactly as a transaction of its own would;
+   * the version CAS guards every row. Nothing of the page is acknowledged before the shared
+   * commit returns.
+   *
+   * When the page transaction fails as a whole (a write of one item throws: a lost CAS, an
+   * integrity error, a storage error, a lost commit response), nothing of it is trusted and
+   * every item is written again in a transaction of its own, re-reading and re-deciding: the
+   * items that can commit do, the loser is reported for itself, and an item the page did
+   * commit (a lost response) finds its versions moved and writes nothing twice.
+   *
+   * The page runs once: a store that calls it again (PostgreSQL retries a serialization
+   * failure) gets `PageAbandoned` and the page goes item by item at once. A whole page retried
+   * against the same competitors loses again most of the time, and each retry re-runs every
+   * item's reads and writes; one item's transaction is short, and the store's own retries
+   * serve it well.
+   */
+  private async writePage<T>(writes: readonly PageWrite<T>[]): Promise<PageResult<T>> {
+    let pageError: unknown = null;
+    if (writes.length > 1 && this.grouping) {
+      let runs = 0;
+      try {
+        const values = await this.write(async (tx, nowMs, hostOffsetMs) => {
+          runs += 1;
+          if (runs > 1) throw new PageAbandoned();
+          const page: T[] = [];
+          for (const write of writes) page.push(await write(tx, nowMs, hostOffsetMs));
+          return page;
+        });
+        this.deps.onPage?.({ size: writes.length, committed: true });
+        return { outcomes: values.map((value) => ({ ok: true, value })), pageError: null };
+      } catch (error) {
+        // Each item's own error, if it has one, is what gets reported: see below.
+        pageError = error;
+        this.deps.onPage?.({ size: writes.length, committed: false });
+      }
+    }
+    const outcomes: PageOutcome<T>[] = [];
+    for (const write of writes) {
+      try {
+        outcomes.push({ ok: true, value: await this.write(write) });
+      } catch (error) {
+        outcomes.push({ ok: false, error });
+      }
+    }
+    return { outcomes, pageError };
+  }
+
+  /**
    * One bounded cycle. Calls never overlap: a tick requested while another runs (a timer and
    * `POST /tick` at once) waits for it, so the stages keep their order and single authority.
    */
@@ -470,41 +630,35 @@ export class Coordinator {
     const profile = this.deps.profile;
     switch (name) {
       case "cancellation":
-        return this.pagedRuns(
-          "cancellation",
-          profile.cancellation,
-          context,
-          (tx, after, limit) => tx.listCancellingRuns(after, limit),
-          (runId) => this.convergeRun(runId),
-        );
+        return this.pagedRuns(name, profile.cancellation, context, {
+          list: (tx, after, limit) => tx.listCancellingRuns(after, limit),
+          write: (runId) => this.convergeWrite(runId),
+          committed: (change) => this.afterConverge(change),
+        });
       case "schedules":
         return this.schedules(profile.schedules, context);
       case "ordinary": {
         let held = false;
-        await this.pagedRuns(
-          "ordinary",
-          profile.ordinary,
-          context,
-          (tx, after, limit, nowMs) => tx.listQueuedOrdinaryRuns(after, limit, nowMs),
-          async (runId) => {
-            const outcome = await this.admitOrdinary(runId);
+        await this.pagedRuns(name, profile.ordinary, context, {
+          list: async (tx, after, limit) =>
+            tx.listQueuedOrdinaryRuns(after, limit, await this.storeNow(tx)),
+          write: (runId) => this.admitOrdinaryWrite(runId),
+          committed: (outcome) => {
             if (outcome === "waiting") held = true;
-            return outcome === "admitted";
+            return Promise.resolve(outcome === "admitted");
           },
-        );
+        });
         // Runs held back by a limit wait for a slot to free (a process exit wakes the cadence);
         // asking for the next cycle at once would only walk them again.
         if (held) context.more = false;
         return;
       }
       case "frontier":
-        return this.pagedRuns(
-          "frontier",
-          profile.frontier,
-          context,
-          (tx, after, limit) => tx.listFrontierRuns(after, limit),
-          (runId) => this.frontier(runId),
-        );
+        return this.pagedRuns(name, profile.frontier, context, {
+          list: (tx, after, limit) => tx.listFrontierRuns(after, limit),
+          write: (runId) => this.frontierWrite(runId),
+          committed: (advanced) => this.afterFrontier(advanced),
+        });
       case "admission":
         return this.admission(profile.admission, context);
       case "dispatch":
@@ -528,31 +682,85 @@ export class Coordinator {
   }
 
   /**
-   * Pages through candidate runs; one short transaction per run; a failing run is reported, the
-   * page goes on. Each stage resumes where its previous cycle stopped (round robin), so items
-   * that stay candidates (a run failing every cycle, a long-running attempt) can never starve
-   * the ones behind them when a budget is smaller than the backlog.
+   * Pages through candidate runs; each page's writes commit in one transaction (`writePage`); a
+   * failing run is reported, the others go on. Each stage resumes where its previous cycle
+   * stopped (round robin), so items that stay candidates (a run failing every cycle, a
+   * long-running attempt) can never starve the ones behind them when a budget is smaller than
+   * the backlog.
    */
-  private async pagedRuns(
+  private async pagedRuns<T>(
     cursorKey: string,
     budget: StageBudget,
     context: StageContext,
-    list: (tx: StoreTx, after: string | null, limit: number, nowMs: number) => Promise<string[]>,
-    handle: (runId: string) => Promise<boolean>,
+    stage: RunStage<T>,
   ): Promise<void> {
-    const more = await walkKeyset<string, string>({
-      after: this.cursors.get(cursorKey) ?? null,
-      pageSize: budget.pageSize,
-      pages: budget.pages,
-      read: (after, limit) =>
-        this.deps.store.transaction(async (tx) =>
-          list(tx, after, limit, await tx.observe(this.deps.clock.nowMs())),
-        ),
-      cursorOf: (runId) => runId,
-      handle: (runId) => this.countOne(context, runId, () => handle(runId)),
-      saved: (after) => this.saveCursor(cursorKey, after),
+    await this.stageWalk(context, {
+      resume: cursorKey,
+      budget,
+      list: stage.list,
+      idOf: itself,
+      handlePage: (runIds) =>
+        this.commitPage(context, runIds, itself, stage.write, stage.committed),
     });
-    if (more) context.more = true;
+  }
+
+  /** Walks a store list (`StoreWalk`); true when pages were left unread. */
+  private walkStore<Item>(walk: StoreWalk<Item>): Promise<boolean> {
+    const { resume } = walk;
+    const read = walk.read ?? ((fn) => this.deps.store.transaction(fn));
+    const base = {
+      after: resume === undefined ? null : (this.cursors.get(resume) ?? null),
+      pageSize: walk.budget.pageSize,
+      pages: walk.budget.pages,
+      read: (after: string | null, limit: number) => read((tx) => walk.list(tx, after, limit)),
+      cursorOf: walk.idOf,
+      ...(resume === undefined
+        ? {}
+        : { saved: (after: string | null) => this.saveCursor(resume, after) }),
+      ...(walk.done === undefined ? {} : { done: walk.done }),
+    };
+    return walkKeyset<Item, string>(
+      "handlePage" in walk
+        ? { ...base, handlePage: walk.handlePage }
+        : { ...base, handle: walk.handle },
+    );
+  }
+
+  /** A stage's walk: pages left unread by its budget ask for the next cycle (`more`). */
+  private async stageWalk<Item>(context: StageContext, walk: StoreWalk<Item>): Promise<void> {
+    if (await this.walkStore(walk)) context.more = true;
+  }
+
+  /** Store time, for a list that selects what is due. */
+  private storeNow(tx: StoreTx): Promise<number> {
+    return tx.observe(this.deps.clock.nowMs());
+  }
+
+  /**
+   * Writes a stage page in one transaction (`writePage`), then, in page order, runs what
+   * follows each committed item (`committed`: fault points, follow-ups; true counts it as
+   * processed). A failed item is reported with its subject; the others go on.
+   */
+  private async commitPage<Item, T>(
+    context: StageContext,
+    items: readonly Item[],
+    subjectOf: (item: Item) => string,
+    writeOf: (item: Item) => PageWrite<T>,
+    committed: (value: T) => Promise<boolean>,
+  ): Promise<void> {
+    const { outcomes } = await this.writePage(items.map(writeOf));
+    for (const [index, outcome] of outcomes.entries()) {
+      const item = items[index];
+      try {
+        if (!outcome.ok) throw outcome.error;
+        if (await committed(outcome.value)) context.processed += 1;
+      } catch (error) {
+        context.errors.push({
+          ...describe(error),
+          subject: item === undefined ? null : subjectOf(item),
+        });
+      }
+    }
   }
 
   /** One item of a stage: counted when it changed something; a failure is reported for it and the stage goes on. */
@@ -575,7 +783,11 @@ export class Coordinator {
   }
 
   async convergeRun(runId: string): Promise<boolean> {
-    const change = await this.write(async (tx, nowMs) => {
+    return this.afterConverge(await this.write(this.convergeWrite(runId)));
+  }
+
+  private convergeWrite(runId: string): PageWrite<ChangeSet | null> {
+    return async (tx, nowMs) => {
       const run = await tx.getRun(runId);
       if (run === null) return null;
       const converged = convergeCancellation(
@@ -587,7 +799,10 @@ export class Coordinator {
       if (converged === null) return null;
       await tx.apply(converged);
       return converged;
-    });
+    };
+  }
+
+  private async afterConverge(change: ChangeSet | null): Promise<boolean> {
     if (change === null) return false;
     // The cancel stop intent of a running attempt is durable; its process is not stopped yet.
     if (change.events.some((event) => event.type === "attempt.stop_requested"))
@@ -630,8 +845,8 @@ export class Coordinator {
     }
   }
 
-  private async admitOrdinary(runId: string): Promise<"admitted" | "waiting" | "skipped"> {
-    return this.write(async (tx, nowMs) => {
+  private admitOrdinaryWrite(runId: string): PageWrite<"admitted" | "waiting" | "skipped"> {
+    return async (tx, nowMs) => {
       const run = await tx.getRun(runId);
       if (run === null || run.kind !== "ordinary") return "skipped";
       const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, run.target);
@@ -647,11 +862,15 @@ export class Coordinator {
       if (admitted === null) return "skipped";
       await tx.apply(admitted.change);
       return "admitted";
-    });
+    };
   }
 
   async frontier(runId: string): Promise<boolean> {
-    const advanced = await this.write(async (tx, nowMs) => {
+    return this.afterFrontier(await this.write(this.frontierWrite(runId)));
+  }
+
+  private frontierWrite(runId: string): PageWrite<boolean> {
+    return async (tx, nowMs) => {
       const run = await tx.getRun(runId);
       if (run === null) return false;
       const change = advanceFrontier(
@@ -663,7 +882,10 @@ export class Coordinator {
       if (change !== null) await tx.apply(change);
       await tx.clearFrontierMark(runId);
       return change !== null;
-    });
+    };
+  }
+
+  private async afterFrontier(advanced: boolean): Promise<boolean> {
     // Steps made ready or a run finalized (its alerts in the outbox) are durable; nothing has
     // admitted those steps or drained those alerts yet.
     if (advanced) await this.fault("frontier.after_commit");
@@ -679,38 +901,108 @@ export class Coordinator {
    */
   private async admission(budget: StageBudget, context: StageContext): Promise<void> {
     const decisions = budget.pageSize * budget.pages;
-    const held = new AdmissionHold();
+    let held = new AdmissionHold();
     let decided = 0;
-    let after: AdmissionCandidate | null = null;
-    for (let page = 0; page < MAX_ADMISSION_WALK_PAGES; page += 1) {
-      const cursor: AdmissionCandidate | null = after;
-      const candidates: ListedAdmissionCandidate[] = await this.deps.store.transaction(async (tx) =>
-        tx.listAdmissionCandidates(
-          cursor,
-          MAX_ADMISSION_PAGE,
-          await tx.observe(this.deps.clock.nowMs()),
+    let budgetReached = false;
+    // Pages the walk leaves unread hold only candidates it passed over (held back by a limit):
+    // they ask for no next cycle, a freed slot wakes the cadence. A spent budget does.
+    await walkKeyset<ListedAdmissionCandidate, AdmissionCandidate>({
+      after: null,
+      pageSize: MAX_ADMISSION_PAGE,
+      pages: MAX_ADMISSION_WALK_PAGES,
+      read: (after, limit) =>
+        this.deps.store.transaction(async (tx) =>
+          tx.listAdmissionCandidates(after, limit, await this.storeNow(tx)),
         ),
-      );
-      for (const candidate of candidates) {
-        if (held.holds(candidate)) continue;
-        if (decided >= decisions) {
-          context.more = true;
+      cursorOf: (candidate) => candidate,
+      done: () => budgetReached,
+      handlePage: async (candidates) => {
+        const grouped = await this.admitPage(candidates, held, decided, decisions);
+        if (grouped !== null) {
+          held = grouped.held;
+          decided = grouped.decided;
+          budgetReached = grouped.budgetReached;
+          // One reach per admission, all after the page's one commit: an occurrence count still
+          // names one admission, and the window is the whole page committed (ARCHITECTURE §16).
+          for (let index = 0; index < grouped.admitted; index += 1) {
+            context.processed += 1;
+            await this.fault("admission.after_commit");
+          }
           return;
         }
-        await this.countOne(context, candidate.stepRunId, async () => {
-          const outcome = await this.admitWithinLimits(candidate);
-          if (outcome.kind === "waiting") {
-            held.hold(candidate, outcome.reason);
-            return false;
+        // The page failed as a whole: one transaction per candidate.
+        for (const candidate of candidates) {
+          if (held.holds(candidate)) continue;
+          if (decided >= decisions) {
+            budgetReached = true;
+            return;
           }
-          held.learn(candidate, outcome.executor);
-          decided += 1;
-          return outcome.kind === "admitted";
-        });
-      }
-      const last = candidates[candidates.length - 1];
-      if (candidates.length < MAX_ADMISSION_PAGE || last === undefined) return;
-      after = last;
+          await this.countOne(context, candidate.stepRunId, async () => {
+            const outcome = await this.admitWithinLimits(candidate);
+            if (outcome.kind === "waiting") {
+              held.hold(candidate, outcome.reason);
+              return false;
+            }
+            held.learn(candidate, outcome.executor);
+            decided += 1;
+            return outcome.kind === "admitted";
+          });
+        }
+      },
+    });
+    if (budgetReached) context.more = true;
+  }
+
+  /**
+   * One page of admission candidates decided in one transaction (group commit, see
+   * `writePage`): each candidate is read and decided in page order against the page's earlier
+   * admissions, with the pass's holds and budget carried through the page. Null when the page
+   * failed as a whole (nothing of it committed, or a lost commit response left it unknown): the
+   * caller then decides each candidate in a transaction of its own. Nothing is learned from a
+   * page before its commit returns.
+   */
+  private async admitPage(
+    candidates: readonly ListedAdmissionCandidate[],
+    held: AdmissionHold,
+    decided: number,
+    decisions: number,
+  ): Promise<AdmissionPage | null> {
+    // No transaction for a page with nothing to decide: every candidate held, or no budget left.
+    if (!candidates.some((candidate) => !held.holds(candidate)))
+      return { held, decided, admitted: 0, budgetReached: false };
+    if (decided >= decisions) return { held, decided, admitted: 0, budgetReached: true };
+    if (!this.grouping) return null;
+    let runs = 0;
+    let size = 0;
+    try {
+      const page = await this.write(async (tx, nowMs, hostOffsetMs): Promise<AdmissionPage> => {
+        runs += 1;
+        if (runs > 1) throw new PageAbandoned();
+        size = 0;
+        const pageHeld = held.copy();
+        let pageDecided = decided;
+        let admitted = 0;
+        for (const candidate of candidates) {
+          if (pageHeld.holds(candidate)) continue;
+          if (pageDecided >= decisions)
+            return { held: pageHeld, decided: pageDecided, admitted, budgetReached: true };
+          size += 1;
+          const outcome = await this.admissionWrite(candidate)(tx, nowMs, hostOffsetMs);
+          if (outcome.kind === "waiting") {
+            pageHeld.hold(candidate, outcome.reason);
+            continue;
+          }
+          pageHeld.learn(candidate, outcome.executor);
+          pageDecided += 1;
+          if (outcome.kind === "admitted") admitted += 1;
+        }
+        return { held: pageHeld, decided: pageDecided, admitted, budgetReached: false };
+      });
+      this.deps.onPage?.({ size, committed: true });
+      return page;
+    } catch {
+      this.deps.onPage?.({ size, committed: false });
+      return null;
     }
   }
 
@@ -720,7 +1012,13 @@ export class Coordinator {
   }
 
   private async admitWithinLimits(candidate: AdmissionCandidate): Promise<AdmissionOutcome> {
-    const outcome = await this.write(async (tx, nowMs): Promise<AdmissionOutcome> => {
+    const outcome = await this.write(this.admissionWrite(candidate));
+    if (outcome.kind === "admitted") await this.fault("admission.after_commit");
+    return outcome;
+  }
+
+  private admissionWrite(candidate: AdmissionCandidate): PageWrite<AdmissionOutcome> {
+    return async (tx, nowMs): Promise<AdmissionOutcome> => {
       const skipped: AdmissionOutcome = { kind: "skipped", executor: null };
       const run = await tx.getRun(candidate.runId);
       const step = await tx.getStep(candidate.stepRunId);
@@ -759,17 +1057,18 @@ export class Coordinator {
       if (result.kind === "replayed") return { kind: "skipped", executor: definition.executor };
       await tx.apply(result.change);
       return { kind: "admitted", executor: definition.executor };
-    });
-    if (outcome.kind === "admitted") await this.fault("admission.after_commit");
-    return outcome;
+    };
   }
 
   /**
-   * One page of claimed attempts per executor, in three phases: every `starting` commits in
-   * page order, then every launch runs at once (a launch is a journal barrier and a process
-   * start: the slow part, and independent per attempt), then every outcome commits in page
-   * order. The store sees the same sequence of writes whatever order the launches finish in,
-   * so a seed replays exactly; the page size (the profile's `dispatch`) bounds the concurrency.
+   * One page of claimed attempts per executor, in three phases: every `starting` commits, in
+   * page order and in one transaction (`writePage`), then every launch runs at once (a launch
+   * is a journal barrier and a process start: the slow part, and independent per attempt),
+   * then every outcome commits in page order, again in one transaction. No launch begins
+   * before the commit that recorded its `starting` has returned: grouping merges the commits,
+   * never the order. The store sees the same sequence of writes whatever order the launches
+   * finish in, so a seed replays exactly; the page size (the profile's `dispatch`) bounds the
+   * concurrency.
    */
   private async dispatch(limit: number, context: StageContext): Promise<void> {
     for (const executor of Object.values(this.deps.executors)) {
@@ -785,16 +1084,28 @@ export class Coordinator {
         readonly request: LaunchRequest;
         readonly startingAtMs: number;
       }[] = [];
-      for (const attempt of claimed.slice(0, pageSize)) {
-        try {
-          const starting = await this.markDispatchStarting(attempt.id);
-          this.unlaunchedStarting.delete(attempt.id);
-          if (starting !== null) started.push({ attemptId: attempt.id, ...starting });
-        } catch (error) {
-          if (this.unlaunchedStarting.size < MAX_UNLAUNCHED_STARTING)
-            this.unlaunchedStarting.add(attempt.id);
-          context.errors.push({ ...describe(error), subject: attempt.id });
+      const page = claimed.slice(0, pageSize);
+      const startings = await this.writePage(
+        page.map((attempt) => this.markStartingWrite(attempt.id)),
+      );
+      for (const [index, outcome] of startings.outcomes.entries()) {
+        const attemptId = page[index]?.id;
+        if (attemptId === undefined) continue;
+        if (outcome.ok && outcome.value !== null) {
+          this.unlaunchedStarting.delete(attemptId);
+          started.push({ attemptId, ...outcome.value });
+          continue;
         }
+        // Not handed to a launcher. A failed write, or a page whose commit failed (its answer
+        // may have been lost after the commit: the item's own write then finds it `starting`
+        // already and launches nothing), may have left it `starting`: remembered, so its
+        // absent journal settles it.
+        if (
+          (!outcome.ok || startings.pageError !== null) &&
+          this.unlaunchedStarting.size < MAX_UNLAUNCHED_STARTING
+        )
+          this.unlaunchedStarting.add(attemptId);
+        if (!outcome.ok) context.errors.push({ ...describe(outcome.error), subject: attemptId });
       }
       if (started.length === 0) continue;
       await this.fault("dispatch.after_starting");
@@ -802,24 +1113,26 @@ export class Coordinator {
         started.map(({ request }) => executor.launch(request)),
       );
       await this.fault("dispatch.after_spawn");
-      for (const [index, { attemptId, startingAtMs }] of started.entries()) {
-        const launch = launches[index];
-        if (launch === undefined) continue;
-        try {
-          if (await this.recordLaunch(attemptId, startingAtMs, launch)) context.processed += 1;
-        } catch (error) {
-          context.errors.push({ ...describe(error), subject: attemptId });
-        }
-      }
+      await this.recordLaunches(
+        context,
+        started.map(({ attemptId, startingAtMs }, index) => ({
+          attemptId,
+          startingAtMs,
+          launch: launches[index] ?? {
+            status: "rejected",
+            reason: new QlrError("internal", "no launch outcome"),
+          },
+        })),
+      );
       await this.fault("dispatch.after_running");
     }
   }
 
-  /** claimed → starting (committed): the launch request and the commit's store time, or null when the attempt may not start. */
-  private async markDispatchStarting(
+  /** claimed → starting: the launch request and the commit's store time, or null when the attempt may not start. */
+  private markStartingWrite(
     attemptId: string,
-  ): Promise<{ readonly request: LaunchRequest; readonly startingAtMs: number } | null> {
-    return this.write(async (tx, nowMs) => {
+  ): PageWrite<{ readonly request: LaunchRequest; readonly startingAtMs: number } | null> {
+    return async (tx, nowMs) => {
       const scope = await findAttemptScope(tx, attemptId);
       if (scope === null || scope.attempt.status !== "claimed") return null;
       // A cancel intent's convergence cancels the claim; nothing starts after it.
@@ -847,45 +1160,66 @@ export class Coordinator {
         },
         startingAtMs: nowMs,
       };
-    });
+    };
   }
 
   /**
-   * starting → running with the handle's pre-spawn `startedAtMs` (committed). Only a definite
-   * spawn failure (nothing ran) settles the attempt as a start failure (timed out when it is
-   * recorded after the deadline counted from `startingAtMs`); any other launch error
-   * leaves it `starting`, since the process may exist, and only its receipt or recovery's
-   * evidence may settle it.
+   * starting → running with each handle's pre-spawn `startedAtMs`, the page's outcomes in one
+   * transaction (`writePage`). Only a definite spawn failure (nothing ran) settles the attempt
+   * as a start failure (timed out when it is recorded after the deadline counted from
+   * `startingAtMs`); any other launch error leaves it `starting`, since the process may exist,
+   * and only its receipt or recovery's evidence may settle it.
    */
-  private async recordLaunch(
+  private async recordLaunches(
+    context: StageContext,
+    launches: readonly {
+      readonly attemptId: string;
+      readonly startingAtMs: number;
+      readonly launch: PromiseSettledResult<ProcessHandleFacts>;
+    }[],
+  ): Promise<void> {
+    const recordable = launches.filter(({ attemptId, launch }) => {
+      if (launch.status === "fulfilled" || isSpawnFailure(launch.reason)) return true;
+      // Nothing to write: the attempt stays `starting` for its receipt or recovery.
+      context.errors.push({ ...describe(launch.reason), subject: attemptId });
+      return false;
+    });
+    const { outcomes } = await this.writePage(
+      recordable.map(({ attemptId, startingAtMs, launch }) =>
+        this.launchOutcomeWrite(attemptId, startingAtMs, launch),
+      ),
+    );
+    for (const [index, outcome] of outcomes.entries()) {
+      const entry = recordable[index];
+      if (entry === undefined) continue;
+      if (outcome.ok) {
+        if (entry.launch.status === "rejected") this.followUp = true;
+        context.processed += 1;
+        continue;
+      }
+      // The process runs but its handle is not recorded: execution control writes it again.
+      if (entry.launch.status === "fulfilled")
+        this.unrecordedHandles.set(entry.attemptId, entry.launch.value);
+      context.errors.push({ ...describe(outcome.error), subject: entry.attemptId });
+    }
+  }
+
+  private launchOutcomeWrite(
     attemptId: string,
     startingAtMs: number,
     launch: PromiseSettledResult<ProcessHandleFacts>,
-  ): Promise<boolean> {
-    if (launch.status === "rejected") {
-      if (!isSpawnFailure(launch.reason)) throw launch.reason;
-      const message = describe(launch.reason).message;
-      await this.write(async (tx, nowMs) => {
-        const scope = await findAttemptScope(tx, attemptId);
-        if (scope === null || scope.attempt.status !== "starting") return;
+  ): PageWrite<void> {
+    return async (tx, nowMs, hostOffsetMs) => {
+      const scope = await findAttemptScope(tx, attemptId);
+      if (scope === null || scope.attempt.status !== "starting") return;
+      if (launch.status === "rejected") {
         // The failure is recorded at store time and checked against the deadline (ADR-0227 §5).
+        const message = describe(launch.reason).message;
         await tx.apply(startFailed(scope, message, scope.definition.retry, nowMs, startingAtMs));
-      });
-      this.followUp = true;
-      return true;
-    }
-    const handle = launch.value;
-    try {
-      await this.write(async (tx, nowMs, hostOffsetMs) => {
-        const scope = await findAttemptScope(tx, attemptId);
-        if (scope === null || scope.attempt.status !== "starting") return;
-        await tx.apply(markRunning(scope, handleInStoreTime(handle, hostOffsetMs), nowMs));
-      });
-    } catch (error) {
-      this.unrecordedHandles.set(attemptId, handle);
-      throw error;
-    }
-    return true;
+        return;
+      }
+      await tx.apply(markRunning(scope, handleInStoreTime(launch.value, hostOffsetMs), nowMs));
+    };
   }
 
   /** A running attempt whose supervisor died: two inspections and the recovery decision; true when it was settled. */
@@ -978,21 +1312,14 @@ export class Coordinator {
     const owner = this.node?.nodeId;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
-      const cursorKey = `control:${executor.type}`;
-      const more = await walkKeyset<RunAttempt, string>({
-        after: this.cursors.get(cursorKey) ?? null,
-        pageSize: budget.pageSize,
-        pages: budget.pages,
-        read: (after, limit) =>
-          this.deps.store.transaction(async (tx) =>
-            tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner),
-          ),
-        cursorOf: (attempt) => attempt.id,
-        handle: (attempt) =>
-          this.countOne(context, attempt.id, () => this.controlOne(executor, attempt)),
-        saved: (after) => this.saveCursor(cursorKey, after),
+      await this.stageWalk(context, {
+        resume: `control:${executor.type}`,
+        budget,
+        list: (tx, after, limit) =>
+          tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner),
+        idOf: attemptIdOf,
+        handlePage: (attempts) => this.controlPage(context, executor, attempts),
       });
-      if (more) context.more = true;
     }
   }
 
@@ -1006,20 +1333,11 @@ export class Coordinator {
     if (node === null) return;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
-      const more = await walkKeyset<RunAttempt, string>({
-        after: null,
-        pageSize: budget.pageSize,
-        pages: budget.pages,
-        read: (after, limit) =>
-          this.deps.store.transaction(async (tx) =>
-            tx.listOrphanedAttempts(
-              executor.type,
-              await tx.observe(this.deps.clock.nowMs()),
-              after,
-              limit,
-            ),
-          ),
-        cursorOf: (attempt) => attempt.id,
+      await this.stageWalk(context, {
+        budget,
+        list: async (tx, after, limit) =>
+          tx.listOrphanedAttempts(executor.type, await this.storeNow(tx), after, limit),
+        idOf: attemptIdOf,
         handle: (attempt) =>
           this.countOne(context, attempt.id, () =>
             this.write(async (tx, nowMs) => {
@@ -1045,21 +1363,16 @@ export class Coordinator {
             }),
           ),
       });
-      if (more) context.more = true;
     }
   }
 
   /** Remote leases that expired: claims are re-opened, started attempts fail closed until their worker reports. */
   private async expireLeases(budget: StageBudget, context: StageContext): Promise<void> {
-    const more = await walkKeyset<RunAttempt, string>({
-      after: this.cursors.get("leases") ?? null,
-      pageSize: budget.pageSize,
-      pages: budget.pages,
-      read: (after, limit) =>
-        this.deps.store.transaction(async (tx) =>
-          tx.listExpiredLeases(await tx.observe(this.deps.clock.nowMs()), after, limit),
-        ),
-      cursorOf: (attempt) => attempt.id,
+    await this.stageWalk(context, {
+      resume: "leases",
+      budget,
+      list: async (tx, after, limit) => tx.listExpiredLeases(await this.storeNow(tx), after, limit),
+      idOf: attemptIdOf,
       handle: (attempt) =>
         this.countOne(context, attempt.id, () =>
           this.write(async (tx, nowMs) => {
@@ -1071,45 +1384,96 @@ export class Coordinator {
             return true;
           }),
         ),
-      saved: (after) => this.saveCursor("leases", after),
     });
-    if (more) context.more = true;
   }
 
-  private async controlOne(executor: Executor, attempt: RunAttempt): Promise<boolean> {
-    if (this.unrecordedRecoveries.has(attempt.id)) return this.recoverAgain(executor, attempt);
-    const receipt = await executor.readReceipt(attempt);
-    if (attempt.status !== "starting" || receipt.status !== "none") {
-      this.unrecordedHandles.delete(attempt.id);
-      this.unlaunchedStarting.delete(attempt.id);
+  /**
+   * One page of execution control: every receipt is read first, the completions they prove
+   * commit together in one transaction (`writePage`), then each other attempt is controlled on
+   * its own (start-up checks, rejected receipts, orphans, deadlines, stop intents).
+   */
+  private async controlPage(
+    context: StageContext,
+    executor: Executor,
+    attempts: readonly RunAttempt[],
+  ): Promise<void> {
+    const read: { readonly attempt: RunAttempt; readonly receipt: ReceiptEvidence }[] = [];
+    for (const attempt of attempts) {
+      // A start-up recovery decision that could not be recorded is made again before anything
+      // else touches the attempt.
+      if (this.unrecordedRecoveries.has(attempt.id)) {
+        await this.countOne(context, attempt.id, () => this.recoverAgain(executor, attempt));
+        continue;
+      }
+      try {
+        const receipt = await executor.readReceipt(attempt);
+        if (attempt.status !== "starting" || receipt.status !== "none") {
+          this.unrecordedHandles.delete(attempt.id);
+          this.unlaunchedStarting.delete(attempt.id);
+        }
+        read.push({ attempt, receipt });
+      } catch (error) {
+        context.errors.push({ ...describe(error), subject: attempt.id });
+      }
     }
+    const completions: { readonly attempt: RunAttempt; readonly facts: CompletionFacts }[] = [];
+    for (const { attempt, receipt } of read) {
+      if (receipt.status !== "valid") continue;
+      try {
+        // Once per completion, all before the page's one commit: a fault's occurrence count
+        // still names the completion whose commit it precedes.
+        await this.fault("completion.before_commit");
+        completions.push({ attempt, facts: receipt.facts });
+      } catch (error) {
+        context.errors.push({ ...describe(error), subject: attempt.id });
+      }
+    }
+    if (completions.length > 0)
+      await this.commitPage(
+        context,
+        completions,
+        ({ attempt }) => attempt.id,
+        ({ attempt, facts }) => this.completeWrite(attempt.id, facts),
+        (completed) => this.afterComplete(completed),
+      );
+    for (const { attempt, receipt } of read) {
+      if (receipt.status === "valid") continue;
+      await this.countOne(context, attempt.id, () =>
+        this.controlWithoutCompletion(executor, attempt, receipt),
+      );
+    }
+  }
+
+  /** A receipt's completion of a starting or running attempt; false when the attempt moved on. */
+  private completeWrite(attemptId: string, facts: CompletionFacts): PageWrite<boolean> {
+    return async (tx, nowMs, hostOffsetMs) => {
+      const scope = await findAttemptScope(tx, attemptId);
+      if (
+        scope === null ||
+        (scope.attempt.status !== "running" && scope.attempt.status !== "starting")
+      )
+        return false;
+      await tx.apply(
+        complete(scope, factsInStoreTime(facts, hostOffsetMs), scope.definition.retry, nowMs),
+      );
+      return true;
+    };
+  }
+
+  private async afterComplete(completed: boolean): Promise<boolean> {
+    if (!completed) return false;
+    this.followUp = true;
+    await this.fault("completion.after_commit");
+    return true;
+  }
+
+  private async controlWithoutCompletion(
+    executor: Executor,
+    attempt: RunAttempt,
+    receipt: Exclude<ReceiptEvidence, { readonly status: "valid" }>,
+  ): Promise<boolean> {
     if (attempt.status === "starting" && receipt.status === "none")
       return this.controlStarting(executor, attempt);
-    if (receipt.status === "valid") {
-      await this.fault("completion.before_commit");
-      const completed = await this.write(async (tx, nowMs, hostOffsetMs) => {
-        const scope = await findAttemptScope(tx, attempt.id);
-        if (
-          scope === null ||
-          (scope.attempt.status !== "running" && scope.attempt.status !== "starting")
-        )
-          return false;
-        await tx.apply(
-          complete(
-            scope,
-            factsInStoreTime(receipt.facts, hostOffsetMs),
-            scope.definition.retry,
-            nowMs,
-          ),
-        );
-        return true;
-      });
-      if (completed) {
-        this.followUp = true;
-        await this.fault("completion.after_commit");
-      }
-      return completed;
-    }
     if (receipt.status === "invalid") {
       await this.write(async (tx, nowMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
@@ -1246,28 +1610,26 @@ export class Coordinator {
     if (!this.sweepDue) return;
     let finished = true;
     for (const executor of Object.values(this.deps.executors)) {
-      if (executor?.listHeld === undefined || executor.discard === undefined) continue;
+      const listHeld = executor?.listHeld?.bind(executor);
+      const discard = executor?.discard?.bind(executor);
+      if (executor === undefined || listHeld === undefined || discard === undefined) continue;
       const cursorKey = `sweep:${executor.type}`;
-      let after = this.cursors.get(cursorKey) ?? null;
-      let done = false;
-      for (let page = 0; page < budget.pages && !done; page += 1) {
-        const held = await executor.listHeld(after, ORPHAN_SWEEP_PAGE);
-        if (held.length > 0) {
+      const more = await walkKeyset<string, string>({
+        after: this.cursors.get(cursorKey) ?? null,
+        pageSize: ORPHAN_SWEEP_PAGE,
+        pages: budget.pages,
+        read: listHeld,
+        cursorOf: itself,
+        handlePage: async (held) => {
           const existing = new Set(
             await this.deps.store.transaction(async (tx) => tx.existingAttemptIds(held)),
           );
           const orphans = held.filter((attemptId) => !existing.has(attemptId));
-          if (orphans.length > 0) await executor.discard(orphans);
-        }
-        if (held.length < ORPHAN_SWEEP_PAGE) {
-          this.cursors.delete(cursorKey);
-          done = true;
-        } else {
-          after = held[held.length - 1] ?? null;
-          this.cursors.set(cursorKey, after);
-        }
-      }
-      if (!done) finished = false;
+          if (orphans.length > 0) await discard(orphans);
+        },
+        saved: (after) => this.saveCursor(cursorKey, after),
+      });
+      if (more) finished = false;
     }
     if (finished) this.sweepDue = false;
   }
@@ -1288,15 +1650,11 @@ export class Coordinator {
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
-      await walkKeyset<RunAttempt, string>({
-        after: null,
-        pageSize: RECOVERY_PAGE,
-        pages: Infinity,
-        read: (after, limit) =>
-          this.readForRecovery((tx) =>
-            tx.listAttempts(executor.type, statuses, after, limit, owner),
-          ),
-        cursorOf: (attempt) => attempt.id,
+      await this.walkStore({
+        budget: RECOVERY_WALK,
+        list: (tx, after, limit) => tx.listAttempts(executor.type, statuses, after, limit, owner),
+        idOf: attemptIdOf,
+        read: (fn) => this.readForRecovery(fn),
         handle: async (attempt) => {
           const result = await this.recoverOne(executor, attempt);
           if (result !== null) results.push(result);
@@ -1421,23 +1779,13 @@ export class Coordinator {
       if (executor === undefined) continue;
       // Every running attempt, page by page: a shutdown that stopped only the first page would
       // leave the rest running without their runtime.
-      await walkKeyset<RunAttempt, string>({
-        after: null,
-        pageSize: MAX_STORE_PAGE,
-        pages: Infinity,
-        read: (after, limit) =>
-          this.deps.store.transaction(async (tx) =>
-            tx.listAttempts(executor.type, ["running"], after, limit, this.node?.nodeId),
-          ),
-        cursorOf: (attempt) => attempt.id,
+      await this.walkStore({
+        budget: WHOLE_LIST,
+        list: (tx, after, limit) =>
+          tx.listAttempts(executor.type, ["running"], after, limit, this.node?.nodeId),
+        idOf: attemptIdOf,
         handle: async (attempt) => {
-          const stop = await this.write(async (tx, nowMs) => {
-            const scope = await findAttemptScope(tx, attempt.id);
-            if (scope === null) return null;
-            const change = requestShutdownStop(scope, nowMs);
-            if (change !== null) await tx.apply(change);
-            return tx.getAttempt(attempt.id);
-          });
+          const stop = await this.write(this.shutdownStopWrite(attempt.id));
           if (stop !== null && stop.status === "running") {
             await executor.stop(stop, stop.stopReason ?? "shutdown");
             stopped += 1;
@@ -1461,28 +1809,28 @@ export class Coordinator {
   async requestRemoteShutdownStops(): Promise<number> {
     if (this.node !== null) return 0;
     let pending = 0;
-    await walkKeyset<RunAttempt, string>({
-      after: null,
-      pageSize: MAX_STORE_PAGE,
-      pages: Infinity,
-      read: (after, limit) =>
-        this.deps.store.transaction(async (tx) =>
-          tx.listAttempts("remote_worker", ["running"], after, limit),
-        ),
-      cursorOf: (attempt) => attempt.id,
+    await this.walkStore({
+      budget: WHOLE_LIST,
+      list: (tx, after, limit) => tx.listAttempts("remote_worker", ["running"], after, limit),
+      idOf: attemptIdOf,
       handle: async (attempt) => {
-        const stopped = await this.write(async (tx, nowMs) => {
-          const scope = await findAttemptScope(tx, attempt.id);
-          if (scope === null) return null;
-          const change = requestShutdownStop(scope, nowMs);
-          if (change !== null) await tx.apply(change);
-          return tx.getAttempt(attempt.id);
-        });
+        const stopped = await this.write(this.shutdownStopWrite(attempt.id));
         if (stopped !== null && stopped.status === "running" && stopped.stopReason === "shutdown")
           pending += 1;
       },
     });
     return pending;
+  }
+
+  /** A durable `shutdown` stop intent for a running attempt; the attempt as it stands after. */
+  private shutdownStopWrite(attemptId: string): PageWrite<RunAttempt | null> {
+    return async (tx, nowMs) => {
+      const scope = await findAttemptScope(tx, attemptId);
+      if (scope === null) return null;
+      const change = requestShutdownStop(scope, nowMs);
+      if (change !== null) await tx.apply(change);
+      return tx.getAttempt(attemptId);
+    };
   }
 }
 

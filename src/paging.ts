@@ -18,7 +18,7 @@ export function storePageSize(requested: number): number {
   return Math.min(requested, MAX_STORE_PAGE);
 }
 
-export interface KeysetWalk<Item, Cursor> {
+interface KeysetWalkBase<Item, Cursor> {
   /** Where the walk starts: null for the beginning of the list, or a cursor saved by an earlier walk. */
   readonly after: Cursor | null;
   /** Items per page, cut to MAX_STORE_PAGE (see `storePageSize`). */
@@ -28,12 +28,19 @@ export interface KeysetWalk<Item, Cursor> {
   read(after: Cursor | null, limit: number): Promise<readonly Item[]>;
   /** The cursor after an item; null ends the walk there (an item past which the list cannot continue). */
   cursorOf(item: Item): Cursor | null;
-  handle(item: Item): Promise<void>;
   /** After each page: where the next page starts, or null when the walk has reached the end. */
   saved?(after: Cursor | null): void;
   /** Checked before each page: true ends the walk with nothing more read. */
   done?(): boolean;
 }
+
+/**
+ * A walk handles its items one at a time (`handle`), or a whole page at once (`handlePage`:
+ * a stage that commits the page's transitions in one transaction, see the coordinator's group
+ * commit).
+ */
+export type KeysetWalk<Item, Cursor> = KeysetWalkBase<Item, Cursor> &
+  ({ handle(item: Item): Promise<void> } | { handlePage(items: readonly Item[]): Promise<void> });
 
 /** Walks the list; true when pages were left unread (the budget or `done` stopped it before the end). */
 export async function walkKeyset<Item, Cursor>(walk: KeysetWalk<Item, Cursor>): Promise<boolean> {
@@ -42,7 +49,11 @@ export async function walkKeyset<Item, Cursor>(walk: KeysetWalk<Item, Cursor>): 
   for (let page = 0; page < walk.pages; page += 1) {
     if (walk.done?.() === true) return true;
     const items = await walk.read(after, limit);
-    for (const item of items) await walk.handle(item);
+    if ("handlePage" in walk) {
+      if (items.length > 0) await walk.handlePage(items);
+    } else {
+      for (const item of items) await walk.handle(item);
+    }
     const last = items[items.length - 1];
     const next = items.length < limit || last === undefined ? null : walk.cursorOf(last);
     walk.saved?.(next);

@@ -75,6 +75,36 @@ function cap(limit: number): number {
   return Math.min(limit, MAX_PAGE);
 }
 
+/**
+ * The JSON bodies a transaction reads by key: the table and the columns that name one row.
+ * `cached`: the parsed body is kept across transactions (`ImmutableCache`), for keys whose row
+ * is written once and never changes (a digest, or a reconciliation digest and a task name).
+ */
+const BODY_READS = {
+  admission: {
+    table: "admission_receipts",
+    keys: ["run_id", "step_run_id", "step_run_version"],
+    cached: false,
+  },
+  plan: { table: "workflow_plans", keys: ["digest"], cached: true },
+  planOfWorkflow: {
+    table: "workflow_plans",
+    keys: ["package", "generation", "workflow"],
+    cached: false,
+  },
+  reconciliation: { table: "reconciliation_receipts", keys: ["digest"], cached: true },
+  definition: { table: "task_definitions", keys: ["revision"], cached: false },
+  definitionOfTask: {
+    table: "task_definitions",
+    keys: ["reconciliation_digest", "task"],
+    cached: true,
+  },
+} as const satisfies Record<
+  string,
+  { readonly table: string; readonly keys: readonly string[]; readonly cached: boolean }
+>;
+type BodyKind = keyof typeof BODY_READS;
+
 /** How many immutable bodies (plans, receipts, task definitions) a store keeps parsed. */
 export const IMMUTABLE_CACHE_ENTRIES = 256;
 
@@ -168,6 +198,9 @@ export type StoreClockSource = "host" | "database";
  */
 export const DATABASE_CLOCK_WATERMARK_STEP_MS = 1_000;
 
+/** The most values one statement binds: Durable Object SQLite refuses more than 100. */
+const MAX_BOUND_PARAMETERS = 96;
+
 const COORDINATOR_COLUMNS =
   "node_id, incarnation, host, boot_id, started_at_ms, heartbeat_at_ms, lease_expires_at_ms";
 type CoordinatorRow = Record<
@@ -216,17 +249,34 @@ class SqlStoreTx implements StoreTx {
     this.clock = clock;
   }
 
-  private async body<T>(key: string, sql: string, params: readonly SqlParam[]): Promise<T | null> {
-    const cached = this.bodies.get<T>(key);
-    if (cached !== undefined) return cached;
-    const found = await this.uncachedBody<T>(sql, params);
-    return found === null ? null : this.bodies.set(key, found);
+  /**
+   * A compare-and-set UPDATE (its `RETURNING` names the row it wrote): anything but exactly one
+   * row means the row moved on, and the transaction fails with `conflict`, nothing written.
+   */
+  private async updateOne(
+    sql: string,
+    params: readonly SqlParam[],
+    moved: () => string,
+  ): Promise<void> {
+    const updated = await this.q(sql, params);
+    if (updated.length !== 1) throw new QlrError("conflict", `${moved()}; nothing written`);
   }
 
-  /** The parsed JSON `body` column of the first row `sql` finds; null when it finds none. */
-  private async uncachedBody<T>(sql: string, params: readonly SqlParam[]): Promise<T | null> {
-    const found = await this.q<{ body: string }>(sql, params);
-    return found[0] === undefined ? null : (JSON.parse(found[0].body) as T);
+  /** The parsed JSON `body` of the row `kind` names by `values`; null when there is none. */
+  private async body<T>(kind: BodyKind, values: readonly SqlParam[]): Promise<T | null> {
+    const read = BODY_READS[kind];
+    const key = `${kind}\u0000${values.join("\u0000")}`;
+    if (read.cached) {
+      const cached = this.bodies.get<T>(key);
+      if (cached !== undefined) return cached;
+    }
+    const found = await this.q<{ body: string }>(
+      `SELECT body FROM ${read.table} WHERE ${read.keys.map((column) => `${column} = ?`).join(" AND ")}`,
+      values,
+    );
+    if (found[0] === undefined) return null;
+    const parsed = JSON.parse(found[0].body) as T;
+    return read.cached ? this.bodies.set(key, parsed) : parsed;
   }
 
   /** The rows of one table, read whole: `rest` is what follows `FROM <table>`. */
@@ -344,6 +394,8 @@ class SqlStoreTx implements StoreTx {
       this.watermarkMs = Math.max(this.watermarkMs ?? 0, latestMs);
       return;
     }
+    // Already there in this transaction (the page's earlier writes moved it): the update would match no row.
+    if (this.watermarkMs !== null && latestMs <= this.watermarkMs) return;
     await this.q(
       "UPDATE qlr_store_clock SET last_observed_ms = ? WHERE id = 1 AND last_observed_ms < ?",
       [latestMs, latestMs],
@@ -372,15 +424,11 @@ class SqlStoreTx implements StoreTx {
           [...rows.runParams(after), frontierDue ?? 0],
         );
       } else {
-        const updated = await this.q(
+        await this.updateOne(
           `UPDATE runs SET ${rows.RUN_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
           [...rows.runMutableParams(after), frontierDue, before.id, before.version],
+          () => `run ${before.id} changed since version ${before.version}`,
         );
-        if (updated.length !== 1)
-          throw new QlrError(
-            "conflict",
-            `run ${before.id} changed since version ${before.version}; nothing written`,
-          );
       }
     }
     for (const { before, after } of change.steps) {
@@ -390,7 +438,7 @@ class SqlStoreTx implements StoreTx {
           rows.stepParams(after, change),
         );
       } else {
-        const updated = await this.q(
+        await this.updateOne(
           `UPDATE step_runs SET status = ?, version = ?, digest = ?, attempt_count = ?, ready_at_ms = ?, not_before_ms = ?, started_at_ms = ?, finished_at_ms = ?, output = ? WHERE id = ? AND version = ? RETURNING id`,
           [
             after.status,
@@ -405,12 +453,8 @@ class SqlStoreTx implements StoreTx {
             before.id,
             before.version,
           ],
+          () => `step run ${before.id} changed since version ${before.version}`,
         );
-        if (updated.length !== 1)
-          throw new QlrError(
-            "conflict",
-            `step run ${before.id} changed since version ${before.version}; nothing written`,
-          );
       }
     }
     for (const { before, after } of change.attempts) {
@@ -420,48 +464,40 @@ class SqlStoreTx implements StoreTx {
           rows.attemptParams(after),
         );
       } else {
-        const updated = await this.q(
+        await this.updateOne(
           `UPDATE run_attempts SET ${rows.ATTEMPT_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE id = ? AND version = ? RETURNING id`,
           [...rows.attemptMutableParams(after), before.id, before.version],
+          () => `attempt ${before.id} changed since version ${before.version}`,
         );
-        if (updated.length !== 1)
-          throw new QlrError(
-            "conflict",
-            `attempt ${before.id} changed since version ${before.version}; nothing written`,
-          );
       }
     }
-    for (const event of change.events) {
-      await this.q(
-        "INSERT INTO run_events (run_id, seq, id, type, at_ms, step_run_id, attempt_id, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-          event.runId,
-          event.seq,
-          event.id,
-          event.type,
-          event.atMs,
-          event.stepRunId,
-          event.attemptId,
-          JSON.stringify(event.data),
-        ],
-      );
-    }
-    for (const mutation of change.mutations) {
-      await this.q(
-        "INSERT INTO step_mutations (run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-          mutation.runId,
-          mutation.stepRunId,
-          mutation.version,
-          mutation.fromStatus,
-          mutation.toStatus,
-          mutation.fromDigest,
-          mutation.toDigest,
-          mutation.eventSeq,
-          mutation.atMs,
-        ],
-      );
-    }
+    await this.insertRows(
+      "INSERT INTO run_events (run_id, seq, id, type, at_ms, step_run_id, attempt_id, data) VALUES",
+      change.events.map((event) => [
+        event.runId,
+        event.seq,
+        event.id,
+        event.type,
+        event.atMs,
+        event.stepRunId,
+        event.attemptId,
+        JSON.stringify(event.data),
+      ]),
+    );
+    await this.insertRows(
+      "INSERT INTO step_mutations (run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms) VALUES",
+      change.mutations.map((mutation) => [
+        mutation.runId,
+        mutation.stepRunId,
+        mutation.version,
+        mutation.fromStatus,
+        mutation.toStatus,
+        mutation.fromDigest,
+        mutation.toDigest,
+        mutation.eventSeq,
+        mutation.atMs,
+      ]),
+    );
     for (const receipt of change.admissions) {
       await this.q(
         "INSERT INTO admission_receipts (run_id, step_run_id, step_run_version, attempt_id, event_id, digest, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -478,6 +514,25 @@ class SqlStoreTx implements StoreTx {
     }
     await this.enqueueAlerts(change);
     if (times.length > 0) await this.advanceWatermark(Math.max(...times));
+  }
+
+  /**
+   * Append-only rows in multi-row INSERTs: one statement (one round trip on PostgreSQL) per
+   * chunk instead of one per row. A chunk binds at most MAX_BOUND_PARAMETERS values, which every
+   * driver accepts (Durable Object SQLite allows 100 per statement).
+   */
+  private async insertRows(
+    insertPrefix: string,
+    rowsToInsert: readonly SqlParam[][],
+  ): Promise<void> {
+    const width = rowsToInsert[0]?.length ?? 0;
+    if (width === 0) return;
+    const perStatement = Math.max(1, Math.floor(MAX_BOUND_PARAMETERS / width));
+    const tuple = `(${Array.from({ length: width }, () => "?").join(", ")})`;
+    for (let start = 0; start < rowsToInsert.length; start += perStatement) {
+      const chunk = rowsToInsert.slice(start, start + perStatement);
+      await this.q(`${insertPrefix} ${chunk.map(() => tuple).join(", ")}`, chunk.flat());
+    }
   }
 
   /**
@@ -560,7 +615,7 @@ class SqlStoreTx implements StoreTx {
   }
 
   async updateNotification(entry: NotificationEntry, expectedVersion: number): Promise<void> {
-    const updated = await this.q(
+    await this.updateOne(
       "UPDATE notifications SET state = ?, attempts = ?, next_attempt_at_ms = ?, last_error = ?, updated_at_ms = ?, delivered_at_ms = ?, version = ? WHERE id = ? AND version = ? RETURNING id",
       [
         entry.state,
@@ -573,12 +628,8 @@ class SqlStoreTx implements StoreTx {
         entry.id,
         expectedVersion,
       ],
+      () => `notification ${entry.id} changed since version ${expectedVersion}`,
     );
-    if (updated.length !== 1)
-      throw new QlrError(
-        "conflict",
-        `notification ${entry.id} changed since version ${expectedVersion}; nothing written`,
-      );
   }
 
   async listNotifications(filter: NotificationListFilter): Promise<NotificationEntry[]> {
@@ -619,55 +670,30 @@ class SqlStoreTx implements StoreTx {
     stepRunId: string,
     stepRunVersion: number,
   ): Promise<AdmissionReceipt | null> {
-    return this.uncachedBody<AdmissionReceipt>(
-      "SELECT body FROM admission_receipts WHERE run_id = ? AND step_run_id = ? AND step_run_version = ?",
-      [runId, stepRunId, stepRunVersion],
-    );
+    return this.body("admission", [runId, stepRunId, stepRunVersion]);
   }
 
   async getPlan(digest: string): Promise<WorkflowPlan | null> {
-    return this.body<WorkflowPlan>(
-      `plan:${digest}`,
-      "SELECT body FROM workflow_plans WHERE digest = ?",
-      [digest],
-    );
+    return this.body("plan", [digest]);
   }
 
-  async findPlan(
-    packageName: string,
-    generation: number,
-    workflow: string,
-  ): Promise<WorkflowPlan | null> {
-    return this.uncachedBody<WorkflowPlan>(
-      "SELECT body FROM workflow_plans WHERE package = ? AND generation = ? AND workflow = ?",
-      [packageName, generation, workflow],
-    );
+  async findPlan(inPackage: string, generation: number, workflow: string) {
+    return this.body<WorkflowPlan>("planOfWorkflow", [inPackage, generation, workflow]);
   }
 
   async getReconciliation(digest: string): Promise<ReconciliationReceipt | null> {
-    return this.body<ReconciliationReceipt>(
-      `reconciliation:${digest}`,
-      "SELECT body FROM reconciliation_receipts WHERE digest = ?",
-      [digest],
-    );
+    return this.body("reconciliation", [digest]);
   }
 
   async getTaskDefinition(revision: string): Promise<TaskDefinition | null> {
-    return this.uncachedBody<TaskDefinition>(
-      "SELECT body FROM task_definitions WHERE revision = ?",
-      [revision],
-    );
+    return this.body("definition", [revision]);
   }
 
   async getTaskDefinitionFor(
     reconciliationDigest: string,
     task: string,
   ): Promise<TaskDefinition | null> {
-    return this.body<TaskDefinition>(
-      `definition:${reconciliationDigest}:${task}`,
-      "SELECT body FROM task_definitions WHERE reconciliation_digest = ? AND task = ?",
-      [reconciliationDigest, task],
-    );
+    return this.body("definitionOfTask", [reconciliationDigest, task]);
   }
 
   async getPackageHead(name: string): Promise<PackageHead | null> {
@@ -777,7 +803,7 @@ class SqlStoreTx implements StoreTx {
         ],
       );
     } else {
-      const updated = await this.q(
+      await this.updateOne(
         "UPDATE packages SET generation = ?, manifest_digest = ?, reconciliation_digest = ?, updated_at_ms = ? WHERE name = ? AND generation = ? RETURNING name",
         [
           generation.generation,
@@ -787,12 +813,8 @@ class SqlStoreTx implements StoreTx {
           generation.package,
           previousGeneration,
         ],
+        () => `package ${generation.package} moved past generation ${previousGeneration}`,
       );
-      if (updated.length !== 1)
-        throw new QlrError(
-          "conflict",
-          `package ${generation.package} moved past generation ${previousGeneration}; nothing written`,
-        );
     }
     await this.advanceWatermark(generation.createdAtMs);
   }
@@ -817,15 +839,11 @@ class SqlStoreTx implements StoreTx {
       );
       return;
     }
-    const updated = await this.q(
+    await this.updateOne(
       `UPDATE schedules SET ${rows.SCHEDULE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE package = ? AND name = ? AND version = ? RETURNING name`,
       [...rows.scheduleParams(state), state.package, state.name, expectedVersion],
+      () => `schedule ${state.package}/${state.name} changed since version ${expectedVersion}`,
     );
-    if (updated.length !== 1)
-      throw new QlrError(
-        "conflict",
-        `schedule ${state.package}/${state.name} changed since version ${expectedVersion}; nothing written`,
-      );
   }
 
   async deleteSchedule(packageName: string, name: string): Promise<void> {
@@ -985,7 +1003,7 @@ class SqlStoreTx implements StoreTx {
       );
       return;
     }
-    const updated = await this.q(
+    await this.updateOne(
       "UPDATE coordinators SET incarnation = ?, host = ?, boot_id = ?, started_at_ms = ?, heartbeat_at_ms = ?, lease_expires_at_ms = ? WHERE node_id = ? AND incarnation = ? RETURNING node_id",
       [
         record.incarnation,
@@ -997,12 +1015,8 @@ class SqlStoreTx implements StoreTx {
         record.nodeId,
         expectedIncarnation,
       ],
+      () => `coordinator node ${record.nodeId} is no longer at incarnation ${expectedIncarnation}`,
     );
-    if (updated.length !== 1)
-      throw new QlrError(
-        "conflict",
-        `coordinator node ${record.nodeId} is no longer at incarnation ${expectedIncarnation}; nothing written`,
-      );
   }
 
   async listCoordinators(limit: number): Promise<CoordinatorRecord[]> {

@@ -50,6 +50,8 @@ export interface BenchReport {
   memoryDevice: Record<string, unknown> | null;
   serve: Record<string, unknown>[];
   peers: Record<string, unknown>[];
+  /** bench/scaleout.ts: group commit against one transaction per item, 1–3 coordinators on one PostgreSQL. */
+  scaleout?: Record<string, unknown> | null;
   workerd: Record<string, unknown> | null;
   /** bench/launcher.ts (opt-in: QLR_BENCH_ONLY=launcher); JSON only, summarized in docs/PERFORMANCE.md. */
   launcher?: Record<string, unknown> | null;
@@ -263,6 +265,85 @@ const mib = (bytes: number | null | undefined): string =>
 /** The 1-minute load average before → after a measurement. */
 const load = (value: { before: number; after: number } | undefined): string =>
   value === undefined ? "–" : `${fmt(value.before, 1)}→${fmt(value.after, 1)}`;
+
+interface ScaleoutPhase {
+  runs: number;
+  completedRuns: number;
+  units: number;
+  finished: boolean;
+  wallMs: number;
+  perSecond: number;
+  ticks: number;
+  stageErrors: number;
+  transactions: number;
+  bodyRuns: number;
+  failedTransactions: number;
+  statements: number;
+  statementsPerUnit: number;
+  transactionsPerUnit: number;
+  pagesCommitted: number;
+  pagesItemByItem: number;
+  meanPageSize: number;
+}
+
+interface ScaleoutResult {
+  ordinaryRuns: number;
+  workflowRuns: number;
+  loadAverage1m?: { before: number; after: number };
+  variants: {
+    mode: string;
+    coordinators: number;
+    ordinary: ScaleoutPhase | null;
+    workflow: ScaleoutPhase | null;
+  }[];
+}
+
+function renderScaleout(result: ScaleoutResult, peers: readonly PeerResult[]): string {
+  const peer = (system: string, mode: string): number | undefined =>
+    peers.find((entry) => entry.system === system && entry.mode === mode)?.jobsPerSecond;
+  const ratio = (value: number | undefined, other: number | undefined): string =>
+    value === undefined || other === undefined || other === 0 ? "–" : `${fmt(value / other, 2)}×`;
+  const rows: string[][] = [];
+  for (const variant of result.variants) {
+    for (const [label, phase, versus] of [
+      ["ordinary runs/s", variant.ordinary, peer("pg-boss", "tuned")],
+      ["workflow steps/s", variant.workflow, peer("graphile-worker", "defaults")],
+    ] as const) {
+      if (phase === null) continue;
+      rows.push([
+        variant.mode,
+        String(variant.coordinators),
+        label,
+        `**${fmt(phase.perSecond, 1)}**${phase.finished ? "" : ` (capped: ${int(phase.completedRuns)}/${int(phase.runs)} runs)`}`,
+        ratio(phase.perSecond, versus),
+        fmt(phase.transactionsPerUnit, 2),
+        fmt(phase.statementsPerUnit, 1),
+        `${int(phase.bodyRuns - phase.transactions - phase.failedTransactions)} / ${int(phase.failedTransactions)}`,
+        `${int(phase.pagesCommitted)} / ${int(phase.pagesItemByItem)} (mean ${fmt(phase.meanPageSize, 1)})`,
+        int(phase.stageErrors),
+      ]);
+    }
+  }
+  return [
+    `## 7b. Group commit and scale-out: in-process coordinators on the same PostgreSQL server (${result.ordinaryRuns} ordinary runs, then ${result.workflowRuns} diamond runs; cluster profile, database clock, simulated executor on the wall clock)`,
+    `Ratios: ordinary runs/s ÷ pg-boss tuned jobs/s, workflow steps/s ÷ graphile-worker defaults jobs/s (section 7, same run, same server). Retries: bodies run again by serializable retries / transactions that failed. Load 1m before→after: ${load(result.loadAverage1m)}.`,
+    table(
+      [
+        "mode",
+        "coordinators",
+        "figure",
+        "per s",
+        "÷ peer",
+        "transactions per unit",
+        "statements per unit",
+        "retries / failed",
+        "pages one commit / item by item",
+        "stage errors",
+      ],
+      rows,
+    ),
+  ].join("\n\n");
+}
 
 function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const line = (cells: readonly string[]): string => `| ${cells.join(" | ")} |`;
@@ -1048,6 +1129,10 @@ function renderServeAndPeers(report: BenchReport, parts: string[]): void {
       );
     }
   }
+
+  const scaleout = (report.scaleout ?? null) as unknown as ScaleoutResult | null;
+  if (scaleout !== null)
+    parts.push(renderScaleout(scaleout, report.peers as unknown as PeerResult[]));
 
   const workerd = report.workerd as unknown as WorkerdResult | null;
   if (workerd !== null) {

@@ -19,6 +19,10 @@ import { now, type StoreKind } from "./common.ts";
 
 export interface StatementTally {
   transactions: number;
+  /** Calls of transaction bodies: above `transactions` by the serializable retries and failed transactions. */
+  bodyRuns: number;
+  /** Transactions that threw (after their retries, if any). */
+  failedTransactions: number;
   statements: number;
   reads: number;
   writes: number;
@@ -43,6 +47,8 @@ export interface StatementTally {
 function emptyTally(): StatementTally {
   return {
     transactions: 0,
+    bodyRuns: 0,
+    failedTransactions: 0,
     statements: 0,
     reads: 0,
     writes: 0,
@@ -84,15 +90,22 @@ export class CountingDriver implements SqlDriver {
     let bodyStartedAt = calledAt;
     let bodyEndedAt = calledAt;
     let statementMsBefore = 0;
-    const result = await this.inner.transaction(async (tx) => {
-      bodyStartedAt = now();
-      statementMsBefore = tally.statementMs;
-      try {
-        return await fn({ query: (sql, params) => this.countedQuery(tx, sql, params) });
-      } finally {
-        bodyEndedAt = now();
-      }
-    });
+    let result: T;
+    try {
+      result = await this.inner.transaction(async (tx) => {
+        tally.bodyRuns += 1;
+        bodyStartedAt = now();
+        statementMsBefore = tally.statementMs;
+        try {
+          return await fn({ query: (sql, params) => this.countedQuery(tx, sql, params) });
+        } finally {
+          bodyEndedAt = now();
+        }
+      });
+    } catch (error) {
+      tally.failedTransactions += 1;
+      throw error;
+    }
     const answeredAt = now();
     tally.transactions += 1;
     tally.beginMs += bodyStartedAt - calledAt;
@@ -263,7 +276,7 @@ export function fileStoreSizes(directory: string): { snapshotBytes: number; jour
 }
 
 /** A fresh database on the server, dropped (with any leftover session) afterwards. */
-async function createDatabase(
+export async function createDatabase(
   adminUrl: string,
 ): Promise<{ url: string; drop: () => Promise<void> }> {
   const { default: pg } = await import("pg");

@@ -34,6 +34,20 @@ export interface WorldOptions {
   readonly startMs?: number;
   /** Run id prefix; "bench" by default. */
   readonly idPrefix?: string;
+  /**
+   * Group commit (`CoordinatorDeps.groupCommit`): unset, the coordinator's default (on for the
+   * store's only coordinator); `QLR_BENCH_GROUP_COMMIT=0` in the environment turns it off, so
+   * one load window can measure both.
+   */
+  readonly groupCommit?: boolean;
+}
+
+/** `QLR_BENCH_GROUP_COMMIT`: "0" off, "1" on, unset the coordinator's default. */
+export function groupCommitFromEnv(env: NodeJS.ProcessEnv = process.env): boolean | undefined {
+  const value = env.QLR_BENCH_GROUP_COMMIT;
+  if (value === undefined || value === "") return undefined;
+  if (value !== "0" && value !== "1") throw new Error("QLR_BENCH_GROUP_COMMIT must be 0 or 1");
+  return value === "1";
 }
 
 export function createWorld(store: Store, options: WorldOptions): World {
@@ -55,6 +69,7 @@ export function createWorld(store: Store, options: WorldOptions): World {
     profile,
     executors: { local_process: executor },
     elapsedMs: now,
+    ...(options.groupCommit === undefined ? {} : { groupCommit: options.groupCommit }),
   });
   return { clock, executor, coordinator, profile, ids, store };
 }

@@ -28,6 +28,7 @@ import {
   STOP_AFTER_INTENT,
   STOP_AFTER_TERM,
 } from "../../runtimes/node/fault-points.ts";
+import { PROFILES } from "../../src/profiles.ts";
 import { type Api, attemptsOf, stepNamed } from "../support/api-client.ts";
 import type { AttemptView, RecoveryView, RunDetail } from "../support/api-views.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
@@ -230,6 +231,42 @@ async function fan(dir: Scratch): Promise<string> {
     },
   );
   return file;
+}
+
+/**
+ * Workflow `fan` whose three leaves run one task with `concurrency: 1`: the admission that
+ * claims one leaf holds the other two back as ready, whatever the profile's budget.
+ */
+async function limitedFan(dir: Scratch): Promise<string> {
+  const leaves = ["x", "y", "z"];
+  const leaf = {
+    ...dir.task({ label: "leaf" }),
+    // The marker names the step, not the shared task, so spawns are counted per leaf.
+    shell: `echo "$QLR_STEP $$" >> "$MARKER"\nexit 0\n`,
+    concurrency: 1,
+  };
+  const { file } = await dir.manifest(
+    PACKAGE,
+    { troot: dir.task({ label: "root" }), tleaf: leaf },
+    {
+      fan: {
+        steps: {
+          root: { task: "troot" },
+          ...Object.fromEntries(leaves.map((label) => [label, { task: "tleaf", needs: ["root"] }])),
+        },
+      },
+    },
+  );
+  return file;
+}
+
+/**
+ * How many of the fan-out's three claims its one admission commit holds on a profile: the
+ * page admits up to the profile's admission decisions per cycle (edge: one).
+ */
+function fanAdmittedTogether(profile: Profile): number {
+  const { pageSize, pages } = PROFILES[profile].admission;
+  return Math.min(3, pageSize * pages);
 }
 
 /** sh: wait for step a's gate (bounded). */
@@ -632,9 +669,34 @@ const CASES: readonly CrashCase[] = [
   {
     group: "admission",
     window:
-      "inside a multi-step frontier page: the second admission of the run (the first of the fan-out) committed, its siblings not yet",
+      "a multi-step admission page committed as one (the fan-out's siblings claimed together, as many as the profile admits per cycle), nothing of it dispatched: every claim of that commit orphaned → lost, new epoch, admitted and spawned once more",
     points: ["admission.after_commit"],
     manifest: fan,
+    occurrence: 2,
+    drive: startFanTolerant,
+    atReopen: async (world, served) => {
+      const orphaned = {
+        decision: "lost_new_epoch",
+        reason: "orphaned claim never crossed the start barrier",
+      };
+      expect(
+        (await served.api.recovery()).map(({ decision, reason }) => ({ decision, reason })),
+      ).toEqual(Array.from({ length: fanAdmittedTogether(world.profile) }, () => orphaned));
+    },
+    replays: SUCCEEDED_FAN,
+    onceEnded: (world, detail) => {
+      // The page's claims lost and re-admitted once each; root and any sibling admitted later, once.
+      const lost = fanAdmittedTogether(world.profile);
+      expect(detail.attempts.filter((attempt) => attempt.status === "lost")).toHaveLength(lost);
+      expect(detail.attempts).toHaveLength(4 + lost);
+    },
+  },
+  {
+    group: "admission",
+    window:
+      "inside an admission page whose siblings a task's concurrency limit holds back: one leaf's claim committed, the other two still ready: only that claim is orphaned → lost, new epoch; the held leaves are admitted one at a time, once each",
+    points: ["admission.after_commit"],
+    manifest: limitedFan,
     occurrence: 2,
     drive: startFanTolerant,
     atReopen: async (_world, served) => {
@@ -643,7 +705,6 @@ const CASES: readonly CrashCase[] = [
     replays: SUCCEEDED_FAN,
     attemptsInAll: 5,
     onceEnded: (_world, detail) => {
-      // One orphaned claim among the fan-out, re-admitted once; its siblings admitted once.
       expect(detail.attempts.filter((attempt) => attempt.status === "lost")).toHaveLength(1);
     },
   },

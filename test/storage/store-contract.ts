@@ -26,6 +26,7 @@ import {
 import type { Manifest } from "../../src/manifest/types.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import { claimForDelivery, recordDelivery } from "../../src/notifications.ts";
+import { describeGroupCommit } from "./group-commit-contract.ts";
 
 /**
  * The one storage contract every driver passes. `describeStoreContract` takes a factory of a
@@ -1050,5 +1051,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       expect(after.active.length).toBeLessThanOrEqual(20);
       expect(after.sinceMs).toBe(hourOf(finalNow) - 23 * 3_600_000);
     });
+
+    describeGroupCommit(factory);
   });
 }
