@@ -28,6 +28,7 @@ import {
   screenshot,
   type Browser,
 } from "./support.ts";
+import { serveArgs } from "../support/qlr-args.ts";
 
 const TAG = `qlr-browser-test-${randomBytes(6).toString("hex")}`;
 
@@ -208,16 +209,7 @@ beforeAll(async () => {
     delete env[name];
   server = spawn(
     process.execPath,
-    [
-      join(REPO_ROOT, "dist/qlr.mjs"),
-      "serve",
-      "--state-dir",
-      stateDir,
-      "--port",
-      "0",
-      "--apply",
-      manifestPath,
-    ],
+    [join(REPO_ROOT, "dist/qlr.mjs"), ...serveArgs(stateDir, manifestPath)],
     { cwd: scratch, stdio: ["ignore", "pipe", "pipe"], env },
   );
   server.stdout?.on("data", (chunk: Buffer) => (serverOutput += chunk.toString()));
