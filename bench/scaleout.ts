@@ -39,6 +39,7 @@ import {
   writeResult,
 } from "./lib/common.ts";
 import { CountingDriver, createDatabase, type StatementTally } from "./lib/stores.ts";
+import { stageErrorsOf } from "./lib/world.ts";
 
 export type ScaleoutMode = "grouped" | "per-item";
 
@@ -168,12 +169,9 @@ async function variant(
           onPage: (page) => pages.push(page),
           onTick: (report) => {
             ticks += 1;
-            for (const stage of report.stages) {
-              stageErrors += stage.errors.length;
-              const error = stage.errors[0];
-              if (firstStageError === null && error !== undefined)
-                firstStageError = `${stage.name}: ${error.code}: ${error.message}`;
-            }
+            const errors = stageErrorsOf(report);
+            stageErrors += errors.count;
+            firstStageError ??= errors.first;
           },
         }),
     );

@@ -138,12 +138,9 @@ export async function driveUntilTerminal(
     tickWallMs += elapsed;
     tickMs.push(elapsed);
     ticks += 1;
-    for (const stage of report.stages) {
-      stageErrors += stage.errors.length;
-      const error = stage.errors[0];
-      if (firstStageError === null && error !== undefined)
-        firstStageError = `${stage.name}: ${error.code}: ${error.message}`;
-    }
+    const errors = stageErrorsOf(report);
+    stageErrors += errors.count;
+    firstStageError ??= errors.first;
     afterTick?.(report, ticks);
     world.clock.advance(world.profile.tickIntervalMs);
     statuses = await countRuns(world.store);
@@ -166,4 +163,17 @@ function terminalCount(statuses: Record<RunStatus, number>): number {
   for (const [status, count] of Object.entries(statuses))
     if (TERMINAL_RUN_STATUSES.has(status as RunStatus)) total += count;
   return total;
+}
+
+/** How many stage errors a tick reported, and the first of them as one line (null when none). */
+export function stageErrorsOf(report: TickReport): { count: number; first: string | null } {
+  let count = 0;
+  let first: string | null = null;
+  for (const stage of report.stages) {
+    count += stage.errors.length;
+    const error = stage.errors[0];
+    if (first === null && error !== undefined)
+      first = `${stage.name}: ${error.code}: ${error.message}`;
+  }
+  return { count, first };
 }
