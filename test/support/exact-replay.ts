@@ -40,6 +40,16 @@ export interface ReplayExpectation {
   readonly supervisorKilled?: boolean;
 }
 
+/** One line per attempt: step, number, status, exit, signal, stop reason and error. */
+function describeAttempts(detail: RunDetail): string {
+  const stepNames = new Map(detail.steps.map((step) => [step.id, step.name]));
+  const lines = detail.attempts.map(
+    (attempt) =>
+      `${stepNames.get(attempt.stepRunId ?? "") ?? "?"}#${attempt.number} ${attempt.status} exit=${attempt.exitCode} signal=${attempt.signal} stop=${attempt.stopReason} error=${attempt.error ?? "-"}`,
+  );
+  return `run ${detail.run.id} ${detail.run.status}; attempts:\n${lines.join("\n")}`;
+}
+
 const STOP_EVENTS: ReadonlySet<string> = new Set([
   "attempt.stop_requested",
   "workflow.task_timeout_requested",
@@ -52,10 +62,13 @@ export async function expectExactReplay(
   detail: RunDetail,
   expected: ReplayExpectation,
 ): Promise<EventView[]> {
-  expect(detail.run.status).toBe(expected.run);
-  expect(Object.fromEntries(detail.steps.map((step) => [step.name, step.status]))).toEqual(
-    expected.steps,
-  );
+  // A wrong ending names every attempt's story, so a failure seen once can be explained.
+  const story = describeAttempts(detail);
+  expect(detail.run.status, story).toBe(expected.run);
+  expect(
+    Object.fromEntries(detail.steps.map((step) => [step.name, step.status])),
+    story,
+  ).toEqual(expected.steps);
 
   // Real process starts, per label, against the expectation; each recorded pid is one of them.
   const spawns = await dir.spawns();
