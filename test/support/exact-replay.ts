@@ -65,10 +65,9 @@ export async function expectExactReplay(
   // A wrong ending names every attempt's story, so a failure seen once can be explained.
   const story = describeAttempts(detail);
   expect(detail.run.status, story).toBe(expected.run);
-  expect(
-    Object.fromEntries(detail.steps.map((step) => [step.name, step.status])),
-    story,
-  ).toEqual(expected.steps);
+  expect(Object.fromEntries(detail.steps.map((step) => [step.name, step.status])), story).toEqual(
+    expected.steps,
+  );
 
   // Real process starts, per label, against the expectation; each recorded pid is one of them.
   const spawns = await dir.spawns();
