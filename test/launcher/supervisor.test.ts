@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
-import { connect } from "node:net";
+import { connect, createServer } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
@@ -138,6 +138,28 @@ describe("the resident supervisor", () => {
     expect(await readdir(stateDir)).not.toContain("ran");
     expect(await launcher.readReceipt(attemptId)).toEqual({ status: "none" });
     client.close();
+    launcher.close();
+  });
+
+  it("a supervisor that hangs up during the handshake, as an idle one leaving does, is replaced: the launch runs", async () => {
+    const { launcher, stateDir } = await newLauncher(scratch);
+    // The state directory's name answers once and hangs up, then is let go: what a runtime
+    // meets when it connects in the instant an idle supervisor exits.
+    const leaving = createServer((socket) => {
+      socket.destroy();
+      leaving.close();
+    });
+    await new Promise<void>((resolve, reject) => {
+      leaving.once("error", reject);
+      leaving.listen({ path: supervisorSocketName(stateDir) }, resolve);
+    });
+    const hungUp = new Promise<void>((resolve) => leaving.once("close", resolve));
+    const handle = await launcher.launch(shellSpec("exit 0"));
+    await hungUp;
+    const receipt = await waitForReceipt(launcher, handle.attemptId);
+    expect(
+      receipt.status === "valid" ? [receipt.receipt.exitCode, receipt.receipt.spawnError] : receipt,
+    ).toEqual([0, null]);
     launcher.close();
   });
 

@@ -25,6 +25,11 @@ const STARTUP_TIMEOUT_MS = 30_000;
 /** How long one request waits for its answer before the connection is given up as hung. */
 const REQUEST_TIMEOUT_MS = 30_000;
 const CONNECT_ATTEMPTS = 5;
+/**
+ * Why a try failed when the supervisor hung up before the handshake finished. Once is a
+ * supervisor leaving as we arrived; every time is one that refuses our proof of the key.
+ */
+const HUNG_UP = "the supervisor hung up during the handshake: leaving, or refusing our key";
 
 type Reply = Exclude<
   SupervisorMessage,
@@ -39,6 +44,13 @@ export interface SupervisorClientOptions {
   readonly supervisorEnv: Record<string, string>;
   /** A task's receipt is durable: a hint to look now, never evidence. */
   readonly onExited?: (attemptId: string) => void;
+}
+
+/** The supervisor hung up before the handshake finished: it was leaving, or turned us away. */
+class SupervisorLeftError extends QlrError {
+  constructor() {
+    super("storage_unavailable", "the supervisor closed the connection during the handshake");
+  }
 }
 
 /** One authenticated connection to the state directory's resident supervisor. */
@@ -198,14 +210,16 @@ export class SupervisorClient {
       if (this.connecting === existing) this.connecting = null;
     }
     if (!startIfAbsent) {
-      const socket = await this.tryConnect();
-      if (socket === null) return null;
-      const attempt = this.handshake(socket);
-      this.connecting = attempt;
-      return attempt.catch((error: unknown) => {
-        if (this.connecting === attempt) this.connecting = null;
-        throw error;
-      });
+      const found = await this.connectIfAlive();
+      if (found === null) return null;
+      // Another caller may have connected meanwhile: one connection is kept and shared.
+      const other = await (this.connecting ?? Promise.resolve(null)).catch(() => null);
+      if (other !== null && !other.closed) {
+        found.close();
+        return other;
+      }
+      this.connecting = Promise.resolve(found);
+      return found;
     }
     const attempt = this.connectOrStart();
     this.connecting = attempt;
@@ -219,7 +233,13 @@ export class SupervisorClient {
     let lastProblem = "";
     for (let attempt = 0; attempt < CONNECT_ATTEMPTS; attempt += 1) {
       const socket = await this.tryConnect();
-      if (socket !== null) return this.handshake(socket);
+      if (socket !== null) {
+        const connection = await this.handshakeUnlessLeaving(socket);
+        if (connection !== null) return connection;
+        // It was leaving (idle) as we connected: the next try finds its successor or starts one.
+        lastProblem = HUNG_UP;
+        continue;
+      }
       const report = await this.startSupervisor();
       // `busy`: another starter won the race; its supervisor answers on the next try.
       if (report.kind === "failed")
@@ -230,9 +250,41 @@ export class SupervisorClient {
       lastProblem = report.kind;
     }
     throw new QlrError(
-      "storage_unavailable",
+      lastProblem === HUNG_UP ? "integrity" : "storage_unavailable",
       `no supervisor answered after ${CONNECT_ATTEMPTS} attempts (${lastProblem})`,
     );
+  }
+
+  /**
+   * A live supervisor's connection, or null when none listens. One that hangs up during the
+   * handshake is asked again, so its leaving is never mistaken for its absence while it lives.
+   */
+  private async connectIfAlive(): Promise<Connection | null> {
+    for (let attempt = 0; attempt < CONNECT_ATTEMPTS; attempt += 1) {
+      const socket = await this.tryConnect();
+      if (socket === null) return null;
+      const connection = await this.handshakeUnlessLeaving(socket);
+      if (connection !== null) return connection;
+    }
+    throw new QlrError(
+      "integrity",
+      `no supervisor answered after ${CONNECT_ATTEMPTS} attempts (${HUNG_UP})`,
+    );
+  }
+
+  /**
+   * The handshake's connection, or null when the supervisor hung up before it finished: an
+   * idle supervisor exits on its own, and a client may connect in the instant before it does.
+   * That is a departure, not a failure of authentication, and must not end the caller's work
+   * (a launch would otherwise record a definite spawn failure for a task that could have run).
+   */
+  private async handshakeUnlessLeaving(socket: Socket): Promise<Connection | null> {
+    try {
+      return await this.handshake(socket);
+    } catch (error) {
+      if (error instanceof SupervisorLeftError) return null;
+      throw error;
+    }
   }
 
   /** A connected socket, or null when no supervisor listens (ECONNREFUSED/ENOENT). */
@@ -271,7 +323,10 @@ export class SupervisorClient {
       const timer = setTimeout(() => fail("no answer"), REQUEST_TIMEOUT_MS);
       socket.setEncoding("utf8");
       socket.on("error", () => undefined);
-      socket.once("close", () => fail("closed during the handshake"));
+      socket.once("close", () => {
+        clearTimeout(timer);
+        reject(new SupervisorLeftError());
+      });
       const onData = (text: string): void => {
         buffered += text;
         if (buffered.length > 4096) return fail("handshake too long");

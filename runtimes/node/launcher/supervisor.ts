@@ -279,6 +279,8 @@ class ResidentSupervisor {
   /** Attempts answered `never` to a settle: refused from then on, so that answer stays true. */
   private readonly refused = new Set<string>();
   private readonly clients = new Set<Socket>();
+  /** Connections still in their handshake: a runtime is arriving, so this is not idle. */
+  private readonly arriving = new Set<Socket>();
   private pendingReceipts = 0;
   private enforceTimer: NodeJS.Timeout | null = null;
   private idleTimer: NodeJS.Timeout | null = null;
@@ -299,7 +301,8 @@ class ResidentSupervisor {
       this.tasks.size === 0 &&
       this.accepted.size === 0 &&
       this.pendingReceipts === 0 &&
-      this.clients.size === 0;
+      this.clients.size === 0 &&
+      this.arriving.size === 0;
     if (!idle) {
       if (this.idleTimer !== null) clearTimeout(this.idleTimer);
       this.idleTimer = null;
@@ -311,14 +314,15 @@ class ResidentSupervisor {
         this.tasks.size === 0 &&
         this.accepted.size === 0 &&
         this.pendingReceipts === 0 &&
-        this.clients.size === 0
+        this.clients.size === 0 &&
+        this.arriving.size === 0
       )
         process.exit(0);
     }, IDLE_EXIT_MS);
   }
 
   attach(socket: Socket): void {
-    if (this.clients.size >= MAX_CLIENTS) {
+    if (this.clients.size + this.arriving.size >= MAX_CLIENTS) {
       socket.destroy();
       return;
     }
@@ -326,10 +330,13 @@ class ResidentSupervisor {
     let authenticated = false;
     let buffered = "";
     const handshakeTimer = setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS);
+    this.arriving.add(socket);
+    this.checkIdle();
     socket.setEncoding("utf8");
     socket.on("error", () => undefined);
     socket.on("close", () => {
       clearTimeout(handshakeTimer);
+      this.arriving.delete(socket);
       this.clients.delete(socket);
       this.checkIdle();
     });
@@ -356,6 +363,7 @@ class ResidentSupervisor {
           }
           authenticated = true;
           clearTimeout(handshakeTimer);
+          this.arriving.delete(socket);
           this.clients.add(socket);
           this.checkIdle();
           send(socket, {
