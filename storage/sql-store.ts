@@ -93,7 +93,8 @@ const BODY_READS = {
     cached: false,
   },
   reconciliation: { table: "reconciliation_receipts", keys: ["digest"], cached: true },
-  definition: { table: "task_definitions", keys: ["revision"], cached: false },
+  // A revision names its definition's digest (`qltd:v1:<generation>:<digest>`): one body only.
+  definition: { table: "task_definitions", keys: ["revision"], cached: true },
   definitionOfTask: {
     table: "task_definitions",
     keys: ["reconciliation_digest", "task"],

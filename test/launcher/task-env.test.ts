@@ -1,5 +1,5 @@
-import { access, readFile, symlink, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { access, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { canonicalJson } from "../../src/canonical-json.ts";
 import type { RunAttempt } from "../../src/model.ts";
@@ -155,5 +155,21 @@ describe("task environment", () => {
     await symlink("/etc/hostname", taskOutputPath(stateDir, attemptId));
     await prepareTaskEnvironment(stateDir, contextFor(attemptId), {});
     await expect(access(taskOutputPath(stateDir, attemptId))).rejects.toThrow();
+  });
+
+  it("the task files folder is made when missing: at the first launch and after it was removed", async () => {
+    const { stateDir } = await newLauncher(scratch);
+    const folder = dirname(taskNeedsPath(stateDir, newAttemptId()));
+    await rm(folder, { recursive: true, force: true });
+    for (const round of [1, 2]) {
+      const attemptId = newAttemptId();
+      const env = await prepareTaskEnvironment(stateDir, contextFor(attemptId), {});
+      expect(env.QLR_NEEDS).toBe(taskNeedsPath(stateDir, attemptId));
+      expect(JSON.parse(await readFile(taskNeedsPath(stateDir, attemptId), "utf8"))).toEqual(
+        contextFor(attemptId).needs,
+      );
+      expect((await stat(folder)).mode & 0o777).toBe(0o700);
+      if (round === 1) await rm(folder, { recursive: true });
+    }
   });
 });

@@ -20,7 +20,7 @@ beforeAll(async () => {
 });
 
 describe("the immutable body cache", () => {
-  it("a plan, a reconciliation receipt and a task definition read twice are the same deeply frozen object", async () => {
+  it("a plan, a reconciliation receipt and a task definition (by task and by revision) read twice are the same deeply frozen object", async () => {
     const clock = new TestClock(T0);
     const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
     const run = await transactAtStoreTime(store, clock, async (tx, nowMs) => {
@@ -33,19 +33,25 @@ describe("the immutable body cache", () => {
         )
       ).run;
     });
+    const revision = await store.transaction(
+      async (tx) =>
+        (await tx.getTaskDefinitionFor(run.reconciliationDigest, "work"))?.revision ?? "",
+    );
     const read = () =>
       store.transaction(async (tx) => ({
         plan: await tx.getPlan(run.planDigest ?? ""),
         reconciliation: await tx.getReconciliation(run.reconciliationDigest),
         definition: await tx.getTaskDefinitionFor(run.reconciliationDigest, "work"),
+        byRevision: await tx.getTaskDefinition(revision),
       }));
     const first = await read();
     const second = await read();
-    for (const key of ["plan", "reconciliation", "definition"] as const) {
+    for (const key of ["plan", "reconciliation", "definition", "byRevision"] as const) {
       expect(first[key]).not.toBeNull();
       expect(second[key]).toBe(first[key]);
       expect(Object.isFrozen(first[key])).toBe(true);
     }
+    expect(first.byRevision?.revision).toBe(revision);
     expect(Object.isFrozen(first.plan?.steps[0])).toBe(true);
     expect(() => (first.plan?.steps as unknown as unknown[]).push(null)).toThrow();
     await store.close();
