@@ -201,31 +201,6 @@ export const DATABASE_CLOCK_WATERMARK_STEP_MS = 1_000;
 /** The most values one statement binds: Durable Object SQLite refuses more than 100. */
 const MAX_BOUND_PARAMETERS = 96;
 
-const COORDINATOR_COLUMNS =
-  "node_id, incarnation, host, boot_id, started_at_ms, heartbeat_at_ms, lease_expires_at_ms";
-type CoordinatorRow = Record<
-  | "node_id"
-  | "incarnation"
-  | "host"
-  | "boot_id"
-  | "started_at_ms"
-  | "heartbeat_at_ms"
-  | "lease_expires_at_ms",
-  unknown
->;
-
-function toCoordinator(row: CoordinatorRow): CoordinatorRecord {
-  return {
-    nodeId: String(row.node_id),
-    incarnation: Number(row.incarnation),
-    host: String(row.host),
-    bootId: typeof row.boot_id === "string" ? row.boot_id : null,
-    startedAtMs: Number(row.started_at_ms),
-    heartbeatAtMs: Number(row.heartbeat_at_ms),
-    leaseExpiresAtMs: Number(row.lease_expires_at_ms),
-  };
-}
-
 class SqlStoreTx implements StoreTx {
   private readonly tx: SqlTx;
   private readonly rewrite: (sql: string) => string;
@@ -471,32 +446,11 @@ class SqlStoreTx implements StoreTx {
         );
       }
     }
+    await this.insertRows("run_events", rows.EVENT_COLUMNS, change.events.map(rows.eventParams));
     await this.insertRows(
-      "INSERT INTO run_events (run_id, seq, id, type, at_ms, step_run_id, attempt_id, data) VALUES",
-      change.events.map((event) => [
-        event.runId,
-        event.seq,
-        event.id,
-        event.type,
-        event.atMs,
-        event.stepRunId,
-        event.attemptId,
-        JSON.stringify(event.data),
-      ]),
-    );
-    await this.insertRows(
-      "INSERT INTO step_mutations (run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms) VALUES",
-      change.mutations.map((mutation) => [
-        mutation.runId,
-        mutation.stepRunId,
-        mutation.version,
-        mutation.fromStatus,
-        mutation.toStatus,
-        mutation.fromDigest,
-        mutation.toDigest,
-        mutation.eventSeq,
-        mutation.atMs,
-      ]),
+      "step_mutations",
+      rows.MUTATION_COLUMNS,
+      change.mutations.map(rows.mutationParams),
     );
     for (const receipt of change.admissions) {
       await this.q(
@@ -522,9 +476,11 @@ class SqlStoreTx implements StoreTx {
    * driver accepts (Durable Object SQLite allows 100 per statement).
    */
   private async insertRows(
-    insertPrefix: string,
+    table: string,
+    columns: readonly string[],
     rowsToInsert: readonly SqlParam[][],
   ): Promise<void> {
+    const insertPrefix = `INSERT INTO ${table} (${columns.join(", ")}) VALUES`;
     const width = rowsToInsert[0]?.length ?? 0;
     if (width === 0) return;
     const perStatement = Math.max(1, Math.floor(MAX_BOUND_PARAMETERS / width));
@@ -976,55 +932,37 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getCoordinator(nodeId: string): Promise<CoordinatorRecord | null> {
-    const found = await this.q<CoordinatorRow>(
-      `SELECT ${COORDINATOR_COLUMNS} FROM coordinators WHERE node_id = ?`,
+    const found = await this.q<rows.CoordinatorRow>(
+      `SELECT ${rows.COORDINATOR_COLUMNS.join(", ")} FROM coordinators WHERE node_id = ?`,
       [nodeId],
     );
-    return found[0] === undefined ? null : toCoordinator(found[0]);
+    return found[0] === undefined ? null : rows.toCoordinator(found[0]);
   }
 
   async putCoordinator(
     record: CoordinatorRecord,
     expectedIncarnation: number | null,
   ): Promise<void> {
-    const params: SqlParam[] = [
-      record.nodeId,
-      record.incarnation,
-      record.host,
-      record.bootId,
-      record.startedAtMs,
-      record.heartbeatAtMs,
-      record.leaseExpiresAtMs,
-    ];
     if (expectedIncarnation === null) {
       await this.q(
-        `INSERT INTO coordinators (${COORDINATOR_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-        params,
+        `INSERT INTO coordinators (${rows.COORDINATOR_COLUMNS.join(", ")}) VALUES (${rows.COORDINATOR_COLUMNS.map(() => "?").join(", ")})`,
+        rows.coordinatorParams(record),
       );
       return;
     }
     await this.updateOne(
-      "UPDATE coordinators SET incarnation = ?, host = ?, boot_id = ?, started_at_ms = ?, heartbeat_at_ms = ?, lease_expires_at_ms = ? WHERE node_id = ? AND incarnation = ? RETURNING node_id",
-      [
-        record.incarnation,
-        record.host,
-        record.bootId,
-        record.startedAtMs,
-        record.heartbeatAtMs,
-        record.leaseExpiresAtMs,
-        record.nodeId,
-        expectedIncarnation,
-      ],
+      `UPDATE coordinators SET ${rows.COORDINATOR_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE node_id = ? AND incarnation = ? RETURNING node_id`,
+      [...rows.coordinatorMutableParams(record), record.nodeId, expectedIncarnation],
       () => `coordinator node ${record.nodeId} is no longer at incarnation ${expectedIncarnation}`,
     );
   }
 
   async listCoordinators(limit: number): Promise<CoordinatorRecord[]> {
-    const found = await this.q<CoordinatorRow>(
-      `SELECT ${COORDINATOR_COLUMNS} FROM coordinators ORDER BY node_id LIMIT ?`,
+    const found = await this.q<rows.CoordinatorRow>(
+      `SELECT ${rows.COORDINATOR_COLUMNS.join(", ")} FROM coordinators ORDER BY node_id LIMIT ?`,
       [cap(limit)],
     );
-    return found.map(toCoordinator);
+    return found.map(rows.toCoordinator);
   }
 
   async listClaimableRemote(pool: string, nowMs: number, limit: number): Promise<RunAttempt[]> {
@@ -1141,7 +1079,7 @@ class SqlStoreTx implements StoreTx {
 
   async listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]> {
     const found = await this.q<rows.EventRow>(
-      "SELECT run_id, seq, id, type, at_ms, step_run_id, attempt_id, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+      `SELECT ${rows.EVENT_COLUMNS.join(", ")} FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
       [runId, afterSeq, cap(limit)],
     );
     return found.map(rows.toEvent);
@@ -1239,7 +1177,7 @@ class SqlStoreTx implements StoreTx {
 
   async listMutations(runId: string): Promise<StepMutation[]> {
     const found = await this.q<rows.MutationRow>(
-      "SELECT run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms FROM step_mutations WHERE run_id = ? ORDER BY event_seq, step_run_id",
+      `SELECT ${rows.MUTATION_COLUMNS.join(", ")} FROM step_mutations WHERE run_id = ? ORDER BY event_seq, step_run_id`,
       [runId],
     );
     return found.map(rows.toMutation);
