@@ -201,6 +201,16 @@ export const DATABASE_CLOCK_WATERMARK_STEP_MS = 1_000;
 /** The most values one statement binds: Durable Object SQLite refuses more than 100. */
 const MAX_BOUND_PARAMETERS = 96;
 
+/** `INSERT INTO table (columns) VALUES (?, …)`: one placeholder a column. */
+function insertSql(table: string, columns: readonly string[]): string {
+  return `INSERT INTO ${table} (${columns.join(", ")}) VALUES (${columns.map(() => "?").join(", ")})`;
+}
+
+/** `column = ?, …` of an UPDATE: one placeholder a column, in the columns' order. */
+function assignmentsSql(columns: readonly string[]): string {
+  return columns.map((column) => `${column} = ?`).join(", ");
+}
+
 class SqlStoreTx implements StoreTx {
   private readonly tx: SqlTx;
   private readonly rewrite: (sql: string) => string;
@@ -394,13 +404,13 @@ class SqlStoreTx implements StoreTx {
       // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
       if (before === null) {
-        await this.q(
-          `INSERT INTO runs (${rows.RUN_COLUMNS.join(", ")}, frontier_due) VALUES (${rows.RUN_COLUMNS.map(() => "?").join(", ")}, ?)`,
-          [...rows.runParams(after), frontierDue ?? 0],
-        );
+        await this.q(insertSql("runs", [...rows.RUN_COLUMNS, "frontier_due"]), [
+          ...rows.runParams(after),
+          frontierDue ?? 0,
+        ]);
       } else {
         await this.updateOne(
-          `UPDATE runs SET ${rows.RUN_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
+          `UPDATE runs SET ${assignmentsSql(rows.RUN_MUTABLE_COLUMNS)}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
           [...rows.runMutableParams(after), frontierDue, before.id, before.version],
           () => `run ${before.id} changed since version ${before.version}`,
         );
@@ -408,10 +418,7 @@ class SqlStoreTx implements StoreTx {
     }
     for (const { before, after } of change.steps) {
       if (before === null) {
-        await this.q(
-          `INSERT INTO step_runs (${rows.STEP_COLUMNS.join(", ")}) VALUES (${rows.STEP_COLUMNS.map(() => "?").join(", ")})`,
-          rows.stepParams(after, change),
-        );
+        await this.q(insertSql("step_runs", rows.STEP_COLUMNS), rows.stepParams(after, change));
       } else {
         await this.updateOne(
           `UPDATE step_runs SET status = ?, version = ?, digest = ?, attempt_count = ?, ready_at_ms = ?, not_before_ms = ?, started_at_ms = ?, finished_at_ms = ?, output = ? WHERE id = ? AND version = ? RETURNING id`,
@@ -434,13 +441,10 @@ class SqlStoreTx implements StoreTx {
     }
     for (const { before, after } of change.attempts) {
       if (before === null) {
-        await this.q(
-          `INSERT INTO run_attempts (${rows.ATTEMPT_COLUMNS.join(", ")}) VALUES (${rows.ATTEMPT_COLUMNS.map(() => "?").join(", ")})`,
-          rows.attemptParams(after),
-        );
+        await this.q(insertSql("run_attempts", rows.ATTEMPT_COLUMNS), rows.attemptParams(after));
       } else {
         await this.updateOne(
-          `UPDATE run_attempts SET ${rows.ATTEMPT_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE id = ? AND version = ? RETURNING id`,
+          `UPDATE run_attempts SET ${assignmentsSql(rows.ATTEMPT_MUTABLE_COLUMNS)} WHERE id = ? AND version = ? RETURNING id`,
           [...rows.attemptMutableParams(after), before.id, before.version],
           () => `attempt ${before.id} changed since version ${before.version}`,
         );
@@ -519,7 +523,7 @@ class SqlStoreTx implements StoreTx {
       // A run or a step enters an alerting status once, so the derived id is new; DO NOTHING
       // keeps a replayed change (a lost commit answer) from failing on it.
       await this.q(
-        `INSERT INTO notifications (${rows.NOTIFICATION_COLUMNS.join(", ")}) VALUES (${rows.NOTIFICATION_COLUMNS.map(() => "?").join(", ")}) ON CONFLICT (id) DO NOTHING`,
+        `${insertSql("notifications", rows.NOTIFICATION_COLUMNS)} ON CONFLICT (id) DO NOTHING`,
         rows.notificationParams(entry),
       );
     }
@@ -789,14 +793,11 @@ class SqlStoreTx implements StoreTx {
 
   async putSchedule(state: ScheduleState, expectedVersion: number | null): Promise<void> {
     if (expectedVersion === null) {
-      await this.q(
-        `INSERT INTO schedules (${rows.SCHEDULE_COLUMNS.join(", ")}) VALUES (${rows.SCHEDULE_COLUMNS.map(() => "?").join(", ")})`,
-        rows.scheduleParams(state),
-      );
+      await this.q(insertSql("schedules", rows.SCHEDULE_COLUMNS), rows.scheduleParams(state));
       return;
     }
     await this.updateOne(
-      `UPDATE schedules SET ${rows.SCHEDULE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE package = ? AND name = ? AND version = ? RETURNING name`,
+      `UPDATE schedules SET ${assignmentsSql(rows.SCHEDULE_COLUMNS)} WHERE package = ? AND name = ? AND version = ? RETURNING name`,
       [...rows.scheduleParams(state), state.package, state.name, expectedVersion],
       () => `schedule ${state.package}/${state.name} changed since version ${expectedVersion}`,
     );
@@ -945,13 +946,13 @@ class SqlStoreTx implements StoreTx {
   ): Promise<void> {
     if (expectedIncarnation === null) {
       await this.q(
-        `INSERT INTO coordinators (${rows.COORDINATOR_COLUMNS.join(", ")}) VALUES (${rows.COORDINATOR_COLUMNS.map(() => "?").join(", ")})`,
+        insertSql("coordinators", rows.COORDINATOR_COLUMNS),
         rows.coordinatorParams(record),
       );
       return;
     }
     await this.updateOne(
-      `UPDATE coordinators SET ${rows.COORDINATOR_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE node_id = ? AND incarnation = ? RETURNING node_id`,
+      `UPDATE coordinators SET ${assignmentsSql(rows.COORDINATOR_MUTABLE_COLUMNS)} WHERE node_id = ? AND incarnation = ? RETURNING node_id`,
       [...rows.coordinatorMutableParams(record), record.nodeId, expectedIncarnation],
       () => `coordinator node ${record.nodeId} is no longer at incarnation ${expectedIncarnation}`,
     );
