@@ -25,7 +25,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadOrCreateReceiptKey, PosixLauncher } from "../runtimes/node/launcher/index.ts";
 import { log, now, round, summarize, writeResult } from "./lib/common.ts";
-import { createMemoryCgroup } from "./lib/memory-cgroup.ts";
+import { createMemoryCgroup, removeWhenEmpty } from "./lib/memory-cgroup.ts";
 import { spawnServe, type ServeProcess } from "./lib/serve-process.ts";
 
 export interface LauncherBenchConfig {
@@ -446,14 +446,7 @@ async function concurrentUnderLimit(config: LauncherBenchConfig): Promise<unknow
     };
   } finally {
     await stopServe(served);
-    for (let tries = 0; tries < 40; tries += 1) {
-      try {
-        cgroup.remove();
-        break;
-      } catch {
-        await sleep(100);
-      }
-    }
+    await removeWhenEmpty(cgroup);
   }
 }
 

@@ -15,7 +15,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "n
 import { join } from "node:path";
 import type { ProfileName } from "../src/profiles.ts";
 import { log, now, readConfig, round, writeResult } from "./lib/common.ts";
-import { createMemoryCgroup, type MemoryCgroup } from "./lib/memory-cgroup.ts";
+import { createMemoryCgroup, removeWhenEmpty, type MemoryCgroup } from "./lib/memory-cgroup.ts";
 import { spawnServe } from "./lib/serve-process.ts";
 
 export interface ServeConfig {
@@ -250,14 +250,7 @@ async function main(): Promise<void> {
     for (const leftover of processesNaming(stateDir)) killPid(leftover, "SIGKILL");
     if (cgroup !== null) {
       for (const leftover of cgroup.pids()) killPid(leftover, "SIGKILL");
-      for (let tries = 0; tries < 40; tries += 1) {
-        try {
-          cgroup.remove();
-          break;
-        } catch {
-          await sleep(50);
-        }
-      }
+      await removeWhenEmpty(cgroup);
     }
     rmSync(stateDir, { recursive: true, force: true });
   }

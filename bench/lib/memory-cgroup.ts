@@ -142,3 +142,19 @@ export function createMemoryCgroup(
     why: `no writable memory cgroup: ${attempts.join("; ") || "no cgroup mount"}`,
   };
 }
+
+/**
+ * Removes the cgroup once it is empty: the kernel lets it go only a moment after its last
+ * process has exited, so the removal is tried again for up to 4 s. A cgroup still busy then is
+ * left behind (it holds no memory once its processes are gone).
+ */
+export async function removeWhenEmpty(cgroup: MemoryCgroup): Promise<void> {
+  for (let tries = 0; tries < 40; tries += 1) {
+    try {
+      cgroup.remove();
+      return;
+    } catch {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
