@@ -26,7 +26,7 @@ import { join } from "node:path";
 import { loadOrCreateReceiptKey, PosixLauncher } from "../runtimes/node/launcher/index.ts";
 import { log, now, round, summarize, writeResult } from "./lib/common.ts";
 import { createMemoryCgroup, removeWhenEmpty } from "./lib/memory-cgroup.ts";
-import { spawnServe, type ServeProcess } from "./lib/serve-process.ts";
+import { runsByStatus, spawnServe, terminalRuns, type ServeProcess } from "./lib/serve-process.ts";
 
 export interface LauncherBenchConfig {
   readonly root: string;
@@ -125,17 +125,12 @@ async function runStatus(served: Served, runId: string): Promise<string> {
 async function counts(
   served: Served,
 ): Promise<{ terminal: number; succeeded: number; running: number }> {
-  const text = await (await fetch(`${served.url}/metrics`, { headers: served.headers })).text();
-  const result = { terminal: 0, succeeded: 0, running: 0 };
-  for (const match of text.matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm)) {
-    const status = match[1] ?? "";
-    const count = Number(match[2]);
-    if (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status))
-      result.terminal += count;
-    if (status === "succeeded") result.succeeded += count;
-    if (status === "running") result.running += count;
-  }
-  return result;
+  const runs = await runsByStatus(served);
+  return {
+    terminal: terminalRuns(runs),
+    succeeded: runs.succeeded ?? 0,
+    running: runs.running ?? 0,
+  };
 }
 
 /** The resident supervisor's pid, from any spawn record of the state dir. */

@@ -16,7 +16,7 @@ import { join } from "node:path";
 import type { ProfileName } from "../src/profiles.ts";
 import { log, now, readConfig, round, writeResult } from "./lib/common.ts";
 import { createMemoryCgroup, removeWhenEmpty, type MemoryCgroup } from "./lib/memory-cgroup.ts";
-import { spawnServe } from "./lib/serve-process.ts";
+import { runsByStatus, spawnServe, terminalRuns } from "./lib/serve-process.ts";
 
 export interface ServeConfig {
   readonly profile: ProfileName;
@@ -146,17 +146,8 @@ async function main(): Promise<void> {
     const atReady = procStatus(pid);
 
     const counts = async (): Promise<{ terminal: number; succeeded: number }> => {
-      const text = await (await fetch(`${url}/metrics`, { headers })).text();
-      let terminal = 0;
-      let succeeded = 0;
-      for (const match of text.matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm)) {
-        const status = match[1] ?? "";
-        const count = Number(match[2]);
-        if (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status))
-          terminal += count;
-        if (status === "succeeded") succeeded += count;
-      }
-      return { terminal, succeeded };
+      const runs = await runsByStatus(served);
+      return { terminal: terminalRuns(runs), succeeded: runs.succeeded ?? 0 };
     };
 
     let started = 0;

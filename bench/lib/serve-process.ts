@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess, type SpawnOptionsWithStdioTuple } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { TERMINAL_RUN_STATUSES, type RunStatus } from "../../src/model.ts";
 import type { ProfileName } from "../../src/profiles.ts";
 import { serveArgs } from "../../test/support/qlr-args.ts";
 import { now } from "./common.ts";
@@ -113,4 +114,25 @@ export async function spawnServe(options: ServeProcessOptions): Promise<ServePro
     exit,
     stderrTail: () => errors,
   };
+}
+
+/** Runs by status as `GET /metrics` counts them (`qlr_runs{status="…"}`). */
+export async function runsByStatus(
+  served: Pick<ServeProcess, "url" | "token">,
+): Promise<Record<string, number>> {
+  const response = await fetch(`${served.url}/metrics`, {
+    headers: { authorization: `Bearer ${served.token}` },
+  });
+  const runs: Record<string, number> = {};
+  for (const match of (await response.text()).matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm))
+    runs[match[1] ?? "?"] = Number(match[2]);
+  return runs;
+}
+
+/** How many of these runs have ended (in any terminal status, as the core counts them). */
+export function terminalRuns(runs: Readonly<Record<string, number>>): number {
+  let terminal = 0;
+  for (const [status, count] of Object.entries(runs))
+    if (TERMINAL_RUN_STATUSES.has(status as RunStatus)) terminal += count;
+  return terminal;
 }
