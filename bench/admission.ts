@@ -52,10 +52,7 @@ export interface AdmissionConfig {
 
 async function main(): Promise<void> {
   const config = readConfig<AdmissionConfig>();
-  const opened = await openBenchStore(config.store, 1_800_000_000_000, {
-    dataRoot: config.dataRoot,
-    postgresAdminUrl: process.env.QLR_BENCH_PG_URL,
-  });
+  const opened = await openBenchStore(config.store, { dataRoot: config.dataRoot });
   try {
     const world = createWorld(opened.store, { profile: "cluster" });
     const packageName = "bench";

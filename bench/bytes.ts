@@ -87,7 +87,7 @@ function requireFile(opened: OpenedStore): {
 }
 
 async function admissions(config: BytesConfig): Promise<Record<string, unknown>> {
-  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, {
+  const opened = await openBenchStore("sqljs-file", {
     dataRoot: config.dataRoot,
   });
   try {
@@ -174,7 +174,7 @@ async function admissions(config: BytesConfig): Promise<Record<string, unknown>>
 }
 
 async function workflowSteps(config: BytesConfig): Promise<Record<string, unknown>> {
-  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, {
+  const opened = await openBenchStore("sqljs-file", {
     dataRoot: config.dataRoot,
   });
   try {
@@ -263,7 +263,7 @@ async function workflowSteps(config: BytesConfig): Promise<Record<string, unknow
 
 async function anatomy(config: BytesConfig): Promise<Record<string, unknown>> {
   const runs = Math.min(50, config.workflowRuns);
-  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, {
+  const opened = await openBenchStore("sqljs-file", {
     dataRoot: config.dataRoot,
     checkpointJournalBytes: 1024 ** 3,
   });

@@ -20,22 +20,13 @@
  * first, as every serve bench), or bundle this file and run it with QLR_BENCH_CONFIG unset for
  * the defaults below.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  readdirSync,
-  rmSync,
-  rmdirSync,
-  writeFileSync,
-} from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadOrCreateReceiptKey, PosixLauncher } from "../runtimes/node/launcher/index.ts";
 import { log, now, round, summarize, writeResult } from "./lib/common.ts";
-import { serveArgs } from "../test/support/qlr-args.ts";
+import { createMemoryCgroup, removeWhenEmpty } from "./lib/memory-cgroup.ts";
+import { runsByStatus, spawnServe, terminalRuns, type ServeProcess } from "./lib/serve-process.ts";
 
 export interface LauncherBenchConfig {
   readonly root: string;
@@ -58,10 +49,7 @@ const DEFAULTS: Omit<LauncherBenchConfig, "root"> = {
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 const KIB = 1024;
 
-interface Served {
-  readonly child: ChildProcess;
-  readonly url: string;
-  readonly headers: Record<string, string>;
+interface Served extends ServeProcess {
   readonly stateDir: string;
 }
 
@@ -101,51 +89,21 @@ const PACKAGE = manifest(
 async function startServe(
   root: string,
   profile: "edge" | "standalone",
-  cgroupProcs: string | null,
+  cgroupProcsPath: string | null,
   extraArgs: readonly string[] = [],
 ): Promise<Served> {
   const stateDir = mkdtempSync(join(tmpdir(), `qlr-bench-launcher-${profile}-`));
   const manifestPath = join(stateDir, "..", `${stateDir.split("/").pop() ?? "x"}.yaml`);
   writeFileSync(manifestPath, PACKAGE);
-  const argv = [
-    join(root, "dist", "qlr.mjs"),
-    ...serveArgs(stateDir, manifestPath, { profile, extra: extraArgs }),
-  ];
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const key of Object.keys(env)) if (key.startsWith("QLR_")) delete env[key];
-  const child =
-    cgroupProcs === null
-      ? spawn(process.execPath, argv, { cwd: root, stdio: ["ignore", "pipe", "pipe"], env })
-      : spawn(
-          "/bin/sh",
-          ["-c", `echo $$ > ${cgroupProcs} && exec "$0" "$@"`, process.execPath, ...argv],
-          { cwd: root, stdio: ["ignore", "pipe", "pipe"], env },
-        );
-  let errors = "";
-  child.stderr?.on(
-    "data",
-    (chunk: Buffer) => (errors = (errors + chunk.toString("utf8")).slice(-4000)),
-  );
-  const url = await new Promise<string>((resolve, reject) => {
-    let text = "";
-    const timer = setTimeout(() => reject(new Error(`qlr serve did not start: ${errors}`)), 60_000);
-    child.stdout?.on("data", (chunk: Buffer) => {
-      text += chunk.toString("utf8");
-      const match = /qlr serving (http:\/\/[^\s]+)/.exec(text);
-      if (match?.[1] !== undefined) {
-        clearTimeout(timer);
-        resolve(match[1]);
-      }
-    });
-    child.once("exit", () => reject(new Error(`qlr serve exited: ${errors}`)));
-  });
-  const token = readFileSync(join(stateDir, "token"), "utf8").trim();
-  return {
-    child,
-    url,
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+  const served = await spawnServe({
+    root,
     stateDir,
-  };
+    manifestPath,
+    profile,
+    extraArgs,
+    cgroupProcsPath,
+  });
+  return { ...served, stateDir };
 }
 
 async function startRun(served: Served, workflow: string): Promise<string> {
@@ -167,17 +125,12 @@ async function runStatus(served: Served, runId: string): Promise<string> {
 async function counts(
   served: Served,
 ): Promise<{ terminal: number; succeeded: number; running: number }> {
-  const text = await (await fetch(`${served.url}/metrics`, { headers: served.headers })).text();
-  const result = { terminal: 0, succeeded: 0, running: 0 };
-  for (const match of text.matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm)) {
-    const status = match[1] ?? "";
-    const count = Number(match[2]);
-    if (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status))
-      result.terminal += count;
-    if (status === "succeeded") result.succeeded += count;
-    if (status === "running") result.running += count;
-  }
-  return result;
+  const runs = await runsByStatus(served);
+  return {
+    terminal: terminalRuns(runs),
+    succeeded: runs.succeeded ?? 0,
+    running: runs.running ?? 0,
+  };
 }
 
 /** The resident supervisor's pid, from any spawn record of the state dir. */
@@ -439,72 +392,19 @@ async function latency(config: LauncherBenchConfig): Promise<unknown> {
   }
 }
 
-/** A memory cgroup with a limit (v2, else v1), or the reason there is none. */
-function memoryCgroup(limitBytes: number):
-  | {
-      procs: string;
-      read: () => { peakBytes: number | null; oomKills: number | null };
-      remove: () => void;
-    }
-  | string {
-  const name = `qlr-bench-launcher-${process.pid}`;
-  const read = (path: string): string | null => {
-    try {
-      return readFileSync(path, "utf8");
-    } catch {
-      return null;
-    }
-  };
-  if (existsSync("/sys/fs/cgroup/cgroup.controllers")) {
-    const path = join("/sys/fs/cgroup", name);
-    try {
-      mkdirSync(path);
-      writeFileSync(join(path, "memory.max"), String(limitBytes));
-    } catch (error) {
-      return `cgroup v2: ${String(error)}`;
-    }
-    return {
-      procs: join(path, "cgroup.procs"),
-      read: () => ({
-        peakBytes: Number(read(join(path, "memory.peak")) ?? Number.NaN),
-        oomKills: Number(
-          /^oom_kill (\d+)$/m.exec(read(join(path, "memory.events")) ?? "")?.[1] ?? Number.NaN,
-        ),
-      }),
-      remove: () => rmdirSync(path),
-    };
-  }
-  const v1 = "/sys/fs/cgroup/memory";
-  if (!existsSync(v1)) return "no cgroup memory controller is mounted";
-  const path = join(v1, name);
-  try {
-    mkdirSync(path);
-    writeFileSync(join(path, "memory.limit_in_bytes"), String(limitBytes));
-  } catch (error) {
-    return `cgroup v1: ${String(error)}`;
-  }
-  return {
-    procs: join(path, "cgroup.procs"),
-    read: () => ({
-      peakBytes: Number(read(join(path, "memory.max_usage_in_bytes")) ?? Number.NaN),
-      oomKills: Number(
-        /^oom_kill (\d+)$/m.exec(read(join(path, "memory.oom_control")) ?? "")?.[1] ?? Number.NaN,
-      ),
-    }),
-    remove: () => rmdirSync(path),
-  };
-}
-
 async function concurrentUnderLimit(config: LauncherBenchConfig): Promise<unknown> {
-  const cgroup = memoryCgroup(config.memoryLimitBytes);
-  if (typeof cgroup === "string") {
-    log(`concurrent sleeps: no memory cgroup (${cgroup})`);
-    return { skipped: cgroup };
+  const { cgroup, why } = createMemoryCgroup(
+    config.memoryLimitBytes,
+    `qlr-bench-launcher-${process.pid}`,
+  );
+  if (cgroup === null) {
+    log(`concurrent sleeps: no memory cgroup (${why})`);
+    return { skipped: why };
   }
   // The target is about memory and dispatch with 100 tasks live at once, so the runtime may run
   // them all: edge's default --max-running (4) is the guard for a real router, where 100 live
   // tasks would be the operator's explicit choice, as it is here.
-  const served = await startServe(config.root, "edge", cgroup.procs, [
+  const served = await startServe(config.root, "edge", cgroup.procsPath, [
     "--max-running",
     String(config.concurrentSleeps),
   ]);
@@ -541,14 +441,7 @@ async function concurrentUnderLimit(config: LauncherBenchConfig): Promise<unknow
     };
   } finally {
     await stopServe(served);
-    for (let tries = 0; tries < 40; tries += 1) {
-      try {
-        cgroup.remove();
-        break;
-      } catch {
-        await sleep(100);
-      }
-    }
+    await removeWhenEmpty(cgroup);
   }
 }
 

@@ -58,7 +58,7 @@ async function main(): Promise<void> {
   }
   // As `qlr serve --profile edge` compiles it: the first load decides, openBenchStore reuses it.
   await loadSqlJs({ baselineCompilerOnly: true });
-  const opened = await openBenchStore("sqljs-file", 1_800_000_000_000, {
+  const opened = await openBenchStore("sqljs-file", {
     dataRoot: config.dataRoot,
   });
   try {

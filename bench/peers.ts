@@ -66,6 +66,26 @@ async function pollCompleted(
   return { processMs: now() - startedAt, completed, capped: completed < jobs, startedAt };
 }
 
+type Polled = Awaited<ReturnType<typeof pollCompleted>>;
+
+/** Processing is timed from the workers' start (`processStarted`), not from the first poll. */
+function outcomeOf(
+  settings: Record<string, unknown>,
+  enqueueMs: number,
+  processStarted: number,
+  polled: Polled,
+  handlerCalls: number,
+): Outcome {
+  return {
+    settings,
+    enqueueMs,
+    processMs: polled.startedAt - processStarted + polled.processMs,
+    completed: polled.completed,
+    handlerCalls,
+    capped: polled.capped,
+  };
+}
+
 async function runPgBoss(url: string, config: PeersConfig, probe: pg.Client): Promise<Outcome> {
   const { default: PgBoss } = await import("pg-boss");
   const tuned = config.mode === "tuned";
@@ -98,21 +118,15 @@ async function runPgBoss(url: string, config: PeersConfig, probe: pg.Client): Pr
       config.jobs,
       config.capMs,
     );
-    return {
-      settings: tuned
-        ? { workCalls: workers, batchSize: 100, pollingIntervalSeconds: 0.5, poolMax: 12 }
-        : {
-            workCalls: 1,
-            batchSize: "1 (default)",
-            pollingIntervalSeconds: "2 (default)",
-            poolMax: "10 (default)",
-          },
-      enqueueMs,
-      processMs: polled.startedAt - processStarted + polled.processMs,
-      completed: polled.completed,
-      handlerCalls,
-      capped: polled.capped,
-    };
+    const settings = tuned
+      ? { workCalls: workers, batchSize: 100, pollingIntervalSeconds: 0.5, poolMax: 12 }
+      : {
+          workCalls: 1,
+          batchSize: "1 (default)",
+          pollingIntervalSeconds: "2 (default)",
+          poolMax: "10 (default)",
+        };
+    return outcomeOf(settings, enqueueMs, processStarted, polled, handlerCalls);
   } finally {
     await boss.stop({ graceful: false, wait: true, timeout: 2000 }).catch(() => undefined);
   }
@@ -159,21 +173,15 @@ async function runGraphileWorker(
       config.jobs,
       config.capMs,
     );
-    return {
-      settings: tuned
-        ? { concurrency, maxPoolSize: 18, localQueueSize, pollInterval: "2000 (default)" }
-        : {
-            concurrency: "1 (default)",
-            maxPoolSize: "10 (default)",
-            localQueueSize: "-1 (default, off)",
-            pollInterval: "2000 (default)",
-          },
-      enqueueMs,
-      processMs: polled.startedAt - processStarted + polled.processMs,
-      completed: polled.completed,
-      handlerCalls,
-      capped: polled.capped,
-    };
+    const settings = tuned
+      ? { concurrency, maxPoolSize: 18, localQueueSize, pollInterval: "2000 (default)" }
+      : {
+          concurrency: "1 (default)",
+          maxPoolSize: "10 (default)",
+          localQueueSize: "-1 (default, off)",
+          pollInterval: "2000 (default)",
+        };
+    return outcomeOf(settings, enqueueMs, processStarted, polled, handlerCalls);
   } finally {
     if (runner !== null) await runner.stop().catch(() => undefined);
     await utils.release();

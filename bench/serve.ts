@@ -10,21 +10,13 @@
  * counters are read at the end; every process it starts (one supervisor Node process per
  * attempt, the task's process) is charged to that cgroup too.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  readdirSync,
-  rmSync,
-  rmdirSync,
-  writeFileSync,
-} from "node:fs";
+import type { ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ProfileName } from "../src/profiles.ts";
 import { log, now, readConfig, round, writeResult } from "./lib/common.ts";
-import { serveArgs } from "../test/support/qlr-args.ts";
+import { createMemoryCgroup, removeWhenEmpty, type MemoryCgroup } from "./lib/memory-cgroup.ts";
+import { runsByStatus, spawnServe, terminalRuns } from "./lib/serve-process.ts";
 
 export interface ServeConfig {
   readonly profile: ProfileName;
@@ -81,136 +73,6 @@ function procStatus(pid: number): { rss: number; hwm: number } | null {
   }
 }
 
-interface MemoryCgroup {
-  readonly version: "v2" | "v1";
-  readonly path: string;
-  addPid(pid: number): void;
-  read(): {
-    peakBytes: number | null;
-    oomEvents: number | null;
-    oomKills: number | null;
-    limitHits: number | null;
-  };
-  pids(): number[];
-  /** Anonymous memory (heap, stacks) and page cache charged to the cgroup now, bytes. */
-  usage(): { anonBytes: number; fileBytes: number };
-  remove(): void;
-}
-
-function statField(path: string, key: string): number {
-  try {
-    return Number(
-      new RegExp(`^${key} (\\d+)$`, "m").exec(readFileSync(path, "utf8"))?.[1] ?? Number.NaN,
-    );
-  } catch {
-    return Number.NaN;
-  }
-}
-
-/** The pids in a cgroup (its `cgroup.procs`, the same file in v1 and v2). */
-function cgroupPids(path: string): number[] {
-  return readFileSync(join(path, "cgroup.procs"), "utf8")
-    .split("\n")
-    .filter((line) => line !== "")
-    .map(Number);
-}
-
-/** A fresh memory cgroup under this process's own one, or null with the reason. */
-function createMemoryCgroup(limitBytes: number): { cgroup: MemoryCgroup | null; why: string } {
-  const own = readFileSync("/proc/self/cgroup", "utf8");
-  const name = `qlr-bench-${process.pid}`;
-  const attempts: string[] = [];
-  // cgroup v2: a unified hierarchy whose root lists the memory controller.
-  for (const mount of ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]) {
-    const controllers = join(mount, "cgroup.controllers");
-    if (!existsSync(controllers)) continue;
-    if (!readFileSync(controllers, "utf8").split(/\s+/).includes("memory")) {
-      attempts.push(`${mount}: cgroup v2 without the memory controller`);
-      continue;
-    }
-    const relative = /^0::(.*)$/m.exec(own)?.[1] ?? "/";
-    const path = join(mount, relative, name);
-    try {
-      mkdirSync(path);
-      writeFileSync(join(path, "memory.max"), String(limitBytes));
-      if (existsSync(join(path, "memory.swap.max")))
-        writeFileSync(join(path, "memory.swap.max"), "0");
-      const cgroup: MemoryCgroup = {
-        version: "v2",
-        path,
-        addPid: (pid) => writeFileSync(join(path, "cgroup.procs"), String(pid)),
-        read: () => {
-          const events = readFileSync(join(path, "memory.events"), "utf8");
-          const count = (key: string): number | null => {
-            const match = new RegExp(`^${key} (\\d+)$`, "m").exec(events);
-            return match?.[1] === undefined ? null : Number(match[1]);
-          };
-          const peakPath = join(path, "memory.peak");
-          return {
-            peakBytes: existsSync(peakPath) ? Number(readFileSync(peakPath, "utf8")) : null,
-            oomEvents: count("oom"),
-            oomKills: count("oom_kill"),
-            limitHits: count("max"),
-          };
-        },
-        pids: () => cgroupPids(path),
-        usage: () => ({
-          anonBytes: statField(join(path, "memory.stat"), "anon"),
-          fileBytes: statField(join(path, "memory.stat"), "file"),
-        }),
-        remove: () => rmdirSync(path),
-      };
-      return { cgroup, why: `cgroup v2 at ${path} (memory.max=${limitBytes}, memory.swap.max=0)` };
-    } catch (error) {
-      attempts.push(`${path}: ${error instanceof Error ? error.message : String(error)}`);
-    }
-  }
-  // cgroup v1: the memory hierarchy.
-  const relative = /^\d+:memory:(.*)$/m.exec(own)?.[1];
-  const mount = "/sys/fs/cgroup/memory";
-  if (relative !== undefined && existsSync(mount)) {
-    const path = join(mount, relative, name);
-    try {
-      mkdirSync(path);
-      writeFileSync(join(path, "memory.limit_in_bytes"), String(limitBytes));
-      // memsw = memory + swap: the same limit means no swap to escape to.
-      if (existsSync(join(path, "memory.memsw.limit_in_bytes")))
-        writeFileSync(join(path, "memory.memsw.limit_in_bytes"), String(limitBytes));
-      const cgroup: MemoryCgroup = {
-        version: "v1",
-        path,
-        addPid: (pid) => writeFileSync(join(path, "cgroup.procs"), String(pid)),
-        read: () => {
-          const oomControl = readFileSync(join(path, "memory.oom_control"), "utf8");
-          const oomKill = /^oom_kill (\d+)$/m.exec(oomControl)?.[1];
-          return {
-            peakBytes: Number(readFileSync(join(path, "memory.max_usage_in_bytes"), "utf8")),
-            oomEvents: null,
-            oomKills: oomKill === undefined ? null : Number(oomKill),
-            limitHits: Number(readFileSync(join(path, "memory.failcnt"), "utf8")),
-          };
-        },
-        pids: () => cgroupPids(path),
-        usage: () => ({
-          anonBytes: statField(join(path, "memory.stat"), "total_rss"),
-          fileBytes: statField(join(path, "memory.stat"), "total_cache"),
-        }),
-        remove: () => rmdirSync(path),
-      };
-      return {
-        cgroup,
-        why: `cgroup v1 at ${path} (memory.limit_in_bytes = memory.memsw.limit_in_bytes = ${limitBytes}; cgroup v2 has no memory controller here: ${attempts.join("; ") || "not mounted"})`,
-      };
-    } catch (error) {
-      attempts.push(`${path}: ${error instanceof Error ? error.message : String(error)}`);
-    }
-  }
-  return {
-    cgroup: null,
-    why: `no writable memory cgroup: ${attempts.join("; ") || "no cgroup mount"}`,
-  };
-}
-
 /** Processes whose command line names the state dir (the serve process and its supervisors). */
 function processesNaming(stateDir: string): number[] {
   const found: number[] = [];
@@ -257,62 +119,20 @@ async function main(): Promise<void> {
   let cgroupFilePeak = 0;
   let sampler: NodeJS.Timeout | null = null;
   try {
-    // The cgroup is joined by a tiny shell that then execs node, so no byte of the serve process is charged elsewhere.
-    const argv = [
-      ...config.nodeFlags,
-      join(config.root, "dist", "qlr.mjs"),
-      ...serveArgs(stateDir, manifestPath, { profile: config.profile }),
-    ];
-    // The token is the state dir's (read back below), never one inherited from the environment.
-    const childEnv: NodeJS.ProcessEnv = { ...process.env };
-    delete childEnv.QLR_TOKEN;
-    delete childEnv.QLR_STATE_DIR;
-    delete childEnv.QLR_PORT;
-    const startedAt = now();
-    child =
-      cgroup === null
-        ? spawn(process.execPath, argv, {
-            cwd: config.root,
-            stdio: ["ignore", "pipe", "pipe"],
-            env: childEnv,
-          })
-        : spawn(
-            "/bin/sh",
-            [
-              "-c",
-              `echo $$ > ${join(cgroup.path, "cgroup.procs")} && exec "$0" "$@"`,
-              process.execPath,
-              ...argv,
-            ],
-            { cwd: config.root, stdio: ["ignore", "pipe", "pipe"], env: childEnv },
-          );
-    const pid = child.pid ?? -1;
+    const served = await spawnServe({
+      root: config.root,
+      stateDir,
+      manifestPath,
+      profile: config.profile,
+      nodeFlags: config.nodeFlags,
+      cgroupProcsPath: cgroup?.procsPath ?? null,
+      urlTimeoutMs: 30_000,
+    });
+    child = served.child;
+    const { pid, url, readyMs, headers } = served;
     child.on("exit", (code, signal) => {
       exited = { code, signal };
     });
-    let output = "";
-    child.stderr?.on("data", (chunk: Buffer) => {
-      output = (output + chunk.toString("utf8")).slice(-4000);
-    });
-    const url = await new Promise<string>((resolve, reject) => {
-      let text = "";
-      const timer = setTimeout(
-        () => reject(new Error(`qlr serve did not report its URL in 30 s: ${text} ${output}`)),
-        30_000,
-      );
-      child?.stdout?.on("data", (chunk: Buffer) => {
-        text += chunk.toString("utf8");
-        const match = /qlr serving (http:\/\/[^\s]+)/.exec(text);
-        if (match?.[1] !== undefined) {
-          clearTimeout(timer);
-          resolve(match[1]);
-        }
-      });
-      child?.on("exit", () => reject(new Error(`qlr serve exited before serving: ${output}`)));
-    });
-    const readyMs = now() - startedAt;
-    const token = readFileSync(join(stateDir, "token"), "utf8").trim();
-    const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
     sampler = setInterval(() => {
       const status = procStatus(pid);
       if (status !== null) samples.push({ t: now(), rss: status.rss, hwm: status.hwm });
@@ -326,17 +146,8 @@ async function main(): Promise<void> {
     const atReady = procStatus(pid);
 
     const counts = async (): Promise<{ terminal: number; succeeded: number }> => {
-      const text = await (await fetch(`${url}/metrics`, { headers })).text();
-      let terminal = 0;
-      let succeeded = 0;
-      for (const match of text.matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm)) {
-        const status = match[1] ?? "";
-        const count = Number(match[2]);
-        if (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status))
-          terminal += count;
-        if (status === "succeeded") succeeded += count;
-      }
-      return { terminal, succeeded };
+      const runs = await runsByStatus(served);
+      return { terminal: terminalRuns(runs), succeeded: runs.succeeded ?? 0 };
     };
 
     let started = 0;
@@ -430,14 +241,7 @@ async function main(): Promise<void> {
     for (const leftover of processesNaming(stateDir)) killPid(leftover, "SIGKILL");
     if (cgroup !== null) {
       for (const leftover of cgroup.pids()) killPid(leftover, "SIGKILL");
-      for (let tries = 0; tries < 40; tries += 1) {
-        try {
-          cgroup.remove();
-          break;
-        } catch {
-          await sleep(50);
-        }
-      }
+      await removeWhenEmpty(cgroup);
     }
     rmSync(stateDir, { recursive: true, force: true });
   }

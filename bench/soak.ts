@@ -49,6 +49,7 @@ import {
   writeResult,
 } from "./lib/common.ts";
 import { metricsOf, procStatus, startServe, stopServe } from "./lib/edge-device.ts";
+import { terminalRuns } from "./lib/serve-process.ts";
 
 export interface SoakSimulatedConfig {
   readonly part: "simulated";
@@ -541,17 +542,7 @@ async function soakServe(config: SoakServeConfig): Promise<Record<string, unknow
     half
       .filter((sample) => sample[key] !== null)
       .map((sample) => ({ x: sample.tS / 3600, y: Number(sample[key]) }));
-  const finished =
-    metricsAtEnd === null
-      ? null
-      : Object.entries(metricsAtEnd.runs).reduce(
-          (sum, [status, count]) =>
-            sum +
-            (["succeeded", "failed", "timed_out", "cancelled", "lost"].includes(status)
-              ? count
-              : 0),
-          0,
-        );
+  const finished = metricsAtEnd === null ? null : terminalRuns(metricsAtEnd.runs);
   const first = samples[0];
   const last = samples[samples.length - 1];
   return {

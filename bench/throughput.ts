@@ -56,10 +56,7 @@ function driveFigures(drive: DriveResult, units: number): Record<string, unknown
 
 async function main(): Promise<void> {
   const config = readConfig<ThroughputConfig>();
-  const opened = await openBenchStore(config.store, 1_800_000_000_000, {
-    dataRoot: config.dataRoot,
-    postgresAdminUrl: process.env.QLR_BENCH_PG_URL,
-  });
+  const opened = await openBenchStore(config.store, { dataRoot: config.dataRoot });
   try {
     const groupCommit = groupCommitFromEnv();
     const world = createWorld(opened.store, {

@@ -9,7 +9,7 @@ import type {
   StepMutation,
   StepRun,
 } from "../src/model.ts";
-import type { PackageHead } from "../src/ports.ts";
+import type { CoordinatorRecord, PackageHead } from "../src/ports.ts";
 import type { NotificationEntry } from "../src/notifications.ts";
 import type { ScheduleState } from "../src/schedules.ts";
 import type { SqlParam, SqlRow } from "./driver.ts";
@@ -311,10 +311,23 @@ export function toAttempt(row: AttemptRow): RunAttempt {
   };
 }
 
-export type EventRow = Record<
-  "run_id" | "seq" | "id" | "type" | "at_ms" | "step_run_id" | "attempt_id" | "data",
-  unknown
->;
+const EVENT_WRITERS = {
+  run_id: (event: RunEvent) => event.runId,
+  seq: (event: RunEvent) => event.seq,
+  id: (event: RunEvent) => event.id,
+  type: (event: RunEvent) => event.type,
+  at_ms: (event: RunEvent) => event.atMs,
+  step_run_id: (event: RunEvent) => event.stepRunId,
+  attempt_id: (event: RunEvent) => event.attemptId,
+  data: (event: RunEvent) => JSON.stringify(event.data),
+} satisfies ColumnWriters<RunEvent>;
+
+export const EVENT_COLUMNS = columnsOf(EVENT_WRITERS);
+export type EventRow = Record<(typeof EVENT_COLUMNS)[number], unknown>;
+
+export function eventParams(event: RunEvent): SqlParam[] {
+  return paramsOf(EVENT_WRITERS, EVENT_COLUMNS, event);
+}
 
 export function toEvent(row: EventRow): RunEvent {
   return {
@@ -329,18 +342,24 @@ export function toEvent(row: EventRow): RunEvent {
   };
 }
 
-export type MutationRow = Record<
-  | "run_id"
-  | "step_run_id"
-  | "version"
-  | "from_status"
-  | "to_status"
-  | "from_digest"
-  | "to_digest"
-  | "event_seq"
-  | "at_ms",
-  unknown
->;
+const MUTATION_WRITERS = {
+  run_id: (mutation: StepMutation) => mutation.runId,
+  step_run_id: (mutation: StepMutation) => mutation.stepRunId,
+  version: (mutation: StepMutation) => mutation.version,
+  from_status: (mutation: StepMutation) => mutation.fromStatus,
+  to_status: (mutation: StepMutation) => mutation.toStatus,
+  from_digest: (mutation: StepMutation) => mutation.fromDigest,
+  to_digest: (mutation: StepMutation) => mutation.toDigest,
+  event_seq: (mutation: StepMutation) => mutation.eventSeq,
+  at_ms: (mutation: StepMutation) => mutation.atMs,
+} satisfies ColumnWriters<StepMutation>;
+
+export const MUTATION_COLUMNS = columnsOf(MUTATION_WRITERS);
+export type MutationRow = Record<(typeof MUTATION_COLUMNS)[number], unknown>;
+
+export function mutationParams(mutation: StepMutation): SqlParam[] {
+  return paramsOf(MUTATION_WRITERS, MUTATION_COLUMNS, mutation);
+}
 
 export function toMutation(row: MutationRow): StepMutation {
   return {
@@ -353,6 +372,43 @@ export function toMutation(row: MutationRow): StepMutation {
     toDigest: String(row.to_digest) as Digest,
     eventSeq: num(row.event_seq),
     atMs: num(row.at_ms),
+  };
+}
+
+const COORDINATOR_WRITERS = {
+  node_id: (record: CoordinatorRecord) => record.nodeId,
+  incarnation: (record: CoordinatorRecord) => record.incarnation,
+  host: (record: CoordinatorRecord) => record.host,
+  boot_id: (record: CoordinatorRecord) => record.bootId,
+  started_at_ms: (record: CoordinatorRecord) => record.startedAtMs,
+  heartbeat_at_ms: (record: CoordinatorRecord) => record.heartbeatAtMs,
+  lease_expires_at_ms: (record: CoordinatorRecord) => record.leaseExpiresAtMs,
+} satisfies ColumnWriters<CoordinatorRecord>;
+
+export const COORDINATOR_COLUMNS = columnsOf(COORDINATOR_WRITERS);
+/** What a takeover rewrites: every column but the key. */
+export const COORDINATOR_MUTABLE_COLUMNS = COORDINATOR_COLUMNS.filter(
+  (column) => column !== "node_id",
+);
+export type CoordinatorRow = Record<(typeof COORDINATOR_COLUMNS)[number], unknown>;
+
+export function coordinatorParams(record: CoordinatorRecord): SqlParam[] {
+  return paramsOf(COORDINATOR_WRITERS, COORDINATOR_COLUMNS, record);
+}
+
+export function coordinatorMutableParams(record: CoordinatorRecord): SqlParam[] {
+  return paramsOf(COORDINATOR_WRITERS, COORDINATOR_MUTABLE_COLUMNS, record);
+}
+
+export function toCoordinator(row: CoordinatorRow): CoordinatorRecord {
+  return {
+    nodeId: String(row.node_id),
+    incarnation: num(row.incarnation),
+    host: String(row.host),
+    bootId: typeof row.boot_id === "string" ? row.boot_id : null,
+    startedAtMs: num(row.started_at_ms),
+    heartbeatAtMs: num(row.heartbeat_at_ms),
+    leaseExpiresAtMs: num(row.lease_expires_at_ms),
   };
 }
 

@@ -202,29 +202,14 @@ export const DATABASE_CLOCK_WATERMARK_STEP_MS = 1_000;
 /** The most values one statement binds: Durable Object SQLite refuses more than 100. */
 const MAX_BOUND_PARAMETERS = 96;
 
-const COORDINATOR_COLUMNS =
-  "node_id, incarnation, host, boot_id, started_at_ms, heartbeat_at_ms, lease_expires_at_ms";
-type CoordinatorRow = Record<
-  | "node_id"
-  | "incarnation"
-  | "host"
-  | "boot_id"
-  | "started_at_ms"
-  | "heartbeat_at_ms"
-  | "lease_expires_at_ms",
-  unknown
->;
+/** `INSERT INTO table (columns) VALUES (?, …)`: one placeholder a column. */
+function insertSql(table: string, columns: readonly string[]): string {
+  return `INSERT INTO ${table} (${columns.join(", ")}) VALUES (${columns.map(() => "?").join(", ")})`;
+}
 
-function toCoordinator(row: CoordinatorRow): CoordinatorRecord {
-  return {
-    nodeId: String(row.node_id),
-    incarnation: Number(row.incarnation),
-    host: String(row.host),
-    bootId: typeof row.boot_id === "string" ? row.boot_id : null,
-    startedAtMs: Number(row.started_at_ms),
-    heartbeatAtMs: Number(row.heartbeat_at_ms),
-    leaseExpiresAtMs: Number(row.lease_expires_at_ms),
-  };
+/** `column = ?, …` of an UPDATE: one placeholder a column, in the columns' order. */
+function assignmentsSql(columns: readonly string[]): string {
+  return columns.map((column) => `${column} = ?`).join(", ");
 }
 
 class SqlStoreTx implements StoreTx {
@@ -420,13 +405,13 @@ class SqlStoreTx implements StoreTx {
       // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
       if (before === null) {
-        await this.q(
-          `INSERT INTO runs (${rows.RUN_COLUMNS.join(", ")}, frontier_due) VALUES (${rows.RUN_COLUMNS.map(() => "?").join(", ")}, ?)`,
-          [...rows.runParams(after), frontierDue ?? 0],
-        );
+        await this.q(insertSql("runs", [...rows.RUN_COLUMNS, "frontier_due"]), [
+          ...rows.runParams(after),
+          frontierDue ?? 0,
+        ]);
       } else {
         await this.updateOne(
-          `UPDATE runs SET ${rows.RUN_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
+          `UPDATE runs SET ${assignmentsSql(rows.RUN_MUTABLE_COLUMNS)}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
           [...rows.runMutableParams(after), frontierDue, before.id, before.version],
           () => `run ${before.id} changed since version ${before.version}`,
         );
@@ -434,10 +419,7 @@ class SqlStoreTx implements StoreTx {
     }
     for (const { before, after } of change.steps) {
       if (before === null) {
-        await this.q(
-          `INSERT INTO step_runs (${rows.STEP_COLUMNS.join(", ")}) VALUES (${rows.STEP_COLUMNS.map(() => "?").join(", ")})`,
-          rows.stepParams(after, change),
-        );
+        await this.q(insertSql("step_runs", rows.STEP_COLUMNS), rows.stepParams(after, change));
       } else {
         await this.updateOne(
           `UPDATE step_runs SET status = ?, version = ?, digest = ?, attempt_count = ?, ready_at_ms = ?, not_before_ms = ?, started_at_ms = ?, finished_at_ms = ?, output = ? WHERE id = ? AND version = ? RETURNING id`,
@@ -460,44 +442,20 @@ class SqlStoreTx implements StoreTx {
     }
     for (const { before, after } of change.attempts) {
       if (before === null) {
-        await this.q(
-          `INSERT INTO run_attempts (${rows.ATTEMPT_COLUMNS.join(", ")}) VALUES (${rows.ATTEMPT_COLUMNS.map(() => "?").join(", ")})`,
-          rows.attemptParams(after),
-        );
+        await this.q(insertSql("run_attempts", rows.ATTEMPT_COLUMNS), rows.attemptParams(after));
       } else {
         await this.updateOne(
-          `UPDATE run_attempts SET ${rows.ATTEMPT_MUTABLE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE id = ? AND version = ? RETURNING id`,
+          `UPDATE run_attempts SET ${assignmentsSql(rows.ATTEMPT_MUTABLE_COLUMNS)} WHERE id = ? AND version = ? RETURNING id`,
           [...rows.attemptMutableParams(after), before.id, before.version],
           () => `attempt ${before.id} changed since version ${before.version}`,
         );
       }
     }
+    await this.insertRows("run_events", rows.EVENT_COLUMNS, change.events.map(rows.eventParams));
     await this.insertRows(
-      "INSERT INTO run_events (run_id, seq, id, type, at_ms, step_run_id, attempt_id, data) VALUES",
-      change.events.map((event) => [
-        event.runId,
-        event.seq,
-        event.id,
-        event.type,
-        event.atMs,
-        event.stepRunId,
-        event.attemptId,
-        JSON.stringify(event.data),
-      ]),
-    );
-    await this.insertRows(
-      "INSERT INTO step_mutations (run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms) VALUES",
-      change.mutations.map((mutation) => [
-        mutation.runId,
-        mutation.stepRunId,
-        mutation.version,
-        mutation.fromStatus,
-        mutation.toStatus,
-        mutation.fromDigest,
-        mutation.toDigest,
-        mutation.eventSeq,
-        mutation.atMs,
-      ]),
+      "step_mutations",
+      rows.MUTATION_COLUMNS,
+      change.mutations.map(rows.mutationParams),
     );
     for (const receipt of change.admissions) {
       await this.q(
@@ -523,9 +481,11 @@ class SqlStoreTx implements StoreTx {
    * driver accepts (Durable Object SQLite allows 100 per statement).
    */
   private async insertRows(
-    insertPrefix: string,
+    table: string,
+    columns: readonly string[],
     rowsToInsert: readonly SqlParam[][],
   ): Promise<void> {
+    const insertPrefix = `INSERT INTO ${table} (${columns.join(", ")}) VALUES`;
     const width = rowsToInsert[0]?.length ?? 0;
     if (width === 0) return;
     const perStatement = Math.max(1, Math.floor(MAX_BOUND_PARAMETERS / width));
@@ -564,7 +524,7 @@ class SqlStoreTx implements StoreTx {
       // A run or a step enters an alerting status once, so the derived id is new; DO NOTHING
       // keeps a replayed change (a lost commit answer) from failing on it.
       await this.q(
-        `INSERT INTO notifications (${rows.NOTIFICATION_COLUMNS.join(", ")}) VALUES (${rows.NOTIFICATION_COLUMNS.map(() => "?").join(", ")}) ON CONFLICT (id) DO NOTHING`,
+        `${insertSql("notifications", rows.NOTIFICATION_COLUMNS)} ON CONFLICT (id) DO NOTHING`,
         rows.notificationParams(entry),
       );
     }
@@ -834,14 +794,11 @@ class SqlStoreTx implements StoreTx {
 
   async putSchedule(state: ScheduleState, expectedVersion: number | null): Promise<void> {
     if (expectedVersion === null) {
-      await this.q(
-        `INSERT INTO schedules (${rows.SCHEDULE_COLUMNS.join(", ")}) VALUES (${rows.SCHEDULE_COLUMNS.map(() => "?").join(", ")})`,
-        rows.scheduleParams(state),
-      );
+      await this.q(insertSql("schedules", rows.SCHEDULE_COLUMNS), rows.scheduleParams(state));
       return;
     }
     await this.updateOne(
-      `UPDATE schedules SET ${rows.SCHEDULE_COLUMNS.map((column) => `${column} = ?`).join(", ")} WHERE package = ? AND name = ? AND version = ? RETURNING name`,
+      `UPDATE schedules SET ${assignmentsSql(rows.SCHEDULE_COLUMNS)} WHERE package = ? AND name = ? AND version = ? RETURNING name`,
       [...rows.scheduleParams(state), state.package, state.name, expectedVersion],
       () => `schedule ${state.package}/${state.name} changed since version ${expectedVersion}`,
     );
@@ -977,55 +934,37 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getCoordinator(nodeId: string): Promise<CoordinatorRecord | null> {
-    const found = await this.q<CoordinatorRow>(
-      `SELECT ${COORDINATOR_COLUMNS} FROM coordinators WHERE node_id = ?`,
+    const found = await this.q<rows.CoordinatorRow>(
+      `SELECT ${rows.COORDINATOR_COLUMNS.join(", ")} FROM coordinators WHERE node_id = ?`,
       [nodeId],
     );
-    return found[0] === undefined ? null : toCoordinator(found[0]);
+    return found[0] === undefined ? null : rows.toCoordinator(found[0]);
   }
 
   async putCoordinator(
     record: CoordinatorRecord,
     expectedIncarnation: number | null,
   ): Promise<void> {
-    const params: SqlParam[] = [
-      record.nodeId,
-      record.incarnation,
-      record.host,
-      record.bootId,
-      record.startedAtMs,
-      record.heartbeatAtMs,
-      record.leaseExpiresAtMs,
-    ];
     if (expectedIncarnation === null) {
       await this.q(
-        `INSERT INTO coordinators (${COORDINATOR_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-        params,
+        insertSql("coordinators", rows.COORDINATOR_COLUMNS),
+        rows.coordinatorParams(record),
       );
       return;
     }
     await this.updateOne(
-      "UPDATE coordinators SET incarnation = ?, host = ?, boot_id = ?, started_at_ms = ?, heartbeat_at_ms = ?, lease_expires_at_ms = ? WHERE node_id = ? AND incarnation = ? RETURNING node_id",
-      [
-        record.incarnation,
-        record.host,
-        record.bootId,
-        record.startedAtMs,
-        record.heartbeatAtMs,
-        record.leaseExpiresAtMs,
-        record.nodeId,
-        expectedIncarnation,
-      ],
+      `UPDATE coordinators SET ${assignmentsSql(rows.COORDINATOR_MUTABLE_COLUMNS)} WHERE node_id = ? AND incarnation = ? RETURNING node_id`,
+      [...rows.coordinatorMutableParams(record), record.nodeId, expectedIncarnation],
       () => `coordinator node ${record.nodeId} is no longer at incarnation ${expectedIncarnation}`,
     );
   }
 
   async listCoordinators(limit: number): Promise<CoordinatorRecord[]> {
-    const found = await this.q<CoordinatorRow>(
-      `SELECT ${COORDINATOR_COLUMNS} FROM coordinators ORDER BY node_id LIMIT ?`,
+    const found = await this.q<rows.CoordinatorRow>(
+      `SELECT ${rows.COORDINATOR_COLUMNS.join(", ")} FROM coordinators ORDER BY node_id LIMIT ?`,
       [cap(limit)],
     );
-    return found.map(toCoordinator);
+    return found.map(rows.toCoordinator);
   }
 
   async listClaimableRemote(pool: string, nowMs: number, limit: number): Promise<RunAttempt[]> {
@@ -1142,7 +1081,7 @@ class SqlStoreTx implements StoreTx {
 
   async listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]> {
     const found = await this.q<rows.EventRow>(
-      "SELECT run_id, seq, id, type, at_ms, step_run_id, attempt_id, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+      `SELECT ${rows.EVENT_COLUMNS.join(", ")} FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
       [runId, afterSeq, cap(limit)],
     );
     return found.map(rows.toEvent);
@@ -1240,7 +1179,7 @@ class SqlStoreTx implements StoreTx {
 
   async listMutations(runId: string): Promise<StepMutation[]> {
     const found = await this.q<rows.MutationRow>(
-      "SELECT run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms FROM step_mutations WHERE run_id = ? ORDER BY event_seq, step_run_id",
+      `SELECT ${rows.MUTATION_COLUMNS.join(", ")} FROM step_mutations WHERE run_id = ? ORDER BY event_seq, step_run_id`,
       [runId],
     );
     return found.map(rows.toMutation);

@@ -15,7 +15,7 @@
  *    VmRSS and VmHWM are sampled every 50 ms until the process has exited, so the peak of
  *    opening the snapshot and of the closing checkpoint are both seen.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
 import {
   cpSync,
   mkdirSync,
@@ -35,7 +35,7 @@ import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { log, now, round } from "./common.ts";
 import { databaseComposition, type TableShare } from "./db-composition.ts";
 import { applyManifest, createWorld, driveUntilTerminal, startRuns } from "./world.ts";
-import { serveArgs } from "../../test/support/qlr-args.ts";
+import { spawnServe, type ServeProcess } from "./serve-process.ts";
 
 export interface EdgeDeviceConfig {
   /** The repository root (dist/qlr.mjs must be built). */
@@ -203,65 +203,24 @@ async function importBreakdown(root: string): Promise<
 // ---------------------------------------------------------------------------------------------
 // 2 and 3. The serve process
 
-export interface Served {
-  readonly child: ChildProcess;
-  readonly pid: number;
-  readonly url: string;
-  readonly token: string;
-  exited(): boolean;
-  /** Resolves when the process has exited. */
-  readonly exit: Promise<void>;
-}
+export type Served = ServeProcess;
 
 /** Starts `qlr serve --profile edge` on 127.0.0.1 with a free port; `extraArgs` follow the standard ones (e.g. retention flags). */
-export async function startServe(
+export function startServe(
   root: string,
   stateDir: string,
   manifestPath: string,
   flags: readonly string[],
   extraArgs: readonly string[] = [],
 ): Promise<Served> {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  delete env.QLR_TOKEN;
-  delete env.QLR_STATE_DIR;
-  delete env.QLR_PORT;
-  delete env.NODE_OPTIONS;
-  const child = spawn(
-    process.execPath,
-    [
-      ...flags,
-      join(root, "dist", "qlr.mjs"),
-      ...serveArgs(stateDir, manifestPath, { profile: "edge", extra: extraArgs }),
-    ],
-    { cwd: root, stdio: ["ignore", "pipe", "pipe"], env },
-  );
-  let hasExited = false;
-  const exit = new Promise<void>((resolve) =>
-    child.on("exit", () => ((hasExited = true), resolve())),
-  );
-  let errors = "";
-  child.stderr?.on(
-    "data",
-    (chunk: Buffer) => (errors = (errors + chunk.toString("utf8")).slice(-4000)),
-  );
-  const url = await new Promise<string>((resolve, reject) => {
-    let text = "";
-    const timer = setTimeout(
-      () => reject(new Error(`qlr serve did not report its URL in 60 s: ${text} ${errors}`)),
-      60_000,
-    );
-    child.stdout?.on("data", (chunk: Buffer) => {
-      text += chunk.toString("utf8");
-      const match = /qlr serving (http:\/\/\S+)/.exec(text);
-      if (match?.[1] !== undefined) {
-        clearTimeout(timer);
-        resolve(match[1]);
-      }
-    });
-    void exit.then(() => reject(new Error(`qlr serve exited before serving: ${errors}`)));
+  return spawnServe({
+    root,
+    stateDir,
+    manifestPath,
+    profile: "edge",
+    nodeFlags: flags,
+    extraArgs,
   });
-  const token = readFileSync(join(stateDir, "token"), "utf8").trim();
-  return { child, pid: child.pid ?? -1, url, token, exited: () => hasExited, exit };
 }
 
 export async function metricsOf(

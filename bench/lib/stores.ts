@@ -15,7 +15,7 @@ import { join } from "node:path";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../../storage/driver.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import type { SqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
-import { now, type StoreKind } from "./common.ts";
+import { BENCH_START_MS, now, type StoreKind } from "./common.ts";
 
 export interface StatementTally {
   transactions: number;
@@ -169,17 +169,19 @@ export interface OpenedStore {
 export interface OpenOptions {
   /** Parent directory for the sql.js file store's database directory. */
   readonly dataRoot: string;
-  /** A PostgreSQL URL whose user may CREATE DATABASE (pg only). */
+  /** A PostgreSQL URL whose user may CREATE DATABASE (pg only; `QLR_BENCH_PG_URL` when unset). */
   readonly postgresAdminUrl?: string;
   /** The sql.js file store's checkpoint threshold; the driver's default when unset. */
   readonly checkpointJournalBytes?: number;
 }
 
-export async function openBenchStore(
-  kind: StoreKind,
-  nowMs: number,
-  options: OpenOptions,
-): Promise<OpenedStore> {
+/**
+ * Opens (and migrates) a store of `kind` at the benches' virtual epoch. PostgreSQL comes from
+ * `postgresAdminUrl`, else from `QLR_BENCH_PG_URL` (the orchestrator starts the server).
+ */
+export async function openBenchStore(kind: StoreKind, options: OpenOptions): Promise<OpenedStore> {
+  const nowMs = BENCH_START_MS;
+  const postgresAdminUrl = options.postgresAdminUrl ?? process.env.QLR_BENCH_PG_URL;
   const startedAt = now();
   let driver: SqlDriver;
   let fileDriver: SqlJsFileDriver | null = null;
@@ -221,11 +223,11 @@ export async function openBenchStore(
     }
     case "pg": {
       const { openPgDriver } = await import("../../storage/postgres/pg-driver.ts");
-      if (options.postgresAdminUrl === undefined)
+      if (postgresAdminUrl === undefined || postgresAdminUrl === "")
         throw new Error(
           "the pg store needs a PostgreSQL URL (the orchestrator starts one, or set QLR_BENCH_DATABASE_URL)",
         );
-      const database = await createDatabase(options.postgresAdminUrl);
+      const database = await createDatabase(postgresAdminUrl);
       driver = await openPgDriver({ connectionString: database.url });
       afterClose = database.drop;
       break;

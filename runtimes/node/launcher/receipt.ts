@@ -3,7 +3,7 @@ import { stat } from "node:fs/promises";
 import { canonicalJson } from "../../../src/canonical-json.ts";
 import { hmacSha256Hex, timingSafeEqualText } from "../../../src/digest.ts";
 import { isPortableId } from "../../../src/identity.ts";
-import type { JsonValue } from "../../../src/canonical-json.ts";
+import type { CompletionFacts } from "../../../src/execution.ts";
 import { MAX_OUTPUT_BYTES } from "../../../src/task-output.ts";
 import { QlrError, errorCode } from "../../../src/errors.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
@@ -27,23 +27,17 @@ export function isStopReason(value: unknown): value is StopReason {
  * What the supervisor writes once when the task's process ends. `startedAtMs` is copied from
  * the journal (the launcher's pre-spawn handle fact, ADR-0229 §5); `finishedAtMs` is the
  * supervisor's clock. `stopReason` says a stop was requested before the receipt was written;
- * `exitCode` and `signal` say how the process actually ended.
+ * `exitCode` and `signal` say how the process actually ended. Apart from the attempt it names
+ * and its MAC, a receipt is exactly the completion facts the core settles an attempt from.
  */
-export interface CompletionReceipt {
+export interface CompletionReceipt extends Omit<CompletionFacts, "handle"> {
   readonly attemptId: string;
-  readonly startedAtMs: number;
-  readonly finishedAtMs: number;
-  readonly exitCode: number | null;
-  readonly signal: string | null;
-  readonly stopReason: StopReason | null;
-  readonly spawnError: string | null;
   /**
-   * The task's output (`QLR_OUTPUT`), read once after its process group ended, and why it was
-   * refused. Authenticated with the exit code, so an output is recorded exactly as its
-   * completion is. Receipts written before outputs existed have neither field.
+   * `output` and `outputError` (the task's `QLR_OUTPUT`, read once after its process group
+   * ended, and why it was refused) are authenticated with the exit code, so an output is
+   * recorded exactly as its completion is. Receipts written before outputs existed have neither
+   * field.
    */
-  readonly output?: JsonValue | null;
-  readonly outputError?: string | null;
   readonly mac: string;
 }
 
