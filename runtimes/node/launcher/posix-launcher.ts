@@ -225,6 +225,19 @@ function validateLaunchSpec(spec: LaunchSpec): void {
  */
 export type Supervision = "live" | "gone" | "never_spawned" | "unknown";
 
+/**
+ * What the launcher's own records prove about an attempt whose runtime holds no process handle
+ * for it (the runtime died, or a write failed, between the journal and persisting the handle):
+ * - `not_journaled`: no journal record, so nothing was spawned and nothing will be;
+ * - `journal_invalid`: the journal record cannot be read or trusted, so nothing is proven;
+ * - otherwise the attempt's `Supervision`: `never_spawned` proves the task never started,
+ *   `live` means the supervisor owns the process (stop it with `stopBySupervisor`, its receipt
+ *   is coming), `gone` means no receipt is coming from that supervisor, `unknown` proves nothing.
+ * The device's recovery and the remote worker read this one answer, so both runtimes judge the
+ * same window alike.
+ */
+export type LaunchEvidence = "not_journaled" | "journal_invalid" | Supervision;
+
 async function unlinkIfPresent(path: string): Promise<void> {
   try {
     await unlink(path);
@@ -443,6 +456,17 @@ export class PosixLauncher {
   /** Closes the connection to the supervisor (which lives on for its tasks). */
   close(): void {
     this.supervisor.close();
+  }
+
+  /** See `LaunchEvidence`. */
+  async launchEvidence(attemptId: string): Promise<LaunchEvidence> {
+    assertPortableId(attemptId, "attemptId");
+    try {
+      if ((await readJournalRecord(this.layout, attemptId)) === null) return "not_journaled";
+    } catch {
+      return "journal_invalid";
+    }
+    return this.supervision(attemptId);
   }
 
   /** See `Supervision`. */
