@@ -62,6 +62,8 @@ interface HeldLease {
   lastHeartbeatMs: number;
   /** When the process (or, without a handle, its supervisor) was first seen gone without a receipt. */
   goneSinceMs: number | null;
+  /** The coordinator acknowledged the running report with this handle (in this life). */
+  runningReported: boolean;
   /** A stop was asked of the supervisor for this handle-less lease: asked once per life. */
   stopAsked: boolean;
   /** The last condition logged for this lease, so a lease waiting round after round logs it once. */
@@ -196,6 +198,8 @@ export class RemoteWorker {
           done: false,
           lastHeartbeatMs: 0,
           goneSinceMs: null,
+          // Reported again after a restart: a repeated report with the same handle writes nothing.
+          runningReported: false,
           stopAsked: false,
           noted: null,
         });
@@ -270,6 +274,7 @@ export class RemoteWorker {
         done: false,
         lastHeartbeatMs: systemClock.nowMs(),
         goneSinceMs: null,
+        runningReported: false,
         stopAsked: false,
         noted: null,
       };
@@ -335,16 +340,32 @@ export class RemoteWorker {
     this.fault(WORKER_AFTER_SPAWN);
     held.handle = handle;
     await this.persist(held);
-    await this.coordinator.leaseStart({
-      ...this.fence(held),
-      phase: "running",
-      handle: {
-        pid: handle.pid,
-        processStartTicks: handle.processStartTicks,
-        bootId: handle.bootId,
-        startedAtMs: handle.startedAtMs,
-      },
-    });
+    await this.reportRunning(held, handle);
+  }
+
+  /**
+   * `starting → running` with the handle. Until the coordinator has it, the attempt stays
+   * `starting` and a cancel cannot reach it (a starting attempt waits for its start to be
+   * settled), so a report that failed is sent again each round.
+   */
+  private async reportRunning(held: HeldLease, handle: ProcessHandle): Promise<void> {
+    try {
+      await this.coordinator.leaseStart({
+        ...this.fence(held),
+        phase: "running",
+        handle: {
+          pid: handle.pid,
+          processStartTicks: handle.processStartTicks,
+          bootId: handle.bootId,
+          startedAtMs: handle.startedAtMs,
+        },
+      });
+    } catch (error) {
+      // Refused: another authority settled the attempt; the heartbeat stops the process.
+      if (!settledElsewhere(error)) throw error;
+      this.log(`running report of ${held.lease.attemptId} refused: ${error.message}`);
+    }
+    held.runningReported = true;
   }
 
   /** Logs a lease's condition once, not every round it persists. */
@@ -390,6 +411,11 @@ export class RemoteWorker {
       return;
     }
     held.goneSinceMs = null;
+    // A running report the coordinator does not take must not starve the heartbeat.
+    if (!held.runningReported)
+      await this.reportRunning(held, handle).catch((error: unknown) =>
+        this.note(held, `running report of ${attemptId}: ${errorMessage(error)}`),
+      );
     await this.heartbeat(held, attemptId, (reason) => this.launcher.stop(handle, reason));
   }
 
@@ -416,10 +442,22 @@ export class RemoteWorker {
       case "gone":
         await this.lostAfterGrace(held, attemptId, "the supervisor is gone and left no receipt");
         return;
-      case "live":
-        // The supervisor owns the exact process: keep the lease alive, stop through it, and
-        // its receipt completes the attempt as usual.
+      case "live": {
+        // The supervisor owns the exact process and names it: with the handle back, the
+        // ordinary path applies (running reported, stops by exact identity).
         held.goneSinceMs = null;
+        const recovered = await this.launcher.recoverHandle(attemptId);
+        if (recovered !== null) {
+          held.handle = recovered;
+          await this.persist(held);
+          this.log(
+            `recovered the process handle of ${attemptId} (pid ${recovered.pid}) from its supervisor`,
+          );
+          await this.reportRunning(held, recovered);
+          return;
+        }
+        // The task is not (or no longer) the supervisor's to name: keep the lease alive, stop
+        // through the supervisor, and its receipt completes the attempt as usual.
         await this.heartbeat(held, attemptId, async (reason) => {
           if (held.stopAsked) return;
           held.stopAsked = true;
@@ -434,6 +472,7 @@ export class RemoteWorker {
           }
         });
         return;
+      }
       case "journal_invalid":
       case "unknown":
         // Nothing is proven: no report, no heartbeat. The coordinator fails closed when the

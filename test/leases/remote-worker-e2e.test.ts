@@ -521,9 +521,15 @@ describe("qlr worker against qlr serve", () => {
       const restarted = startWorker(handlelessState(), "p2-worker-after-spawn-2-restarted", {
         pool: "p2",
       });
-      await waitFor("the restarted worker to re-adopt the lease", () =>
-        restarted.stderr.includes(`re-adopted lease of ${starting.id}`) ? true : null,
+      // The supervisor names the exact process; the coordinator records it running, so the
+      // cancel reaches it (a `starting` attempt waits for its start to be settled).
+      await waitFor(`attempt ${starting.id} to run as pid ${pid}`, async () =>
+        (await detail(runId)).attempts.find(
+          (attempt) => attempt.status === "running" && attempt.pid === pid,
+        ),
       );
+      expect(restarted.stderr).toContain(`re-adopted lease of ${starting.id}`);
+      expect(restarted.stderr).toContain(`recovered the process handle of ${starting.id}`);
       await api("POST", `/runs/${runId}/cancel`);
       const done = await waitForRun(runId, TERMINAL_RUN);
       expect(done.run.status).toBe("cancelled");
@@ -532,6 +538,7 @@ describe("qlr worker against qlr serve", () => {
         id: starting.id,
         status: "cancelled",
         stopReason: "cancel",
+        pid,
       });
       // The exact process is gone (or an unreaped zombie), long before its 30 s sleep would end.
       await waitFor(`process ${pid} to end`, async () => {

@@ -469,6 +469,40 @@ export class PosixLauncher {
     return this.supervision(attemptId);
   }
 
+  /**
+   * The handle of a task its live supervisor spawned, for a runtime that never persisted it:
+   * the supervisor names the task's pid and start ticks, the journal its boot and start time,
+   * exactly what `launch` would have returned. Null when no live supervisor holds the task (not
+   * spawned yet, already receipted, or its identity was unreadable at the spawn). Ask only for
+   * an attempt whose `launchEvidence` is `live`: the supervisor refuses an id it does not know.
+   */
+  async recoverHandle(attemptId: string): Promise<ProcessHandle | null> {
+    assertPortableId(attemptId, "attemptId");
+    if (this.launchesInFlight.has(attemptId)) return null;
+    try {
+      const journal = await readJournalRecord(this.layout, attemptId);
+      if (journal === null) return null;
+      const reply = await this.supervisor.requestIfAlive({ op: "settle", attemptId });
+      if (
+        reply === null ||
+        reply.kind !== "settled" ||
+        reply.state !== "spawned" ||
+        typeof reply.pid !== "number" ||
+        typeof reply.startTicks !== "string"
+      )
+        return null;
+      return {
+        attemptId,
+        pid: reply.pid,
+        processStartTicks: reply.startTicks,
+        bootId: journal.bootId,
+        startedAtMs: journal.startedAtMs,
+      };
+    } catch {
+      return null;
+    }
+  }
+
   /** See `Supervision`. */
   async supervision(attemptId: string): Promise<Supervision> {
     assertPortableId(attemptId, "attemptId");
