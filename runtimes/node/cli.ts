@@ -24,7 +24,12 @@ import {
 } from "./config.ts";
 import { MAX_MAX_RUNNING } from "../../src/backpressure.ts";
 import { describeStartupError, DeviceRuntime } from "./device.ts";
-import { faultInjectionFromEnv, type FaultInjection } from "./fault-points.ts";
+import {
+  faultInjectionFromEnv,
+  WORKER_FAULT_POINTS,
+  type FaultInjection,
+  type WorkerFaultPoint,
+} from "./fault-points.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 
 /**
@@ -443,6 +448,12 @@ async function workerCommand(
     throw new UsageError(
       "qlr worker needs --worker-token-file or QLR_WORKER_TOKEN (or the admin --token-file / QLR_TOKEN)",
     );
+  let fault: FaultInjection<WorkerFaultPoint> | null;
+  try {
+    fault = faultInjectionFromEnv(process.env, WORKER_FAULT_POINTS);
+  } catch (error) {
+    throw new UsageError(errorMessage(error));
+  }
   const { RemoteWorker } = await import("./remote-worker.ts");
   const worker = await RemoteWorker.create({
     coordinatorUrl,
@@ -450,6 +461,7 @@ async function workerCommand(
     pool,
     capacity,
     stateDir: config.stateDir,
+    fault,
   });
   worker.start();
   process.stdout.write(

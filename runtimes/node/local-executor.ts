@@ -115,16 +115,18 @@ export class LocalProcessExecutor implements Executor {
   async hasJournal(
     attempt: RunAttempt,
   ): Promise<"present" | "absent" | "invalid" | "never_spawned"> {
-    try {
-      if ((await this.launcher.readJournal(attempt.id)) === null) return "absent";
-    } catch {
-      return "invalid";
-    }
     // Journaled, but no spawn record and no supervisor that could still write one: the task
     // provably never started (the second barrier), so the attempt is lost before the start.
-    return (await this.launcher.supervision(attempt.id)) === "never_spawned"
-      ? "never_spawned"
-      : "present";
+    switch (await this.launcher.launchEvidence(attempt.id)) {
+      case "not_journaled":
+        return "absent";
+      case "journal_invalid":
+        return "invalid";
+      case "never_spawned":
+        return "never_spawned";
+      default:
+        return "present";
+    }
   }
 
   async inspect(attempt: RunAttempt): Promise<LiveInspection> {

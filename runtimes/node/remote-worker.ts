@@ -12,11 +12,19 @@ import { receiptCompletion } from "./local-executor.ts";
 import { prepareTaskEnvironment } from "./task-env.ts";
 import { describeTightened, secureStateDir } from "./state-dir.ts";
 import {
+  faultTrigger,
+  LAUNCH_AFTER_JOURNAL,
+  WORKER_AFTER_SPAWN,
+  type FaultInjection,
+  type WorkerFaultPoint,
+} from "./fault-points.ts";
+import {
   DEFAULT_LOG_MAX_BYTES,
   isSpawnFailedError,
   loadOrCreateReceiptKey,
   PosixLauncher,
   type ProcessHandle,
+  type StopReason,
 } from "./launcher/index.ts";
 
 /**
@@ -24,7 +32,9 @@ import {
  * cluster replica) over HTTP. It runs tasks with the same POSIX launcher as the device runtime,
  * heartbeats each lease, stops a process on `stop_requested`, and reports completion with
  * retries until the coordinator acknowledges it. Its leases are kept in its state dir, so a
- * restarted worker re-adopts running processes or reports them from their receipts.
+ * restarted worker re-adopts running processes or reports them from their receipts. A lease
+ * whose process handle never reached the lease file is judged by the launcher's own records
+ * (`PosixLauncher.launchEvidence`), as the device runtime judges the same window.
  */
 
 export interface RemoteWorkerOptions {
@@ -36,6 +46,11 @@ export interface RemoteWorkerOptions {
   readonly pollIntervalMs?: number;
   readonly heartbeatIntervalMs?: number;
   readonly log?: (line: string) => void;
+  /**
+   * Crash tests (fault-points.ts): at the named point's chosen reach, `sigkill` kills this
+   * process, `throw` fails that one launch there. Null or absent: no fault point does anything.
+   */
+  readonly fault?: FaultInjection<WorkerFaultPoint> | null;
 }
 
 interface HeldLease {
@@ -45,8 +60,14 @@ interface HeldLease {
   /** The receipt is reported and acknowledged: the lease file can go. */
   done: boolean;
   lastHeartbeatMs: number;
-  /** When the process was first seen gone without a receipt. */
+  /** When the process (or, without a handle, its supervisor) was first seen gone without a receipt. */
   goneSinceMs: number | null;
+  /** The coordinator acknowledged the running report with this handle (in this life). */
+  runningReported: boolean;
+  /** A stop was asked of the supervisor for this handle-less lease: asked once per life. */
+  stopAsked: boolean;
+  /** The last condition logged for this lease, so a lease waiting round after round logs it once. */
+  noted: string | null;
 }
 
 /**
@@ -74,12 +95,19 @@ export class RemoteWorker {
   private readonly coordinator: QlrClient;
   private readonly held = new Map<string, HeldLease>();
   private readonly leaseDir: string;
+  private readonly fault: (point: WorkerFaultPoint) => void;
   private running = false;
   private loop: Promise<void> | null = null;
   private wake: (() => void) | null = null;
 
-  private constructor(options: RemoteWorkerOptions, workerId: string, launcher: PosixLauncher) {
+  private constructor(
+    options: RemoteWorkerOptions,
+    workerId: string,
+    launcher: PosixLauncher,
+    fault: (point: WorkerFaultPoint) => void,
+  ) {
     this.options = options;
+    this.fault = fault;
     this.workerId = workerId;
     this.launcher = launcher;
     this.coordinator = new QlrClient({
@@ -105,8 +133,14 @@ export class RemoteWorker {
       await writeFile(idPath, `${workerId}\n`, { mode: 0o600 });
     }
     const hmacKey = await loadOrCreateReceiptKey(stateDir);
-    const launcher = new PosixLauncher({ stateDir, hmacKey, nowMs: () => systemClock.nowMs() });
-    return new RemoteWorker({ ...options, stateDir }, workerId, launcher);
+    const fault = faultTrigger(options.fault ?? null, () => process.kill(process.pid, "SIGKILL"));
+    const launcher = new PosixLauncher({
+      stateDir,
+      hmacKey,
+      nowMs: () => systemClock.nowMs(),
+      afterJournal: () => fault(LAUNCH_AFTER_JOURNAL),
+    });
+    return new RemoteWorker({ ...options, stateDir }, workerId, launcher, fault);
   }
 
   private log(line: string): void {
@@ -164,6 +198,10 @@ export class RemoteWorker {
           done: false,
           lastHeartbeatMs: 0,
           goneSinceMs: null,
+          // Reported again after a restart: a repeated report with the same handle writes nothing.
+          runningReported: false,
+          stopAsked: false,
+          noted: null,
         });
         this.log(`re-adopted lease of ${attemptId}`);
       } catch (error) {
@@ -236,10 +274,17 @@ export class RemoteWorker {
         done: false,
         lastHeartbeatMs: systemClock.nowMs(),
         goneSinceMs: null,
+        runningReported: false,
+        stopAsked: false,
+        noted: null,
       };
       this.held.set(lease.attemptId, held);
       await this.persist(held);
-      await this.launch(held);
+      // A launch that fails part way leaves its lease held: tend() settles it from the
+      // launcher's records, and the other leases of this claim still launch.
+      await this.launch(held).catch((error: unknown) =>
+        this.log(`launch of ${lease.attemptId}: ${errorMessage(error)}`),
+      );
     }
   }
 
@@ -292,18 +337,42 @@ export class RemoteWorker {
       // Nothing ran; the receipt with the spawn error is on disk and is reported by tend().
       return;
     }
+    this.fault(WORKER_AFTER_SPAWN);
     held.handle = handle;
     await this.persist(held);
-    await this.coordinator.leaseStart({
-      ...this.fence(held),
-      phase: "running",
-      handle: {
-        pid: handle.pid,
-        processStartTicks: handle.processStartTicks,
-        bootId: handle.bootId,
-        startedAtMs: handle.startedAtMs,
-      },
-    });
+    await this.reportRunning(held, handle);
+  }
+
+  /**
+   * `starting → running` with the handle. Until the coordinator has it, the attempt stays
+   * `starting` and a cancel cannot reach it (a starting attempt waits for its start to be
+   * settled), so a report that failed is sent again each round.
+   */
+  private async reportRunning(held: HeldLease, handle: ProcessHandle): Promise<void> {
+    try {
+      await this.coordinator.leaseStart({
+        ...this.fence(held),
+        phase: "running",
+        handle: {
+          pid: handle.pid,
+          processStartTicks: handle.processStartTicks,
+          bootId: handle.bootId,
+          startedAtMs: handle.startedAtMs,
+        },
+      });
+    } catch (error) {
+      // Refused: another authority settled the attempt; the heartbeat stops the process.
+      if (!settledElsewhere(error)) throw error;
+      this.log(`running report of ${held.lease.attemptId} refused: ${error.message}`);
+    }
+    held.runningReported = true;
+  }
+
+  /** Logs a lease's condition once, not every round it persists. */
+  private note(held: HeldLease, line: string): void {
+    if (held.noted === line) return;
+    held.noted = line;
+    this.log(line);
   }
 
   private async tend(held: HeldLease): Promise<void> {
@@ -328,42 +397,126 @@ export class RemoteWorker {
       return;
     }
     if (receipt.status === "invalid") {
-      this.log(`receipt of ${attemptId} rejected (${receipt.reason}); not reported`);
+      this.note(held, `receipt of ${attemptId} rejected (${receipt.reason}); not reported`);
       return;
     }
     if (held.handle === null) {
-      // Started (or about to) but no handle: the journal decides whether anything was spawned.
-      const journal = await this.launcher.readJournal(attemptId).catch(() => null);
-      if (journal === null && this.running)
-        await this.reportLost(held, attemptId, "the worker stopped before spawning");
+      await this.tendWithoutHandle(held, attemptId);
       return;
     }
-    const inspection = await this.launcher.inspect(held.handle);
+    const handle = held.handle;
+    const inspection = await this.launcher.inspect(handle);
     if (inspection.state === "not_running") {
-      // Gone without a receipt: give the supervisor its grace to write one before calling it lost.
-      held.goneSinceMs ??= systemClock.nowMs();
-      if (systemClock.nowMs() - held.goneSinceMs < RECEIPT_GRACE_MS) return;
-      const again = await this.launcher.readReceipt(attemptId);
-      if (again.status === "none")
-        await this.reportLost(held, attemptId, "the process is gone and left no receipt");
+      await this.lostAfterGrace(held, attemptId, "the process is gone and left no receipt");
       return;
     }
-    // Heartbeats are spaced (each one is a write on the coordinator); stop requests arrive with them.
+    held.goneSinceMs = null;
+    // A running report the coordinator does not take must not starve the heartbeat.
+    if (!held.runningReported)
+      await this.reportRunning(held, handle).catch((error: unknown) =>
+        this.note(held, `running report of ${attemptId}: ${errorMessage(error)}`),
+      );
+    await this.heartbeat(held, attemptId, (reason) => this.launcher.stop(handle, reason));
+  }
+
+  /**
+   * A lease whose process handle this worker never got or never persisted: it died between
+   * the journal and the lease file, or the launch failed after the journal. The launcher's
+   * records decide, as they do for the device's recovery.
+   */
+  private async tendWithoutHandle(held: HeldLease, attemptId: string): Promise<void> {
+    const evidence = await this.launcher.launchEvidence(attemptId);
+    switch (evidence) {
+      case "not_journaled":
+        // The journal is the launcher's barrier: without it nothing ran, nor ever will.
+        if (this.running)
+          await this.reportLost(held, attemptId, "the worker stopped before spawning");
+        return;
+      case "never_spawned":
+        await this.reportLost(
+          held,
+          attemptId,
+          "journaled but never spawned: no spawn record and no supervisor that could still write one",
+        );
+        return;
+      case "gone":
+        await this.lostAfterGrace(held, attemptId, "the supervisor is gone and left no receipt");
+        return;
+      case "live": {
+        // The supervisor owns the exact process and names it: with the handle back, the
+        // ordinary path applies (running reported, stops by exact identity).
+        held.goneSinceMs = null;
+        const recovered = await this.launcher.recoverHandle(attemptId);
+        if (recovered !== null) {
+          held.handle = recovered;
+          await this.persist(held);
+          this.log(
+            `recovered the process handle of ${attemptId} (pid ${recovered.pid}) from its supervisor`,
+          );
+          await this.reportRunning(held, recovered);
+          return;
+        }
+        // The task is not (or no longer) the supervisor's to name: keep the lease alive, stop
+        // through the supervisor, and its receipt completes the attempt as usual.
+        await this.heartbeat(held, attemptId, async (reason) => {
+          if (held.stopAsked) return;
+          held.stopAsked = true;
+          try {
+            const { known } = await this.launcher.stopBySupervisor(attemptId, reason);
+            // The intent is durable either way; a supervisor that did not know the attempt
+            // yet is asked again with the next stop request.
+            if (!known) held.stopAsked = false;
+          } catch (error) {
+            held.stopAsked = false;
+            throw error;
+          }
+        });
+        return;
+      }
+      case "journal_invalid":
+      case "unknown":
+        // Nothing is proven: no report, no heartbeat. The coordinator fails closed when the
+        // lease expires and keeps the fence, so the receipt can still complete it later.
+        this.note(
+          held,
+          `lease of ${attemptId}: no process handle and ${evidence === "unknown" ? "the supervisor cannot be asked whether it spawned the task" : "its journal record is unreadable"}; asking again each round`,
+        );
+        return;
+    }
+  }
+
+  /**
+   * Gone without a receipt: give the supervisor its grace to write one before calling it lost,
+   * since it writes the receipt right after reaping the task.
+   */
+  private async lostAfterGrace(held: HeldLease, attemptId: string, reason: string): Promise<void> {
+    held.goneSinceMs ??= systemClock.nowMs();
+    if (systemClock.nowMs() - held.goneSinceMs < RECEIPT_GRACE_MS) return;
+    const again = await this.launcher.readReceipt(attemptId);
+    if (again.status === "none") await this.reportLost(held, attemptId, reason);
+  }
+
+  /** Heartbeats are spaced (each one is a write on the coordinator); stop requests arrive with them. */
+  private async heartbeat(
+    held: HeldLease,
+    attemptId: string,
+    stop: (reason: StopReason) => Promise<unknown>,
+  ): Promise<void> {
     const nowMs = systemClock.nowMs();
     if (nowMs - held.lastHeartbeatMs < (this.options.heartbeatIntervalMs ?? 2000)) return;
     held.lastHeartbeatMs = nowMs;
     try {
       const control = await this.coordinator.leaseHeartbeat(this.fence(held));
       if (control.action === "stop_requested")
-        void this.launcher
-          .stop(held.handle, control.reason)
-          .catch((error: unknown) => this.log(`stop of ${attemptId} failed: ${String(error)}`));
+        void stop(control.reason).catch((error: unknown) =>
+          this.log(`stop of ${attemptId} failed: ${String(error)}`),
+        );
     } catch (error) {
       if (settledElsewhere(error)) {
         // The fence is stale: another authority owns this attempt now. Stop the process so
         // it never runs beside a second one.
         this.log(`lease of ${attemptId} lost (${error.message}); stopping its process`);
-        void this.launcher.stop(held.handle, "cancel").catch(() => undefined);
+        void stop("cancel").catch(() => undefined);
         return;
       }
       throw error;

@@ -27,6 +27,9 @@ describe("supervisor liveness as part of the not-running evidence", () => {
     const attemptId = newAttemptId();
     const handle = await launcher.launch(shellSpec("sleep 30", { attemptId }));
     expect(await launcher.supervision(attemptId)).toBe("live");
+    expect(await launcher.launchEvidence(attemptId)).toBe("live");
+    // A runtime that never persisted the handle gets exactly the same one back.
+    expect(await launcher.recoverHandle(attemptId)).toEqual(handle);
     const task = await readProcStat(handle.pid);
     const supervisorPid = task.kind === "present" ? task.stat.parentPid : null;
     expect(supervisorPid).not.toBeNull();
@@ -35,6 +38,8 @@ describe("supervisor liveness as part of the not-running evidence", () => {
     await waitFor("the supervisor to count as gone", async () =>
       (await launcher.supervision(attemptId)) === "gone" ? true : null,
     );
+    expect(await launcher.launchEvidence(attemptId)).toBe("gone");
+    expect(await launcher.recoverHandle(attemptId)).toBeNull();
     process.kill(-handle.pid, "SIGKILL");
     launcher.close();
   });
@@ -46,9 +51,13 @@ describe("supervisor liveness as part of the not-running evidence", () => {
     const unknown = newAttemptId();
     // No journal: never spawned by the first barrier alone.
     expect(await launcher.supervision(unknown)).toBe("never_spawned");
+    expect(await launcher.launchEvidence(unknown)).toBe("not_journaled");
+    expect(await launcher.recoverHandle(unknown)).toBeNull();
     const receipt = await waitForReceipt(launcher, warmUp);
     expect(receipt.status).toBe("valid");
     expect(await launcher.supervision(warmUp)).toBe("live");
+    // Receipted: the supervisor no longer names a process for it.
+    expect(await launcher.recoverHandle(warmUp)).toBeNull();
     launcher.close();
   });
 });

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { buildDist } from "../support/bundle.ts";
 import { isAlive, spawnQlr, stopQlr, type QlrProcess } from "../support/qlr-process.ts";
 import { serveArgs, workerArgs } from "../support/qlr-args.ts";
@@ -137,10 +137,43 @@ async function procState(pid: number): Promise<string | null> {
   return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0] ?? null;
 }
 
-function startWorker(stateDir: string, name: string): QlrProcess {
-  return start(name, workerArgs(serverUrl, stateDir, { capacity: 2 }), {
+function startWorker(
+  stateDir: string,
+  name: string,
+  options: { readonly pool?: string; readonly env?: Record<string, string> } = {},
+): QlrProcess {
+  return start(name, workerArgs(serverUrl, stateDir, { capacity: 2, pool: options.pool ?? "p1" }), {
     QLR_WORKER_TOKEN: WORKER_TOKEN,
+    ...options.env,
   });
+}
+
+const TERMINAL_RUN = ["succeeded", "failed", "timed_out", "cancelled", "lost"];
+
+/** Waits for a worker armed with a fault point to have killed itself there. */
+async function waitForExit(proc: QlrProcess): Promise<void> {
+  await waitFor(`${proc.name} to die at its fault point`, () => (isAlive(proc) ? null : true));
+}
+
+/** The run's one attempt once the coordinator records it `starting` (the worker reported the start). */
+async function waitForStartingAttempt(runId: string): Promise<AttemptView> {
+  return waitFor(`a starting attempt in run ${runId}`, async () =>
+    (await detail(runId)).attempts.find((attempt) => attempt.status === "starting"),
+  );
+}
+
+/** The pid a task wrote beside its marker (`start <pid>`), recorded for the cleanup. */
+async function markedPid(file: string): Promise<number> {
+  const pid = await waitFor(`the task of ${file} to start`, async () => {
+    const line = (await lines(join(markers, file))).find((text) => text.startsWith("start "));
+    return line === undefined ? null : Number(line.split(" ")[1]);
+  });
+  taskPids.add(pid);
+  return pid;
+}
+
+async function leaseFiles(stateDir: string): Promise<string[]> {
+  return (await readdir(join(stateDir, "leases"))).filter((name) => name.endsWith(".json"));
 }
 
 let markers: string;
@@ -173,7 +206,31 @@ tasks:
     timeout: 120s
     executor: remote_worker
     pool: p1
+  never_spawned:
+    run: ["sh", "-c", "${append("never_spawned", "ran")}"]
+    timeout: 30s
+    executor: remote_worker
+    pool: p2
+  handleless:
+    run: ["sh", "-c", "${append("handleless", "start $$")}; sleep 2; ${append("handleless", "end")}"]
+    timeout: 60s
+    executor: remote_worker
+    pool: p2
+  handleless_long:
+    run: ["sh", "-c", "${append("handleless_long", "start $$")}; sleep 30; ${append("handleless_long", "end")}"]
+    timeout: 120s
+    executor: remote_worker
+    pool: p2
 workflows:
+  never_spawned:
+    steps:
+      n: { task: never_spawned }
+  handleless:
+    steps:
+      h: { task: handleless }
+  handleless_long:
+    steps:
+      h: { task: handleless_long }
   two:
     steps:
       a: { task: first }
@@ -370,6 +427,159 @@ describe("qlr worker against qlr serve", () => {
       (await readdir(join(stateDir, "leases"))).includes(`${unknownAttempt}.json`) ? null : true,
     );
   }, 60_000);
+
+  // Pool p2: only the workers these cases start lease its tasks, so the fault lands on them.
+  describe("a worker killed between its journal and persisting the handle", () => {
+    const handlelessState = (): string => join(scratch, "worker-handleless");
+    // A case that fails must not leave its pool-p2 worker to lease the next case's run.
+    afterEach(async () => {
+      for (const proc of children.filter((item) => item.name.startsWith("p2-")))
+        if (isAlive(proc)) await stopQlr(proc, "SIGKILL");
+    });
+
+    it("SIGKILLed after the journal, before any supervisor was asked: restarted, it proves the task never spawned and reports it lost; nothing ran", async () => {
+      const stateDir = join(scratch, "worker-after-journal");
+      const armed = startWorker(stateDir, "p2-worker-after-journal", {
+        pool: "p2",
+        env: { QLR_FAULT_POINT: "launch.after_journal" },
+      });
+      const runId = await startRun("never_spawned");
+      await waitForExit(armed);
+      const starting = await waitForStartingAttempt(runId);
+      expect(starting.pid).toBeNull();
+      // The window: journaled, no spawn record, the lease file without a handle.
+      await readFile(join(stateDir, "journal", `${starting.id}.json`));
+      const leaseFile = JSON.parse(
+        await readFile(join(stateDir, "leases", `${starting.id}.json`), "utf8"),
+      ) as { handle: unknown };
+      expect(leaseFile.handle).toBeNull();
+
+      const restarted = startWorker(stateDir, "p2-worker-after-journal-restarted", { pool: "p2" });
+      const done = await waitForRun(runId, TERMINAL_RUN);
+      expect(done.attempts).toHaveLength(1);
+      expect(done.attempts[0]).toMatchObject({ id: starting.id, status: "lost", pid: null });
+      expect(done.attempts[0]!.error).toContain("never spawned");
+      // A started attempt reported lost is never retried automatically: the step fails.
+      expect(done.steps.map((step) => [step.name, step.status])).toEqual([["n", "failed"]]);
+      expect(done.run.status).toBe("failed");
+      expect(await lines(join(markers, "never_spawned"))).toEqual([]);
+      expect(restarted.stderr).toContain(`re-adopted lease of ${starting.id}`);
+      await waitFor("the lease file to be removed", async () =>
+        (await leaseFiles(stateDir)).length === 0 ? true : null,
+      );
+      // The supervisor refuses the settled id from now on: still nothing ran.
+      expect(await lines(join(markers, "never_spawned"))).toEqual([]);
+      await stopQlr(restarted, "SIGKILL");
+    }, 90_000);
+
+    it("SIGKILLed after the spawn, before the handle reached the lease file: restarted, it keeps the lease and completes from the receipt, one spawn", async () => {
+      const armed = startWorker(handlelessState(), "p2-worker-after-spawn", {
+        pool: "p2",
+        env: { QLR_FAULT_POINT: "worker.after_spawn" },
+      });
+      const runId = await startRun("handleless");
+      await waitForExit(armed);
+      const starting = await waitForStartingAttempt(runId);
+      expect(starting.pid).toBeNull();
+      await markedPid("handleless");
+
+      const restarted = startWorker(handlelessState(), "p2-worker-after-spawn-restarted", {
+        pool: "p2",
+      });
+      const done = await waitForRun(runId, TERMINAL_RUN);
+      expect(done.run.status).toBe("succeeded");
+      expect(done.attempts).toHaveLength(1);
+      expect(done.attempts[0]).toMatchObject({
+        id: starting.id,
+        status: "succeeded",
+        exitCode: 0,
+        error: null,
+      });
+      expect(done.steps[0]).toMatchObject({ status: "succeeded", attemptCount: 1 });
+      expect((await lines(join(markers, "handleless"))).map((line) => line.split(" ")[0])).toEqual([
+        "start",
+        "end",
+      ]);
+      expect(restarted.stderr).toContain(`re-adopted lease of ${starting.id}`);
+      expect(restarted.stderr).not.toContain("lost");
+      await waitFor("the lease file to be removed", async () =>
+        (await leaseFiles(handlelessState())).length === 0 ? true : null,
+      );
+      await stopQlr(restarted, "SIGKILL");
+    }, 90_000);
+
+    it("SIGKILLed after the spawn, then the run is cancelled: the restarted worker stops the exact process through its supervisor and the attempt ends cancelled", async () => {
+      const armed = startWorker(handlelessState(), "p2-worker-after-spawn-2", {
+        pool: "p2",
+        env: { QLR_FAULT_POINT: "worker.after_spawn" },
+      });
+      const runId = await startRun("handleless_long");
+      await waitForExit(armed);
+      const starting = await waitForStartingAttempt(runId);
+      const pid = await markedPid("handleless_long");
+
+      const restarted = startWorker(handlelessState(), "p2-worker-after-spawn-2-restarted", {
+        pool: "p2",
+      });
+      // The supervisor names the exact process; the coordinator records it running, so the
+      // cancel reaches it (a `starting` attempt waits for its start to be settled).
+      await waitFor(`attempt ${starting.id} to run as pid ${pid}`, async () =>
+        (await detail(runId)).attempts.find(
+          (attempt) => attempt.status === "running" && attempt.pid === pid,
+        ),
+      );
+      expect(restarted.stderr).toContain(`re-adopted lease of ${starting.id}`);
+      expect(restarted.stderr).toContain(`recovered the process handle of ${starting.id}`);
+      await api("POST", `/runs/${runId}/cancel`);
+      const done = await waitForRun(runId, TERMINAL_RUN);
+      expect(done.run.status).toBe("cancelled");
+      expect(done.attempts).toHaveLength(1);
+      expect(done.attempts[0]).toMatchObject({
+        id: starting.id,
+        status: "cancelled",
+        stopReason: "cancel",
+        pid,
+      });
+      // The exact process is gone (or an unreaped zombie), long before its 30 s sleep would end.
+      await waitFor(`process ${pid} to end`, async () => {
+        const state = await procState(pid);
+        return state === null || state === "Z" ? true : null;
+      });
+      expect(
+        (await lines(join(markers, "handleless_long"))).map((line) => line.split(" ")[0]),
+      ).toEqual(["start"]);
+      await stopQlr(restarted, "SIGKILL");
+    }, 90_000);
+
+    it("a launch that fails after the journal, in the same life and with the supervisor alive: the supervisor settles it never spawned and the worker reports it lost", async () => {
+      // The state dir of the cases above: its resident supervisor is alive, so the answer
+      // comes from its settle, which also refuses the id from then on.
+      const armed = startWorker(handlelessState(), "p2-worker-throw-after-journal", {
+        pool: "p2",
+        env: { QLR_FAULT_POINT: "launch.after_journal", QLR_FAULT_ACTION: "throw" },
+      });
+      const runId = await startRun("never_spawned");
+      const done = await waitForRun(runId, TERMINAL_RUN);
+      expect(done.attempts).toHaveLength(1);
+      expect(done.attempts[0]).toMatchObject({ status: "lost", pid: null });
+      expect(done.attempts[0]!.error).toContain("never spawned");
+      expect(done.run.status).toBe("failed");
+      expect(await lines(join(markers, "never_spawned"))).toEqual([]);
+      expect(isAlive(armed)).toBe(true);
+      expect(armed.stderr).toContain("injected fault at launch.after_journal");
+      await stopQlr(armed, "SIGKILL");
+    }, 90_000);
+
+    it("refuses a fault point qlr worker does not have, naming the ones it has", async () => {
+      const refused = startWorker(join(scratch, "worker-bad-fault"), "p2-worker-bad-fault", {
+        pool: "p2",
+        env: { QLR_FAULT_POINT: "dispatch.after_spawn" },
+      });
+      const code = await refused.exited;
+      expect(code).not.toBe(0);
+      expect(refused.stderr).toContain("launch.after_journal, worker.after_spawn");
+    }, 30_000);
+  });
 
   // Last: it stops the server (and reads the outcome from a restarted one).
   it("stopping the server while a remote step runs: the worker's heartbeat carries the shutdown stop, the exact process is gone, and the attempt ends cancelled with stop reason shutdown, once", async () => {

@@ -10,6 +10,7 @@ export {
   SUPERVISOR_FILE_NAME,
   type Inspection,
   type JournalListing,
+  type LaunchEvidence,
   type LaunchSpec,
   type PosixLauncherOptions,
   type ProcessHandle,

@@ -225,6 +225,19 @@ function validateLaunchSpec(spec: LaunchSpec): void {
  */
 export type Supervision = "live" | "gone" | "never_spawned" | "unknown";
 
+/**
+ * What the launcher's own records prove about an attempt whose runtime holds no process handle
+ * for it (the runtime died, or a write failed, between the journal and persisting the handle):
+ * - `not_journaled`: no journal record, so nothing was spawned and nothing will be;
+ * - `journal_invalid`: the journal record cannot be read or trusted, so nothing is proven;
+ * - otherwise the attempt's `Supervision`: `never_spawned` proves the task never started,
+ *   `live` means the supervisor owns the process (stop it with `stopBySupervisor`, its receipt
+ *   is coming), `gone` means no receipt is coming from that supervisor, `unknown` proves nothing.
+ * The device's recovery and the remote worker read this one answer, so both runtimes judge the
+ * same window alike.
+ */
+export type LaunchEvidence = "not_journaled" | "journal_invalid" | Supervision;
+
 async function unlinkIfPresent(path: string): Promise<void> {
   try {
     await unlink(path);
@@ -443,6 +456,51 @@ export class PosixLauncher {
   /** Closes the connection to the supervisor (which lives on for its tasks). */
   close(): void {
     this.supervisor.close();
+  }
+
+  /** See `LaunchEvidence`. */
+  async launchEvidence(attemptId: string): Promise<LaunchEvidence> {
+    assertPortableId(attemptId, "attemptId");
+    try {
+      if ((await readJournalRecord(this.layout, attemptId)) === null) return "not_journaled";
+    } catch {
+      return "journal_invalid";
+    }
+    return this.supervision(attemptId);
+  }
+
+  /**
+   * The handle of a task its live supervisor spawned, for a runtime that never persisted it:
+   * the supervisor names the task's pid and start ticks, the journal its boot and start time,
+   * exactly what `launch` would have returned. Null when no live supervisor holds the task (not
+   * spawned yet, already receipted, or its identity was unreadable at the spawn). Ask only for
+   * an attempt whose `launchEvidence` is `live`: the supervisor refuses an id it does not know.
+   */
+  async recoverHandle(attemptId: string): Promise<ProcessHandle | null> {
+    assertPortableId(attemptId, "attemptId");
+    if (this.launchesInFlight.has(attemptId)) return null;
+    try {
+      const journal = await readJournalRecord(this.layout, attemptId);
+      if (journal === null) return null;
+      const reply = await this.supervisor.requestIfAlive({ op: "settle", attemptId });
+      if (
+        reply === null ||
+        reply.kind !== "settled" ||
+        reply.state !== "spawned" ||
+        typeof reply.pid !== "number" ||
+        typeof reply.startTicks !== "string"
+      )
+        return null;
+      return {
+        attemptId,
+        pid: reply.pid,
+        processStartTicks: reply.startTicks,
+        bootId: journal.bootId,
+        startedAtMs: journal.startedAtMs,
+      };
+    } catch {
+      return null;
+    }
   }
 
   /** See `Supervision`. */

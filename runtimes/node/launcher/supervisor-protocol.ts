@@ -57,7 +57,17 @@ export type SupervisorMessage =
   /** Nothing ran and no receipt was written (no journal, no spawn record possible, a refused id). */
   | { readonly kind: "rejected"; readonly attemptId: string; readonly reason: string }
   | { readonly kind: "stopping"; readonly attemptId: string; readonly known: boolean }
-  | { readonly kind: "settled"; readonly attemptId: string; readonly state: "spawned" | "never" }
+  | {
+      readonly kind: "settled";
+      readonly attemptId: string;
+      readonly state: "spawned" | "never";
+      /**
+       * The task's identity while this supervisor holds it (null before its spawn, after its
+       * receipt, or from an older supervisor): a runtime that lost the handle takes it from here.
+       */
+      readonly pid?: number | null;
+      readonly startTicks?: string | null;
+    }
   /** A task's receipt is durable (or could not be written): a hint to look, never evidence. */
   | { readonly kind: "exited"; readonly attemptId: string };
 
@@ -198,9 +208,20 @@ export function parseSupervisorMessage(line: string): SupervisorMessage | null {
     case "stopping":
       return { kind: "stopping", attemptId, known: message.known === true };
     case "settled":
-      return message.state === "spawned" || message.state === "never"
-        ? { kind: "settled", attemptId, state: message.state }
-        : null;
+      if (message.state !== "spawned" && message.state !== "never") return null;
+      return {
+        kind: "settled",
+        attemptId,
+        state: message.state,
+        pid:
+          Number.isSafeInteger(message.pid) && (message.pid as number) > 0
+            ? (message.pid as number)
+            : null,
+        startTicks:
+          typeof message.startTicks === "string" && /^[0-9]+$/.test(message.startTicks)
+            ? message.startTicks
+            : null,
+      };
     case "exited":
       return { kind: "exited", attemptId };
     default:

@@ -179,6 +179,8 @@ function closeQuietly(fd: number): void {
 interface Task {
   readonly attemptId: string;
   readonly pid: number;
+  /** The task's /proc start time, null when it could not be read at the spawn. */
+  readonly startTicks: string | null;
   readonly child: ChildProcess;
   readonly startedAtMs: number;
   readonly deadlineAtMs: number | null;
@@ -382,8 +384,18 @@ class ResidentSupervisor {
   }
 
   private settle(socket: Socket, attemptId: string): void {
-    if (this.tasks.has(attemptId) || this.accepted.has(attemptId)) {
-      send(socket, { kind: "settled", attemptId, state: "spawned" });
+    const task = this.tasks.get(attemptId);
+    if (task !== undefined || this.accepted.has(attemptId)) {
+      // A live task's identity goes with the answer: a runtime that died before persisting
+      // the handle takes it from here instead of waiting handle-less for the receipt.
+      const live = task !== undefined && !task.exited;
+      send(socket, {
+        kind: "settled",
+        attemptId,
+        state: "spawned",
+        pid: live ? task.pid : null,
+        startTicks: live ? task.startTicks : null,
+      });
       return;
     }
     // Unknown here: it never reached this supervisor whole, and from now on it never will.
@@ -498,6 +510,7 @@ class ResidentSupervisor {
     const task: Task = {
       attemptId,
       pid,
+      startTicks: stat.kind === "present" ? stat.stat.startTicks : null,
       child,
       startedAtMs,
       deadlineAtMs: spec.timeoutMs === null ? null : startedAtMs + spec.timeoutMs,
@@ -516,7 +529,7 @@ class ResidentSupervisor {
       kind: "started",
       attemptId,
       pid,
-      startTicks: stat.kind === "present" ? stat.stat.startTicks : null,
+      startTicks: task.startTicks,
     };
   }
 
