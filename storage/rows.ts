@@ -1,3 +1,4 @@
+import { eventId } from "../src/aggregate.ts";
 import { canonicalJson, type JsonValue } from "../src/canonical-json.ts";
 import type { Digest } from "../src/digest.ts";
 import type {
@@ -316,11 +317,21 @@ export type EventRow = Record<
   unknown
 >;
 
+/**
+ * The id column as stored: NULL for the id derived from the run and sequence (every `evt:`
+ * id), which `toEvent` derives again; any other id as it is (migration 0009).
+ */
+export function storedEventId(event: Pick<RunEvent, "id" | "runId" | "seq">): string | null {
+  return event.id === eventId(event.runId, event.seq) ? null : event.id;
+}
+
 export function toEvent(row: EventRow): RunEvent {
+  const runId = String(row.run_id);
+  const seq = num(row.seq);
   return {
-    id: String(row.id),
-    runId: String(row.run_id),
-    seq: num(row.seq),
+    id: textOrNull(row.id) ?? eventId(runId, seq),
+    runId,
+    seq,
     type: row.type as EventType,
     atMs: num(row.at_ms),
     stepRunId: textOrNull(row.step_run_id),

@@ -476,7 +476,7 @@ class SqlStoreTx implements StoreTx {
       change.events.map((event) => [
         event.runId,
         event.seq,
-        event.id,
+        rows.storedEventId(event),
         event.type,
         event.atMs,
         event.stepRunId,
