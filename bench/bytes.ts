@@ -13,6 +13,13 @@
  *    checkpoint bytes, and journaled transactions per step; then what the database holds.
  * D. Journal anatomy: the same drive on a store that never checkpoints, then every journal
  *    record decoded and its bytes attributed to the statements that wrote them.
+ * E. The curve: one store with the default checkpoint threshold grows by batches of diamond
+ *    runs, long enough for several checkpoints; after each batch, the bytes written so far per
+ *    step (journal and snapshot parts) beside the database's size. A store that only grows
+ *    writes every new page in a snapshot at least once, and the threshold follows the image,
+ *    so one window's figure is not the figure: the curve shows where it settles. A cycle runs
+ *    from the batch in which one checkpoint finished to the batch of the next; its bytes per
+ *    step (everything written in it over its steps) is the figure a growing store averages.
  */
 import { statSync } from "node:fs";
 import { readFileSync } from "node:fs";
@@ -42,6 +49,15 @@ export interface BytesConfig {
   readonly workflowRuns: number;
   readonly profile: ProfileName;
   readonly maxTicks: number;
+  /** Runs the curve (E) drives in all, `curveBatchRuns` at a time; 0 skips it. */
+  readonly curveRuns?: number;
+  readonly curveBatchRuns?: number;
+  /**
+   * The curve's first checkpoint threshold (the driver's default, 1 MiB, when unset). Later
+   * thresholds follow the image, each ≈ 7× the steps of the one before, so a small first
+   * threshold puts several checkpoints within a run of minutes; the cycles are the same shape.
+   */
+  readonly curveCheckpointJournalBytes?: number;
 }
 
 /** Sectors written by the block device holding `path` (`/sys/dev/block/M:m/stat`, field 7), in bytes. */
@@ -115,26 +131,17 @@ async function admissions(config: BytesConfig): Promise<Record<string, unknown>>
     const statsBefore = driver.stats();
     const ioBefore = readProcIo();
     const deviceBefore = deviceBytesWritten(directory);
-    let checkpointBytes = 0;
-    let journalBytes = 0;
     for (const candidate of candidates) {
       world.clock.advance(1);
-      const before = driver.stats();
       await world.coordinator.admit(candidate);
-      const afterStats = driver.stats();
-      const delta = afterStats.bytesWrittenTotal - before.bytesWrittenTotal;
-      if (afterStats.checkpoints !== before.checkpoints) {
-        // The checkpoint wrote the snapshot file (image + trailer); the rest of the delta is the record.
-        const snapshot = fileStoreSizes(directory).snapshotBytes;
-        checkpointBytes += snapshot;
-        journalBytes += delta - snapshot;
-      } else {
-        journalBytes += delta;
-      }
     }
     const io = ioDelta(ioBefore, readProcIo());
     const deviceAfter = deviceBytesWritten(directory);
     const statsAfter = driver.stats();
+    const checkpointBytes =
+      statsAfter.snapshotBytesWrittenTotal - statsBefore.snapshotBytesWrittenTotal;
+    const journalBytes =
+      statsAfter.bytesWrittenTotal - statsBefore.bytesWrittenTotal - checkpointBytes;
     const count = candidates.length;
 
     const explicitBefore = driver.stats();
@@ -190,28 +197,12 @@ async function workflowSteps(config: BytesConfig): Promise<Record<string, unknow
 
     const ioBefore = readProcIo();
     const deviceBefore = deviceBytesWritten(directory);
-    let checkpointBytes = 0;
-    let lastCheckpoints = afterStart.checkpoints;
-    let lastBytes = afterStart.bytesWrittenTotal;
-    let journalBytes = 0;
-    const drive = await driveUntilTerminal(world, config.workflowRuns, config.maxTicks, () => {
-      const stats = driver.stats();
-      const delta = stats.bytesWrittenTotal - lastBytes;
-      if (stats.checkpoints !== lastCheckpoints) {
-        // At most one checkpoint per commit; a tick has several commits, so attribute the snapshot size per checkpoint.
-        const snapshot =
-          fileStoreSizes(directory).snapshotBytes * (stats.checkpoints - lastCheckpoints);
-        checkpointBytes += snapshot;
-        journalBytes += delta - snapshot;
-      } else {
-        journalBytes += delta;
-      }
-      lastCheckpoints = stats.checkpoints;
-      lastBytes = stats.bytesWrittenTotal;
-    });
+    const drive = await driveUntilTerminal(world, config.workflowRuns, config.maxTicks);
     const io = ioDelta(ioBefore, readProcIo());
     const deviceAfter = deviceBytesWritten(directory);
     const end = driver.stats();
+    const checkpointBytes = end.snapshotBytesWrittenTotal - afterStart.snapshotBytesWrittenTotal;
+    const journalBytes = end.bytesWrittenTotal - afterStart.bytesWrittenTotal - checkpointBytes;
     const steps = config.workflowRuns * 4;
     const sizesAtEnd = fileStoreSizes(directory);
     // Fold the journal into the snapshot (after the figures above) to see what the database holds per step.
@@ -301,17 +292,112 @@ async function anatomy(config: BytesConfig): Promise<Record<string, unknown>> {
   }
 }
 
+/** The live database's size (pages × page size), not vacuumed: what a checkpoint exports. */
+async function imageBytes(opened: OpenedStore): Promise<number> {
+  return opened.driver.transaction(async (tx) => {
+    const pages = await tx.query<{ page_count: number }>("PRAGMA page_count");
+    const size = await tx.query<{ page_size: number }>("PRAGMA page_size");
+    return Number(pages[0]?.page_count ?? 0) * Number(size[0]?.page_size ?? 0);
+  });
+}
+
+async function curve(config: BytesConfig): Promise<Record<string, unknown> | null> {
+  const totalRuns = config.curveRuns ?? 0;
+  if (totalRuns <= 0) return null;
+  const batchRuns = Math.max(1, config.curveBatchRuns ?? 250);
+  const opened = await openBenchStore("sqljs-file", {
+    dataRoot: config.dataRoot,
+    ...(config.curveCheckpointJournalBytes === undefined
+      ? {}
+      : { checkpointJournalBytes: config.curveCheckpointJournalBytes }),
+  });
+  try {
+    const { driver, directory } = requireFile(opened);
+    const world = createWorld(opened.store, { profile: config.profile });
+    await applyManifest(world, diamondManifest("bench"));
+    const start = driver.stats();
+    const cycles: Record<string, unknown>[] = [];
+    let cycleStart: { stats: typeof start; steps: number } | null = null;
+    const points: Record<string, unknown>[] = [];
+    let runs = 0;
+    let previous = start;
+    let previousSteps = 0;
+    while (runs < totalRuns) {
+      const batch = Math.min(batchRuns, totalRuns - runs);
+      await startRuns(world, "bench", { kind: "workflow", name: "diamond" }, batch);
+      runs += batch;
+      const drive = await driveUntilTerminal(world, runs, config.maxTicks);
+      if (!drive.finished) throw new Error(`bench: the curve's runs did not finish (${runs})`);
+      // A checkpoint still writing its snapshot counts once it is done.
+      while (driver.stats().checkpointInFlight) await new Promise((r) => setTimeout(r, 20));
+      const stats = driver.stats();
+      const steps = runs * 4;
+      const snapshot = stats.snapshotBytesWrittenTotal - start.snapshotBytesWrittenTotal;
+      const total = stats.bytesWrittenTotal - start.bytesWrittenTotal;
+      const batchSnapshot = stats.snapshotBytesWrittenTotal - previous.snapshotBytesWrittenTotal;
+      const batchTotal = stats.bytesWrittenTotal - previous.bytesWrittenTotal;
+      const batchSteps = steps - previousSteps;
+      points.push({
+        steps,
+        databaseBytes: await imageBytes(opened),
+        snapshotFileBytes: fileStoreSizes(directory).snapshotBytes,
+        checkpoints: stats.checkpoints - start.checkpoints,
+        bytesPerStep: round(total / steps, 1),
+        journalBytesPerStep: round((total - snapshot) / steps, 1),
+        checkpointBytesPerStep: round(snapshot / steps, 1),
+        batchBytesPerStep: round(batchTotal / batchSteps, 1),
+        batchCheckpointBytesPerStep: round(batchSnapshot / batchSteps, 1),
+      });
+      log(
+        `bytes curve: ${steps} steps, ${stats.checkpoints - start.checkpoints} checkpoints, ${round(total / steps, 1)} B per step`,
+      );
+      if (stats.checkpoints !== previous.checkpoints) {
+        if (cycleStart !== null) {
+          const cycleSteps = steps - cycleStart.steps;
+          const cycleSnapshot =
+            stats.snapshotBytesWrittenTotal - cycleStart.stats.snapshotBytesWrittenTotal;
+          const cycleTotal = stats.bytesWrittenTotal - cycleStart.stats.bytesWrittenTotal;
+          cycles.push({
+            fromSteps: cycleStart.steps,
+            toSteps: steps,
+            checkpoints: stats.checkpoints - cycleStart.stats.checkpoints,
+            databaseBytes: points.at(-1)?.databaseBytes ?? null,
+            bytesPerStep: round(cycleTotal / cycleSteps, 1),
+            journalBytesPerStep: round((cycleTotal - cycleSnapshot) / cycleSteps, 1),
+            checkpointBytesPerStep: round(cycleSnapshot / cycleSteps, 1),
+          });
+        }
+        cycleStart = { stats, steps };
+      }
+      previous = stats;
+      previousSteps = steps;
+    }
+    return {
+      profile: config.profile,
+      runs: totalRuns,
+      batchRuns,
+      firstCheckpointJournalBytes: config.curveCheckpointJournalBytes ?? null,
+      cycles,
+      points,
+    };
+  } finally {
+    await opened.close();
+  }
+}
+
 async function main(): Promise<void> {
   const config = readConfig<BytesConfig>();
   const admissionFigures = await admissions(config);
   const stepFigures = await workflowSteps(config);
   const anatomyFigures = await anatomy(config);
+  const curveFigures = await curve(config);
   writeResult({
     bench: "bytes",
     store: "sqljs-file",
     admissions: admissionFigures,
     workflow: stepFigures,
     journalAnatomy: anatomyFigures,
+    curve: curveFigures,
   });
 }
 

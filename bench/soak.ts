@@ -396,7 +396,8 @@ async function measureDay(
   const purgeRangeMs = (now() - rankStartedAt) / 5;
   const db = join(stateDir, "db");
   const snapshot = diskBytes(join(db, "snapshot.sqlite"));
-  const journal = diskBytes(join(db, "journal.log"));
+  // Both journal files: the sealed segment stays beside journal.log while a checkpoint writes its snapshot.
+  const journal = diskBytes(join(db, "journal.log")) + diskBytes(join(db, "journal.sealed.log"));
   const usage = process.memoryUsage();
   const status = readProcStatus();
   return {

@@ -1,3 +1,4 @@
+import { eventId } from "../src/aggregate.ts";
 import { canonicalJson, type JsonValue } from "../src/canonical-json.ts";
 import type { Digest } from "../src/digest.ts";
 import type {
@@ -314,7 +315,8 @@ export function toAttempt(row: AttemptRow): RunAttempt {
 const EVENT_WRITERS = {
   run_id: (event: RunEvent) => event.runId,
   seq: (event: RunEvent) => event.seq,
-  id: (event: RunEvent) => event.id,
+  // NULL for an id derived from the run and sequence (see storedEventId).
+  id: (event: RunEvent) => storedEventId(event),
   type: (event: RunEvent) => event.type,
   at_ms: (event: RunEvent) => event.atMs,
   step_run_id: (event: RunEvent) => event.stepRunId,
@@ -329,11 +331,21 @@ export function eventParams(event: RunEvent): SqlParam[] {
   return paramsOf(EVENT_WRITERS, EVENT_COLUMNS, event);
 }
 
+/**
+ * The id column as stored: NULL for the id derived from the run and sequence (every `evt:`
+ * id), which `toEvent` derives again; any other id as it is (migration 0009).
+ */
+export function storedEventId(event: Pick<RunEvent, "id" | "runId" | "seq">): string | null {
+  return event.id === eventId(event.runId, event.seq) ? null : event.id;
+}
+
 export function toEvent(row: EventRow): RunEvent {
+  const runId = String(row.run_id);
+  const seq = num(row.seq);
   return {
-    id: String(row.id),
-    runId: String(row.run_id),
-    seq: num(row.seq),
+    id: textOrNull(row.id) ?? eventId(runId, seq),
+    runId,
+    seq,
     type: row.type as EventType,
     atMs: num(row.at_ms),
     stepRunId: textOrNull(row.step_run_id),

@@ -41,5 +41,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 8,
     "name": "step_notifications",
     "sql": "-- A workflow step that ends failed or timed out fires its task's notifiers: the outbox takes\n-- step events and names the step.\nALTER TABLE notifications DROP CONSTRAINT notifications_event_check;\nALTER TABLE notifications ADD CONSTRAINT notifications_event_check\n  CHECK (event IN ('run.failed', 'run.timed_out', 'run.lost', 'step.failed', 'step.timed_out'));\nALTER TABLE notifications ADD COLUMN step_name TEXT;\n"
+  },
+  {
+    "version": 9,
+    "name": "derived_event_ids",
+    "sql": "-- Fewer bytes per event. An event whose id is the one derived from its run and sequence (every\n-- `evt:` id) is stored with id NULL; the store derives it again when it reads the row, so the\n-- API answers the same id. Ids that cannot be derived (an admitted attempt's `wte:` event)\n-- are stored and stay unique (a unique constraint ignores NULLs). Rows written before keep\n-- their stored ids.\nALTER TABLE run_events ALTER COLUMN id DROP NOT NULL;\n"
   }
 ];

@@ -168,6 +168,8 @@ export interface SqlJsFileStats {
   readonly journalBytes: number;
   /** Journal and snapshot bytes written since open: the flash wear this driver causes. */
   readonly bytesWrittenTotal: number;
+  /** The part of `bytesWrittenTotal` that snapshots took (the rest is journal records). */
+  readonly snapshotBytesWrittenTotal: number;
   /** Write transactions journaled since open (read-only transactions are not counted). */
   readonly commits: number;
   readonly checkpoints: number;
@@ -259,6 +261,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private lastImageBytes = 0;
   private nextCheckpointJournalBytes: number;
   private bytesWrittenTotal = 0;
+  private snapshotBytesWrittenTotal = 0;
   private commits = 0;
   private checkpoints = 0;
   private reopens = 0;
@@ -331,6 +334,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     return {
       journalBytes: this.journalBytes,
       bytesWrittenTotal: this.bytesWrittenTotal,
+      snapshotBytesWrittenTotal: this.snapshotBytesWrittenTotal,
       commits: this.commits,
       checkpoints: this.checkpoints,
       checkpointInFlight: this.inFlight !== undefined,
@@ -593,6 +597,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
           this.checkpointIo.deflateFrame,
         )) {
           this.bytesWrittenTotal += part.length;
+          this.snapshotBytesWrittenTotal += part.length;
           this.fs.append(fd, part);
         }
         // A failed sync here costs nothing but this attempt: the temporary file is never read,
