@@ -1,5 +1,4 @@
-import { beforeAll, describe, expect, it } from "vitest";
-import type { SqlJsStatic } from "sql.js";
+import { describe, expect, it } from "vitest";
 import { MAX_ADMISSION_PAGE } from "../../src/admission.ts";
 import { RunChange } from "../../src/aggregate.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
@@ -9,10 +8,7 @@ import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
 import { MAX_STORE_PAGE, type Executor, type Store, type StoreTx } from "../../src/ports.ts";
 import { PROFILES, type ProfileName } from "../../src/profiles.ts";
 import type { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
-import { openSqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+
 import {
   diamondManifest,
   SequentialIds,
@@ -22,17 +18,13 @@ import {
 } from "../support/fixtures.ts";
 import { steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
+import { driverNamed, openTestStore } from "../support/drivers.ts";
 
 /**
  * One cadence, one bounded cycle (ADR-0229 §1 and §6, DESIGN.md §4), driven through the
  * coordinator over a fresh in-memory sql.js store per test, with the simulated executor on the
  * test clock standing in for processes.
  */
-
-let SQL: SqlJsStatic;
-beforeAll(async () => {
-  SQL = await loadSqlJs();
-});
 
 interface Rig {
   readonly store: Store;
@@ -44,7 +36,7 @@ interface Rig {
 
 async function rig(): Promise<Rig> {
   const clock = new TestClock(T0);
-  const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
+  const store = await openTestStore(driverNamed("sqljs-memory"), T0 - 1);
   const ids = new SequentialIds("run");
   const executor = steadyExecutor(clock, 7);
   return {
