@@ -21,7 +21,7 @@ import {
   task,
   TestClock,
 } from "../support/fixtures.ts";
-import { dumpTables } from "../support/store-dump.ts";
+import { dumpTables, runRows } from "../support/store-dump.ts";
 
 /**
  * The lease protocol contract (ADR-0227 §4–§6, DESIGN.md §3 "Lease"), run on every store.
@@ -175,13 +175,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
 
     /** One run's rows and events: for checks across a tick, which may touch other tests' runs. */
     function snapshot(runId: string): Promise<unknown> {
-      return store.transaction(async (tx) => ({
-        run: await tx.getRun(runId),
-        steps: await tx.getSteps(runId),
-        attempts: await tx.getAttempts(runId),
-        events: await tx.listEvents(runId, 0, 500),
-        mutations: await tx.listMutations(runId),
-      }));
+      return runRows(store, runId);
     }
 
     async function claimOne(workerId: string, pool: string): Promise<Lease> {
