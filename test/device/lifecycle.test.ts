@@ -22,7 +22,7 @@ import {
   readReceipt,
 } from "../support/state-files.ts";
 import { startServe } from "../support/serve-child.ts";
-import { attemptsOf, stepNamed } from "../support/api-client.ts";
+import { attemptsOf, expectCancelledWhileFirstRan, stepNamed } from "../support/api-client.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
 import { workflowStart } from "../support/fixtures.ts";
 
@@ -245,18 +245,7 @@ describe("device lifecycle (real processes)", () => {
       await waitUntilGone(attempt.pid);
       const detail = await api.waitTerminal(created.id);
 
-      expect(detail.run.status).toBe("cancelled");
-      expect(detail.steps.map((step) => [step.name, step.status])).toEqual([
-        ["a", "cancelled"],
-        ["b", "cancelled"],
-      ]);
-      expect(detail.attempts).toHaveLength(1);
-      expect(detail.attempts[0]).toMatchObject({
-        id: attempt.id,
-        status: "cancelled",
-        stopReason: "cancel",
-        pid: attempt.pid,
-      });
+      expectCancelledWhileFirstRan(detail, { id: attempt.id, pid: attempt.pid });
       // The process was stopped by signal (SIGTERM to its group), and the receipt says so.
       const receipt = await readReceipt(dir.stateDir, attempt.id);
       expect(receipt?.stopReason).toBe("cancel");

@@ -17,6 +17,7 @@ import {
   errorOf,
   type CallOptions,
   type RunView,
+  WORKER_ROUTES,
 } from "./support.ts";
 
 const RUNS = Number(process.env.QLR_FUZZ_RUNS ?? "200");
@@ -247,14 +248,6 @@ function readRequests(finishedRunId: () => string): fc.Arbitrary<Request> {
       .map(([method, parts]) => ({ method, path: `/zz/${parts.join("/")}`, options: {} })),
   );
 }
-
-const WORKER_ROUTES = [
-  "/worker/claim",
-  "/worker/start",
-  "/worker/heartbeat",
-  "/worker/complete",
-  "/worker/lost",
-] as const;
 
 function workerRequests(attemptIds: () => readonly string[]): fc.Arbitrary<Request> {
   const fenceLike = fc.record({

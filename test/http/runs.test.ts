@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RUN_STATUSES } from "../../src/model.ts";
 import { cancelRun } from "../../src/operations.ts";
+import { expectCancelledWhileFirstRan } from "../support/api-client.ts";
 import {
   ATTEMPT_VIEW_KEYS,
   DEFAULT_TASK_MS,
@@ -61,14 +62,17 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
     expect(applied).toMatchObject({ package: name, generation: 1, changed: true });
     expect(applied.digest).toMatch(DIGEST);
 
-    const again = await h.applyYaml(diamondYaml(name));
-    expect(again.status).toBe(200);
-    expect(again.json()).toEqual({
-      package: name,
-      generation: 1,
-      digest: applied.digest,
-      changed: false,
-    });
+    /** An apply of what the head already holds: 200, the same generation and digest, nothing changed. */
+    const expectUnchanged = (answer: { status: number; json(): unknown }): void => {
+      expect(answer.status).toBe(200);
+      expect(answer.json()).toEqual({
+        package: name,
+        generation: 1,
+        digest: applied.digest,
+        changed: false,
+      });
+    };
+    expectUnchanged(await h.applyYaml(diamondYaml(name)));
 
     // The same package written as JSON (keys in another order, needs reversed) has the same canonical digest.
     const sameAsJson = {
@@ -85,14 +89,7 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
       tasks: { work: { timeout: 30_000, run: ["sim", "ok"] } },
       package: name,
     };
-    const unchangedJson = await h.call("POST", "/packages", { json: sameAsJson });
-    expect(unchangedJson.status).toBe(200);
-    expect(unchangedJson.json()).toEqual({
-      package: name,
-      generation: 1,
-      digest: applied.digest,
-      changed: false,
-    });
+    expectUnchanged(await h.call("POST", "/packages", { json: sameAsJson }));
 
     // A changed manifest makes a new generation.
     const changed = await h.call("POST", "/packages", {
@@ -403,19 +400,7 @@ workflows:
 
     h.clock.advance(TICK_STEP_MS);
     const detail = await h.runUntil(run.id, ["cancelled", "succeeded", "failed"], 10);
-    expect(detail.run.status).toBe("cancelled");
-    expect(detail.steps.map((step) => [step.name, step.status])).toEqual([
-      ["a", "cancelled"],
-      ["b", "cancelled"],
-    ]);
-    expect(detail.attempts).toHaveLength(1);
-    expect(detail.attempts[0]).toMatchObject({
-      id: attempt.id,
-      status: "cancelled",
-      stopReason: "cancel",
-      signal: "SIGTERM",
-      exitCode: null,
-    });
+    expectCancelledWhileFirstRan(detail, { id: attempt.id, signal: "SIGTERM", exitCode: null });
     expect(detail.attempts[0]?.finishedAtMs).toBeLessThan((attempt.startedAtMs ?? 0) + 600_000);
 
     const events = await h.events(run.id);

@@ -17,6 +17,15 @@ import {
 
 const HOUR_MS = 3_600_000;
 const MINUTE_MS = 60_000;
+/** A task whose simulated run takes 100 ms and succeeds. */
+/** Two schedules of the quick task on one cron: `skipper` skips missed slots, `catcher` fires once. */
+function skipperAndCatcher(cron: string): string {
+  return `  skipper: { cron: "${cron}", task: quick, missed: skip }
+  catcher: { cron: "${cron}", task: quick, missed: fire_once }
+`;
+}
+
+const QUICK_TASK = 'tasks:\n  quick: { run: [sim, ok, "100"] }\n';
 
 describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
   let h: Harness;
@@ -45,6 +54,14 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
     throw new Error("tickThrough did not reach its end");
   }
 
+  /** Aligns the clock on the hour, then applies `tasks` with `schedules`; returns when it applied. */
+  async function applyScheduled(name: string, tasks: string, schedules: string): Promise<number> {
+    const appliedAtMs = h.alignClock(HOUR_MS);
+    const applied = await h.applyYaml(yamlManifest(name, `${tasks}schedules:\n${schedules}`));
+    expect(applied.status).toBe(201);
+    return appliedAtMs;
+  }
+
   /** Re-applies the package without schedules, so later ticks in this file stay quiet. */
   async function removeSchedules(name: string, tasks: string): Promise<void> {
     expect((await h.applyYaml(yamlManifest(name, tasks))).status).toBe(201);
@@ -53,18 +70,12 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
 
   it("a */10 seconds schedule fires exactly on its slots", async () => {
     const name = "every-ten";
-    const tasks = 'tasks:\n  quick: { run: [sim, ok, "100"] }\n';
-    const appliedAtMs = h.alignClock(HOUR_MS);
-    expect(
-      (
-        await h.applyYaml(
-          yamlManifest(
-            name,
-            `${tasks}schedules:\n  tick10: { cron: "*/10 * * * * *", task: quick }\n`,
-          ),
-        )
-      ).status,
-    ).toBe(201);
+    const tasks = QUICK_TASK;
+    const appliedAtMs = await applyScheduled(
+      name,
+      tasks,
+      '  tick10: { cron: "*/10 * * * * *", task: quick }\n',
+    );
     expect((await schedulesOf(name)).tick10).toEqual({
       name: "tick10",
       cron: "*/10 * * * * *",
@@ -106,13 +117,8 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
 
   it("after an hour of downtime a */10 seconds schedule fires once for the current slot, whatever its missed policy; the 359 missed slots fire nothing", async () => {
     const name = "downtime-ten";
-    const tasks = 'tasks:\n  quick: { run: [sim, ok, "100"] }\n';
-    const appliedAtMs = h.alignClock(HOUR_MS);
-    const schedules = `schedules:
-  skipper: { cron: "*/10 * * * * *", task: quick, missed: skip }
-  catcher: { cron: "*/10 * * * * *", task: quick, missed: fire_once }
-`;
-    expect((await h.applyYaml(yamlManifest(name, tasks + schedules))).status).toBe(201);
+    const tasks = QUICK_TASK;
+    const appliedAtMs = await applyScheduled(name, tasks, skipperAndCatcher("*/10 * * * * *"));
     await h.tick();
 
     // Down for an hour: no ticks. The slot at +1 h is 5 s old when the runtime is back: on time.
@@ -142,13 +148,8 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
 
   it("after an hour of downtime past the grace, missed: skip fires nothing and missed: fire_once fires exactly once", async () => {
     const name = "downtime-ten-min";
-    const tasks = 'tasks:\n  quick: { run: [sim, ok, "100"] }\n';
-    const appliedAtMs = h.alignClock(HOUR_MS);
-    const schedules = `schedules:
-  skipper: { cron: "*/10 * * * *", task: quick, missed: skip }
-  catcher: { cron: "*/10 * * * *", task: quick, missed: fire_once }
-`;
-    expect((await h.applyYaml(yamlManifest(name, tasks + schedules))).status).toBe(201);
+    const tasks = QUICK_TASK;
+    const appliedAtMs = await applyScheduled(name, tasks, skipperAndCatcher("*/10 * * * *"));
     await h.tick();
     expect((await schedulesOf(name)).skipper?.nextFireAtMs).toBe(appliedAtMs + 10 * MINUTE_MS);
 
@@ -197,17 +198,11 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
   it("overlap: skip starts no second run while the previous one is live, and counts the skips", async () => {
     const name = "overlap";
     const tasks = 'tasks:\n  long: { run: [sim, ok, "25000"] }\n';
-    const appliedAtMs = h.alignClock(HOUR_MS);
-    expect(
-      (
-        await h.applyYaml(
-          yamlManifest(
-            name,
-            `${tasks}schedules:\n  busy: { cron: "*/10 * * * * *", task: long, overlap: skip }\n`,
-          ),
-        )
-      ).status,
-    ).toBe(201);
+    const appliedAtMs = await applyScheduled(
+      name,
+      tasks,
+      '  busy: { cron: "*/10 * * * * *", task: long, overlap: skip }\n',
+    );
 
     await tickThrough(appliedAtMs + 10_000);
     const [first] = await h.runsOf(name);

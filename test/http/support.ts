@@ -120,6 +120,15 @@ export const ATTEMPT_VIEW_KEYS = [
 ];
 export const EVENT_VIEW_KEYS = ["atMs", "attemptId", "data", "seq", "stepRunId", "type"];
 
+/** Every route of the worker API (bearer worker token, JSON bodies). */
+export const WORKER_ROUTES = [
+  "/worker/claim",
+  "/worker/start",
+  "/worker/heartbeat",
+  "/worker/complete",
+  "/worker/lost",
+] as const;
+
 export interface CallOptions {
   /** A value sent as JSON with `content-type: application/json`. */
   readonly json?: unknown;

@@ -43,8 +43,8 @@ afterAll(async () => {
   await scratch.cleanup();
 });
 
-/** Writes zeros until the file system answers ENOSPC; returns the filler's path. */
-async function fillDisk(name: string): Promise<string> {
+/** Writes zeros until the file system answers ENOSPC; returns what frees the space again. */
+async function fillDisk(name: string): Promise<() => Promise<void>> {
   const path = join(mountPoint, name);
   const handle = await open(path, "w");
   const block = Buffer.alloc(64 * 1024);
@@ -66,7 +66,10 @@ async function fillDisk(name: string): Promise<string> {
   } finally {
     await tail.close();
   }
-  return path;
+  return async () => {
+    await rm(path);
+    await rm(`${path}.tail`);
+  };
 }
 
 describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", () => {
@@ -81,7 +84,7 @@ describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", 
       const gate = join(scratch.dir, "gate-receipt");
       const spec = shellSpec(`while [ ! -e ${gate} ]; do sleep 0.05; done; echo finished`);
       const handle = await launcher.launch(spec);
-      const filler = await fillDisk("filler-receipt");
+      const freeDisk = await fillDisk("filler-receipt");
       await open(gate, "w").then((file) => file.close());
       await waitFor("the task to end", async () =>
         (await launcher.inspect(handle)).state === "not_running" ? true : null,
@@ -89,8 +92,7 @@ describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", 
       // The task is over, but its receipt cannot land: the supervisor keeps it pending.
       expect(await launcher.readReceipt(spec.attemptId)).toEqual({ status: "none" });
       expect(await launcher.supervision(spec.attemptId)).toBe("live");
-      await rm(filler);
-      await rm(`${filler}.tail`);
+      await freeDisk();
       const reading = await waitForReceipt(launcher, spec.attemptId, 30_000);
       expect(reading.status === "valid" && reading.receipt).toMatchObject({
         attemptId: spec.attemptId,
@@ -111,7 +113,7 @@ describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", 
       const { launcher } = await newLauncherWithSupervisor(scratch, {
         stateDir: join(mountPoint, "state-journal"),
       });
-      const filler = await fillDisk("filler-journal");
+      const freeDisk = await fillDisk("filler-journal");
       const marker = join(scratch.dir, "ran-journal");
       const spec = shellSpec(`touch ${marker}`);
       await expect(launcher.launch(spec)).rejects.toSatisfy(
@@ -121,8 +123,7 @@ describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", 
       );
       expect(await launcher.readJournal(spec.attemptId)).toBeNull();
       expect(existsSync(marker)).toBe(false);
-      await rm(filler);
-      await rm(`${filler}.tail`);
+      await freeDisk();
       launcher.close();
     },
   );

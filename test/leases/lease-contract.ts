@@ -1,13 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RunChange } from "../../src/aggregate.ts";
 import { Coordinator, type TickReport } from "../../src/coordinator.ts";
-import type { CompletionFacts } from "../../src/execution.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { LeaseService, type Lease } from "../../src/lease-service.ts";
 import { leaseSecretDigest, WORKER_CLOCK_SKEW_MAX_MS, type LeaseFence } from "../../src/leases.ts";
 import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
 import type { ProcessHandleFacts, Run, RunAttempt, RunEvent, StepRun } from "../../src/model.ts";
-import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
+import { cancelRun } from "../../src/operations.ts";
 import { PROFILES } from "../../src/profiles.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
@@ -15,14 +14,14 @@ import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import type { DriverFactory } from "../support/drivers.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import {
+  applyAndStart,
+  exitFacts,
   SequentialIds,
   SequentialSecrets,
   task,
-  taskStart,
   TestClock,
-  workflowStart,
 } from "../support/fixtures.ts";
-import { dumpTables } from "../support/store-dump.ts";
+import { dumpTables, runRows } from "../support/store-dump.ts";
 
 /**
  * The lease protocol contract (ADR-0227 §4–§6, DESIGN.md §3 "Lease"), run on every store.
@@ -63,22 +62,6 @@ function remoteManifest(
       },
     ],
     schedules: [],
-  };
-}
-
-function completion(
-  startedAtMs: number,
-  finishedAtMs: number,
-  overrides: Partial<CompletionFacts> = {},
-): CompletionFacts {
-  return {
-    startedAtMs,
-    finishedAtMs,
-    exitCode: 0,
-    signal: null,
-    stopReason: null,
-    spawnError: null,
-    ...overrides,
   };
 }
 
@@ -149,17 +132,11 @@ export function describeLeaseContract(factory: DriverFactory): void {
       return report;
     }
 
-    async function startWorkflow(manifest: Manifest): Promise<string> {
-      return store.transaction(async (tx) => {
-        const nowMs = await tx.observe(clock.nowMs());
-        await applyPackage(tx, manifest, nowMs);
-        const { run } = await startRun(
-          tx,
-          workflowStart(manifest.package, "flow", ids.runId()),
-          nowMs,
-        );
-        return run.id;
-      });
+    /** The one task of the ordinary (workflow-less) runs below. */
+    const job = { kind: "task", name: "job" } as const;
+
+    function startWorkflow(manifest: Manifest): Promise<string> {
+      return applyAndStart(store, clock, manifest, { kind: "workflow", name: "flow" }, ids.runId());
     }
 
     /** A one-step (`a`) remote workflow, ticked until its attempt is admitted `claimed`. */
@@ -198,13 +175,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
 
     /** One run's rows and events: for checks across a tick, which may touch other tests' runs. */
     function snapshot(runId: string): Promise<unknown> {
-      return store.transaction(async (tx) => ({
-        run: await tx.getRun(runId),
-        steps: await tx.getSteps(runId),
-        attempts: await tx.getAttempts(runId),
-        events: await tx.listEvents(runId, 0, 500),
-        mutations: await tx.listMutations(runId),
-      }));
+      return runRows(store, runId);
     }
 
     async function claimOne(workerId: string, pool: string): Promise<Lease> {
@@ -407,7 +378,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
         await leases.complete(
           next.id,
           fenceOf(again, "worker-2"),
-          completion(startedAtMs, clock.nowMs()),
+          exitFacts(startedAtMs, clock.nowMs()),
         ),
       ).toEqual({ status: "succeeded", replayed: false });
       await tick();
@@ -461,7 +432,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
 
         // The worker comes back with its fence and reports the outcome.
         expect(
-          await leases.complete(attempt.id, fence, completion(startedAtMs, clock.nowMs())),
+          await leases.complete(attempt.id, fence, exitFacts(startedAtMs, clock.nowMs())),
         ).toEqual({ status: "succeeded", replayed: false });
         const done = await attemptOf(attempt.id);
         expect(done).toMatchObject({ status: "succeeded", exitCode: 0, error: null });
@@ -548,7 +519,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       const answer = await leases.complete(
         attempt.id,
         fence,
-        completion(startedAtMs, startedAtMs + timeoutMs - 1),
+        exitFacts(startedAtMs, startedAtMs + timeoutMs - 1),
       );
       expect(answer).toEqual({ status: "timed_out", replayed: false });
       expect(await attemptOf(attempt.id)).toMatchObject({
@@ -630,9 +601,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
           ).toBe("conflict");
           expect(await codeOf(leases.heartbeat(attempt.id, fence))).toBe("conflict");
           expect(
-            await codeOf(
-              leases.complete(attempt.id, fence, completion(startedAtMs, clock.nowMs())),
-            ),
+            await codeOf(leases.complete(attempt.id, fence, exitFacts(startedAtMs, clock.nowMs()))),
           ).toBe("conflict");
           expect(await codeOf(leases.lost(attempt.id, fence, "gone"))).toBe("conflict");
         }
@@ -646,7 +615,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       clock.advance(10);
       await probe();
       expect(
-        await leases.complete(attempt.id, fence, completion(startedAtMs, clock.nowMs())),
+        await leases.complete(attempt.id, fence, exitFacts(startedAtMs, clock.nowMs())),
       ).toEqual({ status: "succeeded", replayed: false });
       await probe();
       // An unknown attempt is not found, also with nothing written.
@@ -705,12 +674,12 @@ export function describeLeaseContract(factory: DriverFactory): void {
             leases.complete(
               attempt.id,
               fence,
-              completion(claimedAtMs - WORKER_CLOCK_SKEW_MAX_MS - 1, nowMs),
+              exitFacts(claimedAtMs - WORKER_CLOCK_SKEW_MAX_MS - 1, nowMs),
             ),
           path: "startedAtMs",
         },
         {
-          call: () => leases.complete(attempt.id, fence, completion(nowMs, nowMs - 1)),
+          call: () => leases.complete(attempt.id, fence, exitFacts(nowMs, nowMs - 1)),
           path: "finishedAtMs",
         },
         {
@@ -718,7 +687,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
             leases.complete(
               attempt.id,
               fence,
-              completion(nowMs, nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1),
+              exitFacts(nowMs, nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1),
             ),
           path: "finishedAtMs",
         },
@@ -727,10 +696,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
             leases.complete(
               attempt.id,
               fence,
-              completion(
-                nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1,
-                nowMs + WORKER_CLOCK_SKEW_MAX_MS + 2,
-              ),
+              exitFacts(nowMs + WORKER_CLOCK_SKEW_MAX_MS + 1, nowMs + WORKER_CLOCK_SKEW_MAX_MS + 2),
             ),
           path: "startedAtMs",
         },
@@ -747,7 +713,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
         await leases.complete(
           attempt.id,
           fence,
-          completion(claimedAtMs - 5, nowMs + WORKER_CLOCK_SKEW_MAX_MS),
+          exitFacts(claimedAtMs - 5, nowMs + WORKER_CLOCK_SKEW_MAX_MS),
         ),
       ).toEqual({ status: "succeeded", replayed: false });
     });
@@ -760,7 +726,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       const startedAtMs = clock.nowMs();
       await leases.start(attempt.id, fence, "running", handleAt(startedAtMs));
       clock.advance(50);
-      const facts = completion(startedAtMs, clock.nowMs(), { exitCode: 3 });
+      const facts = exitFacts(startedAtMs, clock.nowMs(), 3);
       expect(await leases.complete(attempt.id, fence, facts)).toEqual({
         status: "failed",
         replayed: false,
@@ -791,7 +757,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       const startedAtMs = clock.nowMs();
       await leases.start(attempt.id, fence, "running", handleAt(startedAtMs));
       clock.advance(50);
-      const facts = completion(startedAtMs, clock.nowMs());
+      const facts = exitFacts(startedAtMs, clock.nowMs());
       lossy.arm();
       await expect(leases.complete(attempt.id, fence, facts)).rejects.toThrow(
         /lost commit response/,
@@ -969,13 +935,8 @@ export function describeLeaseContract(factory: DriverFactory): void {
         workflows: [],
         schedules: [],
       };
-      const runId = await store.transaction(async (tx) => {
-        const nowMs = await tx.observe(clock.nowMs());
-        await applyPackage(tx, manifest, nowMs);
-        const { run } = await startRun(tx, taskStart("ordinary", "job", ids.runId()), nowMs);
-        expect(run.status).toBe("queued");
-        return run.id;
-      });
+      const runId = await applyAndStart(store, clock, manifest, job, ids.runId());
+      expect((await runOf(runId)).status).toBe("queued");
       await tick();
       expect((await runOf(runId)).status).toBe("dispatching");
       const lease = await claimOne("worker-1", "pool-ordinary");
@@ -990,7 +951,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
       expect(await leases.heartbeat(lease.attemptId, fence)).toMatchObject({ action: "continue" });
       clock.advance(1_000);
       expect(
-        await leases.complete(lease.attemptId, fence, completion(startedAtMs, clock.nowMs())),
+        await leases.complete(lease.attemptId, fence, exitFacts(startedAtMs, clock.nowMs())),
       ).toEqual({ status: "succeeded", replayed: false });
       const run = await runOf(runId);
       expect(run.status).toBe("succeeded");
@@ -1012,11 +973,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
         workflows: [],
         schedules: [],
       };
-      const runId = await store.transaction(async (tx) => {
-        const nowMs = await tx.observe(clock.nowMs());
-        await applyPackage(tx, manifest, nowMs);
-        return (await startRun(tx, taskStart("ordinary-exp", "job", ids.runId()), nowMs)).run.id;
-      });
+      const runId = await applyAndStart(store, clock, manifest, job, ids.runId());
       await tick();
       const lease = await claimOne("worker-1", "pool-ordinary-exp");
       clock.advance(TTL_MS);
@@ -1063,11 +1020,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
         leaseExpiresAtMs: clock.nowMs() + TTL_MS,
       });
       clock.advance(100);
-      const stopped = completion(startedAtMs, clock.nowMs(), {
-        exitCode: null,
-        signal: "SIGTERM",
-        stopReason: reason,
-      });
+      const stopped = exitFacts(startedAtMs, clock.nowMs(), null, { stopReason: reason });
       expect(await leases.complete(lease.attemptId, fence, stopped)).toEqual({
         status: "cancelled",
         replayed: false,

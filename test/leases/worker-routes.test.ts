@@ -11,6 +11,7 @@ import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
 import { SequentialIds, SequentialSecrets, TestClock } from "../support/fixtures.ts";
 import { dumpTables } from "../support/store-dump.ts";
+import { WORKER_ROUTES } from "../http/support.ts";
 
 /**
  * The `/worker/*` routes through `app.request()` on sql.js: bad input is `400 invalid_request`
@@ -20,13 +21,6 @@ import { dumpTables } from "../support/store-dump.ts";
 
 const TOKEN = "worker-routes-test-token";
 const TTL_MS = 10_000;
-const ROUTES = [
-  "/worker/claim",
-  "/worker/start",
-  "/worker/heartbeat",
-  "/worker/complete",
-  "/worker/lost",
-] as const;
 
 interface Answer {
   readonly status: number;
@@ -180,7 +174,7 @@ function validBodies(fence: {
   workerId: string;
   leaseVersion: number;
   leaseSecret: string;
-}): Record<(typeof ROUTES)[number], Record<string, unknown>> {
+}): Record<(typeof WORKER_ROUTES)[number], Record<string, unknown>> {
   const nowMs = clock.nowMs();
   return {
     "/worker/claim": { workerId: fence.workerId, pool: "pool-bad", capacity: 1 },
@@ -239,7 +233,7 @@ describe("worker routes", () => {
 
   it("malformed JSON is 400 invalid_request on every route, with nothing written", async () => {
     const before = await dump();
-    for (const route of ROUTES) {
+    for (const route of WORKER_ROUTES) {
       for (const body of [
         "",
         "{",
@@ -260,7 +254,7 @@ describe("worker routes", () => {
   it("bodies that are not objects, unknown fields and missing fields are 400 invalid_request naming the path, with nothing written", async () => {
     const before = await dump();
     const bodies = validBodies(fence);
-    for (const route of ROUTES) {
+    for (const route of WORKER_ROUTES) {
       const valid = bodies[route];
       for (const json of [null, 42, "text", [], [valid], true]) {
         const answer = await call(route, { json });
@@ -302,7 +296,7 @@ describe("worker routes", () => {
   it("non-portable ids are 400 invalid_request on every route, with nothing written", async () => {
     const before = await dump();
     const bodies = validBodies(fence);
-    for (const route of ROUTES) {
+    for (const route of WORKER_ROUTES) {
       const valid = bodies[route];
       const idFields = Object.keys(valid).filter(
         (key) => key === "attemptId" || key === "workerId" || key === "pool",
@@ -322,7 +316,7 @@ describe("worker routes", () => {
   it("wrong types and out-of-range values are 400 invalid_request, with nothing written", async () => {
     const before = await dump();
     const bodies = validBodies(fence);
-    const wrong: Record<(typeof ROUTES)[number], Record<string, unknown[]>> = {
+    const wrong: Record<(typeof WORKER_ROUTES)[number], Record<string, unknown[]>> = {
       "/worker/claim": {
         workerId: [1, null, ["w"]],
         pool: [7, null, {}],
@@ -364,7 +358,7 @@ describe("worker routes", () => {
       },
       "/worker/lost": { leaseVersion: [null], reason: ["", null, 7, "x".repeat(513)] },
     };
-    for (const route of ROUTES) {
+    for (const route of WORKER_ROUTES) {
       for (const [field, values] of Object.entries(wrong[route])) {
         for (const value of values) {
           const answer = await call(route, { json: { ...bodies[route], [field]: value } });
@@ -388,7 +382,7 @@ describe("worker routes", () => {
   it("no token, a wrong token or another scheme is 401 on every route, with nothing written", async () => {
     const before = await dump();
     const bodies = validBodies(fence);
-    for (const route of ROUTES) {
+    for (const route of WORKER_ROUTES) {
       for (const authorization of [
         null,
         "",
@@ -624,7 +618,7 @@ describe("worker routes", () => {
   });
 
   it("only POST is routed", async () => {
-    for (const route of ROUTES) {
+    for (const route of WORKER_ROUTES) {
       const answer = await call(route, { method: "GET" });
       expect(answer.status, route).toBe(404);
     }

@@ -3,7 +3,7 @@ import { Coordinator } from "../../src/coordinator.ts";
 import { LeaseService } from "../../src/lease-service.ts";
 import { isQlrError } from "../../src/errors.ts";
 import type { RunAttempt } from "../../src/model.ts";
-import { applyPackage, startRun } from "../../src/operations.ts";
+import { applyPackage } from "../../src/operations.ts";
 import { COORDINATOR_LEASE_MS, type NodeIdentity } from "../../src/ownership.ts";
 import type { Clock } from "../../src/ports.ts";
 import { PROFILES } from "../../src/profiles.ts";
@@ -13,7 +13,7 @@ import { uuidv7Ids } from "../../runtimes/shared/uuidv7.ts";
 import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import { openPostgresStore } from "../../storage/postgres/store.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
-import { diamondManifest, SequentialSecrets, task } from "../support/fixtures.ts";
+import { applyAndStart, diamondManifest, SequentialSecrets, task } from "../support/fixtures.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -86,46 +86,89 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     });
   }
 
-  async function startDiamond(
+  function startDiamond(
     packageName: string,
     clock: Clock,
     executor: "local_process" | "remote_worker" = "local_process",
   ): Promise<string> {
-    return store.transaction(async (tx) => {
-      const nowMs = await tx.observe(clock.nowMs());
-      await applyPackage(
-        tx,
-        diamondManifest(packageName, {
-          tasks: [
-            task("work", ["true"], {
-              timeoutMs: 600_000,
-              ...(executor === "remote_worker" ? { executor, pool: "claims" } : {}),
-            }),
-          ],
-        }),
-        nowMs,
-      );
-      const { run } = await startRun(
-        tx,
-        {
-          package: packageName,
-          target: { kind: "workflow", name: "diamond" },
-          idempotencyKey: null,
-          scheduleName: null,
-          runId: uuidv7Ids.runId(),
-        },
-        nowMs,
-      );
-      return run.id;
-    });
+    return applyAndStart(
+      store,
+      clock,
+      diamondManifest(packageName, {
+        tasks: [
+          task("work", ["true"], {
+            timeoutMs: 600_000,
+            ...(executor === "remote_worker" ? { executor, pool: "claims" } : {}),
+          }),
+        ],
+      }),
+      { kind: "workflow", name: "diamond" },
+      uuidv7Ids.runId(),
+    );
   }
 
   async function attemptsOf(runId: string): Promise<RunAttempt[]> {
     return store.transaction((tx) => tx.getAttempts(runId));
   }
 
+  async function attemptById(
+    runId: string,
+    attemptId: string | undefined,
+  ): Promise<RunAttempt | undefined> {
+    return (await attemptsOf(runId)).find((attempt) => attempt.id === attemptId);
+  }
+
   async function runStatus(runId: string): Promise<string | undefined> {
     return store.transaction(async (tx) => (await tx.getRun(runId))?.status);
+  }
+
+  /** Recovers `on` and ticks it until the run's first attempt reaches `status`; returns that attempt. */
+  async function firstAttemptIn(
+    on: Coordinator,
+    runId: string,
+    status: RunAttempt["status"],
+  ): Promise<RunAttempt> {
+    await on.recover();
+    return waitFor(
+      `the first step's attempt is ${status}`,
+      async () => {
+        await on.tick();
+        return (await attemptsOf(runId)).find((attempt) => attempt.status === status);
+      },
+      30_000,
+    );
+  }
+
+  /** Ticks every one of `nodes` in turn, each round after `beforeRound`, until the run succeeds. */
+  async function tickUntilSucceeded(
+    runId: string,
+    nodes: readonly Coordinator[],
+    beforeRound: () => Promise<unknown> = () => Promise.resolve(),
+  ): Promise<void> {
+    await waitFor(
+      `run ${runId} succeeds`,
+      async () => {
+        await beforeRound();
+        for (const node of nodes) await node.tick();
+        return (await runStatus(runId)) === "succeeded";
+      },
+      60_000,
+    );
+  }
+
+  /** Every step of the diamond succeeded, each with one attempt. */
+  function expectFourSucceeded(attempts: readonly RunAttempt[]): void {
+    expect(attempts.map((attempt) => attempt.status)).toEqual([
+      "succeeded",
+      "succeeded",
+      "succeeded",
+      "succeeded",
+    ]);
+  }
+
+  async function failedClosedEvents(runId: string): Promise<number> {
+    const events = await store.transaction((tx) => tx.listEvents(runId, 0, 500));
+    return events.filter((event) => event.type === "attempt.recovery_failed_closed").length;
   }
 
   function spawnsOf(hosts: readonly Host[], attemptIds: readonly string[]): number {
@@ -162,12 +205,7 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     const after = Date.now();
     expect(regressions).toEqual([]);
     const attempts = await attemptsOf(runId);
-    expect(attempts.map((attempt) => attempt.status)).toEqual([
-      "succeeded",
-      "succeeded",
-      "succeeded",
-      "succeeded",
-    ]);
+    expectFourSucceeded(attempts);
     expect(attempts.some((attempt) => attempt.ownerNodeId === behind.node.nodeId)).toBe(true);
     for (const attempt of attempts) {
       expect(attempt.startedAtMs).toBeGreaterThanOrEqual(before - 1_000);
@@ -229,27 +267,17 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
       if (crash && point === "dispatch.after_starting")
         throw new Error("crashed between starting and spawn");
     });
-    await a.recover();
-    await waitFor(
-      "the first step's attempt is starting",
-      async () => {
-        await a.tick();
-        return (await attemptsOf(runId)).some((attempt) => attempt.status === "starting");
-      },
-      30_000,
-    );
-    const [starting] = (await attemptsOf(runId)).filter((attempt) => attempt.status === "starting");
-    expect(starting?.ownerNodeId).toBe(first.node.nodeId);
+    const starting = await firstAttemptIn(a, runId, "starting");
+    expect(starting.ownerNodeId).toBe(first.node.nodeId);
 
     const b = coordinator(second);
     const recovered = await b.recover();
-    expect(recovered.map((entry) => entry.attemptId)).not.toContain(starting?.id);
+    expect(recovered.map((entry) => entry.attemptId)).not.toContain(starting.id);
     for (let round = 0; round < 3; round += 1) await b.tick();
-    const untouched = (await attemptsOf(runId)).find((attempt) => attempt.id === starting?.id);
-    expect(untouched).toMatchObject({
+    expect(await attemptById(runId, starting.id)).toMatchObject({
       status: "starting",
       ownerNodeId: first.node.nodeId,
-      version: starting?.version,
+      version: starting.version,
     });
     expect(second.executor.spawnCounts.size).toBe(0);
 
@@ -258,18 +286,10 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     crash = false;
     const again = coordinator(first);
     const decisions = await again.recover();
-    expect(decisions.find((entry) => entry.attemptId === starting?.id)?.decision).toBe(
+    expect(decisions.find((entry) => entry.attemptId === starting.id)?.decision).toBe(
       "lost_new_epoch",
     );
-    await waitFor(
-      "the run finishes",
-      async () => {
-        await again.tick();
-        await b.tick();
-        return (await runStatus(runId)) === "succeeded";
-      },
-      60_000,
-    );
+    await tickUntilSucceeded(runId, [again, b]);
     const attempts = await attemptsOf(runId);
     const spawned = attempts.filter((attempt) => attempt.status === "succeeded");
     expect(spawned).toHaveLength(4);
@@ -280,7 +300,7 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
         spawned.map((attempt) => attempt.id),
       ),
     ).toBe(4);
-    expect(spawnsOf([first, second], [starting?.id ?? ""])).toBe(0);
+    expect(spawnsOf([first, second], [starting.id])).toBe(0);
   });
 
   it("a coordinator started while another's attempt runs does not fail the run: the owner completes it", async () => {
@@ -288,39 +308,20 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     const second = host("bystander", -1_500);
     const runId = await startDiamond("running-elsewhere", first.clock);
     const a = coordinator(first);
-    await a.recover();
-    await waitFor(
-      "the first step runs",
-      async () => {
-        await a.tick();
-        return (await attemptsOf(runId)).some((attempt) => attempt.status === "running");
-      },
-      30_000,
-    );
-    const [running] = (await attemptsOf(runId)).filter((attempt) => attempt.status === "running");
+    const running = await firstAttemptIn(a, runId, "running");
 
     const b = coordinator(second);
     const recovered = await b.recover();
-    expect(recovered.map((entry) => entry.attemptId)).not.toContain(running?.id);
+    expect(recovered.map((entry) => entry.attemptId)).not.toContain(running.id);
     await b.tick();
-    expect((await attemptsOf(runId)).find((attempt) => attempt.id === running?.id)).toMatchObject({
+    expect(await attemptById(runId, running.id)).toMatchObject({
       status: "running",
       error: null,
     });
     expect(await runStatus(runId)).toBe("running");
 
-    await waitFor(
-      "the run finishes",
-      async () => {
-        await a.tick();
-        await b.tick();
-        return (await runStatus(runId)) === "succeeded";
-      },
-      60_000,
-    );
-    expect((await attemptsOf(runId)).find((attempt) => attempt.id === running?.id)?.status).toBe(
-      "succeeded",
-    );
+    await tickUntilSucceeded(runId, [a, b]);
+    expect((await attemptById(runId, running.id))?.status).toBe("succeeded");
   });
 
   it("a node's restart leaves the claims other nodes made and the claims leased to workers untouched: no churn, one attempt each", async () => {
@@ -361,21 +362,9 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     expect((await attemptsOf(remoteRunId))[0]).toEqual(remoteClaim);
 
     // The other node's claim is dispatched by the restarted node: one attempt per step, none lost.
-    await waitFor(
-      "the local run finishes",
-      async () => {
-        await b.tick();
-        return (await runStatus(localRunId)) === "succeeded";
-      },
-      60_000,
-    );
+    await tickUntilSucceeded(localRunId, [b]);
     const attempts = await attemptsOf(localRunId);
-    expect(attempts.map((attempt) => attempt.status)).toEqual([
-      "succeeded",
-      "succeeded",
-      "succeeded",
-      "succeeded",
-    ]);
+    expectFourSucceeded(attempts);
     expect(attempts[0]).toMatchObject({ id: localClaim?.id, ownerNodeId: restarted.node.nodeId });
     expect(spawnsOf([restarted], [localClaim?.id ?? ""])).toBe(1);
   });
@@ -384,17 +373,7 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
     const gone = host("gone", 0, 2_000);
     const survivor = host("survivor", 0);
     const runId = await startDiamond("owner-gone", gone.clock);
-    const a = coordinator(gone);
-    await a.recover();
-    await waitFor(
-      "the first step runs",
-      async () => {
-        await a.tick();
-        return (await attemptsOf(runId)).some((attempt) => attempt.status === "running");
-      },
-      30_000,
-    );
-    const [running] = (await attemptsOf(runId)).filter((attempt) => attempt.status === "running");
+    const running = await firstAttemptIn(coordinator(gone), runId, "running");
     // The owner stops heartbeating: expire its lease in the store rather than wait 15 s.
     await store.transaction(async (tx) => {
       const record = await tx.getCoordinator(gone.node.nodeId);
@@ -408,40 +387,24 @@ describe("several coordinators on one PostgreSQL", { timeout: 120_000 }, () => {
       "the orphaned attempt is reported",
       async () => {
         await b.tick();
-        return (
-          (await attemptsOf(runId)).find((attempt) => attempt.id === running?.id)?.error !== null
-        );
+        return (await attemptById(runId, running.id))?.error !== null;
       },
       30_000,
     );
-    const reported = (await attemptsOf(runId)).find((attempt) => attempt.id === running?.id);
+    const reported = await attemptById(runId, running.id);
     expect(reported?.status).toBe("running");
     expect(reported?.error).toContain(`owner node ${gone.node.nodeId}`);
-    const events = await store.transaction((tx) => tx.listEvents(runId, 0, 500));
-    const failedClosed = events.filter((event) => event.type === "attempt.recovery_failed_closed");
+    const failedClosed = await failedClosedEvents(runId);
     await b.tick();
-    expect(
-      (await store.transaction((tx) => tx.listEvents(runId, 0, 500))).filter(
-        (event) => event.type === "attempt.recovery_failed_closed",
-      ),
-    ).toHaveLength(failedClosed.length);
-    expect(survivor.executor.spawnCounts.has(running?.id ?? "")).toBe(false);
+    expect(await failedClosedEvents(runId)).toBe(failedClosed);
+    expect(survivor.executor.spawnCounts.has(running.id)).toBe(false);
 
     // The owner returns on the same state dir: a new incarnation with a live lease, its own receipt settles it.
     const back = coordinator(gone);
     const registered = await back.register();
     expect(registered?.incarnation).toBeGreaterThan(1);
     expect(registered?.leaseExpiresAtMs).toBeGreaterThan(Date.now() + COORDINATOR_LEASE_MS / 2);
-    await waitFor(
-      "the run finishes once its owner is back",
-      async () => {
-        await back.recover();
-        await back.tick();
-        await b.tick();
-        return (await runStatus(runId)) === "succeeded";
-      },
-      60_000,
-    );
+    await tickUntilSucceeded(runId, [back, b], () => back.recover());
     // The earlier incarnation is superseded: its heartbeat would fail, so it freezes.
     await store.transaction(async (tx) => {
       const record = await tx.getCoordinator(gone.node.nodeId);

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Coordinator, type PageReport, type TickReport } from "../../src/coordinator.ts";
 import type { Executor, LaunchRequest } from "../../src/ports.ts";
-import { applyPackage, startRun } from "../../src/operations.ts";
 import { PROFILES, type Profile } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
@@ -10,7 +9,7 @@ import { LOST_COMMIT_RESPONSE_MESSAGE } from "../../storage/lossy-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import type { DriverFactory } from "../support/drivers.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
-import { SequentialIds, TestClock, wideManifest } from "../support/fixtures.ts";
+import { applyAndStart, SequentialIds, TestClock, wideManifest } from "../support/fixtures.ts";
 
 /**
  * A driver that counts the transactions that committed a write and the calls of transaction
@@ -143,22 +142,13 @@ export function describeGroupCommit(factory: DriverFactory): void {
 
     /** A run of `width` independent steps, all ready (its frontier moved), none admitted. */
     async function readyRun(packageName: string, width: number): Promise<string> {
-      const runId = await store.transaction(async (tx) => {
-        const nowMs = await tx.observe(clock.nowMs());
-        await applyPackage(tx, wideManifest(packageName, width), nowMs);
-        const { run } = await startRun(
-          tx,
-          {
-            package: packageName,
-            target: { kind: "workflow", name: "wide" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: ids.runId(),
-          },
-          nowMs,
-        );
-        return run.id;
-      });
+      const runId = await applyAndStart(
+        store,
+        clock,
+        wideManifest(packageName, width),
+        { kind: "workflow", name: "wide" },
+        ids.runId(),
+      );
       await coordinator().frontier(runId);
       return runId;
     }

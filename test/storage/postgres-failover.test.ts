@@ -5,7 +5,6 @@ import { isQlrError } from "../../src/errors.ts";
 import { LeaseService, type Lease } from "../../src/lease-service.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import type { RunAttempt, RunEvent } from "../../src/model.ts";
-import { applyPackage, startRun } from "../../src/operations.ts";
 import type { Clock } from "../../src/ports.ts";
 import { PROFILES } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
@@ -16,7 +15,13 @@ import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import { isUnknownCommitOutcome } from "../../storage/postgres/transaction.ts";
 import { openPostgresStore } from "../../storage/postgres/store.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
-import { diamondManifest, SequentialSecrets, task } from "../support/fixtures.ts";
+import {
+  applyAndStart,
+  diamondManifest,
+  exitFacts,
+  SequentialSecrets,
+  task,
+} from "../support/fixtures.ts";
 import {
   connectionRefusal,
   startReplicatedPostgres,
@@ -154,23 +159,9 @@ describe("failover to a promoted synchronous standby", { timeout: 300_000 }, () 
         task("work", ["true"], { executor: "remote_worker", pool: POOL, timeoutMs: 600_000 }),
       ],
     });
-    async function submit(store: SqlStore, manifest: Manifest): Promise<string> {
-      return store.transaction(async (tx) => {
-        const nowMs = await tx.observe(clock.nowMs());
-        await applyPackage(tx, manifest, nowMs);
-        const { run } = await startRun(
-          tx,
-          {
-            package: manifest.package,
-            target: { kind: "workflow", name: "diamond" },
-            idempotencyKey: null,
-            scheduleName: null,
-            runId: uuidv7Ids.runId(),
-          },
-          nowMs,
-        );
-        return run.id;
-      });
+    function submit(store: SqlStore, manifest: Manifest): Promise<string> {
+      const diamond = { kind: "workflow", name: "diamond" } as const;
+      return applyAndStart(store, clock, manifest, diamond, uuidv7Ids.runId());
     }
     const runIds: string[] = [];
     for (let index = 0; index < LOCAL_RUNS; index += 1)
@@ -207,14 +198,7 @@ describe("failover to a promoted synchronous standby", { timeout: 300_000 }, () 
       };
       await answered(() => leases.start(lease.attemptId, fence, "running", handle));
       workerRuns.set(lease.attemptId, (workerRuns.get(lease.attemptId) ?? 0) + 1);
-      const facts = {
-        startedAtMs,
-        finishedAtMs: Date.now(),
-        exitCode: 0,
-        signal: null,
-        stopReason: null,
-        spawnError: null,
-      };
+      const facts = exitFacts(startedAtMs, Date.now());
       await answered(() => leases.complete(lease.attemptId, fence, facts));
     };
 

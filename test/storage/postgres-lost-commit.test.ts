@@ -3,7 +3,6 @@ import { Coordinator } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { LeaseService } from "../../src/lease-service.ts";
 import type { RunAttempt, RunEvent } from "../../src/model.ts";
-import { applyPackage, startRun } from "../../src/operations.ts";
 import type { NodeIdentity } from "../../src/ownership.ts";
 import type { Clock } from "../../src/ports.ts";
 import { PROFILES } from "../../src/profiles.ts";
@@ -16,7 +15,13 @@ import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import { isUnknownCommitOutcome } from "../../storage/postgres/transaction.ts";
 import { openPostgresStore } from "../../storage/postgres/store.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
-import { diamondManifest, SequentialSecrets, task } from "../support/fixtures.ts";
+import {
+  applyAndStart,
+  diamondManifest,
+  exitFacts,
+  SequentialSecrets,
+  task,
+} from "../support/fixtures.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import {
   startTcpProxy,
@@ -121,23 +126,9 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
     await database?.drop();
   });
 
-  async function startWorkflow(manifest: Manifest, workflow: string): Promise<string> {
-    return direct.transaction(async (tx) => {
-      const nowMs = await tx.observe(clock.nowMs());
-      await applyPackage(tx, manifest, nowMs);
-      const { run } = await startRun(
-        tx,
-        {
-          package: manifest.package,
-          target: { kind: "workflow", name: workflow },
-          idempotencyKey: null,
-          scheduleName: null,
-          runId: uuidv7Ids.runId(),
-        },
-        nowMs,
-      );
-      return run.id;
-    });
+  function startWorkflow(manifest: Manifest, workflow: string): Promise<string> {
+    const target = { kind: "workflow", name: workflow } as const;
+    return applyAndStart(direct, clock, manifest, target, uuidv7Ids.runId());
   }
 
   const attemptsOf = (runId: string): Promise<RunAttempt[]> =>
@@ -276,14 +267,7 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
             startedAtMs,
           });
           completedOnce.set(lease.attemptId, (completedOnce.get(lease.attemptId) ?? 0) + 1);
-          const facts = {
-            startedAtMs,
-            finishedAtMs: Date.now(),
-            exitCode: 0,
-            signal: null,
-            stopReason: null,
-            spawnError: null,
-          };
+          const facts = exitFacts(startedAtMs, Date.now());
           if (lostAnswers === 0) {
             const loss = proxy.arm({
               mode: "after-commit",

@@ -26,6 +26,7 @@ import {
 import type { Manifest } from "../../src/manifest/types.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import { claimForDelivery, recordDelivery } from "../../src/notifications.ts";
+import { runRows } from "../support/store-dump.ts";
 import { describeGroupCommit } from "./group-commit-contract.ts";
 
 /**
@@ -34,16 +35,6 @@ import { describeGroupCommit } from "./group-commit-contract.ts";
  * whole file, and every test uses its own package and run ids so tests never see each other's
  * rows.
  */
-
-async function snapshot(store: SqlStore, runId: string): Promise<unknown> {
-  return store.transaction(async (tx) => ({
-    run: await tx.getRun(runId),
-    steps: await tx.getSteps(runId),
-    attempts: await tx.getAttempts(runId),
-    events: await tx.listEvents(runId, 0, 500),
-    mutations: await tx.listMutations(runId),
-  }));
-}
 
 export function describeStoreContract(factory: DriverFactory): void {
   describe(`store contract on ${factory.name}`, () => {
@@ -186,7 +177,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       const c = coordinator();
       await c.frontier(runId);
       await c.tick();
-      const state = (await snapshot(store, runId)) as {
+      const state = (await runRows(store, runId)) as {
         run: { eventSeq: number; version: number };
         events: { seq: number }[];
         mutations: { version: number; toStatus: string }[];
@@ -205,10 +196,10 @@ export function describeStoreContract(factory: DriverFactory): void {
 
     it("a stale version is a conflict and nothing is written", async () => {
       const runId = await newWorkflowRun("cas-pkg");
-      const before = await snapshot(store, runId);
+      const before = await runRows(store, runId);
       const stale = await store.transaction(async (tx) => tx.getRun(runId));
       await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
-      const afterCancel = await snapshot(store, runId);
+      const afterCancel = await runRows(store, runId);
       // Apply a change computed from the stale snapshot: the CAS must refuse it.
       const { requestCancel } = await import("../../src/runs.ts");
       const change = requestCancel(
@@ -220,7 +211,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         .transaction(async (tx) => tx.apply(change))
         .catch((caught: unknown) => caught);
       expect(isQlrError(error, "conflict")).toBe(true);
-      expect(await snapshot(store, runId)).toEqual(afterCancel);
+      expect(await runRows(store, runId)).toEqual(afterCancel);
       expect(afterCancel).not.toEqual(before);
     });
 
@@ -249,7 +240,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       );
       expect(receipt?.attemptId).toBe(attempts[0]?.id);
       // Exact replay: the same epoch answers from the durable receipt and writes nothing.
-      const before = await snapshot(store, runId);
+      const before = await runRows(store, runId);
       const replay = await store.transaction(async (tx) => {
         const run = (await tx.getRun(runId))!;
         const step = (await tx.getSteps(runId)).find((item) => item.id === candidate!.stepRunId)!;
@@ -264,7 +255,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         });
       });
       expect(replay).toEqual({ kind: "replayed", receipt });
-      expect(await snapshot(store, runId)).toEqual(before);
+      expect(await runRows(store, runId)).toEqual(before);
       // The candidate list no longer offers the admitted epoch.
       const again = await store.transaction(async (tx) =>
         (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
@@ -385,9 +376,9 @@ export function describeStoreContract(factory: DriverFactory): void {
       );
       lossy.arm();
       await expect(c.admit(candidate!)).rejects.toThrow(/lost commit response/);
-      const afterLoss = await snapshot(store, runId);
+      const afterLoss = await runRows(store, runId);
       expect(await c.admit(candidate!)).toBe(false);
-      expect(await snapshot(store, runId)).toEqual(afterLoss);
+      expect(await runRows(store, runId)).toEqual(afterLoss);
       const attempts = await store.transaction(async (tx) => tx.getAttempts(runId));
       expect(attempts).toHaveLength(1);
     });
@@ -449,13 +440,13 @@ export function describeStoreContract(factory: DriverFactory): void {
       const runId = await newWorkflowRun("clock-pkg");
       clock.advance(10);
       await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
-      const before = await snapshot(store, runId);
+      const before = await runRows(store, runId);
       const back = clock.nowMs() - 5_000;
       const error = await store
         .transaction(async (tx) => tx.observe(back))
         .catch((caught: unknown) => caught);
       expect(isQlrError(error, "clock_regression")).toBe(true);
-      expect(await snapshot(store, runId)).toEqual(before);
+      expect(await runRows(store, runId)).toEqual(before);
     });
 
     it("an idempotency key returns the same run", async () => {

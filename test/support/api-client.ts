@@ -2,6 +2,7 @@
  * The device suites' client of a running runtime's HTTP API: the one client (`client`), with
  * the shapes these suites read (arrays rather than pages), raw calls and waits.
  */
+import { expect } from "vitest";
 import { TERMINAL_ATTEMPT_STATUSES, TERMINAL_RUN_STATUSES } from "../../src/model.ts";
 import { QlrClient } from "../../runtimes/http/client.ts";
 import type {
@@ -127,6 +128,27 @@ export function stepNamed(detail: RunDetail, name: string): StepView {
   const step = detail.steps.find((candidate) => candidate.name === name);
   if (step === undefined) throw new Error(`run ${detail.run.id} has no step ${name}`);
   return step;
+}
+
+/**
+ * A chain a → b cancelled while `a` ran: the run and both steps end cancelled, and `a`'s one
+ * attempt is cancelled for the cancel (and matches `attempt`, e.g. its id and pid).
+ */
+export function expectCancelledWhileFirstRan(
+  detail: RunDetail,
+  attempt: Partial<AttemptView>,
+): void {
+  expect(detail.run.status).toBe("cancelled");
+  expect(detail.steps.map((step) => [step.name, step.status])).toEqual([
+    ["a", "cancelled"],
+    ["b", "cancelled"],
+  ]);
+  expect(detail.attempts).toHaveLength(1);
+  expect(detail.attempts[0]).toMatchObject({
+    ...attempt,
+    status: "cancelled",
+    stopReason: "cancel",
+  });
 }
 
 export function attemptsOf(detail: RunDetail, name: string): AttemptView[] {

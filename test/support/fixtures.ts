@@ -1,4 +1,7 @@
+import type { CompletionFacts } from "../../src/execution.ts";
 import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
+import { applyPackage, startRun } from "../../src/operations.ts";
+import type { Clock, Store } from "../../src/ports.ts";
 import type { RunTarget, StartRunRequest } from "../../src/run-start.ts";
 
 export function task(
@@ -126,4 +129,38 @@ export function workflowStart(
 
 export function taskStart(packageName: string, task: string, runId: string): StartRunRequest {
   return manualStart(packageName, { kind: "task", name: task }, runId);
+}
+
+/** Applies `manifest` and starts `target` of it by hand, in one transaction at store time. */
+export async function applyAndStart(
+  store: Store,
+  clock: Clock,
+  manifest: Manifest,
+  target: RunTarget,
+  runId: string,
+): Promise<string> {
+  return store.transaction(async (tx) => {
+    const nowMs = await tx.observe(clock.nowMs());
+    await applyPackage(tx, manifest, nowMs);
+    const { run } = await startRun(tx, manualStart(manifest.package, target, runId), nowMs);
+    return run.id;
+  });
+}
+
+/** What a launcher reports for a process that ran from `startedAtMs` to `finishedAtMs`: killed by SIGTERM when `exitCode` is null. */
+export function exitFacts(
+  startedAtMs: number,
+  finishedAtMs: number,
+  exitCode: number | null = 0,
+  extra: Partial<CompletionFacts> = {},
+): CompletionFacts {
+  return {
+    startedAtMs,
+    finishedAtMs,
+    exitCode,
+    signal: exitCode === null ? "SIGTERM" : null,
+    stopReason: null,
+    spawnError: null,
+    ...extra,
+  };
 }

@@ -1,4 +1,5 @@
 /** "Nothing written" made checkable: every row of the schema's tables as one comparable text. */
+import type { SqlStore } from "../../storage/sql-store.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 
 /** Every table of the schema, read in a fixed order for before/after comparisons. */
@@ -29,4 +30,15 @@ export async function dumpTables(driver: SqlDriver): Promise<string> {
     }
     return parts.join("\n");
   });
+}
+
+/** One run's rows and events, for before/after checks that must not see other runs' writes. */
+export async function runRows(store: SqlStore, runId: string): Promise<unknown> {
+  return store.transaction(async (tx) => ({
+    run: await tx.getRun(runId),
+    steps: await tx.getSteps(runId),
+    attempts: await tx.getAttempts(runId),
+    events: await tx.listEvents(runId, 0, 500),
+    mutations: await tx.listMutations(runId),
+  }));
 }

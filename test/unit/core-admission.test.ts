@@ -17,13 +17,13 @@ import {
   type TaskDefinition,
   type WorkflowPlan,
 } from "../../src/packages.ts";
-import { applyRecovery, decideRecovery } from "../../src/recovery.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
 import {
   applyManifest,
   CoreWorld,
   definitionOf,
+  NEVER_SPAWNED,
   errorCode,
   expectOneVersionBump,
   handleAt,
@@ -284,15 +284,7 @@ describe("exact replay of a ready epoch", () => {
     const receipt = world.model.admission("run-1", attempt.stepRunId!, attempt.stepRunVersion!)!;
     world.apply(markStarting(world.model.scope(attempt.id), T0 + 11));
     // Recovery opens a new epoch (no journal: the process never spawned).
-    const scope = world.model.scope(attempt.id);
-    world.apply(
-      applyRecovery(
-        scope,
-        decideRecovery(scope, { receipt: { status: "none" }, journal: "absent", inspections: [] }),
-        definitionOf(world.pkg, "work").retry,
-        T0 + 12,
-      ),
-    );
+    world.recover(attempt.id, NEVER_SPAWNED, T0 + 12);
     expect(world.model.step("run-1", "a").version).toBe(attempt.stepRunVersion! + 1);
     expect(refused({ ...inputFor(world, "a", T0 + 13), existing: receipt })).toBe("integrity");
   });
@@ -312,15 +304,7 @@ describe("exact replay of a ready epoch", () => {
   it("a new ready epoch admits a new attempt with a new identity", () => {
     const world = readyWorld();
     const first = world.admit("run-1", "a", T0 + 10);
-    const scope = world.model.scope(first.id);
-    world.apply(
-      applyRecovery(
-        scope,
-        decideRecovery(scope, { receipt: { status: "none" }, journal: "absent", inspections: [] }),
-        definitionOf(world.pkg, "work").retry,
-        T0 + 12,
-      ),
-    );
+    world.recover(first.id, NEVER_SPAWNED, T0 + 12);
     const second = world.admit("run-1", "a", T0 + 13);
     expect(second.id).not.toBe(first.id);
     expect(second.stepRunVersion).toBe(first.stepRunVersion! + 1);

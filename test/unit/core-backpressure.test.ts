@@ -1,5 +1,4 @@
-import { beforeAll, describe, expect, it } from "vitest";
-import type { SqlJsStatic } from "sql.js";
+import { describe, expect, it } from "vitest";
 import {
   decideSlot,
   describeWait,
@@ -16,11 +15,9 @@ import { PROFILES, type Profile } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import { VirtualClock } from "../../src/sim/virtual-clock.ts";
-import { openSqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+
 import { manualStart, task } from "../support/fixtures.ts";
+import { driverNamed, openTestStore } from "../support/drivers.ts";
 
 /**
  * Backpressure (src/backpressure.ts): the rule alone, then through the coordinator over a real
@@ -116,11 +113,6 @@ describe("concurrency: in the manifest", () => {
   });
 });
 
-let SQL: SqlJsStatic;
-beforeAll(async () => {
-  SQL = await loadSqlJs();
-});
-
 interface World {
   readonly store: Store;
   readonly clock: VirtualClock;
@@ -142,7 +134,7 @@ async function world(
   const clock = new VirtualClock(1_900_000_000_000);
   let next = 0;
   const ids = { runId: () => `bp-${String((next += 1)).padStart(3, "0")}` };
-  const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, clock.nowMs());
+  const store = await openTestStore(driverNamed("sqljs-memory"), clock.nowMs());
   const executor = new SimulatedExecutor({
     clock,
     prng: new Prng(3),

@@ -1,38 +1,30 @@
-import { beforeAll, describe, expect, it } from "vitest";
-import type { SqlJsStatic } from "sql.js";
+import { describe, expect, it } from "vitest";
 import { MAX_ADMISSION_PAGE } from "../../src/admission.ts";
 import { RunChange } from "../../src/aggregate.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
 import { Coordinator, STAGE_ORDER } from "../../src/coordinator.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
-import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
+import { cancelRun } from "../../src/operations.ts";
 import { MAX_STORE_PAGE, type Executor, type Store, type StoreTx } from "../../src/ports.ts";
 import { PROFILES, type ProfileName } from "../../src/profiles.ts";
 import type { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
-import { openSqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+
 import {
+  applyAndStart,
   diamondManifest,
   SequentialIds,
   TestClock,
   wideManifest,
-  workflowStart,
 } from "../support/fixtures.ts";
 import { steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
+import { driverNamed, openTestStore } from "../support/drivers.ts";
 
 /**
  * One cadence, one bounded cycle (ADR-0229 §1 and §6, DESIGN.md §4), driven through the
  * coordinator over a fresh in-memory sql.js store per test, with the simulated executor on the
  * test clock standing in for processes.
  */
-
-let SQL: SqlJsStatic;
-beforeAll(async () => {
-  SQL = await loadSqlJs();
-});
 
 interface Rig {
   readonly store: Store;
@@ -44,7 +36,7 @@ interface Rig {
 
 async function rig(): Promise<Rig> {
   const clock = new TestClock(T0);
-  const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
+  const store = await openTestStore(driverNamed("sqljs-memory"), T0 - 1);
   const ids = new SequentialIds("run");
   const executor = steadyExecutor(clock, 7);
   return {
@@ -59,17 +51,8 @@ async function rig(): Promise<Rig> {
         profile: PROFILES[profile],
         executors: { local_process: executor },
       }),
-    start: async (manifest, workflow) =>
-      store.transaction(async (tx) => {
-        const nowMs = await tx.observe(clock.nowMs());
-        await applyPackage(tx, manifest, nowMs);
-        const { run } = await startRun(
-          tx,
-          workflowStart(manifest.package, workflow, ids.runId()),
-          nowMs,
-        );
-        return run.id;
-      }),
+    start: (manifest, workflow) =>
+      applyAndStart(store, clock, manifest, { kind: "workflow", name: workflow }, ids.runId()),
   };
 }
 
@@ -99,6 +82,23 @@ async function runState(
       stepCounts: steps.map((step) => step.attemptCount),
     };
   });
+}
+
+/** Ticks (150 ms apart) while the run is running, at most 40 cycles. */
+async function tickWhileRunning(
+  c: Coordinator,
+  store: Store,
+  clock: TestClock,
+  runId: string,
+): Promise<void> {
+  for (
+    let cycle = 0;
+    cycle < 40 && (await runState(store, runId)).status === "running";
+    cycle += 1
+  ) {
+    await c.tick();
+    clock.advance(150);
+  }
 }
 
 /**
@@ -176,14 +176,7 @@ describe("the cadence cycle", () => {
     const { start, coordinator, store, clock } = await rig();
     const runId = await start(diamondManifest("demo"), "diamond");
     const c = coordinator();
-    for (
-      let cycle = 0;
-      cycle < 40 && (await runState(store, runId)).status === "running";
-      cycle += 1
-    ) {
-      await c.tick();
-      clock.advance(150);
-    }
+    await tickWhileRunning(c, store, clock, runId);
     expect(await runState(store, runId)).toEqual({
       status: "succeeded",
       steps: ["succeeded", "succeeded", "succeeded", "succeeded"],
@@ -223,14 +216,7 @@ describe("the cadence cycle", () => {
       change.setStep(step, "ready", {}, { reason: "new ready epoch" });
       await tx.apply(change.build());
     });
-    for (
-      let cycle = 0;
-      cycle < 40 && (await runState(store, runId)).status === "running";
-      cycle += 1
-    ) {
-      await c.tick();
-      clock.advance(150);
-    }
+    await tickWhileRunning(c, store, clock, runId);
     const attempts = await store.transaction(async (tx) => tx.getAttempts(runId));
     const stale = attempts.find((attempt) => attempt.stepRunVersion === first.version);
     expect(stale).toMatchObject({ stepRunId: first.id, status: "lost" });

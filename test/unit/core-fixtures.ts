@@ -31,8 +31,17 @@ import {
   type TaskDefinition,
   type WorkflowPlan,
 } from "../../src/packages.ts";
+import {
+  applyRecovery,
+  decideRecovery,
+  type RecoveryDecision,
+  type RecoveryEvidence,
+} from "../../src/recovery.ts";
 import { createOrdinaryRun, createWorkflowRun } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
+
+/** Unit tests read a launcher's report from here, with the other fixtures of the core. */
+export { exitFacts } from "../support/fixtures.ts";
 
 /**
  * Shared helpers of the core unit tests: an applied package (generation, reconciliation,
@@ -81,23 +90,6 @@ export function planOf(pkg: AppliedPackage, workflow: string): WorkflowPlan {
 
 export function handleAt(startedAtMs: number, pid = 4242): ProcessHandleFacts {
   return { pid, processStartTicks: `ticks-${pid}`, bootId: "boot-1", startedAtMs };
-}
-
-export function exitFacts(
-  startedAtMs: number,
-  finishedAtMs: number,
-  exitCode: number | null,
-  extra: Partial<CompletionFacts> = {},
-): CompletionFacts {
-  return {
-    startedAtMs,
-    finishedAtMs,
-    exitCode,
-    signal: exitCode === null ? "SIGTERM" : null,
-    stopReason: null,
-    spawnError: null,
-    ...extra,
-  };
 }
 
 function epochKey(runId: string, stepRunId: string, stepRunVersion: number): string {
@@ -291,7 +283,27 @@ export class CoreWorld {
   apply(change: ChangeSet | null): void {
     if (change !== null) this.model.apply(change);
   }
+
+  /** Decides one attempt's recovery from `evidence` and applies it under `retry`; returns the decision. */
+  recover(
+    attemptId: string,
+    evidence: RecoveryEvidence,
+    nowMs: number,
+    retry: RetryPolicy = definitionOf(this.pkg, "work").retry,
+  ): RecoveryDecision {
+    const scope = this.model.scope(attemptId);
+    const decision = decideRecovery(scope, evidence);
+    this.apply(applyRecovery(scope, decision, retry, nowMs));
+    return decision;
+  }
 }
+
+/** What recovery finds of an attempt that never spawned: no receipt, no journal, no process. */
+export const NEVER_SPAWNED: RecoveryEvidence = {
+  receipt: { status: "none" },
+  journal: "absent",
+  inspections: [],
+};
 
 /** Asserts the shape every change set of one run must have: one run row, version +1, contiguous new events. */
 export function expectOneVersionBump(change: ChangeSet, before: Run): void {

@@ -1,14 +1,10 @@
-import { beforeAll, describe, expect, it } from "vitest";
-import type { SqlJsStatic } from "sql.js";
+import { describe, expect, it } from "vitest";
 import { Coordinator } from "../../src/coordinator.ts";
 import type { AdmissionReceipt } from "../../src/model.ts";
 import { applyPackage, startRun } from "../../src/operations.ts";
 import type { LaunchRequest } from "../../src/ports.ts";
 import { PROFILES } from "../../src/profiles.ts";
-import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import type { SqlStore } from "../../storage/sql-store.ts";
 import {
   diamondManifest,
   SequentialIds,
@@ -18,6 +14,7 @@ import {
 } from "../support/fixtures.ts";
 import { recordingExecutor, steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
+import { driverNamed, openTestStore } from "../support/drivers.ts";
 
 /**
  * Generation binding at execution (ADR-0227 §4, ADR-0229 §2): what a workflow attempt runs is
@@ -25,11 +22,6 @@ import { T0 } from "./core-fixtures.ts";
  * head's definition and never a definition looked up again by name. Over a real sql.js store,
  * with the simulated executor recording every launch request.
  */
-
-let SQL: SqlJsStatic;
-beforeAll(async () => {
-  SQL = await loadSqlJs();
-});
 
 interface Rig {
   readonly store: SqlStore;
@@ -42,7 +34,7 @@ interface Rig {
 
 async function rig(): Promise<Rig> {
   const clock = new TestClock(T0);
-  const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
+  const store = await openTestStore(driverNamed("sqljs-memory"), T0 - 1);
   const ids = new SequentialIds("run");
   const simulated = steadyExecutor(clock, 3);
   const launches: LaunchRequest[] = [];

@@ -1,5 +1,4 @@
-import { beforeAll, describe, expect, it } from "vitest";
-import type { SqlJsStatic } from "sql.js";
+import { describe, expect, it } from "vitest";
 import { Coordinator } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { parseManifest } from "../../src/manifest/index.ts";
@@ -15,13 +14,11 @@ import {
 } from "../../src/run-inputs.ts";
 import type { SimulatedOutcome } from "../../src/sim/simulated-executor.ts";
 import { checkOutput, MAX_OUTPUT_BYTES, outputFromText } from "../../src/task-output.ts";
-import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import type { SqlStore } from "../../storage/sql-store.ts";
 import { SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
 import { recordingExecutor, steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
+import { driverNamed, openTestStore } from "../support/drivers.ts";
 
 /**
  * Run inputs, step context, step outputs and reruns through the core: the pure rules, then
@@ -174,11 +171,6 @@ ${extra}`;
   });
 });
 
-let SQL: SqlJsStatic;
-beforeAll(async () => {
-  SQL = await loadSqlJs();
-});
-
 /** extract → {transform, report} → publish; `transform` fails while `failTransform` says so. */
 function pipelineManifest(): Manifest {
   const parsed = parseManifest(
@@ -216,7 +208,7 @@ async function rig(
   outcome: (request: LaunchRequest) => SimulatedOutcome | undefined,
 ): Promise<Rig> {
   const clock = new TestClock(T0);
-  const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
+  const store = await openTestStore(driverNamed("sqljs-memory"), T0 - 1);
   const simulated = steadyExecutor(clock, 5, outcome);
   const launches: LaunchRequest[] = [];
   const recording = recordingExecutor(simulated, launches);

@@ -18,6 +18,7 @@ import {
   claimedStepA,
   CoreWorld,
   definitionOf,
+  NEVER_SPAWNED,
   exitFacts,
   expectOneVersionBump,
   handleAt,
@@ -62,16 +63,13 @@ function decide(
   return decideRecovery(world.model.scope(attempt.id), evidence);
 }
 
+/** Recovers the attempt from `evidence` at T0 + 100. */
 function recover(
   world: CoreWorld,
   attempt: RunAttempt,
   evidence: RecoveryEvidence,
-  nowMs = T0 + 100,
 ): RecoveryDecision {
-  const scope = world.model.scope(attempt.id);
-  const decision = decideRecovery(scope, evidence);
-  world.apply(applyRecovery(scope, decision, definitionOf(world.pkg, "work").retry, nowMs));
-  return decision;
+  return world.recover(attempt.id, evidence, T0 + 100);
 }
 
 /** Applies `decision` to the attempt at T0 + 100, whatever the evidence would have said. */
@@ -147,7 +145,7 @@ describe("orphaned claims", () => {
   it("the new epoch is admitted again through the normal admission path, and the old receipt stays with the old epoch", () => {
     const world = worldWith();
     const first = claimed(world);
-    recover(world, first, { receipt: { status: "none" }, journal: "absent", inspections: [] });
+    recover(world, first, NEVER_SPAWNED);
     expect(world.tryAdmit("run-1", "a", T0 + 101).kind).toBe("admitted");
     expect(world.model.admission("run-1", first.stepRunId!, first.stepRunVersion!)?.attemptId).toBe(
       first.id,
@@ -169,10 +167,7 @@ describe("orphaned claims", () => {
   it("recovery of a starting attempt without a journal record treats it as never spawned and opens a new epoch", () => {
     const world = worldWith();
     const attempt = starting(world);
-    expect(
-      recover(world, attempt, { receipt: { status: "none" }, journal: "absent", inspections: [] })
-        .kind,
-    ).toBe("lost_new_epoch");
+    expect(recover(world, attempt, NEVER_SPAWNED).kind).toBe("lost_new_epoch");
     expect(world.model.step("run-1", "a")).toMatchObject({ status: "ready", attemptCount: 0 });
   });
 
@@ -458,7 +453,7 @@ describe("attempts past the start barrier", () => {
   it("terminal attempts need no recovery", () => {
     const world = worldWith();
     const attempt = claimed(world);
-    recover(world, attempt, { receipt: { status: "none" }, journal: "absent", inspections: [] });
+    recover(world, attempt, NEVER_SPAWNED);
     expect(decide(world, world.model.attempt(attempt.id), NO_EVIDENCE)).toEqual({ kind: "none" });
   });
 });

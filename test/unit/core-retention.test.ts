@@ -1,5 +1,4 @@
-import { beforeAll, describe, expect, it } from "vitest";
-import type { SqlJsStatic } from "sql.js";
+import { describe, expect, it } from "vitest";
 import { Coordinator, ORPHAN_SWEEP_EVERY_PURGES } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
@@ -15,13 +14,11 @@ import {
   type PurgeCandidate,
   type RetentionPolicy,
 } from "../../src/retention.ts";
-import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import type { SqlStore } from "../../storage/sql-store.ts";
 import { diamondManifest, SequentialIds, task, TestClock } from "../support/fixtures.ts";
 import { steadyExecutor } from "../support/simulated-executors.ts";
 import { T0 } from "./core-fixtures.ts";
+import { driverNamed, openTestStore } from "../support/drivers.ts";
 
 const MINUTE_MS = 60_000;
 const DAY_MS = 86_400_000;
@@ -181,14 +178,9 @@ describe("the purge decision", () => {
  * executor (which keeps a journal per attempt, like the launcher's files).
  */
 describe("the purge stage", () => {
-  let SQL: SqlJsStatic;
-  beforeAll(async () => {
-    SQL = await loadSqlJs();
-  });
-
   async function rig(policy: RetentionPolicy | null) {
     const clock = new TestClock(T0);
-    const store: SqlStore = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
+    const store: SqlStore = await openTestStore(driverNamed("sqljs-memory"), T0 - 1);
     const ids = new SequentialIds("run");
     const executor = steadyExecutor(clock, 3);
     const purged: PurgedRun[] = [];

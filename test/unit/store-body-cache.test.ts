@@ -1,28 +1,20 @@
-import { beforeAll, describe, expect, it } from "vitest";
-import type { SqlJsStatic } from "sql.js";
+import { describe, expect, it } from "vitest";
 import { applyPackage, startRun } from "../../src/operations.ts";
 import { transactAtStoreTime } from "../../src/ports.ts";
-import { openSqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+
 import { diamondManifest, SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
 import { T0 } from "./core-fixtures.ts";
+import { driverNamed, openTestStore } from "../support/drivers.ts";
 
 /**
  * The store's cache of immutable bodies (docs/ARCHITECTURE.md §16, deviation 3): a body read
  * twice is the same frozen object, so nothing can change what the core verified once.
  */
 
-let SQL: SqlJsStatic;
-beforeAll(async () => {
-  SQL = await loadSqlJs();
-});
-
 describe("the immutable body cache", () => {
   it("a plan, a reconciliation receipt and a task definition (by task and by revision) read twice are the same deeply frozen object", async () => {
     const clock = new TestClock(T0);
-    const store = await openSqlStore(openSqlJsMemoryDriver(SQL), MIGRATIONS, T0 - 1);
+    const store = await openTestStore(driverNamed("sqljs-memory"), T0 - 1);
     const run = await transactAtStoreTime(store, clock, async (tx, nowMs) => {
       await applyPackage(tx, diamondManifest("cached"), nowMs);
       return (

@@ -15,6 +15,7 @@ import {
 } from "../../runtimes/worker/coordinator-object.ts";
 import type { DurableObjectStub, WorkerRequest } from "../../runtimes/worker/types.ts";
 import { STAGE_ORDER } from "../../src/coordinator.ts";
+import { exitFacts } from "../support/fixtures.ts";
 import { freshObject, inObject, testEnv, token, workerToken } from "./support.ts";
 
 const BASE = "https://qlr.test";
@@ -250,15 +251,7 @@ describe("the Worker", () => {
         ).toBe(200);
         const finished = await call("/worker/complete", {
           method: "POST",
-          body: JSON.stringify({
-            ...fence,
-            startedAtMs,
-            finishedAtMs: Date.now(),
-            exitCode: 0,
-            signal: null,
-            stopReason: null,
-            spawnError: null,
-          }),
+          body: JSON.stringify({ ...fence, ...exitFacts(startedAtMs, Date.now()) }),
           contentType: "application/json",
           auth: asWorker,
         });
