@@ -27,6 +27,26 @@ export interface AttemptScope {
   readonly attempt: RunAttempt;
 }
 
+/**
+ * Whether the attempt still holds what it was dispatched for, so that settling it may move its
+ * step or run. A workflow attempt holds its step while the step is ready at the attempt's ready
+ * epoch, or running from it (entering running bumps the step's version exactly once, and a
+ * running step changes version only by settling). An ordinary attempt holds its run while it is
+ * the run's latest claim. An attempt whose step or run already moved on (a new ready epoch, a
+ * retry, a settled outcome) settles itself only: moving the step or run again would move the
+ * current epoch's state on a stale attempt's evidence and strand the current epoch's own claim.
+ */
+export function holdsEpoch(scope: AttemptScope): boolean {
+  const { run, step, attempt } = scope;
+  if (step === null) return attempt.number === run.attemptSeq;
+  const epoch = attempt.stepRunVersion;
+  if (epoch === null) return false;
+  return (
+    (step.status === "ready" && step.version === epoch) ||
+    (step.status === "running" && step.version === epoch + 1)
+  );
+}
+
 function requireStep(scope: AttemptScope): StepRun | null {
   if (scope.run.kind === "workflow") {
     if (scope.step === null || scope.attempt.stepRunId !== scope.step.id)
@@ -116,7 +136,12 @@ type RunningFacts = Pick<ProcessHandleFacts, "startedAtMs"> & {
   readonly bootId: string | null;
 };
 
-function enterRunning(change: RunChange, scope: AttemptScope, handle: RunningFacts): void {
+function enterRunning(
+  change: RunChange,
+  scope: AttemptScope,
+  handle: RunningFacts,
+  holds: boolean,
+): void {
   const step = requireStep(scope);
   // startedAtMs is the launcher's pre-spawn handle fact (ADR-0229 §5), never this clock reading.
   change.setAttempt(
@@ -131,6 +156,7 @@ function enterRunning(change: RunChange, scope: AttemptScope, handle: RunningFac
     },
     { pid: handle.pid },
   );
+  if (!holds) return;
   if (step !== null) {
     const current = change.step(step);
     change.setStep(
@@ -155,7 +181,7 @@ export function markRunning(
       `attempt ${scope.attempt.id} is ${scope.attempt.status}, not starting`,
     );
   const change = new RunChange(scope.run, nowMs);
-  enterRunning(change, scope, handle);
+  enterRunning(change, scope, handle, holdsEpoch(scope));
   return change.build();
 }
 
@@ -215,6 +241,7 @@ export function complete(
   nowMs: number,
 ): ChangeSet {
   const step = requireStep(scope);
+  const holds = holdsEpoch(scope);
   const change = new RunChange(scope.run, nowMs);
   let attempt = scope.attempt;
   if (attempt.status === "starting") {
@@ -226,7 +253,7 @@ export function complete(
       bootId: attempt.bootId,
       startedAtMs: facts.startedAtMs,
     };
-    enterRunning(change, scope, handle);
+    enterRunning(change, scope, handle, holds);
     attempt = change.attempt(attempt);
   }
   if (attempt.status !== "running")
@@ -264,6 +291,8 @@ export function complete(
       ...(outputError === null ? {} : { outputError }),
     },
   );
+  // A stale attempt records its own outcome; its step or run already belongs to a later claim.
+  if (!holds) return change.build();
   if (step !== null) {
     const current = change.step(step);
     if (stepMayRetry(current, outcome.step, retry) && scope.run.cancelRequestedAtMs === null) {
@@ -345,6 +374,7 @@ export function startFailed(
   } else {
     change.setAttempt(scope.attempt, outcome, { finishedAtMs: nowMs, error }, { error });
   }
+  if (!holdsEpoch(scope)) return change.build();
   if (step !== null) change.setStep(step, outcome, { finishedAtMs: nowMs }, { error });
   else finishOrdinary(change, outcome, scope.attempt.number, retry, nowMs);
   return change.build();

@@ -1,6 +1,12 @@
 import { RunChange } from "./aggregate.ts";
 import { QlrError } from "./errors.ts";
-import { complete, finishOrdinary, type AttemptScope, type CompletionFacts } from "./execution.ts";
+import {
+  complete,
+  finishOrdinary,
+  holdsEpoch,
+  type AttemptScope,
+  type CompletionFacts,
+} from "./execution.ts";
 import type { ChangeSet } from "./model.ts";
 import type { RetryPolicy } from "./packages.ts";
 
@@ -145,6 +151,9 @@ export function applyLoss(
   nowMs: number,
 ): ChangeSet {
   const { run, step, attempt } = scope;
+  // Only an attempt that still holds its step's epoch (or its ordinary run's latest claim) moves
+  // the step or run: a stale attempt's loss moving them again would strand the current claim.
+  const holds = holdsEpoch(scope);
   const change = new RunChange(run, nowMs);
   if (decision.kind === "lost_new_epoch") {
     change.setAttempt(
@@ -153,11 +162,12 @@ export function applyLoss(
       { finishedAtMs: nowMs, error: decision.reason },
       { reason: decision.reason },
     );
-    // Only the claim of the step's exact ready epoch opens a new one (`claimed`/`starting`
-    // leave the step's version as admitted). An orphan of an epoch the step already left
-    // is only lost: moving the step again would strand the current epoch's own claim.
-    if (step !== null && step.version === attempt.stepRunVersion) {
-      // A new ready epoch: version and digest move, attempt count and ready time stay.
+    if (step !== null) {
+      // An orphan of an epoch the step already left is only lost.
+      if (step.version !== attempt.stepRunVersion) return change.build();
+      // A new ready epoch: version and digest move, attempt count and ready time stay. A claim
+      // (`claimed`/`starting`) leaves its step ready at its epoch's version: anything else
+      // there is a store that disagrees with itself.
       if (change.step(step).status !== "ready")
         throw new QlrError(
           "integrity",
@@ -169,7 +179,7 @@ export function applyLoss(
         {},
         { reason: "new ready epoch after orphaned claim", lostAttemptId: attempt.id },
       );
-    } else if (run.status === "dispatching") {
+    } else if (holds && run.status === "dispatching") {
       // Only an ordinary run dispatches (a workflow run is created `running`): its claim is
       // lost and the run waits in the queue again.
       change.setRunStatus("queued", { reason: decision.reason });
@@ -186,16 +196,14 @@ export function applyLoss(
     { finishedAtMs: nowMs, error: decision.reason },
     { reason: decision.reason },
   );
+  if (!holds) return change.build();
   if (step !== null) {
-    const currentStep = change.step(step);
-    if (currentStep.status === "running" || currentStep.status === "ready") {
-      change.setStep(
-        step,
-        "failed",
-        { finishedAtMs: nowMs },
-        { reason: decision.reason, lostAttemptId: current.id },
-      );
-    }
+    change.setStep(
+      step,
+      "failed",
+      { finishedAtMs: nowMs },
+      { reason: decision.reason, lostAttemptId: current.id },
+    );
   } else {
     finishOrdinary(change, "lost", attempt.number, retry, nowMs);
   }

@@ -219,6 +219,18 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
   const retiring = new Set<Promise<void>>();
   /** The server the last transaction used: the next one starts there. */
   let current = 0;
+  /**
+   * The timeline and postmaster start of each connection's server, read with the first
+   * transaction id the connection recorded. A server that handed out an id was writing: its
+   * timeline changes only when it restarts (a promotion happens to a standby), and a restart
+   * ends the connection, so the facts hold for as long as the client lives. Even a stale entry
+   * could only make a lost COMMIT unknown (the settle compares them with the server's), never
+   * settle it wrongly.
+   */
+  const serverFacts = new WeakMap<
+    PoolClient,
+    Pick<CommitEvidence, "timeline" | "postmasterStartedAt">
+  >();
   /** Clients proven to be on a server that accepts writes (only with read-write). */
   const verified = new WeakSet<PoolClient>();
 
@@ -297,10 +309,22 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
       brokenBy ??= error;
     };
     client.on("error", onClientError);
+    // The transaction id, read from the first writing statement that returned a row (see
+    // `carryingTransactionId`); reset by each BEGIN, so a serializable retry reads its own.
+    let transactionId: string | null = null;
     const session: PostgresSession = {
       run: async (sql, params) => {
-        const result = await client.query<SqlRow>(sql, [...params]);
-        return { rows: result.rows, command: result.command };
+        if (sql.startsWith("BEGIN")) transactionId = null;
+        const carrying = transactionId === null ? carryingTransactionId(sql) : null;
+        const result = await client.query<SqlRow>(carrying?.sql ?? sql, [...params]);
+        if (carrying === null) return { rows: result.rows, command: result.command };
+        const rows: SqlRow[] = [];
+        for (const row of result.rows) {
+          const { [TRANSACTION_ID_COLUMN]: xid, ...rest } = row;
+          if (typeof xid === "string") transactionId ??= xid;
+          if (carrying.keepRows) rows.push(rest);
+        }
+        return { rows, command: result.command };
       },
     };
     try {
@@ -309,6 +333,11 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
           brokenBy ??= error;
         },
         beforeCommit: async (): Promise<CommitEvidence> => {
+          // The id rode on a writing statement and this connection's server is known: nothing
+          // more to ask before COMMIT.
+          const server = serverFacts.get(client);
+          if (transactionId !== null && server !== undefined)
+            return { xid: transactionId, serverIndex: index, ...server };
           try {
             const result = await client.query<{
               xid: string | null;
@@ -316,6 +345,10 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
               started: string | null;
             }>(RECORD_TRANSACTION_ID_SQL);
             const row = result.rows[0];
+            // A server that handed out an id takes writes: its timeline stays until it stops,
+            // and its start time with it, which ends this connection too.
+            if (row?.xid != null && row.timeline !== null && row.started !== null)
+              serverFacts.set(client, { timeline: row.timeline, postmasterStartedAt: row.started });
             return {
               xid: row?.xid ?? null,
               serverIndex: index,
@@ -525,6 +558,30 @@ export const RECORD_TRANSACTION_ID_SQL = `SELECT x.xid::text AS xid,
   CASE WHEN x.xid IS NULL THEN NULL ELSE ${CURRENT_TIMELINE_SQL} END AS timeline,
   CASE WHEN x.xid IS NULL THEN NULL ELSE pg_postmaster_start_time()::text END AS started
 FROM (SELECT pg_current_xact_id_if_assigned() AS xid) AS x`;
+
+/** The column a writing statement carries the transaction id back in; never one of the store's. */
+const TRANSACTION_ID_COLUMN = "qlr_commit_xid";
+const TRANSACTION_ID_RETURNED = `pg_current_xact_id_if_assigned()::text AS ${TRANSACTION_ID_COLUMN}`;
+const WRITING_STATEMENT = /^\s*(?:INSERT|UPDATE|DELETE)\b/i;
+const RETURNING_CLAUSE = /\bRETURNING\b/i;
+
+/**
+ * A writing statement rewritten to return the transaction id it has just been assigned, so the
+ * commit evidence rides on a round trip the transaction makes anyway instead of its own before
+ * COMMIT (a write assigns the id before its RETURNING list is computed; the id is the top-level
+ * one even inside a savepoint). A statement with its own RETURNING list gets one more column,
+ * stripped from the rows the caller sees; one without gets a RETURNING list whose rows the
+ * caller never sees. Null for anything else (reads, several statements in one text): the
+ * evidence is then read before COMMIT as before. Only a statement that starts with INSERT,
+ * UPDATE or DELETE qualifies: a RETURNING there can only be its own trailing clause.
+ */
+export function carryingTransactionId(sql: string): { sql: string; keepRows: boolean } | null {
+  if (!WRITING_STATEMENT.test(sql) || sql.includes(";")) return null;
+  const statement = sql.trimEnd();
+  if (RETURNING_CLAUSE.test(statement))
+    return { sql: `${statement}, ${TRANSACTION_ID_RETURNED}`, keepRows: true };
+  return { sql: `${statement} RETURNING ${TRANSACTION_ID_RETURNED}`, keepRows: false };
+}
 
 /** Asked on a fresh connection, outside a transaction, after a COMMIT answer was lost. */
 const TRANSACTION_STATUS_SQL = `SELECT pg_xact_status($1::xid8) AS status,

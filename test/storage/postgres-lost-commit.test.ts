@@ -409,6 +409,20 @@ describe("the pg driver settles a lost COMMIT with the server", { timeout: 120_0
     expect(await bumps(1)).toBe(1);
   });
 
+  it("the evidence rides on the writing statement: once the connection knows its server, nothing is asked before COMMIT, and a lost COMMIT still settles as committed", async () => {
+    // The connection's first writing transaction reads its server's timeline and start.
+    expect(await bump(10)).toEqual({ value: "bumped 10", runs: 1 });
+    const loss = proxy.arm({ mode: "after-commit", when: bumpsRow });
+    expect(await bump(11)).toEqual({ value: "bumped 11", runs: 1 });
+    const { statements } = await loss;
+    expect(statements.map((statement) => statement.sql.split(" ")[0])).toEqual(["INSERT"]);
+    expect(statements[0]?.sql).toContain("pg_current_xact_id_if_assigned()");
+    expect(statements.some((statement) => statement.sql.includes("pg_postmaster_start_time"))).toBe(
+      false,
+    );
+    expect(await bumps(11)).toBe(1);
+  });
+
   it("aborted: COMMIT never reached the server; the call runs it again and it applies once", async () => {
     const loss = proxy.arm({ mode: "before-commit", when: bumpsRow });
     expect(await bump(2)).toEqual({ value: "bumped 2", runs: 2 });
