@@ -28,9 +28,10 @@ const RETENTION_PGLITE_SEEDS = Math.min(PGLITE_SEEDS, 3);
 const SIM_RETENTION: RetentionPolicy = { horizonMs: 60_000, maxRuns: 2 };
 
 /**
- * A bound that only catches a hang: a quiet 2-core machine runs a sql.js seed in ~50 ms and a
- * PGlite seed in ~1 s, and the bounds below are 100× and 20× that, so a machine six times
- * oversubscribed (seen: PGlite's 30 seeds took over 150 s) still finishes well inside them.
+ * A bound that only catches a hang: a quiet 2-core machine runs a sql.js seed in ~170 ms and a
+ * PGlite seed in ~1.7 s (1,000 and 150 seeds: 172 s and 257 s), and the bounds below are ~30×
+ * and ~12× that, so a machine six times oversubscribed still finishes inside them. CI's 10,000
+ * sql.js seeds are therefore about half an hour of one core.
  */
 function timeoutFor(seeds: number, perSeedMs: number): number {
   return Math.max(300_000, seeds * perSeedMs);
