@@ -562,7 +562,11 @@ FROM (SELECT pg_current_xact_id_if_assigned() AS xid) AS x`;
 /** The column a writing statement carries the transaction id back in; never one of the store's. */
 const TRANSACTION_ID_COLUMN = "qlr_commit_xid";
 const TRANSACTION_ID_RETURNED = `pg_current_xact_id_if_assigned()::text AS ${TRANSACTION_ID_COLUMN}`;
-const WRITING_STATEMENT = /^\s*(?:INSERT|UPDATE|DELETE)\b/i;
+/**
+ * INSERT and UPDATE only: a store DELETE is a purge of all of a run's rows of one table, and
+ * returning a row for each of them to carry one id costs more than the round trip it saves.
+ */
+const WRITING_STATEMENT = /^\s*(?:INSERT|UPDATE)\b/i;
 const RETURNING_CLAUSE = /\bRETURNING\b/i;
 
 /**
@@ -572,8 +576,8 @@ const RETURNING_CLAUSE = /\bRETURNING\b/i;
  * one even inside a savepoint). A statement with its own RETURNING list gets one more column,
  * stripped from the rows the caller sees; one without gets a RETURNING list whose rows the
  * caller never sees. Null for anything else (reads, several statements in one text): the
- * evidence is then read before COMMIT as before. Only a statement that starts with INSERT,
- * UPDATE or DELETE qualifies: a RETURNING there can only be its own trailing clause.
+ * evidence is then read before COMMIT as before. Only a statement that starts with INSERT
+ * or UPDATE qualifies: a RETURNING there can only be its own trailing clause.
  */
 export function carryingTransactionId(sql: string): { sql: string; keepRows: boolean } | null {
   if (!WRITING_STATEMENT.test(sql) || sql.includes(";")) return null;
