@@ -112,6 +112,7 @@ interface Scale {
   readonly peerCapMs: number;
   readonly workerdRuns: number;
   readonly workerdTicks: number;
+  readonly workerdDiamonds: number;
   /** The long-life soak (bench/soak.ts): simulated days, retention variants, the real process's minutes. */
   readonly soak: SoakScale;
 }
@@ -153,6 +154,7 @@ const DEFAULT_SCALE: Scale = {
   peerCapMs: 60_000,
   workerdRuns: 20,
   workerdTicks: 200,
+  workerdDiamonds: 20,
   soak: {
     days: 30,
     sampleEveryHours: 24,
@@ -190,6 +192,7 @@ const QUICK_SCALE: Scale = {
   peerCapMs: 20_000,
   workerdRuns: 20,
   workerdTicks: 200,
+  workerdDiamonds: 5,
   soak: {
     days: 1,
     sampleEveryHours: 3,
@@ -656,9 +659,10 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         root: options.root,
         runs: scale.workerdRuns,
         ticks: scale.workerdTicks,
+        diamonds: scale.workerdDiamonds,
       };
       const outcome = await runChild(
-        `workerd: POST /tick in Miniflare, ${scale.workerdTicks} ticks`,
+        `workerd: POST /tick in Miniflare, ${scale.workerdTicks} ticks; ${scale.workerdDiamonds} diamonds with a real qlr worker`,
         "workerd",
         config,
       );

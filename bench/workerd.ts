@@ -1,5 +1,5 @@
 /**
- * Bench 8: `POST /tick` latency in workerd. Loads the built Worker bundle (dist/worker/index.js,
+ * Bench 8: the Worker in workerd. Part one, `POST /tick` latency. Loads the built Worker bundle (dist/worker/index.js,
  * from `npm run build`) into Miniflare (the `miniflare` package wrangler ships; offline, a local
  * workerd process), with the coordinator Durable Object (SQLite-backed, as wrangler.toml
  * declares) and QLR_TOKEN bound, applies a package of remote_worker tasks, starts `runs` runs,
@@ -7,15 +7,48 @@
  * → coordinator.tick() → JSON response). The first ticks admit the runs' ready steps (claimed
  * attempts that wait for a remote worker), later ones find little to do, so the figure is the
  * floor of a cycle plus what admissions cost at the start.
+ *
+ * Part two, the event-driven cadence end to end: a fresh Miniflare listening on 127.0.0.1, a real
+ * `qlr worker` (dist/qlr.mjs) leasing its pool over HTTP and running `true`, and four-step
+ * diamonds started one at a time; each is timed from `POST /runs` to `succeeded` seen by
+ * `GET /runs/:id` (polled every few ms). No cron fires and nothing calls `/tick`: only the
+ * object's alarm (set by the start and by every worker report) and the worker's own rounds move
+ * the run.
  */
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Miniflare } from "miniflare";
+import { TERMINAL_RUN_STATUSES, type RunStatus } from "../src/model.ts";
 import { log, now, readConfig, round, summarize, writeResult } from "./lib/common.ts";
 
 export interface WorkerdConfig {
   readonly root: string;
   readonly runs: number;
   readonly ticks: number;
+  /** Diamonds timed end to end with a real `qlr worker` (part two). */
+  readonly diamonds: number;
 }
+
+const DIAMOND_MANIFEST = `package: diamond
+tasks:
+  noop:
+    run: ["true"]
+    timeout: 30s
+    executor: remote_worker
+    pool: default
+workflows:
+  d:
+    steps:
+      a: { task: noop }
+      b: { task: noop, needs: [a] }
+      c: { task: noop, needs: [a] }
+      e: { task: noop, needs: [b, c] }
+`;
+/** A diamond that takes longer than this is a failure of the bench, not a sample. */
+const DIAMOND_TIMEOUT_MS = 60_000;
+const STATUS_POLL_MS = 5;
 
 const MANIFEST = `package: bench
 tasks:
@@ -31,49 +64,66 @@ workflows:
       b: { task: noop, needs: [a] }
 `;
 
-async function main(): Promise<void> {
-  const config = readConfig<WorkerdConfig>();
+const TOKEN = "bench-token-0123456789abcdef";
+
+type Call = (
+  path: string,
+  method?: string,
+  body?: string,
+  contentType?: string,
+) => Promise<{ status: number; text: string }>;
+
+/** A Miniflare over the built Worker, with the coordinator object and the token bound. */
+async function startWorker(root: string, listen: boolean): Promise<{ mf: Miniflare; url: URL }> {
   const { Miniflare } = await import("miniflare");
-  const token = "bench-token-0123456789abcdef";
-  const startedAt = now();
   const mf = new Miniflare({
     modules: true,
-    scriptPath: join(config.root, "dist", "worker", "index.js"),
+    scriptPath: join(root, "dist", "worker", "index.js"),
     compatibilityDate: "2026-04-01",
     durableObjects: { COORDINATOR: { className: "CoordinatorObject", useSQLite: true } },
-    bindings: { QLR_TOKEN: token },
+    bindings: { QLR_TOKEN: TOKEN },
+    ...(listen ? { host: "127.0.0.1", port: 0 } : {}),
   });
+  return { mf, url: await mf.ready };
+}
+
+function caller(mf: Miniflare): Call {
+  return async (path, method = "GET", body, contentType = "application/json") => {
+    const response = await mf.dispatchFetch(`http://localhost${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${TOKEN}`,
+        ...(body === undefined ? {} : { "content-type": contentType }),
+      },
+      body,
+    });
+    return { status: response.status, text: await response.text() };
+  };
+}
+
+async function applyPackage(call: Call, manifest: string): Promise<void> {
+  const applied = await call("/packages", "POST", manifest, "application/yaml");
+  if (applied.status >= 300) throw new Error(`apply: ${applied.status} ${applied.text}`);
+}
+
+async function startRun(call: Call, pkg: string, workflow: string): Promise<string> {
+  const started = await call("/runs", "POST", JSON.stringify({ package: pkg, workflow }));
+  if (started.status !== 201) throw new Error(`POST /runs: ${started.status} ${started.text}`);
+  return (JSON.parse(started.text) as { run: { id: string } }).run.id;
+}
+
+async function tickLatency(config: WorkerdConfig): Promise<Record<string, unknown>> {
+  const startedAt = now();
+  const { mf } = await startWorker(config.root, false);
   try {
-    await mf.ready;
     const readyMs = now() - startedAt;
-    const call = async (
-      path: string,
-      method = "GET",
-      body?: string,
-      contentType = "application/json",
-    ): Promise<{ status: number; text: string }> => {
-      const response = await mf.dispatchFetch(`http://localhost${path}`, {
-        method,
-        headers: {
-          authorization: `Bearer ${token}`,
-          ...(body === undefined ? {} : { "content-type": contentType }),
-        },
-        body,
-      });
-      return { status: response.status, text: await response.text() };
-    };
-    const applied = await call("/packages", "POST", MANIFEST, "application/yaml");
-    if (applied.status >= 300) throw new Error(`apply: ${applied.status} ${applied.text}`);
+    const call = caller(mf);
+    await applyPackage(call, MANIFEST);
     const startMs: number[] = [];
     for (let index = 0; index < config.runs; index += 1) {
       const t0 = now();
-      const started = await call(
-        "/runs",
-        "POST",
-        JSON.stringify({ package: "bench", workflow: "w" }),
-      );
+      await startRun(call, "bench", "w");
       startMs.push(now() - t0);
-      if (started.status !== 201) throw new Error(`POST /runs: ${started.status} ${started.text}`);
     }
     const tickMs: number[] = [];
     let admitted = 0;
@@ -92,19 +142,89 @@ async function main(): Promise<void> {
     log(
       `workerd POST /tick: p50 ${summary.p50Ms} ms, p95 ${summary.p95Ms} ms, p99 ${summary.p99Ms} ms over ${config.ticks} ticks (${config.runs} runs, ${admitted} admissions)`,
     );
-    writeResult({
-      bench: "workerd",
-      runs: config.runs,
-      ticks: config.ticks,
+    return {
       readyMs: round(readyMs, 0),
       admissionsDuringTicks: admitted,
       runStart: summarize(startMs),
       tick: summary,
       firstTickMs: round(tickMs[0] ?? Number.NaN, 3),
-    });
+    };
   } finally {
     await mf.dispose();
   }
+}
+
+/** Part two: diamonds through the object's alarm and a real `qlr worker`, no cron, no `/tick`. */
+async function remoteDiamonds(config: WorkerdConfig): Promise<Record<string, unknown>> {
+  const { mf, url } = await startWorker(config.root, true);
+  const stateDir = mkdtempSync(join(tmpdir(), "qlr-bench-workerd-"));
+  const worker = spawn(
+    process.execPath,
+    [
+      join(config.root, "dist", "qlr.mjs"),
+      "worker",
+      "--coordinator",
+      url.origin,
+      "--pool",
+      "default",
+      "--capacity",
+      "4",
+      "--state-dir",
+      stateDir,
+    ],
+    { env: { PATH: process.env.PATH ?? "/usr/bin:/bin", QLR_TOKEN: TOKEN }, stdio: "pipe" },
+  );
+  let workerOutput = "";
+  const keep = (chunk: Buffer): void => {
+    workerOutput = (workerOutput + chunk.toString("utf8")).slice(-4000);
+  };
+  worker.stdout.on("data", keep);
+  worker.stderr.on("data", keep);
+  try {
+    const call = caller(mf);
+    await applyPackage(call, DIAMOND_MANIFEST);
+    const diamondMs: number[] = [];
+    for (let index = 0; index < config.diamonds; index += 1) {
+      const t0 = now();
+      const runId = await startRun(call, "diamond", "d");
+      let status: string = "pending";
+      while (!TERMINAL_RUN_STATUSES.has(status as RunStatus)) {
+        if (now() - t0 > DIAMOND_TIMEOUT_MS)
+          throw new Error(
+            `diamond ${runId} still ${status} after ${DIAMOND_TIMEOUT_MS} ms; worker said:\n${workerOutput}`,
+          );
+        if (worker.exitCode !== null)
+          throw new Error(`qlr worker exited ${worker.exitCode}:\n${workerOutput}`);
+        await new Promise((wake) => setTimeout(wake, STATUS_POLL_MS));
+        const response = await call(`/runs/${runId}`);
+        if (response.status !== 200)
+          throw new Error(`GET /runs/${runId}: ${response.status} ${response.text}`);
+        status = (JSON.parse(response.text) as { run: { status: string } }).run.status;
+      }
+      if (status !== "succeeded")
+        throw new Error(`diamond ${runId} ended ${status}; worker said:\n${workerOutput}`);
+      diamondMs.push(now() - t0);
+    }
+    const summary = summarize(diamondMs);
+    log(
+      `workerd diamond with a real qlr worker, no cron or /tick: p50 ${summary.p50Ms} ms, p95 ${summary.p95Ms} ms over ${config.diamonds} runs`,
+    );
+    return { diamonds: config.diamonds, diamond: summary };
+  } finally {
+    worker.kill("SIGTERM");
+    await new Promise((done) =>
+      worker.exitCode !== null ? done(null) : worker.once("exit", done),
+    );
+    await mf.dispose();
+    rmSync(stateDir, { recursive: true, force: true });
+  }
+}
+
+async function main(): Promise<void> {
+  const config = readConfig<WorkerdConfig>();
+  const ticks = await tickLatency(config);
+  const diamonds = await remoteDiamonds(config);
+  writeResult({ bench: "workerd", runs: config.runs, ticks: config.ticks, ...ticks, ...diamonds });
 }
 
 await main();

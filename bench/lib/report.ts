@@ -116,6 +116,8 @@ interface WorkerdResult {
   runStart: LatencySummary;
   tick: LatencySummary;
   firstTickMs: number;
+  diamonds?: number;
+  diamond?: LatencySummary;
 }
 
 interface AdmissionResult {
@@ -1167,5 +1169,9 @@ function renderServeAndPeers(report: BenchReport, parts: string[]): void {
         ],
       ),
     );
+    if (workerd.diamond !== undefined)
+      parts.push(
+        `A four-step diamond of remote_worker \`true\` leased by a real \`qlr worker\`, no cron and no \`/tick\` (the object's alarm alone), \`POST /runs\` → \`succeeded\` over ${int(workerd.diamonds ?? 0)} runs one at a time: p50 ${fmt(workerd.diamond.p50Ms, 0)} ms, p95 ${fmt(workerd.diamond.p95Ms, 0)} ms, max ${fmt(workerd.diamond.maxMs, 0)} ms.`,
+      );
   }
 }

@@ -37,6 +37,13 @@ import {
  * (`PosixLauncher.launchEvidence`), as the device runtime judges the same window.
  */
 
+/**
+ * After a completion is reported the coordinator admits the steps that needed it at once (its
+ * cadence wakes on the report), so the worker asks for work again soon instead of a whole poll
+ * interval later: a few quick rounds, then the interval again.
+ */
+const FOLLOW_UP_DELAYS_MS = [20, 100, 400] as const;
+
 export interface RemoteWorkerOptions {
   readonly coordinatorUrl: string;
   readonly token: string;
@@ -98,7 +105,12 @@ export class RemoteWorker {
   private readonly fault: (point: WorkerFaultPoint) => void;
   private running = false;
   private loop: Promise<void> | null = null;
-  private wake: (() => void) | null = null;
+  private endWait: (() => void) | null = null;
+  /** A task's receipt landed while a round ran: the next round starts at once. */
+  private wakeRequested = false;
+  /** Quick rounds left after a completion (an index into FOLLOW_UP_DELAYS_MS). */
+  private followUp: number = FOLLOW_UP_DELAYS_MS.length;
+  private completedInRound = false;
 
   private constructor(
     options: RemoteWorkerOptions,
@@ -134,13 +146,17 @@ export class RemoteWorker {
     }
     const hmacKey = await loadOrCreateReceiptKey(stateDir);
     const fault = faultTrigger(options.fault ?? null, () => process.kill(process.pid, "SIGKILL"));
+    let workerForWake: RemoteWorker | null = null;
     const launcher = new PosixLauncher({
       stateDir,
       hmacKey,
       nowMs: () => systemClock.nowMs(),
+      // A durable receipt is reported now rather than at the next poll.
+      onSupervisorExit: () => workerForWake?.wake(),
       afterJournal: () => fault(LAUNCH_AFTER_JOURNAL),
     });
-    return new RemoteWorker({ ...options, stateDir }, workerId, launcher, fault);
+    workerForWake = new RemoteWorker({ ...options, stateDir }, workerId, launcher, fault);
+    return workerForWake;
   }
 
   private log(line: string): void {
@@ -220,18 +236,42 @@ export class RemoteWorker {
         await this.round().catch((error: unknown) =>
           this.log(`round failed: ${errorMessage(error)}`),
         );
-        await new Promise<void>((wake) => {
-          this.wake = wake;
-          setTimeout(wake, this.options.pollIntervalMs ?? 1000);
+        const delayMs = this.nextDelayMs();
+        if (this.wakeRequested || !this.running) {
+          this.wakeRequested = false;
+          continue;
+        }
+        await new Promise<void>((endWait) => {
+          this.endWait = endWait;
+          setTimeout(endWait, delayMs);
         });
+        this.endWait = null;
       }
     })();
   }
 
   async stop(): Promise<void> {
     this.running = false;
-    this.wake?.();
+    this.endWait?.();
     await this.loop;
+  }
+
+  /** Something to report or claim may be waiting: run a round now (after the current one). */
+  wake(): void {
+    if (this.endWait !== null) this.endWait();
+    else this.wakeRequested = true;
+  }
+
+  private nextDelayMs(): number {
+    const pollIntervalMs = this.options.pollIntervalMs ?? 1000;
+    if (this.completedInRound) {
+      this.completedInRound = false;
+      this.followUp = 0;
+    }
+    const followUpMs = FOLLOW_UP_DELAYS_MS[this.followUp];
+    if (followUpMs === undefined) return pollIntervalMs;
+    this.followUp += 1;
+    return Math.min(followUpMs, pollIntervalMs);
   }
 
   get active(): number {
@@ -393,6 +433,7 @@ export class RemoteWorker {
         if (!settledElsewhere(error)) throw error;
         this.log(`completion of ${attemptId} refused: ${error.message}`);
       }
+      this.completedInRound = true;
       await this.release(held, attemptId);
       return;
     }
