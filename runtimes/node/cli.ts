@@ -66,6 +66,8 @@ Usage:
   qlr tick                           run one cadence cycle now
   qlr worker --coordinator URL --pool P [--capacity N] [--insecure]
                                      run remote_worker tasks leased from a coordinator
+            [--poll-interval D]      how often it asks for work (QLR_POLL_INTERVAL, default 1s);
+                                     a task's exit and a reported completion wake it sooner
 
 Options:
   --state-dir DIR   (QLR_STATE_DIR, default ./.qlr)     --port N (QLR_PORT, default 8787)
@@ -108,6 +110,7 @@ const OPTIONS = {
   coordinator: { type: "string" },
   pool: { type: "string" },
   capacity: { type: "string" },
+  "poll-interval": { type: "string" },
   retention: { type: "string" },
   "retention-runs": { type: "string" },
   follow: { type: "boolean", short: "f" },
@@ -322,12 +325,20 @@ async function followLog(api: QlrClient, runId: string, step: string): Promise<n
 /** The longest interval: a wake (a start, a cancel, an exit) runs the cadence sooner anyway. */
 const MAX_TICK_INTERVAL_MS = 24 * 3_600_000;
 
-function tickIntervalOption(text: string | undefined): number | undefined {
+/** A worker asks at least this often: a lease it holds is heartbeated in its rounds too. */
+const MAX_POLL_INTERVAL_MS = 3_600_000;
+
+/** A duration option within [minMs, maxMs], named by its flag in the error. */
+function intervalOption(
+  flag: string,
+  text: string | undefined,
+  bounds: { readonly minMs: number; readonly maxMs: number; readonly words: string },
+): number | undefined {
   if (text === undefined || text === "") return undefined;
   const parsed = tryParseDurationMs(text);
-  if (!parsed.ok) throw new UsageError(`--tick-interval: ${parsed.reason}`);
-  if (parsed.ms < 10 || parsed.ms > MAX_TICK_INTERVAL_MS)
-    throw new UsageError(`--tick-interval must be from 10ms to 24h, got ${text}`);
+  if (!parsed.ok) throw new UsageError(`${flag}: ${parsed.reason}`);
+  if (parsed.ms < bounds.minMs || parsed.ms > bounds.maxMs)
+    throw new UsageError(`${flag} must be from ${bounds.words}, got ${text}`);
   return parsed.ms;
 }
 
@@ -432,6 +443,7 @@ async function workerCommand(
   pool: string | undefined,
   capacityText: string | undefined,
   insecure: boolean,
+  pollIntervalMs: number | undefined,
 ): Promise<number> {
   const coordinatorText = coordinator ?? process.env.QLR_COORDINATOR ?? config.url;
   if (coordinatorText === null || coordinatorText === undefined)
@@ -462,6 +474,7 @@ async function workerCommand(
     capacity,
     stateDir: config.stateDir,
     fault,
+    ...(pollIntervalMs === undefined ? {} : { pollIntervalMs }),
   });
   worker.start();
   process.stdout.write(
@@ -499,7 +512,11 @@ export async function main(argv: readonly string[]): Promise<number> {
         return await serveCommand(
           config,
           parsed.values.apply ?? [],
-          tickIntervalOption(parsed.values["tick-interval"] ?? process.env.QLR_TICK_INTERVAL),
+          intervalOption(
+            "--tick-interval",
+            parsed.values["tick-interval"] ?? process.env.QLR_TICK_INTERVAL,
+            { minMs: 10, maxMs: MAX_TICK_INTERVAL_MS, words: "10ms to 24h" },
+          ),
           maxRunningOption(parsed.values["max-running"] ?? process.env.QLR_MAX_RUNNING),
           retentionConfig(parsed.values, process.env),
         );
@@ -677,6 +694,11 @@ export async function main(argv: readonly string[]): Promise<number> {
           parsed.values.pool,
           parsed.values.capacity,
           parsed.values.insecure === true,
+          intervalOption(
+            "--poll-interval",
+            parsed.values["poll-interval"] ?? process.env.QLR_POLL_INTERVAL,
+            { minMs: 50, maxMs: MAX_POLL_INTERVAL_MS, words: "50ms to 1h" },
+          ),
         );
       default:
         throw new UsageError(`unknown command ${command}`);

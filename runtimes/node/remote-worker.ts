@@ -263,7 +263,11 @@ export class RemoteWorker {
   }
 
   private nextDelayMs(): number {
-    const pollIntervalMs = this.options.pollIntervalMs ?? 1000;
+    // Heartbeats go out in rounds: while a lease is held, a round comes at least this often.
+    const pollIntervalMs =
+      this.active > 0
+        ? Math.min(this.options.pollIntervalMs ?? 1000, this.heartbeatIntervalMs)
+        : (this.options.pollIntervalMs ?? 1000);
     if (this.completedInRound) {
       this.completedInRound = false;
       this.followUp = 0;
@@ -272,6 +276,10 @@ export class RemoteWorker {
     if (followUpMs === undefined) return pollIntervalMs;
     this.followUp += 1;
     return Math.min(followUpMs, pollIntervalMs);
+  }
+
+  private get heartbeatIntervalMs(): number {
+    return this.options.heartbeatIntervalMs ?? 2000;
   }
 
   get active(): number {
@@ -544,7 +552,7 @@ export class RemoteWorker {
     stop: (reason: StopReason) => Promise<unknown>,
   ): Promise<void> {
     const nowMs = systemClock.nowMs();
-    if (nowMs - held.lastHeartbeatMs < (this.options.heartbeatIntervalMs ?? 2000)) return;
+    if (nowMs - held.lastHeartbeatMs < this.heartbeatIntervalMs) return;
     held.lastHeartbeatMs = nowMs;
     try {
       const control = await this.coordinator.leaseHeartbeat(this.fence(held));
