@@ -23,7 +23,7 @@ import {
   type Store,
   type StoreTx,
 } from "./ports.ts";
-import { applyLoss } from "./recovery.ts";
+import { applyLoss, decideLoss } from "./recovery.ts";
 import { taskContext, type TaskContext } from "./task-context.ts";
 
 /**
@@ -186,19 +186,30 @@ export class LeaseService {
     });
   }
 
-  /** The worker's trusted evidence that the process is gone without a receipt. */
-  async lost(attemptId: string, fence: LeaseFence, reason: string): Promise<WorkerCompletion> {
+  /**
+   * The worker's trusted evidence that the process is gone without a receipt. `neverSpawned`
+   * says the worker's launcher proves the process never started (no journal record, or one
+   * with no spawn record and no supervisor left that could write one): a `starting` attempt is
+   * then lost before the start barrier and its step gets a new ready epoch, as the device's
+   * recovery decides the same evidence (`decideLoss`). The fact counts only from the lease's
+   * holder under its current fence; a stale fence is refused and writes nothing, and so is the
+   * fact on a `running` attempt, whose process the worker itself reported.
+   */
+  async lost(
+    attemptId: string,
+    fence: LeaseFence,
+    reason: string,
+    evidence: { readonly neverSpawned?: boolean } = {},
+  ): Promise<WorkerCompletion> {
     return this.write(async (tx, nowMs) => {
       const scope = await requireAttemptScope(tx, attemptId);
       checkFence(scope.attempt, fence);
       if (scope.attempt.status === "lost") return { status: "lost", replayed: true };
-      // A claim that never crossed the start barrier has no side effects: its step gets a new
-      // ready epoch (ADR-0227 §6). Only a started attempt is lost with its step failed.
-      const why = `worker ${fence.workerId}: ${reason}`;
-      const decision =
-        scope.attempt.status === "claimed"
-          ? ({ kind: "lost_new_epoch", reason: why } as const)
-          : ({ kind: "lost_failed", reason: why } as const);
+      const decision = decideLoss(
+        scope.attempt,
+        evidence.neverSpawned === true ? "never_spawned" : "unknown",
+        `worker ${fence.workerId}: ${reason}`,
+      );
       await tx.apply(applyLoss(scope, decision, scope.definition.retry, nowMs));
       return { status: (await writtenLease(tx, attemptId)).status, replayed: false };
     });

@@ -12,7 +12,7 @@ import {
 import type { ChangeSet, ProcessHandleFacts, RunAttempt, StopReason } from "./model.ts";
 import { EMPTY_CHANGE_SET, TERMINAL_ATTEMPT_STATUSES } from "./model.ts";
 import type { RetryPolicy } from "./packages.ts";
-import { applyRecovery } from "./recovery.ts";
+import { applyRecovery, decideLoss } from "./recovery.ts";
 
 /**
  * Leases for remote workers (ADR-0227 §4–§6). A remote attempt is admitted `claimed` like any
@@ -360,7 +360,7 @@ export function expireLease(
   if (attempt.status === "claimed")
     return applyRecovery(
       scope,
-      { kind: "lost_new_epoch", reason: "the lease expired before the attempt started" },
+      decideLoss(attempt, "unknown", "the lease expired before the attempt started"),
       retry,
       nowMs,
     );

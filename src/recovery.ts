@@ -7,7 +7,7 @@ import {
   type AttemptScope,
   type CompletionFacts,
 } from "./execution.ts";
-import type { ChangeSet } from "./model.ts";
+import type { ChangeSet, RunAttempt } from "./model.ts";
 import type { RetryPolicy } from "./packages.ts";
 
 /**
@@ -57,7 +57,7 @@ export function decideRecovery(scope: AttemptScope, evidence: RecoveryEvidence):
   const attempt = scope.attempt;
   switch (attempt.status) {
     case "claimed":
-      return { kind: "lost_new_epoch", reason: "orphaned claim never crossed the start barrier" };
+      return decideLoss(attempt, "unknown", "orphaned claim never crossed the start barrier");
     case "starting":
     case "running": {
       if (evidence.receipt.status === "invalid")
@@ -66,17 +66,19 @@ export function decideRecovery(scope: AttemptScope, evidence: RecoveryEvidence):
         return { kind: "complete", facts: evidence.receipt.facts };
       if (evidence.journal === "invalid")
         return { kind: "fail_closed", reason: "journal record rejected" };
+      // A running attempt proved it spawned: a missing journal or spawn record does not undo that.
       if (attempt.status === "starting" && evidence.journal === "absent")
-        return {
-          kind: "lost_new_epoch",
-          reason: "no journal record: the process was never spawned",
-        };
+        return decideLoss(
+          attempt,
+          "never_spawned",
+          "no journal record: the process was never spawned",
+        );
       if (attempt.status === "starting" && evidence.journal === "never_spawned")
-        return {
-          kind: "lost_new_epoch",
-          reason:
-            "journaled but never spawned: no spawn record and no supervisor that could still write one",
-        };
+        return decideLoss(
+          attempt,
+          "never_spawned",
+          "journaled but never spawned: no spawn record and no supervisor that could still write one",
+        );
       if (evidence.inspections.length < 2)
         return { kind: "fail_closed", reason: "fewer than two live inspections" };
       const [first, second] = evidence.inspections;
@@ -84,10 +86,11 @@ export function decideRecovery(scope: AttemptScope, evidence: RecoveryEvidence):
       // process is gone even when the runtime died before persisting the handle (ADR-0229 §3
       // accepts trusted not-running evidence; docs/ARCHITECTURE.md §16, deviation 2).
       if (first === "not_running" && second === "not_running")
-        return {
-          kind: "lost_failed",
-          reason: "trusted evidence: the exact process is not running and left no receipt",
-        };
+        return decideLoss(
+          attempt,
+          "unknown",
+          "trusted evidence: the exact process is not running and left no receipt",
+        );
       if (attempt.pid === null || attempt.processStartTicks === null || attempt.bootId === null) {
         return { kind: "fail_closed", reason: "no persisted process handle to inspect" };
       }
@@ -142,6 +145,46 @@ export function applyRecovery(
 
 /** A decision that the attempt is lost: before the start barrier (new epoch) or after it. */
 export type LossDecision = Extract<RecoveryDecision, { kind: "lost_new_epoch" | "lost_failed" }>;
+
+/**
+ * What is proven about the process of an attempt found lost: `never_spawned` when the
+ * launcher's own records prove it never started (no journal record, or a journal record with no
+ * spawn record and no supervisor left that could write one); `unknown` otherwise.
+ */
+export type SpawnEvidence = "never_spawned" | "unknown";
+
+/**
+ * The one rule for an attempt found lost, whoever found it: the device's recovery and execution
+ * control, lease expiry, a remote worker's report (ADR-0229 §3, ADR-0227 §6). An attempt that
+ * provably never crossed the start barrier (still `claimed`, or `starting` and proven never
+ * spawned) has no side effects: it is lost before the barrier and its step gets a new ready
+ * epoch. Any other is lost after the barrier with its outcome unknown, and is never retried.
+ * A `running` attempt has a recorded process, so evidence that it never spawned contradicts the
+ * record: refused, so that nothing is written on it.
+ */
+export function decideLoss(
+  attempt: RunAttempt,
+  spawn: SpawnEvidence,
+  reason: string,
+): LossDecision {
+  switch (attempt.status) {
+    case "claimed":
+      return { kind: "lost_new_epoch", reason };
+    case "starting":
+      return spawn === "never_spawned"
+        ? { kind: "lost_new_epoch", reason }
+        : { kind: "lost_failed", reason };
+    case "running":
+      if (spawn === "never_spawned")
+        throw new QlrError(
+          "conflict",
+          `attempt ${attempt.id} is running: its process is on record, so it did spawn`,
+        );
+      return { kind: "lost_failed", reason };
+    default:
+      throw new QlrError("conflict", `attempt ${attempt.id} is already ${attempt.status}`);
+  }
+}
 
 /** Applies a loss as one change set: the attempt always becomes `lost`, so there is always one. */
 export function applyLoss(

@@ -291,6 +291,13 @@ export interface LeaseCompleteRequest extends LeaseFenceRequest, Omit<Completion
 
 export interface LeaseLostRequest extends LeaseFenceRequest {
   readonly reason: string;
+  /**
+   * The worker's launcher proves the process never started (no journal record, or no spawn
+   * record and no supervisor left that could write one): a `starting` attempt is then lost
+   * before the start barrier and its step gets a new ready epoch. Absent or false: the outcome
+   * is unknown, and a started attempt is lost with its step failed. Refused on a `running` attempt.
+   */
+  readonly neverSpawned?: boolean;
 }
 
 /** `POST /worker/start`. */

@@ -336,10 +336,23 @@ export class RemoteWorker {
     }
   }
 
-  /** Reports the attempt lost (no process ran or none is left to report), then lets it go. */
-  private async reportLost(held: HeldLease, attemptId: string, reason: string): Promise<void> {
+  /**
+   * Reports the attempt lost (no process ran or none is left to report), then lets it go.
+   * `neverSpawned` only when the launcher's records prove the process never started: the
+   * coordinator then gives the step a new ready epoch instead of failing it.
+   */
+  private async reportLost(
+    held: HeldLease,
+    attemptId: string,
+    reason: string,
+    spawn: { readonly neverSpawned: boolean },
+  ): Promise<void> {
     try {
-      await this.coordinator.leaseLost({ ...this.fence(held), reason });
+      await this.coordinator.leaseLost({
+        ...this.fence(held),
+        reason,
+        ...(spawn.neverSpawned ? { neverSpawned: true } : {}),
+      });
     } catch (error) {
       // Refused only when another worker or the coordinator already settled the attempt.
       if (!settledElsewhere(error)) throw error;
@@ -479,13 +492,16 @@ export class RemoteWorker {
       case "not_journaled":
         // The journal is the launcher's barrier: without it nothing ran, nor ever will.
         if (this.running)
-          await this.reportLost(held, attemptId, "the worker stopped before spawning");
+          await this.reportLost(held, attemptId, "the worker stopped before spawning", {
+            neverSpawned: true,
+          });
         return;
       case "never_spawned":
         await this.reportLost(
           held,
           attemptId,
           "journaled but never spawned: no spawn record and no supervisor that could still write one",
+          { neverSpawned: true },
         );
         return;
       case "gone":
@@ -542,7 +558,8 @@ export class RemoteWorker {
     held.goneSinceMs ??= systemClock.nowMs();
     if (systemClock.nowMs() - held.goneSinceMs < RECEIPT_GRACE_MS) return;
     const again = await this.launcher.readReceipt(attemptId);
-    if (again.status === "none") await this.reportLost(held, attemptId, reason);
+    if (again.status === "none")
+      await this.reportLost(held, attemptId, reason, { neverSpawned: false });
   }
 
   /** Heartbeats are spaced (each one is a write on the coordinator); stop requests arrive with them. */

@@ -878,6 +878,151 @@ export function describeLeaseContract(factory: DriverFactory): void {
       expect(await attemptsOf(started.runId)).toHaveLength(1);
     });
 
+    it("the worker's never-spawned report from the lease's holder: a starting attempt is lost before the start barrier, and its step runs exactly once in a new epoch", async () => {
+      const { runId, attempt } = await admittedSingle("never-spawned", "pool-never-spawned");
+      const lease = await claimOne("worker-1", "pool-never-spawned");
+      const fence = fenceOf(lease, "worker-1");
+      await leases.start(attempt.id, fence, "starting", null);
+      const [readyBefore] = await stepsOf(runId);
+      clock.advance(10);
+      // The answer is lost after the commit: the retry is answered from the durable attempt.
+      lossy.arm();
+      await expect(
+        leases.lost(attempt.id, fence, "journaled but never spawned", { neverSpawned: true }),
+      ).rejects.toThrow(/lost commit response/);
+      const afterLost = await dump();
+      expect(
+        await leases.lost(attempt.id, fence, "journaled but never spawned", {
+          neverSpawned: true,
+        }),
+      ).toEqual({ status: "lost", replayed: true });
+      expect(await dump()).toBe(afterLost);
+      expect(await attemptOf(attempt.id)).toMatchObject({
+        status: "lost",
+        pid: null,
+        error: "worker worker-1: journaled but never spawned",
+      });
+      const [epoch] = await stepsOf(runId);
+      expect(epoch).toMatchObject({
+        status: "ready",
+        version: readyBefore!.version + 1,
+        attemptCount: 0,
+      });
+      expect(
+        (await eventsOf(runId)).filter(
+          (event) => event.type === "step.status_changed" && event.data.to === "failed",
+        ),
+      ).toEqual([]);
+
+      // The new epoch gets its own admission and attempt, which runs once and succeeds.
+      await tick();
+      const attempts = await attemptsOf(runId);
+      expect(attempts.map((item) => item.status)).toEqual(["lost", "claimed"]);
+      expect(attempts[1]!.id).not.toBe(attempt.id);
+      expect(attempts[1]!.stepRunVersion).toBe(epoch!.version);
+      const next = await claimOne("worker-1", "pool-never-spawned");
+      expect(next.attemptId).toBe(attempts[1]!.id);
+      const nextFence = fenceOf(next, "worker-1");
+      await leases.start(next.attemptId, nextFence, "starting", null);
+      const startedAtMs = clock.nowMs();
+      await leases.start(next.attemptId, nextFence, "running", handleAt(startedAtMs));
+      clock.advance(10);
+      expect(
+        await leases.complete(next.attemptId, nextFence, exitFacts(startedAtMs, clock.nowMs())),
+      ).toEqual({ status: "succeeded", replayed: false });
+      await tick();
+      expect((await runOf(runId)).status).toBe("succeeded");
+      expect((await stepsOf(runId))[0]).toMatchObject({ status: "succeeded", attemptCount: 1 });
+      // The old lease's holder learns nothing new: a repeated report is still only replayed.
+      expect(
+        await leases.lost(attempt.id, fence, "journaled but never spawned", {
+          neverSpawned: true,
+        }),
+      ).toEqual({ status: "lost", replayed: true });
+    });
+
+    it("the never-spawned fact also settles a starting attempt that failed closed at lease expiry; without the fact a starting attempt is lost with its step failed", async () => {
+      const closed = await admittedSingle("never-spawned-closed", "pool-never-spawned-closed");
+      const lease = await claimOne("worker-1", "pool-never-spawned-closed");
+      const fence = fenceOf(lease, "worker-1");
+      await leases.start(closed.attempt.id, fence, "starting", null);
+      clock.advance(TTL_MS + 1);
+      await tick();
+      expect((await attemptOf(closed.attempt.id)).error).toMatch(/lease expired/);
+      expect(
+        await leases.lost(closed.attempt.id, fence, "the worker stopped before spawning", {
+          neverSpawned: true,
+        }),
+      ).toEqual({ status: "lost", replayed: false });
+      expect((await stepsOf(closed.runId))[0]).toMatchObject({ status: "ready", attemptCount: 0 });
+      await tick();
+      expect((await attemptsOf(closed.runId)).map((item) => item.status)).toEqual([
+        "lost",
+        "claimed",
+      ]);
+
+      const unproven = await admittedSingle("starting-unproven", "pool-starting-unproven");
+      const lease2 = await claimOne("worker-1", "pool-starting-unproven");
+      const fence2 = fenceOf(lease2, "worker-1");
+      await leases.start(unproven.attempt.id, fence2, "starting", null);
+      clock.advance(10);
+      expect(await leases.lost(unproven.attempt.id, fence2, "gone")).toEqual({
+        status: "lost",
+        replayed: false,
+      });
+      expect((await stepsOf(unproven.runId))[0]!.status).toBe("failed");
+      await tick();
+      expect((await runOf(unproven.runId)).status).toBe("failed");
+      expect(await attemptsOf(unproven.runId)).toHaveLength(1);
+    });
+
+    it("the never-spawned fact is refused without writing on a running attempt (its process is on record), from a stale fence, and on a settled attempt", async () => {
+      const { runId, attempt } = await admittedSingle(
+        "never-spawned-bad",
+        "pool-never-spawned-bad",
+      );
+      const old = await claimOne("worker-old", "pool-never-spawned-bad");
+      clock.advance(TTL_MS);
+      const current = await claimOne("worker-new", "pool-never-spawned-bad");
+      const fence = fenceOf(current, "worker-new");
+      const staleFences = [
+        fenceOf(old, "worker-old"),
+        { workerId: "worker-new", leaseVersion: 1, leaseSecret: current.leaseSecret },
+        { workerId: "worker-new", leaseVersion: 2, leaseSecret: old.leaseSecret },
+      ];
+      await leases.start(attempt.id, fence, "starting", null);
+      const before = await dump();
+      for (const stale of staleFences)
+        expect(
+          await codeOf(leases.lost(attempt.id, stale, "never spawned", { neverSpawned: true })),
+        ).toBe("conflict");
+      expect(await dump()).toBe(before);
+
+      const startedAtMs = clock.nowMs();
+      await leases.start(attempt.id, fence, "running", handleAt(startedAtMs));
+      const running = await dump();
+      const refused = await errorOf(
+        leases.lost(attempt.id, fence, "never spawned", { neverSpawned: true }),
+      );
+      expect(refused.code).toBe("conflict");
+      expect(refused.message).toMatch(/is running/);
+      for (const stale of staleFences)
+        expect(
+          await codeOf(leases.lost(attempt.id, stale, "never spawned", { neverSpawned: true })),
+        ).toBe("conflict");
+      expect(await dump()).toBe(running);
+
+      clock.advance(10);
+      await leases.complete(attempt.id, fence, exitFacts(startedAtMs, clock.nowMs()));
+      const settled = await dump();
+      expect(
+        await codeOf(leases.lost(attempt.id, fence, "never spawned", { neverSpawned: true })),
+      ).toBe("conflict");
+      expect(await dump()).toBe(settled);
+      await tick();
+      expect((await runOf(runId)).status).toBe("succeeded");
+    });
+
     it("many workers racing for the same leases: each attempt is leased exactly once", async () => {
       const pool = "pool-race";
       const runs: string[] = [];

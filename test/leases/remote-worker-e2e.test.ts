@@ -172,6 +172,36 @@ async function markedPid(file: string): Promise<number> {
   return pid;
 }
 
+/**
+ * The lost attempt opened a new ready epoch (`ready → ready`, naming it) before the next
+ * attempt was claimed, and the next attempt is the one that ran.
+ */
+async function expectNewEpochAfter(
+  runId: string,
+  lostAttemptId: string,
+  nextAttemptId: string,
+): Promise<void> {
+  const { events } = await api<{
+    events: { type: string; attemptId: string | null; data: Record<string, unknown> }[];
+  }>("GET", `/runs/${runId}/events`);
+  const epoch = events.findIndex(
+    (event) =>
+      event.type === "step.status_changed" &&
+      event.data.from === "ready" &&
+      event.data.to === "ready" &&
+      event.data.lostAttemptId === lostAttemptId,
+  );
+  expect(epoch).toBeGreaterThanOrEqual(0);
+  const nextClaimed = events.findIndex((event) => event.attemptId === nextAttemptId);
+  expect(nextClaimed).toBeGreaterThan(epoch);
+  // Only the next attempt ever reached running.
+  expect(
+    events
+      .filter((event) => event.type === "attempt.status_changed" && event.data.to === "running")
+      .map((event) => event.attemptId),
+  ).toEqual([nextAttemptId]);
+}
+
 async function leaseFiles(stateDir: string): Promise<string[]> {
   return (await readdir(join(stateDir, "leases"))).filter((name) => name.endsWith(".json"));
 }
@@ -437,7 +467,7 @@ describe("qlr worker against qlr serve", () => {
         if (isAlive(proc)) await stopQlr(proc, "SIGKILL");
     });
 
-    it("SIGKILLed after the journal, before any supervisor was asked: restarted, it proves the task never spawned and reports it lost; nothing ran", async () => {
+    it("SIGKILLed after the journal, before any supervisor was asked: restarted, it proves the task never spawned and reports it so; the step runs exactly once in a new epoch and the run succeeds", async () => {
       const stateDir = join(scratch, "worker-after-journal");
       const armed = startWorker(stateDir, "p2-worker-after-journal", {
         pool: "p2",
@@ -456,19 +486,25 @@ describe("qlr worker against qlr serve", () => {
 
       const restarted = startWorker(stateDir, "p2-worker-after-journal-restarted", { pool: "p2" });
       const done = await waitForRun(runId, TERMINAL_RUN);
-      expect(done.attempts).toHaveLength(1);
+      // Provably never spawned, the attempt is lost before the start barrier: its step gets a
+      // new ready epoch, whose own attempt runs the task once.
+      expect(done.run.status).toBe("succeeded");
+      expect(done.attempts).toHaveLength(2);
       expect(done.attempts[0]).toMatchObject({ id: starting.id, status: "lost", pid: null });
       expect(done.attempts[0]!.error).toContain("never spawned");
-      // A started attempt reported lost is never retried automatically: the step fails.
-      expect(done.steps.map((step) => [step.name, step.status])).toEqual([["n", "failed"]]);
-      expect(done.run.status).toBe("failed");
-      expect(await lines(join(markers, "never_spawned"))).toEqual([]);
+      expect(done.attempts[1]).toMatchObject({ status: "succeeded", exitCode: 0, error: null });
+      expect(done.attempts[1]!.id).not.toBe(starting.id);
+      expect(done.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
+        ["n", "succeeded", 1],
+      ]);
+      await expectNewEpochAfter(runId, starting.id, done.attempts[1]!.id);
+      expect(await lines(join(markers, "never_spawned"))).toEqual(["ran"]);
       expect(restarted.stderr).toContain(`re-adopted lease of ${starting.id}`);
-      await waitFor("the lease file to be removed", async () =>
+      await waitFor("the lease files to be removed", async () =>
         (await leaseFiles(stateDir)).length === 0 ? true : null,
       );
-      // The supervisor refuses the settled id from now on: still nothing ran.
-      expect(await lines(join(markers, "never_spawned"))).toEqual([]);
+      // The supervisor refuses the settled id from now on: the lost attempt still never ran.
+      expect(await lines(join(markers, "never_spawned"))).toEqual(["ran"]);
       await stopQlr(restarted, "SIGKILL");
     }, 90_000);
 
@@ -551,20 +587,27 @@ describe("qlr worker against qlr serve", () => {
       await stopQlr(restarted, "SIGKILL");
     }, 90_000);
 
-    it("a launch that fails after the journal, in the same life and with the supervisor alive: the supervisor settles it never spawned and the worker reports it lost", async () => {
+    it("a launch that fails after the journal, in the same life and with the supervisor alive: the supervisor settles it never spawned, the worker reports it so, and the new epoch runs once", async () => {
       // The state dir of the cases above: its resident supervisor is alive, so the answer
       // comes from its settle, which also refuses the id from then on.
       const armed = startWorker(handlelessState(), "p2-worker-throw-after-journal", {
         pool: "p2",
         env: { QLR_FAULT_POINT: "launch.after_journal", QLR_FAULT_ACTION: "throw" },
       });
+      const ranBefore = await lines(join(markers, "never_spawned"));
       const runId = await startRun("never_spawned");
       const done = await waitForRun(runId, TERMINAL_RUN);
-      expect(done.attempts).toHaveLength(1);
+      // The fault fails the first launch only: the new epoch's attempt runs in the same life.
+      expect(done.run.status).toBe("succeeded");
+      expect(done.attempts).toHaveLength(2);
       expect(done.attempts[0]).toMatchObject({ status: "lost", pid: null });
       expect(done.attempts[0]!.error).toContain("never spawned");
-      expect(done.run.status).toBe("failed");
-      expect(await lines(join(markers, "never_spawned"))).toEqual([]);
+      expect(done.attempts[1]).toMatchObject({ status: "succeeded", exitCode: 0 });
+      expect(done.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
+        ["n", "succeeded", 1],
+      ]);
+      await expectNewEpochAfter(runId, done.attempts[0]!.id, done.attempts[1]!.id);
+      expect(await lines(join(markers, "never_spawned"))).toEqual([...ranBefore, "ran"]);
       expect(isAlive(armed)).toBe(true);
       expect(armed.stderr).toContain("injected fault at launch.after_journal");
       await stopQlr(armed, "SIGKILL");

@@ -198,7 +198,8 @@ function validBodies(fence: {
       stopReason: null,
       spawnError: null,
     },
-    "/worker/lost": { ...fence, reason: "the process is gone" },
+    // With the never-spawned fact: a stale fence must be refused with it too.
+    "/worker/lost": { ...fence, reason: "the process is gone", neverSpawned: true },
   };
 }
 
@@ -283,7 +284,9 @@ describe("worker routes", () => {
         message: "unknown field",
       });
       for (const key of Object.keys(valid)) {
+        // Optional fields: a body without one is valid.
         if (route === "/worker/start" && key === "handle") continue;
+        if (route === "/worker/lost" && key === "neverSpawned") continue;
         const missing = Object.fromEntries(Object.entries(valid).filter(([name]) => name !== key));
         const answer = await call(route, { json: missing });
         const error = invalidRequest(answer, `${route} without ${key}`);
@@ -356,7 +359,11 @@ describe("worker routes", () => {
         stopReason: ["kill", "", 1],
         spawnError: [42, "x".repeat(1025)],
       },
-      "/worker/lost": { leaseVersion: [null], reason: ["", null, 7, "x".repeat(513)] },
+      "/worker/lost": {
+        leaseVersion: [null],
+        reason: ["", null, 7, "x".repeat(513)],
+        neverSpawned: ["true", 1, null, {}],
+      },
     };
     for (const route of WORKER_ROUTES) {
       for (const [field, values] of Object.entries(wrong[route])) {
@@ -615,6 +622,80 @@ describe("worker routes", () => {
       headers: { authorization: `Bearer ${TOKEN}` },
     });
     expect(((await detail.json()) as { run: { status: string } }).run.status).toBe("succeeded");
+  });
+
+  it("a never-spawned lost report from the lease's holder opens a new ready epoch for a starting attempt, and is 409 with nothing written on a running one", async () => {
+    const runId = await admittedRun("never-spawned-routes", "pool-never-spawned-routes");
+    const lease = await claim("worker-1", "pool-never-spawned-routes");
+    const fenceNow = {
+      attemptId: lease.attemptId,
+      workerId: "worker-1",
+      leaseVersion: lease.leaseVersion,
+      leaseSecret: lease.leaseSecret,
+    };
+    await ok("/worker/start", { ...fenceNow, phase: "starting" });
+    clock.advance(10);
+    expect(
+      await ok("/worker/lost", {
+        ...fenceNow,
+        reason: "journaled but never spawned",
+        neverSpawned: true,
+      }),
+    ).toEqual({ status: "lost", replayed: false });
+    await tick();
+    const detail = async (): Promise<{
+      run: { status: string };
+      steps: { status: string; attemptCount: number }[];
+      attempts: { id: string; status: string; error: string | null }[];
+    }> => {
+      const response = await app.request(`/runs/${runId}`, {
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      return (await response.json()) as Awaited<ReturnType<typeof detail>>;
+    };
+    const afterLost = await detail();
+    expect(afterLost.steps.map((step) => [step.status, step.attemptCount])).toEqual([["ready", 0]]);
+    expect(afterLost.attempts.map((attempt) => attempt.status)).toEqual(["lost", "claimed"]);
+    expect(afterLost.attempts[0]!.error).toBe("worker worker-1: journaled but never spawned");
+
+    // The new epoch's attempt runs; the fact is refused on it once its process is on record.
+    const next = await claim("worker-1", "pool-never-spawned-routes");
+    expect(next.attemptId).toBe(afterLost.attempts[1]!.id);
+    const nextFence = {
+      attemptId: next.attemptId,
+      workerId: "worker-1",
+      leaseVersion: next.leaseVersion,
+      leaseSecret: next.leaseSecret,
+    };
+    await ok("/worker/start", { ...nextFence, phase: "starting" });
+    const startedAtMs = clock.nowMs();
+    await ok("/worker/start", {
+      ...nextFence,
+      phase: "running",
+      handle: { pid: 4243, processStartTicks: "123457", bootId: "b7c1d2e3-aaaa", startedAtMs },
+    });
+    const before = await dump();
+    const refused = await call("/worker/lost", {
+      json: { ...nextFence, reason: "never spawned", neverSpawned: true },
+    });
+    expect(refused.status).toBe(409);
+    expect(errorOf(refused)).toMatchObject({ code: "conflict" });
+    expect(errorOf(refused).message).toMatch(/is running/);
+    expect(await dump()).toBe(before);
+    clock.advance(10);
+    await ok("/worker/complete", {
+      ...nextFence,
+      startedAtMs,
+      finishedAtMs: clock.nowMs(),
+      exitCode: 0,
+      signal: null,
+      stopReason: null,
+      spawnError: null,
+    });
+    await tick();
+    const done = await detail();
+    expect(done.run.status).toBe("succeeded");
+    expect(done.steps.map((step) => [step.status, step.attemptCount])).toEqual([["succeeded", 1]]);
   });
 
   it("only POST is routed", async () => {

@@ -5,7 +5,9 @@ import type { RunAttempt } from "../../src/model.ts";
 import { expireLease } from "../../src/leases.ts";
 import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
 import {
+  applyLoss,
   applyRecovery,
+  decideLoss,
   decideRecovery,
   resolveFailedClosed,
   type LiveInspection,
@@ -18,6 +20,7 @@ import {
   claimedStepA,
   CoreWorld,
   definitionOf,
+  errorCode,
   NEVER_SPAWNED,
   exitFacts,
   expectOneVersionBump,
@@ -711,5 +714,90 @@ describe("each recovery decision is its own rule's", () => {
       }
       expect(code).toBe("conflict");
     }
+  });
+});
+
+describe("one loss rule for local and remote attempts (ADR-0229 §3)", () => {
+  it("lost before the start barrier (new epoch) only for a claim, or a starting attempt proven never spawned; otherwise after it", () => {
+    const world = worldWith();
+    const live = running(world);
+    const as = (status: RunAttempt["status"]): RunAttempt => ({ ...live, status });
+    expect(decideLoss(as("claimed"), "unknown", "r")).toEqual({
+      kind: "lost_new_epoch",
+      reason: "r",
+    });
+    expect(decideLoss(as("claimed"), "never_spawned", "r").kind).toBe("lost_new_epoch");
+    expect(decideLoss(as("starting"), "never_spawned", "r")).toEqual({
+      kind: "lost_new_epoch",
+      reason: "r",
+    });
+    // Without proof, a starting attempt may have spawned: its outcome is unknown.
+    expect(decideLoss(as("starting"), "unknown", "r")).toEqual({
+      kind: "lost_failed",
+      reason: "r",
+    });
+    expect(decideLoss(as("running"), "unknown", "r")).toEqual({ kind: "lost_failed", reason: "r" });
+  });
+
+  it("evidence that a running attempt never spawned contradicts its recorded process and is refused; a settled attempt is not lost again", () => {
+    const world = worldWith();
+    const live = running(world);
+    expect(errorCode(() => decideLoss(live, "never_spawned", "r"))).toBe("conflict");
+    for (const status of ["succeeded", "failed", "timed_out", "cancelled", "lost"] as const)
+      for (const spawn of ["unknown", "never_spawned"] as const)
+        expect(errorCode(() => decideLoss({ ...live, status }, spawn, "r"))).toBe("conflict");
+  });
+
+  it("a starting attempt proven never spawned opens a new ready epoch, whose claim runs the step; without the proof the step fails and is never retried", () => {
+    const proven = worldWith(IDEMPOTENT);
+    const first = starting(proven);
+    const stepBefore = proven.model.step("run-1", "a");
+    const scope = proven.model.scope(first.id);
+    proven.apply(
+      applyLoss(scope, decideLoss(first, "never_spawned", "never spawned"), IDEMPOTENT, T0 + 100),
+    );
+    expect(proven.model.attempt(first.id)).toMatchObject({
+      status: "lost",
+      error: "never spawned",
+    });
+    expect(proven.model.step("run-1", "a")).toMatchObject({
+      status: "ready",
+      version: stepBefore.version + 1,
+      attemptCount: 0,
+    });
+    const next = proven.admit("run-1", "a", T0 + 101);
+    expect(next.id).not.toBe(first.id);
+    expect(next.stepRunVersion).toBe(stepBefore.version + 1);
+
+    // The same attempt, the same idempotent task with budget left: without proof it is lost after
+    // the barrier, and ADR-0227 §6 forbids an automatic retry.
+    const unproven = worldWith(IDEMPOTENT);
+    const other = starting(unproven);
+    unproven.apply(
+      applyLoss(
+        unproven.model.scope(other.id),
+        decideLoss(other, "unknown", "gone"),
+        IDEMPOTENT,
+        T0 + 100,
+      ),
+    );
+    expect(unproven.model.step("run-1", "a").status).toBe("failed");
+    expect(errorCode(() => unproven.tryAdmit("run-1", "a", T0 + 101))).toBe("integrity");
+  });
+
+  it("the device's recovery decides through the same rule: never-spawned evidence on a starting attempt is the remote report's decision", () => {
+    const world = worldWith();
+    const attempt = starting(world);
+    const scope = world.model.scope(attempt.id);
+    const reason = "no journal record: the process was never spawned";
+    expect(decideRecovery(scope, NEVER_SPAWNED)).toEqual(
+      decideLoss(attempt, "never_spawned", reason),
+    );
+    expect(
+      decideRecovery(scope, { ...NO_EVIDENCE, journal: "never_spawned", inspections: [] }).kind,
+    ).toBe(decideLoss(attempt, "never_spawned", reason).kind);
+    expect(decideRecovery(scope, inspected("not_running", "not_running")).kind).toBe(
+      decideLoss(attempt, "unknown", reason).kind,
+    );
   });
 });

@@ -72,7 +72,9 @@ const completeBody = z
     outputError: z.string().max(1024).nullable().optional(),
   })
   .strict();
-const lostBody = z.object({ ...fence, reason: z.string().min(1).max(512) }).strict();
+const lostBody = z
+  .object({ ...fence, reason: z.string().min(1).max(512), neverSpawned: z.boolean().optional() })
+  .strict();
 
 const WHAT = "the worker request";
 
@@ -117,9 +119,11 @@ export function workerRoutes(deps: AppDeps): Hono {
       );
     })
     .post("/worker/lost", jsonBody(lostBody, WHAT), async (c) => {
-      const { attemptId, reason, ...leaseFence } = c.req.valid("json");
+      const { attemptId, reason, neverSpawned, ...leaseFence } = c.req.valid("json");
       return c.json(
-        (await leases.lost(attemptId, leaseFence, reason)) satisfies WorkerCompletionView,
+        (await leases.lost(attemptId, leaseFence, reason, {
+          neverSpawned: neverSpawned ?? false,
+        })) satisfies WorkerCompletionView,
       );
     });
 }
