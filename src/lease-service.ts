@@ -89,14 +89,22 @@ export class LeaseService {
     return transactAtStoreTime(this.deps.store, this.deps.clock, fn);
   }
 
-  /** Leases up to `capacity` claimable attempts of the pool; each lease is its own transaction. */
+  /**
+   * Leases up to `capacity` claimable attempts of the pool; each lease is its own transaction.
+   * One candidate that cannot be leased (an integrity error: its admission and definition
+   * disagree) is passed over, so it cannot hold the pool's other work back claim after claim;
+   * the claim fails only when nothing was leased, naming that error.
+   */
   async claim(workerId: string, pool: string, capacity: number): Promise<Lease[]> {
     const limit = Math.max(0, Math.min(capacity, MAX_CLAIM_CAPACITY));
     if (limit === 0) return [];
-    const candidates = await this.deps.store.transaction(async (tx) =>
-      tx.listClaimableRemote(pool, this.deps.clock.nowMs(), limit),
+    // Store time, as every lease decision: a coordinator whose clock lags must still see
+    // expired leases as claimable.
+    const candidates = await this.write(async (tx, nowMs) =>
+      tx.listClaimableRemote(pool, nowMs, limit),
     );
     const leases: Lease[] = [];
+    let passedOver: Error | null = null;
     for (const candidate of candidates) {
       try {
         // Drawn outside the transaction: a PostgreSQL retry re-runs the function, and the secret
@@ -136,10 +144,15 @@ export class LeaseService {
         });
         if (lease !== null) leases.push(lease);
       } catch (error) {
-        // Losing a race for one lease (a CAS conflict) is normal; anything else is not.
-        if ((error as { code?: unknown }).code !== "conflict") throw error;
+        // Losing a race for one lease (a CAS conflict) is normal. A storage error ends the
+        // claim (the next candidate would meet it too); any other error is this candidate's.
+        const code = (error as { code?: unknown }).code;
+        if (code === "conflict") continue;
+        if (typeof code === "string" && code.startsWith("storage_")) throw error;
+        passedOver ??= error instanceof Error ? error : new Error(String(error));
       }
     }
+    if (leases.length === 0 && passedOver !== null) throw passedOver;
     return leases;
   }
 

@@ -1072,6 +1072,31 @@ export function describeLeaseContract(factory: DriverFactory): void {
       expect(await leases.claim("late", pool, 64)).toEqual([]);
     });
 
+    it("a claim passes over an attempt that cannot be leased (integrity) and leases the rest; it fails only when nothing could be leased", async () => {
+      const pool = "pool-poison";
+      const poisoned = await admittedSingle("poison-a", pool);
+      const healthy = await admittedSingle("poison-b", pool);
+      // An attempt whose workflow epoch is gone from its row: its admission cannot be checked,
+      // so it is never executed (src/attempt-scope.ts). It sorts first among the candidates.
+      const placeholder = driver.dialect === "postgres" ? "$1" : "?";
+      await driver.transaction((tx) =>
+        tx.query(`UPDATE run_attempts SET step_run_version = NULL WHERE id = ${placeholder}`, [
+          poisoned.attempt.id,
+        ]),
+      );
+      const before = await snapshot(poisoned.runId);
+
+      const granted = await leases.claim("worker-1", pool, 2);
+      expect(granted.map((lease) => lease.attemptId)).toEqual([healthy.attempt.id]);
+      expect(await snapshot(poisoned.runId)).toEqual(before);
+
+      // Only the poisoned one is left: the claim names its error instead of answering nothing.
+      const error = await errorOf(leases.claim("worker-2", pool, 2));
+      expect(error.code).toBe("integrity");
+      expect(error.message).toContain(poisoned.attempt.id);
+      expect(await snapshot(poisoned.runId)).toEqual(before);
+    });
+
     it("an ordinary remote run goes queued → dispatching → running → succeeded", async () => {
       const manifest: Manifest = {
         package: "ordinary",
