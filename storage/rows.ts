@@ -1,7 +1,9 @@
+import { admissionEventId, workflowAttemptId } from "../src/admission.ts";
 import { eventId } from "../src/aggregate.ts";
 import { canonicalJson, type JsonValue } from "../src/canonical-json.ts";
 import type { Digest } from "../src/digest.ts";
 import type {
+  AdmissionReceipt,
   ChangeSet,
   EventType,
   Run,
@@ -385,6 +387,58 @@ export function toMutation(row: MutationRow): StepMutation {
     eventSeq: num(row.event_seq),
     atMs: num(row.at_ms),
   };
+}
+
+/**
+ * An admission receipt's row (migration 0010): its key (run, step, epoch) as columns and a JSON
+ * body without what the key determines. The attempt and event ids derive from the key, and the
+ * step's digest at admission is the `to_digest` of the step's mutation of that epoch, so each is
+ * stored once. The receipt's own digest stays in the body: replay recomputes it over the values
+ * read back, so a wrong one fails it.
+ */
+const ADMISSION_DERIVED = [
+  "runId",
+  "stepRunId",
+  "stepRunVersion",
+  "attemptId",
+  "eventId",
+  "stepRunDigest",
+] as const satisfies readonly (keyof AdmissionReceipt)[];
+
+export const ADMISSION_COLUMNS = ["run_id", "step_run_id", "step_run_version", "body"] as const;
+
+/** Reads receipts with the step digest their body leaves out; `rest` follows the join. */
+export function admissionSelect(rest: string): string {
+  return `SELECT a.run_id, a.step_run_id, a.step_run_version, a.body, m.to_digest AS step_run_digest FROM admission_receipts a LEFT JOIN step_mutations m ON m.step_run_id = a.step_run_id AND m.version = a.step_run_version ${rest}`;
+}
+
+export type AdmissionRow = Record<(typeof ADMISSION_COLUMNS)[number] | "step_run_digest", unknown>;
+
+export function admissionParams(receipt: AdmissionReceipt): SqlParam[] {
+  const body: Partial<Record<keyof AdmissionReceipt, unknown>> = { ...receipt };
+  for (const key of ADMISSION_DERIVED) delete body[key];
+  return [receipt.runId, receipt.stepRunId, receipt.stepRunVersion, JSON.stringify(body)];
+}
+
+/**
+ * The receipt a row stands for. A body written before migration 0010 holds every value; what
+ * it holds is read as it is, so such a receipt reads exactly as it was written. A missing
+ * mutation leaves the step digest out, and the receipt then fails its digest.
+ */
+export function toAdmission(row: AdmissionRow): AdmissionReceipt {
+  const runId = String(row.run_id);
+  const stepRunId = String(row.step_run_id);
+  const stepRunVersion = num(row.step_run_version);
+  const stepRunDigest = textOrNull(row.step_run_digest);
+  return {
+    runId,
+    stepRunId,
+    stepRunVersion,
+    attemptId: workflowAttemptId(runId, stepRunId, stepRunVersion),
+    eventId: admissionEventId(runId, stepRunId, stepRunVersion),
+    ...(stepRunDigest === null ? {} : { stepRunDigest: stepRunDigest as Digest }),
+    ...(JSON.parse(String(row.body)) as Partial<AdmissionReceipt>),
+  } as AdmissionReceipt;
 }
 
 const COORDINATOR_WRITERS = {

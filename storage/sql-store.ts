@@ -81,11 +81,6 @@ function cap(limit: number): number {
  * is written once and never changes (a digest, or a reconciliation digest and a task name).
  */
 const BODY_READS = {
-  admission: {
-    table: "admission_receipts",
-    keys: ["run_id", "step_run_id", "step_run_version"],
-    cached: false,
-  },
   plan: { table: "workflow_plans", keys: ["digest"], cached: true },
   planOfWorkflow: {
     table: "workflow_plans",
@@ -457,20 +452,11 @@ class SqlStoreTx implements StoreTx {
       rows.MUTATION_COLUMNS,
       change.mutations.map(rows.mutationParams),
     );
-    for (const receipt of change.admissions) {
-      await this.q(
-        "INSERT INTO admission_receipts (run_id, step_run_id, step_run_version, attempt_id, event_id, digest, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-          receipt.runId,
-          receipt.stepRunId,
-          receipt.stepRunVersion,
-          receipt.attemptId,
-          receipt.eventId,
-          receipt.digest,
-          JSON.stringify(receipt),
-        ],
-      );
-    }
+    await this.insertRows(
+      "admission_receipts",
+      rows.ADMISSION_COLUMNS,
+      change.admissions.map(rows.admissionParams),
+    );
     await this.enqueueAlerts(change);
     if (times.length > 0) await this.advanceWatermark(Math.max(...times));
   }
@@ -631,7 +617,11 @@ class SqlStoreTx implements StoreTx {
     stepRunId: string,
     stepRunVersion: number,
   ): Promise<AdmissionReceipt | null> {
-    return this.body("admission", [runId, stepRunId, stepRunVersion]);
+    const found = await this.q<rows.AdmissionRow>(
+      rows.admissionSelect("WHERE a.run_id = ? AND a.step_run_id = ? AND a.step_run_version = ?"),
+      [runId, stepRunId, stepRunVersion],
+    );
+    return found[0] === undefined ? null : rows.toAdmission(found[0]);
   }
 
   async getPlan(digest: string): Promise<WorkflowPlan | null> {

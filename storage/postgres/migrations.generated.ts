@@ -46,5 +46,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 9,
     "name": "derived_event_ids",
     "sql": "-- Fewer bytes per event. An event whose id is the one derived from its run and sequence (every\n-- `evt:` id) is stored with id NULL; the store derives it again when it reads the row, so the\n-- API answers the same id. Ids that cannot be derived (an admitted attempt's `wte:` event)\n-- are stored and stay unique (a unique constraint ignores NULLs). Rows written before keep\n-- their stored ids.\nALTER TABLE run_events ALTER COLUMN id DROP NOT NULL;\n"
+  },
+  {
+    "version": 10,
+    "name": "lean_admission_receipts",
+    "sql": "-- Fewer bytes per step. An admission receipt stored its attempt id, event id and digest as\n-- columns (each with a unique index) and again in the JSON body. Now the row keeps its key and\n-- a body without what the key determines: the run, step and epoch are the key's columns, the\n-- attempt and event ids derive from them, and the step's digest is read from the step mutation\n-- of the receipt's epoch. The receipt's own digest stays in the body and is checked on replay.\n-- The attempt and event ids stay unique where they are stored (run_attempts, run_events).\n-- Rows written before keep their whole bodies, which the store reads as they are.\nALTER TABLE admission_receipts\n  DROP COLUMN attempt_id,\n  DROP COLUMN event_id,\n  DROP COLUMN digest;\n"
   }
 ];

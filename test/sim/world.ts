@@ -66,11 +66,13 @@ export async function readWorld(
       )
     ).map(rows.toMutation),
     admissions: (
-      await tx.query<{ body: string }>(
-        `SELECT body FROM admission_receipts WHERE ${mine} ORDER BY run_id, step_run_id, step_run_version`,
+      await tx.query<rows.AdmissionRow>(
+        rows.admissionSelect(
+          `WHERE a.${mine} ORDER BY a.run_id, a.step_run_id, a.step_run_version`,
+        ),
         [packageName],
       )
-    ).map((row) => JSON.parse(row.body) as AdmissionReceipt),
+    ).map(rows.toAdmission),
     spawnCounts,
     idempotentTasks,
     orphanRows: await countOrphans(tx),

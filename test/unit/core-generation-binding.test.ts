@@ -174,14 +174,19 @@ describe("generation binding at execution", () => {
       const attempt = claimed[0]!;
       await r.store.driver.transaction(async (tx) => {
         const [row] = await tx.query<{ body: string }>(
-          "SELECT body FROM admission_receipts WHERE attempt_id = ?",
-          [attempt.id],
+          "SELECT body FROM admission_receipts WHERE run_id = ? AND step_run_id = ? AND step_run_version = ?",
+          [attempt.runId, attempt.stepRunId, attempt.stepRunVersion],
         );
         const receipt = JSON.parse(row!.body) as AdmissionReceipt;
-        await tx.query("UPDATE admission_receipts SET body = ? WHERE attempt_id = ?", [
-          JSON.stringify({ ...receipt, [field]: value(receipt) }),
-          attempt.id,
-        ]);
+        await tx.query(
+          "UPDATE admission_receipts SET body = ? WHERE run_id = ? AND step_run_id = ? AND step_run_version = ?",
+          [
+            JSON.stringify({ ...receipt, [field]: value(receipt) }),
+            attempt.runId,
+            attempt.stepRunId,
+            attempt.stepRunVersion,
+          ],
+        );
       });
       const report = await r.coordinator.tick();
       const dispatch = report.stages.find((stage) => stage.name === "dispatch");
@@ -210,7 +215,10 @@ describe("generation binding at execution", () => {
       (await tx.getAttempts(runId)).filter((item) => item.status === "claimed"),
     );
     await r.store.driver.transaction(async (tx) => {
-      await tx.query("DELETE FROM admission_receipts WHERE attempt_id = ?", [attempt!.id]);
+      await tx.query(
+        "DELETE FROM admission_receipts WHERE run_id = ? AND step_run_id = ? AND step_run_version = ?",
+        [attempt!.runId, attempt!.stepRunId, attempt!.stepRunVersion!],
+      );
     });
     const report = await r.coordinator.tick();
     expect(report.stages.find((stage) => stage.name === "dispatch")?.errors[0]?.message).toMatch(
