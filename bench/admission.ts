@@ -182,31 +182,16 @@ async function main(): Promise<void> {
     let components: ComponentTiming[] = [];
     const sample = timed[0] ?? instrumented[0] ?? warmup[0];
     if (config.componentIterations > 0 && sample !== undefined) {
-      components = await storeComponents(
-        opened.store,
-        opened.driver.inner,
-        sample,
-        world.clock.nowMs(),
-        config.componentIterations,
-      );
-      components.push(
-        ...(await statementExperiments(
-          opened.store,
-          opened.driver.inner,
-          sample,
-          config.componentIterations,
-        )),
-      );
+      const subject = {
+        store: opened.store,
+        driver: opened.driver.inner,
+        candidate: sample,
+        iterations: config.componentIterations,
+      };
+      components = await storeComponents(subject, world.clock.nowMs());
+      components.push(...(await statementExperiments(subject)));
       if (config.store === "sqljs-file") {
-        components.push(
-          ...(await coreComponents(
-            opened.store,
-            opened.driver.inner,
-            sample,
-            world.clock.nowMs(),
-            config.componentIterations,
-          )),
-        );
+        components.push(...(await coreComponents(subject, world.clock.nowMs())));
         const recordBytes =
           typeof fileFigures?.journalBytesPerAdmission === "number"
             ? fileFigures.journalBytesPerAdmission

@@ -90,12 +90,16 @@ async function main(): Promise<void> {
     const experiments =
       firstRun === undefined || firstStep === undefined
         ? []
-        : await statementExperiments(
-            opened.store,
-            opened.driver.inner,
-            { runId: firstRun.id, stepRunId: firstStep.id, stepRunVersion: firstStep.version },
-            50,
-          );
+        : await statementExperiments({
+            store: opened.store,
+            driver: opened.driver.inner,
+            candidate: {
+              runId: firstRun.id,
+              stepRunId: firstStep.id,
+              stepRunVersion: firstStep.version,
+            },
+            iterations: 50,
+          });
     log(
       `memory (${config.label}): ${config.runs} runs in ${drive.ticks} ticks, peak ${mib(peakSampled)} MiB sampled, VmHWM ${status === null ? "?" : mib(status.vmHwmBytes)} MiB`,
     );

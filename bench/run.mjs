@@ -12,25 +12,17 @@
  * CPU profile, QLR_BENCH_DATA_DIR for where the sql.js file stores live.
  */
 import { build } from "esbuild";
-import { rmSync } from "node:fs";
+import { readdirSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
 const outdir = join(root, "node_modules", ".cache", "qlr-bench", "dist");
-const entries = [
-  "orchestrator",
-  "admission",
-  "bytes",
-  "throughput",
-  "memory",
-  "serve",
-  "peers",
-  "scaleout",
-  "workerd",
-  "soak",
-  "launcher",
-];
+// Every bench/*.ts file is an entry: the orchestrator, the children it spawns, and the benches
+// run on their own (built alongside at no cost), so a new bench needs no second list here.
+const entries = readdirSync(join(root, "bench"))
+  .filter((file) => file.endsWith(".ts"))
+  .map((file) => file.slice(0, -".ts".length));
 
 rmSync(outdir, { recursive: true, force: true });
 await build({

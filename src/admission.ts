@@ -2,7 +2,14 @@ import { derivedId, digestOf } from "./digest.ts";
 import { QlrError } from "./errors.ts";
 import { RunChange } from "./aggregate.ts";
 import { claimedAttempt } from "./attempts.ts";
-import type { AdmissionReceipt, ChangeSet, Run, RunAttempt, StepRun } from "./model.ts";
+import {
+  sameGeneration,
+  type AdmissionReceipt,
+  type ChangeSet,
+  type Run,
+  type RunAttempt,
+  type StepRun,
+} from "./model.ts";
 import {
   renormalize,
   verifyPlan,
@@ -107,8 +114,7 @@ export function admitTaskAttempt(input: AdmissionInput): AdmissionResult {
   )
     reject("reconciliation receipt is not the one the run and plan are bound to");
   if (
-    reconciliation.package !== plan.package ||
-    reconciliation.generation !== plan.generation ||
+    !sameGeneration(reconciliation, plan) ||
     reconciliation.manifestDigest !== plan.manifestDigest
   ) {
     reject("reconciliation receipt belongs to another generation");

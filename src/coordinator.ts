@@ -14,7 +14,14 @@ import {
 } from "./execution.ts";
 import { advanceFrontier } from "./frontier.ts";
 import { expireLease } from "./leases.ts";
-import type { ChangeSet, ExecutorType, ProcessHandleFacts, RunAttempt } from "./model.ts";
+import type {
+  ChangeSet,
+  ExecutorType,
+  ProcessHandleFacts,
+  Run,
+  RunAttempt,
+  StepRun,
+} from "./model.ts";
 import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
 import { slotFor, type WaitReason } from "./backpressure.ts";
@@ -280,6 +287,26 @@ interface RunStage<T> {
   readonly write: (runId: string) => PageWrite<T>;
   /** What follows each committed item (fault points, follow-ups); true counts it as processed. */
   readonly committed: (value: T) => Promise<boolean>;
+}
+
+/** A core rule that reads one run whole (`convergeCancellation`, `advanceFrontier`). */
+type WholeRunRule = (
+  run: Run,
+  steps: readonly StepRun[],
+  attempts: readonly RunAttempt[],
+  nowMs: number,
+) => ChangeSet | null;
+
+/** The rule's change for a run read whole in `tx`; null when the run is gone or nothing changes. */
+async function wholeRunChange(
+  tx: StoreTx,
+  runId: string,
+  rule: WholeRunRule,
+  nowMs: number,
+): Promise<ChangeSet | null> {
+  const run = await tx.getRun(runId);
+  if (run === null) return null;
+  return rule(run, await tx.getSteps(runId), await tx.getAttempts(runId), nowMs);
 }
 
 const attemptIdOf = (attempt: RunAttempt): string => attempt.id;
@@ -630,11 +657,7 @@ export class Coordinator {
     const profile = this.deps.profile;
     switch (name) {
       case "cancellation":
-        return this.pagedRuns(name, profile.cancellation, context, {
-          list: (tx, after, limit) => tx.listCancellingRuns(after, limit),
-          write: (runId) => this.convergeWrite(runId),
-          committed: (change) => this.afterConverge(change),
-        });
+        return this.pagedRuns(name, profile.cancellation, context, this.cancellationStage);
       case "schedules":
         return this.schedules(profile.schedules, context);
       case "ordinary": {
@@ -654,11 +677,7 @@ export class Coordinator {
         return;
       }
       case "frontier":
-        return this.pagedRuns(name, profile.frontier, context, {
-          list: (tx, after, limit) => tx.listFrontierRuns(after, limit),
-          write: (runId) => this.frontierWrite(runId),
-          committed: (advanced) => this.afterFrontier(advanced),
-        });
+        return this.pagedRuns(name, profile.frontier, context, this.frontierStage);
       case "admission":
         return this.admission(profile.admission, context);
       case "dispatch":
@@ -688,6 +707,20 @@ export class Coordinator {
    * long-running attempt) can never starve the ones behind them when a budget is smaller than
    * the backlog.
    */
+  /** Runs with a cancel intent converge toward their terminal state, one page per transaction. */
+  private readonly cancellationStage: RunStage<ChangeSet | null> = {
+    list: (tx, after, limit) => tx.listCancellingRuns(after, limit),
+    write: (runId) => this.convergeWrite(runId),
+    committed: (change) => this.afterConverge(change),
+  };
+
+  /** Workflow runs marked when a step settled or the run was created move their frontier. */
+  private readonly frontierStage: RunStage<boolean> = {
+    list: (tx, after, limit) => tx.listFrontierRuns(after, limit),
+    write: (runId) => this.frontierWrite(runId),
+    committed: (advanced) => this.afterFrontier(advanced),
+  };
+
   private async pagedRuns<T>(
     cursorKey: string,
     budget: StageBudget,
@@ -788,16 +821,8 @@ export class Coordinator {
 
   private convergeWrite(runId: string): PageWrite<ChangeSet | null> {
     return async (tx, nowMs) => {
-      const run = await tx.getRun(runId);
-      if (run === null) return null;
-      const converged = convergeCancellation(
-        run,
-        await tx.getSteps(runId),
-        await tx.getAttempts(runId),
-        nowMs,
-      );
-      if (converged === null) return null;
-      await tx.apply(converged);
+      const converged = await wholeRunChange(tx, runId, convergeCancellation, nowMs);
+      if (converged !== null) await tx.apply(converged);
       return converged;
     };
   }
@@ -871,14 +896,8 @@ export class Coordinator {
 
   private frontierWrite(runId: string): PageWrite<boolean> {
     return async (tx, nowMs) => {
-      const run = await tx.getRun(runId);
-      if (run === null) return false;
-      const change = advanceFrontier(
-        run,
-        await tx.getSteps(runId),
-        await tx.getAttempts(runId),
-        nowMs,
-      );
+      // A run purged since it was listed has no mark left to clear: the update finds no row.
+      const change = await wholeRunChange(tx, runId, advanceFrontier, nowMs);
       if (change !== null) await tx.apply(change);
       await tx.clearFrontierMark(runId);
       return change !== null;

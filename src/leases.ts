@@ -101,6 +101,12 @@ export function checkFence(attempt: RunAttempt, fence: LeaseFence): void {
     throw staleFence(attempt.id);
 }
 
+/** The scope's attempt, once the fence proved the caller holds its lease. */
+function fencedAttempt(scope: AttemptScope, fence: LeaseFence): RunAttempt {
+  checkFence(scope.attempt, fence);
+  return scope.attempt;
+}
+
 /** Grants the lease; the secret is the worker's, only its digest is stored. */
 export function grantLease(
   scope: AttemptScope,
@@ -237,8 +243,7 @@ export function workerRunning(
   nowMs: number,
   ttlMs: number,
 ): ChangeSet {
-  checkFence(scope.attempt, fence);
-  const attempt = scope.attempt;
+  const attempt = fencedAttempt(scope, fence);
   // The same running report repeated after a lost answer: already recorded, nothing to write.
   if (
     attempt.status === "running" &&
@@ -280,8 +285,7 @@ export function heartbeat(
   nowMs: number,
   ttlMs: number,
 ): { control: LeaseControl; change: ChangeSet } {
-  checkFence(scope.attempt, fence);
-  const attempt = scope.attempt;
+  const attempt = fencedAttempt(scope, fence);
   if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status))
     throw new QlrError("conflict", `attempt ${attempt.id} is already ${attempt.status}`);
   const leaseExpiresAtMs = nowMs + ttlMs;
@@ -319,8 +323,7 @@ export function workerComplete(
   retry: RetryPolicy,
   nowMs: number,
 ): CompletionAnswer {
-  checkFence(scope.attempt, fence);
-  const attempt = scope.attempt;
+  const attempt = fencedAttempt(scope, fence);
   if (TERMINAL_ATTEMPT_STATUSES.has(attempt.status))
     return { kind: "replayed", status: attempt.status };
   checkWorkerTimes(

@@ -236,3 +236,11 @@ export const EMPTY_CHANGE_SET: ChangeSet = {
   admissions: [],
   frontierDue: [],
 };
+
+/** Whether two records (a run, a plan, a receipt, a task definition) name one package generation. */
+export function sameGeneration(
+  a: { readonly package: string; readonly generation: number },
+  b: { readonly package: string; readonly generation: number },
+): boolean {
+  return a.package === b.package && a.generation === b.generation;
+}

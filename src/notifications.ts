@@ -43,18 +43,22 @@ export type NotificationEvent = (typeof NOTIFICATION_EVENTS)[number];
 export const NOTIFICATION_STATES = ["pending", "delivered", "failed"] as const;
 export type NotificationState = (typeof NOTIFICATION_STATES)[number];
 
-/** Delivery attempts per entry before it is marked failed. */
-export const MAX_DELIVERY_ATTEMPTS = 8;
-/** The first retry waits this long; each further one twice as long, up to the cap. */
-export const DELIVERY_BACKOFF_BASE_MS = 5_000;
-export const DELIVERY_BACKOFF_CAP_MS = 3_600_000;
+/** How hard an entry is tried. */
+const DELIVERY = {
+  /** Attempts per entry before it is marked failed. */
+  maxAttempts: 8,
+  /** The first retry waits this long; each further one twice as long, up to the cap. */
+  backoffBaseMs: 5_000,
+  backoffCapMs: 3_600_000,
+  /** A recorded delivery error is cut to this many characters. */
+  maxErrorLength: 500,
+} as const;
+
 /**
  * How long a claimed entry is held before another cycle (or coordinator) may send it again:
  * longer than a sender's own timeout, so a send in progress is never doubled by a live runtime.
  */
 export const DELIVERY_CLAIM_MS = 60_000;
-/** A recorded delivery error is cut to this many characters. */
-export const MAX_DELIVERY_ERROR_LENGTH = 500;
 
 export interface NotificationEntry {
   /** `ntf:` + 32 hex: derived from the run, its terminal status and the notifier, so it is stable. */
@@ -290,10 +294,7 @@ export function deliveryRequest(entry: NotificationEntry): DeliveryRequest {
 
 /** The wait before attempt `attempts + 1`, after `attempts` failed ones. */
 export function retryDelayMs(attempts: number): number {
-  return Math.min(
-    DELIVERY_BACKOFF_CAP_MS,
-    DELIVERY_BACKOFF_BASE_MS * 2 ** Math.max(0, attempts - 1),
-  );
+  return Math.min(DELIVERY.backoffCapMs, DELIVERY.backoffBaseMs * 2 ** Math.max(0, attempts - 1));
 }
 
 /** Claims a due pending entry for one send: one more attempt, held for `DELIVERY_CLAIM_MS`. Null when it is not due. */
@@ -304,7 +305,7 @@ export function claimForDelivery(
   if (
     entry.state !== "pending" ||
     entry.nextAttemptAtMs > nowMs ||
-    entry.attempts >= MAX_DELIVERY_ATTEMPTS
+    entry.attempts >= DELIVERY.maxAttempts
   )
     return null;
   return {
@@ -324,8 +325,8 @@ export function recordDelivery(
 ): NotificationEntry {
   const base = { ...claimed, updatedAtMs: nowMs, version: claimed.version + 1 };
   if (outcome.ok) return { ...base, state: "delivered", deliveredAtMs: nowMs, lastError: null };
-  const lastError = outcome.error.slice(0, MAX_DELIVERY_ERROR_LENGTH);
-  if (!outcome.retryable || claimed.attempts >= MAX_DELIVERY_ATTEMPTS)
+  const lastError = outcome.error.slice(0, DELIVERY.maxErrorLength);
+  if (!outcome.retryable || claimed.attempts >= DELIVERY.maxAttempts)
     return { ...base, state: "failed", lastError };
   return { ...base, lastError, nextAttemptAtMs: nowMs + retryDelayMs(claimed.attempts) };
 }
@@ -340,7 +341,7 @@ export function expireStaleClaim(
 ): NotificationEntry | null {
   if (
     entry.state !== "pending" ||
-    entry.attempts < MAX_DELIVERY_ATTEMPTS ||
+    entry.attempts < DELIVERY.maxAttempts ||
     entry.nextAttemptAtMs > nowMs
   )
     return null;

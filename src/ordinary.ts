@@ -2,7 +2,7 @@ import { derivedId } from "./digest.ts";
 import { QlrError } from "./errors.ts";
 import { RunChange } from "./aggregate.ts";
 import { claimedAttempt } from "./attempts.ts";
-import type { ChangeSet, Run, RunAttempt } from "./model.ts";
+import { sameGeneration, type ChangeSet, type Run, type RunAttempt } from "./model.ts";
 import { renormalize, type TaskDefinition } from "./packages.ts";
 
 export function ordinaryAttemptId(runId: string, number: number): string {
@@ -22,11 +22,7 @@ export function admitOrdinaryAttempt(
   if (run.kind !== "ordinary" || run.status !== "queued" || run.cancelRequestedAtMs !== null)
     return null;
   if (run.notBeforeMs !== null && run.notBeforeMs > nowMs) return null;
-  if (
-    definition.package !== run.package ||
-    definition.generation !== run.generation ||
-    definition.task !== run.target
-  ) {
+  if (!sameGeneration(definition, run) || definition.task !== run.target) {
     throw new QlrError(
       "integrity",
       `task definition ${definition.revision} does not belong to run ${run.id}`,

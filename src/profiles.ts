@@ -38,53 +38,54 @@ export interface Profile {
 
 export type ProfileName = "edge" | "standalone" | "cluster";
 
+/** A stage budget as `[pageSize, pages]`, short enough to set the three profiles side by side. */
+type Budget = readonly [pageSize: number, pages: number];
+type PerProfile<T> = Readonly<Record<ProfileName, T>>;
+
+/** The profiles compared: a row per setting, a column per profile. */
+const SETTINGS = {
+  cancellation: { edge: [4, 1], standalone: [32, 4], cluster: [64, 4] },
+  schedules: { edge: [4, 1], standalone: [16, 2], cluster: [32, 2] },
+  ordinary: { edge: [1, 1], standalone: [16, 4], cluster: [64, 4] },
+  frontier: { edge: [1, 1], standalone: [16, 4], cluster: [64, 4] },
+  admission: { edge: [1, 1], standalone: [16, 4], cluster: [64, 4] },
+  dispatch: { edge: 1, standalone: 4, cluster: 16 },
+  executionControl: { edge: [8, 1], standalone: [32, 4], cluster: [64, 4] },
+  purge: { edge: [4, 1], standalone: [16, 2], cluster: [32, 2] },
+  notifications: { edge: [2, 1], standalone: [8, 1], cluster: [16, 1] },
+  tickIntervalMs: { edge: 1000, standalone: 500, cluster: 250 },
+  // edge: a router, each task a process of its own beside a 128 MiB budget. cluster: counted
+  // over the shared store, so it caps local processes across every coordinator of the cluster
+  // (whose bulk of work runs on remote workers, which it never counts): four coordinators'
+  // worth of a standalone server.
+  maxRunning: { edge: 4, standalone: 32, cluster: 128 },
+} as const satisfies Readonly<Record<string, PerProfile<Budget> | PerProfile<number>>>;
+
+function profileOf(name: ProfileName): Profile {
+  const budget = (row: PerProfile<Budget>): StageBudget => {
+    const [pageSize, pages] = row[name];
+    return { pageSize, pages };
+  };
+  return {
+    name,
+    cancellation: budget(SETTINGS.cancellation),
+    schedules: budget(SETTINGS.schedules),
+    ordinary: budget(SETTINGS.ordinary),
+    frontier: budget(SETTINGS.frontier),
+    admission: budget(SETTINGS.admission),
+    dispatch: SETTINGS.dispatch[name],
+    executionControl: budget(SETTINGS.executionControl),
+    purge: budget(SETTINGS.purge),
+    notifications: budget(SETTINGS.notifications),
+    tickIntervalMs: SETTINGS.tickIntervalMs[name],
+    maxRunning: SETTINGS.maxRunning[name],
+  };
+}
+
 export const PROFILES: Readonly<Record<ProfileName, Profile>> = {
-  edge: {
-    name: "edge",
-    cancellation: { pageSize: 4, pages: 1 },
-    schedules: { pageSize: 4, pages: 1 },
-    ordinary: { pageSize: 1, pages: 1 },
-    frontier: { pageSize: 1, pages: 1 },
-    admission: { pageSize: 1, pages: 1 },
-    dispatch: 1,
-    executionControl: { pageSize: 8, pages: 1 },
-    purge: { pageSize: 4, pages: 1 },
-    notifications: { pageSize: 2, pages: 1 },
-    tickIntervalMs: 1000,
-    // A router: each task is a process of its own beside a 128 MiB budget.
-    maxRunning: 4,
-  },
-  standalone: {
-    name: "standalone",
-    cancellation: { pageSize: 32, pages: 4 },
-    schedules: { pageSize: 16, pages: 2 },
-    ordinary: { pageSize: 16, pages: 4 },
-    frontier: { pageSize: 16, pages: 4 },
-    admission: { pageSize: 16, pages: 4 },
-    dispatch: 4,
-    executionControl: { pageSize: 32, pages: 4 },
-    purge: { pageSize: 16, pages: 2 },
-    notifications: { pageSize: 8, pages: 1 },
-    tickIntervalMs: 500,
-    maxRunning: 32,
-  },
-  cluster: {
-    name: "cluster",
-    cancellation: { pageSize: 64, pages: 4 },
-    schedules: { pageSize: 32, pages: 2 },
-    ordinary: { pageSize: 64, pages: 4 },
-    frontier: { pageSize: 64, pages: 4 },
-    admission: { pageSize: 64, pages: 4 },
-    dispatch: 16,
-    executionControl: { pageSize: 64, pages: 4 },
-    purge: { pageSize: 32, pages: 2 },
-    notifications: { pageSize: 16, pages: 1 },
-    tickIntervalMs: 250,
-    // Counted over the shared store, so it caps local processes across every coordinator of
-    // the cluster (whose bulk of work runs on remote workers, which it never counts): four
-    // coordinators' worth of a standalone server.
-    maxRunning: 128,
-  },
+  edge: profileOf("edge"),
+  standalone: profileOf("standalone"),
+  cluster: profileOf("cluster"),
 };
 
 export function isProfileName(value: unknown): value is ProfileName {

@@ -13,7 +13,12 @@ import type {
   StepMutation,
   StepRun,
 } from "./model.ts";
-import { EMPTY_CHANGE_SET, RUN_CANCEL_REASONS, TERMINAL_RUN_STATUSES } from "./model.ts";
+import {
+  EMPTY_CHANGE_SET,
+  RUN_CANCEL_REASONS,
+  sameGeneration,
+  TERMINAL_RUN_STATUSES,
+} from "./model.ts";
 import type { ReconciliationReceipt, TaskDefinition, WorkflowPlan } from "./packages.ts";
 
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 128;
@@ -71,8 +76,7 @@ export function createWorkflowRun(
   assertPortableId(options.runId, "runId");
   checkIdempotencyKey(options.idempotencyKey);
   if (
-    reconciliation.package !== plan.package ||
-    reconciliation.generation !== plan.generation ||
+    !sameGeneration(reconciliation, plan) ||
     reconciliation.digest !== plan.reconciliationDigest
   ) {
     throw new QlrError(

@@ -22,6 +22,15 @@ import type { SqlDriver } from "../../storage/driver.ts";
 import * as rows from "../../storage/rows.ts";
 import { now, round } from "./common.ts";
 
+/** What the parts are timed on: a store, its driver and one admission candidate of it. */
+export interface ComponentSubject {
+  readonly store: SqlStore;
+  readonly driver: SqlDriver;
+  readonly candidate: AdmissionCandidate;
+  /** How many times each part is repeated for its mean. */
+  readonly iterations: number;
+}
+
 export interface ComponentTiming {
   readonly name: string;
   readonly meanMs: number;
@@ -59,12 +68,8 @@ async function statementTime(
  * sets only what an admission changes, and reading every step of the run against reading the
  * one step being admitted. Both write the values already stored, so nothing changes.
  */
-export async function statementExperiments(
-  store: SqlStore,
-  driver: SqlDriver,
-  candidate: AdmissionCandidate,
-  iterations: number,
-): Promise<ComponentTiming[]> {
+export async function statementExperiments(subject: ComponentSubject): Promise<ComponentTiming[]> {
+  const { store, driver, candidate, iterations } = subject;
   const run = await store.transaction((tx) => tx.getRun(candidate.runId));
   if (run === null) throw new Error("bench: candidate run missing");
   const rewrite = (sql: string): string => {
@@ -151,12 +156,10 @@ export async function statementExperiments(
 
 /** Store-dependent parts: the empty transaction and the admission's reads. */
 export async function storeComponents(
-  store: SqlStore,
-  driver: SqlDriver,
-  candidate: AdmissionCandidate,
+  subject: ComponentSubject,
   nowMs: number,
-  iterations: number,
 ): Promise<ComponentTiming[]> {
+  const { store, driver, candidate, iterations } = subject;
   const results: ComponentTiming[] = [];
   const placeholder = driver.dialect === "postgres" ? "$1" : "?";
   results.push({
@@ -202,12 +205,10 @@ export async function storeComponents(
 
 /** Store-independent parts: the pure core and the JSON/digest work inside it. */
 export async function coreComponents(
-  store: SqlStore,
-  driver: SqlDriver,
-  candidate: AdmissionCandidate,
+  subject: ComponentSubject,
   nowMs: number,
-  iterations: number,
 ): Promise<ComponentTiming[]> {
+  const { store, driver, candidate, iterations } = subject;
   const inputs = await store.transaction(async (tx) => {
     const run = await tx.getRun(candidate.runId);
     const step = (await tx.getSteps(candidate.runId)).find(

@@ -118,30 +118,25 @@ const procMiB = (memory: ProcMemory | null): Record<string, number | null> | nul
 // ---------------------------------------------------------------------------------------------
 // 1. The floor, import by import
 
+/** The code that imports each module, one after another. */
+const importOf = (...modules: readonly string[]): string =>
+  modules.map((module) => `await import("${module}");`).join(" ");
+
 /** Cumulative steps; each names what it adds and the code that adds it. */
 const IMPORT_STEPS: readonly { readonly label: string; readonly code: string }[] = [
   { label: "node (nothing imported)", code: "" },
-  {
-    label: "+ @noble/hashes, croner",
-    code: 'await import("@noble/hashes/sha2.js"); await import("croner");',
-  },
-  { label: "+ zod", code: 'await import("zod");' },
-  { label: "+ yaml", code: 'await import("yaml");' },
-  {
-    label: "+ hono, @hono/node-server",
-    code: 'await import("hono"); await import("@hono/node-server");',
-  },
+  { label: "+ @noble/hashes, croner", code: importOf("@noble/hashes/sha2.js", "croner") },
+  { label: "+ zod", code: importOf("zod") },
+  { label: "+ yaml", code: importOf("yaml") },
+  { label: "+ hono, @hono/node-server", code: importOf("hono", "@hono/node-server") },
   { label: "+ sql.js module", code: 'globalThis.init = (await import("sql.js")).default;' },
   {
     label: "+ sql.js compiled, Liftoff only (edge)",
     code: 'v8.setFlagsFromString("--liftoff-only"); globalThis.SQL = await globalThis.init();',
   },
   { label: "+ one empty database", code: "new globalThis.SQL.Database();" },
-  { label: "(+ pg, no longer loaded by the device)", code: 'await import("pg");' },
-  {
-    label: "(+ PGlite, no longer loaded by the device)",
-    code: 'await import("@electric-sql/pglite");',
-  },
+  { label: "(+ pg, no longer loaded by the device)", code: importOf("pg") },
+  { label: "(+ PGlite, no longer loaded by the device)", code: importOf("@electric-sql/pglite") },
 ];
 
 async function importBreakdown(root: string): Promise<

@@ -43,6 +43,32 @@ function cgroupPids(path: string): number[] {
     .map(Number);
 }
 
+/**
+ * The cgroup at `path`: what both versions share, with what each reads its own way (its
+ * counters, and the `memory.stat` keys of anonymous memory and page cache).
+ */
+function cgroupAt(
+  path: string,
+  version: MemoryCgroup["version"],
+  statKeys: { readonly anon: string; readonly file: string },
+  read: MemoryCgroup["read"],
+): MemoryCgroup {
+  const procsPath = join(path, "cgroup.procs");
+  return {
+    version,
+    path,
+    procsPath,
+    addPid: (pid) => writeFileSync(procsPath, String(pid)),
+    read,
+    pids: () => cgroupPids(path),
+    usage: () => ({
+      anonBytes: statField(join(path, "memory.stat"), statKeys.anon),
+      fileBytes: statField(join(path, "memory.stat"), statKeys.file),
+    }),
+    remove: () => rmdirSync(path),
+  };
+}
+
 /** A fresh memory cgroup under this process's own one, or null with the reason. */
 export function createMemoryCgroup(
   limitBytes: number,
@@ -65,32 +91,20 @@ export function createMemoryCgroup(
       writeFileSync(join(path, "memory.max"), String(limitBytes));
       if (existsSync(join(path, "memory.swap.max")))
         writeFileSync(join(path, "memory.swap.max"), "0");
-      const cgroup: MemoryCgroup = {
-        version: "v2",
-        path,
-        procsPath: join(path, "cgroup.procs"),
-        addPid: (pid) => writeFileSync(join(path, "cgroup.procs"), String(pid)),
-        read: () => {
-          const events = readFileSync(join(path, "memory.events"), "utf8");
-          const count = (key: string): number | null => {
-            const match = new RegExp(`^${key} (\\d+)$`, "m").exec(events);
-            return match?.[1] === undefined ? null : Number(match[1]);
-          };
-          const peakPath = join(path, "memory.peak");
-          return {
-            peakBytes: existsSync(peakPath) ? Number(readFileSync(peakPath, "utf8")) : null,
-            oomEvents: count("oom"),
-            oomKills: count("oom_kill"),
-            limitHits: count("max"),
-          };
-        },
-        pids: () => cgroupPids(path),
-        usage: () => ({
-          anonBytes: statField(join(path, "memory.stat"), "anon"),
-          fileBytes: statField(join(path, "memory.stat"), "file"),
-        }),
-        remove: () => rmdirSync(path),
-      };
+      const cgroup = cgroupAt(path, "v2", { anon: "anon", file: "file" }, () => {
+        const events = readFileSync(join(path, "memory.events"), "utf8");
+        const count = (key: string): number | null => {
+          const match = new RegExp(`^${key} (\\d+)$`, "m").exec(events);
+          return match?.[1] === undefined ? null : Number(match[1]);
+        };
+        const peakPath = join(path, "memory.peak");
+        return {
+          peakBytes: existsSync(peakPath) ? Number(readFileSync(peakPath, "utf8")) : null,
+          oomEvents: count("oom"),
+          oomKills: count("oom_kill"),
+          limitHits: count("max"),
+        };
+      });
       return { cgroup, why: `cgroup v2 at ${path} (memory.max=${limitBytes}, memory.swap.max=0)` };
     } catch (error) {
       attempts.push(`${path}: ${error instanceof Error ? error.message : String(error)}`);
@@ -107,28 +121,16 @@ export function createMemoryCgroup(
       // memsw = memory + swap: the same limit means no swap to escape to.
       if (existsSync(join(path, "memory.memsw.limit_in_bytes")))
         writeFileSync(join(path, "memory.memsw.limit_in_bytes"), String(limitBytes));
-      const cgroup: MemoryCgroup = {
-        version: "v1",
-        path,
-        procsPath: join(path, "cgroup.procs"),
-        addPid: (pid) => writeFileSync(join(path, "cgroup.procs"), String(pid)),
-        read: () => {
-          const oomControl = readFileSync(join(path, "memory.oom_control"), "utf8");
-          const oomKill = /^oom_kill (\d+)$/m.exec(oomControl)?.[1];
-          return {
-            peakBytes: Number(readFileSync(join(path, "memory.max_usage_in_bytes"), "utf8")),
-            oomEvents: null,
-            oomKills: oomKill === undefined ? null : Number(oomKill),
-            limitHits: Number(readFileSync(join(path, "memory.failcnt"), "utf8")),
-          };
-        },
-        pids: () => cgroupPids(path),
-        usage: () => ({
-          anonBytes: statField(join(path, "memory.stat"), "total_rss"),
-          fileBytes: statField(join(path, "memory.stat"), "total_cache"),
-        }),
-        remove: () => rmdirSync(path),
-      };
+      const cgroup = cgroupAt(path, "v1", { anon: "total_rss", file: "total_cache" }, () => {
+        const oomControl = readFileSync(join(path, "memory.oom_control"), "utf8");
+        const oomKill = /^oom_kill (\d+)$/m.exec(oomControl)?.[1];
+        return {
+          peakBytes: Number(readFileSync(join(path, "memory.max_usage_in_bytes"), "utf8")),
+          oomEvents: null,
+          oomKills: oomKill === undefined ? null : Number(oomKill),
+          limitHits: Number(readFileSync(join(path, "memory.failcnt"), "utf8")),
+        };
+      });
       return {
         cgroup,
         why: `cgroup v1 at ${path} (memory.limit_in_bytes = memory.memsw.limit_in_bytes = ${limitBytes}; cgroup v2 has no memory controller here: ${attempts.join("; ") || "not mounted"})`,

@@ -194,6 +194,8 @@ function scaleLabel(report: SoakReport): string {
     : `${report.scale} scale with ${overrides.map(([name, value]) => `${name.replace("QLR_BENCH_SOAK_", "").toLowerCase()}=${value}`).join(", ")}`;
 }
 
+/** The chart's geometry in SVG pixels: its width, each panel's height, the margins and the gap between panels. */
+const CHART_PX = { width: 900, panelHeight: 210, left: 70, right: 20, top: 76, gap: 50 } as const;
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
 const escapeXml = (text: string): string =>
   text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
@@ -222,12 +224,7 @@ export function renderSoakSvg(report: SoakReport): string {
       dashedLabel: "VmHWM",
     },
   ];
-  const width = 900;
-  const panelHeight = 210;
-  const left = 70;
-  const right = 20;
-  const top = 76;
-  const gap = 50;
+  const { width, panelHeight, left, right, top, gap } = CHART_PX;
   const height = top + panels.length * (panelHeight + gap) + 10;
   const results = report.simulated;
   const maxDay = Math.max(1, ...results.flatMap((result) => result.perDay.map((day) => day.day)));

@@ -254,9 +254,6 @@ export interface RecoveryList {
 
 // ---- remote workers (`/worker/*`) ----
 
-export type LeaseView = Lease;
-export type LeaseControlView = LeaseControl;
-
 /** Presented on every lease call but claim. */
 export interface LeaseFenceRequest {
   readonly attemptId: string;
@@ -271,6 +268,9 @@ export interface ClaimRequest {
   readonly capacity: number;
 }
 
+export type LeaseView = Lease;
+
+/** `POST /worker/claim`: the leases granted, at most `capacity`. */
 export interface ClaimAnswer {
   readonly leases: readonly LeaseView[];
 }
@@ -305,6 +305,9 @@ export interface LeaseStartAnswer {
   readonly status: AttemptStatus;
   readonly leaseExpiresAtMs: number;
 }
+
+/** `POST /worker/heartbeat`: `continue`, or `stop_requested` with the reason on record. */
+export type LeaseControlView = LeaseControl;
 
 /** `POST /worker/complete` and `/worker/lost`; `replayed` when the report was already recorded. */
 export type WorkerCompletionView = WorkerCompletion;

@@ -35,9 +35,8 @@ import {
   SHARED_SERVER_SERIALIZABLE_RETRY,
   backoffDelayMs,
   isUnknownCommitOutcome,
-  parseInt8,
+  NUMBER_PARSERS,
   unknownCommitOf,
-  parseNumeric,
   runSerializableTransaction,
   type PostgresSession,
   type SerializableRetryPolicy,
@@ -133,21 +132,20 @@ export function parseConnectionTargets(connectionString: string): PgConnectionTa
   };
 }
 
-const DEFAULT_POOL_SIZE = 4;
-const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
-/** Idle connections are closed after this, so a quiet coordinator holds no server slots. */
-const IDLE_TIMEOUT_MS = 30_000;
-/**
- * The server ends a session that sits inside a transaction this long, so a stuck process
- * cannot hold row locks forever; our transactions are short and never wait on the network.
- */
-const IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000;
-
-/** How much longer than the server's statement timeout the client waits for an answer. */
-const CLIENT_TIMEOUT_MARGIN_MS = 5_000;
-
-const INT8_OID = 20;
-const NUMERIC_OID = 1700;
+/** The pool's sizes and waits. */
+const POOL_LIMITS = {
+  defaultPoolSize: 4,
+  defaultConnectTimeoutMs: 10_000,
+  /** Idle connections are closed after this, so a quiet coordinator holds no server slots. */
+  idleTimeoutMs: 30_000,
+  /**
+   * The server ends a session that sits inside a transaction this long, so a stuck process
+   * cannot hold row locks forever; our transactions are short and never wait on the network.
+   */
+  idleInTransactionTimeoutMs: 60_000,
+  /** How much longer than the server's statement timeout the client waits for an answer. */
+  clientTimeoutMarginMs: 5_000,
+} as const;
 
 /**
  * Per-pool type parsers: int8 and numeric as numbers, everything else as pg's defaults.
@@ -157,8 +155,8 @@ const NUMERIC_OID = 1700;
 const qlrTypeParsers: CustomTypesConfig = {
   getTypeParser: ((oid: number, format?: "text" | "binary") => {
     if (format === undefined || format === "text") {
-      if (oid === INT8_OID) return parseInt8;
-      if (oid === NUMERIC_OID) return parseNumeric;
+      const parser = NUMBER_PARSERS[oid];
+      if (parser !== undefined) return parser;
     }
     return pgTypes.getTypeParser(oid, format) as (text: string) => unknown;
   }) as CustomTypesConfig["getTypeParser"],
@@ -178,14 +176,14 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     ...options.reconnect,
   };
   const targets = parseConnectionTargets(options.connectionString);
-  const poolSize = Math.max(1, Math.floor(options.poolSize ?? DEFAULT_POOL_SIZE));
+  const poolSize = Math.max(1, Math.floor(options.poolSize ?? POOL_LIMITS.defaultPoolSize));
   const openPool = (server: PgServerTarget): Pool => {
     const pool = new Pool({
       connectionString: server.connectionString,
       max: poolSize,
-      connectionTimeoutMillis: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
-      idleTimeoutMillis: IDLE_TIMEOUT_MS,
-      idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS,
+      connectionTimeoutMillis: options.connectTimeoutMs ?? POOL_LIMITS.defaultConnectTimeoutMs,
+      idleTimeoutMillis: POOL_LIMITS.idleTimeoutMs,
+      idle_in_transaction_session_timeout: POOL_LIMITS.idleInTransactionTimeoutMs,
       application_name: "qlr",
       types: qlrTypeParsers,
       // TCP keepalive notices a peer that vanished without closing the connection.
@@ -196,7 +194,7 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
             statement_timeout: options.statementTimeoutMs,
             // The client gives up a little later than the server, for when the server's
             // cancellation never arrives because the network is gone.
-            query_timeout: options.statementTimeoutMs + CLIENT_TIMEOUT_MARGIN_MS,
+            query_timeout: options.statementTimeoutMs + POOL_LIMITS.clientTimeoutMarginMs,
           }),
     });
     // An idle client whose connection dies is dropped by the pool, which then emits "error";

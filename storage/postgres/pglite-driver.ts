@@ -18,12 +18,7 @@ import { PGlite } from "@electric-sql/pglite";
 import { QlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlRow, SqlTx } from "../driver.ts";
 import { serialDriver } from "../serial-queue.ts";
-import {
-  parseInt8,
-  parseNumeric,
-  runSerializableTransaction,
-  type PostgresSession,
-} from "./transaction.ts";
+import { NUMBER_PARSERS, runSerializableTransaction, type PostgresSession } from "./transaction.ts";
 
 export interface PgliteDriverOptions {
   /**
@@ -33,14 +28,11 @@ export interface PgliteDriverOptions {
   readonly dataDir?: string;
 }
 
-const INT8_OID = 20;
-const NUMERIC_OID = 1700;
-
 export async function openPgliteDriver(options: PgliteDriverOptions = {}): Promise<SqlDriver> {
   let pglite: PGlite;
   try {
     pglite = await PGlite.create(options.dataDir, {
-      parsers: { [INT8_OID]: parseInt8, [NUMERIC_OID]: parseNumeric },
+      parsers: NUMBER_PARSERS,
     });
   } catch (error) {
     throw new QlrError("storage_unavailable", "PGlite could not open its database", {

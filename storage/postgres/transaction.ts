@@ -260,7 +260,7 @@ function sleep(delayMs: number): Promise<void> {
  * they fail the statement instead (the domain's integers, epoch milliseconds included,
  * stay far below that).
  */
-export function parseInt8(text: string): number {
+function parseInt8(text: string): number {
   const value = Number(text);
   if (!Number.isSafeInteger(value)) {
     throw new QlrError(
@@ -277,7 +277,7 @@ export function parseInt8(text: string): number {
  * rounded to the nearest double, as a JavaScript caller expects; `NaN` and `±Infinity`
  * map to their JavaScript twins.
  */
-export function parseNumeric(text: string): number {
+function parseNumeric(text: string): number {
   const value = Number(text);
   if (/^-?\d+(\.0+)?$/.test(text) && !Number.isSafeInteger(value)) {
     throw new QlrError(
@@ -287,3 +287,9 @@ export function parseNumeric(text: string): number {
   }
   return value;
 }
+
+/** The text parsers both drivers install, by PostgreSQL type oid: `int8` and `numeric` as numbers. */
+export const NUMBER_PARSERS: Readonly<Record<number, (text: string) => number>> = {
+  20: parseInt8,
+  1700: parseNumeric,
+};

@@ -7,24 +7,28 @@ import { h } from "./dom.ts";
  */
 export type Tone = "waiting" | "active" | "ok" | "bad" | "warn" | "stopped" | "lost" | "skipped";
 
-const INFO: Record<string, { readonly glyph: string; readonly tone: Tone }> = {
-  queued: { glyph: "○", tone: "waiting" },
-  pending: { glyph: "○", tone: "waiting" },
-  ready: { glyph: "◔", tone: "waiting" },
-  claimed: { glyph: "◔", tone: "active" },
-  starting: { glyph: "◑", tone: "active" },
-  dispatching: { glyph: "◑", tone: "active" },
-  running: { glyph: "▶", tone: "active" },
-  succeeded: { glyph: "✓", tone: "ok" },
-  failed: { glyph: "✗", tone: "bad" },
-  timed_out: { glyph: "◷", tone: "warn" },
-  cancelled: { glyph: "⊘", tone: "stopped" },
-  lost: { glyph: "?", tone: "lost" },
-  skipped: { glyph: "↷", tone: "skipped" },
+/** Each tone with the statuses it colours and their glyphs. */
+const GLYPHS_BY_TONE: Readonly<Record<Tone, Readonly<Record<string, string>>>> = {
+  waiting: { queued: "○", pending: "○", ready: "◔" },
+  active: { claimed: "◔", starting: "◑", dispatching: "◑", running: "▶" },
+  ok: { succeeded: "✓" },
+  bad: { failed: "✗" },
+  warn: { timed_out: "◷" },
+  stopped: { cancelled: "⊘" },
+  lost: { lost: "?" },
+  skipped: { skipped: "↷" },
 };
 
+const INFO = new Map<string, { readonly glyph: string; readonly tone: Tone }>(
+  (Object.keys(GLYPHS_BY_TONE) as Tone[]).flatMap((tone) =>
+    Object.entries(GLYPHS_BY_TONE[tone]).map(
+      ([status, glyph]) => [status, { glyph, tone }] as const,
+    ),
+  ),
+);
+
 export function statusInfo(status: string): { glyph: string; tone: Tone } {
-  return INFO[status] ?? { glyph: "•", tone: "waiting" };
+  return INFO.get(status) ?? { glyph: "•", tone: "waiting" };
 }
 
 /** A badge: glyph (hidden from screen readers) and the exact status word. */

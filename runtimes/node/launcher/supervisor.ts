@@ -9,7 +9,7 @@
  * a child handle, two pipes and two log descriptors: a few KiB, not a process.
  *
  * Usage: node supervisor.mjs <stateDir>; one start-up line on fd 3 (ready, busy or failed).
- * It exits once it has no task, no pending receipt and no client for IDLE_EXIT_MS.
+ * It exits once it has no task, no pending receipt and no client for LIMITS.idleExitMs.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -55,28 +55,32 @@ import {
   type SupervisorSpec,
 } from "./supervisor-protocol.ts";
 
-/**
- * After the task's leader exits, output still in the pipes is drained for at most this long.
- * A process that escaped the task's group (its own setsid) can hold a pipe open forever; the
- * receipt must not wait on it.
- */
-const PIPE_DRAIN_MAX_MS = 2000;
 const LOG_FILE_MODE = 0o600;
-/** With nothing to supervise and nobody connected, the supervisor leaves after this long. */
-const IDLE_EXIT_MS = 3000;
-/** How often running tasks are checked against their stop intents and deadlines. */
-const ENFORCE_INTERVAL_MS = 250;
-/**
- * While a runtime is connected, it stops tasks itself (identity-checked) and the supervisor
- * only steps in this long after the runtime should have finished: a backstop, not a second
- * stopper racing the first.
- */
-const BACKSTOP_MARGIN_MS = 1000;
-/** A receipt that cannot be written (a full disk) is tried again with this backoff, for as long as it takes. */
-const RECEIPT_RETRY_MIN_MS = 50;
-const RECEIPT_RETRY_MAX_MS = 2000;
-const MAX_CLIENTS = 64;
-const HANDSHAKE_TIMEOUT_MS = 10_000;
+
+/** The supervisor's waits and bounds. */
+const LIMITS = {
+  /**
+   * After the task's leader exits, output still in the pipes is drained for at most this long.
+   * A process that escaped the task's group (its own setsid) can hold a pipe open forever; the
+   * receipt must not wait on it.
+   */
+  pipeDrainMaxMs: 2000,
+  /** With nothing to supervise and nobody connected, the supervisor leaves after this long. */
+  idleExitMs: 3000,
+  /** How often running tasks are checked against their stop intents and deadlines. */
+  enforceIntervalMs: 250,
+  /**
+   * While a runtime is connected, it stops tasks itself (identity-checked) and the supervisor
+   * only steps in this long after the runtime should have finished: a backstop, not a second
+   * stopper racing the first.
+   */
+  backstopMarginMs: 1000,
+  /** A receipt that cannot be written (a full disk) is tried again with this backoff, for as long as it takes. */
+  receiptRetryMinMs: 50,
+  receiptRetryMaxMs: 2000,
+  maxClients: 64,
+  handshakeTimeoutMs: 10_000,
+} as const;
 
 /**
  * A log file that keeps at most `maxBytes` of the stream, then one marker line, then nothing.
@@ -297,7 +301,7 @@ class ResidentSupervisor {
     for (const client of this.clients) send(client, message);
   }
 
-  /** Leaves once nothing is supervised, nothing is pending and nobody is connected for IDLE_EXIT_MS. */
+  /** Leaves once nothing is supervised, nothing is pending and nobody is connected for LIMITS.idleExitMs. */
   checkIdle(): void {
     const idle =
       this.tasks.size === 0 &&
@@ -320,18 +324,18 @@ class ResidentSupervisor {
         this.arriving.size === 0
       )
         process.exit(0);
-    }, IDLE_EXIT_MS);
+    }, LIMITS.idleExitMs);
   }
 
   attach(socket: Socket): void {
-    if (this.clients.size + this.arriving.size >= MAX_CLIENTS) {
+    if (this.clients.size + this.arriving.size >= LIMITS.maxClients) {
       socket.destroy();
       return;
     }
     const nonce = randomBytes(16).toString("hex");
     let authenticated = false;
     let buffered = "";
-    const handshakeTimer = setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS);
+    const handshakeTimer = setTimeout(() => socket.destroy(), LIMITS.handshakeTimeoutMs);
     this.arriving.add(socket);
     this.checkIdle();
     socket.setEncoding("utf8");
@@ -567,7 +571,7 @@ class ResidentSupervisor {
     let drainTimer: NodeJS.Timeout | undefined;
     await Promise.race([
       Promise.all(streamsClosed),
-      new Promise<void>((resolve) => (drainTimer = setTimeout(resolve, PIPE_DRAIN_MAX_MS))),
+      new Promise<void>((resolve) => (drainTimer = setTimeout(resolve, LIMITS.pipeDrainMaxMs))),
     ]);
     clearTimeout(drainTimer);
     child.stdout?.destroy();
@@ -621,7 +625,7 @@ class ResidentSupervisor {
       output,
       outputError: outputError?.slice(0, OUTPUT_ERROR_MAX_LENGTH) ?? null,
     };
-    let backoffMs = RECEIPT_RETRY_MIN_MS;
+    let backoffMs: number = LIMITS.receiptRetryMinMs;
     let noted = false;
     for (;;) {
       try {
@@ -658,7 +662,7 @@ class ResidentSupervisor {
         noted = true;
       }
       await sleepMs(backoffMs);
-      backoffMs = Math.min(RECEIPT_RETRY_MAX_MS, backoffMs * 2);
+      backoffMs = Math.min(LIMITS.receiptRetryMaxMs, backoffMs * 2);
     }
   }
 
@@ -695,7 +699,7 @@ class ResidentSupervisor {
   }
 
   private scheduleEnforcement(): void {
-    this.enforceTimer ??= setInterval(() => this.enforce(), ENFORCE_INTERVAL_MS);
+    this.enforceTimer ??= setInterval(() => this.enforce(), LIMITS.enforceIntervalMs);
   }
 
   /**
@@ -734,7 +738,7 @@ class ResidentSupervisor {
       }
       if (task.stopNoticedAtMs === null) continue;
       const backstopMs =
-        task.stopAsked || this.clients.size === 0 ? 0 : task.graceMs + BACKSTOP_MARGIN_MS;
+        task.stopAsked || this.clients.size === 0 ? 0 : task.graceMs + LIMITS.backstopMarginMs;
       if (task.termSentAtMs === null && nowMs >= task.stopNoticedAtMs + backstopMs) {
         task.termSentAtMs = nowMs;
         signalGroup(task.pid, "SIGTERM");

@@ -260,11 +260,14 @@ class SqlJsFileStore implements SqlJsFileDriver {
   /** The database image the last snapshot holds (uncompressed): the next checkpoint threshold. */
   private lastImageBytes = 0;
   private nextCheckpointJournalBytes: number;
-  private bytesWrittenTotal = 0;
-  private snapshotBytesWrittenTotal = 0;
-  private commits = 0;
-  private checkpoints = 0;
-  private reopens = 0;
+  /** The running counts since open that `stats()` reports. */
+  private readonly totals = {
+    bytesWrittenTotal: 0,
+    snapshotBytesWrittenTotal: 0,
+    commits: 0,
+    checkpoints: 0,
+    reopens: 0,
+  };
   /** Counts reopens: a checkpoint started before one does not install its snapshot after it. */
   private generation = 0;
   private inFlight: CheckpointInFlight | undefined;
@@ -333,13 +336,9 @@ class SqlJsFileStore implements SqlJsFileDriver {
   stats(): SqlJsFileStats {
     return {
       journalBytes: this.journalBytes,
-      bytesWrittenTotal: this.bytesWrittenTotal,
-      snapshotBytesWrittenTotal: this.snapshotBytesWrittenTotal,
-      commits: this.commits,
-      checkpoints: this.checkpoints,
+      ...this.totals,
       checkpointInFlight: this.inFlight !== undefined,
       sequence: this.sequence,
-      reopens: this.reopens,
       failed: this.failure !== undefined,
     };
   }
@@ -377,7 +376,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     this.dictionary.adopt(pending.adoption);
     this.neededJournalBytes = this.journalBytes;
     this.sequence = pending.sequence;
-    this.commits += 1;
+    this.totals.commits += 1;
     this.faults.afterCommit?.();
     if (this.inFlight === undefined && this.journalBytes >= this.nextCheckpointJournalBytes)
       this.checkpointAfterCommit(usable);
@@ -401,7 +400,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     try {
       this.faults.beforeJournalWrite?.();
       // Counted before the write: a failed append may still have written (and worn) a prefix.
-      this.bytesWrittenTotal += bytes.length;
+      this.totals.bytesWrittenTotal += bytes.length;
       this.fs.append(usable.journal, bytes);
       this.journalBytes = journalBytesBefore + bytes.length;
       this.faults.beforeJournalSync?.();
@@ -596,8 +595,8 @@ class SqlJsFileStore implements SqlJsFileDriver {
           this.options.snapshotFrameImageBytes ?? SNAPSHOT_FRAME_IMAGE_BYTES,
           this.checkpointIo.deflateFrame,
         )) {
-          this.bytesWrittenTotal += part.length;
-          this.snapshotBytesWrittenTotal += part.length;
+          this.totals.bytesWrittenTotal += part.length;
+          this.totals.snapshotBytesWrittenTotal += part.length;
           this.fs.append(fd, part);
         }
         // A failed sync here costs nothing but this attempt: the temporary file is never read,
@@ -626,7 +625,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     }
     this.lastImageBytes = image.length;
     this.snapshotSequence = Math.max(this.snapshotSequence, includedSequence);
-    this.checkpoints += 1;
+    this.totals.checkpoints += 1;
     // Every record of the sealed segment is in a durable snapshot now. Its removal need not be
     // durable: an open that finds it again skips all of it and removes it.
     try {
@@ -667,7 +666,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       const loaded = loadDurableState(this.SQL, this.fs, this.directory, this.options);
       this.adoptLoaded(loaded);
       this.failure = undefined;
-      this.reopens += 1;
+      this.totals.reopens += 1;
       return { connection: loaded.connection, journal: loaded.journal };
     } catch (error) {
       const cause = this.failure ?? error;
