@@ -8,11 +8,10 @@
 import { createHmac } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import { readFile } from "node:fs/promises";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { buildBundle, type Bundle } from "../support/bundle.ts";
+import { describe, expect, it } from "vitest";
 import { runCli } from "../support/cli-runner.ts";
-import { Scratch } from "../support/scratch.ts";
-import { startServe, stopAllServed } from "../support/serve-child.ts";
+import { useDeviceHarness } from "../support/device-harness.ts";
+import type { Scratch } from "../support/scratch.ts";
 import { waitFor } from "../support/wait.ts";
 import type { Api } from "../support/api-client.ts";
 
@@ -51,22 +50,12 @@ async function startReceiver(answers: number[]): Promise<Receiver> {
   };
 }
 
-let bundle: Bundle;
-const scratches: Scratch[] = [];
 const receivers: Receiver[] = [];
 
-beforeAll(async () => {
-  bundle = await buildBundle();
-});
-
-afterEach(async () => {
-  stopAllServed();
-  for (const item of scratches.splice(0)) await item.cleanup();
-  for (const receiver of receivers.splice(0)) await receiver.close();
-});
-
-afterAll(async () => {
-  await bundle.cleanup();
+const device = useDeviceHarness({
+  beforeCleanup: async () => {
+    for (const receiver of receivers.splice(0)) await receiver.close();
+  },
 });
 
 const SECRET = "alert-secret-0123456789";
@@ -89,9 +78,27 @@ async function notificationsOf(api: Api, runId: string): Promise<NotificationVie
   return answer.body.notifications;
 }
 
-async function startTask(api: Api, packageName: string, task: string): Promise<string> {
+/** Waits until the run has `count` notifications, every one delivered, and answers them. */
+function waitDelivered(api: Api, runId: string, count: number): Promise<NotificationView[]> {
+  return waitFor(
+    `${count} notification(s) of run ${runId} to be delivered`,
+    async () => {
+      const entries = await notificationsOf(api, runId);
+      return entries.length === count && entries.every((entry) => entry.state === "delivered")
+        ? entries
+        : null;
+    },
+    60_000,
+  );
+}
+
+/** Starts a run of a task or a workflow through POST /runs and answers its id. */
+async function postRun(
+  api: Api,
+  target: { package: string; task: string } | { package: string; workflow: string },
+): Promise<string> {
   const answer = await api.call<{ run: { id: string } }>("POST", "/runs", {
-    text: JSON.stringify({ package: packageName, task }),
+    text: JSON.stringify(target),
     contentType: "application/json",
   });
   expect(answer.status).toBe(201);
@@ -103,14 +110,11 @@ describe("alerts", () => {
     "a failed run sends a signed webhook with an idempotency key, retried after a 503, and runs a command notifier",
     { timeout: 120_000 },
     async () => {
-      const dir = await Scratch.create("alerts");
-      scratches.push(dir);
       const receiver = await startReceiver([503]);
       receivers.push(receiver);
-      const alertFile = dir.path("alert.json");
-      const { text } = await dir.manifest(
-        "alerts",
-        {
+      const alertFileOf = (dir: Scratch): string => dir.path("alert.json");
+      const { dir, served } = await device.deploy("alerts", {
+        tasks: (dir) => ({
           boom: {
             ...dir.task({ label: "boom", then: "echo failing; exit 3" }),
             notify: [
@@ -119,42 +123,33 @@ describe("alerts", () => {
                 command: [
                   "sh",
                   "-c",
-                  `cat > '${alertFile}'; echo "$QLR_EVENT $QLR_RUN_ID" >> '${alertFile}.env'`,
+                  `cat > '${alertFileOf(dir)}'; echo "$QLR_EVENT $QLR_RUN_ID" >> '${alertFileOf(dir)}.env'`,
                 ],
               },
             ],
           },
           fine: { ...dir.task({ label: "fine" }), notify: { webhook: receiver.url } },
-        },
-        {},
-      );
-      const served = await startServe(bundle, dir.stateDir);
-      await served.api.apply(text);
+        }),
+        workflows: {},
+      });
+      const alertFile = alertFileOf(dir);
 
       // A run that succeeds alerts nobody.
-      const fineRun = await startTask(served.api, "alerts", "fine");
+      const fineRun = await postRun(served.api, { package: "alerts", task: "fine" });
       await waitFor(
         "the fine run to succeed",
         async () => (await served.api.run(fineRun)).run.status === "succeeded",
         30_000,
       );
 
-      const runId = await startTask(served.api, "alerts", "boom");
+      const runId = await postRun(served.api, { package: "alerts", task: "boom" });
       await waitFor(
         "the run to fail",
         async () => (await served.api.run(runId)).run.status === "failed",
         30_000,
       );
-      const delivered = await waitFor(
-        "both notifiers to be delivered",
-        async () => {
-          const entries = await notificationsOf(served.api, runId);
-          return entries.length === 2 && entries.every((entry) => entry.state === "delivered")
-            ? entries
-            : null;
-        },
-        60_000,
-      );
+      // Both notifiers delivered.
+      const delivered = await waitDelivered(served.api, runId, 2);
       const webhook = delivered.find((entry) => entry.notifier.kind === "webhook");
       expect(webhook).toMatchObject({
         event: "run.failed",
@@ -196,27 +191,21 @@ describe("alerts", () => {
       expect((await readFile(`${alertFile}.env`, "utf8")).trim()).toBe(`run.failed ${runId}`);
 
       // The CLI shows the deliveries.
-      const listed = await runCli(bundle, [
+      const listed = await runCli(device.bundle, [
         "notifications",
         "--run",
         runId,
-        "--state-dir",
-        dir.stateDir,
-        "--url",
-        served.url,
+        ...served.cliTarget,
       ]);
       expect(listed.code).toBe(0);
       expect(listed.stdout).toContain(
         `delivered run.failed     run ${runId}  ${receiver.url}  attempts 2`,
       );
-      const bad = await runCli(bundle, [
+      const bad = await runCli(device.bundle, [
         "notifications",
         "--state",
         "lost",
-        "--state-dir",
-        dir.stateDir,
-        "--url",
-        served.url,
+        ...served.cliTarget,
       ]);
       expect(bad.code).toBe(64);
       const badQuery = await served.api.call<{ error: { code: string } }>(
@@ -231,35 +220,26 @@ describe("alerts", () => {
     "a SIGKILL right after the failing transition commits loses no alert: the restarted runtime delivers it once",
     { timeout: 120_000 },
     async () => {
-      const dir = await Scratch.create("alerts-crash");
-      scratches.push(dir);
       const receiver = await startReceiver([]);
       receivers.push(receiver);
-      const { text } = await dir.manifest(
-        "crash",
-        {
+      const { dir, served: first } = await device.deploy("alerts-crash", {
+        packageName: "crash",
+        tasks: (dir) => ({
           boom: {
             ...dir.task({ label: "boom", then: "exit 7" }),
             notify: { webhook: receiver.url },
           },
-        },
-        {},
-      );
-      const first = await startServe(bundle, dir.stateDir, { fault: "completion.after_commit" });
-      await first.api.apply(text);
-      const runId = await startTask(first.api, "crash", "boom");
+        }),
+        workflows: {},
+        serve: { fault: "completion.after_commit" },
+      });
+      const runId = await postRun(first.api, { package: "crash", task: "boom" });
       expect(await first.exited).toEqual({ code: null, signal: "SIGKILL" });
       expect(receiver.received).toEqual([]);
 
-      const second = await startServe(bundle, dir.stateDir);
-      const entries = await waitFor(
-        "the alert to be delivered after the restart",
-        async () => {
-          const listed = await notificationsOf(second.api, runId);
-          return listed.length === 1 && listed[0]?.state === "delivered" ? listed : null;
-        },
-        60_000,
-      );
+      const second = await device.serve(dir);
+      // The alert is delivered after the restart.
+      const entries = await waitDelivered(second.api, runId, 1);
       expect((await second.api.run(runId)).run.status).toBe("failed");
       expect(entries[0]?.attempts).toBe(1);
       expect(receiver.received).toHaveLength(1);
@@ -270,8 +250,7 @@ describe("alerts", () => {
     "a workflow step that fails fires its task's command notifier (step event) and the workflow's own (run event); qlr status lists both",
     { timeout: 120_000 },
     async () => {
-      const dir = await Scratch.create("step-alerts");
-      scratches.push(dir);
+      const dir = await device.scratch("step-alerts");
       const taskAlerts = dir.path("task-alerts");
       const runAlerts = dir.path("run-alerts");
       const record = (file: string) => ({
@@ -290,24 +269,11 @@ describe("alerts", () => {
           },
         },
       );
-      const served = await startServe(bundle, dir.stateDir);
+      const served = await device.serve(dir);
       await served.api.apply(text);
-      const answer = await served.api.call<{ run: { id: string } }>("POST", "/runs", {
-        text: JSON.stringify({ package: "steps", workflow: "pipeline" }),
-        contentType: "application/json",
-      });
-      expect(answer.status).toBe(201);
-      const runId = answer.body.run.id;
-      const delivered = await waitFor(
-        "the step's and the run's alerts to be delivered",
-        async () => {
-          const entries = await notificationsOf(served.api, runId);
-          return entries.length === 2 && entries.every((entry) => entry.state === "delivered")
-            ? entries
-            : null;
-        },
-        60_000,
-      );
+      const runId = await postRun(served.api, { package: "steps", workflow: "pipeline" });
+      // The step's and the run's alerts delivered.
+      const delivered = await waitDelivered(served.api, runId, 2);
       expect((await served.api.run(runId)).run.status).toBe("failed");
       expect(delivered.map((entry) => entry.event).sort()).toEqual(["run.failed", "step.failed"]);
       // The task's notifier heard once, of the failed step only (the succeeded one is silent).
@@ -328,29 +294,14 @@ describe("alerts", () => {
       expect(runLines[1]).toBe("run.failed");
 
       // qlr status shows the run's notifications, sent, with their attempts.
-      const status = await runCli(bundle, [
-        "status",
-        runId,
-        "--state-dir",
-        dir.stateDir,
-        "--url",
-        served.url,
-      ]);
+      const status = await runCli(device.bundle, ["status", runId, ...served.cliTarget]);
       expect(status.code).toBe(0);
       expect(status.stdout).toContain("  notifications");
       expect(status.stdout).toMatch(
         /step\.failed step second {2}sh -c .* {2}sent .* {2}attempts 1/,
       );
       expect(status.stdout).toMatch(/run\.failed {2}sh -c .* {2}sent .* {2}attempts 1/);
-      const json = await runCli(bundle, [
-        "status",
-        runId,
-        "--json",
-        "--state-dir",
-        dir.stateDir,
-        "--url",
-        served.url,
-      ]);
+      const json = await runCli(device.bundle, ["status", runId, "--json", ...served.cliTarget]);
       expect(
         (
           JSON.parse(json.stdout) as { notifications: { event: string; step: string | null }[] }

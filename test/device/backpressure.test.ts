@@ -8,10 +8,15 @@ import { describe, expect, it } from "vitest";
 import { runCli } from "../support/cli-runner.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
 import { Scratch } from "../support/scratch.ts";
-import { startServe } from "../support/serve-child.ts";
+import { chain } from "../support/workflow-shapes.ts";
 import { waitFor } from "../support/wait.ts";
 
 const device = useDeviceHarness();
+
+/** The file every task of a test appends its `start RUN` and `end RUN` lines to. */
+function intervalsOf(dir: Scratch): string {
+  return dir.path("intervals.log");
+}
 
 function recorded(intervals: string, then: string): string {
   return `echo "start $QLR_RUN_ID" >> '${intervals}'\n${then}\necho "end $QLR_RUN_ID" >> '${intervals}'\n`;
@@ -71,21 +76,18 @@ describe("backpressure (real processes)", () => {
     "concurrency: 2 runs six runs two at a time, in order, and says why the others wait",
     { timeout: 120_000 },
     async () => {
-      const dir = await device.scratch("bp-task");
-      const intervals = dir.path("intervals.log");
-      const gate = dir.gate("open");
-      const { text } = await dir.manifest(
-        "bp",
-        {
+      const { dir, served } = await device.deploy("bp-task", {
+        packageName: "bp",
+        tasks: (dir) => ({
           fetch: {
-            shell: recorded(intervals, Scratch.waitForGate(gate).replace(/\nexit 0$/, "")),
+            shell: recorded(intervalsOf(dir), Scratch.untilGate(dir.gate("open"))),
             concurrency: 2,
           },
-        },
-        { one: { steps: { fetch: { task: "fetch" } } } },
-      );
-      const served = await startServe(device.bundle, dir.stateDir);
-      await served.api.apply(text);
+        }),
+        workflows: { one: chain({ fetch: "fetch" }) },
+      });
+      const intervals = intervalsOf(dir);
+      const gate = dir.gate("open");
       const runIds: string[] = [];
       for (let index = 0; index < 6; index += 1)
         runIds.push((await served.api.startWorkflow("bp", "one")).id);
@@ -130,21 +132,16 @@ describe("backpressure (real processes)", () => {
     "--max-running 1 runs one local task at a time across tasks, in order",
     { timeout: 120_000 },
     async () => {
-      const dir = await device.scratch("bp-runtime");
-      const intervals = dir.path("intervals.log");
-      const { text } = await dir.manifest(
-        "bpr",
-        {
-          a: { shell: recorded(intervals, "sleep 0.2") },
-          b: { shell: recorded(intervals, "sleep 0.2") },
-        },
-        {
-          wa: { steps: { a: { task: "a" } } },
-          wb: { steps: { b: { task: "b" } } },
-        },
-      );
-      const served = await startServe(device.bundle, dir.stateDir, { maxRunning: "1" });
-      await served.api.apply(text);
+      const { dir, served } = await device.deploy("bp-runtime", {
+        packageName: "bpr",
+        tasks: (dir) => ({
+          a: { shell: recorded(intervalsOf(dir), "sleep 0.2") },
+          b: { shell: recorded(intervalsOf(dir), "sleep 0.2") },
+        }),
+        workflows: { wa: chain({ a: "a" }), wb: chain({ b: "b" }) },
+        serve: { maxRunning: "1" },
+      });
+      const intervals = intervalsOf(dir);
       const runIds: string[] = [];
       for (let index = 0; index < 4; index += 1)
         runIds.push((await served.api.startWorkflow("bpr", index % 2 === 0 ? "wa" : "wb")).id);

@@ -21,6 +21,7 @@ import {
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { Scratch } from "../support/scratch.ts";
 import { waitFor } from "../support/wait.ts";
+import { chain, diamond } from "../support/workflow-shapes.ts";
 
 /**
  * The cluster harness: three real `qlr serve --store postgres --profile cluster` and two
@@ -147,22 +148,8 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
         slow: task("slow", "sleep 30", { timeout: "1s" }),
       },
       {
-        diamond: {
-          steps: {
-            a: { task: "once" },
-            b: { task: "once", needs: ["a"] },
-            c: { task: "once", needs: ["a"] },
-            d: { task: "once", needs: ["b", "c"] },
-          },
-        },
-        mixed: {
-          steps: {
-            a: { task: "once" },
-            r: { task: "remote_once", needs: ["a"] },
-            f: { task: "flaky", needs: ["r"] },
-            z: { task: "once", needs: ["f"] },
-          },
-        },
+        diamond: diamond("once"),
+        mixed: chain({ a: "once", r: "remote_once", f: "flaky", z: "once" }),
         deadline: { steps: { s: { task: "slow" } } },
       },
     );

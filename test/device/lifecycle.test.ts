@@ -11,7 +11,6 @@ import { applyFile } from "../../runtimes/node/device.ts";
 import { systemClock, uuidv7, uuidv7Ids } from "../../runtimes/node/host.ts";
 import { loadOrCreateReceiptKey, PosixLauncher } from "../../runtimes/node/launcher/index.ts";
 import { LocalProcessExecutor } from "../../runtimes/node/local-executor.ts";
-import { openConfiguredStore } from "../../runtimes/node/open-store.ts";
 import { waitFor } from "../support/wait.ts";
 import { isRunning, waitUntilGone } from "../support/proc.ts";
 import { Scratch } from "../support/scratch.ts";
@@ -21,30 +20,32 @@ import {
   readJournal,
   readReceipt,
 } from "../support/state-files.ts";
-import { startServe } from "../support/serve-child.ts";
 import { attemptsOf, expectCancelledWhileFirstRan, stepNamed } from "../support/api-client.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
+import { openStateDirStore, readRunRecords } from "../support/offline-store.ts";
+import { chain } from "../support/workflow-shapes.ts";
 import { workflowStart } from "../support/fixtures.ts";
 
 const device = useDeviceHarness();
+
+/** Nothing of the run reached a process: no task spawned, no journal record written. */
+async function expectNothingSpawnedOrJournaled(dir: Scratch): Promise<void> {
+  expect(await dir.spawns()).toEqual([]);
+  expect(await journalNames(dir.stateDir)).toEqual([]);
+}
 
 describe("device lifecycle (real processes)", () => {
   it(
     "product vertical: a → b both succeed, one attempt, one spawn and one admission per step, startedAtMs is the launcher's handle fact",
     { timeout: 60_000 },
     async () => {
-      const dir = await device.scratch("vertical");
-      const { text } = await dir.manifest(
-        "vertical",
-        {
+      const { dir, served, api } = await device.deploy("vertical", {
+        tasks: (dir) => ({
           ta: dir.task({ label: "a", then: "sleep 0.3" }),
           tb: dir.task({ label: "b", then: "sleep 0.3" }),
-        },
-        { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
-      );
-      const served = await startServe(device.bundle, dir.stateDir);
-      const api = served.api;
-      await api.apply(text);
+        }),
+        workflows: { pipeline: chain({ a: "ta", b: "tb" }) },
+      });
       const created = await api.startWorkflow("vertical", "pipeline");
       const detail = await api.waitTerminal(created.id);
 
@@ -110,14 +111,9 @@ describe("device lifecycle (real processes)", () => {
     const { file } = await dir.manifest(
       packageName,
       { ta: dir.task({ label: "a" }), tb: dir.task({ label: "b" }) },
-      { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
+      { pipeline: chain({ a: "ta", b: "tb" }) },
     );
-    const store = await openConfiguredStore({
-      kind: "sqlite",
-      stateDir: dir.stateDir,
-      databaseUrl: null,
-      nowMs: Date.now(),
-    });
+    const store = await openStateDirStore(dir.stateDir);
     try {
       await applyFile(store, file);
       const runId = uuidv7();
@@ -138,12 +134,7 @@ describe("device lifecycle (real processes)", () => {
       const dir = await device.scratch("cancel-first-cycle");
       const runId = await prepareCancelledRun(dir, "early");
 
-      const store = await openConfiguredStore({
-        kind: "sqlite",
-        stateDir: dir.stateDir,
-        databaseUrl: null,
-        nowMs: Date.now(),
-      });
+      const store = await openStateDirStore(dir.stateDir);
       try {
         const hmacKey = await loadOrCreateReceiptKey(dir.stateDir);
         const launcher = new PosixLauncher({
@@ -170,12 +161,7 @@ describe("device lifecycle (real processes)", () => {
         expect(stage("admission")?.processed).toBe(0);
         expect(stage("dispatch")?.processed).toBe(0);
         expect(report.stages.flatMap((item) => item.errors)).toEqual([]);
-        const after = await store.transaction(async (tx) => ({
-          run: await tx.getRun(runId),
-          steps: await tx.getSteps(runId),
-          attempts: await tx.getAttempts(runId),
-          events: await tx.listEvents(runId, 0, 500),
-        }));
+        const after = await readRunRecords(store, runId);
         expect(after.run?.status).toBe("cancelled");
         expect(after.steps.map((step) => step.status)).toEqual(["cancelled", "cancelled"]);
         expect(after.attempts).toEqual([]);
@@ -185,8 +171,7 @@ describe("device lifecycle (real processes)", () => {
       } finally {
         await store.close();
       }
-      expect(await dir.spawns()).toEqual([]);
-      expect(await journalNames(dir.stateDir)).toEqual([]);
+      await expectNothingSpawnedOrJournaled(dir);
     },
   );
 
@@ -196,7 +181,7 @@ describe("device lifecycle (real processes)", () => {
     async () => {
       const dir = await device.scratch("cancel-serve");
       const runId = await prepareCancelledRun(dir, "early");
-      const served = await startServe(device.bundle, dir.stateDir);
+      const served = await device.serve(dir);
       const api = served.api;
       const detail = await api.waitTerminal(runId);
       expect(detail.run.status).toBe("cancelled");
@@ -218,8 +203,7 @@ describe("device lifecycle (real processes)", () => {
       await api.tick();
       await api.tick();
       expect((await api.events(runId)).length).toBe(events.length);
-      expect(await dir.spawns()).toEqual([]);
-      expect(await journalNames(dir.stateDir)).toEqual([]);
+      await expectNothingSpawnedOrJournaled(dir);
     },
   );
 
@@ -227,15 +211,13 @@ describe("device lifecycle (real processes)", () => {
     "cancel in flight: the real process is stopped first, then attempt, every step and the run converge to cancelled",
     { timeout: 60_000 },
     async () => {
-      const dir = await device.scratch("cancel-flight");
-      const { text } = await dir.manifest(
-        "flight",
-        { slow: dir.task({ label: "a", then: "sleep 30" }), tb: dir.task({ label: "b" }) },
-        { pipeline: { steps: { a: { task: "slow" }, b: { task: "tb", needs: ["a"] } } } },
-      );
-      const served = await startServe(device.bundle, dir.stateDir);
-      const api = served.api;
-      await api.apply(text);
+      const { dir, api } = await device.deploy("flight", {
+        tasks: (dir) => ({
+          slow: dir.task({ label: "a", then: "sleep 30" }),
+          tb: dir.task({ label: "b" }),
+        }),
+        workflows: { pipeline: chain({ a: "slow", b: "tb" }) },
+      });
       const created = await api.startWorkflow("flight", "pipeline");
       const { attempt } = await api.waitStepRunning(created.id, "a");
       expect(await isRunning(attempt.pid)).toBe(true);
@@ -263,16 +245,13 @@ describe("device lifecycle (real processes)", () => {
     "step deadline: only the overrunning step's process is killed (timed_out), downstream skipped, a parallel step still succeeds, run failed",
     { timeout: 60_000 },
     async () => {
-      const dir = await device.scratch("deadline");
-      const parallelGate = dir.gate("parallel");
-      const { text } = await dir.manifest(
-        "deadline",
-        {
+      const { dir, api } = await device.deploy("deadline", {
+        tasks: (dir) => ({
           slow: dir.task({ label: "slow", then: "sleep 30", timeout: "1s" }),
           after: dir.task({ label: "after" }),
-          side: dir.task({ label: "side", then: Scratch.waitForGate(parallelGate) }),
-        },
-        {
+          side: dir.task({ label: "side", then: Scratch.waitForGate(dir.gate("parallel")) }),
+        }),
+        workflows: {
           pipeline: {
             steps: {
               slow: { task: "slow" },
@@ -281,10 +260,8 @@ describe("device lifecycle (real processes)", () => {
             },
           },
         },
-      );
-      const served = await startServe(device.bundle, dir.stateDir);
-      const api = served.api;
-      await api.apply(text);
+      });
+      const parallelGate = dir.gate("parallel");
       const created = await api.startWorkflow("deadline", "pipeline");
       const slow = await api.waitStepRunning(created.id, "slow");
       const side = await api.waitStepRunning(created.id, "side");

@@ -7,7 +7,9 @@
 import { spawn } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import { useDeviceHarness } from "../support/device-harness.ts";
-import { childEnv, startServe } from "../support/serve-child.ts";
+import { Scratch } from "../support/scratch.ts";
+import { childEnv } from "../support/serve-child.ts";
+import { chain } from "../support/workflow-shapes.ts";
 import { waitFor } from "../support/wait.ts";
 
 const harness = useDeviceHarness();
@@ -23,34 +25,27 @@ interface Chunk {
   finished: boolean;
 }
 
-/** sh that waits for a gate file (polling, bounded at 60 s). */
-function waitGate(gate: string): string {
-  return `n=0; while [ ! -e '${gate}' ]; do n=$((n+1)); if [ "$n" -gt 1200 ]; then exit 99; fi; sleep 0.05; done`;
-}
-
 describe("live logs", () => {
   it(
     "qlr logs -f and the chunk route follow a step's output while it runs, until the attempt ends",
     { timeout: 120_000 },
     async () => {
-      const dir = await harness.scratch("live-logs");
+      const script = (dir: Scratch): string =>
+        [
+          "echo 'line 1'",
+          Scratch.untilGate(dir.gate("first")),
+          "printf 'line 2 \\342\\234\\223\\n'",
+          "echo 'oops' >&2",
+          Scratch.untilGate(dir.gate("second")),
+          "echo 'line 3'",
+        ].join("\n");
+      const { dir, served } = await harness.deploy("live-logs", {
+        packageName: "live",
+        tasks: (dir) => ({ talk: dir.task({ label: "talk", then: script(dir) }) }),
+        workflows: { chatty: chain({ talk: "talk" }) },
+      });
       const first = dir.gate("first");
       const second = dir.gate("second");
-      const script = [
-        "echo 'line 1'",
-        waitGate(first),
-        "printf 'line 2 \\342\\234\\223\\n'",
-        "echo 'oops' >&2",
-        waitGate(second),
-        "echo 'line 3'",
-      ].join("\n");
-      const { text } = await dir.manifest(
-        "live",
-        { talk: dir.task({ label: "talk", then: script }) },
-        { chatty: { steps: { talk: { task: "talk" } } } },
-      );
-      const served = await startServe(harness.bundle, dir.stateDir);
-      await served.api.apply(text);
       const run = await served.api.startWorkflow("live", "chatty");
       const chunk = async (query: string): Promise<{ status: number; body: Chunk }> =>
         served.api.call<Chunk>("GET", `/runs/${run.id}/steps/talk/log?${query}`);

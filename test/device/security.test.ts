@@ -10,16 +10,17 @@ import { chmod, chown, mkdir, open, readdir, readFile, stat, writeFile } from "n
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, type TestContext } from "vitest";
 import { checkCoordinatorUrl } from "../../runtimes/node/cli.ts";
 import { RemoteWorker } from "../../runtimes/node/remote-worker.ts";
 import { waitFor } from "../support/wait.ts";
 import type { Scratch } from "../support/scratch.ts";
-import { childEnv, startServe } from "../support/serve-child.ts";
+import { childEnv, servingUrl, watchChild } from "../support/serve-child.ts";
 import { attemptsOf } from "../support/api-client.ts";
 import type { RunDetail } from "../support/api-views.ts";
 import { runCli } from "../support/cli-runner.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
+import { chain } from "../support/workflow-shapes.ts";
 
 const device = useDeviceHarness();
 
@@ -28,7 +29,7 @@ const MIB = 1024 * 1024;
 describe("tokens stay off stdout and command lines", () => {
   it("serve prints the token file's path, never the token", { timeout: 60_000 }, async () => {
     const dir = await device.scratch("token-print");
-    const served = await startServe(device.bundle, dir.stateDir);
+    const served = await device.serve(dir);
     expect(served.token.length).toBeGreaterThanOrEqual(16);
     expect(served.stdout).not.toContain(served.token);
     expect(served.stderr).not.toContain(served.token);
@@ -40,7 +41,7 @@ describe("tokens stay off stdout and command lines", () => {
     { timeout: 60_000 },
     async () => {
       const dir = await device.scratch("token-file");
-      const served = await startServe(device.bundle, dir.stateDir);
+      const served = await device.serve(dir);
       const common = ["--url", served.url, "--state-dir", dir.path("elsewhere")];
 
       const flagged = await runCli(device.bundle, ["runs", "--token", served.token, ...common]);
@@ -121,19 +122,16 @@ describe("the log route", () => {
     "answers at most 1 MiB for stdout and stderr together and keeps both truncation markers",
     { timeout: 60_000 },
     async () => {
-      const dir = await device.scratch("log-cap");
       // 1.5 MiB to each stream: each file is capped at 1 MiB on disk plus the supervisor's marker.
       const chatty = {
         shell: "head -c 1572864 /dev/zero | tr '\\0' o; head -c 1572864 /dev/zero | tr '\\0' e >&2",
         timeout: "30s",
       };
-      const { text } = await dir.manifest(
-        "logcap",
-        { chatty },
-        { pipeline: { steps: { a: { task: "chatty" } } } },
-      );
-      const served = await startServe(device.bundle, dir.stateDir);
-      await served.api.apply(text);
+      const { served } = await device.deploy("log-cap", {
+        packageName: "logcap",
+        tasks: () => ({ chatty }),
+        workflows: { pipeline: chain({ a: "chatty" }) },
+      });
       const run = await served.api.startWorkflow("logcap", "pipeline");
       const detail = await served.api.waitTerminal(run.id);
       expect(detail.run.status).toBe("succeeded");
@@ -156,7 +154,13 @@ describe("the log route", () => {
   );
 });
 
-const isRoot = process.getuid?.() === 0;
+/** Skips a test that only root can run, saying why and as whom it ran. */
+function skipUnlessRoot(context: TestContext, why: string): void {
+  const uid = process.getuid?.() ?? -1;
+  if (uid === 0) return;
+  console.log("skipped: %s, and this test runs as uid %d", why, uid);
+  context.skip();
+}
 const NOBODY_UID = 65534;
 
 /** Runs one single-step workflow `p/w` of `task` on a fresh runtime and answers the step's log and detail. */
@@ -165,12 +169,8 @@ async function runOneStep(
   packageName: string,
   taskSpec: Record<string, unknown>,
 ): Promise<{ log: string; detail: RunDetail; stateDir: string }> {
-  const { text } = await dir.manifest(
-    packageName,
-    { t: taskSpec },
-    { w: { steps: { a: { task: "t" } } } },
-  );
-  const served = await startServe(device.bundle, dir.stateDir);
+  const { text } = await dir.manifest(packageName, { t: taskSpec }, { w: chain({ a: "t" }) });
+  const served = await device.serve(dir);
   await served.api.apply(text);
   const run = await served.api.startWorkflow(packageName, "w");
   const detail = await served.api.waitTerminal(run.id);
@@ -210,13 +210,7 @@ describe("tasks run in a directory of their own", () => {
     "user: runs the task under another uid and gid, which can read neither the receipt key nor the state dir",
     { timeout: 60_000 },
     async (context) => {
-      if (!isRoot) {
-        console.log(
-          "skipped: `user:` needs the runtime to run as root, and this test runs as uid %d",
-          process.getuid?.() ?? -1,
-        );
-        context.skip();
-      }
+      skipUnlessRoot(context, "`user:` needs the runtime to run as root");
       const dir = await device.scratch("task-user");
       await chmod(dir.root, 0o755);
       const script = [
@@ -271,7 +265,7 @@ describe("descriptors the runtime inherited never reach a task", () => {
       const { text } = await dir.manifest(
         "fds",
         { t: { shell: "ls /proc/$$/fd", timeout: "10s" } },
-        { w: { steps: { a: { task: "t" } } } },
+        { w: chain({ a: "t" }) },
       );
       const leaked = await open(dir.path("leaked-file"), "w");
       // stdio entries 3–39 are absent: the runtime's Node start-up marks only the low, contiguous
@@ -289,13 +283,7 @@ describe("descriptors the runtime inherited never reach a task", () => {
         { env: childEnv(), stdio },
       );
       try {
-        let stdout = "";
-        child.stdout?.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")));
-        const url = await waitFor(
-          "the runtime's URL",
-          () => /qlr serving (http:\/\/\S+)/.exec(stdout)?.[1] ?? null,
-          30_000,
-        );
+        const url = await servingUrl(child, watchChild(child), "qlr serve", 30_000);
         const runtimeFds = await readdir(`/proc/${child.pid}/fd`);
         expect(runtimeFds).toContain("40");
         const token = (await readFile(join(dir.stateDir, "token"), "utf8")).trim();
@@ -326,7 +314,7 @@ describe("the state dir is the runtime's own", () => {
       const dir = await device.scratch("state-mode");
       await mkdir(dir.stateDir, { mode: 0o755 });
       await chmod(dir.stateDir, 0o755);
-      const served = await startServe(device.bundle, dir.stateDir);
+      const served = await device.serve(dir);
       expect(served.stderr).toContain(`state dir ${dir.stateDir} had mode 755; tightened to 700`);
       expect((await stat(dir.stateDir)).mode & 0o777).toBe(0o700);
       expect((await stat(join(dir.stateDir, "token"))).mode & 0o777).toBe(0o600);
@@ -347,13 +335,7 @@ describe("the state dir is the runtime's own", () => {
     "a state dir that belongs to another user is refused with a clear error",
     { timeout: 60_000 },
     async (context) => {
-      if (!isRoot) {
-        console.log(
-          "skipped: giving a directory to another user needs root, and this test runs as uid %d",
-          process.getuid?.() ?? -1,
-        );
-        context.skip();
-      }
+      skipUnlessRoot(context, "giving a directory to another user needs root");
       const dir = await device.scratch("state-owner");
       await mkdir(dir.stateDir, { mode: 0o700 });
       await chown(dir.stateDir, NOBODY_UID, NOBODY_UID);

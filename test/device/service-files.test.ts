@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildBundle, REPO_ROOT, type Bundle } from "../support/bundle.ts";
-import { childEnv, type Exit } from "../support/serve-child.ts";
+import { childEnv, type Exit, servingUrl, watchChild } from "../support/serve-child.ts";
 
 const UNIT = join(REPO_ROOT, "examples/systemd/qlr.service");
 const INIT = join(REPO_ROOT, "examples/openwrt/qlr.init");
@@ -97,36 +97,15 @@ async function startLikeAServiceManager(
 }> {
   const [file, ...args] = command;
   const child = spawn(file ?? "", args, { env, stdio: ["ignore", "pipe", "pipe"] });
-  let output = "";
-  child.stdout.setEncoding("utf8");
-  child.stderr.setEncoding("utf8");
-  child.stderr.on("data", (chunk: string) => (output += chunk));
-  const exited = new Promise<Exit>((resolveExit) =>
-    child.once("exit", (code, signal) => resolveExit({ code, signal })),
-  );
-  const url = await new Promise<string>((resolveUrl, rejectUrl) => {
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      rejectUrl(new Error(`the service did not serve within 30 s:\n${output}`));
-    }, 30_000);
-    child.stdout.on("data", (chunk: string) => {
-      output += chunk;
-      const match = /qlr serving (http:\/\/\S+)/.exec(output);
-      if (match?.[1] !== undefined) {
-        clearTimeout(timer);
-        resolveUrl(match[1]);
-      }
-    });
-    void exited.then((exit) => {
-      clearTimeout(timer);
-      rejectUrl(
-        new Error(
-          `the service exited (${exit.signal ?? `code ${exit.code}`}) before serving:\n${output}`,
-        ),
-      );
-    });
-  });
-  return { url, exited, output: () => output, kill: (signal) => child.kill(signal) };
+  const watched = watchChild(child);
+  const url = await servingUrl(child, watched, "the service", 30_000);
+  const { exited, output } = watched;
+  return {
+    url,
+    exited,
+    output: () => `${output.stdout}${output.stderr}`,
+    kill: (signal) => child.kill(signal),
+  };
 }
 
 async function appliedPackages(url: string, stateDir: string): Promise<string[]> {

@@ -5,14 +5,13 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import { DeviceRuntime } from "../../runtimes/node/device.ts";
-import { openConfiguredStore } from "../../runtimes/node/open-store.ts";
-import type { RunAttempt, RunEvent, StepRun, Run } from "../../src/model.ts";
 import { within } from "../support/wait.ts";
 import { isRunning } from "../support/proc.ts";
 import { expectReceiptsHonoured } from "../support/state-files.ts";
-import { startServe } from "../support/serve-child.ts";
 import { Api, attemptsOf, stepNamed } from "../support/api-client.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
+import { readRunOffline } from "../support/offline-store.ts";
+import { chain, parallel } from "../support/workflow-shapes.ts";
 
 const runtimes: DeviceRuntime[] = [];
 
@@ -22,61 +21,33 @@ const device = useDeviceHarness({
   },
 });
 
-/** Reads a run straight from the store file, with no runtime running (the store must open cleanly). */
-async function readOffline(
-  stateDir: string,
-  runId: string,
-): Promise<{ run: Run | null; steps: StepRun[]; attempts: RunAttempt[]; events: RunEvent[] }> {
-  const store = await openConfiguredStore({
-    kind: "sqlite",
-    stateDir,
-    databaseUrl: null,
-    nowMs: Date.now(),
-  });
-  try {
-    return await store.transaction(async (tx) => ({
-      run: await tx.getRun(runId),
-      steps: await tx.getSteps(runId),
-      attempts: await tx.getAttempts(runId),
-      events: await tx.listEvents(runId, 0, 500),
-    }));
-  } finally {
-    await store.close();
-  }
-}
-
 describe("graceful stop", () => {
   it(
     "SIGTERM with two steps running: exit 0, both processes gone, attempts stopped for shutdown, steps settled before the store closed; the idempotent step re-runs after restart",
     { timeout: 90_000 },
     async () => {
-      const dir = await device.scratch("sigterm");
       // q's task is idempotent with one retry: its second run finds its first marker line and exits 0.
-      const { file } = await dir.manifest(
-        "stop",
-        {
+      const { dir, served: first } = await device.deploy("sigterm", {
+        packageName: "stop",
+        tasks: (dir) => ({
           tp: dir.task({ label: "p", then: "sleep 30" }),
           tq: dir.task({
             label: "q",
             then: `if [ "$(grep -c '^q ' "$MARKER")" -ge 2 ]; then exit 0; fi\nsleep 30`,
             retry: { max: 1, idempotent: true },
           }),
-        },
-        { pipeline: { steps: { p: { task: "tp" }, q: { task: "tq" } } } },
-      );
-      const first = await startServe(device.bundle, dir.stateDir, { apply: [file] });
+        }),
+        workflows: { pipeline: parallel({ p: "tp", q: "tq" }) },
+        applyAt: "start-up",
+      });
       const runId = (await first.api.startWorkflow("stop", "pipeline")).id;
       const p = await first.api.waitStepRunning(runId, "p");
       const q = await first.api.waitStepRunning(runId, "q");
       expect(await isRunning(p.attempt.pid)).toBe(true);
       expect(await isRunning(q.attempt.pid)).toBe(true);
 
-      first.child.kill("SIGTERM");
       // Bounded: the tasks end at SIGTERM; the launcher's grace (5 s) and its SIGKILL escalation bound the rest.
-      expect(await within("the runtime to exit after SIGTERM", first.exited, 30_000)).toEqual({
-        code: 0,
-        signal: null,
-      });
+      expect(await first.terminate()).toEqual({ code: 0, signal: null });
       expect(first.stdout).toContain("SIGTERM: stopping");
       expect(await isRunning(p.attempt.pid)).toBe(false);
       expect(await isRunning(q.attempt.pid)).toBe(false);
@@ -86,7 +57,7 @@ describe("graceful stop", () => {
       // silently re-run; q (idempotent) got a new ready epoch. The runtime waits a bounded time for
       // the receipts; one that lands after that bound is recorded by recovery at the next start
       // instead (checked below), so that case is accepted here without asserting any speed.
-      const offline = await readOffline(dir.stateDir, runId);
+      const offline = await readRunOffline(dir.stateDir, runId);
       expect(offline.run?.status).toBe("running");
       const byId = new Map(offline.steps.map((step) => [step.id, step]));
       const lateReceipts = new Set<string>();
@@ -112,7 +83,7 @@ describe("graceful stop", () => {
       // Admission was frozen: no attempt was admitted for q's new epoch before the store closed.
       expect(offline.attempts).toHaveLength(2);
 
-      const second = await startServe(device.bundle, dir.stateDir);
+      const second = await device.serve(dir);
       expect(await second.api.recovery()).toEqual(
         [...lateReceipts].map((attemptId) => ({ attemptId, decision: "complete", reason: null })),
       );
@@ -136,11 +107,7 @@ describe("graceful stop", () => {
       await expectReceiptsHonoured(dir.stateDir, detail);
       expect(await dir.spawnCount("p")).toBe(1);
       expect(await dir.spawnCount("q")).toBe(2);
-      second.child.kill("SIGTERM");
-      expect(await within("the runtime to exit after SIGTERM", second.exited, 30_000)).toEqual({
-        code: 0,
-        signal: null,
-      });
+      expect(await second.terminate()).toEqual({ code: 0, signal: null });
     },
   );
 
@@ -152,7 +119,7 @@ describe("graceful stop", () => {
       const { file } = await dir.manifest(
         "twice",
         { slow: dir.task({ label: "a", then: "sleep 30" }) },
-        { pipeline: { steps: { a: { task: "slow" } } } },
+        { pipeline: chain({ a: "slow" }) },
       );
       const token = "device-test-token-0123456789";
       const logs: string[] = [];
@@ -187,7 +154,7 @@ describe("graceful stop", () => {
         fetch(`${runtime.url}/healthz`, { signal: AbortSignal.timeout(5_000) }),
       ).rejects.toThrow();
 
-      const offline = await readOffline(dir.stateDir, runId);
+      const offline = await readRunOffline(dir.stateDir, runId);
       // Settled before the store closed (or, if its receipt landed after the runtime's bounded
       // wait, still running with its durable shutdown intent for recovery to complete).
       expect(offline.attempts).toEqual([

@@ -11,9 +11,10 @@ import { waitFor } from "../support/wait.ts";
 import { isRunning, waitUntilGone } from "../support/proc.ts";
 import type { Scratch } from "../support/scratch.ts";
 import { expectReceiptsHonoured, readReceipt } from "../support/state-files.ts";
-import { type Served, startServe } from "../support/serve-child.ts";
+import type { Served } from "../support/serve-child.ts";
 import { attemptsOf, stepNamed } from "../support/api-client.ts";
 import type { RunDetail } from "../support/api-views.ts";
+import { chain } from "../support/workflow-shapes.ts";
 
 const harness = useDeviceHarness();
 
@@ -23,12 +24,8 @@ async function startStuck(
   task: (dir: Scratch) => Record<string, unknown>,
 ): Promise<{ dir: Scratch; served: Served; runId: string; pid: number; attemptId: string }> {
   const dir = await harness.scratch(name);
-  const { file } = await dir.manifest(
-    "stuck",
-    { ta: task(dir) },
-    { pipeline: { steps: { a: { task: "ta" } } } },
-  );
-  const served = await startServe(harness.bundle, dir.stateDir, {
+  const { file } = await dir.manifest("stuck", { ta: task(dir) }, { pipeline: chain({ a: "ta" }) });
+  const served = await harness.serve(dir, {
     fault: "dispatch.after_spawn",
     faultAction: "throw",
     apply: [file],
@@ -59,42 +56,56 @@ async function expectConverged(
   expect(stuck.served.child.exitCode).toBeNull();
 }
 
-describe("an attempt left starting without a persisted handle, the runtime alive", () => {
-  it(
-    "is stopped by a cancel through the supervisor and converges to cancelled",
-    { timeout: 90_000 },
-    async () => {
-      const stuck = await startStuck("cancel", (dir) => dir.task({ label: "a", then: "sleep 60" }));
-      await stuck.served.api.cancel(stuck.runId);
-      const detail = await stuck.served.api.waitTerminal(stuck.runId, 45_000);
-      expect(detail.run.status).toBe("cancelled");
-      expect(stepNamed(detail, "a").status).toBe("cancelled");
-      expect(attemptsOf(detail, "a")[0]).toMatchObject({
-        id: stuck.attemptId,
-        status: "cancelled",
-        stopReason: "cancel",
-      });
-      expect((await readReceipt(stuck.dir.stateDir, stuck.attemptId))?.stopReason).toBe("cancel");
-      await expectConverged(stuck, detail);
-    },
-  );
+interface StuckCase {
+  readonly title: string;
+  readonly name: string;
+  readonly task: (dir: Scratch) => Record<string, unknown>;
+  /** What reaches the stuck attempt; nothing for the deadline, which the supervisor keeps. */
+  readonly act: (stuck: { served: Served; runId: string }) => Promise<unknown>;
+  readonly runStatus: string;
+  /** The step's and the attempt's status. */
+  readonly attemptStatus: string;
+  readonly stopReason: string;
+}
 
-  it(
-    "is stopped at its 1 s deadline by the supervisor and converges to timed_out",
-    { timeout: 90_000 },
-    async () => {
-      const stuck = await startStuck("deadline", (dir) =>
-        dir.task({ label: "a", then: "sleep 60", timeout: "1s" }),
-      );
+const STUCK_CASES: readonly StuckCase[] = [
+  {
+    title: "is stopped by a cancel through the supervisor and converges to cancelled",
+    name: "cancel",
+    task: (dir) => dir.task({ label: "a", then: "sleep 60" }),
+    act: (stuck) => stuck.served.api.cancel(stuck.runId),
+    runStatus: "cancelled",
+    attemptStatus: "cancelled",
+    stopReason: "cancel",
+  },
+  {
+    title: "is stopped at its 1 s deadline by the supervisor and converges to timed_out",
+    name: "deadline",
+    task: (dir) => dir.task({ label: "a", then: "sleep 60", timeout: "1s" }),
+    act: () => Promise.resolve(),
+    runStatus: "failed",
+    attemptStatus: "timed_out",
+    stopReason: "timeout",
+  },
+];
+
+describe("an attempt left starting without a persisted handle, the runtime alive", () => {
+  for (const stuckCase of STUCK_CASES) {
+    it(stuckCase.title, { timeout: 90_000 }, async () => {
+      const stuck = await startStuck(stuckCase.name, stuckCase.task);
+      await stuckCase.act(stuck);
       const detail = await stuck.served.api.waitTerminal(stuck.runId, 45_000);
-      expect(detail.run.status).toBe("failed");
-      expect(stepNamed(detail, "a").status).toBe("timed_out");
+      expect(detail.run.status).toBe(stuckCase.runStatus);
+      expect(stepNamed(detail, "a").status).toBe(stuckCase.attemptStatus);
       expect(attemptsOf(detail, "a")[0]).toMatchObject({
         id: stuck.attemptId,
-        status: "timed_out",
+        status: stuckCase.attemptStatus,
+        stopReason: stuckCase.stopReason,
       });
-      expect((await readReceipt(stuck.dir.stateDir, stuck.attemptId))?.stopReason).toBe("timeout");
+      expect((await readReceipt(stuck.dir.stateDir, stuck.attemptId))?.stopReason).toBe(
+        stuckCase.stopReason,
+      );
       await expectConverged(stuck, detail);
-    },
-  );
+    });
+  }
 });

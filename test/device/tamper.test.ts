@@ -13,9 +13,9 @@ import { waitFor } from "../support/wait.ts";
 import { waitUntilGone } from "../support/proc.ts";
 import { ensureDir } from "../support/scratch.ts";
 import { journalNames, readJournal, receiptPath } from "../support/state-files.ts";
-import { startServe } from "../support/serve-child.ts";
 import { attemptsOf, stepNamed } from "../support/api-client.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
+import { chain } from "../support/workflow-shapes.ts";
 
 const device = useDeviceHarness();
 
@@ -48,13 +48,14 @@ describe("tampered evidence fails closed", () => {
       `a receipt edited while the runtime is down is never accepted: ${tamper.name}`,
       { timeout: 90_000 },
       async () => {
-        const dir = await device.scratch("tamper");
-        const { file } = await dir.manifest(
-          "tamper",
-          { ta: dir.task({ label: "a", then: "sleep 1; exit 3" }), tb: dir.task({ label: "b" }) },
-          { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
-        );
-        const first = await startServe(device.bundle, dir.stateDir, { apply: [file] });
+        const { dir, served: first } = await device.deploy("tamper", {
+          tasks: (dir) => ({
+            ta: dir.task({ label: "a", then: "sleep 1; exit 3" }),
+            tb: dir.task({ label: "b" }),
+          }),
+          workflows: { pipeline: chain({ a: "ta", b: "tb" }) },
+          applyAt: "start-up",
+        });
         const runId = (await first.api.startWorkflow("tamper", "pipeline")).id;
         const { attempt } = await first.api.waitStepRunning(runId, "a");
         expect(await first.kill9()).toEqual({ code: null, signal: "SIGKILL" });
@@ -67,7 +68,7 @@ describe("tampered evidence fails closed", () => {
         expect(original.exitCode).toBe(3);
         await writeFile(path, `${JSON.stringify(tamper.edit(original))}\n`);
 
-        const second = await startServe(device.bundle, dir.stateDir);
+        const second = await device.serve(dir);
         const api = second.api;
         expect((await api.recovery()).filter((entry) => entry.attemptId === attempt.id)).toEqual([
           { attemptId: attempt.id, decision: "fail_closed", reason: tamper.reason },
@@ -108,18 +109,16 @@ describe("tampered evidence fails closed", () => {
     "a journal file with a bad name is rejected and reported at start-up, never treated as an attempt",
     { timeout: 90_000 },
     async () => {
-      const dir = await device.scratch("bad-journal");
-      const { file } = await dir.manifest(
-        "journal",
-        { ta: dir.task({ label: "a" }), tb: dir.task({ label: "b" }) },
-        { pipeline: { steps: { a: { task: "ta" }, b: { task: "tb", needs: ["a"] } } } },
-      );
-      const first = await startServe(device.bundle, dir.stateDir, { apply: [file] });
+      const { dir, served: first } = await device.deploy("bad-journal", {
+        packageName: "journal",
+        tasks: (dir) => ({ ta: dir.task({ label: "a" }), tb: dir.task({ label: "b" }) }),
+        workflows: { pipeline: chain({ a: "ta", b: "tb" }) },
+        applyAt: "start-up",
+      });
       const firstRun = await first.api.startWorkflow("journal", "pipeline");
       const done = await first.api.waitTerminal(firstRun.id);
       expect(done.run.status).toBe("succeeded");
-      first.child.kill("SIGTERM");
-      expect(await first.exited).toEqual({ code: 0, signal: null });
+      expect(await first.terminate()).toEqual({ code: 0, signal: null });
 
       // Plant files that are not `<portable id>.json`, one of them a copy of a real record.
       const journalDir = join(dir.stateDir, "journal");
@@ -137,7 +136,7 @@ describe("tampered evidence fails closed", () => {
           `${JSON.stringify({ ...real, attemptId: name.replace(/\.json$/, "") })}\n`,
         );
 
-      const second = await startServe(device.bundle, dir.stateDir);
+      const second = await device.serve(dir);
       const api = second.api;
       for (const name of planted)
         expect(second.stderr).toContain(`journal file ${JSON.stringify(name)} rejected`);

@@ -7,9 +7,9 @@
  */
 import { describe, expect, it } from "vitest";
 import { waitUntilGone } from "../support/proc.ts";
-import { startServe } from "../support/serve-child.ts";
 import { attemptsOf } from "../support/api-client.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
+import { chain, diamond } from "../support/workflow-shapes.ts";
 
 const device = useDeviceHarness();
 
@@ -20,30 +20,15 @@ describe("event-driven cadence (real processes)", () => {
     "a diamond of four steps runs to success on wakes alone: start over HTTP, supervisor exits, follow-up cycles",
     { timeout: 60_000 },
     async () => {
-      const dir = await device.scratch("wake-diamond");
-      const { text } = await dir.manifest(
-        "wake",
-        {
-          ta: dir.task({ label: "a" }),
-          tb: dir.task({ label: "b" }),
-          tc: dir.task({ label: "c" }),
-          td: dir.task({ label: "d" }),
-        },
-        {
-          diamond: {
-            steps: {
-              a: { task: "ta" },
-              b: { task: "tb", needs: ["a"] },
-              c: { task: "tc", needs: ["a"] },
-              d: { task: "td", needs: ["b", "c"] },
-            },
-          },
-        },
-      );
-      const served = await startServe(device.bundle, dir.stateDir, {
-        tickInterval: NEVER_BY_INTERVAL,
+      const { dir, served } = await device.deploy("wake-diamond", {
+        packageName: "wake",
+        tasks: (dir) =>
+          Object.fromEntries(
+            ["a", "b", "c", "d"].map((label) => [`t${label}`, dir.task({ label })]),
+          ),
+        workflows: { diamond: diamond({ a: "ta", b: "tb", c: "tc", d: "td" }) },
+        serve: { tickInterval: NEVER_BY_INTERVAL },
       });
-      await served.api.apply(text);
       const created = await served.api.startWorkflow("wake", "diamond");
       const detail = await served.api.waitTerminal(created.id, 30_000);
       expect(detail.run.status).toBe("succeeded");
@@ -69,8 +54,7 @@ describe("event-driven cadence (real processes)", () => {
       expect(ticks).toBeGreaterThanOrEqual(4);
       expect(ticks).toBeLessThanOrEqual(cancellationCycles);
       expect(ticks).toBeGreaterThanOrEqual(cancellationCycles - 1);
-      served.child.kill("SIGTERM");
-      expect(await served.exited).toEqual({ code: 0, signal: null });
+      expect(await served.terminate()).toEqual({ code: 0, signal: null });
     },
   );
 
@@ -78,23 +62,15 @@ describe("event-driven cadence (real processes)", () => {
     "a cancel over HTTP stops a running step at once and the run ends cancelled, with no interval tick",
     { timeout: 60_000 },
     async () => {
-      const dir = await device.scratch("wake-cancel");
-      const { text } = await dir.manifest(
-        "wakecancel",
-        {
+      const { dir, served } = await device.deploy("wake-cancel", {
+        packageName: "wakecancel",
+        tasks: (dir) => ({
           long: dir.task({ label: "long", then: "sleep 30" }),
           after: dir.task({ label: "after" }),
-        },
-        {
-          pipeline: {
-            steps: { long: { task: "long" }, after: { task: "after", needs: ["long"] } },
-          },
-        },
-      );
-      const served = await startServe(device.bundle, dir.stateDir, {
-        tickInterval: NEVER_BY_INTERVAL,
+        }),
+        workflows: { pipeline: chain({ long: "long", after: "after" }) },
+        serve: { tickInterval: NEVER_BY_INTERVAL },
       });
-      await served.api.apply(text);
       const created = await served.api.startWorkflow("wakecancel", "pipeline");
       const { attempt } = await served.api.waitStepRunning(created.id, "long");
       await served.api.cancel(created.id);
@@ -103,8 +79,7 @@ describe("event-driven cadence (real processes)", () => {
       expect(attemptsOf(detail, "long").map((item) => item.status)).toEqual(["cancelled"]);
       await waitUntilGone(attempt.pid);
       expect(await dir.spawnCount("after")).toBe(0);
-      served.child.kill("SIGTERM");
-      expect(await served.exited).toEqual({ code: 0, signal: null });
+      expect(await served.terminate()).toEqual({ code: 0, signal: null });
     },
   );
 });

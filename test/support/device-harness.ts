@@ -8,8 +8,9 @@
  * another's processes. The served children left over are stopped once, after the file.
  */
 import { afterAll, afterEach, beforeAll, type TestContext } from "vitest";
+import type { Api } from "./api-client.ts";
 import { buildBundle, type Bundle } from "./bundle.ts";
-import { Scratch } from "./scratch.ts";
+import { Scratch, type WorkflowSpec } from "./scratch.ts";
 import { type Served, startServe, stopAllServed, type ServeOptions } from "./serve-child.ts";
 
 export interface DeviceHarness {
@@ -22,6 +23,34 @@ export interface DeviceHarness {
   scratch(name: string, test?: TestContext): Promise<Scratch>;
   /** `qlr serve` on the folder's state dir, from this file's bundle. */
   serve(dir: Scratch, options?: ServeOptions): Promise<Served>;
+  /**
+   * The opening most device tests share: a scratch folder, a manifest of the deployment's
+   * tasks and workflows, `qlr serve` on it, and the package applied.
+   */
+  deploy(name: string, deployment: Deployment): Promise<Deployed>;
+}
+
+/** What a test deploys on a fresh runtime; everything but the tasks and workflows has a default. */
+export interface Deployment {
+  /** The package name; default the scratch folder's name. */
+  readonly packageName?: string;
+  /** The manifest's tasks, written with the scratch folder's helpers (`dir.task`, `dir.gate`…). */
+  readonly tasks: (dir: Scratch) => Record<string, Record<string, unknown>>;
+  readonly workflows: Record<string, WorkflowSpec>;
+  /**
+   * How the package reaches the runtime: `POST /packages` once it serves (the default), or
+   * `--apply` at start-up (the manifest a restarted runtime is started with again).
+   */
+  readonly applyAt?: "http" | "start-up";
+  readonly serve?: ServeOptions;
+}
+
+export interface Deployed {
+  readonly dir: Scratch;
+  readonly served: Served;
+  readonly api: Api;
+  /** The manifest file, to apply again on a restart. */
+  readonly manifestFile: string;
 }
 
 export interface DeviceHarnessOptions {
@@ -63,6 +92,21 @@ export function useDeviceHarness(options: DeviceHarnessOptions = {}): DeviceHarn
     },
     serve(dir: Scratch, serveOptions: ServeOptions = {}): Promise<Served> {
       return startServe(harness.bundle, dir.stateDir, serveOptions);
+    },
+    async deploy(name: string, deployment: Deployment): Promise<Deployed> {
+      const dir = await harness.scratch(name);
+      const { file, text } = await dir.manifest(
+        deployment.packageName ?? name,
+        deployment.tasks(dir),
+        deployment.workflows,
+      );
+      const atStartUp = deployment.applyAt === "start-up";
+      const served = await harness.serve(dir, {
+        ...deployment.serve,
+        ...(atStartUp ? { apply: [file] } : {}),
+      });
+      if (!atStartUp) await served.api.apply(text);
+      return { dir, served, api: served.api, manifestFile: file };
     },
   };
   return harness;

@@ -72,9 +72,14 @@ export class Scratch {
     };
   }
 
+  /** sh that waits for a gate file (polling, at most 60 s; exit 99 past that), then goes on. */
+  static untilGate(gate: string): string {
+    return `n=0\nwhile [ ! -e '${gate}' ]; do n=$((n+1)); if [ "$n" -gt 1200 ]; then exit 99; fi; sleep 0.05; done`;
+  }
+
   /** sh that waits for a gate file (polling, at most 60 s), then exits with `code`. */
   static waitForGate(gate: string, code = 0): string {
-    return `n=0\nwhile [ ! -e '${gate}' ]; do n=$((n+1)); if [ "$n" -gt 1200 ]; then exit 99; fi; sleep 0.05; done\nexit ${code}`;
+    return `${Scratch.untilGate(gate)}\nexit ${code}`;
   }
 
   /** Writes a JSON manifest file and returns its path and text. */

@@ -4,6 +4,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Api } from "./api-client.ts";
 import type { Bundle } from "./bundle.ts";
+import { within } from "./wait.ts";
 
 export interface Exit {
   readonly code: number | null;
@@ -60,6 +61,20 @@ export class Served {
     return new Api(this.url, this.token);
   }
 
+  /** The flags that point a `qlr` command at this runtime: its state dir (for the token) and URL. */
+  get cliTarget(): string[] {
+    return ["--state-dir", this.stateDir, "--url", this.url];
+  }
+
+  /**
+   * SIGTERM (a service manager's stop) and wait for the exit, bounded: a graceful stop waits
+   * for its tasks' grace and escalation, never forever.
+   */
+  async terminate(timeoutMs = 30_000): Promise<Exit> {
+    this.child.kill("SIGTERM");
+    return within("the runtime to exit after SIGTERM", this.exited, timeoutMs);
+  }
+
   /** SIGKILL (a power cut, an OOM kill) and wait for the exit. */
   async kill9(): Promise<Exit> {
     this.child.kill("SIGKILL");
@@ -92,6 +107,63 @@ export interface ServeOptions {
   readonly store?: "sqlite" | "postgres";
   /** The PostgreSQL URL for `store: "postgres"`, passed as QLR_DATABASE_URL (not on the command line). */
   readonly databaseUrl?: string;
+}
+
+/** A child's exit and everything it printed so far, collected from its spawn on. */
+export interface Watched {
+  readonly exited: Promise<Exit>;
+  readonly output: { stdout: string; stderr: string };
+}
+
+/** Collects a just-spawned child's output (as utf8) and its exit. */
+export function watchChild(child: ChildProcess): Watched {
+  const output = { stdout: "", stderr: "" };
+  const exited = new Promise<Exit>((resolveExit) =>
+    child.once("exit", (code, signal) => resolveExit({ code, signal })),
+  );
+  child.stdout?.setEncoding("utf8");
+  child.stderr?.setEncoding("utf8");
+  child.stdout?.on("data", (chunk: string) => (output.stdout += chunk));
+  child.stderr?.on("data", (chunk: string) => (output.stderr += chunk));
+  return { exited, output };
+}
+
+/**
+ * Waits for a starting runtime's `qlr serving URL` line and answers the URL. Fails with what
+ * it printed when it exits first, or when it prints no URL within the timeout (then it is killed).
+ */
+export function servingUrl(
+  child: ChildProcess,
+  watched: Watched,
+  what: string,
+  timeoutMs: number,
+): Promise<string> {
+  const printed = (): string =>
+    `stdout: ${watched.output.stdout}\nstderr: ${watched.output.stderr}`;
+  return new Promise<string>((resolveUrl, rejectUrl) => {
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      rejectUrl(new Error(`${what} did not print its URL within ${timeoutMs} ms\n${printed()}`));
+    }, timeoutMs);
+    const look = (): void => {
+      const match = /qlr serving (http:\/\/\S+)/.exec(watched.output.stdout);
+      if (match?.[1] === undefined) return;
+      clearTimeout(timer);
+      child.stdout?.off("data", look);
+      resolveUrl(match[1]);
+    };
+    // Registered after `watchChild`'s collector, so each chunk is in `output.stdout` when looked at.
+    child.stdout?.on("data", look);
+    look();
+    void watched.exited.then((exit) => {
+      clearTimeout(timer);
+      rejectUrl(
+        new Error(
+          `${what} exited (${exit.signal ?? `code ${exit.code}`}) before serving\n${printed()}`,
+        ),
+      );
+    });
+  });
 }
 
 /**
@@ -131,41 +203,9 @@ export async function startServe(
     stdio: ["ignore", "pipe", "pipe"],
   });
   servedChildren.add(child);
-  const output = { stdout: "", stderr: "" };
-  const exited = new Promise<Exit>((resolveExit) =>
-    child.once("exit", (code, signal) => resolveExit({ code, signal })),
-  );
-  child.stdout?.setEncoding("utf8");
-  child.stderr?.setEncoding("utf8");
-  child.stderr?.on("data", (chunk: string) => (output.stderr += chunk));
-  const url = await new Promise<string>((resolveUrl, rejectUrl) => {
-    const timer = setTimeout(
-      () =>
-        rejectUrl(
-          new Error(
-            `qlr serve did not print its URL within 60 s\nstdout: ${output.stdout}\nstderr: ${output.stderr}`,
-          ),
-        ),
-      // Generous: a loaded machine starts Node slowly; a runtime that never serves still fails.
-      60_000,
-    );
-    child.stdout?.on("data", (chunk: string) => {
-      output.stdout += chunk;
-      const match = /qlr serving (http:\/\/\S+)/.exec(output.stdout);
-      if (match?.[1] !== undefined) {
-        clearTimeout(timer);
-        resolveUrl(match[1]);
-      }
-    });
-    void exited.then((exit) => {
-      clearTimeout(timer);
-      rejectUrl(
-        new Error(
-          `qlr serve exited (${exit.signal ?? `code ${exit.code}`}) before serving\nstdout: ${output.stdout}\nstderr: ${output.stderr}`,
-        ),
-      );
-    });
-  });
+  const { exited, output } = watchChild(child);
+  // Generous: a loaded machine starts Node slowly; a runtime that never serves still fails.
+  const url = await servingUrl(child, { exited, output }, "qlr serve", 60_000);
   const token = (await readFile(join(stateDir, "token"), "utf8")).trim();
   return new Served({ child, url, token, stateDir, exited, output });
 }
