@@ -20,6 +20,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Miniflare } from "miniflare";
+import { QlrClient } from "../runtimes/http/client.ts";
 import { TERMINAL_RUN_STATUSES, type RunStatus } from "../src/model.ts";
 import { log, now, readConfig, round, summarize, writeResult } from "./lib/common.ts";
 
@@ -31,47 +32,39 @@ export interface WorkerdConfig {
   readonly diamonds: number;
 }
 
-const DIAMOND_MANIFEST = `package: diamond
-tasks:
-  noop:
-    run: ["true"]
-    timeout: 30s
-    executor: remote_worker
-    pool: default
-workflows:
-  d:
-    steps:
-      a: { task: noop }
-      b: { task: noop, needs: [a] }
-      c: { task: noop, needs: [a] }
-      e: { task: noop, needs: [b, c] }
-`;
+/** A package of one remote_worker task, `noop` (`true`), and one workflow of the given steps. */
+function remoteManifest(packageName: string, workflow: string, steps: readonly string[]): string {
+  return [
+    `package: ${packageName}`,
+    "tasks:",
+    "  noop:",
+    '    run: ["true"]',
+    "    timeout: 30s",
+    "    executor: remote_worker",
+    "    pool: default",
+    "workflows:",
+    `  ${workflow}:`,
+    "    steps:",
+    ...steps.map((step) => `      ${step}`),
+    "",
+  ].join("\n");
+}
+
+const CHAIN_MANIFEST = remoteManifest("bench", "w", [
+  "a: { task: noop }",
+  "b: { task: noop, needs: [a] }",
+]);
+const DIAMOND_MANIFEST = remoteManifest("diamond", "d", [
+  "a: { task: noop }",
+  "b: { task: noop, needs: [a] }",
+  "c: { task: noop, needs: [a] }",
+  "e: { task: noop, needs: [b, c] }",
+]);
 /** A diamond that takes longer than this is a failure of the bench, not a sample. */
 const DIAMOND_TIMEOUT_MS = 60_000;
 const STATUS_POLL_MS = 5;
 
-const MANIFEST = `package: bench
-tasks:
-  noop:
-    run: ["true"]
-    timeout: 30s
-    executor: remote_worker
-    pool: default
-workflows:
-  w:
-    steps:
-      a: { task: noop }
-      b: { task: noop, needs: [a] }
-`;
-
 const TOKEN = "bench-token-0123456789abcdef";
-
-type Call = (
-  path: string,
-  method?: string,
-  body?: string,
-  contentType?: string,
-) => Promise<{ status: number; text: string }>;
 
 /** A Miniflare over the built Worker, with the coordinator object and the token bound. */
 async function startWorker(root: string, listen: boolean): Promise<{ mf: Miniflare; url: URL }> {
@@ -87,29 +80,14 @@ async function startWorker(root: string, listen: boolean): Promise<{ mf: Minifla
   return { mf, url: await mf.ready };
 }
 
-function caller(mf: Miniflare): Call {
-  return async (path, method = "GET", body, contentType = "application/json") => {
-    const response = await mf.dispatchFetch(`http://localhost${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${TOKEN}`,
-        ...(body === undefined ? {} : { "content-type": contentType }),
-      },
-      body,
-    });
-    return { status: response.status, text: await response.text() };
-  };
-}
-
-async function applyPackage(call: Call, manifest: string): Promise<void> {
-  const applied = await call("/packages", "POST", manifest, "application/yaml");
-  if (applied.status >= 300) throw new Error(`apply: ${applied.status} ${applied.text}`);
-}
-
-async function startRun(call: Call, pkg: string, workflow: string): Promise<string> {
-  const started = await call("/runs", "POST", JSON.stringify({ package: pkg, workflow }));
-  if (started.status !== 201) throw new Error(`POST /runs: ${started.status} ${started.text}`);
-  return (JSON.parse(started.text) as { run: { id: string } }).run.id;
+/** The one API client, over Miniflare's dispatch (no socket). */
+function clientOf(mf: Miniflare): QlrClient {
+  return new QlrClient({
+    baseUrl: "http://localhost",
+    token: TOKEN,
+    fetch: async (input, init) =>
+      (await mf.dispatchFetch(input, init as never)) as unknown as Response,
+  });
 }
 
 async function tickLatency(config: WorkerdConfig): Promise<Record<string, unknown>> {
@@ -117,26 +95,21 @@ async function tickLatency(config: WorkerdConfig): Promise<Record<string, unknow
   const { mf } = await startWorker(config.root, false);
   try {
     const readyMs = now() - startedAt;
-    const call = caller(mf);
-    await applyPackage(call, MANIFEST);
+    const client = clientOf(mf);
+    await client.apply({ text: CHAIN_MANIFEST, contentType: "application/yaml" });
     const startMs: number[] = [];
     for (let index = 0; index < config.runs; index += 1) {
       const t0 = now();
-      await startRun(call, "bench", "w");
+      await client.startRun({ package: "bench", workflow: "w" });
       startMs.push(now() - t0);
     }
     const tickMs: number[] = [];
     let admitted = 0;
     for (let index = 0; index < config.ticks; index += 1) {
       const t0 = now();
-      const response = await call("/tick", "POST");
+      const { report } = await client.tick();
       tickMs.push(now() - t0);
-      if (response.status !== 200)
-        throw new Error(`POST /tick: ${response.status} ${response.text}`);
-      const report = JSON.parse(response.text) as {
-        report: { stages: { name: string; processed: number }[] };
-      };
-      admitted += report.report.stages.find((stage) => stage.name === "admission")?.processed ?? 0;
+      admitted += report.stages.find((stage) => stage.name === "admission")?.processed ?? 0;
     }
     const summary = summarize(tickMs);
     log(
@@ -181,12 +154,12 @@ async function remoteDiamonds(config: WorkerdConfig): Promise<Record<string, unk
   worker.stdout.on("data", keep);
   worker.stderr.on("data", keep);
   try {
-    const call = caller(mf);
-    await applyPackage(call, DIAMOND_MANIFEST);
+    const client = clientOf(mf);
+    await client.apply({ text: DIAMOND_MANIFEST, contentType: "application/yaml" });
     const diamondMs: number[] = [];
     for (let index = 0; index < config.diamonds; index += 1) {
       const t0 = now();
-      const runId = await startRun(call, "diamond", "d");
+      const runId = (await client.startRun({ package: "diamond", workflow: "d" })).run.id;
       let status: string = "pending";
       while (!TERMINAL_RUN_STATUSES.has(status as RunStatus)) {
         if (now() - t0 > DIAMOND_TIMEOUT_MS)
@@ -196,10 +169,7 @@ async function remoteDiamonds(config: WorkerdConfig): Promise<Record<string, unk
         if (worker.exitCode !== null)
           throw new Error(`qlr worker exited ${worker.exitCode}:\n${workerOutput}`);
         await new Promise((wake) => setTimeout(wake, STATUS_POLL_MS));
-        const response = await call(`/runs/${runId}`);
-        if (response.status !== 200)
-          throw new Error(`GET /runs/${runId}: ${response.status} ${response.text}`);
-        status = (JSON.parse(response.text) as { run: { status: string } }).run.status;
+        status = (await client.run(runId)).run.status;
       }
       if (status !== "succeeded")
         throw new Error(`diamond ${runId} ended ${status}; worker said:\n${workerOutput}`);
