@@ -39,17 +39,15 @@ function sorted<S extends string>(table: TransitionTable<S>): Record<string, str
 }
 
 interface Machine {
-  readonly title: string;
   readonly table: TransitionTable<string>;
   readonly statuses: readonly string[];
   /** The statuses each status may move to, sorted; a status not listed has no way out. */
   readonly waysOut: Readonly<Record<string, readonly string[]>>;
 }
 
-const MACHINES: readonly Machine[] = [
-  {
-    title:
-      "the ordinary run machine is queued → dispatching → running → terminal, with retries back to queued",
+/** The specification, restated: each machine with the ways out of each of its statuses. */
+const MACHINES = {
+  ordinaryRun: {
     table: ORDINARY_RUN_TRANSITIONS,
     statuses: RUN_STATUSES,
     waysOut: {
@@ -58,16 +56,12 @@ const MACHINES: readonly Machine[] = [
       running: ["cancelled", "failed", "lost", "queued", "succeeded", "timed_out"],
     },
   },
-  {
-    title:
-      "a workflow run is created running and leaves it only for succeeded, failed or cancelled",
+  workflowRun: {
     table: WORKFLOW_RUN_TRANSITIONS,
     statuses: RUN_STATUSES,
     waysOut: { running: ["cancelled", "failed", "succeeded"] },
   },
-  {
-    title:
-      "a step run moves pending → ready → running → terminal, pending → skipped, and ready → ready for a new epoch",
+  step: {
     table: STEP_TRANSITIONS,
     statuses: STEP_STATUSES,
     waysOut: {
@@ -76,9 +70,7 @@ const MACHINES: readonly Machine[] = [
       running: ["cancelled", "failed", "ready", "succeeded", "timed_out"],
     },
   },
-  {
-    title:
-      "an attempt moves claimed → starting → running → terminal; a claim may be cancelled or lost, a start may fail, time out or be lost, a running attempt may be lost",
+  attempt: {
     table: ATTEMPT_TRANSITIONS,
     statuses: ATTEMPT_STATUSES,
     waysOut: {
@@ -87,14 +79,26 @@ const MACHINES: readonly Machine[] = [
       running: ["cancelled", "failed", "lost", "succeeded", "timed_out"],
     },
   },
-];
+} satisfies Record<string, Machine>;
+
+function expectMachine({ table, statuses, waysOut }: Machine): void {
+  expect(sorted(table)).toEqual(
+    Object.fromEntries(statuses.map((from) => [from, waysOut[from] ?? []])),
+  );
+}
 
 describe("state machines", () => {
-  it.each(MACHINES)("$title", ({ table, statuses, waysOut }) => {
-    expect(sorted(table)).toEqual(
-      Object.fromEntries(statuses.map((from) => [from, waysOut[from] ?? []])),
-    );
-  });
+  it("the ordinary run machine is queued → dispatching → running → terminal, with retries back to queued", () =>
+    expectMachine(MACHINES.ordinaryRun));
+
+  it("a workflow run is created running and leaves it only for succeeded, failed or cancelled", () =>
+    expectMachine(MACHINES.workflowRun));
+
+  it("a step run moves pending → ready → running → terminal, pending → skipped, and ready → ready for a new epoch", () =>
+    expectMachine(MACHINES.step));
+
+  it("an attempt moves claimed → starting → running → terminal; a claim may be cancelled or lost, a start may fail, time out or be lost, a running attempt may be lost", () =>
+    expectMachine(MACHINES.attempt));
 
   it("a workflow run is never queued, dispatching, timed_out or lost: a step timeout fails the run instead", () => {
     for (const to of ["queued", "dispatching", "timed_out", "lost"] as const) {
