@@ -9,6 +9,7 @@ import {
   stepDigest,
 } from "../../src/aggregate.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
+import { EMPTY_CHANGE_SET } from "../../src/model.ts";
 import {
   createOrdinaryRun,
   createWorkflowRun,
@@ -24,7 +25,9 @@ import {
   errorCode,
   expectOneVersionBump,
   planOf,
+  readyDiamondWorld,
   T0,
+  twoDiamondGenerations,
 } from "./core-fixtures.ts";
 
 /**
@@ -32,6 +35,16 @@ import {
  * (one version bump per transaction, contiguous events, a canonical mutation per step change)
  * and the cancel intent.
  */
+
+/** Run-1 of the diamond with its step `a` made ready at T0 + 1 by one RunChange, not yet built. */
+function stepAMadeReady() {
+  const world = new CoreWorld();
+  const run = world.startWorkflow();
+  const a = world.model.step(run.id, "a");
+  const change = new RunChange(run, T0 + 1);
+  const ready = change.setStep(a, "ready", { readyAtMs: T0 + 1 });
+  return { run, a, change, ready };
+}
 
 describe("run creation", () => {
   it("a workflow run is created running with every step pending, one run.created event and one mutation per step", () => {
@@ -108,12 +121,7 @@ describe("run creation", () => {
   });
 
   it("an ordinary run is refused a task definition that is not part of the reconciliation receipt", () => {
-    const first = applyManifest(diamondManifest("demo"));
-    const second = applyManifest(
-      diamondManifest("demo", { tasks: [task("work", ["false"])] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: first.generation.manifestDigest },
-    );
+    const { first, second } = twoDiamondGenerations([task("work", ["false"])]);
     expect(
       errorCode(() =>
         createOrdinaryRun(definitionOf(second, "work"), first.reconciliation.receipt, {
@@ -206,23 +214,14 @@ describe("the RunChange builder", () => {
     const world = new CoreWorld();
     const change = new RunChange(world.startWorkflow(), T0);
     expect(change.changed).toBe(false);
-    expect(change.build()).toEqual({
-      runs: [],
-      steps: [],
-      attempts: [],
-      events: [],
-      mutations: [],
-      admissions: [],
-      frontierDue: [],
-    });
+    const built = change.build();
+    expect(built).toEqual(EMPTY_CHANGE_SET);
+    // Not only equal to the declared empty set: every list of it is empty.
+    expect(Object.values(built).flat()).toEqual([]);
   });
 
   it("every step change leaves a canonical mutation beside its event, with from/to status, from/to digest and the event seq", () => {
-    const world = new CoreWorld();
-    const run = world.startWorkflow();
-    const a = world.model.step(run.id, "a");
-    const change = new RunChange(run, T0 + 1);
-    const ready = change.setStep(a, "ready", { readyAtMs: T0 + 1 });
+    const { run, a, change, ready } = stepAMadeReady();
     const built = change.build();
     expect(built.mutations).toEqual([
       {
@@ -247,11 +246,7 @@ describe("the RunChange builder", () => {
   });
 
   it("a step's version and digest move together, also for a ready → ready epoch", () => {
-    const world = new CoreWorld();
-    const run = world.startWorkflow();
-    const a = world.model.step(run.id, "a");
-    const change = new RunChange(run, T0 + 1);
-    const ready = change.setStep(a, "ready", { readyAtMs: T0 + 1 });
+    const { a, change, ready } = stepAMadeReady();
     // Handed the step as this transaction sees it, the builder still keeps the stored row as the CAS before.
     const epoch = change.setStep(ready, "ready");
     expect(epoch.version).toBe(ready.version + 1);
@@ -262,9 +257,8 @@ describe("the RunChange builder", () => {
   });
 
   it("an attempt change without a status transition (a stop request) keeps the status, bumps the attempt's version, and its event carries only its own data", () => {
-    const world = new CoreWorld();
-    const run = world.startWorkflow();
-    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const world = readyDiamondWorld();
+    const run = world.model.run("run-1");
     const attempt = world.admit(run.id, "a", T0 + 2);
     const change = new RunChange(world.model.run(run.id), T0 + 3);
     const next = change.setAttempt(
@@ -292,9 +286,8 @@ describe("the RunChange builder", () => {
   });
 
   it("an attempt transition's event names from and to, and two changes of one attempt in one transaction keep the row's original as the CAS before", () => {
-    const world = new CoreWorld();
-    const run = world.startWorkflow();
-    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const world = readyDiamondWorld();
+    const run = world.model.run("run-1");
     const attempt = world.admit(run.id, "a", T0 + 2);
     const change = new RunChange(world.model.run(run.id), T0 + 3);
     const starting = change.setAttempt(attempt, "starting", {});
@@ -311,9 +304,8 @@ describe("the RunChange builder", () => {
   });
 
   it("an attempt inserted twice in one transaction is refused; an inserted attempt is a row without a before", () => {
-    const world = new CoreWorld();
-    const run = world.startWorkflow();
-    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const world = readyDiamondWorld();
+    const run = world.model.run("run-1");
     const admitted = world.tryAdmit(run.id, "a", T0 + 2);
     if (admitted.kind !== "admitted") throw new Error("step a was not admitted");
     const change = new RunChange(world.model.run(run.id), T0 + 2);
@@ -369,9 +361,7 @@ describe("the RunChange builder", () => {
   });
 
   it("event time before an attempt's creation is a clock_regression", () => {
-    const world = new CoreWorld();
-    const run = world.startWorkflow();
-    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const world = readyDiamondWorld();
     const attempt = world.admit("run-1", "a", T0 + 50);
     // The run itself is older than the reading, the attempt is not: the attempt's creation is the bound.
     const change = new RunChange(world.model.run("run-1"), T0 + 40);
@@ -450,9 +440,8 @@ describe("the RunChange builder", () => {
   });
 
   it("merging change sets keeps every kind of write of each, in order: runs, steps, attempts, events, mutations, admission receipts and frontier marks", () => {
-    const world = new CoreWorld();
-    const run = world.startWorkflow();
-    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    const world = readyDiamondWorld();
+    const run = world.model.run("run-1");
     const admitted = world.tryAdmit(run.id, "a", T0 + 2);
     if (admitted.kind !== "admitted") throw new Error("step a was not admitted");
     const created = createWorkflowRun(

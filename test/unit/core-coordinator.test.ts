@@ -56,6 +56,17 @@ async function rig(): Promise<Rig> {
   };
 }
 
+/** A diamond run that succeeded with one counted attempt per step, after `attempts` admissions. */
+function diamondSucceeded(attempts: number) {
+  return {
+    status: "succeeded",
+    steps: ["succeeded", "succeeded", "succeeded", "succeeded"],
+    attempts,
+    admissions: attempts,
+    stepCounts: [1, 1, 1, 1],
+  };
+}
+
 async function runState(
   store: Store,
   runId: string,
@@ -177,13 +188,7 @@ describe("the cadence cycle", () => {
     const runId = await start(diamondManifest("demo"), "diamond");
     const c = coordinator();
     await tickWhileRunning(c, store, clock, runId);
-    expect(await runState(store, runId)).toEqual({
-      status: "succeeded",
-      steps: ["succeeded", "succeeded", "succeeded", "succeeded"],
-      attempts: 4,
-      admissions: 4,
-      stepCounts: [1, 1, 1, 1],
-    });
+    expect(await runState(store, runId)).toEqual(diamondSucceeded(4));
   });
 
   it("a claim whose ready epoch moved on before it started is settled as lost, and the run still converges", async () => {
@@ -221,13 +226,7 @@ describe("the cadence cycle", () => {
     const stale = attempts.find((attempt) => attempt.stepRunVersion === first.version);
     expect(stale).toMatchObject({ stepRunId: first.id, status: "lost" });
     expect(attempts.filter((attempt) => attempt.status === "claimed")).toEqual([]);
-    expect(await runState(store, runId)).toEqual({
-      status: "succeeded",
-      steps: ["succeeded", "succeeded", "succeeded", "succeeded"],
-      attempts: 5,
-      admissions: 5,
-      stepCounts: [1, 1, 1, 1],
-    });
+    expect(await runState(store, runId)).toEqual(diamondSucceeded(5));
   });
 
   it("a workflow cancelled before the first cycle converges to cancelled in that cycle with no attempt started", async () => {

@@ -1,6 +1,6 @@
 import { expect } from "vitest";
 import { admitTaskAttempt, type AdmissionResult } from "../../src/admission.ts";
-import { QlrError } from "../../src/errors.ts";
+import { isQlrError, QlrError } from "../../src/errors.ts";
 import {
   complete,
   markRunning,
@@ -74,6 +74,22 @@ export function applyManifest(
     reconciliation,
     plans: materializePlans(decision.generation, reconciliation),
   };
+}
+
+/**
+ * Generation 1 of the diamond package (`work` only) and generation 2 over `secondTasks`, applied
+ * at T0 + 1 on top of the first: the two generations a binding test compares.
+ */
+export function twoDiamondGenerations(secondTasks: TaskSpec[]): {
+  first: AppliedPackage;
+  second: AppliedPackage;
+} {
+  const first = applyManifest(diamondManifest("demo"));
+  const second = applyManifest(diamondManifest("demo", { tasks: secondTasks }), T0 + 1, {
+    generation: 1,
+    manifestDigest: first.generation.manifestDigest,
+  });
+  return { first, second };
 }
 
 export function definitionOf(pkg: AppliedPackage, task: string): TaskDefinition {
@@ -317,6 +333,16 @@ export function expectOneVersionBump(change: ChangeSet, before: Run): void {
 }
 
 /** Calls `fn` and returns the QlrError code it threw (or "no error"). */
+/** The code of the QlrError `fn` throws; null when it returns, "not a QlrError" for anything else. */
+export function thrownCode(fn: () => unknown): string | null {
+  try {
+    fn();
+    return null;
+  } catch (error) {
+    return isQlrError(error) ? error.code : "not a QlrError";
+  }
+}
+
 export function errorCode(fn: () => unknown): string {
   try {
     fn();

@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
 import { digestOf } from "../../src/digest.ts";
-import { isQlrError } from "../../src/errors.ts";
 import {
   executionForTask,
   manifestDigest,
@@ -19,7 +18,14 @@ import {
 } from "../../src/packages.ts";
 import { createWorkflowRun } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
-import { applyManifest, definitionOf, planOf, T0 } from "./core-fixtures.ts";
+import {
+  applyManifest,
+  definitionOf,
+  planOf,
+  T0,
+  thrownCode,
+  twoDiamondGenerations,
+} from "./core-fixtures.ts";
 
 /**
  * Generations, task reconciliation, execution revisions and plans (DESIGN.md §3, ADR-0227
@@ -40,15 +46,6 @@ const remoteInput = {
   timeoutMs: 10_000,
   shell: false,
 };
-
-function codeOf(fn: () => unknown): string | null {
-  try {
-    fn();
-    return null;
-  } catch (error) {
-    return isQlrError(error) ? error.code : "not a QlrError";
-  }
-}
 
 describe("package generations", () => {
   it("the first apply of a package is generation 1", () => {
@@ -127,14 +124,8 @@ describe("execution revisions", () => {
     });
     expect(local.digest).toBe(digestOf(local.revision));
     const remote = normalizeRemoteWorker(remoteInput);
-    expect(remote.revision).toEqual({
-      executor: "remote_worker",
-      pool: "gpu",
-      argv: ["run"],
-      env: { K: "v" },
-      timeoutMs: 10_000,
-      shell: false,
-    });
+    // A remote worker's revision is its input as given, naming its executor.
+    expect(remote.revision).toEqual({ executor: "remote_worker", ...remoteInput });
   });
 
   it("env order does not change an execution digest", () => {
@@ -171,7 +162,9 @@ describe("execution revisions", () => {
         .executor,
     ).toBe("remote_worker");
     expect(
-      codeOf(() => executionForTask(task("t", ["x"], { executor: "remote_worker", pool: null }))),
+      thrownCode(() =>
+        executionForTask(task("t", ["x"], { executor: "remote_worker", pool: null })),
+      ),
     ).toBe("invalid_manifest");
   });
 });
@@ -224,12 +217,7 @@ describe("task reconciliation", () => {
   });
 
   it("the same task in a later generation keeps its definition digest but gets a new revision", () => {
-    const first = applyManifest(diamondManifest("demo"));
-    const second = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("extra")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: first.generation.manifestDigest },
-    );
+    const { first, second } = twoDiamondGenerations([task("work"), task("extra")]);
     const a = definitionOf(first, "work");
     const b = definitionOf(second, "work");
     expect(b.definitionDigest).toBe(a.definitionDigest);
@@ -275,12 +263,7 @@ describe("workflow plans", () => {
   });
 
   it("the same workflow in a later generation is a different plan", () => {
-    const first = applyManifest(diamondManifest("demo"));
-    const second = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("extra")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: first.generation.manifestDigest },
-    );
+    const { first, second } = twoDiamondGenerations([task("work"), task("extra")]);
     expect(planOf(second, "diamond").digest).not.toBe(planOf(first, "diamond").digest);
   });
 
@@ -295,19 +278,14 @@ describe("workflow plans", () => {
     const decision = nextGeneration(null, broken, T0);
     if (!decision.changed) throw new Error("a first apply always changes");
     expect(
-      codeOf(() => materializePlans(decision.generation, reconcileTasks(decision.generation))),
+      thrownCode(() => materializePlans(decision.generation, reconcileTasks(decision.generation))),
     ).toBe("invalid_manifest");
   });
 
   it("a workflow run is refused a plan and reconciliation receipt of different generations", () => {
-    const first = applyManifest(diamondManifest("demo"));
-    const second = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("extra")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: first.generation.manifestDigest },
-    );
+    const { first, second } = twoDiamondGenerations([task("work"), task("extra")]);
     expect(
-      codeOf(() =>
+      thrownCode(() =>
         createWorkflowRun(planOf(first, "diamond"), second.reconciliation.receipt, {
           runId: "run-1",
           nowMs: T0 + 2,

@@ -473,35 +473,34 @@ class Driver {
 }
 
 describe("properties of the pure core", () => {
-  it("random DAGs under random interleavings never throw, keep one live attempt per step, bump the run version once per change set, keep event seqs contiguous, and end terminal exactly when settled", () => {
+  it.each([
+    {
+      title:
+        "random DAGs under random interleavings never throw, keep one live attempt per step, bump the run version once per change set, keep event seqs contiguous, and end terminal exactly when settled",
+      kind: "workflow",
+      maxOps: 100,
+      numRuns: 250,
+    },
+    {
+      title:
+        "ordinary runs under random interleavings keep latest-attempt semantics: at most one live attempt, dispatching and running mirror it, terminal only when nothing is live",
+      kind: "ordinary",
+      maxOps: 80,
+      numRuns: 200,
+    },
+  ] as const)("$title", ({ kind, maxOps, numRuns }) => {
     fc.assert(
       fc.property(
         dagArbitrary,
-        fc.array(opArbitrary, { minLength: 20, maxLength: 100, size: "max" }),
+        fc.array(opArbitrary, { minLength: 20, maxLength: maxOps, size: "max" }),
         (dag, ops) => {
-          const driver = new Driver(manifestOf(dag), "workflow");
+          const driver = new Driver(manifestOf(dag), kind);
           driver.checkInvariants("creation");
           for (const op of ops) driver.step(op);
           driver.drain();
         },
       ),
-      { numRuns: 250 },
-    );
-  });
-
-  it("ordinary runs under random interleavings keep latest-attempt semantics: at most one live attempt, dispatching and running mirror it, terminal only when nothing is live", () => {
-    fc.assert(
-      fc.property(
-        dagArbitrary,
-        fc.array(opArbitrary, { minLength: 20, maxLength: 80, size: "max" }),
-        (dag, ops) => {
-          const driver = new Driver(manifestOf(dag), "ordinary");
-          driver.checkInvariants("creation");
-          for (const op of ops) driver.step(op);
-          driver.drain();
-        },
-      ),
-      { numRuns: 200 },
+      { numRuns },
     );
   });
 

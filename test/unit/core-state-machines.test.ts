@@ -20,6 +20,7 @@ import {
   WORKFLOW_RUN_TRANSITIONS,
   type TransitionTable,
 } from "../../src/state-machines.ts";
+import { thrownCode } from "./core-fixtures.ts";
 
 /**
  * The four machines of DESIGN.md §3 and ADR-0227/0229, checked against the tables in
@@ -31,47 +32,73 @@ function pairs<S extends string>(statuses: readonly S[]): [S, S][] {
   return statuses.flatMap((from) => statuses.map((to): [S, S] => [from, to]));
 }
 
-function thrownCode(fn: () => unknown): string | null {
-  try {
-    fn();
-    return null;
-  } catch (error) {
-    return isQlrError(error) ? error.code : "not a QlrError";
-  }
-}
-
 function sorted<S extends string>(table: TransitionTable<S>): Record<string, string[]> {
   return Object.fromEntries(
     Object.entries<readonly S[]>(table).map(([from, to]) => [from, [...to].sort()]),
   );
 }
 
-describe("state machines", () => {
-  it("the ordinary run machine is queued → dispatching → running → terminal, with retries back to queued", () => {
-    expect(sorted(ORDINARY_RUN_TRANSITIONS)).toEqual({
+interface Machine {
+  readonly table: TransitionTable<string>;
+  readonly statuses: readonly string[];
+  /** The statuses each status may move to, sorted; a status not listed has no way out. */
+  readonly waysOut: Readonly<Record<string, readonly string[]>>;
+}
+
+/** The specification, restated: each machine with the ways out of each of its statuses. */
+const MACHINES = {
+  ordinaryRun: {
+    table: ORDINARY_RUN_TRANSITIONS,
+    statuses: RUN_STATUSES,
+    waysOut: {
       queued: ["cancelled", "dispatching"],
       dispatching: ["cancelled", "failed", "lost", "queued", "running", "timed_out"],
       running: ["cancelled", "failed", "lost", "queued", "succeeded", "timed_out"],
-      succeeded: [],
-      failed: [],
-      timed_out: [],
-      cancelled: [],
-      lost: [],
-    });
-  });
+    },
+  },
+  workflowRun: {
+    table: WORKFLOW_RUN_TRANSITIONS,
+    statuses: RUN_STATUSES,
+    waysOut: { running: ["cancelled", "failed", "succeeded"] },
+  },
+  step: {
+    table: STEP_TRANSITIONS,
+    statuses: STEP_STATUSES,
+    waysOut: {
+      pending: ["cancelled", "ready", "skipped"],
+      ready: ["cancelled", "failed", "ready", "running", "timed_out"],
+      running: ["cancelled", "failed", "ready", "succeeded", "timed_out"],
+    },
+  },
+  attempt: {
+    table: ATTEMPT_TRANSITIONS,
+    statuses: ATTEMPT_STATUSES,
+    waysOut: {
+      claimed: ["cancelled", "lost", "starting"],
+      starting: ["failed", "lost", "running", "timed_out"],
+      running: ["cancelled", "failed", "lost", "succeeded", "timed_out"],
+    },
+  },
+} satisfies Record<string, Machine>;
 
-  it("a workflow run is created running and leaves it only for succeeded, failed or cancelled", () => {
-    expect(sorted(WORKFLOW_RUN_TRANSITIONS)).toEqual({
-      queued: [],
-      dispatching: [],
-      running: ["cancelled", "failed", "succeeded"],
-      succeeded: [],
-      failed: [],
-      timed_out: [],
-      cancelled: [],
-      lost: [],
-    });
-  });
+function expectMachine({ table, statuses, waysOut }: Machine): void {
+  expect(sorted(table)).toEqual(
+    Object.fromEntries(statuses.map((from) => [from, waysOut[from] ?? []])),
+  );
+}
+
+describe("state machines", () => {
+  it("the ordinary run machine is queued → dispatching → running → terminal, with retries back to queued", () =>
+    expectMachine(MACHINES.ordinaryRun));
+
+  it("a workflow run is created running and leaves it only for succeeded, failed or cancelled", () =>
+    expectMachine(MACHINES.workflowRun));
+
+  it("a step run moves pending → ready → running → terminal, pending → skipped, and ready → ready for a new epoch", () =>
+    expectMachine(MACHINES.step));
+
+  it("an attempt moves claimed → starting → running → terminal; a claim may be cancelled or lost, a start may fail, time out or be lost, a running attempt may be lost", () =>
+    expectMachine(MACHINES.attempt));
 
   it("a workflow run is never queued, dispatching, timed_out or lost: a step timeout fails the run instead", () => {
     for (const to of ["queued", "dispatching", "timed_out", "lost"] as const) {
@@ -79,32 +106,6 @@ describe("state machines", () => {
         "illegal_transition",
       );
     }
-  });
-
-  it("a step run moves pending → ready → running → terminal, pending → skipped, and ready → ready for a new epoch", () => {
-    expect(sorted(STEP_TRANSITIONS)).toEqual({
-      pending: ["cancelled", "ready", "skipped"],
-      ready: ["cancelled", "failed", "ready", "running", "timed_out"],
-      running: ["cancelled", "failed", "ready", "succeeded", "timed_out"],
-      succeeded: [],
-      failed: [],
-      timed_out: [],
-      cancelled: [],
-      skipped: [],
-    });
-  });
-
-  it("an attempt moves claimed → starting → running → terminal; a claim may be cancelled or lost, a start may fail, time out or be lost, a running attempt may be lost", () => {
-    expect(sorted(ATTEMPT_TRANSITIONS)).toEqual({
-      claimed: ["cancelled", "lost", "starting"],
-      starting: ["failed", "lost", "running", "timed_out"],
-      running: ["cancelled", "failed", "lost", "succeeded", "timed_out"],
-      succeeded: [],
-      failed: [],
-      timed_out: [],
-      cancelled: [],
-      lost: [],
-    });
   });
 
   it("every table has exactly one row per status of its machine", () => {
