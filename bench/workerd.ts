@@ -32,8 +32,15 @@ export interface WorkerdConfig {
   readonly diamonds: number;
 }
 
-/** A package of one remote_worker task, `noop` (`true`), and one workflow of the given steps. */
-function remoteManifest(packageName: string, workflow: string, steps: readonly string[]): string {
+/**
+ * A package of one remote_worker task, `noop` (`true`), and one workflow whose steps all run it;
+ * `needsOf` maps each step to the steps it needs.
+ */
+function remoteManifest(
+  packageName: string,
+  workflow: string,
+  needsOf: Record<string, readonly string[]>,
+): string {
   return [
     `package: ${packageName}`,
     "tasks:",
@@ -45,21 +52,21 @@ function remoteManifest(packageName: string, workflow: string, steps: readonly s
     "workflows:",
     `  ${workflow}:`,
     "    steps:",
-    ...steps.map((step) => `      ${step}`),
+    ...Object.entries(needsOf).map(
+      ([step, needs]) =>
+        `      ${step}: { task: noop${needs.length === 0 ? "" : `, needs: [${needs.join(", ")}]`} }`,
+    ),
     "",
   ].join("\n");
 }
 
-const CHAIN_MANIFEST = remoteManifest("bench", "w", [
-  "a: { task: noop }",
-  "b: { task: noop, needs: [a] }",
-]);
-const DIAMOND_MANIFEST = remoteManifest("diamond", "d", [
-  "a: { task: noop }",
-  "b: { task: noop, needs: [a] }",
-  "c: { task: noop, needs: [a] }",
-  "e: { task: noop, needs: [b, c] }",
-]);
+const CHAIN_MANIFEST = remoteManifest("bench", "w", { a: [], b: ["a"] });
+const DIAMOND_MANIFEST = remoteManifest("diamond", "d", {
+  a: [],
+  b: ["a"],
+  c: ["a"],
+  e: ["b", "c"],
+});
 /** A diamond that takes longer than this is a failure of the bench, not a sample. */
 const DIAMOND_TIMEOUT_MS = 60_000;
 const STATUS_POLL_MS = 5;
