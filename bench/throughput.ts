@@ -21,7 +21,7 @@ import {
   writeResult,
   type StoreKind,
 } from "./lib/common.ts";
-import { openBenchStore } from "./lib/stores.ts";
+import { openBenchStore, type StatementTally } from "./lib/stores.ts";
 import {
   applyManifest,
   createWorld,
@@ -38,6 +38,22 @@ export interface ThroughputConfig {
   readonly ordinaryRuns: number;
   readonly maxTicks: number;
   readonly dataRoot: string;
+}
+
+/** The store's work per unit while the ticks ran (the run starts are not counted). */
+function storeFigures(tally: StatementTally, units: number): Record<string, unknown> {
+  const per = (value: number): number => round(value / Math.max(1, units), 2);
+  return {
+    transactionsPerUnit: per(tally.transactions),
+    statementsPerUnit: per(tally.statements),
+    readsPerUnit: per(tally.reads),
+    writesPerUnit: per(tally.writes),
+    byStatementPerUnit: Object.fromEntries(
+      Object.entries(tally.byStatement)
+        .sort((left, right) => right[1].count - left[1].count)
+        .map(([sql, entry]) => [sql, per(entry.count)]),
+    ),
+  };
 }
 
 function driveFigures(drive: DriveResult, units: number): Record<string, unknown> {
@@ -68,8 +84,16 @@ async function main(): Promise<void> {
     const startedAt = now();
     await startRuns(world, "bench", { kind: "workflow", name: "diamond" }, config.workflowRuns);
     const startMs = now() - startedAt;
-    const workflow = await driveUntilTerminal(world, config.workflowRuns, config.maxTicks);
+    opened.driver.reset();
+    const workflow = await driveUntilTerminal(
+      world,
+      config.workflowRuns,
+      config.maxTicks,
+      undefined,
+      opened.driver,
+    );
     const steps = config.workflowRuns * 4;
+    const workflowStore = storeFigures(opened.driver.tally, steps);
     log(
       `${config.store}/${config.profile}: ${config.workflowRuns} diamond runs, ${workflow.ticks} ticks, ${Math.round(workflow.tickWallMs)} ms`,
     );
@@ -79,13 +103,17 @@ async function main(): Promise<void> {
       const ordinaryStartedAt = now();
       await startRuns(world, "bench", { kind: "task", name: "work" }, config.ordinaryRuns);
       const ordinaryStartMs = now() - ordinaryStartedAt;
+      opened.driver.reset();
       const drive = await driveUntilTerminal(
         world,
         config.workflowRuns + config.ordinaryRuns,
         config.maxTicks,
+        undefined,
+        opened.driver,
       );
       ordinary = {
         runs: config.ordinaryRuns,
+        store: storeFigures(opened.driver.tally, config.ordinaryRuns),
         runStartsPerSecond: round((config.ordinaryRuns / ordinaryStartMs) * 1000, 1),
         ...driveFigures(drive, config.ordinaryRuns),
       };
@@ -104,6 +132,7 @@ async function main(): Promise<void> {
         steps,
         runStartsPerSecond: round((config.workflowRuns / startMs) * 1000, 1),
         ...driveFigures(workflow, steps),
+        store: workflowStore,
       },
       ordinary,
     });

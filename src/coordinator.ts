@@ -310,6 +310,17 @@ async function wholeRunChange(
 }
 
 const attemptIdOf = (attempt: RunAttempt): string => attempt.id;
+
+/**
+ * Whether execution control must open a transaction for a running attempt without a receipt:
+ * it is not running by this row (another decision applies), it carries a stop intent, or its
+ * deadline is reached at the store time of the list that returned the row. Otherwise the
+ * transaction would read the attempt's whole scope to decide, every cycle, that nothing is due.
+ */
+function stopDue(attempt: RunAttempt, listedAtMs: number): boolean {
+  if (attempt.status !== "running" || attempt.stopReason !== null) return true;
+  return attempt.deadlineAtMs !== null && listedAtMs >= attempt.deadlineAtMs;
+}
 const itself = (id: string): string => id;
 
 function describe(error: unknown): { code: string; message: string } {
@@ -1331,13 +1342,17 @@ export class Coordinator {
     const owner = this.node?.nodeId;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
+      // The store time of the page's list, read in the list's transaction (see `stopDue`).
+      let listedAtMs = 0;
       await this.stageWalk(context, {
         resume: `control:${executor.type}`,
         budget,
-        list: (tx, after, limit) =>
-          tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner),
+        list: async (tx, after, limit) => {
+          listedAtMs = await this.storeNow(tx);
+          return tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner);
+        },
         idOf: attemptIdOf,
-        handlePage: (attempts) => this.controlPage(context, executor, attempts),
+        handlePage: (attempts) => this.controlPage(context, executor, attempts, listedAtMs),
       });
     }
   }
@@ -1415,6 +1430,7 @@ export class Coordinator {
     context: StageContext,
     executor: Executor,
     attempts: readonly RunAttempt[],
+    listedAtMs: number,
   ): Promise<void> {
     const read: { readonly attempt: RunAttempt; readonly receipt: ReceiptEvidence }[] = [];
     for (const attempt of attempts) {
@@ -1458,7 +1474,7 @@ export class Coordinator {
     for (const { attempt, receipt } of read) {
       if (receipt.status === "valid") continue;
       await this.countOne(context, attempt.id, () =>
-        this.controlWithoutCompletion(executor, attempt, receipt),
+        this.controlWithoutCompletion(executor, attempt, receipt, listedAtMs),
       );
     }
   }
@@ -1490,6 +1506,7 @@ export class Coordinator {
     executor: Executor,
     attempt: RunAttempt,
     receipt: Exclude<ReceiptEvidence, { readonly status: "valid" }>,
+    listedAtMs: number,
   ): Promise<boolean> {
     if (attempt.status === "starting" && receipt.status === "none")
       return this.controlStarting(executor, attempt);
@@ -1514,7 +1531,10 @@ export class Coordinator {
       const settled = await this.settleOrphan(executor, attempt);
       if (settled) return true;
     }
-    // No receipt yet: deadlines and stop intents.
+    // No receipt yet: deadlines and stop intents. When the row listed in this cycle asks for
+    // neither, no transaction: an intent or a deadline reached since the list is seen by the
+    // next cycle, as if it had come just after this cycle's decision.
+    if (!stopDue(attempt, listedAtMs)) return false;
     const stop = await this.write(async (tx, nowMs) => {
       const scope = await findAttemptScope(tx, attempt.id);
       if (scope === null || scope.attempt.status !== "running") return null;

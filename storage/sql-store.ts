@@ -53,6 +53,7 @@ import type { ScheduleState } from "../src/schedules.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
 import { migrate, type Migration } from "./migrate.ts";
 import * as rows from "./rows.ts";
+import { admissionKey, TransactionRows } from "./transaction-rows.ts";
 
 /**
  * The domain operations, written once over the driver primitive for both SQL dialects. The
@@ -202,6 +203,15 @@ function insertSql(table: string, columns: readonly string[]): string {
   return `INSERT INTO ${table} (${columns.join(", ")}) VALUES (${columns.map(() => "?").join(", ")})`;
 }
 
+/** A row as a SELECT of `table` would return it, from the parameters that wrote its columns in order. */
+function readBack<T>(table: rows.RowTable<T>, params: readonly SqlParam[]): T {
+  const row: SqlRow = {};
+  table.columns.forEach((column, index) => {
+    row[column] = params[index] ?? null;
+  });
+  return table.read(row);
+}
+
 /** `column = ?, …` of an UPDATE: one placeholder a column, in the columns' order. */
 function assignmentsSql(columns: readonly string[]): string {
   return columns.map((column) => `${column} = ?`).join(", ");
@@ -215,6 +225,19 @@ class SqlStoreTx implements StoreTx {
   private readonly clock: StoreClockSource;
   /** The persisted observation this transaction read in `observe`; null before it. */
   private watermarkMs: number | null = null;
+  /** Rows this transaction already read or wrote (see `TransactionRows`). */
+  private readonly known = new TransactionRows();
+  /**
+   * Append-only rows (events, step mutations, admission receipts) not yet inserted, by table:
+   * they go in multi-row INSERTs when the transaction's body ends (`flush`) or before any
+   * statement that names their table, so a page of decisions costs one INSERT per table and
+   * chunk instead of one per decision, and no statement of this transaction misses them.
+   */
+  private readonly pending = new Map<
+    string,
+    { readonly columns: readonly string[]; readonly rows: SqlParam[][] }
+  >();
+  private flushing = false;
 
   constructor(
     tx: SqlTx,
@@ -313,6 +336,13 @@ class SqlStoreTx implements StoreTx {
   }
 
   private async q<R extends SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
+    if (this.pending.size > 0 && !this.flushing) {
+      for (const table of this.pending.keys()) {
+        if (!sql.includes(table)) continue;
+        await this.flush();
+        break;
+      }
+    }
     let text = this.cache.get(sql);
     if (text === undefined) {
       text = this.rewrite(sql);
@@ -344,10 +374,17 @@ class SqlStoreTx implements StoreTx {
       this.watermarkMs = last;
       return databaseNowMs;
     }
-    const found = await this.q<{ last_observed_ms: number }>(
-      "SELECT last_observed_ms FROM qlr_store_clock WHERE id = 1",
-    );
-    const last = Number(found[0]?.last_observed_ms ?? 0);
+    // Read once per transaction: inside it only this transaction moves the observation
+    // (`advanceWatermark` keeps `watermarkMs` equal to what it wrote).
+    const last =
+      this.watermarkMs ??
+      Number(
+        (
+          await this.q<{ last_observed_ms: number }>(
+            "SELECT last_observed_ms FROM qlr_store_clock WHERE id = 1",
+          )
+        )[0]?.last_observed_ms ?? 0,
+      );
     if (hostNowMs < last) {
       throw new QlrError(
         "clock_regression",
@@ -400,21 +437,26 @@ class SqlStoreTx implements StoreTx {
       // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
       if (before === null) {
+        const params = rows.runParams(after);
         await this.q(insertSql("runs", [...rows.RUN_COLUMNS, "frontier_due"]), [
-          ...rows.runParams(after),
+          ...params,
           frontierDue ?? 0,
         ]);
+        this.known.rememberRun(after.id, readBack(rows.RUNS, params));
       } else {
         await this.updateOne(
           `UPDATE runs SET ${assignmentsSql(rows.RUN_MUTABLE_COLUMNS)}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
           [...rows.runMutableParams(after), frontierDue, before.id, before.version],
           () => `run ${before.id} changed since version ${before.version}`,
         );
+        this.known.rememberRun(after.id, readBack(rows.RUNS, rows.runParams(after)));
       }
     }
     for (const { before, after } of change.steps) {
+      const params = rows.stepParams(after, change);
       if (before === null) {
-        await this.q(insertSql("step_runs", rows.STEP_COLUMNS), rows.stepParams(after, change));
+        await this.q(insertSql("step_runs", rows.STEP_COLUMNS), params);
+        this.known.insertedStep(readBack(rows.STEPS, params));
       } else {
         await this.updateOne(
           `UPDATE step_runs SET status = ?, version = ?, digest = ?, attempt_count = ?, ready_at_ms = ?, not_before_ms = ?, started_at_ms = ?, finished_at_ms = ?, output = ? WHERE id = ? AND version = ? RETURNING id`,
@@ -433,32 +475,63 @@ class SqlStoreTx implements StoreTx {
           ],
           () => `step run ${before.id} changed since version ${before.version}`,
         );
+        // The position among `params` is this change's, not the row's: a step read back has none.
+        this.known.rememberStep(readBack(rows.STEPS, params));
       }
     }
     for (const { before, after } of change.attempts) {
+      const params = rows.attemptParams(after);
       if (before === null) {
-        await this.q(insertSql("run_attempts", rows.ATTEMPT_COLUMNS), rows.attemptParams(after));
+        await this.q(insertSql("run_attempts", rows.ATTEMPT_COLUMNS), params);
+        this.known.insertedAttempt(readBack(rows.ATTEMPTS, params));
       } else {
         await this.updateOne(
           `UPDATE run_attempts SET ${assignmentsSql(rows.ATTEMPT_MUTABLE_COLUMNS)} WHERE id = ? AND version = ? RETURNING id`,
           [...rows.attemptMutableParams(after), before.id, before.version],
           () => `attempt ${before.id} changed since version ${before.version}`,
         );
+        this.known.rememberAttempt(readBack(rows.ATTEMPTS, params));
       }
     }
-    await this.insertRows("run_events", rows.EVENT_COLUMNS, change.events.map(rows.eventParams));
-    await this.insertRows(
-      "step_mutations",
-      rows.MUTATION_COLUMNS,
-      change.mutations.map(rows.mutationParams),
-    );
-    await this.insertRows(
+    this.defer("run_events", rows.EVENT_COLUMNS, change.events.map(rows.eventParams));
+    this.defer("step_mutations", rows.MUTATION_COLUMNS, change.mutations.map(rows.mutationParams));
+    this.defer(
       "admission_receipts",
       rows.ADMISSION_COLUMNS,
       change.admissions.map(rows.admissionParams),
     );
+    for (const receipt of change.admissions)
+      this.known.rememberAdmission(
+        admissionKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion),
+        JSON.stringify(receipt),
+      );
     await this.enqueueAlerts(change);
     if (times.length > 0) await this.advanceWatermark(Math.max(...times));
+  }
+
+  /** Queues append-only rows for `flush` (see `pending`). */
+  private defer(table: string, columns: readonly string[], rowsToInsert: SqlParam[][]): void {
+    if (rowsToInsert.length === 0) return;
+    const queued = this.pending.get(table);
+    if (queued === undefined) this.pending.set(table, { columns, rows: [...rowsToInsert] });
+    else queued.rows.push(...rowsToInsert);
+  }
+
+  /**
+   * Inserts the queued append-only rows, in the order they were queued, table by table: events
+   * first, then mutations, then receipts, as `apply` wrote them one by one. A failing insert
+   * fails the transaction as it did inside `apply`; nothing of it commits.
+   */
+  async flush(): Promise<void> {
+    this.flushing = true;
+    try {
+      for (const [table, queued] of this.pending) {
+        this.pending.delete(table);
+        await this.insertRows(table, queued.columns, queued.rows);
+      }
+    } finally {
+      this.flushing = false;
+    }
   }
 
   /**
@@ -589,7 +662,11 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getRun(runId: string): Promise<Run | null> {
-    return this.selectOne(rows.RUNS, "WHERE id = ?", [runId]);
+    const known = this.known.run(runId);
+    if (known !== undefined) return known;
+    const run = await this.selectOne(rows.RUNS, "WHERE id = ?", [runId]);
+    this.known.rememberRun(runId, run);
+    return run;
   }
 
   async getRunByIdempotencyKey(key: string): Promise<Run | null> {
@@ -597,19 +674,35 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getSteps(runId: string): Promise<StepRun[]> {
-    return this.select(rows.STEPS, "WHERE run_id = ? ORDER BY position", [runId]);
+    const known = this.known.stepsOfRun(runId);
+    if (known !== undefined) return known;
+    const steps = await this.select(rows.STEPS, "WHERE run_id = ? ORDER BY position", [runId]);
+    this.known.rememberStepsOfRun(runId, steps);
+    return this.known.stepsOfRun(runId) ?? steps;
   }
 
   async getStep(stepRunId: string): Promise<StepRun | null> {
-    return this.selectOne(rows.STEPS, "WHERE id = ?", [stepRunId]);
+    const known = this.known.step(stepRunId);
+    if (known !== undefined) return known;
+    const step = await this.selectOne(rows.STEPS, "WHERE id = ?", [stepRunId]);
+    if (step !== null) this.known.rememberStep(step);
+    return step;
   }
 
   async getAttempts(runId: string): Promise<RunAttempt[]> {
-    return this.select(rows.ATTEMPTS, "WHERE run_id = ? ORDER BY number", [runId]);
+    const known = this.known.attemptsOfRun(runId);
+    if (known !== undefined) return known;
+    const attempts = await this.select(rows.ATTEMPTS, "WHERE run_id = ? ORDER BY number", [runId]);
+    this.known.rememberAttemptsOfRun(runId, attempts);
+    return this.known.attemptsOfRun(runId) ?? attempts;
   }
 
   async getAttempt(attemptId: string): Promise<RunAttempt | null> {
-    return this.selectOne(rows.ATTEMPTS, "WHERE id = ?", [attemptId]);
+    const known = this.known.attempt(attemptId);
+    if (known !== undefined) return known;
+    const attempt = await this.selectOne(rows.ATTEMPTS, "WHERE id = ?", [attemptId]);
+    if (attempt !== null) this.known.rememberAttempt(attempt);
+    return attempt;
   }
 
   async getAdmission(
@@ -617,11 +710,16 @@ class SqlStoreTx implements StoreTx {
     stepRunId: string,
     stepRunVersion: number,
   ): Promise<AdmissionReceipt | null> {
+    const key = admissionKey(runId, stepRunId, stepRunVersion);
+    const known = this.known.admission(key);
+    if (known !== undefined) return known === null ? null : (JSON.parse(known) as AdmissionReceipt);
     const found = await this.q<rows.AdmissionRow>(
       rows.admissionSelect("WHERE a.run_id = ? AND a.step_run_id = ? AND a.step_run_version = ?"),
       [runId, stepRunId, stepRunVersion],
     );
-    return found[0] === undefined ? null : rows.toAdmission(found[0]);
+    const receipt = found[0] === undefined ? null : rows.toAdmission(found[0]);
+    this.known.rememberAdmission(key, receipt === null ? null : JSON.stringify(receipt));
+    return receipt;
   }
 
   async getPlan(digest: string): Promise<WorkflowPlan | null> {
@@ -1019,6 +1117,7 @@ class SqlStoreTx implements StoreTx {
   }
 
   async purgeRun(runId: string): Promise<PurgedRun> {
+    this.known.forget();
     const run = await this.q<{
       status: RunStatus;
       idempotency_key: unknown;
@@ -1196,9 +1295,18 @@ export class SqlStore implements Store {
   }
 
   transaction<T>(fn: (tx: SqlStoreTx) => Promise<T>): Promise<T> {
-    return this.driver.transaction((tx) =>
-      fn(new SqlStoreTx(tx, this.rewrite, this.statementCache, this.bodies, this.clock)),
-    );
+    return this.driver.transaction(async (tx) => {
+      const storeTx = new SqlStoreTx(
+        tx,
+        this.rewrite,
+        this.statementCache,
+        this.bodies,
+        this.clock,
+      );
+      const result = await fn(storeTx);
+      await storeTx.flush();
+      return result;
+    });
   }
 
   close(): Promise<void> {

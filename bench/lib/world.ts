@@ -116,13 +116,15 @@ export interface DriveResult {
 
 /**
  * Ticks until `expectedTerminal` runs are terminal, advancing the virtual clock by the
- * profile's tick interval between ticks. `afterTick` runs outside the timed section.
+ * profile's tick interval between ticks. `afterTick` runs outside the timed section; a
+ * `counter` (the bench's counting driver) counts only inside the ticks.
  */
 export async function driveUntilTerminal(
   world: World,
   expectedTerminal: number,
   maxTicks: number,
   afterTick?: (report: TickReport, tick: number) => void,
+  counter?: { counting: boolean },
 ): Promise<DriveResult> {
   const tickMs: number[] = [];
   let tickWallMs = 0;
@@ -132,9 +134,11 @@ export async function driveUntilTerminal(
   let statuses = await countRuns(world.store);
   let terminal = terminalCount(statuses);
   while (terminal < expectedTerminal && ticks < maxTicks) {
+    if (counter) counter.counting = true;
     const startedAt = now();
     const report = await world.coordinator.tick();
     const elapsed = now() - startedAt;
+    if (counter) counter.counting = false;
     tickWallMs += elapsed;
     tickMs.push(elapsed);
     ticks += 1;

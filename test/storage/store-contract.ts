@@ -11,7 +11,8 @@ import { PROFILES } from "../../src/profiles.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { migrate, type Migration } from "../../storage/migrate.ts";
 import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
-import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
+import { openSqlStore, SqlStore } from "../../storage/sql-store.ts";
+import { convergeCancellation } from "../../src/cancellation.ts";
 import type { DriverFactory } from "../support/drivers.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import {
@@ -213,6 +214,77 @@ export function describeStoreContract(factory: DriverFactory): void {
       expect(isQlrError(error, "conflict")).toBe(true);
       expect(await runRows(store, runId)).toEqual(afterCancel);
       expect(afterCancel).not.toEqual(before);
+    });
+
+    it("a transaction reads a row once: a repeat costs no statement and returns what the database holds, its own writes included; its events and mutations go in one INSERT each", async () => {
+      const runId = await newWorkflowRun("rows-pkg");
+      const statements: string[] = [];
+      const counting: SqlDriver = {
+        dialect: driver.dialect,
+        name: driver.name,
+        close: () => Promise.resolve(),
+        transaction: (fn) =>
+          driver.transaction((tx) =>
+            fn({
+              query: (sql, params) => {
+                statements.push(sql);
+                return tx.query(sql, params);
+              },
+            }),
+          ),
+      };
+      const counted = new SqlStore(counting);
+      const seen = await counted.transaction(async (tx) => {
+        const nowMs = await tx.observe(clock.nowMs());
+        const run = await tx.getRun(runId);
+        const steps = await tx.getSteps(runId);
+        const firstReads = statements.length;
+        const again = {
+          run: await tx.getRun(runId),
+          steps: await tx.getSteps(runId),
+          step: await tx.getStep(steps[0]?.id ?? ""),
+          nowMs: await tx.observe(clock.nowMs()),
+        };
+        const repeatStatements = statements.length - firstReads;
+        const cancelled = await cancelRun(tx, runId, nowMs);
+        const change = convergeCancellation(
+          cancelled,
+          await tx.getSteps(runId),
+          await tx.getAttempts(runId),
+          nowMs,
+        );
+        if (change === null) throw new Error("a fresh cancelled run has pending steps to cancel");
+        await tx.apply(change);
+        const written = statements.length;
+        const afterWrites = { run: await tx.getRun(runId), steps: await tx.getSteps(runId) };
+        const readsAfterWrites = statements.length - written;
+        const events = await tx.listEvents(runId, 0, 100);
+        return { run, steps, again, repeatStatements, afterWrites, readsAfterWrites, events };
+      });
+      expect(seen.repeatStatements).toBe(0);
+      expect(seen.again).toEqual({
+        run: seen.run,
+        steps: seen.steps,
+        step: seen.steps[0],
+        nowMs: clock.nowMs(),
+      });
+      expect(Object.isFrozen(seen.run)).toBe(true);
+      expect(seen.readsAfterWrites).toBe(0);
+      // What the transaction read after its own writes is exactly what it committed.
+      const committed = await store.transaction(async (tx) => ({
+        run: await tx.getRun(runId),
+        steps: await tx.getSteps(runId),
+        events: await tx.listEvents(runId, 0, 100),
+      }));
+      expect(seen.afterWrites).toEqual({ run: committed.run, steps: committed.steps });
+      expect(committed.steps.every((step) => step.status === "cancelled")).toBe(true);
+      // The events listed inside the transaction were inserted before the list read them.
+      expect(seen.events).toEqual(committed.events);
+      const inserts = (table: string) =>
+        statements.filter((sql) => sql.startsWith(`INSERT INTO ${table} `)).length;
+      expect(inserts("run_events")).toBe(1);
+      expect(inserts("step_mutations")).toBe(1);
+      expect(committed.events.length).toBeGreaterThan(2);
     });
 
     it("one admission winner per ready epoch, and a replay returns the stored receipt", async () => {
