@@ -50,24 +50,17 @@ import {
   stopIntentPath,
   type StateLayout,
 } from "../../runtimes/node/launcher/state-layout.ts";
-import { PowerCutFs, fsError, seededRandom } from "../storage/fixtures/power-cut-fs.ts";
+import {
+  PowerCutFs,
+  fsError,
+  seededRandom,
+  powerCutSeeds,
+} from "../storage/fixtures/power-cut-fs.ts";
 
-const BASE_SEED = 0x4c_41_00_00;
-const DEFAULT_SEEDS = 1000;
+const SEEDS = { base: 0x4c_41_00_00, defaultCount: 1000 } as const;
 const ATTEMPTS = 8;
 const STATE_DIR = "/machine/state/launcher";
 const KEY = Uint8Array.from({ length: 32 }, (_, index) => (index * 37 + 11) & 0xff);
-
-function seedList(): number[] {
-  const only = process.env.QLR_POWERCUT_SEED;
-  if (only !== undefined && only !== "") return [Number(only)];
-  const count = Number(process.env.QLR_POWERCUT_SEEDS ?? DEFAULT_SEEDS);
-  if (!Number.isSafeInteger(count) || count < 1)
-    throw new Error(
-      `QLR_POWERCUT_SEEDS must be a positive integer, got ${process.env.QLR_POWERCUT_SEEDS}`,
-    );
-  return Array.from({ length: count }, (_, index) => BASE_SEED + index);
-}
 
 function attemptIdOf(index: number): string {
   return `attempt-${String(index).padStart(3, "0")}`;
@@ -250,7 +243,7 @@ describe("the launcher's durable files under simulated power loss", () => {
       });
       const totalMutations = recording.mutationCount;
       expect(totalMutations).toBeGreaterThan(ATTEMPTS * 15);
-      const seeds = seedList();
+      const seeds = powerCutSeeds(SEEDS);
       const failures: string[] = [];
       const refused = { receipts: 0, intents: 0, journals: 0 };
       for (const seed of seeds) {
@@ -271,7 +264,7 @@ describe("the launcher's durable files under simulated power loss", () => {
         [],
       );
       // The exploration reaches the torn cases it claims to check (at the default scale).
-      if (seeds.length >= DEFAULT_SEEDS) {
+      if (seeds.length >= SEEDS.defaultCount) {
         expect(refused.receipts).toBeGreaterThan(0);
         expect(refused.intents + refused.journals).toBeGreaterThan(0);
       }

@@ -135,6 +135,18 @@ export function describeLeaseContract(factory: DriverFactory): void {
     /** The one task of the ordinary (workflow-less) runs below. */
     const job = { kind: "task", name: "job" } as const;
 
+    /** Starts an ordinary run of `job`, a remote task of its own package in pool `pool-<package>`. */
+    function startOrdinaryRun(packageName: string): Promise<string> {
+      const manifest: Manifest = {
+        package: packageName,
+        description: null,
+        tasks: [remoteTask("job", `pool-${packageName}`)],
+        workflows: [],
+        schedules: [],
+      };
+      return applyAndStart(store, clock, manifest, job, ids.runId());
+    }
+
     function startWorkflow(manifest: Manifest): Promise<string> {
       return applyAndStart(store, clock, manifest, { kind: "workflow", name: "flow" }, ids.runId());
     }
@@ -150,6 +162,41 @@ export function describeLeaseContract(factory: DriverFactory): void {
       const attempts = await attemptsOf(runId);
       expect(attempts.map((attempt) => attempt.status)).toEqual(["claimed"]);
       return { runId, attempt: attempts[0]! };
+    }
+
+    /** As `admittedSingle` in pool `pool-<package>`, then claimed and started by worker-1. */
+    async function runningSingle(
+      packageName: string,
+      overrides: Partial<TaskSpec> = {},
+    ): Promise<{
+      runId: string;
+      attempt: RunAttempt;
+      lease: Lease;
+      fence: LeaseFence;
+      startedAtMs: number;
+    }> {
+      const pool = `pool-${packageName}`;
+      const { runId, attempt } = await admittedSingle(packageName, pool, overrides);
+      const lease = await claimOne("worker-1", pool);
+      const fence = fenceOf(lease, "worker-1");
+      await leases.start(attempt.id, fence, "starting", null);
+      const startedAtMs = clock.nowMs();
+      await leases.start(attempt.id, fence, "running", handleAt(startedAtMs));
+      return { runId, attempt, lease, fence, startedAtMs };
+    }
+
+    /**
+     * Runs `call` with its commit's answer lost, then `advanceMs` later again: the retry is
+     * answered from the durable state and writes nothing. Resolves to the retry's answer.
+     */
+    async function retryAfterLostAnswer<T>(call: () => Promise<T>, advanceMs: number): Promise<T> {
+      lossy.arm();
+      await expect(call()).rejects.toThrow(/lost commit response/);
+      const afterLoss = await dump();
+      clock.advance(advanceMs);
+      const answer = await call();
+      expect(await dump()).toBe(afterLoss);
+      return answer;
     }
 
     function runOf(runId: string): Promise<Run> {
@@ -452,12 +499,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
 
     it("heartbeat answers continue and extends the lease; after the deadline it answers stop_requested(timeout) without touching the parent, and the completion ends timed_out", async () => {
       const timeoutMs = 20_000;
-      const { runId, attempt } = await admittedSingle("deadline", "pool-deadline", { timeoutMs });
-      const lease = await claimOne("worker-1", "pool-deadline");
-      const fence = fenceOf(lease, "worker-1");
-      await leases.start(attempt.id, fence, "starting", null);
-      const startedAtMs = clock.nowMs();
-      await leases.start(attempt.id, fence, "running", handleAt(startedAtMs));
+      const { runId, attempt, fence, startedAtMs } = await runningSingle("deadline", { timeoutMs });
       expect((await attemptOf(attempt.id)).deadlineAtMs).toBe(startedAtMs + timeoutMs);
 
       // Heartbeats every 6 s keep a 10 s lease alive across ticks well past its first expiry.
@@ -627,11 +669,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
     });
 
     it("the lease secret is answered once at claim and stored only as its sha256: no row or event holds it", async () => {
-      const { runId, attempt } = await admittedSingle("secret", "pool-secret");
-      const lease = await claimOne("worker-1", "pool-secret");
-      const fence = fenceOf(lease, "worker-1");
-      await leases.start(attempt.id, fence, "starting", null);
-      await leases.start(attempt.id, fence, "running", handleAt(clock.nowMs()));
+      const { runId, attempt, lease, fence } = await runningSingle("secret");
       await leases.heartbeat(attempt.id, fence);
       const everything = await dump();
       expect(everything).not.toContain(lease.leaseSecret);
@@ -719,12 +757,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
     });
 
     it("a duplicate completion is answered replayed with the same status and writes nothing", async () => {
-      const { runId, attempt } = await admittedSingle("dup", "pool-dup");
-      const lease = await claimOne("worker-1", "pool-dup");
-      const fence = fenceOf(lease, "worker-1");
-      await leases.start(attempt.id, fence, "starting", null);
-      const startedAtMs = clock.nowMs();
-      await leases.start(attempt.id, fence, "running", handleAt(startedAtMs));
+      const { runId, attempt, fence, startedAtMs } = await runningSingle("dup");
       clock.advance(50);
       const facts = exitFacts(startedAtMs, clock.nowMs(), 3);
       expect(await leases.complete(attempt.id, fence, facts)).toEqual({
@@ -750,26 +783,14 @@ export function describeLeaseContract(factory: DriverFactory): void {
     });
 
     it("a completion whose response was lost is answered replayed on retry and writes nothing more", async () => {
-      const { runId, attempt } = await admittedSingle("lost-resp", "pool-lost-resp");
-      const lease = await claimOne("worker-1", "pool-lost-resp");
-      const fence = fenceOf(lease, "worker-1");
-      await leases.start(attempt.id, fence, "starting", null);
-      const startedAtMs = clock.nowMs();
-      await leases.start(attempt.id, fence, "running", handleAt(startedAtMs));
+      const { runId, attempt, fence, startedAtMs } = await runningSingle("lost-resp");
       clock.advance(50);
       const facts = exitFacts(startedAtMs, clock.nowMs());
-      lossy.arm();
-      await expect(leases.complete(attempt.id, fence, facts)).rejects.toThrow(
-        /lost commit response/,
-      );
-      const afterLoss = await dump();
+      expect(
+        await retryAfterLostAnswer(() => leases.complete(attempt.id, fence, facts), 50),
+      ).toEqual({ status: "succeeded", replayed: true });
+      // The retry wrote nothing, so the lost commit itself settled the attempt.
       expect((await attemptOf(attempt.id)).status).toBe("succeeded");
-      clock.advance(50);
-      expect(await leases.complete(attempt.id, fence, facts)).toEqual({
-        status: "succeeded",
-        replayed: true,
-      });
-      expect(await dump()).toBe(afterLoss);
       expect(
         (await eventsOf(runId)).filter(
           (event) =>
@@ -780,22 +801,14 @@ export function describeLeaseContract(factory: DriverFactory): void {
       ).toHaveLength(1);
 
       // The same holds for the worker's lost report.
-      const second = await admittedSingle("lost-resp2", "pool-lost-resp2");
-      const lease2 = await claimOne("worker-1", "pool-lost-resp2");
-      const fence2 = fenceOf(lease2, "worker-1");
-      await leases.start(second.attempt.id, fence2, "starting", null);
-      await leases.start(second.attempt.id, fence2, "running", handleAt(clock.nowMs()));
+      const second = await runningSingle("lost-resp2");
       clock.advance(50);
-      lossy.arm();
-      await expect(leases.lost(second.attempt.id, fence2, "the process is gone")).rejects.toThrow(
-        /lost commit response/,
-      );
-      const afterLost = await dump();
-      expect(await leases.lost(second.attempt.id, fence2, "the process is gone")).toEqual({
-        status: "lost",
-        replayed: true,
-      });
-      expect(await dump()).toBe(afterLost);
+      expect(
+        await retryAfterLostAnswer(
+          () => leases.lost(second.attempt.id, second.fence, "the process is gone"),
+          0,
+        ),
+      ).toEqual({ status: "lost", replayed: true });
       expect((await stepsOf(second.runId))[0]!.status).toBe("failed");
     });
 
@@ -803,29 +816,18 @@ export function describeLeaseContract(factory: DriverFactory): void {
       const { attempt } = await admittedSingle("start-replay", "pool-start-replay");
       const lease = await claimOne("worker-1", "pool-start-replay");
       const fence = fenceOf(lease, "worker-1");
-      lossy.arm();
-      await expect(leases.start(attempt.id, fence, "starting", null)).rejects.toThrow(
-        /lost commit response/,
-      );
-      const afterStarting = await dump();
-      clock.advance(10);
-      expect(await leases.start(attempt.id, fence, "starting", null)).toEqual({
+      expect(
+        await retryAfterLostAnswer(() => leases.start(attempt.id, fence, "starting", null), 10),
+      ).toEqual({
         status: "starting",
         leaseExpiresAtMs: (await attemptOf(attempt.id)).leaseExpiresAtMs,
       });
-      expect(await dump()).toBe(afterStarting);
 
       const handle = handleAt(clock.nowMs());
-      lossy.arm();
-      await expect(leases.start(attempt.id, fence, "running", handle)).rejects.toThrow(
-        /lost commit response/,
-      );
+      expect(
+        await retryAfterLostAnswer(() => leases.start(attempt.id, fence, "running", handle), 10),
+      ).toMatchObject({ status: "running" });
       const afterRunning = await dump();
-      clock.advance(10);
-      expect(await leases.start(attempt.id, fence, "running", handle)).toMatchObject({
-        status: "running",
-      });
-      expect(await dump()).toBe(afterRunning);
       // A different process identity is not a replay; and a starting report after running is refused.
       expect(["conflict", "illegal_transition"]).toContain(
         await codeOf(
@@ -1098,14 +1100,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
     });
 
     it("an ordinary remote run goes queued → dispatching → running → succeeded", async () => {
-      const manifest: Manifest = {
-        package: "ordinary",
-        description: null,
-        tasks: [remoteTask("job", "pool-ordinary")],
-        workflows: [],
-        schedules: [],
-      };
-      const runId = await applyAndStart(store, clock, manifest, job, ids.runId());
+      const runId = await startOrdinaryRun("ordinary");
       expect((await runOf(runId)).status).toBe("queued");
       await tick();
       expect((await runOf(runId)).status).toBe("dispatching");
@@ -1136,14 +1131,7 @@ export function describeLeaseContract(factory: DriverFactory): void {
     });
 
     it("an ordinary remote claim whose lease expired goes back to queued and is admitted again", async () => {
-      const manifest: Manifest = {
-        package: "ordinary-exp",
-        description: null,
-        tasks: [remoteTask("job", "pool-ordinary-exp")],
-        workflows: [],
-        schedules: [],
-      };
-      const runId = await applyAndStart(store, clock, manifest, job, ids.runId());
+      const runId = await startOrdinaryRun("ordinary-exp");
       await tick();
       const lease = await claimOne("worker-1", "pool-ordinary-exp");
       clock.advance(TTL_MS);

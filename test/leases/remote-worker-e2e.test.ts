@@ -206,6 +206,77 @@ async function leaseFiles(stateDir: string): Promise<string[]> {
   return (await readdir(join(stateDir, "leases"))).filter((name) => name.endsWith(".json"));
 }
 
+/** A worker forgets a lease once it is settled: its lease file goes. */
+async function waitForNoLeaseFiles(stateDir: string): Promise<void> {
+  await waitFor(`the lease files in ${stateDir} to be removed`, async () =>
+    (await leaseFiles(stateDir)).length === 0 ? true : null,
+  );
+}
+
+/** The exact process is gone (or an unreaped zombie). */
+async function waitForProcessGone(pid: number): Promise<void> {
+  await waitFor(`process ${pid} to end`, async () => {
+    const state = await procState(pid);
+    return state === null || state === "Z" ? true : null;
+  });
+}
+
+/** Starts a run of the 30 s `long` workflow on the named (live) worker; resolves once it runs. */
+async function startLongRunOn(
+  workerName: string,
+): Promise<{ worker: QlrProcess; runId: string; running: AttemptView; pid: number }> {
+  const worker = children.find((proc) => proc.name === workerName)!;
+  expect(isAlive(worker)).toBe(true);
+  const runId = await startRun("long");
+  const running = await waitForRunningAttempt(runId);
+  return { worker, runId, running, pid: running.pid! };
+}
+
+/** Resolves once the run ended `status` with one attempt only, which matches `attempt`. */
+async function waitForOneAttemptRun(
+  runId: string,
+  status: string,
+  attempt: Partial<AttemptView>,
+): Promise<RunDetail> {
+  const done = await waitForRun(runId, TERMINAL_RUN);
+  expect(done.run.status).toBe(status);
+  expect(done.attempts).toHaveLength(1);
+  expect(done.attempts[0]).toMatchObject(attempt);
+  return done;
+}
+
+/** Resolves once the run succeeded in one attempt (the given one), so its step ran once. */
+async function waitForSuccessInOneAttempt(runId: string, attemptId: string): Promise<RunDetail> {
+  const done = await waitForOneAttemptRun(runId, "succeeded", {
+    id: attemptId,
+    status: "succeeded",
+    exitCode: 0,
+    error: null,
+  });
+  expect(done.steps[0]).toMatchObject({ status: "succeeded", attemptCount: 1 });
+  return done;
+}
+
+/** Cancels a run; resolves once it ended cancelled, its one attempt stopped by the cancel. */
+async function cancelRun(runId: string, attemptId: string): Promise<RunDetail> {
+  await api("POST", `/runs/${runId}/cancel`);
+  return waitForOneAttemptRun(runId, "cancelled", {
+    id: attemptId,
+    status: "cancelled",
+    stopReason: "cancel",
+  });
+}
+
+async function runEvents(
+  runId: string,
+): Promise<{ type: string; attemptId: string | null; data: Record<string, unknown> }[]> {
+  return (
+    await api<{
+      events: { type: string; attemptId: string | null; data: Record<string, unknown> }[];
+    }>("GET", `/runs/${runId}/events`)
+  ).events;
+}
+
 let markers: string;
 
 beforeAll(async () => {
@@ -313,7 +384,7 @@ describe("qlr worker against qlr serve", () => {
   it("runs a two-step remote workflow to success, each step spawned exactly once", async () => {
     startWorker(workerState(), "worker-1");
     const runId = await startRun("two");
-    const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+    const done = await waitForRun(runId, TERMINAL_RUN);
     expect(done.run.status).toBe("succeeded");
     expect(done.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
       ["a", "succeeded", 1],
@@ -325,12 +396,7 @@ describe("qlr worker against qlr serve", () => {
     ]);
     expect(await lines(join(markers, "two"))).toEqual(["a", "b"]);
     // The worker forgets settled leases.
-    await waitFor("the worker's lease files to be removed", async () =>
-      (await readdir(join(workerState(), "leases"))).filter((name) => name.endsWith(".json"))
-        .length === 0
-        ? true
-        : null,
-    );
+    await waitForNoLeaseFiles(workerState());
   }, 60_000);
 
   it("a SIGKILLed worker restarted on its state dir re-adopts the lease and reports the completion from the receipt, with no second spawn", async () => {
@@ -344,74 +410,41 @@ describe("qlr worker against qlr serve", () => {
     expect(await lines(join(markers, "slow"))).toContain("start");
 
     const second = startWorker(workerState(), "worker-2");
-    const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
-    expect(done.run.status).toBe("succeeded");
-    expect(done.attempts).toHaveLength(1);
-    expect(done.attempts[0]).toMatchObject({
-      id: running.id,
-      status: "succeeded",
-      exitCode: 0,
-      pid: running.pid,
-      error: null,
-    });
-    expect(done.steps[0]).toMatchObject({ status: "succeeded", attemptCount: 1 });
+    const done = await waitForSuccessInOneAttempt(runId, running.id);
+    expect(done.attempts[0]!.pid).toBe(running.pid);
     expect(await lines(join(markers, "slow"))).toEqual(["start", "end"]);
     expect(second.stderr).toContain(`re-adopted lease of ${running.id}`);
-    await waitFor("the worker's lease files to be removed", async () =>
-      (await readdir(join(workerState(), "leases"))).filter((name) => name.endsWith(".json"))
-        .length === 0
-        ? true
-        : null,
-    );
+    await waitForNoLeaseFiles(workerState());
     // Still exactly one spawn after the worker settled it.
     await sleep(500);
     expect(await lines(join(markers, "slow"))).toEqual(["start", "end"]);
   }, 60_000);
 
   it("cancelling a run whose remote step runs stops the exact process and everything ends cancelled", async () => {
-    const worker = children.find((proc) => proc.name === "worker-2")!;
-    expect(isAlive(worker)).toBe(true);
-    const runId = await startRun("long");
-    const running = await waitForRunningAttempt(runId);
-    const pid = running.pid!;
+    const { runId, running, pid } = await startLongRunOn("worker-2");
     expect(await procState(pid)).not.toBeNull();
     await waitFor("the long task to start", async () =>
       (await lines(join(markers, "long"))).includes("start") ? true : null,
     );
 
-    await api("POST", `/runs/${runId}/cancel`);
-    const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
-    expect(done.run.status).toBe("cancelled");
-    expect(done.attempts).toHaveLength(1);
-    expect(done.attempts[0]).toMatchObject({
-      id: running.id,
-      status: "cancelled",
-      stopReason: "cancel",
-    });
+    const done = await cancelRun(runId, running.id);
     expect(done.steps.map((step) => [step.name, step.status])).toEqual([
       ["l", "cancelled"],
       ["after", "cancelled"],
     ]);
     // The exact process is gone (or an unreaped zombie), long before its 30 s sleep would end.
-    await waitFor(`process ${pid} to end`, async () => {
-      const state = await procState(pid);
-      return state === null || state === "Z" ? true : null;
-    });
+    await waitForProcessGone(pid);
     expect(await lines(join(markers, "long"))).toEqual(["start"]);
-    const events = await api<{
-      events: { type: string; attemptId: string | null; data: Record<string, unknown> }[];
-    }>("GET", `/runs/${runId}/events`);
+    const events = await runEvents(runId);
     expect(
-      events.events.some(
+      events.some(
         (event) =>
           event.type === "attempt.stop_requested" &&
           event.attemptId === running.id &&
           event.data.reason === "cancel",
       ),
     ).toBe(true);
-    expect(events.events.some((event) => event.type === "workflow.task_timeout_requested")).toBe(
-      false,
-    );
+    expect(events.some((event) => event.type === "workflow.task_timeout_requested")).toBe(false);
   }, 60_000);
 
   it("a lease file the coordinator does not know (a reused state dir) does not wedge the worker", async () => {
@@ -448,7 +481,7 @@ describe("qlr worker against qlr serve", () => {
     const worker = startWorker(stateDir, "worker-3");
     const before = await lines(join(markers, "two"));
     const runId = await startRun("two");
-    const done = await waitForRun(runId, ["succeeded", "failed", "timed_out", "cancelled", "lost"]);
+    const done = await waitForRun(runId, TERMINAL_RUN);
     expect(done.run.status).toBe("succeeded");
     expect(await lines(join(markers, "two"))).toEqual([...before, "a", "b"]);
     expect(worker.stderr).toContain(unknownAttempt);
@@ -467,15 +500,34 @@ describe("qlr worker against qlr serve", () => {
         if (isAlive(proc)) await stopQlr(proc, "SIGKILL");
     });
 
+    /**
+     * Starts a pool-p2 worker armed to die at `faultPoint`, then a run of `workflow` for it to
+     * lease; resolves once that worker is dead, with the run's attempt left `starting`.
+     */
+    async function killAWorkerAt(
+      faultPoint: string,
+      workflow: string,
+      stateDir = handlelessState(),
+    ): Promise<{ runId: string; starting: AttemptView }> {
+      const armed = startWorker(stateDir, `p2-${workflow}`, {
+        pool: "p2",
+        env: { QLR_FAULT_POINT: faultPoint },
+      });
+      const runId = await startRun(workflow);
+      await waitForExit(armed);
+      return { runId, starting: await waitForStartingAttempt(runId) };
+    }
+    /** The killed worker's state dir, served again by a worker without the fault. */
+    const restartWorker = (workflow: string, stateDir = handlelessState()): QlrProcess =>
+      startWorker(stateDir, `p2-${workflow}-restarted`, { pool: "p2" });
+
     it("SIGKILLed after the journal, before any supervisor was asked: restarted, it proves the task never spawned and reports it so; the step runs exactly once in a new epoch and the run succeeds", async () => {
       const stateDir = join(scratch, "worker-after-journal");
-      const armed = startWorker(stateDir, "p2-worker-after-journal", {
-        pool: "p2",
-        env: { QLR_FAULT_POINT: "launch.after_journal" },
-      });
-      const runId = await startRun("never_spawned");
-      await waitForExit(armed);
-      const starting = await waitForStartingAttempt(runId);
+      const { runId, starting } = await killAWorkerAt(
+        "launch.after_journal",
+        "never_spawned",
+        stateDir,
+      );
       expect(starting.pid).toBeNull();
       // The window: journaled, no spawn record, the lease file without a handle.
       await readFile(join(stateDir, "journal", `${starting.id}.json`));
@@ -484,7 +536,7 @@ describe("qlr worker against qlr serve", () => {
       ) as { handle: unknown };
       expect(leaseFile.handle).toBeNull();
 
-      const restarted = startWorker(stateDir, "p2-worker-after-journal-restarted", { pool: "p2" });
+      const restarted = restartWorker("never_spawned", stateDir);
       const done = await waitForRun(runId, TERMINAL_RUN);
       // Provably never spawned, the attempt is lost before the start barrier: its step gets a
       // new ready epoch, whose own attempt runs the task once.
@@ -500,63 +552,34 @@ describe("qlr worker against qlr serve", () => {
       await expectNewEpochAfter(runId, starting.id, done.attempts[1]!.id);
       expect(await lines(join(markers, "never_spawned"))).toEqual(["ran"]);
       expect(restarted.stderr).toContain(`re-adopted lease of ${starting.id}`);
-      await waitFor("the lease files to be removed", async () =>
-        (await leaseFiles(stateDir)).length === 0 ? true : null,
-      );
+      await waitForNoLeaseFiles(stateDir);
       // The supervisor refuses the settled id from now on: the lost attempt still never ran.
       expect(await lines(join(markers, "never_spawned"))).toEqual(["ran"]);
       await stopQlr(restarted, "SIGKILL");
     }, 90_000);
 
     it("SIGKILLed after the spawn, before the handle reached the lease file: restarted, it keeps the lease and completes from the receipt, one spawn", async () => {
-      const armed = startWorker(handlelessState(), "p2-worker-after-spawn", {
-        pool: "p2",
-        env: { QLR_FAULT_POINT: "worker.after_spawn" },
-      });
-      const runId = await startRun("handleless");
-      await waitForExit(armed);
-      const starting = await waitForStartingAttempt(runId);
+      const { runId, starting } = await killAWorkerAt("worker.after_spawn", "handleless");
       expect(starting.pid).toBeNull();
       await markedPid("handleless");
 
-      const restarted = startWorker(handlelessState(), "p2-worker-after-spawn-restarted", {
-        pool: "p2",
-      });
-      const done = await waitForRun(runId, TERMINAL_RUN);
-      expect(done.run.status).toBe("succeeded");
-      expect(done.attempts).toHaveLength(1);
-      expect(done.attempts[0]).toMatchObject({
-        id: starting.id,
-        status: "succeeded",
-        exitCode: 0,
-        error: null,
-      });
-      expect(done.steps[0]).toMatchObject({ status: "succeeded", attemptCount: 1 });
+      const restarted = restartWorker("handleless");
+      await waitForSuccessInOneAttempt(runId, starting.id);
       expect((await lines(join(markers, "handleless"))).map((line) => line.split(" ")[0])).toEqual([
         "start",
         "end",
       ]);
       expect(restarted.stderr).toContain(`re-adopted lease of ${starting.id}`);
       expect(restarted.stderr).not.toContain("lost");
-      await waitFor("the lease file to be removed", async () =>
-        (await leaseFiles(handlelessState())).length === 0 ? true : null,
-      );
+      await waitForNoLeaseFiles(handlelessState());
       await stopQlr(restarted, "SIGKILL");
     }, 90_000);
 
     it("SIGKILLed after the spawn, then the run is cancelled: the restarted worker stops the exact process through its supervisor and the attempt ends cancelled", async () => {
-      const armed = startWorker(handlelessState(), "p2-worker-after-spawn-2", {
-        pool: "p2",
-        env: { QLR_FAULT_POINT: "worker.after_spawn" },
-      });
-      const runId = await startRun("handleless_long");
-      await waitForExit(armed);
-      const starting = await waitForStartingAttempt(runId);
+      const { runId, starting } = await killAWorkerAt("worker.after_spawn", "handleless_long");
       const pid = await markedPid("handleless_long");
 
-      const restarted = startWorker(handlelessState(), "p2-worker-after-spawn-2-restarted", {
-        pool: "p2",
-      });
+      const restarted = restartWorker("handleless_long");
       // The supervisor names the exact process; the coordinator records it running, so the
       // cancel reaches it (a `starting` attempt waits for its start to be settled).
       await waitFor(`attempt ${starting.id} to run as pid ${pid}`, async () =>
@@ -566,21 +589,10 @@ describe("qlr worker against qlr serve", () => {
       );
       expect(restarted.stderr).toContain(`re-adopted lease of ${starting.id}`);
       expect(restarted.stderr).toContain(`recovered the process handle of ${starting.id}`);
-      await api("POST", `/runs/${runId}/cancel`);
-      const done = await waitForRun(runId, TERMINAL_RUN);
-      expect(done.run.status).toBe("cancelled");
-      expect(done.attempts).toHaveLength(1);
-      expect(done.attempts[0]).toMatchObject({
-        id: starting.id,
-        status: "cancelled",
-        stopReason: "cancel",
-        pid,
-      });
+      const done = await cancelRun(runId, starting.id);
+      expect(done.attempts[0]!.pid).toBe(pid);
       // The exact process is gone (or an unreaped zombie), long before its 30 s sleep would end.
-      await waitFor(`process ${pid} to end`, async () => {
-        const state = await procState(pid);
-        return state === null || state === "Z" ? true : null;
-      });
+      await waitForProcessGone(pid);
       expect(
         (await lines(join(markers, "handleless_long"))).map((line) => line.split(" ")[0]),
       ).toEqual(["start"]);
@@ -626,20 +638,13 @@ describe("qlr worker against qlr serve", () => {
 
   // Last: it stops the server (and reads the outcome from a restarted one).
   it("stopping the server while a remote step runs: the worker's heartbeat carries the shutdown stop, the exact process is gone, and the attempt ends cancelled with stop reason shutdown, once", async () => {
-    const worker = children.find((proc) => proc.name === "worker-3")!;
-    expect(isAlive(worker)).toBe(true);
-    const runId = await startRun("long");
-    const running = await waitForRunningAttempt(runId);
-    const pid = running.pid!;
+    const { worker, runId, running, pid } = await startLongRunOn("worker-3");
     // SIGTERM: the server stops in order, answering its worker's lease calls meanwhile.
     server.child.kill("SIGTERM");
     const exitCode = await Promise.race([server.exited, sleep(60_000).then(() => "hung")]);
     expect(exitCode).toBe(0);
     // The exact process is gone (or an unreaped zombie), long before its 30 s sleep would end.
-    await waitFor(`process ${pid} to end`, async () => {
-      const state = await procState(pid);
-      return state === null || state === "Z" ? true : null;
-    });
+    await waitForProcessGone(pid);
     expect(worker.stderr).not.toContain(`lease of ${running.id} lost`);
 
     // The record, read from the same state dir by a restarted server.
@@ -670,11 +675,9 @@ describe("qlr worker against qlr serve", () => {
       ["after", "skipped"],
     ]);
     expect(done.run).toMatchObject({ status: "failed", cancelRequestedAtMs: null });
-    const events = await api<{
-      events: { type: string; attemptId: string | null; data: Record<string, unknown> }[];
-    }>("GET", `/runs/${runId}/events`);
+    const events = await runEvents(runId);
     expect(
-      events.events
+      events
         .filter((event) => event.type === "attempt.stop_requested")
         .map((event) => [event.attemptId, event.data.reason]),
     ).toEqual([[running.id, "shutdown"]]);

@@ -168,13 +168,17 @@ async function claim(workerId: string, pool: string): Promise<Lease> {
   return leases[0]!;
 }
 
+type WorkerRoute = (typeof WORKER_ROUTES)[number];
+/** The routes that act on a leased attempt, so carry its fence: every one but claim. */
+const FENCED_ROUTES = WORKER_ROUTES.filter((route) => route !== "/worker/claim");
+
 /** A valid body for each route, for a given fence: the bad-input cases are variations of it. */
 function validBodies(fence: {
   attemptId: string;
   workerId: string;
   leaseVersion: number;
   leaseSecret: string;
-}): Record<(typeof WORKER_ROUTES)[number], Record<string, unknown>> {
+}): Record<WorkerRoute, Record<string, unknown>> {
   const nowMs = clock.nowMs();
   return {
     "/worker/claim": { workerId: fence.workerId, pool: "pool-bad", capacity: 1 },
@@ -232,9 +236,18 @@ describe("worker routes", () => {
     await ok("/worker/start", { ...fence, phase: "starting" });
   });
 
-  it("malformed JSON is 400 invalid_request on every route, with nothing written", async () => {
+  /** Runs `check` on every worker route with that route's valid body; the store must not change. */
+  async function onEveryRouteWritingNothing(
+    check: (route: WorkerRoute, valid: Record<string, unknown>) => Promise<void>,
+  ): Promise<void> {
     const before = await dump();
-    for (const route of WORKER_ROUTES) {
+    const bodies = validBodies(fence);
+    for (const route of WORKER_ROUTES) await check(route, bodies[route]);
+    expect(await dump()).toBe(before);
+  }
+
+  it("malformed JSON is 400 invalid_request on every route, with nothing written", async () => {
+    await onEveryRouteWritingNothing(async (route) => {
       for (const body of [
         "",
         "{",
@@ -248,15 +261,11 @@ describe("worker routes", () => {
         const error = invalidRequest(answer, `${route} ${JSON.stringify(body)}`);
         expect(error.details.length).toBeGreaterThan(0);
       }
-    }
-    expect(await dump()).toBe(before);
+    });
   });
 
   it("bodies that are not objects, unknown fields and missing fields are 400 invalid_request naming the path, with nothing written", async () => {
-    const before = await dump();
-    const bodies = validBodies(fence);
-    for (const route of WORKER_ROUTES) {
-      const valid = bodies[route];
+    await onEveryRouteWritingNothing(async (route, valid) => {
       for (const json of [null, 42, "text", [], [valid], true]) {
         const answer = await call(route, { json });
         invalidRequest(answer, `${route} ${JSON.stringify(json)}`);
@@ -292,15 +301,11 @@ describe("worker routes", () => {
         const error = invalidRequest(answer, `${route} without ${key}`);
         expect(error.details.map((detail) => detail.path)).toContain(key);
       }
-    }
-    expect(await dump()).toBe(before);
+    });
   });
 
   it("non-portable ids are 400 invalid_request on every route, with nothing written", async () => {
-    const before = await dump();
-    const bodies = validBodies(fence);
-    for (const route of WORKER_ROUTES) {
-      const valid = bodies[route];
+    await onEveryRouteWritingNothing(async (route, valid) => {
       const idFields = Object.keys(valid).filter(
         (key) => key === "attemptId" || key === "workerId" || key === "pool",
       );
@@ -312,14 +317,13 @@ describe("worker routes", () => {
           expect(error.details.map((detail) => detail.path)).toContain(field);
         }
       }
-    }
-    expect(await dump()).toBe(before);
+    });
   });
 
   it("wrong types and out-of-range values are 400 invalid_request, with nothing written", async () => {
     const before = await dump();
     const bodies = validBodies(fence);
-    const wrong: Record<(typeof WORKER_ROUTES)[number], Record<string, unknown[]>> = {
+    const wrong: Record<WorkerRoute, Record<string, unknown[]>> = {
       "/worker/claim": {
         workerId: [1, null, ["w"]],
         pool: [7, null, {}],
@@ -387,9 +391,7 @@ describe("worker routes", () => {
   });
 
   it("no token, a wrong token or another scheme is 401 on every route, with nothing written", async () => {
-    const before = await dump();
-    const bodies = validBodies(fence);
-    for (const route of WORKER_ROUTES) {
+    await onEveryRouteWritingNothing(async (route, valid) => {
       for (const authorization of [
         null,
         "",
@@ -400,15 +402,14 @@ describe("worker routes", () => {
         `Basic ${TOKEN}`,
         TOKEN,
       ]) {
-        const answer = await call(route, { json: bodies[route], authorization });
+        const answer = await call(route, { json: valid, authorization });
         expect(answer.status, `${route} ${JSON.stringify(authorization)}`).toBe(401);
         expect(errorOf(answer).code).toBe("unauthorized");
       }
       // Even malformed input is unauthorized first.
       const malformed = await call(route, { body: "{", authorization: null });
       expect(malformed.status).toBe(401);
-    }
-    expect(await dump()).toBe(before);
+    });
   });
 
   it("a stale fence is 409 conflict on start, heartbeat, complete and lost, with nothing written; an unknown attempt is 404", async () => {
@@ -460,12 +461,7 @@ describe("worker routes", () => {
       const before = await dump();
       for (const staleFence of stale) {
         const bodies = validBodies(staleFence);
-        for (const route of [
-          "/worker/start",
-          "/worker/heartbeat",
-          "/worker/complete",
-          "/worker/lost",
-        ] as const) {
+        for (const route of FENCED_ROUTES) {
           const answer = await call(route, { json: bodies[route] });
           expect(answer.status, `${route} ${JSON.stringify(staleFence)}`).toBe(409);
           expect(errorOf(answer).code).toBe("conflict");
@@ -499,12 +495,7 @@ describe("worker routes", () => {
       leaseVersion: 1,
       leaseSecret: current.leaseSecret,
     };
-    for (const route of [
-      "/worker/start",
-      "/worker/heartbeat",
-      "/worker/complete",
-      "/worker/lost",
-    ] as const) {
+    for (const route of FENCED_ROUTES) {
       const answer = await call(route, { json: validBodies(unknown)[route] });
       expect(answer.status, route).toBe(404);
       expect(errorOf(answer).code).toBe("not_found");
@@ -590,24 +581,12 @@ describe("worker routes", () => {
       stopReason: null,
       spawnError: null,
     };
-    expect(
-      await ok("/worker/complete", {
-        ...fenceNow,
-        ...facts,
-        output: { rows: 3 },
-        outputError: null,
-      }),
-    ).toEqual({ status: "succeeded", replayed: false });
+    const complete = (output: unknown) =>
+      ok("/worker/complete", { ...fenceNow, ...facts, output, outputError: null });
+    expect(await complete({ rows: 3 })).toEqual({ status: "succeeded", replayed: false });
     const before = await dump();
     // A repeated completion (a lost answer) never records a second output, even a different one.
-    expect(
-      await ok("/worker/complete", {
-        ...fenceNow,
-        ...facts,
-        output: { rows: 4 },
-        outputError: null,
-      }),
-    ).toEqual({ status: "succeeded", replayed: true });
+    expect(await complete({ rows: 4 })).toEqual({ status: "succeeded", replayed: true });
     expect(await dump()).toBe(before);
     // The stored output is the first one (as the dump writes a text column).
     expect(before).toContain(JSON.stringify(JSON.stringify({ rows: 3 })).slice(1, -1));

@@ -7,6 +7,7 @@ import type {
   StepRun,
 } from "../../src/model.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
+import { countOrphanRows } from "../support/store-dump.ts";
 import * as rows from "../../storage/rows.ts";
 
 /** Everything the invariant checkers look at, read straight from the database. */
@@ -75,28 +76,6 @@ export async function readWorld(
     ).map(rows.toAdmission),
     spawnCounts,
     idempotentTasks,
-    orphanRows: await countOrphans(tx),
+    orphanRows: await countOrphanRows(tx),
   }));
-}
-
-async function countOrphans(
-  tx: Parameters<Parameters<SqlDriver["transaction"]>[0]>[0],
-): Promise<number> {
-  let total = 0;
-  for (const table of [
-    "step_runs",
-    "run_attempts",
-    "admission_receipts",
-    "run_events",
-    "step_mutations",
-  ]) {
-    const found = await tx.query<{ n: number }>(
-      `SELECT COUNT(*) AS n FROM ${table} t WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = t.run_id)`,
-    );
-    total += Number(found[0]?.n ?? 0);
-  }
-  const steps = await tx.query<{ n: number }>(
-    "SELECT COUNT(*) AS n FROM run_attempts a WHERE a.step_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM step_runs s WHERE s.id = a.step_run_id)",
-  );
-  return total + Number(steps[0]?.n ?? 0);
 }

@@ -21,6 +21,7 @@ import { DRIVERS } from "../support/drivers.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import { diamondManifest, SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
 import { steadyExecutor } from "../support/simulated-executors.ts";
+import { RUN_CHILD_TABLES } from "../support/store-dump.ts";
 
 const T0 = 1_800_000_000_000;
 const BEFORE_DERIVED_IDS = 8;
@@ -33,11 +34,7 @@ const COPIED_TABLES = [
   "task_definitions",
   "workflow_plans",
   "runs",
-  "step_runs",
-  "run_attempts",
-  "admission_receipts",
-  "run_events",
-  "step_mutations",
+  ...RUN_CHILD_TABLES,
 ] as const;
 
 interface Workload {

@@ -5,86 +5,25 @@
  * has only one of its rows, at most the one commit in flight appears unacknowledged, and a
  * fresh child carries on. Then the child kills itself inside each fault point.
  */
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { SqlJsStatic } from "sql.js";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import {
-  SQLJS_CHECKPOINT_STEPS,
-  openSqlJsFileDriver,
-} from "../../storage/sqljs/node/file-driver.ts";
+import { describe, expect, it } from "vitest";
+import { SQLJS_CHECKPOINT_STEPS } from "../../storage/sqljs/node/file-driver.ts";
 import type { SqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import type { SqlJsChildFault } from "./fixtures/sqljs-child.ts";
-import { SqlJsChild, bundleSqlJsChild } from "./fixtures/sqljs-child-process.ts";
+import type { SqlJsChild } from "./fixtures/sqljs-child-process.ts";
+import { seededRandom } from "./fixtures/power-cut-fs.ts";
+import { useSqlJsFileScratch } from "./fixtures/sqljs-file-scratch.ts";
 
 const SEED = 0x51_4c_52_01;
 const KILL_ROUNDS = 10;
 /** The child starts committing after "ready"; it is killed this long after, at a seeded random point. */
-const KILL_DELAY_MS_MIN = 2;
-const KILL_DELAY_MS_MAX = 120;
+const KILL_DELAY_MS = { min: 2, max: 120 } as const;
 /** Small, so that checkpoints run often and some kills land inside one. */
 const CHILD_CHECKPOINT_JOURNAL_BYTES = 4096;
 const CHILD_TIMEOUT_MS = 20_000;
 
-let SQL: SqlJsStatic;
-let root: string;
-let childBundle: string;
-const openDrivers = new Set<SqlJsFileDriver>();
-const children = new Set<SqlJsChild>();
-
-beforeAll(async () => {
-  SQL = await loadSqlJs();
-  root = mkdtempSync(join(tmpdir(), "qlr-sqljs-crash-"));
-  childBundle = await bundleSqlJsChild(root);
-});
-
-afterEach(async () => {
-  for (const child of children) child.kill();
-  await Promise.all([...children].map((child) => child.exited));
-  children.clear();
-  for (const driver of openDrivers) await driver.close();
-  openDrivers.clear();
-});
-
-afterAll(() => {
-  rmSync(root, { recursive: true, force: true });
-});
-
-/** mulberry32: a tiny seeded generator, so that a failing round can be replayed from SEED. */
-function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let value = state;
-    value = Math.imul(value ^ (value >>> 15), value | 1);
-    value ^= value + Math.imul(value ^ (value >>> 7), value | 61);
-    return ((value ^ (value >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-let directoryCount = 0;
-function newDirectory(): string {
-  directoryCount += 1;
-  return join(root, `db-${directoryCount}`);
-}
-
-function copyWithoutLock(from: string): string {
-  const to = newDirectory();
-  mkdirSync(to, { recursive: true });
-  for (const name of readdirSync(from)) {
-    if (name !== "lock") copyFileSync(join(from, name), join(to, name));
-  }
-  return to;
-}
-
-function startChild(config: ConstructorParameters<typeof SqlJsChild>[1]): SqlJsChild {
-  const child = new SqlJsChild(childBundle, config);
-  children.add(child);
-  return child;
-}
+const { newDirectory, crashImage, open, close, startChild, forgetChild } =
+  useSqlJsFileScratch("qlr-sqljs-crash-");
 
 async function exitedWithin(
   child: SqlJsChild,
@@ -96,19 +35,8 @@ async function exitedWithin(
     );
   });
   const exit = await Promise.race([child.exited, timeout]);
-  children.delete(child);
+  forgetChild(child);
   return exit;
-}
-
-async function open(path: string): Promise<SqlJsFileDriver> {
-  const driver = await openSqlJsFileDriver(SQL, { path });
-  openDrivers.add(driver);
-  return driver;
-}
-
-async function close(driver: SqlJsFileDriver): Promise<void> {
-  openDrivers.delete(driver);
-  await driver.close();
 }
 
 /** The committed numbers; fails if any number has only one of its two rows. */
@@ -151,7 +79,7 @@ describe("sqljs-file under SIGKILL", () => {
           `${context}: the child continues after the last present number`,
         ).toBe(lastPresent + 1);
         await sleep(
-          KILL_DELAY_MS_MIN + Math.floor(random() * (KILL_DELAY_MS_MAX - KILL_DELAY_MS_MIN)),
+          KILL_DELAY_MS.min + Math.floor(random() * (KILL_DELAY_MS.max - KILL_DELAY_MS.min)),
         );
         child.kill();
         const exit = await exitedWithin(child, CHILD_TIMEOUT_MS);
@@ -163,7 +91,7 @@ describe("sqljs-file under SIGKILL", () => {
         // Every other round checks a copy, leaving the stale lock, the journal and any torn
         // tail for the next child to recover; the other rounds recover here and checkpoint.
         const checkCopy = round % 2 === 0;
-        const driver = await open(checkCopy ? copyWithoutLock(path) : path);
+        const driver = await open(checkCopy ? crashImage(path) : path);
         const numbers = await committedNumbers(driver, context);
         const present = new Set(numbers);
         for (const number of acknowledged)

@@ -7,84 +7,38 @@
  * a process killed at that instant would leave behind. Real SIGKILLs are in the crash test.
  */
 import {
-  copyFileSync,
   existsSync,
   fsyncSync,
   mkdirSync,
-  mkdtempSync,
-  readdirSync,
   readFileSync,
   rmSync,
   statSync,
   truncateSync,
   writeFileSync,
 } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { SqlJsStatic } from "sql.js";
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
-import {
-  SQLJS_CHECKPOINT_STEPS,
-  openSqlJsFileDriver,
-} from "../../storage/sqljs/node/file-driver.ts";
+import { SQLJS_CHECKPOINT_STEPS } from "../../storage/sqljs/node/file-driver.ts";
 import type {
   SqlJsCheckpointIo,
   SqlJsCheckpointStep,
   SqlJsFileDriver,
-  SqlJsFileDriverOptions,
 } from "../../storage/sqljs/node/file-driver.ts";
 import { parseRecordAt } from "../../storage/sqljs/node/journal.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import {
   decodeSnapshot,
   deflateFrameSync,
   encodeSnapshot,
 } from "../../storage/sqljs/node/snapshot.ts";
 import { crc32, crc32Update } from "../../storage/sqljs/crc32.ts";
-import { SqlJsChild, bundleSqlJsChild } from "./fixtures/sqljs-child-process.ts";
+import { SqlJsChild } from "./fixtures/sqljs-child-process.ts";
+import { useSqlJsFileScratch } from "./fixtures/sqljs-file-scratch.ts";
 
 const CHILD_TIMEOUT_MS = 20_000;
 
-let SQL: SqlJsStatic;
-let root: string;
-let childBundle: string;
-const openDrivers = new Set<SqlJsFileDriver>();
-
-beforeAll(async () => {
-  SQL = await loadSqlJs();
-  root = mkdtempSync(join(tmpdir(), "qlr-sqljs-durability-"));
-  childBundle = await bundleSqlJsChild(root);
-});
-
-afterEach(async () => {
-  for (const driver of openDrivers) await driver.close();
-  openDrivers.clear();
-});
-
-afterAll(() => {
-  rmSync(root, { recursive: true, force: true });
-});
-
-let directoryCount = 0;
-function newDirectory(): string {
-  directoryCount += 1;
-  return join(root, `db-${directoryCount}`);
-}
-
-async function open(
-  path: string,
-  options: Partial<SqlJsFileDriverOptions> = {},
-): Promise<SqlJsFileDriver> {
-  const driver = await openSqlJsFileDriver(SQL, { ...options, path });
-  openDrivers.add(driver);
-  return driver;
-}
-
-async function close(driver: SqlJsFileDriver): Promise<void> {
-  openDrivers.delete(driver);
-  await driver.close();
-}
+const scratch = useSqlJsFileScratch("qlr-sqljs-durability-");
+const { newDirectory, crashImage, open, close } = scratch;
 
 async function createPairs(driver: SqlJsFileDriver): Promise<void> {
   await driver.transaction((tx) =>
@@ -112,16 +66,6 @@ async function committedNumbers(driver: SqlJsFileDriver): Promise<number[]> {
   );
   for (const row of rows) expect(row.parts, `number ${row.number}`).toBe(2);
   return rows.map((row) => row.number);
-}
-
-/** Copies the files a crash at this instant would leave (everything except the lock). */
-function crashImage(from: string): string {
-  const to = newDirectory();
-  mkdirSync(to, { recursive: true });
-  for (const name of readdirSync(from)) {
-    if (name !== "lock") copyFileSync(join(from, name), join(to, name));
-  }
-  return to;
 }
 
 function journalPath(directory: string): string {
@@ -623,7 +567,7 @@ describe("sqljs-file lock", () => {
     const path = newDirectory();
     const driver = await open(path);
     await createPairs(driver);
-    const probe = new SqlJsChild(childBundle, { mode: "probe", path });
+    const probe = new SqlJsChild(scratch.childBundle(), { mode: "probe", path });
     const line = await probe.waitForLine(
       (candidate) => candidate.startsWith("result "),
       CHILD_TIMEOUT_MS,
@@ -640,7 +584,7 @@ describe("sqljs-file lock", () => {
 
   it("refuses to open while another process holds the lock, and takes the lock over once that process is dead", async () => {
     const path = newDirectory();
-    const holder = new SqlJsChild(childBundle, { mode: "hold", path });
+    const holder = new SqlJsChild(scratch.childBundle(), { mode: "hold", path });
     try {
       await holder.waitForLine((line) => line.startsWith("ready"), CHILD_TIMEOUT_MS);
       const outcome = await openError(path);

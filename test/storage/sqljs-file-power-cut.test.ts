@@ -22,29 +22,16 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { errorMessage } from "../../src/errors.ts";
 import { openSqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { PowerCutFs, fsError, seededRandom } from "./fixtures/power-cut-fs.ts";
+import { PowerCutFs, fsError, seededRandom, powerCutSeeds } from "./fixtures/power-cut-fs.ts";
 import { WORKLOAD_DB_PATH, databaseDigest, runStoreWorkload } from "./fixtures/store-workload.ts";
 import type { AcknowledgingDriver } from "./fixtures/store-workload.ts";
 
-const BASE_SEED = 0x50_43_00_00;
-const DEFAULT_SEEDS = 1000;
+const SEEDS = { base: 0x50_43_00_00, defaultCount: 1000 } as const;
 const WORKLOAD_RUNS = 6;
 /** Seeds whose recovery is cut again, and the mutating calls into the recovery where the cut may land. */
-const RECOVERY_CUT_SHARE = 0.25;
-const RECOVERY_CUT_SPAN = 14;
+const RECOVERY_CUT = { share: 0.25, span: 14 } as const;
 const REOPEN_SHARE = 0.15;
 const SUITE_TIMEOUT_MS = 20 * 60_000;
-
-function seedList(): number[] {
-  const only = process.env.QLR_POWERCUT_SEED;
-  if (only !== undefined && only !== "") return [Number(only)];
-  const count = Number(process.env.QLR_POWERCUT_SEEDS ?? DEFAULT_SEEDS);
-  if (!Number.isSafeInteger(count) || count < 1)
-    throw new Error(
-      `QLR_POWERCUT_SEEDS must be a positive integer, got ${process.env.QLR_POWERCUT_SEEDS}`,
-    );
-  return Array.from({ length: count }, (_, index) => BASE_SEED + index);
-}
 
 interface CutPoint {
   readonly machine: PowerCutFs;
@@ -115,8 +102,8 @@ async function checkSeed(seed: number, point: CutPoint): Promise<void> {
   const random = seededRandom(seed);
   random(); // the cut index, drawn by cutIndexOf
   let machine = point.machine.materialise(random);
-  if (random() < RECOVERY_CUT_SHARE) {
-    const cutAt = Math.floor(random() * RECOVERY_CUT_SPAN);
+  if (random() < RECOVERY_CUT.share) {
+    const cutAt = Math.floor(random() * RECOVERY_CUT.span);
     let afterCut: PowerCutFs | undefined;
     const recovering = machine;
     recovering.options = {
@@ -183,7 +170,7 @@ describe("sqljs-file under simulated power loss", () => {
     "loses no acknowledged commit and applies none by half, for every seeded cut point and recovery cut",
     async () => {
       expect(totalMutations).toBeGreaterThan(200);
-      const seeds = seedList();
+      const seeds = powerCutSeeds(SEEDS);
       const seedsByCut = new Map<number, number[]>();
       for (const seed of seeds) {
         const index = cutIndexOf(seed);

@@ -3,7 +3,7 @@ import { Coordinator } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { admitTaskAttempt, MAX_ADMISSION_PAGE } from "../../src/admission.ts";
 import { EMPTY_CHANGE_SET, type ChangeSet, type RunStatus } from "../../src/model.ts";
-import type { AdmissionCandidate, StoreTx } from "../../src/ports.ts";
+import type { AdmissionCandidate, ListedAdmissionCandidate, StoreTx } from "../../src/ports.ts";
 import { applyPackage, cancelRun, rerunRun, startRun } from "../../src/operations.ts";
 import { findAttemptScope, type DefinedAttemptScope } from "../../src/attempt-scope.ts";
 import { complete, markRunning, markStarting } from "../../src/execution.ts";
@@ -27,7 +27,7 @@ import {
 import type { Manifest } from "../../src/manifest/types.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import { claimForDelivery, recordDelivery } from "../../src/notifications.ts";
-import { runRows } from "../support/store-dump.ts";
+import { countOrphanRows, RUN_CHILD_TABLES, runRows } from "../support/store-dump.ts";
 import { describeGroupCommit } from "./group-commit-contract.ts";
 
 /**
@@ -108,6 +108,15 @@ export function describeStoreContract(factory: DriverFactory): void {
     }
 
     /** Applies the package (default: the plain diamond) and starts its workflow `diamond`. */
+    /** The run's admission candidates (its steps ready for admission), from the first page. */
+    function admissionCandidatesOf(runId: string): Promise<ListedAdmissionCandidate[]> {
+      return store.transaction(async (tx) =>
+        (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
+          (item) => item.runId === runId,
+        ),
+      );
+    }
+
     async function newWorkflowRun(
       packageName: string,
       manifest: Manifest = diamondManifest(packageName),
@@ -291,11 +300,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       const runId = await newWorkflowRun("adm-pkg");
       const c = coordinator();
       await c.frontier(runId);
-      const [candidate] = await store.transaction(async (tx) =>
-        (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
-          (item) => item.runId === runId,
-        ),
-      );
+      const [candidate] = await admissionCandidatesOf(runId);
       expect(candidate).toBeDefined();
       // Race several admissions of the same epoch; exactly one wins.
       const results = await Promise.allSettled(
@@ -329,11 +334,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       expect(replay).toEqual({ kind: "replayed", receipt });
       expect(await runRows(store, runId)).toEqual(before);
       // The candidate list no longer offers the admitted epoch.
-      const again = await store.transaction(async (tx) =>
-        (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
-          (item) => item.runId === runId,
-        ),
-      );
+      const again = await admissionCandidatesOf(runId);
       expect(again).toEqual([]);
     });
 
@@ -416,11 +417,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       const [runId] = await startLimited("race-pkg", 1, [{ kind: "workflow", name: "fan" }], 6);
       const c = coordinator();
       await c.frontier(runId!);
-      const candidates = await store.transaction(async (tx) =>
-        (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
-          (item) => item.runId === runId,
-        ),
-      );
+      const candidates = await admissionCandidatesOf(runId!);
       expect(candidates).toHaveLength(6);
       expect(candidates.every((item) => item.package === "race-pkg" && item.task === "fetch")).toBe(
         true,
@@ -441,11 +438,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       const runId = await newWorkflowRun("lost-pkg");
       const c = coordinator();
       await c.frontier(runId);
-      const [candidate] = await store.transaction(async (tx) =>
-        (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
-          (item) => item.runId === runId,
-        ),
-      );
+      const [candidate] = await admissionCandidatesOf(runId);
       lossy.arm();
       await expect(c.admit(candidate!)).rejects.toThrow(/lost commit response/);
       const afterLoss = await runRows(store, runId);
@@ -655,11 +648,7 @@ export function describeStoreContract(factory: DriverFactory): void {
           return (await startDiamond(tx, "purge-pkg", nowMs, { idempotencyKey })).run.id;
         });
         await c.frontier(runId);
-        const candidates = await store.transaction(async (tx) =>
-          (await tx.listAdmissionCandidates(null, 64, clock.nowMs())).filter(
-            (item) => item.runId === runId,
-          ),
-        );
+        const candidates = await admissionCandidatesOf(runId);
         for (const candidate of candidates) await c.admit(candidate);
         await store.transaction(async (tx) =>
           cancelRun(tx, runId, await tx.observe(clock.nowMs())),
@@ -739,13 +728,7 @@ export function describeStoreContract(factory: DriverFactory): void {
       };
       const childCounts = async (runId: string): Promise<number[]> => {
         const counts: number[] = [];
-        for (const table of [
-          "step_runs",
-          "run_attempts",
-          "admission_receipts",
-          "run_events",
-          "step_mutations",
-        ]) {
+        for (const table of RUN_CHILD_TABLES) {
           counts.push(
             Number(
               (
@@ -759,32 +742,7 @@ export function describeStoreContract(factory: DriverFactory): void {
         }
         return counts;
       };
-      const orphanRows = async (): Promise<number> => {
-        let total = 0;
-        for (const table of [
-          "step_runs",
-          "run_attempts",
-          "admission_receipts",
-          "run_events",
-          "step_mutations",
-        ]) {
-          total += Number(
-            (
-              await raw<{ n: number }>(
-                `SELECT COUNT(*) AS n FROM ${table} t WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = t.run_id)`,
-              )
-            )[0]?.n ?? 0,
-          );
-        }
-        total += Number(
-          (
-            await raw<{ n: number }>(
-              "SELECT COUNT(*) AS n FROM run_attempts a WHERE a.step_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM step_runs s WHERE s.id = a.step_run_id)",
-            )
-          )[0]?.n ?? 0,
-        );
-        return total;
-      };
+      const orphanRows = (): Promise<number> => driver.transaction(countOrphanRows);
       const purgeWith = async (
         policy: RetentionPolicy,
       ): Promise<{ before: Facts[]; expected: Set<string>; purged: string[] }> => {

@@ -1,6 +1,6 @@
 /** "Nothing written" made checkable: every row of the schema's tables as one comparable text. */
 import type { SqlStore } from "../../storage/sql-store.ts";
-import type { SqlDriver } from "../../storage/driver.ts";
+import type { SqlDriver, SqlTx } from "../../storage/driver.ts";
 
 /** Every table of the schema, read in a fixed order for before/after comparisons. */
 export const DUMP_TABLES = [
@@ -41,4 +41,33 @@ export async function runRows(store: SqlStore, runId: string): Promise<unknown> 
     events: await tx.listEvents(runId, 0, 500),
     mutations: await tx.listMutations(runId),
   }));
+}
+
+/** The tables whose rows belong to one run (each row carries its `run_id`), parents first. */
+export const RUN_CHILD_TABLES = [
+  "step_runs",
+  "run_attempts",
+  "admission_receipts",
+  "run_events",
+  "step_mutations",
+] as const;
+
+/**
+ * The rows a purge would have left behind: a run's rows whose run is gone, and attempts whose
+ * step is gone. Zero in a consistent store.
+ */
+export async function countOrphanRows(tx: SqlTx): Promise<number> {
+  const count = async (sql: string): Promise<number> =>
+    Number((await tx.query<{ n: number }>(sql))[0]?.n ?? 0);
+  let total = 0;
+  for (const table of RUN_CHILD_TABLES)
+    total += await count(
+      `SELECT COUNT(*) AS n FROM ${table} t WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = t.run_id)`,
+    );
+  return (
+    total +
+    (await count(
+      "SELECT COUNT(*) AS n FROM run_attempts a WHERE a.step_run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM step_runs s WHERE s.id = a.step_run_id)",
+    ))
+  );
 }
