@@ -168,6 +168,16 @@ async function claim(workerId: string, pool: string): Promise<Lease> {
   return leases[0]!;
 }
 
+/** The fence a worker presents for `lease`: the attempt, the worker and the lease's version and secret. */
+function fenceFor(lease: Lease, workerId: string) {
+  return {
+    attemptId: lease.attemptId,
+    workerId,
+    leaseVersion: lease.leaseVersion,
+    leaseSecret: lease.leaseSecret,
+  };
+}
+
 type WorkerRoute = (typeof WORKER_ROUTES)[number];
 /** The routes that act on a leased attempt, so carry its fence: every one but claim. */
 const FENCED_ROUTES = WORKER_ROUTES.filter((route) => route !== "/worker/claim");
@@ -226,12 +236,7 @@ describe("worker routes", () => {
   beforeAll(async () => {
     await admittedRun("bad-input", "pool-bad");
     const lease = await claim("worker-1", "pool-bad");
-    fence = {
-      attemptId: lease.attemptId,
-      workerId: "worker-1",
-      leaseVersion: lease.leaseVersion,
-      leaseSecret: lease.leaseSecret,
-    };
+    fence = fenceFor(lease, "worker-1");
     // Started, so that a valid body on any route would have written something.
     await ok("/worker/start", { ...fence, phase: "starting" });
   });
@@ -606,12 +611,7 @@ describe("worker routes", () => {
   it("a never-spawned lost report from the lease's holder opens a new ready epoch for a starting attempt, and is 409 with nothing written on a running one", async () => {
     const runId = await admittedRun("never-spawned-routes", "pool-never-spawned-routes");
     const lease = await claim("worker-1", "pool-never-spawned-routes");
-    const fenceNow = {
-      attemptId: lease.attemptId,
-      workerId: "worker-1",
-      leaseVersion: lease.leaseVersion,
-      leaseSecret: lease.leaseSecret,
-    };
+    const fenceNow = fenceFor(lease, "worker-1");
     await ok("/worker/start", { ...fenceNow, phase: "starting" });
     clock.advance(10);
     expect(
@@ -640,12 +640,7 @@ describe("worker routes", () => {
     // The new epoch's attempt runs; the fact is refused on it once its process is on record.
     const next = await claim("worker-1", "pool-never-spawned-routes");
     expect(next.attemptId).toBe(afterLost.attempts[1]!.id);
-    const nextFence = {
-      attemptId: next.attemptId,
-      workerId: "worker-1",
-      leaseVersion: next.leaseVersion,
-      leaseSecret: next.leaseSecret,
-    };
+    const nextFence = fenceFor(next, "worker-1");
     await ok("/worker/start", { ...nextFence, phase: "starting" });
     const startedAtMs = clock.nowMs();
     await ok("/worker/start", {
