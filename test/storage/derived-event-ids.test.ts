@@ -11,9 +11,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventId } from "../../src/aggregate.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
-import { openSqlStore } from "../../storage/sql-store.ts";
-import { DRIVERS } from "../support/drivers.ts";
-import { migrationsFor } from "../support/dialect-migrations.ts";
 import { SequentialIds, TestClock } from "../support/fixtures.ts";
 import {
   earlierWorkload,
@@ -22,7 +19,7 @@ import {
   receiptsOf,
   runDiamonds,
   T0,
-  writeEarlierStore,
+  itUpgradesOnEveryDriver,
   type EarlierWorkload,
 } from "./fixtures/earlier-store.ts";
 
@@ -69,40 +66,30 @@ describe("event ids derived from run and sequence (migration 0009)", () => {
     }
   });
 
-  for (const factory of DRIVERS) {
-    describe(factory.name, () => {
-      let driver: SqlDriver;
+  itUpgradesOnEveryDriver(
+    "a store written before opens, keeps its stored ids and reads its runs as before",
+    BEFORE_DERIVED_IDS,
+    () => workload,
+    async (driver, store) => {
+      for (const runId of workload.runIds) {
+        expect(await readRun(store, runId)).toEqual(await readRun(workload.source, runId));
+        expect(await receiptsOf(store, runId)).toEqual(workload.receipts.get(runId));
+        expect((await storedEventIds(driver, runId)).every((id) => id !== null)).toBe(true);
+      }
 
-      beforeAll(async () => {
-        driver = await factory.open();
-        await writeEarlierStore(driver, workload, BEFORE_DERIVED_IDS);
-      });
-      afterAll(async () => {
-        await driver?.close();
-      });
-
-      it("a store written before opens, keeps its stored ids and reads its runs as before", async () => {
-        const store = await openSqlStore(driver, migrationsFor(driver.dialect), T0 - 1);
-        for (const runId of workload.runIds) {
-          expect(await readRun(store, runId)).toEqual(await readRun(workload.source, runId));
-          expect(await receiptsOf(store, runId)).toEqual(workload.receipts.get(runId));
-          expect((await storedEventIds(driver, runId)).every((id) => id !== null)).toBe(true);
-        }
-
-        // New runs on the migrated store: derived ids stored as NULL, read back whole.
-        const [fresh] = await runDiamonds(store, clock, ids, "fresh-pkg", 1);
-        const events = await store.transaction((tx) => tx.listEvents(fresh ?? "", 0, 1_000));
-        const stored = await storedEventIds(driver, fresh ?? "");
-        expect(events.map((event) => event.seq)).toEqual(events.map((_, index) => index + 1));
-        for (const [index, event] of events.entries())
-          expect(stored[index]).toBe(event.id.startsWith("evt:") ? null : event.id);
-        expect(stored.filter((id) => id === null).length).toBeGreaterThan(events.length / 2);
-        expect(
-          events.every(
-            (event) => event.id === eventId(event.runId, event.seq) || event.id.startsWith("wte:"),
-          ),
-        ).toBe(true);
-      });
-    });
-  }
+      // New runs on the migrated store: derived ids stored as NULL, read back whole.
+      const [fresh] = await runDiamonds(store, clock, ids, "fresh-pkg", 1);
+      const events = await store.transaction((tx) => tx.listEvents(fresh ?? "", 0, 1_000));
+      const stored = await storedEventIds(driver, fresh ?? "");
+      expect(events.map((event) => event.seq)).toEqual(events.map((_, index) => index + 1));
+      for (const [index, event] of events.entries())
+        expect(stored[index]).toBe(event.id.startsWith("evt:") ? null : event.id);
+      expect(stored.filter((id) => id === null).length).toBeGreaterThan(events.length / 2);
+      expect(
+        events.every(
+          (event) => event.id === eventId(event.runId, event.seq) || event.id.startsWith("wte:"),
+        ),
+      ).toBe(true);
+    },
+  );
 });

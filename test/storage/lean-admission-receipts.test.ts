@@ -13,9 +13,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { admissionReceiptDigest } from "../../src/admission.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
-import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
-import { DRIVERS } from "../support/drivers.ts";
-import { migrationsFor } from "../support/dialect-migrations.ts";
+import type { SqlStore } from "../../storage/sql-store.ts";
 import { SequentialIds, TestClock } from "../support/fixtures.ts";
 import {
   earlierWorkload,
@@ -24,7 +22,7 @@ import {
   receiptsOf,
   runDiamonds,
   T0,
-  writeEarlierStore,
+  itUpgradesOnEveryDriver,
   type EarlierWorkload,
 } from "./fixtures/earlier-store.ts";
 
@@ -148,43 +146,33 @@ describe("admission receipts stored without what their key determines (migration
     await expectWholeReceipts(source, runId);
   });
 
-  for (const factory of DRIVERS) {
-    describe(factory.name, () => {
-      let driver: SqlDriver;
+  itUpgradesOnEveryDriver(
+    "a store written before opens, keeps its receipts' bodies and reads its runs and receipts as before",
+    BEFORE_LEAN_RECEIPTS,
+    () => workload,
+    async (driver, store) => {
+      expect(await receiptColumns(driver)).toEqual([
+        "run_id",
+        "step_run_id",
+        "step_run_version",
+        "body",
+      ]);
+      for (const runId of workload.runIds) {
+        expect(await readRun(store, runId)).toEqual(await readRun(source, runId));
+        expect(await receiptsOf(store, runId)).toEqual(workload.receipts.get(runId));
+        // The receipts written before keep every value in their bodies.
+        for (const body of await storedBodies(driver, runId))
+          for (const field of DERIVED_FIELDS) expect(body).toHaveProperty(field);
+        await expectWholeReceipts(store, runId);
+      }
 
-      beforeAll(async () => {
-        driver = await factory.open();
-        await writeEarlierStore(driver, workload, BEFORE_LEAN_RECEIPTS);
-      });
-      afterAll(async () => {
-        await driver?.close();
-      });
-
-      it("a store written before opens, keeps its receipts' bodies and reads its runs and receipts as before", async () => {
-        const store = await openSqlStore(driver, migrationsFor(driver.dialect), T0 - 1);
-        expect(await receiptColumns(driver)).toEqual([
-          "run_id",
-          "step_run_id",
-          "step_run_version",
-          "body",
-        ]);
-        for (const runId of workload.runIds) {
-          expect(await readRun(store, runId)).toEqual(await readRun(source, runId));
-          expect(await receiptsOf(store, runId)).toEqual(workload.receipts.get(runId));
-          // The receipts written before keep every value in their bodies.
-          for (const body of await storedBodies(driver, runId))
-            for (const field of DERIVED_FIELDS) expect(body).toHaveProperty(field);
-          await expectWholeReceipts(store, runId);
-        }
-
-        // New runs on the migrated store: lean bodies, whole receipts.
-        const [fresh] = await runDiamonds(store, clock, ids, "fresh-pkg", 1);
-        const bodies = await storedBodies(driver, fresh ?? "");
-        expect(bodies).toHaveLength(4);
-        for (const body of bodies)
-          for (const field of DERIVED_FIELDS) expect(body).not.toHaveProperty(field);
-        await expectWholeReceipts(store, fresh ?? "");
-      });
-    });
-  }
+      // New runs on the migrated store: lean bodies, whole receipts.
+      const [fresh] = await runDiamonds(store, clock, ids, "fresh-pkg", 1);
+      const bodies = await storedBodies(driver, fresh ?? "");
+      expect(bodies).toHaveLength(4);
+      for (const body of bodies)
+        for (const field of DERIVED_FIELDS) expect(body).not.toHaveProperty(field);
+      await expectWholeReceipts(store, fresh ?? "");
+    },
+  );
 });
