@@ -9,7 +9,7 @@ import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
-import { SequentialIds, SequentialSecrets, TestClock } from "../support/fixtures.ts";
+import { exitFacts, SequentialIds, SequentialSecrets, TestClock } from "../support/fixtures.ts";
 import { dumpTables } from "../support/store-dump.ts";
 import { WORKER_ROUTES } from "../http/support.ts";
 
@@ -578,14 +578,7 @@ describe("worker routes", () => {
       leaseExpiresAtMs: clock.nowMs() + TTL_MS,
     });
     clock.advance(1_000);
-    const facts = {
-      startedAtMs,
-      finishedAtMs: clock.nowMs(),
-      exitCode: 0,
-      signal: null,
-      stopReason: null,
-      spawnError: null,
-    };
+    const facts = exitFacts(startedAtMs, clock.nowMs());
     const complete = (output: unknown) =>
       ok("/worker/complete", { ...fenceNow, ...facts, output, outputError: null });
     expect(await complete({ rows: 3 })).toEqual({ status: "succeeded", replayed: false });
@@ -657,15 +650,7 @@ describe("worker routes", () => {
     expect(errorOf(refused).message).toMatch(/is running/);
     expect(await dump()).toBe(before);
     clock.advance(10);
-    await ok("/worker/complete", {
-      ...nextFence,
-      startedAtMs,
-      finishedAtMs: clock.nowMs(),
-      exitCode: 0,
-      signal: null,
-      stopReason: null,
-      spawnError: null,
-    });
+    await ok("/worker/complete", { ...nextFence, ...exitFacts(startedAtMs, clock.nowMs()) });
     await tick();
     const done = await detail();
     expect(done.run.status).toBe("succeeded");
