@@ -12,6 +12,7 @@ import { PROFILES, type ProfileName } from "../../src/profiles.ts";
 import { transactAtStoreTime } from "../../src/ports.ts";
 import { DEFAULT_RETENTION, type RetentionPolicy } from "../../src/retention.ts";
 import { isQlrError, errorMessage } from "../../src/errors.ts";
+import type { HeldLock } from "../../storage/node/lock.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { mountDashboard } from "./serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
@@ -27,7 +28,7 @@ import { BufferReclaimer } from "./buffer-reclaimer.ts";
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
 import { readAttemptLog, readLogChunk } from "./read-log.ts";
-import { describeTightened, secureStateDir } from "./state-dir.ts";
+import { describeTightened, lockStateDir, secureStateDir } from "./state-dir.ts";
 import { loadOrCreateNodeIdentity } from "./node-identity.ts";
 import {
   API_AFTER_CHANGE,
@@ -119,6 +120,8 @@ export class DeviceRuntime {
   /** Edge profile only: frees dead database-sized buffers after a cycle (buffer-reclaimer.ts). */
   private readonly reclaimer: BufferReclaimer | null;
   private readonly intake: Intake;
+  /** This runtime's hold on its state dir (`runtime.lock`), released last at stop. */
+  private readonly stateLock: HeldLock;
   private stopping: Promise<void> | null = null;
 
   private constructor(parts: {
@@ -130,6 +133,7 @@ export class DeviceRuntime {
     options: DeviceOptions;
     recovery: RecoveryEntry[];
     intake: Intake;
+    stateLock: HeldLock;
   }) {
     this.url = parts.url;
     this.store = parts.store;
@@ -139,6 +143,7 @@ export class DeviceRuntime {
     this.options = parts.options;
     this.recovery = parts.recovery;
     this.intake = parts.intake;
+    this.stateLock = parts.stateLock;
     this.reclaimer = parts.options.profile === "edge" ? new BufferReclaimer() : null;
   }
 
@@ -148,6 +153,21 @@ export class DeviceRuntime {
     const secured = await secureStateDir(stateDir);
     if (secured.tightenedFromMode !== null)
       log(describeTightened(stateDir, secured.tightenedFromMode));
+    const stateLock = await lockStateDir(stateDir);
+    try {
+      return await DeviceRuntime.startLocked(options, log, stateDir, stateLock);
+    } catch (error) {
+      stateLock.release();
+      throw error;
+    }
+  }
+
+  private static async startLocked(
+    options: DeviceOptions,
+    log: (line: string) => void,
+    stateDir: string,
+    stateLock: HeldLock,
+  ): Promise<DeviceRuntime> {
     const hmacKey = await loadOrCreateReceiptKey(stateDir);
     // Local facts wake the cadence early; the runtime exists only once the server is up.
     let runtimeForWake: DeviceRuntime | null = null;
@@ -284,6 +304,7 @@ export class DeviceRuntime {
         options,
         recovery,
         intake,
+        stateLock,
       });
       runtimeForWake = runtime;
       runtime.scheduleTick(0);
@@ -388,6 +409,8 @@ export class DeviceRuntime {
     if (this.server instanceof HttpServer) this.server.closeAllConnections();
     await closed;
     await this.store.close();
+    // 5. Let the next runtime in.
+    this.stateLock.release();
   }
 }
 

@@ -3,6 +3,7 @@ import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promise
 import { join, resolve } from "node:path";
 import { assertPortableId, isPortableId } from "../../src/identity.ts";
 import type { Lease } from "../../src/lease-service.ts";
+import type { HeldLock } from "../../storage/node/lock.ts";
 import { LEASE_SECRET_PATTERN } from "../../src/leases.ts";
 import { errorMessage } from "../../src/errors.ts";
 import { ApiError, QlrClient } from "../http/client.ts";
@@ -10,7 +11,7 @@ import type { LeaseFenceRequest } from "../http/contract.ts";
 import { systemClock } from "./host.ts";
 import { receiptCompletion } from "./local-executor.ts";
 import { prepareTaskEnvironment } from "./task-env.ts";
-import { describeTightened, secureStateDir } from "./state-dir.ts";
+import { describeTightened, lockStateDir, secureStateDir } from "./state-dir.ts";
 import {
   faultTrigger,
   LAUNCH_AFTER_JOURNAL,
@@ -111,14 +112,18 @@ export class RemoteWorker {
   /** Quick rounds left after a completion (an index into FOLLOW_UP_DELAYS_MS). */
   private followUp: number = FOLLOW_UP_DELAYS_MS.length;
   private completedInRound = false;
+  /** This worker's hold on its state dir (`runtime.lock`), released at stop. */
+  private readonly stateLock: HeldLock;
 
   private constructor(
     options: RemoteWorkerOptions,
     workerId: string,
     launcher: PosixLauncher,
     fault: (point: WorkerFaultPoint) => void,
+    stateLock: HeldLock,
   ) {
     this.options = options;
+    this.stateLock = stateLock;
     this.fault = fault;
     this.workerId = workerId;
     this.launcher = launcher;
@@ -137,6 +142,20 @@ export class RemoteWorker {
       (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(
         describeTightened(stateDir, secured.tightenedFromMode),
       );
+    const stateLock = await lockStateDir(stateDir);
+    try {
+      return await RemoteWorker.createLocked(options, stateDir, stateLock);
+    } catch (error) {
+      stateLock.release();
+      throw error;
+    }
+  }
+
+  private static async createLocked(
+    options: RemoteWorkerOptions,
+    stateDir: string,
+    stateLock: HeldLock,
+  ): Promise<RemoteWorker> {
     await mkdir(join(stateDir, "leases"), { recursive: true, mode: 0o700 });
     const idPath = join(stateDir, "worker-id");
     let workerId = (await readFile(idPath, "utf8").catch(() => "")).trim();
@@ -155,7 +174,13 @@ export class RemoteWorker {
       onSupervisorExit: () => workerForWake?.wake(),
       afterJournal: () => fault(LAUNCH_AFTER_JOURNAL),
     });
-    workerForWake = new RemoteWorker({ ...options, stateDir }, workerId, launcher, fault);
+    workerForWake = new RemoteWorker(
+      { ...options, stateDir },
+      workerId,
+      launcher,
+      fault,
+      stateLock,
+    );
     return workerForWake;
   }
 
@@ -254,6 +279,7 @@ export class RemoteWorker {
     this.running = false;
     this.endWait?.();
     await this.loop;
+    this.stateLock.release();
   }
 
   /** Something to report or claim may be waiting: run a round now (after the current one). */

@@ -1,5 +1,8 @@
 import { chmod, lstat, mkdir } from "node:fs/promises";
 import { QlrError } from "../../src/errors.ts";
+import { nodeDurableFs } from "../../storage/node/durable-fs.ts";
+import { acquireLock } from "../../storage/node/lock.ts";
+import type { HeldLock, LockSubject } from "../../storage/node/lock.ts";
 
 /**
  * The state dir holds the token, the receipt key, the database, journals, receipts and logs:
@@ -39,4 +42,22 @@ export async function secureStateDir(
 
 export function describeTightened(stateDir: string, mode: number): string {
   return `state dir ${stateDir} had mode ${mode.toString(8)}; tightened to 700 (it holds the token, the receipt key and every log)`;
+}
+
+const STATE_DIR_LOCK: LockSubject = {
+  fileName: "runtime.lock",
+  describe: (directory) => `The state dir ${directory}`,
+};
+
+/**
+ * One runtime process per state dir, `qlr serve` or `qlr worker`: the launcher's journals,
+ * spawn records and receipts, a worker's lease files and the supervisor's socket all assume
+ * one owner. A worker judges a lease with no journal as never spawned because its own launches
+ * and its own look at the journal never overlap; a second worker launching into the same
+ * directory would make that judgement false and a task could run twice. The lock is taken
+ * after the directory is secured and released at stop; a SIGKILLed owner's lock is stale and
+ * taken over (storage/node/lock.ts).
+ */
+export function lockStateDir(stateDir: string): Promise<HeldLock> {
+  return acquireLock(stateDir, nodeDurableFs, STATE_DIR_LOCK);
 }

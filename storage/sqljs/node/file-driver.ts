@@ -52,8 +52,8 @@ import { SqlJsConnection, mapSqlJsError, runTransaction } from "../connection.ts
 import type { RecordedWrite, SqlJsConnectionOptions } from "../connection.ts";
 import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
 import type { JournalScan, ParsedRecord, RecordAdoption } from "./journal.ts";
-import { acquireLock } from "./lock.ts";
-import type { HeldLock } from "./lock.ts";
+import { acquireLock } from "../../node/lock.ts";
+import type { HeldLock } from "../../node/lock.ts";
 import {
   SNAPSHOT_FRAME_IMAGE_BYTES,
   decodeSnapshot,

@@ -1,7 +1,9 @@
 /**
- * The file driver's exclusive lock: a `lock` file created with O_EXCL that holds the owner's
- * pid and a start marker. The lock is advisory: it keeps out other processes that open the
- * directory through this driver, not a process that writes the files by other means.
+ * An exclusive directory lock: a lock file created with O_EXCL that holds the owner's pid and a
+ * start marker. The file driver takes `lock` in its database directory; a runtime (`qlr serve`,
+ * `qlr worker`) takes `runtime.lock` in its state dir. The lock is advisory: it keeps out other
+ * processes that open the directory through this code, not a process that writes the files by
+ * other means.
  *
  * A lock whose owner is gone is stale and taken over: the pid no longer exists
  * (`process.kill(pid, 0)` answers ESRCH), or it exists but belongs to another process (on
@@ -14,8 +16,8 @@ import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { QlrError, errorCode } from "../../../src/errors.ts";
-import type { DurableFs } from "../../node/durable-fs.ts";
+import { QlrError, errorCode } from "../../src/errors.ts";
+import type { DurableFs } from "./durable-fs.ts";
 
 /** A lock file can be seen empty between its creation and its write; its reader waits this long, this often. */
 const UNREADABLE_LOCK_RETRY_MS = 50;
@@ -34,7 +36,18 @@ export interface HeldLock {
   release(): void;
 }
 
-/** Takes the lock file `lock` inside `directory`, or throws `storage_locked` naming the holder. */
+/** What a lock guards: its file's name, and the words that name the directory in an error. */
+export interface LockSubject {
+  readonly fileName: string;
+  /** e.g. "The database at /var/lib/qlr/db". */
+  readonly describe: (directory: string) => string;
+}
+
+export const DATABASE_LOCK: LockSubject = {
+  fileName: "lock",
+  describe: (directory) => `The database at ${directory}`,
+};
+
 /**
  * Lock files this process holds now. A lock file naming this process that is not in here was
  * left by one of its own attempts that failed half way (created, then a write or a sync
@@ -42,8 +55,16 @@ export interface HeldLock {
  */
 const heldByThisProcess = new Set<string>();
 
-export async function acquireLock(directory: string, fs: DurableFs): Promise<HeldLock> {
-  const lockPath = join(directory, "lock");
+/**
+ * Takes the subject's lock file inside `directory`, or throws `storage_locked` naming the
+ * holder.
+ */
+export async function acquireLock(
+  directory: string,
+  fs: DurableFs,
+  subject: LockSubject = DATABASE_LOCK,
+): Promise<HeldLock> {
+  const lockPath = join(directory, subject.fileName);
   const holder: LockHolder = {
     pid: process.pid,
     startMarker: processStartMarker(fs, process.pid) ?? null,
@@ -60,14 +81,14 @@ export async function acquireLock(directory: string, fs: DurableFs): Promise<Hel
     ) {
       throw new QlrError(
         "storage_locked",
-        `The database at ${directory} is in use by process ${existing.pid} (lock file ${lockPath}). Stop that process, or remove the lock file if that process is not a qlr runtime.`,
+        `${subject.describe(directory)} is in use by process ${existing.pid} (lock file ${lockPath}). Stop that process, or remove the lock file if that process is not a qlr runtime.`,
       );
     }
     removeIfPresent(fs, lockPath);
   }
   throw new QlrError(
     "storage_locked",
-    `The lock ${lockPath} kept changing hands; another process is opening the same database.`,
+    `The lock ${lockPath} kept changing hands; another process is opening the same directory.`,
   );
 }
 
