@@ -1105,8 +1105,14 @@ export class Coordinator {
       if (executor === undefined) continue;
       // One row beyond the page tells whether more wait; the page stays within what the store returns.
       const pageSize = Math.min(storePageSize(limit), MAX_STORE_PAGE - 1);
+      const cursorKey = `dispatch:${executor.type}`;
       const claimed = await this.deps.store.transaction(async (tx) =>
-        tx.listAttempts(executor.type, ["claimed"], null, pageSize + 1),
+        tx.listAttempts(
+          executor.type,
+          ["claimed"],
+          this.cursors.get(cursorKey) ?? null,
+          pageSize + 1,
+        ),
       );
       if (claimed.length > pageSize) context.more = true;
       const started: {
@@ -1115,6 +1121,13 @@ export class Coordinator {
         readonly startingAtMs: number;
       }[] = [];
       const page = claimed.slice(0, pageSize);
+      // Round robin: after a full page the next cycle resumes behind it, so claims that stay
+      // `claimed` (a start that keeps failing, a run waiting for its cancel to converge) cannot
+      // hold the head of every page while the claims behind them wait; a short page starts over.
+      this.saveCursor(
+        cursorKey,
+        claimed.length > pageSize ? (page[page.length - 1]?.id ?? null) : null,
+      );
       const startings = await this.writePage(
         page.map((attempt) => this.markStartingWrite(attempt.id)),
       );
