@@ -6,7 +6,7 @@ import {
   type WorkflowProblem,
   type WorkflowStepInput,
 } from "./dag.ts";
-import { MAX_MANIFEST_BYTES, utf8ByteLength } from "./limits.ts";
+import { isOversizeManifest, MANIFEST_LIMITS } from "./limits.ts";
 import { resolveRunInput, type InputDeclaration, type InputValue } from "../run-inputs.ts";
 import {
   formatIssuePath,
@@ -42,14 +42,13 @@ type Decoded =
  * workflow DAGs, schedule targets). Every problem found is reported with its path.
  */
 export function parseManifest(text: string, format: ManifestFormat): ManifestParseResult {
-  // Every UTF-16 code unit is at least one UTF-8 byte, so a long string is oversize without counting.
-  if (text.length > MAX_MANIFEST_BYTES || utf8ByteLength(text) > MAX_MANIFEST_BYTES) {
+  if (isOversizeManifest(text)) {
     return {
       ok: false,
       issues: [
         {
           path: "$",
-          message: `the manifest is larger than ${MAX_MANIFEST_BYTES} bytes (${MAX_MANIFEST_BYTES / 1024} KiB)`,
+          message: `the manifest is larger than ${MANIFEST_LIMITS.maxManifestBytes} bytes (${MANIFEST_LIMITS.maxManifestBytes / 1024} KiB)`,
         },
       ],
     };
