@@ -1,4 +1,5 @@
 import { LineCounter, parseDocument } from "yaml";
+import { parseJsonText } from "../canonical-json.ts";
 import { QlrError } from "../errors.ts";
 import {
   compareNames,
@@ -178,21 +179,17 @@ function decodeYaml(text: string): Decoded {
 
 function decodeJson(text: string): Decoded {
   const body = text.startsWith("\uFEFF") ? text.slice(1) : text;
-  let value: unknown;
-  try {
-    value = JSON.parse(body);
-  } catch (error) {
+  const parsed = parseJsonText(body);
+  if (!parsed.ok)
     return {
       ok: false,
-      issues: [{ path: "$", message: `JSON: ${jsonErrorMessage(error, body)}` }],
+      issues: [{ path: "$", message: `JSON: ${withLineAndColumn(parsed.message, body)}` }],
     };
-  }
-  return { ok: true, value, issues: duplicateJsonKeyIssues(body) };
+  return { ok: true, value: parsed.value, issues: duplicateJsonKeyIssues(body) };
 }
 
-/** The engine's message, first line only, with a line and column when it gives a position. */
-function jsonErrorMessage(error: unknown, text: string): string {
-  const message = (error instanceof Error ? error.message : String(error)).split("\n")[0] ?? "";
+/** The engine's message with a line and column added when it gives only a position. */
+function withLineAndColumn(message: string, text: string): string {
   const position = /at position (\d+)/.exec(message);
   if (position === null || /line \d+ column \d+/.test(message)) return message;
   const offset = Number(position[1]);
