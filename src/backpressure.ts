@@ -2,7 +2,7 @@ import { QlrError } from "./errors.ts";
 import type { ExecutorType, Run, RunAttempt, StepRun } from "./model.ts";
 import type { StoreTx } from "./ports.ts";
 import type { TaskDefinition } from "./packages.ts";
-import { MAX_TASK_CONCURRENCY } from "./manifest/limits.ts";
+import { MANIFEST_LIMITS } from "./manifest/limits.ts";
 
 /**
  * Backpressure: how many attempts may be live at once. Two limits, both decided here at
@@ -68,7 +68,11 @@ function checkLimit(value: number, what: string, max: number): void {
  */
 export function decideSlot(input: SlotInput): WaitReason | null {
   if (input.taskLimit !== null) {
-    checkLimit(input.taskLimit, `task ${input.task}: concurrency`, MAX_TASK_CONCURRENCY);
+    checkLimit(
+      input.taskLimit,
+      `task ${input.task}: concurrency`,
+      MANIFEST_LIMITS.maxTaskConcurrency,
+    );
     if (input.taskLive >= input.taskLimit)
       return {
         kind: "task_limit",

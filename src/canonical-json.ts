@@ -1,4 +1,4 @@
-import { QlrError } from "./errors.ts";
+import { errorMessage, QlrError } from "./errors.ts";
 
 export type JsonValue =
   null | boolean | number | string | readonly JsonValue[] | { readonly [key: string]: JsonValue };
@@ -45,5 +45,21 @@ function write(value: unknown, path: string): string {
         "invalid_request",
         `canonical JSON cannot hold a ${typeof value} at ${path}`,
       );
+  }
+}
+
+/** A parsed JSON text, or why it is not one. */
+export type ParsedJson =
+  { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly message: string };
+
+/**
+ * JSON.parse that answers instead of throwing. The message is the engine's first line only:
+ * engines differ in what follows, and a report quotes one line.
+ */
+export function parseJsonText(text: string): ParsedJson {
+  try {
+    return { ok: true, value: JSON.parse(text) as unknown };
+  } catch (error) {
+    return { ok: false, message: errorMessage(error).split("\n")[0] ?? "" };
   }
 }

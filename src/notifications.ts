@@ -302,19 +302,11 @@ export function claimForDelivery(
   entry: NotificationEntry,
   nowMs: number,
 ): NotificationEntry | null {
-  if (
-    entry.state !== "pending" ||
-    entry.nextAttemptAtMs > nowMs ||
-    entry.attempts >= DELIVERY.maxAttempts
-  )
-    return null;
-  return {
-    ...entry,
+  if (!isDue(entry, nowMs) || entry.attempts >= DELIVERY.maxAttempts) return null;
+  return revised(entry, nowMs, {
     attempts: entry.attempts + 1,
     nextAttemptAtMs: nowMs + DELIVERY_CLAIM_MS,
-    updatedAtMs: nowMs,
-    version: entry.version + 1,
-  };
+  });
 }
 
 /** Records one send's outcome on the claimed entry. */
@@ -323,12 +315,15 @@ export function recordDelivery(
   outcome: DeliveryOutcome,
   nowMs: number,
 ): NotificationEntry {
-  const base = { ...claimed, updatedAtMs: nowMs, version: claimed.version + 1 };
-  if (outcome.ok) return { ...base, state: "delivered", deliveredAtMs: nowMs, lastError: null };
+  if (outcome.ok)
+    return revised(claimed, nowMs, { state: "delivered", deliveredAtMs: nowMs, lastError: null });
   const lastError = outcome.error.slice(0, DELIVERY.maxErrorLength);
   if (!outcome.retryable || claimed.attempts >= DELIVERY.maxAttempts)
-    return { ...base, state: "failed", lastError };
-  return { ...base, lastError, nextAttemptAtMs: nowMs + retryDelayMs(claimed.attempts) };
+    return revised(claimed, nowMs, { state: "failed", lastError });
+  return revised(claimed, nowMs, {
+    lastError,
+    nextAttemptAtMs: nowMs + retryDelayMs(claimed.attempts),
+  });
 }
 
 /**
@@ -339,17 +334,31 @@ export function expireStaleClaim(
   entry: NotificationEntry,
   nowMs: number,
 ): NotificationEntry | null {
-  if (
-    entry.state !== "pending" ||
-    entry.attempts < DELIVERY.maxAttempts ||
-    entry.nextAttemptAtMs > nowMs
-  )
-    return null;
-  return {
-    ...entry,
+  if (!isDue(entry, nowMs) || entry.attempts < DELIVERY.maxAttempts) return null;
+  return revised(entry, nowMs, {
     state: "failed",
     lastError: entry.lastError ?? "the runtime stopped during the last delivery attempt",
-    updatedAtMs: nowMs,
-    version: entry.version + 1,
-  };
+  });
+}
+
+/**
+ * A pending entry whose next attempt time has come: a retry whose backoff has passed, or a
+ * claim (which holds the entry by moving that time) that expired without a record.
+ */
+function isDue(entry: NotificationEntry, nowMs: number): boolean {
+  return entry.state === "pending" && entry.nextAttemptAtMs <= nowMs;
+}
+
+/** What a delivery step may change on an entry; its identity and payload never change. */
+type DeliveryChange = Partial<
+  Pick<NotificationEntry, "state" | "attempts" | "nextAttemptAtMs" | "lastError" | "deliveredAtMs">
+>;
+
+/** The next version of an entry: `changes` applied, stamped at `nowMs` for the CAS on `version`. */
+function revised(
+  entry: NotificationEntry,
+  nowMs: number,
+  changes: DeliveryChange,
+): NotificationEntry {
+  return { ...entry, ...changes, updatedAtMs: nowMs, version: entry.version + 1 };
 }

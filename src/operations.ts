@@ -6,8 +6,8 @@ import { TERMINAL_RUN_STATUSES } from "./model.ts";
 import { materializePlans, nextGeneration, reconcileTasks } from "./packages.ts";
 import type { StoreTx } from "./ports.ts";
 import { resolveFailedClosed } from "./recovery.ts";
-import { createOrdinaryRun, createWorkflowRun, requestCancel } from "./runs.ts";
-import { keyConflict, runNamedByKey } from "./run-start.ts";
+import { createOrdinaryRun, createWorkflowRun, requestCancel, type NewRun } from "./runs.ts";
+import { createKeyedRun, keyConflict, requireReconciliation, type KeyedRun } from "./run-start.ts";
 import { initialScheduleState } from "./schedules.ts";
 
 /**
@@ -89,17 +89,17 @@ export interface RerunRequest {
  * The same idempotency key returns the same rerun for the same request, and is a conflict for
  * another one.
  */
-export async function rerunRun(
-  tx: StoreTx,
-  request: RerunRequest,
-  nowMs: number,
-): Promise<{ run: Run; created: boolean }> {
-  const existing = await runNamedByKey(tx, request.idempotencyKey);
-  if (existing !== null) {
-    if (existing.rerunOf !== request.runId)
-      throw keyConflict(existing, `, which is not a rerun of ${request.runId}`);
-    return { run: existing, created: false };
-  }
+export function rerunRun(tx: StoreTx, request: RerunRequest, nowMs: number): Promise<KeyedRun> {
+  return createKeyedRun(tx, request.idempotencyKey, {
+    requireSameRequest: (existing) => {
+      if (existing.rerunOf !== request.runId)
+        throw keyConflict(existing, `, which is not a rerun of ${request.runId}`);
+    },
+    create: () => createRerun(tx, request, nowMs),
+  });
+}
+
+async function createRerun(tx: StoreTx, request: RerunRequest, nowMs: number): Promise<NewRun> {
   const old = await tx.getRun(request.runId);
   if (old === null) throw new QlrError("not_found", `run ${request.runId} does not exist`);
   if (!TERMINAL_RUN_STATUSES.has(old.status))
@@ -107,9 +107,7 @@ export async function rerunRun(
       "conflict",
       `run ${old.id} is ${old.status}: only a finished run can be rerun`,
     );
-  const reconciliation = await tx.getReconciliation(old.reconciliationDigest);
-  if (reconciliation === null)
-    throw new QlrError("integrity", `run ${old.id}: reconciliation receipt missing`);
+  const reconciliation = await requireReconciliation(tx, old.reconciliationDigest, `run ${old.id}`);
   const options = {
     runId: request.newRunId,
     nowMs,
@@ -127,9 +125,7 @@ export async function rerunRun(
         "integrity",
         `run ${old.id}: task ${old.target} has no definition in its generation`,
       );
-    const created = createOrdinaryRun(definition, reconciliation, options);
-    await tx.apply(created.change);
-    return { run: created.run, created: true };
+    return createOrdinaryRun(definition, reconciliation, options);
   }
   const plan = old.planDigest === null ? null : await tx.getPlan(old.planDigest);
   if (plan === null)
@@ -148,9 +144,7 @@ export async function rerunRun(
         `run ${old.id}: every step succeeded, there is no failed step to rerun`,
       );
   }
-  const created = createWorkflowRun(plan, reconciliation, options, reused);
-  await tx.apply(created.change);
-  return { run: created.run, created: true };
+  return createWorkflowRun(plan, reconciliation, options, reused);
 }
 
 export async function cancelRun(

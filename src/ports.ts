@@ -83,6 +83,19 @@ export interface ListedAdmissionCandidate extends AdmissionCandidate {
 }
 
 /**
+ * One page of a keyset listing: the items after `after` (null: from the start), at most
+ * `limit`. The coordinator walks such listings with `walkKeyset` (src/paging.ts).
+ */
+export type KeysetPage<Cursor, Item> = (after: Cursor | null, limit: number) => Promise<Item[]>;
+
+/** A keyset page of what is due at `nowMs` (store time). */
+export type DueKeysetPage<Cursor, Item> = (
+  after: Cursor | null,
+  limit: number,
+  nowMs: number,
+) => Promise<Item[]>;
+
+/**
  * A coordinator node registered in the store. The node id is stable across restarts of one
  * runtime (kept in its state dir); each start takes a new incarnation. The lease is in store
  * time: a node whose lease expired is gone until it registers again.
@@ -144,16 +157,12 @@ export interface StoreTx {
   deleteSchedule(packageName: string, name: string): Promise<void>;
 
   /** Non-terminal runs with a cancel intent, keyset by run id. */
-  listCancellingRuns(afterRunId: string | null, limit: number): Promise<string[]>;
-  /** Workflow runs whose frontier may move (marked when a step settles or a run is created). */
-  listFrontierRuns(afterRunId: string | null, limit: number): Promise<string[]>;
+  listCancellingRuns: KeysetPage<string, string>;
+  /** Workflow runs whose frontier may move (marked when a step settles or a run is created), keyset by run id. */
+  listFrontierRuns: KeysetPage<string, string>;
   clearFrontierMark(runId: string): Promise<void>;
   /** Ready steps of running, uncancelled runs with no admission winner in their epoch. At most MAX_ADMISSION_PAGE (admission.ts). */
-  listAdmissionCandidates(
-    after: AdmissionCandidate | null,
-    limit: number,
-    nowMs: number,
-  ): Promise<ListedAdmissionCandidate[]>;
+  listAdmissionCandidates: DueKeysetPage<AdmissionCandidate, ListedAdmissionCandidate>;
   /**
    * Live attempts (claimed, starting or running) of one task of a package, across every run
    * and generation: ordinary runs of the task and workflow steps that run it. What a task's
@@ -162,12 +171,8 @@ export interface StoreTx {
   countLiveTaskAttempts(packageName: string, task: string): Promise<number>;
   /** Live attempts (claimed, starting or running) of one executor type in the store: what `--max-running` limits. */
   countLiveAttempts(executor: ExecutorType): Promise<number>;
-  /** Due queued ordinary runs without a cancel intent. */
-  listQueuedOrdinaryRuns(
-    afterRunId: string | null,
-    limit: number,
-    nowMs: number,
-  ): Promise<string[]>;
+  /** Due queued ordinary runs without a cancel intent, keyset by run id. */
+  listQueuedOrdinaryRuns: DueKeysetPage<string, string>;
   /**
    * Attempts in the given statuses for one executor type, oldest first, keyset by attempt id.
    * With `ownerNodeId`, only the attempts that node dispatched and those no node owns yet.

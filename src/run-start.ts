@@ -1,9 +1,9 @@
 import { QlrError, type QlrErrorDetail } from "./errors.ts";
-import type { ChangeSet, Run } from "./model.ts";
-import type { WorkflowPlan } from "./packages.ts";
+import type { Run } from "./model.ts";
+import type { ReconciliationReceipt, WorkflowPlan } from "./packages.ts";
 import type { StoreTx } from "./ports.ts";
 import { resolveRunInput, sameInput, type InputDeclaration } from "./run-inputs.ts";
-import { createOrdinaryRun, createWorkflowRun } from "./runs.ts";
+import { createOrdinaryRun, createWorkflowRun, type NewRun } from "./runs.ts";
 import type { ScheduleState } from "./schedules.ts";
 
 /**
@@ -26,9 +26,38 @@ export interface StartRunRequest {
   readonly input?: unknown;
 }
 
-/** The run an idempotency key already names; null when there is no key or it names no run. */
-export async function runNamedByKey(tx: StoreTx, key: string | null): Promise<Run | null> {
-  return key === null ? null : tx.getRunByIdempotencyKey(key);
+/** A run a request asked for: the one it created, or the one its idempotency key already named. */
+export interface KeyedRun {
+  readonly run: Run;
+  readonly created: boolean;
+}
+
+/** How one kind of request creates its run under the idempotency-key rule (`createKeyedRun`). */
+export interface KeyedRunCreation {
+  /** Throws the conflict (see `keyConflict`) when the run the key names is not this request's. */
+  requireSameRequest(existing: Run): Promise<void> | void;
+  /** The new run and the change that writes it; called only when the key names no run. */
+  create(): Promise<NewRun>;
+}
+
+/**
+ * The idempotency-key rule a start and a rerun share: a key that already names a run answers
+ * with that run, and only for the same request; otherwise the run is created and written in
+ * this transaction.
+ */
+export async function createKeyedRun(
+  tx: StoreTx,
+  idempotencyKey: string | null,
+  creation: KeyedRunCreation,
+): Promise<KeyedRun> {
+  const existing = idempotencyKey === null ? null : await tx.getRunByIdempotencyKey(idempotencyKey);
+  if (existing !== null) {
+    await creation.requireSameRequest(existing);
+    return { run: existing, created: false };
+  }
+  const created = await creation.create();
+  await tx.apply(created.change);
+  return { run: created.run, created: true };
 }
 
 /**
@@ -47,6 +76,18 @@ export function keyConflict(
   );
 }
 
+/** The reconciliation receipt a new run binds to; missing, it is an integrity fault of `subject`. */
+export async function requireReconciliation(
+  tx: StoreTx,
+  digest: string,
+  subject: string,
+): Promise<ReconciliationReceipt> {
+  const reconciliation = await tx.getReconciliation(digest);
+  if (reconciliation === null)
+    throw new QlrError("integrity", `${subject}: reconciliation receipt missing`);
+  return reconciliation;
+}
+
 /** The input declarations a run of this plan is checked against; null: the workflow declares none. */
 function declaredInputs(plan: WorkflowPlan | null): readonly InputDeclaration[] | null {
   return plan?.inputs ?? null;
@@ -57,33 +98,45 @@ function declaredInputs(plan: WorkflowPlan | null): readonly InputDeclaration[] 
  * run, but only for the same target and the same input: a key names one request, and a
  * different input under it is a conflict, never silently the earlier run.
  */
-export async function startRun(
+export function startRun(tx: StoreTx, request: StartRunRequest, nowMs: number): Promise<KeyedRun> {
+  return createKeyedRun(tx, request.idempotencyKey, {
+    requireSameRequest: (existing) => requireSameStart(tx, existing, request),
+    create: () => createStartedRun(tx, request, nowMs),
+  });
+}
+
+async function requireSameStart(
+  tx: StoreTx,
+  existing: Run,
+  request: StartRunRequest,
+): Promise<void> {
+  if (
+    existing.package !== request.package ||
+    existing.target !== request.target.name ||
+    (existing.kind === "workflow") !== (request.target.kind === "workflow")
+  )
+    throw keyConflict(existing, " of another target");
+  // Resolved against the declarations the existing run was created under, so defaults compare equal.
+  const plan = existing.planDigest === null ? null : await tx.getPlan(existing.planDigest);
+  const input = resolveRunInput(request.input, declaredInputs(plan));
+  if (!sameInput(existing.input, input))
+    throw keyConflict(existing, " with another input", [
+      { path: "input", message: "differs from the input of the run this idempotency key names" },
+    ]);
+}
+
+async function createStartedRun(
   tx: StoreTx,
   request: StartRunRequest,
   nowMs: number,
-): Promise<{ run: Run; created: boolean }> {
-  const existing = await runNamedByKey(tx, request.idempotencyKey);
-  if (existing !== null) {
-    if (
-      existing.package !== request.package ||
-      existing.target !== request.target.name ||
-      (existing.kind === "workflow") !== (request.target.kind === "workflow")
-    )
-      throw keyConflict(existing, " of another target");
-    // Resolved against the declarations the existing run was created under, so defaults compare equal.
-    const plan = existing.planDigest === null ? null : await tx.getPlan(existing.planDigest);
-    const input = resolveRunInput(request.input, declaredInputs(plan));
-    if (!sameInput(existing.input, input))
-      throw keyConflict(existing, " with another input", [
-        { path: "input", message: "differs from the input of the run this idempotency key names" },
-      ]);
-    return { run: existing, created: false };
-  }
+): Promise<NewRun> {
   const head = await tx.getPackageHead(request.package);
   if (head === null) throw new QlrError("not_found", `package ${request.package} is not applied`);
-  const reconciliation = await tx.getReconciliation(head.reconciliationDigest);
-  if (reconciliation === null)
-    throw new QlrError("integrity", `package ${request.package}: reconciliation receipt missing`);
+  const reconciliation = await requireReconciliation(
+    tx,
+    head.reconciliationDigest,
+    `package ${request.package}`,
+  );
   const options = {
     runId: request.runId,
     nowMs,
@@ -91,24 +144,20 @@ export async function startRun(
     scheduleName: request.scheduleName,
     rerunOf: null,
   };
-  let created: { readonly run: Run; readonly change: ChangeSet };
   if (request.target.kind === "workflow") {
     const plan = await tx.findPlan(request.package, head.generation, request.target.name);
     if (plan === null) throw targetNotFound(request);
-    created = createWorkflowRun(plan, reconciliation, {
+    return createWorkflowRun(plan, reconciliation, {
       ...options,
       input: resolveRunInput(request.input, declaredInputs(plan)),
     });
-  } else {
-    const definition = await tx.getTaskDefinitionFor(reconciliation.digest, request.target.name);
-    if (definition === null) throw targetNotFound(request);
-    created = createOrdinaryRun(definition, reconciliation, {
-      ...options,
-      input: resolveRunInput(request.input, null),
-    });
   }
-  await tx.apply(created.change);
-  return { run: created.run, created: true };
+  const definition = await tx.getTaskDefinitionFor(reconciliation.digest, request.target.name);
+  if (definition === null) throw targetNotFound(request);
+  return createOrdinaryRun(definition, reconciliation, {
+    ...options,
+    input: resolveRunInput(request.input, null),
+  });
 }
 
 function targetNotFound(request: StartRunRequest): QlrError {

@@ -53,6 +53,12 @@ export interface NewRunOptions {
   readonly rerunOf?: string | null;
 }
 
+/** A created run and the change that writes it; nothing is stored until the change is applied. */
+export interface NewRun {
+  readonly run: Run;
+  readonly change: ChangeSet;
+}
+
 /**
  * A rerun's reused steps: step name to the output it keeps. Each is created `succeeded` with
  * that output and never runs again; the frontier readies what needs it as usual.
@@ -234,7 +240,7 @@ export function createOrdinaryRun(
   definition: TaskDefinition,
   reconciliation: ReconciliationReceipt,
   options: NewRunOptions,
-): { run: Run; change: ChangeSet } {
+): NewRun {
   assertPortableId(options.runId, "runId");
   checkIdempotencyKey(options.idempotencyKey);
   const item = reconciliation.items.find((candidate) => candidate.task === definition.task);

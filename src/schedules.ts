@@ -9,10 +9,13 @@ import type { ScheduleSpec } from "./manifest/types.ts";
  * for all of them; never a storm.
  */
 
-/** A fire is on time when it is noticed within this long of its due time. */
-export const DEFAULT_MISSED_GRACE_MS = 60_000;
-/** Counting missed fire times stops here; the count says "at least" beyond it. */
-export const MAX_MISSED_COUNT = 1000;
+/** How fire times that passed unnoticed (downtime, a slow cadence) are judged and counted. */
+export const MISSED_FIRES = {
+  /** A fire is on time when it is noticed within this long of its due time. */
+  defaultGraceMs: 60_000,
+  /** Counting missed fire times stops here; the count says "at least" beyond it. */
+  maxCount: 1000,
+} as const;
 
 export interface ScheduleState {
   readonly package: string;
@@ -68,7 +71,7 @@ export function decideSchedule(
   state: ScheduleState,
   nowMs: number,
   lastRunLive: boolean,
-  graceMs: number = DEFAULT_MISSED_GRACE_MS,
+  graceMs: number = MISSED_FIRES.defaultGraceMs,
 ): ScheduleDecision {
   if (!state.spec.enabled || state.nextFireAtMs === null || state.nextFireAtMs > nowMs)
     return { kind: "idle" };
@@ -76,7 +79,7 @@ export function decideSchedule(
   let dueAtMs = state.nextFireAtMs;
   let count = 1;
   let cursor = nextFireAfter(state.spec, dueAtMs);
-  while (cursor !== null && cursor <= nowMs && count < MAX_MISSED_COUNT) {
+  while (cursor !== null && cursor <= nowMs && count < MISSED_FIRES.maxCount) {
     dueAtMs = cursor;
     count += 1;
     cursor = nextFireAfter(state.spec, cursor);

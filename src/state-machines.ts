@@ -8,15 +8,18 @@ import type { AttemptStatus, RunKind, RunStatus, StepStatus } from "./model.ts";
  */
 export type TransitionTable<S extends string> = Readonly<Record<S, readonly S[]>>;
 
+/**
+ * The rows of the outcomes every machine shares (model.ts): final, no transition leaves them.
+ * Each table adds its own final status (`lost`, `skipped`) after them.
+ */
+const OUTCOME_ROWS = { succeeded: [], failed: [], timed_out: [], cancelled: [] } as const;
+
 /** Ordinary run: latest-attempt semantics, retries return the run to `queued`. */
 export const ORDINARY_RUN_TRANSITIONS: TransitionTable<RunStatus> = {
   queued: ["dispatching", "cancelled"],
   dispatching: ["running", "queued", "failed", "timed_out", "cancelled", "lost"],
   running: ["succeeded", "failed", "timed_out", "cancelled", "lost", "queued"],
-  succeeded: [],
-  failed: [],
-  timed_out: [],
-  cancelled: [],
+  ...OUTCOME_ROWS,
   lost: [],
 };
 
@@ -28,10 +31,7 @@ export const WORKFLOW_RUN_TRANSITIONS: TransitionTable<RunStatus> = {
   queued: [],
   dispatching: [],
   running: ["succeeded", "failed", "cancelled"],
-  succeeded: [],
-  failed: [],
-  timed_out: [],
-  cancelled: [],
+  ...OUTCOME_ROWS,
   lost: [],
 };
 
@@ -45,10 +45,7 @@ export const STEP_TRANSITIONS: TransitionTable<StepStatus> = {
   pending: ["ready", "skipped", "cancelled"],
   ready: ["ready", "running", "failed", "timed_out", "cancelled"],
   running: ["succeeded", "failed", "timed_out", "cancelled", "ready"],
-  succeeded: [],
-  failed: [],
-  timed_out: [],
-  cancelled: [],
+  ...OUTCOME_ROWS,
   skipped: [],
 };
 
@@ -57,10 +54,7 @@ export const ATTEMPT_TRANSITIONS: TransitionTable<AttemptStatus> = {
   claimed: ["starting", "cancelled", "lost"],
   starting: ["running", "failed", "timed_out", "lost"],
   running: ["succeeded", "failed", "timed_out", "cancelled", "lost"],
-  succeeded: [],
-  failed: [],
-  timed_out: [],
-  cancelled: [],
+  ...OUTCOME_ROWS,
   lost: [],
 };
 

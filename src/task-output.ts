@@ -1,4 +1,4 @@
-import { canonicalJson, type JsonValue } from "./canonical-json.ts";
+import { canonicalJson, parseJsonText, type JsonValue } from "./canonical-json.ts";
 import { utf8ByteLength } from "./manifest/limits.ts";
 
 /**
@@ -40,16 +40,9 @@ function depthOf(value: unknown): number {
  */
 export function outputFromText(text: string): OutputEvidence {
   if (text.trim() === "") return NO_OUTPUT;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch (error) {
-    return {
-      output: null,
-      outputError: `not valid JSON: ${(error instanceof Error ? error.message : String(error)).split("\n")[0] ?? ""}`,
-    };
-  }
-  return checkOutput(parsed);
+  const parsed = parseJsonText(text);
+  if (!parsed.ok) return { output: null, outputError: `not valid JSON: ${parsed.message}` };
+  return checkOutput(parsed.value);
 }
 
 /** Checks an already-parsed output (a remote worker's completion call carries one). */

@@ -3,7 +3,7 @@ import { bearerAuth } from "hono/bearer-auth";
 import { bodyLimit } from "hono/body-limit";
 import { HTTPException } from "hono/http-exception";
 import { isQlrError, type QlrErrorCode } from "../../src/errors.ts";
-import { MAX_MANIFEST_BYTES } from "../../src/manifest/limits.ts";
+import { MANIFEST_LIMITS } from "../../src/manifest/limits.ts";
 import { isTokenAuthorized } from "./auth.ts";
 import type { ErrorBody } from "./contract.ts";
 import type { AppDeps } from "./deps.ts";
@@ -24,7 +24,7 @@ import { workerRoutes } from "./routes/workers.ts";
 export type { AppDeps } from "./deps.ts";
 export { LOG_ANSWER_MAX_BYTES, MAX_EVENTS_PAGE, MAX_LIST_LIMIT } from "./routes/runs.ts";
 
-export const MAX_BODY_BYTES = MAX_MANIFEST_BYTES + 4096;
+export const MAX_BODY_BYTES = MANIFEST_LIMITS.maxManifestBytes + 4096;
 
 const STATUS_OF: Record<QlrErrorCode, 400 | 401 | 404 | 409 | 413 | 500 | 503> = {
   invalid_request: 400,

@@ -1,4 +1,5 @@
 import { LineCounter, parseDocument } from "yaml";
+import { parseJsonText } from "../canonical-json.ts";
 import { QlrError } from "../errors.ts";
 import {
   compareNames,
@@ -6,7 +7,7 @@ import {
   type WorkflowProblem,
   type WorkflowStepInput,
 } from "./dag.ts";
-import { MAX_MANIFEST_BYTES, utf8ByteLength } from "./limits.ts";
+import { isOversizeManifest, MANIFEST_LIMITS } from "./limits.ts";
 import { resolveRunInput, type InputDeclaration, type InputValue } from "../run-inputs.ts";
 import {
   formatIssuePath,
@@ -42,14 +43,13 @@ type Decoded =
  * workflow DAGs, schedule targets). Every problem found is reported with its path.
  */
 export function parseManifest(text: string, format: ManifestFormat): ManifestParseResult {
-  // Every UTF-16 code unit is at least one UTF-8 byte, so a long string is oversize without counting.
-  if (text.length > MAX_MANIFEST_BYTES || utf8ByteLength(text) > MAX_MANIFEST_BYTES) {
+  if (isOversizeManifest(text)) {
     return {
       ok: false,
       issues: [
         {
           path: "$",
-          message: `the manifest is larger than ${MAX_MANIFEST_BYTES} bytes (${MAX_MANIFEST_BYTES / 1024} KiB)`,
+          message: `the manifest is larger than ${MANIFEST_LIMITS.maxManifestBytes} bytes (${MANIFEST_LIMITS.maxManifestBytes / 1024} KiB)`,
         },
       ],
     };
@@ -179,21 +179,17 @@ function decodeYaml(text: string): Decoded {
 
 function decodeJson(text: string): Decoded {
   const body = text.startsWith("\uFEFF") ? text.slice(1) : text;
-  let value: unknown;
-  try {
-    value = JSON.parse(body);
-  } catch (error) {
+  const parsed = parseJsonText(body);
+  if (!parsed.ok)
     return {
       ok: false,
-      issues: [{ path: "$", message: `JSON: ${jsonErrorMessage(error, body)}` }],
+      issues: [{ path: "$", message: `JSON: ${withLineAndColumn(parsed.message, body)}` }],
     };
-  }
-  return { ok: true, value, issues: duplicateJsonKeyIssues(body) };
+  return { ok: true, value: parsed.value, issues: duplicateJsonKeyIssues(body) };
 }
 
-/** The engine's message, first line only, with a line and column when it gives a position. */
-function jsonErrorMessage(error: unknown, text: string): string {
-  const message = (error instanceof Error ? error.message : String(error)).split("\n")[0] ?? "";
+/** The engine's message with a line and column added when it gives only a position. */
+function withLineAndColumn(message: string, text: string): string {
   const position = /at position (\d+)/.exec(message);
   if (position === null || /line \d+ column \d+/.test(message)) return message;
   const offset = Number(position[1]);

@@ -2,35 +2,7 @@ import { z } from "zod";
 import { Cron, CronPattern } from "croner";
 import { PACKAGE_NAME_PATTERN, PORTABLE_ID_PATTERN, RESOURCE_NAME_PATTERN } from "../identity.ts";
 import { formatDurationMs, tryParseDurationMs } from "./duration.ts";
-import {
-  DEFAULT_TIMEOUT_MS,
-  MAX_ARGV_BYTES,
-  MAX_ARGV_ITEMS,
-  MAX_BACKOFF_MS,
-  MAX_CRON_LENGTH,
-  MAX_CWD_BYTES,
-  MAX_ENV_BYTES,
-  MAX_ENV_ENTRIES,
-  MAX_NAME_LENGTH,
-  MAX_NEEDS_PER_STEP,
-  MAX_NOTIFIERS,
-  MAX_WEBHOOK_SECRET_LENGTH,
-  MAX_WEBHOOK_URL_LENGTH,
-  MIN_WEBHOOK_SECRET_LENGTH,
-  MAX_PACKAGE_DESCRIPTION_LENGTH,
-  MAX_RETRY,
-  MAX_TASK_CONCURRENCY,
-  MAX_SCHEDULES_PER_PACKAGE,
-  MAX_SHELL_BYTES,
-  MAX_STEPS_PER_WORKFLOW,
-  MAX_TASKS_PER_PACKAGE,
-  MAX_TIMEOUT_MS,
-  MAX_TIMEZONE_LENGTH,
-  MAX_WORKFLOW_DESCRIPTION_LENGTH,
-  MAX_WORKFLOWS_PER_PACKAGE,
-  MIN_TIMEOUT_MS,
-  utf8ByteLength,
-} from "./limits.ts";
+import { MANIFEST_LIMITS, utf8ByteLength } from "./limits.ts";
 import type { ManifestIssue } from "./types.ts";
 import { INPUT_KEY_PATTERN, inputValueProblem, MAX_INPUT_KEYS } from "../run-inputs.ts";
 
@@ -45,8 +17,8 @@ export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /** The shell every `shell:` task runs through; POSIX guarantees it at this path. */
 export const SHELL_PATH = "/bin/sh";
 
-const RESOURCE_NAME_RULE = `must be 1 to ${MAX_NAME_LENGTH} characters of letters, digits, _ and -, starting with a letter or digit`;
-const PACKAGE_NAME_RULE = `must be 1 to ${MAX_NAME_LENGTH} characters of a-z, 0-9 and -, starting with a letter or digit`;
+const RESOURCE_NAME_RULE = `must be 1 to ${MANIFEST_LIMITS.maxNameLength} characters of letters, digits, _ and -, starting with a letter or digit`;
+const PACKAGE_NAME_RULE = `must be 1 to ${MANIFEST_LIMITS.maxNameLength} characters of a-z, 0-9 and -, starting with a letter or digit`;
 /** A lone surrogate cannot be encoded as UTF-8, so it cannot reach a process argument or a file name. */
 const LONE_SURROGATE = /\p{Cs}/u;
 /** Only zone-name characters; rejects offsets such as "+05:00" that some ICU builds accept and others do not. */
@@ -128,17 +100,17 @@ export const ArgvSchema = z
     error: expecting("an argv array of strings, such as [echo, hello]"),
   })
   .min(1, "must name the program to run")
-  .max(MAX_ARGV_ITEMS, `must have at most ${MAX_ARGV_ITEMS} items`)
+  .max(MANIFEST_LIMITS.maxArgvItems, `must have at most ${MANIFEST_LIMITS.maxArgvItems} items`)
   .superRefine((argv, ctx) => {
     // Later arguments may be empty (`printf ""` is meaningful); only the program name may not.
     if (argv[0] === "")
       ctx.addIssue({ code: "custom", path: [0], message: "the program must not be empty" });
     // Each argument costs its bytes plus the NUL terminator, as the kernel counts it against ARG_MAX.
     const bytes = argv.reduce((sum, argument) => sum + utf8ByteLength(argument) + 1, 0);
-    if (bytes > MAX_ARGV_BYTES)
+    if (bytes > MANIFEST_LIMITS.maxArgvBytes)
       ctx.addIssue({
         code: "custom",
-        message: `must total at most ${MAX_ARGV_BYTES} bytes, got ${bytes}`,
+        message: `must total at most ${MANIFEST_LIMITS.maxArgvBytes} bytes, got ${bytes}`,
       });
   });
 
@@ -146,10 +118,10 @@ export const ShellScriptSchema = processText("a shell script (a string)").superR
   (script, ctx) => {
     if (script.trim() === "") ctx.addIssue({ code: "custom", message: "must not be blank" });
     const bytes = utf8ByteLength(script);
-    if (bytes > MAX_SHELL_BYTES)
+    if (bytes > MANIFEST_LIMITS.maxShellBytes)
       ctx.addIssue({
         code: "custom",
-        message: `must be at most ${MAX_SHELL_BYTES} bytes, got ${bytes}`,
+        message: `must be at most ${MANIFEST_LIMITS.maxShellBytes} bytes, got ${bytes}`,
       });
   },
 );
@@ -162,20 +134,20 @@ export const EnvSchema = z
   )
   .superRefine((env, ctx) => {
     const entries = Object.entries(env);
-    if (entries.length > MAX_ENV_ENTRIES)
+    if (entries.length > MANIFEST_LIMITS.maxEnvEntries)
       ctx.addIssue({
         code: "custom",
-        message: `must have at most ${MAX_ENV_ENTRIES} variables, got ${entries.length}`,
+        message: `must have at most ${MANIFEST_LIMITS.maxEnvEntries} variables, got ${entries.length}`,
       });
     // Counted as the process sees it: NAME=value and a NUL terminator per variable.
     const bytes = entries.reduce(
       (sum, [name, value]) => sum + utf8ByteLength(name) + utf8ByteLength(value) + 2,
       0,
     );
-    if (bytes > MAX_ENV_BYTES)
+    if (bytes > MANIFEST_LIMITS.maxEnvBytes)
       ctx.addIssue({
         code: "custom",
-        message: `must total at most ${MAX_ENV_BYTES} bytes, got ${bytes}`,
+        message: `must total at most ${MANIFEST_LIMITS.maxEnvBytes} bytes, got ${bytes}`,
       });
   });
 
@@ -186,10 +158,10 @@ const CwdSchema = processText("a directory path (a string)").superRefine((cwd, c
       message: "must not be empty (leave cwd out to run in a fresh directory per attempt)",
     });
   const bytes = utf8ByteLength(cwd);
-  if (bytes > MAX_CWD_BYTES)
+  if (bytes > MANIFEST_LIMITS.maxCwdBytes)
     ctx.addIssue({
       code: "custom",
-      message: `must be at most ${MAX_CWD_BYTES} bytes, got ${bytes}`,
+      message: `must be at most ${MANIFEST_LIMITS.maxCwdBytes} bytes, got ${bytes}`,
     });
 });
 
@@ -216,9 +188,9 @@ const RetrySchema = z.strictObject(
       .number({ error: expecting("a whole number") })
       .int("must be a whole number")
       .min(0, "must not be negative")
-      .max(MAX_RETRY, `must be at most ${MAX_RETRY}`)
+      .max(MANIFEST_LIMITS.maxRetry, `must be at most ${MANIFEST_LIMITS.maxRetry}`)
       .default(0),
-    backoff: durationMs(0, MAX_BACKOFF_MS).default(0),
+    backoff: durationMs(0, MANIFEST_LIMITS.maxBackoffMs).default(0),
     idempotent: z.boolean({ error: expecting("true or false") }).default(false),
   },
   { error: expecting("a mapping such as { max: 2, backoff: 5s }") },
@@ -228,7 +200,10 @@ const always = () => true;
 
 const WebhookUrlSchema = z
   .string({ error: expecting("an http(s) URL") })
-  .max(MAX_WEBHOOK_URL_LENGTH, `must be at most ${MAX_WEBHOOK_URL_LENGTH} characters`)
+  .max(
+    MANIFEST_LIMITS.maxWebhookUrlLength,
+    `must be at most ${MANIFEST_LIMITS.maxWebhookUrlLength} characters`,
+  )
   .superRefine((text, ctx) => {
     let url: URL;
     try {
@@ -253,8 +228,14 @@ const NotifierSchema = z
       webhook: WebhookUrlSchema.optional(),
       secret: z
         .string({ error: expecting("a string") })
-        .min(MIN_WEBHOOK_SECRET_LENGTH, `must be at least ${MIN_WEBHOOK_SECRET_LENGTH} characters`)
-        .max(MAX_WEBHOOK_SECRET_LENGTH, `must be at most ${MAX_WEBHOOK_SECRET_LENGTH} characters`)
+        .min(
+          MANIFEST_LIMITS.minWebhookSecretLength,
+          `must be at least ${MANIFEST_LIMITS.minWebhookSecretLength} characters`,
+        )
+        .max(
+          MANIFEST_LIMITS.maxWebhookSecretLength,
+          `must be at most ${MANIFEST_LIMITS.maxWebhookSecretLength} characters`,
+        )
         .optional(),
       command: ArgvSchema.optional(),
     },
@@ -289,7 +270,10 @@ export const NotifySchema = z
         error: expecting("a notifier ({ webhook: URL } or { command: [argv] }) or a list of them"),
       })
       .min(1, "must list at least one notifier")
-      .max(MAX_NOTIFIERS, `must list at most ${MAX_NOTIFIERS} notifiers`),
+      .max(
+        MANIFEST_LIMITS.maxNotifiers,
+        `must list at most ${MANIFEST_LIMITS.maxNotifiers} notifiers`,
+      ),
   )
   .optional();
 
@@ -359,7 +343,9 @@ export const TaskSchema = z
     {
       run: ArgvSchema.optional(),
       shell: ShellScriptSchema.optional(),
-      timeout: durationMs(MIN_TIMEOUT_MS, MAX_TIMEOUT_MS).default(DEFAULT_TIMEOUT_MS),
+      timeout: durationMs(MANIFEST_LIMITS.minTimeoutMs, MANIFEST_LIMITS.maxTimeoutMs).default(
+        MANIFEST_LIMITS.defaultTimeoutMs,
+      ),
       env: EnvSchema.default(() => ({})),
       cwd: CwdSchema.optional(),
       user: UserSchema.optional(),
@@ -371,10 +357,15 @@ export const TaskSchema = z
       pool: PoolSchema.optional(),
       retry: RetrySchema.default(() => ({ max: 0, backoff: 0, idempotent: false })),
       concurrency: z
-        .number({ error: expecting(`a whole number from 1 to ${MAX_TASK_CONCURRENCY}`) })
+        .number({
+          error: expecting(`a whole number from 1 to ${MANIFEST_LIMITS.maxTaskConcurrency}`),
+        })
         .int("must be a whole number")
         .min(1, "must be at least 1")
-        .max(MAX_TASK_CONCURRENCY, `must be at most ${MAX_TASK_CONCURRENCY}`)
+        .max(
+          MANIFEST_LIMITS.maxTaskConcurrency,
+          `must be at most ${MANIFEST_LIMITS.maxTaskConcurrency}`,
+        )
         .optional(),
       notify: NotifySchema,
     },
@@ -389,7 +380,10 @@ export const StepSchema = z.strictObject(
       .array(z.string({ error: expecting("a step name") }), {
         error: expecting("a list of step names"),
       })
-      .max(MAX_NEEDS_PER_STEP, `must list at most ${MAX_NEEDS_PER_STEP} steps`)
+      .max(
+        MANIFEST_LIMITS.maxNeedsPerStep,
+        `must list at most ${MANIFEST_LIMITS.maxNeedsPerStep} steps`,
+      )
       .default(() => []),
   },
   { error: expecting("a mapping such as { task: hello, needs: [a] }") },
@@ -456,8 +450,8 @@ function descriptionText(maxLength: number) {
 export const WorkflowSchema = z.strictObject(
   {
     inputs: inputRecord(InputDeclarationSchema, "declaration").optional(),
-    description: descriptionText(MAX_WORKFLOW_DESCRIPTION_LENGTH),
-    steps: namedRecord(StepSchema, "step", { min: 1, max: MAX_STEPS_PER_WORKFLOW }),
+    description: descriptionText(MANIFEST_LIMITS.maxWorkflowDescriptionLength),
+    steps: namedRecord(StepSchema, "step", { min: 1, max: MANIFEST_LIMITS.maxStepsPerWorkflow }),
     notify: NotifySchema,
   },
   { error: expecting("a mapping with steps") },
@@ -492,7 +486,7 @@ export function isKnownTimeZone(timeZone: string): boolean {
 
 const CronSchema = z
   .string({ error: expecting('a cron expression such as "0 3 * * *"') })
-  .max(MAX_CRON_LENGTH, `must be at most ${MAX_CRON_LENGTH} characters`)
+  .max(MANIFEST_LIMITS.maxCronLength, `must be at most ${MANIFEST_LIMITS.maxCronLength} characters`)
   .superRefine((expression, ctx) => {
     const problem = cronProblem(expression);
     if (problem !== null) ctx.addIssue({ code: "custom", message: problem });
@@ -501,7 +495,10 @@ const CronSchema = z
 const TimezoneSchema = z
   .string({ error: expecting("an IANA time zone name such as UTC or Europe/Berlin") })
   .superRefine((timeZone, ctx) => {
-    if (timeZone.length > MAX_TIMEZONE_LENGTH || !TIMEZONE_NAME_SHAPE.test(timeZone)) {
+    if (
+      timeZone.length > MANIFEST_LIMITS.maxTimezoneLength ||
+      !TIMEZONE_NAME_SHAPE.test(timeZone)
+    ) {
       ctx.addIssue({
         code: "custom",
         message: "must be an IANA time zone name such as UTC or Europe/Berlin",
@@ -538,17 +535,18 @@ export const ManifestSchema = z.strictObject(
     package: z
       .string({ error: expecting("a package name") })
       .regex(PACKAGE_NAME_PATTERN, `the package name ${PACKAGE_NAME_RULE}`),
-    description: descriptionText(MAX_PACKAGE_DESCRIPTION_LENGTH),
-    tasks: namedRecord(TaskSchema, "task", { min: 0, max: MAX_TASKS_PER_PACKAGE }).default(
-      () => ({}),
-    ),
+    description: descriptionText(MANIFEST_LIMITS.maxPackageDescriptionLength),
+    tasks: namedRecord(TaskSchema, "task", {
+      min: 0,
+      max: MANIFEST_LIMITS.maxTasksPerPackage,
+    }).default(() => ({})),
     workflows: namedRecord(WorkflowSchema, "workflow", {
       min: 0,
-      max: MAX_WORKFLOWS_PER_PACKAGE,
+      max: MANIFEST_LIMITS.maxWorkflowsPerPackage,
     }).default(() => ({})),
     schedules: namedRecord(ScheduleSchema, "schedule", {
       min: 0,
-      max: MAX_SCHEDULES_PER_PACKAGE,
+      max: MANIFEST_LIMITS.maxSchedulesPerPackage,
     }).default(() => ({})),
   },
   {

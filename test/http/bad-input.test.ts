@@ -11,7 +11,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_BODY_BYTES, MAX_LIST_LIMIT } from "../../runtimes/http/app.ts";
-import { MAX_MANIFEST_BYTES } from "../../src/manifest/limits.ts";
+import { MANIFEST_LIMITS } from "../../src/manifest/limits.ts";
 import {
   Harness,
   STORE_FACTORIES,
@@ -275,25 +275,25 @@ workflows:
 
     it("a manifest over the manifest limit is 413 too; one exactly at the limit is accepted", async () => {
       const prefix = yamlManifest("at-limit", "tasks:\n  hello: { run: [sim, ok] }\n# ");
-      const over = `${prefix}${"x".repeat(MAX_MANIFEST_BYTES - prefix.length)}\n`;
-      expect(Buffer.byteLength(over)).toBe(MAX_MANIFEST_BYTES + 1);
+      const over = `${prefix}${"x".repeat(MANIFEST_LIMITS.maxManifestBytes - prefix.length)}\n`;
+      expect(Buffer.byteLength(over)).toBe(MANIFEST_LIMITS.maxManifestBytes + 1);
       expect(Buffer.byteLength(over)).toBeLessThan(MAX_BODY_BYTES);
       const error = await rejects(413, "payload_too_large", "POST", "/packages", {
         body: over,
         contentType: "application/yaml",
       });
-      expect(error.message).toContain(String(MAX_MANIFEST_BYTES));
+      expect(error.message).toContain(String(MANIFEST_LIMITS.maxManifestBytes));
       // A multi-byte character counts by its UTF-8 bytes.
-      const overByBytes = `${prefix}${"é".repeat(Math.ceil((MAX_MANIFEST_BYTES - prefix.length) / 2))}\n`;
-      expect(Buffer.byteLength(overByBytes)).toBeGreaterThan(MAX_MANIFEST_BYTES);
-      expect(overByBytes.length).toBeLessThan(MAX_MANIFEST_BYTES);
+      const overByBytes = `${prefix}${"é".repeat(Math.ceil((MANIFEST_LIMITS.maxManifestBytes - prefix.length) / 2))}\n`;
+      expect(Buffer.byteLength(overByBytes)).toBeGreaterThan(MANIFEST_LIMITS.maxManifestBytes);
+      expect(overByBytes.length).toBeLessThan(MANIFEST_LIMITS.maxManifestBytes);
       await rejects(413, "payload_too_large", "POST", "/packages", {
         body: overByBytes,
         contentType: "application/yaml",
       });
 
       const exact = over.slice(0, -2) + "\n";
-      expect(Buffer.byteLength(exact)).toBe(MAX_MANIFEST_BYTES);
+      expect(Buffer.byteLength(exact)).toBe(MANIFEST_LIMITS.maxManifestBytes);
       const accepted = await h.applyYaml(exact);
       expect(accepted.status, accepted.text).toBe(201);
     });

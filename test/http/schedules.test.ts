@@ -1,11 +1,12 @@
 /**
  * Schedules through the HTTP API on a fixed virtual clock, on sql.js and on PGlite: on-time
  * fires, bounded missed fires after downtime (`skip` and `fire_once`), and the overlap
- * policy. A fire is on time when it is noticed within 60 s of its slot (DEFAULT_MISSED_GRACE_MS);
- * missed slots are counted in `missedFires`, never fired one by one.
+ * policy. A fire is on time when it is noticed within 60 s of its slot
+ * (`MISSED_FIRES.defaultGraceMs`); missed slots are counted in `missedFires`, never fired one by
+ * one.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DEFAULT_MISSED_GRACE_MS } from "../../src/schedules.ts";
+import { MISSED_FIRES } from "../../src/schedules.ts";
 import {
   Harness,
   STORE_FACTORIES,
@@ -155,7 +156,7 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
 
     // Down for an hour and five minutes: six slots (+10 … +60 min), the latest five minutes old.
     const backAtMs = appliedAtMs + HOUR_MS + 5 * MINUTE_MS;
-    expect(backAtMs - (appliedAtMs + HOUR_MS)).toBeGreaterThan(DEFAULT_MISSED_GRACE_MS);
+    expect(backAtMs - (appliedAtMs + HOUR_MS)).toBeGreaterThan(MISSED_FIRES.defaultGraceMs);
     h.clock.set(backAtMs);
     await h.tick();
     const runs = await h.runsOf(name);

@@ -3,9 +3,8 @@ import { isQlrError } from "../../src/errors.ts";
 import type { ScheduleSpec } from "../../src/manifest/types.ts";
 import {
   decideSchedule,
-  DEFAULT_MISSED_GRACE_MS,
   initialScheduleState,
-  MAX_MISSED_COUNT,
+  MISSED_FIRES,
   nextFireAfter,
   type ScheduleState,
 } from "../../src/schedules.ts";
@@ -131,7 +130,7 @@ describe("schedule decisions", () => {
   });
 
   it("when the latest fire is on time, only the earlier ones count as missed and the latest fires", () => {
-    const nowMs = JAN_15 + 3 * HOUR + DEFAULT_MISSED_GRACE_MS;
+    const nowMs = JAN_15 + 3 * HOUR + MISSED_FIRES.defaultGraceMs;
     expect(decideSchedule(state(), nowMs, false)).toMatchObject({
       kind: "fire",
       dueAtMs: JAN_15 + 3 * HOUR,
@@ -139,14 +138,14 @@ describe("schedule decisions", () => {
     });
   });
 
-  it("counting missed fires stops at MAX_MISSED_COUNT", () => {
+  it("counting missed fires stops at MISSED_FIRES.maxCount", () => {
     const decision = decideSchedule(
       state({ nextFireAtMs: JAN_15 + 1_000 }, { cron: "* * * * * *" }),
       JAN_15 + 2 * HOUR,
       false,
     );
     expect(decision.kind).toBe("skip");
-    expect(decision.kind === "skip" && decision.missed).toBe(MAX_MISSED_COUNT);
+    expect(decision.kind === "skip" && decision.missed).toBe(MISSED_FIRES.maxCount);
     expect(decision.kind === "skip" && decision.next.nextFireAtMs).toBe(JAN_15 + 2 * HOUR + 1_000);
   });
 

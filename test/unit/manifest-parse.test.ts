@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { isQlrError } from "../../src/errors.ts";
 import {
-  MAX_MANIFEST_BYTES,
+  MANIFEST_LIMITS,
   manifestError,
   parseManifest,
   type ManifestIssue,
@@ -101,7 +101,7 @@ describe("parseManifest", () => {
 
   it("oversize manifest is rejected before parsing", () => {
     // Not even valid YAML: only the size problem may be reported, so the parser never ran.
-    const text = `package: demo\n${"x: [".repeat(MAX_MANIFEST_BYTES / 4)}`;
+    const text = `package: demo\n${"x: [".repeat(MANIFEST_LIMITS.maxManifestBytes / 4)}`;
     expect(issuesOf(parseManifest(text, "yaml"))).toEqual([
       { path: "$", message: expect.stringMatching(/larger than 262144 bytes/) as unknown },
     ]);
@@ -109,8 +109,8 @@ describe("parseManifest", () => {
 
   it("the size limit counts UTF-8 bytes, not characters", () => {
     // Each "é" is one UTF-16 unit but two UTF-8 bytes.
-    const text = `# ${"é".repeat(MAX_MANIFEST_BYTES / 2)}\npackage: demo\n`;
-    expect(text.length).toBeLessThan(MAX_MANIFEST_BYTES);
+    const text = `# ${"é".repeat(MANIFEST_LIMITS.maxManifestBytes / 2)}\npackage: demo\n`;
+    expect(text.length).toBeLessThan(MANIFEST_LIMITS.maxManifestBytes);
     expect(issuesOf(parseManifest(text, "yaml"))[0]?.message).toMatch(/larger than/);
   });
 

@@ -1,16 +1,9 @@
 import { describe, expect, it } from "vitest";
 import {
-  DEFAULT_TIMEOUT_MS,
-  MAX_ARGV_BYTES,
-  MAX_ARGV_ITEMS,
-  MAX_ENV_ENTRIES,
-  MAX_NAME_LENGTH,
-  MAX_RETRY,
-  MAX_TASKS_PER_PACKAGE,
-  MAX_TIMEOUT_MS,
-  validateManifest,
+  MANIFEST_LIMITS,
   type Manifest,
   type ManifestIssue,
+  validateManifest,
 } from "../../src/manifest/index.ts";
 import { executionForTask, renormalize } from "../../src/packages.ts";
 
@@ -53,7 +46,7 @@ describe("manifest schema", () => {
           name: "hello",
           argv: ["echo", "hi"],
           shell: false,
-          timeoutMs: DEFAULT_TIMEOUT_MS,
+          timeoutMs: MANIFEST_LIMITS.defaultTimeoutMs,
           env: {},
           cwd: null,
           executor: "local_process",
@@ -84,13 +77,16 @@ describe("manifest schema", () => {
   it("a package name must be lower-case portable", () => {
     expect(messageAt(rejected({ package: "Demo" }), "package")).toMatch(/a-z/);
     expect(messageAt(rejected({ package: "-demo" }), "package")).toMatch(/starting with/);
-    accepted({ package: "a".repeat(MAX_NAME_LENGTH) });
-    rejected({ package: "a".repeat(MAX_NAME_LENGTH + 1) });
+    accepted({ package: "a".repeat(MANIFEST_LIMITS.maxNameLength) });
+    rejected({ package: "a".repeat(MANIFEST_LIMITS.maxNameLength + 1) });
   });
 
-  it("resource names are at most MAX_NAME_LENGTH characters of letters, digits, _ and -", () => {
-    accepted({ package: "demo", tasks: { ["t".repeat(MAX_NAME_LENGTH)]: { run: ["true"] } } });
-    const long = "t".repeat(MAX_NAME_LENGTH + 1);
+  it("resource names are at most MANIFEST_LIMITS.maxNameLength characters of letters, digits, _ and -", () => {
+    accepted({
+      package: "demo",
+      tasks: { ["t".repeat(MANIFEST_LIMITS.maxNameLength)]: { run: ["true"] } },
+    });
+    const long = "t".repeat(MANIFEST_LIMITS.maxNameLength + 1);
     expect(
       messageAt(
         rejected({ package: "demo", tasks: { [long]: { run: ["true"] } } }),
@@ -153,11 +149,11 @@ describe("manifest schema", () => {
   });
 
   it("argv is bounded in items and in total bytes", () => {
-    const tooMany = Array.from({ length: MAX_ARGV_ITEMS + 1 }, () => "x");
+    const tooMany = Array.from({ length: MANIFEST_LIMITS.maxArgvItems + 1 }, () => "x");
     expect(messageAt(rejected(withTask({ run: tooMany })), "tasks.hello.run")).toMatch(
-      String(MAX_ARGV_ITEMS),
+      String(MANIFEST_LIMITS.maxArgvItems),
     );
-    const tooBig = ["echo", "x".repeat(MAX_ARGV_BYTES)];
+    const tooBig = ["echo", "x".repeat(MANIFEST_LIMITS.maxArgvBytes)];
     expect(messageAt(rejected(withTask({ run: tooBig })), "tasks.hello.run")).toMatch(/bytes/);
   });
 
@@ -171,7 +167,7 @@ describe("manifest schema", () => {
     ).toMatch(/between 100ms and 7d/);
     expect(
       messageAt(
-        rejected(withTask({ run: ["true"], timeout: MAX_TIMEOUT_MS + 1 })),
+        rejected(withTask({ run: ["true"], timeout: MANIFEST_LIMITS.maxTimeoutMs + 1 })),
         "tasks.hello.timeout",
       ),
     ).toMatch(/between/);
@@ -195,10 +191,10 @@ describe("manifest schema", () => {
 
   it("env is bounded in entries and normalized in name order", () => {
     const many = Object.fromEntries(
-      Array.from({ length: MAX_ENV_ENTRIES + 1 }, (_, index) => [`V${index}`, "x"]),
+      Array.from({ length: MANIFEST_LIMITS.maxEnvEntries + 1 }, (_, index) => [`V${index}`, "x"]),
     );
     expect(messageAt(rejected(withTask({ run: ["true"], env: many })), "tasks.hello.env")).toMatch(
-      String(MAX_ENV_ENTRIES),
+      String(MANIFEST_LIMITS.maxEnvEntries),
     );
     const env =
       accepted(withTask({ run: ["true"], env: { ZED: "1", ALPHA: "2" } })).tasks[0]?.env ?? {};
@@ -285,10 +281,10 @@ describe("manifest schema", () => {
     expect(task?.retry).toEqual({ max: 2, backoffMs: 5000, idempotent: true });
     expect(
       messageAt(
-        rejected(withTask({ run: ["true"], retry: { max: MAX_RETRY + 1 } })),
+        rejected(withTask({ run: ["true"], retry: { max: MANIFEST_LIMITS.maxRetry + 1 } })),
         "tasks.hello.retry.max",
       ),
-    ).toMatch(String(MAX_RETRY));
+    ).toMatch(String(MANIFEST_LIMITS.maxRetry));
     expect(
       messageAt(
         rejected(withTask({ run: ["true"], retry: { max: 1.5 } })),
@@ -305,13 +301,13 @@ describe("manifest schema", () => {
 
   it("too many tasks are rejected with the limit", () => {
     const tasks = Object.fromEntries(
-      Array.from({ length: MAX_TASKS_PER_PACKAGE + 1 }, (_, index) => [
+      Array.from({ length: MANIFEST_LIMITS.maxTasksPerPackage + 1 }, (_, index) => [
         `t${index}`,
         { run: ["true"] },
       ]),
     );
     expect(messageAt(rejected({ package: "demo", tasks }), "tasks")).toMatch(
-      String(MAX_TASKS_PER_PACKAGE),
+      String(MANIFEST_LIMITS.maxTasksPerPackage),
     );
   });
 

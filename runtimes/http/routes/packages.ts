@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { PACKAGE_NAME_PATTERN } from "../../../src/identity.ts";
 import { parseManifest } from "../../../src/manifest/index.ts";
-import { MAX_MANIFEST_BYTES, utf8ByteLength } from "../../../src/manifest/limits.ts";
+import { isOversizeManifest, MANIFEST_LIMITS } from "../../../src/manifest/limits.ts";
 import { applyPackage } from "../../../src/operations.ts";
 import {
   scheduleView,
@@ -36,8 +36,8 @@ export function packageRoutes(deps: AppDeps): Hono {
       // read as text, and a manifest is UTF-8 whatever its media type says.
       const text = new TextDecoder("utf-8").decode(await c.req.arrayBuffer());
       // The body is the manifest: one over the manifest limit is a payload too large, whatever its format.
-      if (text.length > MAX_MANIFEST_BYTES || utf8ByteLength(text) > MAX_MANIFEST_BYTES)
-        fail("payload_too_large", `the manifest exceeds ${MAX_MANIFEST_BYTES} bytes`);
+      if (isOversizeManifest(text))
+        fail("payload_too_large", `the manifest exceeds ${MANIFEST_LIMITS.maxManifestBytes} bytes`);
       let result;
       if (YAML_MEDIA_TYPES.has(contentType)) {
         result = parseManifest(text, "yaml");
