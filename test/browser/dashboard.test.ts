@@ -29,6 +29,7 @@ import {
   type Browser,
 } from "./support.ts";
 import { serveArgs } from "../support/qlr-args.ts";
+import { namedDiamond, stepLines } from "../support/workflow-shapes.ts";
 
 const TAG = `qlr-browser-test-${randomBytes(6).toString("hex")}`;
 
@@ -81,10 +82,7 @@ workflows:
   nightly-report:
     description: extract, then prices and rates in parallel, then publish
     steps:
-      extract: { task: extract }
-      prices: { task: prices, needs: [extract] }
-      rates: { task: rates, needs: [extract] }
-      publish: { task: publish, needs: [prices, rates] }
+${stepLines(namedDiamond({ extract: "extract", prices: "prices", rates: "rates", publish: "publish" }))}
   tiny:
     steps:
       one: { task: blip }
@@ -170,9 +168,38 @@ function startThroughApi(body: Record<string, unknown>): Promise<{ run: { id: st
   });
 }
 
-/** The page finds the token where the token form keeps it, whichever test ran first. */
-async function withToken(page: Page): Promise<void> {
+/**
+ * A new page (at `viewport`, if given) that finds the token where the token form keeps it,
+ * whichever test ran first, opened at `route` (`/#/runs/…`). `watch` sees the page before it
+ * loads, to record its requests.
+ */
+async function openWithToken(
+  route: string,
+  options: { viewport?: { width: number; height: number }; watch?: (page: Page) => void } = {},
+): Promise<Page> {
+  const page = await browser!.newPage(options.viewport);
+  options.watch?.(page);
   await page.addInitScript((value) => localStorage.setItem("qlr.dashboard.token", value), token);
+  await page.goto(`${baseUrl}${route}`);
+  return page;
+}
+
+/** Closes the page; no page so far may have shown an error but the expected one. */
+async function closeClean(page: Page): Promise<void> {
+  await page.close();
+  expect(unexpectedErrors()).toEqual([]);
+}
+
+/**
+ * Starts a workflow of the reports package with its button on the run list (a new page, the
+ * token already stored by an earlier test); returns the run's page, where the button leads.
+ */
+async function startFromRunList(workflow: string): Promise<{ page: Page; id: string }> {
+  const page = await browser!.newPage();
+  await page.goto(`${baseUrl}/#/runs`);
+  await page.locator(`.start-groups button[data-start="reports/${workflow}"]`).click();
+  await page.waitForURL(/#\/runs\/[^/]+$/);
+  return { page, id: runIdOf(page) };
 }
 
 function runIdOf(page: Page): string {
@@ -302,11 +329,7 @@ describe("dashboard on qlr serve", () => {
   });
 
   it("starts a workflow from the page and follows it to succeeded", async () => {
-    const page = await browser!.newPage();
-    await page.goto(`${baseUrl}/#/runs`);
-    await page.locator('.start-groups button[data-start="reports/nightly-report"]').click();
-    await page.waitForURL(/#\/runs\/[^/]+$/);
-    const id = runIdOf(page);
+    const { page, id } = await startFromRunList("nightly-report");
     await page.locator('#run-status [data-status="succeeded"]').waitFor({ timeout: 60_000 });
     const nodes = page.locator("svg.dag .dag-node");
     expect(await nodes.count()).toBe(4);
@@ -348,32 +371,31 @@ describe("dashboard on qlr serve", () => {
     await page.locator('tr[data-schedule="nightly"]').waitFor();
     expect(await page.locator('tr[data-schedule="nightly"]').textContent()).toMatch(/03:00:00Z/);
     await screenshot(page, "dashboard-packages");
-    await page.close();
-    expect(unexpectedErrors()).toEqual([]);
+    await closeClean(page);
   }, 120_000);
 
   it("follows a step's log live by byte offset: new chunks appended, never re-read from 0, no log request once the attempt ended", async () => {
     const { run } = await startThroughApi({ package: "reports", workflow: "ticking" });
-    const page = await browser!.newPage();
     const chunkReads: { stream: string; offset: number; attempt: string | null }[] = [];
     let detailReads = 0;
     let wholeReads = 0;
-    page.on("request", (request) => {
-      const url = new URL(request.url());
-      if (url.pathname === `/runs/${run.id}/steps/tick/log`) {
-        const offset = url.searchParams.get("offset");
-        // The whole-log answer (no offset) is not how the page follows a log.
-        if (offset === null) wholeReads += 1;
-        else
-          chunkReads.push({
-            stream: url.searchParams.get("stream") ?? "stdout",
-            offset: Number(offset),
-            attempt: url.searchParams.get("attempt"),
-          });
-      } else if (url.pathname === `/runs/${run.id}`) detailReads += 1;
-    });
-    await withToken(page);
-    await page.goto(`${baseUrl}/#/runs/${run.id}/steps/tick`);
+    const watch = (page: Page): void => {
+      page.on("request", (request) => {
+        const url = new URL(request.url());
+        if (url.pathname === `/runs/${run.id}/steps/tick/log`) {
+          const offset = url.searchParams.get("offset");
+          // The whole-log answer (no offset) is not how the page follows a log.
+          if (offset === null) wholeReads += 1;
+          else
+            chunkReads.push({
+              stream: url.searchParams.get("stream") ?? "stdout",
+              offset: Number(offset),
+              attempt: url.searchParams.get("attempt"),
+            });
+        } else if (url.pathname === `/runs/${run.id}`) detailReads += 1;
+      });
+    };
+    const page = await openWithToken(`/#/runs/${run.id}/steps/tick`, { watch });
     // Lines 1-3 are written, then the step waits for the gate: line 4 cannot exist yet.
     await expectText(page, "#log", "line 3");
     expect(await page.locator("#log").textContent()).not.toContain("line 4");
@@ -409,15 +431,12 @@ describe("dashboard on qlr serve", () => {
       30_000,
     );
     expect(chunkReads.length).toBe(readsWhenFinished);
-    await page.close();
-    expect(unexpectedErrors()).toEqual([]);
+    await closeClean(page);
   }, 120_000);
 
   it("keeps a bounded tail of a long log and offers the whole log as a download", async () => {
     const { run } = await startThroughApi({ package: "reports", workflow: "flooding" });
-    const page = await browser!.newPage();
-    await withToken(page);
-    await page.goto(`${baseUrl}/#/runs/${run.id}/steps/flood`);
+    const page = await openWithToken(`/#/runs/${run.id}/steps/flood`);
     await page.locator('#log[data-finished="true"]').waitFor({ timeout: 60_000 });
     const whole = await apiText(`/runs/${run.id}/steps/flood`.concat("/log"));
     expect(whole.length).toBeGreaterThan(LOG_TAIL_CHARS);
@@ -431,16 +450,11 @@ describe("dashboard on qlr serve", () => {
     await page.locator("#download-log").click();
     const file = await (await download).path();
     expect(await readFile(file, "utf8")).toBe(whole);
-    await page.close();
-    expect(unexpectedErrors()).toEqual([]);
+    await closeClean(page);
   }, 120_000);
 
   it("cancels a run whose step is a real sleep 30: the process is stopped and the page says cancelled", async () => {
-    const page = await browser!.newPage();
-    await page.goto(`${baseUrl}/#/runs`);
-    await page.locator('.start-groups button[data-start="reports/long-import"]').click();
-    await page.waitForURL(/#\/runs\/[^/]+$/);
-    const id = runIdOf(page);
+    const { page, id } = await startFromRunList("long-import");
     const pid = await waitFor(
       "the sleep step's process",
       async () => {
@@ -474,8 +488,7 @@ describe("dashboard on qlr serve", () => {
     await page.locator("#nav-runs").click();
     await page.locator(`#runs-table tr[data-run="${id}"][data-status="cancelled"]`).waitFor();
     await screenshot(page, "dashboard-runs");
-    await page.close();
-    expect(unexpectedErrors()).toEqual([]);
+    await closeClean(page);
   }, 120_000);
 
   it("is readable and usable at phone width", async () => {
@@ -500,8 +513,7 @@ describe("dashboard on qlr serve", () => {
     await page.locator("svg.dag").waitFor();
     expect(await noHorizontalOverflow(page)).toBe(true);
     await screenshot(page, "dashboard-phone");
-    await page.close();
-    expect(unexpectedErrors()).toEqual([]);
+    await closeClean(page);
   }, 60_000);
 
   it("says why a step waits: a task's concurrency: 1 holds the newer run's step, and the page shows the reason until it runs", async () => {
@@ -540,9 +552,7 @@ workflows:
     );
     // The gate opens whatever happens, so no held run outlives this test.
     try {
-      const page = await browser!.newPage();
-      await withToken(page);
-      await page.goto(`${baseUrl}/#/runs/${newer}`);
+      const page = await openWithToken(`/#/runs/${newer}`);
       await expectText(page, '#steps-table [data-waiting="only"]', reason);
       await page.goto(`${baseUrl}/#/runs/${older}`);
       await page.locator('#steps-table tr[data-step="only"][data-status="running"]').waitFor();
@@ -592,9 +602,7 @@ tasks:
       - webhook: ${hookUrl}
 `);
       const { run } = await startThroughApi({ package: "alerting", task: "alarm" });
-      const page = await browser!.newPage();
-      await withToken(page);
-      await page.goto(`${baseUrl}/#/runs/${run.id}`);
+      const page = await openWithToken(`/#/runs/${run.id}`);
       await page.locator('#run-status [data-status="failed"]').waitFor({ timeout: 60_000 });
       // Refused once or twice: pending, with the receiver's answer as the last error.
       const pending = page
@@ -689,9 +697,7 @@ tasks:
       { width: 1280, height: 900 },
       { width: 390, height: 844 },
     ]) {
-      const page = await browser!.newPage(viewport);
-      await withToken(page);
-      await page.goto(`${baseUrl}/`);
+      const page = await openWithToken("/", { viewport });
       await expectText(page, "h1.view-title", "Overview");
       await page.locator(`#runs-chart[data-total="${endedTotal}"]`).waitFor({ timeout: 30_000 });
       // The bars of each status add up to the runs that ended with it.

@@ -9,19 +9,21 @@
  * or `..` segments, which URL parsing resolves before the app sees them) is `404 not_found`;
  * a portable id naming no run is `404 not_found`.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { MAX_BODY_BYTES, MAX_LIST_LIMIT } from "../../runtimes/http/app.ts";
 import { MANIFEST_LIMITS } from "../../src/manifest/limits.ts";
+import { chain, stepLines } from "../support/workflow-shapes.ts";
 import {
-  Harness,
   STORE_FACTORIES,
   TOKEN,
   WORKER_TOKEN,
   diamondYaml,
   errorOf,
+  harnessForBlock,
   yamlManifest,
   type CallOptions,
   type ErrorBody,
+  type Harness,
   type RunView,
 } from "./support.ts";
 
@@ -33,17 +35,11 @@ describe.each(STORE_FACTORIES)("bad input on $name", (factory) => {
   let finished: RunView;
   let live: RunView;
 
-  beforeAll(async () => {
-    h = await Harness.open(factory);
+  harnessForBlock(factory, async (opened) => {
+    h = opened;
     // Something in every table, so "unchanged" means something.
-    expect((await h.applyYaml(diamondYaml(SEED))).status).toBe(201);
-    finished = await h.startRun({ package: SEED, workflow: "diamond", idempotencyKey: SEED_KEY });
-    expect((await h.runUntil(finished.id)).run.status).toBe("succeeded");
+    finished = (await h.succeededDiamond(SEED, SEED_KEY)).run;
     live = await h.startRun({ package: SEED, task: "work" });
-  });
-
-  afterAll(async () => {
-    await h.close();
   });
 
   /** The call must answer `status` with an error body of `code`, and write nothing. */
@@ -188,6 +184,9 @@ describe.each(STORE_FACTORIES)("bad input on $name", (factory) => {
     });
 
     it("a cyclic DAG is 400 invalid_manifest naming the cycle", async () => {
+      // The chain a → b → c, closed by a needing c.
+      const loop = chain({ a: "t", b: "t", c: "t" });
+      const steps = stepLines({ steps: { ...loop.steps, a: { task: "t", needs: ["c"] } } });
       const yaml = yamlManifest(
         "cyclic",
         `tasks:
@@ -195,9 +194,7 @@ describe.each(STORE_FACTORIES)("bad input on $name", (factory) => {
 workflows:
   loop:
     steps:
-      a: { task: t, needs: [c] }
-      b: { task: t, needs: [a] }
-      c: { task: t, needs: [b] }
+${steps}
 `,
       );
       const error = await rejects(400, "invalid_manifest", "POST", "/packages", {

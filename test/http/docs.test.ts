@@ -6,16 +6,17 @@
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { findAttemptScope } from "../../src/attempt-scope.ts";
 import { applyRecovery } from "../../src/recovery.ts";
 import {
-  Harness,
-  STORE_FACTORIES,
+  SQLJS_MEMORY_FACTORY,
   TOKEN,
+  harnessForBlock,
   errorOf,
   type ApplyView,
   type RunView,
+  type Harness,
 } from "./support.ts";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -113,16 +114,12 @@ const LOST_SECRET_EXAMPLE = "ls_lost-example-0a1b2c3d4e5f60718293a4b5c6";
 const REMOTE_PACKAGE =
   "package: remote\ntasks:\n  render: { run: [blender, -b, scene.blend], executor: remote_worker, pool: gpu, timeout: 10m }\n";
 
-const factory =
-  STORE_FACTORIES.find((candidate) => candidate.name === "sqljs-memory") ?? STORE_FACTORIES[0];
-
 describe("docs/API.md", () => {
   let h: Harness;
   let runId: string;
 
-  beforeAll(async () => {
-    if (factory === undefined) throw new Error("no store factory");
-    h = await Harness.open(factory);
+  harnessForBlock(SQLJS_MEMORY_FACTORY, async (opened) => {
+    h = opened;
     const applied = await h.applyYaml(
       readFileSync(join(root, "examples", "demo", "package.yaml"), "utf8"),
     );
@@ -182,10 +179,6 @@ describe("docs/API.md", () => {
     });
     return attempt.id;
   }
-
-  afterAll(async () => {
-    await h.close();
-  });
 
   it("every curl command on the page succeeds against the app", async () => {
     const lines = curlLines(page);

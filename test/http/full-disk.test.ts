@@ -4,36 +4,31 @@
  * `storage_unavailable` (retry later) and change nothing, reads keep working, and once space
  * returns the same requests succeed and survive a power cut.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { openSqlStore } from "../../storage/sql-store.ts";
 import { MIGRATIONS as SQLITE_MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
 import { openSqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import type { RunDetail } from "../support/api-views.ts";
 import { PowerCutFs, seededRandom } from "../storage/fixtures/power-cut-fs.ts";
-import { Harness, START_MS, diamondYaml, errorOf } from "./support.ts";
+import { START_MS, diamondYaml, errorOf, harnessForBlock, type Harness } from "./support.ts";
 
 const DB_PATH = "/machine/db";
 
 describe("HTTP API on a full disk (sqljs-file)", () => {
   const machine = new PowerCutFs();
   let h: Harness;
-
-  beforeAll(async () => {
-    const SQL = await loadSqlJs();
-    h = await Harness.open({
-      name: "sqljs-file",
-      open: async () =>
-        openSqlStore(
-          await openSqlJsFileDriver(SQL, { path: DB_PATH, fs: machine }),
-          SQLITE_MIGRATIONS,
-          START_MS,
-        ),
-    });
-  });
-
-  afterAll(async () => {
-    await h.close();
+  const onFullDisk = {
+    name: "sqljs-file",
+    open: async () =>
+      openSqlStore(
+        await openSqlJsFileDriver(await loadSqlJs(), { path: DB_PATH, fs: machine }),
+        SQLITE_MIGRATIONS,
+        START_MS,
+      ),
+  };
+  harnessForBlock(onFullDisk, (opened) => {
+    h = opened;
   });
 
   it("answers 503 storage_unavailable to writes while the disk is full, and succeeds once space returns", async () => {

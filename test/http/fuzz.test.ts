@@ -7,15 +7,16 @@
  * prints fast-check's seed and path; rerun with `QLR_FUZZ_SEED=<seed>` to reproduce it.
  */
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
-  Harness,
-  STORE_FACTORIES,
+  SQLJS_MEMORY_FACTORY,
   TOKEN,
   WORKER_TOKEN,
   diamondYaml,
   errorOf,
+  harnessForBlock,
   type CallOptions,
+  type Harness,
   type RunView,
   WORKER_ROUTES,
 } from "./support.ts";
@@ -33,9 +34,6 @@ const ERROR_CODES = new Set([
   "conflict",
   "payload_too_large",
 ]);
-
-const factory =
-  STORE_FACTORIES.find((candidate) => candidate.name === "sqljs-memory") ?? STORE_FACTORIES[0];
 
 /** A key no schema knows: every object it is added to is invalid (all schemas are strict). */
 const unknownKey = fc.stringMatching(/^[a-z]{1,8}$/).map((text) => `zz_${text}`);
@@ -370,19 +368,12 @@ describe("fuzzing the HTTP boundary", () => {
   let finished: RunView;
   let attemptIds: string[] = [];
 
-  beforeAll(async () => {
-    if (factory === undefined) throw new Error("no store factory");
-    h = await Harness.open(factory);
-    expect((await h.applyYaml(diamondYaml("seed"))).status).toBe(201);
-    finished = await h.startRun({ package: "seed", workflow: "diamond" });
-    const detail = await h.runUntil(finished.id);
-    expect(detail.run.status).toBe("succeeded");
+  harnessForBlock(SQLJS_MEMORY_FACTORY, async (opened) => {
+    h = opened;
+    const detail = await h.succeededDiamond("seed");
+    finished = detail.run;
     attemptIds = detail.attempts.map((attempt) => attempt.id);
     baseline = await h.dump();
-  }, 120_000);
-
-  afterAll(async () => {
-    await h?.close();
   });
 
   /** Every input: a 4xx with a clear error body, nothing written; after the run, the server still answers. */

@@ -1,5 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Harness, STORE_FACTORIES, errorOf, type RunView } from "./support.ts";
+import { describe, expect, it } from "vitest";
+import { namedDiamond, stepLines } from "../support/workflow-shapes.ts";
+import {
+  harnessForBlock,
+  STORE_FACTORIES,
+  errorOf,
+  type RunView,
+  type Harness,
+} from "./support.ts";
 
 /**
  * Run inputs, step outputs and reruns over the HTTP API, on each store: `input` on `POST /runs`
@@ -18,10 +25,7 @@ workflows:
       limit: { type: number, default: 10 }
       dry: { type: boolean, default: false }
     steps:
-      extract: { task: echo }
-      load: { task: flaky, needs: [extract] }
-      report: { task: echo, needs: [extract] }
-      publish: { task: echo, needs: [load, report] }
+${stepLines(namedDiamond({ extract: "echo", load: "flaky", report: "echo", publish: "echo" }))}
   plain:
     steps:
       only: { task: echo }
@@ -30,11 +34,8 @@ workflows:
 for (const factory of STORE_FACTORIES) {
   describe(`inputs, outputs and reruns over HTTP on '${factory.name}'`, () => {
     let h: Harness;
-    beforeAll(async () => {
-      h = await Harness.open(factory);
-    });
-    afterAll(async () => {
-      await h.close();
+    harnessForBlock(factory, (opened) => {
+      h = opened;
     });
 
     it("a run keeps its resolved input; every step's output is shown and handed to the steps that need it", async () => {

@@ -2,10 +2,17 @@
  * `POST /attempts/:id/resolve`: an operator settles an attempt that failed closed, on sql.js and
  * on PGlite. Only such an attempt can be resolved; every refusal writes nothing.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { findAttemptScope } from "../../src/attempt-scope.ts";
 import { applyRecovery } from "../../src/recovery.ts";
-import { errorOf, Harness, STORE_FACTORIES, yamlManifest, type RunDetail } from "./support.ts";
+import {
+  errorOf,
+  harnessForBlock,
+  STORE_FACTORIES,
+  yamlManifest,
+  type RunDetail,
+  type Harness,
+} from "./support.ts";
 
 const LONG_TASK = yamlManifest(
   "resolve",
@@ -23,14 +30,9 @@ workflows:
 
 describe.each(STORE_FACTORIES)("resolving a failed-closed attempt on $name", (factory) => {
   let h: Harness;
-
-  beforeAll(async () => {
-    h = await Harness.open(factory);
+  harnessForBlock(factory, async (opened) => {
+    h = opened;
     expect((await h.applyYaml(LONG_TASK)).status).toBe(201);
-  });
-
-  afterAll(async () => {
-    await h.close();
   });
 
   async function runningAttempt(): Promise<{ runId: string; attemptId: string }> {

@@ -4,21 +4,27 @@
  * `/metrics` counts it, `GET /info` reports the policy, and an idempotency key whose run was
  * purged starts a new run. The virtual clock moves only on purpose.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { diamondYaml, errorOf, Harness, STORE_FACTORIES, type RunView } from "./support.ts";
+import { describe, expect, it } from "vitest";
+import {
+  diamondYaml,
+  errorOf,
+  harnessForBlock,
+  STORE_FACTORIES,
+  type RunView,
+  type Harness,
+} from "./support.ts";
 
 const HOUR_MS = 3_600_000;
 
 describe.each(STORE_FACTORIES)("retention over HTTP on $name", (factory) => {
   let h: Harness;
-
-  beforeAll(async () => {
-    h = await Harness.open(factory, { retention: { horizonMs: HOUR_MS, maxRuns: 2 } });
-  });
-
-  afterAll(async () => {
-    await h.close();
-  });
+  harnessForBlock(
+    factory,
+    (opened) => {
+      h = opened;
+    },
+    { retention: { horizonMs: HOUR_MS, maxRuns: 2 } },
+  );
 
   async function finishedRun(body: Record<string, unknown>): Promise<RunView> {
     const run = await h.startRun(body);

@@ -4,15 +4,17 @@
  * and keyset paging. Every scenario uses its own package; the virtual clock only moves on
  * purpose, so every time in an answer is exact.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { RUN_STATUSES } from "../../src/model.ts";
 import { cancelRun } from "../../src/operations.ts";
 import { expectCancelledWhileFirstRan } from "../support/api-client.ts";
+import { workflowRunView } from "../support/api-views.ts";
+import { backwards, diamond } from "../support/workflow-shapes.ts";
 import {
   ATTEMPT_VIEW_KEYS,
   DEFAULT_TASK_MS,
   EVENT_VIEW_KEYS,
-  Harness,
+  harnessForBlock,
   RUN_VIEW_KEYS,
   STAGE_ORDER,
   STEP_VIEW_KEYS,
@@ -25,9 +27,11 @@ import {
   type AttemptView,
   type EventView,
   type PackageHeadView,
+  type RunDetail,
   type RunView,
   type StepView,
   type TickReportView,
+  type Harness,
 } from "./support.ts";
 
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
@@ -43,13 +47,8 @@ const runTransitions = (events: readonly EventView[]): string[] =>
 
 describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
   let h: Harness;
-
-  beforeAll(async () => {
-    h = await Harness.open(factory);
-  });
-
-  afterAll(async () => {
-    await h.close();
+  harnessForBlock(factory, (opened) => {
+    h = opened;
   });
 
   it("POST /packages applies YAML and JSON: 201 changed:true, 200 changed:false when unchanged; GET /packages and /packages/:name show it", async () => {
@@ -76,16 +75,7 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
 
     // The same package written as JSON (keys in another order, needs reversed) has the same canonical digest.
     const sameAsJson = {
-      workflows: {
-        diamond: {
-          steps: {
-            d: { task: "work", needs: ["c", "b"] },
-            c: { task: "work", needs: ["a"] },
-            b: { task: "work", needs: ["a"] },
-            a: { task: "work" },
-          },
-        },
-      },
+      workflows: { diamond: backwards(diamond("work")) },
       tasks: { work: { timeout: 30_000, run: ["sim", "ok"] } },
       package: name,
     };
@@ -149,22 +139,9 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
     const createdAtMs = h.clock.nowMs();
     const run = await h.startRun({ package: name, workflow: "diamond" });
     expect(sortedKeys(run)).toEqual(RUN_VIEW_KEYS);
-    expect(run).toEqual({
-      id: run.id,
-      kind: "workflow",
-      status: "running",
-      package: name,
-      generation: 1,
-      target: "diamond",
-      createdAtMs,
-      finishedAtMs: null,
-      cancelRequestedAtMs: null,
-      cancelReason: null,
-      idempotencyKey: null,
-      scheduleName: null,
-      input: {},
-      rerunOf: null,
-    });
+    expect(run).toEqual(
+      workflowRunView({ id: run.id, package: name, target: "diamond", createdAtMs }),
+    );
 
     const created = await h.runDetail(run.id);
     expect(created.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
@@ -262,20 +239,10 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
 
   it("a failing step fails the run; its downstream steps are skipped and never attempted", async () => {
     const name = "diamond-fail";
-    const yaml = yamlManifest(
-      name,
-      `tasks:
-  ok: { run: [sim, ok] }
-  bad: { run: [sim, fail] }
-workflows:
-  diamond:
-    steps:
-      a: { task: ok }
-      b: { task: bad, needs: [a] }
-      c: { task: ok, needs: [a] }
-      d: { task: ok, needs: [b, c] }
-`,
-    );
+    const yaml = diamondYaml(name, {
+      yaml: "  ok: { run: [sim, ok] }\n  bad: { run: [sim, fail] }",
+      ofStep: { a: "ok", b: "bad", c: "ok", d: "ok" },
+    });
     expect((await h.applyYaml(yaml)).status).toBe(201);
     const run = await h.startRun({ package: name, workflow: "diamond" });
     const detail = await h.runUntil(run.id);
@@ -505,28 +472,25 @@ workflows:
     expect(noLog.status).toBe(404);
     expect(errorOf(noLog).code).toBe("not_found");
 
+    /** The run is `status` and has one attempt, of no step, as `attempt` says, in the same status. */
+    const expectSoleAttempt = (
+      answer: RunDetail,
+      status: string,
+      attempt: Partial<AttemptView>,
+    ): void => {
+      expect(answer.run.status).toBe(status);
+      expect(answer.attempts).toHaveLength(1);
+      expect(answer.attempts[0]).toMatchObject({ number: 1, status, stepRunId: null, ...attempt });
+    };
     await h.tick();
-    const running = await h.runDetail(run.id);
-    expect(running.run.status).toBe("running");
-    expect(running.attempts).toHaveLength(1);
-    expect(running.attempts[0]).toMatchObject({
-      number: 1,
-      status: "running",
-      stepRunId: null,
+    expectSoleAttempt(await h.runDetail(run.id), "running", {
       startedAtMs: h.clock.nowMs(),
       finishedAtMs: null,
       exitCode: null,
     });
 
     const detail = await h.runUntil(run.id);
-    expect(detail.run.status).toBe("succeeded");
-    expect(detail.attempts).toHaveLength(1);
-    expect(detail.attempts[0]).toMatchObject({
-      number: 1,
-      status: "succeeded",
-      exitCode: 0,
-      stepRunId: null,
-    });
+    expectSoleAttempt(detail, "succeeded", { exitCode: 0 });
     expect(runTransitions(await h.events(run.id))).toEqual([
       "queued→dispatching",
       "dispatching→running",

@@ -5,38 +5,27 @@
  * (`MISSED_FIRES.defaultGraceMs`); missed slots are counted in `missedFires`, never fired one by
  * one.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { MISSED_FIRES } from "../../src/schedules.ts";
 import {
-  Harness,
+  harnessForBlock,
   STORE_FACTORIES,
   TICK_STEP_MS,
   yamlManifest,
   type RunView,
   type ScheduleView,
+  type Harness,
 } from "./support.ts";
 
 const HOUR_MS = 3_600_000;
 const MINUTE_MS = 60_000;
 /** A task whose simulated run takes 100 ms and succeeds. */
-/** Two schedules of the quick task on one cron: `skipper` skips missed slots, `catcher` fires once. */
-function skipperAndCatcher(cron: string): string {
-  return `  skipper: { cron: "${cron}", task: quick, missed: skip }
-  catcher: { cron: "${cron}", task: quick, missed: fire_once }
-`;
-}
-
 const QUICK_TASK = 'tasks:\n  quick: { run: [sim, ok, "100"] }\n';
 
 describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
   let h: Harness;
-
-  beforeAll(async () => {
-    h = await Harness.open(factory);
-  });
-
-  afterAll(async () => {
-    await h.close();
+  harnessForBlock(factory, (opened) => {
+    h = opened;
   });
 
   async function schedulesOf(name: string): Promise<Record<string, ScheduleView>> {
@@ -55,26 +44,47 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
     throw new Error("tickThrough did not reach its end");
   }
 
-  /** Aligns the clock on the hour, then applies `tasks` with `schedules`; returns when it applied. */
-  async function applyScheduled(name: string, tasks: string, schedules: string): Promise<number> {
+  /**
+   * Aligns the clock on the hour, then applies `tasks` with `schedules`. Returns when it applied,
+   * and how to re-apply the package without schedules, so later ticks in this file stay quiet.
+   */
+  async function applyScheduled(
+    name: string,
+    schedules: string,
+    tasks = QUICK_TASK,
+  ): Promise<{ appliedAtMs: number; removeSchedules: () => Promise<void> }> {
     const appliedAtMs = h.alignClock(HOUR_MS);
     const applied = await h.applyYaml(yamlManifest(name, `${tasks}schedules:\n${schedules}`));
     expect(applied.status).toBe(201);
-    return appliedAtMs;
+    const removeSchedules = async (): Promise<void> => {
+      expect((await h.applyYaml(yamlManifest(name, tasks))).status).toBe(201);
+      expect((await h.packageDetail(name)).schedules).toEqual([]);
+    };
+    return { appliedAtMs, removeSchedules };
   }
 
-  /** Re-applies the package without schedules, so later ticks in this file stay quiet. */
-  async function removeSchedules(name: string, tasks: string): Promise<void> {
-    expect((await h.applyYaml(yamlManifest(name, tasks))).status).toBe(201);
-    expect((await h.packageDetail(name)).schedules).toEqual([]);
+  /**
+   * Two schedules of the quick task on one cron, applied as `applyScheduled` does, then one
+   * tick: `skipper` skips missed slots, `catcher` fires once.
+   */
+  async function applySkipperAndCatcher(
+    name: string,
+    cron: string,
+  ): ReturnType<typeof applyScheduled> {
+    const scheduled = await applyScheduled(
+      name,
+      `  skipper: { cron: "${cron}", task: quick, missed: skip }
+  catcher: { cron: "${cron}", task: quick, missed: fire_once }
+`,
+    );
+    await h.tick();
+    return scheduled;
   }
 
   it("a */10 seconds schedule fires exactly on its slots", async () => {
     const name = "every-ten";
-    const tasks = QUICK_TASK;
-    const appliedAtMs = await applyScheduled(
+    const { appliedAtMs, removeSchedules } = await applyScheduled(
       name,
-      tasks,
       '  tick10: { cron: "*/10 * * * * *", task: quick }\n',
     );
     expect((await schedulesOf(name)).tick10).toEqual({
@@ -113,14 +123,12 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
       skippedOverlaps: 0,
     });
 
-    await removeSchedules(name, tasks);
+    await removeSchedules();
   });
 
   it("after an hour of downtime a */10 seconds schedule fires once for the current slot, whatever its missed policy; the 359 missed slots fire nothing", async () => {
     const name = "downtime-ten";
-    const tasks = QUICK_TASK;
-    const appliedAtMs = await applyScheduled(name, tasks, skipperAndCatcher("*/10 * * * * *"));
-    await h.tick();
+    const { appliedAtMs, removeSchedules } = await applySkipperAndCatcher(name, "*/10 * * * * *");
 
     // Down for an hour: no ticks. The slot at +1 h is 5 s old when the runtime is back: on time.
     h.clock.set(appliedAtMs + HOUR_MS + 5_000);
@@ -144,14 +152,12 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
     // No storm afterwards: the next fire is the next slot.
     await tickThrough(appliedAtMs + HOUR_MS + 9_500);
     expect(await h.runsOf(name)).toHaveLength(2);
-    await removeSchedules(name, tasks);
+    await removeSchedules();
   });
 
   it("after an hour of downtime past the grace, missed: skip fires nothing and missed: fire_once fires exactly once", async () => {
     const name = "downtime-ten-min";
-    const tasks = QUICK_TASK;
-    const appliedAtMs = await applyScheduled(name, tasks, skipperAndCatcher("*/10 * * * *"));
-    await h.tick();
+    const { appliedAtMs, removeSchedules } = await applySkipperAndCatcher(name, "*/10 * * * *");
     expect((await schedulesOf(name)).skipper?.nextFireAtMs).toBe(appliedAtMs + 10 * MINUTE_MS);
 
     // Down for an hour and five minutes: six slots (+10 … +60 min), the latest five minutes old.
@@ -193,16 +199,15 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
       missedFires: 6,
       lastFireAtMs: appliedAtMs + HOUR_MS + 10 * MINUTE_MS,
     });
-    await removeSchedules(name, tasks);
+    await removeSchedules();
   });
 
   it("overlap: skip starts no second run while the previous one is live, and counts the skips", async () => {
     const name = "overlap";
-    const tasks = 'tasks:\n  long: { run: [sim, ok, "25000"] }\n';
-    const appliedAtMs = await applyScheduled(
+    const { appliedAtMs, removeSchedules } = await applyScheduled(
       name,
-      tasks,
       '  busy: { cron: "*/10 * * * * *", task: long, overlap: skip }\n',
+      'tasks:\n  long: { run: [sim, ok, "25000"] }\n',
     );
 
     await tickThrough(appliedAtMs + 10_000);
@@ -235,6 +240,6 @@ describe.each(STORE_FACTORIES)("schedules over HTTP on $name", (factory) => {
       lastFireAtMs: appliedAtMs + 40_000,
       nextFireAtMs: appliedAtMs + 50_000,
     });
-    await removeSchedules(name, tasks);
+    await removeSchedules();
   });
 });

@@ -12,6 +12,7 @@
  * package names; the clock only moves forward, so the store clock never regresses.
  */
 import type { Hono } from "hono";
+import { afterAll, beforeAll } from "vitest";
 import { createApp } from "../../runtimes/http/app.ts";
 import { Metrics } from "../../runtimes/http/metrics.ts";
 import { Coordinator, STAGE_ORDER } from "../../src/coordinator.ts";
@@ -26,6 +27,7 @@ import type { SqlStore } from "../../storage/sql-store.ts";
 import { IN_PROCESS_DRIVERS, openTestStore } from "../support/drivers.ts";
 import { SequentialIds, SequentialSecrets } from "../support/fixtures.ts";
 import { dumpTables } from "../support/store-dump.ts";
+import { diamond, stepLines } from "../support/workflow-shapes.ts";
 import type {
   ErrorBody,
   EventView,
@@ -55,6 +57,13 @@ export const STORE_FACTORIES: readonly StoreFactory[] = IN_PROCESS_DRIVERS.map((
   name: driver.name,
   open: () => openTestStore(driver, START_MS),
 }));
+
+/** The store of a file that runs on one store only: sql.js in memory, the quickest to open. */
+export const SQLJS_MEMORY_FACTORY: StoreFactory = (() => {
+  const factory = STORE_FACTORIES.find((candidate) => candidate.name === "sqljs-memory");
+  if (factory === undefined) throw new Error("no sqljs-memory store factory");
+  return factory;
+})();
 
 // ---- response shapes: the contract (runtimes/http/contract.ts) ----
 
@@ -396,6 +405,40 @@ export class Harness {
   async dump(): Promise<string> {
     return dumpTables(this.store.driver);
   }
+
+  /** Applies the diamond as `packageName` and runs it to the end, which must be success. */
+  async succeededDiamond(packageName: string, idempotencyKey?: string): Promise<RunDetail> {
+    const applied = await this.applyYaml(diamondYaml(packageName));
+    if (applied.status !== 201) throw new Error(`apply ${packageName}: ${applied.text}`);
+    const run = await this.startRun({
+      package: packageName,
+      workflow: "diamond",
+      ...(idempotencyKey === undefined ? {} : { idempotencyKey }),
+    });
+    const detail = await this.runUntil(run.id);
+    if (detail.run.status !== "succeeded")
+      throw new Error(`the ${packageName} diamond ended ${detail.run.status}`);
+    return detail;
+  }
+}
+
+/**
+ * One harness over `factory` for the enclosing describe block: opened before its tests and
+ * handed to `use` (which keeps it, and may seed it), closed after them.
+ */
+export function harnessForBlock(
+  factory: StoreFactory,
+  use: (h: Harness) => void | Promise<void>,
+  options: { retention?: RetentionPolicy | null } = {},
+): void {
+  let opened: Harness | undefined;
+  beforeAll(async () => {
+    opened = await Harness.open(factory, options);
+    await use(opened);
+  });
+  afterAll(async () => {
+    await opened?.close();
+  });
 }
 
 export { STAGE_ORDER };
@@ -405,21 +448,25 @@ export function yamlManifest(packageName: string, body: string): string {
   return `package: ${packageName}\n${body}`;
 }
 
-/** The diamond a → b, a → c, {b, c} → d, each step running `work`. */
-export function diamondYaml(packageName: string, work = '["sim", "ok"]'): string {
+/**
+ * A package with one workflow, `diamond` (a → b, a → c, {b, c} → d): each step runs `work`, or
+ * each its own task of those `tasks.yaml` declares (the lines under `tasks:`, two spaces in).
+ */
+export function diamondYaml(
+  packageName: string,
+  tasks: { readonly yaml: string; readonly ofStep: Parameters<typeof diamond>[0] } = {
+    yaml: '  work:\n    run: ["sim", "ok"]\n    timeout: 30s',
+    ofStep: "work",
+  },
+): string {
   return yamlManifest(
     packageName,
     `tasks:
-  work:
-    run: ${work}
-    timeout: 30s
+${tasks.yaml}
 workflows:
   diamond:
     steps:
-      a: { task: work }
-      b: { task: work, needs: [a] }
-      c: { task: work, needs: [a] }
-      d: { task: work, needs: [b, c] }
+${stepLines(diamond(tasks.ofStep))}
 `,
   );
 }

@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import type { AttemptView, EventView, RunDetail } from "../support/api-views.ts";
+import {
+  workflowRunView,
+  type AttemptView,
+  type EventView,
+  type RunDetail,
+} from "../support/api-views.ts";
 import { checkClusterHistory, type ClusterHistory } from "../support/cluster-history.ts";
 
 /**
@@ -44,22 +49,14 @@ function detail(
   attempts: readonly AttemptView[],
 ): RunDetail {
   return {
-    run: {
+    run: workflowRunView({
       id: RUN_ID,
-      kind: "workflow",
       status: runStatus,
       package: "cluster",
-      generation: 1,
       target: "single",
       createdAtMs: 0,
       finishedAtMs: 3_000,
-      cancelRequestedAtMs: null,
-      cancelReason: null,
-      idempotencyKey: null,
-      scheduleName: null,
-      input: {},
-      rerunOf: null,
-    },
+    }),
     steps: [
       {
         id: STEP_ID,

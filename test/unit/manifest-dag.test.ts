@@ -8,6 +8,7 @@ import {
   type DagStep,
   type ManifestIssue,
 } from "../../src/manifest/index.ts";
+import { backwards, diamond } from "../support/workflow-shapes.ts";
 
 function step(name: string, needs: string[] = []): DagStep {
   return { name, needs };
@@ -63,24 +64,17 @@ describe("workflow DAG validation", () => {
     ]);
   });
 
-  it("a step referencing an unknown task is rejected", () => {
+  it.each([
+    ["a step referencing an unknown task is rejected", { work: { run: ["true"] } }, "wrok"],
+    ["a step in a package without tasks references an unknown task", undefined, "work"],
+  ])("%s", (_title, tasks, task) => {
     const result = validateManifest({
       package: "demo",
-      tasks: { work: { run: ["true"] } },
-      workflows: { flow: { steps: { a: { task: "wrok" } } } },
+      ...(tasks === undefined ? {} : { tasks }),
+      workflows: { flow: { steps: { a: { task } } } },
     });
     expect(result.ok ? [] : result.issues).toEqual([
-      { path: "workflows.flow.steps.a.task", message: 'unknown task "wrok"' },
-    ]);
-  });
-
-  it("a step in a package without tasks references an unknown task", () => {
-    const result = validateManifest({
-      package: "demo",
-      workflows: { flow: { steps: { a: { task: "work" } } } },
-    });
-    expect(result.ok ? [] : result.issues).toEqual([
-      { path: "workflows.flow.steps.a.task", message: 'unknown task "work"' },
+      { path: "workflows.flow.steps.a.task", message: `unknown task "${task}"` },
     ]);
   });
 
@@ -88,16 +82,7 @@ describe("workflow DAG validation", () => {
     const result = validateManifest({
       package: "demo",
       tasks: { work: { run: ["true"] } },
-      workflows: {
-        flow: {
-          steps: {
-            d: { task: "work", needs: ["c", "b"] },
-            b: { task: "work", needs: ["a"] },
-            c: { task: "work", needs: ["a"] },
-            a: { task: "work" },
-          },
-        },
-      },
+      workflows: { flow: backwards(diamond("work")) },
     });
     if (!result.ok) throw new Error(JSON.stringify(result.issues));
     expect(result.manifest.workflows[0]?.steps).toEqual([

@@ -41,37 +41,23 @@ schedules:
     expect(manifestDigest(result.manifest)).toBe(manifestDigest({ ...result.manifest }));
   });
 
+  // Each case: the value of a task's notify, where the issue is under tasks.t.notify, and what it says.
   it.each([
-    ["notify: 5", "tasks.t.notify", "a notifier"],
-    ["notify: []", "tasks.t.notify", "at least one"],
-    ["notify: {}", "tasks.t.notify[0].webhook", "is required"],
-    ['notify: { webhook: "ftp://x/y" }', "tasks.t.notify[0].webhook", "http(s) URL"],
-    ['notify: { webhook: "not a url" }', "tasks.t.notify[0].webhook", "absolute"],
-    ['notify: { webhook: "https://u:p@x/y" }', "tasks.t.notify[0].webhook", "user or password"],
-    [
-      'notify: { webhook: "https://x/y", secret: short }',
-      "tasks.t.notify[0].secret",
-      "at least 16",
-    ],
-    [
-      'notify: { command: [a], secret: "0123456789abcdef" }',
-      "tasks.t.notify[0].secret",
-      "only to a webhook",
-    ],
-    ['notify: { command: [a], webhook: "https://x/y" }', "tasks.t.notify[0].command", "not both"],
-    ["notify: { command: [] }", "tasks.t.notify[0].command", "program"],
-    [
-      'notify: { webhook: "https://x/y", headers: 1 }',
-      "tasks.t.notify[0].headers",
-      "unknown field",
-    ],
-    [
-      "notify: [{ command: [a] }, { command: [a] }, { command: [a] }, { command: [a] }, { command: [a] }]",
-      "tasks.t.notify",
-      "at most 4",
-    ],
-  ])("refuses %s with a clear issue", (notify, path, message) => {
-    const issues = issuesOf(`package: p\ntasks:\n  t: { run: [echo], ${notify} }\n`);
+    ["5", "", "a notifier"],
+    ["[]", "", "at least one"],
+    ["{}", "[0].webhook", "is required"],
+    ['{ webhook: "ftp://x/y" }', "[0].webhook", "http(s) URL"],
+    ['{ webhook: "not a url" }', "[0].webhook", "absolute"],
+    ['{ webhook: "https://u:p@x/y" }', "[0].webhook", "user or password"],
+    ['{ webhook: "https://x/y", secret: short }', "[0].secret", "at least 16"],
+    ['{ command: [a], secret: "0123456789abcdef" }', "[0].secret", "only to a webhook"],
+    ['{ command: [a], webhook: "https://x/y" }', "[0].command", "not both"],
+    ["{ command: [] }", "[0].command", "program"],
+    ['{ webhook: "https://x/y", headers: 1 }', "[0].headers", "unknown field"],
+    [`[${Array.from({ length: 5 }, () => "{ command: [a] }").join(", ")}]`, "", "at most 4"],
+  ])("refuses notify: %s with a clear issue", (notify, pathUnderNotify, message) => {
+    const issues = issuesOf(`package: p\ntasks:\n  t: { run: [echo], notify: ${notify} }\n`);
+    const path = `tasks.t.notify${pathUnderNotify}`;
     expect(
       issues.some((issue) => issue.path === path && issue.message.includes(message)),
       JSON.stringify(issues),

@@ -8,7 +8,9 @@ import {
   type ManifestIssue,
   type ManifestParseResult,
 } from "../../src/manifest/index.ts";
+import { namedDiamond, stepLines } from "../support/workflow-shapes.ts";
 
+/** The pipeline's join lists its needs out of name order (c before b): normalizing sorts them. */
 const YAML_TEXT = `
 package: demo
 description: prices
@@ -27,10 +29,7 @@ tasks:
 workflows:
   pipeline:
     steps:
-      a: { task: hello }
-      b: { task: fetch, needs: [a] }
-      c: { task: hello, needs: [a] }
-      d: { task: remote, needs: [c, b] }
+${stepLines(namedDiamond({ a: "hello", c: "hello", b: "fetch", d: "remote" }))}
 schedules:
   nightly: { cron: "0 3 * * *", timezone: "UTC", workflow: pipeline, overlap: skip }
 `;

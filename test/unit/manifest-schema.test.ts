@@ -330,16 +330,9 @@ describe("manifest schema", () => {
     const manifest = accepted(
       withTask({ run: ["true"] }, { schedules: { hourly: { cron: "0 * * * *", task: "hello" } } }),
     );
+    const defaults = { timezone: "UTC", overlap: "skip", missed: "skip", enabled: true };
     expect(manifest.schedules).toEqual([
-      {
-        name: "hourly",
-        cron: "0 * * * *",
-        timezone: "UTC",
-        target: { kind: "task", name: "hello" },
-        overlap: "skip",
-        missed: "skip",
-        enabled: true,
-      },
+      { name: "hourly", cron: "0 * * * *", target: { kind: "task", name: "hello" }, ...defaults },
     ]);
   });
 
