@@ -6,9 +6,20 @@
 //   bundle, where both libraries look for them (relative to import.meta.url).
 // Everything is bundled: no CDN, no runtime dependency outside the folder.
 // `node scripts/build-browser.mjs --out DIR` builds into DIR instead (tests use a private copy).
+// Both pages share one frame (runtimes/browser/shared/page.html: the head, the skip link, the top
+// bar, the main landmark); each page's page.html holds only its own parts, as <template>s the
+// build puts into the frame's slots.
 // Each page is built into a staging folder and swapped into place, so a runtime serving the
 // old build never sees half of a new one.
-import { copyFileSync, existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -54,6 +65,36 @@ const common = {
   conditions: ["browser"],
 };
 
+/** What differs between the two pages' frames, besides their page.html parts. */
+const PAGE_FACTS = {
+  dashboard: {
+    title: "qlr dashboard",
+    subtitle: "qlr dashboard",
+    assets: "assets/dashboard",
+    skipTo: "#main",
+  },
+  simulation: {
+    title: "qlr deterministic simulation",
+    subtitle: "deterministic simulation, in this page",
+    assets: "simulation",
+    skipTo: "#",
+  },
+};
+
+/** Writes a page's index.html: the shared frame with the page's facts and parts in its slots. */
+function writePage(name, file) {
+  const frame = readFileSync(join(pages, "shared", "page.html"), "utf8");
+  const parts = readFileSync(join(pages, name, "page.html"), "utf8");
+  const slots = { topbar: "", main: "", ...PAGE_FACTS[name] };
+  for (const [, slot, content] of parts.matchAll(/<template id="([a-z]+)">([\s\S]*?)<\/template>/g))
+    slots[slot] = content.trim();
+  const html = frame.replace(/\{\{([a-zA-Z]+)\}\}/g, (_, slot) => {
+    if (slots[slot] === undefined) throw new Error(`${name}: no value for {{${slot}}}`);
+    return slots[slot];
+  });
+  writeFileSync(file, html);
+}
+
 function swapIntoPlace(staging, target) {
   const old = `${target}.old-${process.pid}`;
   if (existsSync(target)) renameSync(target, old);
@@ -77,7 +118,7 @@ async function buildBrowser() {
     entryPoints: { dashboard: join(pages, "dashboard", "dashboard.css") },
     outdir: join(dashboard, "assets"),
   });
-  copyFileSync(join(pages, "dashboard", "index.html"), join(dashboard, "index.html"));
+  writePage("dashboard", join(dashboard, "index.html"));
 
   const simulation = join(out, `.simulation-${process.pid}`);
   rmSync(simulation, { recursive: true, force: true });
@@ -95,7 +136,7 @@ async function buildBrowser() {
     entryPoints: { simulation: join(pages, "simulation", "simulation.css") },
     outdir: simulation,
   });
-  copyFileSync(join(pages, "simulation", "index.html"), join(simulation, "index.html"));
+  writePage("simulation", join(simulation, "index.html"));
   copyFileSync(require.resolve("sql.js/dist/sql-wasm.wasm"), join(simulation, "sql-wasm.wasm"));
   const pglite = dirname(require.resolve("@electric-sql/pglite"));
   for (const file of ["pglite.wasm", "pglite.data", "initdb.wasm"])

@@ -245,15 +245,31 @@ async function waitForRun(api: QlrClient, config: CommonConfig, runId: string): 
   }
 }
 
+/** Where an alert goes: the webhook's URL or the command line. */
+function notificationTarget(entry: NotificationView): string {
+  return entry.notifier.kind === "webhook" ? entry.notifier.url : entry.notifier.argv.join(" ");
+}
+
+/** How each listing words an alert's state; a time follows the delivered and pending words. */
+interface NotificationStateWords {
+  readonly delivered: string;
+  readonly pending: string;
+  readonly failed: string;
+}
+
+function notificationState(entry: NotificationView, words: NotificationStateWords): string {
+  if (entry.state === "delivered") return `${words.delivered} ${time(entry.deliveredAtMs)}`;
+  if (entry.state === "pending") return `${words.pending} ${time(entry.nextAttemptAtMs)}`;
+  return words.failed;
+}
+
 function renderNotification(entry: NotificationView): string {
-  const target =
-    entry.notifier.kind === "webhook" ? entry.notifier.url : entry.notifier.argv.join(" ");
-  const when =
-    entry.state === "delivered"
-      ? `delivered ${time(entry.deliveredAtMs)}`
-      : entry.state === "pending"
-        ? `next try ${time(entry.nextAttemptAtMs)}`
-        : "gave up";
+  const target = notificationTarget(entry);
+  const when = notificationState(entry, {
+    delivered: "delivered",
+    pending: "next try",
+    failed: "gave up",
+  });
   return `${entry.id}  ${entry.state.padEnd(9)} ${entry.event.padEnd(14)} run ${entry.runId}${entry.step === null ? "" : ` step ${entry.step}`}  ${target}  attempts ${entry.attempts}  ${when}${entry.lastError === null ? "" : `  (${entry.lastError})`}`;
 }
 
@@ -266,14 +282,12 @@ function renderRunNotifications(entries: readonly NotificationView[]): string[] 
   return [
     "  notifications",
     ...entries.map((entry) => {
-      const target =
-        entry.notifier.kind === "webhook" ? entry.notifier.url : entry.notifier.argv.join(" ");
-      const state =
-        entry.state === "delivered"
-          ? `sent ${time(entry.deliveredAtMs)}`
-          : entry.state === "pending"
-            ? `pending, next try ${time(entry.nextAttemptAtMs)}`
-            : "failed";
+      const target = notificationTarget(entry);
+      const state = notificationState(entry, {
+        delivered: "sent",
+        pending: "pending, next try",
+        failed: "failed",
+      });
       const about = entry.step === null ? "" : ` step ${entry.step}`;
       return `    ${entry.event}${about}  ${target}  ${state}  attempts ${entry.attempts}${entry.lastError === null ? "" : `  last error: ${entry.lastError}`}`;
     }),

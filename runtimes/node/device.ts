@@ -95,6 +95,20 @@ interface Intake {
   open: boolean;
 }
 
+/** What `DeviceRuntime.start` opened and started: the cadence runs on them and `stop` closes them. */
+interface DeviceParts {
+  readonly url: string;
+  readonly store: SqlStore;
+  readonly coordinator: Coordinator;
+  readonly executor: LocalProcessExecutor;
+  readonly server: ServerType;
+  readonly options: DeviceOptions;
+  readonly recovery: RecoveryEntry[];
+  readonly intake: Intake;
+  /** This runtime's hold on its state dir (`runtime.lock`), released last at stop. */
+  readonly stateLock: HeldLock;
+}
+
 /** The most log bytes one API call returns, stdout and stderr together; logs are capped on disk too. */
 export const LOG_READ_MAX_BYTES = 1024 * 1024;
 
@@ -107,11 +121,6 @@ export const LOG_READ_MAX_BYTES = 1024 * 1024;
 export class DeviceRuntime {
   readonly url: string;
   readonly recovery: RecoveryEntry[];
-  private readonly store: SqlStore;
-  private readonly coordinator: Coordinator;
-  private readonly executor: LocalProcessExecutor;
-  private readonly server: ServerType;
-  private readonly options: DeviceOptions;
   private timer: ReturnType<typeof setTimeout> | null = null;
   /** A cycle is running now (between its timer firing and its report). */
   private ticking = false;
@@ -119,31 +128,11 @@ export class DeviceRuntime {
   private wakeRequested = false;
   /** Edge profile only: frees dead database-sized buffers after a cycle (buffer-reclaimer.ts). */
   private readonly reclaimer: BufferReclaimer | null;
-  private readonly intake: Intake;
-  /** This runtime's hold on its state dir (`runtime.lock`), released last at stop. */
-  private readonly stateLock: HeldLock;
   private stopping: Promise<void> | null = null;
 
-  private constructor(parts: {
-    url: string;
-    store: SqlStore;
-    coordinator: Coordinator;
-    executor: LocalProcessExecutor;
-    server: ServerType;
-    options: DeviceOptions;
-    recovery: RecoveryEntry[];
-    intake: Intake;
-    stateLock: HeldLock;
-  }) {
+  private constructor(private readonly parts: DeviceParts) {
     this.url = parts.url;
-    this.store = parts.store;
-    this.coordinator = parts.coordinator;
-    this.executor = parts.executor;
-    this.server = parts.server;
-    this.options = parts.options;
     this.recovery = parts.recovery;
-    this.intake = parts.intake;
-    this.stateLock = parts.stateLock;
     this.reclaimer = parts.options.profile === "edge" ? new BufferReclaimer() : null;
   }
 
@@ -321,19 +310,20 @@ export class DeviceRuntime {
    */
   private scheduleTick(delayMs: number): void {
     if (this.stopping !== null) return;
-    const intervalMs = this.options.tickIntervalMs ?? PROFILES[this.options.profile].tickIntervalMs;
+    const { options, coordinator } = this.parts;
+    const intervalMs = options.tickIntervalMs ?? PROFILES[options.profile].tickIntervalMs;
     this.timer = setTimeout(() => {
       this.timer = null;
       this.ticking = true;
       this.wakeRequested = false;
-      void this.coordinator
+      void coordinator
         .tick()
         .then((report: TickReport) => {
           this.reclaimer?.afterCycle();
           return report.more || report.followUp;
         })
         .catch((error: unknown) => {
-          (this.options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(
+          (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(
             `tick failed: ${errorMessage(error)}`,
           );
           return false;
@@ -369,22 +359,23 @@ export class DeviceRuntime {
   }
 
   private async stopInOrder(): Promise<void> {
+    const { intake, coordinator, executor, store, server, options } = this.parts;
     // 1. Stop intake: every request but a lease holder's lease calls is refused from here on.
-    this.intake.open = false;
+    intake.open = false;
     // 2. Scheduler stopAndDrain: no further cycles admit or dispatch; wait for the cycle in flight.
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
-    this.coordinator.freezeAdmission();
-    await this.coordinator.idle();
+    coordinator.freezeAdmission();
+    await coordinator.idle();
     // 3. Execution control stopAndDrain: durable shutdown intent, exact stops, step-scoped outcomes.
-    const stopped = await this.coordinator.stopRunningForShutdown();
+    const stopped = await coordinator.stopRunningForShutdown();
     if (stopped > 0) {
-      await this.executor.drainStops();
+      await executor.drainStops();
       // Bounded: receipts land right after the processes end; a few frozen cycles record them.
       for (let round = 0; round < 20; round += 1) {
-        await this.coordinator.tick();
-        const owner = this.coordinator.nodeId ?? undefined;
-        const live = await this.store.transaction(async (tx) =>
+        await coordinator.tick();
+        const owner = coordinator.nodeId ?? undefined;
+        const live = await store.transaction(async (tx) =>
           tx.listAttempts("local_process", ["running"], null, 1, owner),
         );
         if (live.length === 0) break;
@@ -394,23 +385,23 @@ export class DeviceRuntime {
     // 3b. Remote workers: durable shutdown intents, answered through their heartbeats while the
     // lease calls are still served; bounded by one lease TTL. Asked again each round, so an
     // attempt that reached running meanwhile is stopped too.
-    const drainUntilMs = performance.now() + (this.options.remoteDrainMs ?? REMOTE_DRAIN_MS);
-    if ((await this.coordinator.requestRemoteShutdownStops()) > 0) {
+    const drainUntilMs = performance.now() + (options.remoteDrainMs ?? REMOTE_DRAIN_MS);
+    if ((await coordinator.requestRemoteShutdownStops()) > 0) {
       do {
         if (performance.now() >= drainUntilMs) break;
         await new Promise((wait) => setTimeout(wait, 200));
         // A frozen cycle still converges cancellation and the frontier of what workers report.
-        await this.coordinator.tick();
-      } while ((await this.coordinator.requestRemoteShutdownStops()) > 0);
+        await coordinator.tick();
+      } while ((await coordinator.requestRemoteShutdownStops()) > 0);
     }
     // 4. Close the server and the store.
-    const closed = new Promise<void>((resolveClose) => this.server.close(() => resolveClose()));
-    if (this.server instanceof HttpServer) this.server.closeIdleConnections();
-    if (this.server instanceof HttpServer) this.server.closeAllConnections();
+    const closed = new Promise<void>((resolveClose) => server.close(() => resolveClose()));
+    if (server instanceof HttpServer) server.closeIdleConnections();
+    if (server instanceof HttpServer) server.closeAllConnections();
     await closed;
-    await this.store.close();
+    await store.close();
     // 5. Let the next runtime in.
-    this.stateLock.release();
+    this.parts.stateLock.release();
   }
 }
 

@@ -140,8 +140,8 @@ describe("graceful stop", () => {
       const runId = (await api.startWorkflow("twice", "pipeline")).id;
       const { attempt } = await api.waitStepRunning(runId, "a");
 
-      const store = (runtime as unknown as { store: { close(): Promise<void> } }).store;
-      const close = vi.spyOn(store, "close");
+      const { parts } = runtime as unknown as { parts: { store: { close(): Promise<void> } } };
+      const close = vi.spyOn(parts.store, "close");
       const firstStop = runtime.stop();
       const secondStop = runtime.stop();
       expect(secondStop).toBe(firstStop);

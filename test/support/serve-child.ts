@@ -22,27 +22,16 @@ export function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv 
 }
 
 export class Served {
-  readonly child: ChildProcess;
-  readonly url: string;
-  readonly token: string;
-  readonly stateDir: string;
-  readonly exited: Promise<Exit>;
-  private readonly output: { stdout: string; stderr: string };
+  constructor(
+    readonly child: ChildProcess,
+    readonly url: string,
+    readonly token: string,
+    readonly stateDir: string,
+    private readonly watched: Watched,
+  ) {}
 
-  constructor(parts: {
-    child: ChildProcess;
-    url: string;
-    token: string;
-    stateDir: string;
-    exited: Promise<Exit>;
-    output: { stdout: string; stderr: string };
-  }) {
-    this.child = parts.child;
-    this.url = parts.url;
-    this.token = parts.token;
-    this.stateDir = parts.stateDir;
-    this.exited = parts.exited;
-    this.output = parts.output;
+  get exited(): Promise<Exit> {
+    return this.watched.exited;
   }
 
   get pid(): number {
@@ -50,11 +39,11 @@ export class Served {
   }
 
   get stdout(): string {
-    return this.output.stdout;
+    return this.watched.output.stdout;
   }
 
   get stderr(): string {
-    return this.output.stderr;
+    return this.watched.output.stderr;
   }
 
   get api(): Api {
@@ -203,9 +192,9 @@ export async function startServe(
     stdio: ["ignore", "pipe", "pipe"],
   });
   servedChildren.add(child);
-  const { exited, output } = watchChild(child);
+  const watched = watchChild(child);
   // Generous: a loaded machine starts Node slowly; a runtime that never serves still fails.
-  const url = await servingUrl(child, { exited, output }, "qlr serve", 60_000);
+  const url = await servingUrl(child, watched, "qlr serve", 60_000);
   const token = (await readFile(join(stateDir, "token"), "utf8")).trim();
-  return new Served({ child, url, token, stateDir, exited, output });
+  return new Served(child, url, token, stateDir, watched);
 }

@@ -1,6 +1,6 @@
 /// <reference lib="dom" />
 import { s } from "./dom.ts";
-import { statusInfo } from "./status.ts";
+import { statusInfo, withStatusTone } from "./status.ts";
 
 /**
  * The DAG of a run drawn as SVG: layers from `needs` (a step sits one layer right of its
@@ -148,23 +148,26 @@ export function renderDag(steps: readonly DagStep[], options: DagOptions): SVGSV
     const info = statusInfo(step.status);
     const attempts = step.attemptCount ?? 0;
     const title = `${step.name}${step.task === undefined ? "" : ` (task ${step.task})`}: ${step.status}${attempts > 0 ? `, ${attempts} attempt${attempts === 1 ? "" : "s"}` : ""}${step.needs.length > 0 ? `; needs ${step.needs.join(", ")}` : ""}`;
-    const group = s(
-      "g",
-      {
-        class: `dag-node tone-${info.tone}${options.selected === step.name ? " selected" : ""}`,
-        "data-step": step.name,
-        "data-status": step.status,
-        transform: `translate(${x} ${y})`,
-      },
-      s("title", {}, title),
-      s("rect", { width: NODE_WIDTH, height: NODE_HEIGHT, rx: 8, ry: 8 }),
-      s("rect", { class: "dag-stripe", width: 6, height: NODE_HEIGHT, rx: 3, ry: 3 }),
-      s("text", { class: "dag-name", x: 16, y: 23 }, truncate(step.name, 16)),
+    const group = withStatusTone(
       s(
-        "text",
-        { class: "dag-status", x: 16, y: 43 },
-        `${info.glyph} ${step.status}${attempts > 1 ? `  ×${attempts}` : ""}`,
+        "g",
+        {
+          class: `dag-node${options.selected === step.name ? " selected" : ""}`,
+          "data-step": step.name,
+          "data-status": step.status,
+          transform: `translate(${x} ${y})`,
+        },
+        s("title", {}, title),
+        s("rect", { width: NODE_WIDTH, height: NODE_HEIGHT, rx: 8, ry: 8 }),
+        s("rect", { class: "dag-stripe", width: 6, height: NODE_HEIGHT, rx: 3, ry: 3 }),
+        s("text", { class: "dag-name", x: 16, y: 23 }, truncate(step.name, 16)),
+        s(
+          "text",
+          { class: "dag-status", x: 16, y: 43 },
+          `${info.glyph} ${step.status}${attempts > 1 ? `  ×${attempts}` : ""}`,
+        ),
       ),
+      step.status,
     );
     if (options.href === undefined) return group;
     return s(

@@ -31,17 +31,30 @@ export function statusInfo(status: string): { glyph: string; tone: Tone } {
   return INFO.get(status) ?? { glyph: "•", tone: "waiting" };
 }
 
+/**
+ * Colours an element in a status's tone: the class `tone-<tone>`, and its --fg, --bg-t and
+ * --line set to the tone's colours of base.css's palette (--<tone>-fg, --<tone>-bg,
+ * --<tone>-line), which the badge, DAG and chart rules draw with. One mapping for every tone;
+ * set through the CSSOM, which a style-src 'self' policy allows (a style attribute it would not).
+ */
+export function withStatusTone<E extends HTMLElement | SVGElement>(element: E, status: string): E {
+  const { tone } = statusInfo(status);
+  element.classList.add(`tone-${tone}`);
+  element.style.setProperty("--fg", `var(--${tone}-fg)`);
+  element.style.setProperty("--bg-t", `var(--${tone}-bg)`);
+  element.style.setProperty("--line", `var(--${tone}-line)`);
+  return element;
+}
+
 /** A badge: glyph (hidden from screen readers) and the exact status word. */
 export function statusBadge(status: string, extraClass = ""): HTMLSpanElement {
   const info = statusInfo(status);
-  return h(
+  const badge = h(
     "span",
-    {
-      class: `badge tone-${info.tone}${extraClass === "" ? "" : ` ${extraClass}`}`,
-      "data-status": status,
-    },
+    { class: `badge${extraClass === "" ? "" : ` ${extraClass}`}`, "data-status": status },
     h("span", { class: "glyph", "aria-hidden": "true" }, info.glyph),
     " ",
     status,
   );
+  return withStatusTone(badge, status);
 }

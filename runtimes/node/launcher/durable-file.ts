@@ -2,13 +2,14 @@ import { randomBytes } from "node:crypto";
 import { fsync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { canonicalJson } from "../../../src/canonical-json.ts";
-import { errorCode } from "../../../src/errors.ts";
+import { QlrError, errorCode } from "../../../src/errors.ts";
 import { nodeDurableFs } from "../../../storage/node/durable-fs.ts";
 import type { DurableFileHandle, DurableFs } from "../../../storage/node/durable-fs.ts";
 import {
   fsyncDirectory as fsyncDirectoryStrict,
   fsyncDirectoryStrictSync,
 } from "../../../storage/node/fsync-directory.ts";
+import type { StateLayout } from "./state-layout.ts";
 
 /**
  * The launcher's durable files (journal before spawn, spawn records, receipts, stop intents,
@@ -367,4 +368,42 @@ export async function readRecordFile(
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
     return { ok: false, reason: "is not a JSON object" };
   return { ok: true, record: parsed as Record<string, unknown> };
+}
+
+/** One kind of attempt record the launcher reads back and checks (the journal, the stop intent). */
+export interface AttemptRecordKind<T> {
+  /** How an error names the file: "journal", "stop intent". */
+  readonly what: string;
+  readonly path: (layout: StateLayout, attemptId: string) => string;
+  readonly maxBytes: number;
+  /** What is wrong with the record's fields, or null when they are sound. */
+  readonly fieldProblem: (record: Record<string, unknown>) => string | null;
+  /** What the reader answers for a sound record. */
+  readonly value: (record: Record<string, unknown>) => T;
+}
+
+/**
+ * The reader of one kind of attempt record: null when there is none; `storage_corrupt` naming
+ * the file and what is wrong when one exists that is not a whole, well-formed record of this
+ * attempt (malformed, a link, too large, another attempt's), because "no record" and "a record
+ * we cannot trust" lead recovery to different decisions.
+ */
+export function attemptRecordReader<T>(
+  kind: AttemptRecordKind<T>,
+): (layout: StateLayout, attemptId: string, fs?: DurableFs) => Promise<T | null> {
+  return async (layout, attemptId, fs = launcherDurableFs) => {
+    const path = kind.path(layout, attemptId);
+    const file = await readRecordFile(path, kind.maxBytes, fs);
+    if (file === null) return null;
+    const damaged = (problem: string): QlrError =>
+      new QlrError("storage_corrupt", `${kind.what} ${path} is damaged: ${problem}`);
+    // Not JSON: most likely a write torn by a power cut on a file system without hard links.
+    if (!file.ok) throw damaged(`it ${file.reason}`);
+    const record = file.record;
+    if (record.attemptId !== attemptId)
+      throw damaged(`it names attempt ${JSON.stringify(record.attemptId)}`);
+    const problem = kind.fieldProblem(record);
+    if (problem !== null) throw damaged(problem);
+    return kind.value(record);
+  };
 }

@@ -1,9 +1,8 @@
 import { canonicalJson } from "../../../src/canonical-json.ts";
 import { isDigest, type Digest } from "../../../src/digest.ts";
-import { QlrError } from "../../../src/errors.ts";
 import { isPortableId } from "../../../src/identity.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
-import { createRecordFile, launcherDurableFs, readRecordFile } from "./durable-file.ts";
+import { attemptRecordReader, createRecordFile, launcherDurableFs } from "./durable-file.ts";
 import { journalPath, type StateLayout } from "./state-layout.ts";
 
 /**
@@ -66,27 +65,11 @@ function journalShapeProblem(record: Record<string, unknown>): string | null {
   return null;
 }
 
-/**
- * Reads and checks one journal record. Null when there is none; a record that exists but is
- * malformed, a link, or names another attempt throws `storage_corrupt`, because "no journal"
- * and "a journal we cannot trust" lead recovery to different decisions.
- */
-export async function readJournalRecord(
-  layout: StateLayout,
-  attemptId: string,
-  fs: DurableFs = launcherDurableFs,
-): Promise<JournalRecord | null> {
-  const path = journalPath(layout, attemptId);
-  const file = await readRecordFile(path, JOURNAL_MAX_BYTES, fs);
-  if (file === null) return null;
-  if (!file.ok) throw new QlrError("storage_corrupt", `journal ${path} ${file.reason}`);
-  const problem = journalShapeProblem(file.record);
-  if (problem !== null) throw new QlrError("storage_corrupt", `journal ${path}: ${problem}`);
-  const record = file.record as unknown as JournalRecord;
-  if (record.attemptId !== attemptId)
-    throw new QlrError(
-      "storage_corrupt",
-      `journal ${path} names attempt ${JSON.stringify(record.attemptId)}`,
-    );
-  return record;
-}
+/** Reads and checks one journal record: null when there is none (see `attemptRecordReader`). */
+export const readJournalRecord = attemptRecordReader<JournalRecord>({
+  what: "journal",
+  path: journalPath,
+  maxBytes: JOURNAL_MAX_BYTES,
+  fieldProblem: journalShapeProblem,
+  value: (record) => record as unknown as JournalRecord,
+});

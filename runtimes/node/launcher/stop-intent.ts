@@ -1,6 +1,6 @@
-import { QlrError, errorCode, isQlrError } from "../../../src/errors.ts";
+import { errorCode, isQlrError } from "../../../src/errors.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
-import { createRecordFile, launcherDurableFs, readRecordFile } from "./durable-file.ts";
+import { attemptRecordReader, createRecordFile, launcherDurableFs } from "./durable-file.ts";
 import { isStopReason, type StopReason } from "./receipt.ts";
 import { stopIntentPath, type StateLayout } from "./state-layout.ts";
 
@@ -40,26 +40,20 @@ export interface StopIntent {
  * The recorded intent, null when there is none; `storage_corrupt` naming the file and what is
  * wrong when one exists that is not a whole, well-formed intent for this attempt.
  */
-export async function readStopIntent(
-  layout: StateLayout,
-  attemptId: string,
-  fs: DurableFs = launcherDurableFs,
-): Promise<StopIntent | null> {
-  const path = stopIntentPath(layout, attemptId);
-  const file = await readRecordFile(path, STOP_INTENT_MAX_BYTES, fs);
-  if (file === null) return null;
-  const damaged = (reason: string): QlrError =>
-    new QlrError("storage_corrupt", `stop intent ${path} is damaged: ${reason}`);
-  // Not JSON: most likely a write torn by a power cut on a file system without hard links.
-  if (!file.ok) throw damaged(`it ${file.reason}`);
-  const intent = file.record;
-  if (intent.attemptId !== attemptId)
-    throw damaged(`it names attempt ${JSON.stringify(intent.attemptId)}`);
-  if (!isStopReason(intent.reason)) throw damaged("its reason is not cancel, timeout or shutdown");
-  if (!Number.isSafeInteger(intent.requestedAtMs))
-    throw damaged("its requestedAtMs is not an integer");
-  return { reason: intent.reason, requestedAtMs: intent.requestedAtMs as number };
-}
+export const readStopIntent = attemptRecordReader<StopIntent>({
+  what: "stop intent",
+  path: stopIntentPath,
+  maxBytes: STOP_INTENT_MAX_BYTES,
+  fieldProblem: (intent) => {
+    if (!isStopReason(intent.reason)) return "its reason is not cancel, timeout or shutdown";
+    if (!Number.isSafeInteger(intent.requestedAtMs)) return "its requestedAtMs is not an integer";
+    return null;
+  },
+  value: (intent) => ({
+    reason: intent.reason as StopReason,
+    requestedAtMs: intent.requestedAtMs as number,
+  }),
+});
 
 /**
  * The recorded stop reason, or null when there is none or it cannot be read as one: the

@@ -3,7 +3,7 @@ import type { QlrClient } from "../../../http/client.ts";
 import type { Overview } from "../../../../src/overview.ts";
 import { h, s, type Child } from "../../shared/dom.ts";
 import { formatDuration, formatRelative, formatTime } from "../../shared/format.ts";
-import { statusBadge, statusInfo } from "../../shared/status.ts";
+import { statusBadge, withStatusTone } from "../../shared/status.ts";
 import { runHref } from "../router.ts";
 import { messageBox } from "../shell.ts";
 import { state, type BuiltView } from "../state.ts";
@@ -97,18 +97,21 @@ function runsChart(overview: Overview, hours: readonly number[]): Child {
       const height = (count / maxTotal) * plotHeight;
       y -= height;
       return [
-        s(
-          "rect",
-          {
-            x: PAD.left + step * index + 1,
-            y,
-            width: Math.max(1, step - 2),
-            height,
-            class: `bar tone-${statusInfo(status).tone}`,
-            "data-status": status,
-            "data-count": count,
-          },
-          s("title", {}, `${hourLabel(hour)}:00 ${count} ${status}`),
+        withStatusTone(
+          s(
+            "rect",
+            {
+              x: PAD.left + step * index + 1,
+              y,
+              width: Math.max(1, step - 2),
+              height,
+              class: "bar",
+              "data-status": status,
+              "data-count": count,
+            },
+            s("title", {}, `${hourLabel(hour)}:00 ${count} ${status}`),
+          ),
+          status,
         ),
       ];
     });
