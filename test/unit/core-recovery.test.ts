@@ -1,6 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { markRunning, markStarting } from "../../src/execution.ts";
-import { advanceFrontier } from "../../src/frontier.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { expireLease } from "../../src/leases.ts";
 import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
@@ -386,14 +384,7 @@ describe("attempts past the start barrier", () => {
     world.apply(change);
     // Nothing is live and the failed step decides the run, yet it stays running until the frontier sees it.
     expect(world.model.run("run-1").status).toBe("running");
-    world.apply(
-      advanceFrontier(
-        world.model.run("run-1"),
-        world.model.stepsOf("run-1"),
-        world.model.attemptsOf("run-1"),
-        T0 + 101,
-      ),
-    );
+    world.frontier(T0 + 101);
     expect(world.model.run("run-1").status).toBe("failed");
   });
 
@@ -409,8 +400,8 @@ describe("attempts past the start barrier", () => {
       const run = world.startTask();
       const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
       world.apply(admitted.change);
-      world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
-      world.apply(markRunning(world.model.scope(admitted.attempt.id), handleAt(T0 + 2), T0 + 3));
+      world.markStarting(admitted.attempt.id, T0 + 2);
+      world.markRunning(admitted.attempt.id, T0 + 2, T0 + 3);
       recover(
         world,
         world.model.attempt(admitted.attempt.id),
@@ -427,7 +418,7 @@ describe("attempts past the start barrier", () => {
       }),
     );
     const run = world.startWorkflow();
-    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    world.frontier(T0 + 1, run.id);
     const attempt = world.admit("run-1", "a", T0 + 2);
     expect(attempt).toMatchObject({
       executor: "remote_worker",

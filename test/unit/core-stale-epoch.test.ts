@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { RunChange } from "../../src/aggregate.ts";
-import { holdsEpoch, markRunning, markStarting, startFailed } from "../../src/execution.ts";
+import { holdsEpoch, markStarting, startFailed } from "../../src/execution.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { applyLoss, resolveFailedClosed } from "../../src/recovery.ts";
 import {
@@ -9,7 +9,6 @@ import {
   T0,
   completion,
   exitFacts,
-  handleAt,
   readyDiamondWorld,
   startingOrdinaryAttempt,
   startingStepA,
@@ -51,8 +50,8 @@ describe("a settle of an attempt whose step already left its ready epoch", () =>
     const { world, stale, current } = staleStartingStep();
     expect(holdsEpoch(world.model.scope(stale.id))).toBe(false);
     expect(holdsEpoch(world.model.scope(current.id))).toBe(true);
-    world.apply(markStarting(world.model.scope(current.id), T));
-    world.apply(markRunning(world.model.scope(current.id), handleAt(T + 1), T + 1));
+    world.markStarting(current.id, T);
+    world.markRunning(current.id, T + 1, T + 1);
     expect(holdsEpoch(world.model.scope(current.id))).toBe(true);
     expect(holdsEpoch(world.model.scope(stale.id))).toBe(false);
   });
@@ -135,7 +134,7 @@ describe("a settle of an attempt whose step already left its ready epoch", () =>
       applyLoss(world.model.scope(stale.id), { kind: "lost_failed", reason: "gone" }, NO_RETRY, T),
     );
     expect(world.model.run("run-o1").status).toBe("dispatching");
-    world.apply(markRunning(world.model.scope(current.id), handleAt(T + 1), T + 1));
+    world.markRunning(current.id, T + 1, T + 1);
     expect(world.model.run("run-o1").status).toBe("running");
   });
 });
