@@ -56,17 +56,38 @@ describe("a settle of an attempt whose step already left its ready epoch", () =>
     expect(holdsEpoch(world.model.scope(stale.id))).toBe(false);
   });
 
-  it("a loss after the start barrier settles the attempt only; the step keeps its new epoch", () => {
+  it.each([
+    {
+      title:
+        "a loss after the start barrier settles the attempt only; the step keeps its new epoch",
+      settle: (world: CoreWorld, stale: RunAttempt) =>
+        applyLoss(
+          world.model.scope(stale.id),
+          { kind: "lost_failed", reason: "trusted not-running evidence" },
+          NO_RETRY,
+          T,
+        ),
+      settled: { status: "lost" },
+    },
+    {
+      title:
+        "a receipt of the stale attempt records its outcome without running or settling the step",
+      settle: (world: CoreWorld, stale: RunAttempt) =>
+        completion(world, stale.id, exitFacts(T0 + 4, T0 + 50, 0), T),
+      settled: { status: "succeeded", exitCode: 0 },
+    },
+    {
+      title: "a spawn failure of the stale attempt fails the attempt, not the step",
+      settle: (world: CoreWorld, stale: RunAttempt) =>
+        startFailed(world.model.scope(stale.id), "ENOENT", NO_RETRY, T),
+      settled: { status: "failed" },
+    },
+  ])("$title", ({ settle, settled }) => {
     const { world, stale, current } = staleStartingStep();
-    const change = applyLoss(
-      world.model.scope(stale.id),
-      { kind: "lost_failed", reason: "trusted not-running evidence" },
-      NO_RETRY,
-      T,
-    );
+    const change = settle(world, stale);
     expect(change.steps).toEqual([]);
     world.apply(change);
-    expect(world.model.attempt(stale.id).status).toBe("lost");
+    expect(world.model.attempt(stale.id)).toMatchObject(settled);
     expectCurrentEpochIntact(world, current);
   });
 
@@ -83,24 +104,6 @@ describe("a settle of an attempt whose step already left its ready epoch", () =>
     world.apply(failedClosed.build());
     world.apply(resolveFailedClosed(world.model.scope(stale.id), "host is gone", NO_RETRY, T));
     expect(world.model.attempt(stale.id).status).toBe("lost");
-    expectCurrentEpochIntact(world, current);
-  });
-
-  it("a receipt of the stale attempt records its outcome without running or settling the step", () => {
-    const { world, stale, current } = staleStartingStep();
-    const change = completion(world, stale.id, exitFacts(T0 + 4, T0 + 50, 0), T);
-    expect(change.steps).toEqual([]);
-    world.apply(change);
-    expect(world.model.attempt(stale.id)).toMatchObject({ status: "succeeded", exitCode: 0 });
-    expectCurrentEpochIntact(world, current);
-  });
-
-  it("a spawn failure of the stale attempt fails the attempt, not the step", () => {
-    const { world, stale, current } = staleStartingStep();
-    const change = startFailed(world.model.scope(stale.id), "ENOENT", NO_RETRY, T);
-    expect(change.steps).toEqual([]);
-    world.apply(change);
-    expect(world.model.attempt(stale.id).status).toBe("failed");
     expectCurrentEpochIntact(world, current);
   });
 
