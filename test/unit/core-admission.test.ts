@@ -20,6 +20,7 @@ import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
 import {
   applyManifest,
+  type AppliedPackage,
   CoreWorld,
   definitionOf,
   NEVER_SPAWNED,
@@ -41,6 +42,14 @@ function readyWorld(manifest = diamondManifest("demo")): CoreWorld {
   const run = world.startWorkflow();
   world.frontier(T0 + 1, run.id);
   return world;
+}
+
+/** Generation 2 of the world's package (task `other` added), applied over its generation 1 at T0 + 1. */
+function laterGeneration(world: CoreWorld): AppliedPackage {
+  return applyManifest(diamondManifest("demo", { tasks: [task("work"), task("other")] }), T0 + 1, {
+    generation: 1,
+    manifestDigest: world.pkg.generation.manifestDigest,
+  });
 }
 
 function inputFor(world: CoreWorld, stepName = "a", nowMs = T0 + 10): AdmissionInput {
@@ -351,11 +360,7 @@ describe("admission refuses what it cannot prove", () => {
 
   it("admission rejects a task definition from another generation", () => {
     const world = readyWorld();
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(refused({ ...inputFor(world), definition: definitionOf(later, "work") })).toBe(
       "integrity",
     );
@@ -363,11 +368,7 @@ describe("admission refuses what it cannot prove", () => {
 
   it("admission rejects a reconciliation receipt from another generation", () => {
     const world = readyWorld();
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(
       refused({
         ...inputFor(world),
@@ -389,11 +390,7 @@ describe("admission refuses what it cannot prove", () => {
     const world = readyWorld();
     const input = inputFor(world);
     expect(refused({ ...input, plan: { ...input.plan, workflow: "renamed" } })).toBe("integrity");
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(refused({ ...input, plan: planOf(later, "diamond") })).toBe("integrity");
   });
 
@@ -468,11 +465,7 @@ describe("each refusal is the guard's own", () => {
     expect(refusal({ ...input, plan: { ...input.plan, workflow: "renamed" } })).toMatch(
       /plan .* fails its digest/,
     );
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(refusal({ ...input, plan: planOf(later, "diamond") })).toMatch(
       /run run-1 is bound to plan .*, not /,
     );
@@ -504,11 +497,7 @@ describe("each refusal is the guard's own", () => {
     expect(
       refusal({ ...input, reconciliation: { ...input.reconciliation, lockDigest: digestOf([]) } }),
     ).toMatch(/reconciliation receipt .* fails its digest/);
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(
       refusal({
         ...input,
@@ -521,11 +510,7 @@ describe("each refusal is the guard's own", () => {
   it("definition guards: another generation's definition, a claimed execution digest, a changed revision, a claimed executor, a forged retry policy", () => {
     const world = readyWorld();
     const input = inputFor(world);
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(refusal({ ...input, definition: definitionOf(later, "work") })).toMatch(
       /task definition .* is not the reconciled/,
     );
