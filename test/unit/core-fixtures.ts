@@ -381,6 +381,20 @@ export function expectOneVersionBump(change: ChangeSet, before: Run): void {
   expect(change.runs[0]?.after.eventSeq).toBe(before.eventSeq + change.events.length);
 }
 
+/** Asserts attempt `attemptId` is lost with `error` and step `a` of run-1 is ready in the epoch after `stepBefore`'s. */
+export function expectLostIntoNewEpoch(
+  world: CoreWorld,
+  attemptId: string,
+  error: string,
+  stepBefore: StepRun,
+): void {
+  expect(world.model.attempt(attemptId)).toMatchObject({ status: "lost", error });
+  expect(world.model.step("run-1", "a")).toMatchObject({
+    status: "ready",
+    version: stepBefore.version + 1,
+  });
+}
+
 /** Calls `fn` and returns the QlrError code it threw (or "no error"). */
 /** The code of the QlrError `fn` throws; null when it returns, "not a QlrError" for anything else. */
 export function thrownCode(fn: () => unknown): string | null {

@@ -19,6 +19,7 @@ import {
   CoreWorld,
   definitionOf,
   errorCode,
+  expectLostIntoNewEpoch,
   NEVER_SPAWNED,
   exitFacts,
   expectOneVersionBump,
@@ -558,19 +559,24 @@ describe("each recovery decision is its own rule's", () => {
     for (const [caseScope, caseEvidence, expected] of cases)
       expect(decideRecovery(caseScope, caseEvidence)).toEqual(expected);
     // Two inspections that neither agree on running nor on not running: each pair's own reason.
-    const failedClosed: [LiveInspection, LiveInspection, string][] = [
-      ["changed_identity", "running", "the pid now belongs to another process"],
-      ["running", "changed_identity", "the pid now belongs to another process"],
-      ["unverifiable", "changed_identity", "the pid now belongs to another process"],
-      ["unverifiable", "running", "the platform cannot verify the process identity"],
-      ["running", "unverifiable", "the platform cannot verify the process identity"],
-      ["running", "not_running", "inconsistent inspections: running, not_running"],
-    ];
-    for (const [first, second, reason] of failedClosed)
-      expect(decideRecovery(scope, evidence("present", [first, second]))).toEqual({
-        kind: "fail_closed",
-        reason,
-      });
+    const failedClosedBy: Record<string, [LiveInspection, LiveInspection][]> = {
+      "the pid now belongs to another process": [
+        ["changed_identity", "running"],
+        ["running", "changed_identity"],
+        ["unverifiable", "changed_identity"],
+      ],
+      "the platform cannot verify the process identity": [
+        ["unverifiable", "running"],
+        ["running", "unverifiable"],
+      ],
+      "inconsistent inspections: running, not_running": [["running", "not_running"]],
+    };
+    for (const [reason, pairs] of Object.entries(failedClosedBy))
+      for (const pair of pairs)
+        expect(decideRecovery(scope, evidence("present", pair))).toEqual({
+          kind: "fail_closed",
+          reason,
+        });
   });
 
   it("each missing part of the persisted handle fails closed where live inspections would re-adopt", () => {
@@ -747,15 +753,8 @@ describe("one loss rule for local and remote attempts (ADR-0229 §3)", () => {
     proven.apply(
       applyLoss(scope, decideLoss(first, "never_spawned", "never spawned"), IDEMPOTENT, T0 + 100),
     );
-    expect(proven.model.attempt(first.id)).toMatchObject({
-      status: "lost",
-      error: "never spawned",
-    });
-    expect(proven.model.step("run-1", "a")).toMatchObject({
-      status: "ready",
-      version: stepBefore.version + 1,
-      attemptCount: 0,
-    });
+    expectLostIntoNewEpoch(proven, first.id, "never spawned", stepBefore);
+    expect(proven.model.step("run-1", "a").attemptCount).toBe(0);
     const next = proven.admit("run-1", "a", T0 + 101);
     expect(next.id).not.toBe(first.id);
     expect(next.stepRunVersion).toBe(stepBefore.version + 1);
