@@ -8,8 +8,7 @@ import {
   type AdmissionInput,
 } from "../../src/admission.ts";
 import { derivedId, digestOf } from "../../src/digest.ts";
-import { complete, markRunning, markStarting, type AttemptScope } from "../../src/execution.ts";
-import { advanceFrontier } from "../../src/frontier.ts";
+import { complete, type AttemptScope } from "../../src/execution.ts";
 import type { ChangeSet, Run } from "../../src/model.ts";
 import {
   normalizeLocalProcess,
@@ -21,12 +20,12 @@ import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
 import {
   applyManifest,
+  type AppliedPackage,
   CoreWorld,
   definitionOf,
   NEVER_SPAWNED,
   errorCode,
   expectOneVersionBump,
-  handleAt,
   planOf,
   T0,
 } from "./core-fixtures.ts";
@@ -41,8 +40,16 @@ import {
 function readyWorld(manifest = diamondManifest("demo")): CoreWorld {
   const world = new CoreWorld(manifest);
   const run = world.startWorkflow();
-  world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+  world.frontier(T0 + 1, run.id);
   return world;
+}
+
+/** Generation 2 of the world's package (task `other` added), applied over its generation 1 at T0 + 1. */
+function laterGeneration(world: CoreWorld): AppliedPackage {
+  return applyManifest(diamondManifest("demo", { tasks: [task("work"), task("other")] }), T0 + 1, {
+    generation: 1,
+    manifestDigest: world.pkg.generation.manifestDigest,
+  });
 }
 
 function inputFor(world: CoreWorld, stepName = "a", nowMs = T0 + 10): AdmissionInput {
@@ -135,9 +142,9 @@ describe("admission creates only a dispatch intent", () => {
     const world = readyWorld();
     const attempt = world.admit("run-1", "a", T0 + 10);
     expect(world.model.step("run-1", "a").attemptCount).toBe(0);
-    world.apply(markStarting(world.model.scope(attempt.id), T0 + 11));
+    world.markStarting(attempt.id, T0 + 11);
     expect(world.model.step("run-1", "a").attemptCount).toBe(0);
-    world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 12), T0 + 13));
+    world.markRunning(attempt.id, T0 + 12, T0 + 13);
     expect(world.model.step("run-1", "a").attemptCount).toBe(1);
   });
 
@@ -198,17 +205,10 @@ describe("admission creates only a dispatch intent", () => {
   it("attempt numbers are run-global: parallel ready steps are admitted independently and numbered in admission order", () => {
     const world = readyWorld();
     const a = world.admit("run-1", "a", T0 + 10);
-    world.apply(markStarting(world.model.scope(a.id), T0 + 11));
-    world.apply(markRunning(world.model.scope(a.id), handleAt(T0 + 11), T0 + 12));
+    world.markStarting(a.id, T0 + 11);
+    world.markRunning(a.id, T0 + 11, T0 + 12);
     world.apply(completeOk(world.model.scope(a.id), T0 + 13));
-    world.apply(
-      advanceFrontier(
-        world.model.run("run-1"),
-        world.model.stepsOf("run-1"),
-        world.model.attemptsOf("run-1"),
-        T0 + 14,
-      ),
-    );
+    world.frontier(T0 + 14);
     const c = world.admit("run-1", "c", T0 + 15);
     const b = world.admit("run-1", "b", T0 + 16);
     expect([a.number, c.number, b.number]).toEqual([1, 2, 3]);
@@ -282,7 +282,7 @@ describe("exact replay of a ready epoch", () => {
     const world = readyWorld();
     const attempt = world.admit("run-1", "a", T0 + 10);
     const receipt = world.model.admission("run-1", attempt.stepRunId!, attempt.stepRunVersion!)!;
-    world.apply(markStarting(world.model.scope(attempt.id), T0 + 11));
+    world.markStarting(attempt.id, T0 + 11);
     // Recovery opens a new epoch (no journal: the process never spawned).
     world.recover(attempt.id, NEVER_SPAWNED, T0 + 12);
     expect(world.model.step("run-1", "a").version).toBe(attempt.stepRunVersion! + 1);
@@ -360,11 +360,7 @@ describe("admission refuses what it cannot prove", () => {
 
   it("admission rejects a task definition from another generation", () => {
     const world = readyWorld();
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(refused({ ...inputFor(world), definition: definitionOf(later, "work") })).toBe(
       "integrity",
     );
@@ -372,11 +368,7 @@ describe("admission refuses what it cannot prove", () => {
 
   it("admission rejects a reconciliation receipt from another generation", () => {
     const world = readyWorld();
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(
       refused({
         ...inputFor(world),
@@ -398,11 +390,7 @@ describe("admission refuses what it cannot prove", () => {
     const world = readyWorld();
     const input = inputFor(world);
     expect(refused({ ...input, plan: { ...input.plan, workflow: "renamed" } })).toBe("integrity");
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(refused({ ...input, plan: planOf(later, "diamond") })).toBe("integrity");
   });
 
@@ -411,8 +399,8 @@ describe("admission refuses what it cannot prove", () => {
     expect(world.model.step("run-1", "b").status).toBe("pending");
     expect(refused(inputFor(world, "b"))).toBe("integrity");
     const attempt = world.admit("run-1", "a", T0 + 10);
-    world.apply(markStarting(world.model.scope(attempt.id), T0 + 11));
-    world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 11), T0 + 12));
+    world.markStarting(attempt.id, T0 + 11);
+    world.markRunning(attempt.id, T0 + 11, T0 + 12);
     expect(world.model.step("run-1", "a").status).toBe("running");
     expect(refused({ ...inputFor(world, "a", T0 + 13), existing: null })).toBe("integrity");
   });
@@ -420,7 +408,7 @@ describe("admission refuses what it cannot prove", () => {
   it("admission of a step of another run is refused", () => {
     const world = readyWorld();
     const other = world.startWorkflow("diamond", "run-2", T0 + 2);
-    world.apply(advanceFrontier(other, world.model.stepsOf("run-2"), [], T0 + 3));
+    world.frontier(T0 + 3, other.id);
     expect(refused({ ...inputFor(world), step: world.model.step("run-2", "a") })).toBe("integrity");
   });
 
@@ -477,11 +465,7 @@ describe("each refusal is the guard's own", () => {
     expect(refusal({ ...input, plan: { ...input.plan, workflow: "renamed" } })).toMatch(
       /plan .* fails its digest/,
     );
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(refusal({ ...input, plan: planOf(later, "diamond") })).toMatch(
       /run run-1 is bound to plan .*, not /,
     );
@@ -490,7 +474,7 @@ describe("each refusal is the guard's own", () => {
   it("step guards: another run's step, a step that is not ready, a step waiting for its backoff", () => {
     const world = readyWorld();
     const other = world.startWorkflow("diamond", "run-2", T0 + 2);
-    world.apply(advanceFrontier(other, world.model.stepsOf("run-2"), [], T0 + 3));
+    world.frontier(T0 + 3, other.id);
     const input = inputFor(world);
     expect(refusal({ ...input, step: world.model.step("run-2", "a") })).toMatch(
       /is not part of run run-1/,
@@ -513,11 +497,7 @@ describe("each refusal is the guard's own", () => {
     expect(
       refusal({ ...input, reconciliation: { ...input.reconciliation, lockDigest: digestOf([]) } }),
     ).toMatch(/reconciliation receipt .* fails its digest/);
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(
       refusal({
         ...input,
@@ -530,11 +510,7 @@ describe("each refusal is the guard's own", () => {
   it("definition guards: another generation's definition, a claimed execution digest, a changed revision, a claimed executor, a forged retry policy", () => {
     const world = readyWorld();
     const input = inputFor(world);
-    const later = applyManifest(
-      diamondManifest("demo", { tasks: [task("work"), task("other")] }),
-      T0 + 1,
-      { generation: 1, manifestDigest: world.pkg.generation.manifestDigest },
-    );
+    const later = laterGeneration(world);
     expect(refusal({ ...input, definition: definitionOf(later, "work") })).toMatch(
       /task definition .* is not the reconciled/,
     );

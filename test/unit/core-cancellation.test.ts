@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { convergeCancellation } from "../../src/cancellation.ts";
-import { markRunning, markStarting, startFailed } from "../../src/execution.ts";
-import { advanceFrontier } from "../../src/frontier.ts";
+import { markStarting } from "../../src/execution.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { task } from "../support/fixtures.ts";
@@ -12,8 +11,6 @@ import {
   definitionOf,
   exitFacts,
   expectOneVersionBump,
-  handleAt,
-  NO_RETRY,
   refusal,
   runningOrdinaryAttempt,
   T0,
@@ -42,21 +39,6 @@ function fanOut(idempotent = false): Manifest {
   };
 }
 
-function converge(
-  world: CoreWorld,
-  nowMs: number,
-  runId = "run-1",
-): ReturnType<typeof convergeCancellation> {
-  const change = convergeCancellation(
-    world.model.run(runId),
-    world.model.stepsOf(runId),
-    world.model.attemptsOf(runId),
-    nowMs,
-  );
-  world.apply(change);
-  return change;
-}
-
 /** Run "run-1" of the fan: p claimed, q starting, r running, s ready without attempt. */
 function mixedWorld(
   idempotent = false,
@@ -67,13 +49,13 @@ function mixedWorld(
 } {
   const world = new CoreWorld(fanOut(idempotent));
   const run = world.startWorkflow("fan");
-  world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+  world.frontier(T0 + 1, run.id);
   const p = world.admit("run-1", "p", T0 + 2);
   const q = world.admit("run-1", "q", T0 + 2);
-  world.apply(markStarting(world.model.scope(q.id), T0 + 3));
+  world.markStarting(q.id, T0 + 3);
   const r = world.admit("run-1", "r", T0 + 2);
-  world.apply(markStarting(world.model.scope(r.id), T0 + 3));
-  world.apply(markRunning(world.model.scope(r.id), handleAt(T0 + 3), T0 + 4));
+  world.markStarting(r.id, T0 + 3);
+  world.markRunning(r.id, T0 + 3, T0 + 4);
   world.apply(requestCancel(world.model.run("run-1"), T0 + 10, reason));
   return { world, ids: { p: p.id, q: q.id, r: r.id } };
 }
@@ -82,7 +64,7 @@ describe("whole-run cancellation convergence", () => {
   it("cancellation cancels claims that never started, requests stops for running attempts, waits for starting ones, and cancels the run only when nothing is live", () => {
     const { world, ids } = mixedWorld();
     const before = world.model.run("run-1");
-    const change = converge(world, T0 + 11);
+    const change = world.converge(T0 + 11);
     expectOneVersionBump(change!, before);
     expect(world.model.attempt(ids.p)).toMatchObject({
       status: "cancelled",
@@ -101,19 +83,19 @@ describe("whole-run cancellation convergence", () => {
     expect(world.model.run("run-1").status).toBe("running");
 
     // The start of q settles (here: the spawn failed); r's process ends after its stop.
-    world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
-    expect(converge(world, T0 + 13)).toBeNull();
+    world.startFailed(ids.q, T0 + 12);
+    expect(world.converge(T0 + 13)).toBeNull();
     const stopped = exitFacts(T0 + 3, T0 + 14, null, { stopReason: "cancel" });
     world.apply(completion(world, ids.r, stopped, T0 + 14));
     expect(world.model.step("run-1", "r").status).toBe("cancelled");
-    converge(world, T0 + 15);
+    world.converge(T0 + 15);
     expect(world.model.run("run-1")).toMatchObject({ status: "cancelled", finishedAtMs: T0 + 15 });
     expect(world.model.step("run-1", "q").status).toBe("failed");
   });
 
   it("a shutdown cancel projects its reason: claims are cancelled and running attempts stopped with reason shutdown, and the stopped step is cancelled, not failed", () => {
     const { world, ids } = mixedWorld(false, "shutdown");
-    converge(world, T0 + 11);
+    world.converge(T0 + 11);
     expect(world.model.attempt(ids.p)).toMatchObject({
       status: "cancelled",
       stopReason: "shutdown",
@@ -128,12 +110,12 @@ describe("whole-run cancellation convergence", () => {
         .filter((event) => event.type === "attempt.stop_requested")
         .map((event) => event.data),
     ).toEqual([{ reason: "shutdown" }]);
-    world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
+    world.startFailed(ids.q, T0 + 12);
     const stopped = exitFacts(T0 + 3, T0 + 14, null, { stopReason: "shutdown" });
     world.apply(completion(world, ids.r, stopped, T0 + 14));
     expect(world.model.attempt(ids.r).status).toBe("cancelled");
     expect(world.model.step("run-1", "r").status).toBe("cancelled");
-    converge(world, T0 + 15);
+    world.converge(T0 + 15);
     expect(world.model.run("run-1")).toMatchObject({
       status: "cancelled",
       cancelReason: "shutdown",
@@ -142,8 +124,8 @@ describe("whole-run cancellation convergence", () => {
 
   it("a stop intent is requested once: repeating convergence while a stop is pending writes nothing", () => {
     const { world } = mixedWorld();
-    converge(world, T0 + 11);
-    expect(converge(world, T0 + 12)).toBeNull();
+    world.converge(T0 + 11);
+    expect(world.converge(T0 + 12)).toBeNull();
     expect(
       world.model.eventsOf("run-1").filter((event) => event.type === "attempt.stop_requested"),
     ).toHaveLength(1);
@@ -151,25 +133,25 @@ describe("whole-run cancellation convergence", () => {
 
   it("a starting attempt that reaches running after the cancel intent then gets its stop", () => {
     const { world, ids } = mixedWorld();
-    converge(world, T0 + 11);
-    world.apply(markRunning(world.model.scope(ids.q), handleAt(T0 + 11), T0 + 12));
-    converge(world, T0 + 13);
+    world.converge(T0 + 11);
+    world.markRunning(ids.q, T0 + 11, T0 + 12);
+    world.converge(T0 + 13);
     expect(world.model.attempt(ids.q)).toMatchObject({ status: "running", stopReason: "cancel" });
   });
 
   it("a step whose process finished before its stop keeps its own outcome, and the run is still cancelled", () => {
     const { world, ids } = mixedWorld();
-    converge(world, T0 + 11);
-    world.apply(startFailed(world.model.scope(ids.q), "ENOENT", NO_RETRY, T0 + 12));
+    world.converge(T0 + 11);
+    world.startFailed(ids.q, T0 + 12);
     world.apply(completion(world, ids.r, exitFacts(T0 + 3, T0 + 11, 0), T0 + 12));
     expect(world.model.step("run-1", "r").status).toBe("succeeded");
-    converge(world, T0 + 13);
+    world.converge(T0 + 13);
     expect(world.model.run("run-1").status).toBe("cancelled");
   });
 
   it("the cancel intent suppresses a step retry: an idempotent step that failed during cancellation stays failed", () => {
     const { world, ids } = mixedWorld(true);
-    converge(world, T0 + 11);
+    world.converge(T0 + 11);
     const retry = definitionOf(world.pkg, "work").retry;
     world.apply(completion(world, ids.r, exitFacts(T0 + 3, T0 + 12, 1), T0 + 12, retry));
     expect(world.model.step("run-1", "r").status).toBe("failed");
@@ -186,9 +168,9 @@ describe("whole-run cancellation convergence", () => {
   it("a run with only pending and ready steps is cancelled in one convergence", () => {
     const world = new CoreWorld();
     const run = world.startWorkflow();
-    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    world.frontier(T0 + 1, run.id);
     world.apply(requestCancel(world.model.run("run-1"), T0 + 2, "user"));
-    converge(world, T0 + 3);
+    world.converge(T0 + 3);
     expect(world.model.stepsOf("run-1").map((step) => step.status)).toEqual([
       "cancelled",
       "cancelled",
@@ -216,7 +198,7 @@ describe("whole-run cancellation convergence", () => {
     const world = new CoreWorld();
     const run = world.startTask();
     world.apply(requestCancel(run, T0 + 1, "user"));
-    converge(world, T0 + 2, run.id);
+    world.converge(T0 + 2, run.id);
     expect(world.model.run(run.id).status).toBe("cancelled");
   });
 
@@ -224,7 +206,7 @@ describe("whole-run cancellation convergence", () => {
     const world = new CoreWorld();
     const attempt = runningOrdinaryAttempt(world, world.startTask().id, T0 + 2);
     world.apply(requestCancel(world.model.run(attempt.runId), T0 + 4, "user"));
-    converge(world, T0 + 5, attempt.runId);
+    world.converge(T0 + 5, attempt.runId);
     expect([
       world.model.run(attempt.runId).status,
       world.model.attempt(attempt.id).stopReason,
@@ -239,7 +221,7 @@ describe("whole-run cancellation convergence", () => {
     const run = world.startTask();
     const claim = claimedOrdinaryAttempt(world, run.id, T0 + 1);
     world.apply(requestCancel(world.model.run(run.id), T0 + 2, "user"));
-    converge(world, T0 + 3, run.id);
+    world.converge(T0 + 3, run.id);
     expect([world.model.attempt(claim.id).status, world.model.run(run.id).status]).toEqual([
       "cancelled",
       "cancelled",
@@ -250,7 +232,7 @@ describe("whole-run cancellation convergence", () => {
 describe("what a convergence records", () => {
   it("each change of a convergence says why in its event: a cancelled claim, a stop intent, a cancelled step with its finish time", () => {
     const { world, ids } = mixedWorld();
-    const change = converge(world, T0 + 11)!;
+    const change = world.converge(T0 + 11)!;
     const data = (attemptId: string | null, stepName: string | null, type: string): unknown =>
       change.events.find(
         (event) =>

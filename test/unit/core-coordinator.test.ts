@@ -56,6 +56,31 @@ async function rig(): Promise<Rig> {
   };
 }
 
+/** `store` whose transactions see `method` of their tx replaced by what `replace` makes of the tx. */
+function storeReplacing<Method extends keyof StoreTx>(
+  store: Store,
+  method: Method,
+  replace: (tx: StoreTx) => StoreTx[Method],
+): Store {
+  return {
+    dialect: store.dialect,
+    driverName: store.driverName,
+    close: () => store.close(),
+    transaction: (fn) =>
+      store.transaction((tx) =>
+        fn(
+          new Proxy(tx, {
+            get: (target, key) => {
+              if (key === method) return replace(target);
+              const value = Reflect.get(target, key) as unknown;
+              return typeof value === "function" ? (value as () => unknown).bind(target) : value;
+            },
+          }),
+        ),
+      ),
+  };
+}
+
 /** A diamond run that succeeded with one counted attempt per step, after `attempts` admissions. */
 function diamondSucceeded(attempts: number) {
   return {
@@ -247,24 +272,11 @@ describe("the cadence cycle", () => {
     const { start, coordinator, store } = await rig();
     const runId = await start(wideManifest("wide", 2), "wide");
     // The frontier's candidate listing fails on every call; admission and the rest go on.
-    const failing: Store = {
-      dialect: store.dialect,
-      driverName: store.driverName,
-      close: () => store.close(),
-      transaction: <T>(fn: (tx: StoreTx) => Promise<T>) =>
-        store.transaction((tx) =>
-          fn(
-            new Proxy(tx, {
-              get: (target, key) =>
-                key === "listFrontierRuns"
-                  ? () => Promise.reject(new Error("frontier index unavailable"))
-                  : (Reflect.get(target, key) as unknown as (...args: unknown[]) => unknown).bind(
-                      target,
-                    ),
-            }),
-          ),
-        ),
-    };
+    const failing = storeReplacing(
+      store,
+      "listFrontierRuns",
+      () => () => Promise.reject(new Error("frontier index unavailable")),
+    );
     const report = await coordinator("standalone", failing).tick();
     const frontier = report.stages.find((stage) => stage.name === "frontier");
     expect(frontier?.errors).toEqual([
@@ -389,31 +401,14 @@ describe("the cadence cycle", () => {
     const { store, clock, executor, start } = await rig();
     await start(wideManifest("wide", 70), "wide");
     const asked: number[] = [];
-    const recording: Store = {
-      dialect: store.dialect,
-      driverName: store.driverName,
-      close: () => store.close(),
-      transaction: (fn) =>
-        store.transaction((tx) =>
-          fn(
-            new Proxy(tx, {
-              get(target, property, receiver) {
-                if (property === "listAdmissionCandidates") {
-                  return (
-                    after: Parameters<StoreTx["listAdmissionCandidates"]>[0],
-                    limit: number,
-                    nowMs: number,
-                  ) => {
-                    asked.push(limit);
-                    return target.listAdmissionCandidates(after, limit, nowMs);
-                  };
-                }
-                return Reflect.get(target, property, receiver) as unknown;
-              },
-            }),
-          ),
-        ),
-    };
+    const recording = storeReplacing(
+      store,
+      "listAdmissionCandidates",
+      (tx) => (after, limit, nowMs) => {
+        asked.push(limit);
+        return tx.listAdmissionCandidates(after, limit, nowMs);
+      },
+    );
     const greedy = { ...PROFILES.cluster, admission: { pageSize: 100, pages: 1 } };
     const coordinator = new Coordinator({
       store: recording,

@@ -9,7 +9,6 @@ import {
   startFailed,
   stepMayRetry,
 } from "../../src/execution.ts";
-import { convergeCancellation } from "../../src/cancellation.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { requestCancel } from "../../src/runs.ts";
 import { diamondManifest, task } from "../support/fixtures.ts";
@@ -403,14 +402,7 @@ describe("completion", () => {
     const attempt = running(world);
     world.apply(completion(world, attempt.id, exitFacts(T0 + 4, T0 + 60, 0), T0 + 61));
     world.apply(requestCancel(world.model.run("run-1"), T0 + 62, "user"));
-    world.apply(
-      convergeCancellation(
-        world.model.run("run-1"),
-        world.model.stepsOf("run-1"),
-        world.model.attemptsOf("run-1"),
-        T0 + 63,
-      ),
-    );
+    world.converge(T0 + 63);
     expect(world.model.run("run-1").status).toBe("cancelled");
     expect(
       errorCode(() => completion(world, attempt.id, exitFacts(T0 + 4, T0 + 60, 1), T0 + 64)),
@@ -672,8 +664,8 @@ describe("step-level retry of idempotent tasks", () => {
     let nowMs = T0 + 2;
     for (let attemptNumber = 1; attemptNumber <= 3; attemptNumber += 1) {
       const attempt = world.admit("run-1", "a", nowMs);
-      world.apply(markStarting(world.model.scope(attempt.id), nowMs));
-      world.apply(markRunning(world.model.scope(attempt.id), handleAt(nowMs), nowMs));
+      world.markStarting(attempt.id, nowMs);
+      world.markRunning(attempt.id, nowMs, nowMs);
       world.apply(
         completion(world, attempt.id, exitFacts(nowMs, nowMs + 1, 1), nowMs + 1, RETRY_TWICE),
       );

@@ -1,10 +1,12 @@
 import { expect } from "vitest";
 import { admitTaskAttempt, type AdmissionResult } from "../../src/admission.ts";
 import { isQlrError, QlrError } from "../../src/errors.ts";
+import { convergeCancellation } from "../../src/cancellation.ts";
 import {
   complete,
   markRunning,
   markStarting,
+  startFailed,
   type AttemptScope,
   type CompletionFacts,
 } from "../../src/execution.ts";
@@ -300,6 +302,53 @@ export class CoreWorld {
     if (change !== null) this.model.apply(change);
   }
 
+  /** Runs the frontier over run `runId`'s current rows at `nowMs` and applies it; its change, or null. */
+  frontier(nowMs: number, runId = "run-1"): ChangeSet | null {
+    return this.passOver(advanceFrontier, nowMs, runId);
+  }
+
+  /** Converges run `runId`'s cancellation over its current rows at `nowMs` and applies it; its change, or null. */
+  converge(nowMs: number, runId = "run-1"): ChangeSet | null {
+    return this.passOver(convergeCancellation, nowMs, runId);
+  }
+
+  /** A whole-run pass (the frontier or cancellation convergence) over the run's current rows, applied. */
+  private passOver(
+    pass: (run: Run, steps: StepRun[], attempts: RunAttempt[], nowMs: number) => ChangeSet | null,
+    nowMs: number,
+    runId: string,
+  ): ChangeSet | null {
+    const change = pass(
+      this.model.run(runId),
+      this.model.stepsOf(runId),
+      this.model.attemptsOf(runId),
+      nowMs,
+    );
+    this.apply(change);
+    return change;
+  }
+
+  /** Moves attempt `attemptId` claimed → starting at `nowMs` and applies it; its change. */
+  markStarting(attemptId: string, nowMs: number): ChangeSet {
+    const change = markStarting(this.model.scope(attemptId), nowMs);
+    this.apply(change);
+    return change;
+  }
+
+  /** Moves attempt `attemptId` to running with a handle started at `startedAtMs`, recorded at `nowMs`; its change. */
+  markRunning(attemptId: string, startedAtMs: number, nowMs: number): ChangeSet {
+    const change = markRunning(this.model.scope(attemptId), handleAt(startedAtMs), nowMs);
+    this.apply(change);
+    return change;
+  }
+
+  /** Fails the start of attempt `attemptId` (ENOENT) at `nowMs` under `retry` and applies it; its change. */
+  startFailed(attemptId: string, nowMs: number, retry: RetryPolicy = NO_RETRY): ChangeSet {
+    const change = startFailed(this.model.scope(attemptId), "ENOENT", retry, nowMs);
+    this.apply(change);
+    return change;
+  }
+
   /** Decides one attempt's recovery from `evidence` and applies it under `retry`; returns the decision. */
   recover(
     attemptId: string,
@@ -332,6 +381,20 @@ export function expectOneVersionBump(change: ChangeSet, before: Run): void {
   expect(change.runs[0]?.after.eventSeq).toBe(before.eventSeq + change.events.length);
 }
 
+/** Asserts attempt `attemptId` is lost with `error` and step `a` of run-1 is ready in the epoch after `stepBefore`'s. */
+export function expectLostIntoNewEpoch(
+  world: CoreWorld,
+  attemptId: string,
+  error: string,
+  stepBefore: StepRun,
+): void {
+  expect(world.model.attempt(attemptId)).toMatchObject({ status: "lost", error });
+  expect(world.model.step("run-1", "a")).toMatchObject({
+    status: "ready",
+    version: stepBefore.version + 1,
+  });
+}
+
 /** Calls `fn` and returns the QlrError code it threw (or "no error"). */
 /** The code of the QlrError `fn` throws; null when it returns, "not a QlrError" for anything else. */
 export function thrownCode(fn: () => unknown): string | null {
@@ -360,8 +423,8 @@ export function readyDiamondWorld(overrides: Partial<TaskSpec> = {}): CoreWorld 
   const world = new CoreWorld(
     diamondManifest("demo", { tasks: [task("work", ["true"], overrides)] }),
   );
-  const run = world.startWorkflow();
-  world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+  world.startWorkflow();
+  world.frontier(T0 + 1);
   return world;
 }
 
@@ -373,14 +436,14 @@ export function claimedStepA(world: CoreWorld): RunAttempt {
 /** Step `a`'s attempt claimed, then starting at T0 + 3. */
 export function startingStepA(world: CoreWorld): RunAttempt {
   const attempt = claimedStepA(world);
-  world.apply(markStarting(world.model.scope(attempt.id), T0 + 3));
+  world.markStarting(attempt.id, T0 + 3);
   return world.model.attempt(attempt.id);
 }
 
 /** Step `a`'s attempt running: the handle's pre-spawn start at T0 + 4, recorded at `recordedAtMs`. */
 export function runningStepA(world: CoreWorld, recordedAtMs: number): RunAttempt {
   const attempt = startingStepA(world);
-  world.apply(markRunning(world.model.scope(attempt.id), handleAt(T0 + 4), recordedAtMs));
+  world.markRunning(attempt.id, T0 + 4, recordedAtMs);
   return world.model.attempt(attempt.id);
 }
 
@@ -417,14 +480,14 @@ export function startingOrdinaryAttempt(
   nowMs: number,
 ): RunAttempt {
   const attempt = claimedOrdinaryAttempt(world, runId, nowMs);
-  world.apply(markStarting(world.model.scope(attempt.id), nowMs));
+  world.markStarting(attempt.id, nowMs);
   return world.model.attempt(attempt.id);
 }
 
 /** Ordinary run `runId`'s next attempt claimed, starting and running at `nowMs` (its handle's start). */
 export function runningOrdinaryAttempt(world: CoreWorld, runId: string, nowMs: number): RunAttempt {
   const attempt = startingOrdinaryAttempt(world, runId, nowMs);
-  world.apply(markRunning(world.model.scope(attempt.id), handleAt(nowMs), nowMs));
+  world.markRunning(attempt.id, nowMs, nowMs);
   return world.model.attempt(attempt.id);
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { markRunning, markStarting, startFailed } from "../../src/execution.ts";
+import { markRunning, markStarting } from "../../src/execution.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import type { RunAttempt } from "../../src/model.ts";
@@ -13,7 +13,6 @@ import {
   exitFacts,
   expectOneVersionBump,
   handleAt,
-  NO_RETRY,
   T0,
   workflowManifest,
 } from "./core-fixtures.ts";
@@ -24,22 +23,11 @@ import {
  * failed. Execution and recovery advance attempts and steps only.
  */
 
-function frontier(world: CoreWorld, nowMs: number, runId = "run-1"): void {
-  world.apply(
-    advanceFrontier(
-      world.model.run(runId),
-      world.model.stepsOf(runId),
-      world.model.attemptsOf(runId),
-      nowMs,
-    ),
-  );
-}
-
 /** Admits, starts and runs one step; returns the running attempt. */
 function runStep(world: CoreWorld, name: string, nowMs: number, runId = "run-1"): RunAttempt {
   const attempt = world.admit(runId, name, nowMs);
-  world.apply(markStarting(world.model.scope(attempt.id), nowMs));
-  world.apply(markRunning(world.model.scope(attempt.id), handleAt(nowMs), nowMs));
+  world.markStarting(attempt.id, nowMs);
+  world.markRunning(attempt.id, nowMs, nowMs);
   return world.model.attempt(attempt.id);
 }
 
@@ -52,9 +40,9 @@ function finishStep(world: CoreWorld, name: string, nowMs: number, exitCode: num
 function afterStepA(exitCode: number): CoreWorld {
   const world = new CoreWorld();
   world.startWorkflow();
-  frontier(world, T0 + 1);
+  world.frontier(T0 + 1);
   finishStep(world, "a", T0 + 2, exitCode);
-  frontier(world, T0 + 4);
+  world.frontier(T0 + 4);
   return world;
 }
 
@@ -78,7 +66,7 @@ describe("the workflow frontier", () => {
     const world = afterStepA(0);
     expect(statuses(world)).toEqual({ a: "succeeded", b: "ready", c: "ready", d: "pending" });
     finishStep(world, "b", T0 + 5, 0);
-    frontier(world, T0 + 7);
+    world.frontier(T0 + 7);
     expect(statuses(world).d).toBe("pending");
   });
 
@@ -86,11 +74,11 @@ describe("the workflow frontier", () => {
     const world = afterStepA(0);
     finishStep(world, "b", T0 + 5, 0);
     finishStep(world, "c", T0 + 5, 0);
-    frontier(world, T0 + 7);
+    world.frontier(T0 + 7);
     finishStep(world, "d", T0 + 8, 0);
     expect(world.model.run("run-1").status).toBe("running");
     expect(world.model.run("run-1").finishedAtMs).toBeNull();
-    frontier(world, T0 + 10);
+    world.frontier(T0 + 10);
     expect(world.model.run("run-1")).toMatchObject({ status: "succeeded", finishedAtMs: T0 + 10 });
     const last = world.model.eventsOf("run-1").at(-1);
     expect(last).toMatchObject({
@@ -118,7 +106,7 @@ describe("the workflow frontier", () => {
     const world = afterStepA(0);
     finishStep(world, "b", T0 + 5, 1);
     const c = runStep(world, "c", T0 + 6);
-    frontier(world, T0 + 7);
+    world.frontier(T0 + 7);
     expect(statuses(world)).toEqual({ a: "succeeded", b: "failed", c: "running", d: "skipped" });
     // The skip names only the settled upstream that did not succeed (not the running sibling) and records its time.
     const d = world.model.step("run-1", "d");
@@ -130,7 +118,7 @@ describe("the workflow frontier", () => {
     ).toMatchObject({ from: "pending", blockedBy: ["b"] });
     expect(world.model.run("run-1").status).toBe("running");
     world.apply(completion(world, c.id, exitFacts(T0 + 6, T0 + 8, 0), T0 + 8));
-    frontier(world, T0 + 9);
+    world.frontier(T0 + 9);
     expect(world.model.run("run-1").status).toBe("failed");
     expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({ failedSteps: ["b"] });
   });
@@ -140,11 +128,11 @@ describe("the workflow frontier", () => {
       diamondManifest("demo", { tasks: [task("work", ["true"], { timeoutMs: 100 })] }),
     );
     world.startWorkflow();
-    frontier(world, T0 + 1);
+    world.frontier(T0 + 1);
     const a = runStep(world, "a", T0 + 2);
     world.apply(completion(world, a.id, exitFacts(T0 + 2, T0 + 500, 0), T0 + 500));
     expect(statuses(world).a).toBe("timed_out");
-    frontier(world, T0 + 501);
+    world.frontier(T0 + 501);
     expect(world.model.run("run-1").status).toBe("failed");
     expect(world.model.eventsOf("run-1").at(-1)?.data).toMatchObject({ failedSteps: ["a"] });
   });
@@ -152,18 +140,18 @@ describe("the workflow frontier", () => {
   it("a step that failed to start fails the run like any failure", () => {
     const world = new CoreWorld();
     world.startWorkflow();
-    frontier(world, T0 + 1);
+    world.frontier(T0 + 1);
     const attempt = world.admit("run-1", "a", T0 + 2);
-    world.apply(markStarting(world.model.scope(attempt.id), T0 + 2));
-    world.apply(startFailed(world.model.scope(attempt.id), "ENOENT", NO_RETRY, T0 + 3));
-    frontier(world, T0 + 4);
+    world.markStarting(attempt.id, T0 + 2);
+    world.startFailed(attempt.id, T0 + 3);
+    world.frontier(T0 + 4);
     expect(world.model.run("run-1").status).toBe("failed");
   });
 
   it("the run is not finalized while an attempt is live, even if every step looks settled", () => {
     const world = new CoreWorld(singleStep());
     world.startWorkflow("one");
-    frontier(world, T0 + 1);
+    world.frontier(T0 + 1);
     const attempt = world.admit("run-1", "only", T0 + 2);
     const settledLooking = world.model
       .stepsOf("run-1")
@@ -174,7 +162,7 @@ describe("the workflow frontier", () => {
   it("the run is not finalized while one attempt is live beside settled ones", () => {
     const world = new CoreWorld(twoRoots());
     world.startWorkflow("pair");
-    frontier(world, T0 + 1);
+    world.frontier(T0 + 1);
     finishStep(world, "x", T0 + 2, 1);
     world.admit("run-1", "y", T0 + 3);
     const attempts = world.model.attemptsOf("run-1");
@@ -188,7 +176,7 @@ describe("the workflow frontier", () => {
   it("a need that names no step of the run is never taken as met: its step waits, and so does the run", () => {
     const world = new CoreWorld();
     world.startWorkflow();
-    frontier(world, T0 + 1);
+    world.frontier(T0 + 1);
     finishStep(world, "a", T0 + 2, 1);
     const steps = world.model
       .stepsOf("run-1")
@@ -225,7 +213,7 @@ describe("the workflow frontier", () => {
   it("a frontier with nothing to move writes nothing", () => {
     const world = new CoreWorld();
     world.startWorkflow();
-    frontier(world, T0 + 1);
+    world.frontier(T0 + 1);
     expect(
       advanceFrontier(
         world.model.run("run-1"),
@@ -239,10 +227,10 @@ describe("the workflow frontier", () => {
   it("one root failed, one succeeded: the skip's blockedBy names only the upstream that did not succeed, and failedSteps names failed steps but not skipped ones", () => {
     const world = new CoreWorld(twoRoots());
     world.startWorkflow("pair");
-    frontier(world, T0 + 1);
+    world.frontier(T0 + 1);
     finishStep(world, "x", T0 + 2, 1);
     finishStep(world, "y", T0 + 2, 0);
-    frontier(world, T0 + 4);
+    world.frontier(T0 + 4);
     expect(statuses(world)).toEqual({ x: "failed", y: "succeeded", z: "skipped" });
     const z = world.model.step("run-1", "z");
     expect(
@@ -297,10 +285,10 @@ describe("which changes mark a run for the frontier stage", () => {
   it("the change that finishes a workflow run does not mark it: a terminal run has no frontier left", () => {
     const world = new CoreWorld();
     world.startWorkflow();
-    frontier(world, T0 + 1);
+    world.frontier(T0 + 1);
     for (const [index, name] of ["a", "b", "c", "d"].entries()) {
       finishStep(world, name, T0 + 10 * index + 2, 0);
-      frontier(world, T0 + 10 * index + 4);
+      world.frontier(T0 + 10 * index + 4);
     }
     expect(world.model.run("run-1").status).toBe("succeeded");
     const steps = world.model.stepsOf("run-1");

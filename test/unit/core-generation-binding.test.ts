@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { Coordinator } from "../../src/coordinator.ts";
-import type { AdmissionReceipt } from "../../src/model.ts";
+import type { Coordinator } from "../../src/coordinator.ts";
+import type { AdmissionReceipt, RunAttempt } from "../../src/model.ts";
 import { applyPackage, startRun } from "../../src/operations.ts";
 import type { LaunchRequest } from "../../src/ports.ts";
 import { PROFILES } from "../../src/profiles.ts";
@@ -9,12 +9,11 @@ import {
   diamondManifest,
   SequentialIds,
   task,
-  TestClock,
   workflowStart,
+  type TestClock,
 } from "../support/fixtures.ts";
-import { recordingExecutor, steadyExecutor } from "../support/simulated-executors.ts";
-import { T0 } from "./core-fixtures.ts";
-import { driverNamed, openTestStore } from "../support/drivers.ts";
+import { recordingExecutor } from "../support/simulated-executors.ts";
+import { storeRig } from "./store-rig.ts";
 
 /**
  * Generation binding at execution (ADR-0227 §4, ADR-0229 §2): what a workflow attempt runs is
@@ -30,21 +29,16 @@ interface Rig {
   readonly coordinator: Coordinator;
   start(argv: string[]): Promise<string>;
   apply(argv: string[]): Promise<number>;
+  /** Two cycles of a coordinator that admits but never dispatches: run `runId`'s claimed attempts. */
+  claimedOnly(runId: string): Promise<RunAttempt[]>;
 }
 
 async function rig(): Promise<Rig> {
-  const clock = new TestClock(T0);
-  const store = await openTestStore(driverNamed("sqljs-memory"), T0 - 1);
-  const ids = new SequentialIds("run");
-  const simulated = steadyExecutor(clock, 3);
+  const base = await storeRig(3);
+  const { clock, store, ids } = base;
   const launches: LaunchRequest[] = [];
-  const recording = recordingExecutor(simulated, launches);
-  const coordinator = new Coordinator({
-    store,
-    clock,
-    ids,
-    profile: PROFILES.edge,
-    executors: { local_process: recording },
+  const coordinator = base.coordinator("edge", {
+    executors: { local_process: recordingExecutor(base.executor, launches) },
   });
   const apply = (argv: string[]): Promise<number> =>
     store.transaction(
@@ -63,6 +57,17 @@ async function rig(): Promise<Rig> {
     launches,
     coordinator,
     apply,
+    claimedOnly: async (runId) => {
+      const admitOnly = base.coordinator(
+        { ...PROFILES.edge, dispatch: 0 },
+        { ids: new SequentialIds("x"), executors: {} },
+      );
+      await admitOnly.tick();
+      await admitOnly.tick();
+      return store.transaction(async (tx) =>
+        (await tx.getAttempts(runId)).filter((attempt) => attempt.status === "claimed"),
+      );
+    },
     start: async (argv) => {
       await apply(argv);
       return store.transaction(
@@ -157,19 +162,8 @@ describe("generation binding at execution", () => {
     async ({ field, value, reason }) => {
       const r = await rig();
       const runId = await r.start(["echo", "bound"]);
-      // One cycle admits `a` (claimed); alter its receipt before the dispatch of the next cycle.
-      const frontierAndAdmission = new Coordinator({
-        store: r.store,
-        clock: r.clock,
-        ids: new SequentialIds("x"),
-        profile: { ...PROFILES.edge, dispatch: 0 },
-        executors: {},
-      });
-      await frontierAndAdmission.tick();
-      await frontierAndAdmission.tick();
-      const claimed = await r.store.transaction(async (tx) =>
-        (await tx.getAttempts(runId)).filter((attempt) => attempt.status === "claimed"),
-      );
+      // Admission claims `a`; alter its receipt before the dispatch of the next cycle.
+      const claimed = await r.claimedOnly(runId);
       expect(claimed).toHaveLength(1);
       const attempt = claimed[0]!;
       await r.store.driver.transaction(async (tx) => {
@@ -202,18 +196,7 @@ describe("generation binding at execution", () => {
   it("an attempt without its admission receipt is never launched", async () => {
     const r = await rig();
     const runId = await r.start(["echo", "bound"]);
-    const admitOnly = new Coordinator({
-      store: r.store,
-      clock: r.clock,
-      ids: new SequentialIds("x"),
-      profile: { ...PROFILES.edge, dispatch: 0 },
-      executors: {},
-    });
-    await admitOnly.tick();
-    await admitOnly.tick();
-    const [attempt] = await r.store.transaction(async (tx) =>
-      (await tx.getAttempts(runId)).filter((item) => item.status === "claimed"),
-    );
+    const [attempt] = await r.claimedOnly(runId);
     await r.store.driver.transaction(async (tx) => {
       await tx.query(
         "DELETE FROM admission_receipts WHERE run_id = ? AND step_run_id = ? AND step_run_version = ?",

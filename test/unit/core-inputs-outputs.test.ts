@@ -106,6 +106,13 @@ describe("step output rules", () => {
   });
 });
 
+/** The manifest `yaml` spells; its issues thrown when it spells none. */
+function parsedManifest(yaml: string): Manifest {
+  const parsed = parseManifest(yaml, "yaml");
+  if (!parsed.ok) throw new Error(JSON.stringify(parsed.issues));
+  return parsed.manifest;
+}
+
 describe("manifest keys", () => {
   const yaml = (extra: string): string => `package: shop
 tasks:
@@ -120,18 +127,16 @@ workflows:
 ${extra}`;
 
   it("parses workflow inputs and resolves a schedule's input against them, defaults filled in", () => {
-    const parsed = parseManifest(
+    const manifest = parsedManifest(
       yaml(
         `schedules:\n  nightly: { cron: "0 3 * * *", workflow: deploy, input: { target: eu } }\n`,
       ),
-      "yaml",
     );
-    if (!parsed.ok) throw new Error(JSON.stringify(parsed.issues));
-    expect(parsed.manifest.workflows[0]?.inputs).toEqual([
+    expect(manifest.workflows[0]?.inputs).toEqual([
       { name: "count", type: "number", required: false, default: 2 },
       { name: "target", type: "string", required: true, default: null },
     ]);
-    expect(parsed.manifest.schedules[0]?.input).toEqual({ count: 2, target: "eu" });
+    expect(manifest.schedules[0]?.input).toEqual({ count: 2, target: "eu" });
   });
 
   it("refuses a schedule whose runs would all be refused, a default of the wrong type and a required input with a default", () => {
@@ -158,23 +163,16 @@ ${extra}`;
   });
 
   it("a workflow without inputs keeps the manifest and plan digests it always had (no key is added)", () => {
-    const parsed = parseManifest(
+    const manifest = parsedManifest(
       'package: shop\ntasks:\n  work: { run: ["true"] }\nworkflows:\n  w:\n    steps:\n      a: { task: work }\n',
-      "yaml",
     );
-    if (!parsed.ok) throw new Error("expected a manifest");
-    expect(Object.keys(parsed.manifest.workflows[0] ?? {})).toEqual([
-      "name",
-      "description",
-      "steps",
-    ]);
+    expect(Object.keys(manifest.workflows[0] ?? {})).toEqual(["name", "description", "steps"]);
   });
 });
 
 /** extract → {transform, report} → publish; `transform` fails while `failTransform` says so. */
 function pipelineManifest(): Manifest {
-  const parsed = parseManifest(
-    `package: etl
+  return parsedManifest(`package: etl
 tasks:
   work: { run: ["true"] }
   flaky: { run: ["false"] }
@@ -188,11 +186,7 @@ workflows:
       transform: { task: flaky, needs: [extract] }
       report: { task: work, needs: [extract] }
       publish: { task: work, needs: [transform, report] }
-`,
-    "yaml",
-  );
-  if (!parsed.ok) throw new Error(JSON.stringify(parsed.issues));
-  return parsed.manifest;
+`);
 }
 
 interface Rig {

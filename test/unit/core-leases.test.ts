@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { CompletionFacts } from "../../src/execution.ts";
+import type { AttemptScope, CompletionFacts } from "../../src/execution.ts";
 import {
   checkFence,
   checkWorkerTimes,
@@ -26,6 +26,7 @@ import {
   type CoreWorld,
   errorCode,
   exitFacts,
+  expectLostIntoNewEpoch,
   expectOneVersionBump,
   handleAt,
   readyDiamondWorld,
@@ -110,6 +111,20 @@ function detailsOf(fn: () => unknown): unknown {
     return (error as { details?: unknown }).details;
   }
   return "no error";
+}
+
+/**
+ * The error code of `call` on step `a`'s remote attempt brought to `phase`, presenting the
+ * holder's fence with `staleness` changed.
+ */
+function codeUnderStaleFence(
+  phase: (world: CoreWorld) => { attempt: RunAttempt; fence: LeaseFence },
+  staleness: Partial<LeaseFence>,
+  call: (scope: AttemptScope, stale: LeaseFence) => unknown,
+): string {
+  const world = remoteWorld();
+  const { attempt, fence } = phase(world);
+  return errorCode(() => call(world.model.scope(attempt.id), { ...fence, ...staleness }));
 }
 
 describe("lease limits", () => {
@@ -371,16 +386,9 @@ describe("crossing the start barrier under the fence", () => {
   });
 
   it("a repeated start under a stale fence is refused, not answered", () => {
-    const world = remoteWorld();
-    const { attempt, fence } = starting(world);
     expect(
-      errorCode(() =>
-        workerStarting(
-          world.model.scope(attempt.id),
-          { ...fence, leaseSecret: OTHER_SECRET },
-          T0 + 5,
-          TTL_MS,
-        ),
+      codeUnderStaleFence(starting, { leaseSecret: OTHER_SECRET }, (scope, stale) =>
+        workerStarting(scope, stale, T0 + 5, TTL_MS),
       ),
     ).toBe("conflict");
   });
@@ -504,17 +512,9 @@ describe("the process exists", () => {
   });
 
   it("a running report under a stale fence is refused", () => {
-    const world = remoteWorld();
-    const { attempt, fence } = starting(world);
     expect(
-      errorCode(() =>
-        workerRunning(
-          world.model.scope(attempt.id),
-          { ...fence, workerId: "worker-2" },
-          handleAt(T0 + 5),
-          T0 + 6,
-          TTL_MS,
-        ),
+      codeUnderStaleFence(starting, { workerId: "worker-2" }, (scope, stale) =>
+        workerRunning(scope, stale, handleAt(T0 + 5), T0 + 6, TTL_MS),
       ),
     ).toBe("conflict");
   });
@@ -584,11 +584,9 @@ describe("heartbeats", () => {
   });
 
   it("a heartbeat under a stale fence is refused", () => {
-    const world = remoteWorld();
-    const { attempt, fence } = running(world);
     expect(
-      errorCode(() =>
-        heartbeat(world.model.scope(attempt.id), { ...fence, leaseVersion: 9 }, T0 + 7, TTL_MS),
+      codeUnderStaleFence(running, { leaseVersion: 9 }, (scope, stale) =>
+        heartbeat(scope, stale, T0 + 7, TTL_MS),
       ),
     ).toBe("conflict");
   });
@@ -721,14 +719,12 @@ describe("lease expiry", () => {
     expect(expireLease(world.model.scope(attempt.id), NO_RETRY, expiry - 1)).toBeNull();
     const stepBefore = world.model.step("run-1", "a");
     world.apply(expireLease(world.model.scope(attempt.id), NO_RETRY, expiry));
-    expect(world.model.attempt(attempt.id)).toMatchObject({
-      status: "lost",
-      error: "the lease expired before the attempt started",
-    });
-    expect(world.model.step("run-1", "a")).toMatchObject({
-      status: "ready",
-      version: stepBefore.version + 1,
-    });
+    expectLostIntoNewEpoch(
+      world,
+      attempt.id,
+      "the lease expired before the attempt started",
+      stepBefore,
+    );
   });
 
   it("a started attempt whose lease expired fails closed: status kept, reason recorded", () => {

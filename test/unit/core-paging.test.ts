@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { storePageSize, walkKeyset } from "../../src/paging.ts";
+import { storePageSize, walkKeyset, type KeysetWalk } from "../../src/paging.ts";
 import { MAX_STORE_PAGE } from "../../src/ports.ts";
 
 /**
@@ -8,22 +8,40 @@ import { MAX_STORE_PAGE } from "../../src/ports.ts";
  * the store for more than it returns in one call.
  */
 
-/** A sorted list served like a store list: items after the cursor, at most MAX_STORE_PAGE of them. */
+type WalkOptions = Pick<KeysetWalk<number, number>, "pageSize" | "pages"> &
+  Partial<Pick<KeysetWalk<number, number>, "after" | "cursorOf" | "saved" | "done">>;
+
+/**
+ * A sorted list served like a store list: items after the cursor, at most MAX_STORE_PAGE of them.
+ * `walk` walks it from the start (unless `after` says otherwise), each item its own cursor, and
+ * pushes every item it handles into `seen`.
+ */
 function source(items: readonly number[]): {
   reads: { after: number | null; limit: number }[];
-  read: (after: number | null, limit: number) => Promise<number[]>;
+  seen: number[];
+  walk: (options: WalkOptions) => Promise<boolean>;
 } {
   const reads: { after: number | null; limit: number }[] = [];
+  const seen: number[] = [];
+  const read = (after: number | null, limit: number): Promise<number[]> => {
+    reads.push({ after, limit });
+    return Promise.resolve(
+      items
+        .filter((item) => after === null || item > after)
+        .slice(0, Math.min(limit, MAX_STORE_PAGE)),
+    );
+  };
   return {
     reads,
-    read: (after, limit) => {
-      reads.push({ after, limit });
-      return Promise.resolve(
-        items
-          .filter((item) => after === null || item > after)
-          .slice(0, Math.min(limit, MAX_STORE_PAGE)),
-      );
-    },
+    seen,
+    walk: (options) =>
+      walkKeyset({
+        after: null,
+        read,
+        cursorOf: (item) => item,
+        handle: (item) => Promise.resolve(void seen.push(item)),
+        ...options,
+      }),
   };
 }
 
@@ -32,19 +50,14 @@ const range = (count: number): number[] => Array.from({ length: count }, (_, ind
 describe("the keyset walk", () => {
   it("visits every item once, in order, and reports the end of the list", async () => {
     const list = source(range(10));
-    const seen: number[] = [];
     const saved: (number | null)[] = [];
-    const more = await walkKeyset({
-      after: null,
+    const more = await list.walk({
       pageSize: 4,
       pages: 10,
-      read: list.read,
-      cursorOf: (item) => item,
-      handle: (item) => Promise.resolve(void seen.push(item)),
       saved: (after) => void saved.push(after),
     });
     expect(more).toBe(false);
-    expect(seen).toEqual(range(10));
+    expect(list.seen).toEqual(range(10));
     expect(list.reads).toEqual([
       { after: null, limit: 4 },
       { after: 4, limit: 4 },
@@ -55,84 +68,47 @@ describe("the keyset walk", () => {
 
   it("stops when the page budget is spent and says pages were left; a later walk resumes from the saved cursor", async () => {
     const list = source(range(10));
-    const seen: number[] = [];
     let cursor: number | null = null;
     const walk = () =>
-      walkKeyset({
-        after: cursor,
-        pageSize: 3,
-        pages: 2,
-        read: list.read,
-        cursorOf: (item) => item,
-        handle: (item) => Promise.resolve(void seen.push(item)),
-        saved: (after) => void (cursor = after),
-      });
+      list.walk({ after: cursor, pageSize: 3, pages: 2, saved: (after) => void (cursor = after) });
     expect(await walk()).toBe(true);
-    expect(seen).toEqual(range(6));
+    expect(list.seen).toEqual(range(6));
     expect(cursor).toBe(6);
     expect(await walk()).toBe(false);
-    expect(seen).toEqual(range(10));
+    expect(list.seen).toEqual(range(10));
     expect(cursor).toBeNull();
   });
 
   it("a full last page within the budget is not the end: the walk reads one more (empty) page to know", async () => {
     const list = source(range(6));
-    const more = await walkKeyset({
-      after: null,
-      pageSize: 3,
-      pages: 5,
-      read: list.read,
-      cursorOf: (item) => item,
-      handle: () => Promise.resolve(),
-    });
+    const more = await list.walk({ pageSize: 3, pages: 5 });
     expect(more).toBe(false);
     expect(list.reads.map((read) => read.after)).toEqual([null, 3, 6]);
   });
 
   it("never asks for more than the store returns: a larger page size is cut to MAX_STORE_PAGE, so a full store page is not taken for the end", async () => {
     const list = source(range(MAX_STORE_PAGE + 5));
-    const seen: number[] = [];
-    const more = await walkKeyset({
-      after: null,
-      pageSize: MAX_STORE_PAGE * 4,
-      pages: Infinity,
-      read: list.read,
-      cursorOf: (item) => item,
-      handle: (item) => Promise.resolve(void seen.push(item)),
-    });
+    const more = await list.walk({ pageSize: MAX_STORE_PAGE * 4, pages: Infinity });
     expect(more).toBe(false);
-    expect(seen).toHaveLength(MAX_STORE_PAGE + 5);
+    expect(list.seen).toHaveLength(MAX_STORE_PAGE + 5);
     expect(list.reads.every((read) => read.limit === MAX_STORE_PAGE)).toBe(true);
   });
 
   it("a cursor of null ends the walk at that item; `done` ends it before the next page", async () => {
     const stopped = source(range(10));
-    const seen: number[] = [];
     expect(
-      await walkKeyset({
-        after: null,
+      await stopped.walk({
         pageSize: 2,
         pages: 10,
-        read: stopped.read,
         cursorOf: (item) => (item === 4 ? null : item),
-        handle: (item) => Promise.resolve(void seen.push(item)),
       }),
     ).toBe(false);
-    expect(seen).toEqual([1, 2, 3, 4]);
+    expect(stopped.seen).toEqual([1, 2, 3, 4]);
     const limited = source(range(10));
-    const handled: number[] = [];
     expect(
-      await walkKeyset({
-        after: null,
-        pageSize: 3,
-        pages: Infinity,
-        read: limited.read,
-        cursorOf: (item) => item,
-        handle: (item) => Promise.resolve(void handled.push(item)),
-        done: () => handled.length >= 4,
-      }),
+      await limited.walk({ pageSize: 3, pages: Infinity, done: () => limited.seen.length >= 4 }),
     ).toBe(true);
-    expect(handled).toEqual(range(6));
+    expect(limited.seen).toEqual(range(6));
   });
 
   it("a page size that is not a positive integer is refused before anything is read", async () => {
@@ -142,16 +118,7 @@ describe("the keyset walk", () => {
     expect(storePageSize(MAX_STORE_PAGE)).toBe(MAX_STORE_PAGE);
     expect(storePageSize(MAX_STORE_PAGE + 1)).toBe(MAX_STORE_PAGE);
     const list = source(range(3));
-    await expect(
-      walkKeyset({
-        after: null,
-        pageSize: 0,
-        pages: 1,
-        read: list.read,
-        cursorOf: (item) => item,
-        handle: () => Promise.resolve(),
-      }),
-    ).rejects.toThrow(/page size/);
+    await expect(list.walk({ pageSize: 0, pages: 1 })).rejects.toThrow(/page size/);
     expect(list.reads).toEqual([]);
   });
 });

@@ -8,6 +8,7 @@ import {
   requestShutdownStop,
   requestTimeoutStop,
   startFailed,
+  type AttemptScope,
   type CompletionFacts,
 } from "../../src/execution.ts";
 import { advanceFrontier } from "../../src/frontier.ts";
@@ -268,6 +269,18 @@ class Driver {
     };
   }
 
+  /** Applies what `change` makes of one attempt in `statuses` (picked by `op`), if there is one. */
+  private onAttempt(
+    statuses: readonly RunAttempt["status"][],
+    op: Op,
+    by: string,
+    change: (attempt: RunAttempt, scope: AttemptScope) => ChangeSet | null,
+  ): void {
+    const candidates = this.attempts.filter((candidate) => statuses.includes(candidate.status));
+    const attempt = pick(candidates, op.pick);
+    if (attempt !== undefined) this.apply(change(attempt, this.world.model.scope(attempt.id)), by);
+  }
+
   /** Performs the operation `op` names if one of its kind is possible now. */
   step(op: Op): void {
     this.nowMs += 1;
@@ -309,77 +322,41 @@ class Driver {
         this.apply(result.change, "admit");
         return;
       }
-      case 3: {
+      case 3:
         if (!admitting) return;
-        const attempt = pick(
-          this.attempts.filter((candidate) => candidate.status === "claimed"),
-          op.pick,
-        );
-        if (attempt !== undefined)
-          this.apply(markStarting(model.scope(attempt.id), this.nowMs), "starting");
+        this.onAttempt(["claimed"], op, "starting", (_, scope) => markStarting(scope, this.nowMs));
         return;
-      }
-      case 4: {
-        const attempt = pick(
-          this.attempts.filter((candidate) => candidate.status === "starting"),
-          op.pick,
-        );
-        if (attempt === undefined) return;
-        const startedAtMs = Math.max(attempt.createdAtMs, this.nowMs - (op.delta % 100));
-        this.apply(
+      case 4:
+        this.onAttempt(["starting"], op, "running", (attempt, scope) =>
           markRunning(
-            model.scope(attempt.id),
-            handleAt(startedAtMs, 1000 + attempt.number),
+            scope,
+            handleAt(
+              Math.max(attempt.createdAtMs, this.nowMs - (op.delta % 100)),
+              1000 + attempt.number,
+            ),
             this.nowMs,
           ),
-          "running",
         );
         return;
-      }
       case 5:
-      case 6: {
-        const attempt = pick(
-          this.attempts.filter(
-            (candidate) => candidate.status === "running" || candidate.status === "starting",
-          ),
-          op.pick,
+      case 6:
+        this.onAttempt(["running", "starting"], op, "complete", (attempt, scope) =>
+          complete(scope, this.facts(attempt, op), this.retryOf(attempt), this.nowMs),
         );
-        if (attempt !== undefined)
-          this.apply(
-            complete(
-              model.scope(attempt.id),
-              this.facts(attempt, op),
-              this.retryOf(attempt),
-              this.nowMs,
-            ),
-            "complete",
-          );
         return;
-      }
-      case 7: {
-        const attempt = pick(
-          this.attempts.filter((candidate) => candidate.status === "starting"),
-          op.pick,
+      case 7:
+        this.onAttempt(["starting"], op, "start_failed", (attempt, scope) =>
+          startFailed(scope, "ENOENT", this.retryOf(attempt), this.nowMs),
         );
-        if (attempt !== undefined)
-          this.apply(
-            startFailed(model.scope(attempt.id), "ENOENT", this.retryOf(attempt), this.nowMs),
-            "start_failed",
-          );
         return;
-      }
-      case 8: {
-        const attempt = pick(
-          this.attempts.filter((candidate) => candidate.status === "running"),
-          op.pick,
-        );
-        if (attempt === undefined) return;
-        // Half of these let the clock reach the deadline first, so timeouts are not left to chance.
-        if (op.variant % 2 === 0 && attempt.deadlineAtMs !== null)
-          this.nowMs = Math.max(this.nowMs, attempt.deadlineAtMs);
-        this.apply(requestTimeoutStop(model.scope(attempt.id), this.nowMs), "timeout");
+      case 8:
+        this.onAttempt(["running"], op, "timeout", (attempt, scope) => {
+          // Half of these let the clock reach the deadline first, so timeouts are not left to chance.
+          if (op.variant % 2 === 0 && attempt.deadlineAtMs !== null)
+            this.nowMs = Math.max(this.nowMs, attempt.deadlineAtMs);
+          return requestTimeoutStop(scope, this.nowMs);
+        });
         return;
-      }
       case 9:
         // Cancelling is rarer than the rest, so most runs get far before an intent freezes them.
         if (op.variant % 10 === 0) this.apply(requestCancel(run, this.nowMs, "user"), "cancel");
@@ -387,30 +364,21 @@ class Driver {
       case 10:
         this.apply(convergeCancellation(run, this.steps, this.attempts, this.nowMs), "converge");
         return;
-      case 11: {
-        const attempt = pick(this.live(), op.pick);
-        if (attempt === undefined) return;
-        const scope = model.scope(attempt.id);
-        this.apply(
+      case 11:
+        this.onAttempt([...LIVE_ATTEMPT_STATUSES], op, "recovery", (attempt, scope) =>
           applyRecovery(
             scope,
             decideRecovery(scope, this.evidence(attempt, op)),
             this.retryOf(attempt),
             this.nowMs,
           ),
-          "recovery",
         );
         return;
-      }
-      case 12: {
-        const attempt = pick(
-          this.attempts.filter((candidate) => candidate.status === "running"),
-          op.pick,
+      case 12:
+        this.onAttempt(["running"], op, "shutdown", (_, scope) =>
+          requestShutdownStop(scope, this.nowMs),
         );
-        if (attempt !== undefined)
-          this.apply(requestShutdownStop(model.scope(attempt.id), this.nowMs), "shutdown");
         return;
-      }
       default:
         this.nowMs += op.delta;
     }

@@ -1,6 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { markRunning, markStarting } from "../../src/execution.ts";
-import { advanceFrontier } from "../../src/frontier.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { expireLease } from "../../src/leases.ts";
 import { admitOrdinaryAttempt } from "../../src/ordinary.ts";
@@ -21,6 +19,7 @@ import {
   CoreWorld,
   definitionOf,
   errorCode,
+  expectLostIntoNewEpoch,
   NEVER_SPAWNED,
   exitFacts,
   expectOneVersionBump,
@@ -386,14 +385,7 @@ describe("attempts past the start barrier", () => {
     world.apply(change);
     // Nothing is live and the failed step decides the run, yet it stays running until the frontier sees it.
     expect(world.model.run("run-1").status).toBe("running");
-    world.apply(
-      advanceFrontier(
-        world.model.run("run-1"),
-        world.model.stepsOf("run-1"),
-        world.model.attemptsOf("run-1"),
-        T0 + 101,
-      ),
-    );
+    world.frontier(T0 + 101);
     expect(world.model.run("run-1").status).toBe("failed");
   });
 
@@ -409,8 +401,8 @@ describe("attempts past the start barrier", () => {
       const run = world.startTask();
       const admitted = admitOrdinaryAttempt(run, definitionOf(world.pkg, "work"), T0 + 1)!;
       world.apply(admitted.change);
-      world.apply(markStarting(world.model.scope(admitted.attempt.id), T0 + 2));
-      world.apply(markRunning(world.model.scope(admitted.attempt.id), handleAt(T0 + 2), T0 + 3));
+      world.markStarting(admitted.attempt.id, T0 + 2);
+      world.markRunning(admitted.attempt.id, T0 + 2, T0 + 3);
       recover(
         world,
         world.model.attempt(admitted.attempt.id),
@@ -427,7 +419,7 @@ describe("attempts past the start barrier", () => {
       }),
     );
     const run = world.startWorkflow();
-    world.apply(advanceFrontier(run, world.model.stepsOf(run.id), [], T0 + 1));
+    world.frontier(T0 + 1, run.id);
     const attempt = world.admit("run-1", "a", T0 + 2);
     expect(attempt).toMatchObject({
       executor: "remote_worker",
@@ -567,19 +559,24 @@ describe("each recovery decision is its own rule's", () => {
     for (const [caseScope, caseEvidence, expected] of cases)
       expect(decideRecovery(caseScope, caseEvidence)).toEqual(expected);
     // Two inspections that neither agree on running nor on not running: each pair's own reason.
-    const failedClosed: [LiveInspection, LiveInspection, string][] = [
-      ["changed_identity", "running", "the pid now belongs to another process"],
-      ["running", "changed_identity", "the pid now belongs to another process"],
-      ["unverifiable", "changed_identity", "the pid now belongs to another process"],
-      ["unverifiable", "running", "the platform cannot verify the process identity"],
-      ["running", "unverifiable", "the platform cannot verify the process identity"],
-      ["running", "not_running", "inconsistent inspections: running, not_running"],
-    ];
-    for (const [first, second, reason] of failedClosed)
-      expect(decideRecovery(scope, evidence("present", [first, second]))).toEqual({
-        kind: "fail_closed",
-        reason,
-      });
+    const failedClosedBy: Record<string, [LiveInspection, LiveInspection][]> = {
+      "the pid now belongs to another process": [
+        ["changed_identity", "running"],
+        ["running", "changed_identity"],
+        ["unverifiable", "changed_identity"],
+      ],
+      "the platform cannot verify the process identity": [
+        ["unverifiable", "running"],
+        ["running", "unverifiable"],
+      ],
+      "inconsistent inspections: running, not_running": [["running", "not_running"]],
+    };
+    for (const [reason, pairs] of Object.entries(failedClosedBy))
+      for (const pair of pairs)
+        expect(decideRecovery(scope, evidence("present", pair))).toEqual({
+          kind: "fail_closed",
+          reason,
+        });
   });
 
   it("each missing part of the persisted handle fails closed where live inspections would re-adopt", () => {
@@ -756,15 +753,8 @@ describe("one loss rule for local and remote attempts (ADR-0229 §3)", () => {
     proven.apply(
       applyLoss(scope, decideLoss(first, "never_spawned", "never spawned"), IDEMPOTENT, T0 + 100),
     );
-    expect(proven.model.attempt(first.id)).toMatchObject({
-      status: "lost",
-      error: "never spawned",
-    });
-    expect(proven.model.step("run-1", "a")).toMatchObject({
-      status: "ready",
-      version: stepBefore.version + 1,
-      attemptCount: 0,
-    });
+    expectLostIntoNewEpoch(proven, first.id, "never spawned", stepBefore);
+    expect(proven.model.step("run-1", "a").attemptCount).toBe(0);
     const next = proven.admit("run-1", "a", T0 + 101);
     expect(next.id).not.toBe(first.id);
     expect(next.stepRunVersion).toBe(stepBefore.version + 1);

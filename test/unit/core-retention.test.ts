@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { Coordinator, ORPHAN_SWEEP_EVERY_PURGES } from "../../src/coordinator.ts";
+import { ORPHAN_SWEEP_EVERY_PURGES, type CoordinatorDeps } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
 import type { PurgedRun } from "../../src/ports.ts";
-import { PROFILES } from "../../src/profiles.ts";
+import type { ProfileName } from "../../src/profiles.ts";
 import {
   decidePurge,
   DEFAULT_RETENTION,
@@ -14,11 +14,9 @@ import {
   type PurgeCandidate,
   type RetentionPolicy,
 } from "../../src/retention.ts";
-import type { SqlStore } from "../../storage/sql-store.ts";
-import { diamondManifest, SequentialIds, task, TestClock } from "../support/fixtures.ts";
-import { steadyExecutor } from "../support/simulated-executors.ts";
+import { diamondManifest, SequentialIds, task } from "../support/fixtures.ts";
 import { T0 } from "./core-fixtures.ts";
-import { driverNamed, openTestStore } from "../support/drivers.ts";
+import { storeRig } from "./store-rig.ts";
 
 const MINUTE_MS = 60_000;
 const DAY_MS = 86_400_000;
@@ -179,20 +177,20 @@ describe("the purge decision", () => {
  */
 describe("the purge stage", () => {
   async function rig(policy: RetentionPolicy | null) {
-    const clock = new TestClock(T0);
-    const store: SqlStore = await openTestStore(driverNamed("sqljs-memory"), T0 - 1);
-    const ids = new SequentialIds("run");
-    const executor = steadyExecutor(clock, 3);
+    const base = await storeRig(3);
+    const { clock, store, ids, executor } = base;
     const purged: PurgedRun[] = [];
-    const coordinator = new Coordinator({
-      store,
-      clock,
-      ids,
-      profile: PROFILES.standalone,
-      executors: { local_process: executor },
+    const coordinator = base.coordinator("standalone", {
       retention: policy,
       onPurge: (run) => purged.push(run),
     });
+    /** A coordinator that purges everything past a minute, with its own ids (a restart, another replica). */
+    const purging = (idPrefix: string, profile: ProfileName, deps: Partial<CoordinatorDeps> = {}) =>
+      base.coordinator(profile, {
+        ids: new SequentialIds(idPrefix),
+        retention: { horizonMs: MINUTE_MS, maxRuns: 100 },
+        ...deps,
+      });
     await store.transaction(async (tx) =>
       applyPackage(
         tx,
@@ -244,20 +242,41 @@ describe("the purge stage", () => {
       });
     const attemptIds = (runId: string) =>
       store.transaction(async (tx) => (await tx.getAttempts(runId)).map((attempt) => attempt.id));
-    return { clock, store, executor, coordinator, start, finish, rowCounts, attemptIds, purged };
+    /** Moves the clock on by `ms`, runs one cycle and counts what is left of run `runId` (0 or 1). */
+    const runRowsAfter = async (runId: string, ms: number): Promise<number> => {
+      clock.advance(ms);
+      await coordinator.tick();
+      return (await rowCounts(runId)).runs;
+    };
+    /** Starts a run and lets it finish; its id and its attempts' ids. */
+    const finishedRun = async (): Promise<{ runId: string; attemptIds: string[] }> => {
+      const runId = await start();
+      await finish(runId);
+      return { runId, attemptIds: await attemptIds(runId) };
+    };
+    return {
+      clock,
+      store,
+      executor,
+      coordinator,
+      purging,
+      start,
+      finish,
+      finishedRun,
+      rowCounts,
+      runRowsAfter,
+      attemptIds,
+      purged,
+    };
   }
 
   it("purges a run past the horizon with every row and journal it owns, and keeps the newer one", async () => {
     const r = await rig({ horizonMs: DAY_MS, maxRuns: 100 });
-    const oldRun = await r.start();
-    await r.finish(oldRun);
-    const oldAttempts = await r.attemptIds(oldRun);
+    const { runId: oldRun, attemptIds: oldAttempts } = await r.finishedRun();
     expect(oldAttempts).toHaveLength(4);
     for (const attemptId of oldAttempts) expect(r.executor.journal.has(attemptId)).toBe(true);
     r.clock.advance(DAY_MS - 10_000);
-    const newRun = await r.start();
-    await r.finish(newRun);
-    const newAttempts = await r.attemptIds(newRun);
+    const { runId: newRun, attemptIds: newAttempts } = await r.finishedRun();
     r.clock.advance(20_000);
     const report = await r.coordinator.tick();
     expect(report.stages.find((stage) => stage.name === "purge")).toMatchObject({
@@ -317,58 +336,37 @@ describe("the purge stage", () => {
       cancelRun(tx, stuck, await tx.observe(r.clock.nowMs())),
     );
     await r.finish(stuck);
-    r.clock.advance(2 * MINUTE_MS);
-    await r.coordinator.tick();
-    expect((await r.rowCounts(stuck)).runs).toBe(0);
+    expect(await r.runRowsAfter(stuck, 2 * MINUTE_MS)).toBe(0);
   });
 
   it("without a policy nothing is purged", async () => {
     const r = await rig(null);
-    const runId = await r.start();
-    await r.finish(runId);
-    r.clock.advance(3_650 * DAY_MS);
-    await r.coordinator.tick();
-    expect((await r.rowCounts(runId)).runs).toBe(1);
+    const { runId } = await r.finishedRun();
+    expect(await r.runRowsAfter(runId, 3_650 * DAY_MS)).toBe(1);
   });
 
   it("a purge interrupted after its commit leaves journals that the next coordinator's sweep removes, and only those", async () => {
     // The rig's own coordinator keeps everything; only the two below purge.
     const r = await rig(null);
-    const doomed = await r.start();
-    await r.finish(doomed);
-    const doomedAttempts = await r.attemptIds(doomed);
+    const doomed = await r.finishedRun();
     r.clock.advance(2 * MINUTE_MS);
-    const kept = await r.start();
-    await r.finish(kept);
-    const keptAttempts = await r.attemptIds(kept);
+    const kept = await r.finishedRun();
     // The first coordinator dies right after the purge's commit: rows gone, journals left.
-    const crashing = new Coordinator({
-      store: r.store,
-      clock: r.clock,
-      ids: new SequentialIds("x"),
-      profile: PROFILES.standalone,
-      executors: { local_process: r.executor },
-      retention: { horizonMs: MINUTE_MS, maxRuns: 100 },
+    const crashing = r.purging("x", "standalone", {
       fault: (point) => {
         if (point === "purge.after_commit") throw new Error("crash at purge.after_commit");
       },
     });
     await crashing.tick();
-    expect((await r.rowCounts(doomed)).runs).toBe(0);
-    for (const attemptId of doomedAttempts) expect(r.executor.journal.has(attemptId)).toBe(true);
+    expect((await r.rowCounts(doomed.runId)).runs).toBe(0);
+    for (const attemptId of doomed.attemptIds) expect(r.executor.journal.has(attemptId)).toBe(true);
     // A fresh coordinator (a restart) sweeps on its first cycle.
-    const restarted = new Coordinator({
-      store: r.store,
-      clock: r.clock,
-      ids: new SequentialIds("y"),
-      profile: PROFILES.edge,
-      executors: { local_process: r.executor },
-      retention: { horizonMs: MINUTE_MS, maxRuns: 100 },
-    });
+    const restarted = r.purging("y", "edge");
     // One cycle walks a journal of fewer than ORPHAN_SWEEP_PAGE names.
     await restarted.tick();
-    for (const attemptId of doomedAttempts) expect(r.executor.journal.has(attemptId)).toBe(false);
-    for (const attemptId of keptAttempts) expect(r.executor.journal.has(attemptId)).toBe(true);
+    for (const attemptId of doomed.attemptIds)
+      expect(r.executor.journal.has(attemptId)).toBe(false);
+    for (const attemptId of kept.attemptIds) expect(r.executor.journal.has(attemptId)).toBe(true);
   });
 
   it("walks the journal again every ORPHAN_SWEEP_EVERY_PURGES cycles, for files another replica's purge left", async () => {

@@ -6,10 +6,7 @@ import { PROFILES } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
 import { VirtualClock } from "../../src/sim/virtual-clock.ts";
-import { openSqlStore } from "../../storage/sql-store.ts";
-import { MIGRATIONS } from "../../storage/sqlite/migrations.generated.ts";
-import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
-import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import { driverNamed, openTestStore } from "../support/drivers.ts";
 import { task, taskStart } from "../support/fixtures.ts";
 
 describe("bounded stages resume where they stopped", () => {
@@ -17,11 +14,7 @@ describe("bounded stages resume where they stopped", () => {
     const clock = new VirtualClock(1_900_000_000_000);
     let next = 0;
     const ids = { runId: () => `rr-${(next += 1)}` };
-    const store = await openSqlStore(
-      openSqlJsMemoryDriver(await loadSqlJs()),
-      MIGRATIONS,
-      clock.nowMs(),
-    );
+    const store = await openTestStore(driverNamed("sqljs-memory"), clock.nowMs());
     const executor = new SimulatedExecutor({
       clock,
       prng: new Prng(1),

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { RunChange } from "../../src/aggregate.ts";
-import { holdsEpoch, markRunning, markStarting, startFailed } from "../../src/execution.ts";
+import { holdsEpoch, markStarting, startFailed } from "../../src/execution.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { applyLoss, resolveFailedClosed } from "../../src/recovery.ts";
 import {
@@ -9,7 +9,6 @@ import {
   T0,
   completion,
   exitFacts,
-  handleAt,
   readyDiamondWorld,
   startingOrdinaryAttempt,
   startingStepA,
@@ -51,23 +50,44 @@ describe("a settle of an attempt whose step already left its ready epoch", () =>
     const { world, stale, current } = staleStartingStep();
     expect(holdsEpoch(world.model.scope(stale.id))).toBe(false);
     expect(holdsEpoch(world.model.scope(current.id))).toBe(true);
-    world.apply(markStarting(world.model.scope(current.id), T));
-    world.apply(markRunning(world.model.scope(current.id), handleAt(T + 1), T + 1));
+    world.markStarting(current.id, T);
+    world.markRunning(current.id, T + 1, T + 1);
     expect(holdsEpoch(world.model.scope(current.id))).toBe(true);
     expect(holdsEpoch(world.model.scope(stale.id))).toBe(false);
   });
 
-  it("a loss after the start barrier settles the attempt only; the step keeps its new epoch", () => {
+  it.each([
+    {
+      title:
+        "a loss after the start barrier settles the attempt only; the step keeps its new epoch",
+      settle: (world: CoreWorld, stale: RunAttempt) =>
+        applyLoss(
+          world.model.scope(stale.id),
+          { kind: "lost_failed", reason: "trusted not-running evidence" },
+          NO_RETRY,
+          T,
+        ),
+      settled: { status: "lost" },
+    },
+    {
+      title:
+        "a receipt of the stale attempt records its outcome without running or settling the step",
+      settle: (world: CoreWorld, stale: RunAttempt) =>
+        completion(world, stale.id, exitFacts(T0 + 4, T0 + 50, 0), T),
+      settled: { status: "succeeded", exitCode: 0 },
+    },
+    {
+      title: "a spawn failure of the stale attempt fails the attempt, not the step",
+      settle: (world: CoreWorld, stale: RunAttempt) =>
+        startFailed(world.model.scope(stale.id), "ENOENT", NO_RETRY, T),
+      settled: { status: "failed" },
+    },
+  ])("$title", ({ settle, settled }) => {
     const { world, stale, current } = staleStartingStep();
-    const change = applyLoss(
-      world.model.scope(stale.id),
-      { kind: "lost_failed", reason: "trusted not-running evidence" },
-      NO_RETRY,
-      T,
-    );
+    const change = settle(world, stale);
     expect(change.steps).toEqual([]);
     world.apply(change);
-    expect(world.model.attempt(stale.id).status).toBe("lost");
+    expect(world.model.attempt(stale.id)).toMatchObject(settled);
     expectCurrentEpochIntact(world, current);
   });
 
@@ -84,24 +104,6 @@ describe("a settle of an attempt whose step already left its ready epoch", () =>
     world.apply(failedClosed.build());
     world.apply(resolveFailedClosed(world.model.scope(stale.id), "host is gone", NO_RETRY, T));
     expect(world.model.attempt(stale.id).status).toBe("lost");
-    expectCurrentEpochIntact(world, current);
-  });
-
-  it("a receipt of the stale attempt records its outcome without running or settling the step", () => {
-    const { world, stale, current } = staleStartingStep();
-    const change = completion(world, stale.id, exitFacts(T0 + 4, T0 + 50, 0), T);
-    expect(change.steps).toEqual([]);
-    world.apply(change);
-    expect(world.model.attempt(stale.id)).toMatchObject({ status: "succeeded", exitCode: 0 });
-    expectCurrentEpochIntact(world, current);
-  });
-
-  it("a spawn failure of the stale attempt fails the attempt, not the step", () => {
-    const { world, stale, current } = staleStartingStep();
-    const change = startFailed(world.model.scope(stale.id), "ENOENT", NO_RETRY, T);
-    expect(change.steps).toEqual([]);
-    world.apply(change);
-    expect(world.model.attempt(stale.id).status).toBe("failed");
     expectCurrentEpochIntact(world, current);
   });
 
@@ -135,7 +137,7 @@ describe("a settle of an attempt whose step already left its ready epoch", () =>
       applyLoss(world.model.scope(stale.id), { kind: "lost_failed", reason: "gone" }, NO_RETRY, T),
     );
     expect(world.model.run("run-o1").status).toBe("dispatching");
-    world.apply(markRunning(world.model.scope(current.id), handleAt(T + 1), T + 1));
+    world.markRunning(current.id, T + 1, T + 1);
     expect(world.model.run("run-o1").status).toBe("running");
   });
 });
