@@ -97,13 +97,9 @@ function settledElsewhere(error: unknown): error is ApiError {
 const REQUEST_TIMEOUT_MS = 15_000;
 
 export class RemoteWorker {
-  readonly workerId: string;
-  private readonly options: RemoteWorkerOptions;
-  private readonly launcher: PosixLauncher;
   private readonly coordinator: QlrClient;
   private readonly held = new Map<string, HeldLease>();
   private readonly leaseDir: string;
-  private readonly fault: (point: WorkerFaultPoint) => void;
   private running = false;
   private loop: Promise<void> | null = null;
   private endWait: (() => void) | null = null;
@@ -112,21 +108,15 @@ export class RemoteWorker {
   /** Quick rounds left after a completion (an index into FOLLOW_UP_DELAYS_MS). */
   private followUp: number = FOLLOW_UP_DELAYS_MS.length;
   private completedInRound = false;
-  /** This worker's hold on its state dir (`runtime.lock`), released at stop. */
-  private readonly stateLock: HeldLock;
 
   private constructor(
-    options: RemoteWorkerOptions,
-    workerId: string,
-    launcher: PosixLauncher,
-    fault: (point: WorkerFaultPoint) => void,
-    stateLock: HeldLock,
+    private readonly options: RemoteWorkerOptions,
+    readonly workerId: string,
+    private readonly launcher: PosixLauncher,
+    private readonly fault: (point: WorkerFaultPoint) => void,
+    /** This worker's hold on its state dir (`runtime.lock`), released at stop. */
+    private readonly stateLock: HeldLock,
   ) {
-    this.options = options;
-    this.stateLock = stateLock;
-    this.fault = fault;
-    this.workerId = workerId;
-    this.launcher = launcher;
     this.coordinator = new QlrClient({
       baseUrl: options.coordinatorUrl,
       token: options.token,

@@ -62,7 +62,7 @@ const heldByThisProcess = new Set<string>();
 export async function acquireLock(
   directory: string,
   fs: DurableFs,
-  subject: LockSubject = DATABASE_LOCK,
+  subject: LockSubject,
 ): Promise<HeldLock> {
   const lockPath = join(directory, subject.fileName);
   const holder: LockHolder = {

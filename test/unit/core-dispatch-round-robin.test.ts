@@ -1,18 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { Coordinator } from "../../src/coordinator.ts";
 import { applyPackage, startRun } from "../../src/operations.ts";
 import type { LaunchRequest } from "../../src/ports.ts";
 import { PROFILES } from "../../src/profiles.ts";
-import {
-  diamondManifest,
-  SequentialIds,
-  task,
-  TestClock,
-  workflowStart,
-} from "../support/fixtures.ts";
-import { recordingExecutor, steadyExecutor } from "../support/simulated-executors.ts";
-import { driverNamed, openTestStore } from "../support/drivers.ts";
-import { T0 } from "./core-fixtures.ts";
+import { diamondManifest, task, workflowStart } from "../support/fixtures.ts";
+import { recordingExecutor } from "../support/simulated-executors.ts";
+import { storeRig } from "./store-rig.ts";
 
 /**
  * Dispatch takes a page of claims per cycle (edge: one). A claim that cannot start stays
@@ -21,16 +13,11 @@ import { T0 } from "./core-fixtures.ts";
  */
 describe("dispatch resumes behind its last full page", () => {
   it("a claim whose start keeps failing at the head of the list does not hold back the claim behind it", async () => {
-    const clock = new TestClock(T0);
-    const store = await openTestStore(driverNamed("sqljs-memory"), T0 - 1);
-    const ids = new SequentialIds("rr");
+    const rig = await storeRig(3);
+    const { store, ids, clock } = rig;
     const launches: LaunchRequest[] = [];
-    const coordinator = new Coordinator({
-      store,
-      clock,
-      ids,
-      profile: PROFILES.edge,
-      executors: { local_process: recordingExecutor(steadyExecutor(clock, 3), launches) },
+    const coordinator = rig.coordinator("edge", {
+      executors: { local_process: recordingExecutor(rig.executor, launches) },
     });
     await store.transaction(async (tx) => {
       const nowMs = await tx.observe(clock.nowMs());
@@ -39,13 +26,7 @@ describe("dispatch resumes behind its last full page", () => {
       await startRun(tx, workflowStart("rr", "diamond", ids.runId()), nowMs);
     });
     // Both roots claimed, nothing dispatched yet (edge admits one step per cycle).
-    const admitOnly = new Coordinator({
-      store,
-      clock,
-      ids: new SequentialIds("x"),
-      profile: { ...PROFILES.edge, dispatch: 0 },
-      executors: {},
-    });
+    const admitOnly = rig.coordinator({ ...PROFILES.edge, dispatch: 0 }, { executors: {} });
     for (let cycle = 0; cycle < 4; cycle += 1) await admitOnly.tick();
     const claims = (
       await store.transaction(async (tx) => tx.listAttempts("local_process", ["claimed"], null, 10))

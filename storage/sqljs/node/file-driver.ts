@@ -52,7 +52,7 @@ import { SqlJsConnection, mapSqlJsError, runTransaction } from "../connection.ts
 import type { RecordedWrite, SqlJsConnectionOptions } from "../connection.ts";
 import { SqlTextDictionary, corrupt, scanJournalFile } from "./journal.ts";
 import type { JournalScan, ParsedRecord, RecordAdoption } from "./journal.ts";
-import { acquireLock } from "../../node/lock.ts";
+import { acquireLock, DATABASE_LOCK } from "../../node/lock.ts";
 import type { HeldLock } from "../../node/lock.ts";
 import {
   SNAPSHOT_FRAME_IMAGE_BYTES,
@@ -209,7 +209,7 @@ export async function openSqlJsFileDriver(
       { cause: error },
     );
   }
-  const lock = await acquireLock(directory, fs);
+  const lock = await acquireLock(directory, fs, DATABASE_LOCK);
   try {
     return new SqlJsFileStore(
       SQL,
