@@ -32,6 +32,7 @@ import {
   encodeSnapshot,
 } from "../../storage/sqljs/node/snapshot.ts";
 import { crc32, crc32Update } from "../../storage/sqljs/crc32.ts";
+import { commitPair, committedNumbers, createPairs } from "./fixtures/pairs.ts";
 import { SqlJsChild } from "./fixtures/sqljs-child-process.ts";
 import { useSqlJsFileScratch } from "./fixtures/sqljs-file-scratch.ts";
 
@@ -40,32 +41,8 @@ const CHILD_TIMEOUT_MS = 20_000;
 const scratch = useSqlJsFileScratch("qlr-sqljs-durability-");
 const { newDirectory, crashImage, open, close } = scratch;
 
-async function createPairs(driver: SqlJsFileDriver): Promise<void> {
-  await driver.transaction((tx) =>
-    tx.query(
-      "CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))",
-    ),
-  );
-}
-
 async function commitPairs(driver: SqlJsFileDriver, numbers: readonly number[]): Promise<void> {
-  for (const number of numbers) {
-    await driver.transaction(async (tx) => {
-      await tx.query("INSERT INTO pairs (number, part) VALUES (?, ?)", [number, 0]);
-      await tx.query("INSERT INTO pairs (number, part) VALUES (?, ?)", [number, 1]);
-    });
-  }
-}
-
-/** The committed numbers; fails if any number has only one of its two rows. */
-async function committedNumbers(driver: SqlJsFileDriver): Promise<number[]> {
-  const rows = await driver.transaction((tx) =>
-    tx.query<{ number: number; parts: number }>(
-      "SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number",
-    ),
-  );
-  for (const row of rows) expect(row.parts, `number ${row.number}`).toBe(2);
-  return rows.map((row) => row.number);
+  for (const number of numbers) await commitPair(driver, number);
 }
 
 function journalPath(directory: string): string {
