@@ -105,213 +105,199 @@ async function postRun(
   return answer.body.run.id;
 }
 
-describe("alerts", () => {
-  it(
-    "a failed run sends a signed webhook with an idempotency key, retried after a 503, and runs a command notifier",
-    { timeout: 120_000 },
-    async () => {
-      const receiver = await startReceiver([503]);
-      receivers.push(receiver);
-      const alertFileOf = (dir: Scratch): string => dir.path("alert.json");
-      const { dir, served } = await device.deploy("alerts", {
-        tasks: (dir) => ({
-          boom: {
-            ...dir.task({ label: "boom", then: "echo failing; exit 3" }),
-            notify: [
-              { webhook: receiver.url, secret: SECRET },
-              {
-                command: [
-                  "sh",
-                  "-c",
-                  `cat > '${alertFileOf(dir)}'; echo "$QLR_EVENT $QLR_RUN_ID" >> '${alertFileOf(dir)}.env'`,
-                ],
-              },
-            ],
-          },
-          fine: { ...dir.task({ label: "fine" }), notify: { webhook: receiver.url } },
-        }),
-        workflows: {},
-      });
-      const alertFile = alertFileOf(dir);
-
-      // A run that succeeds alerts nobody.
-      const fineRun = await postRun(served.api, { package: "alerts", task: "fine" });
-      await waitFor(
-        "the fine run to succeed",
-        async () => (await served.api.run(fineRun)).run.status === "succeeded",
-        30_000,
-      );
-
-      const runId = await postRun(served.api, { package: "alerts", task: "boom" });
-      await waitFor(
-        "the run to fail",
-        async () => (await served.api.run(runId)).run.status === "failed",
-        30_000,
-      );
-      // Both notifiers delivered.
-      const delivered = await waitDelivered(served.api, runId, 2);
-      const webhook = delivered.find((entry) => entry.notifier.kind === "webhook");
-      expect(webhook).toMatchObject({
-        event: "run.failed",
-        attempts: 2,
-        notifier: { kind: "webhook", url: receiver.url, signed: true },
-      });
-      // The secret never leaves the store.
-      expect(JSON.stringify(delivered)).not.toContain(SECRET);
-
-      // Two requests for the one event: the 503, then the retry; same body, same idempotency key.
-      expect(receiver.received.map((request) => request.answered)).toEqual([503, 200]);
-      const [first, second] = receiver.received;
-      expect(first?.headers["idempotency-key"]).toBe(webhook?.id);
-      expect(second?.headers["idempotency-key"]).toBe(webhook?.id);
-      expect(second?.body).toBe(first?.body);
-      const payload = JSON.parse(second?.body ?? "{}") as {
-        id: string;
-        event: string;
-        run: { id: string; status: string; target: string };
-      };
-      expect(payload).toMatchObject({
-        id: webhook?.id,
-        event: "run.failed",
-        run: { id: runId, status: "failed", target: "boom" },
-      });
-      expect(second?.headers["x-qlr-signature"]).toBe(
-        `sha256=${createHmac("sha256", SECRET)
-          .update(second?.body ?? "")
-          .digest("hex")}`,
-      );
-
-      // The command notifier got the same alert (under its own entry id) on stdin, and its variables.
-      const command = delivered.find((entry) => entry.notifier.kind === "command");
-      expect(command?.attempts).toBe(1);
-      expect(JSON.parse(await readFile(alertFile, "utf8"))).toEqual({
-        ...payload,
-        id: command?.id,
-      });
-      expect((await readFile(`${alertFile}.env`, "utf8")).trim()).toBe(`run.failed ${runId}`);
-
-      // The CLI shows the deliveries.
-      const listed = await runCli(device.bundle, [
-        "notifications",
-        "--run",
-        runId,
-        ...served.cliTarget,
-      ]);
-      expect(listed.code).toBe(0);
-      expect(listed.stdout).toContain(
-        `delivered run.failed     run ${runId}  ${receiver.url}  attempts 2`,
-      );
-      const bad = await runCli(device.bundle, [
-        "notifications",
-        "--state",
-        "lost",
-        ...served.cliTarget,
-      ]);
-      expect(bad.code).toBe(64);
-      const badQuery = await served.api.call<{ error: { code: string } }>(
-        "GET",
-        "/notifications?state=lost",
-      );
-      expect(badQuery).toMatchObject({ status: 400, body: { error: { code: "invalid_request" } } });
-    },
-  );
-
-  it(
-    "a SIGKILL right after the failing transition commits loses no alert: the restarted runtime delivers it once",
-    { timeout: 120_000 },
-    async () => {
-      const receiver = await startReceiver([]);
-      receivers.push(receiver);
-      const { dir, served: first } = await device.deploy("alerts-crash", {
-        packageName: "crash",
-        tasks: (dir) => ({
-          boom: {
-            ...dir.task({ label: "boom", then: "exit 7" }),
-            notify: { webhook: receiver.url },
-          },
-        }),
-        workflows: {},
-        serve: { fault: "completion.after_commit" },
-      });
-      const runId = await postRun(first.api, { package: "crash", task: "boom" });
-      expect(await first.exited).toEqual({ code: null, signal: "SIGKILL" });
-      expect(receiver.received).toEqual([]);
-
-      const second = await device.serve(dir);
-      // The alert is delivered after the restart.
-      const entries = await waitDelivered(second.api, runId, 1);
-      expect((await second.api.run(runId)).run.status).toBe("failed");
-      expect(entries[0]?.attempts).toBe(1);
-      expect(receiver.received).toHaveLength(1);
-      expect(receiver.received[0]?.headers["idempotency-key"]).toBe(entries[0]?.id);
-    },
-  );
-  it(
-    "a workflow step that fails fires its task's command notifier (step event) and the workflow's own (run event); qlr status lists both",
-    { timeout: 120_000 },
-    async () => {
-      const dir = await device.scratch("step-alerts");
-      const taskAlerts = dir.path("task-alerts");
-      const runAlerts = dir.path("run-alerts");
-      const record = (file: string) => ({
-        command: ["sh", "-c", `{ cat; echo; echo "$QLR_EVENT $QLR_STEP"; } >> '${file}'`],
-      });
-      const { text } = await dir.manifest(
-        "steps",
-        {
-          fine: { ...dir.task({ label: "fine" }), notify: record(taskAlerts) },
-          boom: { ...dir.task({ label: "boom", then: "exit 4" }), notify: record(taskAlerts) },
+describe("alerts", { timeout: 120_000 }, () => {
+  it("a failed run sends a signed webhook with an idempotency key, retried after a 503, and runs a command notifier", async () => {
+    const receiver = await startReceiver([503]);
+    receivers.push(receiver);
+    const alertFileOf = (dir: Scratch): string => dir.path("alert.json");
+    const { dir, served } = await device.deploy("alerts", {
+      tasks: (dir) => ({
+        boom: {
+          ...dir.task({ label: "boom", then: "echo failing; exit 3" }),
+          notify: [
+            { webhook: receiver.url, secret: SECRET },
+            {
+              command: [
+                "sh",
+                "-c",
+                `cat > '${alertFileOf(dir)}'; echo "$QLR_EVENT $QLR_RUN_ID" >> '${alertFileOf(dir)}.env'`,
+              ],
+            },
+          ],
         },
-        {
-          pipeline: {
-            steps: { first: { task: "fine" }, second: { task: "boom", needs: ["first"] } },
-            notify: record(runAlerts),
-          },
-        },
-      );
-      const served = await device.serve(dir);
-      await served.api.apply(text);
-      const runId = await postRun(served.api, { package: "steps", workflow: "pipeline" });
-      // The step's and the run's alerts delivered.
-      const delivered = await waitDelivered(served.api, runId, 2);
-      expect((await served.api.run(runId)).run.status).toBe("failed");
-      expect(delivered.map((entry) => entry.event).sort()).toEqual(["run.failed", "step.failed"]);
-      // The task's notifier heard once, of the failed step only (the succeeded one is silent).
-      const taskLines = (await readFile(taskAlerts, "utf8")).trim().split("\n");
-      expect(taskLines).toHaveLength(2);
-      expect(JSON.parse(taskLines[0] ?? "{}")).toMatchObject({
-        event: "step.failed",
-        run: { id: runId, target: "pipeline" },
-        step: { name: "second", task: "boom", status: "failed" },
-      });
-      expect(taskLines[1]).toBe("step.failed second");
-      const runLines = (await readFile(runAlerts, "utf8")).trim().split("\n");
-      expect(runLines).toHaveLength(2);
-      expect(JSON.parse(runLines[0] ?? "{}")).toMatchObject({
-        event: "run.failed",
-        run: { id: runId, status: "failed" },
-      });
-      expect(runLines[1]).toBe("run.failed");
+        fine: { ...dir.task({ label: "fine" }), notify: { webhook: receiver.url } },
+      }),
+      workflows: {},
+    });
+    const alertFile = alertFileOf(dir);
 
-      // qlr status shows the run's notifications, sent, with their attempts.
-      const status = await runCli(device.bundle, ["status", runId, ...served.cliTarget]);
-      expect(status.code).toBe(0);
-      expect(status.stdout).toContain("  notifications");
-      expect(status.stdout).toMatch(
-        /step\.failed step second {2}sh -c .* {2}sent .* {2}attempts 1/,
-      );
-      expect(status.stdout).toMatch(/run\.failed {2}sh -c .* {2}sent .* {2}attempts 1/);
-      const json = await runCli(device.bundle, ["status", runId, "--json", ...served.cliTarget]);
-      expect(
-        (
-          JSON.parse(json.stdout) as { notifications: { event: string; step: string | null }[] }
-        ).notifications
-          .map((entry) => [entry.event, entry.step])
-          .sort(),
-      ).toEqual([
-        ["run.failed", null],
-        ["step.failed", "second"],
-      ]);
-    },
-  );
+    // A run that succeeds alerts nobody.
+    const fineRun = await postRun(served.api, { package: "alerts", task: "fine" });
+    await waitFor(
+      "the fine run to succeed",
+      async () => (await served.api.run(fineRun)).run.status === "succeeded",
+      30_000,
+    );
+
+    const runId = await postRun(served.api, { package: "alerts", task: "boom" });
+    await waitFor(
+      "the run to fail",
+      async () => (await served.api.run(runId)).run.status === "failed",
+      30_000,
+    );
+    // Both notifiers delivered.
+    const delivered = await waitDelivered(served.api, runId, 2);
+    const webhook = delivered.find((entry) => entry.notifier.kind === "webhook");
+    expect(webhook).toMatchObject({
+      event: "run.failed",
+      attempts: 2,
+      notifier: { kind: "webhook", url: receiver.url, signed: true },
+    });
+    // The secret never leaves the store.
+    expect(JSON.stringify(delivered)).not.toContain(SECRET);
+
+    // Two requests for the one event: the 503, then the retry; same body, same idempotency key.
+    expect(receiver.received.map((request) => request.answered)).toEqual([503, 200]);
+    const [first, second] = receiver.received;
+    expect(first?.headers["idempotency-key"]).toBe(webhook?.id);
+    expect(second?.headers["idempotency-key"]).toBe(webhook?.id);
+    expect(second?.body).toBe(first?.body);
+    const payload = JSON.parse(second?.body ?? "{}") as {
+      id: string;
+      event: string;
+      run: { id: string; status: string; target: string };
+    };
+    expect(payload).toMatchObject({
+      id: webhook?.id,
+      event: "run.failed",
+      run: { id: runId, status: "failed", target: "boom" },
+    });
+    expect(second?.headers["x-qlr-signature"]).toBe(
+      `sha256=${createHmac("sha256", SECRET)
+        .update(second?.body ?? "")
+        .digest("hex")}`,
+    );
+
+    // The command notifier got the same alert (under its own entry id) on stdin, and its variables.
+    const command = delivered.find((entry) => entry.notifier.kind === "command");
+    expect(command?.attempts).toBe(1);
+    expect(JSON.parse(await readFile(alertFile, "utf8"))).toEqual({
+      ...payload,
+      id: command?.id,
+    });
+    expect((await readFile(`${alertFile}.env`, "utf8")).trim()).toBe(`run.failed ${runId}`);
+
+    // The CLI shows the deliveries.
+    const listed = await runCli(device.bundle, [
+      "notifications",
+      "--run",
+      runId,
+      ...served.cliTarget,
+    ]);
+    expect(listed.code).toBe(0);
+    expect(listed.stdout).toContain(
+      `delivered run.failed     run ${runId}  ${receiver.url}  attempts 2`,
+    );
+    const bad = await runCli(device.bundle, [
+      "notifications",
+      "--state",
+      "lost",
+      ...served.cliTarget,
+    ]);
+    expect(bad.code).toBe(64);
+    const badQuery = await served.api.call<{ error: { code: string } }>(
+      "GET",
+      "/notifications?state=lost",
+    );
+    expect(badQuery).toMatchObject({ status: 400, body: { error: { code: "invalid_request" } } });
+  });
+
+  it("a SIGKILL right after the failing transition commits loses no alert: the restarted runtime delivers it once", async () => {
+    const receiver = await startReceiver([]);
+    receivers.push(receiver);
+    const { dir, served: first } = await device.deploy("alerts-crash", {
+      packageName: "crash",
+      tasks: (dir) => ({
+        boom: {
+          ...dir.task({ label: "boom", then: "exit 7" }),
+          notify: { webhook: receiver.url },
+        },
+      }),
+      workflows: {},
+      serve: { fault: "completion.after_commit" },
+    });
+    const runId = await postRun(first.api, { package: "crash", task: "boom" });
+    expect(await first.exited).toEqual({ code: null, signal: "SIGKILL" });
+    expect(receiver.received).toEqual([]);
+
+    const second = await device.serve(dir);
+    // The alert is delivered after the restart.
+    const entries = await waitDelivered(second.api, runId, 1);
+    expect((await second.api.run(runId)).run.status).toBe("failed");
+    expect(entries[0]?.attempts).toBe(1);
+    expect(receiver.received).toHaveLength(1);
+    expect(receiver.received[0]?.headers["idempotency-key"]).toBe(entries[0]?.id);
+  });
+  it("a workflow step that fails fires its task's command notifier (step event) and the workflow's own (run event); qlr status lists both", async () => {
+    const dir = await device.scratch("step-alerts");
+    const taskAlerts = dir.path("task-alerts");
+    const runAlerts = dir.path("run-alerts");
+    const record = (file: string) => ({
+      command: ["sh", "-c", `{ cat; echo; echo "$QLR_EVENT $QLR_STEP"; } >> '${file}'`],
+    });
+    const { text } = await dir.manifest(
+      "steps",
+      {
+        fine: { ...dir.task({ label: "fine" }), notify: record(taskAlerts) },
+        boom: { ...dir.task({ label: "boom", then: "exit 4" }), notify: record(taskAlerts) },
+      },
+      {
+        pipeline: {
+          steps: { first: { task: "fine" }, second: { task: "boom", needs: ["first"] } },
+          notify: record(runAlerts),
+        },
+      },
+    );
+    const served = await device.serve(dir);
+    await served.api.apply(text);
+    const runId = await postRun(served.api, { package: "steps", workflow: "pipeline" });
+    // The step's and the run's alerts delivered.
+    const delivered = await waitDelivered(served.api, runId, 2);
+    expect((await served.api.run(runId)).run.status).toBe("failed");
+    expect(delivered.map((entry) => entry.event).sort()).toEqual(["run.failed", "step.failed"]);
+    // The task's notifier heard once, of the failed step only (the succeeded one is silent).
+    const taskLines = (await readFile(taskAlerts, "utf8")).trim().split("\n");
+    expect(taskLines).toHaveLength(2);
+    expect(JSON.parse(taskLines[0] ?? "{}")).toMatchObject({
+      event: "step.failed",
+      run: { id: runId, target: "pipeline" },
+      step: { name: "second", task: "boom", status: "failed" },
+    });
+    expect(taskLines[1]).toBe("step.failed second");
+    const runLines = (await readFile(runAlerts, "utf8")).trim().split("\n");
+    expect(runLines).toHaveLength(2);
+    expect(JSON.parse(runLines[0] ?? "{}")).toMatchObject({
+      event: "run.failed",
+      run: { id: runId, status: "failed" },
+    });
+    expect(runLines[1]).toBe("run.failed");
+
+    // qlr status shows the run's notifications, sent, with their attempts.
+    const status = await runCli(device.bundle, ["status", runId, ...served.cliTarget]);
+    expect(status.code).toBe(0);
+    expect(status.stdout).toContain("  notifications");
+    expect(status.stdout).toMatch(/step\.failed step second {2}sh -c .* {2}sent .* {2}attempts 1/);
+    expect(status.stdout).toMatch(/run\.failed {2}sh -c .* {2}sent .* {2}attempts 1/);
+    const json = await runCli(device.bundle, ["status", runId, "--json", ...served.cliTarget]);
+    expect(
+      (
+        JSON.parse(json.stdout) as { notifications: { event: string; step: string | null }[] }
+      ).notifications
+        .map((entry) => [entry.event, entry.step])
+        .sort(),
+    ).toEqual([
+      ["run.failed", null],
+      ["step.failed", "second"],
+    ]);
+  });
 });

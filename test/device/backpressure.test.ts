@@ -71,86 +71,78 @@ function expectOldestFirst(record: IntervalRecord, runIds: readonly string[], li
   }
 }
 
-describe("backpressure (real processes)", () => {
-  it(
-    "concurrency: 2 runs six runs two at a time, in order, and says why the others wait",
-    { timeout: 120_000 },
-    async () => {
-      const { dir, served } = await device.deploy("bp-task", {
-        packageName: "bp",
-        tasks: (dir) => ({
-          fetch: {
-            shell: recorded(intervalsOf(dir), Scratch.untilGate(dir.gate("open"))),
-            concurrency: 2,
-          },
-        }),
-        workflows: { one: chain({ fetch: "fetch" }) },
-      });
-      const intervals = intervalsOf(dir);
-      const gate = dir.gate("open");
-      const runIds: string[] = [];
-      for (let index = 0; index < 6; index += 1)
-        runIds.push((await served.api.startWorkflow("bp", "one")).id);
-      // Two start and hold; the newest run's step waits and says why.
-      const waiting = 'waiting: task "fetch" at its concurrency limit (2 of 2 running)';
-      const newest = [...runIds].sort().at(-1) ?? "";
-      await waitFor(
-        "two running and the sixth waiting",
-        async () => {
-          const detail = await served.api.run(newest);
-          return (await replay(intervals)).started.length === 2 &&
-            detail.steps[0]?.waiting === waiting
-            ? true
-            : null;
+describe("backpressure (real processes)", { timeout: 120_000 }, () => {
+  it("concurrency: 2 runs six runs two at a time, in order, and says why the others wait", async () => {
+    const { dir, served } = await device.deploy("bp-task", {
+      packageName: "bp",
+      tasks: (dir) => ({
+        fetch: {
+          shell: recorded(intervalsOf(dir), Scratch.untilGate(dir.gate("open"))),
+          concurrency: 2,
         },
-        30_000,
-      );
-      const status = await runCli(device.bundle, [
-        "status",
-        newest,
-        "--state-dir",
-        dir.stateDir,
-        "--url",
-        served.url,
-      ]);
-      expect(status.code).toBe(0);
-      expect(status.stdout).toContain(waiting);
-      expect([...(await replay(intervals)).started].sort()).toEqual([...runIds].sort().slice(0, 2));
-      await dir.open(gate);
-      for (const runId of runIds)
-        expect((await served.api.waitTerminal(runId, 60_000)).run.status).toBe("succeeded");
-      const record = await replay(intervals);
-      expect(record.maxLive).toBe(2);
-      expectOldestFirst(record, runIds, 2);
-      expect([...record.ended].sort()).toEqual([...runIds].sort());
-      const done = await served.api.run(newest);
-      expect(done.steps[0]?.waiting).toBeNull();
-    },
-  );
+      }),
+      workflows: { one: chain({ fetch: "fetch" }) },
+    });
+    const intervals = intervalsOf(dir);
+    const gate = dir.gate("open");
+    const runIds: string[] = [];
+    for (let index = 0; index < 6; index += 1)
+      runIds.push((await served.api.startWorkflow("bp", "one")).id);
+    // Two start and hold; the newest run's step waits and says why.
+    const waiting = 'waiting: task "fetch" at its concurrency limit (2 of 2 running)';
+    const newest = [...runIds].sort().at(-1) ?? "";
+    await waitFor(
+      "two running and the sixth waiting",
+      async () => {
+        const detail = await served.api.run(newest);
+        return (await replay(intervals)).started.length === 2 &&
+          detail.steps[0]?.waiting === waiting
+          ? true
+          : null;
+      },
+      30_000,
+    );
+    const status = await runCli(device.bundle, [
+      "status",
+      newest,
+      "--state-dir",
+      dir.stateDir,
+      "--url",
+      served.url,
+    ]);
+    expect(status.code).toBe(0);
+    expect(status.stdout).toContain(waiting);
+    expect([...(await replay(intervals)).started].sort()).toEqual([...runIds].sort().slice(0, 2));
+    await dir.open(gate);
+    for (const runId of runIds)
+      expect((await served.api.waitTerminal(runId, 60_000)).run.status).toBe("succeeded");
+    const record = await replay(intervals);
+    expect(record.maxLive).toBe(2);
+    expectOldestFirst(record, runIds, 2);
+    expect([...record.ended].sort()).toEqual([...runIds].sort());
+    const done = await served.api.run(newest);
+    expect(done.steps[0]?.waiting).toBeNull();
+  });
 
-  it(
-    "--max-running 1 runs one local task at a time across tasks, in order",
-    { timeout: 120_000 },
-    async () => {
-      const { dir, served } = await device.deploy("bp-runtime", {
-        packageName: "bpr",
-        tasks: (dir) => ({
-          a: { shell: recorded(intervalsOf(dir), "sleep 0.2") },
-          b: { shell: recorded(intervalsOf(dir), "sleep 0.2") },
-        }),
-        workflows: { wa: chain({ a: "a" }), wb: chain({ b: "b" }) },
-        serve: { maxRunning: "1" },
-      });
-      const intervals = intervalsOf(dir);
-      const runIds: string[] = [];
-      for (let index = 0; index < 4; index += 1)
-        runIds.push((await served.api.startWorkflow("bpr", index % 2 === 0 ? "wa" : "wb")).id);
-      for (const runId of runIds)
-        expect((await served.api.waitTerminal(runId, 60_000)).run.status).toBe("succeeded");
-      const record = await replay(intervals);
-      expect(record.maxLive).toBe(1);
-      expect(record.started).toEqual([...runIds].sort());
-      expectOldestFirst(record, runIds, 1);
-    },
-  );
+  it("--max-running 1 runs one local task at a time across tasks, in order", async () => {
+    const { dir, served } = await device.deploy("bp-runtime", {
+      packageName: "bpr",
+      tasks: (dir) => ({
+        a: { shell: recorded(intervalsOf(dir), "sleep 0.2") },
+        b: { shell: recorded(intervalsOf(dir), "sleep 0.2") },
+      }),
+      workflows: { wa: chain({ a: "a" }), wb: chain({ b: "b" }) },
+      serve: { maxRunning: "1" },
+    });
+    const intervals = intervalsOf(dir);
+    const runIds: string[] = [];
+    for (let index = 0; index < 4; index += 1)
+      runIds.push((await served.api.startWorkflow("bpr", index % 2 === 0 ? "wa" : "wb")).id);
+    for (const runId of runIds)
+      expect((await served.api.waitTerminal(runId, 60_000)).run.status).toBe("succeeded");
+    const record = await replay(intervals);
+    expect(record.maxLive).toBe(1);
+    expect(record.started).toEqual([...runIds].sort());
+    expectOldestFirst(record, runIds, 1);
+  });
 });

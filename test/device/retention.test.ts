@@ -87,49 +87,45 @@ async function finishedRun(api: Api): Promise<RunDetail> {
   return detail;
 }
 
-describe("retention on a device", () => {
-  it(
-    "a purged run's journals, receipts, logs and work directories are deleted; those of retained runs remain",
-    { timeout: 90_000 },
-    async () => {
-      const dir = await device.scratch("retention");
-      const served = await startServe(device.bundle, dir.stateDir, { retentionRuns: "2" });
-      const api = served.api;
-      await api.apply(await manifest(dir));
-      const oldest = await finishedRun(api);
-      const middle = await finishedRun(api);
-      // Every attempt left its journal, receipt, both logs and its work directory.
-      for (const attempt of [...oldest.attempts, ...middle.attempts])
-        expect((await filesByAttempt(dir.stateDir)).get(attempt.id)?.length, attempt.id).toBe(5);
-      const newest = await finishedRun(api);
-      // The rows go first (404), the files right after that commit: wait for both.
-      await waitFor("the oldest run and its files to be purged", async () => {
-        if ((await api.call("GET", `/runs/${oldest.run.id}`)).status !== 404) return false;
-        const left = await filesByAttempt(dir.stateDir);
-        return oldest.attempts.every((attempt) => !left.has(attempt.id));
-      });
-      const files = await filesByAttempt(dir.stateDir);
-      for (const attempt of [...middle.attempts, ...newest.attempts]) {
-        expect([...(files.get(attempt.id) ?? [])].sort()).toEqual([
-          `journal/${attempt.id}.json`,
-          `logs/${attempt.id}.stderr.log`,
-          `logs/${attempt.id}.stdout.log`,
-          `receipts/${attempt.id}.json`,
-          `work/${attempt.id}`,
-        ]);
-      }
-      const log = await api.call<string>("GET", `/runs/${newest.run.id}/steps/a/log`);
-      expect(log.body).toContain("out of talk");
-      expect(await disagreements(api, dir.stateDir)).toEqual([]);
-      const metrics = await api.call<string>("GET", "/metrics");
-      expect(metrics.body).toMatch(/^qlr_runs_purged_total 1$/m);
-      const info = await api.call<unknown>("GET", "/info");
-      expect(info.body).toEqual({
-        profile: "standalone",
-        retention: { horizonMs: 7 * 86_400_000, maxRuns: 2, idempotencyWindowMs: 7 * 86_400_000 },
-      });
-    },
-  );
+describe("retention on a device", { timeout: 90_000 }, () => {
+  it("a purged run's journals, receipts, logs and work directories are deleted; those of retained runs remain", async () => {
+    const dir = await device.scratch("retention");
+    const served = await startServe(device.bundle, dir.stateDir, { retentionRuns: "2" });
+    const api = served.api;
+    await api.apply(await manifest(dir));
+    const oldest = await finishedRun(api);
+    const middle = await finishedRun(api);
+    // Every attempt left its journal, receipt, both logs and its work directory.
+    for (const attempt of [...oldest.attempts, ...middle.attempts])
+      expect((await filesByAttempt(dir.stateDir)).get(attempt.id)?.length, attempt.id).toBe(5);
+    const newest = await finishedRun(api);
+    // The rows go first (404), the files right after that commit: wait for both.
+    await waitFor("the oldest run and its files to be purged", async () => {
+      if ((await api.call("GET", `/runs/${oldest.run.id}`)).status !== 404) return false;
+      const left = await filesByAttempt(dir.stateDir);
+      return oldest.attempts.every((attempt) => !left.has(attempt.id));
+    });
+    const files = await filesByAttempt(dir.stateDir);
+    for (const attempt of [...middle.attempts, ...newest.attempts]) {
+      expect([...(files.get(attempt.id) ?? [])].sort()).toEqual([
+        `journal/${attempt.id}.json`,
+        `logs/${attempt.id}.stderr.log`,
+        `logs/${attempt.id}.stdout.log`,
+        `receipts/${attempt.id}.json`,
+        `work/${attempt.id}`,
+      ]);
+    }
+    const log = await api.call<string>("GET", `/runs/${newest.run.id}/steps/a/log`);
+    expect(log.body).toContain("out of talk");
+    expect(await disagreements(api, dir.stateDir)).toEqual([]);
+    const metrics = await api.call<string>("GET", "/metrics");
+    expect(metrics.body).toMatch(/^qlr_runs_purged_total 1$/m);
+    const info = await api.call<unknown>("GET", "/info");
+    expect(info.body).toEqual({
+      profile: "standalone",
+      retention: { horizonMs: 7 * 86_400_000, maxRuns: 2, idempotencyWindowMs: 7 * 86_400_000 },
+    });
+  });
 
   it(
     "qlr serve refuses a bad retention with a usage error and writes nothing",
@@ -182,44 +178,40 @@ const CRASHES: readonly PurgeCrash[] = [
   { point: "purge.after_discard", leftAtKill: [] },
 ];
 
-describe("SIGKILL at each named point of the purge stage", () => {
+describe("SIGKILL at each named point of the purge stage", { timeout: 90_000 }, () => {
   for (const crash of CRASHES) {
-    it(
-      `${crash.point}: after the restart the database and the state dir agree`,
-      { timeout: 90_000 },
-      async () => {
-        const dir = await device.scratch("retention-crash");
-        const dying = await startServe(device.bundle, dir.stateDir, {
-          retentionRuns: "1",
-          fault: crash.point,
-        });
-        await dying.api.apply(await manifest(dir));
-        const doomed = await finishedRun(dying.api);
-        // The next run's end makes the first one purgeable; the purge kills the runtime at the point.
-        await dying.api.startWorkflow("keep", "pair");
-        const exit = await dying.exited;
-        expect(exit.signal).toBe("SIGKILL");
-        const files = await filesByAttempt(dir.stateDir);
-        for (const attempt of doomed.attempts)
-          expect(
-            (files.get(attempt.id) ?? []).map((name) => name.split("/")[0]).sort(),
-            attempt.id,
-          ).toEqual([...crash.leftAtKill]);
+    it(`${crash.point}: after the restart the database and the state dir agree`, async () => {
+      const dir = await device.scratch("retention-crash");
+      const dying = await startServe(device.bundle, dir.stateDir, {
+        retentionRuns: "1",
+        fault: crash.point,
+      });
+      await dying.api.apply(await manifest(dir));
+      const doomed = await finishedRun(dying.api);
+      // The next run's end makes the first one purgeable; the purge kills the runtime at the point.
+      await dying.api.startWorkflow("keep", "pair");
+      const exit = await dying.exited;
+      expect(exit.signal).toBe("SIGKILL");
+      const files = await filesByAttempt(dir.stateDir);
+      for (const attempt of doomed.attempts)
+        expect(
+          (files.get(attempt.id) ?? []).map((name) => name.split("/")[0]).sort(),
+          attempt.id,
+        ).toEqual([...crash.leftAtKill]);
 
-        const served = await startServe(device.bundle, dir.stateDir, { retentionRuns: "1" });
-        const api = served.api;
-        expect((await api.call("GET", `/runs/${doomed.run.id}`)).status).toBe(404);
-        // The first cycles sweep the orphans; the second run (the newest) keeps everything.
-        const problems = await waitFor("the state dir to agree with the database", async () => {
-          const found = await disagreements(api, dir.stateDir);
-          return found.length === 0 ? found : null;
-        });
-        expect(problems).toEqual([]);
-        const remaining = await allRuns(api);
-        expect(remaining.map((detail) => detail.run.status)).toEqual(["succeeded"]);
-        for (const attempt of remaining[0]?.attempts ?? [])
-          expect((await filesByAttempt(dir.stateDir)).get(attempt.id)?.length).toBe(5);
-      },
-    );
+      const served = await startServe(device.bundle, dir.stateDir, { retentionRuns: "1" });
+      const api = served.api;
+      expect((await api.call("GET", `/runs/${doomed.run.id}`)).status).toBe(404);
+      // The first cycles sweep the orphans; the second run (the newest) keeps everything.
+      const problems = await waitFor("the state dir to agree with the database", async () => {
+        const found = await disagreements(api, dir.stateDir);
+        return found.length === 0 ? found : null;
+      });
+      expect(problems).toEqual([]);
+      const remaining = await allRuns(api);
+      expect(remaining.map((detail) => detail.run.status)).toEqual(["succeeded"]);
+      for (const attempt of remaining[0]?.attempts ?? [])
+        expect((await filesByAttempt(dir.stateDir)).get(attempt.id)?.length).toBe(5);
+    });
   }
 });

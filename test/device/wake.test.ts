@@ -15,71 +15,61 @@ const device = useDeviceHarness();
 
 const NEVER_BY_INTERVAL = "24h";
 
-describe("event-driven cadence (real processes)", () => {
-  it(
-    "a diamond of four steps runs to success on wakes alone: start over HTTP, supervisor exits, follow-up cycles",
-    { timeout: 60_000 },
-    async () => {
-      const { dir, served } = await device.deploy("wake-diamond", {
-        packageName: "wake",
-        tasks: (dir) =>
-          Object.fromEntries(
-            ["a", "b", "c", "d"].map((label) => [`t${label}`, dir.task({ label })]),
-          ),
-        workflows: { diamond: diamond({ a: "ta", b: "tb", c: "tc", d: "td" }) },
-        serve: { tickInterval: NEVER_BY_INTERVAL },
-      });
-      const created = await served.api.startWorkflow("wake", "diamond");
-      const detail = await served.api.waitTerminal(created.id, 30_000);
-      expect(detail.run.status).toBe("succeeded");
-      expect(detail.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
-        ["a", "succeeded", 1],
-        ["b", "succeeded", 1],
-        ["c", "succeeded", 1],
-        ["d", "succeeded", 1],
-      ]);
-      // Exactly one spawn per step: waking early never dispatches twice.
-      const spawns = await dir.spawns();
-      expect(spawns.map((spawn) => spawn.label).sort()).toEqual(["a", "b", "c", "d"]);
-      // Every cycle of the cadence is counted, not only POST /tick: one count per finished cycle,
-      // as many as the cancellation stage's (a stage every cycle runs), or one fewer while a
-      // cycle is between its first stage and its end.
-      const metrics = await served.api.call<string>("GET", "/metrics");
-      const ticks = Number(/\nqlr_ticks_total (\d+)\n/.exec(metrics.body)?.[1] ?? "0");
-      const cancellationCycles = Number(
-        /\nqlr_tick_stage_duration_seconds_count\{stage="cancellation"\} (\d+)\n/.exec(
-          metrics.body,
-        )?.[1] ?? "-1",
-      );
-      expect(ticks).toBeGreaterThanOrEqual(4);
-      expect(ticks).toBeLessThanOrEqual(cancellationCycles);
-      expect(ticks).toBeGreaterThanOrEqual(cancellationCycles - 1);
-      expect(await served.terminate()).toEqual({ code: 0, signal: null });
-    },
-  );
+describe("event-driven cadence (real processes)", { timeout: 60_000 }, () => {
+  it("a diamond of four steps runs to success on wakes alone: start over HTTP, supervisor exits, follow-up cycles", async () => {
+    const { dir, served } = await device.deploy("wake-diamond", {
+      packageName: "wake",
+      tasks: (dir) =>
+        Object.fromEntries(["a", "b", "c", "d"].map((label) => [`t${label}`, dir.task({ label })])),
+      workflows: { diamond: diamond({ a: "ta", b: "tb", c: "tc", d: "td" }) },
+      serve: { tickInterval: NEVER_BY_INTERVAL },
+    });
+    const created = await served.api.startWorkflow("wake", "diamond");
+    const detail = await served.api.waitTerminal(created.id, 30_000);
+    expect(detail.run.status).toBe("succeeded");
+    expect(detail.steps.map((step) => [step.name, step.status, step.attemptCount])).toEqual([
+      ["a", "succeeded", 1],
+      ["b", "succeeded", 1],
+      ["c", "succeeded", 1],
+      ["d", "succeeded", 1],
+    ]);
+    // Exactly one spawn per step: waking early never dispatches twice.
+    const spawns = await dir.spawns();
+    expect(spawns.map((spawn) => spawn.label).sort()).toEqual(["a", "b", "c", "d"]);
+    // Every cycle of the cadence is counted, not only POST /tick: one count per finished cycle,
+    // as many as the cancellation stage's (a stage every cycle runs), or one fewer while a
+    // cycle is between its first stage and its end.
+    const metrics = await served.api.call<string>("GET", "/metrics");
+    const ticks = Number(/\nqlr_ticks_total (\d+)\n/.exec(metrics.body)?.[1] ?? "0");
+    const cancellationCycles = Number(
+      /\nqlr_tick_stage_duration_seconds_count\{stage="cancellation"\} (\d+)\n/.exec(
+        metrics.body,
+      )?.[1] ?? "-1",
+    );
+    expect(ticks).toBeGreaterThanOrEqual(4);
+    expect(ticks).toBeLessThanOrEqual(cancellationCycles);
+    expect(ticks).toBeGreaterThanOrEqual(cancellationCycles - 1);
+    expect(await served.terminate()).toEqual({ code: 0, signal: null });
+  });
 
-  it(
-    "a cancel over HTTP stops a running step at once and the run ends cancelled, with no interval tick",
-    { timeout: 60_000 },
-    async () => {
-      const { dir, served } = await device.deploy("wake-cancel", {
-        packageName: "wakecancel",
-        tasks: (dir) => ({
-          long: dir.task({ label: "long", then: "sleep 30" }),
-          after: dir.task({ label: "after" }),
-        }),
-        workflows: { pipeline: chain({ long: "long", after: "after" }) },
-        serve: { tickInterval: NEVER_BY_INTERVAL },
-      });
-      const created = await served.api.startWorkflow("wakecancel", "pipeline");
-      const { attempt } = await served.api.waitStepRunning(created.id, "long");
-      await served.api.cancel(created.id);
-      const detail = await served.api.waitTerminal(created.id, 30_000);
-      expect(detail.run.status).toBe("cancelled");
-      expect(attemptsOf(detail, "long").map((item) => item.status)).toEqual(["cancelled"]);
-      await waitUntilGone(attempt.pid);
-      expect(await dir.spawnCount("after")).toBe(0);
-      expect(await served.terminate()).toEqual({ code: 0, signal: null });
-    },
-  );
+  it("a cancel over HTTP stops a running step at once and the run ends cancelled, with no interval tick", async () => {
+    const { dir, served } = await device.deploy("wake-cancel", {
+      packageName: "wakecancel",
+      tasks: (dir) => ({
+        long: dir.task({ label: "long", then: "sleep 30" }),
+        after: dir.task({ label: "after" }),
+      }),
+      workflows: { pipeline: chain({ long: "long", after: "after" }) },
+      serve: { tickInterval: NEVER_BY_INTERVAL },
+    });
+    const created = await served.api.startWorkflow("wakecancel", "pipeline");
+    const { attempt } = await served.api.waitStepRunning(created.id, "long");
+    await served.api.cancel(created.id);
+    const detail = await served.api.waitTerminal(created.id, 30_000);
+    expect(detail.run.status).toBe("cancelled");
+    expect(attemptsOf(detail, "long").map((item) => item.status)).toEqual(["cancelled"]);
+    await waitUntilGone(attempt.pid);
+    expect(await dir.spawnCount("after")).toBe(0);
+    expect(await served.terminate()).toEqual({ code: 0, signal: null });
+  });
 });

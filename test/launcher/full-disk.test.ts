@@ -8,16 +8,10 @@ import { mkdir, open, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
-import {
-  makeScratch,
-  newLauncher,
-  newLauncherWithSupervisor,
-  shellSpec,
-  waitFor,
-  waitForReceipt,
-} from "./support.ts";
+import type { PosixLauncher } from "../../runtimes/node/launcher/index.ts";
+import { useScratch, newLauncher, shellSpec, waitFor, waitForReceipt } from "./support.ts";
 
-let scratch: Awaited<ReturnType<typeof makeScratch>>;
+const scratch = useScratch("full-disk");
 let mountPoint: string;
 let mounted = false;
 
@@ -26,7 +20,6 @@ function canMount(): boolean {
 }
 
 beforeAll(async () => {
-  scratch = await makeScratch("full-disk");
   mountPoint = join(scratch.dir, "small-disk");
   await mkdir(mountPoint);
   if (!canMount()) return;
@@ -38,9 +31,8 @@ beforeAll(async () => {
   }
 });
 
-afterAll(async () => {
+afterAll(() => {
   if (mounted) execFileSync("umount", ["-l", mountPoint]);
-  await scratch.cleanup();
 });
 
 /** Writes zeros until the file system answers ENOSPC; returns what frees the space again. */
@@ -72,15 +64,22 @@ async function fillDisk(name: string): Promise<() => Promise<void>> {
   };
 }
 
-describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", () => {
-  it(
-    "keeps supervising a task whose receipt cannot be written, and records it once space returns",
-    { timeout: 60_000 },
-    async () => {
-      expect(mounted).toBe(true);
-      const { launcher } = await newLauncher(scratch, {
-        stateDir: join(mountPoint, "state-receipt"),
-      });
+/** A launcher whose state dir lies on the small disk (which this file must have mounted). */
+async function launcherOnSmallDisk(
+  stateName: string,
+  options: { supervisorUp?: boolean } = {},
+): Promise<PosixLauncher> {
+  expect(mounted).toBe(true);
+  const stateDir = join(mountPoint, stateName);
+  return (await newLauncher(scratch, { ...options, stateDir })).launcher;
+}
+
+describe(
+  "a full disk (needs root to mount a small tmpfs)",
+  { skip: !canMount(), timeout: 60_000 },
+  () => {
+    it("keeps supervising a task whose receipt cannot be written, and records it once space returns", async () => {
+      const launcher = await launcherOnSmallDisk("state-receipt");
       const gate = join(scratch.dir, "gate-receipt");
       const spec = shellSpec(`while [ ! -e ${gate} ]; do sleep 0.05; done; echo finished`);
       const handle = await launcher.launch(spec);
@@ -102,17 +101,10 @@ describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", 
         startedAtMs: handle.startedAtMs,
       });
       launcher.close();
-    },
-  );
+    });
 
-  it(
-    "refuses to start a task when its journal cannot be written: a clear error and nothing spawned",
-    { timeout: 60_000 },
-    async () => {
-      expect(mounted).toBe(true);
-      const { launcher } = await newLauncherWithSupervisor(scratch, {
-        stateDir: join(mountPoint, "state-journal"),
-      });
+    it("refuses to start a task when its journal cannot be written: a clear error and nothing spawned", async () => {
+      const launcher = await launcherOnSmallDisk("state-journal", { supervisorUp: true });
       const freeDisk = await fillDisk("filler-journal");
       const marker = join(scratch.dir, "ran-journal");
       const spec = shellSpec(`touch ${marker}`);
@@ -125,6 +117,6 @@ describe.skipIf(!canMount())("a full disk (needs root to mount a small tmpfs)", 
       expect(existsSync(marker)).toBe(false);
       await freeDisk();
       launcher.close();
-    },
-  );
-});
+    });
+  },
+);

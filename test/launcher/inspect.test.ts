@@ -13,6 +13,11 @@ import { useScratch, newLauncher, shellSpec, waitFor, waitForReceipt } from "./s
 
 const scratch = useScratch("inspect");
 
+/** A handle to a process this launcher never started: start ticks 1, started at 0. */
+function foreignHandle(pid: number, bootId: string): ProcessHandle {
+  return { attemptId: "wta:foreign", pid, processStartTicks: "1", bootId, startedAtMs: 0 };
+}
+
 describe("inspect", () => {
   it("says running while the task runs and not_running after it exits", async () => {
     const { launcher } = await newLauncher(scratch, { graceMs: 1000 });
@@ -44,13 +49,7 @@ describe("inspect", () => {
     const bootId = await readBootId();
     expect(bootId).not.toBeNull();
     // The test runner's own pid is certainly running in this boot; under another boot id it is not "this" process.
-    const handle: ProcessHandle = {
-      attemptId: "wta:earlier-boot",
-      pid: process.pid,
-      processStartTicks: "1",
-      bootId: "00000000-0000-0000-0000-000000000000",
-      startedAtMs: 0,
-    };
+    const handle = foreignHandle(process.pid, "00000000-0000-0000-0000-000000000000");
     expect(await launcher.inspect(handle)).toEqual({ state: "not_running" });
   });
 
@@ -58,13 +57,7 @@ describe("inspect", () => {
     const emptyProc = join(scratch.dir, "no-proc");
     await mkdir(emptyProc, { recursive: true });
     const { launcher } = await newLauncher(scratch, { procRoot: emptyProc });
-    const handle: ProcessHandle = {
-      attemptId: "wta:x",
-      pid: process.pid,
-      processStartTicks: "1",
-      bootId: (await readBootId()) ?? "",
-      startedAtMs: 0,
-    };
+    const handle = foreignHandle(process.pid, (await readBootId()) ?? "");
     expect(await launcher.inspect(handle)).toMatchObject({ state: "unverifiable" });
     const result = await launcher.stop(handle, "cancel");
     expect(result).toMatchObject({ signalsSent: [], finalInspection: { state: "unverifiable" } });
@@ -79,13 +72,7 @@ describe("inspect", () => {
     await mkdir(join(fakeProc, "4242"), { recursive: true });
     await writeFile(join(fakeProc, "4242/stat"), "garbage without fields");
     const { launcher } = await newLauncher(scratch, { procRoot: fakeProc });
-    const handle: ProcessHandle = {
-      attemptId: "wta:x",
-      pid: 4242,
-      processStartTicks: "1",
-      bootId,
-      startedAtMs: 0,
-    };
+    const handle = foreignHandle(4242, bootId);
     expect(await launcher.inspect(handle)).toMatchObject({ state: "unverifiable" });
     expect(await launcher.inspect({ ...handle, pid: 4243 })).toEqual({ state: "not_running" });
   });

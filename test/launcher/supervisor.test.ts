@@ -18,7 +18,6 @@ import {
   useScratch,
   newAttemptId,
   newLauncher,
-  newLauncherWithSupervisor,
   shellSpec,
   waitFor,
   waitForReceipt,
@@ -62,6 +61,16 @@ function touchSpec(attemptId: string, marker: string): SupervisorSpec {
   };
 }
 
+/** A client of the state dir's supervisor that proves itself with `hmacKey`. */
+function supervisorClient(stateDir: string, hmacKey: Uint8Array): SupervisorClient {
+  return new SupervisorClient({
+    stateDir,
+    hmacKey,
+    supervisorPath: scratch.supervisorPath,
+    supervisorEnv: minimalBaseEnv(),
+  });
+}
+
 /** Runs the supervisor by hand and returns its start-up line and exit code. */
 async function runSupervisor(
   stateDir: string,
@@ -100,13 +109,8 @@ describe("the resident supervisor", () => {
   });
 
   it("refuses to start a task that has no journal record", async () => {
-    const { launcher, stateDir, hmacKey } = await newLauncherWithSupervisor(scratch);
-    const client = new SupervisorClient({
-      stateDir,
-      hmacKey,
-      supervisorPath: scratch.supervisorPath,
-      supervisorEnv: minimalBaseEnv(),
-    });
+    const { launcher, stateDir, hmacKey } = await newLauncher(scratch, { supervisorUp: true });
+    const client = supervisorClient(stateDir, hmacKey);
     const attemptId = newAttemptId();
     const marker = join(stateDir, "ran");
     const reply = await client.request({ op: "launch", spec: touchSpec(attemptId, marker) });
@@ -121,17 +125,12 @@ describe("the resident supervisor", () => {
   });
 
   it("answers an unknown attempt's settle with never, and refuses to launch it from then on", async () => {
-    const { launcher, stateDir, hmacKey } = await newLauncherWithSupervisor(scratch);
+    const { launcher, stateDir, hmacKey } = await newLauncher(scratch, { supervisorUp: true });
     const attemptId = newAttemptId();
     await journalAttempt(stateDir, attemptId, 1234);
     // Journaled, no spawn record, and the live supervisor never heard of it.
     expect(await launcher.supervision(attemptId)).toBe("never_spawned");
-    const client = new SupervisorClient({
-      stateDir,
-      hmacKey,
-      supervisorPath: scratch.supervisorPath,
-      supervisorEnv: minimalBaseEnv(),
-    });
+    const client = supervisorClient(stateDir, hmacKey);
     const marker = join(stateDir, "ran");
     const reply = await client.request({ op: "launch", spec: touchSpec(attemptId, marker) });
     expect(reply).toMatchObject({ kind: "rejected" });
@@ -174,12 +173,7 @@ describe("the resident supervisor", () => {
       logMaxBytes: 1024,
     });
     // A client with another key: the supervisor hangs up after the wrong proof.
-    const stranger = new SupervisorClient({
-      stateDir,
-      hmacKey: new Uint8Array(32).fill(7),
-      supervisorPath: scratch.supervisorPath,
-      supervisorEnv: minimalBaseEnv(),
-    });
+    const stranger = supervisorClient(stateDir, new Uint8Array(32).fill(7));
     await expect(stranger.request({ op: "settle", attemptId: warmUp })).rejects.toSatisfy(
       (error: unknown) => isQlrError(error, "integrity"),
     );
@@ -200,6 +194,51 @@ describe("the resident supervisor", () => {
     expect(await readFile(join(stateDir, "spawns", `${warmUp}.json`), "utf8")).toContain(
       '"supervisorPid"',
     );
+    launcher.close();
+  });
+});
+
+/**
+ * "Not running" is trusted evidence only once the supervisor that writes the receipt is gone
+ * too; while it lives, a receipt may still be coming, and recovery must not call the attempt lost.
+ */
+describe("supervisor liveness as part of the not-running evidence", () => {
+  it("sees the supervisor of a spawned task as live, and as gone once it is killed", async () => {
+    const { launcher } = await newLauncher(scratch);
+    const attemptId = newAttemptId();
+    const handle = await launcher.launch(shellSpec("sleep 30", { attemptId }));
+    expect(await launcher.supervision(attemptId)).toBe("live");
+    expect(await launcher.launchEvidence(attemptId)).toBe("live");
+    // A runtime that never persisted the handle gets exactly the same one back.
+    expect(await launcher.recoverHandle(attemptId)).toEqual(handle);
+    const task = await readProcStat(handle.pid);
+    const supervisorPid = task.kind === "present" ? task.stat.parentPid : null;
+    expect(supervisorPid).not.toBeNull();
+    if (supervisorPid === null) return;
+    process.kill(supervisorPid, "SIGKILL");
+    await waitFor("the supervisor to count as gone", async () =>
+      (await launcher.supervision(attemptId)) === "gone" ? true : null,
+    );
+    expect(await launcher.launchEvidence(attemptId)).toBe("gone");
+    expect(await launcher.recoverHandle(attemptId)).toBeNull();
+    process.kill(-handle.pid, "SIGKILL");
+    launcher.close();
+  });
+
+  it("proves never-spawned for a journaled attempt the live supervisor does not know, and refuses it from then on", async () => {
+    const { launcher } = await newLauncher(scratch);
+    const warmUp = newAttemptId();
+    await launcher.launch(shellSpec("sleep 0.2", { attemptId: warmUp }));
+    const unknown = newAttemptId();
+    // No journal: never spawned by the first barrier alone.
+    expect(await launcher.supervision(unknown)).toBe("never_spawned");
+    expect(await launcher.launchEvidence(unknown)).toBe("not_journaled");
+    expect(await launcher.recoverHandle(unknown)).toBeNull();
+    const receipt = await waitForReceipt(launcher, warmUp);
+    expect(receipt.status).toBe("valid");
+    expect(await launcher.supervision(warmUp)).toBe("live");
+    // Receipted: the supervisor no longer names a process for it.
+    expect(await launcher.recoverHandle(warmUp)).toBeNull();
     launcher.close();
   });
 });

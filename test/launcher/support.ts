@@ -2,7 +2,6 @@ import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll } from "vitest";
 import { buildSupervisor } from "../../runtimes/node/launcher/build-supervisor.ts";
 import {
@@ -13,6 +12,7 @@ import {
   type ProcessHandle,
   type ReceiptReading,
 } from "../../runtimes/node/launcher/index.ts";
+import { waitFor as pollUntil } from "../support/wait.ts";
 
 /** A scratch directory per test file: the supervisor bundle and one state dir per test live in it. */
 export async function makeScratch(
@@ -44,11 +44,16 @@ export function newAttemptId(): string {
   return `wta:${randomBytes(16).toString("hex")}`;
 }
 
+/**
+ * A launcher on a fresh state dir in the scratch folder (or the one given). With
+ * `supervisorUp`, the state dir's supervisor is up before it is returned: one `true` launched
+ * and its receipt read.
+ */
 export async function newLauncher(
   scratch: { dir: string; supervisorPath: string },
-  options: { graceMs?: number; procRoot?: string; stateDir?: string } = {},
+  options: { graceMs?: number; procRoot?: string; stateDir?: string; supervisorUp?: boolean } = {},
 ): Promise<{ launcher: PosixLauncher; stateDir: string; hmacKey: Uint8Array }> {
-  const { stateDir: givenStateDir, ...launcherOptions } = options;
+  const { stateDir: givenStateDir, supervisorUp = false, ...launcherOptions } = options;
   const stateDir = givenStateDir ?? (await mkdtemp(join(scratch.dir, "state-")));
   const hmacKey = await loadOrCreateReceiptKey(stateDir);
   const launcher = new PosixLauncher({
@@ -58,19 +63,12 @@ export async function newLauncher(
     supervisorPath: scratch.supervisorPath,
     ...launcherOptions,
   });
+  if (supervisorUp) {
+    const warmUp = newAttemptId();
+    await launcher.launch(shellSpec("true", { attemptId: warmUp, argv: ["true"] }));
+    await waitForReceipt(launcher, warmUp);
+  }
   return { launcher, stateDir, hmacKey };
-}
-
-/** A launcher whose state directory's supervisor is up: one `true` launched and its receipt read. */
-export async function newLauncherWithSupervisor(
-  scratch: { dir: string; supervisorPath: string },
-  options: { stateDir?: string } = {},
-): Promise<{ launcher: PosixLauncher; stateDir: string; hmacKey: Uint8Array }> {
-  const started = await newLauncher(scratch, options);
-  const warmUp = newAttemptId();
-  await started.launcher.launch(shellSpec("true", { attemptId: warmUp, argv: ["true"] }));
-  await waitForReceipt(started.launcher, warmUp);
-  return started;
 }
 
 export function shellSpec(script: string, overrides: Partial<LaunchSpec> = {}): LaunchSpec {
@@ -84,20 +82,13 @@ export function shellSpec(script: string, overrides: Partial<LaunchSpec> = {}): 
   };
 }
 
-/** Polls every 20 ms until the probe returns a value, or fails after the timeout. */
-export async function waitFor<T>(
+/** The shared poll at the launcher suites' pace: every 20 ms, giving up after 15 s unless told. */
+export function waitFor<T>(
   description: string,
   probe: () => Promise<T | null | undefined>,
   timeoutMs = 15_000,
 ): Promise<T> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== null && value !== undefined) return value;
-    if (performance.now() > deadline)
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}`);
-    await sleep(20);
-  }
+  return pollUntil(description, probe, timeoutMs, 20);
 }
 
 export async function waitForReceipt(

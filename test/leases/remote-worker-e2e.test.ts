@@ -6,8 +6,10 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { buildDist } from "../support/bundle.ts";
+import { callApi } from "../support/cluster-members.ts";
 import { isAlive, spawnQlr, stopQlr, type QlrProcess } from "../support/qlr-process.ts";
 import { serveArgs, workerArgs } from "../support/qlr-args.ts";
+import { waitFor as pollUntil } from "../support/wait.ts";
 
 /**
  * `qlr serve` and `qlr worker` as real processes: a coordinator with remote_worker tasks in
@@ -65,36 +67,25 @@ function start(
   return proc;
 }
 
-async function waitFor<T>(
+/** The shared poll with this file's ceiling; a timeout carries every child's output. */
+function waitFor<T>(
   description: string,
   probe: () => Promise<T | null | undefined> | T | null | undefined,
   timeoutMs = WAIT_MS,
 ): Promise<T> {
-  const deadline = performance.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== null && value !== undefined) return value;
-    if (performance.now() > deadline)
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${description}\n${children.map((proc) => `--- ${proc.name} stdout\n${proc.stdout}\n--- ${proc.name} stderr\n${proc.stderr}`).join("\n")}`,
-      );
-    await sleep(50);
-  }
+  return pollUntil(description, probe, timeoutMs).catch((error: unknown) => {
+    const output = children.map(
+      (proc) => `--- ${proc.name} stdout\n${proc.stdout}\n--- ${proc.name} stderr\n${proc.stderr}`,
+    );
+    throw new Error(`${(error as Error).message}\n${output.join("\n")}`, { cause: error });
+  });
 }
 
 async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
-  const response = await fetch(`${serverUrl}${path}`, {
-    method,
-    headers: {
-      authorization: `Bearer ${token}`,
-      ...(body === undefined ? {} : { "content-type": "application/json" }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    signal: AbortSignal.timeout(10_000),
-  });
-  const text = await response.text();
-  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
-  return JSON.parse(text) as T;
+  const answer = await callApi<T>(serverUrl, token, method, path, body, 10_000);
+  if (answer.status < 200 || answer.status > 299)
+    throw new Error(`${method} ${path}: ${answer.status} ${JSON.stringify(answer.body)}`);
+  return answer.body;
 }
 
 function detail(runId: string): Promise<RunDetail> {

@@ -15,13 +15,7 @@ import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import { isUnknownCommitOutcome } from "../../storage/postgres/transaction.ts";
 import { openPostgresStore } from "../../storage/postgres/store.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
-import {
-  applyAndStart,
-  diamondManifest,
-  exitFacts,
-  SequentialSecrets,
-  task,
-} from "../support/fixtures.ts";
+import { applyAndStart, diamondManifest, SequentialSecrets, task } from "../support/fixtures.ts";
 import {
   connectionRefusal,
   startReplicatedPostgres,
@@ -29,6 +23,7 @@ import {
 } from "../support/replicated-postgres.ts";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.ts";
 import { waitFor } from "../support/wait.ts";
+import { runLeasedTask } from "./fixtures/lease-worker.ts";
 
 /**
  * A real failover: a primary and a synchronous streaming standby (`remote_apply`) from the
@@ -56,6 +51,21 @@ interface Host {
   readonly store: SqlStore;
 }
 
+/** A primary and its synchronous standby for `user`, holding the test's database. */
+async function startClusterWithDatabase(user: string): Promise<ReplicatedPostgres> {
+  const cluster = await startReplicatedPostgres({ user });
+  try {
+    const admin = new pg.Client({ connectionString: cluster.urlOf(cluster.primary) });
+    await admin.connect();
+    await admin.query(`CREATE DATABASE ${DATABASE}`);
+    await admin.end();
+    return cluster;
+  } catch (error) {
+    await cluster.stop();
+    throw error;
+  }
+}
+
 describe("failover to a promoted synchronous standby", { timeout: 300_000 }, () => {
   let cluster: ReplicatedPostgres;
   let url: string;
@@ -63,11 +73,7 @@ describe("failover to a promoted synchronous standby", { timeout: 300_000 }, () 
   const drivers: SqlDriver[] = [];
 
   beforeAll(async () => {
-    cluster = await startReplicatedPostgres({ user: "qlr_failover" });
-    const admin = new pg.Client({ connectionString: cluster.urlOf(cluster.primary) });
-    await admin.connect();
-    await admin.query(`CREATE DATABASE ${DATABASE}`);
-    await admin.end();
+    cluster = await startClusterWithDatabase("qlr_failover");
     url = cluster.multiHostUrl(DATABASE);
   });
   afterAll(async () => {
@@ -183,22 +189,9 @@ describe("failover to a promoted synchronous standby", { timeout: 300_000 }, () 
       }
     };
     const work = async (lease: Lease): Promise<void> => {
-      const fence = {
-        workerId: "worker-failover",
-        leaseVersion: lease.leaseVersion,
-        leaseSecret: lease.leaseSecret,
-      };
-      await answered(() => leases.start(lease.attemptId, fence, "starting", null));
-      const startedAtMs = Date.now();
-      const handle = {
-        pid: 7000 + workerRuns.size,
-        processStartTicks: "1",
-        bootId: "boot-w",
-        startedAtMs,
-      };
-      await answered(() => leases.start(lease.attemptId, fence, "running", handle));
+      const as = { workerId: "worker-failover", pid: 7000 + workerRuns.size, bootId: "boot-w" };
+      const { fence, facts } = await runLeasedTask(leases, lease, as, answered);
       workerRuns.set(lease.attemptId, (workerRuns.get(lease.attemptId) ?? 0) + 1);
-      const facts = exitFacts(startedAtMs, Date.now());
       await answered(() => leases.complete(lease.attemptId, fence, facts));
     };
 
@@ -348,11 +341,7 @@ describe("a COMMIT lost at the promotion", { timeout: 300_000 }, () => {
   let driver: SqlDriver | undefined;
 
   beforeAll(async () => {
-    cluster = await startReplicatedPostgres({ user: "qlr_failover_unknown" });
-    const admin = new pg.Client({ connectionString: cluster.urlOf(cluster.primary) });
-    await admin.connect();
-    await admin.query(`CREATE DATABASE ${DATABASE}`);
-    await admin.end();
+    cluster = await startClusterWithDatabase("qlr_failover_unknown");
     proxy = await startTcpProxy(cluster.primary);
   });
   afterAll(async () => {

@@ -15,13 +15,7 @@ import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import { isUnknownCommitOutcome } from "../../storage/postgres/transaction.ts";
 import { openPostgresStore } from "../../storage/postgres/store.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
-import {
-  applyAndStart,
-  diamondManifest,
-  exitFacts,
-  SequentialSecrets,
-  task,
-} from "../support/fixtures.ts";
+import { applyAndStart, diamondManifest, SequentialSecrets, task } from "../support/fixtures.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import {
   startTcpProxy,
@@ -31,6 +25,7 @@ import {
   type TcpProxy,
 } from "../support/tcp-proxy.ts";
 import { waitFor } from "../support/wait.ts";
+import { runLeasedTask } from "./fixtures/lease-worker.ts";
 
 /**
  * Lost COMMITs on the wire: a coordinator (and a lease service, the coordinator a worker talks
@@ -64,9 +59,42 @@ function expectContiguous(events: readonly RunEvent[]): void {
   expect(events.map((event) => event.seq)).toEqual(events.map((_, index) => index + 1));
 }
 
+/** A fresh database and a TCP proxy in front of it, for one describe. */
+interface ProxiedDatabase {
+  readonly database: TestDatabase;
+  readonly proxy: TcpProxy;
+  /** The database's URL through the proxy. */
+  readonly proxiedUrl: string;
+}
+
+/**
+ * The describe's database behind its proxy, ready before the describe's own `beforeAll`. After
+ * each test the proxy is disarmed and takes connections again; once the describe's own
+ * `afterAll` has closed what it opened, the proxy closes and the database is dropped.
+ */
+function useProxiedDatabase(): ProxiedDatabase {
+  // Filled in by beforeAll, before any test reads it; the cleanups hold up if it failed half-way.
+  const wire: Partial<ProxiedDatabase> = {};
+  beforeAll(async () => {
+    const database = await createTestDatabase();
+    Object.assign(wire, { database });
+    const server = new URL(database.url);
+    const proxy = await startTcpProxy({ host: server.hostname, port: Number(server.port) });
+    Object.assign(wire, { proxy, proxiedUrl: urlThroughProxy(database.url, proxy) });
+  });
+  afterEach(() => {
+    wire.proxy?.disarm();
+    wire.proxy?.acceptConnections();
+  });
+  afterAll(async () => {
+    await wire.proxy?.close();
+    await wire.database?.drop();
+  });
+  return wire as ProxiedDatabase;
+}
+
 describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, () => {
-  let database: TestDatabase;
-  let proxy: TcpProxy;
+  const wire = useProxiedDatabase();
   /** Through the proxy: everything under test. */
   let store: SqlStore;
   /** Through the proxy, giving up on a server it cannot reach after a few tries. */
@@ -77,22 +105,19 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
   let coordinator: Coordinator;
 
   beforeAll(async () => {
-    database = await createTestDatabase();
-    const server = new URL(database.url);
-    proxy = await startTcpProxy({ host: server.hostname, port: Number(server.port) });
     direct = await openPostgresStore(
-      await openPgDriver({ connectionString: database.url }),
+      await openPgDriver({ connectionString: wire.database.url }),
       Date.now(),
       { clock: "database" },
     );
     store = await openPostgresStore(
-      await openPgDriver({ connectionString: urlThroughProxy(database.url, proxy), poolSize: 2 }),
+      await openPgDriver({ connectionString: wire.proxiedUrl, poolSize: 2 }),
       Date.now(),
       { clock: "database" },
     );
     impatient = await openPostgresStore(
       await openPgDriver({
-        connectionString: urlThroughProxy(database.url, proxy),
+        connectionString: wire.proxiedUrl,
         poolSize: 2,
         reconnect: { maxAttempts: 3, baseDelayMs: 20, maxDelayMs: 50 },
       }),
@@ -114,16 +139,10 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
     });
     await coordinator.recover();
   });
-  afterEach(() => {
-    proxy?.disarm();
-    proxy?.acceptConnections();
-  });
   afterAll(async () => {
     await store?.close();
     await impatient?.close();
     await direct?.close();
-    await proxy?.close();
-    await database?.drop();
   });
 
   function startWorkflow(manifest: Manifest, workflow: string): Promise<string> {
@@ -190,7 +209,7 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
 
   it("admission: the attempt committed, the answer lost; the driver learns it committed, nothing is admitted twice", async () => {
     const runId = await startWorkflow(diamondManifest("lost-admission"), "diamond");
-    const loss = proxy.arm({ mode: "after-commit", when: insertsAttempt });
+    const loss = wire.proxy.arm({ mode: "after-commit", when: insertsAttempt });
     const errors = await tickUntil(loss, "the admission COMMIT is lost");
     // The server said the transaction committed: the stage never heard of the lost answer.
     expect(errors).toEqual([]);
@@ -201,7 +220,7 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
 
   it("dispatch: `starting` committed, the answer lost; the launcher still gets it and spawns once", async () => {
     const runId = await startWorkflow(diamondManifest("lost-dispatch"), "diamond");
-    const loss = proxy.arm({ mode: "after-commit", when: writesAttemptStatus("starting") });
+    const loss = wire.proxy.arm({ mode: "after-commit", when: writesAttemptStatus("starting") });
     const errors = await tickUntil(loss, "the dispatch COMMIT is lost");
     expect(errors).toEqual([]);
     const lost = (await loss).statements.find((statement) =>
@@ -219,7 +238,7 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
 
   it("completion: `succeeded` committed, the answer lost; recorded once, the run goes on", async () => {
     const runId = await startWorkflow(diamondManifest("lost-completion"), "diamond");
-    const loss = proxy.arm({ mode: "after-commit", when: writesAttemptStatus("succeeded") });
+    const loss = wire.proxy.arm({ mode: "after-commit", when: writesAttemptStatus("succeeded") });
     const errors = await tickUntil(loss, "the completion COMMIT is lost");
     expect(errors).toEqual([]);
     await finish(runId);
@@ -253,23 +272,15 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
       async () => {
         await coordinator.tick();
         for (const lease of await leases.claim(worker, pool, 4)) {
-          const fence = {
+          const as = {
             workerId: worker,
-            leaseVersion: lease.leaseVersion,
-            leaseSecret: lease.leaseSecret,
-          };
-          await leases.start(lease.attemptId, fence, "starting", null);
-          const startedAtMs = Date.now();
-          await leases.start(lease.attemptId, fence, "running", {
             pid: 1000 + completedOnce.size,
-            processStartTicks: "1",
             bootId: "boot-lost-lease",
-            startedAtMs,
-          });
+          };
+          const { fence, facts } = await runLeasedTask(leases, lease, as);
           completedOnce.set(lease.attemptId, (completedOnce.get(lease.attemptId) ?? 0) + 1);
-          const facts = exitFacts(startedAtMs, Date.now());
           if (lostAnswers === 0) {
-            const loss = proxy.arm({
+            const loss = wire.proxy.arm({
               mode: "after-commit",
               when: writesAttemptStatus("succeeded"),
               thenRefuseConnections: unreachable,
@@ -288,7 +299,7 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
                 true,
               );
               expect(String((outcome as { error: unknown }).error)).toMatch(/during COMMIT/);
-              proxy.acceptConnections();
+              wire.proxy.acceptConnections();
             }
             // The worker retries its report: answered from the durable state, nothing written again.
             const eventsBefore = await eventsOf(runId);
@@ -331,7 +342,7 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
 
   it("a connection lost before COMMIT reached the server applied nothing; the driver learns it aborted and applies it once", async () => {
     const runId = await startWorkflow(diamondManifest("lost-before-commit"), "diamond");
-    const loss = proxy.arm({ mode: "before-commit", when: insertsAttempt });
+    const loss = wire.proxy.arm({ mode: "before-commit", when: insertsAttempt });
     const errors = await tickUntil(loss, "the admission COMMIT never reaches the server");
     // The server reported the transaction aborted, so the driver ran it again within the same call.
     expect(errors).toEqual([]);
@@ -348,34 +359,24 @@ describe("lost COMMITs on the wire to a real PostgreSQL", { timeout: 120_000 }, 
  * their state and would hide a second run, this one would not.
  */
 describe("the pg driver settles a lost COMMIT with the server", { timeout: 120_000 }, () => {
-  let database: TestDatabase;
-  let proxy: TcpProxy;
+  const wire = useProxiedDatabase();
   let driver: SqlDriver;
   let direct: SqlDriver;
   const name = "lost_commit_counter";
 
   beforeAll(async () => {
-    database = await createTestDatabase();
-    const server = new URL(database.url);
-    proxy = await startTcpProxy({ host: server.hostname, port: Number(server.port) });
-    direct = await openPgDriver({ connectionString: database.url });
+    direct = await openPgDriver({ connectionString: wire.database.url });
     driver = await openPgDriver({
-      connectionString: urlThroughProxy(database.url, proxy),
+      connectionString: wire.proxiedUrl,
       reconnect: { maxAttempts: 3, baseDelayMs: 20, maxDelayMs: 50 },
     });
     await direct.transaction((tx) =>
       tx.query(`CREATE TABLE ${name} (id int PRIMARY KEY, bumps int NOT NULL)`),
     );
   });
-  afterEach(() => {
-    proxy?.disarm();
-    proxy?.acceptConnections();
-  });
   afterAll(async () => {
     await driver?.close();
     await direct?.close();
-    await proxy?.close();
-    await database?.drop();
   });
 
   const bumps = async (id: number): Promise<number | undefined> =>
@@ -402,17 +403,32 @@ describe("the pg driver settles a lost COMMIT with the server", { timeout: 120_0
   const bumpsRow = (statements: readonly ProxiedStatement[]): boolean =>
     statements.some((statement) => statement.sql.includes(`INSERT INTO ${name}`));
 
-  it("committed: the call answers with the transaction's value, run once", async () => {
-    const loss = proxy.arm({ mode: "after-commit", when: bumpsRow });
-    expect(await bump(1)).toEqual({ value: "bumped 1", runs: 1 });
-    expect((await loss).mode).toBe("after-commit");
-    expect(await bumps(1)).toBe(1);
-  });
+  const settledCases = [
+    {
+      title: "committed: the call answers with the transaction's value, run once",
+      mode: "after-commit",
+      id: 1,
+      runs: 1,
+    },
+    {
+      title: "aborted: COMMIT never reached the server; the call runs it again and it applies once",
+      mode: "before-commit",
+      id: 2,
+      runs: 2,
+    },
+  ] as const;
+  for (const { title, mode, id, runs } of settledCases)
+    it(title, async () => {
+      const loss = wire.proxy.arm({ mode, when: bumpsRow });
+      expect(await bump(id)).toEqual({ value: `bumped ${id}`, runs });
+      expect((await loss).mode).toBe(mode);
+      expect(await bumps(id)).toBe(1);
+    });
 
   it("the evidence rides on the writing statement: once the connection knows its server, nothing is asked before COMMIT, and a lost COMMIT still settles as committed", async () => {
     // The connection's first writing transaction reads its server's timeline and start.
     expect(await bump(10)).toEqual({ value: "bumped 10", runs: 1 });
-    const loss = proxy.arm({ mode: "after-commit", when: bumpsRow });
+    const loss = wire.proxy.arm({ mode: "after-commit", when: bumpsRow });
     expect(await bump(11)).toEqual({ value: "bumped 11", runs: 1 });
     const { statements } = await loss;
     expect(statements.map((statement) => statement.sql.split(" ")[0])).toEqual(["INSERT"]);
@@ -423,15 +439,8 @@ describe("the pg driver settles a lost COMMIT with the server", { timeout: 120_0
     expect(await bumps(11)).toBe(1);
   });
 
-  it("aborted: COMMIT never reached the server; the call runs it again and it applies once", async () => {
-    const loss = proxy.arm({ mode: "before-commit", when: bumpsRow });
-    expect(await bump(2)).toEqual({ value: "bumped 2", runs: 2 });
-    expect((await loss).mode).toBe("before-commit");
-    expect(await bumps(2)).toBe(1);
-  });
-
   it("a transaction that wrote nothing is run again without asking", async () => {
-    const loss = proxy.arm({ mode: "after-commit" });
+    const loss = wire.proxy.arm({ mode: "after-commit" });
     let runs = 0;
     const rows = await driver.transaction(async (tx) => {
       runs += 1;
@@ -442,13 +451,17 @@ describe("the pg driver settles a lost COMMIT with the server", { timeout: 120_0
   });
 
   it("unknown: the server cannot be asked; the caller hears an unknown outcome and the write stands once", async () => {
-    const loss = proxy.arm({ mode: "after-commit", when: bumpsRow, thenRefuseConnections: true });
+    const loss = wire.proxy.arm({
+      mode: "after-commit",
+      when: bumpsRow,
+      thenRefuseConnections: true,
+    });
     const outcome = await bump(3).then(
       (answer) => ({ answer }),
       (error: unknown) => ({ error }),
     );
     await loss;
-    proxy.acceptConnections();
+    wire.proxy.acceptConnections();
     expect("error" in outcome && isUnknownCommitOutcome(outcome.error)).toBe(true);
     expect(await bumps(3)).toBe(1);
   });

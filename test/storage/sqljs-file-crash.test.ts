@@ -8,7 +8,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { SQLJS_CHECKPOINT_STEPS } from "../../storage/sqljs/node/file-driver.ts";
-import type { SqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
+import { committedNumbers } from "./fixtures/pairs.ts";
 import type { SqlJsChildFault } from "./fixtures/sqljs-child.ts";
 import type { SqlJsChild } from "./fixtures/sqljs-child-process.ts";
 import { seededRandom } from "./fixtures/power-cut-fs.ts";
@@ -37,17 +37,6 @@ async function exitedWithin(
   const exit = await Promise.race([child.exited, timeout]);
   forgetChild(child);
   return exit;
-}
-
-/** The committed numbers; fails if any number has only one of its two rows. */
-async function committedNumbers(driver: SqlJsFileDriver, context: string): Promise<number[]> {
-  const rows = await driver.transaction((tx) =>
-    tx.query<{ number: number; parts: number }>(
-      "SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number",
-    ),
-  );
-  for (const row of rows) expect(row.parts, `${context}: number ${row.number} is partial`).toBe(2);
-  return rows.map((row) => row.number);
 }
 
 function range(first: number, last: number): number[] {

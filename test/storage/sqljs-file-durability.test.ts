@@ -32,6 +32,7 @@ import {
   encodeSnapshot,
 } from "../../storage/sqljs/node/snapshot.ts";
 import { crc32, crc32Update } from "../../storage/sqljs/crc32.ts";
+import { commitPair, committedNumbers, createPairs } from "./fixtures/pairs.ts";
 import { SqlJsChild } from "./fixtures/sqljs-child-process.ts";
 import { useSqlJsFileScratch } from "./fixtures/sqljs-file-scratch.ts";
 
@@ -40,32 +41,20 @@ const CHILD_TIMEOUT_MS = 20_000;
 const scratch = useSqlJsFileScratch("qlr-sqljs-durability-");
 const { newDirectory, crashImage, open, close } = scratch;
 
-async function createPairs(driver: SqlJsFileDriver): Promise<void> {
-  await driver.transaction((tx) =>
-    tx.query(
-      "CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))",
-    ),
-  );
-}
-
 async function commitPairs(driver: SqlJsFileDriver, numbers: readonly number[]): Promise<void> {
-  for (const number of numbers) {
-    await driver.transaction(async (tx) => {
-      await tx.query("INSERT INTO pairs (number, part) VALUES (?, ?)", [number, 0]);
-      await tx.query("INSERT INTO pairs (number, part) VALUES (?, ?)", [number, 1]);
-    });
-  }
+  for (const number of numbers) await commitPair(driver, number);
 }
 
-/** The committed numbers; fails if any number has only one of its two rows. */
-async function committedNumbers(driver: SqlJsFileDriver): Promise<number[]> {
-  const rows = await driver.transaction((tx) =>
-    tx.query<{ number: number; parts: number }>(
-      "SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number",
-    ),
-  );
-  for (const row of rows) expect(row.parts, `number ${row.number}`).toBe(2);
-  return rows.map((row) => row.number);
+/** A driver on a new directory whose pairs table holds `numbers`, each committed on its own. */
+async function openWithPairs(
+  numbers: readonly number[],
+  options?: Parameters<typeof open>[1],
+): Promise<{ path: string; driver: SqlJsFileDriver }> {
+  const path = newDirectory();
+  const driver = await open(path, options);
+  await createPairs(driver);
+  await commitPairs(driver, numbers);
+  return { path, driver };
 }
 
 function journalPath(directory: string): string {
@@ -125,10 +114,7 @@ describe("sqljs-file reopen and replay", () => {
   });
 
   it("replays the journal after an unclean end", async () => {
-    const path = newDirectory();
-    const driver = await open(path);
-    await createPairs(driver);
-    await commitPairs(driver, range(1, 4));
+    const { path } = await openWithPairs(range(1, 4));
     const image = crashImage(path);
     expect(existsSync(join(image, "snapshot.sqlite"))).toBe(false);
 
@@ -138,10 +124,7 @@ describe("sqljs-file reopen and replay", () => {
   });
 
   it("keeps numbering SQL texts across a replay, so later records refer to texts defined before the crash", async () => {
-    const path = newDirectory();
-    const driver = await open(path);
-    await createPairs(driver);
-    await commitPairs(driver, range(1, 3));
+    const { path } = await openWithPairs(range(1, 3));
     const firstImage = crashImage(path);
     const afterReplay = await open(firstImage);
     await commitPairs(afterReplay, range(4, 6));
@@ -150,10 +133,7 @@ describe("sqljs-file reopen and replay", () => {
   });
 
   it("checkpoints, keeps committing, and reopens from snapshot plus journal", async () => {
-    const path = newDirectory();
-    const driver = await open(path);
-    await createPairs(driver);
-    await commitPairs(driver, range(1, 3));
+    const { path, driver } = await openWithPairs(range(1, 3));
     await driver.checkpoint();
     expect(driver.stats()).toMatchObject({ journalBytes: 0, checkpoints: 1 });
     await commitPairs(driver, range(4, 6));
@@ -164,10 +144,7 @@ describe("sqljs-file reopen and replay", () => {
   });
 
   it("checkpoints by itself when the journal passes checkpointJournalBytes", async () => {
-    const path = newDirectory();
-    const driver = await open(path, { checkpointJournalBytes: 300 });
-    await createPairs(driver);
-    await commitPairs(driver, range(1, 30));
+    const { path, driver } = await openWithPairs(range(1, 30), { checkpointJournalBytes: 300 });
     // The snapshot is written in the background, off the commit path: wait for it (bounded).
     await vi.waitFor(
       () => {
@@ -187,10 +164,7 @@ describe("sqljs-file reopen and replay", () => {
   });
 
   it("writes nothing for transactions that change nothing", async () => {
-    const path = newDirectory();
-    const driver = await open(path);
-    await createPairs(driver);
-    await commitPairs(driver, [1]);
+    const { driver } = await openWithPairs([1]);
     const before = driver.stats();
     await driver.transaction(async (tx) => {
       await tx.query("SELECT * FROM pairs");
@@ -235,10 +209,7 @@ describe("sqljs-file reopen and replay", () => {
   });
 
   it("refuses a transaction whose failing statement left partial changes", async () => {
-    const path = newDirectory();
-    const driver = await open(path);
-    await createPairs(driver);
-    await commitPairs(driver, [2]);
+    const { driver } = await openWithPairs([2]);
     const outcome = await driver
       .transaction(async (tx) => {
         // Rows (1, 0) and (1, 1) go in before (2, 0) fails, and OR FAIL keeps them.
@@ -255,10 +226,7 @@ describe("sqljs-file reopen and replay", () => {
 describe("sqljs-file torn tail and damage", () => {
   /** A crash image whose journal holds: the CREATE TABLE record, then numbers 1..4. */
   async function journalOfFiveRecords(): Promise<string> {
-    const path = newDirectory();
-    const driver = await open(path);
-    await createPairs(driver);
-    await commitPairs(driver, range(1, 4));
+    const { path, driver } = await openWithPairs(range(1, 4));
     const image = crashImage(path);
     await close(driver);
     expect(recordBounds(image)).toHaveLength(5);
@@ -329,10 +297,7 @@ describe("sqljs-file torn tail and damage", () => {
   });
 
   it("refuses a journal whose first record does not follow the snapshot", async () => {
-    const path = newDirectory();
-    const driver = await open(path);
-    await createPairs(driver);
-    await commitPairs(driver, [1, 2]);
+    const { path, driver } = await openWithPairs([1, 2]);
     await driver.checkpoint();
     await commitPairs(driver, [3, 4]);
     const image = crashImage(path);
@@ -343,10 +308,7 @@ describe("sqljs-file torn tail and damage", () => {
   });
 
   it("refuses a damaged snapshot", async () => {
-    const path = newDirectory();
-    const driver = await open(path);
-    await createPairs(driver);
-    await commitPairs(driver, [1, 2]);
+    const { path, driver } = await openWithPairs([1, 2]);
     await close(driver);
     const snapshotPath = join(path, "snapshot.sqlite");
     const bytes = readFileSync(snapshotPath);
@@ -360,22 +322,31 @@ describe("sqljs-file torn tail and damage", () => {
 });
 
 describe("sqljs-file failures inside commit and checkpoint", () => {
-  it("rolls back and answers storage_unavailable when the journal write fails, leaving the journal as before", async () => {
+  /**
+   * A driver on a new directory, with the pairs table, whose fault point `point` throws
+   * `message` at the next pass after each `failNext()`.
+   */
+  async function openFailingOnce(
+    point: "beforeJournalSync" | "afterJournalSync",
+    message: string,
+  ): Promise<{ path: string; driver: SqlJsFileDriver; failNext: () => void }> {
     const path = newDirectory();
-    let failNextSync = false;
-    const driver = await open(path, {
-      faultPoints: {
-        beforeJournalSync: () => {
-          if (!failNextSync) return;
-          failNextSync = false;
-          throw new Error("simulated EIO");
-        },
-      },
-    });
+    let armed = false;
+    const fail = (): void => {
+      if (!armed) return;
+      armed = false;
+      throw new Error(message);
+    };
+    const driver = await open(path, { faultPoints: { [point]: fail } });
     await createPairs(driver);
+    return { path, driver, failNext: () => (armed = true) };
+  }
+
+  it("rolls back and answers storage_unavailable when the journal write fails, leaving the journal as before", async () => {
+    const { path, driver, failNext } = await openFailingOnce("beforeJournalSync", "simulated EIO");
     await commitPairs(driver, [1]);
     const journalBytes = driver.stats().journalBytes;
-    failNextSync = true;
+    failNext();
     const outcome = await commitPairs(driver, [2]).catch((error: unknown) => error);
     expect(isQlrError(outcome, "storage_unavailable")).toBe(true);
     expect(driver.stats().journalBytes).toBe(journalBytes);
@@ -387,19 +358,11 @@ describe("sqljs-file failures inside commit and checkpoint", () => {
   });
 
   it("leaves no trace of a commit whose record was synced but whose answer failed before COMMIT", async () => {
-    const path = newDirectory();
-    let failNext = false;
-    const driver = await open(path, {
-      faultPoints: {
-        afterJournalSync: () => {
-          if (!failNext) return;
-          failNext = false;
-          throw new Error("simulated failure after sync");
-        },
-      },
-    });
-    await createPairs(driver);
-    failNext = true;
+    const { path, driver, failNext } = await openFailingOnce(
+      "afterJournalSync",
+      "simulated failure after sync",
+    );
+    failNext();
     const outcome = await commitPairs(driver, [1]).catch((error: unknown) => error);
     expect(isQlrError(outcome, "storage_unavailable")).toBe(true);
     const reopened = await open(crashImage(path));
@@ -625,10 +588,7 @@ describe("sqljs-file lock", () => {
 
 describe("sqljs-file bytes written", () => {
   it("writes a small journal record per two-insert transaction", async () => {
-    const path = newDirectory();
-    const driver = await open(path);
-    await createPairs(driver);
-    await commitPairs(driver, [1]);
+    const { driver } = await openWithPairs([1]);
     const before = driver.stats();
     const transactions = 200;
     await commitPairs(driver, range(2, 1 + transactions));
@@ -699,10 +659,7 @@ describe("sqljs-file snapshot format", () => {
   });
 
   it("writes a snapshot the store reopens from, in frames of the size asked", async () => {
-    const path = newDirectory();
-    const driver = await open(path, { snapshotFrameImageBytes: 4096 });
-    await createPairs(driver);
-    await commitPairs(driver, range(1, 200));
+    const { path, driver } = await openWithPairs(range(1, 200), { snapshotFrameImageBytes: 4096 });
     await driver.checkpoint();
     const file = readFileSync(join(path, "snapshot.sqlite"));
     const decoded = decodeSnapshot(file, "s");

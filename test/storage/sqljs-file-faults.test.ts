@@ -19,11 +19,11 @@ import { join } from "node:path";
 import type { SqlJsStatic } from "sql.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { errorMessage, isQlrError } from "../../src/errors.ts";
-import type { SqlDriver } from "../../storage/driver.ts";
 import type { DurableFs } from "../../storage/node/durable-fs.ts";
 import { openSqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
 import type { SqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
+import { commitPair, committedNumbers, createPairs } from "./fixtures/pairs.ts";
 import { PowerCutFs, fsError, seededRandom } from "./fixtures/power-cut-fs.ts";
 import type { FsCall } from "./fixtures/power-cut-fs.ts";
 
@@ -40,34 +40,6 @@ let SQL: SqlJsStatic;
 beforeAll(async () => {
   SQL = await loadSqlJs();
 });
-
-async function createPairs(driver: SqlDriver): Promise<void> {
-  await driver.transaction((tx) =>
-    tx.query(
-      "CREATE TABLE IF NOT EXISTS pairs (number INTEGER NOT NULL, part INTEGER NOT NULL, PRIMARY KEY (number, part))",
-    ),
-  );
-}
-
-async function commitPair(driver: SqlDriver, number: number): Promise<void> {
-  await driver.transaction(async (tx) => {
-    await tx.query("INSERT INTO pairs (number, part) VALUES (?, ?)", [number, 0]);
-    await tx.query("INSERT INTO pairs (number, part) VALUES (?, ?)", [number, 1]);
-  });
-}
-
-/** The committed numbers; throws if any number has only one of its rows. */
-async function committedNumbers(driver: SqlDriver): Promise<number[]> {
-  const rows = await driver.transaction((tx) =>
-    tx.query<{ number: number; parts: number }>(
-      "SELECT number, COUNT(*) AS parts FROM pairs GROUP BY number ORDER BY number",
-    ),
-  );
-  for (const row of rows)
-    if (row.parts !== 2)
-      throw new Error(`number ${row.number} is half applied (${row.parts} rows)`);
-  return rows.map((row) => row.number);
-}
 
 function open(fs: DurableFs): Promise<SqlJsFileDriver> {
   return openSqlJsFileDriver(SQL, {
