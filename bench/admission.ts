@@ -21,12 +21,11 @@ import {
 import { startCpuProfile } from "./lib/profiler.ts";
 import { fileStoreSizes, openBenchStore, type StatementTally } from "./lib/stores.ts";
 import {
-  ioDelta,
   log,
   now,
   readConfig,
-  readProcIo,
   round,
+  startProcIoMeter,
   summarize,
   wideManifest,
   writeResult,
@@ -116,7 +115,7 @@ async function main(): Promise<void> {
       config.cpuProfilePath === undefined
         ? null
         : await startCpuProfile(config.cpuProfileIntervalUs ?? 100);
-    const ioBefore = readProcIo();
+    const io = startProcIoMeter();
     const startedAt = now();
     for (const candidate of timed) {
       world.clock.advance(1);
@@ -136,7 +135,7 @@ async function main(): Promise<void> {
       }
     }
     const wallMs = now() - startedAt;
-    const io = ioDelta(ioBefore, readProcIo());
+    const procIoPerAdmission = io.writtenPer(timed.length);
     if (profiler !== null && config.cpuProfilePath !== undefined)
       await profiler.stop(config.cpuProfilePath);
     const latency = summarize(samples);
@@ -168,14 +167,7 @@ async function main(): Promise<void> {
           ms: round(checkpointMs, 3),
         },
         sizesAfter: fileStoreSizes(opened.directory),
-        procIoPerAdmission:
-          io === null
-            ? null
-            : {
-                wchar: round(io.wchar / count, 1),
-                writeBytes: round(io.writeBytes / count, 1),
-                syscw: round(io.syscw / count, 2),
-              },
+        procIoPerAdmission,
       };
     }
 

@@ -27,15 +27,14 @@ import type { AdmissionCandidate } from "../src/ports.ts";
 import type { ProfileName } from "../src/profiles.ts";
 import {
   diamondManifest,
-  ioDelta,
   log,
   now,
+  perUnit,
   readConfig,
-  readProcIo,
   round,
+  startProcIoMeter,
   wideManifest,
   writeResult,
-  type ProcIo,
 } from "./lib/common.ts";
 import { databaseComposition } from "./lib/db-composition.ts";
 import { journalAnatomy } from "./lib/journal-anatomy.ts";
@@ -77,22 +76,6 @@ function deviceBytesWritten(path: string): number | null {
   }
 }
 
-function perUnit(value: number | null | undefined, units: number, digits = 1): number | null {
-  if (value === null || value === undefined || units === 0) return null;
-  return round(value / units, digits);
-}
-
-function ioPer(
-  io: ProcIo | null,
-  units: number,
-): { wchar: number | null; writeBytes: number | null; syscw: number | null } {
-  return {
-    wchar: perUnit(io?.wchar, units),
-    writeBytes: perUnit(io?.writeBytes, units),
-    syscw: perUnit(io?.syscw, units, 2),
-  };
-}
-
 function requireFile(opened: OpenedStore): {
   driver: NonNullable<OpenedStore["fileDriver"]>;
   directory: string;
@@ -129,20 +112,20 @@ async function admissions(config: BytesConfig): Promise<Record<string, unknown>>
     }
     const sizesBefore = fileStoreSizes(directory);
     const statsBefore = driver.stats();
-    const ioBefore = readProcIo();
+    const count = candidates.length;
+    const io = startProcIoMeter();
     const deviceBefore = deviceBytesWritten(directory);
     for (const candidate of candidates) {
       world.clock.advance(1);
       await world.coordinator.admit(candidate);
     }
-    const io = ioDelta(ioBefore, readProcIo());
+    const procIoPerAdmission = io.writtenPer(count);
     const deviceAfter = deviceBytesWritten(directory);
     const statsAfter = driver.stats();
     const checkpointBytes =
       statsAfter.snapshotBytesWrittenTotal - statsBefore.snapshotBytesWrittenTotal;
     const journalBytes =
       statsAfter.bytesWrittenTotal - statsBefore.bytesWrittenTotal - checkpointBytes;
-    const count = candidates.length;
 
     const explicitBefore = driver.stats();
     const startedAt = now();
@@ -163,7 +146,7 @@ async function admissions(config: BytesConfig): Promise<Record<string, unknown>>
       journalBytesPerAdmission: perUnit(journalBytes, count),
       checkpointBytesPerAdmission: perUnit(checkpointBytes, count),
       checkpoints: statsAfter.checkpoints - statsBefore.checkpoints,
-      procIoPerAdmission: ioPer(io, count),
+      procIoPerAdmission,
       deviceBytesPerAdmission:
         deviceBefore === null || deviceAfter === null
           ? null
@@ -190,20 +173,20 @@ async function workflowSteps(config: BytesConfig): Promise<Record<string, unknow
     await applyManifest(world, diamondManifest("bench"));
 
     const startStats = driver.stats();
-    const startIo = readProcIo();
+    const runStartIo = startProcIoMeter();
     await startRuns(world, "bench", { kind: "workflow", name: "diamond" }, config.workflowRuns);
-    const runStartIo = ioDelta(startIo, readProcIo());
+    const procIoPerRunStart = runStartIo.writtenPer(config.workflowRuns);
     const afterStart = driver.stats();
 
-    const ioBefore = readProcIo();
+    const steps = config.workflowRuns * 4;
+    const driveIo = startProcIoMeter();
     const deviceBefore = deviceBytesWritten(directory);
     const drive = await driveUntilTerminal(world, config.workflowRuns, config.maxTicks);
-    const io = ioDelta(ioBefore, readProcIo());
+    const procIoPerStep = driveIo.writtenPer(steps);
     const deviceAfter = deviceBytesWritten(directory);
     const end = driver.stats();
     const checkpointBytes = end.snapshotBytesWrittenTotal - afterStart.snapshotBytesWrittenTotal;
     const journalBytes = end.bytesWrittenTotal - afterStart.bytesWrittenTotal - checkpointBytes;
-    const steps = config.workflowRuns * 4;
     const sizesAtEnd = fileStoreSizes(directory);
     // Fold the journal into the snapshot (after the figures above) to see what the database holds per step.
     await driver.checkpoint();
@@ -224,14 +207,14 @@ async function workflowSteps(config: BytesConfig): Promise<Record<string, unknow
         config.workflowRuns,
       ),
       commitsPerRunStart: perUnit(afterStart.commits - startStats.commits, config.workflowRuns, 2),
-      procIoPerRunStart: ioPer(runStartIo, config.workflowRuns),
+      procIoPerRunStart,
       driverBytesPerStep: perUnit(end.bytesWrittenTotal - afterStart.bytesWrittenTotal, steps),
       journalBytesPerStep: perUnit(journalBytes, steps),
       checkpointBytesPerStep: perUnit(checkpointBytes, steps),
       checkpoints: end.checkpoints - afterStart.checkpoints,
       commitsPerStep: perUnit(end.commits - afterStart.commits, steps, 2),
       journalBytesPerCommit: perUnit(journalBytes, end.commits - afterStart.commits),
-      procIoPerStep: ioPer(io, steps),
+      procIoPerStep,
       deviceBytesPerStep:
         deviceBefore === null || deviceAfter === null
           ? null

@@ -10,6 +10,7 @@
  * `tick()`; the check for terminal runs between ticks is not counted. Optionally the same is
  * done for ordinary runs (runs of one task).
  */
+import type { RunTarget } from "../src/operations.ts";
 import type { ProfileName } from "../src/profiles.ts";
 import {
   diamondManifest,
@@ -81,59 +82,61 @@ async function main(): Promise<void> {
     });
     await applyManifest(world, diamondManifest("bench"));
 
-    const startedAt = now();
-    await startRuns(world, "bench", { kind: "workflow", name: "diamond" }, config.workflowRuns);
-    const startMs = now() - startedAt;
-    opened.driver.reset();
-    const workflow = await driveUntilTerminal(
-      world,
-      config.workflowRuns,
-      config.maxTicks,
-      undefined,
-      opened.driver,
-    );
-    const steps = config.workflowRuns * 4;
-    const workflowStore = storeFigures(opened.driver.tally, steps);
-    log(
-      `${config.store}/${config.profile}: ${config.workflowRuns} diamond runs, ${workflow.ticks} ticks, ${Math.round(workflow.tickWallMs)} ms`,
-    );
-
-    let ordinary: Record<string, unknown> | null = null;
-    if (config.ordinaryRuns > 0) {
-      const ordinaryStartedAt = now();
-      await startRuns(world, "bench", { kind: "task", name: "work" }, config.ordinaryRuns);
-      const ordinaryStartMs = now() - ordinaryStartedAt;
+    /**
+     * Starts `runs` runs of `target` (timed on their own), then ticks until `expectedTerminal`
+     * runs are terminal, counting the store's work inside the ticks only, per `units`.
+     */
+    const measure = async (
+      target: RunTarget,
+      runs: number,
+      expectedTerminal: number,
+      units: number,
+    ): Promise<Record<string, unknown>> => {
+      const startedAt = now();
+      await startRuns(world, "bench", target, runs);
+      const startMs = now() - startedAt;
       opened.driver.reset();
       const drive = await driveUntilTerminal(
         world,
-        config.workflowRuns + config.ordinaryRuns,
+        expectedTerminal,
         config.maxTicks,
         undefined,
         opened.driver,
       );
-      ordinary = {
-        runs: config.ordinaryRuns,
-        store: storeFigures(opened.driver.tally, config.ordinaryRuns),
-        runStartsPerSecond: round((config.ordinaryRuns / ordinaryStartMs) * 1000, 1),
-        ...driveFigures(drive, config.ordinaryRuns),
-      };
       log(
-        `${config.store}/${config.profile}: ${config.ordinaryRuns} ordinary runs, ${drive.ticks} ticks, ${Math.round(drive.tickWallMs)} ms`,
+        `${config.store}/${config.profile}: ${runs} runs of ${target.name}, ${drive.ticks} ticks, ${Math.round(drive.tickWallMs)} ms`,
       );
-    }
+      return {
+        runs,
+        runStartsPerSecond: round((runs / startMs) * 1000, 1),
+        ...driveFigures(drive, units),
+        store: storeFigures(opened.driver.tally, units),
+      };
+    };
+
+    const steps = config.workflowRuns * 4;
+    const workflow = await measure(
+      { kind: "workflow", name: "diamond" },
+      config.workflowRuns,
+      config.workflowRuns,
+      steps,
+    );
+    const ordinary =
+      config.ordinaryRuns > 0
+        ? await measure(
+            { kind: "task", name: "work" },
+            config.ordinaryRuns,
+            config.workflowRuns + config.ordinaryRuns,
+            config.ordinaryRuns,
+          )
+        : null;
 
     writeResult({
       bench: "throughput",
       store: config.store,
       engineVersion: opened.engineVersion,
       profile: config.profile,
-      workflow: {
-        runs: config.workflowRuns,
-        steps,
-        runStartsPerSecond: round((config.workflowRuns / startMs) * 1000, 1),
-        ...driveFigures(workflow, steps),
-        store: workflowStore,
-      },
+      workflow: { ...workflow, steps },
       ordinary,
     });
   } finally {

@@ -75,8 +75,18 @@ export function round(value: number, digits = 4): number {
 
 export const now = (): number => performance.now();
 
+/** `value / units`, rounded; null when there is no value or no unit of work. */
+export function perUnit(
+  value: number | null | undefined,
+  units: number,
+  digits = 1,
+): number | null {
+  if (value === null || value === undefined || units === 0) return null;
+  return round(value / units, digits);
+}
+
 /** `/proc/self/io`: syscall-level (`wchar`) and block-layer (`write_bytes`, page granular) counters. */
-export interface ProcIo {
+interface ProcIo {
   readonly rchar: number;
   readonly wchar: number;
   readonly syscw: number;
@@ -85,7 +95,7 @@ export interface ProcIo {
   readonly cancelledWriteBytes: number;
 }
 
-export function readProcIo(): ProcIo | null {
+function readProcIo(): ProcIo | null {
   let text: string;
   try {
     text = readFileSync("/proc/self/io", "utf8");
@@ -107,7 +117,7 @@ export function readProcIo(): ProcIo | null {
   };
 }
 
-export function ioDelta(before: ProcIo | null, after: ProcIo | null): ProcIo | null {
+function ioDelta(before: ProcIo | null, after: ProcIo | null): ProcIo | null {
   if (before === null || after === null) return null;
   return {
     rchar: after.rchar - before.rchar,
@@ -116,6 +126,31 @@ export function ioDelta(before: ProcIo | null, after: ProcIo | null): ProcIo | n
     readBytes: after.readBytes - before.readBytes,
     writeBytes: after.writeBytes - before.writeBytes,
     cancelledWriteBytes: after.cancelledWriteBytes - before.cancelledWriteBytes,
+  };
+}
+
+/** What the process wrote per unit of work (null where `/proc/self/io` cannot be read). */
+export interface ProcIoPerUnit {
+  readonly wchar: number | null;
+  readonly writeBytes: number | null;
+  readonly syscw: number | null;
+}
+
+/**
+ * Reads `/proc/self/io` now; `writtenPer(units)` reads it again and gives what the process
+ * wrote in between, per unit of the work done in between.
+ */
+export function startProcIoMeter(): { writtenPer(units: number): ProcIoPerUnit } {
+  const before = readProcIo();
+  return {
+    writtenPer: (units) => {
+      const io = ioDelta(before, readProcIo());
+      return {
+        wchar: perUnit(io?.wchar, units),
+        writeBytes: perUnit(io?.writeBytes, units),
+        syscw: perUnit(io?.syscw, units, 2),
+      };
+    },
   };
 }
 

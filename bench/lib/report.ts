@@ -263,10 +263,140 @@ const kib = (bytes: number | null | undefined): string =>
   bytes === null || bytes === undefined ? "–" : `${(bytes / 1024).toFixed(2)} KiB`;
 const mib = (bytes: number | null | undefined): string =>
   bytes === null || bytes === undefined ? "–" : `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+/** A figure the result already gives in MiB. */
+const inMiB = (valueMiB: number | null | undefined): string => `${fmt(valueMiB, 1)} MiB`;
+const bold = (text: string): string => `**${text}**`;
+const code = (text: string): string => `\`${text}\``;
 
 /** The 1-minute load average before → after a measurement. */
 const load = (value: { before: number; after: number } | undefined): string =>
   value === undefined ? "–" : `${fmt(value.before, 1)}→${fmt(value.after, 1)}`;
+
+/** `value ÷ other` as a factor, "–" when either is missing or the divisor is 0. */
+const ratio = (value: number | undefined, other: number | undefined): string =>
+  value === undefined || other === undefined || other === 0 ? "–" : `${fmt(value / other, 2)}×`;
+
+/** A peer's jobs/s in one mode, from section 7. */
+const peerJobsPerSecond = (
+  peers: readonly PeerResult[],
+  system: string,
+  mode: string,
+): number | undefined =>
+  peers.find((entry) => entry.system === system && entry.mode === mode)?.jobsPerSecond;
+
+function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const line = (cells: readonly string[]): string => `| ${cells.join(" | ")} |`;
+  return [line(header), line(header.map(() => "---")), ...rows.map(line)].join("\n");
+}
+
+/** A table column: its header and the cell it shows for one row. */
+type Column<Row> = readonly [header: string, cell: (row: Row) => string];
+
+/** A Markdown table with a line per row, each cell read from the row by its column. */
+function columnTable<Row>(columns: readonly Column<Row>[], rows: readonly Row[]): string {
+  return table(
+    columns.map(([header]) => header),
+    rows.map((row) => columns.map(([, cell]) => cell(row))),
+  );
+}
+
+/** Pushes a caption and the table of its rows; nothing at all when there are no rows. */
+function pushTable<Row>(
+  parts: string[],
+  caption: string,
+  columns: readonly Column<Row>[],
+  rows: readonly Row[],
+): void {
+  if (rows.length > 0) parts.push(caption, columnTable(columns, rows));
+}
+
+type Quantile = "p50" | "p95" | "p99" | "max";
+
+/** A `<prefix><quantile> ms` column for each quantile given, with its number of decimals. */
+function latencyColumns<Row>(
+  summary: (row: Row) => LatencySummary | null | undefined,
+  decimals: Partial<Record<Quantile, number>>,
+  prefix = "",
+): Column<Row>[] {
+  return (Object.entries(decimals) as [Quantile, number][]).map(([quantile, digits]) => [
+    `${prefix}${quantile} ms`,
+    (row) => fmt(summary(row)?.[`${quantile}Ms` as const], digits),
+  ]);
+}
+
+/** A column per key of a group of figures in MiB, each `[header, key]`. */
+function inMiBColumns<Row, Key extends string>(
+  figures: (row: Row) => Record<Key, number | null>,
+  keys: readonly (readonly [header: string, key: Key])[],
+): Column<Row>[] {
+  return keys.map(([header, key]) => [header, (row) => inMiB(figures(row)[key])]);
+}
+
+const STORE_COLUMN: Column<{ store: string }> = ["store", (result) => result.store];
+const WIDTH_COLUMN: Column<{ width: number }> = ["steps per run", (result) => String(result.width)];
+const LOAD_COLUMN: Column<{ loadAverage1m?: { before: number; after: number } }> = [
+  "load 1m",
+  (result) => load(result.loadAverage1m),
+];
+const SQL_COLUMN: Column<{ sql: string }> = [
+  "statement (first 60 chars)",
+  (entry) => code(entry.sql),
+];
+const SAMPLED_COLUMNS: readonly Column<{ ms: number; share: number }>[] = [
+  ["ms", (entry) => fmt(entry.ms, 1)],
+  ["share", (entry) => `${fmt(entry.share, 1)} %`],
+];
+
+/** Mean timings of named parts, each with a note on what it times. */
+function timingTable(
+  nameHeader: string,
+  noteHeader: string,
+  entries: readonly { name: string; meanMs: number; note: string }[],
+): string {
+  return columnTable(
+    [
+      [nameHeader, (entry) => entry.name],
+      ["mean ms", (entry) => fmt(entry.meanMs, 4)],
+      [noteHeader, (entry) => entry.note],
+    ],
+    entries,
+  );
+}
+
+/** Rows and bytes of each table (with its indexes), and its bytes per unit of work. */
+function compositionTable<Share extends { table: string; rows: number; bytes: number }>(
+  shares: readonly Share[],
+  perUnitHeader: string,
+  perUnit: (share: Share) => number,
+): string {
+  return columnTable<Share>(
+    [
+      ["table", (share) => share.table],
+      ["rows", (share) => int(share.rows)],
+      ["bytes", (share) => int(share.bytes)],
+      [perUnitHeader, (share) => int(perUnit(share))],
+    ],
+    shares,
+  );
+}
+
+/** One measured drive: the columns the workflow and the ordinary tables of section 3 share. */
+type DriveRow = DriveFigures & { store: string; runs: number; runStartsPerSecond: number };
+/** A row of section 3's workflow table: the result with its workflow drive's figures beside it. */
+type WorkflowRow = Omit<ThroughputResult, "workflow"> & ThroughputResult["workflow"];
+const TICKS_COLUMN: Column<DriveRow> = ["ticks", (drive) => int(drive.ticks)];
+const TICK_WALL_COLUMN: Column<DriveRow> = [
+  "wall s (in tick)",
+  (drive) => fmt(drive.wallMs / 1000, 2),
+];
+const RUN_STARTS_COLUMN: Column<DriveRow> = [
+  "run starts/s",
+  (drive) => fmt(drive.runStartsPerSecond, 0),
+];
+const perSecondColumn = (header: string): Column<DriveRow> => [
+  header,
+  (drive) => fmt(drive.perSecond, 0),
+];
 
 interface ScaleoutPhase {
   runs: number;
@@ -301,55 +431,51 @@ interface ScaleoutResult {
 }
 
 function renderScaleout(result: ScaleoutResult, peers: readonly PeerResult[]): string {
-  const peer = (system: string, mode: string): number | undefined =>
-    peers.find((entry) => entry.system === system && entry.mode === mode)?.jobsPerSecond;
-  const ratio = (value: number | undefined, other: number | undefined): string =>
-    value === undefined || other === undefined || other === 0 ? "–" : `${fmt(value / other, 2)}×`;
-  const rows: string[][] = [];
-  for (const variant of result.variants) {
-    for (const [label, phase, versus] of [
-      ["ordinary runs/s", variant.ordinary, peer("pg-boss", "tuned")],
-      ["workflow steps/s", variant.workflow, peer("graphile-worker", "defaults")],
-    ] as const) {
-      if (phase === null) continue;
-      rows.push([
-        variant.mode,
-        String(variant.coordinators),
-        label,
-        `**${fmt(phase.perSecond, 1)}**${phase.finished ? "" : ` (capped: ${int(phase.completedRuns)}/${int(phase.runs)} runs)`}`,
-        ratio(phase.perSecond, versus),
-        fmt(phase.transactionsPerUnit, 2),
-        fmt(phase.statementsPerUnit, 1),
-        `${int(phase.bodyRuns - phase.transactions - phase.failedTransactions)} / ${int(phase.failedTransactions)}`,
-        `${int(phase.pagesCommitted)} / ${int(phase.pagesItemByItem)} (mean ${fmt(phase.meanPageSize, 1)})`,
-        int(phase.stageErrors),
-      ]);
-    }
-  }
+  const rows = result.variants.flatMap((variant) =>
+    [
+      {
+        figure: "ordinary runs/s",
+        phase: variant.ordinary,
+        versus: peerJobsPerSecond(peers, "pg-boss", "tuned"),
+      },
+      {
+        figure: "workflow steps/s",
+        phase: variant.workflow,
+        versus: peerJobsPerSecond(peers, "graphile-worker", "defaults"),
+      },
+    ].flatMap(({ phase, ...row }) => (phase === null ? [] : [{ ...row, phase, variant }])),
+  );
   return [
     `## 7b. Group commit and scale-out: in-process coordinators on the same PostgreSQL server (${result.ordinaryRuns} ordinary runs, then ${result.workflowRuns} diamond runs; cluster profile, database clock, simulated executor on the wall clock)`,
     `Ratios: ordinary runs/s ÷ pg-boss tuned jobs/s, workflow steps/s ÷ graphile-worker defaults jobs/s (section 7, same run, same server). Retries: bodies run again by serializable retries / transactions that failed. Load 1m before→after: ${load(result.loadAverage1m)}.`,
-    table(
+    columnTable(
       [
-        "mode",
-        "coordinators",
-        "figure",
-        "per s",
-        "÷ peer",
-        "transactions per unit",
-        "statements per unit",
-        "retries / failed",
-        "pages one commit / item by item",
-        "stage errors",
+        ["mode", ({ variant }) => variant.mode],
+        ["coordinators", ({ variant }) => String(variant.coordinators)],
+        ["figure", ({ figure }) => figure],
+        [
+          "per s",
+          ({ phase }) =>
+            `**${fmt(phase.perSecond, 1)}**${phase.finished ? "" : ` (capped: ${int(phase.completedRuns)}/${int(phase.runs)} runs)`}`,
+        ],
+        ["÷ peer", ({ phase, versus }) => ratio(phase.perSecond, versus)],
+        ["transactions per unit", ({ phase }) => fmt(phase.transactionsPerUnit, 2)],
+        ["statements per unit", ({ phase }) => fmt(phase.statementsPerUnit, 1)],
+        [
+          "retries / failed",
+          ({ phase }) =>
+            `${int(phase.bodyRuns - phase.transactions - phase.failedTransactions)} / ${int(phase.failedTransactions)}`,
+        ],
+        [
+          "pages one commit / item by item",
+          ({ phase }) =>
+            `${int(phase.pagesCommitted)} / ${int(phase.pagesItemByItem)} (mean ${fmt(phase.meanPageSize, 1)})`,
+        ],
+        ["stage errors", ({ phase }) => int(phase.stageErrors)],
       ],
       rows,
     ),
   ].join("\n\n");
-}
-
-function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
-  const line = (cells: readonly string[]): string => `| ${cells.join(" | ")} |`;
-  return [line(header), line(header.map(() => "---")), ...rows.map(line)].join("\n");
 }
 
 export function renderMarkdown(report: BenchReport): string {
@@ -372,403 +498,12 @@ export function renderMarkdown(report: BenchReport): string {
     ].join("\n"),
   );
 
-  const admissions = report.admission as unknown as AdmissionResult[];
-  if (admissions.length > 0) {
-    parts.push("## 1. Admission transaction latency (`coordinator.admit`, one transaction each)");
-    parts.push(
-      table(
-        [
-          "store",
-          "steps per run",
-          "timed admissions",
-          "p50 ms",
-          "p95 ms",
-          "p99 ms",
-          "max ms",
-          "admissions/s",
-          "statements/tx",
-          "load 1m",
-        ],
-        admissions.map((result) => [
-          result.store,
-          String(result.width),
-          int(result.admissions) + (result.rejected > 0 ? ` (${result.rejected} rejected)` : ""),
-          fmt(result.latency.p50Ms, 3),
-          fmt(result.latency.p95Ms, 3),
-          fmt(result.latency.p99Ms, 3),
-          fmt(result.latency.maxMs, 2),
-          int(result.admissionsPerSecond),
-          `${fmt(result.perAdmission.statements, 0)} (${fmt(result.perAdmission.reads, 0)} R / ${fmt(result.perAdmission.writes, 0)} W)`,
-          load(result.loadAverage1m),
-        ]),
-      ),
-    );
-    const file = admissions.filter((result) => result.file !== null);
-    if (file.length > 0) {
-      parts.push("sql.js file store, admissions that triggered a checkpoint vs the rest:");
-      parts.push(
-        table(
-          [
-            "steps per run",
-            "with checkpoint: count",
-            "p50 ms",
-            "max ms",
-            "without: p50 ms",
-            "p95 ms",
-            "p99 ms",
-          ],
-          file.map((result) => {
-            const figures = result.file;
-            return [
-              String(result.width),
-              String(figures?.checkpointsDuringRun ?? "–"),
-              fmt(figures?.admissionsWithCheckpoint.p50Ms, 2),
-              fmt(figures?.admissionsWithCheckpoint.maxMs, 2),
-              fmt(figures?.latencyWithoutCheckpoints.p50Ms, 3),
-              fmt(figures?.latencyWithoutCheckpoints.p95Ms, 3),
-              fmt(figures?.latencyWithoutCheckpoints.p99Ms, 3),
-            ];
-          }),
-        ),
-      );
-    }
-    parts.push(
-      "Where one admission's time goes (instrumented admissions after the warm-up, mean ms per admission):",
-    );
-    parts.push(
-      table(
-        [
-          "store",
-          "steps per run",
-          "total",
-          "begin (queue + BEGIN)",
-          "statements",
-          "core + row mapping (JS)",
-          "commit (+ journal + fdatasync)",
-          "rows read",
-          "JSON bodies parsed",
-        ],
-        admissions.map((result) => [
-          result.store,
-          String(result.width),
-          fmt(result.phasesMs.total, 3),
-          fmt(result.phasesMs.begin, 3),
-          fmt(result.phasesMs.statements, 3),
-          fmt(result.phasesMs.coreAndMapping, 3),
-          fmt(result.phasesMs.commit, 3),
-          fmt(result.perAdmission.rowsReturned, 0),
-          `${fmt(result.perAdmission.bodiesParsed, 0)} (${int(result.perAdmission.bodyCharsParsed)} chars)`,
-        ]),
-      ),
-    );
-    const detailed = admissions.find(
-      (result) => result.store === "sqljs-file" && result.width === 64,
-    );
-    if (detailed !== undefined) {
-      parts.push(
-        "Statements of one admission on the sql.js file store (64-step workflow), mean ms each:",
-      );
-      parts.push(
-        table(
-          ["statement (first 60 chars)", "ms"],
-          detailed.statements.map((entry) => [`\`${entry.sql}\``, fmt(entry.msPerAdmission, 4)]),
-        ),
-      );
-      if (detailed.components.length > 0) {
-        parts.push(
-          "Component micro-timings (each part repeated alone; they overlap and do not add up):",
-        );
-        parts.push(
-          table(
-            ["part", "mean ms", "what"],
-            detailed.components.map((entry) => [entry.name, fmt(entry.meanMs, 4), entry.note]),
-          ),
-        );
-      }
-    }
-    const withComponents = admissions.filter(
-      (result) => result.width === 64 && result.components.length > 0,
-    );
-    if (withComponents.length > 0) {
-      parts.push(
-        "Store floors and statement experiments (mean ms; the statement columns time the statement alone inside its own transaction):",
-      );
-      const names = [
-        "empty transaction",
-        "1-row write transaction",
-        "admission reads",
-        "UPDATE runs, all 18 columns (as apply() does)",
-        "UPDATE runs, all columns but id",
-        "UPDATE runs, the 4 columns an admission changes",
-        "SELECT all step_runs of the run (as admit() does)",
-        "SELECT the one step_run being admitted",
-      ];
-      parts.push(
-        table(
-          ["store", ...names],
-          withComponents.map((result) => [
-            result.store,
-            ...names.map((name) =>
-              fmt(result.components.find((entry) => entry.name === name)?.meanMs, 4),
-            ),
-          ]),
-        ),
-      );
-    }
-  }
-
-  if (report.profile !== null) {
-    const { summary } = report.profile;
-    parts.push(
-      `### CPU profile of ${int(report.profile.admissions)} sql.js file store admissions (timed section only, ${report.profile.samplingIntervalUs} µs sampling, ${fmt(summary.scopeMs, 0)} ms sampled)`,
-    );
-    parts.push(
-      "Inclusive time of named cost centres (a sample counts for a centre when any frame of its stack belongs to it; centres overlap):",
-    );
-    parts.push(
-      table(
-        ["cost centre", "ms", "share"],
-        summary.centres.map((centre) => [
-          centre.name,
-          fmt(centre.ms, 1),
-          `${fmt(centre.share, 1)} %`,
-        ]),
-      ),
-    );
-    parts.push("Top self time:");
-    parts.push(
-      table(
-        ["function", "ms", "share"],
-        summary.topSelf.map((entry) => [
-          `\`${entry.name}\``,
-          fmt(entry.ms, 1),
-          `${fmt(entry.share, 1)} %`,
-        ]),
-      ),
-    );
-  }
-
-  const bytes = report.bytes as unknown as BytesResult | null;
-  if (bytes !== null) {
-    const a = bytes.admissions;
-    const w = bytes.workflow;
-    parts.push("## 2. Bytes written by the sql.js file store");
-    parts.push(
-      table(
-        ["figure", "value"],
-        [
-          [
-            `driver bytes per admission (journal + amortized checkpoints; ${int(a.admissions)} admissions, ${a.checkpoints} checkpoints)`,
-            `${int(a.driverBytesPerAdmission)} B`,
-          ],
-          ["– journal record per admission", `${int(a.journalBytesPerAdmission)} B`],
-          ["– checkpoint share per admission", `${int(a.checkpointBytesPerAdmission)} B`],
-          [
-            "`/proc/self/io` wchar per admission (write(2) bytes)",
-            `${int(a.procIoPerAdmission.wchar)} B`,
-          ],
-          [
-            "`/proc/self/io` write_bytes per admission (dirtied pages sent to the block layer)",
-            `${int(a.procIoPerAdmission.writeBytes)} B`,
-          ],
-          [
-            "block device sectors written per admission (whole device, includes the ext4 journal and other processes)",
-            a.deviceBytesPerAdmission === null ? "–" : `${int(a.deviceBytesPerAdmission)} B`,
-          ],
-          [
-            `bytes per checkpoint (explicit, after the admissions; ${fmt(a.checkpoint.ms, 1)} ms)`,
-            `${int(a.checkpoint.bytes)} B (${mib(a.checkpoint.bytes)})`,
-          ],
-          [
-            `run start (diamond, ${w.commitsPerRunStart} journaled transactions)`,
-            `${int(w.bytesPerRunStart)} B`,
-          ],
-          [
-            `**driver bytes per workflow step** (${w.profile} profile, ${int(w.runs)} diamond runs, ${int(w.steps)} steps, ${w.checkpoints} checkpoints)`,
-            `**${int(w.driverBytesPerStep)} B (${kib(w.driverBytesPerStep)})**`,
-          ],
-          ["– journal bytes per step", `${int(w.journalBytesPerStep)} B`],
-          ["– checkpoint bytes per step", `${int(w.checkpointBytesPerStep)} B`],
-          [
-            "journaled transactions per step / journal bytes per transaction",
-            `${fmt(w.commitsPerStep, 2)} / ${int(w.journalBytesPerCommit)} B`,
-          ],
-          [
-            "`/proc/self/io` wchar / write_bytes per step",
-            `${int(w.procIoPerStep.wchar)} B / ${int(w.procIoPerStep.writeBytes)} B`,
-          ],
-          [
-            "block device bytes per step (whole device, noisy)",
-            w.deviceBytesPerStep === null ? "–" : `${int(w.deviceBytesPerStep)} B`,
-          ],
-          [
-            "snapshot + journal files at the end of the step run (before the final checkpoint)",
-            `${mib(w.databaseBytesAtEnd?.snapshotBytes)} + ${mib(w.databaseBytesAtEnd?.journalBytes)}`,
-          ],
-        ],
-      ),
-    );
-    const anatomy = bytes.journalAnatomy;
-    if (anatomy !== undefined) {
-      parts.push(
-        `Journal anatomy (${int(anatomy.runs)} diamond runs without checkpoints, run starts included: ${int(anatomy.bytesPerStep)} B per step in ${fmt(anatomy.records / anatomy.steps, 2)} records; record headers ${int(anatomy.headerBytesPerStep)} B, first-time SQL texts ${int(anatomy.sqlTextBytesPerStep)} B per step):`,
-      );
-      parts.push(
-        table(
-          ["statement (first 60 chars)", "per step", "bytes per step (JSON of the parameters)"],
-          anatomy.statements.map((entry) => [
-            `\`${entry.sql}\``,
-            fmt(entry.perStep, 2),
-            int(entry.bytesPerStep),
-          ]),
-        ),
-      );
-    }
-    if (w.composition !== undefined) {
-      parts.push(
-        `What the database holds after the step run (VACUUMed ${mib(w.composition.totalBytes)}, ${int(w.composition.bytesPerStep)} B per step; each table with its indexes):`,
-      );
-      parts.push(
-        table(
-          ["table", "rows", "bytes", "bytes per step"],
-          w.composition.tables.map((entry) => [
-            entry.table,
-            int(entry.rows),
-            int(entry.bytes),
-            int(entry.bytesPerStep),
-          ]),
-        ),
-      );
-    }
-  }
-
-  const throughput = report.throughput as unknown as ThroughputResult[];
-  if (throughput.length > 0) {
-    parts.push("## 3. End-to-end throughput, simulated executor, virtual clock");
-    parts.push(
-      table(
-        [
-          "store",
-          "profile",
-          "diamond runs",
-          "steps",
-          "ticks",
-          "wall s (in tick)",
-          "steps/s",
-          "tick p50 ms",
-          "tick p95 ms",
-          "tick max ms",
-          "run starts/s",
-          "load 1m",
-        ],
-        throughput.map((result) => [
-          result.store,
-          result.profile,
-          int(result.workflow.runs) +
-            (result.workflow.succeeded === result.workflow.runs
-              ? ""
-              : ` (${result.workflow.succeeded} succeeded)`),
-          int(result.workflow.steps),
-          int(result.workflow.ticks),
-          fmt(result.workflow.wallMs / 1000, 2),
-          fmt(result.workflow.perSecond, 0),
-          fmt(result.workflow.tick.p50Ms, 2),
-          fmt(result.workflow.tick.p95Ms, 2),
-          fmt(result.workflow.tick.maxMs, 1),
-          fmt(result.workflow.runStartsPerSecond, 0),
-          load(result.loadAverage1m),
-        ]),
-      ),
-    );
-    const ordinary = throughput.filter((result) => result.ordinary !== null);
-    if (ordinary.length > 0) {
-      parts.push("Ordinary runs (one task each), cluster profile:");
-      parts.push(
-        table(
-          ["store", "runs", "ticks", "wall s (in tick)", "runs/s", "tick p50 ms", "run starts/s"],
-          ordinary.map((result) => {
-            const figures = result.ordinary;
-            return [
-              result.store,
-              int(figures?.runs),
-              int(figures?.ticks),
-              fmt((figures?.wallMs ?? Number.NaN) / 1000, 2),
-              fmt(figures?.perSecond, 0),
-              fmt(figures?.tick.p50Ms, 2),
-              fmt(figures?.runStartsPerSecond, 0),
-            ];
-          }),
-        ),
-      );
-    }
-  }
-
-  const memory = report.memory as unknown as MemoryResult[];
-  if (memory.length > 0) {
-    parts.push("## 4. Memory: sql.js file store, edge profile, simulated executor");
-    parts.push(
-      table(
-        [
-          "node flags",
-          "runs / steps",
-          "ticks",
-          "RSS at process start",
-          "after open",
-          "after run starts",
-          "end",
-          "peak (sampled)",
-          "VmHWM",
-          "growth during drive",
-          "heap used end",
-          "arrayBuffers end",
-          "tick ms first/last tenth",
-          "database",
-          "bytes written per step (checkpoints)",
-        ],
-        memory.map((result) => [
-          result.label,
-          `${int(result.runs)} / ${int(result.steps)}${result.succeeded === result.runs ? "" : ` (${result.succeeded} succeeded)`}`,
-          int(result.ticks),
-          `${fmt(result.rssMiB.processStart, 1)} MiB`,
-          `${fmt(result.rssMiB.afterOpen, 1)} MiB`,
-          `${fmt(result.rssMiB.afterRunStarts, 1)} MiB`,
-          `${fmt(result.rssMiB.end, 1)} MiB`,
-          `${fmt(result.rssMiB.peakSampled, 1)} MiB`,
-          `**${fmt(result.rssMiB.vmHwm, 1)} MiB**`,
-          `${fmt(result.rssMiB.growthDuringDrive, 1)} MiB`,
-          `${fmt(result.endUsageMiB.heapUsed, 1)} MiB`,
-          `${fmt(result.endUsageMiB.arrayBuffers, 1)} MiB`,
-          `${fmt(result.tickMsFirstTenth, 2)} / ${fmt(result.tickMsLastTenth, 2)}`,
-          mib(result.database?.snapshotBytes),
-          result.written === undefined || result.written === null
-            ? "–"
-            : `${int(result.written.driverBytesPerStep)} B (${result.written.checkpoints})`,
-        ]),
-      ),
-    );
-  }
-
-  const withExperiments = memory.find(
-    (result) => (result.statementExperimentsAtEnd?.length ?? 0) > 0,
-  );
-  if (withExperiments?.statementExperimentsAtEnd !== undefined) {
-    parts.push(
-      `The same statement experiments on the memory bench's final database (${int(withExperiments.runs)} runs, ${mib(withExperiments.database?.snapshotBytes)}):`,
-    );
-    parts.push(
-      table(
-        ["statement", "mean ms", "context"],
-        withExperiments.statementExperimentsAtEnd.map((entry) => [
-          entry.name,
-          fmt(entry.meanMs, 4),
-          entry.note,
-        ]),
-      ),
-    );
-  }
-
+  renderAdmission(report, parts);
+  renderCpuProfile(report, parts);
+  renderBytes(report, parts);
+  renderThroughput(report, parts);
+  renderMemory(report, parts);
   renderDeviceMemory(report, parts);
-
   renderServeAndPeers(report, parts);
 
   if (report.failures.length > 0) {
@@ -780,6 +515,338 @@ export function renderMarkdown(report: BenchReport): string {
     );
   }
   return `${parts.join("\n\n")}\n`;
+}
+
+/** The admission phases, each `[header, key of phasesMs]`, in mean ms per admission. */
+const ADMISSION_PHASES: readonly (readonly [string, keyof AdmissionResult["phasesMs"]])[] = [
+  ["total", "total"],
+  ["begin (queue + BEGIN)", "begin"],
+  ["statements", "statements"],
+  ["core + row mapping (JS)", "coreAndMapping"],
+  ["commit (+ journal + fdatasync)", "commit"],
+];
+
+/** The store floors and statement experiments shown side by side, by component name. */
+const FLOOR_COMPONENTS = [
+  "empty transaction",
+  "1-row write transaction",
+  "admission reads",
+  "UPDATE runs, all 18 columns (as apply() does)",
+  "UPDATE runs, all columns but id",
+  "UPDATE runs, the 4 columns an admission changes",
+  "SELECT all step_runs of the run (as admit() does)",
+  "SELECT the one step_run being admitted",
+];
+
+function renderAdmission(report: BenchReport, parts: string[]): void {
+  const admissions = report.admission as unknown as AdmissionResult[];
+  if (admissions.length === 0) return;
+  parts.push(
+    "## 1. Admission transaction latency (`coordinator.admit`, one transaction each)",
+    columnTable<AdmissionResult>(
+      [
+        STORE_COLUMN,
+        WIDTH_COLUMN,
+        [
+          "timed admissions",
+          (result) =>
+            int(result.admissions) + (result.rejected > 0 ? ` (${result.rejected} rejected)` : ""),
+        ],
+        ...latencyColumns((result: AdmissionResult) => result.latency, {
+          p50: 3,
+          p95: 3,
+          p99: 3,
+          max: 2,
+        }),
+        ["admissions/s", (result) => int(result.admissionsPerSecond)],
+        [
+          "statements/tx",
+          ({ perAdmission }) =>
+            `${fmt(perAdmission.statements, 0)} (${fmt(perAdmission.reads, 0)} R / ${fmt(perAdmission.writes, 0)} W)`,
+        ],
+        LOAD_COLUMN,
+      ],
+      admissions,
+    ),
+  );
+  const file = admissions.filter((result) => result.file !== null);
+  pushTable<AdmissionResult>(
+    parts,
+    "sql.js file store, admissions that triggered a checkpoint vs the rest:",
+    [
+      WIDTH_COLUMN,
+      ["with checkpoint: count", (result) => String(result.file?.checkpointsDuringRun ?? "–")],
+      ...latencyColumns((result: AdmissionResult) => result.file?.admissionsWithCheckpoint, {
+        p50: 2,
+        max: 2,
+      }),
+      ...latencyColumns(
+        (result: AdmissionResult) => result.file?.latencyWithoutCheckpoints,
+        { p50: 3 },
+        "without: ",
+      ),
+      ...latencyColumns((result: AdmissionResult) => result.file?.latencyWithoutCheckpoints, {
+        p95: 3,
+        p99: 3,
+      }),
+    ],
+    file,
+  );
+  parts.push(
+    "Where one admission's time goes (instrumented admissions after the warm-up, mean ms per admission):",
+    columnTable<AdmissionResult>(
+      [
+        STORE_COLUMN,
+        WIDTH_COLUMN,
+        ...ADMISSION_PHASES.map(([header, phase]): Column<AdmissionResult> => [
+          header,
+          (result) => fmt(result.phasesMs[phase], 3),
+        ]),
+        ["rows read", (result) => fmt(result.perAdmission.rowsReturned, 0)],
+        [
+          "JSON bodies parsed",
+          ({ perAdmission }) =>
+            `${fmt(perAdmission.bodiesParsed, 0)} (${int(perAdmission.bodyCharsParsed)} chars)`,
+        ],
+      ],
+      admissions,
+    ),
+  );
+  const detailed = admissions.find(
+    (result) => result.store === "sqljs-file" && result.width === 64,
+  );
+  if (detailed !== undefined) {
+    parts.push(
+      "Statements of one admission on the sql.js file store (64-step workflow), mean ms each:",
+      columnTable(
+        [SQL_COLUMN, ["ms", (entry) => fmt(entry.msPerAdmission, 4)]],
+        detailed.statements,
+      ),
+    );
+    if (detailed.components.length > 0) {
+      parts.push(
+        "Component micro-timings (each part repeated alone; they overlap and do not add up):",
+        timingTable("part", "what", detailed.components),
+      );
+    }
+  }
+  const withComponents = admissions.filter(
+    (result) => result.width === 64 && result.components.length > 0,
+  );
+  pushTable<AdmissionResult>(
+    parts,
+    "Store floors and statement experiments (mean ms; the statement columns time the statement alone inside its own transaction):",
+    [
+      STORE_COLUMN,
+      ...FLOOR_COMPONENTS.map((name): Column<AdmissionResult> => [
+        name,
+        (result) => fmt(result.components.find((entry) => entry.name === name)?.meanMs, 4),
+      ]),
+    ],
+    withComponents,
+  );
+}
+
+function renderCpuProfile(report: BenchReport, parts: string[]): void {
+  if (report.profile === null) return;
+  const { summary } = report.profile;
+  parts.push(
+    `### CPU profile of ${int(report.profile.admissions)} sql.js file store admissions (timed section only, ${report.profile.samplingIntervalUs} µs sampling, ${fmt(summary.scopeMs, 0)} ms sampled)`,
+  );
+  parts.push(
+    "Inclusive time of named cost centres (a sample counts for a centre when any frame of its stack belongs to it; centres overlap):",
+    columnTable([["cost centre", (centre) => centre.name], ...SAMPLED_COLUMNS], summary.centres),
+  );
+  parts.push(
+    "Top self time:",
+    columnTable([["function", (entry) => code(entry.name)], ...SAMPLED_COLUMNS], summary.topSelf),
+  );
+}
+
+function renderBytes(report: BenchReport, parts: string[]): void {
+  const bytes = report.bytes as unknown as BytesResult | null;
+  if (bytes === null) return;
+  const a = bytes.admissions;
+  const w = bytes.workflow;
+  parts.push("## 2. Bytes written by the sql.js file store");
+  parts.push(
+    table(
+      ["figure", "value"],
+      [
+        [
+          `driver bytes per admission (journal + amortized checkpoints; ${int(a.admissions)} admissions, ${a.checkpoints} checkpoints)`,
+          `${int(a.driverBytesPerAdmission)} B`,
+        ],
+        ["– journal record per admission", `${int(a.journalBytesPerAdmission)} B`],
+        ["– checkpoint share per admission", `${int(a.checkpointBytesPerAdmission)} B`],
+        [
+          "`/proc/self/io` wchar per admission (write(2) bytes)",
+          `${int(a.procIoPerAdmission.wchar)} B`,
+        ],
+        [
+          "`/proc/self/io` write_bytes per admission (dirtied pages sent to the block layer)",
+          `${int(a.procIoPerAdmission.writeBytes)} B`,
+        ],
+        [
+          "block device sectors written per admission (whole device, includes the ext4 journal and other processes)",
+          a.deviceBytesPerAdmission === null ? "–" : `${int(a.deviceBytesPerAdmission)} B`,
+        ],
+        [
+          `bytes per checkpoint (explicit, after the admissions; ${fmt(a.checkpoint.ms, 1)} ms)`,
+          `${int(a.checkpoint.bytes)} B (${mib(a.checkpoint.bytes)})`,
+        ],
+        [
+          `run start (diamond, ${w.commitsPerRunStart} journaled transactions)`,
+          `${int(w.bytesPerRunStart)} B`,
+        ],
+        [
+          `**driver bytes per workflow step** (${w.profile} profile, ${int(w.runs)} diamond runs, ${int(w.steps)} steps, ${w.checkpoints} checkpoints)`,
+          `**${int(w.driverBytesPerStep)} B (${kib(w.driverBytesPerStep)})**`,
+        ],
+        ["– journal bytes per step", `${int(w.journalBytesPerStep)} B`],
+        ["– checkpoint bytes per step", `${int(w.checkpointBytesPerStep)} B`],
+        [
+          "journaled transactions per step / journal bytes per transaction",
+          `${fmt(w.commitsPerStep, 2)} / ${int(w.journalBytesPerCommit)} B`,
+        ],
+        [
+          "`/proc/self/io` wchar / write_bytes per step",
+          `${int(w.procIoPerStep.wchar)} B / ${int(w.procIoPerStep.writeBytes)} B`,
+        ],
+        [
+          "block device bytes per step (whole device, noisy)",
+          w.deviceBytesPerStep === null ? "–" : `${int(w.deviceBytesPerStep)} B`,
+        ],
+        [
+          "snapshot + journal files at the end of the step run (before the final checkpoint)",
+          `${mib(w.databaseBytesAtEnd?.snapshotBytes)} + ${mib(w.databaseBytesAtEnd?.journalBytes)}`,
+        ],
+      ],
+    ),
+  );
+  const anatomy = bytes.journalAnatomy;
+  if (anatomy !== undefined) {
+    parts.push(
+      `Journal anatomy (${int(anatomy.runs)} diamond runs without checkpoints, run starts included: ${int(anatomy.bytesPerStep)} B per step in ${fmt(anatomy.records / anatomy.steps, 2)} records; record headers ${int(anatomy.headerBytesPerStep)} B, first-time SQL texts ${int(anatomy.sqlTextBytesPerStep)} B per step):`,
+      columnTable(
+        [
+          SQL_COLUMN,
+          ["per step", (entry) => fmt(entry.perStep, 2)],
+          ["bytes per step (JSON of the parameters)", (entry) => int(entry.bytesPerStep)],
+        ],
+        anatomy.statements,
+      ),
+    );
+  }
+  if (w.composition !== undefined) {
+    parts.push(
+      `What the database holds after the step run (VACUUMed ${mib(w.composition.totalBytes)}, ${int(w.composition.bytesPerStep)} B per step; each table with its indexes):`,
+      compositionTable(w.composition.tables, "bytes per step", (share) => share.bytesPerStep),
+    );
+  }
+}
+
+function renderThroughput(report: BenchReport, parts: string[]): void {
+  const throughput = report.throughput as unknown as ThroughputResult[];
+  if (throughput.length === 0) return;
+  parts.push(
+    "## 3. End-to-end throughput, simulated executor, virtual clock",
+    columnTable(
+      [
+        STORE_COLUMN,
+        ["profile", (result) => result.profile],
+        [
+          "diamond runs",
+          (result) =>
+            int(result.runs) +
+            (result.succeeded === result.runs ? "" : ` (${result.succeeded} succeeded)`),
+        ],
+        ["steps", (result) => int(result.steps)],
+        TICKS_COLUMN,
+        TICK_WALL_COLUMN,
+        perSecondColumn("steps/s"),
+        ...latencyColumns(
+          (result: WorkflowRow) => result.tick,
+          { p50: 2, p95: 2, max: 1 },
+          "tick ",
+        ),
+        RUN_STARTS_COLUMN,
+        LOAD_COLUMN,
+      ],
+      throughput.map(({ workflow, ...result }) => ({ ...result, ...workflow })),
+    ),
+  );
+  const ordinary = throughput.flatMap((result) =>
+    result.ordinary === null ? [] : [{ store: result.store, ...result.ordinary }],
+  );
+  pushTable<DriveRow>(
+    parts,
+    "Ordinary runs (one task each), cluster profile:",
+    [
+      STORE_COLUMN,
+      ["runs", (drive) => int(drive.runs)],
+      TICKS_COLUMN,
+      TICK_WALL_COLUMN,
+      perSecondColumn("runs/s"),
+      ...latencyColumns((drive: DriveRow) => drive.tick, { p50: 2 }, "tick "),
+      RUN_STARTS_COLUMN,
+    ],
+    ordinary,
+  );
+}
+
+function renderMemory(report: BenchReport, parts: string[]): void {
+  const memory = report.memory as unknown as MemoryResult[];
+  pushTable<MemoryResult>(
+    parts,
+    "## 4. Memory: sql.js file store, edge profile, simulated executor",
+    [
+      ["node flags", (result) => result.label],
+      [
+        "runs / steps",
+        (result) =>
+          `${int(result.runs)} / ${int(result.steps)}${result.succeeded === result.runs ? "" : ` (${result.succeeded} succeeded)`}`,
+      ],
+      ["ticks", (result) => int(result.ticks)],
+      ...inMiBColumns(
+        (result: MemoryResult) => result.rssMiB,
+        [
+          ["RSS at process start", "processStart"],
+          ["after open", "afterOpen"],
+          ["after run starts", "afterRunStarts"],
+          ["end", "end"],
+          ["peak (sampled)", "peakSampled"],
+        ],
+      ),
+      ["VmHWM", (result) => bold(inMiB(result.rssMiB.vmHwm))],
+      ["growth during drive", (result) => inMiB(result.rssMiB.growthDuringDrive)],
+      ["heap used end", (result) => inMiB(result.endUsageMiB.heapUsed)],
+      ["arrayBuffers end", (result) => inMiB(result.endUsageMiB.arrayBuffers)],
+      [
+        "tick ms first/last tenth",
+        (result) => `${fmt(result.tickMsFirstTenth, 2)} / ${fmt(result.tickMsLastTenth, 2)}`,
+      ],
+      ["database", (result) => mib(result.database?.snapshotBytes)],
+      [
+        "bytes written per step (checkpoints)",
+        ({ written }) =>
+          written === undefined || written === null
+            ? "–"
+            : `${int(written.driverBytesPerStep)} B (${written.checkpoints})`,
+      ],
+    ],
+    memory,
+  );
+
+  const withExperiments = memory.find(
+    (result) => (result.statementExperimentsAtEnd?.length ?? 0) > 0,
+  );
+  if (withExperiments?.statementExperimentsAtEnd !== undefined) {
+    parts.push(
+      `The same statement experiments on the memory bench's final database (${int(withExperiments.runs)} runs, ${mib(withExperiments.database?.snapshotBytes)}):`,
+      timingTable("statement", "context", withExperiments.statementExperimentsAtEnd),
+    );
+  }
 }
 
 interface DeviceMemoryResult {
@@ -828,6 +895,28 @@ interface DeviceMemoryResult {
   };
 }
 
+/** What `/proc/<pid>/status` and the process's own `GET /metrics` said at one moment. */
+interface ProcessSnapshot {
+  proc: Record<string, number | null> | null;
+  metrics: Record<string, number | null>;
+}
+
+const SNAPSHOT_COLUMNS: readonly Column<ProcessSnapshot>[] = [
+  ["VmRSS", ({ proc }) => inMiB(proc?.rss)],
+  ["VmHWM", ({ proc }) => bold(inMiB(proc?.vmHwm))],
+  [
+    "anonymous / file-backed",
+    ({ proc }) => `${fmt(proc?.rssAnon, 1)} / ${fmt(proc?.rssFile, 1)} MiB`,
+  ],
+  [
+    "V8 heap used / total",
+    ({ metrics }) => `${fmt(metrics.heap_used, 1)} / ${fmt(metrics.heap_total, 1)} MiB`,
+  ],
+  ["external (incl. WASM and ArrayBuffers)", ({ metrics }) => inMiB(metrics.external)],
+  ["ArrayBuffers (the database image)", ({ metrics }) => inMiB(metrics.array_buffers)],
+  ["sql.js WASM memory (reserved)", ({ metrics }) => inMiB(metrics.wasm)],
+];
+
 function renderDeviceMemory(report: BenchReport, parts: string[]): void {
   const device = report.memoryDevice as unknown as DeviceMemoryResult | null;
   if (device === null) return;
@@ -837,51 +926,25 @@ function renderDeviceMemory(report: BenchReport, parts: string[]): void {
   );
   parts.push(
     "What the floor is made of: one Node process importing the runtime's packages one after another (cumulative; the first import also pays for Node's ES module loader).",
-  );
-  parts.push(
-    table(
-      ["step", "VmRSS", "VmHWM", "heap used", "external"],
-      device.importSteps.map((step) => [
-        step.label,
-        `${fmt(step.rssMiB, 1)} MiB`,
-        `${fmt(step.vmHwmMiB, 1)} MiB`,
-        `${fmt(step.heapUsedMiB, 1)} MiB`,
-        `${fmt(step.externalMiB, 1)} MiB`,
-      ]),
+    columnTable(
+      [
+        ["step", (step) => step.label],
+        ...inMiBColumns(
+          (step: DeviceMemoryResult["importSteps"][number]) => step,
+          [
+            ["VmRSS", "rssMiB"],
+            ["VmHWM", "vmHwmMiB"],
+            ["heap used", "heapUsedMiB"],
+            ["external", "externalMiB"],
+          ],
+        ),
+      ],
+      device.importSteps,
     ),
   );
-  const row = (
-    label: string,
-    proc: Record<string, number | null> | null,
-    metrics: Record<string, number | null>,
-  ): string[] => [
-    label,
-    `${fmt(proc?.rss, 1)} MiB`,
-    `**${fmt(proc?.vmHwm, 1)} MiB**`,
-    `${fmt(proc?.rssAnon, 1)} / ${fmt(proc?.rssFile, 1)} MiB`,
-    `${fmt(metrics.heap_used, 1)} / ${fmt(metrics.heap_total, 1)} MiB`,
-    `${fmt(metrics.external, 1)} MiB`,
-    `${fmt(metrics.array_buffers, 1)} MiB`,
-    `${fmt(metrics.wasm, 1)} MiB`,
-  ];
-  const header = [
-    "",
-    "VmRSS",
-    "VmHWM",
-    "anonymous / file-backed",
-    "V8 heap used / total",
-    "external (incl. WASM and ArrayBuffers)",
-    "ArrayBuffers (the database image)",
-    "sql.js WASM memory (reserved)",
-  ];
   parts.push(
     "The floor: an empty state dir, the package applied, HTTP listening, no run yet (1 s after ready); from `/proc/<pid>/status` and the process's own `GET /metrics`.",
-  );
-  parts.push(
-    table(
-      header,
-      device.floors.map((floor) => row(floor.label, floor.proc, floor.metrics)),
-    ),
+    columnTable([["", (floor) => floor.label], ...SNAPSHOT_COLUMNS], device.floors),
   );
   const history = device.history;
   parts.push(
@@ -890,247 +953,146 @@ function renderDeviceMemory(report: BenchReport, parts: string[]): void {
   if (history.composition !== undefined) {
     parts.push(
       `What the history holds (VACUUMed copy, ${mib(history.composition.vacuumedBytes)}; each table with its indexes):`,
-    );
-    parts.push(
-      table(
-        ["table", "rows", "bytes", "bytes per run"],
-        history.composition.tables.map((share) => [
-          share.table,
-          int(share.rows),
-          int(share.bytes),
-          int(share.bytesPerRun),
-        ]),
-      ),
+      compositionTable(history.composition.tables, "bytes per run", (share) => share.bytesPerRun),
     );
   }
   parts.push(
-    table(
+    columnTable(
       [
-        "variant",
-        "ready s",
-        "runs finished in the window",
-        "VmRSS at ready",
-        "VmRSS before stop",
-        "growth in the window",
-        "**VmHWM before stop**",
-        "**VmHWM at exit**",
-        "heap used at ready",
-        "ArrayBuffers at ready",
-        "WASM at ready",
+        ["variant", (variant) => variant.label],
+        ["ready s", (variant) => fmt(variant.readyS, 2)],
+        ["runs finished in the window", (variant) => int(variant.runsFinishedInWindow)],
+        ["VmRSS at ready", ({ atReady }) => inMiB(atReady.proc?.rss)],
+        ["VmRSS before stop", ({ beforeStop }) => inMiB(beforeStop.proc?.rss)],
+        ["growth in the window", (variant) => inMiB(variant.growthDuringWindowMiB)],
+        ["**VmHWM before stop**", (variant) => bold(inMiB(variant.vmHwmBeforeStopMiB))],
+        ["**VmHWM at exit**", (variant) => bold(inMiB(variant.vmHwmAtExitMiB))],
+        ["heap used at ready", ({ atReady }) => inMiB(atReady.metrics.heap_used)],
+        ["ArrayBuffers at ready", ({ atReady }) => inMiB(atReady.metrics.array_buffers)],
+        ["WASM at ready", ({ atReady }) => inMiB(atReady.metrics.wasm)],
       ],
-      history.variants.map((variant) => [
-        variant.label,
-        fmt(variant.readyS, 2),
-        int(variant.runsFinishedInWindow),
-        `${fmt(variant.atReady.proc?.rss, 1)} MiB`,
-        `${fmt(variant.beforeStop.proc?.rss, 1)} MiB`,
-        `${fmt(variant.growthDuringWindowMiB, 1)} MiB`,
-        `**${fmt(variant.vmHwmBeforeStopMiB, 1)} MiB**`,
-        `**${fmt(variant.vmHwmAtExitMiB, 1)} MiB**`,
-        `${fmt(variant.atReady.metrics.heap_used, 1)} MiB`,
-        `${fmt(variant.atReady.metrics.array_buffers, 1)} MiB`,
-        `${fmt(variant.atReady.metrics.wasm, 1)} MiB`,
-      ]),
+      history.variants,
     ),
   );
 }
 
+/** A cell of the memory limit's figures, "–" when the serve process ran without a limit. */
+const limitCell =
+  (cell: (limit: NonNullable<ServeResult["memoryLimit"]>) => string) =>
+  (result: ServeResult): string =>
+    result.memoryLimit === null ? "–" : cell(result.memoryLimit);
+
+/** The peers and modes our figures are compared with, as `÷ <system> <mode>` columns. */
+const PEER_BASELINES = [
+  ["pg-boss", "defaults"],
+  ["pg-boss", "tuned"],
+  ["graphile-worker", "defaults"],
+  ["graphile-worker", "tuned"],
+] as const;
+
 function renderServeAndPeers(report: BenchReport, parts: string[]): void {
   const serve = report.serve as unknown as ServeResult[];
   const throughput = serve.filter((result) => result.label === "throughput");
-  if (throughput.length > 0) {
-    parts.push(
-      "## 5. Real-process step throughput: `node dist/qlr.mjs serve` (sql.js file store), runs started with `POST /runs`, steps run `true`",
-    );
-    parts.push(
-      table(
-        [
-          "profile",
-          "workflow",
-          "runs",
-          "succeeded",
-          "wall s (first POST → all terminal)",
-          "runs/s",
-          "**steps/s**",
-          "POST /runs mean ms",
-          "VmHWM",
-          "load 1m",
-        ],
-        throughput.map((result) => [
-          result.profile,
-          `${result.workflow} (${result.stepsPerRun} steps)`,
-          int(result.runs),
-          int(result.succeeded),
-          fmt(result.wallMs / 1000, 1),
-          fmt(result.runsPerSecond, 2),
-          `**${fmt(result.stepsPerSecond, 1)}**`,
-          fmt(result.meanPostRunsMs, 2),
-          `${fmt(result.rssMiB.vmHwm, 1)} MiB`,
-          load(result.loadAverage1m),
-        ]),
-      ),
-    );
-  }
+  pushTable(
+    parts,
+    "## 5. Real-process step throughput: `node dist/qlr.mjs serve` (sql.js file store), runs started with `POST /runs`, steps run `true`",
+    [
+      ["profile", (result) => result.profile],
+      ["workflow", (result) => `${result.workflow} (${result.stepsPerRun} steps)`],
+      ["runs", (result) => int(result.runs)],
+      ["succeeded", (result) => int(result.succeeded)],
+      ["wall s (first POST → all terminal)", (result) => fmt(result.wallMs / 1000, 1)],
+      ["runs/s", (result) => fmt(result.runsPerSecond, 2)],
+      ["**steps/s**", (result) => bold(fmt(result.stepsPerSecond, 1))],
+      ["POST /runs mean ms", (result) => fmt(result.meanPostRunsMs, 2)],
+      ["VmHWM", (result) => inMiB(result.rssMiB.vmHwm)],
+      LOAD_COLUMN,
+    ],
+    throughput,
+  );
   const memory = serve.filter((result) => result.label !== "throughput");
-  if (memory.length > 0) {
-    parts.push(
-      "## 6. Memory of `qlr serve --profile edge` (two-step `true` runs, at most 50 in flight)",
-    );
-    parts.push(
-      table(
+  pushTable<ServeResult>(
+    parts,
+    "## 6. Memory of `qlr serve --profile edge` (two-step `true` runs, at most 50 in flight)",
+    [
+      ["variant", (result) => result.label],
+      [
+        "node flags",
+        ({ nodeFlags }) => (nodeFlags.length === 0 ? "none" : code(nodeFlags.join(" "))),
+      ],
+      [
+        "runs terminal / succeeded",
+        (result) => `${int(result.terminal)} / ${int(result.succeeded)} of ${int(result.runs)}`,
+      ],
+      ["wall s", (result) => fmt(result.wallMs / 1000, 1)],
+      ["steps/s", (result) => fmt(result.stepsPerSecond, 1)],
+      ...inMiBColumns(
+        (result: ServeResult) => result.rssMiB,
         [
-          "variant",
-          "node flags",
-          "runs terminal / succeeded",
-          "wall s",
-          "steps/s",
-          "RSS at ready",
-          "RSS end",
-          "RSS growth",
-          "peak RSS sampled",
-          "**VmHWM**",
-          "limit",
-          "cgroup peak (anon + page cache)",
-          "cgroup anon peak (sampled)",
-          "cgroup page cache peak (sampled)",
-          "limit hits (failcnt)",
-          "OOM kills",
-          "serve exited",
+          ["RSS at ready", "atReady"],
+          ["RSS end", "end"],
+          ["RSS growth", "growth"],
+          ["peak RSS sampled", "peakSampled"],
         ],
-        memory.map((result) => [
-          result.label,
-          result.nodeFlags.length === 0 ? "none" : `\`${result.nodeFlags.join(" ")}\``,
-          `${int(result.terminal)} / ${int(result.succeeded)} of ${int(result.runs)}`,
-          fmt(result.wallMs / 1000, 1),
-          fmt(result.stepsPerSecond, 1),
-          `${fmt(result.rssMiB.atReady, 1)} MiB`,
-          `${fmt(result.rssMiB.end, 1)} MiB`,
-          `${fmt(result.rssMiB.growth, 1)} MiB`,
-          `${fmt(result.rssMiB.peakSampled, 1)} MiB`,
-          `**${fmt(result.rssMiB.vmHwm, 1)} MiB**`,
-          result.memoryLimit === null
-            ? "none"
-            : `${fmt(result.memoryLimit.limitMiB, 0)} MiB (cgroup ${result.memoryLimit.cgroupVersion ?? "unavailable"})`,
-          result.memoryLimit === null ? "–" : `${fmt(result.memoryLimit.peakMiB, 1)} MiB`,
-          result.memoryLimit === null
-            ? "–"
-            : `${fmt(result.memoryLimit.anonPeakSampledMiB, 1)} MiB`,
-          result.memoryLimit === null
-            ? "–"
-            : `${fmt(result.memoryLimit.pageCachePeakSampledMiB, 1)} MiB`,
-          result.memoryLimit === null ? "–" : int(result.memoryLimit.limitHits),
-          result.memoryLimit === null
-            ? "–"
-            : int(result.memoryLimit.oomKills ?? result.memoryLimit.oomEvents),
-          result.serveExited === null ? "no" : JSON.stringify(result.serveExited),
-        ]),
       ),
+      ["**VmHWM**", (result) => bold(inMiB(result.rssMiB.vmHwm))],
+      [
+        "limit",
+        ({ memoryLimit }) =>
+          memoryLimit === null
+            ? "none"
+            : `${fmt(memoryLimit.limitMiB, 0)} MiB (cgroup ${memoryLimit.cgroupVersion ?? "unavailable"})`,
+      ],
+      ["cgroup peak (anon + page cache)", limitCell((limit) => inMiB(limit.peakMiB))],
+      ["cgroup anon peak (sampled)", limitCell((limit) => inMiB(limit.anonPeakSampledMiB))],
+      [
+        "cgroup page cache peak (sampled)",
+        limitCell((limit) => inMiB(limit.pageCachePeakSampledMiB)),
+      ],
+      ["limit hits (failcnt)", limitCell((limit) => int(limit.limitHits))],
+      ["OOM kills", limitCell((limit) => int(limit.oomKills ?? limit.oomEvents))],
+      [
+        "serve exited",
+        (result) => (result.serveExited === null ? "no" : JSON.stringify(result.serveExited)),
+      ],
+    ],
+    memory,
+  );
+  const method = memory.find(
+    (result) => result.memoryLimit?.method !== null && result.memoryLimit?.method !== undefined,
+  )?.memoryLimit?.method;
+  if (method !== undefined && method !== null)
+    parts.push(
+      `Memory limit method: ${method}. The cgroup charges every process the serve process starts (supervisors, tasks) and the page cache it reads or dirties (the database and journal files), but not file pages (the node binary) already resident before it joined; the page cache is reclaimable, so the anonymous peak is the figure that decides an OOM.`,
     );
-    const method = memory.find(
-      (result) => result.memoryLimit?.method !== null && result.memoryLimit?.method !== undefined,
-    )?.memoryLimit?.method;
-    if (method !== undefined && method !== null)
-      parts.push(
-        `Memory limit method: ${method}. The cgroup charges every process the serve process starts (supervisors, tasks) and the page cache it reads or dirties (the database and journal files), but not file pages (the node binary) already resident before it joined; the page cache is reclaimable, so the anonymous peak is the figure that decides an OOM.`,
-      );
-  }
 
   const peers = report.peers as unknown as PeerResult[];
-  if (peers.length > 0) {
-    parts.push("## 7. Peers on the same PostgreSQL server (fresh database each, no-op handlers)");
-    parts.push(
-      table(
-        [
-          "system",
-          "mode",
-          "settings",
-          "jobs",
-          "enqueue jobs/s (bulk)",
-          "completed",
-          "processing s",
-          "**jobs/s**",
-          "load 1m",
-        ],
-        peers.map((result) => [
-          `${result.system} ${report.versions.packages[result.system] ?? ""}`,
-          result.mode,
+  pushTable(
+    parts,
+    "## 7. Peers on the same PostgreSQL server (fresh database each, no-op handlers)",
+    [
+      ["system", (result) => `${result.system} ${report.versions.packages[result.system] ?? ""}`],
+      ["mode", (result) => result.mode],
+      [
+        "settings",
+        (result) =>
           Object.entries(result.settings)
             .map(([key, value]) => `${key} ${String(value)}`)
             .join(", "),
-          int(result.jobs),
-          int(result.enqueuePerSecond),
-          int(result.completed),
-          `${fmt(result.processMs / 1000, 1)}${result.capped ? " (capped)" : ""}`,
-          `**${fmt(result.jobsPerSecond, 1)}**`,
-          load(result.loadAverage1m),
-        ]),
-      ),
-    );
-    const ours = report.throughput as unknown as {
-      store: string;
-      profile: string;
-      workflow: { perSecond: number };
-      ordinary: { perSecond: number } | null;
-    }[];
-    const pgCluster = ours.find((result) => result.store === "pg" && result.profile === "cluster");
-    const fileEdge = ours.find(
-      (result) => result.store === "sqljs-file" && result.profile === "edge",
-    );
-    const fileCluster = ours.find(
-      (result) => result.store === "sqljs-file" && result.profile === "cluster",
-    );
-    const peer = (system: string, mode: string): number | undefined =>
-      peers.find((result) => result.system === system && result.mode === mode)?.jobsPerSecond;
-    const rows: string[][] = [];
-    const ratioRow = (label: string, value: number | undefined): void => {
-      if (value === undefined) return;
-      const cell = (other: number | undefined): string =>
-        other === undefined || other === 0 ? "–" : `${fmt(value / other, 2)}×`;
-      rows.push([
-        label,
-        fmt(value, 1),
-        cell(peer("pg-boss", "defaults")),
-        cell(peer("pg-boss", "tuned")),
-        cell(peer("graphile-worker", "defaults")),
-        cell(peer("graphile-worker", "tuned")),
-      ]);
-    };
-    ratioRow(
-      "qlr pg store, cluster, ordinary runs/s (simulated executor, in-process tick)",
-      pgCluster?.ordinary?.perSecond,
-    );
-    ratioRow("qlr pg store, cluster, workflow steps/s", pgCluster?.workflow.perSecond);
-    ratioRow(
-      "qlr sql.js file store (durable), cluster, workflow steps/s",
-      fileCluster?.workflow.perSecond,
-    );
-    ratioRow(
-      "qlr sql.js file store (durable), edge, workflow steps/s",
-      fileEdge?.workflow.perSecond,
-    );
-    ratioRow(
-      "qlr sql.js file store (durable), cluster, ordinary runs/s",
-      fileCluster?.ordinary?.perSecond,
-    );
-    if (rows.length > 0) {
-      parts.push(
-        "Ours against them (ratio = ours / theirs; ours from section 3, same run, same server):",
-      );
-      parts.push(
-        table(
-          [
-            "qlr figure",
-            "per s",
-            "÷ pg-boss defaults",
-            "÷ pg-boss tuned",
-            "÷ graphile-worker defaults",
-            "÷ graphile-worker tuned",
-          ],
-          rows,
-        ),
-      );
-    }
-  }
+      ],
+      ["jobs", (result) => int(result.jobs)],
+      ["enqueue jobs/s (bulk)", (result) => int(result.enqueuePerSecond)],
+      ["completed", (result) => int(result.completed)],
+      [
+        "processing s",
+        (result) => `${fmt(result.processMs / 1000, 1)}${result.capped ? " (capped)" : ""}`,
+      ],
+      ["**jobs/s**", (result) => bold(fmt(result.jobsPerSecond, 1))],
+      LOAD_COLUMN,
+    ],
+    peers,
+  );
+  if (peers.length > 0) renderPeerRatios(report, peers, parts);
 
   const scaleout = (report.scaleout ?? null) as unknown as ScaleoutResult | null;
   if (scaleout !== null)
@@ -1140,33 +1102,21 @@ function renderServeAndPeers(report: BenchReport, parts: string[]): void {
   if (workerd !== null) {
     parts.push(
       "## 8. `POST /tick` in workerd (Miniflare, dist/worker/index.js, SQLite-backed Durable Object)",
-    );
-    parts.push(
-      table(
+      columnTable(
         [
-          "runs started",
-          "ticks",
-          "admissions during the ticks",
-          "first tick ms",
-          "p50 ms",
-          "p95 ms",
-          "p99 ms",
-          "max ms",
-          "POST /runs p50 ms",
+          ["runs started", (result) => int(result.runs)],
+          ["ticks", (result) => int(result.ticks)],
+          ["admissions during the ticks", (result) => int(result.admissionsDuringTicks)],
+          ["first tick ms", (result) => fmt(result.firstTickMs, 2)],
+          ...latencyColumns((result: WorkerdResult) => result.tick, {
+            p50: 2,
+            p95: 2,
+            p99: 2,
+            max: 2,
+          }),
+          ...latencyColumns((result: WorkerdResult) => result.runStart, { p50: 2 }, "POST /runs "),
         ],
-        [
-          [
-            int(workerd.runs),
-            int(workerd.ticks),
-            int(workerd.admissionsDuringTicks),
-            fmt(workerd.firstTickMs, 2),
-            fmt(workerd.tick.p50Ms, 2),
-            fmt(workerd.tick.p95Ms, 2),
-            fmt(workerd.tick.p99Ms, 2),
-            fmt(workerd.tick.maxMs, 2),
-            fmt(workerd.runStart.p50Ms, 2),
-          ],
-        ],
+        [workerd],
       ),
     );
     if (workerd.diamond !== undefined)
@@ -1174,4 +1124,56 @@ function renderServeAndPeers(report: BenchReport, parts: string[]): void {
         `A four-step diamond of remote_worker \`true\` leased by a real \`qlr worker\`, no cron and no \`/tick\` (the object's alarm alone), \`POST /runs\` → \`succeeded\` over ${int(workerd.diamonds ?? 0)} runs one at a time: p50 ${fmt(workerd.diamond.p50Ms, 0)} ms, p95 ${fmt(workerd.diamond.p95Ms, 0)} ms, max ${fmt(workerd.diamond.maxMs, 0)} ms.`,
       );
   }
+}
+
+/** Our figures of section 3 against each peer of section 7, as factors. */
+function renderPeerRatios(
+  report: BenchReport,
+  peers: readonly PeerResult[],
+  parts: string[],
+): void {
+  const ours = report.throughput as unknown as {
+    store: string;
+    profile: string;
+    workflow: { perSecond: number };
+    ordinary: { perSecond: number } | null;
+  }[];
+  const pgCluster = ours.find((result) => result.store === "pg" && result.profile === "cluster");
+  const fileEdge = ours.find(
+    (result) => result.store === "sqljs-file" && result.profile === "edge",
+  );
+  const fileCluster = ours.find(
+    (result) => result.store === "sqljs-file" && result.profile === "cluster",
+  );
+  const figures = (
+    [
+      [
+        "qlr pg store, cluster, ordinary runs/s (simulated executor, in-process tick)",
+        pgCluster?.ordinary?.perSecond,
+      ],
+      ["qlr pg store, cluster, workflow steps/s", pgCluster?.workflow.perSecond],
+      [
+        "qlr sql.js file store (durable), cluster, workflow steps/s",
+        fileCluster?.workflow.perSecond,
+      ],
+      ["qlr sql.js file store (durable), edge, workflow steps/s", fileEdge?.workflow.perSecond],
+      [
+        "qlr sql.js file store (durable), cluster, ordinary runs/s",
+        fileCluster?.ordinary?.perSecond,
+      ],
+    ] as const
+  ).flatMap(([label, value]) => (value === undefined ? [] : [{ label, value }]));
+  pushTable(
+    parts,
+    "Ours against them (ratio = ours / theirs; ours from section 3, same run, same server):",
+    [
+      ["qlr figure", (figure) => figure.label],
+      ["per s", (figure) => fmt(figure.value, 1)],
+      ...PEER_BASELINES.map(([system, mode]): Column<{ value: number }> => [
+        `÷ ${system} ${mode}`,
+        (figure) => ratio(figure.value, peerJobsPerSecond(peers, system, mode)),
+      ]),
+    ],
+    figures,
+  );
 }

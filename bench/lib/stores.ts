@@ -9,12 +9,12 @@
  * a transaction issues. The wrapper only counts while `counting` is on, so timed sections pay
  * one extra function call per statement and nothing more.
  */
-import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../../storage/driver.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import type { SqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
+import type { ScratchDatabase } from "../../test/support/scratch-database.ts";
 import { BENCH_START_MS, now, type StoreKind } from "./common.ts";
 
 export interface StatementTally {
@@ -278,32 +278,8 @@ export function fileStoreSizes(directory: string): { snapshotBytes: number; jour
 }
 
 /** A fresh database on the server, dropped (with any leftover session) afterwards. */
-export async function createDatabase(
-  adminUrl: string,
-): Promise<{ url: string; drop: () => Promise<void> }> {
-  const { default: pg } = await import("pg");
-  const name = `qlr_bench_${process.pid}_${randomBytes(4).toString("hex")}`;
-  await adminStatement(adminUrl, `CREATE DATABASE ${pg.escapeIdentifier(name)}`);
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    drop: () =>
-      adminStatement(adminUrl, `DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`),
-  };
-}
-
-async function adminStatement(adminUrl: string, sql: string): Promise<void> {
-  const { default: pg } = await import("pg");
-  const client = new pg.Client({
-    connectionString: adminUrl,
-    connectionTimeoutMillis: 10_000,
-    application_name: "qlr-bench",
-  });
-  try {
-    await client.connect();
-    await client.query(sql);
-  } finally {
-    await client.end().catch(() => undefined);
-  }
+export async function createDatabase(adminUrl: string): Promise<ScratchDatabase> {
+  // Loaded here, not at the top, so a bench that measures no PostgreSQL store never loads pg.
+  const { createScratchDatabase } = await import("../../test/support/scratch-database.ts");
+  return createScratchDatabase(adminUrl, { namePrefix: "qlr_bench", applicationName: "qlr-bench" });
 }

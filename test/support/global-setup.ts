@@ -10,9 +10,9 @@
  * The PostgreSQL tests never skip: when no server can be started or reached, setup throws
  * with the reason and the server log, and the whole run fails.
  */
-import pg from "pg";
 import type { TestProject } from "vitest/node";
 import { describeError, startEmbeddedPostgres } from "./embedded-postgres.ts";
+import { runAdminStatement } from "./scratch-database.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -24,7 +24,6 @@ declare module "vitest" {
 }
 
 const SERVER_USER = "qlr_test";
-const CONNECT_TIMEOUT_MS = 10_000;
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const externalUrl = process.env.QLR_TEST_DATABASE_URL;
@@ -56,20 +55,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
 }
 
 async function assertServerAnswers(url: string, label: string): Promise<void> {
-  const client = new pg.Client({
-    connectionString: url,
-    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
-    application_name: "qlr-test-setup",
-  });
   try {
-    await client.connect();
-    await client.query("SELECT 1");
+    await runAdminStatement(url, "SELECT 1", "qlr-test-setup");
   } catch (error) {
     throw new Error(
       `The test PostgreSQL server (${label}) does not answer: ${describeError(error)}`,
       { cause: error },
     );
-  } finally {
-    await client.end().catch(() => undefined);
   }
 }
