@@ -113,18 +113,34 @@ function parsedManifest(yaml: string): Manifest {
   return parsed.manifest;
 }
 
+/** The manifest of one workflow in YAML; without inputs it has no `inputs:` key at all. */
+function oneWorkflowYaml(shape: {
+  readonly packageName: string;
+  readonly tasks: readonly string[];
+  readonly workflow: string;
+  readonly inputs: readonly string[];
+  readonly steps: readonly string[];
+}): string {
+  const block = (indent: string, entries: readonly string[]): string =>
+    entries.map((entry) => `${indent}${entry}\n`).join("");
+  const inputs = shape.inputs.length === 0 ? "" : `    inputs:\n${block("      ", shape.inputs)}`;
+  return (
+    `package: ${shape.packageName}\ntasks:\n${block("  ", shape.tasks)}` +
+    `workflows:\n  ${shape.workflow}:\n${inputs}    steps:\n${block("      ", shape.steps)}`
+  );
+}
+
+const WORK_TASK = 'work: { run: ["true"] }';
+
 describe("manifest keys", () => {
-  const yaml = (extra: string): string => `package: shop
-tasks:
-  work: { run: ["true"] }
-workflows:
-  deploy:
-    inputs:
-      target: { type: string, required: true }
-      count: { type: number, default: 2 }
-    steps:
-      a: { task: work }
-${extra}`;
+  const yaml = (extra: string): string =>
+    oneWorkflowYaml({
+      packageName: "shop",
+      tasks: [WORK_TASK],
+      workflow: "deploy",
+      inputs: ["target: { type: string, required: true }", "count: { type: number, default: 2 }"],
+      steps: ["a: { task: work }"],
+    }) + extra;
 
   it("parses workflow inputs and resolves a schedule's input against them, defaults filled in", () => {
     const manifest = parsedManifest(
@@ -164,29 +180,52 @@ ${extra}`;
 
   it("a workflow without inputs keeps the manifest and plan digests it always had (no key is added)", () => {
     const manifest = parsedManifest(
-      'package: shop\ntasks:\n  work: { run: ["true"] }\nworkflows:\n  w:\n    steps:\n      a: { task: work }\n',
+      oneWorkflowYaml({
+        packageName: "shop",
+        tasks: [WORK_TASK],
+        workflow: "w",
+        inputs: [],
+        steps: ["a: { task: work }"],
+      }),
     );
     expect(Object.keys(manifest.workflows[0] ?? {})).toEqual(["name", "description", "steps"]);
   });
 });
 
+/** Each step's status by the step's name. */
+function statusByStep(
+  steps: readonly { readonly name: string; readonly status: string }[],
+): Record<string, string> {
+  return Object.fromEntries(steps.map((step) => [step.name, step.status]));
+}
+
+/** The pipeline's step statuses when one middle branch fails: the other succeeds, publish is skipped. */
+function pipelineWithFailedBranch(failed: "transform" | "report"): Record<string, string> {
+  return {
+    extract: "succeeded",
+    transform: "succeeded",
+    report: "succeeded",
+    [failed]: "failed",
+    publish: "skipped",
+  };
+}
+
 /** extract → {transform, report} → publish; `transform` fails while `failTransform` says so. */
 function pipelineManifest(): Manifest {
-  return parsedManifest(`package: etl
-tasks:
-  work: { run: ["true"] }
-  flaky: { run: ["false"] }
-workflows:
-  pipeline:
-    inputs:
-      region: { type: string, required: true }
-      limit: { type: number, default: 10 }
-    steps:
-      extract: { task: work }
-      transform: { task: flaky, needs: [extract] }
-      report: { task: work, needs: [extract] }
-      publish: { task: work, needs: [transform, report] }
-`);
+  return parsedManifest(
+    oneWorkflowYaml({
+      packageName: "etl",
+      tasks: [WORK_TASK, 'flaky: { run: ["false"] }'],
+      workflow: "pipeline",
+      inputs: ["region: { type: string, required: true }", "limit: { type: number, default: 10 }"],
+      steps: [
+        "extract: { task: work }",
+        "transform: { task: flaky, needs: [extract] }",
+        "report: { task: work, needs: [extract] }",
+        "publish: { task: work, needs: [transform, report] }",
+      ],
+    }),
+  );
 }
 
 interface Rig {
@@ -357,12 +396,7 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
     );
     expect(await world.settle(run.id)).toBe("failed");
     const steps = await world.store.transaction((tx) => tx.getSteps(run.id));
-    expect(Object.fromEntries(steps.map((step) => [step.name, step.status]))).toEqual({
-      extract: "succeeded",
-      report: "failed",
-      transform: "succeeded",
-      publish: "skipped",
-    });
+    expect(statusByStep(steps)).toEqual(pipelineWithFailedBranch("report"));
     const attempts = await world.store.transaction((tx) => tx.getAttempts(run.id));
     const report = attempts.find(
       (attempt) => attempt.stepRunId === steps.find((step) => step.name === "report")?.id,
@@ -376,27 +410,20 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
     const world = await rig(outputs(state));
     const now = async (tx: Parameters<Parameters<SqlStore["transaction"]>[0]>[0]) =>
       tx.observe(world.clock.nowMs());
+    const rerunFrom = (runId: string, fromFailed: boolean, newRunId: string) =>
+      world.store.transaction(async (tx) =>
+        rerunRun(tx, { runId, fromFailed, newRunId, idempotencyKey: null }, await now(tx)),
+      );
     const { run: old } = await world.store.transaction(async (tx) =>
       startRun(tx, workflowStart("etl", "pipeline", "run-old", { region: "eu" }), await now(tx)),
     );
     expect(await world.settle(old.id)).toBe("failed");
     const oldSteps = await world.store.transaction((tx) => tx.getSteps(old.id));
-    expect(Object.fromEntries(oldSteps.map((step) => [step.name, step.status]))).toEqual({
-      extract: "succeeded",
-      report: "succeeded",
-      transform: "failed",
-      publish: "skipped",
-    });
+    expect(statusByStep(oldSteps)).toEqual(pipelineWithFailedBranch("transform"));
 
     state.failing = false;
     const launchedBefore = world.launches.length;
-    const { run: rerun } = await world.store.transaction(async (tx) =>
-      rerunRun(
-        tx,
-        { runId: old.id, fromFailed: true, newRunId: "run-re", idempotencyKey: null },
-        await now(tx),
-      ),
-    );
+    const { run: rerun } = await rerunFrom(old.id, true, "run-re");
     expect(rerun).toMatchObject({
       rerunOf: old.id,
       generation: 1,
@@ -421,23 +448,11 @@ describe("inputs, context and outputs through whole runs (sql.js)", () => {
     });
 
     // Nothing failed in the rerun: a rerun from its failed steps is refused and writes nothing.
-    await expect(
-      world.store.transaction(async (tx) =>
-        rerunRun(
-          tx,
-          { runId: rerun.id, fromFailed: true, newRunId: "run-none", idempotencyKey: null },
-          await now(tx),
-        ),
-      ),
-    ).rejects.toMatchObject({ code: "conflict" });
+    await expect(rerunFrom(rerun.id, true, "run-none")).rejects.toMatchObject({
+      code: "conflict",
+    });
     const launchedBeforeFull = world.launches.length;
-    const { run: full } = await world.store.transaction(async (tx) =>
-      rerunRun(
-        tx,
-        { runId: rerun.id, fromFailed: false, newRunId: "run-full", idempotencyKey: null },
-        await now(tx),
-      ),
-    );
+    const { run: full } = await rerunFrom(rerun.id, false, "run-full");
     expect(await world.settle(full.id)).toBe("succeeded");
     expect(
       world.launches
