@@ -57,8 +57,12 @@ export function decideRecovery(scope: AttemptScope, evidence: RecoveryEvidence):
   const attempt = scope.attempt;
   switch (attempt.status) {
     case "claimed":
-      // Stryker disable next-line StringLiteral: equivalent, a claim is lost before the barrier
-      return decideLoss(attempt, "unknown", "orphaned claim never crossed the start barrier");
+      return decideLoss(
+        attempt,
+        // Stryker disable next-line StringLiteral: equivalent, a claim is lost before the barrier
+        "unknown",
+        "orphaned claim never crossed the start barrier",
+      );
     case "starting":
     case "running": {
       if (evidence.receipt.status === "invalid")
@@ -286,9 +290,12 @@ export function resolveFailedClosed(
     );
   return applyLoss(
     scope,
-    // applyLoss takes every kind but `lost_new_epoch` as a loss after the start barrier.
-    // Stryker disable next-line StringLiteral: equivalent, as the line above says
-    { kind: "lost_failed", reason: `resolved as lost by an operator: ${reason}` },
+    {
+      // applyLoss takes every kind but `lost_new_epoch` as a loss after the start barrier.
+      // Stryker disable next-line StringLiteral: equivalent, as the line above says
+      kind: "lost_failed",
+      reason: `resolved as lost by an operator: ${reason}`,
+    },
     retry,
     nowMs,
   );
