@@ -220,7 +220,10 @@ export class LeaseService {
       if (scope.attempt.status === "lost") return { status: "lost", replayed: true };
       const decision = decideLoss(
         scope.attempt,
-        evidence.neverSpawned === true ? "never_spawned" : "unknown",
+        evidence.neverSpawned === true
+          ? "never_spawned"
+          : // Stryker disable next-line StringLiteral: equivalent, only "never_spawned" is told apart
+            "unknown",
         `worker ${fence.workerId}: ${reason}`,
       );
       await tx.apply(applyLoss(scope, decision, scope.definition.retry, nowMs));

@@ -363,7 +363,12 @@ export function expireLease(
   if (attempt.status === "claimed")
     return applyRecovery(
       scope,
-      decideLoss(attempt, "unknown", "the lease expired before the attempt started"),
+      decideLoss(
+        attempt,
+        // Stryker disable next-line StringLiteral: equivalent, a claim is lost before the barrier
+        "unknown",
+        "the lease expired before the attempt started",
+      ),
       retry,
       nowMs,
     );

@@ -53,7 +53,12 @@ import type { ScheduleState } from "../src/schedules.ts";
 import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
 import { migrate, type Migration } from "./migrate.ts";
 import * as rows from "./rows.ts";
-import { admissionKey, TransactionRows } from "./transaction-rows.ts";
+import {
+  admissionKey,
+  TransactionRows,
+  type RowOfRun,
+  type RowsOfRuns,
+} from "./transaction-rows.ts";
 
 /**
  * The domain operations, written once over the driver primitive for both SQL dialects. The
@@ -437,8 +442,8 @@ class SqlStoreTx implements StoreTx {
       // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
       if (before === null) {
-        const params = rows.runParams(after);
-        await this.q(insertSql("runs", [...rows.RUN_COLUMNS, "frontier_due"]), [
+        const params = rows.RUNS.params(after);
+        await this.q(insertSql("runs", [...rows.RUNS.columns, "frontier_due"]), [
           ...params,
           frontierDue ?? 0,
         ]);
@@ -446,55 +451,48 @@ class SqlStoreTx implements StoreTx {
       } else {
         await this.updateOne(
           `UPDATE runs SET ${assignmentsSql(rows.RUN_MUTABLE_COLUMNS)}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
-          [...rows.runMutableParams(after), frontierDue, before.id, before.version],
+          [
+            ...rows.RUNS.params(after, rows.RUN_MUTABLE_COLUMNS),
+            frontierDue,
+            before.id,
+            before.version,
+          ],
           () => `run ${before.id} changed since version ${before.version}`,
         );
-        this.known.rememberRun(after.id, readBack(rows.RUNS, rows.runParams(after)));
+        this.known.rememberRun(after.id, readBack(rows.RUNS, rows.RUNS.params(after)));
       }
     }
     for (const { before, after } of change.steps) {
       const params = rows.stepParams(after, change);
       if (before === null) {
-        await this.q(insertSql("step_runs", rows.STEP_COLUMNS), params);
-        this.known.insertedStep(readBack(rows.STEPS, params));
+        await this.q(insertSql("step_runs", rows.STEP_INSERT_COLUMNS), params);
+        this.known.steps.inserted(readBack(rows.STEPS, params));
       } else {
         await this.updateOne(
-          `UPDATE step_runs SET status = ?, version = ?, digest = ?, attempt_count = ?, ready_at_ms = ?, not_before_ms = ?, started_at_ms = ?, finished_at_ms = ?, output = ? WHERE id = ? AND version = ? RETURNING id`,
-          [
-            after.status,
-            after.version,
-            after.digest,
-            after.attemptCount,
-            after.readyAtMs,
-            after.notBeforeMs,
-            after.startedAtMs,
-            after.finishedAtMs,
-            rows.stepOutputParam(after),
-            before.id,
-            before.version,
-          ],
+          `UPDATE step_runs SET ${assignmentsSql(rows.STEP_MUTABLE_COLUMNS)} WHERE id = ? AND version = ? RETURNING id`,
+          [...rows.STEPS.params(after, rows.STEP_MUTABLE_COLUMNS), before.id, before.version],
           () => `step run ${before.id} changed since version ${before.version}`,
         );
-        // The position among `params` is this change's, not the row's: a step read back has none.
-        this.known.rememberStep(readBack(rows.STEPS, params));
+        // The position last among `params` is this change's, not the row's: a step read back has none.
+        this.known.steps.remember(readBack(rows.STEPS, params));
       }
     }
     for (const { before, after } of change.attempts) {
-      const params = rows.attemptParams(after);
+      const params = rows.ATTEMPTS.params(after);
       if (before === null) {
-        await this.q(insertSql("run_attempts", rows.ATTEMPT_COLUMNS), params);
-        this.known.insertedAttempt(readBack(rows.ATTEMPTS, params));
+        await this.q(insertSql("run_attempts", rows.ATTEMPTS.columns), params);
+        this.known.attempts.inserted(readBack(rows.ATTEMPTS, params));
       } else {
         await this.updateOne(
           `UPDATE run_attempts SET ${assignmentsSql(rows.ATTEMPT_MUTABLE_COLUMNS)} WHERE id = ? AND version = ? RETURNING id`,
-          [...rows.attemptMutableParams(after), before.id, before.version],
+          [...rows.ATTEMPTS.params(after, rows.ATTEMPT_MUTABLE_COLUMNS), before.id, before.version],
           () => `attempt ${before.id} changed since version ${before.version}`,
         );
-        this.known.rememberAttempt(readBack(rows.ATTEMPTS, params));
+        this.known.attempts.remember(readBack(rows.ATTEMPTS, params));
       }
     }
-    this.defer("run_events", rows.EVENT_COLUMNS, change.events.map(rows.eventParams));
-    this.defer("step_mutations", rows.MUTATION_COLUMNS, change.mutations.map(rows.mutationParams));
+    this.deferRows(rows.EVENTS, change.events);
+    this.deferRows(rows.MUTATIONS, change.mutations);
     this.defer(
       "admission_receipts",
       rows.ADMISSION_COLUMNS,
@@ -507,6 +505,15 @@ class SqlStoreTx implements StoreTx {
       );
     await this.enqueueAlerts(change);
     if (times.length > 0) await this.advanceWatermark(Math.max(...times));
+  }
+
+  /** Queues `values` as rows of `table` for `flush`, every column written. */
+  private deferRows<T>(table: rows.RowTable<T>, values: readonly T[]): void {
+    this.defer(
+      table.name,
+      table.columns,
+      values.map((value) => table.params(value)),
+    );
   }
 
   /** Queues append-only rows for `flush` (see `pending`). */
@@ -583,8 +590,8 @@ class SqlStoreTx implements StoreTx {
       // A run or a step enters an alerting status once, so the derived id is new; DO NOTHING
       // keeps a replayed change (a lost commit answer) from failing on it.
       await this.q(
-        `${insertSql("notifications", rows.NOTIFICATION_COLUMNS)} ON CONFLICT (id) DO NOTHING`,
-        rows.notificationParams(entry),
+        `${insertSql("notifications", rows.NOTIFICATIONS.columns)} ON CONFLICT (id) DO NOTHING`,
+        rows.NOTIFICATIONS.params(entry),
       );
     }
   }
@@ -674,35 +681,46 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getSteps(runId: string): Promise<StepRun[]> {
-    const known = this.known.stepsOfRun(runId);
-    if (known !== undefined) return known;
-    const steps = await this.select(rows.STEPS, "WHERE run_id = ? ORDER BY position", [runId]);
-    this.known.rememberStepsOfRun(runId, steps);
-    return this.known.stepsOfRun(runId) ?? steps;
+    return this.rowsOfRun(rows.STEPS, this.known.steps, runId, "position");
   }
 
   async getStep(stepRunId: string): Promise<StepRun | null> {
-    const known = this.known.step(stepRunId);
-    if (known !== undefined) return known;
-    const step = await this.selectOne(rows.STEPS, "WHERE id = ?", [stepRunId]);
-    if (step !== null) this.known.rememberStep(step);
-    return step;
+    return this.rowById(rows.STEPS, this.known.steps, stepRunId);
   }
 
   async getAttempts(runId: string): Promise<RunAttempt[]> {
-    const known = this.known.attemptsOfRun(runId);
-    if (known !== undefined) return known;
-    const attempts = await this.select(rows.ATTEMPTS, "WHERE run_id = ? ORDER BY number", [runId]);
-    this.known.rememberAttemptsOfRun(runId, attempts);
-    return this.known.attemptsOfRun(runId) ?? attempts;
+    return this.rowsOfRun(rows.ATTEMPTS, this.known.attempts, runId, "number");
   }
 
   async getAttempt(attemptId: string): Promise<RunAttempt | null> {
-    const known = this.known.attempt(attemptId);
-    if (known !== undefined) return known;
-    const attempt = await this.selectOne(rows.ATTEMPTS, "WHERE id = ?", [attemptId]);
-    if (attempt !== null) this.known.rememberAttempt(attempt);
-    return attempt;
+    return this.rowById(rows.ATTEMPTS, this.known.attempts, attemptId);
+  }
+
+  /** A run's rows of `table` ordered by `orderBy`, read once a transaction (see `TransactionRows`). */
+  private async rowsOfRun<T extends RowOfRun>(
+    table: rows.RowTable<T>,
+    known: RowsOfRuns<T>,
+    runId: string,
+    orderBy: string,
+  ): Promise<T[]> {
+    const remembered = known.ofRun(runId);
+    if (remembered !== undefined) return remembered;
+    const found = await this.select(table, `WHERE run_id = ? ORDER BY ${orderBy}`, [runId]);
+    known.rememberOfRun(runId, found);
+    return known.ofRun(runId) ?? found;
+  }
+
+  /** The row of `table` with `id`, read once a transaction (see `TransactionRows`). */
+  private async rowById<T extends RowOfRun>(
+    table: rows.RowTable<T>,
+    known: RowsOfRuns<T>,
+    id: string,
+  ): Promise<T | null> {
+    const remembered = known.get(id);
+    if (remembered !== undefined) return remembered;
+    const found = await this.selectOne(table, "WHERE id = ?", [id]);
+    if (found !== null) known.remember(found);
+    return found;
   }
 
   async getAdmission(
@@ -746,19 +764,11 @@ class SqlStoreTx implements StoreTx {
   }
 
   async getPackageHead(name: string): Promise<PackageHead | null> {
-    const found = await this.q<rows.PackageRow>(
-      "SELECT name, generation, manifest_digest, reconciliation_digest, updated_at_ms FROM packages WHERE name = ?",
-      [name],
-    );
-    return found[0] === undefined ? null : rows.toPackageHead(found[0]);
+    return this.selectOne(rows.PACKAGE_HEADS, "WHERE name = ?", [name]);
   }
 
   async listPackageHeads(limit: number): Promise<PackageHead[]> {
-    const found = await this.q<rows.PackageRow>(
-      "SELECT name, generation, manifest_digest, reconciliation_digest, updated_at_ms FROM packages ORDER BY name LIMIT ?",
-      [cap(limit)],
-    );
-    return found.map(rows.toPackageHead);
+    return this.select(rows.PACKAGE_HEADS, "ORDER BY name LIMIT ?", [cap(limit)]);
   }
 
   async listGenerations(name: string, limit: number): Promise<Omit<Generation, "manifest">[]> {
@@ -840,28 +850,24 @@ class SqlStoreTx implements StoreTx {
         [plan.digest, plan.package, plan.generation, plan.workflow, JSON.stringify(plan)],
       );
     }
+    const head: PackageHead = {
+      package: generation.package,
+      generation: generation.generation,
+      manifestDigest: generation.manifestDigest,
+      reconciliationDigest: reconciliation.digest,
+      updatedAtMs: generation.createdAtMs,
+    };
     if (previousGeneration === null) {
       await this.q(
-        "INSERT INTO packages (name, generation, manifest_digest, reconciliation_digest, updated_at_ms) VALUES (?, ?, ?, ?, ?)",
-        [
-          generation.package,
-          generation.generation,
-          generation.manifestDigest,
-          reconciliation.digest,
-          generation.createdAtMs,
-        ],
+        insertSql("packages", rows.PACKAGE_HEADS.columns),
+        rows.PACKAGE_HEADS.params(head),
       );
     } else {
+      // A new generation rewrites every column but the package's name.
+      const rewritten = rows.PACKAGE_HEADS.columnsBut("name");
       await this.updateOne(
-        "UPDATE packages SET generation = ?, manifest_digest = ?, reconciliation_digest = ?, updated_at_ms = ? WHERE name = ? AND generation = ? RETURNING name",
-        [
-          generation.generation,
-          generation.manifestDigest,
-          reconciliation.digest,
-          generation.createdAtMs,
-          generation.package,
-          previousGeneration,
-        ],
+        `UPDATE packages SET ${assignmentsSql(rewritten)} WHERE name = ? AND generation = ? RETURNING name`,
+        [...rows.PACKAGE_HEADS.params(head, rewritten), head.package, previousGeneration],
         () => `package ${generation.package} moved past generation ${previousGeneration}`,
       );
     }
@@ -882,12 +888,12 @@ class SqlStoreTx implements StoreTx {
 
   async putSchedule(state: ScheduleState, expectedVersion: number | null): Promise<void> {
     if (expectedVersion === null) {
-      await this.q(insertSql("schedules", rows.SCHEDULE_COLUMNS), rows.scheduleParams(state));
+      await this.q(insertSql("schedules", rows.SCHEDULES.columns), rows.SCHEDULES.params(state));
       return;
     }
     await this.updateOne(
-      `UPDATE schedules SET ${assignmentsSql(rows.SCHEDULE_COLUMNS)} WHERE package = ? AND name = ? AND version = ? RETURNING name`,
-      [...rows.scheduleParams(state), state.package, state.name, expectedVersion],
+      `UPDATE schedules SET ${assignmentsSql(rows.SCHEDULES.columns)} WHERE package = ? AND name = ? AND version = ? RETURNING name`,
+      [...rows.SCHEDULES.params(state), state.package, state.name, expectedVersion],
       () => `schedule ${state.package}/${state.name} changed since version ${expectedVersion}`,
     );
   }
@@ -993,8 +999,8 @@ class SqlStoreTx implements StoreTx {
     if (statuses.length === 0) return [];
     const ownerSql =
       ownerNodeId === undefined ? "" : "AND (owner_node_id = ? OR owner_node_id IS NULL)";
-    const found = await this.q<rows.AttemptRow>(
-      `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE executor = ? AND status IN (${statuses.map(() => "?").join(", ")}) ${ownerSql} AND id > ? ORDER BY id LIMIT ?`,
+    const found = await this.q(
+      `SELECT ${rows.ATTEMPTS.columns.join(", ")} FROM run_attempts WHERE executor = ? AND status IN (${statuses.map(() => "?").join(", ")}) ${ownerSql} AND id > ? ORDER BY id LIMIT ?`,
       [
         executor,
         ...statuses,
@@ -1003,7 +1009,7 @@ class SqlStoreTx implements StoreTx {
         cap(limit),
       ],
     );
-    return found.map(rows.toAttempt);
+    return found.map(rows.ATTEMPTS.read);
   }
 
   async listOrphanedAttempts(
@@ -1012,21 +1018,17 @@ class SqlStoreTx implements StoreTx {
     afterAttemptId: string | null,
     limit: number,
   ): Promise<RunAttempt[]> {
-    const found = await this.q<rows.AttemptRow>(
-      `SELECT ${rows.ATTEMPT_COLUMNS.map((column) => `a.${column}`).join(", ")} FROM run_attempts a LEFT JOIN coordinators c ON c.node_id = a.owner_node_id
+    const found = await this.q(
+      `SELECT ${rows.ATTEMPTS.columns.map((column) => `a.${column}`).join(", ")} FROM run_attempts a LEFT JOIN coordinators c ON c.node_id = a.owner_node_id
         WHERE a.executor = ? AND a.status IN ('starting', 'running') AND a.owner_node_id IS NOT NULL AND a.error IS NULL
           AND (c.node_id IS NULL OR c.lease_expires_at_ms <= ?) AND a.id > ? ORDER BY a.id LIMIT ?`,
       [executor, nowMs, afterAttemptId ?? "", cap(limit)],
     );
-    return found.map(rows.toAttempt);
+    return found.map(rows.ATTEMPTS.read);
   }
 
   async getCoordinator(nodeId: string): Promise<CoordinatorRecord | null> {
-    const found = await this.q<rows.CoordinatorRow>(
-      `SELECT ${rows.COORDINATOR_COLUMNS.join(", ")} FROM coordinators WHERE node_id = ?`,
-      [nodeId],
-    );
-    return found[0] === undefined ? null : rows.toCoordinator(found[0]);
+    return this.selectOne(rows.COORDINATORS, "WHERE node_id = ?", [nodeId]);
   }
 
   async putCoordinator(
@@ -1035,24 +1037,22 @@ class SqlStoreTx implements StoreTx {
   ): Promise<void> {
     if (expectedIncarnation === null) {
       await this.q(
-        insertSql("coordinators", rows.COORDINATOR_COLUMNS),
-        rows.coordinatorParams(record),
+        insertSql("coordinators", rows.COORDINATORS.columns),
+        rows.COORDINATORS.params(record),
       );
       return;
     }
+    // A takeover rewrites every column but the key.
+    const rewritten = rows.COORDINATORS.columnsBut("node_id");
     await this.updateOne(
-      `UPDATE coordinators SET ${assignmentsSql(rows.COORDINATOR_MUTABLE_COLUMNS)} WHERE node_id = ? AND incarnation = ? RETURNING node_id`,
-      [...rows.coordinatorMutableParams(record), record.nodeId, expectedIncarnation],
+      `UPDATE coordinators SET ${assignmentsSql(rewritten)} WHERE node_id = ? AND incarnation = ? RETURNING node_id`,
+      [...rows.COORDINATORS.params(record, rewritten), record.nodeId, expectedIncarnation],
       () => `coordinator node ${record.nodeId} is no longer at incarnation ${expectedIncarnation}`,
     );
   }
 
   async listCoordinators(limit: number): Promise<CoordinatorRecord[]> {
-    const found = await this.q<rows.CoordinatorRow>(
-      `SELECT ${rows.COORDINATOR_COLUMNS.join(", ")} FROM coordinators ORDER BY node_id LIMIT ?`,
-      [cap(limit)],
-    );
-    return found.map(rows.toCoordinator);
+    return this.select(rows.COORDINATORS, "ORDER BY node_id LIMIT ?", [cap(limit)]);
   }
 
   async listClaimableRemote(pool: string, nowMs: number, limit: number): Promise<RunAttempt[]> {
@@ -1169,11 +1169,11 @@ class SqlStoreTx implements StoreTx {
   }
 
   async listEvents(runId: string, afterSeq: number, limit: number): Promise<RunEvent[]> {
-    const found = await this.q<rows.EventRow>(
-      `SELECT ${rows.EVENT_COLUMNS.join(", ")} FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
-      [runId, afterSeq, cap(limit)],
-    );
-    return found.map(rows.toEvent);
+    return this.select(rows.EVENTS, "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?", [
+      runId,
+      afterSeq,
+      cap(limit),
+    ]);
   }
 
   async countRunsByStatus(): Promise<Record<RunStatus, number>> {
@@ -1210,8 +1210,8 @@ class SqlStoreTx implements StoreTx {
        GROUP BY finished_at_ms / ${HOUR_MS}, package, target ORDER BY hour, package, target LIMIT ?`,
       [sinceMs, OVERVIEW_SERIES_LIMIT],
     );
-    const toRun = (row: rows.RunRow): OverviewRun => {
-      const run = rows.toRun(row);
+    const toRun = (row: SqlRow): OverviewRun => {
+      const run = rows.RUNS.read(row);
       return {
         id: run.id,
         kind: run.kind,
@@ -1222,13 +1222,13 @@ class SqlStoreTx implements StoreTx {
         finishedAtMs: run.finishedAtMs,
       };
     };
-    const failures = await this.q<rows.RunRow>(
-      `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE ${TERMINAL_WITH_FINISH} AND finished_at_ms >= ? AND status IN ('failed', 'timed_out', 'lost') ORDER BY finished_at_ms DESC, id DESC LIMIT ?`,
+    const failures = await this.q(
+      `SELECT ${rows.RUNS.columns.join(", ")} FROM runs WHERE ${TERMINAL_WITH_FINISH} AND finished_at_ms >= ? AND status IN ('failed', 'timed_out', 'lost') ORDER BY finished_at_ms DESC, id DESC LIMIT ?`,
       [nowMs - 24 * HOUR_MS, OVERVIEW_LIST_LIMIT],
     );
     const activeWhere = "status IN ('queued', 'dispatching', 'running')";
-    const active = await this.q<rows.RunRow>(
-      `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE ${activeWhere} ORDER BY created_at_ms, id LIMIT ?`,
+    const active = await this.q(
+      `SELECT ${rows.RUNS.columns.join(", ")} FROM runs WHERE ${activeWhere} ORDER BY created_at_ms, id LIMIT ?`,
       [OVERVIEW_LIST_LIMIT],
     );
     const activeCount = await this.q<{ count: unknown }>(
@@ -1267,11 +1267,7 @@ class SqlStoreTx implements StoreTx {
   }
 
   async listMutations(runId: string): Promise<StepMutation[]> {
-    const found = await this.q<rows.MutationRow>(
-      `SELECT ${rows.MUTATION_COLUMNS.join(", ")} FROM step_mutations WHERE run_id = ? ORDER BY event_seq, step_run_id`,
-      [runId],
-    );
-    return found.map(rows.toMutation);
+    return this.select(rows.MUTATIONS, "WHERE run_id = ? ORDER BY event_seq, step_run_id", [runId]);
   }
 }
 

@@ -23,12 +23,8 @@ import type { Run, RunAttempt, StepRun } from "../src/model.ts";
  */
 export class TransactionRows {
   private readonly runs = new Map<string, Run | null>();
-  private readonly steps = new Map<string, StepRun>();
-  /** The ids of a run's steps in `position` order, when this transaction read them all. */
-  private readonly stepIdsOfRun = new Map<string, readonly string[]>();
-  private readonly attempts = new Map<string, RunAttempt>();
-  /** The ids of a run's attempts in `number` order, when this transaction read them all. */
-  private readonly attemptIdsOfRun = new Map<string, readonly string[]>();
+  readonly steps = new RowsOfRuns<StepRun>(freezeStep);
+  readonly attempts = new RowsOfRuns<RunAttempt>((attempt) => Object.freeze(attempt));
   /** Receipt bodies as stored (JSON text), parsed on each read as a read from the table is; null: none. */
   private readonly admissions = new Map<string, string | null>();
 
@@ -38,57 +34,6 @@ export class TransactionRows {
 
   rememberRun(runId: string, run: Run | null): void {
     this.runs.set(runId, run === null ? null : Object.freeze(run));
-  }
-
-  step(stepRunId: string): StepRun | undefined {
-    return this.steps.get(stepRunId);
-  }
-
-  rememberStep(step: StepRun): void {
-    this.steps.set(step.id, freezeStep(step));
-  }
-
-  /** A step this transaction inserted: the run's list read earlier, if any, is incomplete now. */
-  insertedStep(step: StepRun): void {
-    this.rememberStep(step);
-    this.stepIdsOfRun.delete(step.runId);
-  }
-
-  stepsOfRun(runId: string): StepRun[] | undefined {
-    return this.listOf(this.stepIdsOfRun.get(runId), this.steps);
-  }
-
-  rememberStepsOfRun(runId: string, steps: readonly StepRun[]): void {
-    for (const step of steps) this.rememberStep(step);
-    this.stepIdsOfRun.set(
-      runId,
-      steps.map((step) => step.id),
-    );
-  }
-
-  attempt(attemptId: string): RunAttempt | undefined {
-    return this.attempts.get(attemptId);
-  }
-
-  rememberAttempt(attempt: RunAttempt): void {
-    this.attempts.set(attempt.id, Object.freeze(attempt));
-  }
-
-  insertedAttempt(attempt: RunAttempt): void {
-    this.rememberAttempt(attempt);
-    this.attemptIdsOfRun.delete(attempt.runId);
-  }
-
-  attemptsOfRun(runId: string): RunAttempt[] | undefined {
-    return this.listOf(this.attemptIdsOfRun.get(runId), this.attempts);
-  }
-
-  rememberAttemptsOfRun(runId: string, attempts: readonly RunAttempt[]): void {
-    for (const attempt of attempts) this.rememberAttempt(attempt);
-    this.attemptIdsOfRun.set(
-      runId,
-      attempts.map((attempt) => attempt.id),
-    );
   }
 
   admission(key: string): string | null | undefined {
@@ -102,23 +47,70 @@ export class TransactionRows {
   /** After a write this class does not follow (a purge): every later read goes to the database. */
   forget(): void {
     this.runs.clear();
-    this.steps.clear();
-    this.stepIdsOfRun.clear();
-    this.attempts.clear();
-    this.attemptIdsOfRun.clear();
+    this.steps.forget();
+    this.attempts.forget();
     this.admissions.clear();
+  }
+}
+
+/**
+ * Rows of one table that each belong to a run (steps, attempts): by id, and each run's whole
+ * list in the table's order when this transaction read it all.
+ */
+/** A row that belongs to one run. */
+export interface RowOfRun {
+  readonly id: string;
+  readonly runId: string;
+}
+
+export class RowsOfRuns<T extends RowOfRun> {
+  private readonly byId = new Map<string, T>();
+  /** The ids of a run's rows in the table's order, when this transaction read them all. */
+  private readonly idsOfRun = new Map<string, readonly string[]>();
+  private readonly freeze: (row: T) => T;
+
+  constructor(freeze: (row: T) => T) {
+    this.freeze = freeze;
+  }
+
+  get(id: string): T | undefined {
+    return this.byId.get(id);
+  }
+
+  remember(row: T): void {
+    this.byId.set(row.id, this.freeze(row));
+  }
+
+  /** A row this transaction inserted: the run's list read earlier, if any, is incomplete now. */
+  inserted(row: T): void {
+    this.remember(row);
+    this.idsOfRun.delete(row.runId);
   }
 
   /** A new array on each call, so a caller that sorts or pushes changes nothing here. */
-  private listOf<T>(ids: readonly string[] | undefined, byId: Map<string, T>): T[] | undefined {
+  ofRun(runId: string): T[] | undefined {
+    const ids = this.idsOfRun.get(runId);
     if (ids === undefined) return undefined;
     const found: T[] = [];
     for (const id of ids) {
-      const row = byId.get(id);
+      const row = this.byId.get(id);
       if (row === undefined) return undefined;
       found.push(row);
     }
     return found;
+  }
+
+  rememberOfRun(runId: string, rows: readonly T[]): void {
+    for (const row of rows) this.remember(row);
+    this.idsOfRun.set(
+      runId,
+      rows.map((row) => row.id),
+    );
+  }
+
+  forget(): void {
+    this.byId.clear();
+    this.idsOfRun.clear();
   }
 }
 

@@ -78,9 +78,9 @@ export async function statementExperiments(subject: ComponentSubject): Promise<C
     return sql.replace(/\?/g, () => `$${(index += 1)}`);
   };
   const all = rewrite(
-    `UPDATE runs SET ${rows.RUN_COLUMNS.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
+    `UPDATE runs SET ${rows.RUNS.columns.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
   );
-  const columnsButId = rows.RUN_COLUMNS.filter((column) => column !== "id");
+  const columnsButId = rows.RUNS.columns.filter((column) => column !== "id");
   const allButId = rewrite(
     `UPDATE runs SET ${columnsButId.map((column) => `${column} = ?`).join(", ")}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
   );
@@ -88,10 +88,10 @@ export async function statementExperiments(subject: ComponentSubject): Promise<C
     "UPDATE runs SET version = ?, event_seq = ?, attempt_seq = ?, updated_at_ms = ? WHERE id = ? AND version = ? RETURNING id",
   );
   const stepsOfRun = rewrite(
-    `SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE run_id = ? ORDER BY position`,
+    `SELECT ${rows.STEPS.columns.join(", ")} FROM step_runs WHERE run_id = ? ORDER BY position`,
   );
   const oneStep = rewrite(
-    `SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE run_id = ? AND id = ?`,
+    `SELECT ${rows.STEPS.columns.join(", ")} FROM step_runs WHERE run_id = ? AND id = ?`,
   );
   const mutations = await driver.transaction(async (tx) =>
     Number((await tx.query<{ n: number }>("SELECT COUNT(*) AS n FROM step_mutations"))[0]?.n ?? 0),
@@ -102,7 +102,7 @@ export async function statementExperiments(subject: ComponentSubject): Promise<C
       name: "UPDATE runs, all 18 columns (as apply() does)",
       meanMs: round(
         await statementTime(driver, iterations, all, () => [
-          ...rows.runParams(run),
+          ...rows.RUNS.params(run),
           null,
           run.id,
           run.version,
@@ -114,7 +114,7 @@ export async function statementExperiments(subject: ComponentSubject): Promise<C
       name: "UPDATE runs, all columns but id",
       meanMs: round(
         await statementTime(driver, iterations, allButId, () => [
-          ...rows.runParams(run).slice(1),
+          ...rows.RUNS.params(run).slice(1),
           null,
           run.id,
           run.version,

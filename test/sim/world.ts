@@ -37,35 +37,35 @@ export async function readWorld(
   const mine = `run_id IN (SELECT id FROM runs WHERE package = ${p})`;
   return driver.transaction(async (tx) => ({
     runs: (
-      await tx.query<rows.RunRow>(
-        `SELECT ${rows.RUN_COLUMNS.join(", ")} FROM runs WHERE package = ${p} ORDER BY id`,
+      await tx.query(
+        `SELECT ${rows.RUNS.columns.join(", ")} FROM runs WHERE package = ${p} ORDER BY id`,
         [packageName],
       )
-    ).map(rows.toRun),
+    ).map(rows.RUNS.read),
     steps: (
-      await tx.query<rows.StepRow>(
-        `SELECT ${rows.STEP_COLUMNS.join(", ")} FROM step_runs WHERE ${mine} ORDER BY run_id, position`,
+      await tx.query(
+        `SELECT ${rows.STEPS.columns.join(", ")} FROM step_runs WHERE ${mine} ORDER BY run_id, position`,
         [packageName],
       )
-    ).map(rows.toStep),
+    ).map(rows.STEPS.read),
     attempts: (
-      await tx.query<rows.AttemptRow>(
-        `SELECT ${rows.ATTEMPT_COLUMNS.join(", ")} FROM run_attempts WHERE ${mine} ORDER BY run_id, number`,
+      await tx.query(
+        `SELECT ${rows.ATTEMPTS.columns.join(", ")} FROM run_attempts WHERE ${mine} ORDER BY run_id, number`,
         [packageName],
       )
-    ).map(rows.toAttempt),
+    ).map(rows.ATTEMPTS.read),
     events: (
-      await tx.query<rows.EventRow>(
+      await tx.query(
         `SELECT run_id, seq, id, type, at_ms, step_run_id, attempt_id, data FROM run_events WHERE ${mine} ORDER BY run_id, seq`,
         [packageName],
       )
-    ).map(rows.toEvent),
+    ).map(rows.EVENTS.read),
     mutations: (
-      await tx.query<rows.MutationRow>(
+      await tx.query(
         `SELECT run_id, step_run_id, version, from_status, to_status, from_digest, to_digest, event_seq, at_ms FROM step_mutations WHERE ${mine} ORDER BY run_id, event_seq, step_run_id`,
         [packageName],
       )
-    ).map(rows.toMutation),
+    ).map(rows.MUTATIONS.read),
     admissions: (
       await tx.query<rows.AdmissionRow>(
         rows.admissionSelect(

@@ -8,19 +8,13 @@
  * rows a run leaves (as the previous writer stored them: every event id present), taken from a
  * store that ran the same workload.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { eventId } from "../../src/aggregate.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
-import { SequentialIds, TestClock } from "../support/fixtures.ts";
 import {
-  earlierWorkload,
-  placeholder,
-  readRun,
-  receiptsOf,
-  runDiamonds,
-  T0,
+  earlierWorkloadOfFile,
   itUpgradesOnEveryDriver,
-  type EarlierWorkload,
+  placeholder,
 } from "./fixtures/earlier-store.ts";
 
 const BEFORE_DERIVED_IDS = 8;
@@ -37,18 +31,10 @@ async function storedEventIds(driver: SqlDriver, runId: string): Promise<(string
 }
 
 describe("event ids derived from run and sequence (migration 0009)", () => {
-  let workload: EarlierWorkload;
-  const clock = new TestClock(T0);
-  const ids = new SequentialIds("legacy");
-
-  beforeAll(async () => {
-    workload = await earlierWorkload(clock, ids);
-  });
-  afterAll(async () => {
-    await workload?.source.close();
-  });
+  const earlier = earlierWorkloadOfFile("legacy");
 
   it("the current writer stores no derived event id, and reads every id back", async () => {
+    const { workload } = earlier;
     const runId = workload.runIds[0] ?? "";
     const stored = await storedEventIds(workload.source.driver, runId);
     const events = await workload.source.transaction((tx) => tx.listEvents(runId, 0, 1_000));
@@ -69,18 +55,15 @@ describe("event ids derived from run and sequence (migration 0009)", () => {
   itUpgradesOnEveryDriver(
     "a store written before opens, keeps its stored ids and reads its runs as before",
     BEFORE_DERIVED_IDS,
-    () => workload,
+    earlier,
     async (driver, store) => {
-      for (const runId of workload.runIds) {
-        expect(await readRun(store, runId)).toEqual(await readRun(workload.source, runId));
-        expect(await receiptsOf(store, runId)).toEqual(workload.receipts.get(runId));
+      for (const runId of earlier.workload.runIds)
         expect((await storedEventIds(driver, runId)).every((id) => id !== null)).toBe(true);
-      }
 
       // New runs on the migrated store: derived ids stored as NULL, read back whole.
-      const [fresh] = await runDiamonds(store, clock, ids, "fresh-pkg", 1);
-      const events = await store.transaction((tx) => tx.listEvents(fresh ?? "", 0, 1_000));
-      const stored = await storedEventIds(driver, fresh ?? "");
+      const fresh = await earlier.freshRun(store);
+      const events = await store.transaction((tx) => tx.listEvents(fresh, 0, 1_000));
+      const stored = await storedEventIds(driver, fresh);
       expect(events.map((event) => event.seq)).toEqual(events.map((_, index) => index + 1));
       for (const [index, event] of events.entries())
         expect(stored[index]).toBe(event.id.startsWith("evt:") ? null : event.id);

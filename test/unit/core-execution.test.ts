@@ -1,6 +1,8 @@
 import { describe, expect, it } from "vitest";
 import {
+  complete,
   decideOutcome,
+  holdsEpoch,
   markRunning,
   markStarting,
   requestShutdownStop,
@@ -726,5 +728,66 @@ describe("a completion's output", () => {
     const change = completion(world, attempt.id, exitFacts(T0 + 4, T0 + 60, 0), T0 + 61);
     expect(change.attempts[0]?.after).toMatchObject({ output: null, error: null });
     expect(change.events[0]?.data).not.toHaveProperty("output");
+  });
+});
+
+describe("an attempt whose step or run moved on settles itself only", () => {
+  it("an attempt holds its step while it is ready at the attempt's epoch or running from it, and an ordinary attempt while it is its run's latest", () => {
+    const world = worldWith();
+    const live = starting(world);
+    const scope = world.model.scope(live.id);
+    const epoch = live.stepRunVersion!;
+    const at = (
+      status: "ready" | "running" | "succeeded",
+      version: number,
+      stepRunVersion: number | null = epoch,
+    ) =>
+      holdsEpoch({
+        ...scope,
+        step: { ...scope.step!, status, version },
+        attempt: { ...live, stepRunVersion },
+      });
+    expect(at("ready", epoch)).toBe(true);
+    expect(at("running", epoch + 1)).toBe(true);
+    for (const [status, version] of [
+      ["ready", epoch + 1],
+      ["running", epoch],
+      ["running", epoch + 2],
+      ["succeeded", epoch],
+      ["succeeded", epoch + 1],
+    ] as const)
+      expect(at(status, version)).toBe(false);
+    // An attempt bound to no epoch holds none, even a running step at version 1.
+    expect(at("running", 1, null)).toBe(false);
+    const ordinary = new CoreWorld();
+    const run = ordinary.startTask();
+    const attempt = claimedOrdinaryAttempt(ordinary, run.id, T0 + 1);
+    const ordinaryScope = ordinary.model.scope(attempt.id);
+    expect(holdsEpoch(ordinaryScope)).toBe(true);
+    const later = { ...ordinaryScope.run, attemptSeq: attempt.number + 1 };
+    expect(holdsEpoch({ ...ordinaryScope, run: later })).toBe(false);
+  });
+
+  it("a stale attempt's start, completion and start failure write its own row and leave the step alone", () => {
+    const world = worldWith();
+    const live = starting(world);
+    const scope = world.model.scope(live.id);
+    const moved = { ...scope, step: { ...scope.step!, version: scope.step!.version + 5 } };
+    const started = markRunning(moved, handleAt(T0 + 4), T0 + 5);
+    expect(started.attempts.map((row) => row.after.status)).toEqual(["running"]);
+    expect(started.steps).toEqual([]);
+    const failed = startFailed(moved, "ENOENT", NO_RETRY, T0 + 5);
+    expect(failed.attempts.map((row) => row.after.status)).toEqual(["failed"]);
+    expect(failed.steps).toEqual([]);
+    const runningWorld = worldWith();
+    const runningAttempt = running(runningWorld);
+    const runningScope = runningWorld.model.scope(runningAttempt.id);
+    const retried = {
+      ...runningScope,
+      step: { ...runningScope.step!, version: runningScope.step!.version + 5 },
+    };
+    const completed = complete(retried, exitFacts(T0 + 4, T0 + 60, 0), NO_RETRY, T0 + 60);
+    expect(completed.attempts.map((row) => row.after.status)).toEqual(["succeeded"]);
+    expect(completed.steps).toEqual([]);
   });
 });

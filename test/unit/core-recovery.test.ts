@@ -790,4 +790,15 @@ describe("one loss rule for local and remote attempts (ADR-0229 §3)", () => {
       decideLoss(attempt, "unknown", reason).kind,
     );
   });
+
+  it("a refused loss names the attempt and why: a running attempt's recorded process, a settled attempt's status", () => {
+    const world = worldWith();
+    const live = running(world);
+    expect(() => decideLoss(live, "never_spawned", "r")).toThrow(
+      `attempt ${live.id} is running: its process is on record, so it did spawn`,
+    );
+    expect(() => decideLoss({ ...live, status: "succeeded" }, "unknown", "r")).toThrow(
+      `attempt ${live.id} is already succeeded`,
+    );
+  });
 });

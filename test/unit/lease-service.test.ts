@@ -374,6 +374,70 @@ describe("claim", () => {
     await started(world, flowManifest({ a: [] }));
     expect(await codeOf(world.leases.claim("worker-1", "pool-1", 1))).toBe("integrity");
   });
+
+  /** Secrets whose first draws are `failures` (each returns a bad secret or throws), then good. */
+  function failingFirst(...failures: (() => string)[]): SecretSource {
+    const good = new SequentialSecrets();
+    return { leaseSecret: () => (failures.shift() ?? (() => good.leaseSecret()))() };
+  }
+
+  it("a candidate that cannot be leased is passed over and the claim leases the next", async () => {
+    const world = await openWorld({ secrets: failingFirst(() => "not a secret") });
+    const runId = await started(world, flowManifest({ a: [], b: [] }));
+    const [refused, next] = await attempts(world, runId);
+    const granted = await world.leases.claim("worker-1", "pool-1", 2);
+    expect(granted.map((lease) => lease.attemptId)).toEqual([next!.id]);
+    expect(await attempt(world, refused!.id)).toMatchObject({ status: "claimed", leaseVersion: 0 });
+  });
+
+  it("when nothing was leased the claim fails with the first candidate's error, made an Error if it was none", async () => {
+    const first = await openWorld({
+      secrets: failingFirst(
+        () => {
+          throw new QlrError("invalid_request", "first refusal");
+        },
+        () => {
+          throw new QlrError("integrity", "second refusal");
+        },
+      ),
+    });
+    await started(first, flowManifest({ a: [], b: [] }));
+    const refused = first.leases.claim("worker-1", "pool-1", 2);
+    await expect(refused).rejects.toMatchObject({
+      code: "invalid_request",
+      message: "first refusal",
+    });
+    const thrown = await openWorld({
+      secrets: failingFirst(() => {
+        // eslint-disable-next-line @typescript-eslint/only-throw-error -- a source that throws a non-Error
+        throw "no secret today";
+      }),
+    });
+    await started(thrown, flowManifest({ a: [] }));
+    const error: unknown = await thrown.leases
+      .claim("worker-1", "pool-1", 1)
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Error);
+    expect((error as Error).message).toBe("no secret today");
+  });
+
+  it("a claim whose only candidate was lost to a concurrent write leases nothing and does not fail", async () => {
+    const world = await openWorld();
+    const runId = await started(world, flowManifest({ a: [] }));
+    world.store.conflictOnAttempt = (await attempts(world, runId))[0]!.id;
+    expect(await world.leases.claim("worker-1", "pool-1", 1)).toEqual([]);
+  });
+
+  it("a storage error ends the claim: the next candidate is not tried", async () => {
+    const world = await openWorld({
+      secrets: failingFirst(() => {
+        throw new QlrError("storage_unavailable", "disk full");
+      }),
+    });
+    const runId = await started(world, flowManifest({ a: [], b: [] }));
+    expect(await codeOf(world.leases.claim("worker-1", "pool-1", 2))).toBe("storage_unavailable");
+    for (const row of await attempts(world, runId)) expect(row.leaseVersion).toBe(0);
+  });
 });
 
 describe("start", () => {
@@ -516,6 +580,32 @@ describe("lost", () => {
         world.leases.lost(lease.attemptId, { ...fenceOf(lease), workerId: "worker-9" }, "x"),
       ),
     ).toBe("conflict");
+    expect(await attempt(world, lease.attemptId)).toEqual(before);
+  });
+
+  it("a starting attempt the worker proves never spawned opens a new ready epoch; without the proof its step fails", async () => {
+    for (const [evidence, stepStatus] of [
+      [{ neverSpawned: true }, "ready"],
+      [{ neverSpawned: false }, "failed"],
+      [{}, "failed"],
+    ] as const) {
+      const world = await openWorld();
+      const runId = await started(world, flowManifest({ a: [] }));
+      const [lease] = await world.leases.claim("worker-1", "pool-1", 1);
+      await world.leases.start(lease!.attemptId, fenceOf(lease!), "starting", null);
+      const answer = world.leases.lost(lease!.attemptId, fenceOf(lease!), "gone", evidence);
+      expect(await answer).toEqual({ status: "lost", replayed: false });
+      const steps = await world.store.transaction((tx) => tx.getSteps(runId));
+      expect(steps[0]).toMatchObject({ status: stepStatus, attemptCount: 0 });
+    }
+  });
+
+  it("never-spawned evidence on a running attempt is refused and writes nothing", async () => {
+    const world = await openWorld();
+    const { lease } = await runningLease(world);
+    const before = await attempt(world, lease.attemptId);
+    const refused = world.leases.lost(lease.attemptId, fenceOf(lease), "x", { neverSpawned: true });
+    expect(await codeOf(refused)).toBe("conflict");
     expect(await attempt(world, lease.attemptId)).toEqual(before);
   });
 });
