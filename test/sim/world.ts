@@ -1,30 +1,12 @@
-import type {
-  AdmissionReceipt,
-  Run,
-  RunAttempt,
-  RunEvent,
-  StepMutation,
-  StepRun,
-} from "../../src/model.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { countOrphanRows } from "../support/store-dump.ts";
 import * as rows from "../../storage/rows.ts";
 
-/** Everything the invariant checkers look at, read straight from the database. */
-export interface World {
-  readonly runs: Run[];
-  readonly steps: StepRun[];
-  readonly attempts: RunAttempt[];
-  readonly events: RunEvent[];
-  readonly mutations: StepMutation[];
-  readonly admissions: AdmissionReceipt[];
-  /** Spawns per attempt id, as counted by the executor. */
-  readonly spawnCounts: ReadonlyMap<string, number>;
-  /** Whether each task (by package/name) is declared idempotent. */
-  readonly idempotentTasks: ReadonlySet<string>;
-  /** Rows anywhere in the store that name a run (or step run) that no longer exists. */
-  readonly orphanRows: number;
-}
+/**
+ * Everything the invariant checkers look at, read straight from the database: each table's
+ * rows typed by the mapper that reads it, so the world cannot drift from the store.
+ */
+export type World = Awaited<ReturnType<typeof readWorld>>;
 
 /** Reads the rows of one package's runs (a store may hold many simulations). */
 export async function readWorld(
@@ -32,7 +14,7 @@ export async function readWorld(
   packageName: string,
   spawnCounts: ReadonlyMap<string, number>,
   idempotentTasks: ReadonlySet<string>,
-): Promise<World> {
+) {
   const p = driver.dialect === "postgres" ? "$1" : "?";
   const mine = `run_id IN (SELECT id FROM runs WHERE package = ${p})`;
   return driver.transaction(async (tx) => ({
@@ -74,8 +56,11 @@ export async function readWorld(
         [packageName],
       )
     ).map(rows.toAdmission),
+    /** Spawns per attempt id, as counted by the executor. */
     spawnCounts,
+    /** Whether each task (by package/name) is declared idempotent. */
     idempotentTasks,
+    /** Rows anywhere in the store that name a run (or step run) that no longer exists. */
     orphanRows: await countOrphanRows(tx),
   }));
 }
