@@ -21,7 +21,9 @@ import {
   CoreWorld,
   errorCode,
   exitFacts,
+  expectAttemptAndStepA,
   expectOneVersionBump,
+  expectTransition,
   handleAt,
   NO_RETRY,
   readyDiamondWorld,
@@ -62,8 +64,7 @@ describe("dispatch and start", () => {
     expectOneVersionBump(change, before);
     expect(change.steps).toEqual([]);
     world.apply(change);
-    expect(world.model.attempt(attempt.id).status).toBe("starting");
-    expect(world.model.step("run-1", "a")).toMatchObject({ status: "ready", attemptCount: 0 });
+    expectAttemptAndStepA(world, attempt.id, "starting", { status: "ready", attemptCount: 0 });
   });
 
   it("a workflow attempt is dispatched only while its exact ready epoch holds and its parent is running without a cancel intent", () => {
@@ -334,13 +335,12 @@ describe("completion", () => {
         world.model.attempt(attempt.id).status,
         world.model.step("run-1", "a").status,
       ]).toEqual(["failed", "failed"]);
-      expect(
-        change.events.find((event) => event.type === "step.status_changed")?.data,
-      ).toMatchObject({
-        from: "running",
-        to: "failed",
-        exitCode: facts.exitCode,
-      });
+      expectTransition(
+        change.events.find((event) => event.type === "step.status_changed"),
+        "running",
+        "failed",
+        { exitCode: facts.exitCode },
+      );
     }
   });
 
@@ -641,13 +641,11 @@ describe("step-level retry of idempotent tasks", () => {
       RETRY_TWICE,
     );
     world.apply(change);
-    expect(change.events.find((event) => event.type === "step.status_changed")?.data).toMatchObject(
-      {
-        from: "running",
-        to: "ready",
-        retry: 1,
-        outcome: "failed",
-      },
+    expectTransition(
+      change.events.find((event) => event.type === "step.status_changed"),
+      "running",
+      "ready",
+      { retry: 1, outcome: "failed" },
     );
     const step = world.model.step("run-1", "a");
     expect(step).toMatchObject({

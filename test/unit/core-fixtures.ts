@@ -14,6 +14,7 @@ import { advanceFrontier } from "../../src/frontier.ts";
 import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
 import type {
   AdmissionReceipt,
+  AttemptStatus,
   ChangeSet,
   ProcessHandleFacts,
   Run,
@@ -393,6 +394,27 @@ export function expectLostIntoNewEpoch(
     status: "ready",
     version: stepBefore.version + 1,
   });
+}
+
+/** Asserts attempt `attemptId` has `attemptStatus` and step `a` of run-1 matches `stepA`. */
+export function expectAttemptAndStepA(
+  world: CoreWorld,
+  attemptId: string,
+  attemptStatus: AttemptStatus,
+  stepA: Partial<StepRun>,
+): void {
+  expect(world.model.attempt(attemptId).status).toBe(attemptStatus);
+  expect(world.model.step("run-1", "a")).toMatchObject(stepA);
+}
+
+/** Asserts that `event` records a status change `from` → `to`, with whatever else `data` names. */
+export function expectTransition(
+  event: RunEvent | undefined,
+  from: string,
+  to: string,
+  data: Readonly<Record<string, unknown>> = {},
+): void {
+  expect(event).toMatchObject({ data: { from, to, ...data } });
 }
 
 /** Calls `fn` and returns the QlrError code it threw (or "no error"). */

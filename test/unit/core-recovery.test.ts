@@ -22,7 +22,9 @@ import {
   expectLostIntoNewEpoch,
   NEVER_SPAWNED,
   exitFacts,
+  expectAttemptAndStepA,
   expectOneVersionBump,
+  expectTransition,
   handleAt,
   readyDiamondWorld,
   runningStepA,
@@ -200,8 +202,7 @@ describe("attempts past the start barrier", () => {
       },
     });
     expect(decision.kind).toBe("complete");
-    expect(world.model.attempt(attempt.id).status).toBe("succeeded");
-    expect(world.model.step("run-1", "a")).toMatchObject({
+    expectAttemptAndStepA(world, attempt.id, "succeeded", {
       status: "succeeded",
       attemptCount: 1,
       startedAtMs: T0 + 4,
@@ -294,8 +295,7 @@ describe("attempts past the start barrier", () => {
     expect(recover(world, attempt, inspected("not_running", "not_running")).kind).toBe(
       "lost_failed",
     );
-    expect(world.model.attempt(attempt.id).status).toBe("lost");
-    expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 0 });
+    expectAttemptAndStepA(world, attempt.id, "lost", { status: "failed", attemptCount: 0 });
   });
 
   it("two consistent live inspections of the exact identity re-adopt the attempt and write nothing", () => {
@@ -344,8 +344,7 @@ describe("attempts past the start barrier", () => {
       ["running", "failed"],
     ]);
     world.apply(change);
-    expect(world.model.attempt(attempt.id).status).toBe("lost");
-    expect(world.model.step("run-1", "a")).toMatchObject({ status: "failed", attemptCount: 1 });
+    expectAttemptAndStepA(world, attempt.id, "lost", { status: "failed", attemptCount: 1 });
   });
 
   it("ADR-0227 §6: a running attempt lost on trusted evidence is never retried after the start barrier, even for an idempotent task with budget left", () => {
@@ -353,8 +352,7 @@ describe("attempts past the start barrier", () => {
     const attempt = running(world);
     const before = world.model.step("run-1", "a");
     recover(world, attempt, inspected("not_running", "not_running"));
-    expect(world.model.attempt(attempt.id).status).toBe("lost");
-    expect(world.model.step("run-1", "a")).toMatchObject({
+    expectAttemptAndStepA(world, attempt.id, "lost", {
       status: "failed",
       version: before.version + 1,
       attemptCount: 1,
@@ -615,18 +613,11 @@ describe("each recovery decision is its own rule's", () => {
     const attempt = claimed(world);
     decideAs(world, attempt, { kind: "lost_new_epoch", reason: "gone" });
     const [lost, epoch] = world.model.eventsOf("run-1").slice(-2);
-    expect(lost).toMatchObject({
-      type: "attempt.status_changed",
-      data: { from: "claimed", to: "lost", reason: "gone" },
-    });
-    expect(epoch).toMatchObject({
-      type: "step.status_changed",
-      data: {
-        from: "ready",
-        to: "ready",
-        reason: "new ready epoch after orphaned claim",
-        lostAttemptId: attempt.id,
-      },
+    expect([lost?.type, epoch?.type]).toEqual(["attempt.status_changed", "step.status_changed"]);
+    expectTransition(lost, "claimed", "lost", { reason: "gone" });
+    expectTransition(epoch, "ready", "ready", {
+      reason: "new ready epoch after orphaned claim",
+      lostAttemptId: attempt.id,
     });
   });
 
@@ -659,9 +650,7 @@ describe("each recovery decision is its own rule's", () => {
     const lost = { kind: "lost_new_epoch", reason: "gone" } as const;
     const change = applyRecovery(scope, lost, NO_RETRY, T0 + 100)!;
     expect(change.runs[0]?.after.status).toBe("queued");
-    expect(change.events.at(-1)).toMatchObject({
-      data: { from: "dispatching", to: "queued", reason: "gone" },
-    });
+    expectTransition(change.events.at(-1), "dispatching", "queued", { reason: "gone" });
     const notDispatching = { ...scope, run: { ...scope.run, status: "running" as const } };
     expect(applyRecovery(notDispatching, lost, NO_RETRY, T0 + 100)!.runs[0]?.after.status).toBe(
       "running",
@@ -677,10 +666,8 @@ describe("each recovery decision is its own rule's", () => {
       finishedAtMs: T0 + 100,
     });
     const [lost, failed] = world.model.eventsOf("run-1").slice(-2);
-    expect(lost).toMatchObject({ data: { from: "running", to: "lost", reason: "gone" } });
-    expect(failed).toMatchObject({
-      data: { from: "running", to: "failed", reason: "gone", lostAttemptId: live.id },
-    });
+    expectTransition(lost, "running", "lost", { reason: "gone" });
+    expectTransition(failed, "running", "failed", { reason: "gone", lostAttemptId: live.id });
   });
 
   it("a lost attempt whose step already settled leaves the step as it is", () => {
