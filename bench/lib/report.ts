@@ -773,11 +773,12 @@ function renderThroughput(report: BenchReport, parts: string[]): void {
         RUN_STARTS_COLUMN,
         LOAD_COLUMN,
       ],
-      throughput.map(({ workflow, ...result }) => ({ ...result, ...workflow })),
+      // The run's own store name wins over the drive's statement figures, also named `store`.
+      throughput.map(({ workflow, ...result }) => ({ ...workflow, ...result })),
     ),
   );
   const ordinary = throughput.flatMap((result) =>
-    result.ordinary === null ? [] : [{ store: result.store, ...result.ordinary }],
+    result.ordinary === null ? [] : [{ ...result.ordinary, store: result.store }],
   );
   pushTable<DriveRow>(
     parts,

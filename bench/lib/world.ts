@@ -3,16 +3,16 @@
  * same wiring as the deterministic simulation, without its faults. Processes never fail and
  * never fail to spawn, so every step runs exactly one attempt and the step counts are exact.
  */
-import { Coordinator, type TickReport } from "../../src/coordinator.ts";
+import type { Coordinator, TickReport } from "../../src/coordinator.ts";
 import type { Manifest } from "../../src/manifest/types.ts";
 import { TERMINAL_RUN_STATUSES, type RunStatus } from "../../src/model.ts";
 import { applyPackage, startRun, type RunTarget } from "../../src/operations.ts";
 import { transactAtStoreTime, type Store } from "../../src/ports.ts";
 import { PROFILES, type Profile, type ProfileName } from "../../src/profiles.ts";
-import { Prng } from "../../src/sim/prng.ts";
-import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
-import { VirtualClock } from "../../src/sim/virtual-clock.ts";
+import type { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
+import type { VirtualClock } from "../../src/sim/virtual-clock.ts";
 import { manualStart } from "../../test/support/fixtures.ts";
+import { simulatedCoordinator } from "../../test/support/simulated-coordinator.ts";
 import { BENCH_START_MS, BenchIds, now } from "./common.ts";
 
 export interface World {
@@ -51,25 +51,21 @@ export function groupCommitFromEnv(env: NodeJS.ProcessEnv = process.env): boolea
 }
 
 export function createWorld(store: Store, options: WorldOptions): World {
-  const clock = new VirtualClock(options.startMs ?? BENCH_START_MS);
   const profile = PROFILES[options.profile];
-  const executor = new SimulatedExecutor({
-    clock,
-    prng: new Prng(options.seed ?? 0x0be7c4),
-    failureRate: 0,
-    spawnFailureRate: 0,
-    minDurationMs: options.minDurationMs ?? 20,
-    maxDurationMs: options.maxDurationMs ?? 200,
-  });
   const ids = new BenchIds(options.idPrefix ?? "bench");
-  const coordinator = new Coordinator({
+  const { clock, executor, coordinator } = simulatedCoordinator({
     store,
-    clock,
     ids,
     profile,
-    executors: { local_process: executor },
-    elapsedMs: now,
-    ...(options.groupCommit === undefined ? {} : { groupCommit: options.groupCommit }),
+    startMs: options.startMs ?? BENCH_START_MS,
+    seed: options.seed ?? 0x0be7c4,
+    failureRate: 0,
+    minDurationMs: options.minDurationMs ?? 20,
+    maxDurationMs: options.maxDurationMs ?? 200,
+    deps: {
+      elapsedMs: now,
+      ...(options.groupCommit === undefined ? {} : { groupCommit: options.groupCommit }),
+    },
   });
   return { clock, executor, coordinator, profile, ids, store };
 }

@@ -1,5 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Coordinator, type PageReport, type TickReport } from "../../src/coordinator.ts";
+import {
+  Coordinator,
+  type PageReport,
+  type StageReport,
+  type TickReport,
+} from "../../src/coordinator.ts";
 import type { Executor, LaunchRequest } from "../../src/ports.ts";
 import { PROFILES, type Profile } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
@@ -140,6 +145,18 @@ export function describeGroupCommit(factory: DriverFactory): void {
       });
     }
 
+    /** One admission-only cycle, the watch's counts reset first: its report and the pages it wrote. */
+    async function admitWatchingPages(): Promise<{ report: StageReport; pages: PageReport[] }> {
+      watch.writeCommits = 0;
+      watch.bodyRuns = 0;
+      const pages: PageReport[] = [];
+      const report = stageReport(
+        await coordinator(ADMISSION_ONLY, null, pages).tick(),
+        "admission",
+      );
+      return { report, pages };
+    }
+
     /** A run of `width` independent steps, all ready (its frontier moved), none admitted. */
     async function readyRun(packageName: string, width: number): Promise<string> {
       const runId = await applyAndStart(
@@ -171,7 +188,7 @@ export function describeGroupCommit(factory: DriverFactory): void {
       });
     }
 
-    function stageReport(report: TickReport, name: string) {
+    function stageReport(report: TickReport, name: string): StageReport {
       const stage = report.stages.find((item) => item.name === name);
       if (stage === undefined) throw new Error(`the tick reported no ${name} stage`);
       return stage;
@@ -269,12 +286,7 @@ export function describeGroupCommit(factory: DriverFactory): void {
     it("the admissions of one page commit in one transaction, each decided and CAS-guarded", async () => {
       clock.advance(1_000);
       const runId = await readyRun("grp-one", 6);
-      watch.writeCommits = 0;
-      const pages: PageReport[] = [];
-      const report = stageReport(
-        await coordinator(ADMISSION_ONLY, null, pages).tick(),
-        "admission",
-      );
+      const { report, pages } = await admitWatchingPages();
       expect(report.errors).toEqual([]);
       expect(report.processed).toBe(6);
       // One page, one commit: one transaction per item would commit six times.
@@ -320,12 +332,7 @@ export function describeGroupCommit(factory: DriverFactory): void {
           ? new Error("simulated I/O error on one item's row")
           : null;
       try {
-        watch.writeCommits = 0;
-        const pages: PageReport[] = [];
-        const report = stageReport(
-          await coordinator(ADMISSION_ONLY, null, pages).tick(),
-          "admission",
-        );
+        const { report, pages } = await admitWatchingPages();
         // The page rolled back whole; the four others then committed one by one.
         expect(pages.map((page) => page.committed)).toEqual([false]);
         expect(report.processed).toBe(4);
@@ -364,13 +371,7 @@ export function describeGroupCommit(factory: DriverFactory): void {
           ? serializationFailure()
           : null;
       try {
-        watch.writeCommits = 0;
-        watch.bodyRuns = 0;
-        const pages: PageReport[] = [];
-        const report = stageReport(
-          await coordinator(ADMISSION_ONLY, null, pages).tick(),
-          "admission",
-        );
+        const { report, pages } = await admitWatchingPages();
         expect(report.errors).toEqual([]);
         expect(report.processed).toBe(4);
         expect(pages.map((page) => page.committed)).toEqual([false]);

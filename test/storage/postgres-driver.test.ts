@@ -272,23 +272,42 @@ describe("pg driver on the real server", () => {
     await driver.close();
   });
 
-  /** Two transactions both read the counter, meet at a barrier, then both write. */
-  function raceTwoIncrements(
+  interface Race {
+    outcome: Promise<{ values: number[]; errors: unknown[] }>;
+    /** Transaction bodies run, retries included. */
+    invocations: () => number;
+  }
+
+  /**
+   * Two transactions each read one number (`readSql`, as `value`), meet at a barrier once
+   * both have read, then each writes that number plus one into its own row of `rowIds`.
+   */
+  function raceReadThenWrite(
     target: SqlDriver,
     table: string,
-  ): { outcome: Promise<{ values: number[]; errors: unknown[] }>; invocations: () => number } {
+    readSql: string,
+    rowIds: readonly [number, number],
+  ): Race {
     const bothHaveRead = createBarrier(2);
     let invocations = 0;
-    const increment = (): Promise<number> =>
+    const readThenWrite = (id: number): Promise<number> =>
       target.transaction(async (tx) => {
         invocations += 1;
-        const rows = await tx.query<{ value: number }>(`SELECT value FROM ${table} WHERE id = 1`);
+        const rows = await tx.query<{ value: number }>(readSql);
         await bothHaveRead();
         const next = (rows[0]?.value ?? Number.NaN) + 1;
-        await tx.query(`UPDATE ${table} SET value = $1 WHERE id = 1`, [next]);
+        await tx.query(`UPDATE ${table} SET value = $1 WHERE id = $2`, [next, id]);
         return next;
       });
-    return { outcome: settleAll([increment(), increment()]), invocations: () => invocations };
+    return {
+      outcome: settleAll(rowIds.map((id) => readThenWrite(id))),
+      invocations: () => invocations,
+    };
+  }
+
+  /** Two transactions both read the counter, meet at a barrier, then both write it. */
+  function raceTwoIncrements(target: SqlDriver, table: string): Race {
+    return raceReadThenWrite(target, table, `SELECT value FROM ${table} WHERE id = 1`, [1, 1]);
   }
 
   it("retries a real serialization failure so both increments apply", async () => {
@@ -328,22 +347,8 @@ describe("pg driver on the real server", () => {
    * No row lock blocks either; PostgreSQL's SSI finds the cycle and aborts one, at its
    * UPDATE or at its COMMIT depending on timing, and both paths must be retried.
    */
-  function raceWriteSkew(
-    target: SqlDriver,
-    table: string,
-  ): { outcome: Promise<{ values: number[]; errors: unknown[] }>; invocations: () => number } {
-    const bothHaveRead = createBarrier(2);
-    let invocations = 0;
-    const raise = (id: number): Promise<number> =>
-      target.transaction(async (tx) => {
-        invocations += 1;
-        const rows = await tx.query<{ total: number }>(`SELECT sum(value) AS total FROM ${table}`);
-        await bothHaveRead();
-        const next = (rows[0]?.total ?? Number.NaN) + 1;
-        await tx.query(`UPDATE ${table} SET value = $1 WHERE id = $2`, [next, id]);
-        return next;
-      });
-    return { outcome: settleAll([raise(1), raise(2)]), invocations: () => invocations };
+  function raceWriteSkew(target: SqlDriver, table: string): Race {
+    return raceReadThenWrite(target, table, `SELECT sum(value) AS value FROM ${table}`, [1, 2]);
   }
 
   async function createPair(table: string): Promise<void> {

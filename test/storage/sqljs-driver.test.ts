@@ -14,6 +14,7 @@ import { SqlJsConnection, classifyStatement } from "../../storage/sqljs/connecti
 import { openSqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
 import { loadSqlJs } from "../../storage/sqljs/node/load.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
+import { createChildren, raceQueuedIncrements } from "./fixtures/sqlite-driver-cases.ts";
 
 let SQL: SqlJsStatic;
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -75,28 +76,9 @@ describe.each(drivers)("$name", ({ name, open }) => {
 
   it("queues transactions so that awaits inside one never let another interleave", async () => {
     const driver = await openWithTable(open);
-    await driver.transaction((tx) =>
-      tx.query("INSERT INTO items (name, amount) VALUES ('counter', 0)"),
-    );
-    const trace: string[] = [];
-    const increment = (label: string, pauseMs: number) =>
-      driver.transaction(async (tx) => {
-        trace.push(`${label}:start`);
-        const rows = await tx.query<{ amount: number }>(
-          "SELECT amount FROM items WHERE name = 'counter'",
-        );
-        await sleep(pauseMs);
-        await tx.query("UPDATE items SET amount = ? WHERE name = 'counter'", [
-          (rows[0]?.amount ?? 0) + 1,
-        ]);
-        trace.push(`${label}:end`);
-      });
-    await Promise.all([increment("a", 30), increment("b", 0), increment("c", 10)]);
+    const { trace, amount } = await raceQueuedIncrements(driver, [30, 0, 10]);
     expect(trace).toEqual(["a:start", "a:end", "b:start", "b:end", "c:start", "c:end"]);
-    const rows = await driver.transaction((tx) =>
-      tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'"),
-    );
-    expect(rows).toEqual([{ amount: 3 }]);
+    expect(amount).toBe(3);
   });
 
   it("rolls back everything and rethrows the same error when fn throws", async () => {
@@ -180,12 +162,8 @@ describe.each(drivers)("$name", ({ name, open }) => {
 
   it("enforces foreign keys", async () => {
     const driver = await open();
-    await driver.transaction(async (tx) => {
-      await tx.query("CREATE TABLE parents (id INTEGER PRIMARY KEY)");
-      await tx.query(
-        "CREATE TABLE children (id INTEGER PRIMARY KEY, parent_id INTEGER NOT NULL REFERENCES parents (id))",
-      );
-    });
+    await driver.transaction((tx) => tx.query("CREATE TABLE parents (id INTEGER PRIMARY KEY)"));
+    await createChildren(driver, "parents");
     const outcome = await driver
       .transaction((tx) => tx.query("INSERT INTO children (id, parent_id) VALUES (1, 99)"))
       .catch((error: unknown) => error);

@@ -497,6 +497,12 @@ describe("frontier marks over several runs", () => {
     expect(frontierMarks(runs, [{ before: null, after: succeeded }])).toEqual(["run-2"]);
     expect(frontierMarks(runs, [{ before: succeeded, after: succeeded }])).toEqual([]);
   });
+
+  it("only a workflow run has a frontier: an ordinary run is never marked, even one written running", () => {
+    const world = new CoreWorld();
+    const running = { ...world.startWorkflow("diamond", "run-1"), kind: "ordinary" as const };
+    expect(frontierMarks([{ before: null, after: running }], [])).toEqual([]);
+  });
 });
 
 describe("the cancel intent", () => {

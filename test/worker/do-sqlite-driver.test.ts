@@ -12,6 +12,7 @@ import {
   sqliteCodeOf,
 } from "../../storage/do-sqlite/driver.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
+import { createChildren, raceQueuedIncrements } from "../storage/fixtures/sqlite-driver-cases.ts";
 import { freshObject, freshObjectDriver, inObject } from "./support.ts";
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -116,28 +117,8 @@ describe("do-sqlite driver", () => {
           "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, amount INTEGER)",
         ),
       );
-      await driver.transaction((tx) =>
-        tx.query("INSERT INTO items (name, amount) VALUES ('counter', 0)"),
-      );
-      const events: string[] = [];
-      const increment = (label: string, pauseMs: number): Promise<void> =>
-        driver.transaction(async (tx) => {
-          events.push(`${label}:start`);
-          const rows = await tx.query<{ amount: number }>(
-            "SELECT amount FROM items WHERE name = 'counter'",
-          );
-          // A real macrotask wait: without the queue, the next transaction would start here.
-          await sleep(pauseMs);
-          await tx.query("UPDATE items SET amount = ? WHERE name = 'counter'", [
-            (rows[0]?.amount ?? 0) + 1,
-          ]);
-          events.push(`${label}:end`);
-        });
-      await Promise.all([increment("a", 20), increment("b", 0), increment("c", 5)]);
-      const counter = await driver.transaction((tx) =>
-        tx.query<{ amount: number }>("SELECT amount FROM items WHERE name = 'counter'"),
-      );
-      events.push(`amount=${counter[0]?.amount ?? "missing"}`);
+      const { trace: events, amount } = await raceQueuedIncrements(driver, [20, 0, 5]);
+      events.push(`amount=${amount ?? "missing"}`);
       return events;
     });
     expect(trace).toEqual(["a:start", "a:end", "b:start", "b:end", "c:start", "c:end", "amount=3"]);
@@ -224,12 +205,8 @@ describe("do-sqlite driver", () => {
 
   it("maps constraint errors: unique and primary key are conflicts, CHECK and foreign keys are internal", async () => {
     const driver = await openWithTable();
-    await driver.transaction(async (tx) => {
-      await tx.query("INSERT INTO items (id, name) VALUES (1, 'one')");
-      await tx.query(
-        "CREATE TABLE children (id INTEGER PRIMARY KEY, item_id INTEGER NOT NULL REFERENCES items (id))",
-      );
-    });
+    await driver.transaction((tx) => tx.query("INSERT INTO items (id, name) VALUES (1, 'one')"));
+    await createChildren(driver, "items");
     const attempt = (sql: string): Promise<unknown> =>
       driver.transaction((tx) => tx.query(sql)).catch((caught: unknown) => caught);
     expect(await attempt("INSERT INTO items (id, name) VALUES (1, 'other')")).toMatchObject({
@@ -242,7 +219,7 @@ describe("do-sqlite driver", () => {
       code: "internal",
     });
     // Foreign keys are enforced in DO SQLite without any pragma.
-    expect(await attempt("INSERT INTO children (item_id) VALUES (999)")).toMatchObject({
+    expect(await attempt("INSERT INTO children (parent_id) VALUES (999)")).toMatchObject({
       code: "internal",
     });
     expect(
