@@ -289,7 +289,31 @@ export class QlrClient {
     return this.json("POST", "worker/complete", jsonBody(request));
   }
 
-  leaseLost(request: LeaseLostRequest): Promise<WorkerCompletionView> {
-    return this.json("POST", "worker/lost", jsonBody(request));
+  /**
+   * A coordinator older than the never-spawned evidence refuses the field as unknown (400); the
+   * report is then sent again without it, so a worker of this version can settle its leases
+   * there during a rolling upgrade. That coordinator fails the step as it always did for a
+   * lost attempt: the step does not run again, which is the safe reading of the older contract.
+   */
+  async leaseLost(request: LeaseLostRequest): Promise<WorkerCompletionView> {
+    try {
+      return await this.json("POST", "worker/lost", jsonBody(request));
+    } catch (error) {
+      if (request.neverSpawned !== true || !refusedAsUnknownField(error, "neverSpawned"))
+        throw error;
+      const { neverSpawned: _refused, ...older } = request;
+      return this.json("POST", "worker/lost", jsonBody(older));
+    }
   }
+}
+
+/** The answer refused the request only because it does not know `field` (an older runtime). */
+function refusedAsUnknownField(error: unknown, field: string): boolean {
+  return (
+    error instanceof ApiError &&
+    error.status === 400 &&
+    error.code === "invalid_request" &&
+    error.details.length > 0 &&
+    error.details.every((detail) => detail.path === field && detail.message === "unknown field")
+  );
 }

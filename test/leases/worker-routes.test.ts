@@ -1,6 +1,7 @@
 import type { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApp } from "../../runtimes/http/app.ts";
+import { QlrClient, type FetchFunction } from "../../runtimes/http/client.ts";
 import { Metrics } from "../../runtimes/http/metrics.ts";
 import { Coordinator } from "../../src/coordinator.ts";
 import type { Lease } from "../../src/lease-service.ts";
@@ -655,6 +656,71 @@ describe("worker routes", () => {
     const done = await detail();
     expect(done.run.status).toBe("succeeded");
     expect(done.steps.map((step) => [step.status, step.attemptCount])).toEqual([["succeeded", 1]]);
+  });
+
+  it("a worker's never-spawned report reaches a coordinator that predates the field: refused as unknown, it is sent again without it; any other refusal is not", async () => {
+    // An older coordinator is the real routes without the field: its strict schema refused the
+    // body, naming the field as unknown beside any other problem, and wrote nothing. Here the
+    // field goes to the real routes under a name they do not know, and the answer names it back.
+    const sent: Record<string, unknown>[] = [];
+    const unknownToday = "neverSpawnedUnknownHere";
+    const olderCoordinator: FetchFunction = async (input, init) => {
+      const { neverSpawned, ...body } = JSON.parse(init.body as string) as Record<string, unknown>;
+      sent.push(neverSpawned === undefined ? body : { ...body, neverSpawned });
+      const path = new URL(input).pathname;
+      if (neverSpawned === undefined) return app.request(path, init);
+      const answer = await app.request(path, {
+        ...init,
+        body: JSON.stringify({ ...body, [unknownToday]: neverSpawned }),
+      });
+      return new Response((await answer.text()).replaceAll(unknownToday, "neverSpawned"), {
+        status: answer.status,
+        headers: answer.headers,
+      });
+    };
+    const client = new QlrClient({
+      baseUrl: "http://coordinator.test",
+      token: TOKEN,
+      fetch: olderCoordinator,
+    });
+    const runId = await admittedRun("never-spawned-older", "pool-never-spawned-older");
+    const lease = await claim("worker-1", "pool-never-spawned-older");
+    const fenceNow = fenceFor(lease, "worker-1");
+    await ok("/worker/start", { ...fenceNow, phase: "starting" });
+    clock.advance(10);
+    expect(
+      await client.leaseLost({
+        ...fenceNow,
+        reason: "journaled but never spawned",
+        neverSpawned: true,
+      }),
+    ).toEqual({ status: "lost", replayed: false });
+    expect(sent.map((body) => "neverSpawned" in body)).toEqual([true, false]);
+    // Settled as that coordinator settles a lost attempt: the step fails and is not run again.
+    await tick();
+    const response = await app.request(`/runs/${runId}`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    const settled = (await response.json()) as {
+      steps: { status: string }[];
+      attempts: { status: string }[];
+    };
+    expect(settled.steps.map((step) => step.status)).toEqual(["failed"]);
+    expect(settled.attempts.map((attempt) => attempt.status)).toEqual(["lost"]);
+
+    // Without the field, or refused for anything else, a report is sent once and its error stands.
+    sent.length = 0;
+    const stale = client.leaseLost({
+      ...fenceNow,
+      leaseVersion: fenceNow.leaseVersion + 1,
+      reason: "gone again",
+    });
+    await expect(stale).rejects.toMatchObject({ status: 409, code: "conflict" });
+    expect(sent).toHaveLength(1);
+    sent.length = 0;
+    const malformed = client.leaseLost({ ...fenceNow, reason: "", neverSpawned: true });
+    await expect(malformed).rejects.toMatchObject({ status: 400, code: "invalid_request" });
+    expect(sent).toHaveLength(1);
   });
 
   it("only POST is routed", async () => {
