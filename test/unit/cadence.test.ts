@@ -74,6 +74,16 @@ function controlledCycles(): {
 
 const INTERVAL_MS = 500;
 
+/** Fires what the cadence waits for and checks that it began cycle number `cycle`. */
+function fireInto(
+  timers: SteppedTimers,
+  cycles: ReturnType<typeof controlledCycles>,
+  cycle: number,
+): void {
+  timers.fire();
+  expect(cycles.started()).toBe(cycle);
+}
+
 function startedCadence(): {
   readonly timers: SteppedTimers;
   readonly cycles: ReturnType<typeof controlledCycles>;
@@ -84,8 +94,7 @@ function startedCadence(): {
   const cadence = new Cadence(cycles.cycle, INTERVAL_MS, timers);
   cadence.start();
   expect(timers.waiting()).toBe("immediate");
-  timers.fire();
-  expect(cycles.started()).toBe(1);
+  fireInto(timers, cycles, 1);
   return { timers, cycles, cadence };
 }
 
@@ -95,16 +104,14 @@ describe("the device's cadence", () => {
     expect(timers.waiting()).toBe("nothing");
     await cycles.finish(true);
     expect(timers.waiting()).toBe("immediate");
-    timers.fire();
-    expect(cycles.started()).toBe(2);
+    fireInto(timers, cycles, 2);
   });
 
   it("waits the interval after a cycle that asks for nothing", async () => {
     const { timers, cycles } = startedCadence();
     await cycles.finish(false);
     expect(timers.waiting()).toBe(`timeout ${INTERVAL_MS}`);
-    timers.fire();
-    expect(cycles.started()).toBe(2);
+    fireInto(timers, cycles, 2);
   });
 
   it("remembers a wake during a cycle, starts no second cycle beside it, and follows at once", async () => {
@@ -115,8 +122,7 @@ describe("the device's cadence", () => {
     expect(timers.waiting()).toBe("nothing");
     await cycles.finish(false);
     expect(timers.waiting()).toBe("immediate");
-    timers.fire();
-    expect(cycles.started()).toBe(2);
+    fireInto(timers, cycles, 2);
     // The wake was used up by that cycle: the one after it waits the interval again.
     await cycles.finish(false);
     expect(timers.waiting()).toBe(`timeout ${INTERVAL_MS}`);
@@ -131,8 +137,7 @@ describe("the device's cadence", () => {
     // Woken again before it starts: still one start pending.
     cadence.wake();
     expect(timers.waiting()).toBe("immediate");
-    timers.fire();
-    expect(cycles.started()).toBe(2);
+    fireInto(timers, cycles, 2);
   });
 
   it("starts nothing after stop, even when the cycle in flight asks for another", async () => {
