@@ -25,6 +25,7 @@ import {
   PosixLauncher,
 } from "./launcher/index.ts";
 import { BufferReclaimer } from "./buffer-reclaimer.ts";
+import { Cadence } from "./cadence.ts";
 import { LocalProcessExecutor } from "./local-executor.ts";
 import { openConfiguredStore, type StoreKind } from "./open-store.ts";
 import { readAttemptLog, readLogChunk } from "./read-log.ts";
@@ -121,11 +122,7 @@ export const LOG_READ_MAX_BYTES = 1024 * 1024;
 export class DeviceRuntime {
   readonly url: string;
   readonly recovery: RecoveryEntry[];
-  private timer: ReturnType<typeof setTimeout> | null = null;
-  /** A cycle is running now (between its timer firing and its report). */
-  private ticking = false;
-  /** Something happened while a cycle ran: the next one starts at once. */
-  private wakeRequested = false;
+  private readonly cadence: Cadence;
   /** Edge profile only: frees dead database-sized buffers after a cycle (buffer-reclaimer.ts). */
   private readonly reclaimer: BufferReclaimer | null;
   private stopping: Promise<void> | null = null;
@@ -134,6 +131,23 @@ export class DeviceRuntime {
     this.url = parts.url;
     this.recovery = parts.recovery;
     this.reclaimer = parts.options.profile === "edge" ? new BufferReclaimer() : null;
+    const { options, coordinator } = parts;
+    this.cadence = new Cadence(
+      () =>
+        coordinator
+          .tick()
+          .then((report: TickReport) => {
+            this.reclaimer?.afterCycle();
+            return report.more || report.followUp;
+          })
+          .catch((error: unknown) => {
+            (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(
+              `tick failed: ${errorMessage(error)}`,
+            );
+            return false;
+          }),
+      options.tickIntervalMs ?? PROFILES[options.profile].tickIntervalMs,
+    );
   }
 
   static async start(options: DeviceOptions): Promise<DeviceRuntime> {
@@ -296,7 +310,7 @@ export class DeviceRuntime {
         stateLock,
       });
       runtimeForWake = runtime;
-      runtime.scheduleTick(0);
+      runtime.cadence.start();
       return runtime;
     } catch (error) {
       await store.close();
@@ -305,52 +319,12 @@ export class DeviceRuntime {
   }
 
   /**
-   * The cadence: one timer, one cycle at a time. A cycle that found more work, or during which
-   * something woke the cadence, is followed at once; otherwise the next one waits the interval.
-   */
-  private scheduleTick(delayMs: number): void {
-    if (this.stopping !== null) return;
-    const { options, coordinator } = this.parts;
-    const intervalMs = options.tickIntervalMs ?? PROFILES[options.profile].tickIntervalMs;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      this.ticking = true;
-      this.wakeRequested = false;
-      void coordinator
-        .tick()
-        .then((report: TickReport) => {
-          this.reclaimer?.afterCycle();
-          return report.more || report.followUp;
-        })
-        .catch((error: unknown) => {
-          (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(
-            `tick failed: ${errorMessage(error)}`,
-          );
-          return false;
-        })
-        .then((more) => {
-          this.ticking = false;
-          this.scheduleTick(more || this.wakeRequested ? 0 : intervalMs);
-        });
-    }, delayMs);
-  }
-
-  /**
    * Runs the cadence now instead of at the end of the interval: a run was started or cancelled,
-   * a worker reported, a supervisor exited. Still one cycle at a time: during a cycle the wake
-   * is remembered and the next cycle follows it at once. No timer per run or per process.
+   * a worker reported, a supervisor exited. Still one cycle at a time (cadence.ts).
    */
   wake(): void {
     if (this.stopping !== null) return;
-    if (this.ticking) {
-      this.wakeRequested = true;
-      return;
-    }
-    if (this.timer !== null) {
-      clearTimeout(this.timer);
-      this.timer = null;
-      this.scheduleTick(0);
-    }
+    this.cadence.wake();
   }
 
   stop(): Promise<void> {
@@ -363,8 +337,7 @@ export class DeviceRuntime {
     // 1. Stop intake: every request but a lease holder's lease calls is refused from here on.
     intake.open = false;
     // 2. Scheduler stopAndDrain: no further cycles admit or dispatch; wait for the cycle in flight.
-    if (this.timer !== null) clearTimeout(this.timer);
-    this.timer = null;
+    this.cadence.stop();
     coordinator.freezeAdmission();
     await coordinator.idle();
     // 3. Execution control stopAndDrain: durable shutdown intent, exact stops, step-scoped outcomes.

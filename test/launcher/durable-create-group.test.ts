@@ -5,13 +5,14 @@
  * and a taken name refuses that file alone. Runs on the real file system through a
  * `DurableFs` that logs every call.
  */
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { errorCode } from "../../src/errors.ts";
 import { createFileExclusiveDurable } from "../../runtimes/node/launcher/durable-file.ts";
 import { nodeDurableFs, type DurableFs } from "../../storage/node/durable-fs.ts";
+import { fsyncDirectory } from "../../storage/node/fsync-directory.ts";
 
 let dir: string;
 
@@ -100,5 +101,23 @@ describe("grouped exclusive durable creates", () => {
       expect(linkAt).toBeLessThan(directorySyncAt);
       expect(calls.indexOf(`acknowledged ${stem}`)).toBeGreaterThan(directorySyncAt);
     }
+  });
+});
+
+describe("the directory flush of the launcher's records", () => {
+  const openDescriptors = async (): Promise<number> => (await readdir("/proc/self/fd")).length;
+
+  it("flushes a directory and closes what it opened", async () => {
+    const before = await openDescriptors();
+    await fsyncDirectory(dir);
+    expect(await openDescriptors()).toBe(before);
+  });
+
+  it("rejects what is not a directory, as every record's acknowledgement depends on it", async () => {
+    await writeFile(join(dir, "plain"), "x");
+    const missing = await fsyncDirectory(join(dir, "missing")).catch((error: unknown) => error);
+    expect(errorCode(missing)).toBe("ENOENT");
+    const plain = await fsyncDirectory(join(dir, "plain")).catch((error: unknown) => error);
+    expect(errorCode(plain)).toBe("ENOTDIR");
   });
 });

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { chmod, copyFile, mkdir, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { describe, expect, it } from "vitest";
 import {
   isAlive,
@@ -9,6 +9,7 @@ import {
   readProcStat,
   type ProcessHandle,
 } from "../../runtimes/node/launcher/index.ts";
+import { bootIdOnce } from "../../runtimes/node/launcher/proc.ts";
 import { useScratch, newLauncher, shellSpec, waitFor, waitForReceipt } from "./support.ts";
 
 const scratch = useScratch("inspect");
@@ -62,6 +63,18 @@ describe("inspect", () => {
     const result = await launcher.stop(handle, "cancel");
     expect(result).toMatchObject({ signalsSent: [], finalInspection: { state: "unverifiable" } });
     await expect(launcher.launch(shellSpec("true"))).rejects.toThrow(/boot id/);
+  });
+
+  it("reads the boot id once: a process cannot outlive its boot; a missing one is read again", async () => {
+    const fakeProc = join(scratch.dir, "boot-proc");
+    const bootIdPath = join(fakeProc, "sys/kernel/random/boot_id");
+    await mkdir(dirname(bootIdPath), { recursive: true });
+    const bootId = bootIdOnce(fakeProc);
+    expect(await bootId()).toBeNull();
+    await writeFile(bootIdPath, "11111111-1111-4111-8111-111111111111\n");
+    expect(await bootId()).toBe("11111111-1111-4111-8111-111111111111");
+    await writeFile(bootIdPath, "22222222-2222-4222-8222-222222222222\n");
+    expect(await bootId()).toBe("11111111-1111-4111-8111-111111111111");
   });
 
   it("is unverifiable when /proc holds a stat line it cannot parse", async () => {

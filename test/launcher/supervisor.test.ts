@@ -225,6 +225,22 @@ describe("supervisor liveness as part of the not-running evidence", () => {
     launcher.close();
   });
 
+  it("answers for a running task within the turn that asks: the boot id is read once, /proc inline", async () => {
+    // Execution control asks this of every running attempt without a receipt, in every cycle;
+    // each turn it gave away let the runtime serve other requests before the cycle went on.
+    const { launcher } = await newLauncher(scratch);
+    const attemptId = newAttemptId();
+    const handle = await launcher.launch(shellSpec("sleep 30", { attemptId }));
+    let turned = false;
+    setImmediate(() => (turned = true));
+    expect(await launcher.supervision(attemptId)).toBe("live");
+    expect(await launcher.inspect(handle)).toEqual({ state: "running" });
+    expect(turned).toBe(false);
+    process.kill(-handle.pid, "SIGKILL");
+    await waitForReceipt(launcher, attemptId);
+    launcher.close();
+  });
+
   it("proves never-spawned for a journaled attempt the live supervisor does not know, and refuses it from then on", async () => {
     const { launcher } = await newLauncher(scratch);
     const warmUp = newAttemptId();

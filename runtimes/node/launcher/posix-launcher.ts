@@ -8,7 +8,7 @@ import { QlrError, errorMessage, errorCode } from "../../../src/errors.ts";
 import { fsyncDirectory } from "../../../storage/node/fsync-directory.ts";
 import { ensureDurableDirectories, readSmallFile } from "./durable-file.ts";
 import { readJournalRecord, writeJournalRecord, type JournalRecord } from "./journal.ts";
-import { DEFAULT_PROC_ROOT, isExitedState, readBootId, readProcStat } from "./proc.ts";
+import { bootIdOnce, DEFAULT_PROC_ROOT, isExitedState, readProcStatSync } from "./proc.ts";
 import {
   checkReceiptText,
   isStopReason,
@@ -265,6 +265,7 @@ export class PosixLauncher {
   private readonly supervisorPath: string;
   private readonly graceMs: number;
   private readonly procRoot: string;
+  private readonly bootId: () => Promise<string | null>;
   private readonly supervisor: SupervisorClient;
   private readonly afterJournal: ((attemptId: string) => void | Promise<void>) | undefined;
   private readonly afterStopIntent: ((attemptId: string) => void | Promise<void>) | undefined;
@@ -281,6 +282,7 @@ export class PosixLauncher {
     this.supervisorPath = options.supervisorPath ?? DEFAULT_SUPERVISOR_PATH;
     this.graceMs = options.graceMs ?? DEFAULT_GRACE_MS;
     this.procRoot = options.procRoot ?? DEFAULT_PROC_ROOT;
+    this.bootId = bootIdOnce(this.procRoot);
     this.afterJournal = options.afterJournal;
     this.afterStopIntent = options.afterStopIntent;
     this.afterStopTerm = options.afterStopTerm;
@@ -338,7 +340,7 @@ export class PosixLauncher {
     if (Buffer.byteLength(JSON.stringify(supervisorSpec), "utf8") > SUPERVISOR_SPEC_MAX_BYTES)
       throw invalidSpec("argv", `argv and env together exceed ${SUPERVISOR_SPEC_MAX_BYTES} bytes`);
     await this.prepare();
-    const bootId = await readBootId(this.procRoot);
+    const bootId = await this.bootId();
     if (bootId === null)
       throw new QlrError(
         "storage_unavailable",
@@ -515,10 +517,10 @@ export class PosixLauncher {
     }
     if (record !== null && "invalid" in record) return "unknown";
     if (record !== null) {
-      const bootId = await readBootId(this.procRoot);
+      const bootId = await this.bootId();
       if (bootId === null) return "unknown";
       if (bootId !== record.bootId) return "gone";
-      const reading = await readProcStat(record.supervisorPid, this.procRoot);
+      const reading = readProcStatSync(record.supervisorPid, this.procRoot);
       if (reading.kind === "unreadable") return "unknown";
       if (
         reading.kind === "absent" ||
@@ -740,11 +742,11 @@ export class PosixLauncher {
       !/^[0-9]+$/.test(handle.processStartTicks)
     )
       return { state: "unverifiable", reason: "the handle is malformed" };
-    const bootId = await readBootId(this.procRoot);
+    const bootId = await this.bootId();
     if (bootId === null)
       return { state: "unverifiable", reason: `no boot id under ${this.procRoot}` };
     if (bootId !== handle.bootId) return { state: "not_running" };
-    const reading = await readProcStat(handle.pid, this.procRoot);
+    const reading = readProcStatSync(handle.pid, this.procRoot);
     if (reading.kind === "unreadable") return { state: "unverifiable", reason: reading.reason };
     if (reading.kind === "absent") return { state: "not_running" };
     if (reading.stat.startTicks !== handle.processStartTicks) return { state: "changed_identity" };

@@ -76,8 +76,11 @@ export async function readProcStat(
 }
 
 /**
- * The synchronous reading is for the supervisor right after spawn: it runs before the event
- * loop can reap the child, so even a task that exits at once still has its /proc entry.
+ * The synchronous reading: the supervisor's right after spawn (it runs before the event loop can
+ * reap the child, so even a task that exits at once still has its /proc entry), and the
+ * launcher's identity checks (a /proc read is answered from kernel memory in microseconds; the
+ * asynchronous one costs four thread-pool round trips, between which the runtime's event loop
+ * serves whatever else waits, once per running attempt in every cycle of execution control).
  */
 export function readProcStatSync(
   pid: number,
@@ -91,6 +94,16 @@ export function readProcStatSync(
 }
 
 const BOOT_ID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/**
+ * The boot id as a launcher reads it: once. A process cannot outlive its boot (a reboot ends
+ * it), so the first reading that finds an id holds for the process's life and every later launch
+ * and identity check answers from memory; a reading that finds none is tried again next time.
+ */
+export function bootIdOnce(procRoot: string = DEFAULT_PROC_ROOT): () => Promise<string | null> {
+  let known: string | null = null;
+  return async () => (known ??= await readBootId(procRoot));
+}
 
 /** The kernel's random boot id; null when /proc is missing or does not hold one (not Linux). */
 export async function readBootId(procRoot: string = DEFAULT_PROC_ROOT): Promise<string | null> {
