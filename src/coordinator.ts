@@ -176,10 +176,11 @@ export interface CoordinatorDeps {
    */
   readonly maxRunning?: number | null;
   /**
-   * Group commit: one store transaction per stage page, or one per item. Absent: on for the
-   * store's only coordinator, off for a node of a shared store, where measured pages of
-   * several coordinators on one PostgreSQL met serialization failures and fell back item by
-   * item more often than not (docs/PERFORMANCE.md). The benches set it to compare both.
+   * Group commit: one store transaction per stage page, or one per item. Absent: on, for a node
+   * of a shared store too: since a page costs a few multi-row statements rather than a few per
+   * item, pages of 2–3 coordinators on one PostgreSQL outran one transaction per item even with
+   * the pages that met a serialization failure and went item by item. The benches set it to
+   * compare both.
    */
   readonly groupCommit?: boolean;
   /** Observes each stage page written as a group: its size and whether it committed as one; never required. */
@@ -472,7 +473,7 @@ export class Coordinator {
 
   /** Whether stage pages commit as one transaction (see `CoordinatorDeps.groupCommit`). */
   private get grouping(): boolean {
-    return this.deps.groupCommit ?? this.node === null;
+    return this.deps.groupCommit ?? true;
   }
 
   /** This runtime's node id in a shared store; null for the store's only coordinator. */
