@@ -176,10 +176,11 @@ export interface CoordinatorDeps {
    */
   readonly maxRunning?: number | null;
   /**
-   * Group commit: one store transaction per stage page, or one per item. Absent: on for the
-   * store's only coordinator, off for a node of a shared store, where measured pages of
-   * several coordinators on one PostgreSQL met serialization failures and fell back item by
-   * item more often than not (docs/PERFORMANCE.md). The benches set it to compare both.
+   * Group commit: one store transaction per stage page, or one per item. Absent: on, for a node
+   * of a shared store too: since a page costs a few multi-row statements rather than a few per
+   * item, pages of 2–3 coordinators on one PostgreSQL outran one transaction per item even with
+   * the pages that met a serialization failure and went item by item. The benches set it to
+   * compare both.
    */
   readonly groupCommit?: boolean;
   /** Observes each stage page written as a group: its size and whether it committed as one; never required. */
@@ -472,7 +473,7 @@ export class Coordinator {
 
   /** Whether stage pages commit as one transaction (see `CoordinatorDeps.groupCommit`). */
   private get grouping(): boolean {
-    return this.deps.groupCommit ?? this.node === null;
+    return this.deps.groupCommit ?? true;
   }
 
   /** This runtime's node id in a shared store; null for the store's only coordinator. */
@@ -566,13 +567,19 @@ export class Coordinator {
    * items that can commit do, the loser is reported for itself, and an item the page did
    * commit (a lost response) finds its versions moved and writes nothing twice.
    *
+   * The page transaction first reads the page's runs whole (`runIds`, `StoreTx.preloadRuns`):
+   * a few multi-row statements instead of each item reading its rows one statement at a time.
+   *
    * The page runs once: a store that calls it again (PostgreSQL retries a serialization
    * failure) gets `PageAbandoned` and the page goes item by item at once. A whole page retried
    * against the same competitors loses again most of the time, and each retry re-runs every
    * item's reads and writes; one item's transaction is short, and the store's own retries
    * serve it well.
    */
-  private async writePage<T>(writes: readonly PageWrite<T>[]): Promise<PageResult<T>> {
+  private async writePage<T>(
+    writes: readonly PageWrite<T>[],
+    runIds: readonly string[],
+  ): Promise<PageResult<T>> {
     let pageError: unknown = null;
     if (writes.length > 1 && this.grouping) {
       let runs = 0;
@@ -580,6 +587,7 @@ export class Coordinator {
         const values = await this.write(async (tx, nowMs, hostOffsetMs) => {
           runs += 1;
           if (runs > 1) throw new PageAbandoned();
+          await tx.preloadRuns(runIds);
           const page: T[] = [];
           for (const write of writes) page.push(await write(tx, nowMs, hostOffsetMs));
           return page;
@@ -744,7 +752,7 @@ export class Coordinator {
       list: stage.list,
       idOf: itself,
       handlePage: (runIds) =>
-        this.commitPage(context, runIds, itself, stage.write, stage.committed),
+        this.commitPage(context, runIds, itself, itself, stage.write, stage.committed),
     });
   }
 
@@ -789,10 +797,11 @@ export class Coordinator {
     context: StageContext,
     items: readonly Item[],
     subjectOf: (item: Item) => string,
+    runIdOf: (item: Item) => string,
     writeOf: (item: Item) => PageWrite<T>,
     committed: (value: T) => Promise<boolean>,
   ): Promise<void> {
-    const { outcomes } = await this.writePage(items.map(writeOf));
+    const { outcomes } = await this.writePage(items.map(writeOf), items.map(runIdOf));
     for (const [index, outcome] of outcomes.entries()) {
       const item = items[index];
       try {
@@ -1009,6 +1018,13 @@ export class Coordinator {
         runs += 1;
         if (runs > 1) throw new PageAbandoned();
         size = 0;
+        // The candidates the budget can still reach, read whole at once (see `writePage`).
+        await tx.preloadRuns(
+          candidates
+            .filter((candidate) => !held.holds(candidate))
+            .slice(0, decisions - decided)
+            .map((candidate) => candidate.runId),
+        );
         const pageHeld = held.copy();
         let pageDecided = decided;
         let admitted = 0;
@@ -1117,6 +1133,7 @@ export class Coordinator {
       if (claimed.length > pageSize) context.more = true;
       const started: {
         readonly attemptId: string;
+        readonly runId: string;
         readonly request: LaunchRequest;
         readonly startingAtMs: number;
       }[] = [];
@@ -1130,13 +1147,15 @@ export class Coordinator {
       );
       const startings = await this.writePage(
         page.map((attempt) => this.markStartingWrite(attempt.id)),
+        page.map((attempt) => attempt.runId),
       );
       for (const [index, outcome] of startings.outcomes.entries()) {
-        const attemptId = page[index]?.id;
-        if (attemptId === undefined) continue;
+        const attempt = page[index];
+        if (attempt === undefined) continue;
+        const attemptId = attempt.id;
         if (outcome.ok && outcome.value !== null) {
           this.unlaunchedStarting.delete(attemptId);
-          started.push({ attemptId, ...outcome.value });
+          started.push({ attemptId, runId: attempt.runId, ...outcome.value });
           continue;
         }
         // Not handed to a launcher. A failed write, or a page whose commit failed (its answer
@@ -1158,8 +1177,9 @@ export class Coordinator {
       await this.fault("dispatch.after_spawn");
       await this.recordLaunches(
         context,
-        started.map(({ attemptId, startingAtMs }, index) => ({
+        started.map(({ attemptId, runId, startingAtMs }, index) => ({
           attemptId,
+          runId,
           startingAtMs,
           launch: launches[index] ?? {
             status: "rejected",
@@ -1217,6 +1237,7 @@ export class Coordinator {
     context: StageContext,
     launches: readonly {
       readonly attemptId: string;
+      readonly runId: string;
       readonly startingAtMs: number;
       readonly launch: PromiseSettledResult<ProcessHandleFacts>;
     }[],
@@ -1231,6 +1252,7 @@ export class Coordinator {
       recordable.map(({ attemptId, startingAtMs, launch }) =>
         this.launchOutcomeWrite(attemptId, startingAtMs, launch),
       ),
+      recordable.map(({ runId }) => runId),
     );
     for (const [index, outcome] of outcomes.entries()) {
       const entry = recordable[index];
@@ -1481,6 +1503,7 @@ export class Coordinator {
         context,
         completions,
         ({ attempt }) => attempt.id,
+        ({ attempt }) => attempt.runId,
         ({ attempt, facts }) => this.completeWrite(attempt.id, facts),
         (completed) => this.afterComplete(completed),
       );

@@ -120,6 +120,13 @@ export interface StoreTx {
   observe(hostNowMs: number): Promise<number>;
   apply(change: ChangeSet): Promise<void>;
 
+  /**
+   * Reads the named runs whole (the run, its steps, its attempts, its admission receipts) in a
+   * few multi-row statements, so this transaction's later reads of them cost nothing: a stage
+   * page that commits as one transaction calls it once for its items instead of reading each
+   * item's rows one statement at a time. What the later reads return is unchanged.
+   */
+  preloadRuns(runIds: readonly string[]): Promise<void>;
   getRun(runId: string): Promise<Run | null>;
   getRunByIdempotencyKey(key: string): Promise<Run | null>;
   getSteps(runId: string): Promise<StepRun[]>;

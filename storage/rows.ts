@@ -54,6 +54,11 @@ function asJsonOrNull(value: unknown): JsonValue | null {
  */
 interface Column<V, N extends string, T = unknown> {
   readonly name: N;
+  /**
+   * What the column holds: a statement whose parameters have no column to take a type from (a
+   * multi-row `VALUES` list on PostgreSQL, which would read them as text) casts them to it.
+   */
+  readonly type: ColumnType;
   write(field: V, value: T): SqlParam;
   read(stored: unknown, row: SqlRow): V;
 }
@@ -65,6 +70,9 @@ type ColumnNameOf<S> = {
   [F in keyof S]: S[F] extends { readonly name: infer N } ? N : never;
 }[keyof S];
 
+/** The two kinds of column the schema has: TEXT (JSON included) and INTEGER or BIGINT. */
+export type ColumnType = "text" | "integer";
+
 /** A table read whole into its domain type and written whole from it. */
 export interface RowTable<T, C extends string = string> {
   readonly name: string;
@@ -75,6 +83,7 @@ export interface RowTable<T, C extends string = string> {
   params(value: T, columns?: readonly C[]): SqlParam[];
   /** Every column but `excluded`, in their order (what an update of a row by its key rewrites). */
   columnsBut(excluded: C): C[];
+  typeOf(column: C): ColumnType;
 }
 
 /**
@@ -88,9 +97,11 @@ function rowTable<T>() {
   ): RowTable<T, ColumnNameOf<S> & string> => {
     const fields = Object.keys(columns) as (keyof T & string)[];
     const writers = new Map<string, (value: T) => SqlParam>();
+    const types = new Map<string, ColumnType>();
     for (const field of fields) {
       const column = columns[field];
       writers.set(column.name, (value) => column.write(value[field], value));
+      types.set(column.name, column.type);
     }
     const writerOf = (column: string): ((value: T) => SqlParam) => {
       const writer = writers.get(column);
@@ -111,6 +122,11 @@ function rowTable<T>() {
         return value as T;
       },
       columnsBut: (excluded) => all.filter((column) => column !== excluded),
+      typeOf: (column) => {
+        const type = types.get(column);
+        if (type === undefined) throw new Error(`${name} has no column ${column}`);
+        return type;
+      },
       params: (value, named) =>
         named === undefined
           ? allWriters.map((write) => write(value))
@@ -121,25 +137,31 @@ function rowTable<T>() {
 
 /** Text as it is; a literal union or a digest is read as the type the schema constrains it to. */
 function text<V extends string, N extends string>(name: N): Column<V, N> {
-  return { name, write: (field) => field, read: (stored) => String(stored) as V };
+  return { name, type: "text", write: (field) => field, read: (stored) => String(stored) as V };
 }
 
 function textOrNull<V extends string | null, N extends string>(name: N): Column<V, N> {
-  return { name, write: (field) => field, read: (stored) => asTextOrNull(stored) as V };
+  return {
+    name,
+    type: "text",
+    write: (field) => field,
+    read: (stored) => asTextOrNull(stored) as V,
+  };
 }
 
 function integer<N extends string>(name: N): Column<number, N> {
-  return { name, write: (field) => field, read: asNumber };
+  return { name, type: "integer", write: (field) => field, read: asNumber };
 }
 
 function integerOrNull<N extends string>(name: N): Column<number | null, N> {
-  return { name, write: (field) => field, read: asNumberOrNull };
+  return { name, type: "integer", write: (field) => field, read: asNumberOrNull };
 }
 
 /** A structured field as JSON text. */
 function json<V, N extends string>(name: N): Column<V, N> {
   return {
     name,
+    type: "text",
     write: (field) => JSON.stringify(field),
     read: (stored) => JSON.parse(String(stored)) as V,
   };
@@ -149,6 +171,7 @@ function json<V, N extends string>(name: N): Column<V, N> {
 function output<N extends string>(name: N): Column<JsonValue | null, N> {
   return {
     name,
+    type: "text",
     write: (field) => (field === null ? null : canonicalJson(field)),
     read: asJsonOrNull,
   };
@@ -175,6 +198,7 @@ export const RUNS = rowTable<Run>()("runs", {
   finishedAtMs: integerOrNull("finished_at_ms"),
   input: {
     name: "input",
+    type: "text",
     write: (input) => canonicalJson(input),
     read: (stored) => (asJsonOrNull(stored) ?? {}) as Run["input"],
   },
@@ -307,6 +331,7 @@ export function storedEventId(event: Pick<RunEvent, "id" | "runId" | "seq">): st
 export const EVENTS = rowTable<RunEvent>()("run_events", {
   id: {
     name: "id",
+    type: "text",
     write: (_id, event: RunEvent) => storedEventId(event),
     read: (stored, row) => asTextOrNull(stored) ?? eventId(String(row.run_id), asNumber(row.seq)),
   },

@@ -50,9 +50,10 @@ import {
   type OverviewRun,
 } from "../src/overview.ts";
 import type { ScheduleState } from "../src/schedules.ts";
-import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
+import type { SqlDialect, SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
 import { migrate, type Migration } from "./migrate.ts";
 import * as rows from "./rows.ts";
+import type { ColumnType } from "./rows.ts";
 import {
   admissionKey,
   TransactionRows,
@@ -63,8 +64,9 @@ import {
 /**
  * The domain operations, written once over the driver primitive for both SQL dialects. The
  * statements are portable SQL (SQLite ≥ 3.35 and PostgreSQL both speak `RETURNING` and
- * partial indexes); the only dialect difference at this level is the placeholder syntax,
- * rewritten from `?` to `$n` once per statement text. Isolation differs below: SQLite runs
+ * partial indexes); the dialect differences at this level are the placeholder syntax,
+ * rewritten from `?` to `$n` once per statement text, and the multi-row version updates that
+ * only PostgreSQL gets (`SqlStoreTx.updateRows`). Isolation differs below: SQLite runs
  * `BEGIN IMMEDIATE` under one operation authority, PostgreSQL `SERIALIZABLE` with retries.
  */
 
@@ -202,6 +204,58 @@ export const DATABASE_CLOCK_WATERMARK_STEP_MS = 1_000;
 
 /** The most values one statement binds: Durable Object SQLite refuses more than 100. */
 const MAX_BOUND_PARAMETERS = 96;
+/**
+ * The same on PostgreSQL, whose protocol allows 65,535: a page's rows of one table go in one
+ * statement, since each statement there is a round trip to the server.
+ */
+const MAX_BOUND_PARAMETERS_POSTGRES = 4_096;
+
+/**
+ * The tables whose rows `apply` updates by version (compare-and-set): each update waits in
+ * `SqlStoreTx.pendingUpdates` until a statement names the table or the body ends, so a page's
+ * updates of one table go in one statement on PostgreSQL. `frontierMark`: the runs' update also
+ * sets `frontier_due` when the change names the run (COALESCE keeps it otherwise).
+ */
+interface VersionedTable {
+  readonly rows: rows.RowTable<unknown>;
+  readonly mutable: readonly string[];
+  /** What a conflict message calls a row. */
+  readonly noun: string;
+  readonly frontierMark: boolean;
+}
+
+const VERSIONED_TABLES = {
+  runs: {
+    rows: rows.RUNS,
+    mutable: rows.RUN_MUTABLE_COLUMNS,
+    noun: "run",
+    frontierMark: true,
+  },
+  step_runs: {
+    rows: rows.STEPS,
+    mutable: rows.STEP_MUTABLE_COLUMNS,
+    noun: "step run",
+    frontierMark: false,
+  },
+  run_attempts: {
+    rows: rows.ATTEMPTS,
+    mutable: rows.ATTEMPT_MUTABLE_COLUMNS,
+    noun: "attempt",
+    frontierMark: false,
+  },
+} as const satisfies Record<string, VersionedTable>;
+
+type VersionedTableName = keyof typeof VERSIONED_TABLES;
+
+/** One row's update waiting in `pendingUpdates`: several updates of a row in one transaction merge. */
+interface PendingUpdate {
+  readonly id: string;
+  /** The version the database holds; the update writes nothing unless it still does. */
+  readonly expectedVersion: number;
+  readonly writtenVersion: number;
+  /** The mutable columns' values, in their order; then `frontier_due` for runs (null: keep). */
+  readonly params: readonly SqlParam[];
+}
 
 /** `INSERT INTO table (columns) VALUES (?, …)`: one placeholder a column. */
 function insertSql(table: string, columns: readonly string[]): string {
@@ -222,8 +276,20 @@ function assignmentsSql(columns: readonly string[]): string {
   return columns.map((column) => `${column} = ?`).join(", ");
 }
 
+/** Rows of several runs read in one statement, remembered as each run's whole list in the order read. */
+function rememberByRun<T extends RowOfRun>(
+  known: RowsOfRuns<T>,
+  runIds: readonly string[],
+  found: readonly T[],
+): void {
+  const byRun = new Map<string, T[]>(runIds.map((runId) => [runId, []]));
+  for (const row of found) byRun.get(row.runId)?.push(row);
+  for (const [runId, ofRun] of byRun) known.rememberOfRun(runId, ofRun);
+}
+
 class SqlStoreTx implements StoreTx {
   private readonly tx: SqlTx;
+  private readonly dialect: SqlDialect;
   private readonly rewrite: (sql: string) => string;
   private readonly cache: Map<string, string>;
   private readonly bodies: ImmutableCache;
@@ -242,6 +308,13 @@ class SqlStoreTx implements StoreTx {
     string,
     { readonly columns: readonly string[]; readonly rows: SqlParam[][] }
   >();
+  /**
+   * Version updates not yet written, by table and row id (see VERSIONED_TABLES): like `pending`,
+   * written before any statement that names their table and when the body ends, so that no
+   * statement of this transaction misses them. A lost compare-and-set then fails the
+   * transaction at that point rather than at `apply`: still before COMMIT, nothing written.
+   */
+  private readonly pendingUpdates = new Map<VersionedTableName, Map<string, PendingUpdate>>();
   private flushing = false;
 
   constructor(
@@ -250,7 +323,9 @@ class SqlStoreTx implements StoreTx {
     cache: Map<string, string>,
     bodies: ImmutableCache,
     clock: StoreClockSource,
+    dialect: SqlDialect,
   ) {
+    this.dialect = dialect;
     this.tx = tx;
     this.rewrite = rewrite;
     this.cache = cache;
@@ -341,13 +416,8 @@ class SqlStoreTx implements StoreTx {
   }
 
   private async q<R extends SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
-    if (this.pending.size > 0 && !this.flushing) {
-      for (const table of this.pending.keys()) {
-        if (!sql.includes(table)) continue;
-        await this.flush();
-        break;
-      }
-    }
+    if ((this.pending.size > 0 || this.pendingUpdates.size > 0) && !this.flushing)
+      await this.flushWhere((table) => sql.includes(table));
     let text = this.cache.get(sql);
     if (text === undefined) {
       text = this.rewrite(sql);
@@ -443,50 +513,47 @@ class SqlStoreTx implements StoreTx {
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
       if (before === null) {
         const params = rows.RUNS.params(after);
-        await this.q(insertSql("runs", [...rows.RUNS.columns, "frontier_due"]), [
+        await this.insertVersioned(insertSql("runs", [...rows.RUNS.columns, "frontier_due"]), [
           ...params,
           frontierDue ?? 0,
         ]);
         this.known.rememberRun(after.id, readBack(rows.RUNS, params));
       } else {
-        await this.updateOne(
-          `UPDATE runs SET ${assignmentsSql(rows.RUN_MUTABLE_COLUMNS)}, frontier_due = COALESCE(?, frontier_due) WHERE id = ? AND version = ? RETURNING id`,
-          [
-            ...rows.RUNS.params(after, rows.RUN_MUTABLE_COLUMNS),
-            frontierDue,
-            before.id,
-            before.version,
-          ],
-          () => `run ${before.id} changed since version ${before.version}`,
-        );
+        await this.deferUpdate("runs", before, after.version, [
+          ...rows.RUNS.params(after, rows.RUN_MUTABLE_COLUMNS),
+          frontierDue,
+        ]);
         this.known.rememberRun(after.id, readBack(rows.RUNS, rows.RUNS.params(after)));
       }
     }
     for (const { before, after } of change.steps) {
       const params = rows.stepParams(after, change);
       if (before === null) {
-        await this.q(insertSql("step_runs", rows.STEP_INSERT_COLUMNS), params);
+        await this.insertVersioned(insertSql("step_runs", rows.STEP_INSERT_COLUMNS), params);
         this.known.steps.inserted(readBack(rows.STEPS, params));
       } else {
-        await this.updateOne(
-          `UPDATE step_runs SET ${assignmentsSql(rows.STEP_MUTABLE_COLUMNS)} WHERE id = ? AND version = ? RETURNING id`,
-          [...rows.STEPS.params(after, rows.STEP_MUTABLE_COLUMNS), before.id, before.version],
-          () => `step run ${before.id} changed since version ${before.version}`,
+        await this.deferUpdate(
+          "step_runs",
+          before,
+          after.version,
+          rows.STEPS.params(after, rows.STEP_MUTABLE_COLUMNS),
         );
         // The position last among `params` is this change's, not the row's: a step read back has none.
         this.known.steps.remember(readBack(rows.STEPS, params));
       }
     }
     for (const { before, after } of change.attempts) {
+      this.known.attemptWritten(before, after);
       const params = rows.ATTEMPTS.params(after);
       if (before === null) {
-        await this.q(insertSql("run_attempts", rows.ATTEMPTS.columns), params);
+        await this.insertVersioned(insertSql("run_attempts", rows.ATTEMPTS.columns), params);
         this.known.attempts.inserted(readBack(rows.ATTEMPTS, params));
       } else {
-        await this.updateOne(
-          `UPDATE run_attempts SET ${assignmentsSql(rows.ATTEMPT_MUTABLE_COLUMNS)} WHERE id = ? AND version = ? RETURNING id`,
-          [...rows.ATTEMPTS.params(after, rows.ATTEMPT_MUTABLE_COLUMNS), before.id, before.version],
-          () => `attempt ${before.id} changed since version ${before.version}`,
+        await this.deferUpdate(
+          "run_attempts",
+          before,
+          after.version,
+          rows.ATTEMPTS.params(after, rows.ATTEMPT_MUTABLE_COLUMNS),
         );
         this.known.attempts.remember(readBack(rows.ATTEMPTS, params));
       }
@@ -525,14 +592,26 @@ class SqlStoreTx implements StoreTx {
   }
 
   /**
-   * Inserts the queued append-only rows, in the order they were queued, table by table: events
-   * first, then mutations, then receipts, as `apply` wrote them one by one. A failing insert
-   * fails the transaction as it did inside `apply`; nothing of it commits.
+   * Writes the queued version updates (runs, then steps, then attempts, as `apply` orders them),
+   * then inserts the queued append-only rows, in the order they were queued, table by table:
+   * events first, then mutations, then receipts, as `apply` wrote them one by one. A failing
+   * write fails the transaction as it did inside `apply`; nothing of it commits.
    */
   async flush(): Promise<void> {
+    await this.flushWhere(() => true);
+  }
+
+  /** `flush` for the tables `named` picks (a statement about to read or write them). */
+  private async flushWhere(named: (table: string) => boolean): Promise<void> {
     this.flushing = true;
     try {
+      for (const [table, updates] of this.pendingUpdates) {
+        if (!named(table)) continue;
+        this.pendingUpdates.delete(table);
+        await this.updateRows(VERSIONED_TABLES[table], [...updates.values()]);
+      }
       for (const [table, queued] of this.pending) {
+        if (!named(table)) continue;
         this.pending.delete(table);
         await this.insertRows(table, queued.columns, queued.rows);
       }
@@ -542,9 +621,107 @@ class SqlStoreTx implements StoreTx {
   }
 
   /**
+   * A new run, step or attempt, written at once, after every queued update: a change that
+   * updates its run and inserts an attempt numbered from it keeps that order, so two
+   * coordinators deciding the same run meet on the run's row (a serialization failure, retried)
+   * before the second can reach the attempt's unique number (a duplicate, which is not).
+   */
+  private async insertVersioned(sql: string, params: readonly SqlParam[]): Promise<void> {
+    if (this.pendingUpdates.size > 0) await this.flushWhere((table) => table in VERSIONED_TABLES);
+    await this.q(sql, params);
+  }
+
+  /**
+   * Queues a version update of `before`'s row (see `pendingUpdates`). A second update of the same
+   * row in this transaction replaces the first's values and keeps its expected version: one
+   * statement writes both, checked against the version the row had before either. An update
+   * expecting another version than the queued one wrote is not merged: the queue is written
+   * first, so its compare-and-set fails exactly as it would have one statement at a time.
+   */
+  private async deferUpdate(
+    table: VersionedTableName,
+    before: { readonly id: string; readonly version: number },
+    writtenVersion: number,
+    params: readonly SqlParam[],
+  ): Promise<void> {
+    let updates = this.pendingUpdates.get(table);
+    const queued = updates?.get(before.id);
+    if (queued !== undefined && queued.writtenVersion !== before.version) {
+      await this.flush();
+      updates = undefined;
+    }
+    if (updates === undefined) {
+      updates = new Map();
+      this.pendingUpdates.set(table, updates);
+    }
+    const merged = VERSIONED_TABLES[table].frontierMark
+      ? // A later update that does not name the run keeps an earlier one's frontier mark.
+        [...params.slice(0, -1), params[params.length - 1] ?? queued?.params.at(-1) ?? null]
+      : params;
+    updates.set(before.id, {
+      id: before.id,
+      expectedVersion: queued?.expectedVersion ?? before.version,
+      writtenVersion,
+      params: merged,
+    });
+  }
+
+  /**
+   * Queued version updates of one table. One row: one UPDATE by id and version, as on every
+   * dialect. Several, on PostgreSQL: one `UPDATE … FROM (VALUES …)` per chunk, each row matched
+   * by its id and expected version, the values cast to their columns' types (a bare parameter in
+   * a VALUES list would be text). Either way a row not returned lost its compare-and-set, and
+   * the transaction fails with `conflict`, nothing written. SQLite, in process, pays no round
+   * trip per statement and keeps one UPDATE per row.
+   */
+  private async updateRows(
+    table: VersionedTable,
+    updates: readonly PendingUpdate[],
+  ): Promise<void> {
+    const name = table.rows.name;
+    const assignments = assignmentsSql(table.mutable);
+    const frontier = table.frontierMark ? ", frontier_due = COALESCE(?, frontier_due)" : "";
+    const moved = (update: PendingUpdate): string =>
+      `${table.noun} ${update.id} changed since version ${update.expectedVersion}; nothing written`;
+    if (updates.length === 1 || this.dialect !== "postgres") {
+      for (const update of updates) {
+        const updated = await this.q(
+          `UPDATE ${name} SET ${assignments}${frontier} WHERE id = ? AND version = ? RETURNING id`,
+          [...update.params, update.id, update.expectedVersion],
+        );
+        if (updated.length !== 1) throw new QlrError("conflict", moved(update));
+      }
+      return;
+    }
+    // VALUES columns: column1 the id, column2 the expected version, then the new values.
+    const types: ColumnType[] = [
+      "text",
+      "integer",
+      ...table.mutable.map((column) => table.rows.typeOf(column)),
+      ...(table.frontierMark ? (["integer"] as const) : []),
+    ];
+    const tuple = `(${types.map((type) => `CAST(? AS ${type === "integer" ? "BIGINT" : "TEXT"})`).join(", ")})`;
+    const set = table.mutable.map((column, index) => `${column} = v.column${index + 3}`);
+    if (table.frontierMark)
+      set.push(`frontier_due = COALESCE(v.column${table.mutable.length + 3}, t.frontier_due)`);
+    const perStatement = Math.max(1, Math.floor(MAX_BOUND_PARAMETERS_POSTGRES / types.length));
+    for (let start = 0; start < updates.length; start += perStatement) {
+      const chunk = updates.slice(start, start + perStatement);
+      const updated = await this.q<{ id: string }>(
+        `UPDATE ${name} AS t SET ${set.join(", ")} FROM (VALUES ${chunk.map(() => tuple).join(", ")}) AS v WHERE t.id = v.column1 AND t.version = v.column2 RETURNING t.id`,
+        chunk.flatMap((update) => [update.id, update.expectedVersion, ...update.params]),
+      );
+      if (updated.length === chunk.length) continue;
+      const written = new Set(updated.map((row) => String(row.id)));
+      const lost = chunk.find((update) => !written.has(update.id)) ?? chunk[0];
+      throw new QlrError("conflict", lost === undefined ? "an update lost" : moved(lost));
+    }
+  }
+
+  /**
    * Append-only rows in multi-row INSERTs: one statement (one round trip on PostgreSQL) per
    * chunk instead of one per row. A chunk binds at most MAX_BOUND_PARAMETERS values, which every
-   * driver accepts (Durable Object SQLite allows 100 per statement).
+   * driver accepts (MAX_BOUND_PARAMETERS_POSTGRES on PostgreSQL) (Durable Object SQLite allows 100 per statement).
    */
   private async insertRows(
     table: string,
@@ -554,7 +731,9 @@ class SqlStoreTx implements StoreTx {
     const insertPrefix = `INSERT INTO ${table} (${columns.join(", ")}) VALUES`;
     const width = rowsToInsert[0]?.length ?? 0;
     if (width === 0) return;
-    const perStatement = Math.max(1, Math.floor(MAX_BOUND_PARAMETERS / width));
+    const bound =
+      this.dialect === "postgres" ? MAX_BOUND_PARAMETERS_POSTGRES : MAX_BOUND_PARAMETERS;
+    const perStatement = Math.max(1, Math.floor(bound / width));
     const tuple = `(${Array.from({ length: width }, () => "?").join(", ")})`;
     for (let start = 0; start < rowsToInsert.length; start += perStatement) {
       const chunk = rowsToInsert.slice(start, start + perStatement);
@@ -668,6 +847,53 @@ class SqlStoreTx implements StoreTx {
     );
   }
 
+  /**
+   * Four statements per chunk of runs (runs, steps, attempts, receipts) instead of one per row
+   * and item. The reads are the ones the page's items make one by one (a run read whole, or
+   * an attempt with its run, step and receipt), so on PostgreSQL they take no predicate lock
+   * the items would not take; a run already read in this transaction is not read again.
+   */
+  async preloadRuns(runIds: readonly string[]): Promise<void> {
+    const unread = [...new Set(runIds)].filter((runId) => this.known.run(runId) === undefined);
+    // Bounded: one pass per MAX_BOUND_PARAMETERS runs of a page the caller already bounds.
+    for (let start = 0; start < unread.length; start += MAX_BOUND_PARAMETERS) {
+      const chunk = unread.slice(start, start + MAX_BOUND_PARAMETERS);
+      const marks = chunk.map(() => "?").join(", ");
+      const found = await this.select(rows.RUNS, `WHERE id IN (${marks})`, chunk);
+      const runsById = new Map(found.map((run) => [run.id, run]));
+      for (const runId of chunk) this.known.rememberRun(runId, runsById.get(runId) ?? null);
+      const steps = await this.select(
+        rows.STEPS,
+        `WHERE run_id IN (${marks}) ORDER BY run_id, position`,
+        chunk,
+      );
+      rememberByRun(this.known.steps, chunk, steps);
+      const attempts = await this.select(
+        rows.ATTEMPTS,
+        `WHERE run_id IN (${marks}) ORDER BY run_id, number`,
+        chunk,
+      );
+      rememberByRun(this.known.attempts, chunk, attempts);
+      const receipts = await this.q<rows.AdmissionRow>(
+        rows.admissionSelect(`WHERE a.run_id IN (${marks})`),
+        chunk,
+      );
+      const bodiesByRun = new Map<string, Map<string, string>>(
+        chunk.map((runId) => [runId, new Map()]),
+      );
+      for (const row of receipts) {
+        const receipt = rows.toAdmission(row);
+        bodiesByRun
+          .get(receipt.runId)
+          ?.set(
+            admissionKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion),
+            JSON.stringify(receipt),
+          );
+      }
+      for (const [runId, bodies] of bodiesByRun) this.known.rememberAdmissionsOfRun(runId, bodies);
+    }
+  }
+
   async getRun(runId: string): Promise<Run | null> {
     const known = this.known.run(runId);
     if (known !== undefined) return known;
@@ -729,7 +955,7 @@ class SqlStoreTx implements StoreTx {
     stepRunVersion: number,
   ): Promise<AdmissionReceipt | null> {
     const key = admissionKey(runId, stepRunId, stepRunVersion);
-    const known = this.known.admission(key);
+    const known = this.known.admission(runId, key);
     if (known !== undefined) return known === null ? null : (JSON.parse(known) as AdmissionReceipt);
     const found = await this.q<rows.AdmissionRow>(
       rows.admissionSelect("WHERE a.run_id = ? AND a.step_run_id = ? AND a.step_run_version = ?"),
@@ -919,6 +1145,14 @@ class SqlStoreTx implements StoreTx {
   }
 
   async clearFrontierMark(runId: string): Promise<void> {
+    // A queued update of the run (the frontier's own change) clears the mark as it writes: the
+    // same final row as this statement after it, one statement fewer.
+    const runs = this.pendingUpdates.get("runs");
+    const queued = runs?.get(runId);
+    if (runs !== undefined && queued !== undefined) {
+      runs.set(runId, { ...queued, params: [...queued.params.slice(0, -1), 0] });
+      return;
+    }
     await this.q("UPDATE runs SET frontier_due = 0 WHERE id = ? AND frontier_due = 1", [runId]);
   }
 
@@ -969,12 +1203,17 @@ class SqlStoreTx implements StoreTx {
     return Number(found[0]?.count ?? 0);
   }
 
+  /** Counted once a transaction, then followed through its own attempt writes (`TransactionRows`). */
   async countLiveAttempts(executor: ExecutorType): Promise<number> {
+    const known = this.known.liveAttemptsOf(executor);
+    if (known !== undefined) return known;
     const found = await this.q<{ count: number }>(
       "SELECT COUNT(*) AS count FROM run_attempts WHERE executor = ? AND status IN ('claimed', 'starting', 'running')",
       [executor],
     );
-    return Number(found[0]?.count ?? 0);
+    const count = Number(found[0]?.count ?? 0);
+    this.known.rememberLiveAttempts(executor, count);
+    return count;
   }
 
   async listQueuedOrdinaryRuns(
@@ -1298,6 +1537,7 @@ export class SqlStore implements Store {
         this.statementCache,
         this.bodies,
         this.clock,
+        this.dialect,
       );
       const result = await fn(storeTx);
       await storeTx.flush();

@@ -1,4 +1,10 @@
-import type { Run, RunAttempt, StepRun } from "../src/model.ts";
+import {
+  LIVE_ATTEMPT_STATUSES,
+  type ExecutorType,
+  type Run,
+  type RunAttempt,
+  type StepRun,
+} from "../src/model.ts";
 
 /**
  * The rows of runs, steps, attempts and admission receipts one store transaction has already
@@ -27,6 +33,13 @@ export class TransactionRows {
   readonly attempts = new RowsOfRuns<RunAttempt>((attempt) => Object.freeze(attempt));
   /** Receipt bodies as stored (JSON text), parsed on each read as a read from the table is; null: none. */
   private readonly admissions = new Map<string, string | null>();
+  /**
+   * Live attempts by executor, as counted in this transaction and moved by its own attempt
+   * writes since (`attemptWritten`): an admission page asks before each admission.
+   */
+  private readonly liveAttempts = new Map<ExecutorType, number>();
+  /** Runs whose every receipt this transaction read: a key of theirs not in `admissions` has none. */
+  private readonly admissionsOfRuns = new Set<string>();
 
   run(runId: string): Run | null | undefined {
     return this.runs.get(runId);
@@ -36,12 +49,43 @@ export class TransactionRows {
     this.runs.set(runId, run === null ? null : Object.freeze(run));
   }
 
-  admission(key: string): string | null | undefined {
-    return this.admissions.get(key);
+  admission(runId: string, key: string): string | null | undefined {
+    const body = this.admissions.get(key);
+    if (body === undefined && this.admissionsOfRuns.has(runId)) return null;
+    return body;
+  }
+
+  /** Every receipt of `runId`, as read in this transaction (its later inserts go through `rememberAdmission`). */
+  rememberAdmissionsOfRun(runId: string, bodies: ReadonlyMap<string, string>): void {
+    for (const [key, body] of bodies) this.admissions.set(key, body);
+    this.admissionsOfRuns.add(runId);
   }
 
   rememberAdmission(key: string, body: string | null): void {
     this.admissions.set(key, body);
+  }
+
+  liveAttemptsOf(executor: ExecutorType): number | undefined {
+    return this.liveAttempts.get(executor);
+  }
+
+  rememberLiveAttempts(executor: ExecutorType, count: number): void {
+    this.liveAttempts.set(executor, count);
+  }
+
+  /** An attempt inserted (`before` null) or updated: a count taken earlier follows it in or out of the live statuses. */
+  attemptWritten(before: RunAttempt | null, after: RunAttempt): void {
+    const live = (attempt: RunAttempt | null): number =>
+      attempt !== null && LIVE_ATTEMPT_STATUSES.has(attempt.status) ? 1 : 0;
+    const counted = this.liveAttempts.get(after.executor);
+    if (counted === undefined) return;
+    // The executor of an attempt never changes; a `before` of another executor would be counted apart.
+    if (before !== null && before.executor !== after.executor) {
+      this.liveAttempts.delete(before.executor);
+      this.liveAttempts.delete(after.executor);
+      return;
+    }
+    this.liveAttempts.set(after.executor, counted + live(after) - live(before));
   }
 
   /** After a write this class does not follow (a purge): every later read goes to the database. */
@@ -50,6 +94,8 @@ export class TransactionRows {
     this.steps.forget();
     this.attempts.forget();
     this.admissions.clear();
+    this.admissionsOfRuns.clear();
+    this.liveAttempts.clear();
   }
 }
 

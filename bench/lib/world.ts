@@ -35,8 +35,8 @@ export interface WorldOptions {
   /** Run id prefix; "bench" by default. */
   readonly idPrefix?: string;
   /**
-   * Group commit (`CoordinatorDeps.groupCommit`): unset, the coordinator's default (on for the
-   * store's only coordinator); `QLR_BENCH_GROUP_COMMIT=0` in the environment turns it off, so
+   * Group commit (`CoordinatorDeps.groupCommit`): unset, the coordinator's default (on);
+   * `QLR_BENCH_GROUP_COMMIT=0` in the environment turns it off, so
    * one load window can measure both.
    */
   readonly groupCommit?: boolean;
