@@ -56,6 +56,7 @@ import * as rows from "./rows.ts";
 import type { ColumnType } from "./rows.ts";
 import {
   admissionKey,
+  REMEMBERED_ROWS_MAX,
   TransactionRows,
   type RowOfRun,
   type RowsOfRuns,
@@ -296,8 +297,8 @@ class SqlStoreTx implements StoreTx {
   private readonly clock: StoreClockSource;
   /** The persisted observation this transaction read in `observe`; null before it. */
   private watermarkMs: number | null = null;
-  /** Rows this transaction already read or wrote (see `TransactionRows`). */
-  private readonly known = new TransactionRows();
+  /** Rows this transaction, or on a sole-writer driver an earlier one, read or wrote (see `TransactionRows`). */
+  private readonly known: TransactionRows;
   /**
    * Append-only rows (events, step mutations, admission receipts) not yet inserted, by table:
    * they go in multi-row INSERTs when the transaction's body ends (`flush`) or before any
@@ -324,9 +325,11 @@ class SqlStoreTx implements StoreTx {
     bodies: ImmutableCache,
     clock: StoreClockSource,
     dialect: SqlDialect,
+    known: TransactionRows,
   ) {
     this.dialect = dialect;
     this.tx = tx;
+    this.known = known;
     this.rewrite = rewrite;
     this.cache = cache;
     this.bodies = bodies;
@@ -1518,6 +1521,13 @@ export class SqlStore implements Store {
   private readonly statementCache = new Map<string, string>();
   private readonly bodies = new ImmutableCache();
   readonly clock: StoreClockSource;
+  /** The rows kept across transactions on a sole-writer driver (see `TransactionRows`). */
+  private readonly remembered = new TransactionRows();
+  /**
+   * The driver's count of succeeded transactions at which `remembered` is true: the count the
+   * last transaction began at, plus one for its own commit. Undefined after a failure.
+   */
+  private rememberedAtTransactions: number | undefined;
 
   constructor(driver: SqlDriver, options: { readonly clock?: StoreClockSource } = {}) {
     this.driver = driver;
@@ -1530,19 +1540,52 @@ export class SqlStore implements Store {
   }
 
   transaction<T>(fn: (tx: SqlStoreTx) => Promise<T>): Promise<T> {
-    return this.driver.transaction(async (tx) => {
-      const storeTx = new SqlStoreTx(
-        tx,
-        this.rewrite,
-        this.statementCache,
-        this.bodies,
-        this.clock,
-        this.dialect,
-      );
-      const result = await fn(storeTx);
-      await storeTx.flush();
-      return result;
-    });
+    return this.driver
+      .transaction(async (tx) => {
+        const storeTx = new SqlStoreTx(
+          tx,
+          this.rewrite,
+          this.statementCache,
+          this.bodies,
+          this.clock,
+          this.dialect,
+          this.rowsForTransaction(),
+        );
+        try {
+          const result = await fn(storeTx);
+          await storeTx.flush();
+          return result;
+        } catch (error) {
+          this.forgetRemembered();
+          throw error;
+        }
+      })
+      .catch((error: unknown) => {
+        // The commit itself failed, or its outcome is unknown: what was remembered may not be stored.
+        this.forgetRemembered();
+        throw error;
+      });
+  }
+
+  /**
+   * The rows a transaction starts from, called once it holds the driver: on a sole-writer
+   * driver the remembered ones, forgotten first when anyone else's transaction succeeded since
+   * this store's last one began, when that one failed, or when they are past the cap; on any
+   * other driver an empty set of its own.
+   */
+  private rowsForTransaction(): TransactionRows {
+    const succeeded = this.driver.soleWriterTransactions;
+    if (succeeded === undefined) return new TransactionRows();
+    if (succeeded !== this.rememberedAtTransactions || this.remembered.size > REMEMBERED_ROWS_MAX)
+      this.remembered.forget();
+    // True once this transaction commits; a failure resets it, and a commit never counted leaves it unmatched.
+    this.rememberedAtTransactions = succeeded + 1;
+    return this.remembered;
+  }
+
+  private forgetRemembered(): void {
+    this.remembered.forget();
+    this.rememberedAtTransactions = undefined;
   }
 
   close(): Promise<void> {

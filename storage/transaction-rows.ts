@@ -7,26 +7,50 @@ import {
 } from "../src/model.ts";
 
 /**
- * The rows of runs, steps, attempts and admission receipts one store transaction has already
- * read or written, so a second read of the same row in the same transaction costs no
- * statement. A stage page commits as one transaction and each of its decisions reads the run,
- * its steps, its attempt and its receipt again: without this, one step cost 8 transactions and
- * 72 statements, most of them the same reads (docs/PERFORMANCE.md §10).
+ * The rows of runs, steps, attempts and admission receipts a store's transactions have read or
+ * written, and the counts of live attempts they took, so a second read costs no statement. A stage page commits as one
+ * transaction and each of its decisions reads the run, its steps, its attempt and its receipt
+ * again; each step then passes five stages (admission, starting, running, completion,
+ * frontier), each its own transaction re-reading the same rows. Without this, one step cost 8
+ * transactions and 72 statements, most of them the same reads (docs/PERFORMANCE.md §10).
  *
- * Why it returns what the database would: the transaction holds the store alone (SQLite
- * `BEGIN IMMEDIATE` under one operation authority) or reads one serializable snapshot
- * (PostgreSQL, whose repeated reads in a transaction return that snapshot plus its own
+ * Inside one transaction it returns what the database would: the transaction holds the store
+ * alone (SQLite `BEGIN IMMEDIATE` under one operation authority) or reads one serializable
+ * snapshot (PostgreSQL, whose repeated reads in a transaction return that snapshot plus its own
  * writes). So inside one transaction a row changes only by this transaction's own writes, and
  * every such write goes through `apply` (which records the row as it reads back) or through
- * `purgeRun` (which forgets everything). A transaction that fails is thrown away with its
- * rows; a retried one (PostgreSQL's serialization retries, a page gone item by item) starts
- * empty. Nothing outlives the transaction: this is not a cache across transactions, and no
- * compare-and-set loses its expected version, since the version a caller sends is the one the
- * database holds in this transaction.
+ * `purgeRun` (which forgets everything). No compare-and-set loses its expected version, since
+ * the version a caller sends is the one the database holds.
  *
- * Rows are frozen: a decision that tried to change a row it read in place would otherwise
- * change what the next decision reads.
+ * Across transactions it is kept only where that stays provably true, on a driver that is the
+ * sole writer of its database (`SqlDriver.soleWriterTransactions`: sql.js memory and file,
+ * PGlite, Durable Object SQLite). `SqlStore` keeps one instance for all its transactions there,
+ * under these rules:
+ * - Only rows as committed. A transaction that throws (any error: a `conflict`, a driver
+ *   error, a commit whose outcome is unknown or whose response was lost) forgets everything,
+ *   since rows it remembered may not be in the database; a successful commit keeps them.
+ * - A write not made by this store's transactions makes the memory invalid, and is detected
+ *   rather than trusted: the driver counts every transaction that succeeds on it (any
+ *   caller's: migrations, retention, another store on the same driver, a test's raw
+ *   `driver.transaction`) and anything else that reloads its database, and each transaction
+ *   forgets everything when that count moved by more than the store's own last transaction.
+ *   A transaction of another caller that failed wrote nothing, so it needs no forgetting.
+ * - Bounded: past `REMEMBERED_ROWS_MAX` rows, the next transaction starts by forgetting them
+ *   all. Dropping all rather than the oldest runs is the simplest rule that is correct; an
+ *   active run's rows are read again on its next stage at the cost of one statement each.
+ * - Rows are frozen: a decision that tried to change a row it read in place would otherwise
+ *   change what the next decision reads.
+ * On any other driver (`pg`, where other coordinators write the same database) every
+ * transaction, and every retry of one, starts with an empty instance of its own, as before.
  */
+/**
+ * The most rows a store remembers across transactions before it forgets them all. One row is
+ * about a kilobyte of heap (a step with its needs, a run with its input), so this is a few
+ * MiB at most: a small share of a 128 MiB router, and enough for the rows of a few hundred
+ * runs in flight.
+ */
+export const REMEMBERED_ROWS_MAX = 4_096;
+
 export class TransactionRows {
   private readonly runs = new Map<string, Run | null>();
   readonly steps = new RowsOfRuns<StepRun>(freezeStep);
@@ -88,7 +112,12 @@ export class TransactionRows {
     this.liveAttempts.set(after.executor, counted + live(after) - live(before));
   }
 
-  /** After a write this class does not follow (a purge): every later read goes to the database. */
+  /** How many rows are remembered (runs, steps, attempts, receipts, "none" answers included). */
+  get size(): number {
+    return this.runs.size + this.steps.size + this.attempts.size + this.admissions.size;
+  }
+
+  /** After a write this class does not follow (a purge, a failed transaction, a write by another caller): every later read goes to the database. */
   forget(): void {
     this.runs.clear();
     this.steps.forget();
@@ -121,6 +150,10 @@ export class RowsOfRuns<T extends RowOfRun> {
 
   get(id: string): T | undefined {
     return this.byId.get(id);
+  }
+
+  get size(): number {
+    return this.byId.size;
   }
 
   remember(row: T): void {
