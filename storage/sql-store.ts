@@ -295,8 +295,6 @@ class SqlStoreTx implements StoreTx {
   private readonly cache: Map<string, string>;
   private readonly bodies: ImmutableCache;
   private readonly clock: StoreClockSource;
-  /** The persisted observation this transaction read in `observe`; null before it. */
-  private watermarkMs: number | null = null;
   /** Rows this transaction, or on a sole-writer driver an earlier one, read or wrote (see `TransactionRows`). */
   private readonly known: TransactionRows;
   /**
@@ -334,6 +332,18 @@ class SqlStoreTx implements StoreTx {
     this.cache = cache;
     this.bodies = bodies;
     this.clock = clock;
+  }
+
+  /**
+   * The persisted observation as `observe` read it or this store last wrote it; null before
+   * that. Kept with the rows, under the same rules (see `TransactionRows.observedMs`).
+   */
+  private get watermarkMs(): number | null {
+    return this.known.observedMs ?? null;
+  }
+
+  private set watermarkMs(observedMs: number) {
+    this.known.observedMs = observedMs;
   }
 
   /**
@@ -452,8 +462,8 @@ class SqlStoreTx implements StoreTx {
       this.watermarkMs = last;
       return databaseNowMs;
     }
-    // Read once per transaction: inside it only this transaction moves the observation
-    // (`advanceWatermark` keeps `watermarkMs` equal to what it wrote).
+    // Read once: inside a transaction only it moves the observation (`advanceWatermark` keeps
+    // `watermarkMs` equal to what it wrote), and on a sole-writer driver it is kept with the rows.
     const last =
       this.watermarkMs ??
       Number(

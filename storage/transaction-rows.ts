@@ -8,7 +8,8 @@ import {
 
 /**
  * The rows of runs, steps, attempts and admission receipts a store's transactions have read or
- * written, and the counts of live attempts they took, so a second read costs no statement. A stage page commits as one
+ * written, the counts of live attempts they took and the store clock's persisted observation,
+ * so a second read costs no statement. A stage page commits as one
  * transaction and each of its decisions reads the run, its steps, its attempt and its receipt
  * again; each step then passes five stages (admission, starting, running, completion,
  * frontier), each its own transaction re-reading the same rows. Without this, one step cost 8
@@ -44,10 +45,11 @@ import {
  * transaction, and every retry of one, starts with an empty instance of its own, as before.
  */
 /**
- * The most rows a store remembers across transactions before it forgets them all. One row is
- * about a kilobyte of heap (a step with its needs, a run with its input), so this is a few
- * MiB at most: a small share of a 128 MiB router, and enough for the rows of a few hundred
- * runs in flight.
+ * The most rows a store remembers across transactions before it forgets them all. A diamond
+ * workflow's run and step rows measured about 500 bytes of heap each (a run's input and a
+ * step's needs add to that), so this holds about 2 MiB: a small share of a 128 MiB router,
+ * and the rows of a few hundred runs in flight. A transaction may pass the cap by what it
+ * reads itself (its pages are bounded); the next one starts empty.
  */
 export const REMEMBERED_ROWS_MAX = 4_096;
 
@@ -64,6 +66,12 @@ export class TransactionRows {
   private readonly liveAttempts = new Map<ExecutorType, number>();
   /** Runs whose every receipt this transaction read: a key of theirs not in `admissions` has none. */
   private readonly admissionsOfRuns = new Set<string>();
+  /**
+   * The store clock's persisted observation (`qlr_store_clock`, or with the database clock the
+   * watermark sequence) as last read or written; undefined: read it. Every transaction that
+   * observes the clock reads it, so remembering it saves one statement a transaction.
+   */
+  observedMs: number | undefined;
 
   run(runId: string): Run | null | undefined {
     return this.runs.get(runId);
@@ -125,6 +133,7 @@ export class TransactionRows {
     this.admissions.clear();
     this.admissionsOfRuns.clear();
     this.liveAttempts.clear();
+    this.observedMs = undefined;
   }
 }
 
