@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import { EMPTY_CHANGE_SET } from "../../src/model.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
+import type { StoreTx } from "../../src/ports.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
@@ -113,30 +114,20 @@ function describeRememberedRows(factory: DriverFactory): void {
       },
     );
 
-    it("after a transaction that throws, the next read goes to the database and returns the committed row", async () => {
-      const runId = await newRun("mem-throw");
-      const committed = (await readRun(runId)).value;
-      const thrown = await store
-        .transaction(async (tx) => {
-          await cancelRun(tx, runId, await tx.observe(clock.nowMs()));
-          // Read back inside: the cancelled run is what this transaction remembers now.
-          expect((await tx.getRun(runId))?.cancelRequestedAtMs).not.toBeNull();
-          throw new Error("the caller gives up after writing");
-        })
-        .catch((caught: unknown) => caught);
-      expect(thrown).toBeInstanceOf(Error);
-      const after = await readRun(runId);
-      expect(after.statements).toBe(FRESH_READ_STATEMENTS);
-      expect(after.value).toEqual(committed);
-      expect(after.value.run?.cancelRequestedAtMs).toBeNull();
-    });
-
-    it("after a conflict, the rows the transaction wrote before it are not remembered", async () => {
-      const runId = await newRun("mem-conflict");
-      const committed = (await readRun(runId)).value;
-      const thrown = await store
-        .transaction(async (tx) => {
-          await cancelRun(tx, runId, await tx.observe(clock.nowMs()));
+    /** Ways a transaction fails after it cancelled the run, and how its error is recognised. */
+    const failures: readonly {
+      readonly how: string;
+      readonly fail: (tx: StoreTx, runId: string) => Promise<void>;
+      readonly recognised: (error: unknown) => boolean;
+    }[] = [
+      {
+        how: "throws",
+        fail: () => Promise.reject(new Error("the caller gives up after writing")),
+        recognised: (error) => error instanceof Error,
+      },
+      {
+        how: "meets a conflict",
+        fail: async (tx, runId) => {
           const [step] = await tx.getSteps(runId);
           if (step === undefined) throw new Error("a diamond run has steps");
           const stale = { ...step, version: step.version + 100 };
@@ -144,13 +135,30 @@ function describeRememberedRows(factory: DriverFactory): void {
             ...EMPTY_CHANGE_SET,
             steps: [{ before: stale, after: { ...stale, version: stale.version + 1 } }],
           });
-        })
-        .catch((caught: unknown) => caught);
-      expect(isQlrError(thrown, "conflict")).toBe(true);
-      const after = await readRun(runId);
-      expect(after.statements).toBe(FRESH_READ_STATEMENTS);
-      expect(after.value).toEqual(committed);
-    });
+        },
+        recognised: (error) => isQlrError(error, "conflict"),
+      },
+    ];
+
+    for (const { how, fail, recognised } of failures) {
+      it(`after a transaction that ${how}, the next read goes to the database and returns the committed rows`, async () => {
+        const runId = await newRun(`mem-${how.replace(/\W+/g, "-")}`);
+        const committed = (await readRun(runId)).value;
+        const thrown = await store
+          .transaction(async (tx) => {
+            await cancelRun(tx, runId, await tx.observe(clock.nowMs()));
+            // Read back inside: the cancelled run is what this transaction remembers now.
+            expect((await tx.getRun(runId))?.cancelRequestedAtMs).not.toBeNull();
+            await fail(tx, runId);
+          })
+          .catch((caught: unknown) => caught);
+        expect(recognised(thrown)).toBe(true);
+        const after = await readRun(runId);
+        expect(after.statements).toBe(FRESH_READ_STATEMENTS);
+        expect(after.value).toEqual(committed);
+        expect(after.value.run?.cancelRequestedAtMs).toBeNull();
+      });
+    }
 
     it("after a commit whose response was lost, the next read goes to the database and finds what committed", async () => {
       const runId = await newRun("mem-lost");
