@@ -867,7 +867,7 @@ class SqlStoreTx implements StoreTx {
    * the items would not take; a run already read in this transaction is not read again.
    */
   async preloadRuns(runIds: readonly string[]): Promise<void> {
-    const unread = [...new Set(runIds)].filter((runId) => this.known.run(runId) === undefined);
+    const unread = [...new Set(runIds)].filter((runId) => !this.known.knowsWholeRun(runId));
     // Bounded: one pass per MAX_BOUND_PARAMETERS runs of a page the caller already bounds.
     for (let start = 0; start < unread.length; start += MAX_BOUND_PARAMETERS) {
       const chunk = unread.slice(start, start + MAX_BOUND_PARAMETERS);

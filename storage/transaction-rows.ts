@@ -93,6 +93,20 @@ export class TransactionRows {
     this.admissionsOfRuns.add(runId);
   }
 
+  /**
+   * True when the run, its steps, its attempts and every receipt of it are known: a page's
+   * preload skips it. A run known only by its row (its lists gone stale after an insert) is
+   * read whole again, so no later read of its receipts costs a statement of its own.
+   */
+  knowsWholeRun(runId: string): boolean {
+    return (
+      this.runs.has(runId) &&
+      this.steps.ofRun(runId) !== undefined &&
+      this.attempts.ofRun(runId) !== undefined &&
+      this.admissionsOfRuns.has(runId)
+    );
+  }
+
   rememberAdmission(key: string, body: string | null): void {
     this.admissions.set(key, body);
   }
