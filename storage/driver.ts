@@ -28,6 +28,20 @@ export interface SqlDriver {
   /** A short stable name for reports: `sqljs-memory`, `sqljs-file`, `pglite`, `pg`, `do-sqlite`. */
   readonly name: string;
   transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T>;
+  /**
+   * How many of this driver's transactions have succeeded since it opened (any caller's: a
+   * store's, migrations', retention's, a test's raw writes), counted before the caller learns
+   * the outcome and before the next transaction begins. Defined only by a driver through which
+   * every write to its database goes, one transaction after another: an embedded,
+   * single-connection driver (sql.js memory and file, PGlite, Durable Object SQLite). A store
+   * then keeps the rows it read or wrote across its transactions and drops them as soon as
+   * this count moved by more than its own last transaction (storage/transaction-rows.ts).
+   * Undefined (the default, so a new driver is safe until it declares otherwise; `pg`, where
+   * other coordinators write the same database): rows are remembered within one transaction
+   * only. Anything that changes the database under the driver other than a transaction (a
+   * reopen from files) counts as one; a transaction whose outcome is unknown is not counted.
+   */
+  readonly soleWriterTransactions?: number;
   /** Waits for queued transactions, releases locks and files. Idempotent. */
   close(): Promise<void>;
 }

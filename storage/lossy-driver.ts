@@ -32,6 +32,10 @@ export function lossyDriver(inner: SqlDriver): LossyDriver {
       dialect: inner.dialect,
       name: inner.name,
       close: () => inner.close(),
+      // The inner driver counts a commit whose response is then lost: it did commit.
+      get soleWriterTransactions() {
+        return inner.soleWriterTransactions;
+      },
       async transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
         const result = await inner.transaction(fn);
         if (armed) {

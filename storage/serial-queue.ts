@@ -62,6 +62,11 @@ export interface SerialDriverParts<D extends SqlDialect, N extends string> {
   readonly runTransaction: <T>(fn: (tx: SqlTx) => Promise<T>) => Promise<T>;
   /** Releases the connection once the queued transactions have settled. */
   readonly release?: () => Promise<void> | void;
+  /**
+   * True when nothing but this driver writes the database (see `SqlDriver.soleWriterTransactions`,
+   * which the driver then counts); false by default.
+   */
+  readonly soleWriter?: boolean;
 }
 
 /** A single-connection `SqlDriver`: every transaction goes through one `SerialQueue`. */
@@ -69,10 +74,20 @@ export function serialDriver<D extends SqlDialect, N extends string>(
   parts: SerialDriverParts<D, N>,
 ): SqlDriver & { readonly dialect: D; readonly name: N } {
   const queue = new SerialQueue(`The ${parts.name} driver is closed.`);
+  let succeeded = 0;
   return {
     dialect: parts.dialect,
     name: parts.name,
-    transaction: (fn) => queue.run(() => parts.runTransaction(fn)),
+    transaction: <T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> =>
+      queue.run(async () => {
+        const result = await parts.runTransaction(fn);
+        // Inside the queued task: counted before the next transaction begins.
+        succeeded += 1;
+        return result;
+      }),
+    get soleWriterTransactions() {
+      return parts.soleWriter === true ? succeeded : undefined;
+    },
     close: () => queue.close(parts.release),
   };
 }

@@ -56,6 +56,7 @@ import * as rows from "./rows.ts";
 import type { ColumnType } from "./rows.ts";
 import {
   admissionKey,
+  REMEMBERED_ROWS_MAX,
   TransactionRows,
   type RowOfRun,
   type RowsOfRuns,
@@ -294,10 +295,8 @@ class SqlStoreTx implements StoreTx {
   private readonly cache: Map<string, string>;
   private readonly bodies: ImmutableCache;
   private readonly clock: StoreClockSource;
-  /** The persisted observation this transaction read in `observe`; null before it. */
-  private watermarkMs: number | null = null;
-  /** Rows this transaction already read or wrote (see `TransactionRows`). */
-  private readonly known = new TransactionRows();
+  /** Rows this transaction, or on a sole-writer driver an earlier one, read or wrote (see `TransactionRows`). */
+  private readonly known: TransactionRows;
   /**
    * Append-only rows (events, step mutations, admission receipts) not yet inserted, by table:
    * they go in multi-row INSERTs when the transaction's body ends (`flush`) or before any
@@ -324,13 +323,27 @@ class SqlStoreTx implements StoreTx {
     bodies: ImmutableCache,
     clock: StoreClockSource,
     dialect: SqlDialect,
+    known: TransactionRows,
   ) {
     this.dialect = dialect;
     this.tx = tx;
+    this.known = known;
     this.rewrite = rewrite;
     this.cache = cache;
     this.bodies = bodies;
     this.clock = clock;
+  }
+
+  /**
+   * The persisted observation as `observe` read it or this store last wrote it; null before
+   * that. Kept with the rows, under the same rules (see `TransactionRows.observedMs`).
+   */
+  private get watermarkMs(): number | null {
+    return this.known.observedMs ?? null;
+  }
+
+  private set watermarkMs(observedMs: number) {
+    this.known.observedMs = observedMs;
   }
 
   /**
@@ -449,8 +462,8 @@ class SqlStoreTx implements StoreTx {
       this.watermarkMs = last;
       return databaseNowMs;
     }
-    // Read once per transaction: inside it only this transaction moves the observation
-    // (`advanceWatermark` keeps `watermarkMs` equal to what it wrote).
+    // Read once: inside a transaction only it moves the observation (`advanceWatermark` keeps
+    // `watermarkMs` equal to what it wrote), and on a sole-writer driver it is kept with the rows.
     const last =
       this.watermarkMs ??
       Number(
@@ -854,7 +867,7 @@ class SqlStoreTx implements StoreTx {
    * the items would not take; a run already read in this transaction is not read again.
    */
   async preloadRuns(runIds: readonly string[]): Promise<void> {
-    const unread = [...new Set(runIds)].filter((runId) => this.known.run(runId) === undefined);
+    const unread = [...new Set(runIds)].filter((runId) => !this.known.knowsWholeRun(runId));
     // Bounded: one pass per MAX_BOUND_PARAMETERS runs of a page the caller already bounds.
     for (let start = 0; start < unread.length; start += MAX_BOUND_PARAMETERS) {
       const chunk = unread.slice(start, start + MAX_BOUND_PARAMETERS);
@@ -1518,6 +1531,13 @@ export class SqlStore implements Store {
   private readonly statementCache = new Map<string, string>();
   private readonly bodies = new ImmutableCache();
   readonly clock: StoreClockSource;
+  /** The rows kept across transactions on a sole-writer driver (see `TransactionRows`). */
+  private readonly remembered = new TransactionRows();
+  /**
+   * The driver's count of succeeded transactions at which `remembered` is true: the count the
+   * last transaction began at, plus one for its own commit. Undefined after a failure.
+   */
+  private rememberedAtTransactions: number | undefined;
 
   constructor(driver: SqlDriver, options: { readonly clock?: StoreClockSource } = {}) {
     this.driver = driver;
@@ -1530,19 +1550,52 @@ export class SqlStore implements Store {
   }
 
   transaction<T>(fn: (tx: SqlStoreTx) => Promise<T>): Promise<T> {
-    return this.driver.transaction(async (tx) => {
-      const storeTx = new SqlStoreTx(
-        tx,
-        this.rewrite,
-        this.statementCache,
-        this.bodies,
-        this.clock,
-        this.dialect,
-      );
-      const result = await fn(storeTx);
-      await storeTx.flush();
-      return result;
-    });
+    return this.driver
+      .transaction(async (tx) => {
+        const storeTx = new SqlStoreTx(
+          tx,
+          this.rewrite,
+          this.statementCache,
+          this.bodies,
+          this.clock,
+          this.dialect,
+          this.rowsForTransaction(),
+        );
+        try {
+          const result = await fn(storeTx);
+          await storeTx.flush();
+          return result;
+        } catch (error) {
+          this.forgetRemembered();
+          throw error;
+        }
+      })
+      .catch((error: unknown) => {
+        // The commit itself failed, or its outcome is unknown: what was remembered may not be stored.
+        this.forgetRemembered();
+        throw error;
+      });
+  }
+
+  /**
+   * The rows a transaction starts from, called once it holds the driver: on a sole-writer
+   * driver the remembered ones, forgotten first when anyone else's transaction succeeded since
+   * this store's last one began, when that one failed, or when they are past the cap; on any
+   * other driver an empty set of its own.
+   */
+  private rowsForTransaction(): TransactionRows {
+    const succeeded = this.driver.soleWriterTransactions;
+    if (succeeded === undefined) return new TransactionRows();
+    if (succeeded !== this.rememberedAtTransactions || this.remembered.size > REMEMBERED_ROWS_MAX)
+      this.remembered.forget();
+    // True once this transaction commits; a failure resets it, and a commit never counted leaves it unmatched.
+    this.rememberedAtTransactions = succeeded + 1;
+    return this.remembered;
+  }
+
+  private forgetRemembered(): void {
+    this.remembered.forget();
+    this.rememberedAtTransactions = undefined;
   }
 
   close(): Promise<void> {

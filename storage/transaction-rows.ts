@@ -7,26 +7,52 @@ import {
 } from "../src/model.ts";
 
 /**
- * The rows of runs, steps, attempts and admission receipts one store transaction has already
- * read or written, so a second read of the same row in the same transaction costs no
- * statement. A stage page commits as one transaction and each of its decisions reads the run,
- * its steps, its attempt and its receipt again: without this, one step cost 8 transactions and
- * 72 statements, most of them the same reads (docs/PERFORMANCE.md §10).
+ * The rows of runs, steps, attempts and admission receipts a store's transactions have read or
+ * written, the counts of live attempts they took and the store clock's persisted observation,
+ * so a second read costs no statement. A stage page commits as one
+ * transaction and each of its decisions reads the run, its steps, its attempt and its receipt
+ * again; each step then passes five stages (admission, starting, running, completion,
+ * frontier), each its own transaction re-reading the same rows. Without this, one step cost 8
+ * transactions and 72 statements, most of them the same reads (docs/PERFORMANCE.md §10).
  *
- * Why it returns what the database would: the transaction holds the store alone (SQLite
- * `BEGIN IMMEDIATE` under one operation authority) or reads one serializable snapshot
- * (PostgreSQL, whose repeated reads in a transaction return that snapshot plus its own
+ * Inside one transaction it returns what the database would: the transaction holds the store
+ * alone (SQLite `BEGIN IMMEDIATE` under one operation authority) or reads one serializable
+ * snapshot (PostgreSQL, whose repeated reads in a transaction return that snapshot plus its own
  * writes). So inside one transaction a row changes only by this transaction's own writes, and
  * every such write goes through `apply` (which records the row as it reads back) or through
- * `purgeRun` (which forgets everything). A transaction that fails is thrown away with its
- * rows; a retried one (PostgreSQL's serialization retries, a page gone item by item) starts
- * empty. Nothing outlives the transaction: this is not a cache across transactions, and no
- * compare-and-set loses its expected version, since the version a caller sends is the one the
- * database holds in this transaction.
+ * `purgeRun` (which forgets everything). No compare-and-set loses its expected version, since
+ * the version a caller sends is the one the database holds.
  *
- * Rows are frozen: a decision that tried to change a row it read in place would otherwise
- * change what the next decision reads.
+ * Across transactions it is kept only where that stays provably true, on a driver that is the
+ * sole writer of its database (`SqlDriver.soleWriterTransactions`: sql.js memory and file,
+ * PGlite, Durable Object SQLite). `SqlStore` keeps one instance for all its transactions there,
+ * under these rules:
+ * - Only rows as committed. A transaction that throws (any error: a `conflict`, a driver
+ *   error, a commit whose outcome is unknown or whose response was lost) forgets everything,
+ *   since rows it remembered may not be in the database; a successful commit keeps them.
+ * - A write not made by this store's transactions makes the memory invalid, and is detected
+ *   rather than trusted: the driver counts every transaction that succeeds on it (any
+ *   caller's: migrations, retention, another store on the same driver, a test's raw
+ *   `driver.transaction`) and anything else that reloads its database, and each transaction
+ *   forgets everything when that count moved by more than the store's own last transaction.
+ *   A transaction of another caller that failed wrote nothing, so it needs no forgetting.
+ * - Bounded: past `REMEMBERED_ROWS_MAX` rows, the next transaction starts by forgetting them
+ *   all. Dropping all rather than the oldest runs is the simplest rule that is correct; an
+ *   active run's rows are read again on its next stage at the cost of one statement each.
+ * - Rows are frozen: a decision that tried to change a row it read in place would otherwise
+ *   change what the next decision reads.
+ * On any other driver (`pg`, where other coordinators write the same database) every
+ * transaction, and every retry of one, starts with an empty instance of its own, as before.
  */
+/**
+ * The most rows a store remembers across transactions before it forgets them all. A diamond
+ * workflow's run and step rows measured about 500 bytes of heap each (a run's input and a
+ * step's needs add to that), so this holds about 2 MiB: a small share of a 128 MiB router,
+ * and the rows of a few hundred runs in flight. A transaction may pass the cap by what it
+ * reads itself (its pages are bounded); the next one starts empty.
+ */
+export const REMEMBERED_ROWS_MAX = 4_096;
+
 export class TransactionRows {
   private readonly runs = new Map<string, Run | null>();
   readonly steps = new RowsOfRuns<StepRun>(freezeStep);
@@ -40,6 +66,12 @@ export class TransactionRows {
   private readonly liveAttempts = new Map<ExecutorType, number>();
   /** Runs whose every receipt this transaction read: a key of theirs not in `admissions` has none. */
   private readonly admissionsOfRuns = new Set<string>();
+  /**
+   * The store clock's persisted observation (`qlr_store_clock`, or with the database clock the
+   * watermark sequence) as last read or written; undefined: read it. Every transaction that
+   * observes the clock reads it, so remembering it saves one statement a transaction.
+   */
+  observedMs: number | undefined;
 
   run(runId: string): Run | null | undefined {
     return this.runs.get(runId);
@@ -59,6 +91,20 @@ export class TransactionRows {
   rememberAdmissionsOfRun(runId: string, bodies: ReadonlyMap<string, string>): void {
     for (const [key, body] of bodies) this.admissions.set(key, body);
     this.admissionsOfRuns.add(runId);
+  }
+
+  /**
+   * True when the run, its steps, its attempts and every receipt of it are known: a page's
+   * preload skips it. A run known only by its row (its lists gone stale after an insert) is
+   * read whole again, so no later read of its receipts costs a statement of its own.
+   */
+  knowsWholeRun(runId: string): boolean {
+    return (
+      this.runs.has(runId) &&
+      this.steps.ofRun(runId) !== undefined &&
+      this.attempts.ofRun(runId) !== undefined &&
+      this.admissionsOfRuns.has(runId)
+    );
   }
 
   rememberAdmission(key: string, body: string | null): void {
@@ -88,7 +134,12 @@ export class TransactionRows {
     this.liveAttempts.set(after.executor, counted + live(after) - live(before));
   }
 
-  /** After a write this class does not follow (a purge): every later read goes to the database. */
+  /** How many rows are remembered (runs, steps, attempts, receipts, "none" answers included). */
+  get size(): number {
+    return this.runs.size + this.steps.size + this.attempts.size + this.admissions.size;
+  }
+
+  /** After a write this class does not follow (a purge, a failed transaction, a write by another caller): every later read goes to the database. */
   forget(): void {
     this.runs.clear();
     this.steps.forget();
@@ -96,6 +147,7 @@ export class TransactionRows {
     this.admissions.clear();
     this.admissionsOfRuns.clear();
     this.liveAttempts.clear();
+    this.observedMs = undefined;
   }
 }
 
@@ -121,6 +173,10 @@ export class RowsOfRuns<T extends RowOfRun> {
 
   get(id: string): T | undefined {
     return this.byId.get(id);
+  }
+
+  get size(): number {
+    return this.byId.size;
   }
 
   remember(row: T): void {

@@ -79,6 +79,11 @@ export class CountingDriver implements SqlDriver {
     this.tally = emptyTally();
   }
 
+  /** Every transaction goes through the inner driver, so its count is this one's. */
+  get soleWriterTransactions(): number | undefined {
+    return this.inner.soleWriterTransactions;
+  }
+
   transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
     if (!this.counting) return this.inner.transaction(fn);
     return this.countedTransaction(fn);

@@ -98,7 +98,13 @@ export function openDurableObjectSqliteDriver(
   }
 
   // The object's database needs no closing; waiting for the queue is all there is.
-  return serialDriver({ dialect: "sqlite", name: "do-sqlite", runTransaction: run });
+  // Nothing else in the object uses `ctx.storage.sql` (above), and only the object reaches its database.
+  return serialDriver({
+    dialect: "sqlite",
+    name: "do-sqlite",
+    runTransaction: run,
+    soleWriter: true,
+  });
 }
 
 /**

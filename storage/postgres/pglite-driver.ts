@@ -74,5 +74,7 @@ export async function openPgliteDriver(options: PgliteDriverOptions = {}): Promi
     name: "pglite",
     runTransaction: runQueued,
     release: () => pglite.close(),
+    // The PGlite instance is this driver's own, never handed out: nothing else can write it.
+    soleWriter: true,
   });
 }

@@ -25,5 +25,7 @@ export function openSqlJsMemoryDriver(
     name: "sqljs-memory",
     runTransaction: (fn) => runTransaction(connection, fn),
     release: () => connection.close(),
+    // The database lives in this process, on this one connection: nothing else can write it.
+    soleWriter: true,
   });
 }

@@ -268,6 +268,12 @@ class SqlJsFileStore implements SqlJsFileDriver {
     checkpoints: 0,
     reopens: 0,
   };
+  /**
+   * Transactions that succeeded since open, read-only ones included, and reopens (they reload
+   * the rows from the files): nothing but this driver writes the files while it holds the lock
+   * (see `SqlDriver.soleWriterTransactions`).
+   */
+  private succeededTransactions = 0;
   /** Counts reopens: a checkpoint started before one does not install its snapshot after it. */
   private generation = 0;
   private inFlight: CheckpointInFlight | undefined;
@@ -321,6 +327,10 @@ class SqlJsFileStore implements SqlJsFileDriver {
     return this.queue.run(() => this.runQueuedTransaction(fn));
   }
 
+  get soleWriterTransactions(): number {
+    return this.succeededTransactions;
+  }
+
   async checkpoint(): Promise<void> {
     await this.inFlight?.done.catch(() => undefined);
     const started = await this.queue.run(() =>
@@ -371,6 +381,8 @@ class SqlJsFileStore implements SqlJsFileDriver {
           this.cutJournalBack(usable.journal, state.pending.journalBytesBefore);
       },
     });
+    // Committed (and synced, if it wrote): counted before the queue lets the next one begin.
+    this.succeededTransactions += 1;
     const pending = state.pending;
     if (pending === undefined) return result;
     this.dictionary.adopt(pending.adoption);
@@ -663,6 +675,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
       this.connection?.close();
       this.connection = undefined;
       this.generation += 1;
+      this.succeededTransactions += 1;
       const loaded = loadDurableState(this.SQL, this.fs, this.directory, this.options);
       this.adoptLoaded(loaded);
       this.failure = undefined;
