@@ -169,6 +169,18 @@ async function claim(workerId: string, pool: string): Promise<Lease> {
   return leases[0]!;
 }
 
+/**
+ * A one-step run of package `name` whose attempt worker-1 claimed from pool `pool-<name>` and
+ * reported `starting`, 10 ms ago: the state in which a lost report may carry `neverSpawned`.
+ */
+async function startingLease(name: string) {
+  const runId = await admittedRun(name, `pool-${name}`);
+  const fenceNow = fenceFor(await claim("worker-1", `pool-${name}`), "worker-1");
+  await ok("/worker/start", { ...fenceNow, phase: "starting" });
+  clock.advance(10);
+  return { runId, fenceNow };
+}
+
 /** The fence a worker presents for `lease`: the attempt, the worker and the lease's version and secret. */
 function fenceFor(lease: Lease, workerId: string) {
   return {
@@ -603,11 +615,7 @@ describe("worker routes", () => {
   });
 
   it("a never-spawned lost report from the lease's holder opens a new ready epoch for a starting attempt, and is 409 with nothing written on a running one", async () => {
-    const runId = await admittedRun("never-spawned-routes", "pool-never-spawned-routes");
-    const lease = await claim("worker-1", "pool-never-spawned-routes");
-    const fenceNow = fenceFor(lease, "worker-1");
-    await ok("/worker/start", { ...fenceNow, phase: "starting" });
-    clock.advance(10);
+    const { runId, fenceNow } = await startingLease("never-spawned-routes");
     expect(
       await ok("/worker/lost", {
         ...fenceNow,
@@ -683,11 +691,7 @@ describe("worker routes", () => {
       token: TOKEN,
       fetch: olderCoordinator,
     });
-    const runId = await admittedRun("never-spawned-older", "pool-never-spawned-older");
-    const lease = await claim("worker-1", "pool-never-spawned-older");
-    const fenceNow = fenceFor(lease, "worker-1");
-    await ok("/worker/start", { ...fenceNow, phase: "starting" });
-    clock.advance(10);
+    const { runId, fenceNow } = await startingLease("never-spawned-older");
     expect(
       await client.leaseLost({
         ...fenceNow,
