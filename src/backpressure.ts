@@ -25,13 +25,6 @@ import { MANIFEST_LIMITS } from "./manifest/limits.ts";
 /** The most `--max-running` accepts; far above what one host runs as processes at once. */
 export const MAX_MAX_RUNNING = 10_000;
 
-/** Attempt statuses that hold a slot. */
-export const LIVE_ATTEMPT_STATUSES: readonly RunAttempt["status"][] = [
-  "claimed",
-  "starting",
-  "running",
-];
-
 export type WaitReason =
   | {
       readonly kind: "task_limit";

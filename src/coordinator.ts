@@ -22,7 +22,7 @@ import type {
   RunAttempt,
   StepRun,
 } from "./model.ts";
-import { TERMINAL_RUN_STATUSES } from "./model.ts";
+import { LIVE_ATTEMPT_STATUSES, TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
 import { slotFor, type WaitReason } from "./backpressure.ts";
 import {
@@ -84,7 +84,6 @@ export interface RecoveryResult {
   readonly reason: string | null;
 }
 
-const LIVE_ATTEMPT_STATUSES: readonly RunAttempt["status"][] = ["claimed", "starting", "running"];
 /**
  * What a cluster node's start-up recovery reads: only attempts that crossed the start barrier.
  * A claim is a dispatch intent that belongs to no node (any node's dispatch starts it, or settles
@@ -1721,7 +1720,7 @@ export class Coordinator {
     const owner = this.node?.nodeId;
     // A lone runtime's claims were made by its previous incarnation and are orphaned (ADR-0229
     // §3); a cluster node's restart would otherwise lose every claim the other nodes just made.
-    const statuses = this.node === null ? LIVE_ATTEMPT_STATUSES : STARTED_ATTEMPT_STATUSES;
+    const statuses = this.node === null ? [...LIVE_ATTEMPT_STATUSES] : STARTED_ATTEMPT_STATUSES;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
@@ -1768,7 +1767,7 @@ export class Coordinator {
     for (let round = 0; round < RECOVERY_WRITE_TRIES; round += 1) {
       if (round > 0) {
         const current = await this.readForRecovery((tx) => tx.getAttempt(listed.id));
-        if (current === null || !LIVE_ATTEMPT_STATUSES.includes(current.status)) return null;
+        if (current === null || !LIVE_ATTEMPT_STATUSES.has(current.status)) return null;
         attempt = current;
       }
       // Inspect first, read the receipt last: a process seen gone (with the supervisor that
