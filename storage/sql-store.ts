@@ -11,7 +11,7 @@ import type {
   StepRun,
   StepMutation,
 } from "../src/model.ts";
-import { RUN_STATUSES } from "../src/model.ts";
+import { LIVE_ATTEMPT_STATUSES, RUN_STATUSES } from "../src/model.ts";
 import type {
   Generation,
   ReconciliationReceipt,
@@ -276,6 +276,12 @@ function readBack<T>(table: rows.RowTable<T>, params: readonly SqlParam[]): T {
 function assignmentsSql(columns: readonly string[]): string {
   return columns.map((column) => `${column} = ?`).join(", ");
 }
+
+/**
+ * The live attempt statuses as a SQL list: the statuses `TransactionRows.attemptWritten` follows
+ * a remembered count through, so the count read and the count kept agree.
+ */
+const LIVE_STATUSES_SQL = [...LIVE_ATTEMPT_STATUSES].map((status) => `'${status}'`).join(", ");
 
 /** Rows of several runs read in one statement, remembered as each run's whole list in the order read. */
 function rememberByRun<T extends RowOfRun>(
@@ -695,15 +701,14 @@ class SqlStoreTx implements StoreTx {
     const assignments = assignmentsSql(table.mutable);
     const frontier = table.frontierMark ? ", frontier_due = COALESCE(?, frontier_due)" : "";
     const moved = (update: PendingUpdate): string =>
-      `${table.noun} ${update.id} changed since version ${update.expectedVersion}; nothing written`;
+      `${table.noun} ${update.id} changed since version ${update.expectedVersion}`;
     if (updates.length === 1 || this.dialect !== "postgres") {
-      for (const update of updates) {
-        const updated = await this.q(
+      for (const update of updates)
+        await this.updateOne(
           `UPDATE ${name} SET ${assignments}${frontier} WHERE id = ? AND version = ? RETURNING id`,
           [...update.params, update.id, update.expectedVersion],
+          () => moved(update),
         );
-        if (updated.length !== 1) throw new QlrError("conflict", moved(update));
-      }
       return;
     }
     // VALUES columns: column1 the id, column2 the expected version, then the new values.
@@ -727,14 +732,18 @@ class SqlStoreTx implements StoreTx {
       if (updated.length === chunk.length) continue;
       const written = new Set(updated.map((row) => String(row.id)));
       const lost = chunk.find((update) => !written.has(update.id)) ?? chunk[0];
-      throw new QlrError("conflict", lost === undefined ? "an update lost" : moved(lost));
+      throw new QlrError(
+        "conflict",
+        `${lost === undefined ? "an update lost" : moved(lost)}; nothing written`,
+      );
     }
   }
 
   /**
    * Append-only rows in multi-row INSERTs: one statement (one round trip on PostgreSQL) per
    * chunk instead of one per row. A chunk binds at most MAX_BOUND_PARAMETERS values, which every
-   * driver accepts (MAX_BOUND_PARAMETERS_POSTGRES on PostgreSQL) (Durable Object SQLite allows 100 per statement).
+   * SQLite driver accepts (Durable Object SQLite allows 100 per statement), or
+   * MAX_BOUND_PARAMETERS_POSTGRES on PostgreSQL.
    */
   private async insertRows(
     table: string,
@@ -1221,7 +1230,7 @@ class SqlStoreTx implements StoreTx {
     const known = this.known.liveAttemptsOf(executor);
     if (known !== undefined) return known;
     const found = await this.q<{ count: number }>(
-      "SELECT COUNT(*) AS count FROM run_attempts WHERE executor = ? AND status IN ('claimed', 'starting', 'running')",
+      `SELECT COUNT(*) AS count FROM run_attempts WHERE executor = ? AND status IN (${LIVE_STATUSES_SQL})`,
       [executor],
     );
     const count = Number(found[0]?.count ?? 0);
@@ -1561,17 +1570,13 @@ export class SqlStore implements Store {
           this.dialect,
           this.rowsForTransaction(),
         );
-        try {
-          const result = await fn(storeTx);
-          await storeTx.flush();
-          return result;
-        } catch (error) {
-          this.forgetRemembered();
-          throw error;
-        }
+        const result = await fn(storeTx);
+        await storeTx.flush();
+        return result;
       })
       .catch((error: unknown) => {
-        // The commit itself failed, or its outcome is unknown: what was remembered may not be stored.
+        // The body threw (the driver rolled back and rethrew it), the commit failed, or its
+        // outcome is unknown: what was remembered may not be stored.
         this.forgetRemembered();
         throw error;
       });

@@ -7,6 +7,15 @@ import {
 } from "../src/model.ts";
 
 /**
+ * The most rows a store remembers across transactions before it forgets them all. A diamond
+ * workflow's run and step rows measured about 500 bytes of heap each (a run's input and a
+ * step's needs add to that), so this holds about 2 MiB: a small share of a 128 MiB router,
+ * and the rows of a few hundred runs in flight. A transaction may pass the cap by what it
+ * reads itself (its pages are bounded); the next one starts empty.
+ */
+export const REMEMBERED_ROWS_MAX = 4_096;
+
+/**
  * The rows of runs, steps, attempts and admission receipts a store's transactions have read or
  * written, the counts of live attempts they took and the store clock's persisted observation,
  * so a second read costs no statement. A stage page commits as one
@@ -42,17 +51,8 @@ import {
  * - Rows are frozen: a decision that tried to change a row it read in place would otherwise
  *   change what the next decision reads.
  * On any other driver (`pg`, where other coordinators write the same database) every
- * transaction, and every retry of one, starts with an empty instance of its own, as before.
+ * transaction, and every retry of one, starts with an empty instance of its own.
  */
-/**
- * The most rows a store remembers across transactions before it forgets them all. A diamond
- * workflow's run and step rows measured about 500 bytes of heap each (a run's input and a
- * step's needs add to that), so this holds about 2 MiB: a small share of a 128 MiB router,
- * and the rows of a few hundred runs in flight. A transaction may pass the cap by what it
- * reads itself (its pages are bounded); the next one starts empty.
- */
-export const REMEMBERED_ROWS_MAX = 4_096;
-
 export class TransactionRows {
   private readonly runs = new Map<string, Run | null>();
   readonly steps = new RowsOfRuns<StepRun>(freezeStep);
