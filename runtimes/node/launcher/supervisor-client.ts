@@ -17,9 +17,12 @@ import {
 /**
  * The supervisor only shuttles bytes from pipes to files and waits on children; a small heap
  * keeps its private memory near 8 MiB for the whole state directory (the Node binary's pages
- * are shared with the runtime).
+ * are shared with the runtime). `--no-opt` leaves its JavaScript to the interpreter and the
+ * baseline compiler: its code is glue around system calls, and with TurboFan on, V8's worker
+ * threads spent ≈ 1.4 ms of CPU per launched task optimizing it again and again
+ * (docs/PERFORMANCE.md §10, "The supervisor's CPU per task, split").
  */
-const SUPERVISOR_NODE_FLAGS = ["--max-old-space-size=32", "--max-semi-space-size=1"];
+const SUPERVISOR_NODE_FLAGS = ["--max-old-space-size=32", "--max-semi-space-size=1", "--no-opt"];
 /** A Node start on a slow router takes about a second; past this the supervisor counts as not starting. */
 const STARTUP_TIMEOUT_MS = 30_000;
 /** How long one request waits for its answer before the connection is given up as hung. */
