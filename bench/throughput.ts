@@ -67,6 +67,8 @@ function driveFigures(drive: DriveResult, units: number): Record<string, unknown
     firstStageError: drive.firstStageError,
     wallMs: round(drive.tickWallMs, 1),
     perSecond: round((units / drive.tickWallMs) * 1000, 1),
+    cpuMs: round(drive.tickCpuMs, 1),
+    cpuMsPerUnit: round(drive.tickCpuMs / Math.max(1, units), 3),
     tick: summarize(drive.tickMs),
   };
 }

@@ -56,7 +56,11 @@ export const REMEMBERED_ROWS_MAX = 4_096;
 export class TransactionRows {
   private readonly runs = new Map<string, Run | null>();
   readonly steps = new RowsOfRuns<StepRun>(freezeStep);
-  readonly attempts = new RowsOfRuns<RunAttempt>((attempt) => Object.freeze(attempt));
+  /** A run's attempts are listed by number, unique per run: a new one numbered past the last extends the list. */
+  readonly attempts = new RowsOfRuns<RunAttempt>(
+    (attempt) => Object.freeze(attempt),
+    (attempt) => attempt.number,
+  );
   /** Receipt bodies as stored (JSON text), parsed on each read as a read from the table is; null: none. */
   private readonly admissions = new Map<string, string | null>();
   /**
@@ -166,9 +170,15 @@ export class RowsOfRuns<T extends RowOfRun> {
   /** The ids of a run's rows in the table's order, when this transaction read them all. */
   private readonly idsOfRun = new Map<string, readonly string[]>();
   private readonly freeze: (row: T) => T;
+  /**
+   * The key the table lists a run's rows by (`ORDER BY` it), when it is unique within a run;
+   * undefined: an insert always makes the run's list stale.
+   */
+  private readonly listedBy: ((row: T) => number) | undefined;
 
-  constructor(freeze: (row: T) => T) {
+  constructor(freeze: (row: T) => T, listedBy?: (row: T) => number) {
     this.freeze = freeze;
+    this.listedBy = listedBy;
   }
 
   get(id: string): T | undefined {
@@ -183,9 +193,27 @@ export class RowsOfRuns<T extends RowOfRun> {
     this.byId.set(row.id, this.freeze(row));
   }
 
-  /** A row this transaction inserted: the run's list read earlier, if any, is incomplete now. */
+  /**
+   * A row this transaction inserted. The run's list read earlier, if any, is incomplete now,
+   * unless the new row sorts after every row in it: then the database would list it last, and
+   * the list is extended. Each stage of a step inserts its attempt after reading the run whole,
+   * so without this the next stage read the whole run again (4 statements a run, with the
+   * receipts' ids derived again).
+   */
   inserted(row: T): void {
     this.remember(row);
+    const ids = this.idsOfRun.get(row.runId);
+    if (ids !== undefined && this.listedBy !== undefined) {
+      const lastId = ids.at(-1);
+      const last = lastId === undefined ? undefined : this.byId.get(lastId);
+      if (
+        lastId === undefined ||
+        (last !== undefined && this.listedBy(last) < this.listedBy(row))
+      ) {
+        this.idsOfRun.set(row.runId, [...ids, row.id]);
+        return;
+      }
+    }
     this.idsOfRun.delete(row.runId);
   }
 

@@ -216,6 +216,8 @@ interface DriveFigures {
   stageErrors: number;
   wallMs: number;
   perSecond: number;
+  /** Process CPU inside the ticks per unit, ms (absent in results written before it was measured). */
+  cpuMsPerUnit?: number;
   tick: LatencySummary;
 }
 
@@ -392,6 +394,11 @@ const TICK_WALL_COLUMN: Column<DriveRow> = [
 const RUN_STARTS_COLUMN: Column<DriveRow> = [
   "run starts/s",
   (drive) => fmt(drive.runStartsPerSecond, 0),
+];
+/** Process CPU per step or run inside the ticks: robust where wall time is not (a shared machine). */
+const CPU_PER_UNIT_COLUMN: Column<DriveRow> = [
+  "CPU ms/unit",
+  (drive) => (drive.cpuMsPerUnit === undefined ? "–" : fmt(drive.cpuMsPerUnit, 2)),
 ];
 const perSecondColumn = (header: string): Column<DriveRow> => [
   header,
@@ -765,6 +772,7 @@ function renderThroughput(report: BenchReport, parts: string[]): void {
         TICKS_COLUMN,
         TICK_WALL_COLUMN,
         perSecondColumn("steps/s"),
+        CPU_PER_UNIT_COLUMN,
         ...latencyColumns(
           (result: WorkflowRow) => result.tick,
           { p50: 2, p95: 2, max: 1 },
@@ -789,6 +797,7 @@ function renderThroughput(report: BenchReport, parts: string[]): void {
       TICKS_COLUMN,
       TICK_WALL_COLUMN,
       perSecondColumn("runs/s"),
+      CPU_PER_UNIT_COLUMN,
       ...latencyColumns((drive: DriveRow) => drive.tick, { p50: 2 }, "tick "),
       RUN_STARTS_COLUMN,
     ],

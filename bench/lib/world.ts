@@ -102,6 +102,11 @@ export interface DriveResult {
   readonly ticks: number;
   /** Wall time spent inside `coordinator.tick()`, ms (the terminal check between ticks is excluded). */
   readonly tickWallMs: number;
+  /**
+   * CPU time of the whole process (user and system, all threads) inside `coordinator.tick()`,
+   * ms: unlike wall time it hardly moves when other processes share the cores.
+   */
+  readonly tickCpuMs: number;
   readonly tickMs: number[];
   readonly terminal: number;
   readonly statuses: Record<RunStatus, number>;
@@ -124,6 +129,7 @@ export async function driveUntilTerminal(
 ): Promise<DriveResult> {
   const tickMs: number[] = [];
   let tickWallMs = 0;
+  let tickCpuMicros = 0;
   let ticks = 0;
   let stageErrors = 0;
   let firstStageError: string | null = null;
@@ -131,9 +137,12 @@ export async function driveUntilTerminal(
   let terminal = terminalCount(statuses);
   while (terminal < expectedTerminal && ticks < maxTicks) {
     if (counter) counter.counting = true;
+    const cpuAtStart = process.cpuUsage();
     const startedAt = now();
     const report = await world.coordinator.tick();
     const elapsed = now() - startedAt;
+    const cpu = process.cpuUsage(cpuAtStart);
+    tickCpuMicros += cpu.user + cpu.system;
     if (counter) counter.counting = false;
     tickWallMs += elapsed;
     tickMs.push(elapsed);
@@ -149,6 +158,7 @@ export async function driveUntilTerminal(
   return {
     ticks,
     tickWallMs,
+    tickCpuMs: tickCpuMicros / 1000,
     tickMs,
     terminal,
     statuses,

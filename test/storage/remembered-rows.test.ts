@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { claimedAttempt } from "../../src/attempts.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { EMPTY_CHANGE_SET } from "../../src/model.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
+import type { LocalProcessRevision } from "../../src/packages.ts";
 import type { StoreTx } from "../../src/ports.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
@@ -198,6 +200,60 @@ function describeRememberedRows(factory: DriverFactory): void {
       const again = await readRun(runId);
       expect(again.value.run?.notBeforeMs).toBe(RAW_NOT_BEFORE_MS);
       expect(again.statements).toBe(soleWriter ? 0 : after.statements);
+    });
+
+    it("an attempt numbered past its run's last extends the remembered list; one numbered before it makes the list be read again", async () => {
+      const runId = await newRun("mem-insert");
+      const steps = (await readRun(runId)).value.steps;
+      const step = steps[0];
+      if (step === undefined) throw new Error("a diamond run has steps");
+      const execution: LocalProcessRevision = {
+        executor: "local_process",
+        argv: ["true"],
+        env: {},
+        cwd: null,
+        timeoutMs: 1_000,
+        stdin: "none",
+        shell: false,
+      };
+      const attempt = (number: number) =>
+        claimedAttempt(
+          { id: `${runId}-a${number}`, runId, stepRunId: step.id, stepRunVersion: 1, number },
+          execution,
+          clock.nowMs(),
+        );
+      const insert = (numbers: readonly number[]) =>
+        store.transaction(async (tx) => {
+          await tx.observe(clock.nowMs());
+          // Read whole first, as a stage does before it admits.
+          await tx.getAttempts(runId);
+          await tx.apply({
+            ...EMPTY_CHANGE_SET,
+            attempts: numbers.map((number) => ({ before: null, after: attempt(number) })),
+          });
+        });
+      const listed = () => counted(() => store.transaction((tx) => tx.getAttempts(runId)));
+      /** What the database lists, read past the store. */
+      const stored = async () =>
+        (
+          await driver.transaction((tx) =>
+            tx.query<{ number: number }>(
+              `SELECT number FROM run_attempts WHERE run_id = ${placeholder(1)} ORDER BY number`,
+              [runId],
+            ),
+          )
+        ).map((row) => Number(row.number));
+
+      await insert([1]);
+      const afterFirst = await listed();
+      expect(afterFirst.value.map((row) => row.number)).toEqual(await stored());
+      expect(afterFirst.statements).toBe(soleWriter ? 0 : 1);
+      // 3 extends the list; 2 then sorts before its last: the list is read again, in order.
+      await insert([3, 2]);
+      const afterBoth = await listed();
+      expect(afterBoth.value.map((row) => row.number)).toEqual([1, 2, 3]);
+      expect(afterBoth.value.map((row) => row.number)).toEqual(await stored());
+      expect(afterBoth.statements).toBe(1);
     });
 
     it(`past ${REMEMBERED_ROWS_MAX} remembered rows, the next transaction starts by forgetting them all`, async () => {

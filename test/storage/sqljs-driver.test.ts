@@ -160,6 +160,27 @@ describe.each(drivers)("$name", ({ name, open }) => {
     expect(rows).toEqual([{ id: 1, amount: 5 }]);
   });
 
+  it("keeps its lock between transactions (locking mode exclusive), also after a checkpoint reapplied the pragmas", async () => {
+    const driver = await openWithTable(open);
+    const lockingMode = async (): Promise<unknown> =>
+      (
+        await driver.transaction((tx) => tx.query<{ locking_mode: string }>("PRAGMA locking_mode"))
+      )[0]?.locking_mode;
+    expect(await lockingMode()).toBe("exclusive");
+    await driver.transaction((tx) => tx.query("INSERT INTO items (name) VALUES ('held')"));
+    if ("checkpoint" in driver && typeof driver.checkpoint === "function")
+      await (driver.checkpoint as () => Promise<void>)();
+    expect(await lockingMode()).toBe("exclusive");
+    // Rollback still works while the lock is held.
+    await driver
+      .transaction(async (tx) => {
+        await tx.query("INSERT INTO items (name) VALUES ('undone')");
+        throw new Error("roll back");
+      })
+      .catch(() => undefined);
+    expect(await countItems(driver)).toBe(1);
+  });
+
   it("enforces foreign keys", async () => {
     const driver = await open();
     await driver.transaction((tx) => tx.query("CREATE TABLE parents (id INTEGER PRIMARY KEY)"));

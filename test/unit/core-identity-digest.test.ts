@@ -5,6 +5,7 @@ import { admissionEventId, workflowAttemptId } from "../../src/admission.ts";
 import { eventId } from "../../src/aggregate.ts";
 import { canonicalJson } from "../../src/canonical-json.ts";
 import {
+  DERIVED_ID_MEMO_GENERATION,
   derivedId,
   digestOf,
   hmacSha256Hex,
@@ -225,6 +226,26 @@ describe("deterministic identities", () => {
       ),
       { numRuns: 200 },
     );
+  });
+
+  it("the memo of derived ids answers exactly what the hash does, per prefix, across and after its generations", () => {
+    // The same parts under two prefixes, then enough other ids to push both out of the memo.
+    const parts = ["run-memo", "stp:memo", 7] as const;
+    expect(derivedId("wta", parts)).toBe(referenceDerivedId("wta", parts));
+    expect(derivedId("wte", parts)).toBe(referenceDerivedId("wte", parts));
+    expect(derivedId("wta", parts)).toBe(referenceDerivedId("wta", parts));
+    const many = 3 * DERIVED_ID_MEMO_GENERATION;
+    for (let seq = 1; seq <= many; seq += 1)
+      expect(derivedId("evt", ["run-memo", seq])).toBe(
+        referenceDerivedId("evt", ["run-memo", seq]),
+      );
+    // Again, some from the memo (recent) and some derived anew (forgotten), each one right.
+    for (const seq of [1, 2, many - DERIVED_ID_MEMO_GENERATION, many - 1, many])
+      expect(derivedId("evt", ["run-memo", seq])).toBe(
+        referenceDerivedId("evt", ["run-memo", seq]),
+      );
+    expect(derivedId("wte", parts)).toBe(referenceDerivedId("wte", parts));
+    expect(derivedId("evt", ["run-memo", "1"])).toBe(referenceDerivedId("evt", ["run-memo", "1"]));
   });
 
   it("the parts of a derived id cannot collide by concatenation", () => {
