@@ -343,8 +343,11 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
         const text = carrying?.sql ?? sql;
         const begin = pendingBegin;
         pendingBegin = null;
+        // Several statements in one text go only by the simple protocol, which `beginThen` cannot
+        // extend: BEGIN then goes first on its own.
+        if (begin !== null && text.includes(";")) await client.query(begin);
         const result =
-          begin === null
+          begin === null || text.includes(";")
             ? await client.query<SqlRow>(text, [...params])
             : await beginThen(client, begin, text, params);
         if (carrying === null) return { rows: result.rows, command: result.command };

@@ -90,6 +90,26 @@ describe("the pg driver's round trips", { timeout: 60_000 }, () => {
     ).toBe(2);
   });
 
+  it("a first text of several statements still runs inside the transaction, after its own BEGIN", async () => {
+    await driver
+      .transaction(async (tx) => {
+        await tx.query(
+          "INSERT INTO round_trip_rows (id) VALUES (30); INSERT INTO round_trip_rows (id) VALUES (31)",
+        );
+        throw new Error("roll back");
+      })
+      .catch(() => undefined);
+    await driver.transaction((tx) =>
+      tx.query(
+        "INSERT INTO round_trip_rows (id) VALUES (32); INSERT INTO round_trip_rows (id) VALUES (33)",
+      ),
+    );
+    const rows = await driver.transaction((tx) =>
+      tx.query("SELECT id FROM round_trip_rows WHERE id >= 30 ORDER BY id"),
+    );
+    expect(rows).toEqual([{ id: 32 }, { id: 33 }]);
+  });
+
   it("a transaction that sends no statement makes no round trip", async () => {
     expect(await roundTrips(() => driver.transaction(() => Promise.resolve(7)))).toBe(0);
   });
