@@ -627,7 +627,9 @@ export function carryingTransactionId(sql: string): { sql: string; keepRows: boo
 /**
  * A SELECT that cannot make the server assign a transaction id: no row locks, no sequence
  * writes (`setval` and `nextval` take an id to log their change). Anything else (INSERT,
- * UPDATE, DELETE, a WITH that may hold a data-modifying statement) counts as a write.
+ * UPDATE, DELETE, a WITH that may hold a data-modifying statement) counts as a write. A SELECT
+ * of a function that itself writes would be misread; the store's statements call none, and
+ * this driver serves only the store (and its tests).
  */
 const READ_STATEMENT = /^\s*SELECT\b/i;
 const ASSIGNS_TRANSACTION_ID =
