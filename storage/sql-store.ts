@@ -248,6 +248,9 @@ const VERSIONED_TABLES = {
 
 type VersionedTableName = keyof typeof VERSIONED_TABLES;
 
+/** Queued inserts of new rows go in this order: steps and attempts reference their run. */
+const VERSIONED_INSERT_ORDER: readonly VersionedTableName[] = ["runs", "step_runs", "run_attempts"];
+
 /** One row's update waiting in `pendingUpdates`: several updates of a row in one transaction merge. */
 interface PendingUpdate {
   readonly id: string;
@@ -320,6 +323,17 @@ class SqlStoreTx implements StoreTx {
    * transaction at that point rather than at `apply`: still before COMMIT, nothing written.
    */
   private readonly pendingUpdates = new Map<VersionedTableName, Map<string, PendingUpdate>>();
+  /**
+   * New runs, steps and attempts not yet inserted, by table (PostgreSQL only, where each
+   * statement is a round trip: an admission page inserts one attempt per item). They are
+   * written after every queued version update and before the append-only rows that reference
+   * them, in the order runs, steps, attempts (their foreign keys), when a statement names any
+   * table with something queued or when the body ends; see `insertVersioned`.
+   */
+  private readonly pendingInserts = new Map<
+    VersionedTableName,
+    { readonly columns: readonly string[]; readonly rows: SqlParam[][]; readonly ids: Set<string> }
+  >();
   private flushing = false;
 
   constructor(
@@ -435,7 +449,10 @@ class SqlStoreTx implements StoreTx {
   }
 
   private async q<R extends SqlRow>(sql: string, params: readonly SqlParam[] = []): Promise<R[]> {
-    if ((this.pending.size > 0 || this.pendingUpdates.size > 0) && !this.flushing)
+    if (
+      (this.pending.size > 0 || this.pendingUpdates.size > 0 || this.pendingInserts.size > 0) &&
+      !this.flushing
+    )
       await this.flushWhere((table) => sql.includes(table));
     let text = this.cache.get(sql);
     if (text === undefined) {
@@ -532,7 +549,7 @@ class SqlStoreTx implements StoreTx {
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
       if (before === null) {
         const params = rows.RUNS.params(after);
-        await this.insertVersioned(insertSql("runs", [...rows.RUNS.columns, "frontier_due"]), [
+        await this.insertVersioned("runs", [...rows.RUNS.columns, "frontier_due"], after.id, [
           ...params,
           frontierDue ?? 0,
         ]);
@@ -548,7 +565,7 @@ class SqlStoreTx implements StoreTx {
     for (const { before, after } of change.steps) {
       const params = rows.stepParams(after, change);
       if (before === null) {
-        await this.insertVersioned(insertSql("step_runs", rows.STEP_INSERT_COLUMNS), params);
+        await this.insertVersioned("step_runs", rows.STEP_INSERT_COLUMNS, after.id, params);
         this.known.steps.inserted(readBack(rows.STEPS, params));
       } else {
         await this.deferUpdate(
@@ -565,7 +582,7 @@ class SqlStoreTx implements StoreTx {
       this.known.attemptWritten(before, after);
       const params = rows.ATTEMPTS.params(after);
       if (before === null) {
-        await this.insertVersioned(insertSql("run_attempts", rows.ATTEMPTS.columns), params);
+        await this.insertVersioned("run_attempts", rows.ATTEMPTS.columns, after.id, params);
         this.known.attempts.inserted(readBack(rows.ATTEMPTS, params));
       } else {
         await this.deferUpdate(
@@ -622,12 +639,27 @@ class SqlStoreTx implements StoreTx {
 
   /** `flush` for the tables `named` picks (a statement about to read or write them). */
   private async flushWhere(named: (table: string) => boolean): Promise<void> {
+    // Queued inserts go only in a whole flush: after every queued update (the order rule of
+    // `insertVersioned`), and before any append-only row that references them.
+    const whole =
+      this.pendingInserts.size > 0 &&
+      [...this.pendingUpdates.keys(), ...this.pendingInserts.keys(), ...this.pending.keys()].some(
+        named,
+      );
+    if (whole) named = () => true;
     this.flushing = true;
     try {
       for (const [table, updates] of this.pendingUpdates) {
         if (!named(table)) continue;
         this.pendingUpdates.delete(table);
         await this.updateRows(VERSIONED_TABLES[table], [...updates.values()]);
+      }
+      if (whole) {
+        for (const table of VERSIONED_INSERT_ORDER) {
+          const queued = this.pendingInserts.get(table);
+          this.pendingInserts.delete(table);
+          if (queued !== undefined) await this.insertRows(table, queued.columns, queued.rows);
+        }
       }
       for (const [table, queued] of this.pending) {
         if (!named(table)) continue;
@@ -645,9 +677,26 @@ class SqlStoreTx implements StoreTx {
    * coordinators deciding the same run meet on the run's row (a serialization failure, retried)
    * before the second can reach the attempt's unique number (a duplicate, which is not).
    */
-  private async insertVersioned(sql: string, params: readonly SqlParam[]): Promise<void> {
+  private async insertVersioned(
+    table: VersionedTableName,
+    columns: readonly string[],
+    id: string,
+    params: SqlParam[],
+  ): Promise<void> {
+    // PostgreSQL: queued, and written after every queued update as above, so the order holds;
+    // a page's new attempts then cost one multi-row INSERT instead of one round trip each.
+    if (this.dialect === "postgres") {
+      const queued = this.pendingInserts.get(table);
+      if (queued === undefined)
+        this.pendingInserts.set(table, { columns, rows: [params], ids: new Set([id]) });
+      else {
+        queued.rows.push(params);
+        queued.ids.add(id);
+      }
+      return;
+    }
     if (this.pendingUpdates.size > 0) await this.flushWhere((table) => table in VERSIONED_TABLES);
-    await this.q(sql, params);
+    await this.q(insertSql(table, columns), params);
   }
 
   /**
@@ -663,6 +712,9 @@ class SqlStoreTx implements StoreTx {
     writtenVersion: number,
     params: readonly SqlParam[],
   ): Promise<void> {
+    // A row still queued for its INSERT is written first (with everything queued), so the
+    // update meets the row as it would have one statement at a time.
+    if (this.pendingInserts.get(table)?.ids.has(before.id) === true) await this.flush();
     let updates = this.pendingUpdates.get(table);
     const queued = updates?.get(before.id);
     if (queued !== undefined && queued.writtenVersion !== before.version) {
@@ -884,11 +936,19 @@ class SqlStoreTx implements StoreTx {
       const found = await this.select(rows.RUNS, `WHERE id IN (${marks})`, chunk);
       const runsById = new Map(found.map((run) => [run.id, run]));
       for (const runId of chunk) this.known.rememberRun(runId, runsById.get(runId) ?? null);
-      const steps = await this.select(
-        rows.STEPS,
-        `WHERE run_id IN (${marks}) ORDER BY run_id, position`,
-        chunk,
-      );
+      // Only a workflow run has steps, and so admission receipts (each names a step): an
+      // ordinary run's are known empty without asking (a page of ordinary runs saves two round
+      // trips on PostgreSQL). A run's kind never changes.
+      const withSteps = chunk.filter((runId) => runsById.get(runId)?.kind === "workflow");
+      const stepMarks = withSteps.map(() => "?").join(", ");
+      const steps =
+        withSteps.length === 0
+          ? []
+          : await this.select(
+              rows.STEPS,
+              `WHERE run_id IN (${stepMarks}) ORDER BY run_id, position`,
+              withSteps,
+            );
       rememberByRun(this.known.steps, chunk, steps);
       const attempts = await this.select(
         rows.ATTEMPTS,
@@ -896,10 +956,13 @@ class SqlStoreTx implements StoreTx {
         chunk,
       );
       rememberByRun(this.known.attempts, chunk, attempts);
-      const receipts = await this.q<rows.AdmissionRow>(
-        rows.admissionSelect(`WHERE a.run_id IN (${marks})`),
-        chunk,
-      );
+      const receipts =
+        withSteps.length === 0
+          ? []
+          : await this.q<rows.AdmissionRow>(
+              rows.admissionSelect(`WHERE a.run_id IN (${stepMarks})`),
+              withSteps,
+            );
       const bodiesByRun = new Map<string, Map<string, string>>(
         chunk.map((runId) => [runId, new Map()]),
       );

@@ -13,7 +13,10 @@
  * moves to the next server and runs it again, with a bounded backoff (`reconnect`), instead of
  * failing the caller during the switch.
  *
- * A lost COMMIT. Just before COMMIT each transaction records its transaction id
+ * Round trips. BEGIN goes out with the transaction's first statement (`beginThen`), and a
+ * transaction that sent only reads asks nothing before COMMIT (it has no id to settle).
+ *
+ * A lost COMMIT. Each transaction that may have written records its transaction id
  * (`pg_current_xact_id_if_assigned()`), the timeline and the postmaster's start. When the
  * connection breaks after COMMIT was sent, the driver reconnects and asks `pg_xact_status`:
  * committed (and visible) answers the caller as if the COMMIT answer had arrived, aborted runs
@@ -22,9 +25,16 @@
  * (a promoted standby) or after a restart the outcome stays unknown, and the caller reads what
  * is durable (its exact-replay path, DESIGN.md §3) instead of trying again blindly.
  */
-import { Pool, types as pgTypes, type CustomTypesConfig, type PoolClient } from "pg";
+import {
+  Pool,
+  Query,
+  types as pgTypes,
+  type ClientBase,
+  type CustomTypesConfig,
+  type PoolClient,
+} from "pg";
 import { isQlrError, QlrError } from "../../src/errors.ts";
-import type { SqlDriver, SqlRow, SqlTx } from "../driver.ts";
+import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../driver.ts";
 import {
   isReadOnlyServer,
   isSerializationFailure,
@@ -310,11 +320,36 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     // The transaction id, read from the first writing statement that returned a row (see
     // `carryingTransactionId`); reset by each BEGIN, so a serializable retry reads its own.
     let transactionId: string | null = null;
+    // BEGIN waits to go out with the transaction's first statement, in the same round trip
+    // (`beginThen`); a transaction that sends no statement never begins on the server.
+    let pendingBegin: string | null = null;
+    // Whether a statement of this transaction may have written (see `isCertainlyReadOnly`).
+    let mayHaveWritten = false;
     const session: PostgresSession = {
       run: async (sql, params) => {
-        if (sql.startsWith("BEGIN")) transactionId = null;
+        if (sql.startsWith("BEGIN")) {
+          transactionId = null;
+          mayHaveWritten = false;
+          pendingBegin = sql;
+          return { rows: [], command: "BEGIN" };
+        }
+        if (pendingBegin !== null && (sql === "COMMIT" || sql === "ROLLBACK")) {
+          // Nothing was sent since BEGIN: there is no transaction on the server to end.
+          pendingBegin = null;
+          return { rows: [], command: sql };
+        }
+        if (!isCertainlyReadOnly(sql)) mayHaveWritten = true;
         const carrying = transactionId === null ? carryingTransactionId(sql) : null;
-        const result = await client.query<SqlRow>(carrying?.sql ?? sql, [...params]);
+        const text = carrying?.sql ?? sql;
+        const begin = pendingBegin;
+        pendingBegin = null;
+        // Several statements in one text go only by the simple protocol, which `beginThen` cannot
+        // extend: BEGIN then goes first on its own.
+        if (begin !== null && text.includes(";")) await client.query(begin);
+        const result =
+          begin === null || text.includes(";")
+            ? await client.query<SqlRow>(text, [...params])
+            : await beginThen(client, begin, text, params);
         if (carrying === null) return { rows: result.rows, command: result.command };
         const rows: SqlRow[] = [];
         for (const row of result.rows) {
@@ -331,6 +366,10 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
           brokenBy ??= error;
         },
         beforeCommit: async (): Promise<CommitEvidence> => {
+          // Only reads were sent (or nothing at all): no transaction id can have been assigned,
+          // so there is nothing to ask; a lost COMMIT answer then runs the reads again.
+          if (!mayHaveWritten)
+            return { xid: null, serverIndex: index, timeline: null, postmasterStartedAt: null };
           // The id rode on a writing statement and this connection's server is known: nothing
           // more to ask before COMMIT.
           const server = serverFacts.get(client);
@@ -583,6 +622,75 @@ export function carryingTransactionId(sql: string): { sql: string; keepRows: boo
   if (RETURNING_CLAUSE.test(statement))
     return { sql: `${statement}, ${TRANSACTION_ID_RETURNED}`, keepRows: true };
   return { sql: `${statement} RETURNING ${TRANSACTION_ID_RETURNED}`, keepRows: false };
+}
+
+/**
+ * A SELECT that cannot make the server assign a transaction id: no row locks, no sequence
+ * writes (`setval` and `nextval` take an id to log their change). Anything else (INSERT,
+ * UPDATE, DELETE, a WITH that may hold a data-modifying statement) counts as a write. A SELECT
+ * of a function that itself writes would be misread; the store's statements call none, and
+ * this driver serves only the store (and its tests).
+ */
+const READ_STATEMENT = /^\s*SELECT\b/i;
+const ASSIGNS_TRANSACTION_ID =
+  /\b(?:setval|nextval)\b|\bFOR\s+(?:UPDATE|NO\s+KEY\s+UPDATE|SHARE|KEY\s+SHARE)\b/i;
+
+/** True when `sql` only reads (see READ_STATEMENT); false whenever in doubt. */
+export function isCertainlyReadOnly(sql: string): boolean {
+  return READ_STATEMENT.test(sql) && !ASSIGNS_TRANSACTION_ID.test(sql) && !sql.includes(";");
+}
+
+/**
+ * Sends `begin` and the transaction's first statement in one write and one round trip: BEGIN's
+ * Parse, Bind and Execute, then the statement's as `pg` sends them, then one Sync. The server
+ * runs them in order and, should BEGIN fail, skips the statement up to the Sync, so the
+ * statement never runs outside the transaction. The answer is the statement's result (the
+ * last of the two `pg` collects).
+ */
+export function beginThen(
+  client: ClientBase,
+  begin: string,
+  text: string,
+  params: readonly SqlParam[],
+): Promise<{ rows: SqlRow[]; command: string }> {
+  return new Promise((resolve, reject) => {
+    // `queryMode: "extended"` (which pg's types omit): a statement without parameters too.
+    const config = { text, values: [...params], queryMode: "extended" };
+    const query = new Query(config, (error: Error | undefined, results: unknown) => {
+      if (error !== undefined && error !== null) {
+        reject(error);
+        return;
+      }
+      const all = (Array.isArray(results) ? results : [results]) as {
+        rows: SqlRow[];
+        command: string;
+      }[];
+      const last = all[all.length - 1];
+      if (all.length !== 2 || last === undefined) {
+        reject(new Error("BEGIN and the first statement did not answer two results"));
+        return;
+      }
+      resolve({ rows: last.rows, command: last.command });
+    });
+    // `prepare` is pg's step that writes Parse, Bind, Describe, Execute and Sync for an extended
+    // query (inside a corked socket); BEGIN's messages go first, unnamed and without a Sync.
+    const extended = query as unknown as { prepare(connection: PgWire): void };
+    const prepareStatement = extended.prepare.bind(query);
+    extended.prepare = (connection: PgWire): void => {
+      connection.parse({ text: begin, name: "", types: [] });
+      connection.bind({ portal: "", statement: "", values: [] });
+      connection.execute({ portal: "", rows: 0 });
+      prepareStatement(connection);
+    };
+    void client.query(query);
+  });
+}
+
+/** The part of pg's connection `beginThen` writes to. */
+interface PgWire {
+  parse(message: { text: string; name: string; types: unknown[] }): void;
+  bind(message: { portal: string; statement: string; values: unknown[] }): void;
+  execute(message: { portal: string; rows: number }): void;
 }
 
 /** Asked on a fresh connection, outside a transaction, after a COMMIT answer was lost. */

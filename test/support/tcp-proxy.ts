@@ -4,9 +4,10 @@
  * breaks at exactly the worst moment.
  *
  * It reads the client's side of the PostgreSQL protocol (v3) just far enough to know where each
- * transaction begins and ends: `pg` sends statements without parameters (BEGIN, COMMIT,
- * ROLLBACK) as a simple Query ('Q') and statements with parameters as Parse ('P') + Bind ('B')
- * + Describe + Execute + Sync. The statements of the open transaction (text and text-format
+ * transaction begins and ends: `pg` sends statements without parameters (COMMIT, ROLLBACK) as
+ * a simple Query ('Q') and statements with parameters as Parse ('P') + Bind ('B') + Describe +
+ * Execute + Sync; the store's driver sends BEGIN as Parse + Bind + Execute in the same write as
+ * the transaction's first statement, and a BEGIN either way starts a new list. The statements of the open transaction (text and text-format
  * parameters) are kept, so a test arms the proxy for the COMMIT of one kind of transaction
  * ("the one that inserts an attempt") rather than for whatever commits next.
  *
@@ -187,7 +188,9 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
           const name = readCString(message.body, 0);
           lastParsedSql = readCString(message.body, name.next).text;
         } else if (message.type === "B") {
-          statements.push({ sql: lastParsedSql, params: readBindParams(message.body) });
+          const keyword = firstKeyword(lastParsedSql);
+          if (keyword === "BEGIN" || keyword === "START") statements = [];
+          else statements.push({ sql: lastParsedSql, params: readBindParams(message.body) });
         }
         forward(message.bytes);
       }
