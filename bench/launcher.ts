@@ -6,8 +6,9 @@
  *    1 + N, divided by N;
  * 2. throughput: one-step runs of `true`, at most `inFlight` not terminal (standalone, sqlite
  *    file store);
- * 3. latency: POST /runs → succeeded (GET /runs/:id polled every 2 ms), one run at a time, for
- *    one step of `true` and the four-step diamond;
+ * 3. latency: POST /runs → succeeded, one run at a time, for one step of `true` and the
+ *    four-step diamond; the bench waits with the run long-poll (`GET /runs/:id?wait=terminal`),
+ *    or polls every `latencyPollMs` when that is above 0;
  * 4. the launcher alone (no store, no HTTP): `true` launched through PosixLauncher with at
  *    most `inFlight` in flight until its receipt is valid, launches/s and launch latency
  *    (journal, spawn record, spawn, answer);
@@ -34,6 +35,8 @@ export interface LauncherBenchConfig {
   readonly throughputRuns: number;
   readonly inFlight: number;
   readonly latencySamples: number;
+  /** 0: wait with the long-poll; above 0: poll `GET /runs/:id` every this many ms instead. */
+  readonly latencyPollMs: number;
   readonly concurrentSleeps: number;
   readonly memoryLimitBytes: number;
 }
@@ -43,6 +46,7 @@ const DEFAULTS: Omit<LauncherBenchConfig, "root"> = {
   throughputRuns: 600,
   inFlight: 64,
   latencySamples: 30,
+  latencyPollMs: 0,
   concurrentSleeps: 100,
   memoryLimitBytes: 128 * 1024 * 1024,
 };
@@ -117,9 +121,29 @@ async function startRun(served: Served, workflow: string): Promise<string> {
   return ((await response.json()) as { run: { id: string } }).run.id;
 }
 
-async function runStatus(served: Served, runId: string): Promise<string> {
-  const response = await fetch(`${served.url}/runs/${runId}`, { headers: served.headers });
+async function runStatus(served: Served, runId: string, query = ""): Promise<string> {
+  const response = await fetch(`${served.url}/runs/${runId}${query}`, { headers: served.headers });
+  if (!response.ok)
+    throw new Error(
+      `GET /runs/${runId}${query} answered ${response.status}: ${await response.text()}`,
+    );
   return ((await response.json()) as { run: { status: string } }).run.status;
+}
+
+const FAILED_STATUSES = ["failed", "cancelled", "timed_out", "lost"];
+
+/** Until the run succeeded: long-polls (each answers at the end or after 30 s), or polls every `pollMs`. */
+async function untilSucceeded(served: Served, runId: string, pollMs: number): Promise<void> {
+  // Bounded by the run: each of its tasks has a 120 s timeout.
+  for (;;) {
+    const status =
+      pollMs > 0
+        ? await runStatus(served, runId)
+        : await runStatus(served, runId, "?wait=terminal&timeoutMs=30000");
+    if (status === "succeeded") return;
+    if (FAILED_STATUSES.includes(status)) throw new Error(`run ${runId} ended ${status}`);
+    if (pollMs > 0) await sleep(pollMs);
+  }
 }
 
 async function counts(
@@ -371,13 +395,7 @@ async function latency(config: LauncherBenchConfig): Promise<unknown> {
       for (let index = 0; index <= config.latencySamples; index += 1) {
         const t0 = now();
         const runId = await startRun(served, workflow);
-        let status = "queued";
-        while (status !== "succeeded") {
-          status = await runStatus(served, runId);
-          if (["failed", "cancelled", "timed_out", "lost"].includes(status))
-            throw new Error(`run ${runId} ended ${status}`);
-          if (status !== "succeeded") await sleep(2);
-        }
+        await untilSucceeded(served, runId, config.latencyPollMs);
         if (index > 0) samples.push(now() - t0);
       }
       const summary = summarize(samples);

@@ -641,7 +641,9 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         memoryTasks: 50,
         throughputRuns: quick ? 200 : 600,
         inFlight: 64,
-        latencySamples: quick ? 10 : 30,
+        latencySamples: Number(process.env.QLR_BENCH_LATENCY_SAMPLES ?? (quick ? 10 : 30)),
+        // 0: the latency part waits with the run long-poll; N: it polls every N ms instead.
+        latencyPollMs: Number(process.env.QLR_BENCH_LATENCY_POLL_MS ?? 0),
         concurrentSleeps: 100,
         memoryLimitBytes: 128 * 1024 * 1024,
       };

@@ -1514,26 +1514,45 @@ export class Coordinator {
     }
   }
 
-  /** A receipt's completion of a starting or running attempt; false when the attempt moved on. */
-  private completeWrite(attemptId: string, facts: CompletionFacts): PageWrite<boolean> {
+  /**
+   * A receipt's completion of a starting or running attempt, and then, in the same transaction,
+   * the frontier of its workflow run (`advanceFrontier`, the rule the frontier stage applies):
+   * the steps this one unblocks become ready, and a run whose last step this was is finalized
+   * by the frontier in the completion's own commit, rather than one cycle and one commit
+   * later. The completion itself still leaves the run `running` (ADR-0229 §2); only the
+   * frontier rule summarizes it, and it freezes a run with a cancel intent as always. Its mark
+   * is cleared, as the frontier stage clears it. Null when the attempt moved on.
+   */
+  private completeWrite(
+    attemptId: string,
+    facts: CompletionFacts,
+  ): PageWrite<{ readonly frontierAdvanced: boolean } | null> {
     return async (tx, nowMs, hostOffsetMs) => {
       const scope = await findAttemptScope(tx, attemptId);
       if (
         scope === null ||
         (scope.attempt.status !== "running" && scope.attempt.status !== "starting")
       )
-        return false;
+        return null;
       await tx.apply(
         complete(scope, factsInStoreTime(facts, hostOffsetMs), scope.definition.retry, nowMs),
       );
-      return true;
+      if (scope.run.kind !== "workflow") return { frontierAdvanced: false };
+      const frontier = await wholeRunChange(tx, scope.run.id, advanceFrontier, nowMs);
+      if (frontier !== null) await tx.apply(frontier);
+      await tx.clearFrontierMark(scope.run.id);
+      return { frontierAdvanced: frontier !== null };
     };
   }
 
-  private async afterComplete(completed: boolean): Promise<boolean> {
-    if (!completed) return false;
+  private async afterComplete(
+    completed: { readonly frontierAdvanced: boolean } | null,
+  ): Promise<boolean> {
+    if (completed === null) return false;
     this.followUp = true;
     await this.fault("completion.after_commit");
+    // The frontier's change committed with the completion: its own crash window follows.
+    if (completed.frontierAdvanced) await this.fault("frontier.after_commit");
     return true;
   }
 

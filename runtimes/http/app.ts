@@ -11,6 +11,7 @@ import { attemptRoutes } from "./routes/attempts.ts";
 import { packageRoutes } from "./routes/packages.ts";
 import { observeRoutes } from "./routes/observe.ts";
 import { runRoutes } from "./routes/runs.ts";
+import { RunWaiters } from "./run-waiters.ts";
 import { systemRoutes } from "./routes/system.ts";
 import { workerRoutes } from "./routes/workers.ts";
 
@@ -84,7 +85,9 @@ function unauthorized(c: Context): Response {
   return c.json(errorBody("unauthorized", "a valid bearer token is required"), 401);
 }
 
-export function createApp(deps: AppDeps): Hono {
+export function createApp(given: AppDeps): Hono {
+  // One registry of run long-polls for the whole app: the runtime's, or one only the fallback re-read releases.
+  const deps: AppDeps = { ...given, runWaiters: given.runWaiters ?? new RunWaiters(given.store) };
   const app = new Hono();
   const tokens = { admin: deps.token, worker: deps.workerToken ?? null };
 

@@ -26,6 +26,7 @@ import type {
   RunDetail,
   RunListQuery,
   RunPage,
+  RunWaitQuery,
   RuntimeInfo,
   StartRunRequest,
   TickAnswer,
@@ -62,6 +63,8 @@ export interface ClientOptions {
 }
 
 export const DEFAULT_REQUEST_TIMEOUT_MS = 15_000;
+/** The runtime's wait when a long-poll names no timeout (run-waiters.ts `DEFAULT_RUN_WAIT_MS`). */
+const DEFAULT_SERVER_WAIT_MS = 10_000;
 
 export class ApiError extends Error {
   /** The HTTP status; 0 when the runtime could not be reached. */
@@ -113,8 +116,11 @@ export class QlrClient {
     return `${this.baseUrl}${path.replace(/^\//, "")}`;
   }
 
-  /** One request; throws only when the runtime cannot be reached. */
-  async send(method: string, path: string, body?: RawBody): Promise<Response> {
+  /**
+   * One request; throws only when the runtime cannot be reached. `timeoutMs` replaces the
+   * client's bound for this request (a long-poll outlasts it).
+   */
+  async send(method: string, path: string, body?: RawBody, timeoutMs?: number): Promise<Response> {
     const fetchFn =
       this.options.fetch ?? ((input: string, init: RequestInit) => fetch(input, init));
     try {
@@ -126,7 +132,9 @@ export class QlrClient {
         },
         ...(body === undefined ? {} : { body: body.text }),
         ...(this.options.cache === undefined ? {} : { cache: this.options.cache }),
-        signal: AbortSignal.timeout(this.options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS),
+        signal: AbortSignal.timeout(
+          timeoutMs ?? this.options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
+        ),
       });
     } catch (error) {
       const reason = error instanceof Error ? error.message : String(error);
@@ -139,8 +147,13 @@ export class QlrClient {
     }
   }
 
-  private async ok(method: string, path: string, body?: RawBody): Promise<Response> {
-    const response = await this.send(method, path, body);
+  private async ok(
+    method: string,
+    path: string,
+    body?: RawBody,
+    timeoutMs?: number,
+  ): Promise<Response> {
+    const response = await this.send(method, path, body, timeoutMs);
     if (response.ok) return response;
     const payload = (await response.json().catch(() => null)) as Partial<ErrorBody> | null;
     throw new ApiError(
@@ -192,6 +205,26 @@ export class QlrClient {
 
   run(id: string): Promise<RunDetail> {
     return this.json("GET", `runs/${segment(id)}`);
+  }
+
+  /**
+   * A long-poll of one run (`GET /runs/:id?wait=…`): the detail once the run is terminal (or,
+   * with `change`, has an event after `after`), or as it stands when the timeout passed. The
+   * request's own bound is the wait's plus the client's usual one. A runtime at its waiter cap
+   * answers 429 (`too_many_waiters`); an older runtime ignores the wait and answers at once.
+   */
+  async waitRun(id: string, query: RunWaitQuery): Promise<RunDetail> {
+    const search = new URLSearchParams({ wait: query.wait });
+    if (query.after !== undefined) search.set("after", String(query.after));
+    if (query.timeoutMs !== undefined) search.set("timeoutMs", String(query.timeoutMs));
+    const waitMs = query.timeoutMs ?? DEFAULT_SERVER_WAIT_MS;
+    const response = await this.ok(
+      "GET",
+      `runs/${segment(id)}?${search.toString()}`,
+      undefined,
+      waitMs + (this.options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS),
+    );
+    return (await response.json()) as RunDetail;
   }
 
   events(id: string, page: { after?: number; limit?: number } = {}): Promise<EventPage> {

@@ -72,6 +72,11 @@ export interface RunView {
   readonly input: RunInput;
   /** The run this one reruns, or null. */
   readonly rerunOf: string | null;
+  /**
+   * The seq of the run's last event: what `GET /runs/:id?wait=change&after=SEQ` compares with.
+   * Absent from older runtimes.
+   */
+  readonly eventSeq?: number;
 }
 
 export interface StepView {
@@ -160,6 +165,18 @@ export interface RerunRequest {
   /** Reuse the succeeded steps (and their outputs); run the others. Default false: a full fresh run. */
   readonly fromFailed?: boolean;
   readonly idempotencyKey?: string;
+}
+
+/**
+ * `GET /runs/:id?wait=terminal|change&after=SEQ&timeoutMs=N`: the run detail once the run is
+ * terminal (`terminal`) or has an event after `after` (`change`), or as it stands when
+ * `timeoutMs` (0–30000, default 10000) passed first.
+ */
+export interface RunWaitQuery {
+  readonly wait: "terminal" | "change";
+  /** With `change` only: the `eventSeq` the client last saw (default 0). */
+  readonly after?: number;
+  readonly timeoutMs?: number;
 }
 
 export interface RunListQuery {
@@ -330,6 +347,7 @@ export function runView(run: Run): RunView {
     scheduleName: run.scheduleName,
     input: run.input,
     rerunOf: run.rerunOf,
+    eventSeq: run.eventSeq,
   };
 }
 

@@ -11,6 +11,7 @@ import {
 } from "../../src/ports.ts";
 import type { RetentionPolicy } from "../../src/retention.ts";
 import type { Metrics } from "./metrics.ts";
+import type { RunWaiters } from "./run-waiters.ts";
 import type { LogStream } from "./contract.ts";
 
 /** What a runtime gives the app (app.ts) and its routes (routes/*.ts). */
@@ -66,6 +67,13 @@ export interface AppDeps {
    * runtime runs its cadence at once instead of waiting for the interval.
    */
   readonly onChange?: () => void | Promise<void>;
+  /**
+   * The long-polls of `GET /runs/:id?wait=…` (run-waiters.ts). A runtime that runs the cadence
+   * passes its own and calls `recheck()` after a stage that changed something, so a waiter is
+   * answered as soon as its run ends here; absent, the app keeps one that only the fallback
+   * re-read (every 250 ms while anything waits) releases.
+   */
+  readonly runWaiters?: RunWaiters;
 }
 
 /** A write transaction at the store clock's observed now (it never runs backwards). */

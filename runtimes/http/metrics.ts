@@ -153,7 +153,8 @@ export class Metrics {
     this.httpErrors += 1;
   }
 
-  render(runsByStatus: Record<RunStatus, number>): string {
+  /** `runWaiters`: requests waiting in a run long-poll now (run-waiters.ts). */
+  render(runsByStatus: Record<RunStatus, number>, runWaiters = 0): string {
     const lines: string[] = [];
     lines.push("# HELP qlr_runs Runs by status.", "# TYPE qlr_runs gauge");
     for (const [status, count] of Object.entries(runsByStatus))
@@ -210,6 +211,11 @@ export class Metrics {
       "# HELP qlr_http_errors_total HTTP requests answered with an error.",
       "# TYPE qlr_http_errors_total counter",
       `qlr_http_errors_total ${this.httpErrors}`,
+    );
+    lines.push(
+      "# HELP qlr_run_waiters Requests waiting in a run long-poll (GET /runs/:id?wait=...).",
+      "# TYPE qlr_run_waiters gauge",
+      `qlr_run_waiters ${runWaiters}`,
     );
     return `${lines.join("\n")}\n`;
   }

@@ -225,11 +225,35 @@ function renderDetail(detail: RunDetail): string {
   return lines.join("\n");
 }
 
+/** How long each long-poll of `--wait` asks the runtime to hold (below the client's own 15 s bound). */
+const WAIT_POLL_MS = 10_000;
+/** The pause between reads when the runtime cannot hold a wait (an older runtime, or at its waiter cap). */
+const WAIT_FALLBACK_MS = 500;
+
+/**
+ * `start --wait`, `rerun --wait`: long-polls the run (`GET /runs/:id?wait=change`), so each
+ * step change is printed as the runtime records it and the command returns as soon as the run
+ * is terminal, not up to half a second later. A runtime older than the long-poll answers at
+ * once (its run view has no `eventSeq`), and one at its waiter cap answers 429: then the
+ * command reads the run twice a second, as it always did.
+ */
 async function waitForRun(api: QlrClient, config: CommonConfig, runId: string): Promise<number> {
   const seen = new Map<string, string>();
-  // Bounded only by the run itself: the loop ends when the run is terminal, polling twice a second.
+  let afterSeq = 0;
+  // Bounded only by the run itself: the loop ends when the run is terminal.
   for (;;) {
-    const detail = await api.run(runId);
+    let detail: RunDetail;
+    try {
+      detail = await api.waitRun(runId, {
+        wait: "change",
+        after: afterSeq,
+        timeoutMs: WAIT_POLL_MS,
+      });
+    } catch (error) {
+      if (!(error instanceof ApiError) || error.status !== 429) throw error;
+      await new Promise((wait) => setTimeout(wait, WAIT_FALLBACK_MS));
+      detail = await api.run(runId);
+    }
     for (const step of detail.steps) {
       if (seen.get(step.id) !== step.status) {
         seen.set(step.id, step.status);
@@ -241,7 +265,10 @@ async function waitForRun(api: QlrClient, config: CommonConfig, runId: string): 
       print(config, detail, () => renderDetail(detail));
       return detail.run.status === "succeeded" ? 0 : 1;
     }
-    await new Promise((wait) => setTimeout(wait, 500));
+    // An answer that did not move (the wait timed out) is asked again at once: it waited already.
+    if (detail.run.eventSeq === undefined)
+      await new Promise((wait) => setTimeout(wait, WAIT_FALLBACK_MS));
+    else afterSeq = detail.run.eventSeq;
   }
 }
 

@@ -17,6 +17,7 @@ import type { SqlStore } from "../../storage/sql-store.ts";
 import { mountDashboard } from "./serve-dashboard.ts";
 import { createApp } from "../http/app.ts";
 import { Metrics } from "../http/metrics.ts";
+import { RunWaiters } from "../http/run-waiters.ts";
 import { processMemory, randomSecrets, systemClock, uuidv7Ids } from "./host.ts";
 import {
   DEFAULT_GRACE_MS,
@@ -106,6 +107,8 @@ interface DeviceParts {
   readonly options: DeviceOptions;
   readonly recovery: RecoveryEntry[];
   readonly intake: Intake;
+  /** The long-polls of `GET /runs/:id?wait=…`: released as the cadence's stages change runs. */
+  readonly runWaiters: RunWaiters;
   /** This runtime's hold on its state dir (`runtime.lock`), released last at stop. */
   readonly stateLock: HeldLock;
 }
@@ -210,6 +213,7 @@ export class DeviceRuntime {
         fault,
       });
       const metrics = new Metrics(processMemory);
+      const runWaiters = new RunWaiters(store);
       const retention = options.retention ?? DEFAULT_RETENTION;
       // A PostgreSQL server may be shared by several coordinators: this runtime is one node of
       // it (src/ownership.ts). The embedded stores have exactly one coordinator.
@@ -224,7 +228,12 @@ export class DeviceRuntime {
         ...(options.maxRunning === undefined ? {} : { maxRunning: options.maxRunning }),
         executors: { local_process: executor },
         elapsedMs: () => performance.now(),
-        onStage: (stage) => metrics.observeStage(stage),
+        onStage: (stage) => {
+          metrics.observeStage(stage);
+          // A stage that wrote something may have ended (or moved) a run someone waits for:
+          // answered now, not at the end of the cycle or at the fallback re-read.
+          if (stage.processed > 0) void runWaiters.recheck();
+        },
         onTick: () => metrics.observeTick(),
         fault,
         retention,
@@ -259,6 +268,7 @@ export class DeviceRuntime {
         token: options.token,
         workerToken: options.workerToken ?? null,
         metrics,
+        runWaiters,
         recoveryReport: () => recovery,
         retention,
         profileName: options.profile,
@@ -307,6 +317,7 @@ export class DeviceRuntime {
         options,
         recovery,
         intake,
+        runWaiters,
         stateLock,
       });
       runtimeForWake = runtime;
@@ -333,9 +344,11 @@ export class DeviceRuntime {
   }
 
   private async stopInOrder(): Promise<void> {
-    const { intake, coordinator, executor, store, server, options } = this.parts;
+    const { intake, coordinator, executor, store, server, options, runWaiters } = this.parts;
     // 1. Stop intake: every request but a lease holder's lease calls is refused from here on.
+    // Waiting requests answer their runs as they stand now, while the store is still open.
     intake.open = false;
+    runWaiters.close();
     // 2. Scheduler stopAndDrain: no further cycles admit or dispatch; wait for the cycle in flight.
     this.cadence.stop();
     coordinator.freezeAdmission();

@@ -12,6 +12,7 @@ import {
 import type { SqlStore } from "../../storage/sql-store.ts";
 import { openSqliteStore } from "../../storage/sqlite/store.ts";
 import { createApp } from "../http/app.ts";
+import { RunWaiters } from "../http/run-waiters.ts";
 import { isAuthorized, tokenProblem } from "../http/auth.ts";
 import { Metrics, parseMetricsCounters } from "../http/metrics.ts";
 import { randomSecrets, uuidv7Ids, workerClock } from "./host.ts";
@@ -161,6 +162,9 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
     // configurationProblem() refused a bad value before any request reached here.
     const retention = retentionOf(this.env);
     const profile = profileOf(this.env);
+    // Long-polls of runs wait in this object's memory; a cycle here (alarm, cron, POST /tick)
+    // that changed something answers them at once, the fallback re-read catches the rest.
+    const runWaiters = new RunWaiters(store);
     const coordinator = new Coordinator({
       store,
       clock: workerClock,
@@ -168,7 +172,10 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       profile,
       executors: {},
       elapsedMs: () => performance.now(),
-      onStage: (stage) => metrics.observeStage(stage),
+      onStage: (stage) => {
+        metrics.observeStage(stage);
+        if (stage.processed > 0) void runWaiters.recheck();
+      },
       onTick: () => metrics.observeTick(),
       retention,
       notifier: workerNotificationSender,
@@ -182,6 +189,7 @@ export class CoordinatorObject extends DurableObject<WorkerEnv> {
       token: this.env.QLR_TOKEN ?? "",
       workerToken: this.workerToken(),
       metrics,
+      runWaiters,
       supportedExecutors: ["remote_worker"],
       retention,
       profileName: profile.name,

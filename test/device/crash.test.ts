@@ -968,7 +968,7 @@ const CASES: readonly CrashCase[] = [
   },
   {
     group: "stop",
-    window: "the cancelled completion committed, before the frontier converged the run",
+    window: "the cancelled completion committed, before cancellation converged the run",
     points: ["completion.after_commit"],
     manifest: gatedPair,
     drive: startThenCancel,
@@ -987,7 +987,7 @@ const CASES: readonly CrashCase[] = [
   {
     group: "stop",
     window:
-      "the completion committed, before the frontier: nothing to recover, never applied twice",
+      "the completion committed with its run's frontier: nothing to recover, never applied twice",
     points: ["completion.after_commit"],
     recovered: "nothing",
     replays: SUCCEEDED_PAIR,
@@ -1068,7 +1068,7 @@ const CASES: readonly CrashCase[] = [
     window:
       "the terminal run committed with its alert in the outbox, before the notifications stage drained it: sent once",
     points: ["frontier.after_commit"],
-    // Reaches: (1) a made ready, (2) b skipped and the run finalized failed.
+    // Reaches: (1) a made ready, (2) b skipped and the run finalized failed with a's completion.
     occurrence: 2,
     manifest: (dir) =>
       pair(dir, {

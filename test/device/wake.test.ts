@@ -7,6 +7,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { waitUntilGone } from "../support/proc.ts";
+import { waitFor } from "../support/wait.ts";
 import { attemptsOf } from "../support/api-client.ts";
 import { useDeviceHarness } from "../support/device-harness.ts";
 import { chain, diamond } from "../support/workflow-shapes.ts";
@@ -71,5 +72,48 @@ describe("event-driven cadence (real processes)", { timeout: 60_000 }, () => {
     await waitUntilGone(attempt.pid);
     expect(await dir.spawnCount("after")).toBe(0);
     expect(await served.terminate()).toEqual({ code: 0, signal: null });
+  });
+
+  it("a long-poll of the run answers once the run ends, and a stopping runtime answers a waiting one as the run stands", async () => {
+    const { served } = await device.deploy("wake-long-poll", {
+      packageName: "wakepoll",
+      tasks: (dir) => ({
+        ta: dir.task({ label: "a" }),
+        tb: dir.task({ label: "b" }),
+        long: dir.task({ label: "long", then: "sleep 30" }),
+      }),
+      workflows: {
+        pair: chain({ a: "ta", b: "tb" }),
+        slow: chain({ long: "long" }),
+      },
+      serve: { tickInterval: NEVER_BY_INTERVAL },
+    });
+    const { client } = served.api;
+    const created = await served.api.startWorkflow("wakepoll", "pair");
+    // Bounded: each answer is the end of the run or a 10 s timeout, and the run ends in seconds.
+    let detail = await client.waitRun(created.id, { wait: "terminal", timeoutMs: 10_000 });
+    for (let round = 0; round < 5 && detail.run.status === "running"; round += 1)
+      detail = await client.waitRun(created.id, { wait: "terminal", timeoutMs: 10_000 });
+    expect(detail.run.status).toBe("succeeded");
+    expect(detail.steps.map((step) => step.status)).toEqual(["succeeded", "succeeded"]);
+    // A change wait past the last event of a finished run answers at once, terminal.
+    const after = detail.run.eventSeq ?? 0;
+    expect(after).toBeGreaterThan(0);
+    const again = await client.waitRun(created.id, { wait: "change", after, timeoutMs: 10_000 });
+    expect(again.run.status).toBe("succeeded");
+    // A request waiting for a run that will not end soon is answered when the runtime stops.
+    const slow = await served.api.startWorkflow("wakepoll", "slow");
+    await served.api.waitStepRunning(slow.id, "long");
+    const waiting = client.waitRun(slow.id, { wait: "terminal", timeoutMs: 30_000 });
+    // Stopped only once the runtime counts the request as waiting (`qlr_run_waiters`).
+    await waitFor("the long-poll to wait", async () => {
+      const metrics = await served.api.call<string>("GET", "/metrics");
+      return /\nqlr_run_waiters 1\n/.test(metrics.body) ? true : null;
+    });
+    const stopped = served.terminate();
+    const answered = await waiting;
+    expect(answered.run.id).toBe(slow.id);
+    expect(answered.run.status).toBe("running");
+    expect(await stopped).toEqual({ code: 0, signal: null });
   });
 });

@@ -247,6 +247,7 @@ describe("docs/API.md", () => {
       invalid_manifest: "400",
       not_found: "404",
       conflict: "409",
+      too_many_waiters: "429",
       payload_too_large: "413",
       storage_unavailable: "503",
       internal: "500 / 503",

@@ -140,7 +140,8 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
     const run = await h.startRun({ package: name, workflow: "diamond" });
     expect(sortedKeys(run)).toEqual(RUN_VIEW_KEYS);
     expect(run).toEqual(
-      workflowRunView({ id: run.id, package: name, target: "diamond", createdAtMs }),
+      // Created with one event, `run.created`.
+      workflowRunView({ id: run.id, package: name, target: "diamond", createdAtMs, eventSeq: 1 }),
     );
 
     const created = await h.runDetail(run.id);
@@ -288,6 +289,8 @@ describe.each(STORE_FACTORIES)("HTTP API on $name", (factory) => {
         ...target,
         cancelRequestedAtMs: h.clock.nowMs(),
         cancelReason: "user",
+        // One event more: `run.cancel_requested`.
+        eventSeq: (target.eventSeq ?? 0) + 1,
       });
     }
 

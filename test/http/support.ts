@@ -87,6 +87,7 @@ export const RUN_VIEW_KEYS = [
   "cancelReason",
   "cancelRequestedAtMs",
   "createdAtMs",
+  "eventSeq",
   "finishedAtMs",
   "generation",
   "id",

@@ -273,6 +273,71 @@ describe("the Worker", () => {
     expect(completed).toHaveLength(4);
   });
 
+  it("GET /runs/:id?wait=… answers as the run stands after its timeout, refuses bad parameters, and answers terminal once workers finish the run", async () => {
+    const manifest = MANIFEST.replace("edge-demo", "edge-wait");
+    expect(
+      (await call("/packages", { method: "POST", body: manifest, contentType: "application/yaml" }))
+        .status,
+    ).toBe(201);
+    const started = await call("/runs", {
+      method: "POST",
+      body: JSON.stringify({ package: "edge-wait", workflow: "pipeline" }),
+      contentType: "application/json",
+    });
+    const { run } = await json<{ run: { id: string } }>(started);
+    const timedOut = await call(`/runs/${run.id}?wait=terminal&timeoutMs=20`);
+    expect(timedOut.status).toBe(200);
+    const standing = await json<RunDetail & { run: { eventSeq: number } }>(timedOut);
+    expect(standing.run.status).toBe("running");
+    expect(standing.run.eventSeq).toBeGreaterThan(0);
+    const bad = await call(`/runs/${run.id}?wait=terminal&timeoutMs=30001`);
+    expect(bad.status).toBe(400);
+    expect((await json<{ error: { code: string } }>(bad)).error.code).toBe("invalid_request");
+    // A request waits while the remote worker runs both steps; it answers once the run ended.
+    const waiting = call(`/runs/${run.id}?wait=terminal&timeoutMs=30000`);
+    const asWorker = `Bearer ${workerToken()}`;
+    let completed = 0;
+    for (let round = 0; round < 20 && completed < 2; round += 1) {
+      await drainAlarms();
+      const claim = await call("/worker/claim", {
+        method: "POST",
+        body: JSON.stringify({ workerId: "wait-worker", pool: "default", capacity: 2 }),
+        contentType: "application/json",
+        auth: asWorker,
+      });
+      const { leases } = await json<{
+        leases: { attemptId: string; leaseVersion: number; leaseSecret: string; runId: string }[];
+      }>(claim);
+      for (const lease of leases.filter((item) => item.runId === run.id)) {
+        const fence = {
+          attemptId: lease.attemptId,
+          workerId: "wait-worker",
+          leaseVersion: lease.leaseVersion,
+          leaseSecret: lease.leaseSecret,
+        };
+        const startedAtMs = Date.now();
+        await call("/worker/start", {
+          method: "POST",
+          body: JSON.stringify({ ...fence, phase: "starting" }),
+          contentType: "application/json",
+          auth: asWorker,
+        });
+        const finished = await call("/worker/complete", {
+          method: "POST",
+          body: JSON.stringify({ ...fence, ...exitFacts(startedAtMs, Date.now()) }),
+          contentType: "application/json",
+          auth: asWorker,
+        });
+        expect(finished.status, await finished.clone().text()).toBe(200);
+        completed += 1;
+      }
+    }
+    await drainAlarms();
+    const answered = await waiting;
+    expect(answered.status).toBe(200);
+    expect((await json<RunDetail>(answered)).run.status).toBe("succeeded");
+  });
+
   it("POST /tick answers the tick report with the edge profile", async () => {
     const response = await call("/tick", { method: "POST" });
     expect(response.status).toBe(200);

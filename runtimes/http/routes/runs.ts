@@ -17,6 +17,7 @@ import {
 } from "../../../src/operations.ts";
 import {
   attemptView,
+  type ErrorBody,
   eventView,
   runView,
   stepView,
@@ -26,6 +27,13 @@ import {
   type RunPage,
 } from "../contract.ts";
 import { writeTransaction, type AppDeps } from "../deps.ts";
+import {
+  DEFAULT_RUN_WAIT_MS,
+  MAX_RUN_WAIT_MS,
+  RunWaiters,
+  TooManyWaiters,
+  type RunWaitCondition,
+} from "../run-waiters.ts";
 import {
   fail,
   jsonBody,
@@ -77,6 +85,21 @@ const listQuery = z
   })
   .strict();
 
+/** `GET /runs/:id`: no query, or a long-poll (`wait`, docs/API.md). */
+const runQuery = z
+  .object({
+    wait: z.enum(["terminal", "change"]).optional(),
+    after: wholeNumberText(0, Number.MAX_SAFE_INTEGER).optional(),
+    timeoutMs: wholeNumberText(0, MAX_RUN_WAIT_MS).optional(),
+  })
+  .strict()
+  .superRefine((query, context) => {
+    if (query.after !== undefined && query.wait !== "change")
+      context.addIssue({ code: "custom", path: ["after"], message: "only with wait=change" });
+    if (query.timeoutMs !== undefined && query.wait === undefined)
+      context.addIssue({ code: "custom", path: ["timeoutMs"], message: "only with wait" });
+  });
+
 const eventsQuery = z
   .object({
     after: wholeNumberText(0, Number.MAX_SAFE_INTEGER).default(0),
@@ -87,6 +110,8 @@ const eventsQuery = z
 /** Runs: start, list, read, follow events, cancel, and the latest log of a step. */
 export function runRoutes(deps: AppDeps): Hono {
   const { store } = deps;
+  // createApp always passes one; a route set mounted on its own gets its own.
+  const waiters = deps.runWaiters ?? new RunWaiters(store);
   return new Hono()
     .post("/runs", jsonBody(startRunBody, "the run request"), async (c) => {
       const body = c.req.valid("json");
@@ -121,8 +146,37 @@ export function runRoutes(deps: AppDeps): Hono {
         nextCursor: runs.length > limit ? (page[page.length - 1]?.id ?? null) : null,
       } satisfies RunPage);
     })
-    .get("/runs/:id", runParam, async (c) => {
+    .get("/runs/:id", runParam, queryOf(runQuery), async (c) => {
       const { id } = c.req.valid("param");
+      const query = c.req.valid("query");
+      if (query.wait !== undefined) {
+        const condition: RunWaitCondition =
+          query.wait === "terminal"
+            ? { kind: "terminal" }
+            : { kind: "change", afterSeq: query.after ?? 0 };
+        try {
+          await waiters.wait(
+            id,
+            condition,
+            query.timeoutMs ?? DEFAULT_RUN_WAIT_MS,
+            c.req.raw.signal,
+          );
+        } catch (error) {
+          if (!(error instanceof TooManyWaiters)) throw error;
+          deps.metrics.observeHttpError();
+          return c.json(
+            {
+              error: {
+                code: error.code,
+                message: error.message,
+                details: [{ path: "wait", message: `at most ${error.limit} waiting requests` }],
+              },
+            } satisfies ErrorBody,
+            429,
+            { "retry-after": "1" },
+          );
+        }
+      }
       const { detail, waiting } = await store.transaction(async (tx) => {
         const read = await getRunDetail(tx, id);
         const explained = await explainWaiting(

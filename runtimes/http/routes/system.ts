@@ -28,7 +28,7 @@ export function systemRoutes(deps: AppDeps): Hono {
     )
     .get("/metrics", async (c) => {
       const counts = await deps.store.transaction(async (tx) => tx.countRunsByStatus());
-      return c.text(deps.metrics.render(counts), 200, {
+      return c.text(deps.metrics.render(counts, deps.runWaiters?.size ?? 0), 200, {
         "content-type": "text/plain; version=0.0.4; charset=utf-8",
       });
     });
