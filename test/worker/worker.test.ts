@@ -118,6 +118,59 @@ workflows:
       b: { task: report, needs: [a] }
 `;
 
+/**
+ * Plays a remote worker for one run: claims (at most `capacity` at a time), starts and completes
+ * each of its leases with exit 0, letting the object's alarms run between rounds, until
+ * `steps` attempts completed or 20 rounds passed. Answers the completed attempt ids.
+ */
+async function workRemoteSteps(
+  runId: string,
+  workerId: string,
+  capacity: number,
+  steps: number,
+): Promise<string[]> {
+  const asWorker = `Bearer ${workerToken()}`;
+  const completed: string[] = [];
+  for (let round = 0; round < 20 && completed.length < steps; round += 1) {
+    await drainAlarms();
+    const claim = await call("/worker/claim", {
+      method: "POST",
+      body: JSON.stringify({ workerId, pool: "default", capacity }),
+      contentType: "application/json",
+      auth: asWorker,
+    });
+    expect(claim.status).toBe(200);
+    const { leases } = await json<{
+      leases: { attemptId: string; leaseVersion: number; leaseSecret: string; runId: string }[];
+    }>(claim);
+    for (const lease of leases.filter((item) => item.runId === runId)) {
+      const fence = {
+        attemptId: lease.attemptId,
+        workerId,
+        leaseVersion: lease.leaseVersion,
+        leaseSecret: lease.leaseSecret,
+      };
+      const startedAtMs = Date.now();
+      const start = await call("/worker/start", {
+        method: "POST",
+        body: JSON.stringify({ ...fence, phase: "starting" }),
+        contentType: "application/json",
+        auth: asWorker,
+      });
+      expect(start.status, await start.clone().text()).toBe(200);
+      const finished = await call("/worker/complete", {
+        method: "POST",
+        body: JSON.stringify({ ...fence, ...exitFacts(startedAtMs, Date.now()) }),
+        contentType: "application/json",
+        auth: asWorker,
+      });
+      expect(finished.status, await finished.clone().text()).toBe(200);
+      completed.push(lease.attemptId);
+    }
+  }
+  return completed;
+}
+
 describe("the Worker", () => {
   it("GET /healthz answers 200 without a token", async () => {
     const response = await call("/healthz", { auth: null });
@@ -217,48 +270,7 @@ describe("the Worker", () => {
       contentType: "application/json",
     });
     const { run } = await json<{ run: { id: string } }>(started);
-    const asWorker = `Bearer ${workerToken()}`;
-    const completed: string[] = [];
-    for (let round = 0; round < 20 && completed.length < 4; round += 1) {
-      await drainAlarms();
-      const claim = await call("/worker/claim", {
-        method: "POST",
-        body: JSON.stringify({ workerId: "edge-worker", pool: "default", capacity: 4 }),
-        contentType: "application/json",
-        auth: asWorker,
-      });
-      expect(claim.status).toBe(200);
-      const { leases } = await json<{
-        leases: { attemptId: string; leaseVersion: number; leaseSecret: string; runId: string }[];
-      }>(claim);
-      for (const lease of leases.filter((item) => item.runId === run.id)) {
-        const fence = {
-          attemptId: lease.attemptId,
-          workerId: "edge-worker",
-          leaseVersion: lease.leaseVersion,
-          leaseSecret: lease.leaseSecret,
-        };
-        const startedAtMs = Date.now();
-        expect(
-          (
-            await call("/worker/start", {
-              method: "POST",
-              body: JSON.stringify({ ...fence, phase: "starting" }),
-              contentType: "application/json",
-              auth: asWorker,
-            })
-          ).status,
-        ).toBe(200);
-        const finished = await call("/worker/complete", {
-          method: "POST",
-          body: JSON.stringify({ ...fence, ...exitFacts(startedAtMs, Date.now()) }),
-          contentType: "application/json",
-          auth: asWorker,
-        });
-        expect(finished.status, await finished.clone().text()).toBe(200);
-        completed.push(lease.attemptId);
-      }
-    }
+    const completed = await workRemoteSteps(run.id, "edge-worker", 4, 4);
     const detail = await runReaches(
       run.id,
       "succeeded",
@@ -295,43 +307,7 @@ describe("the Worker", () => {
     expect((await json<{ error: { code: string } }>(bad)).error.code).toBe("invalid_request");
     // A request waits while the remote worker runs both steps; it answers once the run ended.
     const waiting = call(`/runs/${run.id}?wait=terminal&timeoutMs=30000`);
-    const asWorker = `Bearer ${workerToken()}`;
-    let completed = 0;
-    for (let round = 0; round < 20 && completed < 2; round += 1) {
-      await drainAlarms();
-      const claim = await call("/worker/claim", {
-        method: "POST",
-        body: JSON.stringify({ workerId: "wait-worker", pool: "default", capacity: 2 }),
-        contentType: "application/json",
-        auth: asWorker,
-      });
-      const { leases } = await json<{
-        leases: { attemptId: string; leaseVersion: number; leaseSecret: string; runId: string }[];
-      }>(claim);
-      for (const lease of leases.filter((item) => item.runId === run.id)) {
-        const fence = {
-          attemptId: lease.attemptId,
-          workerId: "wait-worker",
-          leaseVersion: lease.leaseVersion,
-          leaseSecret: lease.leaseSecret,
-        };
-        const startedAtMs = Date.now();
-        await call("/worker/start", {
-          method: "POST",
-          body: JSON.stringify({ ...fence, phase: "starting" }),
-          contentType: "application/json",
-          auth: asWorker,
-        });
-        const finished = await call("/worker/complete", {
-          method: "POST",
-          body: JSON.stringify({ ...fence, ...exitFacts(startedAtMs, Date.now()) }),
-          contentType: "application/json",
-          auth: asWorker,
-        });
-        expect(finished.status, await finished.clone().text()).toBe(200);
-        completed += 1;
-      }
-    }
+    expect(await workRemoteSteps(run.id, "wait-worker", 2, 2)).toHaveLength(2);
     await drainAlarms();
     const answered = await waiting;
     expect(answered.status).toBe(200);
