@@ -6,7 +6,7 @@ import { isQlrError, type QlrErrorCode } from "../../src/errors.ts";
 import { MANIFEST_LIMITS } from "../../src/manifest/limits.ts";
 import { isTokenAuthorized } from "./auth.ts";
 import type { ErrorBody } from "./contract.ts";
-import type { AppDeps } from "./deps.ts";
+import type { AppDeps, RouteDeps } from "./deps.ts";
 import { attemptRoutes } from "./routes/attempts.ts";
 import { packageRoutes } from "./routes/packages.ts";
 import { observeRoutes } from "./routes/observe.ts";
@@ -87,7 +87,7 @@ function unauthorized(c: Context): Response {
 
 export function createApp(given: AppDeps): Hono {
   // One registry of run long-polls for the whole app: the runtime's, or one only the fallback re-read releases.
-  const deps: AppDeps = { ...given, runWaiters: given.runWaiters ?? new RunWaiters(given.store) };
+  const deps: RouteDeps = { ...given, runWaiters: given.runWaiters ?? new RunWaiters(given.store) };
   const app = new Hono();
   const tokens = { admin: deps.token, worker: deps.workerToken ?? null };
 

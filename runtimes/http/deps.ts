@@ -76,6 +76,9 @@ export interface AppDeps {
   readonly runWaiters?: RunWaiters;
 }
 
+/** What the routes get from `createApp`: the runtime's deps with the one registry of long-polls filled in. */
+export type RouteDeps = AppDeps & { readonly runWaiters: RunWaiters };
+
 /** A write transaction at the store clock's observed now (it never runs backwards). */
 export function writeTransaction<T>(
   deps: Pick<AppDeps, "store" | "clock">,

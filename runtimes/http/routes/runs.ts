@@ -26,11 +26,10 @@ import {
   type RunDetail,
   type RunPage,
 } from "../contract.ts";
-import { writeTransaction, type AppDeps } from "../deps.ts";
+import { writeTransaction, type RouteDeps } from "../deps.ts";
 import {
   DEFAULT_RUN_WAIT_MS,
   MAX_RUN_WAIT_MS,
-  RunWaiters,
   TooManyWaiters,
   type RunWaitCondition,
 } from "../run-waiters.ts";
@@ -108,10 +107,8 @@ const eventsQuery = z
   .strict();
 
 /** Runs: start, list, read, follow events, cancel, and the latest log of a step. */
-export function runRoutes(deps: AppDeps): Hono {
-  const { store } = deps;
-  // createApp always passes one; a route set mounted on its own gets its own.
-  const waiters = deps.runWaiters ?? new RunWaiters(store);
+export function runRoutes(deps: RouteDeps): Hono {
+  const { store, runWaiters: waiters } = deps;
   return new Hono()
     .post("/runs", jsonBody(startRunBody, "the run request"), async (c) => {
       const body = c.req.valid("json");

@@ -1,9 +1,9 @@
 import { Hono } from "hono";
 import type { RecoveryList, RuntimeInfo, TickAnswer } from "../contract.ts";
-import type { AppDeps } from "../deps.ts";
+import type { RouteDeps } from "../deps.ts";
 
 /** The runtime itself: one cadence cycle on demand, its profile and retention, recovery, metrics. */
-export function systemRoutes(deps: AppDeps): Hono {
+export function systemRoutes(deps: RouteDeps): Hono {
   return new Hono()
     .post("/tick", async (c) =>
       c.json({ report: await deps.coordinator.tick() } satisfies TickAnswer),
@@ -28,7 +28,7 @@ export function systemRoutes(deps: AppDeps): Hono {
     )
     .get("/metrics", async (c) => {
       const counts = await deps.store.transaction(async (tx) => tx.countRunsByStatus());
-      return c.text(deps.metrics.render(counts, deps.runWaiters?.size ?? 0), 200, {
+      return c.text(deps.metrics.render(counts, deps.runWaiters.size), 200, {
         "content-type": "text/plain; version=0.0.4; charset=utf-8",
       });
     });
