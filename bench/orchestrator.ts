@@ -89,6 +89,12 @@ interface Scale {
   readonly bytesAdmissions: number;
   readonly bytesWorkflowRuns: number;
   readonly throughputRuns: number;
+  /**
+   * The cluster profile's runs in bench 3, the figures set beside the peers: as many units as
+   * the peers' jobs (diamond runs of 4 steps, ordinary runs of one), so both sides are measured
+   * over the same amount of work, past their warm-up.
+   */
+  readonly clusterWorkflowRuns: number;
   readonly ordinaryRuns: number;
   readonly memoryRuns: number;
   /** Finished runs of history for the memory of `qlr serve --profile edge`, and how long its schedules fire. */
@@ -139,7 +145,8 @@ const DEFAULT_SCALE: Scale = {
   bytesAdmissions: 2000,
   bytesWorkflowRuns: 200,
   throughputRuns: 200,
-  ordinaryRuns: 200,
+  clusterWorkflowRuns: 2_500,
+  ordinaryRuns: 10_000,
   memoryRuns: 1000,
   deviceHistoryRuns: 10_000,
   deviceWindowMs: 60_000,
@@ -177,7 +184,8 @@ const QUICK_SCALE: Scale = {
   bytesAdmissions: 500,
   bytesWorkflowRuns: 50,
   throughputRuns: 25,
-  ordinaryRuns: 50,
+  clusterWorkflowRuns: 250,
+  ordinaryRuns: 1000,
   memoryRuns: 250,
   deviceHistoryRuns: 1000,
   deviceWindowMs: 15_000,
@@ -476,7 +484,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
           const config: ThroughputConfig = {
             store,
             profile,
-            workflowRuns: scale.throughputRuns,
+            workflowRuns: profile === "cluster" ? scale.clusterWorkflowRuns : scale.throughputRuns,
             ordinaryRuns: profile === "cluster" ? scale.ordinaryRuns : 0,
             maxTicks: 200_000,
             dataRoot,
