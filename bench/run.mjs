@@ -2,7 +2,7 @@
 /**
  * `npm run bench` / `node bench/run.mjs`: bundles the TypeScript bench entries with esbuild
  * (platform node, ESM, packages external, code splitting so each child loads only the store
- * it measures) into node_modules/.cache/qlr-bench/, then hands over to the bundled
+ * it measures) into node_modules/.cache/qlr-bench/dist-<pid>/, then hands over to the bundled
  * orchestrator, which runs every bench in its own child Node process and writes
  * bench/results/latest.json and latest.md.
  *
@@ -12,12 +12,34 @@
  * CPU profile, QLR_BENCH_DATA_DIR for where the sql.js file stores live.
  */
 import { build } from "esbuild";
-import { readdirSync, rmSync } from "node:fs";
+import { mkdirSync, readdirSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
-const outdir = join(root, "node_modules", ".cache", "qlr-bench", "dist");
+// One directory per run: two benches at once (two checkouts sharing one node_modules, or two
+// runs in one checkout) must not rebuild each other's children in the middle of a measurement.
+// Inside node_modules so that the bundles' bare specifiers resolve from the repository's packages.
+const cacheDir = join(root, "node_modules", ".cache", "qlr-bench");
+const outdir = join(cacheDir, `dist-${process.pid}`);
+mkdirSync(cacheDir, { recursive: true });
+// Directories of earlier runs whose process is gone (a killed run leaves its own behind).
+for (const name of readdirSync(cacheDir, { withFileTypes: true }).flatMap((entry) =>
+  entry.isDirectory() ? [entry.name] : [],
+)) {
+  const pid = /^dist-(\d+)$/.exec(name)?.[1];
+  if (name !== "dist" && (pid === undefined || isAlive(Number(pid)))) continue;
+  rmSync(join(cacheDir, name), { recursive: true, force: true });
+}
+
+function isAlive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return error.code === "EPERM";
+  }
+}
 // Every bench/*.ts file is an entry: the orchestrator, the children it spawns, and the benches
 // run on their own (built alongside at no cost), so a new bench needs no second list here.
 const entries = readdirSync(join(root, "bench"))
@@ -39,5 +61,9 @@ await build({
   logLevel: "warning",
 });
 
-const { main } = await import(pathToFileURL(join(outdir, "orchestrator.mjs")).href);
-process.exitCode = await main({ root, bundleDir: outdir });
+try {
+  const { main } = await import(pathToFileURL(join(outdir, "orchestrator.mjs")).href);
+  process.exitCode = await main({ root, bundleDir: outdir });
+} finally {
+  rmSync(outdir, { recursive: true, force: true });
+}
