@@ -547,8 +547,9 @@ class SqlStoreTx implements StoreTx {
     for (const { before, after } of change.runs) {
       // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
+      // Every column's value once: the update's columns and the row remembered both come from it.
+      const params = rows.RUNS.params(after);
       if (before === null) {
-        const params = rows.RUNS.params(after);
         await this.insertVersioned("runs", [...rows.RUNS.columns, "frontier_due"], after.id, [
           ...params,
           frontierDue ?? 0,
@@ -556,10 +557,10 @@ class SqlStoreTx implements StoreTx {
         this.known.rememberRun(after.id, readBack(rows.RUNS, params));
       } else {
         await this.deferUpdate("runs", before, after.version, [
-          ...rows.RUNS.params(after, rows.RUN_MUTABLE_COLUMNS),
+          ...rows.RUNS.subset(params, rows.RUN_MUTABLE_COLUMNS),
           frontierDue,
         ]);
-        this.known.rememberRun(after.id, readBack(rows.RUNS, rows.RUNS.params(after)));
+        this.known.rememberRun(after.id, readBack(rows.RUNS, params));
       }
     }
     for (const { before, after } of change.steps) {
@@ -572,7 +573,7 @@ class SqlStoreTx implements StoreTx {
           "step_runs",
           before,
           after.version,
-          rows.STEPS.params(after, rows.STEP_MUTABLE_COLUMNS),
+          rows.STEPS.subset(params, rows.STEP_MUTABLE_COLUMNS),
         );
         // The position last among `params` is this change's, not the row's: a step read back has none.
         this.known.steps.remember(readBack(rows.STEPS, params));
@@ -589,7 +590,7 @@ class SqlStoreTx implements StoreTx {
           "run_attempts",
           before,
           after.version,
-          rows.ATTEMPTS.params(after, rows.ATTEMPT_MUTABLE_COLUMNS),
+          rows.ATTEMPTS.subset(params, rows.ATTEMPT_MUTABLE_COLUMNS),
         );
         this.known.attempts.remember(readBack(rows.ATTEMPTS, params));
       }
@@ -1214,8 +1215,12 @@ class SqlStoreTx implements StoreTx {
   }
 
   async listCancellingRuns(afterRunId: string | null, limit: number): Promise<string[]> {
+    // Every tick asks, and almost always finds none. SQLite, left to its planner, walks
+    // runs_by_status over every queued, dispatching and running run and reads each row for its
+    // cancel mark (a cost that grew with the work in flight); runs_cancelling, whose predicate
+    // is this very condition, holds only the runs asked to cancel.
     const found = await this.q<{ id: string }>(
-      "SELECT id FROM runs WHERE cancel_requested_at_ms IS NOT NULL AND status IN ('queued', 'dispatching', 'running') AND id > ? ORDER BY id LIMIT ?",
+      `SELECT id FROM runs ${this.dialect === "sqlite" ? "INDEXED BY runs_cancelling " : ""}WHERE cancel_requested_at_ms IS NOT NULL AND status IN ('queued', 'dispatching', 'running') AND id > ? ORDER BY id LIMIT ?`,
       [afterRunId ?? "", cap(limit)],
     );
     return found.map((row) => row.id);

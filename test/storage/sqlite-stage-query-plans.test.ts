@@ -1,8 +1,9 @@
 /**
  * The statements a stage page runs on every tick, on SQLite, must walk only what the page can
  * return: the ready steps from the cursor for admission candidates, the live attempts for a
- * dispatch or running page. Left to its planner, SQLite walked every running run and sorted
- * (candidates) or every attempt ever made from the cursor (attempts), so a page cost more as
+ * dispatch or running page, the runs asked to cancel for the cancel stage. Left to its
+ * planner, SQLite walked every running run and sorted (candidates), every attempt ever made
+ * from the cursor (attempts) or every run in flight (cancelling runs), so a page cost more as
  * the work in flight and the history grew. The plans are read with EXPLAIN QUERY PLAN on the
  * very text the store sends, so a change to that text that loses the index fails here.
  */
@@ -59,6 +60,16 @@ describe("stage queries on SQLite use their partial indexes", () => {
       expect(plan[0]).toContain("step_runs_ready");
       expect(plan[0]).toContain("(run_id,id)>(?,?)");
       expect(plan.join("\n")).not.toContain("TEMP B-TREE");
+    }
+  });
+
+  it("cancelling runs: only the runs asked to cancel, not every run in flight", async () => {
+    for (const after of [null, "run-b"]) {
+      await store.transaction((tx) => tx.listCancellingRuns(after, 64));
+      const plan = (await planOfLast("cancel_requested_at_ms IS NOT NULL")).join("\n");
+      expect(plan).toContain("runs_cancelling");
+      expect(plan).not.toContain("runs_by_status");
+      expect(plan).not.toContain("TEMP B-TREE");
     }
   });
 

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Coordinator } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { admitTaskAttempt, MAX_ADMISSION_PAGE } from "../../src/admission.ts";
-import { EMPTY_CHANGE_SET, type ChangeSet, type RunStatus } from "../../src/model.ts";
+import { EMPTY_CHANGE_SET, type ChangeSet, type Run, type RunStatus } from "../../src/model.ts";
 import type { AdmissionCandidate, ListedAdmissionCandidate, StoreTx } from "../../src/ports.ts";
 import { applyPackage, cancelRun, rerunRun, startRun } from "../../src/operations.ts";
 import { findAttemptScope, type DefinedAttemptScope } from "../../src/attempt-scope.ts";
@@ -223,6 +223,19 @@ export function describeStoreContract(factory: DriverFactory): void {
       expect(isQlrError(error, "conflict")).toBe(true);
       expect(await runRows(store, runId)).toEqual(afterCancel);
       expect(afterCancel).not.toEqual(before);
+      // The cancel stage's listing: exactly the live runs asked to cancel, this one among them
+      // while it is live.
+      const { run, listed } = await store.transaction(async (tx) => {
+        const ids = await tx.listCancellingRuns(null, 100);
+        const runs: (Run | null)[] = [];
+        for (const id of ids) runs.push(await tx.getRun(id));
+        return { run: await tx.getRun(runId), listed: runs };
+      });
+      const live = (candidate: Run | null | undefined): boolean =>
+        ["queued", "dispatching", "running"].includes(candidate?.status ?? "") &&
+        candidate?.cancelRequestedAtMs !== null;
+      expect(listed.some((candidate) => candidate?.id === runId)).toBe(live(run));
+      for (const candidate of listed) expect(live(candidate)).toBe(true);
     });
 
     it("a transaction reads a row once: a repeat costs no statement and returns what the database holds, its own writes included; its events and mutations go in one INSERT each", async () => {
