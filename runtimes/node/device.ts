@@ -113,6 +113,12 @@ interface DeviceParts {
   readonly stateLock: HeldLock;
 }
 
+/**
+ * Dispatch pages whose launches may be in flight at once (`CoordinatorDeps.pipelinedLaunches`):
+ * two, so the supervisor has the next page's requests in hand while it spawns one page's tasks.
+ */
+export const LAUNCH_PAGES_IN_FLIGHT = 2;
+
 /** The most log bytes one API call returns, stdout and stderr together; logs are capped on disk too. */
 export const LOG_READ_MAX_BYTES = 1024 * 1024;
 
@@ -141,7 +147,9 @@ export class DeviceRuntime {
           .tick()
           .then((report: TickReport) => {
             this.reclaimer?.afterCycle();
-            return report.more || report.followUp;
+            // With every launch slot taken, the next cycle waits for a launch to settle (it
+            // wakes the cadence): starting it sooner would record one fact per cycle.
+            return (report.more || report.followUp) && !coordinator.launchesFull;
           })
           .catch((error: unknown) => {
             (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(
@@ -178,6 +186,7 @@ export class DeviceRuntime {
     // Local facts wake the cadence early; the runtime exists only once the server is up.
     let runtimeForWake: DeviceRuntime | null = null;
     const wake = (): void => runtimeForWake?.wake();
+    const launchSettled = (): void => runtimeForWake?.launchSettled();
     const store = await openConfiguredStore({
       kind: options.store,
       stateDir,
@@ -235,6 +244,9 @@ export class DeviceRuntime {
           if (stage.processed > 0) void runWaiters.recheck();
         },
         onTick: () => metrics.observeTick(),
+        // The supervisor spawns while the cycle goes on (admission, completions, the next
+        // page's journals): a cycle that waited for its page left serve idle for most of it.
+        pipelinedLaunches: { pages: LAUNCH_PAGES_IN_FLIGHT, settled: launchSettled },
         fault,
         retention,
         notifier: nodeNotificationSender,
@@ -334,6 +346,15 @@ export class DeviceRuntime {
    * a worker reported, a supervisor exited. Still one cycle at a time (cadence.ts).
    */
   wake(): void {
+    if (this.stopping !== null) return;
+    // Every launch slot is taken: the launch that settles first wakes the cadence, and the cycle
+    // it starts sees what this wake was for.
+    if (this.parts.coordinator.launchesFull) return;
+    this.cadence.wake();
+  }
+
+  /** A pipelined launch settled: the next cycle records it and hands over the next page. */
+  private launchSettled(): void {
     if (this.stopping !== null) return;
     this.cadence.wake();
   }
