@@ -651,11 +651,15 @@ export class Coordinator {
   }
 
   /**
-   * Pipelined dispatch: true while the launches in flight fill the pages allowed, so no cycle
-   * can hand over more until one settles (and its settling wakes the cadence). A runtime may
-   * let other wakes wait for that one, so each cycle records and hands over a whole page
-   * rather than one launch.
+   * Pipelined dispatch: launches handed over and not yet recorded. Each wakes the cadence as
+   * it settles, so a runtime may let other wakes wait for that one while any is in flight:
+   * each cycle then records and hands over a whole page rather than one fact.
    */
+  get launchesInFlight(): number {
+    return this.launching.size;
+  }
+
+  /** Pipelined dispatch: true while the launches in flight fill the pages allowed (see `launchesInFlight`). */
   get launchesFull(): boolean {
     const pipelined = this.deps.pipelinedLaunches ?? null;
     if (pipelined === null || this.launching.size === 0) return false;

@@ -147,9 +147,14 @@ export class DeviceRuntime {
           .tick()
           .then((report: TickReport) => {
             this.reclaimer?.afterCycle();
-            // With every launch slot taken, the next cycle waits for a launch to settle (it
-            // wakes the cadence): starting it sooner would record one fact per cycle.
-            return (report.more || report.followUp) && !coordinator.launchesFull;
+            // A pipelined launch in flight wakes the cadence as it settles: until then a
+            // completion's follow-up waits for that cycle (sooner, each cycle would record one
+            // fact and pay every stage's fixed cost for it), and a stage's `more` only while a
+            // launch slot is free (so the next page is handed over at once).
+            return (
+              (report.more && !coordinator.launchesFull) ||
+              (report.followUp && coordinator.launchesInFlight === 0)
+            );
           })
           .catch((error: unknown) => {
             (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(
@@ -347,9 +352,9 @@ export class DeviceRuntime {
    */
   wake(): void {
     if (this.stopping !== null) return;
-    // Every launch slot is taken: the launch that settles first wakes the cadence, and the cycle
-    // it starts sees what this wake was for.
-    if (this.parts.coordinator.launchesFull) return;
+    // A pipelined launch is in flight: it wakes the cadence as it settles (within one page's
+    // spawns), and the cycle it starts sees what this wake was for.
+    if (this.parts.coordinator.launchesInFlight > 0) return;
     this.cadence.wake();
   }
 
