@@ -90,6 +90,53 @@ const PACKAGE = manifest(
   },
 );
 
+/**
+ * Node flags for `qlr serve` from QLR_BENCH_SERVE_NODE_FLAGS (space-separated, e.g.
+ * `--cpu-prof --cpu-prof-dir=/tmp/x`), to profile serve inside the bench; none by default.
+ */
+function serveNodeFlags(): string[] {
+  return (process.env.QLR_BENCH_SERVE_NODE_FLAGS ?? "").split(" ").filter((flag) => flag !== "");
+}
+
+/** Per cadence stage: summed seconds and count (`qlr_tick_stage_duration_seconds`), and the cycles run. */
+async function stageTimes(
+  served: Served,
+): Promise<{ ticks: number; stages: Record<string, { seconds: number; count: number }> }> {
+  const response = await fetch(`${served.url}/metrics`, { headers: served.headers });
+  const text = await response.text();
+  const stages: Record<string, { seconds: number; count: number }> = {};
+  for (const match of text.matchAll(
+    /^qlr_tick_stage_duration_seconds_(sum|count)\{stage="([a-z_]+)"\} ([0-9.e+-]+)$/gm,
+  )) {
+    const name = match[2] ?? "?";
+    const entry = (stages[name] ??= { seconds: 0, count: 0 });
+    if (match[1] === "sum") entry.seconds = Number(match[3]);
+    else entry.count = Number(match[3]);
+  }
+  return { ticks: Number(/^qlr_ticks_total (\d+)$/m.exec(text)?.[1] ?? 0), stages };
+}
+
+/**
+ * Where the cadence's wall time went between two readings: cycles per step, and each stage's
+ * ms per cycle, so a run's cycle length and the stage that holds it up show.
+ */
+function cadenceSplit(
+  steps: number,
+  before: Awaited<ReturnType<typeof stageTimes>>,
+  after: Awaited<ReturnType<typeof stageTimes>>,
+): { cycles: number; stepsPerCycle: number; msPerCycle: Record<string, number> } {
+  const cycles = after.ticks - before.ticks;
+  const msPerCycle: Record<string, number> = {};
+  let total = 0;
+  for (const [name, entry] of Object.entries(after.stages)) {
+    const seconds = entry.seconds - (before.stages[name]?.seconds ?? 0);
+    total += seconds;
+    msPerCycle[name] = round((seconds * 1000) / Math.max(1, cycles), 2);
+  }
+  msPerCycle.total = round((total * 1000) / Math.max(1, cycles), 2);
+  return { cycles, stepsPerCycle: round(steps / Math.max(1, cycles), 2), msPerCycle };
+}
+
 async function startServe(
   root: string,
   profile: "edge" | "standalone",
@@ -106,6 +153,7 @@ async function startServe(
     profile,
     extraArgs,
     cgroupProcsPath,
+    nodeFlags: serveNodeFlags(),
   });
   return { ...served, stateDir };
 }
@@ -345,6 +393,7 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     const serveBefore = cpuOf(servePid);
     const supervisorBefore = cpuOf(supervisor);
     const loadBefore = loadAverage1m();
+    const stagesBefore = await stageTimes(served);
     let started = 0;
     let state = { terminal: 0, succeeded: 0, running: 0 };
     const t0 = now();
@@ -360,6 +409,7 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     const wallMs = now() - t0;
     const serveAfter = cpuOf(servePid);
     const supervisorAfter = cpuOf(supervisor);
+    const cadence = cadenceSplit(config.throughputRuns, stagesBefore, await stageTimes(served));
     const succeeded = state.succeeded - 1;
     const stepsPerSecond = round((succeeded / wallMs) * 1000, 1);
     const cpuMsPerStep = cpuPerUnit(config.throughputRuns, {
@@ -369,10 +419,11 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     });
     const load1m = { before: loadBefore, after: loadAverage1m() };
     log(
-      `throughput: ${succeeded}/${config.throughputRuns} one-step runs of true in ${Math.round(wallMs)} ms: ${stepsPerSecond} steps/s; CPU per step ${JSON.stringify(cpuMsPerStep)} ms; load ${load1m.before} → ${load1m.after}`,
+      `throughput: ${succeeded}/${config.throughputRuns} one-step runs of true in ${Math.round(wallMs)} ms: ${stepsPerSecond} steps/s; CPU per step ${JSON.stringify(cpuMsPerStep)} ms; load ${load1m.before} → ${load1m.after}; cadence ${JSON.stringify(cadence)}`,
     );
     return {
       runs: config.throughputRuns,
+      cadence,
       succeeded,
       inFlight: config.inFlight,
       wallMs: Math.round(wallMs),

@@ -192,6 +192,29 @@ export interface CoordinatorDeps {
   readonly onTick?: (report: TickReport) => void;
   /** The monotonic-ish duration source for reports (performance.now on hosts); defaults to the clock. */
   readonly elapsedMs?: () => number;
+  /**
+   * Pipelined dispatch: a cycle hands its page of launches to the executor and goes on; the
+   * outcomes are recorded (`running`, or a start failure) by the dispatch stage of a later
+   * cycle, in the order the launches were handed over. At most `pages` dispatch pages of
+   * launches are in flight per executor; `settled` is called as each launch settles (the
+   * runtime wakes its cadence). The order of every attempt's writes is unchanged: `starting`
+   * commits before its launch begins, and nothing else decides an attempt whose launch is in
+   * flight but its receipt. Absent: each cycle waits for its page's launches (the simulation,
+   * the Workers runtime, whose executors answer at once).
+   */
+  readonly pipelinedLaunches?: { readonly pages: number; readonly settled: () => void } | null;
+}
+
+/** A launch handed to an executor by a pipelined dispatch, not yet recorded. */
+interface LaunchInFlight {
+  readonly executorType: string;
+  readonly attemptId: string;
+  readonly runId: string;
+  readonly startingAtMs: number;
+  /** Null until the launch settles. */
+  outcome: PromiseSettledResult<ProcessHandleFacts> | null;
+  /** Resolves (never rejects) when the launch has settled. */
+  readonly settled: Promise<void>;
 }
 
 export interface StageReport {
@@ -453,6 +476,13 @@ export class Coordinator {
    * start-up recovery; an entry leaves once a decision is recorded or the attempt moved on.
    */
   private readonly unrecordedRecoveries = new Set<string>();
+  /**
+   * Pipelined dispatch (`CoordinatorDeps.pipelinedLaunches`): launches handed over and not yet
+   * recorded, in hand-over order. Bounded by `pages` dispatch pages per executor; an entry
+   * leaves when a dispatch stage records its outcome. Lost with the process on a crash, where
+   * the attempt is `starting` and recovery decides it by the executor's evidence, as always.
+   */
+  private readonly launching = new Map<string, LaunchInFlight>();
   private readonly deps: CoordinatorDeps;
   private readonly node: NodeIdentity | null;
   /** The incarnation this runtime registered; null until `register` ran. */
@@ -620,9 +650,37 @@ export class Coordinator {
     return next;
   }
 
-  /** Resolves when the tick in progress, if any, has finished. */
+  /**
+   * Pipelined dispatch: launches handed over and not yet recorded. Each wakes the cadence as
+   * it settles, so a runtime may let other wakes wait for that one while any is in flight:
+   * each cycle then records and hands over a whole page rather than one fact.
+   */
+  get launchesInFlight(): number {
+    return this.launching.size;
+  }
+
+  /** Pipelined dispatch: true while the launches in flight fill the pages allowed (see `launchesInFlight`). */
+  get launchesFull(): boolean {
+    const pipelined = this.deps.pipelinedLaunches ?? null;
+    if (pipelined === null || this.launching.size === 0) return false;
+    const allowed = Math.max(1, pipelined.pages) * storePageSize(this.deps.profile.dispatch);
+    for (const launch of this.launching.values()) if (launch.outcome !== null) return false;
+    return this.launching.size >= allowed;
+  }
+
+  /**
+   * Resolves when the tick in progress, if any, has finished, and every pipelined launch has
+   * settled and been recorded (by frozen cycles when admission is frozen), so a stop that
+   * follows sees each spawned attempt `running`.
+   */
   async idle(): Promise<void> {
     await this.ticking;
+    // Bounded: each cycle's dispatch stage removes every settled launch, and a frozen or
+    // full dispatch hands over no new one.
+    while (this.launching.size > 0) {
+      await Promise.all([...this.launching.values()].map((launch) => launch.settled));
+      await this.tick();
+    }
   }
 
   private async runTick(): Promise<TickReport> {
@@ -644,6 +702,8 @@ export class Coordinator {
         ) {
           // Frozen for shutdown: no new admission or dispatch, no housekeeping writes, and no
           // network calls that would hold the stop up (the outbox keeps them for the next start).
+          // Launches already handed over are still recorded: their processes exist.
+          if (name === "dispatch") await this.recordSettledLaunches(context);
         } else {
           await this.runStage(name, context);
         }
@@ -1116,10 +1176,20 @@ export class Coordinator {
    * concurrency.
    */
   private async dispatch(limit: number, context: StageContext): Promise<void> {
+    const pipelined = this.deps.pipelinedLaunches ?? null;
+    if (pipelined !== null) await this.recordSettledLaunches(context);
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       // One row beyond the page tells whether more wait; the page stays within what the store returns.
-      const pageSize = Math.min(storePageSize(limit), MAX_STORE_PAGE - 1);
+      let pageSize = Math.min(storePageSize(limit), MAX_STORE_PAGE - 1);
+      let inFlight = 0;
+      if (pipelined !== null) {
+        for (const launch of this.launching.values())
+          if (launch.executorType === executor.type) inFlight += 1;
+        // Full: a settling launch wakes the cadence, whose next dispatch hands over more.
+        pageSize = Math.min(pageSize, Math.max(1, pipelined.pages) * pageSize - inFlight);
+        if (pageSize <= 0) continue;
+      }
       const cursorKey = `dispatch:${executor.type}`;
       const claimed = await this.deps.store.transaction(async (tx) =>
         tx.listAttempts(
@@ -1170,6 +1240,32 @@ export class Coordinator {
       }
       if (started.length === 0) continue;
       await this.fault("dispatch.after_starting");
+      // Handed over without waiting only when more claims wait behind this page or launches
+      // are already in flight (whose outcomes must be recorded first): a page that empties the
+      // backlog is waited for, so a lone run's `running` commits in the cycle that launched it.
+      if (pipelined !== null && (claimed.length > pageSize || inFlight > 0)) {
+        for (const { attemptId, runId, startingAtMs, request } of started) {
+          const entry: { -readonly [K in keyof LaunchInFlight]: LaunchInFlight[K] } = {
+            executorType: executor.type,
+            attemptId,
+            runId,
+            startingAtMs,
+            outcome: null,
+            settled: Promise.resolve(),
+          };
+          entry.settled = executor.launch(request).then(
+            (value) => {
+              entry.outcome = { status: "fulfilled", value };
+            },
+            (reason: unknown) => {
+              entry.outcome = { status: "rejected", reason };
+            },
+          );
+          void entry.settled.then(() => pipelined.settled());
+          this.launching.set(attemptId, entry);
+        }
+        continue;
+      }
       const launches = await Promise.allSettled(
         started.map(({ request }) => executor.launch(request)),
       );
@@ -1188,6 +1284,33 @@ export class Coordinator {
       );
       await this.fault("dispatch.after_running");
     }
+  }
+
+  /**
+   * Pipelined dispatch: the launches that settled since the last dispatch stage, recorded in
+   * hand-over order in one page (`recordLaunches`), between the same two fault points as a
+   * cycle that waits for its launches. They leave `launching` first, so a failed write leaves
+   * their handles to execution control, as in that cycle.
+   */
+  private async recordSettledLaunches(context: StageContext): Promise<void> {
+    const settled: (LaunchInFlight & {
+      readonly outcome: PromiseSettledResult<ProcessHandleFacts>;
+    })[] = [];
+    for (const launch of this.launching.values())
+      if (launch.outcome !== null) settled.push({ ...launch, outcome: launch.outcome });
+    if (settled.length === 0) return;
+    for (const { attemptId } of settled) this.launching.delete(attemptId);
+    await this.fault("dispatch.after_spawn");
+    await this.recordLaunches(
+      context,
+      settled.map(({ attemptId, runId, startingAtMs, outcome }) => ({
+        attemptId,
+        runId,
+        startingAtMs,
+        launch: outcome,
+      })),
+    );
+    await this.fault("dispatch.after_running");
   }
 
   /** claimed → starting: the launch request and the commit's store time, or null when the attempt may not start. */
@@ -1508,6 +1631,9 @@ export class Coordinator {
       );
     for (const { attempt, receipt } of read) {
       if (receipt.status === "valid") continue;
+      // Its launch is in flight (pipelined dispatch): the dispatch stage records its outcome;
+      // until then only its receipt may decide it.
+      if (this.launching.has(attempt.id)) continue;
       await this.countOne(context, attempt.id, () =>
         this.controlWithoutCompletion(executor, attempt, receipt, listedAtMs),
       );

@@ -113,6 +113,12 @@ interface DeviceParts {
   readonly stateLock: HeldLock;
 }
 
+/**
+ * Dispatch pages whose launches may be in flight at once (`CoordinatorDeps.pipelinedLaunches`):
+ * two, so the supervisor has the next page's requests in hand while it spawns one page's tasks.
+ */
+export const LAUNCH_PAGES_IN_FLIGHT = 2;
+
 /** The most log bytes one API call returns, stdout and stderr together; logs are capped on disk too. */
 export const LOG_READ_MAX_BYTES = 1024 * 1024;
 
@@ -141,7 +147,14 @@ export class DeviceRuntime {
           .tick()
           .then((report: TickReport) => {
             this.reclaimer?.afterCycle();
-            return report.more || report.followUp;
+            // A pipelined launch in flight wakes the cadence as it settles: until then a
+            // completion's follow-up waits for that cycle (sooner, each cycle would record one
+            // fact and pay every stage's fixed cost for it), and a stage's `more` only while a
+            // launch slot is free (so the next page is handed over at once).
+            return (
+              (report.more && !coordinator.launchesFull) ||
+              (report.followUp && coordinator.launchesInFlight === 0)
+            );
           })
           .catch((error: unknown) => {
             (options.log ?? ((line: string) => process.stderr.write(`${line}\n`)))(
@@ -178,6 +191,7 @@ export class DeviceRuntime {
     // Local facts wake the cadence early; the runtime exists only once the server is up.
     let runtimeForWake: DeviceRuntime | null = null;
     const wake = (): void => runtimeForWake?.wake();
+    const launchSettled = (): void => runtimeForWake?.launchSettled();
     const store = await openConfiguredStore({
       kind: options.store,
       stateDir,
@@ -235,6 +249,9 @@ export class DeviceRuntime {
           if (stage.processed > 0) void runWaiters.recheck();
         },
         onTick: () => metrics.observeTick(),
+        // The supervisor spawns while the cycle goes on (admission, completions, the next
+        // page's journals): a cycle that waited for its page left serve idle for most of it.
+        pipelinedLaunches: { pages: LAUNCH_PAGES_IN_FLIGHT, settled: launchSettled },
         fault,
         retention,
         notifier: nodeNotificationSender,
@@ -334,6 +351,15 @@ export class DeviceRuntime {
    * a worker reported, a supervisor exited. Still one cycle at a time (cadence.ts).
    */
   wake(): void {
+    if (this.stopping !== null) return;
+    // A pipelined launch is in flight: it wakes the cadence as it settles (within one page's
+    // spawns), and the cycle it starts sees what this wake was for.
+    if (this.parts.coordinator.launchesInFlight > 0) return;
+    this.cadence.wake();
+  }
+
+  /** A pipelined launch settled: the next cycle records it and hands over the next page. */
+  private launchSettled(): void {
     if (this.stopping !== null) return;
     this.cadence.wake();
   }
