@@ -44,13 +44,13 @@ type PerProfile<T> = Readonly<Record<ProfileName, T>>;
 
 /** The profiles compared: a row per setting, a column per profile. */
 const SETTINGS = {
-  cancellation: { edge: [4, 1], standalone: [32, 4], cluster: [64, 4] },
+  cancellation: { edge: [4, 1], standalone: [32, 4], cluster: [128, 4] },
   schedules: { edge: [4, 1], standalone: [16, 2], cluster: [32, 2] },
-  ordinary: { edge: [1, 1], standalone: [16, 4], cluster: [64, 4] },
-  frontier: { edge: [1, 1], standalone: [16, 4], cluster: [64, 4] },
+  ordinary: { edge: [1, 1], standalone: [16, 4], cluster: [128, 4] },
+  frontier: { edge: [1, 1], standalone: [16, 4], cluster: [128, 4] },
   admission: { edge: [1, 1], standalone: [16, 4], cluster: [64, 4] },
-  dispatch: { edge: 1, standalone: 4, cluster: 16 },
-  executionControl: { edge: [8, 1], standalone: [32, 4], cluster: [64, 4] },
+  dispatch: { edge: 1, standalone: 4, cluster: 128 },
+  executionControl: { edge: [8, 1], standalone: [32, 4], cluster: [128, 4] },
   purge: { edge: [4, 1], standalone: [16, 2], cluster: [32, 2] },
   notifications: { edge: [2, 1], standalone: [8, 1], cluster: [16, 1] },
   tickIntervalMs: { edge: 1000, standalone: 500, cluster: 250 },

@@ -16,6 +16,11 @@
  * Round trips. BEGIN goes out with the transaction's first statement (`beginThen`), and a
  * transaction that sent only reads asks nothing before COMMIT (it has no id to settle).
  *
+ * Named statements. A connection names the statement texts it sends (`StatementNames`), so the
+ * server parses each text once per connection and Bind/Execute follow; the server's parse and
+ * plan work competes with the coordinator for the same cores. Names are bounded per connection
+ * (count and text bytes); texts beyond the bound go unnamed, as before.
+ *
  * A lost COMMIT. Each transaction that may have written records its transaction id
  * (`pg_current_xact_id_if_assigned()`), the timeline and the postmaster's start. When the
  * connection breaks after COMMIT was sent, the driver reconnects and asks `pg_xact_status`:
@@ -346,10 +351,20 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
         // Several statements in one text go only by the simple protocol, which `beginThen` cannot
         // extend: BEGIN then goes first on its own.
         if (begin !== null && text.includes(";")) await client.query(begin);
+        // A text without parameters outside `beginThen` (COMMIT, ROLLBACK, SHOW) keeps the
+        // simple protocol: only texts that go by the extended protocol anyway are named.
         const result =
-          begin === null || text.includes(";")
+          text.includes(";") || (begin === null && params.length === 0)
             ? await client.query<SqlRow>(text, [...params])
-            : await beginThen(client, begin, text, params);
+            : await statementNamesOf(client).send(text, (name) =>
+                begin === null
+                  ? client.query<SqlRow>({
+                      text,
+                      values: [...params],
+                      ...(name === undefined ? {} : { name }),
+                    })
+                  : beginThen(client, begin, text, params, name),
+              );
         if (carrying === null) return { rows: result.rows, command: result.command };
         const rows: SqlRow[] = [];
         for (const row of result.rows) {
@@ -652,10 +667,16 @@ export function beginThen(
   begin: string,
   text: string,
   params: readonly SqlParam[],
+  name?: string,
 ): Promise<{ rows: SqlRow[]; command: string }> {
   return new Promise((resolve, reject) => {
     // `queryMode: "extended"` (which pg's types omit): a statement without parameters too.
-    const config = { text, values: [...params], queryMode: "extended" };
+    const config = {
+      text,
+      values: [...params],
+      queryMode: "extended",
+      ...(name === undefined ? {} : { name }),
+    };
     const query = new Query(config, (error: Error | undefined, results: unknown) => {
       if (error !== undefined && error !== null) {
         reject(error);
@@ -684,6 +705,90 @@ export function beginThen(
     };
     void client.query(query);
   });
+}
+
+/** Names per connection at most; the texts beyond it go unnamed (parsed each time). */
+export const MAX_NAMED_STATEMENTS = 256;
+/** Text bytes of the named statements per connection at most (the server keeps each plan). */
+export const MAX_NAMED_STATEMENT_CHARS = 512 * 1024;
+/** A text is named only from its second use on a connection: one-off texts take no slot. */
+const USES_BEFORE_NAMING = 2;
+
+/**
+ * The statement names of one connection: a text gets a name (`qlr_<n>`, never reused on the
+ * connection) from its second use, while the connection's names and their text stay within
+ * the bounds. pg then sends Parse only the first time a name is used on the connection.
+ *
+ * A failed statement whose Parse went out with it leaves the name in doubt: pg marks a name
+ * parsed at the first ParseComplete of the exchange, which with `beginThen` is BEGIN's, so a
+ * statement the server skipped could look parsed. Such a text loses its name (pg forgets it
+ * too) and gets a new one on a later use, still counted in the bound, so a wrong belief can
+ * never send a Bind to a statement that does not exist.
+ */
+export class StatementNames {
+  private readonly names = new Map<string, string>();
+  private readonly uses = new Map<string, number>();
+  private issued = 0;
+  private namedChars = 0;
+
+  constructor(private readonly parsed: Record<string, string | undefined>) {}
+
+  /** The name to send `text` under, or undefined to send it unnamed. */
+  nameFor(text: string): string | undefined {
+    const known = this.names.get(text);
+    if (known !== undefined) return known;
+    // Several statements in one text go only by the simple protocol, which has no names.
+    if (text.includes(";")) return undefined;
+    if (this.issued >= MAX_NAMED_STATEMENTS) return undefined;
+    if (this.namedChars + text.length > MAX_NAMED_STATEMENT_CHARS) return undefined;
+    const uses = (this.uses.get(text) ?? 0) + 1;
+    if (uses < USES_BEFORE_NAMING) {
+      // Counting uses is bounded like the names: past the bound, nothing new is remembered.
+      if (this.uses.size < MAX_NAMED_STATEMENTS) this.uses.set(text, uses);
+      return undefined;
+    }
+    this.uses.delete(text);
+    const name = `qlr_${this.issued}`;
+    this.issued += 1;
+    this.namedChars += text.length;
+    this.names.set(text, name);
+    return name;
+  }
+
+  /** Sends `text` through `run` under its name (if any); forgets a name whose Parse failed. */
+  async send<T>(text: string, run: (name: string | undefined) => Promise<T>): Promise<T> {
+    const name = this.nameFor(text);
+    const parsedBefore = name !== undefined && this.parsed[name] !== undefined;
+    try {
+      return await run(name);
+    } catch (error) {
+      if (name !== undefined && !parsedBefore) {
+        this.names.delete(text);
+        delete this.parsed[name];
+      }
+      throw error;
+    }
+  }
+
+  /** How many names this connection has issued (tests). */
+  get issuedNames(): number {
+    return this.issued;
+  }
+}
+
+const statementNames = new WeakMap<ClientBase, StatementNames>();
+
+/** The names of `client`'s connection, made on first use (a new connection starts empty). */
+export function statementNamesOf(client: ClientBase): StatementNames {
+  let names = statementNames.get(client);
+  if (names === undefined) {
+    const connection = (
+      client as unknown as { connection: { parsedStatements: Record<string, string | undefined> } }
+    ).connection;
+    names = new StatementNames(connection.parsedStatements);
+    statementNames.set(client, names);
+  }
+  return names;
 }
 
 /** The part of pg's connection `beginThen` writes to. */

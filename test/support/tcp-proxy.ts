@@ -7,7 +7,8 @@
  * transaction begins and ends: `pg` sends statements without parameters (COMMIT, ROLLBACK) as
  * a simple Query ('Q') and statements with parameters as Parse ('P') + Bind ('B') + Describe +
  * Execute + Sync; the store's driver sends BEGIN as Parse + Bind + Execute in the same write as
- * the transaction's first statement, and a BEGIN either way starts a new list. The statements of the open transaction (text and text-format
+ * the transaction's first statement, and a BEGIN either way starts a new list. A named
+ * statement's text is taken from its Parse, which the driver sends once per connection. The statements of the open transaction (text and text-format
  * parameters) are kept, so a test arms the proxy for the COMMIT of one kind of transaction
  * ("the one that inserts an attempt") rather than for whatever commits next.
  *
@@ -114,6 +115,8 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     let started = false;
     let statements: ProxiedStatement[] = [];
     let lastParsedSql = "";
+    /** Named statements of this connection (the driver names texts it sends again). */
+    const namedSql = new Map<string, string>();
     /** Set once an armed COMMIT was forwarded: the server's next bytes are its answer. */
     let withholdAnswer: (() => void) | undefined;
     const earlyFromClient: Buffer[] = [];
@@ -187,10 +190,14 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
         } else if (message.type === "P") {
           const name = readCString(message.body, 0);
           lastParsedSql = readCString(message.body, name.next).text;
+          if (name.text !== "") namedSql.set(name.text, lastParsedSql);
         } else if (message.type === "B") {
-          const keyword = firstKeyword(lastParsedSql);
+          const portal = readCString(message.body, 0);
+          const statement = readCString(message.body, portal.next).text;
+          const boundSql = statement === "" ? lastParsedSql : (namedSql.get(statement) ?? "");
+          const keyword = firstKeyword(boundSql);
           if (keyword === "BEGIN" || keyword === "START") statements = [];
-          else statements.push({ sql: lastParsedSql, params: readBindParams(message.body) });
+          else statements.push({ sql: boundSql, params: readBindParams(message.body) });
         }
         forward(message.bytes);
       }
