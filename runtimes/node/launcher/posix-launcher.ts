@@ -509,6 +509,8 @@ export class PosixLauncher {
   async supervision(attemptId: string): Promise<Supervision> {
     assertPortableId(attemptId, "attemptId");
     if (this.launchesInFlight.has(attemptId)) return "unknown";
+    // Its supervisor holds the other end of our open connection and has not said it exited.
+    if (this.supervisor.supervising(attemptId)) return "live";
     let record;
     try {
       record = await readSpawnRecord(this.layout, attemptId);
@@ -708,6 +710,9 @@ export class PosixLauncher {
    * startedAtMs against the journal. Anything short of all four is "invalid", never accepted.
    */
   async readReceipt(attemptId: string): Promise<ReceiptReading> {
+    // A task still running under the supervisor we are connected to has no receipt: no file
+    // read per running task per cycle (SupervisorClient.supervising says why this is exact).
+    if (this.supervisor.supervising(attemptId)) return { status: "none" };
     const path = receiptPath(this.layout, attemptId);
     const file = await readSmallFile(path, RECEIPT_MAX_BYTES);
     if (file === null) return { status: "none" };

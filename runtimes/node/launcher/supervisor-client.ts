@@ -66,6 +66,11 @@ class Connection {
   closed = false;
   /** Writes of this turn are being gathered into one (see `request`). */
   private corked = false;
+  /**
+   * Attempts launched through this connection whose `exited` has not come yet (see
+   * `supervising`). Bounded by the tasks this supervisor runs for us; gone with the connection.
+   */
+  private readonly unfinished = new Set<string>();
 
   constructor(
     private readonly socket: Socket,
@@ -108,10 +113,16 @@ class Connection {
       this.buffered = this.buffered.slice(newline + 1);
       if (message === null || message.kind === "challenge" || message.kind === "welcome") continue;
       if (message.kind === "exited") {
+        this.unfinished.delete(message.attemptId);
         this.onExited?.(message.attemptId);
         continue;
       }
-      const key = `${message.kind === "stopping" ? "stop" : message.kind === "settled" ? "settle" : "launch"}:${message.attemptId}`;
+      const op =
+        message.kind === "stopping" ? "stop" : message.kind === "settled" ? "settle" : "launch";
+      // A launch answered other than `started` (a spawn failure has its receipt already, a
+      // rejection never will) sends no `exited`.
+      if (op === "launch" && message.kind !== "started") this.unfinished.delete(message.attemptId);
+      const key = `${op}:${message.attemptId}`;
       const waiter = this.waiting.get(key);
       if (waiter === undefined) continue;
       this.waiting.delete(key);
@@ -134,9 +145,12 @@ class Connection {
           `a ${message.op} of ${attemptId} is already waiting for the supervisor`,
         ),
       );
+    // Before the request leaves, so no answer or `exited` can come ahead of the entry.
+    if (message.op === "launch") this.unfinished.add(attemptId);
     return new Promise<Reply>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiting.delete(key);
+        this.unfinished.delete(attemptId);
         reject(
           new QlrError(
             "storage_unavailable",
@@ -159,6 +173,20 @@ class Connection {
     });
   }
 
+  /**
+   * True while this connection is open and the supervisor has not said the attempt launched
+   * through it exited. The supervisor writes a receipt only when a task exits (then broadcasts
+   * `exited` to every client) or when its spawn fails (then answers the launch with
+   * `spawn_failed`), and one socket delivers in order: so while this holds, the attempt has
+   * no receipt, and its supervisor, which holds the other end, is alive. "No receipt" read
+   * this way is never newer than a read of the file at the same moment, so it decides nothing
+   * a file read could not; any doubt (a new connection, a closed one) answers false and the
+   * caller reads the files.
+   */
+  supervising(attemptId: string): boolean {
+    return !this.closed && this.unfinished.has(attemptId);
+  }
+
   close(): void {
     this.socket.destroy();
   }
@@ -172,6 +200,8 @@ class Connection {
  */
 export class SupervisorClient {
   private connecting: Promise<Connection> | null = null;
+  /** The connection the last handshake opened (a closed one answers nothing, see `supervising`). */
+  private latest: Connection | null = null;
   private readonly socketName: string;
 
   constructor(private readonly options: SupervisorClientOptions) {
@@ -195,6 +225,11 @@ export class SupervisorClient {
   async requestIfAlive(message: Exclude<ClientMessage, { op: "hello" }>): Promise<Reply | null> {
     const connection = await this.connection(false);
     return connection === null ? null : connection.request(message);
+  }
+
+  /** See `Connection.supervising`: false whenever the latest connection cannot vouch for it. */
+  supervising(attemptId: string): boolean {
+    return this.latest?.supervising(attemptId) ?? false;
   }
 
   close(): void {
@@ -349,6 +384,7 @@ export class SupervisorClient {
             socket.removeListener("data", onData);
             socket.removeAllListeners("close");
             const connection = new Connection(socket, this.options.onExited, () => undefined);
+            this.latest = connection;
             if (buffered.length > 0) socket.unshift(buffered);
             resolve(connection);
             return;
