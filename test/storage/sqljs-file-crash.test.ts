@@ -67,6 +67,9 @@ describe("sqljs-file under SIGKILL", () => {
           Number(ready.slice("ready ".length)),
           `${context}: the child continues after the last present number`,
         ).toBe(lastPresent + 1);
+        // The random delay counts from the first acknowledged commit, so every round kills a
+        // child in the middle of its commits, however slowly a loaded machine lets it start.
+        await child.waitForLine((line) => line.startsWith("ack "), CHILD_TIMEOUT_MS);
         await sleep(
           KILL_DELAY_MS.min + Math.floor(random() * (KILL_DELAY_MS.max - KILL_DELAY_MS.min)),
         );
@@ -94,9 +97,10 @@ describe("sqljs-file under SIGKILL", () => {
         lastPresent = numbers.at(-1) ?? 0;
         await close(driver);
       }
-      expect(totalAcknowledged, "the children acknowledged some commits").toBeGreaterThan(
-        KILL_ROUNDS,
-      );
+      expect(
+        totalAcknowledged,
+        "every child acknowledged a commit before its kill",
+      ).toBeGreaterThanOrEqual(KILL_ROUNDS);
       // A hang-catcher, not a speed bound: every child (the killed ones and the fresh one) may take
       // its own bound on a loaded machine, one after another.
     },

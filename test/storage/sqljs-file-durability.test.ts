@@ -513,6 +513,153 @@ describe("sqljs-file checkpoint in the background", () => {
   });
 });
 
+describe("sqljs-file group commit", () => {
+  /**
+   * A journal sync the test holds: between `hold()` and `letGo()`, each call waits for
+   * `release()` (or for `fail(error)`) before it syncs for real; `calls()` counts the calls.
+   */
+  function heldJournalSync(): {
+    readonly sync: (handle: number) => Promise<void>;
+    readonly hold: () => void;
+    readonly letGo: () => void;
+    readonly calls: () => number;
+    readonly release: () => void;
+    readonly fail: (error: Error) => void;
+  } {
+    let holding = false;
+    let calls = 0;
+    let gate: { resolve: () => void; reject: (error: Error) => void } | null = null;
+    return {
+      sync: async (handle) => {
+        calls += 1;
+        if (holding)
+          await new Promise<void>((resolve, reject) => {
+            gate = { resolve, reject };
+          });
+        fsyncSync(handle);
+      },
+      hold: () => (holding = true),
+      letGo: () => (holding = false),
+      calls: () => calls,
+      release: () => {
+        const held = gate;
+        gate = null;
+        held?.resolve();
+      },
+      fail: (error) => {
+        const held = gate;
+        gate = null;
+        held?.reject(error);
+      },
+    };
+  }
+
+  /** Settles `promise` into a flag the test can read without awaiting it. */
+  function watch(promise: Promise<unknown>): { settled: () => boolean; outcome: Promise<unknown> } {
+    let settled = false;
+    const outcome = promise.then(
+      (value) => {
+        settled = true;
+        return value;
+      },
+      (error: unknown) => {
+        settled = true;
+        return error;
+      },
+    );
+    return { settled: () => settled, outcome };
+  }
+
+  it("acknowledges no commit and no read before a sync covers it, and the commits made during one sync share the next", async () => {
+    const path = newDirectory();
+    const held = heldJournalSync();
+    const driver = await open(path, { journalSync: held.sync });
+    await createPairs(driver);
+    const before = driver.stats();
+    held.hold();
+    const first = watch(commitPair(driver, 1));
+    await vi.waitFor(() => expect(held.calls()).toBe(before.journalSyncs + 1), { timeout: 30_000 });
+    // The queue does not wait for the sync: these commit (in memory) while it is held.
+    const second = watch(commitPair(driver, 2));
+    const third = watch(commitPair(driver, 3));
+    const read = watch(committedNumbers(driver));
+    await vi.waitFor(() => expect(driver.stats().commits).toBe(before.commits + 3), {
+      timeout: 30_000,
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect([first, second, third, read].map((item) => item.settled())).toEqual([
+      false,
+      false,
+      false,
+      false,
+    ]);
+
+    held.release();
+    await first.outcome;
+    // The read saw 2 and 3, so it waits with them for the second sync.
+    await vi.waitFor(() => expect(held.calls()).toBe(before.journalSyncs + 2), { timeout: 30_000 });
+    expect([second, third, read].map((item) => item.settled())).toEqual([false, false, false]);
+    held.release();
+    expect(await read.outcome).toEqual([1, 2, 3]);
+    await Promise.all([second.outcome, third.outcome]);
+    expect(driver.stats()).toMatchObject({
+      commits: before.commits + 3,
+      journalSyncs: before.journalSyncs + 2,
+    });
+    await close(driver);
+    expect(await committedNumbers(await open(path))).toEqual([1, 2, 3]);
+  });
+
+  it("refuses every commit and read a failed sync covered or followed, cuts them from the journal at once, and reopens without them", async () => {
+    const path = newDirectory();
+    const held = heldJournalSync();
+    const driver = await open(path, { journalSync: held.sync });
+    await createPairs(driver);
+    await commitPair(driver, 1);
+    const commitsBefore = driver.stats().commits;
+    held.hold();
+    const second = watch(commitPair(driver, 2));
+    await vi.waitFor(() => expect(driver.stats().commits).toBe(commitsBefore + 1), {
+      timeout: 30_000,
+    });
+    const third = watch(commitPair(driver, 3));
+    const read = watch(committedNumbers(driver));
+    await vi.waitFor(() => expect(driver.stats().commits).toBe(commitsBefore + 2), {
+      timeout: 30_000,
+    });
+    held.fail(Object.assign(new Error("write-back failed"), { code: "EIO" }));
+    for (const refused of [second, third, read]) {
+      const outcome = await refused.outcome;
+      expect(isQlrError(outcome, "storage_unavailable")).toBe(true);
+      expect(messageChain(outcome)).toContain("could not be synced");
+    }
+    expect(driver.stats().failed).toBe(true);
+    // A crash now finds neither 2 nor 3: their callers heard they failed.
+    const image = await open(crashImage(path));
+    expect(await committedNumbers(image)).toEqual([1]);
+    await close(image);
+
+    held.letGo();
+    await commitPair(driver, 4);
+    expect(driver.stats()).toMatchObject({ failed: false, reopens: 1 });
+    expect(await committedNumbers(driver)).toEqual([1, 4]);
+    await close(driver);
+  });
+
+  it("makes concurrent commits durable with fewer syncs than commits on the real thread pool", async () => {
+    const path = newDirectory();
+    const driver = await open(path);
+    await createPairs(driver);
+    const before = driver.stats();
+    await Promise.all(range(1, 20).map((number) => commitPair(driver, number)));
+    const after = driver.stats();
+    expect(after.commits - before.commits).toBe(20);
+    expect(after.journalSyncs - before.journalSyncs).toBeLessThan(20);
+    expect(await committedNumbers(await open(crashImage(path)))).toEqual(range(1, 20));
+    await close(driver);
+  });
+});
+
 describe("sqljs-file lock", () => {
   it("refuses a second open in the same process, naming the path and pid, and releases on close", async () => {
     const path = newDirectory();

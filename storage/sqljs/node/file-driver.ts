@@ -10,13 +10,18 @@
  *   segment its snapshot folds in; the open replays it before `journal.log`;
  * - `lock`: the advisory exclusive lock (lock.ts).
  *
- * Commit order. The transaction's statements run inside a sql.js transaction; then the record
- * is appended and `fdatasync`ed (the durable point); then sql.js commits; only then does the
- * caller see success. A failed append rolls back and answers `storage_unavailable`: nothing is
+ * Commit order (group commit). The transaction's statements run inside a sql.js transaction;
+ * then its record is appended to the journal and sql.js commits, and the next transaction may
+ * begin; the record is made durable by an `fdatasync` that covers every record appended before
+ * it started (one at a time, on libuv's thread pool, so the event loop never waits for the
+ * disk), and only then does the caller see success. A transaction that only read waits the same
+ * way for the records it could have seen: no caller ever learns of a write before it is
+ * durable. A failed append rolls back and answers `storage_unavailable`: nothing is
  * acknowledged, and the journal is cut back to its previous length. A failed sync (or a failed
- * cut) is never retried: the store refuses work and, before its next transaction, cuts the
- * journal back to what acknowledged commits need and reloads snapshot and journal from the
- * files (the fault model is in ../README.md). Every file operation goes through `DurableFs`
+ * cut) is never retried: every transaction it covered, and every one after it, answers
+ * `storage_unavailable`; the journal is cut back at once to what acknowledged commits need, and
+ * the store refuses work until, before its next transaction, it reloads snapshot and journal
+ * from the files (the fault model is in ../README.md). Every file operation goes through `DurableFs`
  * (../../node/durable-fs.ts), so the power-loss tests can run this code on a simulated machine.
  *
  * Which statements are journaled: those the connection judges to have written (the rule is on
@@ -40,7 +45,7 @@
  * without sealing again and retires it.
  */
 import { Buffer } from "node:buffer";
-import { fsync } from "node:fs";
+import { fdatasync as fdatasyncOnThreadPool, fsync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { SqlJsStatic } from "sql.js";
 import { QlrError, errorCode, errorMessage, isQlrError } from "../../../src/errors.ts";
@@ -129,6 +134,27 @@ export interface SqlJsFileDriverOptions extends SqlJsConnectionOptions {
    * checkpoint in flight.
    */
   readonly checkpointIo?: SqlJsCheckpointIo;
+  /**
+   * How a group of commits is made durable: `fdatasync` on libuv's thread pool with the real
+   * file system, the given `fs`'s synchronous one otherwise; tests pass their own to hold a sync
+   * in flight (it must make every byte appended before the call durable, or reject).
+   */
+  readonly journalSync?: (handle: DurableFileHandle) => Promise<void>;
+}
+
+/** Makes the journal's appended records durable: the thread pool's `fdatasync` with the real file system, the given `fs`'s own (synchronous, so simulated runs stay deterministic) otherwise. */
+type JournalSync = (handle: DurableFileHandle) => Promise<void>;
+
+const threadPoolJournalSync: JournalSync = (handle) =>
+  new Promise((resolvePromise, reject) => {
+    fdatasyncOnThreadPool(handle, (error) => {
+      if (error === null) resolvePromise();
+      else reject(error);
+    });
+  });
+
+function synchronousJournalSync(fs: DurableFs): JournalSync {
+  return (handle) => settle(() => fs.fdatasync(handle));
 }
 
 export interface SqlJsCheckpointIo {
@@ -172,6 +198,8 @@ export interface SqlJsFileStats {
   readonly snapshotBytesWrittenTotal: number;
   /** Write transactions journaled since open (read-only transactions are not counted). */
   readonly commits: number;
+  /** Journal syncs since open that made commits durable: fewer than `commits` when commits shared one (group commit). */
+  readonly journalSyncs: number;
   readonly checkpoints: number;
   /** True while a checkpoint writes its snapshot in the background. */
   readonly checkpointInFlight: boolean;
@@ -256,6 +284,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
   private readonly queue: SerialQueue;
   private readonly faults: SqlJsFileFaultPoints;
   private readonly checkpointIo: SqlJsCheckpointIo;
+  private readonly journalSync: JournalSync;
   private readonly checkpointJournalBytes: number;
   /** The database image the last snapshot holds (uncompressed): the next checkpoint threshold. */
   private lastImageBytes = 0;
@@ -265,6 +294,7 @@ class SqlJsFileStore implements SqlJsFileDriver {
     bytesWrittenTotal: 0,
     snapshotBytesWrittenTotal: 0,
     commits: 0,
+    journalSyncs: 0,
     checkpoints: 0,
     reopens: 0,
   };
@@ -289,6 +319,14 @@ class SqlJsFileStore implements SqlJsFileDriver {
    */
   private neededJournalBytes = 0;
   private sequence = 0;
+  /** The last sequence whose record a sync covered (everything loaded at open counts). */
+  private syncedSequence = 0;
+  /** The loop syncing the journal while records wait for it: at most one. Never rejects. */
+  private syncing: Promise<void> | undefined;
+  /** Callers waiting for a sync to cover their sequence, in sequence order. */
+  private readonly durabilityWaiters: DurabilityWaiter[] = [];
+  /** A checkpoint is queued behind the sync of the commit that crossed the threshold. */
+  private checkpointQueued = false;
   private snapshotSequence = 0;
   /** `journal.sealed.log` exists: a checkpoint that failed left it, and the next one retires it. */
   private sealedPresent = false;
@@ -313,6 +351,9 @@ class SqlJsFileStore implements SqlJsFileDriver {
     this.checkpointIo =
       options.checkpointIo ??
       (options.fs === undefined ? threadPoolCheckpointIo : synchronousCheckpointIo(fs));
+    this.journalSync =
+      options.journalSync ??
+      (options.fs === undefined ? threadPoolJournalSync : synchronousJournalSync(fs));
     this.checkpointJournalBytes = Math.max(
       1,
       options.checkpointJournalBytes ?? DEFAULT_CHECKPOINT_JOURNAL_BYTES,
@@ -323,8 +364,10 @@ class SqlJsFileStore implements SqlJsFileDriver {
     this.adoptLoaded(loaded);
   }
 
-  transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-    return this.queue.run(() => this.runQueuedTransaction(fn));
+  async transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+    const { result, sequence } = await this.queue.run(() => this.runQueuedTransaction(fn));
+    if (sequence > this.syncedSequence) await this.durable(sequence);
+    return result;
   }
 
   get soleWriterTransactions(): number {
@@ -333,13 +376,12 @@ class SqlJsFileStore implements SqlJsFileDriver {
 
   async checkpoint(): Promise<void> {
     await this.inFlight?.done.catch(() => undefined);
-    const started = await this.queue.run(() =>
-      settle(() => {
-        const usable = this.usable();
-        // Another checkpoint may have started (after a commit) while this one waited.
-        return this.inFlight ?? this.startCheckpoint(usable);
-      }),
-    );
+    const started = await this.queue.run(async () => {
+      await this.syncIdle();
+      const usable = this.usable();
+      // Another checkpoint may have started (after a commit) while this one waited.
+      return this.inFlight ?? this.startCheckpoint(usable);
+    });
     await started?.done;
   }
 
@@ -364,11 +406,16 @@ class SqlJsFileStore implements SqlJsFileDriver {
     this.journalBytes = loaded.journalBytes;
     this.neededJournalBytes = loaded.journalBytes;
     this.sequence = loaded.sequence;
+    this.syncedSequence = loaded.sequence;
     this.snapshotSequence = loaded.snapshotSequence;
     this.sealedPresent = loaded.sealedPresent;
   }
 
-  private async runQueuedTransaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+  private async runQueuedTransaction<T>(
+    fn: (tx: SqlTx) => Promise<T>,
+  ): Promise<{ readonly result: T; readonly sequence: number }> {
+    // A reopen closes the journal: never under a sync still running on it.
+    if (this.failure !== undefined) await this.syncing;
     const usable = this.usable();
     const connection = usable.connection;
     const state: { pending?: PendingRecord } = {};
@@ -381,21 +428,110 @@ class SqlJsFileStore implements SqlJsFileDriver {
           this.cutJournalBack(usable.journal, state.pending.journalBytesBefore);
       },
     });
-    // Committed (and synced, if it wrote): counted before the queue lets the next one begin.
+    // Committed (its record appended, not yet synced): counted before the queue lets the next
+    // one begin. Its caller hears of it only once a sync covers `sequence` (see `transaction`);
+    // a read-only one waits for what it could have read.
     this.succeededTransactions += 1;
     const pending = state.pending;
-    if (pending === undefined) return result;
+    if (pending === undefined) return { result, sequence: this.sequence };
     this.dictionary.adopt(pending.adoption);
-    this.neededJournalBytes = this.journalBytes;
     this.sequence = pending.sequence;
     this.totals.commits += 1;
+    this.startSync();
     this.faults.afterCommit?.();
     if (this.inFlight === undefined && this.journalBytes >= this.nextCheckpointJournalBytes)
-      this.checkpointAfterCommit(usable);
-    return result;
+      this.checkpointAfterSync(usable);
+    return { result, sequence: pending.sequence };
   }
 
-  /** Appends and syncs the current transaction's record; undefined when it wrote nothing. */
+  /** Resolves once a sync covered `sequence`; rejects when the sync that should have failed. */
+  private durable(sequence: number): Promise<void> {
+    if (sequence <= this.syncedSequence) return Promise.resolve();
+    if (this.failure !== undefined) return Promise.reject(this.unsyncedError(this.failure));
+    return new Promise<void>((resolvePromise, reject) => {
+      this.durabilityWaiters.push({ sequence, resolve: resolvePromise, reject });
+      this.startSync();
+    });
+  }
+
+  private startSync(): void {
+    if (this.syncing !== undefined || this.failure !== undefined) return;
+    this.syncing = this.syncJournal().finally(() => {
+      this.syncing = undefined;
+    });
+  }
+
+  /**
+   * Syncs the journal until a sync covers the last committed record. Each pass covers every
+   * record appended before it began (group commit: the commits that arrive during one sync share
+   * the next). Nothing else closes or replaces the journal meanwhile: the seal of a checkpoint
+   * and a reopen wait for this loop (`syncIdle`). A failed sync is never retried (fsyncgate):
+   * the store fails, cuts the journal back to what acknowledged commits need, and refuses every
+   * waiter.
+   */
+  private async syncJournal(): Promise<void> {
+    while (this.failure === undefined && this.syncedSequence < this.sequence) {
+      const journal = this.journal;
+      if (journal === undefined) return;
+      const target = this.sequence;
+      const journalBytes = this.journalBytes;
+      try {
+        await this.journalSync(journal);
+        this.faults.afterJournalSync?.();
+      } catch (error) {
+        this.failSync(journal, error);
+        return;
+      }
+      this.syncedSequence = target;
+      this.neededJournalBytes = journalBytes;
+      this.totals.journalSyncs += 1;
+      while (this.durabilityWaiters.length > 0) {
+        const waiter = this.durabilityWaiters[0];
+        if (waiter === undefined || waiter.sequence > target) break;
+        this.durabilityWaiters.shift();
+        waiter.resolve();
+      }
+    }
+  }
+
+  private failSync(journal: DurableFileHandle, error: unknown): void {
+    this.failure = error;
+    // At once, not only at the reopen: no acknowledged commit needs what follows, and a crash
+    // from here on must not find a record whose caller heard it failed. A new sync of a new
+    // change (the cut), not a retry of the failed one.
+    try {
+      if (this.fs.sizeOf(journal) > this.neededJournalBytes) {
+        this.fs.truncate(journal, this.neededJournalBytes);
+        this.fs.fdatasync(journal);
+      }
+      this.journalBytes = this.neededJournalBytes;
+    } catch {
+      // The reopen tries the cut again before reading anything.
+    }
+    const refused = this.unsyncedError(error);
+    for (const waiter of this.durabilityWaiters.splice(0)) waiter.reject(refused);
+  }
+
+  private unsyncedError(cause: unknown): QlrError {
+    return new QlrError(
+      "storage_unavailable",
+      `The journal in ${this.directory} could not be synced (${errorMessage(cause)}); the transaction was rolled back and the store reopens from what is durable before its next write.`,
+      { cause },
+    );
+  }
+
+  /** Waits until no sync runs and every committed record is covered (or the store failed). */
+  private async syncIdle(): Promise<void> {
+    for (;;) {
+      if (this.syncing === undefined) {
+        if (this.failure !== undefined || this.syncedSequence >= this.sequence) return;
+        this.startSync();
+      }
+      await this.syncing;
+    }
+  }
+
+  /** Appends the current transaction's record (the sync follows the commit); undefined when it wrote nothing. */
   private appendRecord(usable: Usable): PendingRecord | undefined {
     const unjournaled = usable.connection.unjournaledChangeBy();
     if (unjournaled !== undefined) {
@@ -424,28 +560,6 @@ class SqlJsFileStore implements SqlJsFileDriver {
         { cause: error },
       );
     }
-    try {
-      this.fs.fdatasync(usable.journal);
-    } catch (error) {
-      // Never retried: after a failed sync the kernel may have dropped the record's pages and
-      // marked them clean, so a second sync would succeed without making them durable.
-      this.failure = error;
-      throw new QlrError(
-        "storage_unavailable",
-        `The journal in ${this.directory} could not be synced (${errorMessage(error)}); the transaction was rolled back and the store reopens from what is durable before its next write.`,
-        { cause: error },
-      );
-    }
-    try {
-      this.faults.afterJournalSync?.();
-    } catch (error) {
-      this.cutJournalBack(usable.journal, journalBytesBefore);
-      throw new QlrError(
-        "storage_unavailable",
-        `The transaction in ${this.directory} failed after its journal record was synced; it was rolled back.`,
-        { cause: error },
-      );
-    }
     return { sequence, journalBytesBefore, adoption };
   }
 
@@ -467,6 +581,28 @@ class SqlJsFileStore implements SqlJsFileDriver {
    * keeps growing and the next attempt waits until it has grown by another threshold, so a full
    * disk does not cost a snapshot write per commit. The snapshot is written in the background.
    */
+  private checkpointAfterSync(usable: Usable): void {
+    // The seal closes the journal and must find every record synced: with the sync on the
+    // thread pool that is after the commit, so the checkpoint queues behind it.
+    if (this.syncing === undefined && this.syncedSequence >= this.sequence) {
+      this.checkpointAfterCommit(usable);
+      return;
+    }
+    if (this.checkpointQueued) return;
+    this.checkpointQueued = true;
+    void this.queue
+      .run(async () => {
+        await this.syncIdle();
+        this.checkpointQueued = false;
+        if (this.failure !== undefined || this.inFlight !== undefined) return;
+        if (this.journalBytes < this.nextCheckpointJournalBytes) return;
+        this.checkpointAfterCommit(this.usable());
+      })
+      .catch(() => {
+        this.checkpointQueued = false;
+      });
+  }
+
   private checkpointAfterCommit(usable: Usable): void {
     try {
       const started = this.startCheckpoint(usable);
@@ -694,6 +830,8 @@ class SqlJsFileStore implements SqlJsFileDriver {
 
   private async shutdown(): Promise<void> {
     try {
+      // Every commit's caller hears its outcome before the journal closes.
+      await this.syncIdle();
       // The background part never waits for the queue, so waiting for it here cannot deadlock.
       await this.inFlight?.done.catch(() => undefined);
       if (this.failure === undefined && this.connection !== undefined && this.journal !== undefined)
@@ -709,6 +847,12 @@ class SqlJsFileStore implements SqlJsFileDriver {
       }
     }
   }
+}
+
+interface DurabilityWaiter {
+  readonly sequence: number;
+  readonly resolve: () => void;
+  readonly reject: (error: unknown) => void;
 }
 
 interface Usable {
