@@ -378,6 +378,51 @@ async function memoryPerTask(config: LauncherBenchConfig): Promise<unknown> {
   }
 }
 
+/** Where a one-step run's time goes, from its events (store time at each commit): medians over `runIds`, ms. */
+async function stepTimeline(
+  served: Served,
+  runIds: readonly string[],
+): Promise<Record<string, number>> {
+  const gaps: Record<string, number[]> = {};
+  const add = (name: string, fromMs: number | undefined, toMs: number | undefined): void => {
+    if (fromMs === undefined || toMs === undefined) return;
+    (gaps[name] ??= []).push(toMs - fromMs);
+  };
+  for (const runId of runIds) {
+    const response = await fetch(`${served.url}/runs/${runId}/events?limit=100`, {
+      headers: served.headers,
+    });
+    const { events } = (await response.json()) as {
+      events: { type: string; atMs: number; data: { to?: string } }[];
+    };
+    const at = (type: string, to?: string): number | undefined =>
+      events.find((event) => event.type === type && (to === undefined || event.data.to === to))
+        ?.atMs;
+    const detail = (await (
+      await fetch(`${served.url}/runs/${runId}`, { headers: served.headers })
+    ).json()) as { attempts: { finishedAtMs: number | null }[] };
+    const created = at("run.created");
+    const admitted = at("workflow.task_attempt_admitted");
+    const starting = at("attempt.status_changed", "starting");
+    const running = at("attempt.status_changed", "running");
+    const completed = at("attempt.status_changed", "succeeded");
+    const finished = at("run.status_changed", "succeeded");
+    const exitedAtMs = detail.attempts[0]?.finishedAtMs ?? undefined;
+    add("createdToAdmitted", created, admitted);
+    add("admittedToStarting", admitted, starting);
+    add("startingToRunning", starting, running);
+    add("runningToExit", running, exitedAtMs);
+    add("exitToCompleted", exitedAtMs, completed);
+    add("completedToRunSucceeded", completed, finished);
+    add("createdToRunSucceeded", created, finished);
+  }
+  const median = (values: number[]): number => {
+    const sorted = [...values].sort((a, b) => a - b);
+    return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+  };
+  return Object.fromEntries(Object.entries(gaps).map(([name, values]) => [name, median(values)]));
+}
+
 async function throughput(config: LauncherBenchConfig): Promise<unknown> {
   const served = await startServe(config.root, "standalone", null);
   try {
@@ -397,9 +442,10 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     let started = 0;
     let state = { terminal: 0, succeeded: 0, running: 0 };
     const t0 = now();
+    const runIds: string[] = [];
     while (state.terminal < config.throughputRuns + 1) {
       while (started < config.throughputRuns && started + 1 - state.terminal < config.inFlight) {
-        await startRun(served, "one");
+        runIds.push(await startRun(served, "one"));
         started += 1;
       }
       await sleep(20);
@@ -410,6 +456,11 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     const serveAfter = cpuOf(servePid);
     const supervisorAfter = cpuOf(supervisor);
     const cadence = cadenceSplit(config.throughputRuns, stagesBefore, await stageTimes(served));
+    // The middle half of the runs: past the start's ramp, before the end's drain.
+    const timeline = await stepTimeline(
+      served,
+      runIds.slice(Math.floor(runIds.length / 4), Math.floor((runIds.length * 3) / 4)),
+    );
     const succeeded = state.succeeded - 1;
     const stepsPerSecond = round((succeeded / wallMs) * 1000, 1);
     const cpuMsPerStep = cpuPerUnit(config.throughputRuns, {
@@ -419,11 +470,12 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     });
     const load1m = { before: loadBefore, after: loadAverage1m() };
     log(
-      `throughput: ${succeeded}/${config.throughputRuns} one-step runs of true in ${Math.round(wallMs)} ms: ${stepsPerSecond} steps/s; CPU per step ${JSON.stringify(cpuMsPerStep)} ms; load ${load1m.before} → ${load1m.after}; cadence ${JSON.stringify(cadence)}`,
+      `throughput: ${succeeded}/${config.throughputRuns} one-step runs of true in ${Math.round(wallMs)} ms: ${stepsPerSecond} steps/s; CPU per step ${JSON.stringify(cpuMsPerStep)} ms; load ${load1m.before} → ${load1m.after}; cadence ${JSON.stringify(cadence)}; step timeline (medians, ms) ${JSON.stringify(timeline)}`,
     );
     return {
       runs: config.throughputRuns,
       cadence,
+      timeline,
       succeeded,
       inFlight: config.inFlight,
       wallMs: Math.round(wallMs),
