@@ -4,7 +4,7 @@
  */
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { existsSync } from "node:fs";
-import { chmod, readFile, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it, type TestContext } from "vitest";
 import { readProcStat, type ProcessHandle } from "../../runtimes/node/launcher/index.ts";
@@ -12,6 +12,7 @@ import { attemptLogPath, stateLayout } from "../../runtimes/node/launcher/state-
 import {
   isGoneOrZombie,
   killIfStillRunning,
+  makeScratch,
   newLauncher,
   shellSpec,
   supervisorOfTask,
@@ -122,15 +123,77 @@ describe.each(paths)("with %s", (_name, scratch) => {
     launcher.close();
   });
 
+  it("looks the program up in the PATH of the task's own environment", async () => {
+    const { launcher, stateDir } = await newLauncher(scratch);
+    const bin = join(scratch.dir, "task-bin");
+    await mkdir(bin, { recursive: true });
+    await writeFile(join(bin, "qlr-test-program"), '#!/bin/sh\necho found "$1"\n', { mode: 0o755 });
+    const spec = shellSpec("", {
+      argv: ["qlr-test-program", "it"],
+      env: { PATH: `/nonexistent:${bin}:/usr/bin:/bin` },
+    });
+    await launcher.launch(spec);
+    const reading = await waitForReceipt(launcher, spec.attemptId);
+    expect(reading.status === "valid" && reading.receipt.exitCode).toBe(0);
+    expect(await readLog(stateDir, spec.attemptId, "stdout")).toBe("found it\n");
+    launcher.close();
+  });
+
   it("runs a task as its user: supplementary groups dropped, gid then uid set", async (context) => {
     skipUnlessRoot(context, "`user:` needs the supervisor to run as root");
+    // The supervisor (started by this launch) inherits a supplementary group the task must not keep.
+    const groupsBefore = process.getgroups?.() ?? [];
+    process.setgroups?.([...groupsBefore, 4242]);
     const { launcher, stateDir } = await newLauncher(scratch);
     const spec = shellSpec("id -u; id -g; id -G", { user: "65534:65534" });
-    await launcher.launch(spec);
+    try {
+      await launcher.launch(spec);
+    } finally {
+      process.setgroups?.(groupsBefore);
+    }
     const reading = await waitForReceipt(launcher, spec.attemptId);
     expect(reading.status === "valid" && reading.receipt.exitCode).toBe(0);
     expect(await readLog(stateDir, spec.attemptId, "stdout")).toBe("65534\n65534\n65534\n");
     launcher.close();
+  });
+});
+
+describe("which starter the supervisor uses", () => {
+  /** A scratch supervisor with `prepare` done to the spawner beside it. */
+  async function tasksParentWith(prepare: (spawnerPath: string) => Promise<void>) {
+    const scratch = await makeScratch("spawner-refused", { spawner: true });
+    try {
+      await prepare(join(scratch.dir, "qlr-spawner"));
+      const { launcher, stateDir } = await newLauncher(scratch);
+      const handle = await launcher.launch(shellSpec("sleep 30"));
+      try {
+        const tree = await supervisorOfTask(handle.pid);
+        const notePath = join(stateDir, "supervisor.log");
+        return { tree, note: existsSync(notePath) ? await readFile(notePath, "utf8") : "" };
+      } finally {
+        await killIfStillRunning(launcher, [handle]);
+        launcher.close();
+      }
+    } finally {
+      await scratch.cleanup();
+    }
+  }
+
+  it("refuses a spawner that group or others could replace, and one that does not start: Node's spawn, with a note", async () => {
+    const writable = await tasksParentWith((path) => chmod(path, 0o775));
+    expect(writable.tree.spawnerPid).toBeNull();
+    expect(writable.note).toMatch(/using Node's spawn: .*writable by group or others/);
+
+    const garbage = await tasksParentWith(async (path) => {
+      await writeFile(path, "not a program\n");
+      await chmod(path, 0o755);
+    });
+    expect(garbage.tree.spawnerPid).toBeNull();
+    expect(garbage.note).toMatch(/using Node's spawn: the spawner/);
+
+    const fine = await tasksParentWith(() => Promise.resolve());
+    expect(fine.tree.spawnerPid).not.toBeNull();
+    expect(fine.note).toBe("");
   });
 });
 
