@@ -4,7 +4,7 @@
  */
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { existsSync } from "node:fs";
-import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readdir, readFile, readlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it, type TestContext } from "vitest";
 import { readProcStat, type ProcessHandle } from "../../runtimes/node/launcher/index.ts";
@@ -87,6 +87,16 @@ describe.each(paths)("with %s", (_name, scratch) => {
     const bare = shellSpec("", { argv: ["true"] });
     expect((await launcher.launch(bare)).processStartTicks).toMatch(/^[0-9]+$/);
     await waitForReceipt(launcher, bare.attemptId);
+    launcher.close();
+  });
+
+  it("a task has exactly stdin, stdout and stderr open", async () => {
+    const { launcher, stateDir } = await newLauncher(scratch);
+    // The shell's own descriptors, listed by another process (no pipe of a substitution).
+    const spec = shellSpec("ls /proc/$$/fd; readlink /proc/$$/fd/0");
+    await launcher.launch(spec);
+    await waitForReceipt(launcher, spec.attemptId);
+    expect(await readLog(stateDir, spec.attemptId, "stdout")).toBe("0\n1\n2\n/dev/null\n");
     launcher.close();
   });
 
@@ -338,6 +348,23 @@ describe("qlr-spawner's request bounds", () => {
     expect(await nextLine()).toMatch(/^failed 0 E2BIG /);
     const exit = await new Promise<number | null>((resolve) => child.once("exit", resolve));
     expect(exit).toBe(65);
+  });
+
+  it("closes what it inherited above stderr, so no task can get it", async () => {
+    const child = spawn(join(native.dir, "qlr-spawner"), ["4096", "4"], {
+      stdio: ["pipe", "pipe", "ignore", "pipe", "pipe"],
+    });
+    const ready = await new Promise<string>((resolve) =>
+      child.stdout?.once("data", (chunk: Buffer) => resolve(chunk.toString("utf8"))),
+    );
+    expect(ready).toBe(`ready ${child.pid}\n`);
+    const fds = await readdir(`/proc/${child.pid}/fd`);
+    const targets = await Promise.all(fds.map((fd) => readlink(`/proc/${child.pid}/fd/${fd}`)));
+    // Its own: requests, replies, stderr, /dev/null for the tasks' stdin, the signalfd.
+    expect(targets.filter((target) => /^(pipe|socket):/.test(target))).toHaveLength(2);
+    expect(fds.sort()).toEqual(["0", "1", "2", "3", "4"]);
+    child.stdin?.end();
+    await new Promise((resolve) => child.once("exit", resolve));
   });
 
   it("leaves at the end of its requests, and never outlives its parent", async () => {

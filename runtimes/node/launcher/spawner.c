@@ -24,6 +24,7 @@
  * Lifetime: PR_SET_PDEATHSIG(SIGKILL) and a parent check at start, so it never outlives the
  * supervisor; it leaves at EOF of fd 0. A malformed request gets a `failed` reply, never a crash.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -479,6 +480,27 @@ static int handle_frames(void) {
   return 0;
 }
 
+/*
+ * Closes every descriptor above 2 it inherited: the supervisor opens its own close-on-exec, but
+ * one that was not (its start-up pipe, something its own parent leaked) must not reach a task.
+ */
+static void close_inherited_descriptors(void) {
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, 3u, ~0u, 0u) == 0) return;
+#endif
+  DIR *directory = opendir("/proc/self/fd");
+  if (directory == NULL) return;
+  int own = dirfd(directory);
+  struct dirent *entry;
+  while ((entry = readdir(directory)) != NULL) {
+    char *end = NULL;
+    long fd = strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd <= 2 || fd == own) continue;
+    close((int)fd);
+  }
+  closedir(directory);
+}
+
 static unsigned long parse_bound(const char *text, unsigned long max) {
   char *end = NULL;
   errno = 0;
@@ -502,6 +524,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "qlr-spawner: bounds out of range\n");
     return 64;
   }
+  close_inherited_descriptors();
   frame = malloc(max_frame_bytes + 4);
   if (frame == NULL) return 70;
   /* A dead supervisor's reply pipe is an error, not a signal. A SIGTERM, SIGINT or SIGHUP
