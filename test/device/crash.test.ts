@@ -1270,7 +1270,7 @@ const SUPERVISOR_VICTIMS = [
 ] as const;
 
 /** The supervisor's native spawner: its child named qlr-spawner. */
-function spawnerOf(supervisorPid: number): number {
+function spawnerOf(supervisorPid: number): number | null {
   for (const entry of readdirSync("/proc")) {
     if (!/^[0-9]+$/.test(entry)) continue;
     try {
@@ -1285,7 +1285,7 @@ function spawnerOf(supervisorPid: number): number {
       // Gone meanwhile.
     }
   }
-  throw new Error(`supervisor ${supervisorPid} has no qlr-spawner child`);
+  return null;
 }
 
 for (const profile of PROFILES_UNDER_TEST)
@@ -1302,10 +1302,16 @@ for (const profile of PROFILES_UNDER_TEST)
           const runId = (await served.api.startWorkflow(PACKAGE, "pipeline")).id;
           const { attempt } = await served.api.waitStepRunning(runId, "a", 30_000);
           const supervisorPid = world.supervisorPid();
-          process.kill(
-            victim.name === "spawner" ? spawnerOf(supervisorPid) : supervisorPid,
-            "SIGKILL",
-          );
+          const spawnerPid = spawnerOf(supervisorPid);
+          if (victim.name === "spawner" && spawnerPid === null) {
+            // Built without it (no cc, or QLR_TEST_SPAWNER=0): the supervisor uses Node's spawn.
+            console.log("skipped: the supervisor has no native spawner to kill");
+            await world.dir.open(world.dir.gate("a"));
+            await world.finish(served);
+            test.skip();
+            return;
+          }
+          process.kill(victim.name === "spawner" ? (spawnerPid ?? -1) : supervisorPid, "SIGKILL");
           await waitUntilGone(supervisorPid);
           if (victim.name === "spawner")
             expect(await readFile(join(world.dir.stateDir, "supervisor.log"), "utf8")).toMatch(
