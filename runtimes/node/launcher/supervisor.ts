@@ -587,8 +587,16 @@ class ResidentSupervisor {
     const streamsClosed = [
       { stream: task.stdout, log: stdoutLog },
       { stream: task.stderr, log: stderrLog },
-    ].map(({ stream, log }) => {
-      if (stream === null) return Promise.resolve();
+    ].map(({ stream, log }, index) => {
+      if (stream === null) {
+        // The spawner's pipe could not be opened (out of descriptors): say so beside the logs.
+        noteSupervisorFailure(
+          this.layout,
+          attemptId,
+          `${index === 0 ? "stdout" : "stderr"} could not be read; its log is empty`,
+        );
+        return Promise.resolve();
+      }
       // Reading continues past the cap (the log drops the bytes) so the task never blocks on
       // a full pipe.
       stream.on("data", (chunk: Buffer) => log.write(chunk));

@@ -14,7 +14,7 @@
  * (`spawn <file> <CODE>`), so a receipt says the same thing on both paths.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, constants as fsConstants, openSync, statSync } from "node:fs";
+import { closeSync, constants as fsConstants, openSync, readdirSync, statSync } from "node:fs";
 import { Socket } from "node:net";
 import { constants as osConstants } from "node:os";
 import type { Readable } from "node:stream";
@@ -151,6 +151,15 @@ function spawnError(command: string, code: string): NodeJS.ErrnoException {
   return error;
 }
 
+function procFdReadable(pid: number): number | string {
+  try {
+    readdirSync(`/proc/${pid}/fd`);
+    return pid;
+  } catch (error) {
+    return `the spawner's /proc/${pid}/fd cannot be read: ${(error as NodeJS.ErrnoException).code ?? String(error)}`;
+  }
+}
+
 function hasNul(text: string): boolean {
   return text.includes("\0");
 }
@@ -235,11 +244,14 @@ export class NativeTaskStarter implements TaskStarter {
         finish(`the spawner exited at start (${signal ?? `code ${code}`})`),
       );
     });
-    if (typeof ready === "string") {
+    // The tasks' pipes are opened through /proc/<spawner>/fd: where that is closed to this
+    // process (a hardened /proc), the spawner is of no use and Node's spawn must do.
+    const usable = typeof ready === "string" ? ready : procFdReadable(ready);
+    if (typeof usable === "string") {
       child.kill("SIGKILL");
-      return ready;
+      return usable;
     }
-    const starter = new NativeTaskStarter(child, ready, maxFrameBytes, onDeath);
+    const starter = new NativeTaskStarter(child, usable, maxFrameBytes, onDeath);
     starter.listen();
     return starter;
   }
