@@ -233,6 +233,21 @@ function childrenOf(pid: number): number[] {
   return children;
 }
 
+/**
+ * The supervisor's native task spawner (qlr-spawner, its child), or null when the supervisor
+ * starts tasks with Node's spawn. With it, the tasks are the spawner's children, reaped by it.
+ */
+function spawnerPidOf(supervisor: number): number | null {
+  for (const child of childrenOf(supervisor)) {
+    try {
+      if (readFileSync(`/proc/${child}/comm`, "utf8").trim() === "qlr-spawner") return child;
+    } catch {
+      // Gone.
+    }
+  }
+  return null;
+}
+
 /** Clock ticks per second of /proc/<pid>/stat's times (USER_HZ: 100 on every Linux Node runs on). */
 const CLOCK_TICKS_PER_SECOND = 100;
 
@@ -341,27 +356,57 @@ async function memoryPerTask(config: LauncherBenchConfig): Promise<unknown> {
       60_000,
     );
     const pid = supervisorPid(served.stateDir) ?? -1;
+    // With the native spawner the tasks are its children, and its memory counts with the
+    // supervisor's: together they are what a running task costs beyond itself.
+    const spawner = spawnerPidOf(pid);
+    const parent = spawner ?? pid;
+    const supervision = (): ReturnType<typeof privateBytes> => {
+      const own = privateBytes(pid);
+      if (spawner === null) return own;
+      const helper = privateBytes(spawner);
+      return {
+        privateBytes: own.privateBytes + helper.privateBytes,
+        pssBytes: own.pssBytes + helper.pssBytes,
+        rssBytes: own.rssBytes + helper.rssBytes,
+      };
+    };
     await waitUntil(
       "one task under the supervisor",
-      () => Promise.resolve(childrenOf(pid).length >= 1),
+      () => Promise.resolve(childrenOf(parent).length >= 1),
       30_000,
     );
     await sleep(500);
-    const one = privateBytes(pid);
+    const one = supervision();
+    const spawnerOne = spawner === null ? null : privateBytes(spawner);
     for (let index = 0; index < config.memoryTasks; index += 1) await startRun(served, "long");
     await waitUntil(
       `${config.memoryTasks + 1} tasks under the supervisor`,
-      () => Promise.resolve(childrenOf(pid).length >= config.memoryTasks + 1),
+      () => Promise.resolve(childrenOf(parent).length >= config.memoryTasks + 1),
       120_000,
       100,
     );
     await sleep(1000);
-    const many = privateBytes(pid);
+    const many = supervision();
+    const spawnerMany = spawner === null ? null : privateBytes(spawner);
     const perTaskBytes = (many.privateBytes - one.privateBytes) / config.memoryTasks;
+    const spawnerMemory =
+      spawnerOne === null || spawnerMany === null
+        ? null
+        : {
+            rssKiB: {
+              oneTask: round(spawnerOne.rssBytes / KIB, 0),
+              allTasks: round(spawnerMany.rssBytes / KIB, 0),
+            },
+            privateKiB: {
+              oneTask: round(spawnerOne.privateBytes / KIB, 0),
+              allTasks: round(spawnerMany.privateBytes / KIB, 0),
+            },
+          };
     log(
-      `memory: supervisor private ${round(one.privateBytes / KIB / KIB, 2)} MiB with 1 task, ${round(many.privateBytes / KIB / KIB, 2)} MiB with ${config.memoryTasks + 1}: ${round(perTaskBytes / KIB, 1)} KiB per task`,
+      `memory: supervisor${spawner === null ? "" : " + spawner"} private ${round(one.privateBytes / KIB / KIB, 2)} MiB with 1 task, ${round(many.privateBytes / KIB / KIB, 2)} MiB with ${config.memoryTasks + 1}: ${round(perTaskBytes / KIB, 1)} KiB per task${spawnerMemory === null ? "" : `; spawner ${JSON.stringify(spawnerMemory)}`}`,
     );
     return {
+      spawner: spawnerMemory,
       tasks: config.memoryTasks + 1,
       supervisorPrivateMiB: {
         oneTask: round(one.privateBytes / KIB / KIB, 2),
@@ -434,9 +479,11 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
       60_000,
     );
     const supervisor = supervisorPid(served.stateDir) ?? -1;
+    const spawner = spawnerPidOf(supervisor);
     const servePid = served.child.pid ?? -1;
     const serveBefore = cpuOf(servePid);
     const supervisorBefore = cpuOf(supervisor);
+    const spawnerBefore = spawner === null ? null : cpuOf(spawner);
     const loadBefore = loadAverage1m();
     const stagesBefore = await stageTimes(served);
     let started = 0;
@@ -455,6 +502,7 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     const wallMs = now() - t0;
     const serveAfter = cpuOf(servePid);
     const supervisorAfter = cpuOf(supervisor);
+    const spawnerAfter = spawner === null ? null : cpuOf(spawner);
     const cadence = cadenceSplit(config.throughputRuns, stagesBefore, await stageTimes(served));
     // The middle half of the runs: past the start's ramp, before the end's drain.
     const timeline = await stepTimeline(
@@ -466,7 +514,14 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     const cpuMsPerStep = cpuPerUnit(config.throughputRuns, {
       serve: { before: serveBefore.ownMs, after: serveAfter.ownMs },
       supervisor: { before: supervisorBefore.ownMs, after: supervisorAfter.ownMs },
-      tasks: { before: supervisorBefore.reapedChildrenMs, after: supervisorAfter.reapedChildrenMs },
+      // The native spawner's own CPU; its tasks are its children, so it reaps them.
+      ...(spawnerBefore === null || spawnerAfter === null
+        ? {}
+        : { spawner: { before: spawnerBefore.ownMs, after: spawnerAfter.ownMs } }),
+      tasks: {
+        before: supervisorBefore.reapedChildrenMs + (spawnerBefore?.reapedChildrenMs ?? 0),
+        after: supervisorAfter.reapedChildrenMs + (spawnerAfter?.reapedChildrenMs ?? 0),
+      },
     });
     const load1m = { before: loadBefore, after: loadAverage1m() };
     log(
@@ -538,7 +593,9 @@ async function concurrentUnderLimit(config: LauncherBenchConfig): Promise<unknow
       await sleep(100);
       state = await counts(served);
       const supervisor = supervisorPid(served.stateDir);
-      if (supervisor !== null) peakRunning = Math.max(peakRunning, childrenOf(supervisor).length);
+      // The tasks are the spawner's children when the supervisor has one.
+      const parent = supervisor === null ? null : (spawnerPidOf(supervisor) ?? supervisor);
+      if (parent !== null) peakRunning = Math.max(peakRunning, childrenOf(parent).length);
       if (now() - t0 > 300_000)
         throw new Error("the concurrent sleeps did not finish in 5 minutes");
       if (served.child.exitCode !== null || served.child.signalCode !== null)
@@ -611,8 +668,10 @@ async function launcherAlone(config: LauncherBenchConfig): Promise<unknown> {
     const launchMs: number[] = [];
     let next = 0;
     const supervisor = supervisorPid(stateDir) ?? -1;
+    const spawner = spawnerPidOf(supervisor);
     const launcherBefore = process.cpuUsage();
     const supervisorBefore = cpuOf(supervisor);
+    const spawnerBefore = spawner === null ? null : cpuOf(spawner);
     const loadBefore = loadAverage1m();
     const t0 = now();
     const worker = async (): Promise<void> => {
@@ -631,11 +690,19 @@ async function launcherAlone(config: LauncherBenchConfig): Promise<unknown> {
     const wallMs = now() - t0;
     const launcherCpu = process.cpuUsage(launcherBefore);
     const supervisorAfter = cpuOf(supervisor);
+    const spawnerAfter = spawner === null ? null : cpuOf(spawner);
     const summary = summarize(launchMs);
     const cpuMsPerLaunch = cpuPerUnit(total, {
       launcher: { before: 0, after: (launcherCpu.user + launcherCpu.system) / 1000 },
       supervisor: { before: supervisorBefore.ownMs, after: supervisorAfter.ownMs },
-      tasks: { before: supervisorBefore.reapedChildrenMs, after: supervisorAfter.reapedChildrenMs },
+      // The native spawner's own CPU; its tasks are its children, so it reaps them.
+      ...(spawnerBefore === null || spawnerAfter === null
+        ? {}
+        : { spawner: { before: spawnerBefore.ownMs, after: spawnerAfter.ownMs } }),
+      tasks: {
+        before: supervisorBefore.reapedChildrenMs + (spawnerBefore?.reapedChildrenMs ?? 0),
+        after: supervisorAfter.reapedChildrenMs + (spawnerAfter?.reapedChildrenMs ?? 0),
+      },
     });
     const load1m = { before: loadBefore, after: loadAverage1m() };
     log(

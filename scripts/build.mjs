@@ -1,7 +1,8 @@
 // Builds the distributable: the migrations module, the `qlr` bundle and the supervisor bundle.
 // Dependencies stay external (resolved from node_modules at run time); the supervisor is fully
 // self-contained because it must start fast and outlive the runtime.
-import { chmodSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { chmodSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -77,6 +78,28 @@ await bundleSplit(join(root, "runtimes/node/main.ts"), "qlr", {
   banner: { js: "#!/usr/bin/env node" },
 });
 await bundle(join(root, "runtimes/node/launcher/supervisor.ts"), join(dist, "supervisor.mjs"), {});
+
+/**
+ * The native task spawner beside the supervisor (what buildSpawner in build-supervisor.ts does,
+ * with the same flags). Without a C compiler: one warning, no binary, and the supervisor starts
+ * tasks with Node's spawn, so `dist/` still works wherever it is copied.
+ */
+function buildSpawner(outFile) {
+  const temp = `${outFile}.tmp-${process.pid}`;
+  const flags = ["-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", "-D_GNU_SOURCE"];
+  try {
+    execFileSync("cc", [...flags, "-o", temp, join(root, "runtimes/node/launcher/spawner.c")], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    chmodSync(temp, 0o755);
+    renameSync(temp, outFile);
+  } catch (error) {
+    rmSync(temp, { force: true });
+    const reason = error.code === "ENOENT" ? "no C compiler (cc)" : String(error).split("\n")[0];
+    console.warn(`qlr: qlr-spawner not built (${reason}); the supervisor will use Node's spawn`);
+  }
+}
+buildSpawner(join(dist, "qlr-spawner"));
 
 // The browser pages (dashboard served by `qlr serve`, static simulation page): dist/browser/.
 await import("./build-browser.mjs");

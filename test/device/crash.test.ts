@@ -1252,21 +1252,71 @@ for (const profile of PROFILES_UNDER_TEST)
 
 /**
  * Not a reopen: the supervisor alone is SIGKILLed and the runtime lives on. It notices (the
- * spawn record names a dead supervisor) and settles the attempt by the recovery rules.
+ * spawn record names a dead supervisor) and settles the attempt by the recovery rules. The
+ * same for the supervisor's native spawner (the parent of its tasks): with it gone no exit
+ * status can be learned, so the supervisor leaves as if it had died, and the same rules apply.
  */
+const SUPERVISOR_VICTIMS = [
+  {
+    name: "supervisor",
+    window:
+      "supervisor killed while a task runs (runtime alive): the task runs on; once it ends, the live runtime settles it by the recovery rules, never re-run",
+  },
+  {
+    name: "spawner",
+    window:
+      "the spawner killed with a task running (runtime alive): the supervisor leaves with a note, the task runs on; once it ends, the live runtime settles it by the recovery rules, never re-run",
+  },
+] as const;
+
+/** The supervisor's native spawner: its child named qlr-spawner. */
+function spawnerOf(supervisorPid: number): number | null {
+  for (const entry of readdirSync("/proc")) {
+    if (!/^[0-9]+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const parentPid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (
+        parentPid === supervisorPid &&
+        readFileSync(`/proc/${entry}/comm`, "utf8").trim() === "qlr-spawner"
+      )
+        return Number(entry);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return null;
+}
+
 for (const profile of PROFILES_UNDER_TEST)
   describe.concurrent(`the supervisor SIGKILLed, the runtime alive, on ${profile}`, () => {
-    it(
-      "supervisor killed while a task runs (runtime alive): the task runs on; once it ends, the live runtime settles it by the recovery rules, never re-run",
-      { timeout: 400_000 },
-      async (test: TestContext) => {
+    for (const victim of SUPERVISOR_VICTIMS)
+      it(victim.window, { timeout: 400_000 }, async (test: TestContext) => {
         await slots.run(async () => {
-          const world = new World(profile, await harness.scratch(`${profile}-supervisor`, test));
+          const world = new World(
+            profile,
+            await harness.scratch(`${profile}-${victim.name}`, test),
+          );
           const file = await pair(world.dir, { a: gated(world.dir) });
           const served = await world.serve({ apply: [file] });
           const runId = (await served.api.startWorkflow(PACKAGE, "pipeline")).id;
           const { attempt } = await served.api.waitStepRunning(runId, "a", 30_000);
-          process.kill(world.supervisorPid(), "SIGKILL");
+          const supervisorPid = world.supervisorPid();
+          const spawnerPid = spawnerOf(supervisorPid);
+          if (victim.name === "spawner" && spawnerPid === null) {
+            // Built without it (no cc, or QLR_TEST_SPAWNER=0): the supervisor uses Node's spawn.
+            console.log("skipped: the supervisor has no native spawner to kill");
+            await world.dir.open(world.dir.gate("a"));
+            await world.finish(served);
+            test.skip();
+            return;
+          }
+          process.kill(victim.name === "spawner" ? (spawnerPid ?? -1) : supervisorPid, "SIGKILL");
+          await waitUntilGone(supervisorPid);
+          if (victim.name === "spawner")
+            expect(await readFile(join(world.dir.stateDir, "supervisor.log"), "utf8")).toMatch(
+              /task spawner died/,
+            );
           // Re-adopted by identity while it runs: still running, nothing settled.
           await served.api.tick();
           expect(attemptsOf(await served.api.run(runId), "a")[0]).toMatchObject({
@@ -1286,6 +1336,5 @@ for (const profile of PROFILES_UNDER_TEST)
           expect(served.child.exitCode).toBeNull();
           await world.finish(served);
         });
-      },
-    );
+      });
   });

@@ -12,6 +12,7 @@ import {
   makeScratch,
   newLauncher,
   shellSpec,
+  supervisorOfTask,
   waitFor,
   waitForReceipt,
 } from "./support.ts";
@@ -140,16 +141,16 @@ describe("stop", () => {
     await waitForReceipt(launcher, spec.attemptId);
   });
 
-  it("keeps the resident supervisor alive through a SIGTERM aimed at it: the task is stopped and the receipt written", async () => {
+  it("keeps the resident supervisor alive through a SIGTERM aimed at its group: the task is stopped and the receipt written", async () => {
     const { launcher } = await newLauncher(scratch);
     const spec = shellSpec("", { argv: ["sleep", "30"] });
     const handle = await launchTracked(launcher, spec);
-    const taskStat = await readProcStat(handle.pid);
-    if (taskStat.kind !== "present") throw new Error("the task is not in /proc");
-    const supervisorPid = taskStat.stat.parentPid;
+    const { supervisorPid } = await supervisorOfTask(handle.pid);
     expect(await readFile(`/proc/${supervisorPid}/cmdline`, "utf8")).toMatch(/^qlr-supervisor/);
 
-    process.kill(supervisorPid, "SIGTERM");
+    // As a service manager stopping the unit does: the whole group, the spawner included (it
+    // must survive it: the supervisor needs it for the exit status). The task has its own group.
+    process.kill(-supervisorPid, "SIGTERM");
     const reading = await waitForReceipt(launcher, spec.attemptId);
     expect(reading.status === "valid" && reading.receipt).toMatchObject({
       signal: "SIGTERM",

@@ -19,6 +19,7 @@ import {
   newAttemptId,
   newLauncher,
   shellSpec,
+  supervisorOfTask,
   waitFor,
   waitForReceipt,
 } from "./support.ts";
@@ -211,10 +212,7 @@ describe("supervisor liveness as part of the not-running evidence", () => {
     expect(await launcher.launchEvidence(attemptId)).toBe("live");
     // A runtime that never persisted the handle gets exactly the same one back.
     expect(await launcher.recoverHandle(attemptId)).toEqual(handle);
-    const task = await readProcStat(handle.pid);
-    const supervisorPid = task.kind === "present" ? task.stat.parentPid : null;
-    expect(supervisorPid).not.toBeNull();
-    if (supervisorPid === null) return;
+    const { supervisorPid } = await supervisorOfTask(handle.pid);
     process.kill(supervisorPid, "SIGKILL");
     await waitFor("the supervisor to count as gone", async () =>
       (await launcher.supervision(attemptId)) === "gone" ? true : null,

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll } from "vitest";
@@ -14,12 +14,21 @@ import {
 } from "../../runtimes/node/launcher/index.ts";
 import { waitFor as pollUntil } from "../support/wait.ts";
 
+/**
+ * Whether scratch supervisors get the native spawner beside them (the default, as a build with a
+ * C compiler has). QLR_TEST_SPAWNER=0 runs a suite on the Node spawn fallback instead.
+ */
+export const NATIVE_SPAWNER_BY_DEFAULT = process.env.QLR_TEST_SPAWNER !== "0";
+
 /** A scratch directory per test file: the supervisor bundle and one state dir per test live in it. */
 export async function makeScratch(
   prefix: string,
+  options: { spawner?: boolean } = {},
 ): Promise<{ dir: string; supervisorPath: string; cleanup: () => Promise<void> }> {
   const dir = await mkdtemp(join(tmpdir(), `qlr-${prefix}-`));
-  const supervisorPath = await buildSupervisor(join(dir, "supervisor.mjs"));
+  const supervisorPath = await buildSupervisor(join(dir, "supervisor.mjs"), {
+    spawner: options.spawner ?? NATIVE_SPAWNER_BY_DEFAULT,
+  });
   return { dir, supervisorPath, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
 
@@ -29,10 +38,10 @@ export type Scratch = Awaited<ReturnType<typeof makeScratch>>;
  * The scratch directory of one test file: made before its first test, removed after its last.
  * The fields are filled in by then, so tests read them as usual.
  */
-export function useScratch(prefix: string): Scratch {
+export function useScratch(prefix: string, options: { spawner?: boolean } = {}): Scratch {
   const scratch = {} as Scratch;
   beforeAll(async () => {
-    Object.assign(scratch, await makeScratch(prefix));
+    Object.assign(scratch, await makeScratch(prefix, options));
   });
   afterAll(async () => {
     await scratch.cleanup();
@@ -125,4 +134,24 @@ export async function killIfStillRunning(
 export async function isGoneOrZombie(pid: number): Promise<true | null> {
   const reading = await readProcStat(pid);
   return reading.kind !== "present" || reading.stat.state === "Z" ? true : null;
+}
+
+/**
+ * The supervisor of a running task and, with the native spawner, the spawner between them
+ * (task → qlr-spawner → qlr-supervisor; with Node's spawn the task's parent is the supervisor).
+ */
+export async function supervisorOfTask(
+  taskPid: number,
+): Promise<{ supervisorPid: number; spawnerPid: number | null }> {
+  const task = await readProcStat(taskPid);
+  if (task.kind !== "present") throw new Error(`task ${taskPid} is not in /proc`);
+  const parentPid = task.stat.parentPid;
+  const parentCommand = await readFile(`/proc/${parentPid}/cmdline`, "utf8");
+  if (parentCommand.startsWith("qlr-supervisor"))
+    return { supervisorPid: parentPid, spawnerPid: null };
+  if (!parentCommand.split("\0")[0]?.endsWith("/qlr-spawner"))
+    throw new Error(`task ${taskPid}'s parent is neither the supervisor nor the spawner`);
+  const spawner = await readProcStat(parentPid);
+  if (spawner.kind !== "present") throw new Error("the spawner is gone");
+  return { supervisorPid: spawner.stat.parentPid, spawnerPid: parentPid };
 }

@@ -46,7 +46,10 @@ export async function buildBundle(): Promise<Bundle> {
     legalComments: "none",
     logLevel: "warning",
   });
-  const supervisor = await buildSupervisor(join(dir, "supervisor.mjs"));
+  // QLR_TEST_SPAWNER=0: no native spawner beside it, so the supervisor uses Node's spawn.
+  const supervisor = await buildSupervisor(join(dir, "supervisor.mjs"), {
+    spawner: process.env.QLR_TEST_SPAWNER !== "0",
+  });
   return { dir, qlr, supervisor, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
 

@@ -11,7 +11,6 @@
  * Usage: node supervisor.mjs <stateDir>; one start-up line on fd 3 (ready, busy or failed).
  * It exits once it has no task, no pending receipt and no client for LIMITS.idleExitMs.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import {
   appendFileSync,
@@ -26,9 +25,18 @@ import {
 } from "node:fs";
 import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
+import type { Readable } from "node:stream";
+import { fileURLToPath } from "node:url";
 import { errorMessage, errorCode } from "../../../src/errors.ts";
 import { readJournalRecord } from "./journal.ts";
 import { readBootId, readProcStatSync } from "./proc.ts";
+import {
+  NativeTaskStarter,
+  NodeTaskStarter,
+  SPAWNER_FILE_NAME,
+  type TaskExit,
+  type TaskStarter,
+} from "./task-starter.ts";
 import {
   OUTPUT_ERROR_MAX_LENGTH,
   readReceiptKey,
@@ -185,7 +193,10 @@ interface Task {
   readonly pid: number;
   /** The task's /proc start time, null when it could not be read at the spawn. */
   readonly startTicks: string | null;
-  readonly child: ChildProcess;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+  /** Settles once the leader has exited and been reaped. */
+  readonly exit: Promise<TaskExit>;
   readonly startedAtMs: number;
   readonly deadlineAtMs: number | null;
   readonly graceMs: number;
@@ -254,6 +265,34 @@ function noteSupervisorFailure(layout: StateLayout, attemptId: string, message: 
   }
 }
 
+/** Best-effort note about the supervisor itself (not one attempt), in the state directory. */
+function noteStateDir(layout: StateLayout, message: string): void {
+  try {
+    appendFileSync(join(layout.stateDir, "supervisor.log"), `[qlr supervisor] ${message}\n`, {
+      mode: LOG_FILE_MODE,
+    });
+  } catch {
+    // Nowhere left to say it.
+  }
+}
+
+/**
+ * The native spawner beside this bundle when it is there, safe, and starts; otherwise Node's
+ * spawn. A missing binary is the normal no-compiler build and is not noted; one that exists but
+ * is refused or fails to start is noted in the state directory.
+ */
+async function chooseTaskStarter(
+  layout: StateLayout,
+  onSpawnerDeath: (reason: string) => void,
+): Promise<TaskStarter> {
+  const path = fileURLToPath(new URL(`./${SPAWNER_FILE_NAME}`, import.meta.url));
+  if (!existsSync(path)) return new NodeTaskStarter();
+  const native = await NativeTaskStarter.launch(path, SUPERVISOR_MESSAGE_MAX_BYTES, onSpawnerDeath);
+  if (typeof native !== "string") return native;
+  noteStateDir(layout, `using Node's spawn: ${native}`);
+  return new NodeTaskStarter();
+}
+
 function signalGroup(processGroupId: number, signal: NodeJS.Signals): void {
   try {
     process.kill(-processGroupId, signal);
@@ -295,7 +334,22 @@ class ResidentSupervisor {
     private readonly layout: StateLayout,
     private readonly key: Uint8Array,
     private readonly identity: { pid: number; startTicks: string; bootId: string },
+    private readonly starter: TaskStarter,
   ) {}
+
+  /**
+   * The spawner is the parent of every task it started: with it gone, their exit statuses are
+   * lost, so no receipt could ever be written for them. The supervisor then leaves at once,
+   * exactly like a supervisor that died (a note beside each attempt's logs says why), and the
+   * runtime's recovery rules settle those attempts; deadlines are still enforced by the runtime.
+   */
+  spawnerDied(reason: string): never {
+    const message = `the task spawner died (${reason}); the supervisor left so recovery settles this attempt`;
+    for (const attemptId of [...this.tasks.keys(), ...this.accepted])
+      noteSupervisorFailure(this.layout, attemptId, message);
+    noteStateDir(this.layout, message);
+    process.exit(70);
+  }
 
   private broadcast(message: SupervisorMessage): void {
     for (const client of this.clients) send(client, message);
@@ -485,37 +539,24 @@ class ResidentSupervisor {
     }
 
     const [command, ...args] = spec.argv;
-    let child: ChildProcess;
-    try {
-      // detached: the child calls setsid() before exec, so it leads a new session and process
-      // group whose id is its pid; that group is what a stop signals. With a task user the
-      // child changes into cwd, then drops supplementary groups, sets the gid, then the uid,
-      // all before exec.
-      const identity =
-        spec.uid === null || spec.gid === null ? {} : { uid: spec.uid, gid: spec.gid };
-      child = spawn(command ?? "", args, {
-        detached: true,
-        stdio: ["ignore", "pipe", "pipe"],
-        env: { ...spec.env },
-        cwd: spec.cwd,
-        ...identity,
-      });
-    } catch (error) {
-      return this.failSpawn(attemptId, startedAtMs, stderrLog, closeLogs, error);
-    }
-    const spawnFailure = new Promise<unknown>((resolve) => child.once("error", resolve));
-    const pid = child.pid;
-    // ENOENT, EACCES, a missing cwd: Node reports them through "error" on the next tick.
-    if (pid === undefined)
-      return this.failSpawn(attemptId, startedAtMs, stderrLog, closeLogs, await spawnFailure);
-    // Read synchronously, before the event loop runs again and could reap a task that exits at
-    // once: the /proc entry (a zombie at worst) still carries the start time.
-    const stat = readProcStatSync(pid);
+    const result = await this.starter.start({
+      command: command ?? "",
+      args,
+      env: spec.env,
+      cwd: spec.cwd,
+      uid: spec.uid,
+      gid: spec.gid,
+    });
+    if (result.kind === "failed")
+      return this.failSpawn(attemptId, startedAtMs, stderrLog, closeLogs, result.error);
+    const { pid, startTicks, stdout, stderr, exit } = result.task;
     const task: Task = {
       attemptId,
       pid,
-      startTicks: stat.kind === "present" ? stat.stat.startTicks : null,
-      child,
+      startTicks,
+      stdout,
+      stderr,
+      exit,
       startedAtMs,
       deadlineAtMs: spec.timeoutMs === null ? null : startedAtMs + spec.timeoutMs,
       graceMs: spec.graceMs,
@@ -542,12 +583,20 @@ class ResidentSupervisor {
     stdoutLog: CappedLog,
     stderrLog: CappedLog,
   ): Promise<void> {
-    const { child, pid, attemptId } = task;
+    const { pid, attemptId } = task;
     const streamsClosed = [
-      { stream: child.stdout, log: stdoutLog },
-      { stream: child.stderr, log: stderrLog },
-    ].map(({ stream, log }) => {
-      if (stream === null) return Promise.resolve();
+      { stream: task.stdout, log: stdoutLog },
+      { stream: task.stderr, log: stderrLog },
+    ].map(({ stream, log }, index) => {
+      if (stream === null) {
+        // The spawner's pipe could not be opened (out of descriptors): say so beside the logs.
+        noteSupervisorFailure(
+          this.layout,
+          attemptId,
+          `${index === 0 ? "stdout" : "stderr"} could not be read; its log is empty`,
+        );
+        return Promise.resolve();
+      }
       // Reading continues past the cap (the log drops the bytes) so the task never blocks on
       // a full pipe.
       stream.on("data", (chunk: Buffer) => log.write(chunk));
@@ -556,11 +605,7 @@ class ResidentSupervisor {
         stream.once("error", () => resolve());
       });
     });
-    const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>(
-      (resolve) => {
-        child.once("exit", (code, signal) => resolve({ code, signal }));
-      },
-    );
+    const exit = await task.exit;
     const finishedAtMs = Date.now();
     task.exited = true;
     // The leader is gone; whatever it left running in its group (a background job holding the
@@ -574,8 +619,8 @@ class ResidentSupervisor {
       new Promise<void>((resolve) => (drainTimer = setTimeout(resolve, LIMITS.pipeDrainMaxMs))),
     ]);
     clearTimeout(drainTimer);
-    child.stdout?.destroy();
-    child.stderr?.destroy();
+    task.stdout?.destroy();
+    task.stderr?.destroy();
     await Promise.all([stdoutLog.closeDurably(), stderrLog.closeDurably()]);
     for (const [stream, log] of [
       ["stdout", stdoutLog],
@@ -815,15 +860,22 @@ async function main(): Promise<void> {
     });
     process.exit(70);
   }
-  const supervisor = new ResidentSupervisor(layout, key, {
-    pid: process.pid,
-    startTicks: ownStat.stat.startTicks,
-    bootId,
+  let supervisor: ResidentSupervisor | null = null;
+  const starter = await chooseTaskStarter(layout, (reason) => {
+    if (supervisor !== null) supervisor.spawnerDied(reason);
+    process.exit(70);
   });
-  process.on("SIGTERM", () => supervisor.forward("SIGTERM"));
-  process.on("SIGINT", () => supervisor.forward("SIGINT"));
+  supervisor = new ResidentSupervisor(
+    layout,
+    key,
+    { pid: process.pid, startTicks: ownStat.stat.startTicks, bootId },
+    starter,
+  );
+  const started = supervisor;
+  process.on("SIGTERM", () => started.forward("SIGTERM"));
+  process.on("SIGINT", () => started.forward("SIGINT"));
   process.on("SIGHUP", () => undefined);
-  const server = createServer((socket) => supervisor.attach(socket));
+  const server = createServer((socket) => started.attach(socket));
   server.on("error", (error) => {
     // The abstract name is bound: another supervisor of this state directory is alive and is
     // the one to use. Binding is the lock, so there is never a second.
@@ -836,7 +888,7 @@ async function main(): Promise<void> {
   });
   server.listen({ path: supervisorSocketName(stateDir) }, () => {
     sendStartupReport({ kind: "ready", pid: process.pid });
-    supervisor.checkIdle();
+    started.checkIdle();
   });
 }
 
