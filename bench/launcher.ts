@@ -5,7 +5,7 @@
  *    `/proc/<pid>/smaps_rollup` (Private_Clean + Private_Dirty) with 1 task running and with
  *    1 + N, divided by N;
  * 2. throughput: one-step runs of `true`, at most `inFlight` not terminal (standalone, sqlite
- *    file store);
+ *    file store), posted by one client `postConcurrency` at a time;
  * 3. latency: POST /runs → succeeded, one run at a time, for one step of `true` and the
  *    four-step diamond; the bench waits with the run long-poll (`GET /runs/:id?wait=terminal`),
  *    or polls every `latencyPollMs` when that is above 0;
@@ -34,6 +34,12 @@ export interface LauncherBenchConfig {
   readonly memoryTasks: number;
   readonly throughputRuns: number;
   readonly inFlight: number;
+  /**
+   * POST /runs requests the throughput part keeps open at once (QLR_BENCH_LAUNCHER_POSTS): 1, one
+   * client posting serially, as every figure before 2026-12-03 05:00 UTC; above 1, a server's
+   * rate rather than one client's round trips.
+   */
+  readonly postConcurrency: number;
   readonly latencySamples: number;
   /** 0: wait with the long-poll; above 0: poll `GET /runs/:id` every this many ms instead. */
   readonly latencyPollMs: number;
@@ -45,6 +51,7 @@ const DEFAULTS: Omit<LauncherBenchConfig, "root"> = {
   memoryTasks: 50,
   throughputRuns: 600,
   inFlight: 64,
+  postConcurrency: 1,
   latencySamples: 30,
   latencyPollMs: 0,
   concurrentSleeps: 100,
@@ -491,9 +498,20 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     const t0 = now();
     const runIds: string[] = [];
     while (state.terminal < config.throughputRuns + 1) {
+      if (!Number.isSafeInteger(config.postConcurrency) || config.postConcurrency < 1)
+        throw new Error(
+          `postConcurrency must be a positive integer, not ${config.postConcurrency}`,
+        );
       while (started < config.throughputRuns && started + 1 - state.terminal < config.inFlight) {
-        runIds.push(await startRun(served, "one"));
-        started += 1;
+        const batch = Math.min(
+          config.postConcurrency,
+          config.throughputRuns - started,
+          config.inFlight - (started + 1 - state.terminal),
+        );
+        runIds.push(
+          ...(await Promise.all(Array.from({ length: batch }, () => startRun(served, "one")))),
+        );
+        started += batch;
       }
       await sleep(20);
       state = await counts(served);
@@ -533,6 +551,7 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
       timeline,
       succeeded,
       inFlight: config.inFlight,
+      postConcurrency: config.postConcurrency,
       wallMs: Math.round(wallMs),
       stepsPerSecond,
       cpuMsPerStep,

@@ -649,6 +649,8 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         memoryTasks: 50,
         throughputRuns: quick ? 200 : 600,
         inFlight: 64,
+        // 1: one client posting serially (every figure before 2026-12-03 05:00 UTC).
+        postConcurrency: Number(process.env.QLR_BENCH_LAUNCHER_POSTS ?? 1),
         latencySamples: Number(process.env.QLR_BENCH_LATENCY_SAMPLES ?? (quick ? 10 : 30)),
         // 0: the latency part waits with the run long-poll; N: it polls every N ms instead.
         latencyPollMs: Number(process.env.QLR_BENCH_LATENCY_POLL_MS ?? 0),
