@@ -189,6 +189,68 @@ describe("sqljs-file with ENOSPC and EIO at every file call", () => {
     SUITE_TIMEOUT_MS,
   );
 
+  it("refuses, rather than leaves waiting, a commit no sync covered when a failed cut-back stops the store", async () => {
+    let armed = false;
+    const machine = new PowerCutFs({
+      inject: (call) => {
+        if (!armed || !call.path.endsWith("journal.log")) return undefined;
+        if (call.name === "append") return fsError("ENOSPC", "no space left on device");
+        if (call.name !== "truncate") return undefined;
+        armed = false;
+        return fsError("EIO", "truncate failed");
+      },
+    });
+    let holding = false;
+    let release: (() => void) | undefined;
+    let entered: (() => void) | undefined;
+    const syncEntered = new Promise<void>((resolve) => (entered = resolve));
+    const driver = await openSqlJsFileDriver(SQL, {
+      path: DB_PATH,
+      fs: machine,
+      // No checkpoint here: one would queue behind the held sync, and 3 and 4 behind it.
+      checkpointJournalBytes: 1024 * 1024,
+      journalSync: async (handle) => {
+        if (holding) {
+          holding = false;
+          entered?.();
+          await new Promise<void>((resolve) => (release = resolve));
+        }
+        machine.fdatasync(handle);
+      },
+    });
+    const outcome = (promise: Promise<unknown>): Promise<unknown> =>
+      promise.then(
+        () => "acknowledged",
+        (error: unknown) => error,
+      );
+    await createPairs(driver);
+    await commitPair(driver, 1);
+    holding = true;
+    const second = outcome(commitPair(driver, 2));
+    await syncEntered;
+    // Committed in memory while the sync of 2 is held: 3 waits for the next sync.
+    const commitsBefore = driver.stats().commits;
+    const third = outcome(commitPair(driver, 3));
+    for (let turn = 0; driver.stats().commits === commitsBefore; turn += 1) {
+      if (turn > 10_000) throw new Error("commit 3 never committed in memory");
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    armed = true;
+    // Its append fails, and so does the cut-back: the store stops with 3 covered by no sync.
+    const fourth = await outcome(commitPair(driver, 4));
+    expect(isQlrError(fourth, "storage_unavailable")).toBe(true);
+    expect(driver.stats().failed).toBe(true);
+    release?.();
+    expect(await second).toBe("acknowledged");
+    const refused = await third;
+    expect(isQlrError(refused, "storage_unavailable")).toBe(true);
+    expect(errorMessage(refused)).toContain("could not be synced");
+    await commitPair(driver, 5);
+    expect(driver.stats()).toMatchObject({ failed: false, reopens: 1 });
+    expect(await committedNumbers(driver)).toEqual([1, 2, 5]);
+    await driver.close();
+  });
+
   it("stops after a failed journal fsync and reopens from what is durable before the next write", async () => {
     let failSync = false;
     const machine = new PowerCutFs({

@@ -492,6 +492,11 @@ class SqlJsFileStore implements SqlJsFileDriver {
         waiter.resolve();
       }
     }
+    // Another failure (a cut-back that failed) stopped the loop with records no sync covered:
+    // the reopen drops them, so their callers hear now that they failed rather than never.
+    if (this.failure !== undefined)
+      for (const waiter of this.durabilityWaiters.splice(0))
+        waiter.reject(this.unsyncedError(this.failure));
   }
 
   private failSync(journal: DurableFileHandle, error: unknown): void {
