@@ -725,6 +725,9 @@ const USES_BEFORE_NAMING = 2;
  * too) and gets a new one on a later use, still counted in the bound, so a wrong belief can
  * never send a Bind to a statement that does not exist.
  */
+/** `IN ($1, …)`: a statement that looks rows up by a list of keys. */
+const KEY_LIST_LOOKUP = /\bIN \(\$\d/;
+
 export class StatementNames {
   private readonly names = new Map<string, string>();
   private readonly uses = new Map<string, number>();
@@ -739,6 +742,12 @@ export class StatementNames {
     if (known !== undefined) return known;
     // Several statements in one text go only by the simple protocol, which has no names.
     if (text.includes(";")) return undefined;
+    // A lookup by a list of keys is planned at each use. Named, PostgreSQL may switch it to a
+    // generic plan chosen with the statistics of that moment (a small table: a sequential scan)
+    // and keep it as the table grows: the cluster's ordinary runs measured 2x slower in the
+    // windows where that happened (docs/PERFORMANCE.md, "PostgreSQL: the same code, four
+    // rounds, and generic plans").
+    if (KEY_LIST_LOOKUP.test(text)) return undefined;
     if (this.issued >= MAX_NAMED_STATEMENTS) return undefined;
     if (this.namedChars + text.length > MAX_NAMED_STATEMENT_CHARS) return undefined;
     const uses = (this.uses.get(text) ?? 0) + 1;

@@ -86,4 +86,15 @@ describe("the bound on a connection's names", () => {
     expect(names.nameFor("SELECT 1; SELECT 2")).toBeUndefined();
     expect(names.issuedNames).toBe(0);
   });
+
+  it("never names a lookup by a list of keys, so each use is planned for its own keys", () => {
+    const names = new StatementNames({});
+    const lookup = "SELECT id FROM run_attempts WHERE run_id IN ($1, $2, $3)";
+    for (let use = 0; use < 5; use += 1) expect(names.nameFor(lookup)).toBeUndefined();
+    // A parameter elsewhere in a text with IN over constants is still named.
+    const constants = "SELECT id FROM runs WHERE status IN ('queued', 'running') AND id > $1";
+    names.nameFor(constants);
+    expect(names.nameFor(constants)).toBe("qlr_0");
+    expect(names.issuedNames).toBe(1);
+  });
 });
