@@ -475,6 +475,27 @@ async function stepTimeline(
   return Object.fromEntries(Object.entries(gaps).map(([name, values]) => [name, median(values)]));
 }
 
+type Cpu = ReturnType<typeof cpuOf>;
+
+/** The supervisor's, the native spawner's (when there is one) and the tasks' CPU, for `cpuPerUnit`; the tasks are reaped by whichever starts them. */
+function supervisionCpu(
+  supervisorBefore: Cpu,
+  supervisorAfter: Cpu,
+  spawnerBefore: Cpu | null,
+  spawnerAfter: Cpu | null,
+): Record<string, { before: number; after: number }> {
+  return {
+    supervisor: { before: supervisorBefore.ownMs, after: supervisorAfter.ownMs },
+    ...(spawnerBefore === null || spawnerAfter === null
+      ? {}
+      : { spawner: { before: spawnerBefore.ownMs, after: spawnerAfter.ownMs } }),
+    tasks: {
+      before: supervisorBefore.reapedChildrenMs + (spawnerBefore?.reapedChildrenMs ?? 0),
+      after: supervisorAfter.reapedChildrenMs + (spawnerAfter?.reapedChildrenMs ?? 0),
+    },
+  };
+}
+
 async function throughput(config: LauncherBenchConfig): Promise<unknown> {
   const served = await startServe(config.root, "standalone", null);
   try {
@@ -531,15 +552,7 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     const stepsPerSecond = round((succeeded / wallMs) * 1000, 1);
     const cpuMsPerStep = cpuPerUnit(config.throughputRuns, {
       serve: { before: serveBefore.ownMs, after: serveAfter.ownMs },
-      supervisor: { before: supervisorBefore.ownMs, after: supervisorAfter.ownMs },
-      // The native spawner's own CPU; its tasks are its children, so it reaps them.
-      ...(spawnerBefore === null || spawnerAfter === null
-        ? {}
-        : { spawner: { before: spawnerBefore.ownMs, after: spawnerAfter.ownMs } }),
-      tasks: {
-        before: supervisorBefore.reapedChildrenMs + (spawnerBefore?.reapedChildrenMs ?? 0),
-        after: supervisorAfter.reapedChildrenMs + (spawnerAfter?.reapedChildrenMs ?? 0),
-      },
+      ...supervisionCpu(supervisorBefore, supervisorAfter, spawnerBefore, spawnerAfter),
     });
     const load1m = { before: loadBefore, after: loadAverage1m() };
     log(
@@ -713,15 +726,7 @@ async function launcherAlone(config: LauncherBenchConfig): Promise<unknown> {
     const summary = summarize(launchMs);
     const cpuMsPerLaunch = cpuPerUnit(total, {
       launcher: { before: 0, after: (launcherCpu.user + launcherCpu.system) / 1000 },
-      supervisor: { before: supervisorBefore.ownMs, after: supervisorAfter.ownMs },
-      // The native spawner's own CPU; its tasks are its children, so it reaps them.
-      ...(spawnerBefore === null || spawnerAfter === null
-        ? {}
-        : { spawner: { before: spawnerBefore.ownMs, after: spawnerAfter.ownMs } }),
-      tasks: {
-        before: supervisorBefore.reapedChildrenMs + (spawnerBefore?.reapedChildrenMs ?? 0),
-        after: supervisorAfter.reapedChildrenMs + (spawnerAfter?.reapedChildrenMs ?? 0),
-      },
+      ...supervisionCpu(supervisorBefore, supervisorAfter, spawnerBefore, spawnerAfter),
     });
     const load1m = { before: loadBefore, after: loadAverage1m() };
     log(
