@@ -394,9 +394,17 @@ export const ADMISSION_DERIVED_FIELDS = [
 
 export const ADMISSION_COLUMNS = ["run_id", "step_run_id", "step_run_version", "body"] as const;
 
-/** Reads receipts with the step digest their body leaves out; `rest` follows the join. */
+/**
+ * Reads receipts with the step digest their body leaves out; `rest` follows `FROM
+ * admission_receipts a`. The digest is a subquery by the mutation's primary key, not a join:
+ * PostgreSQL planned the join of a page of runs' receipts as a hash join over a sequential scan
+ * of every step mutation ever written (≈ 1 ms of server time per workflow step at 10,000 steps,
+ * docs/PERFORMANCE.md, "PostgreSQL's server time per unit"), while a subquery is one index probe
+ * per receipt read on either dialect. A receipt without its mutation reads a null digest, as
+ * the left join did.
+ */
 export function admissionSelect(rest: string): string {
-  return `SELECT a.run_id, a.step_run_id, a.step_run_version, a.body, m.to_digest AS step_run_digest FROM admission_receipts a LEFT JOIN step_mutations m ON m.step_run_id = a.step_run_id AND m.version = a.step_run_version ${rest}`;
+  return `SELECT a.run_id, a.step_run_id, a.step_run_version, a.body, (SELECT m.to_digest FROM step_mutations m WHERE m.step_run_id = a.step_run_id AND m.version = a.step_run_version) AS step_run_digest FROM admission_receipts a ${rest}`;
 }
 
 export type AdmissionRow = Record<(typeof ADMISSION_COLUMNS)[number] | "step_run_digest", unknown>;

@@ -297,6 +297,15 @@ function rememberByRun<T extends RowOfRun>(
   for (const [runId, ofRun] of byRun) known.rememberOfRun(runId, ofRun);
 }
 
+/** A row of `listAdmissionCandidates`. */
+interface CandidateRow extends SqlRow {
+  run_id: string;
+  id: string;
+  version: number;
+  package: string;
+  task: string;
+}
+
 class SqlStoreTx implements StoreTx {
   private readonly tx: SqlTx;
   private readonly dialect: SqlDialect;
@@ -1256,28 +1265,45 @@ class SqlStoreTx implements StoreTx {
     // CROSS JOIN keeps the written order, so it walks the ready steps' partial index
     // (step_runs_ready) from the cursor, already in the page's order, and stops at the limit;
     // the row-value cursor is what lets it seek there.
-    const sqlite = this.dialect === "sqlite";
-    const found = await this.q<{
-      run_id: string;
-      id: string;
-      version: number;
-      package: string;
-      task: string;
-    }>(
-      `SELECT s.run_id, s.id, s.version, r.package, s.task FROM step_runs s ${sqlite ? "CROSS JOIN" : "JOIN"} runs r ON r.id = s.run_id
+    //
+    // PostgreSQL did the same from statistics a burst of new runs had left behind (every
+    // running run, ≈ 12,000 buffers a page; docs/PERFORMANCE.md, "PostgreSQL's server time per
+    // unit"). There the run is a LATERAL subquery that OFFSET 0 keeps from being pulled up, so
+    // it can only be probed by id for each ready step, and the row-value cursor is an index
+    // condition on step_runs_ready: whatever the statistics say, the page walks the ready steps
+    // from the cursor in order and stops at the limit. The receipts' bound on run_id (implied by
+    // the cursor) lets a merge anti-join start at the cursor too.
+    const found =
+      this.dialect === "sqlite"
+        ? await this.q<CandidateRow>(
+            `SELECT s.run_id, s.id, s.version, r.package, s.task FROM step_runs s CROSS JOIN runs r ON r.id = s.run_id
         WHERE s.status = 'ready' AND r.status = 'running' AND r.cancel_requested_at_ms IS NULL
           AND (s.not_before_ms IS NULL OR s.not_before_ms <= ?)
           AND NOT EXISTS (SELECT 1 FROM admission_receipts a WHERE a.run_id = s.run_id AND a.step_run_id = s.id AND a.step_run_version = s.version)
-          AND ${sqlite ? "(s.run_id, s.id) > (?, ?)" : "(s.run_id > ? OR (s.run_id = ? AND s.id > ?))"}
+          AND (s.run_id, s.id) > (?, ?)
         ORDER BY s.run_id, s.id LIMIT ?`,
-      [
-        nowMs,
-        after?.runId ?? "",
-        ...(sqlite ? [] : [after?.runId ?? ""]),
-        after?.stepRunId ?? "",
-        Math.min(cap(limit), MAX_ADMISSION_PAGE),
-      ],
-    );
+            [
+              nowMs,
+              after?.runId ?? "",
+              after?.stepRunId ?? "",
+              Math.min(cap(limit), MAX_ADMISSION_PAGE),
+            ],
+          )
+        : await this.q<CandidateRow>(
+            `SELECT s.run_id, s.id, s.version, r.package, s.task FROM step_runs s
+        CROSS JOIN LATERAL (SELECT runs.package FROM runs WHERE runs.id = s.run_id AND runs.status = 'running' AND runs.cancel_requested_at_ms IS NULL OFFSET 0) r
+        WHERE s.status = 'ready' AND (s.not_before_ms IS NULL OR s.not_before_ms <= ?)
+          AND NOT EXISTS (SELECT 1 FROM admission_receipts a WHERE a.run_id = s.run_id AND a.step_run_id = s.id AND a.step_run_version = s.version AND a.run_id >= ?)
+          AND (s.run_id, s.id) > (?, ?)
+        ORDER BY s.run_id, s.id LIMIT ?`,
+            [
+              nowMs,
+              after?.runId ?? "",
+              after?.runId ?? "",
+              after?.stepRunId ?? "",
+              Math.min(cap(limit), MAX_ADMISSION_PAGE),
+            ],
+          );
     return found.map((row) => ({
       runId: row.run_id,
       stepRunId: row.id,

@@ -21,6 +21,10 @@
  * plan work competes with the coordinator for the same cores. Names are bounded per connection
  * (count and text bytes); texts beyond the bound go unnamed, as before.
  *
+ * Planner costs. The connections start with `random_page_cost` 1.1 (STORE_RANDOM_PAGE_COST):
+ * the store reads and updates rows by key, and with the default of 4 the planner scanned whole
+ * tables instead of probing their indexes once they held some thousands of rows.
+ *
  * A lost COMMIT. Each transaction that may have written records its transaction id
  * (`pg_current_xact_id_if_assigned()`), the timeline and the postmaster's start. When the
  * connection breaks after COMMIT was sent, the driver reconnects and asks `pg_xact_status`:
@@ -74,6 +78,44 @@ export interface PgDriverOptions {
   readonly serializableRetry?: Partial<SerializableRetryPolicy>;
   /** Overrides parts of the policy for transactions that lost their server before COMMIT. */
   readonly reconnect?: Partial<SerializableRetryPolicy>;
+  /**
+   * The planner's `random_page_cost` for the store's own sessions (see
+   * STORE_RANDOM_PAGE_COST); null keeps the server's setting. `options` in the URL, or
+   * `random_page_cost` in PGOPTIONS, win over it.
+   */
+  readonly randomPageCost?: number | null;
+}
+
+/**
+ * The store's statements read a few rows by key: a page's runs and their steps, attempts and
+ * receipts, the rows a multi-row UPDATE names. PostgreSQL's default `random_page_cost` of 4
+ * prices an index probe for a disk that seeks, so once a table held some thousands of rows the
+ * planner chose a sequential scan of all of them over 100 probes by key (a hash join for the
+ * multi-row UPDATEs): ≈ 1 ms of server time per ordinary run in the cluster bench, and more as
+ * history grows (docs/PERFORMANCE.md, "PostgreSQL's server time per unit"). The working set of a
+ * coordinator's tables is in memory, where a random page costs about what a sequential one
+ * does; 1.1 is the usual setting for SSDs and cached data.
+ */
+export const STORE_RANDOM_PAGE_COST = 1.1;
+
+/**
+ * The startup `options` of the store's connections: the planner's page cost (unless null), then
+ * PGOPTIONS as `pg` would have sent it alone, so a setting there wins (the last `-c` does).
+ */
+export function sessionOptions(
+  randomPageCost: number | null,
+  environment: string | undefined,
+): string | undefined {
+  if (randomPageCost !== null && !(Number.isFinite(randomPageCost) && randomPageCost > 0))
+    throw new QlrError(
+      "invalid_request",
+      `randomPageCost must be a positive number or null, got ${randomPageCost}`,
+    );
+  const parts = [
+    ...(randomPageCost === null ? [] : [`-c random_page_cost=${randomPageCost}`]),
+    ...(environment === undefined || environment.trim() === "" ? [] : [environment.trim()]),
+  ];
+  return parts.length === 0 ? undefined : parts.join(" ");
 }
 
 /**
@@ -191,6 +233,10 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     ...options.reconnect,
   };
   const targets = parseConnectionTargets(options.connectionString);
+  const startupOptions = sessionOptions(
+    options.randomPageCost === undefined ? STORE_RANDOM_PAGE_COST : options.randomPageCost,
+    process.env.PGOPTIONS,
+  );
   const poolSize = Math.max(1, Math.floor(options.poolSize ?? POOL_LIMITS.defaultPoolSize));
   const openPool = (server: PgServerTarget): Pool => {
     const pool = new Pool({
@@ -199,6 +245,8 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
       connectionTimeoutMillis: options.connectTimeoutMs ?? POOL_LIMITS.defaultConnectTimeoutMs,
       idleTimeoutMillis: POOL_LIMITS.idleTimeoutMs,
       idle_in_transaction_session_timeout: POOL_LIMITS.idleInTransactionTimeoutMs,
+      // `options` in the URL replaces these (pg lets the URL's parameters win).
+      ...(startupOptions === undefined ? {} : { options: startupOptions }),
       application_name: "qlr",
       types: qlrTypeParsers,
       // TCP keepalive notices a peer that vanished without closing the connection.
@@ -725,8 +773,11 @@ const USES_BEFORE_NAMING = 2;
  * too) and gets a new one on a later use, still counted in the bound, so a wrong belief can
  * never send a Bind to a statement that does not exist.
  */
-/** `IN ($1, …)`: a statement that looks rows up by a list of keys. */
-const KEY_LIST_LOOKUP = /\bIN \(\$\d/;
+/**
+ * `IN ($1, …)`: a statement that looks rows up by a list of keys; `FROM (VALUES …)`: a multi-row
+ * UPDATE, which joins its list of rows to the table by key.
+ */
+const KEY_LIST_LOOKUP = /\bIN \(\$\d|\bFROM \(VALUES \(/;
 
 export class StatementNames {
   private readonly names = new Map<string, string>();
@@ -746,7 +797,9 @@ export class StatementNames {
     // generic plan chosen with the statistics of that moment (a small table: a sequential scan)
     // and keep it as the table grows: the cluster's ordinary runs measured 2x slower in the
     // windows where that happened (docs/PERFORMANCE.md, "PostgreSQL: the same code, four
-    // rounds, and generic plans").
+    // rounds, and generic plans"). The multi-row UPDATEs' generic plans, made while a table was
+    // small, hash-joined their rows to a sequential scan of the whole table at every use
+    // (section "PostgreSQL's server time per unit"); planned at each use, they probe by key.
     if (KEY_LIST_LOOKUP.test(text)) return undefined;
     if (this.issued >= MAX_NAMED_STATEMENTS) return undefined;
     if (this.namedChars + text.length > MAX_NAMED_STATEMENT_CHARS) return undefined;
