@@ -51,5 +51,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 10,
     "name": "lean_admission_receipts",
     "sql": "-- Fewer bytes per step. An admission receipt stored its attempt id, event id and digest as\n-- columns (each with a unique index) and again in the JSON body. Now the row keeps its key and\n-- a body without what the key determines: the run, step and epoch are the key's columns, the\n-- attempt and event ids derive from them, and the step's digest is read from the step mutation\n-- of the receipt's epoch. The receipt's own digest stays in the body and is checked on replay.\n-- The attempt and event ids stay unique where they are stored (run_attempts, run_events).\n-- Rows written before keep their whole bodies, which the store reads as they are.\nALTER TABLE admission_receipts\n  DROP COLUMN attempt_id,\n  DROP COLUMN event_id,\n  DROP COLUMN digest;\n"
+  },
+  {
+    "version": 11,
+    "name": "one_attempt_index_by_run",
+    "sql": "-- One index fewer to write per attempt. run_attempts_by_run (run_id, number) repeated, column\n-- for column, the index of the UNIQUE (run_id, number) constraint: every attempt inserted, and\n-- every update of an attempt's status (never a HOT update on PostgreSQL, since the status is\n-- indexed), wrote an entry into both. A run's attempts are read through the constraint's index.\nDROP INDEX run_attempts_by_run;\n"
   }
 ];

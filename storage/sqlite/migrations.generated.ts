@@ -51,5 +51,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 10,
     "name": "lean_admission_receipts",
     "sql": "-- Fewer bytes per step. An admission receipt stored each of its values two or three times: the\n-- attempt id, event id and digest as columns (each with a unique index) and again in the JSON\n-- body, and the step's ready digest, which the step's mutation of that version already holds.\n-- Now the row keeps its key and a body without what the key determines: the run, step and\n-- epoch are the key's columns, the attempt and event ids derive from them, and the step's\n-- digest is read from the step mutation of the receipt's epoch (the primary key of\n-- step_mutations). The receipt's own digest stays in the body and is checked on replay, so a\n-- value read back wrong fails it. The attempt and event ids stay unique where they are stored\n-- (run_attempts, run_events) and follow from the key here. Keyed by its primary key\n-- (WITHOUT ROWID), the table has no separate key index. Rows written before keep their whole\n-- bodies, which the store reads as they are.\nCREATE TABLE admission_receipts_next (\n  run_id TEXT NOT NULL REFERENCES runs (id),\n  step_run_id TEXT NOT NULL REFERENCES step_runs (id),\n  step_run_version INTEGER NOT NULL,\n  body TEXT NOT NULL,\n  PRIMARY KEY (run_id, step_run_id, step_run_version)\n) WITHOUT ROWID;\nINSERT INTO admission_receipts_next (run_id, step_run_id, step_run_version, body)\n  SELECT run_id, step_run_id, step_run_version, body FROM admission_receipts;\nDROP TABLE admission_receipts;\nALTER TABLE admission_receipts_next RENAME TO admission_receipts;\n"
+  },
+  {
+    "version": 11,
+    "name": "one_attempt_index_by_run",
+    "sql": "-- One index fewer to write per attempt. run_attempts_by_run (run_id, number) repeated, column\n-- for column, the index of the UNIQUE (run_id, number) constraint: every attempt inserted, and\n-- every update of an attempt's status (never a HOT update on PostgreSQL, since the status is\n-- indexed), wrote an entry into both. A run's attempts are read through the constraint's index.\nDROP INDEX run_attempts_by_run;\n"
   }
 ];
