@@ -10,25 +10,35 @@
  * - transactions, statements and serializable retries from the bench's counting driver.
  * The count of runs between ticks (`countRuns`, outside the ticks) is listed apart.
  *
- * `QLR_BENCH_CONFIG` (optional): `{"workflowRuns": 2500, "ordinaryRuns": 10000, "top": 25}`.
+ * `QLR_BENCH_CONFIG` (optional): `{"profile": "cluster", "workflowRuns": 2500, "ordinaryRuns":
+ * 10000, "top": 25}`. `QLR_BENCH_SERVER_URL` names an existing server instead (its user needs
+ * CREATEDB, and pg_stat_statements must be in its shared_preload_libraries).
  * Prints one JSON document on stdout. Needs root or a user that may run the embedded server.
  */
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { startEmbeddedPostgres } from "../test/support/embedded-postgres.ts";
 import type { RunTarget } from "../src/operations.ts";
+import type { ProfileName } from "../src/profiles.ts";
 import { diamondManifest, log, round } from "./lib/common.ts";
 import { openBenchStore, type OpenedStore } from "./lib/stores.ts";
 import { applyManifest, createWorld, driveUntilTerminal, startRuns } from "./lib/world.ts";
 
 interface ServerTimeConfig {
+  /** The coordinator's profile; the cluster's is the one PostgreSQL serves in production. */
+  readonly profile: ProfileName;
   readonly workflowRuns: number;
   readonly ordinaryRuns: number;
   /** Statements listed per phase, by total server time. */
   readonly top: number;
 }
 
-const DEFAULTS: ServerTimeConfig = { workflowRuns: 2_500, ordinaryRuns: 10_000, top: 25 };
+const DEFAULTS: ServerTimeConfig = {
+  profile: "cluster",
+  workflowRuns: 2_500,
+  ordinaryRuns: 10_000,
+  top: 25,
+};
 /** The ticks at most per phase: only a hang reaches it. */
 const MAX_TICKS = 100_000;
 /** Idle backends report their table and database counters within 10 s (PGSTAT_IDLE_INTERVAL). */
@@ -131,7 +141,7 @@ async function main(): Promise<void> {
     const postmasterPid = Number(
       readFileSync(`/proc/${backendPid}/stat`, "utf8").split(") ")[1]?.split(" ")[1],
     );
-    const world = createWorld(opened.store, { profile: "cluster" });
+    const world = createWorld(opened.store, { profile: config.profile });
     await applyManifest(world, diamondManifest("bench"));
 
     const measure = async (
