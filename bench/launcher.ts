@@ -32,6 +32,11 @@ import { runsByStatus, spawnServe, terminalRuns, type ServeProcess } from "./lib
 export interface LauncherBenchConfig {
   readonly root: string;
   readonly memoryTasks: number;
+  /**
+   * One-step runs the throughput part times (QLR_BENCH_LAUNCHER_RUNS; 600 by default). A few
+   * thousand measure serve warm: over 600, V8's optimizing compiler and WebAssembly's tier-up
+   * still take a share of serve's CPU.
+   */
   readonly throughputRuns: number;
   readonly inFlight: number;
   /**

@@ -647,7 +647,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
       const config: LauncherBenchConfig = {
         root: options.root,
         memoryTasks: 50,
-        throughputRuns: quick ? 200 : 600,
+        throughputRuns: Number(process.env.QLR_BENCH_LAUNCHER_RUNS ?? (quick ? 200 : 600)),
         inFlight: 64,
         // 1: one client posting serially (every figure before 2026-12-03 05:00 UTC).
         postConcurrency: Number(process.env.QLR_BENCH_LAUNCHER_POSTS ?? 1),

@@ -209,6 +209,8 @@ export interface CoordinatorDeps {
 interface LaunchInFlight {
   readonly executorType: string;
   readonly attemptId: string;
+  /** The attempt as handed over (`starting`), for reading its receipt once the launch settles. */
+  readonly attempt: RunAttempt;
   readonly runId: string;
   readonly startingAtMs: number;
   /** Null until the launch settles. */
@@ -1248,6 +1250,7 @@ export class Coordinator {
           const entry: { -readonly [K in keyof LaunchInFlight]: LaunchInFlight[K] } = {
             executorType: executor.type,
             attemptId,
+            attempt: request.attempt,
             runId,
             startingAtMs,
             outcome: null,
@@ -1272,8 +1275,10 @@ export class Coordinator {
       await this.fault("dispatch.after_spawn");
       await this.recordLaunches(
         context,
-        started.map(({ attemptId, runId, startingAtMs }, index) => ({
+        executor,
+        started.map(({ attemptId, runId, startingAtMs, request }, index) => ({
           attemptId,
+          attempt: request.attempt,
           runId,
           startingAtMs,
           launch: launches[index] ?? {
@@ -1301,15 +1306,22 @@ export class Coordinator {
     if (settled.length === 0) return;
     for (const { attemptId } of settled) this.launching.delete(attemptId);
     await this.fault("dispatch.after_spawn");
-    await this.recordLaunches(
-      context,
-      settled.map(({ attemptId, runId, startingAtMs, outcome }) => ({
-        attemptId,
-        runId,
-        startingAtMs,
-        launch: outcome,
-      })),
-    );
+    for (const executor of Object.values(this.deps.executors)) {
+      if (executor === undefined) continue;
+      const launches = settled.filter((launch) => launch.executorType === executor.type);
+      if (launches.length === 0) continue;
+      await this.recordLaunches(
+        context,
+        executor,
+        launches.map(({ attemptId, attempt, runId, startingAtMs, outcome }) => ({
+          attemptId,
+          attempt,
+          runId,
+          startingAtMs,
+          launch: outcome,
+        })),
+      );
+    }
     await this.fault("dispatch.after_running");
   }
 
@@ -1354,11 +1366,18 @@ export class Coordinator {
    * as a start failure (timed out when it is recorded after the deadline counted from
    * `startingAtMs`); any other launch error leaves it `starting`, since the process may exist,
    * and only its receipt or recovery's evidence may settle it.
+   *
+   * A process that has already ended by then (a short task, whose exit often arrives before its
+   * launch is recorded) has a receipt: its completion commits with its `running`, in the same
+   * transaction, exactly as execution control would have written it one commit later. The
+   * events still say starting → running → completed; only the commit between them is saved.
    */
   private async recordLaunches(
     context: StageContext,
+    executor: Executor,
     launches: readonly {
       readonly attemptId: string;
+      readonly attempt: RunAttempt;
       readonly runId: string;
       readonly startingAtMs: number;
       readonly launch: PromiseSettledResult<ProcessHandleFacts>;
@@ -1370,9 +1389,14 @@ export class Coordinator {
       context.errors.push({ ...describe(launch.reason), subject: attemptId });
       return false;
     });
+    const endings: (CompletionFacts | null)[] = [];
+    for (const { attempt, launch } of recordable)
+      endings.push(
+        launch.status === "fulfilled" ? await this.endedAtLaunch(context, executor, attempt) : null,
+      );
     const { outcomes } = await this.writePage(
-      recordable.map(({ attemptId, startingAtMs, launch }) =>
-        this.launchOutcomeWrite(attemptId, startingAtMs, launch),
+      recordable.map(({ attemptId, startingAtMs, launch }, index) =>
+        this.launchOutcomeWrite(attemptId, startingAtMs, launch, endings[index] ?? null),
       ),
       recordable.map(({ runId }) => runId),
     );
@@ -1382,6 +1406,7 @@ export class Coordinator {
       if (outcome.ok) {
         if (entry.launch.status === "rejected") this.followUp = true;
         context.processed += 1;
+        if (outcome.value !== null) await this.afterComplete(outcome.value);
         continue;
       }
       // The process runs but its handle is not recorded: execution control writes it again.
@@ -1391,21 +1416,47 @@ export class Coordinator {
     }
   }
 
+  /**
+   * The completion facts of a launched process that has already ended (its receipt is valid),
+   * or null: still running, no receipt yet, or evidence execution control must judge. Reading
+   * costs nothing while the process runs under a supervisor that would report its end.
+   */
+  private async endedAtLaunch(
+    context: StageContext,
+    executor: Executor,
+    attempt: RunAttempt,
+  ): Promise<CompletionFacts | null> {
+    try {
+      const receipt = await executor.readReceipt(attempt);
+      if (receipt.status !== "valid") return null;
+      // As in execution control: once per completion, before the commit that records it.
+      await this.fault("completion.before_commit");
+      return receipt.facts;
+    } catch (error) {
+      // Execution control reads it again; the launch is recorded as running meanwhile.
+      context.errors.push({ ...describe(error), subject: attempt.id });
+      return null;
+    }
+  }
+
+  /** The launch's outcome; with `ended`, the completion too (`completeWrite`), in the same transaction. */
   private launchOutcomeWrite(
     attemptId: string,
     startingAtMs: number,
     launch: PromiseSettledResult<ProcessHandleFacts>,
-  ): PageWrite<void> {
+    ended: CompletionFacts | null,
+  ): PageWrite<{ readonly frontierAdvanced: boolean } | null> {
     return async (tx, nowMs, hostOffsetMs) => {
       const scope = await findAttemptScope(tx, attemptId);
-      if (scope === null || scope.attempt.status !== "starting") return;
+      if (scope === null || scope.attempt.status !== "starting") return null;
       if (launch.status === "rejected") {
         // The failure is recorded at store time and checked against the deadline (ADR-0227 §5).
         const message = describe(launch.reason).message;
         await tx.apply(startFailed(scope, message, scope.definition.retry, nowMs, startingAtMs));
-        return;
+        return null;
       }
       await tx.apply(markRunning(scope, handleInStoreTime(launch.value, hostOffsetMs), nowMs));
+      return ended === null ? null : this.completeWrite(attemptId, ended)(tx, nowMs, hostOffsetMs);
     };
   }
 
@@ -1597,6 +1648,9 @@ export class Coordinator {
         await this.countOne(context, attempt.id, () => this.recoverAgain(executor, attempt));
         continue;
       }
+      // Its launch is in flight (pipelined dispatch): the dispatch stage records its outcome
+      // and reads its receipt then, so nothing is read for it here.
+      if (this.launching.has(attempt.id)) continue;
       try {
         const receipt = await executor.readReceipt(attempt);
         if (attempt.status !== "starting" || receipt.status !== "none") {
@@ -1631,9 +1685,6 @@ export class Coordinator {
       );
     for (const { attempt, receipt } of read) {
       if (receipt.status === "valid") continue;
-      // Its launch is in flight (pipelined dispatch): the dispatch stage records its outcome;
-      // until then only its receipt may decide it.
-      if (this.launching.has(attempt.id)) continue;
       await this.countOne(context, attempt.id, () =>
         this.controlWithoutCompletion(executor, attempt, receipt, listedAtMs),
       );

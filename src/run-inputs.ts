@@ -1,6 +1,6 @@
 import { canonicalJson, type JsonValue } from "./canonical-json.ts";
 import { QlrError, type QlrErrorDetail } from "./errors.ts";
-import { utf8ByteLength } from "./manifest/limits.ts";
+import { utf8ByteLength } from "./utf8.ts";
 
 /**
  * Run inputs: a small map of named scalar values given when a run starts (`qlr start --input`,

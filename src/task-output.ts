@@ -1,5 +1,5 @@
 import { canonicalJson, parseJsonText, type JsonValue } from "./canonical-json.ts";
-import { utf8ByteLength } from "./manifest/limits.ts";
+import { utf8ByteLength } from "./utf8.ts";
 
 /**
  * Step outputs: a task may leave one small JSON result at the path the runtime names in

@@ -1,4 +1,4 @@
-import { Hono, type Context } from "hono";
+import { Hono, type Context, type MiddlewareHandler } from "hono";
 import { bearerAuth } from "hono/bearer-auth";
 import { bodyLimit } from "hono/body-limit";
 import { HTTPException } from "hono/http-exception";
@@ -125,14 +125,16 @@ export function createApp(given: AppDeps): Hono {
       if (c.req.method !== "GET" && c.req.method !== "HEAD" && c.res.status < 400) await onChange();
     });
   }
-  app.use(
-    "*",
-    bodyLimit({
-      maxSize: MAX_BODY_BYTES,
-      onError: (c) =>
-        c.json(errorBody("payload_too_large", `the body exceeds ${MAX_BODY_BYTES} bytes`), 413),
-    }),
-  );
+  const limitBody = bodyLimit({
+    maxSize: MAX_BODY_BYTES,
+    onError: (c) =>
+      c.json(errorBody("payload_too_large", `the body exceeds ${MAX_BODY_BYTES} bytes`), 413),
+  });
+  // GET and HEAD carry no body here, and asking for one builds a request stream on Node (the
+  // adapter makes it on first access): the dashboard's polls and the long-polls skip it.
+  const limitBodyWhereOne: MiddlewareHandler = (c, next) =>
+    c.req.method === "GET" || c.req.method === "HEAD" ? next() : limitBody(c, next);
+  app.use("*", limitBodyWhereOne);
 
   app.route("/", systemRoutes(deps));
   app.route("/", packageRoutes(deps));

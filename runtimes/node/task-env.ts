@@ -1,4 +1,4 @@
-import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { canonicalJson } from "../../src/canonical-json.ts";
 import { errorCode } from "../../src/errors.ts";
@@ -22,6 +22,10 @@ import type { TaskContext } from "../../src/task-context.ts";
  * | `QLR_OUTPUT` | the path to write the step's JSON output to (optional) |
  * | `QLR_NEEDS` | the path of a JSON file `{ "<step>": output or null }` of the needed steps |
  *
+ * A step that needs nothing is pointed at one shared file holding `{}` (`noNeedsPath`), made
+ * when missing, rather than a file of its own: on a busy device the needs file was one of the
+ * few files created per launch, and creating a file costs far more than checking one exists.
+ *
  * These names win over a declared `env` entry of the same name: a task cannot be told a wrong
  * run id by its own manifest.
  */
@@ -37,6 +41,26 @@ export function taskOutputPath(stateDir: string, attemptId: string): string {
 
 export function taskNeedsPath(stateDir: string, attemptId: string): string {
   return join(taskFilesDir(stateDir), `${assertPortableId(attemptId, "attemptId")}.needs.json`);
+}
+
+/** The needs file of every step that needs nothing: `{}`. Never an attempt's file: those end in `.needs.json` and `.output.json`. */
+export function noNeedsPath(stateDir: string): string {
+  return join(taskFilesDir(stateDir), "no-needs.json");
+}
+
+/** Writes `text` under a temporary name, then renames it into place: a task never reads half of it. */
+function writeWhole(path: string, text: string, folder: string): void {
+  const temporary = `${path}.tmp-${process.pid}`;
+  // The folder exists after the first launch of a state directory: it is made when missing,
+  // not asked for on every launch.
+  try {
+    writeFileSync(temporary, text, { mode: 0o600 });
+  } catch (error) {
+    if (errorCode(error) !== "ENOENT") throw error;
+    mkdirSync(folder, { recursive: true, mode: 0o700 });
+    writeFileSync(temporary, text, { mode: 0o600 });
+  }
+  renameSync(temporary, path);
 }
 
 /** The context variables alone (pure: tests and docs use it). */
@@ -73,23 +97,17 @@ export function prepareTaskEnvironment(
   declaredEnv: Readonly<Record<string, string>>,
 ): Promise<Record<string, string>> {
   const outputPath = taskOutputPath(stateDir, context.attemptId);
-  const needsPath = taskNeedsPath(stateDir, context.attemptId);
-  const temporary = `${needsPath}.tmp-${process.pid}`;
-  const needs = `${canonicalJson(context.needs)}\n`;
+  const needsNothing = Object.keys(context.needs).length === 0;
+  const needsPath = needsNothing
+    ? noNeedsPath(stateDir)
+    : taskNeedsPath(stateDir, context.attemptId);
   try {
     // Synchronous on purpose: a small file in the page cache, no fsync (a needs file is made
     // again at each launch). Through the thread pool it was five round trips per launch.
     rmSync(outputPath, { force: true });
-    // The folder exists after the first launch of a state directory: it is made when missing,
-    // not asked for on every launch.
-    try {
-      writeFileSync(temporary, needs, { mode: 0o600 });
-    } catch (error) {
-      if (errorCode(error) !== "ENOENT") throw error;
-      mkdirSync(taskFilesDir(stateDir), { recursive: true, mode: 0o700 });
-      writeFileSync(temporary, needs, { mode: 0o600 });
-    }
-    renameSync(temporary, needsPath);
+    if (!needsNothing)
+      writeWhole(needsPath, `${canonicalJson(context.needs)}\n`, taskFilesDir(stateDir));
+    else if (!existsSync(needsPath)) writeWhole(needsPath, "{}\n", taskFilesDir(stateDir));
   } catch (error) {
     return Promise.reject(error instanceof Error ? error : new Error(String(error)));
   }

@@ -2,7 +2,8 @@ import { z } from "zod";
 import { Cron, CronPattern } from "croner";
 import { PACKAGE_NAME_PATTERN, PORTABLE_ID_PATTERN, RESOURCE_NAME_PATTERN } from "../identity.ts";
 import { formatDurationMs, tryParseDurationMs } from "./duration.ts";
-import { MANIFEST_LIMITS, utf8ByteLength } from "./limits.ts";
+import { utf8ByteLength } from "../utf8.ts";
+import { MANIFEST_LIMITS } from "./limits.ts";
 import type { ManifestIssue } from "./types.ts";
 import { INPUT_KEY_PATTERN, inputValueProblem, MAX_INPUT_KEYS } from "../run-inputs.ts";
 

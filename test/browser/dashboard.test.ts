@@ -745,6 +745,79 @@ tasks:
     await api(`/runs/${live.id}/cancel`, { method: "POST" });
     expect(unexpectedErrors()).toEqual([]);
   }, 480_000);
+
+  // Runs after the overview test on purpose: its few hundred runs give the run list an older page.
+  it("every control reaches its action: reload log, rerun, dismiss, start again, load more, live refresh, forget token", async () => {
+    const { run } = await startThroughApi({ package: "reports", workflow: "tiny" });
+    await waitFor(
+      "the tiny run to succeed",
+      async () =>
+        (await api<RunJson>(`/runs/${run.id}`)).run.status === "succeeded" ? true : null,
+      60_000,
+    );
+    let logReads = 0;
+    const page = await openWithToken(`/#/runs/${run.id}/steps/one`, {
+      watch: (watched) =>
+        watched.on("request", (request) => {
+          if (new URL(request.url()).pathname === `/runs/${run.id}/steps/one/log`) logReads += 1;
+        }),
+    });
+    // The attempt ended and its log was read to the end: only Reload log asks for it again.
+    await page.locator('#log[data-finished="true"]').waitFor({ timeout: 30_000 });
+    const readsBeforeReload = logReads;
+    await page.locator("#refresh-log").click();
+    await waitFor("a log read after Reload log", () => logReads > readsBeforeReload, 20_000);
+    await page.locator('#log[data-finished="true"]').waitFor();
+
+    await page.locator("#rerun").click();
+    await page.waitForURL((url) => !url.hash.includes(encodeURIComponent(run.id)));
+    const rerunId = runIdOf(page);
+    // Each click below waits for the page of the run it means: the previous view stays until
+    // the next one is drawn, and its buttons would act on the previous run.
+    await expectText(page, "#run-id", rerunId);
+    expect((await api<{ run: { rerunOf: string | null } }>(`/runs/${rerunId}`)).run.rerunOf).toBe(
+      run.id,
+    );
+    await page.locator('#run-status [data-status="succeeded"]').waitFor({ timeout: 60_000 });
+    await page.locator("#start-again").click();
+    await page.waitForURL((url) => !url.hash.includes(encodeURIComponent(rerunId)));
+    const againId = runIdOf(page);
+    const again = await api<{ run: { target: string; rerunOf: string | null } }>(
+      `/runs/${againId}`,
+    );
+    expect(again.run).toMatchObject({ target: "tiny", rerunOf: null });
+    await expectText(page, "#run-id", againId);
+
+    // A message that stays (no navigation follows a cancel request), then its Dismiss button.
+    const { run: doomed } = await startThroughApi({ package: "reports", task: "wait-upstream" });
+    await page.goto(`${baseUrl}/#/runs/${doomed.id}`);
+    await expectText(page, "#run-id", doomed.id);
+    await page.locator("#cancel-run:not([disabled])").click();
+    await expectText(page, "#message", `Cancel requested for run ${doomed.id}`);
+    await page.locator('#message [data-key="dismiss"]').click();
+    await page.locator("#message").waitFor({ state: "detached" });
+    await page.locator('#run-status [data-status="cancelled"]').waitFor({ timeout: 30_000 });
+
+    await page.locator("#nav-runs").click();
+    await page.locator("#load-more").click();
+    await waitFor(
+      "the older page of runs",
+      async () => (await page.locator("#runs-table tbody tr").count()) > 50,
+      20_000,
+    );
+
+    await page.locator("#live-toggle").uncheck();
+    await page.locator("#conn .dot.paused").waitFor();
+    expect(await page.evaluate(() => localStorage.getItem("qlr.dashboard.live"))).toBe("off");
+    await page.locator("#live-toggle").check();
+    await page.locator("#conn .dot:not(.paused)").waitFor();
+    expect(await page.evaluate(() => localStorage.getItem("qlr.dashboard.live"))).toBe("on");
+
+    await page.locator("#forget-token").click();
+    await expectText(page, "#token-title", "Token needed");
+    expect(await page.evaluate(() => localStorage.getItem("qlr.dashboard.token"))).toBeNull();
+    await closeClean(page);
+  }, 120_000);
 });
 
 /** The ids of every run with `status`, through the run list's keyset pages. */

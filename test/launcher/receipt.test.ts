@@ -1,4 +1,4 @@
-import { chmod, readFile, rename, symlink, writeFile } from "node:fs/promises";
+import { access, chmod, readFile, rename, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
@@ -8,10 +8,24 @@ import {
   type CompletionReceipt,
 } from "../../runtimes/node/launcher/index.ts";
 import { signReceipt, writeReceiptExclusive } from "../../runtimes/node/launcher/receipt.ts";
-import { stateLayout } from "../../runtimes/node/launcher/state-layout.ts";
-import { useScratch, newAttemptId, newLauncher, shellSpec, waitForReceipt } from "./support.ts";
+import { journalPath, stateLayout } from "../../runtimes/node/launcher/state-layout.ts";
+import {
+  useScratch,
+  newAttemptId,
+  newLauncher,
+  shellSpec,
+  waitFor,
+  waitForReceipt,
+} from "./support.ts";
 
 const scratch = useScratch("receipt");
+
+async function exists(path: string): Promise<boolean> {
+  return access(path).then(
+    () => true,
+    () => false,
+  );
+}
 
 /** Launches a task that exits with 7 and returns the launcher, the attempt and the receipt file's path. */
 async function completedAttempt(): Promise<{
@@ -90,6 +104,24 @@ describe("readReceipt", () => {
     await writeFile(receiptFile, JSON.stringify(shifted));
     const reading = await launcher.readReceipt(attemptId);
     expect(reading.status === "invalid" && reading.reason).toContain("journal");
+  });
+
+  it("checks a receipt against the start time it journaled itself, from memory, until that receipt reads valid", async () => {
+    const { launcher, stateDir } = await newLauncher(scratch);
+    const spec = shellSpec("exit 0");
+    await launcher.launch(spec);
+    const receiptFile = join(stateDir, "receipts", `${spec.attemptId}.json`);
+    await waitFor("the receipt file", async () => ((await exists(receiptFile)) ? true : null));
+    // The journal file is unreadable from now on: only the launcher's own memory of what it
+    // wrote can vouch for the receipt's start time.
+    await writeFile(journalPath(stateLayout(stateDir), spec.attemptId), "not json");
+    expect(await waitForReceipt(launcher, spec.attemptId)).toMatchObject({ status: "valid" });
+    // Remembered only until then; another launcher never had it: both read the file.
+    const again = await launcher.readReceipt(spec.attemptId);
+    expect(again.status === "invalid" && again.reason).toContain("journal");
+    const { launcher: other } = await newLauncher(scratch, { stateDir });
+    const fresh = await other.readReceipt(spec.attemptId);
+    expect(fresh.status === "invalid" && fresh.reason).toContain("journal");
   });
 
   it("rejects extra fields, unparseable text and a symbolic link", async () => {

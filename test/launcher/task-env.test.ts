@@ -8,6 +8,7 @@ import { MAX_OUTPUT_BYTES } from "../../src/task-output.ts";
 import { receiptMac } from "../../runtimes/node/launcher/receipt.ts";
 import { LocalProcessExecutor } from "../../runtimes/node/local-executor.ts";
 import {
+  noNeedsPath,
   prepareTaskEnvironment,
   taskNeedsPath,
   taskOutputPath,
@@ -155,6 +156,28 @@ describe("task environment", () => {
     await symlink("/etc/hostname", taskOutputPath(stateDir, attemptId));
     await prepareTaskEnvironment(stateDir, contextFor(attemptId), {});
     await expect(access(taskOutputPath(stateDir, attemptId))).rejects.toThrow();
+  });
+
+  it("a step that needs nothing reads {} from one shared file, made again when it is missing", async () => {
+    const { stateDir } = await newLauncher(scratch);
+    const noNeeds = (attemptId: string): TaskContext => ({ ...contextFor(attemptId), needs: {} });
+    const first = newAttemptId();
+    const env = await prepareTaskEnvironment(stateDir, noNeeds(first), {});
+    expect(env.QLR_NEEDS).toBe(noNeedsPath(stateDir));
+    expect(JSON.parse(await readFile(noNeedsPath(stateDir), "utf8"))).toEqual({});
+    // No file of its own was made for it.
+    await expect(access(taskNeedsPath(stateDir, first))).rejects.toThrow();
+    await rm(noNeedsPath(stateDir));
+    const second = newAttemptId();
+    expect((await prepareTaskEnvironment(stateDir, noNeeds(second), {})).QLR_NEEDS).toBe(
+      noNeedsPath(stateDir),
+    );
+    expect(JSON.parse(await readFile(noNeedsPath(stateDir), "utf8"))).toEqual({});
+    // A step with needs still gets its own file.
+    const third = newAttemptId();
+    expect((await prepareTaskEnvironment(stateDir, contextFor(third), {})).QLR_NEEDS).toBe(
+      taskNeedsPath(stateDir, third),
+    );
   });
 
   it("the task files folder is made when missing: at the first launch and after it was removed", async () => {

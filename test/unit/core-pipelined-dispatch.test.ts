@@ -125,6 +125,56 @@ describe("pipelined dispatch", () => {
     await rig.store.close();
   });
 
+  it("commits a launch whose process has already ended with its completion, in the same transaction, and execution control reads nothing for launches in flight", async () => {
+    const rig = await storeRig(7);
+    const held = heldExecutor(rig);
+    const receiptsRead: string[] = [];
+    const reading: Executor = {
+      ...held.executor,
+      readReceipt: (attempt) => {
+        receiptsRead.push(attempt.id);
+        return held.executor.readReceipt(attempt);
+      },
+    };
+    const processed: Record<string, number> = {};
+    const coordinator = rig.coordinator("standalone", {
+      executors: { local_process: reading },
+      pipelinedLaunches: { pages: 2, settled: () => undefined },
+      onStage: (stage) => (processed[stage.name] = (processed[stage.name] ?? 0) + stage.processed),
+    });
+    // 6 roots, standalone dispatch 4: the first page is handed over with 2 claims behind it.
+    await startDiamonds(rig, 6);
+    await coordinator.tick();
+    expect(held.launches).toHaveLength(4);
+    // Execution control skipped the four in flight: no receipt read for them.
+    expect(receiptsRead).toEqual([]);
+    const firstPage = held.launches.map((request) => request.attempt.id);
+
+    held.release();
+    await new Promise((resolve) => setImmediate(resolve));
+    // Every process of the first page ends (100 ms of the clock) before its launch is recorded.
+    rig.clock.advance(1000);
+    processed.execution_control = 0;
+    processed.dispatch = 0;
+    await coordinator.tick();
+    for (const attemptId of firstPage) {
+      const attempt = await rig.store.transaction((tx) => tx.getAttempt(attemptId));
+      expect(attempt?.status).toBe("succeeded");
+    }
+    // Recorded by the dispatch stage (four launches, then the last two claims), not by
+    // execution control: each `running` and its completion committed together.
+    expect(processed.execution_control).toBe(0);
+    expect(processed.dispatch).toBeGreaterThanOrEqual(4);
+    // The events still tell every transition: starting, running, succeeded, in order.
+    const first = held.launches[0]?.attempt;
+    const events = await rig.store.transaction((tx) => tx.listEvents(first?.runId ?? "", 0, 200));
+    const statuses = events
+      .filter((event) => event.type === "attempt.status_changed" && event.attemptId === first?.id)
+      .map((event) => event.data.to);
+    expect(statuses.slice(-3)).toEqual(["starting", "running", "succeeded"]);
+    await rig.store.close();
+  });
+
   it("idle() after a freeze waits for every launch in flight and records it, so a stop sees it running", async () => {
     const { rig, coordinator, held } = await pipelinedRig(6);
     for (let cycle = 0; cycle < 3; cycle += 1) await coordinator.tick();

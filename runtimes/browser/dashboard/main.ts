@@ -1,13 +1,16 @@
 /// <reference lib="dom" />
 /**
  * The qlr dashboard: a dependency-free page over the public HTTP API through the one client
- * (runtimes/http/client.ts). The state (state.ts), the hash routes (router.ts), the views
- * (views/), the actions (actions.ts), the page around them (shell.ts) and the refresh loop
- * (refresh.ts) each have their file; this one wires the page's events and starts it.
+ * (runtimes/http/client.ts). The state (state.ts), the hash routes (router.ts), the fixed parts
+ * of the page (page.ts), the views (views/), the actions (actions.ts), the connection bar and
+ * token form (shell.ts) and the refresh loop (refresh.ts) each have their file, and each imports
+ * only files below it: the loop hands itself and the actions down as arguments. This one wires
+ * the page's events and starts it.
  */
-import { refresh } from "./refresh.ts";
+import { main } from "./page.ts";
+import { loop, refresh } from "./refresh.ts";
 import { parseRoute } from "./router.ts";
-import { main, renderConnection, renderTokenForm } from "./shell.ts";
+import { renderConnection, renderTokenForm } from "./shell.ts";
 import { pageClient, state, TOKEN_KEY } from "./state.ts";
 
 window.addEventListener("hashchange", () => {
@@ -33,9 +36,9 @@ document.getElementById("skip-link")?.addEventListener("click", (event) => {
 
 const stored = localStorage.getItem(TOKEN_KEY);
 if (stored === null || stored.length === 0) {
-  renderTokenForm("needed");
+  renderTokenForm(loop, "needed");
 } else {
   state.api = pageClient(stored);
-  renderConnection();
+  renderConnection(loop);
   void refresh(true);
 }

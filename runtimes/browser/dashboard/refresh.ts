@@ -1,14 +1,24 @@
 /// <reference lib="dom" />
 import { isUnauthorized } from "../../http/client.ts";
 import { h, replaceKeepingFocus } from "../shared/dom.ts";
-import { main, markNav, messageBox, renderConnection, renderTokenForm, stamp } from "./shell.ts";
-import { describe, POLL_MS, state, TOKEN_KEY, type BuiltView } from "./state.ts";
+import { viewHandlers } from "./actions.ts";
+import { main, markNav, messageBox, stamp } from "./page.ts";
+import { renderConnection, renderTokenForm } from "./shell.ts";
+import { describe, POLL_MS, state, TOKEN_KEY, type BuiltView, type Loop } from "./state.ts";
 import { overviewView } from "./views/overview.ts";
 import { packagesView } from "./views/packages.ts";
 import { runView } from "./views/run.ts";
 import { runsView } from "./views/runs.ts";
 
-/** The refresh loop: build the current view, re-draw it only when its signature changed, poll again. */
+/**
+ * The refresh loop: build the current view, re-draw it only when its signature changed, poll
+ * again. It is the one place that wires the page: it hands itself (`loop`) to the connection
+ * bar and the token form, and the actions bound to it (`handlers`) to the views, so calls run
+ * down from here and nothing below imports this file.
+ */
+
+export const loop: Loop = { refresh, schedulePoll };
+const handlers = viewHandlers(loop);
 
 export async function refresh(routeChanged: boolean): Promise<void> {
   if (state.api === null) return;
@@ -23,18 +33,18 @@ export async function refresh(routeChanged: boolean): Promise<void> {
   try {
     built =
       state.route.view === "overview"
-        ? await overviewView(client, serial)
+        ? await overviewView(client, serial, handlers)
         : state.route.view === "runs"
-          ? await runsView(client, state.route, serial)
+          ? await runsView(client, state.route, serial, handlers)
           : state.route.view === "run"
-            ? await runView(client, state.route, serial)
-            : await packagesView(client, serial);
+            ? await runView(client, state.route, serial, handlers)
+            : await packagesView(client, serial, handlers);
   } catch (error) {
     if (isUnauthorized(error)) {
       localStorage.removeItem(TOKEN_KEY);
       state.api = null;
-      renderConnection();
-      renderTokenForm("rejected");
+      renderConnection(loop);
+      renderTokenForm(loop, "rejected");
       return;
     }
     if (serial !== state.viewSerial) return;
@@ -45,7 +55,7 @@ export async function refresh(routeChanged: boolean): Promise<void> {
       replaceKeepingFocus(
         main,
         h("h1", { class: "view-title", tabindex: "-1" }, "Dashboard"),
-        messageBox(),
+        messageBox(handlers.dismissMessage),
       );
     else if (existing === null)
       main

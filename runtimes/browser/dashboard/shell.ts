@@ -1,62 +1,17 @@
 /// <reference lib="dom" />
 import { isUnauthorized } from "../../http/client.ts";
 import { h, type Child } from "../shared/dom.ts";
-import { refresh, schedulePoll } from "./refresh.ts";
-import { describe, LIVE_KEY, pageClient, POLL_MS, setMessage, state, TOKEN_KEY } from "./state.ts";
+import { main } from "./page.ts";
+import { describe, LIVE_KEY, pageClient, state, TOKEN_KEY, type Loop } from "./state.ts";
 
-/** The page around the views: the connection bar, the navigation, messages and the token form. */
+/**
+ * The connection bar (live refresh, forget the token) and the token form. What they change is
+ * re-drawn through the loop they are given: they do not import it.
+ */
 
-export const main = document.getElementById("main") as HTMLElement;
 const conn = document.getElementById("conn") as HTMLElement;
 
-export function messageBox(): Child {
-  return [
-    state.connectionProblem === null
-      ? null
-      : h(
-          "div",
-          { class: "alert", role: "alert", id: "connection-problem" },
-          `Could not refresh: ${state.connectionProblem}. Retrying every ${POLL_MS / 1000} s.`,
-        ),
-    state.message === null
-      ? null
-      : h(
-          "div",
-          {
-            class: state.message.kind === "error" ? "alert" : "notice",
-            role: state.message.kind === "error" ? "alert" : "status",
-            id: "message",
-          },
-          state.message.text,
-          " ",
-          h(
-            "button",
-            { type: "button", class: "linkish", "data-key": "dismiss", onclick: () => dismiss() },
-            "Dismiss",
-          ),
-        ),
-  ];
-}
-
-export function dismiss(): void {
-  setMessage(null);
-  void refresh(false);
-}
-
-export function markNav(): void {
-  for (const [id, view] of [
-    ["nav-overview", "overview"],
-    ["nav-runs", "runs"],
-    ["nav-packages", "packages"],
-  ] as const) {
-    const link = document.getElementById(id);
-    const current = state.route.view === view || (view === "runs" && state.route.view === "run");
-    if (current) link?.setAttribute("aria-current", "page");
-    else link?.removeAttribute("aria-current");
-  }
-}
-
-export function renderConnection(): void {
+export function renderConnection(loop: Loop): void {
   if (state.api === null) {
     conn.replaceChildren();
     state.updatedText = null;
@@ -70,9 +25,9 @@ export function renderConnection(): void {
   liveBox.addEventListener("change", () => {
     state.live = liveBox.checked;
     localStorage.setItem(LIVE_KEY, state.live ? "on" : "off");
-    renderConnection();
-    schedulePoll();
-    if (state.live) void refresh(false);
+    renderConnection(loop);
+    loop.schedulePoll();
+    if (state.live) void loop.refresh(false);
   });
   state.updatedText = h("span", { class: "live", id: "updated" }, "connecting…");
   conn.replaceChildren(
@@ -85,26 +40,22 @@ export function renderConnection(): void {
     h("label", { class: "check", for: "live-toggle" }, liveBox, "Live refresh (2 s)"),
     h(
       "button",
-      { type: "button", id: "forget-token", onclick: () => forgetToken() },
+      { type: "button", id: "forget-token", onclick: () => forgetToken(loop) },
       "Forget token",
     ),
   );
 }
 
-export function stamp(): void {
-  if (state.updatedText !== null)
-    state.updatedText.textContent = `Connected · updated ${new Date().toISOString().slice(11, 19)}Z`;
-}
-
-export function forgetToken(): void {
+export function forgetToken(loop: Loop): void {
   localStorage.removeItem(TOKEN_KEY);
   state.api = null;
   state.packagesCache = null;
-  renderConnection();
-  renderTokenForm("needed");
+  renderConnection(loop);
+  renderTokenForm(loop, "needed");
 }
 
 export function renderTokenForm(
+  loop: Loop,
   reason: "needed" | "wrong" | "rejected" | "unreachable",
   detail = "",
 ): void {
@@ -128,7 +79,7 @@ export function renderTokenForm(
   );
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    void tryToken(input.value.trim());
+    void tryToken(loop, input.value.trim());
   });
   const problem: Record<typeof reason, Child> = {
     needed: null,
@@ -182,18 +133,18 @@ export function renderTokenForm(
   input.focus();
 }
 
-export async function tryToken(candidate: string): Promise<void> {
+export async function tryToken(loop: Loop, candidate: string): Promise<void> {
   if (candidate.length === 0) return;
   const probe = pageClient(candidate);
   try {
     await probe.packages();
   } catch (error) {
-    if (isUnauthorized(error)) renderTokenForm("wrong");
-    else renderTokenForm("unreachable", describe(error));
+    if (isUnauthorized(error)) renderTokenForm(loop, "wrong");
+    else renderTokenForm(loop, "unreachable", describe(error));
     return;
   }
   localStorage.setItem(TOKEN_KEY, candidate);
   state.api = probe;
-  renderConnection();
-  await refresh(true);
+  renderConnection(loop);
+  await loop.refresh(true);
 }

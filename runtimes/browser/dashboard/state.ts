@@ -39,6 +39,33 @@ export interface LogState {
 /** What one view answers: a signature of its data and how to draw it; null when another view took over. */
 export type BuiltView = { readonly signature: string; readonly render: () => Child[] } | null;
 
+/**
+ * The refresh loop (refresh.ts) as the page's controls see it. It is handed down as an
+ * argument, so the connection bar, the token form and the actions re-draw the view without
+ * importing the loop that draws them.
+ */
+export interface Loop {
+  readonly refresh: (routeChanged: boolean) => Promise<void>;
+  readonly schedulePoll: () => void;
+}
+
+/**
+ * What a view's buttons do: the actions (actions.ts) bound to the loop, handed to every view
+ * by refresh.ts, so a view draws its controls without importing what they do.
+ */
+export interface ViewHandlers {
+  readonly startRun: (
+    packageName: string,
+    kind: "workflow" | "task",
+    name: string,
+  ) => Promise<void>;
+  readonly rerunRun: (id: string, fromFailed: boolean) => Promise<void>;
+  readonly cancelRun: (id: string, button: HTMLButtonElement) => Promise<void>;
+  readonly loadMore: (client: QlrClient, status: RunStatus | null, cursor: string) => Promise<void>;
+  readonly reloadLog: () => void;
+  readonly dismissMessage: () => void;
+}
+
 export interface DashboardState {
   api: QlrClient | null;
   route: Route;

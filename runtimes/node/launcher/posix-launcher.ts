@@ -139,6 +139,8 @@ export const DEFAULT_SUPERVISOR_PATH = fileURLToPath(
 const KILL_SETTLE_MS = 5000;
 const POLL_INTERVAL_MS = 20;
 const ARGV_MAX_ENTRIES = 4096;
+/** Journal start times this launcher wrote and still expects a receipt for (see `journaledStartedAtMs`). */
+const REMEMBERED_JOURNALS_MAX = 4096;
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /**
@@ -274,6 +276,14 @@ export class PosixLauncher {
   private readonly stopsInFlight = new Map<string, Promise<StopResult>>();
   /** Launches between their journal write and the supervisor's answer: never settled as never spawned. */
   private readonly launchesInFlight = new Set<string>();
+  /**
+   * The `startedAtMs` of the journal records this launcher wrote, until their receipt is read
+   * valid: a receipt is checked against the journal, and the record is immutable once written
+   * (created exclusively, never rewritten), so the value written is the value a read would
+   * return; reading the file back per completion is saved. Bounded: the oldest are forgotten
+   * first, and a forgotten one is read from its file as before.
+   */
+  private readonly journaledStartedAtMs = new Map<string, number>();
 
   constructor(options: PosixLauncherOptions) {
     this.layout = stateLayout(options.stateDir);
@@ -364,6 +374,11 @@ export class PosixLauncher {
       };
       try {
         await writeJournalRecord(this.layout, journal);
+        if (this.journaledStartedAtMs.size >= REMEMBERED_JOURNALS_MAX) {
+          const oldest = this.journaledStartedAtMs.keys().next().value;
+          if (oldest !== undefined) this.journaledStartedAtMs.delete(oldest);
+        }
+        this.journaledStartedAtMs.set(attemptId, startedAtMs);
       } catch (error) {
         if (errorCode(error) === "EEXIST")
           throw new QlrError(
@@ -690,6 +705,7 @@ export class PosixLauncher {
     const ids = attemptIds.map((attemptId) => assertPortableId(attemptId, "attemptId"));
     if (ids.length === 0) return;
     for (const attemptId of ids) {
+      this.journaledStartedAtMs.delete(attemptId);
       for (const path of attemptFilesBesideJournal(this.layout, attemptId))
         await unlinkIfPresent(path);
       // Removes symbolic links a task left there, never what they point to.
@@ -719,19 +735,24 @@ export class PosixLauncher {
     if (!file.ok) return { status: "invalid", reason: `receipt ${file.reason}` };
     const checked = checkReceiptText(this.hmacKey, file.text, attemptId);
     if (!checked.ok) return { status: "invalid", reason: checked.reason };
-    let journal: JournalRecord | null;
-    try {
-      journal = await readJournalRecord(this.layout, attemptId);
-    } catch (error) {
-      return { status: "invalid", reason: `journal unusable: ${errorMessage(error)}` };
+    let journaledAtMs = this.journaledStartedAtMs.get(attemptId);
+    if (journaledAtMs === undefined) {
+      let journal: JournalRecord | null;
+      try {
+        journal = await readJournalRecord(this.layout, attemptId);
+      } catch (error) {
+        return { status: "invalid", reason: `journal unusable: ${errorMessage(error)}` };
+      }
+      if (journal === null)
+        return { status: "invalid", reason: "no journal record for this receipt" };
+      journaledAtMs = journal.startedAtMs;
     }
-    if (journal === null)
-      return { status: "invalid", reason: "no journal record for this receipt" };
-    if (journal.startedAtMs !== checked.receipt.startedAtMs)
+    if (journaledAtMs !== checked.receipt.startedAtMs)
       return {
         status: "invalid",
-        reason: `receipt startedAtMs ${checked.receipt.startedAtMs} differs from the journal's ${journal.startedAtMs}`,
+        reason: `receipt startedAtMs ${checked.receipt.startedAtMs} differs from the journal's ${journaledAtMs}`,
       };
+    this.journaledStartedAtMs.delete(attemptId);
     return { status: "valid", receipt: checked.receipt };
   }
 

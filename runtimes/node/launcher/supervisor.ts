@@ -47,7 +47,7 @@ import {
 } from "./receipt.ts";
 import { NO_OUTPUT } from "../../../src/task-output.ts";
 import { taskOutputPath } from "../task-env.ts";
-import { readTaskOutput } from "../task-output.ts";
+import { readTaskOutput } from "./task-output.ts";
 import { writeSpawnRecord } from "./spawn-record.ts";
 import { attemptLogPath, stateLayout, stopIntentPath, type StateLayout } from "./state-layout.ts";
 import { readStopReason, recordStopIntent } from "./stop-intent.ts";

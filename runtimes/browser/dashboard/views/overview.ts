@@ -5,8 +5,8 @@ import { h, s, type Child } from "../../shared/dom.ts";
 import { formatDuration, formatRelative, formatTime } from "../../shared/format.ts";
 import { statusBadge, withStatusTone } from "../../shared/status.ts";
 import { runHref } from "../router.ts";
-import { messageBox } from "../shell.ts";
-import { state, type BuiltView } from "../state.ts";
+import { messageBox } from "../page.ts";
+import { state, type BuiltView, type ViewHandlers } from "../state.ts";
 
 /**
  * `#/` and `#/overview`: runs per hour by status and workflow durations over the last 24 hours
@@ -239,7 +239,11 @@ function runList(id: string, runs: Overview["active"], empty: string, nowMs: num
   );
 }
 
-export async function overviewView(client: QlrClient, serial: number): Promise<BuiltView> {
+export async function overviewView(
+  client: QlrClient,
+  serial: number,
+  handlers: ViewHandlers,
+): Promise<BuiltView> {
   const { overview } = await client.overview(HOURS);
   if (serial !== state.viewSerial) return null;
   const hours = Array.from(
@@ -255,7 +259,7 @@ export async function overviewView(client: QlrClient, serial: number): Promise<B
     signature,
     render: () => [
       h("h1", { class: "view-title", tabindex: "-1" }, "Overview"),
-      messageBox(),
+      messageBox(handlers.dismissMessage),
       h(
         "section",
         { class: "card", "aria-labelledby": "runs-chart-title" },

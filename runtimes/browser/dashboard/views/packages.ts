@@ -2,14 +2,17 @@
 import type { QlrClient } from "../../../http/client.ts";
 import { dataTable, h } from "../../shared/dom.ts";
 import { formatDuration, formatRelative, formatTime, shortDigest } from "../../shared/format.ts";
-import { startRun } from "../actions.ts";
-import { messageBox } from "../shell.ts";
-import { loadPackages, state, type BuiltView } from "../state.ts";
+import { messageBox } from "../page.ts";
+import { loadPackages, state, type BuiltView, type ViewHandlers } from "../state.ts";
 import { startButtons } from "./parts.ts";
 
 /** `#/packages`: every applied package with its workflows, tasks, schedules and generations. */
 
-export async function packagesView(client: QlrClient, serial: number): Promise<BuiltView> {
+export async function packagesView(
+  client: QlrClient,
+  serial: number,
+  handlers: ViewHandlers,
+): Promise<BuiltView> {
   const details = await loadPackages(client, true);
   if (serial !== state.viewSerial) return null;
   const nowMs = Date.now();
@@ -22,8 +25,10 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
     signature,
     render: () => [
       h("h1", { class: "view-title", tabindex: "-1" }, "Packages"),
-      messageBox(),
-      details.length === 0 ? h("section", { class: "card" }, startButtons(details, false)) : null,
+      messageBox(handlers.dismissMessage),
+      details.length === 0
+        ? h("section", { class: "card" }, startButtons(details, false, handlers))
+        : null,
       details.map((detail) => {
         const name = detail.package.package;
         return h(
@@ -70,7 +75,7 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
                             class: "primary",
                             "data-key": `pstart-${name}-w-${workflow.name}`,
                             "data-start": `${name}/${workflow.name}`,
-                            onclick: () => void startRun(name, "workflow", workflow.name),
+                            onclick: () => void handlers.startRun(name, "workflow", workflow.name),
                           },
                           `Start ${workflow.name}`,
                         ),
@@ -100,7 +105,7 @@ export async function packagesView(client: QlrClient, serial: number): Promise<B
                             type: "button",
                             "data-key": `pstart-${name}-t-${task.name}`,
                             "data-start": `${name}/${task.name}`,
-                            onclick: () => void startRun(name, "task", task.name),
+                            onclick: () => void handlers.startRun(name, "task", task.name),
                           },
                           `Run ${task.name}`,
                         ),

@@ -2,7 +2,7 @@
 import type { PackageDetailView, RuntimeInfo } from "../../../http/contract.ts";
 import { h, type Child } from "../../shared/dom.ts";
 import { formatDuration } from "../../shared/format.ts";
-import { startRun } from "../actions.ts";
+import type { ViewHandlers } from "../state.ts";
 
 /** Pieces more than one view draws. */
 
@@ -16,7 +16,11 @@ export function retentionNote(info: RuntimeInfo): Child {
   );
 }
 
-export function startButtons(details: readonly PackageDetailView[], compact: boolean): Child {
+export function startButtons(
+  details: readonly PackageDetailView[],
+  compact: boolean,
+  handlers: ViewHandlers,
+): Child {
   if (details.length === 0)
     return h(
       "p",
@@ -45,7 +49,7 @@ export function startButtons(details: readonly PackageDetailView[], compact: boo
               "data-key": `start-${name}-w-${workflow.name}`,
               "data-start": `${name}/${workflow.name}`,
               "data-kind": "workflow",
-              onclick: () => void startRun(name, "workflow", workflow.name),
+              onclick: () => void handlers.startRun(name, "workflow", workflow.name),
             },
             `Start ${workflow.name}`,
             compact ? null : h("span", { class: "kind" }, `${workflow.steps.length} steps`),
@@ -59,7 +63,7 @@ export function startButtons(details: readonly PackageDetailView[], compact: boo
               "data-key": `start-${name}-t-${task.name}`,
               "data-start": `${name}/${task.name}`,
               "data-kind": "task",
-              onclick: () => void startRun(name, "task", task.name),
+              onclick: () => void handlers.startRun(name, "task", task.name),
             },
             `Run task ${task.name}`,
           ),

@@ -6,12 +6,11 @@ import { renderDag, type DagStep } from "../../shared/dag.ts";
 import { card, dataTable, h } from "../../shared/dom.ts";
 import { formatDuration, formatTime } from "../../shared/format.ts";
 import { statusBadge } from "../../shared/status.ts";
-import { cancelRun, reloadLog, rerunRun, startRun } from "../actions.ts";
 import { runHref, stepHref, type Route } from "../router.ts";
-import { messageBox } from "../shell.ts";
+import { messageBox } from "../page.ts";
 import { loadLiveLog, renderLiveLog } from "../live-log.ts";
 import { loadRunNotifications, renderRunNotifications } from "./run-notifications.ts";
-import { state, type BuiltView } from "../state.ts";
+import { state, type BuiltView, type ViewHandlers } from "../state.ts";
 
 /** A JSON value on one line, cut to `width` characters ("—" for none): outputs and inputs in tables. */
 export function briefJson(value: unknown, width = 80): string {
@@ -53,6 +52,7 @@ export async function runView(
   client: QlrClient,
   view: Extract<Route, { view: "run" }>,
   serial: number,
+  handlers: ViewHandlers,
 ): Promise<BuiltView> {
   let detail: RunDetail;
   try {
@@ -102,7 +102,7 @@ export async function runView(
     },
     run.cancelRequestedAtMs !== null && !terminal ? "Cancelling…" : "Cancel run",
   );
-  cancel.addEventListener("click", () => void cancelRun(run.id, cancel));
+  cancel.addEventListener("click", () => void handlers.cancelRun(run.id, cancel));
   const again = h(
     "button",
     {
@@ -110,7 +110,11 @@ export async function runView(
       id: "start-again",
       "data-key": "start-again",
       onclick: () =>
-        void startRun(run.package, run.kind === "workflow" ? "workflow" : "task", run.target),
+        void handlers.startRun(
+          run.package,
+          run.kind === "workflow" ? "workflow" : "task",
+          run.target,
+        ),
     },
     "Start again",
   );
@@ -125,7 +129,7 @@ export async function runView(
         `${run.package}/${run.target}`,
         h("span", { id: "run-status" }, statusBadge(run.status, "large")),
       ),
-      messageBox(),
+      messageBox(handlers.dismissMessage),
       typeof detail.waiting === "string"
         ? h("p", { class: "muted", id: "run-waiting" }, detail.waiting)
         : null,
@@ -212,7 +216,7 @@ export async function runView(
                     type: "button",
                     id: "rerun",
                     "data-key": "rerun",
-                    onclick: () => void rerunRun(run.id, false),
+                    onclick: () => void handlers.rerunRun(run.id, false),
                   },
                   "Rerun",
                 )
@@ -224,7 +228,7 @@ export async function runView(
                     type: "button",
                     id: "rerun-failed",
                     "data-key": "rerun-failed",
-                    onclick: () => void rerunRun(run.id, true),
+                    onclick: () => void handlers.rerunRun(run.id, true),
                   },
                   "Rerun failed steps",
                 )
@@ -402,7 +406,7 @@ export async function runView(
                   type: "button",
                   id: "refresh-log",
                   "data-key": "refresh-log",
-                  onclick: () => void reloadLog(),
+                  onclick: () => void handlers.reloadLog(),
                 },
                 "Reload log",
               ),

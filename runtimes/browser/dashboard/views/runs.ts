@@ -5,10 +5,16 @@ import type { RunView } from "../../../http/contract.ts";
 import { card, dataTable, h, type Child } from "../../shared/dom.ts";
 import { formatDuration, formatTime } from "../../shared/format.ts";
 import { statusBadge } from "../../shared/status.ts";
-import { loadMore } from "../actions.ts";
 import { runHref, type Route } from "../router.ts";
-import { messageBox } from "../shell.ts";
-import { loadInfo, loadPackages, RUNS_PAGE, state, type BuiltView } from "../state.ts";
+import { messageBox } from "../page.ts";
+import {
+  loadInfo,
+  loadPackages,
+  RUNS_PAGE,
+  state,
+  type BuiltView,
+  type ViewHandlers,
+} from "../state.ts";
 import { retentionNote, startButtons } from "./parts.ts";
 
 /** `#/runs`: start buttons and the runs, newest first, filtered by status and paged by cursor. */
@@ -75,6 +81,7 @@ export async function runsView(
   client: QlrClient,
   view: Extract<Route, { view: "runs" }>,
   serial: number,
+  handlers: ViewHandlers,
 ): Promise<BuiltView> {
   const [page, packages, info] = await Promise.all([
     client.listRuns({ status: view.status, limit: RUNS_PAGE }),
@@ -118,8 +125,8 @@ export async function runsView(
     signature,
     render: () => [
       h("h1", { class: "view-title", tabindex: "-1" }, "Runs"),
-      messageBox(),
-      card("Start a run", "start-title", startButtons(packages, true)),
+      messageBox(handlers.dismissMessage),
+      card("Start a run", "start-title", startButtons(packages, true, handlers)),
       h(
         "section",
         { class: "card", "aria-labelledby": "runs-title" },
@@ -147,7 +154,7 @@ export async function runsView(
                   type: "button",
                   id: "load-more",
                   "data-key": "load-more",
-                  onclick: () => void loadMore(client, view.status, nextCursor),
+                  onclick: () => void handlers.loadMore(client, view.status, nextCursor),
                 },
                 "Load older runs",
               ),

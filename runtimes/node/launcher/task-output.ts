@@ -3,8 +3,8 @@ import {
   NO_OUTPUT,
   outputFromText,
   type OutputEvidence,
-} from "../../src/task-output.ts";
-import { readSmallFile } from "./launcher/durable-file.ts";
+} from "../../../src/task-output.ts";
+import { readSmallFile } from "./durable-file.ts";
 
 /**
  * The file a task may leave its output in is read at most this large: canonical JSON of at
