@@ -22,7 +22,13 @@ import type { RunTarget } from "../src/operations.ts";
 import type { ProfileName } from "../src/profiles.ts";
 import { diamondManifest, log, round } from "./lib/common.ts";
 import { openBenchStore, type OpenedStore } from "./lib/stores.ts";
-import { applyManifest, createWorld, driveUntilTerminal, startRuns } from "./lib/world.ts";
+import {
+  applyManifest,
+  createWorld,
+  diamondsThenOrdinary,
+  driveUntilTerminal,
+  startRuns,
+} from "./lib/world.ts";
 
 interface ServerTimeConfig {
   /** The coordinator's profile; the cluster's is the one PostgreSQL serves in production. */
@@ -226,21 +232,7 @@ async function main(): Promise<void> {
       };
     };
 
-    const workflow = await measure(
-      { kind: "workflow", name: "diamond" },
-      config.workflowRuns,
-      config.workflowRuns,
-      config.workflowRuns * 4,
-    );
-    const ordinary =
-      config.ordinaryRuns > 0
-        ? await measure(
-            { kind: "task", name: "work" },
-            config.ordinaryRuns,
-            config.workflowRuns + config.ordinaryRuns,
-            config.ordinaryRuns,
-          )
-        : null;
+    const { workflow, ordinary } = await diamondsThenOrdinary(config, measure);
     process.stdout.write(
       `${JSON.stringify({ engineVersion: opened.engineVersion, config, workflow, ordinary }, null, 2)}\n`,
     );

@@ -26,6 +26,7 @@ import { openBenchStore, type StatementTally } from "./lib/stores.ts";
 import {
   applyManifest,
   createWorld,
+  diamondsThenOrdinary,
   driveUntilTerminal,
   startRuns,
   type DriveResult,
@@ -116,29 +117,14 @@ async function main(): Promise<void> {
       };
     };
 
-    const steps = config.workflowRuns * 4;
-    const workflow = await measure(
-      { kind: "workflow", name: "diamond" },
-      config.workflowRuns,
-      config.workflowRuns,
-      steps,
-    );
-    const ordinary =
-      config.ordinaryRuns > 0
-        ? await measure(
-            { kind: "task", name: "work" },
-            config.ordinaryRuns,
-            config.workflowRuns + config.ordinaryRuns,
-            config.ordinaryRuns,
-          )
-        : null;
+    const { workflow, ordinary } = await diamondsThenOrdinary(config, measure);
 
     writeResult({
       bench: "throughput",
       store: config.store,
       engineVersion: opened.engineVersion,
       profile: config.profile,
-      workflow: { ...workflow, steps },
+      workflow: { ...workflow, steps: config.workflowRuns * 4 },
       ordinary,
     });
   } finally {

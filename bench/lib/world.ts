@@ -94,6 +94,44 @@ export async function startRuns(
   return runIds;
 }
 
+/**
+ * A measurement of one phase: start `runs` runs of `target`, then tick until `expectedTerminal`
+ * runs (of all phases so far) are terminal, and report per `units`.
+ */
+export type PhaseMeasure<T> = (
+  target: RunTarget,
+  runs: number,
+  expectedTerminal: number,
+  units: number,
+) => Promise<T>;
+
+/**
+ * The throughput workload, in its order: `workflowRuns` 4-step diamond runs (units: steps),
+ * then `ordinaryRuns` runs of the one task `work` (units: runs; none when 0), in the same store.
+ */
+export async function diamondsThenOrdinary<T>(
+  counts: { readonly workflowRuns: number; readonly ordinaryRuns: number },
+  measure: PhaseMeasure<T>,
+): Promise<{ readonly workflow: T; readonly ordinary: T | null }> {
+  const { workflowRuns, ordinaryRuns } = counts;
+  const workflow = await measure(
+    { kind: "workflow", name: "diamond" },
+    workflowRuns,
+    workflowRuns,
+    workflowRuns * 4,
+  );
+  const ordinary =
+    ordinaryRuns > 0
+      ? await measure(
+          { kind: "task", name: "work" },
+          ordinaryRuns,
+          workflowRuns + ordinaryRuns,
+          ordinaryRuns,
+        )
+      : null;
+  return { workflow, ordinary };
+}
+
 export async function countRuns(store: Store): Promise<Record<RunStatus, number>> {
   return store.transaction((tx) => tx.countRunsByStatus());
 }
