@@ -1,5 +1,5 @@
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { canonicalJson } from "../../src/canonical-json.ts";
 import { errorCode } from "../../src/errors.ts";
 import { assertPortableId } from "../../src/identity.ts";
@@ -49,7 +49,7 @@ export function noNeedsPath(stateDir: string): string {
 }
 
 /** Writes `text` under a temporary name, then renames it into place: a task never reads half of it. */
-function writeWhole(path: string, text: string, folder: string): void {
+function writeWhole(path: string, text: string): void {
   const temporary = `${path}.tmp-${process.pid}`;
   // The folder exists after the first launch of a state directory: it is made when missing,
   // not asked for on every launch.
@@ -57,7 +57,7 @@ function writeWhole(path: string, text: string, folder: string): void {
     writeFileSync(temporary, text, { mode: 0o600 });
   } catch (error) {
     if (errorCode(error) !== "ENOENT") throw error;
-    mkdirSync(folder, { recursive: true, mode: 0o700 });
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
     writeFileSync(temporary, text, { mode: 0o600 });
   }
   renameSync(temporary, path);
@@ -105,9 +105,8 @@ export function prepareTaskEnvironment(
     // Synchronous on purpose: a small file in the page cache, no fsync (a needs file is made
     // again at each launch). Through the thread pool it was five round trips per launch.
     rmSync(outputPath, { force: true });
-    if (!needsNothing)
-      writeWhole(needsPath, `${canonicalJson(context.needs)}\n`, taskFilesDir(stateDir));
-    else if (!existsSync(needsPath)) writeWhole(needsPath, "{}\n", taskFilesDir(stateDir));
+    if (!needsNothing) writeWhole(needsPath, `${canonicalJson(context.needs)}\n`);
+    else if (!existsSync(needsPath)) writeWhole(needsPath, "{}\n");
   } catch (error) {
     return Promise.reject(error instanceof Error ? error : new Error(String(error)));
   }
