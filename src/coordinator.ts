@@ -205,13 +205,18 @@ export interface CoordinatorDeps {
   readonly pipelinedLaunches?: { readonly pages: number; readonly settled: () => void } | null;
 }
 
+/** A launch to record (`recordLaunches`): who launched it, the attempt as handed over (`starting`), and how it went. */
+interface SettledLaunch {
+  readonly executor: Executor;
+  readonly attempt: RunAttempt;
+  readonly startingAtMs: number;
+  readonly launch: PromiseSettledResult<ProcessHandleFacts>;
+}
+
 /** A launch handed to an executor by a pipelined dispatch, not yet recorded. */
 interface LaunchInFlight {
-  readonly executorType: string;
-  readonly attemptId: string;
-  /** The attempt as handed over (`starting`), for reading its receipt once the launch settles. */
+  readonly executor: Executor;
   readonly attempt: RunAttempt;
-  readonly runId: string;
   readonly startingAtMs: number;
   /** Null until the launch settles. */
   outcome: PromiseSettledResult<ProcessHandleFacts> | null;
@@ -1187,7 +1192,7 @@ export class Coordinator {
       let inFlight = 0;
       if (pipelined !== null) {
         for (const launch of this.launching.values())
-          if (launch.executorType === executor.type) inFlight += 1;
+          if (launch.executor.type === executor.type) inFlight += 1;
         // Full: a settling launch wakes the cadence, whose next dispatch hands over more.
         pageSize = Math.min(pageSize, Math.max(1, pipelined.pages) * pageSize - inFlight);
         if (pageSize <= 0) continue;
@@ -1202,12 +1207,7 @@ export class Coordinator {
         ),
       );
       if (claimed.length > pageSize) context.more = true;
-      const started: {
-        readonly attemptId: string;
-        readonly runId: string;
-        readonly request: LaunchRequest;
-        readonly startingAtMs: number;
-      }[] = [];
+      const started: { readonly request: LaunchRequest; readonly startingAtMs: number }[] = [];
       const page = claimed.slice(0, pageSize);
       // Round robin: after a full page the next cycle resumes behind it, so claims that stay
       // `claimed` (a start that keeps failing, a run waiting for its cancel to converge) cannot
@@ -1226,7 +1226,7 @@ export class Coordinator {
         const attemptId = attempt.id;
         if (outcome.ok && outcome.value !== null) {
           this.unlaunchedStarting.delete(attemptId);
-          started.push({ attemptId, runId: attempt.runId, ...outcome.value });
+          started.push(outcome.value);
           continue;
         }
         // Not handed to a launcher. A failed write, or a page whose commit failed (its answer
@@ -1246,12 +1246,10 @@ export class Coordinator {
       // are already in flight (whose outcomes must be recorded first): a page that empties the
       // backlog is waited for, so a lone run's `running` commits in the cycle that launched it.
       if (pipelined !== null && (claimed.length > pageSize || inFlight > 0)) {
-        for (const { attemptId, runId, startingAtMs, request } of started) {
+        for (const { startingAtMs, request } of started) {
           const entry: { -readonly [K in keyof LaunchInFlight]: LaunchInFlight[K] } = {
-            executorType: executor.type,
-            attemptId,
+            executor,
             attempt: request.attempt,
-            runId,
             startingAtMs,
             outcome: null,
             settled: Promise.resolve(),
@@ -1265,7 +1263,7 @@ export class Coordinator {
             },
           );
           void entry.settled.then(() => pipelined.settled());
-          this.launching.set(attemptId, entry);
+          this.launching.set(request.attempt.id, entry);
         }
         continue;
       }
@@ -1275,11 +1273,9 @@ export class Coordinator {
       await this.fault("dispatch.after_spawn");
       await this.recordLaunches(
         context,
-        executor,
-        started.map(({ attemptId, runId, startingAtMs, request }, index) => ({
-          attemptId,
+        started.map(({ startingAtMs, request }, index) => ({
+          executor,
           attempt: request.attempt,
-          runId,
           startingAtMs,
           launch: launches[index] ?? {
             status: "rejected",
@@ -1298,30 +1294,13 @@ export class Coordinator {
    * their handles to execution control, as in that cycle.
    */
   private async recordSettledLaunches(context: StageContext): Promise<void> {
-    const settled: (LaunchInFlight & {
-      readonly outcome: PromiseSettledResult<ProcessHandleFacts>;
-    })[] = [];
-    for (const launch of this.launching.values())
-      if (launch.outcome !== null) settled.push({ ...launch, outcome: launch.outcome });
+    const settled: SettledLaunch[] = [];
+    for (const { executor, attempt, startingAtMs, outcome } of this.launching.values())
+      if (outcome !== null) settled.push({ executor, attempt, startingAtMs, launch: outcome });
     if (settled.length === 0) return;
-    for (const { attemptId } of settled) this.launching.delete(attemptId);
+    for (const { attempt } of settled) this.launching.delete(attempt.id);
     await this.fault("dispatch.after_spawn");
-    for (const executor of Object.values(this.deps.executors)) {
-      if (executor === undefined) continue;
-      const launches = settled.filter((launch) => launch.executorType === executor.type);
-      if (launches.length === 0) continue;
-      await this.recordLaunches(
-        context,
-        executor,
-        launches.map(({ attemptId, attempt, runId, startingAtMs, outcome }) => ({
-          attemptId,
-          attempt,
-          runId,
-          startingAtMs,
-          launch: outcome,
-        })),
-      );
-    }
+    await this.recordLaunches(context, settled);
     await this.fault("dispatch.after_running");
   }
 
@@ -1374,31 +1353,24 @@ export class Coordinator {
    */
   private async recordLaunches(
     context: StageContext,
-    executor: Executor,
-    launches: readonly {
-      readonly attemptId: string;
-      readonly attempt: RunAttempt;
-      readonly runId: string;
-      readonly startingAtMs: number;
-      readonly launch: PromiseSettledResult<ProcessHandleFacts>;
-    }[],
+    launches: readonly SettledLaunch[],
   ): Promise<void> {
-    const recordable = launches.filter(({ attemptId, launch }) => {
+    const recordable = launches.filter(({ attempt, launch }) => {
       if (launch.status === "fulfilled" || isSpawnFailure(launch.reason)) return true;
       // Nothing to write: the attempt stays `starting` for its receipt or recovery.
-      context.errors.push({ ...describe(launch.reason), subject: attemptId });
+      context.errors.push({ ...describe(launch.reason), subject: attempt.id });
       return false;
     });
     const endings: (CompletionFacts | null)[] = [];
-    for (const { attempt, launch } of recordable)
+    for (const { executor, attempt, launch } of recordable)
       endings.push(
         launch.status === "fulfilled" ? await this.endedAtLaunch(context, executor, attempt) : null,
       );
     const { outcomes } = await this.writePage(
-      recordable.map(({ attemptId, startingAtMs, launch }, index) =>
-        this.launchOutcomeWrite(attemptId, startingAtMs, launch, endings[index] ?? null),
+      recordable.map(({ attempt, startingAtMs, launch }, index) =>
+        this.launchOutcomeWrite(attempt.id, startingAtMs, launch, endings[index] ?? null),
       ),
-      recordable.map(({ runId }) => runId),
+      recordable.map(({ attempt }) => attempt.runId),
     );
     for (const [index, outcome] of outcomes.entries()) {
       const entry = recordable[index];
@@ -1411,8 +1383,8 @@ export class Coordinator {
       }
       // The process runs but its handle is not recorded: execution control writes it again.
       if (entry.launch.status === "fulfilled")
-        this.unrecordedHandles.set(entry.attemptId, entry.launch.value);
-      context.errors.push({ ...describe(outcome.error), subject: entry.attemptId });
+        this.unrecordedHandles.set(entry.attempt.id, entry.launch.value);
+      context.errors.push({ ...describe(outcome.error), subject: entry.attempt.id });
     }
   }
 
