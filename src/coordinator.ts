@@ -36,6 +36,7 @@ import {
   type LaunchRequest,
   type PurgedRun,
   type Store,
+  type StoreTransactionOptions,
   type StoreTx,
 } from "./ports.ts";
 import {
@@ -278,6 +279,15 @@ interface PageResult<T> {
  * serialization failure): a page that met a competitor once is written item by item at once,
  * rather than retried whole against the same competitors (see `writePage`).
  */
+/**
+ * Pages take turns across coordinators (`StoreTransactionOptions.inTurn`): on one PostgreSQL,
+ * pages that overlapped aborted each other (serializable isolation locks what an index scan
+ * read by whole index page, and a page reads and writes the newest rows of every table), and
+ * an aborted page is written again item by item. Measured in docs/PERFORMANCE.md, "Pages take
+ * turns".
+ */
+const PAGE_IN_TURN: StoreTransactionOptions = { inTurn: true };
+
 class PageAbandoned extends Error {
   constructor() {
     super("the page transaction met a serialization failure; written item by item instead");
@@ -581,12 +591,13 @@ export class Coordinator {
    */
   private async write<T>(
     fn: (tx: StoreTx, nowMs: number, hostOffsetMs: number) => Promise<T>,
+    options?: StoreTransactionOptions,
   ): Promise<T> {
     return this.deps.store.transaction(async (tx) => {
       const hostNowMs = this.deps.clock.nowMs();
       const nowMs = await tx.observe(hostNowMs);
       return fn(tx, nowMs, nowMs - hostNowMs);
-    });
+    }, options);
   }
 
   /**
@@ -627,7 +638,7 @@ export class Coordinator {
           const page: T[] = [];
           for (const write of writes) page.push(await write(tx, nowMs, hostOffsetMs));
           return page;
-        });
+        }, PAGE_IN_TURN);
         this.deps.onPage?.({ size: writes.length, committed: true });
         return { outcomes: values.map((value) => ({ ok: true, value })), pageError: null };
       } catch (error) {
@@ -825,7 +836,7 @@ export class Coordinator {
   /** Walks a store list (`StoreWalk`); true when pages were left unread. */
   private walkStore<Item>(walk: StoreWalk<Item>): Promise<boolean> {
     const { resume } = walk;
-    const read = walk.read ?? ((fn) => this.deps.store.transaction(fn));
+    const read = walk.read ?? ((fn) => this.deps.store.read(fn));
     const base = {
       after: resume === undefined ? null : (this.cursors.get(resume) ?? null),
       pageSize: walk.budget.pageSize,
@@ -925,7 +936,7 @@ export class Coordinator {
     // Not a keyset walk: a schedule that fired is no longer due, so each page reads the due list afresh.
     const pageSize = storePageSize(budget.pageSize);
     for (let page = 0; page < budget.pages; page += 1) {
-      const due = await this.deps.store.transaction(async (tx) =>
+      const due = await this.deps.store.read(async (tx) =>
         tx.listDueSchedules(await tx.observe(this.deps.clock.nowMs()), pageSize),
       );
       for (const schedule of due) {
@@ -1016,7 +1027,7 @@ export class Coordinator {
       pageSize: MAX_ADMISSION_PAGE,
       pages: MAX_ADMISSION_WALK_PAGES,
       read: (after, limit) =>
-        this.deps.store.transaction(async (tx) =>
+        this.deps.store.read(async (tx) =>
           tx.listAdmissionCandidates(after, limit, await this.storeNow(tx)),
         ),
       cursorOf: (candidate) => candidate,
@@ -1109,7 +1120,7 @@ export class Coordinator {
           if (outcome.kind === "admitted") admitted += 1;
         }
         return { held: pageHeld, decided: pageDecided, admitted, budgetReached: false };
-      });
+      }, PAGE_IN_TURN);
       this.deps.onPage?.({ size, committed: true });
       return page;
     } catch {
@@ -1198,7 +1209,7 @@ export class Coordinator {
         if (pageSize <= 0) continue;
       }
       const cursorKey = `dispatch:${executor.type}`;
-      const claimed = await this.deps.store.transaction(async (tx) =>
+      const claimed = await this.deps.store.read(async (tx) =>
         tx.listAttempts(
           executor.type,
           ["claimed"],
@@ -1498,7 +1509,7 @@ export class Coordinator {
       }
       return settled;
     }
-    const cancelRequested = await this.deps.store.transaction(
+    const cancelRequested = await this.deps.store.read(
       async (tx) => (await tx.getRun(attempt.runId))?.cancelRequestedAtMs ?? null,
     );
     // Repeated each cycle until the receipt lands; the executor's stop is idempotent (the
@@ -1784,7 +1795,7 @@ export class Coordinator {
       pageSize: budget.pageSize,
       pages: budget.pages,
       read: (after, limit) =>
-        this.deps.store.transaction(async (tx) => tx.listPurgeCandidates(after, range.end, limit)),
+        this.deps.store.read(async (tx) => tx.listPurgeCandidates(after, range.end, limit)),
       // A candidate without a finish time cannot be passed in purge order: the pass ends there.
       cursorOf: (candidate) =>
         candidate.finishedAtMs === null

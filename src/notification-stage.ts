@@ -43,7 +43,7 @@ export async function drainNotifications(
 ): Promise<void> {
   if (deps.sender === null) return;
   for (let page = 0; page < budget.pages; page += 1) {
-    const due = await deps.store.transaction(async (tx) =>
+    const due = await deps.store.read(async (tx) =>
       tx.listDueNotifications(await tx.observe(deps.clock.nowMs()), budget.pageSize),
     );
     for (const listed of due) {

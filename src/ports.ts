@@ -272,10 +272,27 @@ export interface PurgedRun {
  */
 export const MAX_STORE_PAGE = 500;
 
+export interface StoreTransactionOptions {
+  /**
+   * A coordinator's stage page: it waits its turn behind the other coordinators' pages on the
+   * same database, so that pages never overlap (on PostgreSQL they would abort each other;
+   * storage/driver.ts `TransactionOptions.inTurn`). Ignored where one connection serializes
+   * everything.
+   */
+  readonly inTurn?: boolean;
+}
+
 export interface Store {
   readonly dialect: "sqlite" | "postgres";
   readonly driverName: string;
-  transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: StoreTx) => Promise<T>, options?: StoreTransactionOptions): Promise<T>;
+  /**
+   * A transaction that only reads: one consistent snapshot, refused if it tries to write. On
+   * PostgreSQL it takes no predicate locks, so it never fails for a concurrent writer and never
+   * makes one fail; what it returns may already be stale, so it serves to choose what a
+   * `transaction` reads again and decides (a stage's listing), never to decide itself.
+   */
+  read<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
 

@@ -23,11 +23,33 @@ export interface SqlTx {
   query<R extends SqlRow = SqlRow>(sql: string, params?: readonly SqlParam[]): Promise<R[]>;
 }
 
+export interface TransactionOptions {
+  /**
+   * The transaction only reads (its caller promises; the store refuses a write in one before it
+   * reaches the driver). PostgreSQL runs it as `REPEATABLE READ READ ONLY`: one consistent
+   * snapshot that takes no predicate locks, so it can neither fail nor make another transaction
+   * fail with a serialization failure. What it read may be stale once it returns, so it may
+   * only choose what a serializable transaction reads again and decides. SQLite drivers ignore
+   * it: one writer at a time already serializes everything.
+   */
+  readonly readOnly?: boolean;
+  /**
+   * The transaction takes its turn: it runs only while no other transaction asking for a turn
+   * on the same database does, whichever process or host it comes from. The coordinators'
+   * stage pages ask for it: on one PostgreSQL, two pages that overlap in time abort each other
+   * far more often than they touch the same rows, since serializable isolation locks what
+   * an index scan read by whole index page (docs/ARCHITECTURE.md, "Pages take turns"). An
+   * ordering, never a guarantee anything relies on: a turn not granted within the driver's
+   * wait runs the transaction without one. Drivers with one connection ignore it.
+   */
+  readonly inTurn?: boolean;
+}
+
 export interface SqlDriver {
   readonly dialect: SqlDialect;
   /** A short stable name for reports: `sqljs-memory`, `sqljs-file`, `pglite`, `pg`, `do-sqlite`. */
   readonly name: string;
-  transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: SqlTx) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /**
    * How many of this driver's transactions have succeeded since it opened (any caller's: a
    * store's, migrations', retention's, a test's raw writes), counted before the caller learns

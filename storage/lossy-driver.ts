@@ -5,7 +5,7 @@
  * prove that a lost response is answered by reading the durable outcome, never by writing
  * twice. Isomorphic: no `node:*` import, so the browser bundle can take it.
  */
-import type { SqlDriver, SqlTx } from "./driver.ts";
+import type { SqlDriver, SqlTx, TransactionOptions } from "./driver.ts";
 
 export interface LossyDriver {
   /** The wrapped driver; use it for every transaction that may lose its response. */
@@ -36,8 +36,11 @@ export function lossyDriver(inner: SqlDriver): LossyDriver {
       get soleWriterTransactions() {
         return inner.soleWriterTransactions;
       },
-      async transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-        const result = await inner.transaction(fn);
+      async transaction<T>(
+        fn: (tx: SqlTx) => Promise<T>,
+        options?: TransactionOptions,
+      ): Promise<T> {
+        const result = await inner.transaction(fn, options);
         if (armed) {
           armed = false;
           throw new Error(LOST_COMMIT_RESPONSE_MESSAGE);

@@ -37,6 +37,7 @@ import {
   type PurgedRun,
   type RunListFilter,
   type Store,
+  type StoreTransactionOptions,
   type StoreTx,
 } from "../src/ports.ts";
 import type { NotifierSpec } from "../src/manifest/types.ts";
@@ -50,7 +51,14 @@ import {
   type OverviewRun,
 } from "../src/overview.ts";
 import type { ScheduleState } from "../src/schedules.ts";
-import type { SqlDialect, SqlDriver, SqlParam, SqlRow, SqlTx } from "./driver.ts";
+import type {
+  SqlDialect,
+  SqlDriver,
+  SqlParam,
+  SqlRow,
+  SqlTx,
+  TransactionOptions,
+} from "./driver.ts";
 import { migrate, type Migration } from "./migrate.ts";
 import * as rows from "./rows.ts";
 import type { ColumnType } from "./rows.ts";
@@ -306,6 +314,14 @@ interface CandidateRow extends SqlRow {
   task: string;
 }
 
+/** A statement that neither writes nor locks: a SELECT without a sequence call or a row lock. */
+function isPlainRead(sql: string): boolean {
+  return (
+    /^\s*SELECT\b/i.test(sql) &&
+    !/\b(?:setval|nextval)\s*\(|\bFOR\s+(?:UPDATE|NO\s+KEY\s+UPDATE|SHARE|KEY\s+SHARE)\b/i.test(sql)
+  );
+}
+
 class SqlStoreTx implements StoreTx {
   private readonly tx: SqlTx;
   private readonly dialect: SqlDialect;
@@ -344,6 +360,8 @@ class SqlStoreTx implements StoreTx {
     { readonly columns: readonly string[]; readonly rows: SqlParam[][]; readonly ids: Set<string> }
   >();
   private flushing = false;
+  /** A `Store.read` transaction: any statement but a plain read is refused before it is sent. */
+  private readonly readOnly: boolean;
 
   constructor(
     tx: SqlTx,
@@ -353,7 +371,9 @@ class SqlStoreTx implements StoreTx {
     clock: StoreClockSource,
     dialect: SqlDialect,
     known: TransactionRows,
+    readOnly: boolean,
   ) {
+    this.readOnly = readOnly;
     this.dialect = dialect;
     this.tx = tx;
     this.known = known;
@@ -463,6 +483,13 @@ class SqlStoreTx implements StoreTx {
       !this.flushing
     )
       await this.flushWhere((table) => sql.includes(table));
+    // Checked here rather than left to the server: PostgreSQL answers a write in a READ ONLY
+    // transaction with the standby's SQLSTATE (25006), which the driver reads as "reconnect".
+    if (this.readOnly && !isPlainRead(sql))
+      throw new QlrError(
+        "internal",
+        `a read-only store transaction tried to write: ${sql.slice(0, 60)}`,
+      );
     let text = this.cache.get(sql);
     if (text === undefined) {
       text = this.rewrite(sql);
@@ -1666,7 +1693,22 @@ export class SqlStore implements Store {
     this.rewrite = driver.dialect === "postgres" ? placeholders : (sql) => sql;
   }
 
-  transaction<T>(fn: (tx: SqlStoreTx) => Promise<T>): Promise<T> {
+  transaction<T>(
+    fn: (tx: SqlStoreTx) => Promise<T>,
+    options: StoreTransactionOptions = {},
+  ): Promise<T> {
+    return this.run(fn, options.inTurn === true ? { inTurn: true } : undefined);
+  }
+
+  read<T>(fn: (tx: SqlStoreTx) => Promise<T>): Promise<T> {
+    return this.run(fn, { readOnly: true });
+  }
+
+  private run<T>(
+    fn: (tx: SqlStoreTx) => Promise<T>,
+    options: TransactionOptions | undefined,
+  ): Promise<T> {
+    const readOnly = options?.readOnly === true;
     return this.driver
       .transaction(async (tx) => {
         const storeTx = new SqlStoreTx(
@@ -1677,11 +1719,12 @@ export class SqlStore implements Store {
           this.clock,
           this.dialect,
           this.rowsForTransaction(),
+          readOnly,
         );
         const result = await fn(storeTx);
         await storeTx.flush();
         return result;
-      })
+      }, options)
       .catch((error: unknown) => {
         // The body threw (the driver rolled back and rethrew it), the commit failed, or its
         // outcome is unknown: what was remembered may not be stored.

@@ -11,7 +11,13 @@
  */
 import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../../storage/driver.ts";
+import type {
+  SqlDriver,
+  SqlParam,
+  SqlRow,
+  SqlTx,
+  TransactionOptions,
+} from "../../storage/driver.ts";
 import type { SqlStore } from "../../storage/sql-store.ts";
 import type { SqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
 import type { ScratchDatabase } from "../../test/support/scratch-database.ts";
@@ -88,12 +94,15 @@ export class CountingDriver implements SqlDriver {
     return this.inner.soleWriterTransactions;
   }
 
-  transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
-    if (!this.counting) return this.inner.transaction(fn);
-    return this.countedTransaction(fn);
+  transaction<T>(fn: (tx: SqlTx) => Promise<T>, options?: TransactionOptions): Promise<T> {
+    if (!this.counting) return this.inner.transaction(fn, options);
+    return this.countedTransaction(fn, options);
   }
 
-  private async countedTransaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+  private async countedTransaction<T>(
+    fn: (tx: SqlTx) => Promise<T>,
+    options: TransactionOptions | undefined,
+  ): Promise<T> {
     const tally = this.tally;
     const calledAt = now();
     let bodyStartedAt = calledAt;
@@ -110,7 +119,7 @@ export class CountingDriver implements SqlDriver {
         } finally {
           bodyEndedAt = now();
         }
-      });
+      }, options);
     } catch (error) {
       tally.failedTransactions += 1;
       throw error;

@@ -165,7 +165,7 @@ export class RunWaiters {
   private async readOnce(): Promise<void> {
     const runIds = [...new Set([...this.waiting].map((waiter) => waiter.runId))];
     // Bounded: at most `maxWaiters` distinct runs, one row each.
-    const runs = await this.store.transaction(async (tx) => {
+    const runs = await this.store.read(async (tx) => {
       const found = new Map<string, Run | null>();
       for (const runId of runIds) found.set(runId, await tx.getRun(runId));
       return found;

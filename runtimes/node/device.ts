@@ -387,7 +387,7 @@ export class DeviceRuntime {
       for (let round = 0; round < 20; round += 1) {
         await coordinator.tick();
         const owner = coordinator.nodeId ?? undefined;
-        const live = await store.transaction(async (tx) =>
+        const live = await store.read(async (tx) =>
           tx.listAttempts("local_process", ["running"], null, 1, owner),
         );
         if (live.length === 0) break;

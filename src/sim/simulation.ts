@@ -9,6 +9,7 @@ import {
   type IdSource,
   type PurgedRun,
   type Store,
+  type StoreTransactionOptions,
   type StoreTx,
 } from "../ports.ts";
 import type { RetentionPolicy } from "../retention.ts";
@@ -98,9 +99,13 @@ class KillableStore implements Store {
     this.dialect = inner.dialect;
     this.driverName = inner.driverName;
   }
-  transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
+  transaction<T>(fn: (tx: StoreTx) => Promise<T>, options?: StoreTransactionOptions): Promise<T> {
     if (this.dead) return Promise.reject(new SimulatedCrash("a transaction after the crash"));
-    return this.inner.transaction(fn);
+    return this.inner.transaction(fn, options);
+  }
+  read<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
+    if (this.dead) return Promise.reject(new SimulatedCrash("a transaction after the crash"));
+    return this.inner.read(fn);
   }
   close(): Promise<void> {
     return Promise.resolve();

@@ -41,9 +41,10 @@ import {
   type ClientBase,
   type CustomTypesConfig,
   type PoolClient,
+  type QueryConfig,
 } from "pg";
 import { isQlrError, QlrError } from "../../src/errors.ts";
-import type { SqlDriver, SqlParam, SqlRow, SqlTx } from "../driver.ts";
+import type { SqlDriver, SqlParam, SqlRow, SqlTx, TransactionOptions } from "../driver.ts";
 import {
   isReadOnlyServer,
   isSerializationFailure,
@@ -84,6 +85,11 @@ export interface PgDriverOptions {
    * `random_page_cost` in PGOPTIONS, win over it.
    */
   readonly randomPageCost?: number | null;
+  /**
+   * How long a transaction that asks for a turn (`TransactionOptions.inTurn`) waits for it
+   * before it runs without one. Default DEFAULT_TURN_WAIT_MS.
+   */
+  readonly turnWaitMs?: number;
 }
 
 /**
@@ -238,6 +244,7 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     process.env.PGOPTIONS,
   );
   const poolSize = Math.max(1, Math.floor(options.poolSize ?? POOL_LIMITS.defaultPoolSize));
+  const turnWaitMs = Math.max(1, Math.floor(options.turnWaitMs ?? DEFAULT_TURN_WAIT_MS));
   const openPool = (server: PgServerTarget): Pool => {
     const pool = new Pool({
       connectionString: server.connectionString,
@@ -361,7 +368,10 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     throw failure;
   }
 
-  async function runOnClient<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+  async function runOnClient<T>(
+    fn: (tx: SqlTx) => Promise<T>,
+    options: TransactionOptions = {},
+  ): Promise<T> {
     const { client, index, pool } = await checkout();
     // A checked-out client has no pool listener; a connection that dies between two of our
     // statements would otherwise raise an unhandled "error" event.
@@ -423,43 +433,76 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
         return { rows, command: result.command };
       },
     };
+    // Taken before BEGIN, not inside: the snapshot is taken at the transaction's first
+    // statement, which must come after the previous holder's COMMIT, or this one would read
+    // what that one replaced and fail writing over it.
+    let inTurn = false;
     try {
-      return await runSerializableTransaction(session, fn, retryPolicy, {
-        onSessionBroken: (error) => {
-          brokenBy ??= error;
-        },
-        beforeCommit: async (): Promise<CommitEvidence> => {
-          // Only reads were sent (or nothing at all): no transaction id can have been assigned,
-          // so there is nothing to ask; a lost COMMIT answer then runs the reads again.
-          if (!mayHaveWritten)
-            return { xid: null, serverIndex: index, timeline: null, postmasterStartedAt: null };
-          // The id rode on a writing statement and this connection's server is known: nothing
-          // more to ask before COMMIT.
-          const server = serverFacts.get(client);
-          if (transactionId !== null && server !== undefined)
-            return { xid: transactionId, serverIndex: index, ...server };
-          try {
-            const result = await client.query<{
-              xid: string | null;
-              timeline: number | null;
-              started: string | null;
-            }>(RECORD_TRANSACTION_ID_SQL);
-            const row = result.rows[0];
-            // A server that handed out an id takes writes: its timeline stays until it stops,
-            // and its start time with it, which ends this connection too.
-            if (row?.xid != null && row.timeline !== null && row.started !== null)
-              serverFacts.set(client, { timeline: row.timeline, postmasterStartedAt: row.started });
-            return {
-              xid: row?.xid ?? null,
-              serverIndex: index,
-              timeline: row?.timeline ?? null,
-              postmasterStartedAt: row?.started ?? null,
-            };
-          } catch (error) {
-            throw toQlrError(error);
+      if (options.inTurn === true) {
+        try {
+          // The server bounds the wait (`lock_timeout`, 55P03): a request abandoned by the
+          // client alone would stay queued on the server, holding its connection slot, until
+          // the turn came. The client's own limit is only for a server that stopped answering.
+          // `query_timeout` per query is honoured by pg's client but missing from its types.
+          await client.query({
+            text: takeTurnSql(turnWaitMs),
+            query_timeout: turnWaitMs + POOL_LIMITS.clientTimeoutMarginMs,
+          } as QueryConfig);
+          inTurn = true;
+        } catch (error) {
+          if (!isLockTimeout(error)) {
+            // Its answer is lost or the connection failed: this connection must go, and the
+            // transaction runs on another one, without a turn.
+            brokenBy ??= error;
+            throw new TurnNotTaken(error);
           }
+        }
+      }
+      return await runSerializableTransaction(
+        session,
+        fn,
+        retryPolicy,
+        {
+          onSessionBroken: (error) => {
+            brokenBy ??= error;
+          },
+          beforeCommit: async (): Promise<CommitEvidence> => {
+            // Only reads were sent (or nothing at all): no transaction id can have been assigned,
+            // so there is nothing to ask; a lost COMMIT answer then runs the reads again.
+            if (!mayHaveWritten)
+              return { xid: null, serverIndex: index, timeline: null, postmasterStartedAt: null };
+            // The id rode on a writing statement and this connection's server is known: nothing
+            // more to ask before COMMIT.
+            const server = serverFacts.get(client);
+            if (transactionId !== null && server !== undefined)
+              return { xid: transactionId, serverIndex: index, ...server };
+            try {
+              const result = await client.query<{
+                xid: string | null;
+                timeline: number | null;
+                started: string | null;
+              }>(RECORD_TRANSACTION_ID_SQL);
+              const row = result.rows[0];
+              // A server that handed out an id takes writes: its timeline stays until it stops,
+              // and its start time with it, which ends this connection too.
+              if (row?.xid != null && row.timeline !== null && row.started !== null)
+                serverFacts.set(client, {
+                  timeline: row.timeline,
+                  postmasterStartedAt: row.started,
+                });
+              return {
+                xid: row?.xid ?? null,
+                serverIndex: index,
+                timeline: row?.timeline ?? null,
+                postmasterStartedAt: row?.started ?? null,
+              };
+            } catch (error) {
+              throw toQlrError(error);
+            }
+          },
         },
-      });
+        options,
+      );
     } catch (error) {
       // Any storage_unavailable outcome may have left the connection half-dead; a fresh one is cheap.
       // Exhausted serialization retries leave a healthy connection behind.
@@ -473,6 +516,11 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
       }
       throw error;
     } finally {
+      // A broken connection is destroyed below, and the server frees its turn with the session.
+      if (inTurn && brokenBy === undefined)
+        await client.query(GIVE_TURN_SQL).catch((error: unknown) => {
+          brokenBy ??= error;
+        });
       client.off("error", onClientError);
       // Passing an error makes the pool destroy the client instead of reusing it.
       client.release(brokenBy === undefined ? undefined : asError(brokenBy));
@@ -553,12 +601,23 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
    * transaction that wrote nothing) runs `fn` again, and an outcome the server cannot vouch for
    * goes to the caller as unknown. Every other outcome goes to the caller as it is.
    */
-  async function runWithReconnect<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+  async function runWithReconnect<T>(
+    fn: (tx: SqlTx) => Promise<T>,
+    options: TransactionOptions,
+  ): Promise<T> {
     const maxAttempts = Math.max(1, Math.floor(reconnectPolicy.maxAttempts));
+    let current = options;
     for (let attempt = 1; ; attempt += 1) {
       try {
-        return await runOnClient(fn);
+        return await runOnClient(fn, current);
       } catch (error) {
+        // Nothing was sent but the request for a turn: run it at once without one (once only).
+        if (error instanceof TurnNotTaken) {
+          if (closing !== undefined) throw error.reason;
+          current = { ...current, inTurn: false };
+          attempt -= 1;
+          continue;
+        }
         const unknownCommit = unknownCommitOf(error);
         if (unknownCommit !== undefined && attempt < maxAttempts && closing === undefined) {
           const evidence = unknownCommit.evidence as CommitEvidence | undefined;
@@ -588,10 +647,10 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
   const driver: SqlDriver = {
     dialect: "postgres",
     name: "pg",
-    transaction<T>(fn: (tx: SqlTx) => Promise<T>): Promise<T> {
+    transaction<T>(fn: (tx: SqlTx) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
       if (closing !== undefined)
         return Promise.reject(new QlrError("storage_unavailable", "the pg driver is closed"));
-      const result = runWithReconnect(fn);
+      const result = runWithReconnect(fn, options);
       const settled = result.then(
         () => undefined,
         () => undefined,
@@ -629,6 +688,39 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     throw probeError;
   }
   return driver;
+}
+
+/**
+ * The turn of `TransactionOptions.inTurn`: a session-level advisory lock, so that it is held
+ * from before BEGIN to after COMMIT (a transaction-level one would be taken inside the
+ * transaction, after its snapshot). The key is fixed: the store's own database is the scope.
+ * A connection that dies frees it with its session.
+ */
+export const TURN_LOCK_KEY = 7_210_227;
+/**
+ * One simple query, so one implicit transaction: `SET LOCAL` bounds this wait alone, and the
+ * session-level lock outlives that transaction (session locks ignore transaction ends).
+ */
+const takeTurnSql = (waitMs: number): string =>
+  `SET LOCAL lock_timeout = ${Math.floor(waitMs)}; SELECT pg_advisory_lock(${TURN_LOCK_KEY})`;
+/** `lock_not_available`: the turn was not granted within `lock_timeout`. */
+const isLockTimeout = (error: unknown): boolean =>
+  typeof error === "object" && error !== null && (error as { code?: unknown }).code === "55P03";
+const GIVE_TURN_SQL = `SELECT pg_advisory_unlock(${TURN_LOCK_KEY})`;
+/**
+ * How long a transaction waits for its turn before it runs without one: pages last
+ * milliseconds, so only a holder that stopped (SIGSTOP, a frozen VM) makes anyone wait this
+ * long, and then nobody waits for it more than once per transaction.
+ */
+export const DEFAULT_TURN_WAIT_MS = 2_000;
+
+/** The turn was not granted within the wait (or its request failed): nothing else was sent. */
+class TurnNotTaken extends Error {
+  readonly reason: unknown;
+  constructor(reason: unknown) {
+    super("the transaction's turn was not granted in time", { cause: reason });
+    this.reason = reason;
+  }
 }
 
 /** What a transaction records just before COMMIT, to ask about it should the answer be lost. */

@@ -13,7 +13,7 @@
  * the caller answers that by reading what is durable (DESIGN.md §3), not by a second attempt.
  */
 import { QlrError } from "../../src/errors.ts";
-import type { SqlParam, SqlRow, SqlTx } from "../driver.ts";
+import type { SqlParam, SqlRow, SqlTx, TransactionOptions } from "../driver.ts";
 import { isSerializationFailure, toQlrError } from "./errors.ts";
 
 /** One statement's outcome as both drivers report it; `command` is the tag, e.g. "COMMIT". */
@@ -121,11 +121,13 @@ export async function runSerializableTransaction<T>(
   fn: (tx: SqlTx) => Promise<T>,
   policy: SerializableRetryPolicy = DEFAULT_SERIALIZABLE_RETRY,
   hooks: SerializableTransactionHooks = {},
+  options: TransactionOptions = {},
 ): Promise<T> {
   const maxAttempts = Math.max(1, Math.floor(policy.maxAttempts));
+  const begin = options.readOnly === true ? BEGIN_READ_ONLY : BEGIN_SERIALIZABLE;
   let lastSerializationFailure: unknown;
   for (let attempt = 1; attempt <= maxAttempts; attempt += 1) {
-    const outcome = await runOneAttempt(session, fn, hooks);
+    const outcome = await runOneAttempt(session, begin, fn, hooks);
     if (outcome.ok) return outcome.value;
     if (!outcome.retryable) throw outcome.error;
     lastSerializationFailure = outcome.error;
@@ -143,13 +145,23 @@ export async function runSerializableTransaction<T>(
   );
 }
 
+/** Every transaction that may write. */
+export const BEGIN_SERIALIZABLE = "BEGIN ISOLATION LEVEL SERIALIZABLE";
+/**
+ * A transaction that only reads (`TransactionOptions.readOnly`): a snapshot without predicate
+ * locks. SERIALIZABLE would make a stage's listing a party to the rw-conflicts of the pages
+ * that then write what it read, and an HTTP read one of any writer's.
+ */
+export const BEGIN_READ_ONLY = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+
 async function runOneAttempt<T>(
   session: PostgresSession,
+  begin: string,
   fn: (tx: SqlTx) => Promise<T>,
   hooks: SerializableTransactionHooks,
 ): Promise<AttemptOutcome<T>> {
   try {
-    await session.run("BEGIN ISOLATION LEVEL SERIALIZABLE", []);
+    await session.run(begin, []);
   } catch (error) {
     return { ok: false, error: toQlrError(error), retryable: false };
   }

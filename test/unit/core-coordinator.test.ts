@@ -62,22 +62,20 @@ function storeReplacing<Method extends keyof StoreTx>(
   method: Method,
   replace: (tx: StoreTx) => StoreTx[Method],
 ): Store {
+  const replaced = (tx: StoreTx): StoreTx =>
+    new Proxy(tx, {
+      get: (target, key) => {
+        if (key === method) return replace(target);
+        const value = Reflect.get(target, key) as unknown;
+        return typeof value === "function" ? (value as () => unknown).bind(target) : value;
+      },
+    });
   return {
     dialect: store.dialect,
     driverName: store.driverName,
     close: () => store.close(),
-    transaction: (fn) =>
-      store.transaction((tx) =>
-        fn(
-          new Proxy(tx, {
-            get: (target, key) => {
-              if (key === method) return replace(target);
-              const value = Reflect.get(target, key) as unknown;
-              return typeof value === "function" ? (value as () => unknown).bind(target) : value;
-            },
-          }),
-        ),
-      ),
+    transaction: (fn, options) => store.transaction((tx) => fn(replaced(tx)), options),
+    read: (fn) => store.read((tx) => fn(replaced(tx))),
   };
 }
 

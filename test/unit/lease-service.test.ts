@@ -7,7 +7,7 @@ import { DEFAULT_LEASE_TTL_MS, MAX_CLAIM_CAPACITY, type LeaseFence } from "../..
 import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
 import type { RunAttempt } from "../../src/model.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
-import type { SecretSource, Store, StoreTx } from "../../src/ports.ts";
+import type { SecretSource, Store, StoreTransactionOptions, StoreTx } from "../../src/ports.ts";
 import { PROFILES } from "../../src/profiles.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { openSqlJsMemoryDriver } from "../../storage/sqljs/memory-driver.ts";
@@ -45,7 +45,10 @@ class WatchedStore implements Store {
     this.driverName = inner.driverName;
   }
 
-  async transaction<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
+  async transaction<T>(
+    fn: (tx: StoreTx) => Promise<T>,
+    options?: StoreTransactionOptions,
+  ): Promise<T> {
     this.transactions += 1;
     let listed = false;
     const result = await this.inner.transaction((tx) => {
@@ -76,13 +79,18 @@ class WatchedStore implements Store {
         },
       });
       return fn(watched);
-    });
+    }, options);
     if (listed && this.afterListing !== null) {
       const hook = this.afterListing;
       this.afterListing = null;
       await hook();
     }
     return result;
+  }
+
+  /** Watched like any other transaction: the listings it serves are what these tests count. */
+  read<T>(fn: (tx: StoreTx) => Promise<T>): Promise<T> {
+    return this.transaction(fn);
   }
 
   close(): Promise<void> {

@@ -63,7 +63,7 @@ export function observeRoutes(deps: AppDeps): Hono {
 
   app.get("/notifications", queryOf(notificationsQuery), async (c) => {
     const { run, state, limit, cursor } = c.req.valid("query");
-    const entries = await store.transaction(async (tx) =>
+    const entries = await store.read(async (tx) =>
       tx.listNotifications({
         runId: run ?? null,
         state: state ?? null,
@@ -80,7 +80,7 @@ export function observeRoutes(deps: AppDeps): Hono {
 
   app.get("/overview", queryOf(overviewQuery), async (c) => {
     const { hours } = c.req.valid("query");
-    const overview = await store.transaction(async (tx) =>
+    const overview = await store.read(async (tx) =>
       tx.overview(await tx.observe(deps.clock.nowMs()), hours),
     );
     return c.json({ overview } satisfies OverviewAnswer);
@@ -93,7 +93,7 @@ export function observeRoutes(deps: AppDeps): Hono {
     const { id, name } = c.req.valid("param");
     // Checked here, not as middleware: without `offset` the query belongs to the next route.
     const { offset, limit, stream, attempt: attemptId } = checkQuery(logChunkQuery, c.req.query());
-    const attempt = await store.transaction(async (tx) => stepAttempt(tx, id, name, attemptId));
+    const attempt = await store.read(async (tx) => stepAttempt(tx, id, name, attemptId));
     if (attempt === null)
       fail(
         "not_found",

@@ -100,12 +100,12 @@ export function packageRoutes(deps: AppDeps): Hono {
       return c.json(applied satisfies ApplyView, applied.changed ? 201 : 200);
     })
     .get("/packages", async (c) => {
-      const packages = await store.transaction(async (tx) => tx.listPackageHeads(MAX_LIST_LIMIT));
+      const packages = await store.read(async (tx) => tx.listPackageHeads(MAX_LIST_LIMIT));
       return c.json({ packages } satisfies PackageList);
     })
     .get("/packages/:name", packageParam, async (c) => {
       const { name } = c.req.valid("param");
-      const found = await store.transaction(async (tx) => {
+      const found = await store.read(async (tx) => {
         const head = await tx.getPackageHead(name);
         if (head === null) return null;
         const generations = await tx.listGenerations(name, MAX_GENERATIONS_LISTED);

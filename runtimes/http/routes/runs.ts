@@ -134,7 +134,7 @@ export function runRoutes(deps: RouteDeps): Hono {
     })
     .get("/runs", queryOf(listQuery), async (c) => {
       const { status, limit, cursor } = c.req.valid("query");
-      const runs = await store.transaction(async (tx) =>
+      const runs = await store.read(async (tx) =>
         tx.listRuns({ status: status ?? null, cursor: cursor ?? null, limit: limit + 1 }),
       );
       const page = runs.slice(0, limit);
@@ -174,7 +174,7 @@ export function runRoutes(deps: RouteDeps): Hono {
           );
         }
       }
-      const { detail, waiting } = await store.transaction(async (tx) => {
+      const { detail, waiting } = await store.read(async (tx) => {
         const read = await getRunDetail(tx, id);
         const explained = await explainWaiting(
           tx,
@@ -195,7 +195,7 @@ export function runRoutes(deps: RouteDeps): Hono {
     .get("/runs/:id/events", runParam, queryOf(eventsQuery), async (c) => {
       const { id } = c.req.valid("param");
       const { after, limit } = c.req.valid("query");
-      const events = await store.transaction(async (tx) => getRunEvents(tx, id, after, limit));
+      const events = await store.read(async (tx) => getRunEvents(tx, id, after, limit));
       return c.json({ events: events.map(eventView) } satisfies EventPage);
     })
     .post("/runs/:id/rerun", runParam, jsonBody(rerunBody, "the rerun request"), async (c) => {
@@ -223,7 +223,7 @@ export function runRoutes(deps: RouteDeps): Hono {
     })
     .get("/runs/:id/steps/:name/log", runStepParams, async (c) => {
       const { id, name } = c.req.valid("param");
-      const latest = await store.transaction(async (tx) => stepAttempt(tx, id, name));
+      const latest = await store.read(async (tx) => stepAttempt(tx, id, name));
       if (latest === null || deps.readLog === undefined)
         fail("not_found", `step ${name} has no log yet`);
       const text = await deps.readLog(latest, LOG_ANSWER_MAX_BYTES);

@@ -27,7 +27,7 @@ export function systemRoutes(deps: RouteDeps): Hono {
       c.json({ recovery: deps.recoveryReport?.() ?? [] } satisfies RecoveryList),
     )
     .get("/metrics", async (c) => {
-      const counts = await deps.store.transaction(async (tx) => tx.countRunsByStatus());
+      const counts = await deps.store.read(async (tx) => tx.countRunsByStatus());
       return c.text(deps.metrics.render(counts, deps.runWaiters.size), 200, {
         "content-type": "text/plain; version=0.0.4; charset=utf-8",
       });
