@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parseInputOptions } from "../../runtimes/node/cli.ts";
+import { parseInputOptions } from "../../runtimes/node/cli-commands.ts";
 
 /** `qlr start --input KEY=VALUE`: the command line's own checks, before anything is sent. */
 describe("qlr start --input", () => {

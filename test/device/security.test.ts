@@ -11,7 +11,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it, type TestContext } from "vitest";
-import { checkCoordinatorUrl } from "../../runtimes/node/cli.ts";
+import { checkCoordinatorUrl } from "../../runtimes/node/cli-serve.ts";
 import { RemoteWorker } from "../../runtimes/node/remote-worker.ts";
 import { waitFor } from "../support/wait.ts";
 import type { Scratch } from "../support/scratch.ts";
