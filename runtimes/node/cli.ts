@@ -58,7 +58,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     return command === undefined && parsed.values.help !== true ? EXIT_USAGE : 0;
   }
   try {
-    // The common options are checked first, for every command, as they always were.
+    // The common options are checked before the command is looked up, for every command.
     const config = await commonConfig(parsed.values, process.env);
     const handler = COMMANDS.get(command);
     if (handler === undefined) throw new UsageError(`unknown command ${command}`);
