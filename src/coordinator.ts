@@ -14,14 +14,7 @@ import {
 } from "./execution.ts";
 import { advanceFrontier } from "./frontier.ts";
 import { expireLease } from "./leases.ts";
-import type {
-  ChangeSet,
-  ExecutorType,
-  ProcessHandleFacts,
-  Run,
-  RunAttempt,
-  StepRun,
-} from "./model.ts";
+import type { ChangeSet, ExecutorType, ProcessHandleFacts, RunAttempt } from "./model.ts";
 import { LIVE_ATTEMPT_STATUSES, TERMINAL_RUN_STATUSES } from "./model.ts";
 import { admitOrdinaryAttempt } from "./ordinary.ts";
 import { slotFor, type WaitReason } from "./backpressure.ts";
@@ -36,7 +29,6 @@ import {
   type LaunchRequest,
   type PurgedRun,
   type Store,
-  type StoreTransactionOptions,
   type StoreTx,
 } from "./ports.ts";
 import {
@@ -70,6 +62,22 @@ import { taskContext } from "./task-context.ts";
 import { decideSchedule } from "./schedules.ts";
 import { drainNotifications, type NotificationSender } from "./notification-stage.ts";
 import type { RetryPolicy } from "./packages.ts";
+import {
+  attemptIdOf,
+  countOne,
+  describe,
+  itself,
+  PAGE_IN_TURN,
+  PageAbandoned,
+  StagePages,
+  wholeRunChange,
+  type FaultPoint,
+  type PageReport,
+  type PageWrite,
+  type StageContext,
+} from "./stage-pages.ts";
+
+export type { FaultPoint, PageReport };
 
 /**
  * One cadence, one bounded cycle (ADR-0229 §1, DESIGN.md §4). The stages run in a fixed
@@ -125,25 +133,6 @@ export const STAGE_ORDER: readonly StageName[] = [
   "notifications",
   "purge",
 ];
-
-/** Named points where crash and race tests inject faults; injected per coordinator, never global. */
-export type FaultPoint =
-  | "admission.after_commit"
-  | "dispatch.after_starting"
-  | "dispatch.after_spawn"
-  | "dispatch.after_running"
-  | "completion.before_commit"
-  | "completion.after_commit"
-  | "cancellation.after_stop_intent"
-  | "cancellation.after_stop"
-  /** A frontier change (steps ready, or the run finalized with its alerts) is committed. */
-  | "frontier.after_commit"
-  | "purge.after_commit"
-  | "purge.after_discard"
-  | "purge.discard_before_journal"
-  /** The executor's journal record is durable; nothing has been asked to spawn yet. */
-  | "launch.after_journal"
-  | "notification.after_send";
 
 export interface CoordinatorDeps {
   readonly store: Store;
@@ -237,13 +226,6 @@ export interface StageReport {
   readonly durationMs: number;
 }
 
-export interface PageReport {
-  /** Items the page wrote (or decided) in its shared transaction. */
-  readonly size: number;
-  /** False: the shared transaction failed and the items were written one transaction each. */
-  readonly committed: boolean;
-}
-
 export interface TickReport {
   readonly profile: string;
   readonly stages: readonly StageReport[];
@@ -257,70 +239,6 @@ export interface TickReport {
   readonly durationMs: number;
 }
 
-/** One item's reads, decision and write inside a page transaction (see `writePage`). */
-type PageWrite<T> = (tx: StoreTx, nowMs: number, hostOffsetMs: number) => Promise<T>;
-
-type PageOutcome<T> =
-  { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: unknown };
-
-interface PageResult<T> {
-  /** One outcome per write, in page order. */
-  readonly outcomes: readonly PageOutcome<T>[];
-  /**
-   * Why the shared transaction failed, when it did (the outcomes then come from one
-   * transaction per item); null when the page committed as one. After a lost commit response
-   * the page may have committed all the same, which the per-item writes then find.
-   */
-  readonly pageError: unknown;
-}
-
-/**
- * Thrown into a page transaction that the store calls a second time (a PostgreSQL
- * serialization failure): a page that met a competitor once is written item by item at once,
- * rather than retried whole against the same competitors (see `writePage`).
- */
-/**
- * Pages take turns across coordinators (`StoreTransactionOptions.inTurn`): on one PostgreSQL,
- * pages that overlapped aborted each other (serializable isolation locks what an index scan
- * read by whole index page, and a page reads and writes the newest rows of every table), and
- * an aborted page is written again item by item. Measured in docs/PERFORMANCE.md, "Pages take
- * turns".
- */
-const PAGE_IN_TURN: StoreTransactionOptions = { inTurn: true };
-
-class PageAbandoned extends Error {
-  constructor() {
-    super("the page transaction met a serialization failure; written item by item instead");
-  }
-}
-
-interface StageContext {
-  processed: number;
-  more: boolean;
-  errors: { code: string; message: string; subject: string | null }[];
-}
-
-/**
- * A keyset walk over one store list (`walkKeyset`, src/paging.ts) whose cursor is an item's
- * id: each page is read in a short transaction of its own, then handled item by item
- * (`handle`) or as one page (`handlePage`, group commit).
- */
-type StoreWalk<Item> = {
-  /** Round robin: the walk resumes next cycle where this one stopped, under this key; absent: from the start. */
-  readonly resume?: string;
-  readonly budget: StageBudget;
-  /** One page of the list after `after`, at most `limit` items (never more than the store caps). */
-  readonly list: (tx: StoreTx, after: string | null, limit: number) => Promise<readonly Item[]>;
-  readonly idOf: (item: Item) => string;
-  /** How a page's read runs (default: one store transaction); start-up recovery retries its reads. */
-  readonly read?: <T>(fn: (tx: StoreTx) => Promise<T>) => Promise<T>;
-  /** Checked before each page: true ends the walk. */
-  readonly done?: () => boolean;
-} & (
-  | { readonly handle: (item: Item) => Promise<void> }
-  | { readonly handlePage: (items: readonly Item[]) => Promise<void> }
-);
-
 /** A stage that walks run ids and writes each page in one transaction (`Coordinator.pagedRuns`). */
 interface RunStage<T> {
   readonly list: (tx: StoreTx, after: string | null, limit: number) => Promise<string[]>;
@@ -328,28 +246,6 @@ interface RunStage<T> {
   /** What follows each committed item (fault points, follow-ups); true counts it as processed. */
   readonly committed: (value: T) => Promise<boolean>;
 }
-
-/** A core rule that reads one run whole (`convergeCancellation`, `advanceFrontier`). */
-type WholeRunRule = (
-  run: Run,
-  steps: readonly StepRun[],
-  attempts: readonly RunAttempt[],
-  nowMs: number,
-) => ChangeSet | null;
-
-/** The rule's change for a run read whole in `tx`; null when the run is gone or nothing changes. */
-async function wholeRunChange(
-  tx: StoreTx,
-  runId: string,
-  rule: WholeRunRule,
-  nowMs: number,
-): Promise<ChangeSet | null> {
-  const run = await tx.getRun(runId);
-  if (run === null) return null;
-  return rule(run, await tx.getSteps(runId), await tx.getAttempts(runId), nowMs);
-}
-
-const attemptIdOf = (attempt: RunAttempt): string => attempt.id;
 
 /**
  * Whether execution control must open a transaction for a running attempt without a receipt:
@@ -361,13 +257,6 @@ function stopDue(attempt: RunAttempt, listedAtMs: number): boolean {
   if (attempt.status !== "running" || attempt.stopReason !== null) return true;
   return attempt.deadlineAtMs !== null && listedAtMs >= attempt.deadlineAtMs;
 }
-const itself = (id: string): string => id;
-
-function describe(error: unknown): { code: string; message: string } {
-  if (isQlrError(error)) return { code: error.code, message: error.message };
-  return { code: "internal", message: error instanceof Error ? error.message : String(error) };
-}
-
 /** Executors signal "the task could not be started, nothing ran" with code `spawn_failed`. */
 export function isSpawnFailure(error: unknown): boolean {
   return (
@@ -459,8 +348,6 @@ export class Coordinator {
   /** Set by the stages of the cycle in progress; see `TickReport.followUp`. */
   private followUp = false;
   private ticking: Promise<unknown> = Promise.resolve();
-  /** Where each paged stage resumes next cycle (in memory only: a restart simply starts over). */
-  private readonly cursors = new Map<string, string | null>();
   /** Where the purge resumes, with the range it walks (kept for one pass; a stale range only purges less). */
   private purgePass: { range: PurgeRange; after: PurgeKey | null } | null = null;
   /**
@@ -501,6 +388,8 @@ export class Coordinator {
    */
   private readonly launching = new Map<string, LaunchInFlight>();
   private readonly deps: CoordinatorDeps;
+  /** The stages' transactions, walks and round-robin cursors. */
+  private readonly pages: StagePages;
   private readonly node: NodeIdentity | null;
   /** The incarnation this runtime registered; null until `register` ran. */
   private incarnation: number | null = null;
@@ -510,16 +399,12 @@ export class Coordinator {
   constructor(deps: CoordinatorDeps) {
     this.deps = deps;
     this.node = deps.node === undefined ? null : validateNodeIdentity(deps.node);
+    this.pages = new StagePages(deps);
   }
 
   /** The runtime-wide limit on live local attempts this coordinator admits by; null: none. */
   get maxRunning(): number | null {
     return this.deps.maxRunning === undefined ? this.deps.profile.maxRunning : this.deps.maxRunning;
-  }
-
-  /** Whether stage pages commit as one transaction (see `CoordinatorDeps.groupCommit`). */
-  private get grouping(): boolean {
-    return this.deps.groupCommit ?? true;
   }
 
   /** This runtime's node id in a shared store; null for the store's only coordinator. */
@@ -534,7 +419,7 @@ export class Coordinator {
   async register(): Promise<CoordinatorRecord | null> {
     const node = this.node;
     if (node === null) return null;
-    const record = await this.write(async (tx, nowMs) => {
+    const record = await this.pages.write(async (tx, nowMs) => {
       const previous = await tx.getCoordinator(node.nodeId);
       const next = registerNode(previous, node, nowMs);
       await tx.putCoordinator(next, previous?.incarnation ?? null);
@@ -556,7 +441,7 @@ export class Coordinator {
     if (this.deps.clock.nowMs() < this.renewDueAtHostMs) return;
     const incarnation = this.incarnation;
     try {
-      await this.write(async (tx, nowMs) => {
+      await this.pages.write(async (tx, nowMs) => {
         const current = await tx.getCoordinator(node.nodeId);
         await tx.putCoordinator(renewNode(current, node.nodeId, incarnation, nowMs), incarnation);
       });
@@ -583,79 +468,6 @@ export class Coordinator {
 
   private async fault(point: FaultPoint): Promise<void> {
     await this.deps.fault?.(point);
-  }
-
-  /**
-   * One write transaction at store time. `hostOffsetMs` is store time minus this host's clock,
-   * measured now: host-stamped launcher facts are moved onto store time with it (host-time.ts).
-   */
-  private async write<T>(
-    fn: (tx: StoreTx, nowMs: number, hostOffsetMs: number) => Promise<T>,
-    options?: StoreTransactionOptions,
-  ): Promise<T> {
-    return this.deps.store.transaction(async (tx) => {
-      const hostNowMs = this.deps.clock.nowMs();
-      const nowMs = await tx.observe(hostNowMs);
-      return fn(tx, nowMs, nowMs - hostNowMs);
-    }, options);
-  }
-
-  /**
-   * Group commit: the writes of one stage page in one store transaction, so the page costs one
-   * commit (one fdatasync on the file store, one COMMIT round trip on PostgreSQL) instead of
-   * one per item. Each write still reads and decides against what its own reads return, in
-   * page order, so it sees the page's earlier writes exactly as a transaction of its own would;
-   * the version CAS guards every row. Nothing of the page is acknowledged before the shared
-   * commit returns.
-   *
-   * When the page transaction fails as a whole (a write of one item throws: a lost CAS, an
-   * integrity error, a storage error, a lost commit response), nothing of it is trusted and
-   * every item is written again in a transaction of its own, re-reading and re-deciding: the
-   * items that can commit do, the loser is reported for itself, and an item the page did
-   * commit (a lost response) finds its versions moved and writes nothing twice.
-   *
-   * The page transaction first reads the page's runs whole (`runIds`, `StoreTx.preloadRuns`):
-   * a few multi-row statements instead of each item reading its rows one statement at a time.
-   *
-   * The page runs once: a store that calls it again (PostgreSQL retries a serialization
-   * failure) gets `PageAbandoned` and the page goes item by item at once. A whole page retried
-   * against the same competitors loses again most of the time, and each retry re-runs every
-   * item's reads and writes; one item's transaction is short, and the store's own retries
-   * serve it well.
-   */
-  private async writePage<T>(
-    writes: readonly PageWrite<T>[],
-    runIds: readonly string[],
-  ): Promise<PageResult<T>> {
-    let pageError: unknown = null;
-    if (writes.length > 1 && this.grouping) {
-      let runs = 0;
-      try {
-        const values = await this.write(async (tx, nowMs, hostOffsetMs) => {
-          runs += 1;
-          if (runs > 1) throw new PageAbandoned();
-          await tx.preloadRuns(runIds);
-          const page: T[] = [];
-          for (const write of writes) page.push(await write(tx, nowMs, hostOffsetMs));
-          return page;
-        }, PAGE_IN_TURN);
-        this.deps.onPage?.({ size: writes.length, committed: true });
-        return { outcomes: values.map((value) => ({ ok: true, value })), pageError: null };
-      } catch (error) {
-        // Each item's own error, if it has one, is what gets reported: see below.
-        pageError = error;
-        this.deps.onPage?.({ size: writes.length, committed: false });
-      }
-    }
-    const outcomes: PageOutcome<T>[] = [];
-    for (const write of writes) {
-      try {
-        outcomes.push({ ok: true, value: await this.write(write) });
-      } catch (error) {
-        outcomes.push({ ok: false, error });
-      }
-    }
-    return { outcomes, pageError };
   }
 
   /**
@@ -760,7 +572,7 @@ export class Coordinator {
         let held = false;
         await this.pagedRuns(name, profile.ordinary, context, {
           list: async (tx, after, limit) =>
-            tx.listQueuedOrdinaryRuns(after, limit, await this.storeNow(tx)),
+            tx.listQueuedOrdinaryRuns(after, limit, await this.pages.storeNow(tx)),
           write: (runId) => this.admitOrdinaryWrite(runId),
           committed: (outcome) => {
             if (outcome === "waiting") held = true;
@@ -823,97 +635,18 @@ export class Coordinator {
     context: StageContext,
     stage: RunStage<T>,
   ): Promise<void> {
-    await this.stageWalk(context, {
+    await this.pages.stageWalk(context, {
       resume: cursorKey,
       budget,
       list: stage.list,
       idOf: itself,
       handlePage: (runIds) =>
-        this.commitPage(context, runIds, itself, itself, stage.write, stage.committed),
+        this.pages.commitPage(context, runIds, itself, itself, stage.write, stage.committed),
     });
   }
 
-  /** Walks a store list (`StoreWalk`); true when pages were left unread. */
-  private walkStore<Item>(walk: StoreWalk<Item>): Promise<boolean> {
-    const { resume } = walk;
-    const read = walk.read ?? ((fn) => this.deps.store.read(fn));
-    const base = {
-      after: resume === undefined ? null : (this.cursors.get(resume) ?? null),
-      pageSize: walk.budget.pageSize,
-      pages: walk.budget.pages,
-      read: (after: string | null, limit: number) => read((tx) => walk.list(tx, after, limit)),
-      cursorOf: walk.idOf,
-      ...(resume === undefined
-        ? {}
-        : { saved: (after: string | null) => this.saveCursor(resume, after) }),
-      ...(walk.done === undefined ? {} : { done: walk.done }),
-    };
-    return walkKeyset<Item, string>(
-      "handlePage" in walk
-        ? { ...base, handlePage: walk.handlePage }
-        : { ...base, handle: walk.handle },
-    );
-  }
-
-  /** A stage's walk: pages left unread by its budget ask for the next cycle (`more`). */
-  private async stageWalk<Item>(context: StageContext, walk: StoreWalk<Item>): Promise<void> {
-    if (await this.walkStore(walk)) context.more = true;
-  }
-
-  /** Store time, for a list that selects what is due. */
-  private storeNow(tx: StoreTx): Promise<number> {
-    return tx.observe(this.deps.clock.nowMs());
-  }
-
-  /**
-   * Writes a stage page in one transaction (`writePage`), then, in page order, runs what
-   * follows each committed item (`committed`: fault points, follow-ups; true counts it as
-   * processed). A failed item is reported with its subject; the others go on.
-   */
-  private async commitPage<Item, T>(
-    context: StageContext,
-    items: readonly Item[],
-    subjectOf: (item: Item) => string,
-    runIdOf: (item: Item) => string,
-    writeOf: (item: Item) => PageWrite<T>,
-    committed: (value: T) => Promise<boolean>,
-  ): Promise<void> {
-    const { outcomes } = await this.writePage(items.map(writeOf), items.map(runIdOf));
-    for (const [index, outcome] of outcomes.entries()) {
-      const item = items[index];
-      try {
-        if (!outcome.ok) throw outcome.error;
-        if (await committed(outcome.value)) context.processed += 1;
-      } catch (error) {
-        context.errors.push({
-          ...describe(error),
-          subject: item === undefined ? null : subjectOf(item),
-        });
-      }
-    }
-  }
-
-  /** One item of a stage: counted when it changed something; a failure is reported for it and the stage goes on. */
-  private async countOne(
-    context: StageContext,
-    subject: string,
-    handle: () => Promise<boolean>,
-  ): Promise<void> {
-    try {
-      if (await handle()) context.processed += 1;
-    } catch (error) {
-      context.errors.push({ ...describe(error), subject });
-    }
-  }
-
-  /** Round robin: a stage's next cycle resumes after `after`, or from the start when its walk reached the end. */
-  private saveCursor(cursorKey: string, after: string | null): void {
-    if (after === null) this.cursors.delete(cursorKey);
-    else this.cursors.set(cursorKey, after);
-  }
-
   async convergeRun(runId: string): Promise<boolean> {
-    return this.afterConverge(await this.write(this.convergeWrite(runId)));
+    return this.afterConverge(await this.pages.write(this.convergeWrite(runId)));
   }
 
   private convergeWrite(runId: string): PageWrite<ChangeSet | null> {
@@ -941,7 +674,7 @@ export class Coordinator {
       );
       for (const schedule of due) {
         try {
-          await this.write(async (tx, nowMs) => {
+          await this.pages.write(async (tx, nowMs) => {
             const lastRun =
               schedule.lastRunId === null ? null : await tx.getRun(schedule.lastRunId);
             const lastRunLive = lastRun !== null && !TERMINAL_RUN_STATUSES.has(lastRun.status);
@@ -988,7 +721,7 @@ export class Coordinator {
   }
 
   async frontier(runId: string): Promise<boolean> {
-    return this.afterFrontier(await this.write(this.frontierWrite(runId)));
+    return this.afterFrontier(await this.pages.write(this.frontierWrite(runId)));
   }
 
   private frontierWrite(runId: string): PageWrite<boolean> {
@@ -1028,7 +761,7 @@ export class Coordinator {
       pages: MAX_ADMISSION_WALK_PAGES,
       read: (after, limit) =>
         this.deps.store.read(async (tx) =>
-          tx.listAdmissionCandidates(after, limit, await this.storeNow(tx)),
+          tx.listAdmissionCandidates(after, limit, await this.pages.storeNow(tx)),
         ),
       cursorOf: (candidate) => candidate,
       done: () => budgetReached,
@@ -1053,7 +786,7 @@ export class Coordinator {
             budgetReached = true;
             return;
           }
-          await this.countOne(context, candidate.stepRunId, async () => {
+          await countOne(context, candidate.stepRunId, async () => {
             const outcome = await this.admitWithinLimits(candidate);
             if (outcome.kind === "waiting") {
               held.hold(candidate, outcome.reason);
@@ -1087,44 +820,47 @@ export class Coordinator {
     if (!candidates.some((candidate) => !held.holds(candidate)))
       return { held, decided, admitted: 0, budgetReached: false };
     if (decided >= decisions) return { held, decided, admitted: 0, budgetReached: true };
-    if (!this.grouping) return null;
+    if (!this.pages.grouping) return null;
     let runs = 0;
     let size = 0;
     try {
-      const page = await this.write(async (tx, nowMs, hostOffsetMs): Promise<AdmissionPage> => {
-        runs += 1;
-        if (runs > 1) throw new PageAbandoned();
-        size = 0;
-        // The candidates the budget can still reach, read whole at once (see `writePage`).
-        await tx.preloadRuns(
-          candidates
-            .filter((candidate) => !held.holds(candidate))
-            .slice(0, decisions - decided)
-            .map((candidate) => candidate.runId),
-        );
-        const pageHeld = held.copy();
-        let pageDecided = decided;
-        let admitted = 0;
-        for (const candidate of candidates) {
-          if (pageHeld.holds(candidate)) continue;
-          if (pageDecided >= decisions)
-            return { held: pageHeld, decided: pageDecided, admitted, budgetReached: true };
-          size += 1;
-          const outcome = await this.admissionWrite(candidate)(tx, nowMs, hostOffsetMs);
-          if (outcome.kind === "waiting") {
-            pageHeld.hold(candidate, outcome.reason);
-            continue;
+      const page = await this.pages.write(
+        async (tx, nowMs, hostOffsetMs): Promise<AdmissionPage> => {
+          runs += 1;
+          if (runs > 1) throw new PageAbandoned();
+          size = 0;
+          // The candidates the budget can still reach, read whole at once (see `writePage`).
+          await tx.preloadRuns(
+            candidates
+              .filter((candidate) => !held.holds(candidate))
+              .slice(0, decisions - decided)
+              .map((candidate) => candidate.runId),
+          );
+          const pageHeld = held.copy();
+          let pageDecided = decided;
+          let admitted = 0;
+          for (const candidate of candidates) {
+            if (pageHeld.holds(candidate)) continue;
+            if (pageDecided >= decisions)
+              return { held: pageHeld, decided: pageDecided, admitted, budgetReached: true };
+            size += 1;
+            const outcome = await this.admissionWrite(candidate)(tx, nowMs, hostOffsetMs);
+            if (outcome.kind === "waiting") {
+              pageHeld.hold(candidate, outcome.reason);
+              continue;
+            }
+            pageHeld.learn(candidate, outcome.executor);
+            pageDecided += 1;
+            if (outcome.kind === "admitted") admitted += 1;
           }
-          pageHeld.learn(candidate, outcome.executor);
-          pageDecided += 1;
-          if (outcome.kind === "admitted") admitted += 1;
-        }
-        return { held: pageHeld, decided: pageDecided, admitted, budgetReached: false };
-      }, PAGE_IN_TURN);
-      this.deps.onPage?.({ size, committed: true });
+          return { held: pageHeld, decided: pageDecided, admitted, budgetReached: false };
+        },
+        PAGE_IN_TURN,
+      );
+      this.pages.reportPage({ size, committed: true });
       return page;
     } catch {
-      this.deps.onPage?.({ size, committed: false });
+      this.pages.reportPage({ size, committed: false });
       return null;
     }
   }
@@ -1135,7 +871,7 @@ export class Coordinator {
   }
 
   private async admitWithinLimits(candidate: AdmissionCandidate): Promise<AdmissionOutcome> {
-    const outcome = await this.write(this.admissionWrite(candidate));
+    const outcome = await this.pages.write(this.admissionWrite(candidate));
     if (outcome.kind === "admitted") await this.fault("admission.after_commit");
     return outcome;
   }
@@ -1210,12 +946,7 @@ export class Coordinator {
       }
       const cursorKey = `dispatch:${executor.type}`;
       const claimed = await this.deps.store.read(async (tx) =>
-        tx.listAttempts(
-          executor.type,
-          ["claimed"],
-          this.cursors.get(cursorKey) ?? null,
-          pageSize + 1,
-        ),
+        tx.listAttempts(executor.type, ["claimed"], this.pages.cursor(cursorKey), pageSize + 1),
       );
       if (claimed.length > pageSize) context.more = true;
       const started: { readonly request: LaunchRequest; readonly startingAtMs: number }[] = [];
@@ -1223,11 +954,11 @@ export class Coordinator {
       // Round robin: after a full page the next cycle resumes behind it, so claims that stay
       // `claimed` (a start that keeps failing, a run waiting for its cancel to converge) cannot
       // hold the head of every page while the claims behind them wait; a short page starts over.
-      this.saveCursor(
+      this.pages.saveCursor(
         cursorKey,
         claimed.length > pageSize ? (page[page.length - 1]?.id ?? null) : null,
       );
-      const startings = await this.writePage(
+      const startings = await this.pages.writePage(
         page.map((attempt) => this.markStartingWrite(attempt.id)),
         page.map((attempt) => attempt.runId),
       );
@@ -1377,7 +1108,7 @@ export class Coordinator {
       endings.push(
         launch.status === "fulfilled" ? await this.endedAtLaunch(context, executor, attempt) : null,
       );
-    const { outcomes } = await this.writePage(
+    const { outcomes } = await this.pages.writePage(
       recordable.map(({ attempt, startingAtMs, launch }, index) =>
         this.launchOutcomeWrite(attempt.id, startingAtMs, launch, endings[index] ?? null),
       ),
@@ -1447,7 +1178,7 @@ export class Coordinator {
   private async settleOrphan(executor: Executor, attempt: RunAttempt): Promise<boolean> {
     const inspections = [await executor.inspect(attempt), await executor.inspect(attempt)];
     const receipt = await executor.readReceipt(attempt);
-    const settled = await this.write(async (tx, nowMs) => {
+    const settled = await this.pages.write(async (tx, nowMs) => {
       const scope = await findAttemptScope(tx, attempt.id);
       if (scope === null || scope.attempt.status !== "running") return false;
       const decision = decideRecovery(scope, { receipt, journal: "present", inspections });
@@ -1475,7 +1206,7 @@ export class Coordinator {
   private async controlStarting(executor: Executor, attempt: RunAttempt): Promise<boolean> {
     const held = this.unrecordedHandles.get(attempt.id);
     if (held !== undefined) {
-      const recorded = await this.write(async (tx, nowMs, hostOffsetMs) => {
+      const recorded = await this.pages.write(async (tx, nowMs, hostOffsetMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null || scope.attempt.status !== "starting") return false;
         await tx.apply(markRunning(scope, handleInStoreTime(held, hostOffsetMs), nowMs));
@@ -1490,7 +1221,7 @@ export class Coordinator {
       journal === "never_spawned" ||
       (journal === "absent" && this.unlaunchedStarting.has(attempt.id))
     ) {
-      const settled = await this.write(async (tx, nowMs) => {
+      const settled = await this.pages.write(async (tx, nowMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null || scope.attempt.status !== "starting") return false;
         const change = applyRecovery(
@@ -1535,11 +1266,11 @@ export class Coordinator {
       if (executor === undefined) continue;
       // The store time of the page's list, read in the list's transaction (see `stopDue`).
       let listedAtMs = 0;
-      await this.stageWalk(context, {
+      await this.pages.stageWalk(context, {
         resume: `control:${executor.type}`,
         budget,
         list: async (tx, after, limit) => {
-          listedAtMs = await this.storeNow(tx);
+          listedAtMs = await this.pages.storeNow(tx);
           return tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner);
         },
         idOf: attemptIdOf,
@@ -1558,14 +1289,14 @@ export class Coordinator {
     if (node === null) return;
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
-      await this.stageWalk(context, {
+      await this.pages.stageWalk(context, {
         budget,
         list: async (tx, after, limit) =>
-          tx.listOrphanedAttempts(executor.type, await this.storeNow(tx), after, limit),
+          tx.listOrphanedAttempts(executor.type, await this.pages.storeNow(tx), after, limit),
         idOf: attemptIdOf,
         handle: (attempt) =>
-          this.countOne(context, attempt.id, () =>
-            this.write(async (tx, nowMs) => {
+          countOne(context, attempt.id, () =>
+            this.pages.write(async (tx, nowMs) => {
               const scope = await findAttemptScope(tx, attempt.id);
               if (
                 scope === null ||
@@ -1593,14 +1324,15 @@ export class Coordinator {
 
   /** Remote leases that expired: claims are re-opened, started attempts fail closed until their worker reports. */
   private async expireLeases(budget: StageBudget, context: StageContext): Promise<void> {
-    await this.stageWalk(context, {
+    await this.pages.stageWalk(context, {
       resume: "leases",
       budget,
-      list: async (tx, after, limit) => tx.listExpiredLeases(await this.storeNow(tx), after, limit),
+      list: async (tx, after, limit) =>
+        tx.listExpiredLeases(await this.pages.storeNow(tx), after, limit),
       idOf: attemptIdOf,
       handle: (attempt) =>
-        this.countOne(context, attempt.id, () =>
-          this.write(async (tx, nowMs) => {
+        countOne(context, attempt.id, () =>
+          this.pages.write(async (tx, nowMs) => {
             const scope = await findAttemptScope(tx, attempt.id);
             if (scope === null) return false;
             const change = expireLease(scope, scope.definition.retry, nowMs);
@@ -1628,7 +1360,7 @@ export class Coordinator {
       // A start-up recovery decision that could not be recorded is made again before anything
       // else touches the attempt.
       if (this.unrecordedRecoveries.has(attempt.id)) {
-        await this.countOne(context, attempt.id, () => this.recoverAgain(executor, attempt));
+        await countOne(context, attempt.id, () => this.recoverAgain(executor, attempt));
         continue;
       }
       // Its launch is in flight (pipelined dispatch): the dispatch stage records its outcome
@@ -1658,7 +1390,7 @@ export class Coordinator {
       }
     }
     if (completions.length > 0)
-      await this.commitPage(
+      await this.pages.commitPage(
         context,
         completions,
         ({ attempt }) => attempt.id,
@@ -1668,7 +1400,7 @@ export class Coordinator {
       );
     for (const { attempt, receipt } of read) {
       if (receipt.status === "valid") continue;
-      await this.countOne(context, attempt.id, () =>
+      await countOne(context, attempt.id, () =>
         this.controlWithoutCompletion(executor, attempt, receipt, listedAtMs),
       );
     }
@@ -1725,7 +1457,7 @@ export class Coordinator {
     if (attempt.status === "starting" && receipt.status === "none")
       return this.controlStarting(executor, attempt);
     if (receipt.status === "invalid") {
-      await this.write(async (tx, nowMs) => {
+      await this.pages.write(async (tx, nowMs) => {
         const scope = await findAttemptScope(tx, attempt.id);
         if (scope === null) return;
         const change = applyRecovery(
@@ -1749,7 +1481,7 @@ export class Coordinator {
     // neither, no transaction: an intent or a deadline reached since the list is seen by the
     // next cycle, as if it had come just after this cycle's decision.
     if (!stopDue(attempt, listedAtMs)) return false;
-    const stop = await this.write(async (tx, nowMs) => {
+    const stop = await this.pages.write(async (tx, nowMs) => {
       const scope = await findAttemptScope(tx, attempt.id);
       if (scope === null || scope.attempt.status !== "running") return null;
       if (scope.attempt.stopReason !== null) return scope.attempt;
@@ -1784,7 +1516,7 @@ export class Coordinator {
     }
     let pass = this.purgePass;
     if (pass === null) {
-      const range = await this.write(async (tx, nowMs) =>
+      const range = await this.pages.write(async (tx, nowMs) =>
         purgeRange(policy, nowMs, await tx.terminalRunAtRank(policy.maxRuns)),
       );
       pass = { range, after: null };
@@ -1803,7 +1535,7 @@ export class Coordinator {
           : { finishedAtMs: candidate.finishedAtMs, runId: candidate.runId },
       handle: async (candidate) => {
         if (decidePurge(candidate, range).purge)
-          await this.countOne(context, candidate.runId, () =>
+          await countOne(context, candidate.runId, () =>
             this.purgeOne(candidate.runId, range, context),
           );
       },
@@ -1826,7 +1558,7 @@ export class Coordinator {
     range: PurgeRange,
     context: StageContext,
   ): Promise<boolean> {
-    const purged = await this.write(async (tx, nowMs) => {
+    const purged = await this.pages.write(async (tx, nowMs) => {
       const candidate = await tx.getPurgeCandidate(runId);
       if (candidate === null || !decidePurge(candidate, range).purge) return null;
       return { run: await tx.purgeRun(runId), nowMs };
@@ -1868,7 +1600,7 @@ export class Coordinator {
       if (executor === undefined || listHeld === undefined || discard === undefined) continue;
       const cursorKey = `sweep:${executor.type}`;
       const more = await walkKeyset<string, string>({
-        after: this.cursors.get(cursorKey) ?? null,
+        after: this.pages.cursor(cursorKey),
         pageSize: ORPHAN_SWEEP_PAGE,
         pages: budget.pages,
         read: listHeld,
@@ -1880,7 +1612,7 @@ export class Coordinator {
           const orphans = held.filter((attemptId) => !existing.has(attemptId));
           if (orphans.length > 0) await discard(orphans);
         },
-        saved: (after) => this.saveCursor(cursorKey, after),
+        saved: (after) => this.pages.saveCursor(cursorKey, after),
       });
       if (more) finished = false;
     }
@@ -1903,7 +1635,7 @@ export class Coordinator {
     for (const executor of Object.values(this.deps.executors)) {
       if (executor === undefined) continue;
       // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
-      await this.walkStore({
+      await this.pages.walkStore({
         budget: RECOVERY_WALK,
         list: (tx, after, limit) => tx.listAttempts(executor.type, statuses, after, limit, owner),
         idOf: attemptIdOf,
@@ -1962,7 +1694,7 @@ export class Coordinator {
           : await executor.readReceipt(attempt);
       const expectedVersion = attempt.version;
       try {
-        const outcome = await this.write(async (tx, nowMs, hostOffsetMs) => {
+        const outcome = await this.pages.write(async (tx, nowMs, hostOffsetMs) => {
           const scope = await findAttemptScope(tx, listed.id);
           if (scope === null || scope.attempt.version !== expectedVersion) return null;
           // Another node's attempt is never decided here (its evidence is on its own host).
@@ -2032,13 +1764,13 @@ export class Coordinator {
       if (executor === undefined) continue;
       // Every running attempt, page by page: a shutdown that stopped only the first page would
       // leave the rest running without their runtime.
-      await this.walkStore({
+      await this.pages.walkStore({
         budget: WHOLE_LIST,
         list: (tx, after, limit) =>
           tx.listAttempts(executor.type, ["running"], after, limit, this.node?.nodeId),
         idOf: attemptIdOf,
         handle: async (attempt) => {
-          const stop = await this.write(this.shutdownStopWrite(attempt.id));
+          const stop = await this.pages.write(this.shutdownStopWrite(attempt.id));
           if (stop !== null && stop.status === "running") {
             await executor.stop(stop, stop.stopReason ?? "shutdown");
             stopped += 1;
@@ -2062,12 +1794,12 @@ export class Coordinator {
   async requestRemoteShutdownStops(): Promise<number> {
     if (this.node !== null) return 0;
     let pending = 0;
-    await this.walkStore({
+    await this.pages.walkStore({
       budget: WHOLE_LIST,
       list: (tx, after, limit) => tx.listAttempts("remote_worker", ["running"], after, limit),
       idOf: attemptIdOf,
       handle: async (attempt) => {
-        const stopped = await this.write(this.shutdownStopWrite(attempt.id));
+        const stopped = await this.pages.write(this.shutdownStopWrite(attempt.id));
         if (stopped !== null && stopped.status === "running" && stopped.stopReason === "shutdown")
           pending += 1;
       },
