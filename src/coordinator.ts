@@ -1,6 +1,5 @@
 import { admitTaskAttempt, MAX_ADMISSION_PAGE } from "./admission.ts";
 import { findAttemptScope } from "./attempt-scope.ts";
-import { convergeCancellation } from "./cancellation.ts";
 import { isQlrError, QlrError } from "./errors.ts";
 import {
   complete,
@@ -14,9 +13,8 @@ import {
 } from "./execution.ts";
 import { advanceFrontier } from "./frontier.ts";
 import { expireLease } from "./leases.ts";
-import type { ChangeSet, ExecutorType, ProcessHandleFacts, RunAttempt } from "./model.ts";
-import { LIVE_ATTEMPT_STATUSES, TERMINAL_RUN_STATUSES } from "./model.ts";
-import { admitOrdinaryAttempt } from "./ordinary.ts";
+import type { ExecutorType, ProcessHandleFacts, RunAttempt } from "./model.ts";
+import { LIVE_ATTEMPT_STATUSES } from "./model.ts";
 import { slotFor, type WaitReason } from "./backpressure.ts";
 import {
   MAX_STORE_PAGE,
@@ -48,7 +46,6 @@ import {
   type RecoveryDecision,
 } from "./recovery.ts";
 import { storePageSize, walkKeyset } from "./paging.ts";
-import { fireSchedule } from "./run-start.ts";
 import {
   COORDINATOR_RENEW_EVERY_MS,
   orphanedReason,
@@ -59,9 +56,9 @@ import {
   type NodeIdentity,
 } from "./ownership.ts";
 import { taskContext } from "./task-context.ts";
-import { decideSchedule } from "./schedules.ts";
 import { drainNotifications, type NotificationSender } from "./notification-stage.ts";
 import type { RetryPolicy } from "./packages.ts";
+import { RunStages } from "./run-stages.ts";
 import {
   attemptIdOf,
   countOne,
@@ -239,14 +236,6 @@ export interface TickReport {
   readonly durationMs: number;
 }
 
-/** A stage that walks run ids and writes each page in one transaction (`Coordinator.pagedRuns`). */
-interface RunStage<T> {
-  readonly list: (tx: StoreTx, after: string | null, limit: number) => Promise<string[]>;
-  readonly write: (runId: string) => PageWrite<T>;
-  /** What follows each committed item (fault points, follow-ups); true counts it as processed. */
-  readonly committed: (value: T) => Promise<boolean>;
-}
-
 /**
  * Whether execution control must open a transaction for a running attempt without a receipt:
  * it is not running by this row (another decision applies), it carries a stop intent, or its
@@ -390,6 +379,7 @@ export class Coordinator {
   private readonly deps: CoordinatorDeps;
   /** The stages' transactions, walks and round-robin cursors. */
   private readonly pages: StagePages;
+  private readonly runStages: RunStages;
   private readonly node: NodeIdentity | null;
   /** The incarnation this runtime registered; null until `register` ran. */
   private incarnation: number | null = null;
@@ -400,6 +390,12 @@ export class Coordinator {
     this.deps = deps;
     this.node = deps.node === undefined ? null : validateNodeIdentity(deps.node);
     this.pages = new StagePages(deps);
+    this.runStages = new RunStages({
+      pages: this.pages,
+      ids: deps.ids,
+      fault: (point) => this.fault(point),
+      maxRunning: () => this.maxRunning,
+    });
   }
 
   /** The runtime-wide limit on live local attempts this coordinator admits by; null: none. */
@@ -565,27 +561,13 @@ export class Coordinator {
     const profile = this.deps.profile;
     switch (name) {
       case "cancellation":
-        return this.pagedRuns(name, profile.cancellation, context, this.cancellationStage);
+        return this.runStages.convergeCancellations(profile.cancellation, context);
       case "schedules":
-        return this.schedules(profile.schedules, context);
-      case "ordinary": {
-        let held = false;
-        await this.pagedRuns(name, profile.ordinary, context, {
-          list: async (tx, after, limit) =>
-            tx.listQueuedOrdinaryRuns(after, limit, await this.pages.storeNow(tx)),
-          write: (runId) => this.admitOrdinaryWrite(runId),
-          committed: (outcome) => {
-            if (outcome === "waiting") held = true;
-            return Promise.resolve(outcome === "admitted");
-          },
-        });
-        // Runs held back by a limit wait for a slot to free (a process exit wakes the cadence);
-        // asking for the next cycle at once would only walk them again.
-        if (held) context.more = false;
-        return;
-      }
+        return this.runStages.fireSchedules(profile.schedules, context);
+      case "ordinary":
+        return this.runStages.admitOrdinaryRuns(profile.ordinary, context);
       case "frontier":
-        return this.pagedRuns(name, profile.frontier, context, this.frontierStage);
+        return this.runStages.advanceFrontiers(profile.frontier, context);
       case "admission":
         return this.admission(profile.admission, context);
       case "dispatch":
@@ -608,137 +590,14 @@ export class Coordinator {
     }
   }
 
-  /**
-   * Pages through candidate runs; each page's writes commit in one transaction (`writePage`); a
-   * failing run is reported, the others go on. Each stage resumes where its previous cycle
-   * stopped (round robin), so items that stay candidates (a run failing every cycle, a
-   * long-running attempt) can never starve the ones behind them when a budget is smaller than
-   * the backlog.
-   */
-  /** Runs with a cancel intent converge toward their terminal state, one page per transaction. */
-  private readonly cancellationStage: RunStage<ChangeSet | null> = {
-    list: (tx, after, limit) => tx.listCancellingRuns(after, limit),
-    write: (runId) => this.convergeWrite(runId),
-    committed: (change) => this.afterConverge(change),
-  };
-
-  /** Workflow runs marked when a step settled or the run was created move their frontier. */
-  private readonly frontierStage: RunStage<boolean> = {
-    list: (tx, after, limit) => tx.listFrontierRuns(after, limit),
-    write: (runId) => this.frontierWrite(runId),
-    committed: (advanced) => this.afterFrontier(advanced),
-  };
-
-  private async pagedRuns<T>(
-    cursorKey: string,
-    budget: StageBudget,
-    context: StageContext,
-    stage: RunStage<T>,
-  ): Promise<void> {
-    await this.pages.stageWalk(context, {
-      resume: cursorKey,
-      budget,
-      list: stage.list,
-      idOf: itself,
-      handlePage: (runIds) =>
-        this.pages.commitPage(context, runIds, itself, itself, stage.write, stage.committed),
-    });
-  }
-
+  /** Converges one run's cancellation now, as the cancellation stage would; true when it changed. */
   async convergeRun(runId: string): Promise<boolean> {
-    return this.afterConverge(await this.pages.write(this.convergeWrite(runId)));
+    return this.runStages.convergeRun(runId);
   }
 
-  private convergeWrite(runId: string): PageWrite<ChangeSet | null> {
-    return async (tx, nowMs) => {
-      const converged = await wholeRunChange(tx, runId, convergeCancellation, nowMs);
-      if (converged !== null) await tx.apply(converged);
-      return converged;
-    };
-  }
-
-  private async afterConverge(change: ChangeSet | null): Promise<boolean> {
-    if (change === null) return false;
-    // The cancel stop intent of a running attempt is durable; its process is not stopped yet.
-    if (change.events.some((event) => event.type === "attempt.stop_requested"))
-      await this.fault("cancellation.after_stop_intent");
-    return true;
-  }
-
-  private async schedules(budget: StageBudget, context: StageContext): Promise<void> {
-    // Not a keyset walk: a schedule that fired is no longer due, so each page reads the due list afresh.
-    const pageSize = storePageSize(budget.pageSize);
-    for (let page = 0; page < budget.pages; page += 1) {
-      const due = await this.deps.store.read(async (tx) =>
-        tx.listDueSchedules(await tx.observe(this.deps.clock.nowMs()), pageSize),
-      );
-      for (const schedule of due) {
-        try {
-          await this.pages.write(async (tx, nowMs) => {
-            const lastRun =
-              schedule.lastRunId === null ? null : await tx.getRun(schedule.lastRunId);
-            const lastRunLive = lastRun !== null && !TERMINAL_RUN_STATUSES.has(lastRun.status);
-            const decision = decideSchedule(schedule, nowMs, lastRunLive);
-            if (decision.kind === "idle") return;
-            if (decision.kind === "fire") {
-              const run = await fireSchedule(tx, decision.next, this.deps.ids.runId(), nowMs);
-              await tx.putSchedule({ ...decision.next, lastRunId: run.id }, schedule.version);
-            } else {
-              await tx.putSchedule(decision.next, schedule.version);
-            }
-          });
-          context.processed += 1;
-        } catch (error) {
-          context.errors.push({
-            ...describe(error),
-            subject: `${schedule.package}/${schedule.name}`,
-          });
-        }
-      }
-      if (due.length < pageSize) return;
-      if (page === budget.pages - 1) context.more = true;
-    }
-  }
-
-  private admitOrdinaryWrite(runId: string): PageWrite<"admitted" | "waiting" | "skipped"> {
-    return async (tx, nowMs) => {
-      const run = await tx.getRun(runId);
-      if (run === null || run.kind !== "ordinary") return "skipped";
-      const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, run.target);
-      if (definition === null)
-        throw new QlrError(
-          "integrity",
-          `run ${run.id}: task ${run.target} has no definition in its generation`,
-        );
-      if (run.status !== "queued") return "skipped";
-      // A task run beyond a limit stays queued; the stage's next pass offers it again.
-      if ((await slotFor(tx, definition, this.maxRunning)) !== null) return "waiting";
-      const admitted = admitOrdinaryAttempt(run, definition, nowMs);
-      if (admitted === null) return "skipped";
-      await tx.apply(admitted.change);
-      return "admitted";
-    };
-  }
-
+  /** Moves one workflow run's frontier now, as the frontier stage would; true when it advanced. */
   async frontier(runId: string): Promise<boolean> {
-    return this.afterFrontier(await this.pages.write(this.frontierWrite(runId)));
-  }
-
-  private frontierWrite(runId: string): PageWrite<boolean> {
-    return async (tx, nowMs) => {
-      // A run purged since it was listed has no mark left to clear: the update finds no row.
-      const change = await wholeRunChange(tx, runId, advanceFrontier, nowMs);
-      if (change !== null) await tx.apply(change);
-      await tx.clearFrontierMark(runId);
-      return change !== null;
-    };
-  }
-
-  private async afterFrontier(advanced: boolean): Promise<boolean> {
-    // Steps made ready or a run finalized (its alerts in the outbox) are durable; nothing has
-    // admitted those steps or drained those alerts yet.
-    if (advanced) await this.fault("frontier.after_commit");
-    return advanced;
+    return this.runStages.frontier(runId);
   }
 
   /**
