@@ -27,14 +27,7 @@ import {
   type Store,
   type StoreTx,
 } from "./ports.ts";
-import {
-  decidePurge,
-  purgeRange,
-  type PurgeCandidate,
-  type PurgeKey,
-  type PurgeRange,
-  type RetentionPolicy,
-} from "./retention.ts";
+import type { RetentionPolicy } from "./retention.ts";
 import type { Profile, StageBudget } from "./profiles.ts";
 import { factsInStoreTime, handleInStoreTime, receiptInStoreTime } from "./host-time.ts";
 import {
@@ -43,7 +36,7 @@ import {
   type ReceiptEvidence,
   type RecoveryDecision,
 } from "./recovery.ts";
-import { storePageSize, walkKeyset } from "./paging.ts";
+import { storePageSize } from "./paging.ts";
 import {
   COORDINATOR_RENEW_EVERY_MS,
   orphanedReason,
@@ -56,12 +49,12 @@ import {
 import { taskContext } from "./task-context.ts";
 import { drainNotifications, type NotificationSender } from "./notification-stage.ts";
 import type { RetryPolicy } from "./packages.ts";
+import { ORPHAN_SWEEP_EVERY_PURGES, ORPHAN_SWEEP_PAGE, PurgeStage } from "./purge-stage.ts";
 import { RunStages } from "./run-stages.ts";
 import {
   attemptIdOf,
   countOne,
   describe,
-  itself,
   StagePages,
   wholeRunChange,
   type FaultPoint,
@@ -71,7 +64,7 @@ import {
 } from "./stage-pages.ts";
 
 export type { FaultPoint, PageReport };
-export { MAX_ADMISSION_WALK_PAGES };
+export { MAX_ADMISSION_WALK_PAGES, ORPHAN_SWEEP_EVERY_PURGES, ORPHAN_SWEEP_PAGE };
 
 /**
  * One cadence, one bounded cycle (ADR-0229 §1, DESIGN.md §4). The stages run in a fixed
@@ -252,35 +245,11 @@ export function isSpawnFailure(error: unknown): boolean {
   );
 }
 
-/**
- * Journal names the orphan sweep checks per page (`budget.pages` pages per cycle). Larger than
- * a purge page on purpose: a name costs one indexed lookup, and after a crash the sweep should
- * cover a device's whole journal (10 000 runs' worth) in tens of cycles, not thousands.
- */
-export const ORPHAN_SWEEP_PAGE = 256;
-
-/**
- * Every this many purge stages the orphan sweep walks the journal again, even without a crash
- * or a failed discard: coordinator replicas sharing one database each keep their own state
- * dir, and a run purged by one replica leaves the files another replica's launcher wrote.
- * About 8.5 minutes at the standalone interval; a pass is a few journal listings.
- */
-export const ORPHAN_SWEEP_EVERY_PURGES = 1024;
-
 export class Coordinator {
   private frozen = false;
   /** Set by the stages of the cycle in progress; see `TickReport.followUp`. */
   private followUp = false;
   private ticking: Promise<unknown> = Promise.resolve();
-  /** Where the purge resumes, with the range it walks (kept for one pass; a stale range only purges less). */
-  private purgePass: { range: PurgeRange; after: PurgeKey | null } | null = null;
-  /**
-   * Whether the orphan file sweep still has to walk the executors' journals. True at start-up
-   * (a crash between a purge's commit and its file discard leaves files whose rows are gone)
-   * and again after a discard failed; one full pass clears it.
-   */
-  private sweepDue = true;
-  private purgeStages = 0;
   /**
    * Handles of launched processes whose `running` write failed (a store error after the
    * spawn). Execution control retries the write with the handle this runtime still holds, so
@@ -316,6 +285,7 @@ export class Coordinator {
   private readonly pages: StagePages;
   private readonly runStages: RunStages;
   private readonly admissionStage: AdmissionStage;
+  private readonly purgeStage: PurgeStage;
   private readonly node: NodeIdentity | null;
   /** The incarnation this runtime registered; null until `register` ran. */
   private incarnation: number | null = null;
@@ -336,6 +306,13 @@ export class Coordinator {
       pages: this.pages,
       fault: (point) => this.fault(point),
       maxRunning: () => this.maxRunning,
+    });
+    this.purgeStage = new PurgeStage({
+      pages: this.pages,
+      executors: deps.executors,
+      fault: (point) => this.fault(point),
+      retention: deps.retention,
+      onPurge: deps.onPurge,
     });
   }
 
@@ -527,7 +504,7 @@ export class Coordinator {
           context,
         );
       case "purge":
-        return this.purge(profile.purge, context);
+        return this.purgeStage.run(profile.purge, context);
     }
   }
 
@@ -1121,129 +1098,6 @@ export class Coordinator {
     await executor.stop(stop, stop.stopReason);
     if (stop.stopReason === "cancel") await this.fault("cancellation.after_stop");
     return true;
-  }
-
-  /**
-   * Retention: first the orphan file sweep (bounded, only while due), then a bounded page walk
-   * over terminal runs in purge order, each purged in its own short transaction. `processed`
-   * counts purged runs. `more` is reported only when the budget filled while runs were being
-   * purged: a page of runs the rules keep (a schedule's last run, an idempotency window) must
-   * not make the device spin cycles back to back.
-   */
-  private async purge(budget: StageBudget, context: StageContext): Promise<void> {
-    const policy = this.deps.retention ?? null;
-    if (policy === null) return;
-    this.purgeStages += 1;
-    if (this.purgeStages % ORPHAN_SWEEP_EVERY_PURGES === 0) this.sweepDue = true;
-    try {
-      await this.sweepOrphanFiles(budget);
-    } catch (error) {
-      // A sweep that fails (an unreadable directory) is reported and retried; purging goes on.
-      context.errors.push({ ...describe(error), subject: "orphan file sweep" });
-    }
-    let pass = this.purgePass;
-    if (pass === null) {
-      const range = await this.pages.write(async (tx, nowMs) =>
-        purgeRange(policy, nowMs, await tx.terminalRunAtRank(policy.maxRuns)),
-      );
-      pass = { range, after: null };
-    }
-    const { range } = pass;
-    const more = await walkKeyset<PurgeCandidate, PurgeKey>({
-      after: pass.after,
-      pageSize: budget.pageSize,
-      pages: budget.pages,
-      read: (after, limit) =>
-        this.deps.store.read(async (tx) => tx.listPurgeCandidates(after, range.end, limit)),
-      // A candidate without a finish time cannot be passed in purge order: the pass ends there.
-      cursorOf: (candidate) =>
-        candidate.finishedAtMs === null
-          ? null
-          : { finishedAtMs: candidate.finishedAtMs, runId: candidate.runId },
-      handle: async (candidate) => {
-        if (decidePurge(candidate, range).purge)
-          await countOne(context, candidate.runId, () =>
-            this.purgeOne(candidate.runId, range, context),
-          );
-      },
-      saved: (after) => {
-        this.purgePass = after === null ? null : { range, after };
-      },
-    });
-    if (more && context.processed > 0) context.more = true;
-  }
-
-  /**
-   * Purges one run. The crash-safe order: (1) one transaction re-reads the run's facts,
-   * re-decides and deletes every row of the run; (2) after the commit, the executors discard
-   * the attempts' files, journal last. A crash after (1) leaves files without rows, which the
-   * orphan sweep of the next start-up removes; no order ever leaves a row pointing at a
-   * deleted file.
-   */
-  private async purgeOne(
-    runId: string,
-    range: PurgeRange,
-    context: StageContext,
-  ): Promise<boolean> {
-    const purged = await this.pages.write(async (tx, nowMs) => {
-      const candidate = await tx.getPurgeCandidate(runId);
-      if (candidate === null || !decidePurge(candidate, range).purge) return null;
-      return { run: await tx.purgeRun(runId), nowMs };
-    });
-    if (purged === null) return false;
-    this.deps.onPurge?.(purged.run, purged.nowMs);
-    await this.fault("purge.after_commit");
-    for (const executor of Object.values(this.deps.executors)) {
-      if (executor?.discard === undefined) continue;
-      const attemptIds = purged.run.attempts
-        .filter((attempt) => attempt.executor === executor.type)
-        .map((attempt) => attempt.id);
-      if (attemptIds.length === 0) continue;
-      try {
-        await executor.discard(attemptIds);
-      } catch (error) {
-        // The rows are gone already: the files become orphans for the sweep to retry.
-        this.sweepDue = true;
-        context.errors.push({ ...describe(error), subject: runId });
-      }
-    }
-    await this.fault("purge.after_discard");
-    return true;
-  }
-
-  /**
-   * Removes files whose attempt no longer exists (a purge interrupted between its commit and
-   * its discard). Walks each executor's journal in id order, at most the stage budget of ids
-   * per cycle, resuming where the previous cycle stopped; a journal's row is always committed
-   * before the journal is written, so an id without a row is an orphan, never a launch in
-   * progress. Bounded: `ORPHAN_SWEEP_PAGE × budget.pages` names per executor per cycle.
-   */
-  private async sweepOrphanFiles(budget: StageBudget): Promise<void> {
-    if (!this.sweepDue) return;
-    let finished = true;
-    for (const executor of Object.values(this.deps.executors)) {
-      const listHeld = executor?.listHeld?.bind(executor);
-      const discard = executor?.discard?.bind(executor);
-      if (executor === undefined || listHeld === undefined || discard === undefined) continue;
-      const cursorKey = `sweep:${executor.type}`;
-      const more = await walkKeyset<string, string>({
-        after: this.pages.cursor(cursorKey),
-        pageSize: ORPHAN_SWEEP_PAGE,
-        pages: budget.pages,
-        read: listHeld,
-        cursorOf: itself,
-        handlePage: async (held) => {
-          const existing = new Set(
-            await this.deps.store.transaction(async (tx) => tx.existingAttemptIds(held)),
-          );
-          const orphans = held.filter((attemptId) => !existing.has(attemptId));
-          if (orphans.length > 0) await discard(orphans);
-        },
-        saved: (after) => this.pages.saveCursor(cursorKey, after),
-      });
-      if (more) finished = false;
-    }
-    if (finished) this.sweepDue = false;
   }
 
   /**
