@@ -1,108 +1,62 @@
-import { admitTaskAttempt, MAX_ADMISSION_PAGE } from "./admission.ts";
-import { findAttemptScope } from "./attempt-scope.ts";
-import { convergeCancellation } from "./cancellation.ts";
-import { isQlrError, QlrError } from "./errors.ts";
-import {
-  complete,
-  type CompletionFacts,
-  markRunning,
-  markStarting,
-  settleStrandedClaim,
-  requestShutdownStop,
-  requestTimeoutStop,
-  startFailed,
-} from "./execution.ts";
-import { advanceFrontier } from "./frontier.ts";
-import { expireLease } from "./leases.ts";
+import { AdmissionStage, MAX_ADMISSION_WALK_PAGES } from "./admission-stage.ts";
+import { DispatchStage, isSpawnFailure, type LaunchInFlight } from "./dispatch-stage.ts";
+import { isQlrError } from "./errors.ts";
+import { ExecutionControl } from "./execution-control.ts";
+import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
 import type {
-  ChangeSet,
-  ExecutorType,
-  ProcessHandleFacts,
-  Run,
-  RunAttempt,
-  StepRun,
-} from "./model.ts";
-import { LIVE_ATTEMPT_STATUSES, TERMINAL_RUN_STATUSES } from "./model.ts";
-import { admitOrdinaryAttempt } from "./ordinary.ts";
-import { slotFor, type WaitReason } from "./backpressure.ts";
-import {
-  MAX_STORE_PAGE,
-  type AdmissionCandidate,
-  type Clock,
-  type ListedAdmissionCandidate,
-  type CoordinatorRecord,
-  type Executor,
-  type IdSource,
-  type LaunchRequest,
-  type PurgedRun,
-  type Store,
-  type StoreTransactionOptions,
-  type StoreTx,
+  AdmissionCandidate,
+  Clock,
+  CoordinatorRecord,
+  Executor,
+  IdSource,
+  PurgedRun,
+  Store,
 } from "./ports.ts";
-import {
-  decidePurge,
-  purgeRange,
-  type PurgeCandidate,
-  type PurgeKey,
-  type PurgeRange,
-  type RetentionPolicy,
-} from "./retention.ts";
-import type { Profile, StageBudget } from "./profiles.ts";
-import { factsInStoreTime, handleInStoreTime, receiptInStoreTime } from "./host-time.ts";
-import {
-  applyRecovery,
-  decideRecovery,
-  type ReceiptEvidence,
-  type RecoveryDecision,
-} from "./recovery.ts";
-import { storePageSize, walkKeyset } from "./paging.ts";
-import { fireSchedule } from "./run-start.ts";
+import type { RetentionPolicy } from "./retention.ts";
+import type { Profile } from "./profiles.ts";
+import { storePageSize } from "./paging.ts";
 import {
   COORDINATOR_RENEW_EVERY_MS,
-  orphanedReason,
-  ownershipOf,
   registerNode,
   renewNode,
   validateNodeIdentity,
   type NodeIdentity,
 } from "./ownership.ts";
-import { taskContext } from "./task-context.ts";
-import { decideSchedule } from "./schedules.ts";
 import { drainNotifications, type NotificationSender } from "./notification-stage.ts";
 import type { RetryPolicy } from "./packages.ts";
+import { ORPHAN_SWEEP_EVERY_PURGES, ORPHAN_SWEEP_PAGE, PurgeStage } from "./purge-stage.ts";
+import { RunStages } from "./run-stages.ts";
+import {
+  describe,
+  StagePages,
+  type FaultPoint,
+  type PageReport,
+  type StageContext,
+} from "./stage-pages.ts";
+import {
+  MAX_RECOVERED_ATTEMPTS,
+  StartupRecovery,
+  type RecoveryResult,
+} from "./startup-recovery.ts";
 
 /**
  * One cadence, one bounded cycle (ADR-0229 §1, DESIGN.md §4). The stages run in a fixed
  * order, each bounded by the profile's budget; a failing stage is isolated and reported, the
  * others still run, and the next cycle retries it. No timer lives here: whoever calls
  * `tick()` (an in-process timer, a cron trigger, `POST /tick`, a simulation) is the cadence.
+ *
+ * The class is the cycle's orchestration: the tick, the stage order and the state the stages
+ * share (the round-robin cursors in `StagePages`, launches in flight, the attempts a failed
+ * write left for execution control). Each stage is a collaborator of its own, given only what
+ * it needs: `RunStages` (cancellation, schedules, ordinary, frontier, src/run-stages.ts),
+ * `AdmissionStage` (src/admission-stage.ts), `DispatchStage` (src/dispatch-stage.ts),
+ * `ExecutionControl` (src/execution-control.ts, shutdown stops too), `drainNotifications`
+ * (src/notification-stage.ts), `PurgeStage` (src/purge-stage.ts); `StartupRecovery`
+ * (src/startup-recovery.ts) runs before the first cycle.
  */
 
-/** What start-up recovery decided for one attempt. */
-export interface RecoveryResult {
-  readonly attemptId: string;
-  readonly decision: RecoveryDecision["kind"];
-  readonly reason: string | null;
-}
-
-/**
- * What a cluster node's start-up recovery reads: only attempts that crossed the start barrier.
- * A claim is a dispatch intent that belongs to no node (any node's dispatch starts it, or settles
- * it when its epoch is gone), so it is never an orphan of this node's last incarnation.
- */
-const STARTED_ATTEMPT_STATUSES: readonly RunAttempt["status"][] = ["starting", "running"];
-/** How often recovery repeats a read, or reads and decides one attempt again, after its transaction failed. */
-const RECOVERY_WRITE_TRIES = 3;
-/** Live attempts start-up recovery reads per page: each costs two inspections and a receipt read. */
-const RECOVERY_PAGE = 64;
-/** A bound on one start-up recovery: attempts beyond it keep their state until the next start-up. */
-const MAX_RECOVERED_ATTEMPTS = 10_000;
-/** Attempts remembered as never launched after a failed `starting` write; beyond it, a restart settles them. */
-const MAX_UNLAUNCHED_STARTING = 10_000;
-/** Start-up recovery walks every live attempt, in pages of `RECOVERY_PAGE` (bounded by `MAX_RECOVERED_ATTEMPTS`). */
-const RECOVERY_WALK: StageBudget = { pageSize: RECOVERY_PAGE, pages: Infinity };
-/** Every item of a list, in the largest pages the store returns: a shutdown must reach them all. */
-const WHOLE_LIST: StageBudget = { pageSize: MAX_STORE_PAGE, pages: Infinity };
+export type { FaultPoint, PageReport, RecoveryResult, RetryPolicy };
+export { isSpawnFailure, MAX_ADMISSION_WALK_PAGES, ORPHAN_SWEEP_EVERY_PURGES, ORPHAN_SWEEP_PAGE };
 
 export type StageName =
   | "cancellation"
@@ -125,25 +79,6 @@ export const STAGE_ORDER: readonly StageName[] = [
   "notifications",
   "purge",
 ];
-
-/** Named points where crash and race tests inject faults; injected per coordinator, never global. */
-export type FaultPoint =
-  | "admission.after_commit"
-  | "dispatch.after_starting"
-  | "dispatch.after_spawn"
-  | "dispatch.after_running"
-  | "completion.before_commit"
-  | "completion.after_commit"
-  | "cancellation.after_stop_intent"
-  | "cancellation.after_stop"
-  /** A frontier change (steps ready, or the run finalized with its alerts) is committed. */
-  | "frontier.after_commit"
-  | "purge.after_commit"
-  | "purge.after_discard"
-  | "purge.discard_before_journal"
-  /** The executor's journal record is durable; nothing has been asked to spawn yet. */
-  | "launch.after_journal"
-  | "notification.after_send";
 
 export interface CoordinatorDeps {
   readonly store: Store;
@@ -206,25 +141,6 @@ export interface CoordinatorDeps {
   readonly pipelinedLaunches?: { readonly pages: number; readonly settled: () => void } | null;
 }
 
-/** A launch to record (`recordLaunches`): who launched it, the attempt as handed over (`starting`), and how it went. */
-interface SettledLaunch {
-  readonly executor: Executor;
-  readonly attempt: RunAttempt;
-  readonly startingAtMs: number;
-  readonly launch: PromiseSettledResult<ProcessHandleFacts>;
-}
-
-/** A launch handed to an executor by a pipelined dispatch, not yet recorded. */
-interface LaunchInFlight {
-  readonly executor: Executor;
-  readonly attempt: RunAttempt;
-  readonly startingAtMs: number;
-  /** Null until the launch settles. */
-  outcome: PromiseSettledResult<ProcessHandleFacts> | null;
-  /** Resolves (never rejects) when the launch has settled. */
-  readonly settled: Promise<void>;
-}
-
 export interface StageReport {
   readonly name: StageName;
   readonly processed: number;
@@ -235,13 +151,6 @@ export interface StageReport {
   }[];
   readonly more: boolean;
   readonly durationMs: number;
-}
-
-export interface PageReport {
-  /** Items the page wrote (or decided) in its shared transaction. */
-  readonly size: number;
-  /** False: the shared transaction failed and the items were written one transaction each. */
-  readonly committed: boolean;
 }
 
 export interface TickReport {
@@ -257,219 +166,11 @@ export interface TickReport {
   readonly durationMs: number;
 }
 
-/** One item's reads, decision and write inside a page transaction (see `writePage`). */
-type PageWrite<T> = (tx: StoreTx, nowMs: number, hostOffsetMs: number) => Promise<T>;
-
-type PageOutcome<T> =
-  { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: unknown };
-
-interface PageResult<T> {
-  /** One outcome per write, in page order. */
-  readonly outcomes: readonly PageOutcome<T>[];
-  /**
-   * Why the shared transaction failed, when it did (the outcomes then come from one
-   * transaction per item); null when the page committed as one. After a lost commit response
-   * the page may have committed all the same, which the per-item writes then find.
-   */
-  readonly pageError: unknown;
-}
-
-/**
- * Thrown into a page transaction that the store calls a second time (a PostgreSQL
- * serialization failure): a page that met a competitor once is written item by item at once,
- * rather than retried whole against the same competitors (see `writePage`).
- */
-/**
- * Pages take turns across coordinators (`StoreTransactionOptions.inTurn`): on one PostgreSQL,
- * pages that overlapped aborted each other (serializable isolation locks what an index scan
- * read by whole index page, and a page reads and writes the newest rows of every table), and
- * an aborted page is written again item by item. Measured in docs/PERFORMANCE.md, "Pages take
- * turns".
- */
-const PAGE_IN_TURN: StoreTransactionOptions = { inTurn: true };
-
-class PageAbandoned extends Error {
-  constructor() {
-    super("the page transaction met a serialization failure; written item by item instead");
-  }
-}
-
-interface StageContext {
-  processed: number;
-  more: boolean;
-  errors: { code: string; message: string; subject: string | null }[];
-}
-
-/**
- * A keyset walk over one store list (`walkKeyset`, src/paging.ts) whose cursor is an item's
- * id: each page is read in a short transaction of its own, then handled item by item
- * (`handle`) or as one page (`handlePage`, group commit).
- */
-type StoreWalk<Item> = {
-  /** Round robin: the walk resumes next cycle where this one stopped, under this key; absent: from the start. */
-  readonly resume?: string;
-  readonly budget: StageBudget;
-  /** One page of the list after `after`, at most `limit` items (never more than the store caps). */
-  readonly list: (tx: StoreTx, after: string | null, limit: number) => Promise<readonly Item[]>;
-  readonly idOf: (item: Item) => string;
-  /** How a page's read runs (default: one store transaction); start-up recovery retries its reads. */
-  readonly read?: <T>(fn: (tx: StoreTx) => Promise<T>) => Promise<T>;
-  /** Checked before each page: true ends the walk. */
-  readonly done?: () => boolean;
-} & (
-  | { readonly handle: (item: Item) => Promise<void> }
-  | { readonly handlePage: (items: readonly Item[]) => Promise<void> }
-);
-
-/** A stage that walks run ids and writes each page in one transaction (`Coordinator.pagedRuns`). */
-interface RunStage<T> {
-  readonly list: (tx: StoreTx, after: string | null, limit: number) => Promise<string[]>;
-  readonly write: (runId: string) => PageWrite<T>;
-  /** What follows each committed item (fault points, follow-ups); true counts it as processed. */
-  readonly committed: (value: T) => Promise<boolean>;
-}
-
-/** A core rule that reads one run whole (`convergeCancellation`, `advanceFrontier`). */
-type WholeRunRule = (
-  run: Run,
-  steps: readonly StepRun[],
-  attempts: readonly RunAttempt[],
-  nowMs: number,
-) => ChangeSet | null;
-
-/** The rule's change for a run read whole in `tx`; null when the run is gone or nothing changes. */
-async function wholeRunChange(
-  tx: StoreTx,
-  runId: string,
-  rule: WholeRunRule,
-  nowMs: number,
-): Promise<ChangeSet | null> {
-  const run = await tx.getRun(runId);
-  if (run === null) return null;
-  return rule(run, await tx.getSteps(runId), await tx.getAttempts(runId), nowMs);
-}
-
-const attemptIdOf = (attempt: RunAttempt): string => attempt.id;
-
-/**
- * Whether execution control must open a transaction for a running attempt without a receipt:
- * it is not running by this row (another decision applies), it carries a stop intent, or its
- * deadline is reached at the store time of the list that returned the row. Otherwise the
- * transaction would read the attempt's whole scope to decide, every cycle, that nothing is due.
- */
-function stopDue(attempt: RunAttempt, listedAtMs: number): boolean {
-  if (attempt.status !== "running" || attempt.stopReason !== null) return true;
-  return attempt.deadlineAtMs !== null && listedAtMs >= attempt.deadlineAtMs;
-}
-const itself = (id: string): string => id;
-
-function describe(error: unknown): { code: string; message: string } {
-  if (isQlrError(error)) return { code: error.code, message: error.message };
-  return { code: "internal", message: error instanceof Error ? error.message : String(error) };
-}
-
-/** Executors signal "the task could not be started, nothing ran" with code `spawn_failed`. */
-export function isSpawnFailure(error: unknown): boolean {
-  return (
-    typeof error === "object" &&
-    error !== null &&
-    (error as { code?: unknown }).code === "spawn_failed"
-  );
-}
-
-/**
- * Journal names the orphan sweep checks per page (`budget.pages` pages per cycle). Larger than
- * a purge page on purpose: a name costs one indexed lookup, and after a crash the sweep should
- * cover a device's whole journal (10 000 runs' worth) in tens of cycles, not thousands.
- */
-export const ORPHAN_SWEEP_PAGE = 256;
-
-/**
- * Every this many purge stages the orphan sweep walks the journal again, even without a crash
- * or a failed discard: coordinator replicas sharing one database each keep their own state
- * dir, and a run purged by one replica leaves the files another replica's launcher wrote.
- * About 8.5 minutes at the standalone interval; a pass is a few journal listings.
- */
-export const ORPHAN_SWEEP_EVERY_PURGES = 1024;
-
-/**
- * Pages of candidates one admission pass reads at most. Candidates held back by a limit are
- * passed over without a transaction, so a pass can look past many of them to a task with a
- * free slot; beyond this many the rest wait for the next cycle.
- */
-export const MAX_ADMISSION_WALK_PAGES = 8;
-
-type AdmissionOutcome =
-  | { readonly kind: "admitted" | "skipped"; readonly executor: ExecutorType | null }
-  | { readonly kind: "waiting"; readonly reason: WaitReason };
-
-/**
- * What one admission pass learned about limits: the tasks found at their own limit, and
- * whether the runtime-wide limit is reached (with the tasks known to run locally, which it
- * holds). Lives for one pass only: the next cycle counts again.
- */
-class AdmissionHold {
-  private readonly fullTasks = new Set<string>();
-  private readonly localTasks = new Set<string>();
-  private runtimeFull = false;
-
-  holds(candidate: ListedAdmissionCandidate): boolean {
-    const key = taskKey(candidate);
-    return this.fullTasks.has(key) || (this.runtimeFull && this.localTasks.has(key));
-  }
-
-  hold(candidate: ListedAdmissionCandidate, reason: WaitReason): void {
-    const key = taskKey(candidate);
-    if (reason.kind === "task_limit") this.fullTasks.add(key);
-    else {
-      this.runtimeFull = true;
-      this.localTasks.add(key);
-    }
-  }
-
-  learn(candidate: ListedAdmissionCandidate, executor: ExecutorType | null): void {
-    if (executor === "local_process") this.localTasks.add(taskKey(candidate));
-  }
-
-  /** A copy that a page transaction learns into: kept only when the page commits. */
-  copy(): AdmissionHold {
-    const copy = new AdmissionHold();
-    for (const key of this.fullTasks) copy.fullTasks.add(key);
-    for (const key of this.localTasks) copy.localTasks.add(key);
-    copy.runtimeFull = this.runtimeFull;
-    return copy;
-  }
-}
-
-/** What one admission page decided in its shared transaction (see `Coordinator.admitPage`). */
-interface AdmissionPage {
-  readonly held: AdmissionHold;
-  readonly decided: number;
-  readonly admitted: number;
-  /** The pass's decision budget ran out inside this page. */
-  readonly budgetReached: boolean;
-}
-
-function taskKey(candidate: ListedAdmissionCandidate): string {
-  return `${candidate.package}\u0000${candidate.task}`;
-}
-
 export class Coordinator {
   private frozen = false;
   /** Set by the stages of the cycle in progress; see `TickReport.followUp`. */
   private followUp = false;
   private ticking: Promise<unknown> = Promise.resolve();
-  /** Where each paged stage resumes next cycle (in memory only: a restart simply starts over). */
-  private readonly cursors = new Map<string, string | null>();
-  /** Where the purge resumes, with the range it walks (kept for one pass; a stale range only purges less). */
-  private purgePass: { range: PurgeRange; after: PurgeKey | null } | null = null;
-  /**
-   * Whether the orphan file sweep still has to walk the executors' journals. True at start-up
-   * (a crash between a purge's commit and its file discard leaves files whose rows are gone)
-   * and again after a discard failed; one full pass clears it.
-   */
-  private sweepDue = true;
-  private purgeStages = 0;
   /**
    * Handles of launched processes whose `running` write failed (a store error after the
    * spawn). Execution control retries the write with the handle this runtime still holds, so
@@ -506,20 +207,70 @@ export class Coordinator {
   private incarnation: number | null = null;
   /** Host time after which the next cycle renews the node's lease. */
   private renewDueAtHostMs = 0;
+  /** The stages' transactions, walks and round-robin cursors. */
+  private readonly pages: StagePages;
+  private readonly runStages: RunStages;
+  private readonly admissionStage: AdmissionStage;
+  private readonly dispatchStage: DispatchStage;
+  private readonly control: ExecutionControl;
+  private readonly purgeStage: PurgeStage;
+  private readonly recovery: StartupRecovery;
 
   constructor(deps: CoordinatorDeps) {
     this.deps = deps;
     this.node = deps.node === undefined ? null : validateNodeIdentity(deps.node);
+    const node = this.node;
+    const pages = new StagePages(deps);
+    const fault = (point: FaultPoint): Promise<void> => this.fault(point);
+    const followUp = (): void => {
+      this.followUp = true;
+    };
+    const maxRunning = (): number | null => this.maxRunning;
+    this.pages = pages;
+    this.runStages = new RunStages({ pages, ids: deps.ids, fault, maxRunning });
+    this.admissionStage = new AdmissionStage({ pages, fault, maxRunning });
+    this.dispatchStage = new DispatchStage({
+      pages,
+      executors: deps.executors,
+      pipelinedLaunches: deps.pipelinedLaunches,
+      node,
+      fault,
+      followUp,
+      launching: this.launching,
+      unrecordedHandles: this.unrecordedHandles,
+      unlaunchedStarting: this.unlaunchedStarting,
+    });
+    this.recovery = new StartupRecovery({
+      pages,
+      executors: deps.executors,
+      node,
+      followUp,
+      unrecordedRecoveries: this.unrecordedRecoveries,
+    });
+    this.control = new ExecutionControl({
+      pages,
+      executors: deps.executors,
+      node,
+      fault,
+      followUp,
+      launching: this.launching,
+      unrecordedHandles: this.unrecordedHandles,
+      unlaunchedStarting: this.unlaunchedStarting,
+      unrecordedRecoveries: this.unrecordedRecoveries,
+      recoverAgain: (executor, attempt) => this.recovery.recoverAgain(executor, attempt),
+    });
+    this.purgeStage = new PurgeStage({
+      pages,
+      executors: deps.executors,
+      fault,
+      retention: deps.retention,
+      onPurge: deps.onPurge,
+    });
   }
 
   /** The runtime-wide limit on live local attempts this coordinator admits by; null: none. */
   get maxRunning(): number | null {
     return this.deps.maxRunning === undefined ? this.deps.profile.maxRunning : this.deps.maxRunning;
-  }
-
-  /** Whether stage pages commit as one transaction (see `CoordinatorDeps.groupCommit`). */
-  private get grouping(): boolean {
-    return this.deps.groupCommit ?? true;
   }
 
   /** This runtime's node id in a shared store; null for the store's only coordinator. */
@@ -534,7 +285,7 @@ export class Coordinator {
   async register(): Promise<CoordinatorRecord | null> {
     const node = this.node;
     if (node === null) return null;
-    const record = await this.write(async (tx, nowMs) => {
+    const record = await this.pages.write(async (tx, nowMs) => {
       const previous = await tx.getCoordinator(node.nodeId);
       const next = registerNode(previous, node, nowMs);
       await tx.putCoordinator(next, previous?.incarnation ?? null);
@@ -556,7 +307,7 @@ export class Coordinator {
     if (this.deps.clock.nowMs() < this.renewDueAtHostMs) return;
     const incarnation = this.incarnation;
     try {
-      await this.write(async (tx, nowMs) => {
+      await this.pages.write(async (tx, nowMs) => {
         const current = await tx.getCoordinator(node.nodeId);
         await tx.putCoordinator(renewNode(current, node.nodeId, incarnation, nowMs), incarnation);
       });
@@ -583,79 +334,6 @@ export class Coordinator {
 
   private async fault(point: FaultPoint): Promise<void> {
     await this.deps.fault?.(point);
-  }
-
-  /**
-   * One write transaction at store time. `hostOffsetMs` is store time minus this host's clock,
-   * measured now: host-stamped launcher facts are moved onto store time with it (host-time.ts).
-   */
-  private async write<T>(
-    fn: (tx: StoreTx, nowMs: number, hostOffsetMs: number) => Promise<T>,
-    options?: StoreTransactionOptions,
-  ): Promise<T> {
-    return this.deps.store.transaction(async (tx) => {
-      const hostNowMs = this.deps.clock.nowMs();
-      const nowMs = await tx.observe(hostNowMs);
-      return fn(tx, nowMs, nowMs - hostNowMs);
-    }, options);
-  }
-
-  /**
-   * Group commit: the writes of one stage page in one store transaction, so the page costs one
-   * commit (one fdatasync on the file store, one COMMIT round trip on PostgreSQL) instead of
-   * one per item. Each write still reads and decides against what its own reads return, in
-   * page order, so it sees the page's earlier writes exactly as a transaction of its own would;
-   * the version CAS guards every row. Nothing of the page is acknowledged before the shared
-   * commit returns.
-   *
-   * When the page transaction fails as a whole (a write of one item throws: a lost CAS, an
-   * integrity error, a storage error, a lost commit response), nothing of it is trusted and
-   * every item is written again in a transaction of its own, re-reading and re-deciding: the
-   * items that can commit do, the loser is reported for itself, and an item the page did
-   * commit (a lost response) finds its versions moved and writes nothing twice.
-   *
-   * The page transaction first reads the page's runs whole (`runIds`, `StoreTx.preloadRuns`):
-   * a few multi-row statements instead of each item reading its rows one statement at a time.
-   *
-   * The page runs once: a store that calls it again (PostgreSQL retries a serialization
-   * failure) gets `PageAbandoned` and the page goes item by item at once. A whole page retried
-   * against the same competitors loses again most of the time, and each retry re-runs every
-   * item's reads and writes; one item's transaction is short, and the store's own retries
-   * serve it well.
-   */
-  private async writePage<T>(
-    writes: readonly PageWrite<T>[],
-    runIds: readonly string[],
-  ): Promise<PageResult<T>> {
-    let pageError: unknown = null;
-    if (writes.length > 1 && this.grouping) {
-      let runs = 0;
-      try {
-        const values = await this.write(async (tx, nowMs, hostOffsetMs) => {
-          runs += 1;
-          if (runs > 1) throw new PageAbandoned();
-          await tx.preloadRuns(runIds);
-          const page: T[] = [];
-          for (const write of writes) page.push(await write(tx, nowMs, hostOffsetMs));
-          return page;
-        }, PAGE_IN_TURN);
-        this.deps.onPage?.({ size: writes.length, committed: true });
-        return { outcomes: values.map((value) => ({ ok: true, value })), pageError: null };
-      } catch (error) {
-        // Each item's own error, if it has one, is what gets reported: see below.
-        pageError = error;
-        this.deps.onPage?.({ size: writes.length, committed: false });
-      }
-    }
-    const outcomes: PageOutcome<T>[] = [];
-    for (const write of writes) {
-      try {
-        outcomes.push({ ok: true, value: await this.write(write) });
-      } catch (error) {
-        outcomes.push({ ok: false, error });
-      }
-    }
-    return { outcomes, pageError };
   }
 
   /**
@@ -721,7 +399,7 @@ export class Coordinator {
           // Frozen for shutdown: no new admission or dispatch, no housekeeping writes, and no
           // network calls that would hold the stop up (the outbox keeps them for the next start).
           // Launches already handed over are still recorded: their processes exist.
-          if (name === "dispatch") await this.recordSettledLaunches(context);
+          if (name === "dispatch") await this.dispatchStage.recordSettledLaunches(context);
         } else {
           await this.runStage(name, context);
         }
@@ -753,33 +431,24 @@ export class Coordinator {
     const profile = this.deps.profile;
     switch (name) {
       case "cancellation":
-        return this.pagedRuns(name, profile.cancellation, context, this.cancellationStage);
+        return this.runStages.convergeCancellations(profile.cancellation, context);
       case "schedules":
-        return this.schedules(profile.schedules, context);
-      case "ordinary": {
-        let held = false;
-        await this.pagedRuns(name, profile.ordinary, context, {
-          list: async (tx, after, limit) =>
-            tx.listQueuedOrdinaryRuns(after, limit, await this.storeNow(tx)),
-          write: (runId) => this.admitOrdinaryWrite(runId),
-          committed: (outcome) => {
-            if (outcome === "waiting") held = true;
-            return Promise.resolve(outcome === "admitted");
-          },
-        });
-        // Runs held back by a limit wait for a slot to free (a process exit wakes the cadence);
-        // asking for the next cycle at once would only walk them again.
-        if (held) context.more = false;
-        return;
-      }
+        return this.runStages.fireSchedules(profile.schedules, context);
+      case "ordinary":
+        return this.runStages.admitOrdinaryRuns(profile.ordinary, context);
       case "frontier":
-        return this.pagedRuns(name, profile.frontier, context, this.frontierStage);
+        return this.runStages.advanceFrontiers(profile.frontier, context);
       case "admission":
-        return this.admission(profile.admission, context);
+        return this.admissionStage.run(profile.admission, context);
       case "dispatch":
-        return this.dispatch(profile.dispatch, context);
+        return this.dispatchStage.run(profile.dispatch, context);
       case "execution_control":
-        return this.executionControl(profile.executionControl, context);
+        try {
+          await this.heartbeat();
+        } catch (error) {
+          context.errors.push({ ...describe(error), subject: this.node?.nodeId ?? null });
+        }
+        return this.control.run(profile.executionControl, context);
       case "notifications":
         return drainNotifications(
           {
@@ -792,1299 +461,43 @@ export class Coordinator {
           context,
         );
       case "purge":
-        return this.purge(profile.purge, context);
+        return this.purgeStage.run(profile.purge, context);
     }
   }
 
-  /**
-   * Pages through candidate runs; each page's writes commit in one transaction (`writePage`); a
-   * failing run is reported, the others go on. Each stage resumes where its previous cycle
-   * stopped (round robin), so items that stay candidates (a run failing every cycle, a
-   * long-running attempt) can never starve the ones behind them when a budget is smaller than
-   * the backlog.
-   */
-  /** Runs with a cancel intent converge toward their terminal state, one page per transaction. */
-  private readonly cancellationStage: RunStage<ChangeSet | null> = {
-    list: (tx, after, limit) => tx.listCancellingRuns(after, limit),
-    write: (runId) => this.convergeWrite(runId),
-    committed: (change) => this.afterConverge(change),
-  };
-
-  /** Workflow runs marked when a step settled or the run was created move their frontier. */
-  private readonly frontierStage: RunStage<boolean> = {
-    list: (tx, after, limit) => tx.listFrontierRuns(after, limit),
-    write: (runId) => this.frontierWrite(runId),
-    committed: (advanced) => this.afterFrontier(advanced),
-  };
-
-  private async pagedRuns<T>(
-    cursorKey: string,
-    budget: StageBudget,
-    context: StageContext,
-    stage: RunStage<T>,
-  ): Promise<void> {
-    await this.stageWalk(context, {
-      resume: cursorKey,
-      budget,
-      list: stage.list,
-      idOf: itself,
-      handlePage: (runIds) =>
-        this.commitPage(context, runIds, itself, itself, stage.write, stage.committed),
-    });
-  }
-
-  /** Walks a store list (`StoreWalk`); true when pages were left unread. */
-  private walkStore<Item>(walk: StoreWalk<Item>): Promise<boolean> {
-    const { resume } = walk;
-    const read = walk.read ?? ((fn) => this.deps.store.read(fn));
-    const base = {
-      after: resume === undefined ? null : (this.cursors.get(resume) ?? null),
-      pageSize: walk.budget.pageSize,
-      pages: walk.budget.pages,
-      read: (after: string | null, limit: number) => read((tx) => walk.list(tx, after, limit)),
-      cursorOf: walk.idOf,
-      ...(resume === undefined
-        ? {}
-        : { saved: (after: string | null) => this.saveCursor(resume, after) }),
-      ...(walk.done === undefined ? {} : { done: walk.done }),
-    };
-    return walkKeyset<Item, string>(
-      "handlePage" in walk
-        ? { ...base, handlePage: walk.handlePage }
-        : { ...base, handle: walk.handle },
-    );
-  }
-
-  /** A stage's walk: pages left unread by its budget ask for the next cycle (`more`). */
-  private async stageWalk<Item>(context: StageContext, walk: StoreWalk<Item>): Promise<void> {
-    if (await this.walkStore(walk)) context.more = true;
-  }
-
-  /** Store time, for a list that selects what is due. */
-  private storeNow(tx: StoreTx): Promise<number> {
-    return tx.observe(this.deps.clock.nowMs());
-  }
-
-  /**
-   * Writes a stage page in one transaction (`writePage`), then, in page order, runs what
-   * follows each committed item (`committed`: fault points, follow-ups; true counts it as
-   * processed). A failed item is reported with its subject; the others go on.
-   */
-  private async commitPage<Item, T>(
-    context: StageContext,
-    items: readonly Item[],
-    subjectOf: (item: Item) => string,
-    runIdOf: (item: Item) => string,
-    writeOf: (item: Item) => PageWrite<T>,
-    committed: (value: T) => Promise<boolean>,
-  ): Promise<void> {
-    const { outcomes } = await this.writePage(items.map(writeOf), items.map(runIdOf));
-    for (const [index, outcome] of outcomes.entries()) {
-      const item = items[index];
-      try {
-        if (!outcome.ok) throw outcome.error;
-        if (await committed(outcome.value)) context.processed += 1;
-      } catch (error) {
-        context.errors.push({
-          ...describe(error),
-          subject: item === undefined ? null : subjectOf(item),
-        });
-      }
-    }
-  }
-
-  /** One item of a stage: counted when it changed something; a failure is reported for it and the stage goes on. */
-  private async countOne(
-    context: StageContext,
-    subject: string,
-    handle: () => Promise<boolean>,
-  ): Promise<void> {
-    try {
-      if (await handle()) context.processed += 1;
-    } catch (error) {
-      context.errors.push({ ...describe(error), subject });
-    }
-  }
-
-  /** Round robin: a stage's next cycle resumes after `after`, or from the start when its walk reached the end. */
-  private saveCursor(cursorKey: string, after: string | null): void {
-    if (after === null) this.cursors.delete(cursorKey);
-    else this.cursors.set(cursorKey, after);
-  }
-
+  /** Converges one run's cancellation now, as the cancellation stage would; true when it changed. */
   async convergeRun(runId: string): Promise<boolean> {
-    return this.afterConverge(await this.write(this.convergeWrite(runId)));
+    return this.runStages.convergeRun(runId);
   }
 
-  private convergeWrite(runId: string): PageWrite<ChangeSet | null> {
-    return async (tx, nowMs) => {
-      const converged = await wholeRunChange(tx, runId, convergeCancellation, nowMs);
-      if (converged !== null) await tx.apply(converged);
-      return converged;
-    };
-  }
-
-  private async afterConverge(change: ChangeSet | null): Promise<boolean> {
-    if (change === null) return false;
-    // The cancel stop intent of a running attempt is durable; its process is not stopped yet.
-    if (change.events.some((event) => event.type === "attempt.stop_requested"))
-      await this.fault("cancellation.after_stop_intent");
-    return true;
-  }
-
-  private async schedules(budget: StageBudget, context: StageContext): Promise<void> {
-    // Not a keyset walk: a schedule that fired is no longer due, so each page reads the due list afresh.
-    const pageSize = storePageSize(budget.pageSize);
-    for (let page = 0; page < budget.pages; page += 1) {
-      const due = await this.deps.store.read(async (tx) =>
-        tx.listDueSchedules(await tx.observe(this.deps.clock.nowMs()), pageSize),
-      );
-      for (const schedule of due) {
-        try {
-          await this.write(async (tx, nowMs) => {
-            const lastRun =
-              schedule.lastRunId === null ? null : await tx.getRun(schedule.lastRunId);
-            const lastRunLive = lastRun !== null && !TERMINAL_RUN_STATUSES.has(lastRun.status);
-            const decision = decideSchedule(schedule, nowMs, lastRunLive);
-            if (decision.kind === "idle") return;
-            if (decision.kind === "fire") {
-              const run = await fireSchedule(tx, decision.next, this.deps.ids.runId(), nowMs);
-              await tx.putSchedule({ ...decision.next, lastRunId: run.id }, schedule.version);
-            } else {
-              await tx.putSchedule(decision.next, schedule.version);
-            }
-          });
-          context.processed += 1;
-        } catch (error) {
-          context.errors.push({
-            ...describe(error),
-            subject: `${schedule.package}/${schedule.name}`,
-          });
-        }
-      }
-      if (due.length < pageSize) return;
-      if (page === budget.pages - 1) context.more = true;
-    }
-  }
-
-  private admitOrdinaryWrite(runId: string): PageWrite<"admitted" | "waiting" | "skipped"> {
-    return async (tx, nowMs) => {
-      const run = await tx.getRun(runId);
-      if (run === null || run.kind !== "ordinary") return "skipped";
-      const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, run.target);
-      if (definition === null)
-        throw new QlrError(
-          "integrity",
-          `run ${run.id}: task ${run.target} has no definition in its generation`,
-        );
-      if (run.status !== "queued") return "skipped";
-      // A task run beyond a limit stays queued; the stage's next pass offers it again.
-      if ((await slotFor(tx, definition, this.maxRunning)) !== null) return "waiting";
-      const admitted = admitOrdinaryAttempt(run, definition, nowMs);
-      if (admitted === null) return "skipped";
-      await tx.apply(admitted.change);
-      return "admitted";
-    };
-  }
-
+  /** Moves one workflow run's frontier now, as the frontier stage would; true when it advanced. */
   async frontier(runId: string): Promise<boolean> {
-    return this.afterFrontier(await this.write(this.frontierWrite(runId)));
-  }
-
-  private frontierWrite(runId: string): PageWrite<boolean> {
-    return async (tx, nowMs) => {
-      // A run purged since it was listed has no mark left to clear: the update finds no row.
-      const change = await wholeRunChange(tx, runId, advanceFrontier, nowMs);
-      if (change !== null) await tx.apply(change);
-      await tx.clearFrontierMark(runId);
-      return change !== null;
-    };
-  }
-
-  private async afterFrontier(advanced: boolean): Promise<boolean> {
-    // Steps made ready or a run finalized (its alerts in the outbox) are durable; nothing has
-    // admitted those steps or drained those alerts yet.
-    if (advanced) await this.fault("frontier.after_commit");
-    return advanced;
-  }
-
-  /**
-   * Every cycle walks the candidates from the start (an admitted epoch is no longer a
-   * candidate), in run order, so the oldest waiting step takes a freed slot. The budget counts
-   * admission decisions; a step held back by a limit costs no budget, and once a task (or the
-   * runtime) is found at its limit the pass passes over that task's later candidates without a
-   * transaction, so a full task neither stalls the others nor is overtaken within its own.
-   */
-  private async admission(budget: StageBudget, context: StageContext): Promise<void> {
-    const decisions = budget.pageSize * budget.pages;
-    let held = new AdmissionHold();
-    let decided = 0;
-    let budgetReached = false;
-    // Pages the walk leaves unread hold only candidates it passed over (held back by a limit):
-    // they ask for no next cycle, a freed slot wakes the cadence. A spent budget does.
-    await walkKeyset<ListedAdmissionCandidate, AdmissionCandidate>({
-      after: null,
-      pageSize: MAX_ADMISSION_PAGE,
-      pages: MAX_ADMISSION_WALK_PAGES,
-      read: (after, limit) =>
-        this.deps.store.read(async (tx) =>
-          tx.listAdmissionCandidates(after, limit, await this.storeNow(tx)),
-        ),
-      cursorOf: (candidate) => candidate,
-      done: () => budgetReached,
-      handlePage: async (candidates) => {
-        const grouped = await this.admitPage(candidates, held, decided, decisions);
-        if (grouped !== null) {
-          held = grouped.held;
-          decided = grouped.decided;
-          budgetReached = grouped.budgetReached;
-          // One reach per admission, all after the page's one commit: an occurrence count still
-          // names one admission, and the window is the whole page committed (ARCHITECTURE §16).
-          for (let index = 0; index < grouped.admitted; index += 1) {
-            context.processed += 1;
-            await this.fault("admission.after_commit");
-          }
-          return;
-        }
-        // The page failed as a whole: one transaction per candidate.
-        for (const candidate of candidates) {
-          if (held.holds(candidate)) continue;
-          if (decided >= decisions) {
-            budgetReached = true;
-            return;
-          }
-          await this.countOne(context, candidate.stepRunId, async () => {
-            const outcome = await this.admitWithinLimits(candidate);
-            if (outcome.kind === "waiting") {
-              held.hold(candidate, outcome.reason);
-              return false;
-            }
-            held.learn(candidate, outcome.executor);
-            decided += 1;
-            return outcome.kind === "admitted";
-          });
-        }
-      },
-    });
-    if (budgetReached) context.more = true;
-  }
-
-  /**
-   * One page of admission candidates decided in one transaction (group commit, see
-   * `writePage`): each candidate is read and decided in page order against the page's earlier
-   * admissions, with the pass's holds and budget carried through the page. Null when the page
-   * failed as a whole (nothing of it committed, or a lost commit response left it unknown): the
-   * caller then decides each candidate in a transaction of its own. Nothing is learned from a
-   * page before its commit returns.
-   */
-  private async admitPage(
-    candidates: readonly ListedAdmissionCandidate[],
-    held: AdmissionHold,
-    decided: number,
-    decisions: number,
-  ): Promise<AdmissionPage | null> {
-    // No transaction for a page with nothing to decide: every candidate held, or no budget left.
-    if (!candidates.some((candidate) => !held.holds(candidate)))
-      return { held, decided, admitted: 0, budgetReached: false };
-    if (decided >= decisions) return { held, decided, admitted: 0, budgetReached: true };
-    if (!this.grouping) return null;
-    let runs = 0;
-    let size = 0;
-    try {
-      const page = await this.write(async (tx, nowMs, hostOffsetMs): Promise<AdmissionPage> => {
-        runs += 1;
-        if (runs > 1) throw new PageAbandoned();
-        size = 0;
-        // The candidates the budget can still reach, read whole at once (see `writePage`).
-        await tx.preloadRuns(
-          candidates
-            .filter((candidate) => !held.holds(candidate))
-            .slice(0, decisions - decided)
-            .map((candidate) => candidate.runId),
-        );
-        const pageHeld = held.copy();
-        let pageDecided = decided;
-        let admitted = 0;
-        for (const candidate of candidates) {
-          if (pageHeld.holds(candidate)) continue;
-          if (pageDecided >= decisions)
-            return { held: pageHeld, decided: pageDecided, admitted, budgetReached: true };
-          size += 1;
-          const outcome = await this.admissionWrite(candidate)(tx, nowMs, hostOffsetMs);
-          if (outcome.kind === "waiting") {
-            pageHeld.hold(candidate, outcome.reason);
-            continue;
-          }
-          pageHeld.learn(candidate, outcome.executor);
-          pageDecided += 1;
-          if (outcome.kind === "admitted") admitted += 1;
-        }
-        return { held: pageHeld, decided: pageDecided, admitted, budgetReached: false };
-      }, PAGE_IN_TURN);
-      this.deps.onPage?.({ size, committed: true });
-      return page;
-    } catch {
-      this.deps.onPage?.({ size, committed: false });
-      return null;
-    }
+    return this.runStages.frontier(runId);
   }
 
   /** Admits one exact ready epoch; an existing winner is replayed from its receipt, nothing new is written. */
   async admit(candidate: AdmissionCandidate): Promise<boolean> {
-    return (await this.admitWithinLimits(candidate)).kind === "admitted";
-  }
-
-  private async admitWithinLimits(candidate: AdmissionCandidate): Promise<AdmissionOutcome> {
-    const outcome = await this.write(this.admissionWrite(candidate));
-    if (outcome.kind === "admitted") await this.fault("admission.after_commit");
-    return outcome;
-  }
-
-  private admissionWrite(candidate: AdmissionCandidate): PageWrite<AdmissionOutcome> {
-    return async (tx, nowMs): Promise<AdmissionOutcome> => {
-      const skipped: AdmissionOutcome = { kind: "skipped", executor: null };
-      const run = await tx.getRun(candidate.runId);
-      const step = await tx.getStep(candidate.stepRunId);
-      if (
-        run === null ||
-        step === null ||
-        step.runId !== run.id ||
-        step.version !== candidate.stepRunVersion ||
-        step.status !== "ready"
-      )
-        return skipped;
-      if (run.status !== "running" || run.cancelRequestedAtMs !== null) return skipped;
-      const plan = run.planDigest === null ? null : await tx.getPlan(run.planDigest);
-      const reconciliation = await tx.getReconciliation(run.reconciliationDigest);
-      const definition = await tx.getTaskDefinitionFor(run.reconciliationDigest, step.task);
-      if (plan === null || reconciliation === null || definition === null)
-        throw new QlrError(
-          "integrity",
-          `run ${run.id}: plan, reconciliation or task definition missing`,
-        );
-      const existing = await tx.getAdmission(run.id, step.id, step.version);
-      // A replay answers from its receipt whatever the counts say now; a new winner needs a slot.
-      if (existing === null) {
-        const reason = await slotFor(tx, definition, this.maxRunning);
-        if (reason !== null) return { kind: "waiting", reason };
-      }
-      const result = admitTaskAttempt({
-        plan,
-        run,
-        step,
-        reconciliation,
-        definition,
-        existing,
-        nowMs,
-      });
-      if (result.kind === "replayed") return { kind: "skipped", executor: definition.executor };
-      await tx.apply(result.change);
-      return { kind: "admitted", executor: definition.executor };
-    };
+    return this.admissionStage.admit(candidate);
   }
 
   /**
-   * One page of claimed attempts per executor, in three phases: every `starting` commits, in
-   * page order and in one transaction (`writePage`), then every launch runs at once (a launch
-   * is a journal barrier and a process start: the slow part, and independent per attempt),
-   * then every outcome commits in page order, again in one transaction. No launch begins
-   * before the commit that recorded its `starting` has returned: grouping merges the commits,
-   * never the order. The store sees the same sequence of writes whatever order the launches
-   * finish in, so a seed replays exactly; the page size (the profile's `dispatch`) bounds the
-   * concurrency.
-   */
-  private async dispatch(limit: number, context: StageContext): Promise<void> {
-    const pipelined = this.deps.pipelinedLaunches ?? null;
-    if (pipelined !== null) await this.recordSettledLaunches(context);
-    for (const executor of Object.values(this.deps.executors)) {
-      if (executor === undefined) continue;
-      // One row beyond the page tells whether more wait; the page stays within what the store returns.
-      let pageSize = Math.min(storePageSize(limit), MAX_STORE_PAGE - 1);
-      let inFlight = 0;
-      if (pipelined !== null) {
-        for (const launch of this.launching.values())
-          if (launch.executor.type === executor.type) inFlight += 1;
-        // Full: a settling launch wakes the cadence, whose next dispatch hands over more.
-        pageSize = Math.min(pageSize, Math.max(1, pipelined.pages) * pageSize - inFlight);
-        if (pageSize <= 0) continue;
-      }
-      const cursorKey = `dispatch:${executor.type}`;
-      const claimed = await this.deps.store.read(async (tx) =>
-        tx.listAttempts(
-          executor.type,
-          ["claimed"],
-          this.cursors.get(cursorKey) ?? null,
-          pageSize + 1,
-        ),
-      );
-      if (claimed.length > pageSize) context.more = true;
-      const started: { readonly request: LaunchRequest; readonly startingAtMs: number }[] = [];
-      const page = claimed.slice(0, pageSize);
-      // Round robin: after a full page the next cycle resumes behind it, so claims that stay
-      // `claimed` (a start that keeps failing, a run waiting for its cancel to converge) cannot
-      // hold the head of every page while the claims behind them wait; a short page starts over.
-      this.saveCursor(
-        cursorKey,
-        claimed.length > pageSize ? (page[page.length - 1]?.id ?? null) : null,
-      );
-      const startings = await this.writePage(
-        page.map((attempt) => this.markStartingWrite(attempt.id)),
-        page.map((attempt) => attempt.runId),
-      );
-      for (const [index, outcome] of startings.outcomes.entries()) {
-        const attempt = page[index];
-        if (attempt === undefined) continue;
-        const attemptId = attempt.id;
-        if (outcome.ok && outcome.value !== null) {
-          this.unlaunchedStarting.delete(attemptId);
-          started.push(outcome.value);
-          continue;
-        }
-        // Not handed to a launcher. A failed write, or a page whose commit failed (its answer
-        // may have been lost after the commit: the item's own write then finds it `starting`
-        // already and launches nothing), may have left it `starting`: remembered, so its
-        // absent journal settles it.
-        if (
-          (!outcome.ok || startings.pageError !== null) &&
-          this.unlaunchedStarting.size < MAX_UNLAUNCHED_STARTING
-        )
-          this.unlaunchedStarting.add(attemptId);
-        if (!outcome.ok) context.errors.push({ ...describe(outcome.error), subject: attemptId });
-      }
-      if (started.length === 0) continue;
-      await this.fault("dispatch.after_starting");
-      // Handed over without waiting only when more claims wait behind this page or launches
-      // are already in flight (whose outcomes must be recorded first): a page that empties the
-      // backlog is waited for, so a lone run's `running` commits in the cycle that launched it.
-      if (pipelined !== null && (claimed.length > pageSize || inFlight > 0)) {
-        for (const { startingAtMs, request } of started) {
-          const entry: { -readonly [K in keyof LaunchInFlight]: LaunchInFlight[K] } = {
-            executor,
-            attempt: request.attempt,
-            startingAtMs,
-            outcome: null,
-            settled: Promise.resolve(),
-          };
-          entry.settled = executor.launch(request).then(
-            (value) => {
-              entry.outcome = { status: "fulfilled", value };
-            },
-            (reason: unknown) => {
-              entry.outcome = { status: "rejected", reason };
-            },
-          );
-          void entry.settled.then(() => pipelined.settled());
-          this.launching.set(request.attempt.id, entry);
-        }
-        continue;
-      }
-      const launches = await Promise.allSettled(
-        started.map(({ request }) => executor.launch(request)),
-      );
-      await this.fault("dispatch.after_spawn");
-      await this.recordLaunches(
-        context,
-        started.map(({ startingAtMs, request }, index) => ({
-          executor,
-          attempt: request.attempt,
-          startingAtMs,
-          launch: launches[index] ?? {
-            status: "rejected",
-            reason: new QlrError("internal", "no launch outcome"),
-          },
-        })),
-      );
-      await this.fault("dispatch.after_running");
-    }
-  }
-
-  /**
-   * Pipelined dispatch: the launches that settled since the last dispatch stage, recorded in
-   * hand-over order in one page (`recordLaunches`), between the same two fault points as a
-   * cycle that waits for its launches. They leave `launching` first, so a failed write leaves
-   * their handles to execution control, as in that cycle.
-   */
-  private async recordSettledLaunches(context: StageContext): Promise<void> {
-    const settled: SettledLaunch[] = [];
-    for (const { executor, attempt, startingAtMs, outcome } of this.launching.values())
-      if (outcome !== null) settled.push({ executor, attempt, startingAtMs, launch: outcome });
-    if (settled.length === 0) return;
-    for (const { attempt } of settled) this.launching.delete(attempt.id);
-    await this.fault("dispatch.after_spawn");
-    await this.recordLaunches(context, settled);
-    await this.fault("dispatch.after_running");
-  }
-
-  /** claimed → starting: the launch request and the commit's store time, or null when the attempt may not start. */
-  private markStartingWrite(
-    attemptId: string,
-  ): PageWrite<{ readonly request: LaunchRequest; readonly startingAtMs: number } | null> {
-    return async (tx, nowMs) => {
-      const scope = await findAttemptScope(tx, attemptId);
-      if (scope === null || scope.attempt.status !== "claimed") return null;
-      // A cancel intent's convergence cancels the claim; nothing starts after it.
-      if (scope.run.cancelRequestedAtMs !== null) return null;
-      // A claim whose ready epoch is gone is settled here, or it would stay `claimed` for good.
-      const stranded = settleStrandedClaim(scope, nowMs);
-      if (stranded !== null) {
-        await tx.apply(stranded);
-        this.followUp = true;
-        return null;
-      }
-      await tx.apply(
-        markStarting(scope, nowMs, this.node === null ? {} : { ownerNodeId: this.node.nodeId }),
-      );
-      const context = taskContext(
-        scope,
-        scope.step === null ? [] : await tx.getSteps(scope.run.id),
-        scope.definition.task,
-      );
-      return {
-        request: {
-          attempt: (await tx.getAttempt(attemptId)) ?? scope.attempt,
-          definition: scope.definition,
-          context,
-        },
-        startingAtMs: nowMs,
-      };
-    };
-  }
-
-  /**
-   * starting → running with each handle's pre-spawn `startedAtMs`, the page's outcomes in one
-   * transaction (`writePage`). Only a definite spawn failure (nothing ran) settles the attempt
-   * as a start failure (timed out when it is recorded after the deadline counted from
-   * `startingAtMs`); any other launch error leaves it `starting`, since the process may exist,
-   * and only its receipt or recovery's evidence may settle it.
-   *
-   * A process that has already ended by then (a short task, whose exit often arrives before its
-   * launch is recorded) has a receipt: its completion commits with its `running`, in the same
-   * transaction, exactly as execution control would have written it one commit later. The
-   * events still say starting → running → completed; only the commit between them is saved.
-   */
-  private async recordLaunches(
-    context: StageContext,
-    launches: readonly SettledLaunch[],
-  ): Promise<void> {
-    const recordable = launches.filter(({ attempt, launch }) => {
-      if (launch.status === "fulfilled" || isSpawnFailure(launch.reason)) return true;
-      // Nothing to write: the attempt stays `starting` for its receipt or recovery.
-      context.errors.push({ ...describe(launch.reason), subject: attempt.id });
-      return false;
-    });
-    const endings: (CompletionFacts | null)[] = [];
-    for (const { executor, attempt, launch } of recordable)
-      endings.push(
-        launch.status === "fulfilled" ? await this.endedAtLaunch(context, executor, attempt) : null,
-      );
-    const { outcomes } = await this.writePage(
-      recordable.map(({ attempt, startingAtMs, launch }, index) =>
-        this.launchOutcomeWrite(attempt.id, startingAtMs, launch, endings[index] ?? null),
-      ),
-      recordable.map(({ attempt }) => attempt.runId),
-    );
-    for (const [index, outcome] of outcomes.entries()) {
-      const entry = recordable[index];
-      if (entry === undefined) continue;
-      if (outcome.ok) {
-        if (entry.launch.status === "rejected") this.followUp = true;
-        context.processed += 1;
-        if (outcome.value !== null) await this.afterComplete(outcome.value);
-        continue;
-      }
-      // The process runs but its handle is not recorded: execution control writes it again.
-      if (entry.launch.status === "fulfilled")
-        this.unrecordedHandles.set(entry.attempt.id, entry.launch.value);
-      context.errors.push({ ...describe(outcome.error), subject: entry.attempt.id });
-    }
-  }
-
-  /**
-   * The completion facts of a launched process that has already ended (its receipt is valid),
-   * or null: still running, no receipt yet, or evidence execution control must judge. Reading
-   * costs nothing while the process runs under a supervisor that would report its end.
-   */
-  private async endedAtLaunch(
-    context: StageContext,
-    executor: Executor,
-    attempt: RunAttempt,
-  ): Promise<CompletionFacts | null> {
-    try {
-      const receipt = await executor.readReceipt(attempt);
-      if (receipt.status !== "valid") return null;
-      // As in execution control: once per completion, before the commit that records it.
-      await this.fault("completion.before_commit");
-      return receipt.facts;
-    } catch (error) {
-      // Execution control reads it again; the launch is recorded as running meanwhile.
-      context.errors.push({ ...describe(error), subject: attempt.id });
-      return null;
-    }
-  }
-
-  /** The launch's outcome; with `ended`, the completion too (`completeWrite`), in the same transaction. */
-  private launchOutcomeWrite(
-    attemptId: string,
-    startingAtMs: number,
-    launch: PromiseSettledResult<ProcessHandleFacts>,
-    ended: CompletionFacts | null,
-  ): PageWrite<{ readonly frontierAdvanced: boolean } | null> {
-    return async (tx, nowMs, hostOffsetMs) => {
-      const scope = await findAttemptScope(tx, attemptId);
-      if (scope === null || scope.attempt.status !== "starting") return null;
-      if (launch.status === "rejected") {
-        // The failure is recorded at store time and checked against the deadline (ADR-0227 §5).
-        const message = describe(launch.reason).message;
-        await tx.apply(startFailed(scope, message, scope.definition.retry, nowMs, startingAtMs));
-        return null;
-      }
-      await tx.apply(markRunning(scope, handleInStoreTime(launch.value, hostOffsetMs), nowMs));
-      return ended === null ? null : this.completeWrite(attemptId, ended)(tx, nowMs, hostOffsetMs);
-    };
-  }
-
-  /** A running attempt whose supervisor died: two inspections and the recovery decision; true when it was settled. */
-  private async settleOrphan(executor: Executor, attempt: RunAttempt): Promise<boolean> {
-    const inspections = [await executor.inspect(attempt), await executor.inspect(attempt)];
-    const receipt = await executor.readReceipt(attempt);
-    const settled = await this.write(async (tx, nowMs) => {
-      const scope = await findAttemptScope(tx, attempt.id);
-      if (scope === null || scope.attempt.status !== "running") return false;
-      const decision = decideRecovery(scope, { receipt, journal: "present", inspections });
-      if (decision.kind !== "lost_failed" && decision.kind !== "complete") return false;
-      const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
-      if (change === null) return false;
-      await tx.apply(change);
-      return true;
-    });
-    if (settled) this.followUp = true;
-    return settled;
-  }
-
-  /**
-   * A `starting` attempt without a receipt, seen by execution control: its launch ended
-   * without a recorded handle (the runtime crashed between spawn and the running write, or
-   * that write failed). Re-examined every cycle, not only at start-up:
-   * - a handle this runtime still holds is written again;
-   * - an executor that proves the process never spawned (journal, but no spawn record and no
-   *   supervisor that could still write one) settles it as lost before the start barrier;
-   * - otherwise it may run: a cancel is passed to the executor, which stops the exact process
-   *   by durable intent without a handle; its deadline is enforced by the executor too, and
-   *   either way the receipt then completes it.
-   */
-  private async controlStarting(executor: Executor, attempt: RunAttempt): Promise<boolean> {
-    const held = this.unrecordedHandles.get(attempt.id);
-    if (held !== undefined) {
-      const recorded = await this.write(async (tx, nowMs, hostOffsetMs) => {
-        const scope = await findAttemptScope(tx, attempt.id);
-        if (scope === null || scope.attempt.status !== "starting") return false;
-        await tx.apply(markRunning(scope, handleInStoreTime(held, hostOffsetMs), nowMs));
-        return true;
-      });
-      this.unrecordedHandles.delete(attempt.id);
-      return recorded;
-    }
-    const journal = await executor.hasJournal(attempt);
-    // An absent journal is conclusive for an attempt this incarnation never handed to a launcher.
-    if (
-      journal === "never_spawned" ||
-      (journal === "absent" && this.unlaunchedStarting.has(attempt.id))
-    ) {
-      const settled = await this.write(async (tx, nowMs) => {
-        const scope = await findAttemptScope(tx, attempt.id);
-        if (scope === null || scope.attempt.status !== "starting") return false;
-        const change = applyRecovery(
-          scope,
-          decideRecovery(scope, { receipt: { status: "none" }, journal, inspections: [] }),
-          scope.definition.retry,
-          nowMs,
-        );
-        if (change === null) return false;
-        await tx.apply(change);
-        return true;
-      });
-      if (settled) {
-        this.followUp = true;
-        this.unlaunchedStarting.delete(attempt.id);
-      }
-      return settled;
-    }
-    const cancelRequested = await this.deps.store.read(
-      async (tx) => (await tx.getRun(attempt.runId))?.cancelRequestedAtMs ?? null,
-    );
-    // Repeated each cycle until the receipt lands; the executor's stop is idempotent (the
-    // first durable intent wins) and does not count as progress.
-    if (cancelRequested !== null) await executor.stop(attempt, "cancel");
-    return false;
-  }
-
-  /**
-   * Execution control for attempts this runtime owns: receipts become completions, passed
-   * deadlines become task-scoped timeout stops, stop intents stop exactly those processes.
-   */
-  private async executionControl(budget: StageBudget, context: StageContext): Promise<void> {
-    try {
-      await this.heartbeat();
-    } catch (error) {
-      context.errors.push({ ...describe(error), subject: this.node?.nodeId ?? null });
-    }
-    await this.expireLeases(budget, context);
-    await this.reportOrphans(budget, context);
-    const owner = this.node?.nodeId;
-    for (const executor of Object.values(this.deps.executors)) {
-      if (executor === undefined) continue;
-      // The store time of the page's list, read in the list's transaction (see `stopDue`).
-      let listedAtMs = 0;
-      await this.stageWalk(context, {
-        resume: `control:${executor.type}`,
-        budget,
-        list: async (tx, after, limit) => {
-          listedAtMs = await this.storeNow(tx);
-          return tx.listAttempts(executor.type, ["starting", "running"], after, limit, owner);
-        },
-        idOf: attemptIdOf,
-        handlePage: (attempts) => this.controlPage(context, executor, attempts, listedAtMs),
-      });
-    }
-  }
-
-  /**
-   * Attempts of nodes whose lease expired fail closed, once each: their evidence is on another
-   * host, so nothing here may decide them (src/ownership.ts). The owner settles them when it
-   * returns; an operator may resolve them as lost. Only a node in a shared store does this.
-   */
-  private async reportOrphans(budget: StageBudget, context: StageContext): Promise<void> {
-    const node = this.node;
-    if (node === null) return;
-    for (const executor of Object.values(this.deps.executors)) {
-      if (executor === undefined) continue;
-      await this.stageWalk(context, {
-        budget,
-        list: async (tx, after, limit) =>
-          tx.listOrphanedAttempts(executor.type, await this.storeNow(tx), after, limit),
-        idOf: attemptIdOf,
-        handle: (attempt) =>
-          this.countOne(context, attempt.id, () =>
-            this.write(async (tx, nowMs) => {
-              const scope = await findAttemptScope(tx, attempt.id);
-              if (
-                scope === null ||
-                scope.attempt.ownerNodeId === null ||
-                scope.attempt.error !== null
-              )
-                return false;
-              const owner = await tx.getCoordinator(scope.attempt.ownerNodeId);
-              if (ownershipOf(scope.attempt, node.nodeId, owner, nowMs) !== "foreign_expired")
-                return false;
-              const change = applyRecovery(
-                scope,
-                { kind: "fail_closed", reason: orphanedReason(scope.attempt, owner) },
-                scope.definition.retry,
-                nowMs,
-              );
-              if (change === null) return false;
-              await tx.apply(change);
-              return true;
-            }),
-          ),
-      });
-    }
-  }
-
-  /** Remote leases that expired: claims are re-opened, started attempts fail closed until their worker reports. */
-  private async expireLeases(budget: StageBudget, context: StageContext): Promise<void> {
-    await this.stageWalk(context, {
-      resume: "leases",
-      budget,
-      list: async (tx, after, limit) => tx.listExpiredLeases(await this.storeNow(tx), after, limit),
-      idOf: attemptIdOf,
-      handle: (attempt) =>
-        this.countOne(context, attempt.id, () =>
-          this.write(async (tx, nowMs) => {
-            const scope = await findAttemptScope(tx, attempt.id);
-            if (scope === null) return false;
-            const change = expireLease(scope, scope.definition.retry, nowMs);
-            if (change === null) return false;
-            await tx.apply(change);
-            return true;
-          }),
-        ),
-    });
-  }
-
-  /**
-   * One page of execution control: every receipt is read first, the completions they prove
-   * commit together in one transaction (`writePage`), then each other attempt is controlled on
-   * its own (start-up checks, rejected receipts, orphans, deadlines, stop intents).
-   */
-  private async controlPage(
-    context: StageContext,
-    executor: Executor,
-    attempts: readonly RunAttempt[],
-    listedAtMs: number,
-  ): Promise<void> {
-    const read: { readonly attempt: RunAttempt; readonly receipt: ReceiptEvidence }[] = [];
-    for (const attempt of attempts) {
-      // A start-up recovery decision that could not be recorded is made again before anything
-      // else touches the attempt.
-      if (this.unrecordedRecoveries.has(attempt.id)) {
-        await this.countOne(context, attempt.id, () => this.recoverAgain(executor, attempt));
-        continue;
-      }
-      // Its launch is in flight (pipelined dispatch): the dispatch stage records its outcome
-      // and reads its receipt then, so nothing is read for it here.
-      if (this.launching.has(attempt.id)) continue;
-      try {
-        const receipt = await executor.readReceipt(attempt);
-        if (attempt.status !== "starting" || receipt.status !== "none") {
-          this.unrecordedHandles.delete(attempt.id);
-          this.unlaunchedStarting.delete(attempt.id);
-        }
-        read.push({ attempt, receipt });
-      } catch (error) {
-        context.errors.push({ ...describe(error), subject: attempt.id });
-      }
-    }
-    const completions: { readonly attempt: RunAttempt; readonly facts: CompletionFacts }[] = [];
-    for (const { attempt, receipt } of read) {
-      if (receipt.status !== "valid") continue;
-      try {
-        // Once per completion, all before the page's one commit: a fault's occurrence count
-        // still names the completion whose commit it precedes.
-        await this.fault("completion.before_commit");
-        completions.push({ attempt, facts: receipt.facts });
-      } catch (error) {
-        context.errors.push({ ...describe(error), subject: attempt.id });
-      }
-    }
-    if (completions.length > 0)
-      await this.commitPage(
-        context,
-        completions,
-        ({ attempt }) => attempt.id,
-        ({ attempt }) => attempt.runId,
-        ({ attempt, facts }) => this.completeWrite(attempt.id, facts),
-        (completed) => this.afterComplete(completed),
-      );
-    for (const { attempt, receipt } of read) {
-      if (receipt.status === "valid") continue;
-      await this.countOne(context, attempt.id, () =>
-        this.controlWithoutCompletion(executor, attempt, receipt, listedAtMs),
-      );
-    }
-  }
-
-  /**
-   * A receipt's completion of a starting or running attempt, and then, in the same transaction,
-   * the frontier of its workflow run (`advanceFrontier`, the rule the frontier stage applies):
-   * the steps this one unblocks become ready, and a run whose last step this was is finalized
-   * by the frontier in the completion's own commit, rather than one cycle and one commit
-   * later. The completion itself still leaves the run `running` (ADR-0229 §2); only the
-   * frontier rule summarizes it, and it freezes a run with a cancel intent as always. Its mark
-   * is cleared, as the frontier stage clears it. Null when the attempt moved on.
-   */
-  private completeWrite(
-    attemptId: string,
-    facts: CompletionFacts,
-  ): PageWrite<{ readonly frontierAdvanced: boolean } | null> {
-    return async (tx, nowMs, hostOffsetMs) => {
-      const scope = await findAttemptScope(tx, attemptId);
-      if (
-        scope === null ||
-        (scope.attempt.status !== "running" && scope.attempt.status !== "starting")
-      )
-        return null;
-      await tx.apply(
-        complete(scope, factsInStoreTime(facts, hostOffsetMs), scope.definition.retry, nowMs),
-      );
-      if (scope.run.kind !== "workflow") return { frontierAdvanced: false };
-      const frontier = await wholeRunChange(tx, scope.run.id, advanceFrontier, nowMs);
-      if (frontier !== null) await tx.apply(frontier);
-      await tx.clearFrontierMark(scope.run.id);
-      return { frontierAdvanced: frontier !== null };
-    };
-  }
-
-  private async afterComplete(
-    completed: { readonly frontierAdvanced: boolean } | null,
-  ): Promise<boolean> {
-    if (completed === null) return false;
-    this.followUp = true;
-    await this.fault("completion.after_commit");
-    // The frontier's change committed with the completion: its own crash window follows.
-    if (completed.frontierAdvanced) await this.fault("frontier.after_commit");
-    return true;
-  }
-
-  private async controlWithoutCompletion(
-    executor: Executor,
-    attempt: RunAttempt,
-    receipt: Exclude<ReceiptEvidence, { readonly status: "valid" }>,
-    listedAtMs: number,
-  ): Promise<boolean> {
-    if (attempt.status === "starting" && receipt.status === "none")
-      return this.controlStarting(executor, attempt);
-    if (receipt.status === "invalid") {
-      await this.write(async (tx, nowMs) => {
-        const scope = await findAttemptScope(tx, attempt.id);
-        if (scope === null) return;
-        const change = applyRecovery(
-          scope,
-          { kind: "fail_closed", reason: `receipt rejected: ${receipt.reason}` },
-          scope.definition.retry,
-          nowMs,
-        );
-        if (change !== null) await tx.apply(change);
-      });
-      return false;
-    }
-    if (attempt.status === "running" && (await executor.orphaned?.(attempt)) === true) {
-      // Its supervisor is gone, so no receipt is coming: the recovery rules decide, as at a
-      // restart. Still running → re-adopted (the deadline and stops below still apply, by
-      // exact identity); trusted not-running → lost.
-      const settled = await this.settleOrphan(executor, attempt);
-      if (settled) return true;
-    }
-    // No receipt yet: deadlines and stop intents. When the row listed in this cycle asks for
-    // neither, no transaction: an intent or a deadline reached since the list is seen by the
-    // next cycle, as if it had come just after this cycle's decision.
-    if (!stopDue(attempt, listedAtMs)) return false;
-    const stop = await this.write(async (tx, nowMs) => {
-      const scope = await findAttemptScope(tx, attempt.id);
-      if (scope === null || scope.attempt.status !== "running") return null;
-      if (scope.attempt.stopReason !== null) return scope.attempt;
-      const change = requestTimeoutStop(scope, nowMs);
-      if (change === null) return null;
-      await tx.apply(change);
-      return tx.getAttempt(attempt.id);
-    });
-    if (stop === null || stop.stopReason === null) return false;
-    await executor.stop(stop, stop.stopReason);
-    if (stop.stopReason === "cancel") await this.fault("cancellation.after_stop");
-    return true;
-  }
-
-  /**
-   * Retention: first the orphan file sweep (bounded, only while due), then a bounded page walk
-   * over terminal runs in purge order, each purged in its own short transaction. `processed`
-   * counts purged runs. `more` is reported only when the budget filled while runs were being
-   * purged: a page of runs the rules keep (a schedule's last run, an idempotency window) must
-   * not make the device spin cycles back to back.
-   */
-  private async purge(budget: StageBudget, context: StageContext): Promise<void> {
-    const policy = this.deps.retention ?? null;
-    if (policy === null) return;
-    this.purgeStages += 1;
-    if (this.purgeStages % ORPHAN_SWEEP_EVERY_PURGES === 0) this.sweepDue = true;
-    try {
-      await this.sweepOrphanFiles(budget);
-    } catch (error) {
-      // A sweep that fails (an unreadable directory) is reported and retried; purging goes on.
-      context.errors.push({ ...describe(error), subject: "orphan file sweep" });
-    }
-    let pass = this.purgePass;
-    if (pass === null) {
-      const range = await this.write(async (tx, nowMs) =>
-        purgeRange(policy, nowMs, await tx.terminalRunAtRank(policy.maxRuns)),
-      );
-      pass = { range, after: null };
-    }
-    const { range } = pass;
-    const more = await walkKeyset<PurgeCandidate, PurgeKey>({
-      after: pass.after,
-      pageSize: budget.pageSize,
-      pages: budget.pages,
-      read: (after, limit) =>
-        this.deps.store.read(async (tx) => tx.listPurgeCandidates(after, range.end, limit)),
-      // A candidate without a finish time cannot be passed in purge order: the pass ends there.
-      cursorOf: (candidate) =>
-        candidate.finishedAtMs === null
-          ? null
-          : { finishedAtMs: candidate.finishedAtMs, runId: candidate.runId },
-      handle: async (candidate) => {
-        if (decidePurge(candidate, range).purge)
-          await this.countOne(context, candidate.runId, () =>
-            this.purgeOne(candidate.runId, range, context),
-          );
-      },
-      saved: (after) => {
-        this.purgePass = after === null ? null : { range, after };
-      },
-    });
-    if (more && context.processed > 0) context.more = true;
-  }
-
-  /**
-   * Purges one run. The crash-safe order: (1) one transaction re-reads the run's facts,
-   * re-decides and deletes every row of the run; (2) after the commit, the executors discard
-   * the attempts' files, journal last. A crash after (1) leaves files without rows, which the
-   * orphan sweep of the next start-up removes; no order ever leaves a row pointing at a
-   * deleted file.
-   */
-  private async purgeOne(
-    runId: string,
-    range: PurgeRange,
-    context: StageContext,
-  ): Promise<boolean> {
-    const purged = await this.write(async (tx, nowMs) => {
-      const candidate = await tx.getPurgeCandidate(runId);
-      if (candidate === null || !decidePurge(candidate, range).purge) return null;
-      return { run: await tx.purgeRun(runId), nowMs };
-    });
-    if (purged === null) return false;
-    this.deps.onPurge?.(purged.run, purged.nowMs);
-    await this.fault("purge.after_commit");
-    for (const executor of Object.values(this.deps.executors)) {
-      if (executor?.discard === undefined) continue;
-      const attemptIds = purged.run.attempts
-        .filter((attempt) => attempt.executor === executor.type)
-        .map((attempt) => attempt.id);
-      if (attemptIds.length === 0) continue;
-      try {
-        await executor.discard(attemptIds);
-      } catch (error) {
-        // The rows are gone already: the files become orphans for the sweep to retry.
-        this.sweepDue = true;
-        context.errors.push({ ...describe(error), subject: runId });
-      }
-    }
-    await this.fault("purge.after_discard");
-    return true;
-  }
-
-  /**
-   * Removes files whose attempt no longer exists (a purge interrupted between its commit and
-   * its discard). Walks each executor's journal in id order, at most the stage budget of ids
-   * per cycle, resuming where the previous cycle stopped; a journal's row is always committed
-   * before the journal is written, so an id without a row is an orphan, never a launch in
-   * progress. Bounded: `ORPHAN_SWEEP_PAGE × budget.pages` names per executor per cycle.
-   */
-  private async sweepOrphanFiles(budget: StageBudget): Promise<void> {
-    if (!this.sweepDue) return;
-    let finished = true;
-    for (const executor of Object.values(this.deps.executors)) {
-      const listHeld = executor?.listHeld?.bind(executor);
-      const discard = executor?.discard?.bind(executor);
-      if (executor === undefined || listHeld === undefined || discard === undefined) continue;
-      const cursorKey = `sweep:${executor.type}`;
-      const more = await walkKeyset<string, string>({
-        after: this.cursors.get(cursorKey) ?? null,
-        pageSize: ORPHAN_SWEEP_PAGE,
-        pages: budget.pages,
-        read: listHeld,
-        cursorOf: itself,
-        handlePage: async (held) => {
-          const existing = new Set(
-            await this.deps.store.transaction(async (tx) => tx.existingAttemptIds(held)),
-          );
-          const orphans = held.filter((attemptId) => !existing.has(attemptId));
-          if (orphans.length > 0) await discard(orphans);
-        },
-        saved: (after) => this.saveCursor(cursorKey, after),
-      });
-      if (more) finished = false;
-    }
-    if (finished) this.sweepDue = false;
-  }
-
-  /**
-   * Start-up recovery of attempts this runtime owns, one attempt at a time. Returns each
-   * decision so the runtime can report what failed closed.
+   * Start-up recovery of attempts this runtime owns, one attempt at a time (`StartupRecovery`).
+   * Returns each decision so the runtime can report what failed closed.
    */
   async recover(limit = MAX_RECOVERED_ATTEMPTS): Promise<RecoveryResult[]> {
-    const results: RecoveryResult[] = [];
     // A node registers its new incarnation first: from here its lease is live again, so no other
     // coordinator reports its attempts while it recovers them.
     if (this.node !== null && this.incarnation === null) await this.register();
-    const owner = this.node?.nodeId;
-    // A lone runtime's claims were made by its previous incarnation and are orphaned (ADR-0229
-    // §3); a cluster node's restart would otherwise lose every claim the other nodes just made.
-    const statuses = this.node === null ? [...LIVE_ATTEMPT_STATUSES] : STARTED_ATTEMPT_STATUSES;
-    for (const executor of Object.values(this.deps.executors)) {
-      if (executor === undefined) continue;
-      // Bounded: recovery walks live attempts in pages until none remain or the limit is reached.
-      await this.walkStore({
-        budget: RECOVERY_WALK,
-        list: (tx, after, limit) => tx.listAttempts(executor.type, statuses, after, limit, owner),
-        idOf: attemptIdOf,
-        read: (fn) => this.readForRecovery(fn),
-        handle: async (attempt) => {
-          const result = await this.recoverOne(executor, attempt);
-          if (result !== null) results.push(result);
-        },
-        done: () => results.length >= limit,
-      });
-    }
-    return results;
-  }
-
-  /** A read of start-up recovery, tried again when its transaction fails (a read is safe to repeat). */
-  private async readForRecovery<T>(read: (tx: StoreTx) => Promise<T>): Promise<T> {
-    let lastError: unknown = null;
-    for (let round = 0; round < RECOVERY_WRITE_TRIES; round += 1) {
-      try {
-        return await this.deps.store.transaction(read);
-      } catch (error) {
-        if (isQlrError(error, "clock_regression")) throw error;
-        lastError = error;
-      }
-    }
-    throw lastError;
-  }
-
-  /**
-   * One attempt's recovery, met with a store failure the way the cadence's stages meet one:
-   * read again and decide again. A lost commit response either left nothing (the decision is
-   * made again from fresh evidence) or committed the decision (the attempt's version moved, so
-   * nothing is applied twice). A clock that reads behind the store refuses start-up as before;
-   * any other failure that persists is reported for this attempt, which keeps its state, and
-   * recovery goes on with the next one.
-   */
-  private async recoverOne(executor: Executor, listed: RunAttempt): Promise<RecoveryResult | null> {
-    let attempt = listed;
-    let lastError: unknown = null;
-    for (let round = 0; round < RECOVERY_WRITE_TRIES; round += 1) {
-      if (round > 0) {
-        const current = await this.readForRecovery((tx) => tx.getAttempt(listed.id));
-        if (current === null || !LIVE_ATTEMPT_STATUSES.has(current.status)) return null;
-        attempt = current;
-      }
-      // Inspect first, read the receipt last: a process seen gone (with the supervisor that
-      // writes its receipt) has either left its receipt by then, or never will.
-      const inspections =
-        attempt.status === "running" || attempt.status === "starting"
-          ? [await executor.inspect(attempt), await executor.inspect(attempt)]
-          : [];
-      const journal = attempt.status === "claimed" ? "absent" : await executor.hasJournal(attempt);
-      const receipt =
-        attempt.status === "claimed"
-          ? ({ status: "none" } as const)
-          : await executor.readReceipt(attempt);
-      const expectedVersion = attempt.version;
-      try {
-        const outcome = await this.write(async (tx, nowMs, hostOffsetMs) => {
-          const scope = await findAttemptScope(tx, listed.id);
-          if (scope === null || scope.attempt.version !== expectedVersion) return null;
-          // Another node's attempt is never decided here (its evidence is on its own host).
-          if (
-            this.node !== null &&
-            scope.attempt.ownerNodeId !== null &&
-            scope.attempt.ownerNodeId !== this.node.nodeId
-          )
-            return null;
-          // At start-up every claim of a local executor is orphaned: the runtime that claimed it is gone (ADR-0229 §3).
-          const decision = decideRecovery(scope, {
-            receipt: receiptInStoreTime(receipt, hostOffsetMs),
-            journal,
-            inspections,
-          });
-          const change = applyRecovery(scope, decision, scope.definition.retry, nowMs);
-          if (change !== null) await tx.apply(change);
-          return decision;
-        });
-        return outcome === null
-          ? null
-          : {
-              attemptId: listed.id,
-              decision: outcome.kind,
-              reason: "reason" in outcome ? outcome.reason : null,
-            };
-      } catch (error) {
-        if (isQlrError(error, "clock_regression")) throw error;
-        lastError = error;
-      }
-    }
-    // A claim is not kept: dispatch starts it, and a started claim is this incarnation's own.
-    if (attempt.status !== "claimed" && this.unrecordedRecoveries.size < MAX_RECOVERED_ATTEMPTS)
-      this.unrecordedRecoveries.add(listed.id);
-    return {
-      attemptId: listed.id,
-      decision: "fail_closed",
-      reason: `recovery could not record its decision: ${describe(lastError).message}`,
-    };
-  }
-
-  /**
-   * Execution control's hook for an attempt whose start-up recovery decision the store refused:
-   * the same recovery, from fresh evidence, under the same version check (nothing is applied
-   * twice). Refused again, the attempt stays in `unrecordedRecoveries` for the next cycle; true
-   * when the recorded decision changed the attempt.
-   */
-  private async recoverAgain(executor: Executor, attempt: RunAttempt): Promise<boolean> {
-    this.unrecordedRecoveries.delete(attempt.id);
-    let result: RecoveryResult | null;
-    try {
-      result = await this.recoverOne(executor, attempt);
-    } catch (error) {
-      this.unrecordedRecoveries.add(attempt.id);
-      throw error;
-    }
-    if (result === null || this.unrecordedRecoveries.has(attempt.id)) return false;
-    const changed = result.decision !== "readopt" && result.decision !== "none";
-    if (changed) this.followUp = true;
-    return changed;
+    return this.recovery.recover(limit);
   }
 
   /** Execution control stopAndDrain: persist shutdown intent, then stop the exact processes. */
   async stopRunningForShutdown(): Promise<number> {
-    let stopped = 0;
-    for (const executor of Object.values(this.deps.executors)) {
-      if (executor === undefined) continue;
-      // Every running attempt, page by page: a shutdown that stopped only the first page would
-      // leave the rest running without their runtime.
-      await this.walkStore({
-        budget: WHOLE_LIST,
-        list: (tx, after, limit) =>
-          tx.listAttempts(executor.type, ["running"], after, limit, this.node?.nodeId),
-        idOf: attemptIdOf,
-        handle: async (attempt) => {
-          const stop = await this.write(this.shutdownStopWrite(attempt.id));
-          if (stop !== null && stop.status === "running") {
-            await executor.stop(stop, stop.stopReason ?? "shutdown");
-            stopped += 1;
-          }
-        },
-      });
-    }
-    return stopped;
+    return this.control.stopRunningForShutdown();
   }
 
-  /**
-   * Shutdown intents for attempts leased to remote workers (ADR-0227 §5, ADR-0229 §6): each
-   * running remote attempt gets a durable `shutdown` stop intent, which its worker's next
-   * heartbeat answers as `stop_requested(shutdown)`; the worker stops the process (grace, then
-   * SIGKILL) and completes it `cancelled` with its step failed, as a local shutdown stop does.
-   * Only a coordinator without a cluster node does this: it is the only one its workers can
-   * reach, while a replica of a cluster going away leaves its workers to the others. Repeating
-   * it changes nothing for an attempt already stopped; it answers how many remote attempts
-   * carry a shutdown intent and are still running.
-   */
+  /** Shutdown intents for attempts leased to remote workers (`ExecutionControl.requestRemoteShutdownStops`). */
   async requestRemoteShutdownStops(): Promise<number> {
-    if (this.node !== null) return 0;
-    let pending = 0;
-    await this.walkStore({
-      budget: WHOLE_LIST,
-      list: (tx, after, limit) => tx.listAttempts("remote_worker", ["running"], after, limit),
-      idOf: attemptIdOf,
-      handle: async (attempt) => {
-        const stopped = await this.write(this.shutdownStopWrite(attempt.id));
-        if (stopped !== null && stopped.status === "running" && stopped.stopReason === "shutdown")
-          pending += 1;
-      },
-    });
-    return pending;
-  }
-
-  /** A durable `shutdown` stop intent for a running attempt; the attempt as it stands after. */
-  private shutdownStopWrite(attemptId: string): PageWrite<RunAttempt | null> {
-    return async (tx, nowMs) => {
-      const scope = await findAttemptScope(tx, attemptId);
-      if (scope === null) return null;
-      const change = requestShutdownStop(scope, nowMs);
-      if (change !== null) await tx.apply(change);
-      return tx.getAttempt(attemptId);
-    };
+    return this.control.requestRemoteShutdownStops();
   }
 }
-
-export type { RetryPolicy };
