@@ -7,7 +7,6 @@ import type { StageBudget } from "./profiles.ts";
 import { walkKeyset } from "./paging.ts";
 import {
   countOne,
-  PAGE_IN_TURN,
   PageAbandoned,
   type FaultHook,
   type PageWrite,
@@ -211,7 +210,7 @@ export class AdmissionStage {
           }
           return { held: pageHeld, decided: pageDecided, admitted, budgetReached: false };
         },
-        PAGE_IN_TURN,
+        this.pages.pageTransaction,
       );
       this.pages.reportPage({ size, committed: true });
       return page;

@@ -3,20 +3,22 @@ import { DispatchStage, isSpawnFailure, type LaunchInFlight } from "./dispatch-s
 import { isQlrError } from "./errors.ts";
 import { ExecutionControl } from "./execution-control.ts";
 import type { ProcessHandleFacts, RunAttempt } from "./model.ts";
-import type {
-  AdmissionCandidate,
-  Clock,
-  CoordinatorRecord,
-  Executor,
-  IdSource,
-  PurgedRun,
-  Store,
+import {
+  MAX_STORE_PAGE,
+  type AdmissionCandidate,
+  type Clock,
+  type CoordinatorRecord,
+  type Executor,
+  type IdSource,
+  type PurgedRun,
+  type Store,
 } from "./ports.ts";
 import type { RetentionPolicy } from "./retention.ts";
 import type { Profile } from "./profiles.ts";
 import { storePageSize } from "./paging.ts";
 import {
   COORDINATOR_RENEW_EVERY_MS,
+  PEERS_CHECK_EVERY_MS,
   registerNode,
   renewNode,
   validateNodeIdentity,
@@ -203,6 +205,8 @@ export class Coordinator {
   private readonly launching = new Map<string, LaunchInFlight>();
   private readonly deps: CoordinatorDeps;
   private readonly node: NodeIdentity | null;
+  /** When a node alone looks for peers again (`notePeers`), on this host's clock. */
+  private peersDueAtHostMs = 0;
   /** The incarnation this runtime registered; null until `register` ran. */
   private incarnation: number | null = null;
   /** Host time after which the next cycle renews the node's lease. */
@@ -293,7 +297,28 @@ export class Coordinator {
     });
     this.incarnation = record.incarnation;
     this.renewDueAtHostMs = this.deps.clock.nowMs() + COORDINATOR_RENEW_EVERY_MS;
+    // Peers are assumed until looked for: nodes of a cluster often start together.
+    this.pages.takeTurns(true);
+    this.peersDueAtHostMs = this.deps.clock.nowMs() + PEERS_CHECK_EVERY_MS;
     return record;
+  }
+
+  /**
+   * Whether another coordinator's lease is live, read once per PEERS_CHECK_EVERY_MS at the
+   * heartbeat: this node's pages take turns with theirs only then (`StagePages.takeTurns`). A
+   * node takes turns from its registration until its first look; a lone node that a new one
+   * joins starts within PEERS_CHECK_EVERY_MS, and until then only their pages may overlap, as
+   * any transactions may: the turn orders pages, nothing relies on it.
+   */
+  private async notePeers(node: NodeIdentity): Promise<void> {
+    const peers = await this.deps.store.read(async (tx) => {
+      const nowMs = await tx.observe(this.deps.clock.nowMs());
+      return (await tx.listCoordinators(MAX_STORE_PAGE)).some(
+        (other) => other.nodeId !== node.nodeId && other.leaseExpiresAtMs > nowMs,
+      );
+    });
+    this.pages.takeTurns(peers);
+    this.peersDueAtHostMs = this.deps.clock.nowMs() + PEERS_CHECK_EVERY_MS;
   }
 
   /** Renews the node's lease when due; a superseded incarnation freezes admission and dispatch. */
@@ -304,7 +329,9 @@ export class Coordinator {
       await this.register();
       return;
     }
-    if (this.deps.clock.nowMs() < this.renewDueAtHostMs) return;
+    const hostNowMs = this.deps.clock.nowMs();
+    if (hostNowMs >= this.peersDueAtHostMs) await this.notePeers(node);
+    if (hostNowMs < this.renewDueAtHostMs) return;
     const incarnation = this.incarnation;
     try {
       await this.pages.write(async (tx, nowMs) => {

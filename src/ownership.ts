@@ -34,6 +34,11 @@ export interface NodeIdentity {
 export const COORDINATOR_LEASE_MS = 15_000;
 /** How often a node renews its lease: a third of the lease, so two missed heartbeats are survived. */
 export const COORDINATOR_RENEW_EVERY_MS = 5_000;
+/**
+ * How often a node looks for live peers (its pages take turns only beside one): a node that
+ * starts beside a lone one is noticed within this, not at the next renewal.
+ */
+export const PEERS_CHECK_EVERY_MS = 1_000;
 
 const NODE_ID_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;
 

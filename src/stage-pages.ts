@@ -1,6 +1,7 @@
 import { isQlrError } from "./errors.ts";
 import type { ChangeSet, Run, RunAttempt, StepRun } from "./model.ts";
 import type { Clock, Store, StoreTransactionOptions, StoreTx } from "./ports.ts";
+import type { NodeIdentity } from "./ownership.ts";
 import type { StageBudget } from "./profiles.ts";
 import { walkKeyset } from "./paging.ts";
 
@@ -70,7 +71,7 @@ interface PageResult<T> {
  * an aborted page is written again item by item. Measured in docs/PERFORMANCE.md, "Pages take
  * turns".
  */
-export const PAGE_IN_TURN: StoreTransactionOptions = { inTurn: true };
+const PAGE_IN_TURN: StoreTransactionOptions = { inTurn: true };
 
 /**
  * Thrown into a page transaction that the store calls a second time (a PostgreSQL
@@ -152,6 +153,8 @@ export interface StagePagesDeps {
   /** See `CoordinatorDeps.groupCommit`; absent: on. */
   readonly groupCommit?: boolean;
   readonly onPage?: (page: PageReport) => void;
+  /** See `CoordinatorDeps.node`: a node of a shared store; absent, the store's only coordinator. */
+  readonly node?: NodeIdentity | null;
 }
 
 /**
@@ -161,8 +164,28 @@ export interface StagePagesDeps {
 export class StagePages {
   /** Where each paged stage resumes next cycle. */
   private readonly cursors = new Map<string, string | null>();
+  /**
+   * Whether this node's pages take turns: while another coordinator's lease is live (see
+   * `Coordinator.notePeers`). A turn costs a page two round trips, a quarter of a lone
+   * coordinator's workflow steps per second in the bench, for nothing when nobody else writes.
+   */
+  private turns: boolean;
 
-  constructor(private readonly deps: StagePagesDeps) {}
+  constructor(private readonly deps: StagePagesDeps) {
+    // A node (one of several) takes turns until it has seen that it is alone; the store's only
+    // coordinator, which has no node identity, never does.
+    this.turns = (deps.node ?? null) !== null;
+  }
+
+  /** From now on this node's pages take turns (peers) or not (alone). */
+  takeTurns(peers: boolean): void {
+    this.turns = peers;
+  }
+
+  /** The options of a page's transaction. */
+  get pageTransaction(): StoreTransactionOptions | undefined {
+    return this.turns ? PAGE_IN_TURN : undefined;
+  }
 
   /** Whether stage pages commit as one transaction (see `CoordinatorDeps.groupCommit`). */
   get grouping(): boolean {
@@ -232,7 +255,7 @@ export class StagePages {
           const page: T[] = [];
           for (const write of writes) page.push(await write(tx, nowMs, hostOffsetMs));
           return page;
-        }, PAGE_IN_TURN);
+        }, this.pageTransaction);
         this.deps.onPage?.({ size: writes.length, committed: true });
         return { outcomes: values.map((value) => ({ ok: true, value })), pageError: null };
       } catch (error) {
