@@ -94,6 +94,27 @@ describe("PostgreSQL transaction modes", () => {
     );
   }
 
+  /**
+   * A transaction in turn on `on` that has written row 1 and holds the turn until `release`
+   * opens; `holder` settles once it committed.
+   */
+  async function holdTurn(
+    on: SqlDriver,
+  ): Promise<{ readonly holder: Promise<void>; readonly release: { readonly open: () => void } }> {
+    const inserted = gate();
+    const release = gate();
+    const holder = on.transaction(
+      async (tx) => {
+        await tx.query("INSERT INTO turn_probe (id, v) VALUES (1, 1)");
+        inserted.open();
+        await release.opened;
+      },
+      { inTurn: true },
+    );
+    await inserted.opened;
+    return { holder, release };
+  }
+
   const probe = (tx: SqlTx) => tx.query<{ v: number }>("SELECT v FROM turn_probe WHERE id = 1");
 
   beforeAll(async () => {
@@ -134,17 +155,7 @@ describe("PostgreSQL transaction modes", () => {
 
   it("makes a transaction in turn wait for the holder and read what it committed", async () => {
     const [first, second, observer] = [await driver(), await driver(), await driver()];
-    const inserted = gate();
-    const release = gate();
-    const holder = first.transaction(
-      async (tx) => {
-        await tx.query("INSERT INTO turn_probe (id, v) VALUES (1, 1)");
-        inserted.open();
-        await release.opened;
-      },
-      { inTurn: true },
-    );
-    await inserted.opened;
+    const { holder, release } = await holdTurn(first);
     const follower = second.transaction(probe, { inTurn: true });
     // The follower waits for the turn, not for a row: nothing it reads is locked.
     await until(observer, (locks) => locks.held === 1 && locks.waiting === 1);
@@ -173,17 +184,7 @@ describe("PostgreSQL transaction modes", () => {
 
   it("runs without a turn once the driver's wait is over, and leaves no request behind", async () => {
     const [first, impatient, observer] = [await driver(), await driver(100), await driver()];
-    const inserted = gate();
-    const release = gate();
-    const holder = first.transaction(
-      async (tx) => {
-        await tx.query("INSERT INTO turn_probe (id, v) VALUES (1, 1)");
-        inserted.open();
-        await release.opened;
-      },
-      { inTurn: true },
-    );
-    await inserted.opened;
+    const { holder, release } = await holdTurn(first);
     // Settles while the holder still holds the turn: had it waited for the turn, it never would.
     expect(await impatient.transaction(probe, { inTurn: true })).toEqual([]);
     // The connection that asked was closed, so its request is gone from the server.
