@@ -21,6 +21,7 @@ import type {
 import type { SqlStore } from "../../storage/sql-store.ts";
 import type { SqlJsFileDriver } from "../../storage/sqljs/node/file-driver.ts";
 import type { ScratchDatabase } from "../../test/support/scratch-database.ts";
+import { useNodeSha256 } from "../../runtimes/node/native-sha256.ts";
 import { BENCH_START_MS, now, type StoreKind } from "./common.ts";
 
 export interface StatementTally {
@@ -219,6 +220,8 @@ export interface OpenOptions {
  * `postgresAdminUrl`, else from `QLR_BENCH_PG_URL` (the orchestrator starts the server).
  */
 export async function openBenchStore(kind: StoreKind, options: OpenOptions): Promise<OpenedStore> {
+  // As `qlr` does at start: the core hashes with Node's sha256 in every bench that stands in for it.
+  useNodeSha256();
   const nowMs = BENCH_START_MS;
   const postgresAdminUrl = options.postgresAdminUrl ?? process.env.QLR_BENCH_PG_URL;
   const startedAt = now();

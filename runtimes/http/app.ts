@@ -125,15 +125,25 @@ export function createApp(given: AppDeps): Hono {
       if (c.req.method !== "GET" && c.req.method !== "HEAD" && c.res.status < 400) await onChange();
     });
   }
-  const limitBody = bodyLimit({
-    maxSize: MAX_BODY_BYTES,
-    onError: (c) =>
-      c.json(errorBody("payload_too_large", `the body exceeds ${MAX_BODY_BYTES} bytes`), 413),
-  });
-  // GET and HEAD carry no body here, and asking for one builds a request stream on Node (the
-  // adapter makes it on first access): the dashboard's polls and the long-polls skip it.
-  const limitBodyWhereOne: MiddlewareHandler = (c, next) =>
-    c.req.method === "GET" || c.req.method === "HEAD" ? next() : limitBody(c, next);
+  const tooLarge = (c: Context): Response =>
+    c.json(errorBody("payload_too_large", `the body exceeds ${MAX_BODY_BYTES} bytes`), 413);
+  const limitBody = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: tooLarge });
+  // GET and HEAD carry no body here. A body of declared length is checked by its header, as
+  // `bodyLimit` itself does, but before anything asks for the request's stream: on Node the
+  // adapter builds a whole web Request with a stream on that first access, while a route's
+  // `c.req.text()` reads the message directly if nothing did (≈ 3 % of serve's CPU per run).
+  // HTTP/1.1 framing holds such a body to its declared length; a chunked one is counted.
+  const limitBodyWhereOne: MiddlewareHandler = (c, next) => {
+    if (c.req.method === "GET" || c.req.method === "HEAD") return next();
+    const declared = c.req.header("content-length");
+    if (
+      declared !== undefined &&
+      /^[0-9]{1,15}$/.test(declared) &&
+      c.req.header("transfer-encoding") === undefined
+    )
+      return Number(declared) > MAX_BODY_BYTES ? Promise.resolve(tooLarge(c)) : next();
+    return limitBody(c, next);
+  };
   app.use("*", limitBodyWhereOne);
 
   app.route("/", systemRoutes(deps));

@@ -16,6 +16,7 @@ import {
   tickCommand,
 } from "./cli-commands.ts";
 import { serveCommand, workerCommand } from "./cli-serve.ts";
+import { useNodeSha256 } from "./native-sha256.ts";
 
 /**
  * `qlr`: the device runtime (`serve`), a remote worker (`worker`) and a client of the HTTP API
@@ -45,6 +46,7 @@ const COMMANDS = new Map<string, CommandHandler>([
 ]);
 
 export async function main(argv: readonly string[]): Promise<number> {
+  useNodeSha256();
   let parsed;
   try {
     parsed = parseCommandLine(argv);
