@@ -40,9 +40,24 @@ export interface TransactionOptions {
    * far more often than they touch the same rows, since serializable isolation locks what
    * an index scan read by whole index page (docs/ARCHITECTURE.md, "Pages take turns"). An
    * ordering, never a guarantee anything relies on: a turn not granted within the driver's
-   * wait runs the transaction without one. Drivers with one connection ignore it.
+   * wait runs the transaction without one, and for a while after that the driver's
+   * transactions do not ask at all (`TurnCounts.skipped`). Drivers with one connection
+   * ignore it.
    */
   readonly inTurn?: boolean;
+}
+
+/** How a driver's transactions that wanted their turn (`TransactionOptions.inTurn`) fared. */
+export interface TurnCounts {
+  /** Turns granted. */
+  readonly granted: number;
+  /** Waits that ran out: the transaction then ran without its turn. */
+  readonly waitsRunOut: number;
+  /**
+   * Transactions that did not ask, because a wait had run out shortly before (the holder may
+   * have stopped; storage/postgres/turn-breaker.ts): they ran without a turn at once.
+   */
+  readonly skipped: number;
 }
 
 export interface SqlDriver {
@@ -64,6 +79,11 @@ export interface SqlDriver {
    * reopen from files) counts as one; a transaction whose outcome is unknown is not counted.
    */
   readonly soleWriterTransactions?: number;
+  /**
+   * Counts of turns since the driver opened, for drivers that take turns (`pg`); undefined
+   * for drivers with one connection, which ignore `inTurn`.
+   */
+  readonly turns?: TurnCounts;
   /** Waits for queued transactions, releases locks and files. Idempotent. */
   close(): Promise<void>;
 }

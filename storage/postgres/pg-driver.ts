@@ -61,6 +61,7 @@ import {
   type PostgresSession,
   type SerializableRetryPolicy,
 } from "./transaction.ts";
+import { TurnBreaker, type TurnRequest } from "./turn-breaker.ts";
 
 export interface PgDriverOptions {
   /**
@@ -90,6 +91,12 @@ export interface PgDriverOptions {
    * before it runs without one. Default DEFAULT_TURN_WAIT_MS.
    */
   readonly turnWaitMs?: number;
+  /**
+   * When the driver stops asking for turns after a wait ran out (turn-breaker.ts). Default: a
+   * breaker of its own with DEFAULT_TURN_BREAKER_POLICY on the process's monotonic clock;
+   * tests pass one with their own clock, or one shared by two drivers.
+   */
+  readonly turnBreaker?: TurnBreaker;
 }
 
 /**
@@ -245,6 +252,7 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
   );
   const poolSize = Math.max(1, Math.floor(options.poolSize ?? POOL_LIMITS.defaultPoolSize));
   const turnWaitMs = Math.max(1, Math.floor(options.turnWaitMs ?? DEFAULT_TURN_WAIT_MS));
+  const turnBreaker = options.turnBreaker ?? new TurnBreaker();
   const openPool = (server: PgServerTarget): Pool => {
     const pool = new Pool({
       connectionString: server.connectionString,
@@ -438,7 +446,10 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
     // what that one replaced and fail writing over it.
     let inTurn = false;
     try {
-      if (options.inTurn === true) {
+      // A breaker that is open runs the transaction without asking (turn-breaker.ts).
+      const turnRequest: TurnRequest | null =
+        options.inTurn === true ? turnBreaker.request() : null;
+      if (turnRequest !== null && turnRequest !== "skip") {
         try {
           // The server bounds the wait (`lock_timeout`, 55P03): a request abandoned by the
           // client alone would stay queued on the server, holding its connection slot, until
@@ -449,13 +460,16 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
             query_timeout: turnWaitMs + POOL_LIMITS.clientTimeoutMarginMs,
           } as QueryConfig);
           inTurn = true;
+          turnBreaker.granted(turnRequest);
         } catch (error) {
           if (!isLockTimeout(error)) {
             // Its answer is lost or the connection failed: this connection must go, and the
             // transaction runs on another one, without a turn.
+            turnBreaker.abandoned(turnRequest);
             brokenBy ??= error;
             throw new TurnNotTaken(error);
           }
+          turnBreaker.ranOut(turnRequest);
         }
       }
       return await runSerializableTransaction(
@@ -647,6 +661,9 @@ export async function openPgDriver(options: PgDriverOptions): Promise<SqlDriver>
   const driver: SqlDriver = {
     dialect: "postgres",
     name: "pg",
+    get turns() {
+      return turnBreaker.turns;
+    },
     transaction<T>(fn: (tx: SqlTx) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
       if (closing !== undefined)
         return Promise.reject(new QlrError("storage_unavailable", "the pg driver is closed"));
@@ -710,7 +727,8 @@ const GIVE_TURN_SQL = `SELECT pg_advisory_unlock(${TURN_LOCK_KEY})`;
 /**
  * How long a transaction waits for its turn before it runs without one: pages last
  * milliseconds, so only a holder that stopped (SIGSTOP, a frozen VM) makes anyone wait this
- * long, and then nobody waits for it more than once per transaction.
+ * long, and then the driver's breaker keeps its transactions from asking again for a while
+ * (turn-breaker.ts): the stopped holder costs one such wait per pause, not one per page.
  */
 export const DEFAULT_TURN_WAIT_MS = 2_000;
 

@@ -7,7 +7,8 @@
  * - transactions in turn (`TransactionOptions.inTurn`, the coordinators' stage pages) never
  *   overlap on one PostgreSQL, from separate drivers as from separate hosts, begin their
  *   snapshot after the previous holder committed, give the turn back whatever happens, and run
- *   without a turn rather than wait past the driver's limit for a holder that stopped.
+ *   without a turn rather than wait past the driver's limit for a holder that stopped; after
+ *   such a wait the driver stops asking for a pause (its breaker, on the test's clock).
  *
  * The waits are observed in `pg_locks` with bounded polls, never assumed from elapsed time.
  */
@@ -15,6 +16,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlTx } from "../../storage/driver.ts";
 import { openPgDriver, TURN_LOCK_KEY } from "../../storage/postgres/pg-driver.ts";
+import { TurnBreaker } from "../../storage/postgres/turn-breaker.ts";
 import { openSqlStore } from "../../storage/sql-store.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import { DRIVERS } from "../support/drivers.ts";
@@ -95,17 +97,18 @@ describe("PostgreSQL transaction modes", () => {
   }
 
   /**
-   * A transaction in turn on `on` that has written row 1 and holds the turn until `release`
-   * opens; `holder` settles once it committed.
+   * A transaction in turn on `on` that has written row `id` (its `v` the same) and holds the
+   * turn until `release` opens; `holder` settles once it committed.
    */
   async function holdTurn(
     on: SqlDriver,
+    id = 1,
   ): Promise<{ readonly holder: Promise<void>; readonly release: { readonly open: () => void } }> {
     const inserted = gate();
     const release = gate();
     const holder = on.transaction(
       async (tx) => {
-        await tx.query("INSERT INTO turn_probe (id, v) VALUES (1, 1)");
+        await tx.query("INSERT INTO turn_probe (id, v) VALUES ($1, $1)", [id]);
         inserted.open();
         await release.opened;
       },
@@ -192,5 +195,56 @@ describe("PostgreSQL transaction modes", () => {
     release.open();
     await holder;
     expect(await impatient.transaction(probe, { inTurn: true })).toEqual([{ v: 1 }]);
+  });
+
+  it("stops asking for turns for a pause once a wait ran out, and asks again after it", async () => {
+    // Two drivers of one breaker on a clock of the test's: one gives up on a turn after 100 ms,
+    // the other would wait 15 s if it asked at all, and then count a wait that ran out.
+    let nowMs = 0;
+    const breaker = new TurnBreaker({ firstPauseMs: 4_000, maxPauseMs: 60_000 }, () => nowMs);
+    const opening = { connectionString: database.url, poolSize: 2, turnBreaker: breaker };
+    const impatient = await openPgDriver({ ...opening, turnWaitMs: 100 });
+    const patient = await openPgDriver({ ...opening, turnWaitMs: 15_000 });
+    opened.push(impatient, patient);
+    const [first, observer] = [await driver(), await driver()];
+    const frozen = await holdTurn(first);
+    let next: Awaited<ReturnType<typeof holdTurn>> | undefined;
+    try {
+      // The first page waits, in vain, and runs without its turn.
+      expect(await impatient.transaction(probe, { inTurn: true })).toEqual([]);
+      expect(breaker.turns).toEqual({ granted: 0, waitsRunOut: 1, skipped: 0 });
+      // Within the pause a page does not ask: it settles while the holder still holds the turn,
+      // and nothing waits on the server.
+      nowMs += 3_999;
+      expect(await patient.transaction(probe, { inTurn: true })).toEqual([]);
+      expect(await turnLocks(observer)).toEqual({ held: 1, waiting: 0 });
+      expect(breaker.turns).toEqual({ granted: 0, waitsRunOut: 1, skipped: 1 });
+      // After it one page asks again, waits in vain, and the next pause is twice as long.
+      nowMs += 1;
+      expect(await impatient.transaction(probe, { inTurn: true })).toEqual([]);
+      nowMs += 4_000;
+      expect(await patient.transaction(probe, { inTurn: true })).toEqual([]);
+      expect(breaker.turns).toEqual({ granted: 0, waitsRunOut: 2, skipped: 2 });
+      frozen.release.open();
+      await frozen.holder;
+      // Once the pause is over, a page takes turns again: it waits for the next holder and
+      // reads what that one committed.
+      nowMs += 4_000;
+      next = await holdTurn(first, 2);
+      const follower = patient.transaction(
+        (tx) => tx.query<{ v: number }>("SELECT v FROM turn_probe ORDER BY id"),
+        { inTurn: true },
+      );
+      await until(observer, (locks) => locks.held === 1 && locks.waiting === 1);
+      next.release.open();
+      await next.holder;
+      expect(await follower).toEqual([{ v: 1 }, { v: 2 }]);
+      expect(breaker.turns).toEqual({ granted: 1, waitsRunOut: 2, skipped: 2 });
+      expect(patient.turns).toEqual(breaker.turns);
+    } finally {
+      // A failed expectation must not leave a holder that keeps the others waiting.
+      frozen.release.open();
+      next?.release.open();
+    }
   });
 });
