@@ -1,0 +1,410 @@
+import { QlrError } from "../../src/errors.ts";
+import type { ChangeSet } from "../../src/model.ts";
+import type { SqlParam, SqlRow } from "../driver.ts";
+import * as rows from "../rows.ts";
+import type { ColumnType } from "../rows.ts";
+import { admissionKey } from "../transaction-rows.ts";
+import {
+  assignmentsSql,
+  insertSql,
+  MAX_BOUND_PARAMETERS,
+  MAX_BOUND_PARAMETERS_POSTGRES,
+  updateOne,
+  type QueryContext,
+} from "./query-context.ts";
+
+/**
+ * The tables whose rows `apply` updates by version (compare-and-set): each update waits in
+ * `ChangeWriter.pendingUpdates` until a statement names the table or the body ends, so a page's
+ * updates of one table go in one statement on PostgreSQL. `frontierMark`: the runs' update also
+ * sets `frontier_due` when the change names the run (COALESCE keeps it otherwise).
+ */
+interface VersionedTable {
+  readonly rows: rows.RowTable<unknown>;
+  readonly mutable: readonly string[];
+  /** What a conflict message calls a row. */
+  readonly noun: string;
+  readonly frontierMark: boolean;
+}
+
+const VERSIONED_TABLES = {
+  runs: {
+    rows: rows.RUNS,
+    mutable: rows.RUN_MUTABLE_COLUMNS,
+    noun: "run",
+    frontierMark: true,
+  },
+  step_runs: {
+    rows: rows.STEPS,
+    mutable: rows.STEP_MUTABLE_COLUMNS,
+    noun: "step run",
+    frontierMark: false,
+  },
+  run_attempts: {
+    rows: rows.ATTEMPTS,
+    mutable: rows.ATTEMPT_MUTABLE_COLUMNS,
+    noun: "attempt",
+    frontierMark: false,
+  },
+} as const satisfies Record<string, VersionedTable>;
+
+type VersionedTableName = keyof typeof VERSIONED_TABLES;
+
+/** Queued inserts of new rows go in this order: steps and attempts reference their run. */
+const VERSIONED_INSERT_ORDER: readonly VersionedTableName[] = ["runs", "step_runs", "run_attempts"];
+
+/** One row's update waiting in `pendingUpdates`: several updates of a row in one transaction merge. */
+interface PendingUpdate {
+  readonly id: string;
+  /** The version the database holds; the update writes nothing unless it still does. */
+  readonly expectedVersion: number;
+  readonly writtenVersion: number;
+  /** The mutable columns' values, in their order; then `frontier_due` for runs (null: keep). */
+  readonly params: readonly SqlParam[];
+}
+
+/** A row as a SELECT of `table` would return it, from the parameters that wrote its columns in order. */
+function readBack<T>(table: rows.RowTable<T>, params: readonly SqlParam[]): T {
+  const row: SqlRow = {};
+  table.columns.forEach((column, index) => {
+    row[column] = params[index] ?? null;
+  });
+  return table.read(row);
+}
+
+/**
+ * A transaction's change buffer: what `apply` writes is queued here and written in multi-row
+ * statements when the transaction's body ends (`flush`) or before any statement that names a
+ * table with something queued (the transaction's `q` asks `mustFlush` first), so a page of
+ * decisions costs one statement per table and chunk instead of one per decision.
+ */
+export class ChangeWriter {
+  /**
+   * Append-only rows (events, step mutations, admission receipts) not yet inserted, by table:
+   * they go in multi-row INSERTs when the transaction's body ends (`flush`) or before any
+   * statement that names their table, so a page of decisions costs one INSERT per table and
+   * chunk instead of one per decision, and no statement of this transaction misses them.
+   */
+  private readonly pending = new Map<
+    string,
+    { readonly columns: readonly string[]; readonly rows: SqlParam[][] }
+  >();
+  /**
+   * Version updates not yet written, by table and row id (see VERSIONED_TABLES): like `pending`,
+   * written before any statement that names their table and when the body ends, so that no
+   * statement of this transaction misses them. A lost compare-and-set then fails the
+   * transaction at that point rather than at `apply`: still before COMMIT, nothing written.
+   */
+  private readonly pendingUpdates = new Map<VersionedTableName, Map<string, PendingUpdate>>();
+  /**
+   * New runs, steps and attempts not yet inserted, by table (PostgreSQL only, where each
+   * statement is a round trip: an admission page inserts one attempt per item). They are
+   * written after every queued version update and before the append-only rows that reference
+   * them, in the order runs, steps, attempts (their foreign keys), when a statement names any
+   * table with something queued or when the body ends; see `insertVersioned`.
+   */
+  private readonly pendingInserts = new Map<
+    VersionedTableName,
+    { readonly columns: readonly string[]; readonly rows: SqlParam[][]; readonly ids: Set<string> }
+  >();
+  private flushing = false;
+
+  constructor(private readonly tx: QueryContext) {}
+
+  /** Whether a statement must wait for `flushWhere`: something is queued and no flush is writing it. */
+  mustFlush(): boolean {
+    return (
+      (this.pending.size > 0 || this.pendingUpdates.size > 0 || this.pendingInserts.size > 0) &&
+      !this.flushing
+    );
+  }
+
+  /**
+   * Queues the rows of `change` (`StoreTx.apply`): its runs, steps and attempts, inserted or
+   * updated by version, then its events, mutations and admission receipts; and remembers each
+   * row as written (see `TransactionRows`).
+   */
+  async queue(change: ChangeSet): Promise<void> {
+    for (const { before, after } of change.runs) {
+      // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
+      const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
+      // Every column's value once: the update's columns and the row remembered both come from it.
+      const params = rows.RUNS.params(after);
+      if (before === null) {
+        await this.insertVersioned("runs", [...rows.RUNS.columns, "frontier_due"], after.id, [
+          ...params,
+          frontierDue ?? 0,
+        ]);
+        this.tx.known.rememberRun(after.id, readBack(rows.RUNS, params));
+      } else {
+        await this.deferUpdate("runs", before, after.version, [
+          ...rows.RUNS.subset(params, rows.RUN_MUTABLE_COLUMNS),
+          frontierDue,
+        ]);
+        this.tx.known.rememberRun(after.id, readBack(rows.RUNS, params));
+      }
+    }
+    for (const { before, after } of change.steps) {
+      const params = rows.stepParams(after, change);
+      if (before === null) {
+        await this.insertVersioned("step_runs", rows.STEP_INSERT_COLUMNS, after.id, params);
+        this.tx.known.steps.inserted(readBack(rows.STEPS, params));
+      } else {
+        await this.deferUpdate(
+          "step_runs",
+          before,
+          after.version,
+          rows.STEPS.subset(params, rows.STEP_MUTABLE_COLUMNS),
+        );
+        // The position last among `params` is this change's, not the row's: a step read back has none.
+        this.tx.known.steps.remember(readBack(rows.STEPS, params));
+      }
+    }
+    for (const { before, after } of change.attempts) {
+      this.tx.known.attemptWritten(before, after);
+      const params = rows.ATTEMPTS.params(after);
+      if (before === null) {
+        await this.insertVersioned("run_attempts", rows.ATTEMPTS.columns, after.id, params);
+        this.tx.known.attempts.inserted(readBack(rows.ATTEMPTS, params));
+      } else {
+        await this.deferUpdate(
+          "run_attempts",
+          before,
+          after.version,
+          rows.ATTEMPTS.subset(params, rows.ATTEMPT_MUTABLE_COLUMNS),
+        );
+        this.tx.known.attempts.remember(readBack(rows.ATTEMPTS, params));
+      }
+    }
+    this.deferRows(rows.EVENTS, change.events);
+    this.deferRows(rows.MUTATIONS, change.mutations);
+    this.defer(
+      "admission_receipts",
+      rows.ADMISSION_COLUMNS,
+      change.admissions.map(rows.admissionParams),
+    );
+    for (const receipt of change.admissions)
+      this.tx.known.rememberAdmission(
+        admissionKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion),
+        JSON.stringify(receipt),
+      );
+  }
+
+  /** Queues `values` as rows of `table` for `flush`, every column written. */
+  private deferRows<T>(table: rows.RowTable<T>, values: readonly T[]): void {
+    this.defer(
+      table.name,
+      table.columns,
+      values.map((value) => table.params(value)),
+    );
+  }
+
+  /** Queues append-only rows for `flush` (see `pending`). */
+  private defer(table: string, columns: readonly string[], rowsToInsert: SqlParam[][]): void {
+    if (rowsToInsert.length === 0) return;
+    const queued = this.pending.get(table);
+    if (queued === undefined) this.pending.set(table, { columns, rows: [...rowsToInsert] });
+    else queued.rows.push(...rowsToInsert);
+  }
+
+  /**
+   * Writes the queued version updates (runs, then steps, then attempts, as `apply` orders them),
+   * then inserts the queued append-only rows, in the order they were queued, table by table:
+   * events first, then mutations, then receipts, as `apply` wrote them one by one. A failing
+   * write fails the transaction as it did inside `apply`; nothing of it commits.
+   */
+  async flush(): Promise<void> {
+    await this.flushWhere(() => true);
+  }
+
+  /** `flush` for the tables `named` picks (a statement about to read or write them). */
+  async flushWhere(named: (table: string) => boolean): Promise<void> {
+    // Queued inserts go only in a whole flush: after every queued update (the order rule of
+    // `insertVersioned`), and before any append-only row that references them.
+    const whole =
+      this.pendingInserts.size > 0 &&
+      [...this.pendingUpdates.keys(), ...this.pendingInserts.keys(), ...this.pending.keys()].some(
+        named,
+      );
+    if (whole) named = () => true;
+    this.flushing = true;
+    try {
+      for (const [table, updates] of this.pendingUpdates) {
+        if (!named(table)) continue;
+        this.pendingUpdates.delete(table);
+        await this.updateRows(VERSIONED_TABLES[table], [...updates.values()]);
+      }
+      if (whole) {
+        for (const table of VERSIONED_INSERT_ORDER) {
+          const queued = this.pendingInserts.get(table);
+          this.pendingInserts.delete(table);
+          if (queued !== undefined) await this.insertRows(table, queued.columns, queued.rows);
+        }
+      }
+      for (const [table, queued] of this.pending) {
+        if (!named(table)) continue;
+        this.pending.delete(table);
+        await this.insertRows(table, queued.columns, queued.rows);
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  /**
+   * A new run, step or attempt, written at once, after every queued update: a change that
+   * updates its run and inserts an attempt numbered from it keeps that order, so two
+   * coordinators deciding the same run meet on the run's row (a serialization failure, retried)
+   * before the second can reach the attempt's unique number (a duplicate, which is not).
+   */
+  private async insertVersioned(
+    table: VersionedTableName,
+    columns: readonly string[],
+    id: string,
+    params: SqlParam[],
+  ): Promise<void> {
+    // PostgreSQL: queued, and written after every queued update as above, so the order holds;
+    // a page's new attempts then cost one multi-row INSERT instead of one round trip each.
+    if (this.tx.dialect === "postgres") {
+      const queued = this.pendingInserts.get(table);
+      if (queued === undefined)
+        this.pendingInserts.set(table, { columns, rows: [params], ids: new Set([id]) });
+      else {
+        queued.rows.push(params);
+        queued.ids.add(id);
+      }
+      return;
+    }
+    if (this.pendingUpdates.size > 0) await this.flushWhere((table) => table in VERSIONED_TABLES);
+    await this.tx.q(insertSql(table, columns), params);
+  }
+
+  /**
+   * Queues a version update of `before`'s row (see `pendingUpdates`). A second update of the same
+   * row in this transaction replaces the first's values and keeps its expected version: one
+   * statement writes both, checked against the version the row had before either. An update
+   * expecting another version than the queued one wrote is not merged: the queue is written
+   * first, so its compare-and-set fails exactly as it would have one statement at a time.
+   */
+  private async deferUpdate(
+    table: VersionedTableName,
+    before: { readonly id: string; readonly version: number },
+    writtenVersion: number,
+    params: readonly SqlParam[],
+  ): Promise<void> {
+    // A row still queued for its INSERT is written first (with everything queued), so the
+    // update meets the row as it would have one statement at a time.
+    if (this.pendingInserts.get(table)?.ids.has(before.id) === true) await this.flush();
+    let updates = this.pendingUpdates.get(table);
+    const queued = updates?.get(before.id);
+    if (queued !== undefined && queued.writtenVersion !== before.version) {
+      await this.flush();
+      updates = undefined;
+    }
+    if (updates === undefined) {
+      updates = new Map();
+      this.pendingUpdates.set(table, updates);
+    }
+    const merged = VERSIONED_TABLES[table].frontierMark
+      ? // A later update that does not name the run keeps an earlier one's frontier mark.
+        [...params.slice(0, -1), params[params.length - 1] ?? queued?.params.at(-1) ?? null]
+      : params;
+    updates.set(before.id, {
+      id: before.id,
+      expectedVersion: queued?.expectedVersion ?? before.version,
+      writtenVersion,
+      params: merged,
+    });
+  }
+
+  /**
+   * Queued version updates of one table. One row: one UPDATE by id and version, as on every
+   * dialect. Several, on PostgreSQL: one `UPDATE … FROM (VALUES …)` per chunk, each row matched
+   * by its id and expected version, the values cast to their columns' types (a bare parameter in
+   * a VALUES list would be text). Either way a row not returned lost its compare-and-set, and
+   * the transaction fails with `conflict`, nothing written. SQLite, in process, pays no round
+   * trip per statement and keeps one UPDATE per row.
+   */
+  private async updateRows(
+    table: VersionedTable,
+    updates: readonly PendingUpdate[],
+  ): Promise<void> {
+    const name = table.rows.name;
+    const assignments = assignmentsSql(table.mutable);
+    const frontier = table.frontierMark ? ", frontier_due = COALESCE(?, frontier_due)" : "";
+    const moved = (update: PendingUpdate): string =>
+      `${table.noun} ${update.id} changed since version ${update.expectedVersion}`;
+    if (updates.length === 1 || this.tx.dialect !== "postgres") {
+      for (const update of updates)
+        await updateOne(
+          this.tx,
+          `UPDATE ${name} SET ${assignments}${frontier} WHERE id = ? AND version = ? RETURNING id`,
+          [...update.params, update.id, update.expectedVersion],
+          () => moved(update),
+        );
+      return;
+    }
+    // VALUES columns: column1 the id, column2 the expected version, then the new values.
+    const types: ColumnType[] = [
+      "text",
+      "integer",
+      ...table.mutable.map((column) => table.rows.typeOf(column)),
+      ...(table.frontierMark ? (["integer"] as const) : []),
+    ];
+    const tuple = `(${types.map((type) => `CAST(? AS ${type === "integer" ? "BIGINT" : "TEXT"})`).join(", ")})`;
+    const set = table.mutable.map((column, index) => `${column} = v.column${index + 3}`);
+    if (table.frontierMark)
+      set.push(`frontier_due = COALESCE(v.column${table.mutable.length + 3}, t.frontier_due)`);
+    const perStatement = Math.max(1, Math.floor(MAX_BOUND_PARAMETERS_POSTGRES / types.length));
+    for (let start = 0; start < updates.length; start += perStatement) {
+      const chunk = updates.slice(start, start + perStatement);
+      const updated = await this.tx.q<{ id: string }>(
+        `UPDATE ${name} AS t SET ${set.join(", ")} FROM (VALUES ${chunk.map(() => tuple).join(", ")}) AS v WHERE t.id = v.column1 AND t.version = v.column2 RETURNING t.id`,
+        chunk.flatMap((update) => [update.id, update.expectedVersion, ...update.params]),
+      );
+      if (updated.length === chunk.length) continue;
+      const written = new Set(updated.map((row) => String(row.id)));
+      const lost = chunk.find((update) => !written.has(update.id)) ?? chunk[0];
+      throw new QlrError(
+        "conflict",
+        `${lost === undefined ? "an update lost" : moved(lost)}; nothing written`,
+      );
+    }
+  }
+
+  /**
+   * Append-only rows in multi-row INSERTs: one statement (one round trip on PostgreSQL) per
+   * chunk instead of one per row. A chunk binds at most MAX_BOUND_PARAMETERS values, which every
+   * SQLite driver accepts (Durable Object SQLite allows 100 per statement), or
+   * MAX_BOUND_PARAMETERS_POSTGRES on PostgreSQL.
+   */
+  private async insertRows(
+    table: string,
+    columns: readonly string[],
+    rowsToInsert: readonly SqlParam[][],
+  ): Promise<void> {
+    const insertPrefix = `INSERT INTO ${table} (${columns.join(", ")}) VALUES`;
+    const width = rowsToInsert[0]?.length ?? 0;
+    if (width === 0) return;
+    const bound =
+      this.tx.dialect === "postgres" ? MAX_BOUND_PARAMETERS_POSTGRES : MAX_BOUND_PARAMETERS;
+    const perStatement = Math.max(1, Math.floor(bound / width));
+    const tuple = `(${Array.from({ length: width }, () => "?").join(", ")})`;
+    for (let start = 0; start < rowsToInsert.length; start += perStatement) {
+      const chunk = rowsToInsert.slice(start, start + perStatement);
+      await this.tx.q(`${insertPrefix} ${chunk.map(() => tuple).join(", ")}`, chunk.flat());
+    }
+  }
+
+  async clearFrontierMark(runId: string): Promise<void> {
+    // A queued update of the run (the frontier's own change) clears the mark as it writes: the
+    // same final row as this statement after it, one statement fewer.
+    const runs = this.pendingUpdates.get("runs");
+    const queued = runs?.get(runId);
+    if (runs !== undefined && queued !== undefined) {
+      runs.set(runId, { ...queued, params: [...queued.params.slice(0, -1), 0] });
+      return;
+    }
+    await this.tx.q("UPDATE runs SET frontier_due = 0 WHERE id = ? AND frontier_due = 1", [runId]);
+  }
+}
