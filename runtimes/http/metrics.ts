@@ -78,6 +78,13 @@ export function parseMetricsCounters(value: unknown): MetricsCounters | null {
   };
 }
 
+/** The store driver's turns, as `SqlDriver.turns` counts them (storage/driver.ts `TurnCounts`). */
+export interface StoreTurnCounts {
+  readonly granted: number;
+  readonly waitsRunOut: number;
+  readonly skipped: number;
+}
+
 /**
  * A tiny Prometheus text exposition without a dependency, following its naming conventions
  * (base units in names, `_total` counters, `_seconds` histograms with buckets), kept in
@@ -87,9 +94,13 @@ export class Metrics {
   /**
    * @param memory the host's memory figures in bytes by kind (`rss`, `heap_used`, …), read
    * at each scrape; a host without them (a Worker) passes nothing.
+   * @param turns how the store driver's pages fared with their turns (a PostgreSQL shared by
+   * several coordinators: `SqlDriver.turns`), read at each scrape; undefined for a store
+   * without turns, which then shows none.
    */
   constructor(
     private readonly memory: () => Readonly<Record<string, number | null>> = () => ({}),
+    private readonly turns: () => StoreTurnCounts | undefined = () => undefined,
   ) {}
 
   private readonly stageSeconds = new Map<string, StageCounters>();
@@ -207,6 +218,15 @@ export class Metrics {
       for (const [kind, bytes] of memory)
         lines.push(`qlr_process_memory_bytes{kind="${kind}"} ${bytes}`);
     }
+    const turns = this.turns();
+    if (turns !== undefined)
+      lines.push(
+        "# HELP qlr_store_turns_total Store transactions that wanted their turn on a PostgreSQL shared with other coordinators, by outcome: granted, wait_ran_out (ran without it), skipped (did not ask: a wait ran out shortly before).",
+        "# TYPE qlr_store_turns_total counter",
+        `qlr_store_turns_total{outcome="granted"} ${turns.granted}`,
+        `qlr_store_turns_total{outcome="wait_ran_out"} ${turns.waitsRunOut}`,
+        `qlr_store_turns_total{outcome="skipped"} ${turns.skipped}`,
+      );
     lines.push(
       "# HELP qlr_http_errors_total HTTP requests answered with an error.",
       "# TYPE qlr_http_errors_total counter",

@@ -226,7 +226,7 @@ export class DeviceRuntime {
           log(`stop of ${attemptId} failed: ${errorMessage(error)}`),
         fault,
       });
-      const metrics = new Metrics(processMemory);
+      const metrics = new Metrics(processMemory, () => store.driver.turns);
       const runWaiters = new RunWaiters(store);
       const retention = options.retention ?? DEFAULT_RETENTION;
       // A PostgreSQL server may be shared by several coordinators: this runtime is one node of

@@ -349,5 +349,22 @@ describe("three coordinators and two workers on one PostgreSQL, SIGKILLed at ran
       members.reduce((sum, member) => sum + member.restarts, 0),
       context,
     ).toBeGreaterThan(0);
+
+    // Each coordinator shows how its pages fared with their turns; with peers, pages took them.
+    let granted = 0;
+    for (const url of urls) {
+      const response = await fetch(`${url}/metrics`, {
+        headers: { authorization: `Bearer ${TOKEN}` },
+        signal: AbortSignal.timeout(15_000),
+      });
+      const text = await response.text();
+      expect(response.status, text).toBe(200);
+      for (const outcome of ["granted", "wait_ran_out", "skipped"])
+        expect(text, url).toMatch(
+          new RegExp(`^qlr_store_turns_total\\{outcome="${outcome}"\\} [0-9]+$`, "m"),
+        );
+      granted += Number(/^qlr_store_turns_total\{outcome="granted"\} ([0-9]+)$/m.exec(text)?.[1]);
+    }
+    expect(granted, `turns granted across the coordinators (${context})`).toBeGreaterThan(0);
   });
 });
