@@ -23,6 +23,7 @@ import { join } from "node:path";
 import { describe, expect, it, onTestFinished, type TestContext } from "vitest";
 import { isSpawnFailedError, PosixLauncher } from "../../runtimes/node/launcher/index.ts";
 import { readTaskOutput } from "../../runtimes/node/launcher/task-output.ts";
+import { userTaskEnvironment } from "../../runtimes/node/task-env.ts";
 import {
   userTaskFilesDir,
   userTaskFilesRoot,
@@ -93,6 +94,34 @@ describe("reading the output of a task run as another user", () => {
     });
   });
 
+  it("the environment of a task run as another user names its own folder and touches no file", () => {
+    const root = join(scratch.dir, "never-made");
+    const attemptId = "wta:0123456789abcdef0123456789abcdef";
+    const { env, files } = userTaskEnvironment(
+      root,
+      {
+        runId: "run-1",
+        package: "p",
+        generation: 2,
+        step: "b",
+        task: "t",
+        attemptId,
+        attemptNumber: 1,
+        input: {},
+        needs: { a: { rows: 3 } },
+      },
+      { QLR_OUTPUT: "/elsewhere", OWN: "kept" },
+    );
+    expect(files).toEqual({ dir: join(root, attemptId), needsText: '{"a":{"rows":3}}\n' });
+    expect(env).toMatchObject({
+      OWN: "kept",
+      QLR_NEEDS: join(root, attemptId, "needs.json"),
+      QLR_OUTPUT: join(root, attemptId, "output.json"),
+      QLR_ATTEMPT_ID: attemptId,
+    });
+    expect(existsSync(root)).toBe(false);
+  });
+
   it("the folder's name is derived from the state dir, in the temporary folder", () => {
     expect(userTaskFilesRoot("/var/lib/qlr", "/tmp")).toBe(
       userTaskFilesRoot("/var/lib/qlr/", "/tmp"),
@@ -160,6 +189,29 @@ describe("a task run as another user, with a root runtime", { timeout: 30_000 },
     expect(existsSync(spec.userTaskFiles.dir)).toBe(false);
     expect(await readFile(secretFile, "utf8")).toBe('{"secret":"root only"}\n');
     expect(await readFile(join(secretDir, "inside"), "utf8")).toBe("keep me\n");
+    launcher.close();
+  });
+
+  it("a task files folder the task's user could not reach fails the launch with a spawn error naming why", async (context) => {
+    skipUnlessRoot(context, "`user:` needs the supervisor to run as root");
+    const { stateDir, hmacKey } = await newLauncher(scratch);
+    // Inside the scratch folder, which is 0700: closed to nobody.
+    const closed = await mkdtemp(join(scratch.dir, "closed-"));
+    const launcher = new PosixLauncher({
+      stateDir,
+      hmacKey,
+      nowMs: () => Date.now(),
+      supervisorPath: scratch.supervisorPath,
+      userTaskFilesRoot: join(closed, "files"),
+    });
+    const spec = nobodySpec(launcher, "echo never > ran");
+    const failure = await launcher.launch(spec).then(
+      () => null,
+      (error: unknown) => error,
+    );
+    expect(isSpawnFailedError(failure) && failure.receipt.spawnError).toBe(
+      `the task files folder ${closed} (mode 700) cannot be passed through by uid ${NOBODY_UID}`,
+    );
     launcher.close();
   });
 

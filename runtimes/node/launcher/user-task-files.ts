@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { chmod, lchown, lstat, mkdir, rm, writeFile } from "node:fs/promises";
+import { chmod, lchown, lstat, mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { errorCode } from "../../../src/errors.ts";
@@ -93,6 +93,23 @@ async function ensureRoot(root: string): Promise<string | null> {
 }
 
 /**
+ * Why the task's user cannot pass through `directory` and every folder above it (the task would
+ * only meet "permission denied" at its first read of `$QLR_NEEDS`), or null when it can.
+ */
+async function unreachableBy(
+  directory: string,
+  account: { readonly uid: number; readonly gid: number },
+): Promise<string | null> {
+  for (let path = directory; ; path = dirname(path)) {
+    const { mode, uid, gid } = await stat(path);
+    const searchBit = account.uid === uid ? 0o100 : account.gid === gid ? 0o010 : 0o001;
+    if ((mode & searchBit) === 0)
+      return `${path} (mode ${(mode & 0o777).toString(8)}) cannot be passed through by uid ${account.uid}`;
+    if (dirname(path) === path) return null;
+  }
+}
+
+/**
  * Makes the attempt's folder in `root`, writes its needs file, then gives the folder to the
  * task's user. Called after the journal: the reason it failed (a spawn failure of the attempt),
  * or null. A folder that exists already is refused: only a launch makes one, after its journal.
@@ -103,7 +120,7 @@ export async function placeTaskFiles(
   account: { readonly uid: number; readonly gid: number },
 ): Promise<string | null> {
   try {
-    const unusable = await ensureRoot(root);
+    const unusable = (await ensureRoot(root)) ?? (await unreachableBy(root, account));
     if (unusable !== null) return `the task files folder ${unusable}`;
     await mkdir(files.dir, { mode: 0o700 });
     await chmod(files.dir, 0o700);
