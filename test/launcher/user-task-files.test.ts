@@ -8,6 +8,7 @@
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import {
+  chmod,
   chown,
   link,
   mkdir,
@@ -25,6 +26,8 @@ import { isSpawnFailedError, PosixLauncher } from "../../runtimes/node/launcher/
 import { readTaskOutput } from "../../runtimes/node/launcher/task-output.ts";
 import { userTaskEnvironment } from "../../runtimes/node/task-env.ts";
 import {
+  placeTaskFiles,
+  removeTaskFiles,
   userTaskFilesDir,
   userTaskFilesRoot,
   type UserTaskFiles,
@@ -120,6 +123,45 @@ describe("reading the output of a task run as another user", () => {
       QLR_ATTEMPT_ID: attemptId,
     });
     expect(existsSync(root)).toBe(false);
+  });
+
+  it("places an attempt's folder only in a root that is the runtime's and cannot be replaced", async () => {
+    const own = { uid: ownUid, gid: process.getgid?.() ?? -1 };
+    const attemptId = "wta:00000000000000000000000000000001";
+    const open = await mkdtemp(join(scratch.dir, "open-"));
+    await chmod(open, 0o777);
+    const inOpen = join(open, "files");
+    expect(
+      await placeTaskFiles(
+        inOpen,
+        { dir: userTaskFilesDir(inOpen, attemptId), needsText: "{}\n" },
+        own,
+      ),
+    ).toBe(
+      `the task files folder ${open} is writable by group or others and not sticky: the task files folder could be replaced`,
+    );
+    expect(existsSync(inOpen)).toBe(false);
+
+    const parent = await mkdtemp(join(scratch.dir, "parent-"));
+    const root = join(parent, "files");
+    const files = { dir: userTaskFilesDir(root, attemptId), needsText: '{"a":1}\n' };
+    expect(await placeTaskFiles(root, files, own)).toBeNull();
+    expect((await stat(root)).mode & 0o7777).toBe(0o711);
+    expect((await stat(files.dir)).mode & 0o777).toBe(0o700);
+    expect(await readFile(join(files.dir, "needs.json"), "utf8")).toBe('{"a":1}\n');
+    // Only a launch makes an attempt's folder, once.
+    expect(await placeTaskFiles(root, files, own)).toBe(
+      `the task files folder ${files.dir} could not be prepared: EEXIST`,
+    );
+    await removeTaskFiles(files.dir);
+    expect(existsSync(files.dir)).toBe(false);
+    await removeTaskFiles(files.dir);
+
+    await chmod(root, 0o777);
+    expect(await placeTaskFiles(root, files, own)).toBe(
+      `the task files folder ${root} is writable by group or others (mode 777)`,
+    );
+    expect(existsSync(files.dir)).toBe(false);
   });
 
   it("the folder's name is derived from the state dir, in the temporary folder", () => {

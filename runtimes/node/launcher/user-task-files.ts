@@ -71,11 +71,12 @@ function ownIds(): { uid: number; gid: number } {
  * or null. Run at every use: a temporary folder may be cleaned while the runtime runs.
  */
 async function ensureRoot(root: string): Promise<string | null> {
-  const parent = await lstat(dirname(root));
+  // Followed if a link (a system's /tmp may be one): only its owner could replace it.
+  const parent = await stat(dirname(root));
   const ownUid = ownIds().uid;
   if (!parent.isDirectory()) return `${dirname(root)} is not a directory`;
   if ((parent.mode & 0o022) !== 0 && (parent.mode & 0o1000) === 0)
-    return `${dirname(root)} is writable by others and not sticky: the task files folder could be replaced`;
+    return `${dirname(root)} is writable by group or others and not sticky: the task files folder could be replaced`;
   try {
     await mkdir(root, { mode: ROOT_MODE });
   } catch (error) {
