@@ -234,6 +234,25 @@ describe("a task run as another user, with a root runtime", { timeout: 30_000 },
     launcher.close();
   });
 
+  it("a folder removed while its task ran makes the output unknown, never none", async (context) => {
+    skipUnlessRoot(context, "`user:` needs the supervisor to run as root");
+    const { launcher } = await newLauncher(scratch);
+    // The task waits for its folder to go (as a private /tmp torn down under it would).
+    const spec = nobodySpec(
+      launcher,
+      'while [ -d "$(dirname "$QLR_OUTPUT")" ]; do sleep 0.02; done; echo gone',
+    );
+    await launcher.launch(spec);
+    await rm(spec.userTaskFiles.dir, { recursive: true, force: true });
+    const reading = await waitForReceipt(launcher, spec.attemptId);
+    expect(reading.status === "valid" && reading.receipt).toMatchObject({
+      exitCode: 0,
+      output: null,
+      outputError: `the task files folder ${spec.userTaskFiles.dir} was removed while the task ran (a cleaned temporary folder, or a private /tmp torn down by a service restart), so its output is unknown`,
+    });
+    launcher.close();
+  });
+
   it("a task files folder the task's user could not reach fails the launch with a spawn error naming why", async (context) => {
     skipUnlessRoot(context, "`user:` needs the supervisor to run as root");
     const { stateDir, hmacKey } = await newLauncher(scratch);

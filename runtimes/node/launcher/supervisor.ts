@@ -233,7 +233,15 @@ function taskFilesOf(spec: SupervisorSpec): TaskFiles | null {
  */
 async function reclaimAndReadOutput(files: TaskFiles, ran: boolean): Promise<OutputEvidence> {
   try {
-    if (!(await reclaimTaskFiles(files.dir)) || !ran) return NO_OUTPUT;
+    const present = await reclaimTaskFiles(files.dir);
+    if (!ran) return NO_OUTPUT;
+    // The launcher made the folder before the spawn: a task that ran without it lost whatever
+    // it left there, so its output is unknown, never "none".
+    if (!present)
+      return {
+        output: null,
+        outputError: `the task files folder ${files.dir} was removed while the task ran (a cleaned temporary folder, or a private /tmp torn down by a service restart), so its output is unknown`,
+      };
   } catch (error) {
     return ran
       ? {
