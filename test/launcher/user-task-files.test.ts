@@ -164,6 +164,24 @@ describe("reading the output of a task run as another user", () => {
     expect(existsSync(files.dir)).toBe(false);
   });
 
+  it("a launch refuses task files without a task user, or in a folder not its own, before its journal", async () => {
+    const { launcher } = await newLauncher(scratch);
+    const spec = shellSpec("true");
+    const files = {
+      dir: userTaskFilesDir(launcher.userTaskFilesRoot, spec.attemptId),
+      needsText: "{}\n",
+    };
+    await expect(launcher.launch({ ...spec, userTaskFiles: files })).rejects.toThrow(
+      "launch spec userTaskFiles: is only for a task run as another user",
+    );
+    const elsewhere = { ...files, dir: join(scratch.dir, spec.attemptId) };
+    await expect(
+      launcher.launch({ ...spec, user: "65534", userTaskFiles: elsewhere }),
+    ).rejects.toThrow(`launch spec userTaskFiles.dir: must be ${files.dir}`);
+    expect(await launcher.readJournal(spec.attemptId)).toBeNull();
+    launcher.close();
+  });
+
   it("the folder's name is derived from the state dir, in the temporary folder", () => {
     expect(userTaskFilesRoot("/var/lib/qlr", "/tmp")).toBe(
       userTaskFilesRoot("/var/lib/qlr/", "/tmp"),
