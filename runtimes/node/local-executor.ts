@@ -11,7 +11,7 @@ import {
   type ProcessHandle,
 } from "./launcher/index.ts";
 import { checkOutput, type OutputEvidence } from "../../src/task-output.ts";
-import { prepareTaskEnvironment } from "./task-env.ts";
+import { prepareTaskEnvironment, userTaskEnvironment } from "./task-env.ts";
 
 /** The output a valid receipt carries, checked against the output rules once more. */
 function receiptOutput(receipt: CompletionReceipt): OutputEvidence {
@@ -82,17 +82,27 @@ export class LocalProcessExecutor implements Executor {
         "integrity",
         `attempt ${request.attempt.id} is not a local_process attempt`,
       );
-    const env = await prepareTaskEnvironment(
-      this.launcher.stateDir,
-      request.context,
-      execution.env,
-    );
+    const user = execution.user ?? null;
+    // A task run as another user cannot reach the state dir: its needs and output live in a
+    // folder the launcher gives to that user (launcher/user-task-files.ts).
+    const prepared =
+      user === null
+        ? {
+            env: await prepareTaskEnvironment(
+              this.launcher.stateDir,
+              request.context,
+              execution.env,
+            ),
+            files: null,
+          }
+        : userTaskEnvironment(this.launcher.userTaskFilesRoot, request.context, execution.env);
     const handle = await this.launcher.launch({
       attemptId: request.attempt.id,
       argv: execution.argv,
-      env,
+      env: prepared.env,
       cwd: execution.cwd,
-      user: execution.user ?? null,
+      user,
+      userTaskFiles: prepared.files,
       logMaxBytes: this.logMaxBytes,
       // The supervisor enforces the deadline too, so it holds even while the runtime is down
       // or has not persisted the handle.

@@ -5,6 +5,12 @@ import { errorCode } from "../../src/errors.ts";
 import { assertPortableId } from "../../src/identity.ts";
 import { inputValueText } from "../../src/run-inputs.ts";
 import type { TaskContext } from "../../src/task-context.ts";
+import {
+  USER_TASK_NEEDS_FILE,
+  USER_TASK_OUTPUT_FILE,
+  userTaskFilesDir,
+  type UserTaskFiles,
+} from "./launcher/user-task-files.ts";
 
 /**
  * The environment a task runs with, beyond its own declared `env`: who it is (run, step,
@@ -28,6 +34,11 @@ import type { TaskContext } from "../../src/task-context.ts";
  *
  * These names win over a declared `env` entry of the same name: a task cannot be told a wrong
  * run id by its own manifest.
+ *
+ * A task run as another user (`user:`) cannot reach the state dir, so its two files live in a
+ * folder of its own outside it (`userTaskEnvironment`; launcher/user-task-files.ts says where
+ * and why); the launcher writes its needs file there after the journal, once the folder is
+ * known to be the runtime's, and gives the folder to the task's user.
  */
 
 /** Per-attempt task files (`<stateDir>/outputs/<attemptId>.output.json`, `.needs.json`). */
@@ -114,4 +125,27 @@ export function prepareTaskEnvironment(
     ...declaredEnv,
     ...contextEnvironment(context, { outputPath, needsPath }),
   });
+}
+
+/**
+ * The environment of a task run as another user, and the files the launcher places for it
+ * (`LaunchSpec.userTaskFiles`): `QLR_NEEDS` and `QLR_OUTPUT` name `needs.json` and
+ * `output.json` in the attempt's folder under `filesRoot` (the launcher's
+ * `userTaskFilesRoot`). No file is touched here: the launcher does it after the journal, so a
+ * folder it cannot use fails the attempt with a spawn error naming why.
+ */
+export function userTaskEnvironment(
+  filesRoot: string,
+  context: TaskContext,
+  declaredEnv: Readonly<Record<string, string>>,
+): { env: Record<string, string>; files: UserTaskFiles } {
+  const dir = userTaskFilesDir(filesRoot, context.attemptId);
+  const paths = {
+    outputPath: join(dir, USER_TASK_OUTPUT_FILE),
+    needsPath: join(dir, USER_TASK_NEEDS_FILE),
+  };
+  return {
+    env: { ...declaredEnv, ...contextEnvironment(context, paths) },
+    files: { dir, needsText: `${canonicalJson(context.needs)}\n` },
+  };
 }

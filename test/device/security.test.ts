@@ -6,12 +6,23 @@
  */
 import { spawn, type StdioOptions } from "node:child_process";
 import { existsSync } from "node:fs";
-import { chmod, chown, mkdir, open, readdir, readFile, stat, writeFile } from "node:fs/promises";
+import {
+  chmod,
+  chown,
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  rm,
+  stat,
+  writeFile,
+} from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import { describe, expect, it, type TestContext } from "vitest";
+import { describe, expect, it, onTestFinished, type TestContext } from "vitest";
 import { checkCoordinatorUrl } from "../../runtimes/node/cli-serve.ts";
+import { userTaskFilesRoot } from "../../runtimes/node/launcher/user-task-files.ts";
 import { RemoteWorker } from "../../runtimes/node/remote-worker.ts";
 import { waitFor } from "../support/wait.ts";
 import type { Scratch } from "../support/scratch.ts";
@@ -206,6 +217,8 @@ describe("tasks run in a directory of their own", { timeout: 60_000 }, () => {
       "if cat ../../receipt.key 2>/dev/null; then echo KEY-READABLE-RELATIVE; else echo relative-refused; fi",
       "echo written > own-file && cat own-file",
     ].join("\n");
+    // The folder of the state dir's user: tasks is in the temporary folder, not the scratch.
+    onTestFinished(() => rm(userTaskFilesRoot(dir.stateDir), { recursive: true, force: true }));
     const { log, detail, stateDir } = await runOneStep(dir, "user", {
       shell: script,
       user: "nobody",

@@ -37,6 +37,14 @@ import { readSpawnRecord } from "./spawn-record.ts";
 import { SupervisorClient } from "./supervisor-client.ts";
 import { SUPERVISOR_SPEC_MAX_BYTES, type SupervisorSpec } from "./supervisor-protocol.ts";
 import { resolveTaskUser, type TaskAccount } from "./task-user.ts";
+import {
+  placeTaskFiles,
+  reclaimTaskFiles,
+  removeTaskFiles,
+  userTaskFilesDir,
+  userTaskFilesRoot,
+  type UserTaskFiles,
+} from "./user-task-files.ts";
 
 export interface LaunchSpec {
   /** Portable identity, e.g. `wta:<32 hex>`; it names the journal, receipt and log files. */
@@ -52,6 +60,12 @@ export interface LaunchSpec {
    * the runtime's own user.
    */
   readonly user?: string | null;
+  /**
+   * With `user`: the task's `$QLR_NEEDS`/`$QLR_OUTPUT` folder (`userTaskEnvironment` in
+   * runtimes/node/task-env.ts builds it), placed after the journal and given to the task's
+   * user; the supervisor reads the output from there. Null or absent: none is placed.
+   */
+  readonly userTaskFiles?: UserTaskFiles | null;
   /** Cap per stream: stdout and stderr each keep at most this many bytes plus one marker line. */
   readonly logMaxBytes: number;
   /**
@@ -124,6 +138,11 @@ export interface PosixLauncherOptions {
   readonly afterStopIntent?: (attemptId: string) => void | Promise<void>;
   /** Crash tests: called once a stop's SIGTERM reached the task's group, before its grace runs out. */
   readonly afterStopTerm?: (attemptId: string) => void | Promise<void>;
+  /**
+   * Where the task files of `user:` tasks live (see user-task-files.ts); default
+   * `userTaskFilesRoot(stateDir)`, in the system's temporary folder.
+   */
+  readonly userTaskFilesRoot?: string;
 }
 
 export const DEFAULT_LOG_MAX_BYTES = 1024 * 1024;
@@ -214,6 +233,12 @@ function validateLaunchSpec(spec: LaunchSpec): void {
     (!Number.isSafeInteger(spec.timeoutMs) || spec.timeoutMs < 1)
   )
     throw invalidSpec("timeoutMs", "must be a positive integer or null");
+  if (
+    spec.userTaskFiles !== undefined &&
+    spec.userTaskFiles !== null &&
+    (spec.user === undefined || spec.user === null)
+  )
+    throw invalidSpec("userTaskFiles", "is only for a task run as another user");
 }
 
 /**
@@ -284,9 +309,12 @@ export class PosixLauncher {
    * first, and a forgotten one is read from its file as before.
    */
   private readonly journaledStartedAtMs = new Map<string, number>();
+  /** The folder of `user:` tasks' needs and output files (see user-task-files.ts). */
+  readonly userTaskFilesRoot: string;
 
   constructor(options: PosixLauncherOptions) {
     this.layout = stateLayout(options.stateDir);
+    this.userTaskFilesRoot = options.userTaskFilesRoot ?? userTaskFilesRoot(options.stateDir);
     this.hmacKey = options.hmacKey;
     this.nowMs = options.nowMs;
     this.supervisorPath = options.supervisorPath ?? DEFAULT_SUPERVISOR_PATH;
@@ -329,6 +357,12 @@ export class PosixLauncher {
     const account =
       spec.user === undefined || spec.user === null ? null : await this.taskAccount(spec.user);
     const ownWorkDir = spec.cwd === null ? attemptWorkPath(this.layout, attemptId) : null;
+    const taskFiles = spec.userTaskFiles ?? null;
+    if (taskFiles !== null && taskFiles.dir !== userTaskFilesDir(this.userTaskFilesRoot, attemptId))
+      throw invalidSpec(
+        "userTaskFiles.dir",
+        `must be ${userTaskFilesDir(this.userTaskFilesRoot, attemptId)}`,
+      );
     const supervisorSpec: SupervisorSpec = {
       attemptId,
       argv: [...spec.argv],
@@ -346,6 +380,8 @@ export class PosixLauncher {
       gid: account !== null && typeof account !== "string" ? account.gid : null,
       timeoutMs: spec.timeoutMs ?? null,
       graceMs: this.graceMs,
+      // Only when there is one: a launch without it is the message it always was.
+      ...(taskFiles === null ? {} : { taskFilesDir: taskFiles.dir }),
     };
     if (Buffer.byteLength(JSON.stringify(supervisorSpec), "utf8") > SUPERVISOR_SPEC_MAX_BYTES)
       throw invalidSpec("argv", `argv and env together exceed ${SUPERVISOR_SPEC_MAX_BYTES} bytes`);
@@ -410,6 +446,11 @@ export class PosixLauncher {
             `the working directory ${ownWorkDir} could not be prepared: ${errorCode(error) ?? String(error)}`,
           );
         }
+      }
+      if (taskFiles !== null && account !== null) {
+        const unplaced = await placeTaskFiles(this.userTaskFilesRoot, taskFiles, account);
+        if (unplaced !== null)
+          return await this.failWithoutSupervisor(attemptId, startedAtMs, unplaced);
       }
       try {
         await this.supervisor.connected();
@@ -633,6 +674,9 @@ export class PosixLauncher {
     startedAtMs: number,
     spawnError: string,
   ): Promise<never> {
+    // A `user:` task's folder placed before the failure goes back to the runtime's user: what
+    // never ran keeps nothing open to any task user.
+    await reclaimTaskFiles(userTaskFilesDir(this.userTaskFilesRoot, attemptId)).catch(() => false);
     const receipt = signReceipt(this.hmacKey, {
       attemptId,
       startedAtMs,
@@ -710,6 +754,8 @@ export class PosixLauncher {
         await unlinkIfPresent(path);
       // Removes symbolic links a task left there, never what they point to.
       await rm(attemptWorkPath(this.layout, attemptId), { recursive: true, force: true });
+      // A `user:` task's needs and output (taken back from the task's user first).
+      await removeTaskFiles(userTaskFilesDir(this.userTaskFilesRoot, attemptId));
     }
     // Every directory but the journal's (it goes last) and tmp/ (nothing of an attempt stays in it).
     for (const directory of attemptDirectories(this.layout))

@@ -31,6 +31,12 @@ export interface SupervisorSpec {
   readonly timeoutMs: number | null;
   /** Time between SIGTERM and SIGKILL when the supervisor stops the task. */
   readonly graceMs: number;
+  /**
+   * A task run as another user: the folder of its needs and output (user-task-files.ts). The
+   * supervisor takes it back from the task's user when the task has ended, then reads the
+   * output from it. Absent: the output is `taskOutputPath(stateDir, attemptId)`.
+   */
+  readonly taskFilesDir?: string;
 }
 
 export type ClientMessage =
@@ -140,6 +146,13 @@ export function parseSupervisorSpec(value: unknown): SupervisorSpec | string {
     return "the launch spec's timeoutMs is not a positive integer or null";
   if (!Number.isSafeInteger(spec.graceMs) || (spec.graceMs as number) < 0)
     return "the launch spec's graceMs is not a non-negative integer";
+  if (
+    spec.taskFilesDir !== undefined &&
+    (typeof spec.taskFilesDir !== "string" ||
+      !spec.taskFilesDir.startsWith("/") ||
+      spec.uid === null)
+  )
+    return "the launch spec's taskFilesDir is not an absolute path of a task run as another user";
   return spec as unknown as SupervisorSpec;
 }
 

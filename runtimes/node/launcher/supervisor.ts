@@ -45,9 +45,10 @@ import {
   writeReceiptExclusive,
   type CompletionReceipt,
 } from "./receipt.ts";
-import { NO_OUTPUT } from "../../../src/task-output.ts";
+import { NO_OUTPUT, type OutputEvidence } from "../../../src/task-output.ts";
 import { taskOutputPath } from "../task-env.ts";
 import { readTaskOutput } from "./task-output.ts";
+import { reclaimTaskFiles, USER_TASK_OUTPUT_FILE } from "./user-task-files.ts";
 import { writeSpawnRecord } from "./spawn-record.ts";
 import { attemptLogPath, stateLayout, stopIntentPath, type StateLayout } from "./state-layout.ts";
 import { readStopReason, recordStopIntent } from "./stop-intent.ts";
@@ -209,6 +210,47 @@ interface Task {
   exited: boolean;
   /** The timeout intent the supervisor writes at a deadline; the receipt waits for it. */
   deadlineIntent: Promise<void> | null;
+  readonly taskFiles: TaskFiles | null;
+}
+
+/** A task run as another user: its needs/output folder and the uid its output must belong to. */
+interface TaskFiles {
+  readonly dir: string;
+  readonly ownerUid: number;
+}
+
+function taskFilesOf(spec: SupervisorSpec): TaskFiles | null {
+  return spec.taskFilesDir === undefined || spec.uid === null
+    ? null
+    : { dir: spec.taskFilesDir, ownerUid: spec.uid };
+}
+
+/**
+ * The output of a task run as another user: its folder is taken back first (chowned to this
+ * user, 0700: closed to every task user from now on, and nothing in it can change while it is
+ * read), then the output is read only if the task's user made it (see readTaskOutput). For a
+ * task that never ran, the folder is taken back and nothing is read.
+ */
+async function reclaimAndReadOutput(files: TaskFiles, ran: boolean): Promise<OutputEvidence> {
+  try {
+    const present = await reclaimTaskFiles(files.dir);
+    if (!ran) return NO_OUTPUT;
+    // The launcher made the folder before the spawn: a task that ran without it lost whatever
+    // it left there, so its output is unknown, never "none".
+    if (!present)
+      return {
+        output: null,
+        outputError: `the task files folder ${files.dir} was removed while the task ran (a cleaned temporary folder, or a private /tmp torn down by a service restart), so its output is unknown`,
+      };
+  } catch (error) {
+    return ran
+      ? {
+          output: null,
+          outputError: `the output folder could not be taken back: ${describeError(error)}`,
+        }
+      : NO_OUTPUT;
+  }
+  return readTaskOutput(join(files.dir, USER_TASK_OUTPUT_FILE), { ownerUid: files.ownerUid });
 }
 
 /** O_CLOEXEC as /proc/<pid>/fdinfo shows it (octal `flags:`), on every Linux architecture Node runs on. */
@@ -548,7 +590,14 @@ class ResidentSupervisor {
       gid: spec.gid,
     });
     if (result.kind === "failed")
-      return this.failSpawn(attemptId, startedAtMs, stderrLog, closeLogs, result.error);
+      return this.failSpawn(
+        attemptId,
+        startedAtMs,
+        stderrLog,
+        closeLogs,
+        result.error,
+        taskFilesOf(spec),
+      );
     const { pid, startTicks, stdout, stderr, exit } = result.task;
     const task: Task = {
       attemptId,
@@ -566,6 +615,7 @@ class ResidentSupervisor {
       killSent: false,
       exited: false,
       deadlineIntent: null,
+      taskFiles: taskFilesOf(spec),
     };
     this.tasks.set(attemptId, task);
     this.scheduleEnforcement();
@@ -637,12 +687,12 @@ class ResidentSupervisor {
     this.tasks.delete(attemptId);
     try {
       if (task.deadlineIntent !== null) await task.deadlineIntent;
-      await this.finish(attemptId, task.startedAtMs, {
-        exitCode: exit.code,
-        signal: exit.signal,
-        spawnError: null,
-        finishedAtMs,
-      });
+      await this.finish(
+        attemptId,
+        task.startedAtMs,
+        { exitCode: exit.code, signal: exit.signal, spawnError: null, finishedAtMs },
+        task.taskFiles,
+      );
     } finally {
       this.pendingReceipts -= 1;
       this.broadcast({ kind: "exited", attemptId });
@@ -659,13 +709,17 @@ class ResidentSupervisor {
     attemptId: string,
     startedAtMs: number,
     outcome: Pick<CompletionReceipt, "exitCode" | "signal" | "spawnError" | "finishedAtMs">,
+    taskFiles: TaskFiles | null,
   ): Promise<boolean> {
     // Read once, after the task's group is gone and before the receipt: the output is signed
     // with the exit code, so it is recorded exactly as the completion is.
+    const ran = outcome.spawnError === null;
     const { output, outputError } =
-      outcome.spawnError === null
-        ? await readTaskOutput(taskOutputPath(this.layout.stateDir, attemptId))
-        : NO_OUTPUT;
+      taskFiles !== null
+        ? await reclaimAndReadOutput(taskFiles, ran)
+        : ran
+          ? await readTaskOutput(taskOutputPath(this.layout.stateDir, attemptId))
+          : NO_OUTPUT;
     const outputFields = {
       output,
       outputError: outputError?.slice(0, OUTPUT_ERROR_MAX_LENGTH) ?? null,
@@ -715,15 +769,21 @@ class ResidentSupervisor {
     attemptId: string,
     startedAtMs: number,
     spawnError: string,
+    taskFiles: TaskFiles | null,
   ): Promise<SupervisorMessage> {
     this.pendingReceipts += 1;
     try {
-      await this.finish(attemptId, startedAtMs, {
-        exitCode: null,
-        signal: null,
-        spawnError: spawnError.slice(0, SPAWN_ERROR_MAX_LENGTH),
-        finishedAtMs: Date.now(),
-      });
+      await this.finish(
+        attemptId,
+        startedAtMs,
+        {
+          exitCode: null,
+          signal: null,
+          spawnError: spawnError.slice(0, SPAWN_ERROR_MAX_LENGTH),
+          finishedAtMs: Date.now(),
+        },
+        taskFiles,
+      );
     } finally {
       this.pendingReceipts -= 1;
     }
@@ -736,11 +796,12 @@ class ResidentSupervisor {
     stderrLog: CappedLog,
     closeLogs: () => void,
     error: unknown,
+    taskFiles: TaskFiles | null,
   ): Promise<SupervisorMessage> {
     const spawnError = describeError(error);
     stderrLog.write(Buffer.from(`[qlr: spawn failed: ${spawnError}]\n`, "utf8"));
     closeLogs();
-    return this.failBeforeSpawn(attemptId, startedAtMs, spawnError);
+    return this.failBeforeSpawn(attemptId, startedAtMs, spawnError, taskFiles);
   }
 
   private scheduleEnforcement(): void {

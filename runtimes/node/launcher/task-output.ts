@@ -1,3 +1,5 @@
+import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
+import { errorCode } from "../../../src/errors.ts";
 import {
   MAX_OUTPUT_BYTES,
   NO_OUTPUT,
@@ -12,17 +14,69 @@ import { readSmallFile } from "./durable-file.ts";
  */
 export const MAX_OUTPUT_FILE_BYTES = 4 * MAX_OUTPUT_BYTES;
 
+type FileReading = { ok: true; text: string } | { ok: false; reason: string } | null;
+
+/**
+ * Reads a file another user made, as root, without trusting anything that user could plant:
+ * no link is followed (O_NOFOLLOW), a FIFO cannot block the read (O_NONBLOCK), and only a
+ * regular file with one name owned by `ownerUid` is read. A hard link the task made to a file
+ * of the runtime's (where the kernel allows one) is owned by the runtime, or has two names.
+ */
+function readFileOwnedBy(path: string, ownerUid: number, maxBytes: number): FileReading {
+  let handle: number;
+  try {
+    handle = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (error) {
+    const code = errorCode(error);
+    if (code === "ENOENT") return null;
+    if (code === "ELOOP") return { ok: false, reason: "is a symbolic link" };
+    throw error;
+  }
+  try {
+    const stats = fstatSync(handle);
+    if (!stats.isFile()) return { ok: false, reason: "is not a regular file" };
+    if (stats.uid !== ownerUid)
+      return {
+        ok: false,
+        reason: `belongs to uid ${stats.uid}, not to the task's uid ${ownerUid}`,
+      };
+    if (stats.nlink !== 1) return { ok: false, reason: `has ${stats.nlink} names, not one` };
+    if (stats.size > maxBytes)
+      return { ok: false, reason: `is ${stats.size} bytes, more than the ${maxBytes} allowed` };
+    const buffer = Buffer.alloc(maxBytes + 1);
+    let length = 0;
+    for (;;) {
+      const count = readSync(handle, buffer, length, buffer.length - length, length);
+      if (count === 0) break;
+      length += count;
+      if (length > maxBytes)
+        return { ok: false, reason: `grew past the ${maxBytes} bytes allowed` };
+    }
+    return { ok: true, text: buffer.toString("utf8", 0, length) };
+  } finally {
+    closeSync(handle);
+  }
+}
+
 /**
  * Reads the output a task left at its `QLR_OUTPUT` path, once, after the task's process group
  * is gone and before its completion is recorded (the supervisor calls it right before it signs
  * the receipt, so the output is authenticated with the exit code and recorded exactly as
  * often). No file is no output; a symbolic link, a directory, an oversize file or text that is
- * not JSON is a refused output with its reason.
+ * not JSON is a refused output with its reason. With `ownerUid` (a task run as another user)
+ * the file must also be that user's and have one name (see `readFileOwnedBy`).
  */
-export async function readTaskOutput(path: string): Promise<OutputEvidence> {
-  let file;
+export async function readTaskOutput(
+  path: string,
+  options: { readonly ownerUid?: number } = {},
+): Promise<OutputEvidence> {
+  let file: FileReading;
   try {
-    file = await readSmallFile(path, MAX_OUTPUT_FILE_BYTES);
+    const { ownerUid } = options;
+    file =
+      ownerUid === undefined
+        ? await readSmallFile(path, MAX_OUTPUT_FILE_BYTES)
+        : readFileOwnedBy(path, ownerUid, MAX_OUTPUT_FILE_BYTES);
   } catch (error) {
     return {
       output: null,
