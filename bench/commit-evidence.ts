@@ -23,9 +23,9 @@ import { loadavg } from "node:os";
 import pg from "pg";
 import {
   CURRENT_TIMELINE_SQL,
-  openPgDriver,
   RECORD_TRANSACTION_ID_SQL,
-} from "../storage/postgres/pg-driver.ts";
+} from "../storage/postgres/commit-evidence.ts";
+import { openPgDriver } from "../storage/postgres/pg-driver.ts";
 import { now, summarize, type LatencySummary } from "./lib/common.ts";
 import { startBenchPostgres } from "./lib/postgres-server.ts";
 

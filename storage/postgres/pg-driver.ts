@@ -36,15 +36,13 @@
  */
 import {
   Pool,
-  Query,
   types as pgTypes,
-  type ClientBase,
   type CustomTypesConfig,
   type PoolClient,
   type QueryConfig,
 } from "pg";
 import { isQlrError, QlrError } from "../../src/errors.ts";
-import type { SqlDriver, SqlParam, SqlRow, SqlTx, TransactionOptions } from "../driver.ts";
+import type { SqlDriver, SqlRow, SqlTx, TransactionOptions } from "../driver.ts";
 import {
   isReadOnlyServer,
   isSerializationFailure,
@@ -62,6 +60,18 @@ import {
   type SerializableRetryPolicy,
 } from "./transaction.ts";
 import { TurnBreaker, type TurnRequest } from "./turn-breaker.ts";
+import { beginThen } from "./begin-then.ts";
+import {
+  carryingTransactionId,
+  isCertainlyReadOnly,
+  RECORD_TRANSACTION_ID_SQL,
+  TRANSACTION_ID_COLUMN,
+  TRANSACTION_STATUS_SQL,
+  type CommitEvidence,
+  type CommitSettlement,
+} from "./commit-evidence.ts";
+import { parseConnectionTargets, type PgServerTarget } from "./connection-targets.ts";
+import { statementNamesOf } from "./statement-names.ts";
 
 export interface PgDriverOptions {
   /**
@@ -141,66 +151,6 @@ export const DEFAULT_RECONNECT_RETRY: SerializableRetryPolicy = {
   baseDelayMs: 100,
   maxDelayMs: 2_000,
 };
-
-/** A bound on the servers one URL may name. */
-const MAX_HOSTS = 16;
-
-/** One server of the URL, and the single-host URL `pg` connects with. */
-export interface PgServerTarget {
-  readonly label: string;
-  readonly connectionString: string;
-}
-
-export interface PgConnectionTargets {
-  readonly servers: readonly PgServerTarget[];
-  /** `target_session_attrs=read-write` or `primary`: only a server that accepts writes is used. */
-  readonly requireReadWrite: boolean;
-}
-
-/**
- * Splits a libpq-style URL into one URL per server (`pg` connects to one host only) and reads
- * `target_session_attrs`, which it removes. A keyword/value connection string passes through
- * as one server.
- */
-export function parseConnectionTargets(connectionString: string): PgConnectionTargets {
-  const match = /^(postgres(?:ql)?:\/\/)([^@/?#]*@)?([^/?#]*)(.*)$/s.exec(connectionString);
-  if (match === null)
-    return { servers: [{ label: "server", connectionString }], requireReadWrite: false };
-  const [, scheme = "", userInfo = "", hostList = "", rest = ""] = match;
-  const queryStart = rest.indexOf("?");
-  const fragmentStart = rest.indexOf("#");
-  const pathEnd =
-    queryStart === -1 ? (fragmentStart === -1 ? rest.length : fragmentStart) : queryStart;
-  const path = rest.slice(0, pathEnd);
-  const query =
-    queryStart === -1
-      ? ""
-      : rest.slice(queryStart + 1, fragmentStart === -1 ? rest.length : fragmentStart);
-  const params = new URLSearchParams(query);
-  const attrs = params.get("target_session_attrs") ?? "any";
-  if (attrs !== "any" && attrs !== "read-write" && attrs !== "primary")
-    throw new QlrError(
-      "invalid_request",
-      "target_session_attrs in the database URL must be any, read-write or primary",
-    );
-  params.delete("target_session_attrs");
-  const entries = hostList.split(",");
-  if (entries.length > MAX_HOSTS)
-    throw new QlrError(
-      "invalid_request",
-      `the database URL names ${entries.length} servers; at most ${MAX_HOSTS} are allowed`,
-    );
-  if (entries.length > 1 && entries.some((entry) => entry.trim() === ""))
-    throw new QlrError("invalid_request", "the database URL has an empty entry in its host list");
-  const search = params.toString();
-  return {
-    servers: entries.map((entry) => ({
-      label: entry === "" ? "server" : entry,
-      connectionString: `${scheme}${userInfo}${entry}${path}${search === "" ? "" : `?${search}`}`,
-    })),
-    requireReadWrite: attrs !== "any",
-  };
-}
 
 /** The pool's sizes and waits. */
 const POOL_LIMITS = {
@@ -740,241 +690,6 @@ class TurnNotTaken extends Error {
     this.reason = reason;
   }
 }
-
-/** What a transaction records just before COMMIT, to ask about it should the answer be lost. */
-interface CommitEvidence {
-  /** `pg_current_xact_id_if_assigned()`: `null` when the transaction wrote nothing. */
-  readonly xid: string | null;
-  /** The entry of the URL the transaction ran on. */
-  readonly serverIndex: number;
-  /** The timeline the server wrote WAL on; a promotion starts a new one. */
-  readonly timeline: number | null;
-  /** `pg_postmaster_start_time()`: a restart may hand an unflushed id out again. */
-  readonly postmasterStartedAt: string | null;
-}
-
-type CommitSettlement = "committed" | "aborted" | "unknown";
-
-/** The timeline from the name of the WAL file being written (its first eight hex digits). */
-export const CURRENT_TIMELINE_SQL =
-  "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int";
-
-/**
- * One round trip before COMMIT. `_if_assigned` keeps a read-only transaction without an id
- * (asking for one would make it write a commit record and, with a synchronous standby, wait
- * for it); the rest is read only when there is an id.
- */
-export const RECORD_TRANSACTION_ID_SQL = `SELECT x.xid::text AS xid,
-  CASE WHEN x.xid IS NULL THEN NULL ELSE ${CURRENT_TIMELINE_SQL} END AS timeline,
-  CASE WHEN x.xid IS NULL THEN NULL ELSE pg_postmaster_start_time()::text END AS started
-FROM (SELECT pg_current_xact_id_if_assigned() AS xid) AS x`;
-
-/** The column a writing statement carries the transaction id back in; never one of the store's. */
-const TRANSACTION_ID_COLUMN = "qlr_commit_xid";
-const TRANSACTION_ID_RETURNED = `pg_current_xact_id_if_assigned()::text AS ${TRANSACTION_ID_COLUMN}`;
-/**
- * INSERT and UPDATE only: a store DELETE is a purge of all of a run's rows of one table, and
- * returning a row for each of them to carry one id costs more than the round trip it saves.
- */
-const WRITING_STATEMENT = /^\s*(?:INSERT|UPDATE)\b/i;
-const RETURNING_CLAUSE = /\bRETURNING\b/i;
-
-/**
- * A writing statement rewritten to return the transaction id it has just been assigned, so the
- * commit evidence rides on a round trip the transaction makes anyway instead of its own before
- * COMMIT (a write assigns the id before its RETURNING list is computed; the id is the top-level
- * one even inside a savepoint). A statement with its own RETURNING list gets one more column,
- * stripped from the rows the caller sees; one without gets a RETURNING list whose rows the
- * caller never sees. Null for anything else (reads, several statements in one text): the
- * evidence is then read before COMMIT as before. Only a statement that starts with INSERT
- * or UPDATE qualifies: a RETURNING there can only be its own trailing clause.
- */
-export function carryingTransactionId(sql: string): { sql: string; keepRows: boolean } | null {
-  if (!WRITING_STATEMENT.test(sql) || sql.includes(";")) return null;
-  const statement = sql.trimEnd();
-  if (RETURNING_CLAUSE.test(statement))
-    return { sql: `${statement}, ${TRANSACTION_ID_RETURNED}`, keepRows: true };
-  return { sql: `${statement} RETURNING ${TRANSACTION_ID_RETURNED}`, keepRows: false };
-}
-
-/**
- * A SELECT that cannot make the server assign a transaction id: no row locks, no sequence
- * writes (`setval` and `nextval` take an id to log their change). Anything else (INSERT,
- * UPDATE, DELETE, a WITH that may hold a data-modifying statement) counts as a write. A SELECT
- * of a function that itself writes would be misread; the store's statements call none, and
- * this driver serves only the store (and its tests).
- */
-const READ_STATEMENT = /^\s*SELECT\b/i;
-const ASSIGNS_TRANSACTION_ID =
-  /\b(?:setval|nextval)\b|\bFOR\s+(?:UPDATE|NO\s+KEY\s+UPDATE|SHARE|KEY\s+SHARE)\b/i;
-
-/** True when `sql` only reads (see READ_STATEMENT); false whenever in doubt. */
-export function isCertainlyReadOnly(sql: string): boolean {
-  return READ_STATEMENT.test(sql) && !ASSIGNS_TRANSACTION_ID.test(sql) && !sql.includes(";");
-}
-
-/**
- * Sends `begin` and the transaction's first statement in one write and one round trip: BEGIN's
- * Parse, Bind and Execute, then the statement's as `pg` sends them, then one Sync. The server
- * runs them in order and, should BEGIN fail, skips the statement up to the Sync, so the
- * statement never runs outside the transaction. The answer is the statement's result (the
- * last of the two `pg` collects).
- */
-export function beginThen(
-  client: ClientBase,
-  begin: string,
-  text: string,
-  params: readonly SqlParam[],
-  name?: string,
-): Promise<{ rows: SqlRow[]; command: string }> {
-  return new Promise((resolve, reject) => {
-    // `queryMode: "extended"` (which pg's types omit): a statement without parameters too.
-    const config = {
-      text,
-      values: [...params],
-      queryMode: "extended",
-      ...(name === undefined ? {} : { name }),
-    };
-    const query = new Query(config, (error: Error | undefined, results: unknown) => {
-      if (error !== undefined && error !== null) {
-        reject(error);
-        return;
-      }
-      const all = (Array.isArray(results) ? results : [results]) as {
-        rows: SqlRow[];
-        command: string;
-      }[];
-      const last = all[all.length - 1];
-      if (all.length !== 2 || last === undefined) {
-        reject(new Error("BEGIN and the first statement did not answer two results"));
-        return;
-      }
-      resolve({ rows: last.rows, command: last.command });
-    });
-    // `prepare` is pg's step that writes Parse, Bind, Describe, Execute and Sync for an extended
-    // query (inside a corked socket); BEGIN's messages go first, unnamed and without a Sync.
-    const extended = query as unknown as { prepare(connection: PgWire): void };
-    const prepareStatement = extended.prepare.bind(query);
-    extended.prepare = (connection: PgWire): void => {
-      connection.parse({ text: begin, name: "", types: [] });
-      connection.bind({ portal: "", statement: "", values: [] });
-      connection.execute({ portal: "", rows: 0 });
-      prepareStatement(connection);
-    };
-    void client.query(query);
-  });
-}
-
-/** Names per connection at most; the texts beyond it go unnamed (parsed each time). */
-export const MAX_NAMED_STATEMENTS = 256;
-/** Text bytes of the named statements per connection at most (the server keeps each plan). */
-export const MAX_NAMED_STATEMENT_CHARS = 512 * 1024;
-/** A text is named only from its second use on a connection: one-off texts take no slot. */
-const USES_BEFORE_NAMING = 2;
-
-/**
- * The statement names of one connection: a text gets a name (`qlr_<n>`, never reused on the
- * connection) from its second use, while the connection's names and their text stay within
- * the bounds. pg then sends Parse only the first time a name is used on the connection.
- *
- * A failed statement whose Parse went out with it leaves the name in doubt: pg marks a name
- * parsed at the first ParseComplete of the exchange, which with `beginThen` is BEGIN's, so a
- * statement the server skipped could look parsed. Such a text loses its name (pg forgets it
- * too) and gets a new one on a later use, still counted in the bound, so a wrong belief can
- * never send a Bind to a statement that does not exist.
- */
-/**
- * `IN ($1, …)`: a statement that looks rows up by a list of keys; `FROM (VALUES …)`: a multi-row
- * UPDATE, which joins its list of rows to the table by key.
- */
-const KEY_LIST_LOOKUP = /\bIN \(\$\d|\bFROM \(VALUES \(/;
-
-export class StatementNames {
-  private readonly names = new Map<string, string>();
-  private readonly uses = new Map<string, number>();
-  private issued = 0;
-  private namedChars = 0;
-
-  constructor(private readonly parsed: Record<string, string | undefined>) {}
-
-  /** The name to send `text` under, or undefined to send it unnamed. */
-  nameFor(text: string): string | undefined {
-    const known = this.names.get(text);
-    if (known !== undefined) return known;
-    // Several statements in one text go only by the simple protocol, which has no names.
-    if (text.includes(";")) return undefined;
-    // A lookup by a list of keys is planned at each use. Named, PostgreSQL may switch it to a
-    // generic plan chosen with the statistics of that moment (a small table: a sequential scan)
-    // and keep it as the table grows: the cluster's ordinary runs measured 2x slower in the
-    // windows where that happened (docs/PERFORMANCE.md, "PostgreSQL: the same code, four
-    // rounds, and generic plans"). The multi-row UPDATEs' generic plans, made while a table was
-    // small, hash-joined their rows to a sequential scan of the whole table at every use
-    // (section "PostgreSQL's server time per unit"); planned at each use, they probe by key.
-    if (KEY_LIST_LOOKUP.test(text)) return undefined;
-    if (this.issued >= MAX_NAMED_STATEMENTS) return undefined;
-    if (this.namedChars + text.length > MAX_NAMED_STATEMENT_CHARS) return undefined;
-    const uses = (this.uses.get(text) ?? 0) + 1;
-    if (uses < USES_BEFORE_NAMING) {
-      // Counting uses is bounded like the names: past the bound, nothing new is remembered.
-      if (this.uses.size < MAX_NAMED_STATEMENTS) this.uses.set(text, uses);
-      return undefined;
-    }
-    this.uses.delete(text);
-    const name = `qlr_${this.issued}`;
-    this.issued += 1;
-    this.namedChars += text.length;
-    this.names.set(text, name);
-    return name;
-  }
-
-  /** Sends `text` through `run` under its name (if any); forgets a name whose Parse failed. */
-  async send<T>(text: string, run: (name: string | undefined) => Promise<T>): Promise<T> {
-    const name = this.nameFor(text);
-    const parsedBefore = name !== undefined && this.parsed[name] !== undefined;
-    try {
-      return await run(name);
-    } catch (error) {
-      if (name !== undefined && !parsedBefore) {
-        this.names.delete(text);
-        delete this.parsed[name];
-      }
-      throw error;
-    }
-  }
-
-  /** How many names this connection has issued (tests). */
-  get issuedNames(): number {
-    return this.issued;
-  }
-}
-
-const statementNames = new WeakMap<ClientBase, StatementNames>();
-
-/** The names of `client`'s connection, made on first use (a new connection starts empty). */
-export function statementNamesOf(client: ClientBase): StatementNames {
-  let names = statementNames.get(client);
-  if (names === undefined) {
-    const connection = (
-      client as unknown as { connection: { parsedStatements: Record<string, string | undefined> } }
-    ).connection;
-    names = new StatementNames(connection.parsedStatements);
-    statementNames.set(client, names);
-  }
-  return names;
-}
-
-/** The part of pg's connection `beginThen` writes to. */
-interface PgWire {
-  parse(message: { text: string; name: string; types: unknown[] }): void;
-  bind(message: { portal: string; statement: string; values: unknown[] }): void;
-  execute(message: { portal: string; rows: number }): void;
-}
-
-/** Asked on a fresh connection, outside a transaction, after a COMMIT answer was lost. */
-const TRANSACTION_STATUS_SQL = `SELECT pg_xact_status($1::xid8) AS status,
-  pg_visible_in_snapshot($1::xid8, pg_current_snapshot()) AS visible,
-  ${CURRENT_TIMELINE_SQL} AS timeline,
-  pg_postmaster_start_time()::text AS started`;
 
 function sleep(delayMs: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, delayMs));

@@ -6,12 +6,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SqlDriver } from "../../storage/driver.ts";
+import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import {
   MAX_NAMED_STATEMENT_CHARS,
   MAX_NAMED_STATEMENTS,
-  openPgDriver,
   StatementNames,
-} from "../../storage/postgres/pg-driver.ts";
+} from "../../storage/postgres/statement-names.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
 let database: TestDatabase;

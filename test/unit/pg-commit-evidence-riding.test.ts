@@ -4,7 +4,7 @@
  * test/storage/postgres-lost-commit.test.ts proves the evidence it carries settles a lost COMMIT.
  */
 import { describe, expect, it } from "vitest";
-import { carryingTransactionId } from "../../storage/postgres/pg-driver.ts";
+import { carryingTransactionId } from "../../storage/postgres/commit-evidence.ts";
 
 const XID = "pg_current_xact_id_if_assigned()::text AS qlr_commit_xid";
 

@@ -5,7 +5,7 @@ import {
   isServerSwitchFailure,
   toQlrError,
 } from "../../storage/postgres/errors.ts";
-import { parseConnectionTargets } from "../../storage/postgres/pg-driver.ts";
+import { parseConnectionTargets } from "../../storage/postgres/connection-targets.ts";
 
 const serverError = (code: string, message = `server says ${code}`): Error =>
   Object.assign(new Error(message), { code, severity: "ERROR" });
