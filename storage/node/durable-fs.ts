@@ -39,6 +39,7 @@ import {
   renameSync,
   unlinkSync,
   writeSync,
+  type Stats,
 } from "node:fs";
 import { errorCode } from "../../src/errors.ts";
 import { fsyncDirectorySync } from "./fsync-directory.ts";
@@ -96,6 +97,50 @@ export interface DurableFs {
    * undefined where it cannot tell. A lock file written before a power cut names another boot.
    */
   bootId(): string | undefined;
+}
+
+/**
+ * `DurableFs.readSmall` on the real file system, with what a caller that trusts the file's
+ * author even less may add: `nonBlocking` (a FIFO planted at the path cannot block the read)
+ * and `refuse`, which looks at the open file's status before anything is read and names why
+ * it is refused (another owner, a second name), or returns null to accept it.
+ */
+export function readSmallNoFollow(
+  path: string,
+  maxBytes: number,
+  options: {
+    readonly nonBlocking?: boolean;
+    readonly refuse?: (stats: Stats) => string | null;
+  } = {},
+): SmallFileReading {
+  let handle: number;
+  try {
+    handle = openSync(
+      path,
+      constants.O_RDONLY |
+        constants.O_NOFOLLOW |
+        (options.nonBlocking === true ? constants.O_NONBLOCK : 0),
+    );
+  } catch (error) {
+    const code = errorCode(error);
+    if (code === "ENOENT") return null;
+    if (code === "ELOOP") return { ok: false, reason: "is a symbolic link" };
+    throw error;
+  }
+  try {
+    const stats = fstatSync(handle);
+    if (!stats.isFile()) return { ok: false, reason: "is not a regular file" };
+    const refused = options.refuse?.(stats) ?? null;
+    if (refused !== null) return { ok: false, reason: refused };
+    if (stats.size > maxBytes)
+      return { ok: false, reason: `is ${stats.size} bytes, more than the ${maxBytes} allowed` };
+    const bytes = nodeDurableFs.read(handle, 0, maxBytes + 1);
+    if (bytes.length > maxBytes)
+      return { ok: false, reason: `grew past the ${maxBytes} bytes allowed` };
+    return { ok: true, bytes };
+  } finally {
+    closeSync(handle);
+  }
 }
 
 export const nodeDurableFs: DurableFs = {
@@ -168,27 +213,7 @@ export const nodeDurableFs: DurableFs = {
     return readFileSync(path);
   },
   readSmall(path, maxBytes) {
-    let handle: number;
-    try {
-      handle = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
-    } catch (error) {
-      const code = errorCode(error);
-      if (code === "ENOENT") return null;
-      if (code === "ELOOP") return { ok: false, reason: "is a symbolic link" };
-      throw error;
-    }
-    try {
-      const stats = fstatSync(handle);
-      if (!stats.isFile()) return { ok: false, reason: "is not a regular file" };
-      if (stats.size > maxBytes)
-        return { ok: false, reason: `is ${stats.size} bytes, more than the ${maxBytes} allowed` };
-      const bytes = nodeDurableFs.read(handle, 0, maxBytes + 1);
-      if (bytes.length > maxBytes)
-        return { ok: false, reason: `grew past the ${maxBytes} bytes allowed` };
-      return { ok: true, bytes };
-    } finally {
-      closeSync(handle);
-    }
+    return readSmallNoFollow(path, maxBytes);
   },
   rename(from, to) {
     renameSync(from, to);

@@ -1,5 +1,4 @@
-import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
-import { errorCode } from "../../../src/errors.ts";
+import { readSmallNoFollow } from "../../../storage/node/durable-fs.ts";
 import {
   MAX_OUTPUT_BYTES,
   NO_OUTPUT,
@@ -23,39 +22,21 @@ type FileReading = { ok: true; text: string } | { ok: false; reason: string } | 
  * of the runtime's (where the kernel allows one) is owned by the runtime, or has two names.
  */
 function readFileOwnedBy(path: string, ownerUid: number, maxBytes: number): FileReading {
-  let handle: number;
-  try {
-    handle = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-  } catch (error) {
-    const code = errorCode(error);
-    if (code === "ENOENT") return null;
-    if (code === "ELOOP") return { ok: false, reason: "is a symbolic link" };
-    throw error;
-  }
-  try {
-    const stats = fstatSync(handle);
-    if (!stats.isFile()) return { ok: false, reason: "is not a regular file" };
-    if (stats.uid !== ownerUid)
-      return {
-        ok: false,
-        reason: `belongs to uid ${stats.uid}, not to the task's uid ${ownerUid}`,
-      };
-    if (stats.nlink !== 1) return { ok: false, reason: `has ${stats.nlink} names, not one` };
-    if (stats.size > maxBytes)
-      return { ok: false, reason: `is ${stats.size} bytes, more than the ${maxBytes} allowed` };
-    const buffer = Buffer.alloc(maxBytes + 1);
-    let length = 0;
-    for (;;) {
-      const count = readSync(handle, buffer, length, buffer.length - length, length);
-      if (count === 0) break;
-      length += count;
-      if (length > maxBytes)
-        return { ok: false, reason: `grew past the ${maxBytes} bytes allowed` };
-    }
-    return { ok: true, text: buffer.toString("utf8", 0, length) };
-  } finally {
-    closeSync(handle);
-  }
+  const reading = readSmallNoFollow(path, maxBytes, {
+    nonBlocking: true,
+    refuse: (stats) =>
+      stats.uid !== ownerUid
+        ? `belongs to uid ${stats.uid}, not to the task's uid ${ownerUid}`
+        : stats.nlink !== 1
+          ? `has ${stats.nlink} names, not one`
+          : null,
+  });
+  if (reading === null || !reading.ok) return reading;
+  const { bytes } = reading;
+  return {
+    ok: true,
+    text: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString("utf8"),
+  };
 }
 
 /**
