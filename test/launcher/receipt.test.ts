@@ -1,6 +1,8 @@
 import { access, chmod, readFile, rename, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { canonicalJson } from "../../src/canonical-json.ts";
+import { hmacSha256Hex } from "../../src/digest.ts";
 import { isQlrError } from "../../src/errors.ts";
 import {
   loadOrCreateReceiptKey,
@@ -192,5 +194,69 @@ describe("receipt key", () => {
       isQlrError(error, "integrity"),
     );
     expect(await launcher.readJournal(spec.attemptId)).toBeNull();
+  });
+});
+
+describe("receipt MAC", () => {
+  const key = new Uint8Array(32).map((_, index) => (index * 37 + 11) & 0xff);
+
+  it("is the portable HMAC of the canonical fields, so receipts of earlier builds still verify", () => {
+    // A seeded walk over the fields' shapes: non-ASCII and astral text, NULs, signals, stops,
+    // spawn errors, outputs present or not.
+    let seed = 20_261_203;
+    // The low bits of this generator cycle quickly, so only its high bits are used.
+    const next = (): number => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed >>> 12;
+    };
+    let withOutput = 0;
+    const texts = ["", "ok", "é", "日本語", "\u{1F600}x", "a\u0000b", "line\nbreak", '"quoted"'];
+    for (let index = 0; index < 500; index += 1) {
+      const startedAtMs = 1_700_000_000_000 + next();
+      const fields = {
+        attemptId: `wta:${next().toString(16).padStart(8, "0")}`,
+        startedAtMs,
+        finishedAtMs: startedAtMs + (next() % 100_000),
+        exitCode: next() % 3 === 0 ? null : next() % 256,
+        signal: next() % 4 === 0 ? "SIGKILL" : null,
+        stopReason: (["cancel", "timeout", "shutdown", null] as const)[next() % 4] ?? null,
+        spawnError: next() % 5 === 0 ? `spawn ${texts[next() % texts.length]}` : null,
+        output: next() % 2 === 0 ? { value: texts[next() % texts.length], n: next() } : null,
+        outputError: next() % 7 === 0 ? `refused ${texts[next() % texts.length]}` : null,
+      };
+      const { attemptId, finishedAtMs, exitCode, signal, stopReason, spawnError } = fields;
+      const covered =
+        fields.output === null && fields.outputError === null
+          ? { attemptId, startedAtMs, finishedAtMs, exitCode, signal, stopReason, spawnError }
+          : {
+              attemptId,
+              startedAtMs,
+              finishedAtMs,
+              exitCode,
+              signal,
+              stopReason,
+              spawnError,
+              output: fields.output,
+              outputError: fields.outputError,
+            };
+      expect(signReceipt(key, fields).mac).toBe(hmacSha256Hex(key, canonicalJson(covered)));
+      if (fields.output !== null) withOutput += 1;
+    }
+    expect(withOutput).toBeGreaterThan(100);
+  });
+
+  it("matches a MAC written by an earlier build", () => {
+    const receipt = signReceipt(key, {
+      attemptId: "wta:0123456789abcdef",
+      startedAtMs: 1_796_300_000_000,
+      finishedAtMs: 1_796_300_000_250,
+      exitCode: 0,
+      signal: null,
+      stopReason: null,
+      spawnError: null,
+      output: { greeting: "héllo" },
+      outputError: null,
+    });
+    expect(receipt.mac).toBe("4f6aef6a15ef94f9d0ca78f9f1d2bd5a8a66e953a9f8ba0ad1a2bf6f615ea1b9");
   });
 });
