@@ -209,6 +209,7 @@ describe("receipt MAC", () => {
       seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
       return seed >>> 12;
     };
+    const pick = (from: readonly string[]): string => from[next() % from.length] ?? "";
     let withOutput = 0;
     const texts = ["", "ok", "é", "日本語", "\u{1F600}x", "a\u0000b", "line\nbreak", '"quoted"'];
     for (let index = 0; index < 500; index += 1) {
@@ -220,9 +221,9 @@ describe("receipt MAC", () => {
         exitCode: next() % 3 === 0 ? null : next() % 256,
         signal: next() % 4 === 0 ? "SIGKILL" : null,
         stopReason: (["cancel", "timeout", "shutdown", null] as const)[next() % 4] ?? null,
-        spawnError: next() % 5 === 0 ? `spawn ${texts[next() % texts.length]}` : null,
-        output: next() % 2 === 0 ? { value: texts[next() % texts.length], n: next() } : null,
-        outputError: next() % 7 === 0 ? `refused ${texts[next() % texts.length]}` : null,
+        spawnError: next() % 5 === 0 ? `spawn ${pick(texts)}` : null,
+        output: next() % 2 === 0 ? { value: pick(texts), n: next() } : null,
+        outputError: next() % 7 === 0 ? `refused ${pick(texts)}` : null,
       };
       const { attemptId, finishedAtMs, exitCode, signal, stopReason, spawnError } = fields;
       const covered =
