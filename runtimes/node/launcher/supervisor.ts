@@ -12,31 +12,13 @@
  * It exits once it has no task, no pending receipt and no client for LIMITS.idleExitMs.
  */
 import { randomBytes } from "node:crypto";
-import {
-  appendFileSync,
-  closeSync,
-  existsSync,
-  fsync,
-  fsyncSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  writeSync,
-} from "node:fs";
+import { existsSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
-import { join } from "node:path";
 import type { Readable } from "node:stream";
-import { fileURLToPath } from "node:url";
-import { errorMessage, errorCode } from "../../../src/errors.ts";
+import { errorCode } from "../../../src/errors.ts";
 import { readJournalRecord } from "./journal.ts";
 import { readBootId, readProcStatSync } from "./proc.ts";
-import {
-  NativeTaskStarter,
-  NodeTaskStarter,
-  SPAWNER_FILE_NAME,
-  type TaskExit,
-  type TaskStarter,
-} from "./task-starter.ts";
+import type { TaskExit, TaskStarter } from "./task-starter.ts";
 import {
   OUTPUT_ERROR_MAX_LENGTH,
   readReceiptKey,
@@ -45,10 +27,9 @@ import {
   writeReceiptExclusive,
   type CompletionReceipt,
 } from "./receipt.ts";
-import { NO_OUTPUT, type OutputEvidence } from "../../../src/task-output.ts";
+import { NO_OUTPUT } from "../../../src/task-output.ts";
 import { taskOutputPath } from "../task-env.ts";
 import { readTaskOutput } from "./task-output.ts";
-import { reclaimTaskFiles, USER_TASK_OUTPUT_FILE } from "./user-task-files.ts";
 import { writeSpawnRecord } from "./spawn-record.ts";
 import { attemptLogPath, stateLayout, stopIntentPath, type StateLayout } from "./state-layout.ts";
 import { readStopReason, recordStopIntent } from "./stop-intent.ts";
@@ -59,12 +40,17 @@ import {
   SUPERVISOR_MESSAGE_MAX_BYTES,
   SUPERVISOR_STARTUP_FD,
   supervisorSocketName,
-  type StartupReport,
   type SupervisorMessage,
   type SupervisorSpec,
 } from "./supervisor-protocol.ts";
-
-const LOG_FILE_MODE = 0o600;
+import { CappedLog } from "./capped-log.ts";
+import { describeError, noteStateDir, noteSupervisorFailure } from "./supervisor-notes.ts";
+import { reclaimAndReadOutput, taskFilesOf, type TaskFiles } from "./supervisor-output.ts";
+import {
+  chooseTaskStarter,
+  closeInheritableDescriptors,
+  sendStartupReport,
+} from "./supervisor-startup.ts";
 
 /** The supervisor's waits and bounds. */
 const LIMITS = {
@@ -91,104 +77,6 @@ const LIMITS = {
   handshakeTimeoutMs: 10_000,
 } as const;
 
-/**
- * A log file that keeps at most `maxBytes` of the stream, then one marker line, then nothing.
- * The file is created by the first byte the task writes, not before the spawn: most tasks of a
- * busy device say nothing on one stream or both, and two file creations (and two removals at
- * retention) per attempt were a large part of a launch's cost. A reader treats a missing log as
- * an empty one.
- */
-class CappedLog {
-  private fd: number | null = null;
-  private writtenBytes = 0;
-  /** Every byte in the file, the marker line included. */
-  private bytesWritten = 0;
-  private truncated = false;
-  private endsWithNewline = true;
-  /** The first error creating or writing the file (a full disk): the log stops there, the task is still supervised. */
-  writeError: string | null = null;
-
-  constructor(
-    private readonly path: string,
-    private readonly maxBytes: number,
-  ) {}
-
-  write(chunk: Buffer): void {
-    // Past the cap (or after a write error) the chunk is dropped, but the caller keeps reading
-    // so the task never blocks on a full pipe.
-    if (this.truncated || this.writeError !== null) return;
-    const roomBytes = this.maxBytes - this.writtenBytes;
-    if (chunk.length <= roomBytes) {
-      this.writeAll(chunk);
-      return;
-    }
-    if (roomBytes > 0) this.writeAll(chunk.subarray(0, roomBytes));
-    this.writeAll(
-      Buffer.from(
-        `${this.endsWithNewline ? "" : "\n"}[qlr: log truncated at ${this.maxBytes} bytes]\n`,
-        "utf8",
-      ),
-      false,
-    );
-    this.truncated = true;
-  }
-
-  private writeAll(bytes: Buffer, counts = true): void {
-    if (bytes.length === 0 || this.writeError !== null) return;
-    let offset = 0;
-    try {
-      // Exclusive: an attempt's log is only ever written by its one supervised spawn.
-      this.fd ??= openSync(this.path, "wx", LOG_FILE_MODE);
-      while (offset < bytes.length) offset += writeSync(this.fd, bytes, offset);
-    } catch (error) {
-      this.writeError = errorCode(error) ?? errorMessage(error);
-      return;
-    }
-    this.bytesWritten += bytes.length;
-    if (counts) this.writtenBytes += bytes.length;
-    this.endsWithNewline = bytes[bytes.length - 1] === 0x0a;
-  }
-
-  /**
-   * The logs are made durable before the receipt, so a receipt implies its logs are as complete
-   * as the disk allowed. The fsync runs on the thread pool, so the logs of tasks that end
-   * together share a flush and the supervisor keeps serving launches meanwhile; a log nothing
-   * was written to does not exist and has nothing to make durable.
-   */
-  async closeDurably(): Promise<void> {
-    const fd = this.fd;
-    if (fd === null) return;
-    this.fd = null;
-    const error = await new Promise<unknown>((resolve) =>
-      fsync(fd, (failure) => resolve(failure ?? null)),
-    );
-    if (error !== null) this.writeError ??= errorCode(error) ?? errorMessage(error);
-    closeQuietly(fd);
-  }
-
-  /** Closes at once (the spawn failed; the spawn error receipt follows). */
-  close(): void {
-    const fd = this.fd;
-    if (fd === null) return;
-    this.fd = null;
-    try {
-      fsyncSync(fd);
-    } catch (error) {
-      this.writeError ??= errorCode(error) ?? errorMessage(error);
-    } finally {
-      closeQuietly(fd);
-    }
-  }
-}
-
-function closeQuietly(fd: number): void {
-  try {
-    closeSync(fd);
-  } catch {
-    // Closed already.
-  }
-}
-
 interface Task {
   readonly attemptId: string;
   readonly pid: number;
@@ -213,146 +101,11 @@ interface Task {
   readonly taskFiles: TaskFiles | null;
 }
 
-/** A task run as another user: its needs/output folder and the uid its output must belong to. */
-interface TaskFiles {
-  readonly dir: string;
-  readonly ownerUid: number;
-}
-
-function taskFilesOf(spec: SupervisorSpec): TaskFiles | null {
-  return spec.taskFilesDir === undefined || spec.uid === null
-    ? null
-    : { dir: spec.taskFilesDir, ownerUid: spec.uid };
-}
-
-/**
- * The output of a task run as another user: its folder is taken back first (chowned to this
- * user, 0700: closed to every task user from now on, and nothing in it can change while it is
- * read), then the output is read only if the task's user made it (see readTaskOutput). For a
- * task that never ran, the folder is taken back and nothing is read.
- */
-async function reclaimAndReadOutput(files: TaskFiles, ran: boolean): Promise<OutputEvidence> {
-  try {
-    const present = await reclaimTaskFiles(files.dir);
-    if (!ran) return NO_OUTPUT;
-    // The launcher made the folder before the spawn: a task that ran without it lost whatever
-    // it left there, so its output is unknown, never "none".
-    if (!present)
-      return {
-        output: null,
-        outputError: `the task files folder ${files.dir} was removed while the task ran (a cleaned temporary folder, or a private /tmp torn down by a service restart), so its output is unknown`,
-      };
-  } catch (error) {
-    return ran
-      ? {
-          output: null,
-          outputError: `the output folder could not be taken back: ${describeError(error)}`,
-        }
-      : NO_OUTPUT;
-  }
-  return readTaskOutput(join(files.dir, USER_TASK_OUTPUT_FILE), { ownerUid: files.ownerUid });
-}
-
-/** O_CLOEXEC as /proc/<pid>/fdinfo shows it (octal `flags:`), on every Linux architecture Node runs on. */
-const O_CLOEXEC_FLAG = 0o2000000;
-
-/**
- * Closes every descriptor above 2 that would survive exec. Node opens all of its own with
- * close-on-exec, and at start-up marks the low inherited ones too, but a descriptor inherited
- * above a gap (fd 40 from a service manager, a shell's `exec 9>file`, a leaked socket) stays
- * inheritable and would reach every task, which could then read or write whatever it names.
- * Run once at start-up: every descriptor the supervisor opens later is close-on-exec.
- */
-function closeInheritableDescriptors(keep: number): void {
-  let entries: string[];
-  try {
-    entries = readdirSync("/proc/self/fd");
-  } catch {
-    return;
-  }
-  for (const entry of entries) {
-    const fd = Number(entry);
-    if (!Number.isInteger(fd) || fd <= 2 || fd === keep) continue;
-    let flags: number;
-    try {
-      const match = /^flags:\s+([0-7]+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"));
-      if (match?.[1] === undefined) continue;
-      flags = Number.parseInt(match[1], 8);
-    } catch {
-      continue;
-    }
-    if ((flags & O_CLOEXEC_FLAG) !== 0) continue;
-    try {
-      closeSync(fd);
-    } catch {
-      // Already closed.
-    }
-  }
-}
-
-function describeError(error: unknown): string {
-  return errorMessage(error).slice(0, SPAWN_ERROR_MAX_LENGTH);
-}
-
-/** Best-effort note for failures that leave no receipt (yet); an operator finds it next to the logs. */
-function noteSupervisorFailure(layout: StateLayout, attemptId: string, message: string): void {
-  try {
-    appendFileSync(
-      join(layout.logsDir, `${attemptId}.supervisor.log`),
-      `[qlr supervisor] ${message}\n`,
-      { mode: LOG_FILE_MODE },
-    );
-  } catch {
-    // The disk is full or the state directory unusable; there is nowhere left to say it.
-  }
-}
-
-/** Best-effort note about the supervisor itself (not one attempt), in the state directory. */
-function noteStateDir(layout: StateLayout, message: string): void {
-  try {
-    appendFileSync(join(layout.stateDir, "supervisor.log"), `[qlr supervisor] ${message}\n`, {
-      mode: LOG_FILE_MODE,
-    });
-  } catch {
-    // Nowhere left to say it.
-  }
-}
-
-/**
- * The native spawner beside this bundle when it is there, safe, and starts; otherwise Node's
- * spawn. A missing binary is the normal no-compiler build and is not noted; one that exists but
- * is refused or fails to start is noted in the state directory.
- */
-async function chooseTaskStarter(
-  layout: StateLayout,
-  onSpawnerDeath: (reason: string) => void,
-): Promise<TaskStarter> {
-  const path = fileURLToPath(new URL(`./${SPAWNER_FILE_NAME}`, import.meta.url));
-  if (!existsSync(path)) return new NodeTaskStarter();
-  const native = await NativeTaskStarter.launch(path, SUPERVISOR_MESSAGE_MAX_BYTES, onSpawnerDeath);
-  if (typeof native !== "string") return native;
-  noteStateDir(layout, `using Node's spawn: ${native}`);
-  return new NodeTaskStarter();
-}
-
 function signalGroup(processGroupId: number, signal: NodeJS.Signals): void {
   try {
     process.kill(-processGroupId, signal);
   } catch {
     // ESRCH: the group is already empty.
-  }
-}
-
-function sendStartupReport(report: StartupReport): void {
-  try {
-    writeSync(SUPERVISOR_STARTUP_FD, `${JSON.stringify(report)}\n`);
-  } catch {
-    // Started by hand, or the starter is gone: the socket is the way in either way.
-  }
-  try {
-    closeSync(SUPERVISOR_STARTUP_FD);
-  } catch {
-    // Never open.
   }
 }
 
