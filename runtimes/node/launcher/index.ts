@@ -1,23 +1,27 @@
 export {
   DEFAULT_GRACE_MS,
-  DEFAULT_LOG_MAX_BYTES,
   DEFAULT_SUPERVISOR_PATH,
+  PosixLauncher,
+  SUPERVISOR_FILE_NAME,
+  type PosixLauncherOptions,
+} from "./posix-launcher.ts";
+export {
+  DEFAULT_LOG_MAX_BYTES,
   isSpawnFailedError,
   LOG_MAX_BYTES_LIMIT,
   minimalBaseEnv,
-  PosixLauncher,
   SpawnFailedError,
-  SUPERVISOR_FILE_NAME,
-  type Inspection,
-  type JournalListing,
-  type LaunchEvidence,
   type LaunchSpec,
-  type PosixLauncherOptions,
-  type ProcessHandle,
-  type ReceiptReading,
-  type StopResult,
-  type Supervision,
-} from "./posix-launcher.ts";
+} from "./launch-spec.ts";
+export type {
+  Inspection,
+  JournalListing,
+  LaunchEvidence,
+  ProcessHandle,
+  ReceiptReading,
+  StopResult,
+  Supervision,
+} from "./launch-evidence.ts";
 export { type JournalRecord } from "./journal.ts";
 export {
   loadOrCreateReceiptKey,

@@ -1,5 +1,4 @@
 import { chown, mkdir, readdir, rm, stat, unlink } from "node:fs/promises";
-import { isAbsolute } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { digestOf, timingSafeEqualText } from "../../../src/digest.ts";
@@ -17,7 +16,6 @@ import {
   signReceipt,
   SPAWN_ERROR_MAX_LENGTH,
   writeReceiptExclusive,
-  type CompletionReceipt,
   type StopReason,
 } from "./receipt.ts";
 import {
@@ -32,6 +30,22 @@ import {
   type LogStream,
   type StateLayout,
 } from "./state-layout.ts";
+import {
+  invalidSpec,
+  minimalBaseEnv,
+  SpawnFailedError,
+  validateLaunchSpec,
+  type LaunchSpec,
+} from "./launch-spec.ts";
+import type {
+  Inspection,
+  JournalListing,
+  LaunchEvidence,
+  ProcessHandle,
+  ReceiptReading,
+  StopResult,
+  Supervision,
+} from "./launch-evidence.ts";
 import { recordStopIntent } from "./stop-intent.ts";
 import { readSpawnRecord } from "./spawn-record.ts";
 import { SupervisorClient } from "./supervisor-client.ts";
@@ -43,78 +57,7 @@ import {
   removeTaskFiles,
   userTaskFilesDir,
   userTaskFilesRoot,
-  type UserTaskFiles,
 } from "./user-task-files.ts";
-
-export interface LaunchSpec {
-  /** Portable identity, e.g. `wta:<32 hex>`; it names the journal, receipt and log files. */
-  readonly attemptId: string;
-  /** Executed directly, no shell, unless argv itself is ["/bin/sh", "-c", …]. */
-  readonly argv: readonly string[];
-  /** Merged over `minimalBaseEnv()`; see there for why the runtime's own env is not passed. */
-  readonly env: Readonly<Record<string, string>>;
-  /** Absolute; null runs the task in a directory of its own, `<stateDir>/work/<attemptId>/`. */
-  readonly cwd: string | null;
-  /**
-   * The user to run the task as (name, uid or uid:gid; needs a root runtime); null or absent:
-   * the runtime's own user.
-   */
-  readonly user?: string | null;
-  /**
-   * With `user`: the task's `$QLR_NEEDS`/`$QLR_OUTPUT` folder (`userTaskEnvironment` in
-   * runtimes/node/task-env.ts builds it), placed after the journal and given to the task's
-   * user; the supervisor reads the output from there. Null or absent: none is placed.
-   */
-  readonly userTaskFiles?: UserTaskFiles | null;
-  /** Cap per stream: stdout and stderr each keep at most this many bytes plus one marker line. */
-  readonly logMaxBytes: number;
-  /**
-   * The attempt's timeout: the supervisor stops the task by itself this long after the
-   * journal's startedAtMs when nobody else has (the runtime is down, or never learned the
-   * handle). Null or absent: only the runtime's stop ends it.
-   */
-  readonly timeoutMs?: number | null;
-}
-
-/**
- * The exact identity of a launched task: the pid of the task's own process (the leader of the
- * task's process group, the group every stop signals), its /proc start time and the boot id.
- * `startedAtMs` is the launcher's clock reading taken before the journal barrier and the spawn.
- */
-export interface ProcessHandle {
-  readonly attemptId: string;
-  readonly pid: number;
-  /** Field 22 of /proc/<pid>/stat, decimal text. */
-  readonly processStartTicks: string;
-  /** /proc/sys/kernel/random/boot_id at launch. */
-  readonly bootId: string;
-  readonly startedAtMs: number;
-}
-
-export type Inspection =
-  | { readonly state: "running" }
-  | { readonly state: "not_running" }
-  | { readonly state: "changed_identity" }
-  | { readonly state: "unverifiable"; readonly reason: string };
-
-export type ReceiptReading =
-  | { readonly status: "none" }
-  | { readonly status: "valid"; readonly receipt: CompletionReceipt }
-  | { readonly status: "invalid"; readonly reason: string };
-
-export interface JournalListing {
-  /** Attempt ids with a well-named journal file, sorted. */
-  readonly valid: string[];
-  readonly rejected: { readonly name: string; readonly reason: string }[];
-}
-
-export interface StopResult {
-  readonly signalsSent: ("SIGTERM" | "SIGKILL")[];
-  /** The inspection after the last wait; "running" means even SIGKILL did not end it in time (a process stuck in the kernel). */
-  readonly finalInspection: Inspection;
-  /** The reason on record: the first stop request for an attempt wins. */
-  readonly recordedReason: StopReason;
-}
 
 export interface PosixLauncherOptions {
   readonly stateDir: string;
@@ -145,8 +88,6 @@ export interface PosixLauncherOptions {
   readonly userTaskFilesRoot?: string;
 }
 
-export const DEFAULT_LOG_MAX_BYTES = 1024 * 1024;
-export const LOG_MAX_BYTES_LIMIT = 1024 * 1024 * 1024;
 export const DEFAULT_GRACE_MS = 5000;
 export const SUPERVISOR_FILE_NAME = "supervisor.mjs";
 /** The supervisor bundle's default place: next to the runtime bundle (dist/supervisor.mjs). */
@@ -157,113 +98,8 @@ export const DEFAULT_SUPERVISOR_PATH = fileURLToPath(
 /** After SIGKILL, how long stop waits for the process to be gone before reporting what it sees. */
 const KILL_SETTLE_MS = 5000;
 const POLL_INTERVAL_MS = 20;
-const ARGV_MAX_ENTRIES = 4096;
 /** Journal start times this launcher wrote and still expects a receipt for (see `journaledStartedAtMs`). */
 const REMEMBERED_JOURNALS_MAX = 4096;
-const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/**
- * The environment every task starts from: only PATH, HOME and LANG, copied from the runtime.
- * The runtime's own environment holds its secrets (API tokens, database URLs, NODE_OPTIONS);
- * a user script must see only what its task definition gives it.
- */
-export function minimalBaseEnv(source: NodeJS.ProcessEnv = process.env): Record<string, string> {
-  return {
-    PATH: source.PATH ?? DEFAULT_PATH,
-    HOME: source.HOME ?? "/",
-    LANG: source.LANG ?? "C.UTF-8",
-  };
-}
-
-/** Thrown by launch when the task could not be started; its receipt is already durable. */
-export class SpawnFailedError extends Error {
-  readonly code = "spawn_failed";
-  readonly receipt: CompletionReceipt;
-
-  constructor(receipt: CompletionReceipt) {
-    super(
-      `attempt ${receipt.attemptId} did not start: ${receipt.spawnError ?? "unknown spawn error"}`,
-    );
-    this.name = "SpawnFailedError";
-    this.receipt = receipt;
-  }
-}
-
-/** Errors cross realms, so the check is by name and code, not instanceof. */
-export function isSpawnFailedError(value: unknown): value is SpawnFailedError {
-  if (typeof value !== "object" || value === null) return false;
-  const candidate = value as { name?: unknown; code?: unknown };
-  return candidate.name === "SpawnFailedError" && candidate.code === "spawn_failed";
-}
-
-function invalidSpec(path: string, message: string): QlrError {
-  return new QlrError("invalid_request", `launch spec ${path}: ${message}`, {
-    details: [{ path, message }],
-  });
-}
-
-function validateLaunchSpec(spec: LaunchSpec): void {
-  if (!Array.isArray(spec.argv) || spec.argv.length === 0 || spec.argv.length > ARGV_MAX_ENTRIES)
-    throw invalidSpec("argv", `must hold 1 to ${ARGV_MAX_ENTRIES} strings`);
-  spec.argv.forEach((item, index) => {
-    if (typeof item !== "string" || item.includes("\0"))
-      throw invalidSpec(`argv[${index}]`, "must be a string without NUL");
-  });
-  if (spec.argv[0] === "") throw invalidSpec("argv[0]", "must name a program");
-  for (const [name, value] of Object.entries(spec.env)) {
-    if (name === "" || name.includes("=") || name.includes("\0"))
-      throw invalidSpec(`env.${name}`, "a variable name must be non-empty, without '=' or NUL");
-    if (typeof value !== "string" || value.includes("\0"))
-      throw invalidSpec(`env.${name}`, "must be a string without NUL");
-  }
-  if (
-    spec.cwd !== null &&
-    (typeof spec.cwd !== "string" || !isAbsolute(spec.cwd) || spec.cwd.includes("\0"))
-  )
-    throw invalidSpec("cwd", "must be an absolute path or null");
-  if (
-    !Number.isSafeInteger(spec.logMaxBytes) ||
-    spec.logMaxBytes < 1 ||
-    spec.logMaxBytes > LOG_MAX_BYTES_LIMIT
-  )
-    throw invalidSpec("logMaxBytes", `must be an integer from 1 to ${LOG_MAX_BYTES_LIMIT}`);
-  if (
-    spec.timeoutMs !== undefined &&
-    spec.timeoutMs !== null &&
-    (!Number.isSafeInteger(spec.timeoutMs) || spec.timeoutMs < 1)
-  )
-    throw invalidSpec("timeoutMs", "must be a positive integer or null");
-  if (
-    spec.userTaskFiles !== undefined &&
-    spec.userTaskFiles !== null &&
-    (spec.user === undefined || spec.user === null)
-  )
-    throw invalidSpec("userTaskFiles", "is only for a task run as another user");
-}
-
-/**
- * Whether the supervisor that owns an attempt can still write its receipt:
- * - `live`: the supervisor named in the spawn record is running (or is spawning it now);
- * - `gone`: that supervisor is dead, so no receipt is coming from it;
- * - `never_spawned`: no spawn record, and no supervisor exists that could still write one (or
- *   the live one answered that it never will): the task provably never started;
- * - `unknown`: nothing can be proven (an unreadable record, an unreachable supervisor, a
- *   launch of this launcher still in flight).
- */
-export type Supervision = "live" | "gone" | "never_spawned" | "unknown";
-
-/**
- * What the launcher's own records prove about an attempt whose runtime holds no process handle
- * for it (the runtime died, or a write failed, between the journal and persisting the handle):
- * - `not_journaled`: no journal record, so nothing was spawned and nothing will be;
- * - `journal_invalid`: the journal record cannot be read or trusted, so nothing is proven;
- * - otherwise the attempt's `Supervision`: `never_spawned` proves the task never started,
- *   `live` means the supervisor owns the process (stop it with `stopBySupervisor`, its receipt
- *   is coming), `gone` means no receipt is coming from that supervisor, `unknown` proves nothing.
- * The device's recovery and the remote worker read this one answer, so both runtimes judge the
- * same window alike.
- */
-export type LaunchEvidence = "not_journaled" | "journal_invalid" | Supervision;
 
 async function unlinkIfPresent(path: string): Promise<void> {
   try {
