@@ -32,6 +32,7 @@ import {
   fsyncSync,
   ftruncateSync,
   linkSync,
+  lstatSync,
   mkdirSync,
   openSync,
   readFileSync,
@@ -113,6 +114,11 @@ export function readSmallNoFollow(
     readonly refuse?: (stats: Stats) => string | null;
   } = {},
 ): SmallFileReading {
+  // Most reads of a name that is not there (no stop intent, no task output, no receipt yet)
+  // end here without an exception: a failed open builds an Error with its stack, several
+  // times the cost of this lstat. A name that appears right after is read as absent, as an
+  // open at this instant would have; a link or anything else goes on to the checks below.
+  if (lstatSync(path, { throwIfNoEntry: false }) === undefined) return null;
   let handle: number;
   try {
     handle = openSync(
