@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { canonicalJson } from "../../src/canonical-json.ts";
 import { errorCode } from "../../src/errors.ts";
@@ -114,8 +114,10 @@ export function prepareTaskEnvironment(
     : taskNeedsPath(stateDir, context.attemptId);
   try {
     // Synchronous on purpose: a small file in the page cache, no fsync (a needs file is made
-    // again at each launch). Through the thread pool it was five round trips per launch.
-    rmSync(outputPath, { force: true });
+    // again at each launch). Through the thread pool it was five round trips per launch. A new
+    // attempt has no output file yet: the lstat finds that without `rmSync`'s walk and failure.
+    if (lstatSync(outputPath, { throwIfNoEntry: false }) !== undefined)
+      rmSync(outputPath, { force: true });
     if (!needsNothing) writeWhole(needsPath, `${canonicalJson(context.needs)}\n`);
     else if (!existsSync(needsPath)) writeWhole(needsPath, "{}\n");
   } catch (error) {
