@@ -104,6 +104,29 @@ describe("grouped exclusive durable creates", () => {
   });
 });
 
+describe("temporary names", () => {
+  it("differ for files of one name in two directories written in one group", async () => {
+    // A journal record and a receipt are both `<attempt id>.json`, and may share a group.
+    const { mkdir } = await import("node:fs/promises");
+    await mkdir(join(dir, "tmp"));
+    await mkdir(join(dir, "journal"));
+    await mkdir(join(dir, "receipts"));
+    await Promise.all(
+      ["journal", "receipts"].map((folder) =>
+        createFileExclusiveDurable(
+          join(dir, folder, "same.json"),
+          join(dir, "tmp"),
+          `${folder}\n`,
+          nodeDurableFs,
+        ),
+      ),
+    );
+    expect(await readFile(join(dir, "journal", "same.json"), "utf8")).toBe("journal\n");
+    expect(await readFile(join(dir, "receipts", "same.json"), "utf8")).toBe("receipts\n");
+    expect(await readdir(join(dir, "tmp"))).toEqual([]);
+  });
+});
+
 describe("the directory flush of the launcher's records", () => {
   const openDescriptors = async (): Promise<number> => (await readdir("/proc/self/fd")).length;
 
