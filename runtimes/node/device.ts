@@ -276,6 +276,14 @@ export class DeviceRuntime {
           reason: rejected.reason,
         });
       }
+      // Temporary files of durable creates that a kill left behind (a few per crash): swept
+      // here, so a device that crashes now and then over a year does not collect them.
+      const swept = await launcher.sweepTemporaryFiles().catch((error: unknown) => {
+        log(`temporary files were not swept: ${errorMessage(error)}`);
+        return null;
+      });
+      if (swept !== null && swept.removed > 0)
+        log(`removed ${swept.removed} temporary file(s) that stopped writers left behind`);
       const app = createApp({
         store,
         coordinator,

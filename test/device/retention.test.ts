@@ -9,7 +9,7 @@
  * `--retention-runs 1` makes a run purgeable the moment a newer one ends, so no test waits for
  * a clock; every wait polls for a condition with a generous bound.
  */
-import { readdir } from "node:fs/promises";
+import { chmod, mkdir, readdir, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { FaultPoint } from "../../src/coordinator.ts";
@@ -125,6 +125,34 @@ describe("retention on a device", { timeout: 90_000 }, () => {
       profile: "standalone",
       retention: { horizonMs: 7 * 86_400_000, maxRuns: 2, idempotencyWindowMs: 7 * 86_400_000 },
     });
+  });
+
+  it("start-up removes the temporary files that killed writers left in tmp/, and keeps a live writer's", async () => {
+    const dir = await device.scratch("retention-tmp");
+    const tmp = join(dir.stateDir, "tmp");
+    await mkdir(tmp, { recursive: true, mode: 0o700 });
+    await chmod(dir.stateDir, 0o700);
+    // A writer that has exited (its pid is free) and one that lives (this test's own process).
+    const exited = spawn("true", { stdio: "ignore" });
+    const deadPid = await new Promise<number>((resolveExit) =>
+      exited.once("exit", () => resolveExit(exited.pid ?? 0)),
+    );
+    const oldSeconds = (Date.now() - 10 * 60_000) / 1000;
+    const stale = [
+      `wta:00aa.json.${deadPid}.0123456789ab-1.tmp`,
+      `wta:00bb.json.${deadPid}.0123456789ab-2.tmp`,
+    ];
+    const living = `wta:00cc.json.${process.pid}.ba9876543210-1.tmp`;
+    for (const name of [...stale, living]) {
+      await writeFile(join(tmp, name), "{}\n", { mode: 0o600 });
+      await utimes(join(tmp, name), oldSeconds, oldSeconds);
+    }
+    const served = await startServe(device.bundle, dir.stateDir);
+    expect(await readdir(tmp)).toEqual([living]);
+    // Logged before serve prints its address, on another pipe: read once it has arrived.
+    await waitFor("the sweep's line on stderr", () =>
+      /removed 2 temporary file\(s\) that stopped writers left behind/.test(served.stderr),
+    );
   });
 
   it(

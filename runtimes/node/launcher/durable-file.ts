@@ -1,6 +1,5 @@
-import { randomBytes } from "node:crypto";
 import { fsync } from "node:fs";
-import { basename, dirname, join } from "node:path";
+import { dirname, join } from "node:path";
 import { canonicalJson } from "../../../src/canonical-json.ts";
 import { QlrError, errorCode } from "../../../src/errors.ts";
 import { nodeDurableFs } from "../../../storage/node/durable-fs.ts";
@@ -10,6 +9,7 @@ import {
   fsyncDirectoryStrictSync,
 } from "../../../storage/node/fsync-directory.ts";
 import type { StateLayout } from "./state-layout.ts";
+import { temporaryName } from "./temporary-files.ts";
 
 /**
  * The launcher's durable files (journal before spawn, spawn records, receipts, stop intents,
@@ -107,19 +107,6 @@ function inlineSync(fs: DurableFs): GroupSync {
 }
 
 const createGroups = new WeakMap<DurableFs, DurableCreateGroup>();
-
-/**
- * Temporary names: the pid, a random nonce drawn once per process and a counter. Unique among
- * this process's files by the counter and against every other process, a later one with the
- * same pid included, by the nonce; one random draw per file was ≈ 2 % of a launch's CPU.
- */
-const TMP_NONCE = randomBytes(6).toString("hex");
-let tmpCounter = 0;
-
-function temporaryName(finalPath: string): string {
-  tmpCounter += 1;
-  return `${basename(finalPath)}.${process.pid}.${TMP_NONCE}-${tmpCounter}.tmp`;
-}
 
 interface PendingCreate {
   readonly finalPath: string;

@@ -47,6 +47,7 @@ import type {
   Supervision,
 } from "./launch-evidence.ts";
 import { recordStopIntent } from "./stop-intent.ts";
+import { sweepTemporaryFiles, type TemporarySweep } from "./temporary-files.ts";
 import { readSpawnRecord } from "./spawn-record.ts";
 import { SupervisorClient } from "./supervisor-client.ts";
 import { SUPERVISOR_SPEC_MAX_BYTES, type SupervisorSpec } from "./supervisor-protocol.ts";
@@ -558,6 +559,15 @@ export class PosixLauncher {
     valid.sort();
     rejected.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     return { valid, rejected };
+  }
+
+  /**
+   * Removes the temporary files of durable creates whose writers died before they could remove
+   * them (temporary-files.ts says which go). The runtime calls it once at start-up.
+   */
+  sweepTemporaryFiles(): Promise<TemporarySweep> {
+    // File times are the wall clock's, whatever clock the launcher's records use.
+    return sweepTemporaryFiles(this.layout.tmpDir, Date.now());
   }
 
   /**
