@@ -61,6 +61,12 @@ interface PendingUpdate {
   readonly writtenVersion: number;
   /** The mutable columns' values, in their order; then `frontier_due` for runs (null: keep). */
   readonly params: readonly SqlParam[];
+  /**
+   * SQLite only (undefined on PostgreSQL): the mutable columns' values of the row the database
+   * holds at `expectedVersion` (the first merged update's `before`), in their order, so that
+   * the UPDATE sets only the columns whose value differs (see `changedColumnsUpdate`).
+   */
+  readonly stored: readonly SqlParam[] | undefined;
 }
 
 /** A row as a SELECT of `table` would return it, from the parameters that wrote its columns in order. */
@@ -137,10 +143,13 @@ export class ChangeWriter {
         ]);
         this.tx.known.rememberRun(after.id, readBack(rows.RUNS, params));
       } else {
-        await this.deferUpdate("runs", before, after.version, [
-          ...rows.RUNS.subset(params, rows.RUN_MUTABLE_COLUMNS),
-          frontierDue,
-        ]);
+        await this.deferUpdate(
+          "runs",
+          before,
+          after.version,
+          [...rows.RUNS.subset(params, rows.RUN_MUTABLE_COLUMNS), frontierDue],
+          this.storedParams(rows.RUNS, before, rows.RUN_MUTABLE_COLUMNS),
+        );
         this.tx.known.rememberRun(after.id, readBack(rows.RUNS, params));
       }
     }
@@ -155,6 +164,7 @@ export class ChangeWriter {
           before,
           after.version,
           rows.STEPS.subset(params, rows.STEP_MUTABLE_COLUMNS),
+          this.storedParams(rows.STEPS, before, rows.STEP_MUTABLE_COLUMNS),
         );
         // The position last among `params` is this change's, not the row's: a step read back has none.
         this.tx.known.steps.remember(readBack(rows.STEPS, params));
@@ -172,6 +182,7 @@ export class ChangeWriter {
           before,
           after.version,
           rows.ATTEMPTS.subset(params, rows.ATTEMPT_MUTABLE_COLUMNS),
+          this.storedParams(rows.ATTEMPTS, before, rows.ATTEMPT_MUTABLE_COLUMNS),
         );
         this.tx.known.attempts.remember(readBack(rows.ATTEMPTS, params));
       }
@@ -188,6 +199,20 @@ export class ChangeWriter {
         admissionKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion),
         JSON.stringify(receipt),
       );
+  }
+
+  /**
+   * The mutable columns' values of `before`, the row as the database holds it at its version
+   * (every write of these tables goes through `queue` and moves the version), on SQLite, where
+   * an UPDATE that names an indexed column rewrites that index's entries even when the value
+   * stays. PostgreSQL writes a whole new row version either way and gets undefined.
+   */
+  private storedParams<T, C extends string>(
+    table: rows.RowTable<T, C>,
+    before: T,
+    mutable: readonly C[],
+  ): SqlParam[] | undefined {
+    return this.tx.dialect === "postgres" ? undefined : table.params(before, mutable);
   }
 
   /** Queues `values` as rows of `table` for `flush`, every column written. */
@@ -291,6 +316,7 @@ export class ChangeWriter {
     before: { readonly id: string; readonly version: number },
     writtenVersion: number,
     params: readonly SqlParam[],
+    stored: readonly SqlParam[] | undefined,
   ): Promise<void> {
     // A row still queued for its INSERT is written first (with everything queued), so the
     // update meets the row as it would have one statement at a time.
@@ -314,6 +340,8 @@ export class ChangeWriter {
       expectedVersion: queued?.expectedVersion ?? before.version,
       writtenVersion,
       params: merged,
+      // A merged update is checked against the first one's version: it changes what that row held.
+      stored: queued === undefined ? stored : queued.stored,
     });
   }
 
@@ -334,7 +362,14 @@ export class ChangeWriter {
     const frontier = table.frontierMark ? ", frontier_due = COALESCE(?, frontier_due)" : "";
     const moved = (update: PendingUpdate): string =>
       `${table.noun} ${update.id} changed since version ${update.expectedVersion}`;
-    if (updates.length === 1 || this.tx.dialect !== "postgres") {
+    if (this.tx.dialect !== "postgres") {
+      for (const update of updates) {
+        const { sql, params } = changedColumnsUpdate(table, update);
+        await updateOne(this.tx, sql, params, () => moved(update));
+      }
+      return;
+    }
+    if (updates.length === 1) {
       for (const update of updates)
         await updateOne(
           this.tx,
@@ -407,4 +442,57 @@ export class ChangeWriter {
     }
     await this.tx.q("UPDATE runs SET frontier_due = 0 WHERE id = ? AND frontier_due = 1", [runId]);
   }
+}
+
+/**
+ * SQLite's UPDATE texts of each versioned table, by the set of columns they assign (a bit a
+ * mutable column, in their order, then one for `frontier_due`): a handful of sets recur (a
+ * stage moves the same few columns each time), and each set's text is built once.
+ */
+const CHANGED_COLUMNS_SQL = new WeakMap<VersionedTable, Map<number, string>>();
+
+/**
+ * One queued update on SQLite: the compare-and-set by id and expected version as ever, but
+ * assigning only the columns whose value differs from the row the database holds (plus
+ * `version`, always, so the statement is never empty), and `frontier_due` only when the change
+ * marks or clears it. SQLite rewrites the entries of every index (and checks every CHECK
+ * constraint) that names an assigned column, even when the value stays; most updates move only
+ * the version, a sequence and a time, none of them indexed. The row written is the same.
+ */
+function changedColumnsUpdate(
+  table: VersionedTable,
+  update: PendingUpdate,
+): { readonly sql: string; readonly params: SqlParam[] } {
+  const params: SqlParam[] = [];
+  let assigned = 0;
+  table.mutable.forEach((column, index) => {
+    const value = update.params[index] ?? null;
+    if (
+      column === "version" ||
+      update.stored === undefined ||
+      value !== (update.stored[index] ?? null)
+    ) {
+      assigned |= 1 << index;
+      params.push(value);
+    }
+  });
+  const frontierDue = table.frontierMark ? (update.params[table.mutable.length] ?? null) : null;
+  if (frontierDue !== null) {
+    assigned |= 1 << table.mutable.length;
+    params.push(frontierDue);
+  }
+  params.push(update.id, update.expectedVersion);
+  let texts = CHANGED_COLUMNS_SQL.get(table);
+  if (texts === undefined) {
+    texts = new Map();
+    CHANGED_COLUMNS_SQL.set(table, texts);
+  }
+  let sql = texts.get(assigned);
+  if (sql === undefined) {
+    const columns = table.mutable.filter((_, index) => (assigned & (1 << index)) !== 0);
+    if (frontierDue !== null) columns.push("frontier_due");
+    sql = `UPDATE ${table.rows.name} SET ${assignmentsSql(columns)} WHERE id = ? AND version = ? RETURNING id`;
+    texts.set(assigned, sql);
+  }
+  return { sql, params };
 }
