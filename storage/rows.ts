@@ -88,6 +88,11 @@ export interface RowTable<T, C extends string = string> {
   subset(params: readonly SqlParam[], columns: readonly C[]): SqlParam[];
   /** Every column but `excluded`, in their order (what an update of a row by its key rewrites). */
   columnsBut(excluded: C): C[];
+  /**
+   * `row` with the fields of `columns` read back from `params` (their values, in their order):
+   * the row a SELECT returns after an UPDATE of those columns, the others kept as `row` has them.
+   */
+  withColumns(row: T, columns: readonly C[], params: readonly SqlParam[]): T;
   typeOf(column: C): ColumnType;
 }
 
@@ -114,6 +119,12 @@ function rowTable<T>() {
       return writer;
     };
     const all = fields.map((field) => columns[field].name as ColumnNameOf<S> & string);
+    const fieldsByColumn = new Map(fields.map((field) => [columns[field].name, field]));
+    const fieldOf = (column: string): keyof T & string => {
+      const field = fieldsByColumn.get(column);
+      if (field === undefined) throw new Error(`${name} has no column ${column}`);
+      return field;
+    };
     const allWriters = all.map(writerOf);
     // The positions of a list of columns, worked out once per list (the lists are constants).
     const positionsOf = new WeakMap<readonly string[], readonly number[]>();
@@ -142,6 +153,18 @@ function rowTable<T>() {
       },
       subset: (params, named) => positions(named).map((index) => params[index] ?? null),
       columnsBut: (excluded) => all.filter((column) => column !== excluded),
+      withColumns: (row, named, params) => {
+        const stored: SqlRow = {};
+        named.forEach((column, index) => {
+          stored[column] = params[index] ?? null;
+        });
+        const value: Partial<Record<keyof T, unknown>> = { ...row };
+        for (const column of named) {
+          const field = fieldOf(column);
+          value[field] = columns[field].read(stored[column], stored);
+        }
+        return value as T;
+      },
       typeOf: (column) => {
         const type = types.get(column);
         if (type === undefined) throw new Error(`${name} has no column ${column}`);

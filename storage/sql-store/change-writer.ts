@@ -134,57 +134,69 @@ export class ChangeWriter {
     for (const { before, after } of change.runs) {
       // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
-      // Every column's value once: the update's columns and the row remembered both come from it.
-      const params = rows.RUNS.params(after);
       if (before === null) {
+        // Every column's value once: the insert's columns and the row remembered both come from it.
+        const params = rows.RUNS.params(after);
         await this.insertVersioned("runs", [...rows.RUNS.columns, "frontier_due"], after.id, [
           ...params,
           frontierDue ?? 0,
         ]);
         this.tx.known.rememberRun(after.id, readBack(rows.RUNS, params));
       } else {
+        // An update writes only the mutable columns; the row remembered is `before` with those
+        // read back, so the columns it never writes (the input's JSON among them) cost nothing.
+        const params = rows.RUNS.params(after, rows.RUN_MUTABLE_COLUMNS);
         await this.deferUpdate(
           "runs",
           before,
           after.version,
-          [...rows.RUNS.subset(params, rows.RUN_MUTABLE_COLUMNS), frontierDue],
+          [...params, frontierDue],
           this.storedParams(rows.RUNS, before, rows.RUN_MUTABLE_COLUMNS),
         );
-        this.tx.known.rememberRun(after.id, readBack(rows.RUNS, params));
+        this.tx.known.rememberRun(
+          after.id,
+          rows.RUNS.withColumns(before, rows.RUN_MUTABLE_COLUMNS, params),
+        );
       }
     }
     for (const { before, after } of change.steps) {
-      const params = rows.stepParams(after, change);
       if (before === null) {
+        const params = rows.stepParams(after, change);
         await this.insertVersioned("step_runs", rows.STEP_INSERT_COLUMNS, after.id, params);
+        // The position last among `params` is this change's, not the row's: a step read back has none.
         this.tx.known.steps.inserted(readBack(rows.STEPS, params));
       } else {
+        const params = rows.STEPS.params(after, rows.STEP_MUTABLE_COLUMNS);
         await this.deferUpdate(
           "step_runs",
           before,
           after.version,
-          rows.STEPS.subset(params, rows.STEP_MUTABLE_COLUMNS),
+          params,
           this.storedParams(rows.STEPS, before, rows.STEP_MUTABLE_COLUMNS),
         );
-        // The position last among `params` is this change's, not the row's: a step read back has none.
-        this.tx.known.steps.remember(readBack(rows.STEPS, params));
+        this.tx.known.steps.remember(
+          rows.STEPS.withColumns(before, rows.STEP_MUTABLE_COLUMNS, params),
+        );
       }
     }
     for (const { before, after } of change.attempts) {
       this.tx.known.attemptWritten(before, after);
-      const params = rows.ATTEMPTS.params(after);
       if (before === null) {
+        const params = rows.ATTEMPTS.params(after);
         await this.insertVersioned("run_attempts", rows.ATTEMPTS.columns, after.id, params);
         this.tx.known.attempts.inserted(readBack(rows.ATTEMPTS, params));
       } else {
+        const params = rows.ATTEMPTS.params(after, rows.ATTEMPT_MUTABLE_COLUMNS);
         await this.deferUpdate(
           "run_attempts",
           before,
           after.version,
-          rows.ATTEMPTS.subset(params, rows.ATTEMPT_MUTABLE_COLUMNS),
+          params,
           this.storedParams(rows.ATTEMPTS, before, rows.ATTEMPT_MUTABLE_COLUMNS),
         );
-        this.tx.known.attempts.remember(readBack(rows.ATTEMPTS, params));
+        this.tx.known.attempts.remember(
+          rows.ATTEMPTS.withColumns(before, rows.ATTEMPT_MUTABLE_COLUMNS, params),
+        );
       }
     }
     this.deferRows(rows.EVENTS, change.events);

@@ -257,5 +257,56 @@ for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
         });
       }
     });
+
+    it("what the store remembers after its updates is what the database holds", async () => {
+      // No read past the store here: that would make the store forget what it remembers.
+      const runId = await newRun();
+      const [run, [step]] = await store.transaction(
+        async (tx) => [await tx.getRun(runId), await tx.getSteps(runId)] as const,
+      );
+      if (run === null || step === undefined) throw new Error("a diamond run has steps");
+      const claimed = claimedAttempt(
+        { id: `${runId}-a1`, runId, stepRunId: step.id, stepRunVersion: step.version, number: 1 },
+        EXECUTION,
+        clock.nowMs(),
+      );
+      const ready = { ...step, version: step.version + 1, status: "ready" as const, readyAtMs: 7 };
+      await apply({
+        runs: [
+          {
+            before: run,
+            after: { ...run, version: run.version + 1, updatedAtMs: clock.advance(1) },
+          },
+        ],
+        steps: [{ before: step, after: ready }],
+        attempts: [{ before: null, after: claimed }],
+      });
+      await apply({
+        steps: [
+          { before: ready, after: { ...ready, version: ready.version + 1, status: "running" } },
+        ],
+        attempts: [
+          {
+            before: claimed,
+            after: { ...claimed, version: 2, status: "succeeded", exitCode: 0, output: { n: 1 } },
+          },
+        ],
+      });
+      await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
+      const read = (from: SqlStore) =>
+        from.transaction(async (tx) => {
+          await tx.observe(clock.nowMs());
+          return {
+            run: await tx.getRun(runId),
+            steps: await tx.getSteps(runId),
+            attempt: await tx.getAttempt(claimed.id),
+          };
+        });
+      const remembered = await read(store);
+      expect(remembered.attempt?.output).toEqual({ n: 1 });
+      // A second store on the same driver remembers nothing: it reads every row from the database.
+      const fresh = await openSqlStore(driver, migrationsFor(driver.dialect), clock.nowMs());
+      expect(await read(fresh)).toEqual(remembered);
+    });
   });
 }
