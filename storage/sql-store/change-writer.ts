@@ -6,7 +6,6 @@ import type { ColumnType } from "../rows.ts";
 import { admissionKey } from "../transaction-rows.ts";
 import {
   assignmentsSql,
-  insertSql,
   MAX_BOUND_PARAMETERS,
   MAX_BOUND_PARAMETERS_POSTGRES,
   updateOne,
@@ -67,6 +66,39 @@ interface PendingUpdate {
    * the UPDATE sets only the columns whose value differs (see `changedColumnsUpdate`).
    */
   readonly stored: readonly SqlParam[] | undefined;
+}
+
+/** A new run's columns: its row's, and its frontier mark. */
+const RUN_INSERT_COLUMNS = [...rows.RUNS.columns, "frontier_due"];
+
+/**
+ * INSERT texts by their column list (always one of this module's constant lists), then by table,
+ * width and row count: each is built once. The counts of a page's rows recur, and handing the
+ * same string to every statement also spares hashing a new one in each cache keyed by text
+ * (the transaction's rewrites, the driver's prepared statements).
+ */
+const INSERT_SQL = new WeakMap<readonly string[], Map<string, string>>();
+
+/** `INSERT INTO table (columns) VALUES (?, …), …`: `count` rows of `width` parameters each. */
+function multiRowInsertSql(
+  table: string,
+  columns: readonly string[],
+  width: number,
+  count: number,
+): string {
+  let texts = INSERT_SQL.get(columns);
+  if (texts === undefined) {
+    texts = new Map();
+    INSERT_SQL.set(columns, texts);
+  }
+  const key = `${table} ${width} ${count}`;
+  let sql = texts.get(key);
+  if (sql === undefined) {
+    const tuple = `(${Array.from({ length: width }, () => "?").join(", ")})`;
+    sql = `INSERT INTO ${table} (${columns.join(", ")}) VALUES ${Array.from({ length: count }, () => tuple).join(", ")}`;
+    texts.set(key, sql);
+  }
+  return sql;
 }
 
 /** A row as a SELECT of `table` would return it, from the parameters that wrote its columns in order. */
@@ -137,7 +169,7 @@ export class ChangeWriter {
       if (before === null) {
         // Every column's value once: the insert's columns and the row remembered both come from it.
         const params = rows.RUNS.params(after);
-        await this.insertVersioned("runs", [...rows.RUNS.columns, "frontier_due"], after.id, [
+        await this.insertVersioned("runs", RUN_INSERT_COLUMNS, after.id, [
           ...params,
           frontierDue ?? 0,
         ]);
@@ -313,7 +345,7 @@ export class ChangeWriter {
       return;
     }
     if (this.pendingUpdates.size > 0) await this.flushWhere((table) => table in VERSIONED_TABLES);
-    await this.tx.q(insertSql(table, columns), params);
+    await this.tx.q(multiRowInsertSql(table, columns, params.length, 1), params);
   }
 
   /**
@@ -430,16 +462,14 @@ export class ChangeWriter {
     columns: readonly string[],
     rowsToInsert: readonly SqlParam[][],
   ): Promise<void> {
-    const insertPrefix = `INSERT INTO ${table} (${columns.join(", ")}) VALUES`;
     const width = rowsToInsert[0]?.length ?? 0;
     if (width === 0) return;
     const bound =
       this.tx.dialect === "postgres" ? MAX_BOUND_PARAMETERS_POSTGRES : MAX_BOUND_PARAMETERS;
     const perStatement = Math.max(1, Math.floor(bound / width));
-    const tuple = `(${Array.from({ length: width }, () => "?").join(", ")})`;
     for (let start = 0; start < rowsToInsert.length; start += perStatement) {
       const chunk = rowsToInsert.slice(start, start + perStatement);
-      await this.tx.q(`${insertPrefix} ${chunk.map(() => tuple).join(", ")}`, chunk.flat());
+      await this.tx.q(multiRowInsertSql(table, columns, width, chunk.length), chunk.flat());
     }
   }
 
