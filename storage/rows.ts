@@ -267,6 +267,21 @@ export const RUN_MUTABLE_COLUMNS = [
 ] as const satisfies readonly (typeof RUNS.columns)[number][];
 
 /**
+ * The mutable columns an update assigns on SQLite only when their value changed: those an
+ * index (its key or its WHERE), a CHECK constraint or a foreign key of the table names. SQLite
+ * rewrites the entries of every index naming an assigned column and checks every constraint
+ * naming one, even when the value stays; the other columns cost nothing more to assign (the
+ * row is written whole either way), and assigning them always keeps the statement texts few.
+ * test/storage/changed-columns-updates.test.ts reads the schema to keep these lists whole.
+ */
+export const RUN_COLUMNS_WRITTEN_WHEN_CHANGED = [
+  "status",
+  "cancel_requested_at_ms",
+  "cancel_reason",
+  "finished_at_ms",
+] as const satisfies readonly (typeof RUN_MUTABLE_COLUMNS)[number][];
+
+/**
  * A step's columns but `position`, which only orders a run's steps: it is written once, when the
  * step is inserted (`stepParams`), and read by no step.
  */
@@ -302,6 +317,11 @@ export const STEP_MUTABLE_COLUMNS = [
   "finished_at_ms",
   "output",
 ] as const satisfies readonly (typeof STEPS.columns)[number][];
+
+/** See RUN_COLUMNS_WRITTEN_WHEN_CHANGED. */
+export const STEP_COLUMNS_WRITTEN_WHEN_CHANGED = [
+  "status",
+] as const satisfies readonly (typeof STEP_MUTABLE_COLUMNS)[number][];
 
 /** New steps are stored at their position in the change set, which is the plan's topological order. */
 export function stepParams(step: StepRun, change: ChangeSet): SqlParam[] {
@@ -362,6 +382,15 @@ export const ATTEMPT_MUTABLE_COLUMNS = [
   "owner_node_id",
   "output",
 ] as const satisfies readonly (typeof ATTEMPTS.columns)[number][];
+
+/** See RUN_COLUMNS_WRITTEN_WHEN_CHANGED. */
+export const ATTEMPT_COLUMNS_WRITTEN_WHEN_CHANGED = [
+  "status",
+  "stop_reason",
+  "lease_expires_at_ms",
+  "lease_secret_digest",
+  "owner_node_id",
+] as const satisfies readonly (typeof ATTEMPT_MUTABLE_COLUMNS)[number][];
 
 /**
  * The id column as stored: NULL for the id derived from the run and sequence (every `evt:`

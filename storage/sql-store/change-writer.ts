@@ -21,6 +21,8 @@ import {
 interface VersionedTable {
   readonly rows: rows.RowTable<unknown>;
   readonly mutable: readonly string[];
+  /** The mutable columns SQLite's update assigns only when changed (see rows.ts). */
+  readonly writtenWhenChanged: ReadonlySet<string>;
   /** What a conflict message calls a row. */
   readonly noun: string;
   readonly frontierMark: boolean;
@@ -30,18 +32,21 @@ const VERSIONED_TABLES = {
   runs: {
     rows: rows.RUNS,
     mutable: rows.RUN_MUTABLE_COLUMNS,
+    writtenWhenChanged: new Set(rows.RUN_COLUMNS_WRITTEN_WHEN_CHANGED),
     noun: "run",
     frontierMark: true,
   },
   step_runs: {
     rows: rows.STEPS,
     mutable: rows.STEP_MUTABLE_COLUMNS,
+    writtenWhenChanged: new Set(rows.STEP_COLUMNS_WRITTEN_WHEN_CHANGED),
     noun: "step run",
     frontierMark: false,
   },
   run_attempts: {
     rows: rows.ATTEMPTS,
     mutable: rows.ATTEMPT_MUTABLE_COLUMNS,
+    writtenWhenChanged: new Set(rows.ATTEMPT_COLUMNS_WRITTEN_WHEN_CHANGED),
     noun: "attempt",
     frontierMark: false,
   },
@@ -488,18 +493,21 @@ export class ChangeWriter {
 
 /**
  * SQLite's UPDATE texts of each versioned table, by the set of columns they assign (a bit a
- * mutable column, in their order, then one for `frontier_due`): a handful of sets recur (a
- * stage moves the same few columns each time), and each set's text is built once.
+ * mutable column, in their order, then one for `frontier_due`): at most 2^6 sets a table, a
+ * few of them in use (a stage changes the same indexed columns each time), each text built once.
  */
 const CHANGED_COLUMNS_SQL = new WeakMap<VersionedTable, Map<number, string>>();
 
 /**
- * One queued update on SQLite: the compare-and-set by id and expected version as ever, but
- * assigning only the columns whose value differs from the row the database holds (plus
- * `version`, always, so the statement is never empty), and `frontier_due` only when the change
- * marks or clears it. SQLite rewrites the entries of every index (and checks every CHECK
- * constraint) that names an assigned column, even when the value stays; most updates move only
- * the version, a sequence and a time, none of them indexed. The row written is the same.
+ * One queued update on SQLite: the compare-and-set by id and expected version as ever, but an
+ * indexed or constrained column (`writtenWhenChanged`) is assigned only when its value differs
+ * from the row the database holds, and `frontier_due` only when the change marks or clears it.
+ * SQLite rewrites the entries of every index (and checks every constraint) that names an
+ * assigned column, even when the value stays; most updates move only the version, a sequence
+ * and a time, none of them indexed. Every other mutable column is assigned always: that costs
+ * nothing more (the row is written whole) and keeps the texts few, where one text per set of
+ * changed columns measured more statements prepared again than index entries saved. The row
+ * written is the same.
  */
 function changedColumnsUpdate(
   table: VersionedTable,
@@ -510,7 +518,7 @@ function changedColumnsUpdate(
   table.mutable.forEach((column, index) => {
     const value = update.params[index] ?? null;
     if (
-      column === "version" ||
+      !table.writtenWhenChanged.has(column) ||
       update.stored === undefined ||
       value !== (update.stored[index] ?? null)
     ) {

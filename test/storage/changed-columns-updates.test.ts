@@ -4,20 +4,22 @@ import { EMPTY_CHANGE_SET, type ChangeSet } from "../../src/model.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
 import type { LocalProcessRevision } from "../../src/packages.ts";
 import type { SqlDriver, SqlParam, SqlRow } from "../../storage/driver.ts";
+import * as rows from "../../storage/rows.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import { driverNamed } from "../support/drivers.ts";
 import { diamondManifest, SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
 
 /**
- * On SQLite a compare-and-set update of a run, step or attempt assigns only the columns whose
- * value differs from the row the database holds (storage/sql-store/change-writer.ts), since
- * SQLite rewrites every index entry of an assigned column, changed or not. The driver below
- * reads each such row just before its UPDATE runs, so every assignment is checked against what
- * the database held; and the rows read past the store afterwards show that every change was
- * written.
+ * On SQLite a compare-and-set update of a run, step or attempt assigns an indexed or constrained
+ * column only when its value differs from the row the database holds, and every other mutable
+ * column always (storage/sql-store/change-writer.ts, storage/rows.ts): SQLite rewrites every
+ * index entry of an assigned column, changed or not, while a few statement texts stay prepared.
+ * The driver below reads each such row just before its UPDATE runs, so every assignment is
+ * checked against what the database held; the rows read past the store afterwards show that
+ * every change was written; and the schema is read to show that no column assigned always is
+ * named by an index or a constraint.
  */
-
 /** An UPDATE of a versioned table as the change writer sends it, and the row it met. */
 interface RecordedUpdate {
   readonly table: string;
@@ -39,8 +41,50 @@ const EXECUTION: LocalProcessRevision = {
   shell: false,
 };
 
+const MUTABLE: Record<string, readonly string[]> = {
+  runs: rows.RUN_MUTABLE_COLUMNS,
+  step_runs: rows.STEP_MUTABLE_COLUMNS,
+  run_attempts: rows.ATTEMPT_MUTABLE_COLUMNS,
+};
+
+const WRITTEN_WHEN_CHANGED: Record<string, readonly string[]> = {
+  runs: rows.RUN_COLUMNS_WRITTEN_WHEN_CHANGED,
+  step_runs: rows.STEP_COLUMNS_WRITTEN_WHEN_CHANGED,
+  run_attempts: rows.ATTEMPT_COLUMNS_WRITTEN_WHEN_CHANGED,
+};
+
+/**
+ * What an update of `table` assigns when `changed` are the columns written only when changed
+ * that changed (`frontier_due` for a mark): every other mutable column, always, in their order.
+ */
+function assigning(table: string, changed: readonly string[]): string[] {
+  const conditional = WRITTEN_WHEN_CHANGED[table] ?? [];
+  return [
+    ...(MUTABLE[table] ?? []).filter(
+      (column) => !conditional.includes(column) || changed.includes(column),
+    ),
+    ...(changed.includes("frontier_due") ? ["frontier_due"] : []),
+  ];
+}
+
+/** The column definitions and table constraints of a CREATE TABLE text: its top-level commas' parts. */
+function definitionsOf(createTable: string): string[] {
+  const parts: string[] = [];
+  let depth = 0;
+  let part = "";
+  for (const character of createTable) {
+    if (character === "(") depth += 1;
+    if (character === ")") depth -= 1;
+    if (character === "," && depth === 1) {
+      parts.push(part);
+      part = "";
+    } else part += character;
+  }
+  return [...parts, part];
+}
+
 for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
-  describe(`versioned updates on ${driverName} assign only changed columns`, () => {
+  describe(`versioned updates on ${driverName} assign an indexed column only when it changed`, () => {
     let driver: SqlDriver;
     let store: SqlStore;
     const updates: RecordedUpdate[] = [];
@@ -122,7 +166,7 @@ for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
       return row;
     }
 
-    it("a run update that moves its version, event sequence and time assigns those three", async () => {
+    it("a run update that moves its version, event sequence and time assigns none of its indexed columns", async () => {
       const runId = await newRun();
       const run = await store.transaction((tx) => tx.getRun(runId));
       if (run === null) throw new Error("the run was started");
@@ -134,7 +178,7 @@ for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
       };
       const [update, ...more] = await updatesOf(() => apply({ runs: [{ before: run, after }] }));
       expect(more).toEqual([]);
-      expect(update?.assigned).toEqual(["version", "event_seq", "updated_at_ms"]);
+      expect(update?.assigned).toEqual(assigning("runs", []));
       expect(await stored("runs", runId)).toMatchObject({
         status: run.status,
         version: after.version,
@@ -153,7 +197,7 @@ for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
       const [mark] = await updatesOf(() =>
         apply({ runs: [{ before: run, after: marked }], frontierDue: [runId] }),
       );
-      expect(mark?.assigned).toEqual(["version", "frontier_due"]);
+      expect(mark?.assigned).toEqual(assigning("runs", ["frontier_due"]));
       expect(await stored("runs", runId)).toMatchObject({
         version: marked.version,
         frontier_due: 1,
@@ -168,7 +212,7 @@ for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
         }),
       );
       expect(more).toEqual([]);
-      expect(clear?.assigned).toEqual(["status", "version", "frontier_due"]);
+      expect(clear?.assigned).toEqual(assigning("runs", ["status", "frontier_due"]));
       expect(await stored("runs", runId)).toMatchObject({
         status: "cancelled",
         version: cleared.version,
@@ -176,39 +220,56 @@ for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
       });
     });
 
-    it("two updates of a step in one transaction assign what differs from the stored row, a value changed back included", async () => {
+    it("two updates of a run in one transaction assign the indexed columns that differ from the stored row, a value changed back included", async () => {
       const runId = await newRun();
-      const [step] = await store.transaction((tx) => tx.getSteps(runId));
-      if (step === undefined) throw new Error("a diamond run has steps");
-      // The first changes the status, which the second changes back, and a finish time, which the
-      // second keeps: one statement, checked against the stored row, writes the time, not the status.
+      const run = await store.transaction((tx) => tx.getRun(runId));
+      if (run === null) throw new Error("the run was started");
+      // The first changes the status, which the second changes back, and the finish time, which
+      // the second keeps: one statement, checked against the stored row, assigns the time alone.
       const first = {
-        ...step,
-        version: step.version + 1,
-        status: "skipped" as const,
-        readyAtMs: 1,
-        finishedAtMs: 5,
+        ...run,
+        version: run.version + 1,
+        status: "cancelled" as const,
+        finishedAtMs: clock.advance(1),
       };
-      const second = { ...first, version: first.version + 1, status: step.status, readyAtMs: 2 };
+      const second = { ...first, version: first.version + 1, status: run.status };
       const [update, ...more] = await updatesOf(() =>
         apply({
-          steps: [
-            { before: step, after: first },
+          runs: [
+            { before: run, after: first },
             { before: first, after: second },
           ],
         }),
       );
       expect(more).toEqual([]);
-      expect(update?.assigned).toEqual(["version", "ready_at_ms", "finished_at_ms"]);
-      expect(await stored("step_runs", step.id)).toMatchObject({
-        status: step.status,
+      expect(update?.assigned).toEqual(assigning("runs", ["finished_at_ms"]));
+      expect(await stored("runs", runId)).toMatchObject({
+        status: run.status,
         version: second.version,
-        ready_at_ms: 2,
-        finished_at_ms: 5,
+        finished_at_ms: first.finishedAtMs,
       });
     });
 
-    it("an attempt update assigns its moved columns, and the stored row holds every change", async () => {
+    it("a step update assigns its status only when it changed", async () => {
+      const runId = await newRun();
+      const [step] = await store.transaction((tx) => tx.getSteps(runId));
+      if (step === undefined) throw new Error("a diamond run has steps");
+      const kept = { ...step, version: step.version + 1, readyAtMs: 1 };
+      const [keeping] = await updatesOf(() => apply({ steps: [{ before: step, after: kept }] }));
+      expect(keeping?.assigned).toEqual(assigning("step_runs", []));
+      const skipped = { ...kept, version: kept.version + 1, status: "skipped" as const };
+      const [changing] = await updatesOf(() =>
+        apply({ steps: [{ before: kept, after: skipped }] }),
+      );
+      expect(changing?.assigned).toEqual(assigning("step_runs", ["status"]));
+      expect(await stored("step_runs", step.id)).toMatchObject({
+        status: "skipped",
+        version: skipped.version,
+        ready_at_ms: 1,
+      });
+    });
+
+    it("an attempt update assigns its changed indexed columns, and the stored row holds every change", async () => {
       const runId = await newRun();
       const [step] = await store.transaction((tx) => tx.getSteps(runId));
       if (step === undefined) throw new Error("a diamond run has steps");
@@ -225,36 +286,71 @@ for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
         startedAtMs: clock.advance(3),
         pid: 4_321,
         output: { answer: 42 },
+        ownerNodeId: "node-a",
       };
       const [update] = await updatesOf(() =>
         apply({ attempts: [{ before: claimed, after: running }] }),
       );
-      expect(update?.assigned).toEqual(["status", "version", "started_at_ms", "pid", "output"]);
+      expect(update?.assigned).toEqual(assigning("run_attempts", ["status", "owner_node_id"]));
       expect(await stored("run_attempts", claimed.id)).toMatchObject({
         status: "running",
         version: running.version,
         started_at_ms: running.startedAtMs,
         pid: 4_321,
         output: '{"answer":42}',
-        owner_node_id: claimed.ownerNodeId,
+        owner_node_id: "node-a",
+        lease_expires_at_ms: null,
       });
     });
 
-    it("every update sent so far, a cancel's included, assigned no column that kept its value", async () => {
+    it("every update sent so far, a cancel's included, assigned no indexed column that kept its value", async () => {
       const runId = await newRun();
       await store.transaction(async (tx) => cancelRun(tx, runId, await tx.observe(clock.nowMs())));
       expect(updates.some((update) => update.before.id === runId)).toBe(true);
       for (const update of updates) {
         update.assigned.forEach((column, index) => {
-          // The version is always assigned (an update is never empty); a frontier mark is the
-          // change's to set, whatever the row held.
-          if (column === "version" || column === "frontier_due") return;
+          // A frontier mark is the change's to set, whatever the row held.
+          if (!WRITTEN_WHEN_CHANGED[update.table]?.includes(column)) return;
           expect({ table: update.table, column, value: update.params[index] ?? null }).not.toEqual({
             table: update.table,
             column,
             value: update.before[column] ?? null,
           });
         });
+      }
+    });
+
+    it("every mutable column assigned always is named by no index, constraint or foreign key", async () => {
+      const schema = await driver.transaction((tx) =>
+        tx.query<{ tbl_name: string; type: string; sql: string }>(
+          "SELECT tbl_name, type, sql FROM sqlite_master WHERE sql IS NOT NULL",
+        ),
+      );
+      for (const [table, mutable] of Object.entries(MUTABLE)) {
+        const always = mutable.filter((column) => !WRITTEN_WHEN_CHANGED[table]?.includes(column));
+        expect(always).toContain("version");
+        // Each index's whole text, and each column or table constraint of the table that constrains.
+        const constraining = schema
+          .filter((entry) => entry.tbl_name === table)
+          .flatMap((entry) =>
+            entry.type === "index"
+              ? [entry.sql]
+              : definitionsOf(entry.sql).filter((part) => /CHECK|REFERENCES|UNIQUE/.test(part)),
+          );
+        expect(constraining.length).toBeGreaterThan(0);
+        for (const column of always)
+          for (const text of constraining)
+            expect({
+              table,
+              column,
+              named: new RegExp(`\\b${column}\\b`).test(text),
+              text,
+            }).toEqual({
+              table,
+              column,
+              named: false,
+              text,
+            });
       }
     });
 
