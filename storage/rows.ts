@@ -81,11 +81,6 @@ export interface RowTable<T, C extends string = string> {
   readonly read: (row: SqlRow) => T;
   /** The parameters that write `columns` (every column unless named) of `value`, in their order. */
   params(value: T, columns?: readonly C[]): SqlParam[];
-  /**
-   * The values of `columns` picked from `params`, the parameters of every column in order (as
-   * `params(value)` returns them): what `params(value, columns)` would compute again.
-   */
-  subset(params: readonly SqlParam[], columns: readonly C[]): SqlParam[];
   /** Every column but `excluded`, in their order (what an update of a row by its key rewrites). */
   columnsBut(excluded: C): C[];
   /**
@@ -126,20 +121,6 @@ function rowTable<T>() {
       return field;
     };
     const allWriters = all.map(writerOf);
-    // The positions of a list of columns, worked out once per list (the lists are constants).
-    const positionsOf = new WeakMap<readonly string[], readonly number[]>();
-    const positions = (named: readonly string[]): readonly number[] => {
-      let found = positionsOf.get(named);
-      if (found === undefined) {
-        found = named.map((column) => {
-          const index = all.indexOf(column as ColumnNameOf<S> & string);
-          if (index < 0) throw new Error(`${name} has no column ${column}`);
-          return index;
-        });
-        positionsOf.set(named, found);
-      }
-      return found;
-    };
     return {
       name,
       columns: all,
@@ -151,7 +132,6 @@ function rowTable<T>() {
         }
         return value as T;
       },
-      subset: (params, named) => positions(named).map((index) => params[index] ?? null),
       columnsBut: (excluded) => all.filter((column) => column !== excluded),
       withColumns: (row, named, params) => {
         const stored: SqlRow = {};
