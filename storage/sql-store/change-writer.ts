@@ -6,7 +6,6 @@ import type { ColumnType } from "../rows.ts";
 import { admissionKey } from "../transaction-rows.ts";
 import {
   assignmentsSql,
-  insertSql,
   MAX_BOUND_PARAMETERS,
   MAX_BOUND_PARAMETERS_POSTGRES,
   updateOne,
@@ -22,6 +21,8 @@ import {
 interface VersionedTable {
   readonly rows: rows.RowTable<unknown>;
   readonly mutable: readonly string[];
+  /** The mutable columns SQLite's update assigns only when changed (see rows.ts). */
+  readonly writtenWhenChanged: ReadonlySet<string>;
   /** What a conflict message calls a row. */
   readonly noun: string;
   readonly frontierMark: boolean;
@@ -31,18 +32,21 @@ const VERSIONED_TABLES = {
   runs: {
     rows: rows.RUNS,
     mutable: rows.RUN_MUTABLE_COLUMNS,
+    writtenWhenChanged: new Set(rows.RUN_COLUMNS_WRITTEN_WHEN_CHANGED),
     noun: "run",
     frontierMark: true,
   },
   step_runs: {
     rows: rows.STEPS,
     mutable: rows.STEP_MUTABLE_COLUMNS,
+    writtenWhenChanged: new Set(rows.STEP_COLUMNS_WRITTEN_WHEN_CHANGED),
     noun: "step run",
     frontierMark: false,
   },
   run_attempts: {
     rows: rows.ATTEMPTS,
     mutable: rows.ATTEMPT_MUTABLE_COLUMNS,
+    writtenWhenChanged: new Set(rows.ATTEMPT_COLUMNS_WRITTEN_WHEN_CHANGED),
     noun: "attempt",
     frontierMark: false,
   },
@@ -61,6 +65,45 @@ interface PendingUpdate {
   readonly writtenVersion: number;
   /** The mutable columns' values, in their order; then `frontier_due` for runs (null: keep). */
   readonly params: readonly SqlParam[];
+  /**
+   * SQLite only (undefined on PostgreSQL): the mutable columns' values of the row the database
+   * holds at `expectedVersion` (the first merged update's `before`), in their order, so that
+   * the UPDATE sets only the columns whose value differs (see `changedColumnsUpdate`).
+   */
+  readonly stored: readonly SqlParam[] | undefined;
+}
+
+/** A new run's columns: its row's, and its frontier mark. */
+const RUN_INSERT_COLUMNS = [...rows.RUNS.columns, "frontier_due"];
+
+/**
+ * INSERT texts by their column list (always one of this module's constant lists), then by table,
+ * width and row count: each is built once. The counts of a page's rows recur, and handing the
+ * same string to every statement also spares hashing a new one in each cache keyed by text
+ * (the transaction's rewrites, the driver's prepared statements).
+ */
+const INSERT_SQL = new WeakMap<readonly string[], Map<string, string>>();
+
+/** `INSERT INTO table (columns) VALUES (?, …), …`: `count` rows of `width` parameters each. */
+function multiRowInsertSql(
+  table: string,
+  columns: readonly string[],
+  width: number,
+  count: number,
+): string {
+  let texts = INSERT_SQL.get(columns);
+  if (texts === undefined) {
+    texts = new Map();
+    INSERT_SQL.set(columns, texts);
+  }
+  const key = `${table} ${width} ${count}`;
+  let sql = texts.get(key);
+  if (sql === undefined) {
+    const tuple = `(${Array.from({ length: width }, () => "?").join(", ")})`;
+    sql = `INSERT INTO ${table} (${columns.join(", ")}) VALUES ${Array.from({ length: count }, () => tuple).join(", ")}`;
+    texts.set(key, sql);
+  }
+  return sql;
 }
 
 /** A row as a SELECT of `table` would return it, from the parameters that wrote its columns in order. */
@@ -128,52 +171,69 @@ export class ChangeWriter {
     for (const { before, after } of change.runs) {
       // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
-      // Every column's value once: the update's columns and the row remembered both come from it.
-      const params = rows.RUNS.params(after);
       if (before === null) {
-        await this.insertVersioned("runs", [...rows.RUNS.columns, "frontier_due"], after.id, [
+        // Every column's value once: the insert's columns and the row remembered both come from it.
+        const params = rows.RUNS.params(after);
+        await this.insertVersioned("runs", RUN_INSERT_COLUMNS, after.id, [
           ...params,
           frontierDue ?? 0,
         ]);
         this.tx.known.rememberRun(after.id, readBack(rows.RUNS, params));
       } else {
-        await this.deferUpdate("runs", before, after.version, [
-          ...rows.RUNS.subset(params, rows.RUN_MUTABLE_COLUMNS),
-          frontierDue,
-        ]);
-        this.tx.known.rememberRun(after.id, readBack(rows.RUNS, params));
+        // An update writes only the mutable columns; the row remembered is `before` with those
+        // read back, so the columns it never writes (the input's JSON among them) cost nothing.
+        const params = rows.RUNS.params(after, rows.RUN_MUTABLE_COLUMNS);
+        await this.deferUpdate(
+          "runs",
+          before,
+          after.version,
+          [...params, frontierDue],
+          this.storedParams(rows.RUNS, before, rows.RUN_MUTABLE_COLUMNS),
+        );
+        this.tx.known.rememberRun(
+          after.id,
+          rows.RUNS.withColumns(before, rows.RUN_MUTABLE_COLUMNS, params),
+        );
       }
     }
     for (const { before, after } of change.steps) {
-      const params = rows.stepParams(after, change);
       if (before === null) {
+        const params = rows.stepParams(after, change);
         await this.insertVersioned("step_runs", rows.STEP_INSERT_COLUMNS, after.id, params);
+        // The position last among `params` is this change's, not the row's: a step read back has none.
         this.tx.known.steps.inserted(readBack(rows.STEPS, params));
       } else {
+        const params = rows.STEPS.params(after, rows.STEP_MUTABLE_COLUMNS);
         await this.deferUpdate(
           "step_runs",
           before,
           after.version,
-          rows.STEPS.subset(params, rows.STEP_MUTABLE_COLUMNS),
+          params,
+          this.storedParams(rows.STEPS, before, rows.STEP_MUTABLE_COLUMNS),
         );
-        // The position last among `params` is this change's, not the row's: a step read back has none.
-        this.tx.known.steps.remember(readBack(rows.STEPS, params));
+        this.tx.known.steps.remember(
+          rows.STEPS.withColumns(before, rows.STEP_MUTABLE_COLUMNS, params),
+        );
       }
     }
     for (const { before, after } of change.attempts) {
       this.tx.known.attemptWritten(before, after);
-      const params = rows.ATTEMPTS.params(after);
       if (before === null) {
+        const params = rows.ATTEMPTS.params(after);
         await this.insertVersioned("run_attempts", rows.ATTEMPTS.columns, after.id, params);
         this.tx.known.attempts.inserted(readBack(rows.ATTEMPTS, params));
       } else {
+        const params = rows.ATTEMPTS.params(after, rows.ATTEMPT_MUTABLE_COLUMNS);
         await this.deferUpdate(
           "run_attempts",
           before,
           after.version,
-          rows.ATTEMPTS.subset(params, rows.ATTEMPT_MUTABLE_COLUMNS),
+          params,
+          this.storedParams(rows.ATTEMPTS, before, rows.ATTEMPT_MUTABLE_COLUMNS),
         );
-        this.tx.known.attempts.remember(readBack(rows.ATTEMPTS, params));
+        this.tx.known.attempts.remember(
+          rows.ATTEMPTS.withColumns(before, rows.ATTEMPT_MUTABLE_COLUMNS, params),
+        );
       }
     }
     this.deferRows(rows.EVENTS, change.events);
@@ -188,6 +248,20 @@ export class ChangeWriter {
         admissionKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion),
         JSON.stringify(receipt),
       );
+  }
+
+  /**
+   * The mutable columns' values of `before`, the row as the database holds it at its version
+   * (every write of these tables goes through `queue` and moves the version), on SQLite, where
+   * an UPDATE that names an indexed column rewrites that index's entries even when the value
+   * stays. PostgreSQL writes a whole new row version either way and gets undefined.
+   */
+  private storedParams<T, C extends string>(
+    table: rows.RowTable<T, C>,
+    before: T,
+    mutable: readonly C[],
+  ): SqlParam[] | undefined {
+    return this.tx.dialect === "postgres" ? undefined : table.params(before, mutable);
   }
 
   /** Queues `values` as rows of `table` for `flush`, every column written. */
@@ -276,7 +350,7 @@ export class ChangeWriter {
       return;
     }
     if (this.pendingUpdates.size > 0) await this.flushWhere((table) => table in VERSIONED_TABLES);
-    await this.tx.q(insertSql(table, columns), params);
+    await this.tx.q(multiRowInsertSql(table, columns, params.length, 1), params);
   }
 
   /**
@@ -291,6 +365,7 @@ export class ChangeWriter {
     before: { readonly id: string; readonly version: number },
     writtenVersion: number,
     params: readonly SqlParam[],
+    stored: readonly SqlParam[] | undefined,
   ): Promise<void> {
     // A row still queued for its INSERT is written first (with everything queued), so the
     // update meets the row as it would have one statement at a time.
@@ -314,6 +389,8 @@ export class ChangeWriter {
       expectedVersion: queued?.expectedVersion ?? before.version,
       writtenVersion,
       params: merged,
+      // A merged update is checked against the first one's version: it changes what that row held.
+      stored: queued === undefined ? stored : queued.stored,
     });
   }
 
@@ -334,7 +411,14 @@ export class ChangeWriter {
     const frontier = table.frontierMark ? ", frontier_due = COALESCE(?, frontier_due)" : "";
     const moved = (update: PendingUpdate): string =>
       `${table.noun} ${update.id} changed since version ${update.expectedVersion}`;
-    if (updates.length === 1 || this.tx.dialect !== "postgres") {
+    if (this.tx.dialect !== "postgres") {
+      for (const update of updates) {
+        const { sql, params } = changedColumnsUpdate(table, update);
+        await updateOne(this.tx, sql, params, () => moved(update));
+      }
+      return;
+    }
+    if (updates.length === 1) {
       for (const update of updates)
         await updateOne(
           this.tx,
@@ -383,16 +467,14 @@ export class ChangeWriter {
     columns: readonly string[],
     rowsToInsert: readonly SqlParam[][],
   ): Promise<void> {
-    const insertPrefix = `INSERT INTO ${table} (${columns.join(", ")}) VALUES`;
     const width = rowsToInsert[0]?.length ?? 0;
     if (width === 0) return;
     const bound =
       this.tx.dialect === "postgres" ? MAX_BOUND_PARAMETERS_POSTGRES : MAX_BOUND_PARAMETERS;
     const perStatement = Math.max(1, Math.floor(bound / width));
-    const tuple = `(${Array.from({ length: width }, () => "?").join(", ")})`;
     for (let start = 0; start < rowsToInsert.length; start += perStatement) {
       const chunk = rowsToInsert.slice(start, start + perStatement);
-      await this.tx.q(`${insertPrefix} ${chunk.map(() => tuple).join(", ")}`, chunk.flat());
+      await this.tx.q(multiRowInsertSql(table, columns, width, chunk.length), chunk.flat());
     }
   }
 
@@ -407,4 +489,60 @@ export class ChangeWriter {
     }
     await this.tx.q("UPDATE runs SET frontier_due = 0 WHERE id = ? AND frontier_due = 1", [runId]);
   }
+}
+
+/**
+ * SQLite's UPDATE texts of each versioned table, by the set of columns they assign (a bit a
+ * mutable column, in their order, then one for `frontier_due`): at most 2^6 sets a table, a
+ * few of them in use (a stage changes the same indexed columns each time), each text built once.
+ */
+const CHANGED_COLUMNS_SQL = new WeakMap<VersionedTable, Map<number, string>>();
+
+/**
+ * One queued update on SQLite: the compare-and-set by id and expected version as ever, but an
+ * indexed or constrained column (`writtenWhenChanged`) is assigned only when its value differs
+ * from the row the database holds, and `frontier_due` only when the change marks or clears it.
+ * SQLite rewrites the entries of every index (and checks every constraint) that names an
+ * assigned column, even when the value stays; most updates move only the version, a sequence
+ * and a time, none of them indexed. Every other mutable column is assigned always: that costs
+ * nothing more (the row is written whole) and keeps the texts few, where one text per set of
+ * changed columns measured more statements prepared again than index entries saved. The row
+ * written is the same.
+ */
+function changedColumnsUpdate(
+  table: VersionedTable,
+  update: PendingUpdate,
+): { readonly sql: string; readonly params: SqlParam[] } {
+  const params: SqlParam[] = [];
+  let assigned = 0;
+  table.mutable.forEach((column, index) => {
+    const value = update.params[index] ?? null;
+    if (
+      !table.writtenWhenChanged.has(column) ||
+      update.stored === undefined ||
+      value !== (update.stored[index] ?? null)
+    ) {
+      assigned |= 1 << index;
+      params.push(value);
+    }
+  });
+  const frontierDue = table.frontierMark ? (update.params[table.mutable.length] ?? null) : null;
+  if (frontierDue !== null) {
+    assigned |= 1 << table.mutable.length;
+    params.push(frontierDue);
+  }
+  params.push(update.id, update.expectedVersion);
+  let texts = CHANGED_COLUMNS_SQL.get(table);
+  if (texts === undefined) {
+    texts = new Map();
+    CHANGED_COLUMNS_SQL.set(table, texts);
+  }
+  let sql = texts.get(assigned);
+  if (sql === undefined) {
+    const columns = table.mutable.filter((_, index) => (assigned & (1 << index)) !== 0);
+    if (frontierDue !== null) columns.push("frontier_due");
+    sql = `UPDATE ${table.rows.name} SET ${assignmentsSql(columns)} WHERE id = ? AND version = ? RETURNING id`;
+    texts.set(assigned, sql);
+  }
+  return { sql, params };
 }
