@@ -1,6 +1,7 @@
 import type { RunAttempt } from "./model.ts";
-import type { Executor, PurgedRun } from "./ports.ts";
+import type { Executor, PurgedRun, StoreTx } from "./ports.ts";
 import {
+  countBoundaryMaxAgeMs,
   decidePurge,
   purgeRange,
   type PurgeCandidate,
@@ -61,6 +62,16 @@ export class PurgeStage {
    */
   private sweepDue = true;
   private purgeStages = 0;
+  /**
+   * The count boundary last found by rank (the `maxRuns`-th newest terminal run, null: fewer
+   * exist), with the store time it was found at and the policy's count; reused while younger
+   * than `countBoundaryMaxAgeMs` (retention.ts says why an old one is safe).
+   */
+  private countBoundary: {
+    readonly key: PurgeKey | null;
+    readonly foundAtMs: number;
+    readonly maxRuns: number;
+  } | null = null;
 
   constructor(private readonly deps: PurgeStageDeps) {
     this.pages = deps.pages;
@@ -87,7 +98,7 @@ export class PurgeStage {
     let pass = this.purgePass;
     if (pass === null) {
       const range = await this.pages.write(async (tx, nowMs) =>
-        purgeRange(policy, nowMs, await tx.terminalRunAtRank(policy.maxRuns)),
+        purgeRange(policy, nowMs, await this.countBoundaryAt(tx, nowMs, policy)),
       );
       pass = { range, after: null };
     }
@@ -114,6 +125,25 @@ export class PurgeStage {
       },
     });
     if (more && context.processed > 0) context.more = true;
+  }
+
+  /** The count boundary at store time `nowMs`: the one found last while it is young enough, else found again. */
+  private async countBoundaryAt(
+    tx: Pick<StoreTx, "terminalRunAtRank">,
+    nowMs: number,
+    policy: RetentionPolicy,
+  ): Promise<PurgeKey | null> {
+    const known = this.countBoundary;
+    if (
+      known !== null &&
+      known.maxRuns === policy.maxRuns &&
+      nowMs >= known.foundAtMs &&
+      nowMs - known.foundAtMs < countBoundaryMaxAgeMs(policy)
+    )
+      return known.key;
+    const key = await tx.terminalRunAtRank(policy.maxRuns);
+    this.countBoundary = { key, foundAtMs: nowMs, maxRuns: policy.maxRuns };
+    return key;
   }
 
   /**

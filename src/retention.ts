@@ -141,6 +141,27 @@ export function purgeRange(
   return { finishedBeforeMs, countBoundary: newestKept, end };
 }
 
+/** The longest a purge may go on using a count boundary it found earlier (store time). */
+export const COUNT_BOUNDARY_MAX_AGE_MS = 30_000;
+
+/**
+ * How long a count boundary found by rank stays in use: one millisecond per kept run, at most
+ * `COUNT_BOUNDARY_MAX_AGE_MS`. Finding it walks up to `maxRuns` entries of the finish-order
+ * index (SQLite and PostgreSQL have no cheaper rank); walking them every cycle would cost a
+ * setting of a million runs tens of milliseconds a cycle. Amortised this way a walk costs at
+ * most about one index entry per millisecond, and a small setting (the tests' 1 or 2) still
+ * finds its boundary every cycle.
+ *
+ * An old boundary only purges less, never more: runs that finished since are newer than it, so
+ * it sits older than the true one, and the runs between the two wait for the next boundary.
+ * The only rows that leave the newest `maxRuns` meanwhile are purged by the horizon, and a run
+ * the horizon reached has every older run past the horizon too, so nothing the boundary keeps
+ * is lost to a boundary that moved the other way.
+ */
+export function countBoundaryMaxAgeMs(policy: RetentionPolicy): number {
+  return Math.min(COUNT_BOUNDARY_MAX_AGE_MS, policy.maxRuns);
+}
+
 export type PurgeDecision =
   | { readonly purge: true; readonly reason: "expired" | "over_count" }
   | {

@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { ORPHAN_SWEEP_EVERY_PURGES, type CoordinatorDeps } from "../../src/coordinator.ts";
 import { isQlrError } from "../../src/errors.ts";
 import { applyPackage, cancelRun, startRun } from "../../src/operations.ts";
@@ -8,12 +8,15 @@ import {
   decidePurge,
   DEFAULT_RETENTION,
   MAX_RETENTION_MS,
+  COUNT_BOUNDARY_MAX_AGE_MS,
+  countBoundaryMaxAgeMs,
   MAX_RETENTION_RUNS,
   parseRetentionPolicy,
   purgeRange,
   type PurgeCandidate,
   type RetentionPolicy,
 } from "../../src/retention.ts";
+import { SqlStoreTx } from "../../storage/sql-store/store-tx.ts";
 import { diamondManifest, SequentialIds, task } from "../support/fixtures.ts";
 import { T0 } from "./core-fixtures.ts";
 import { storeRig } from "./store-rig.ts";
@@ -322,6 +325,45 @@ describe("the purge stage", () => {
     expect(await r.store.transaction(async (tx) => tx.getRun(runs[1]!))).toBeNull();
     const again = await r.start("nightly-1");
     expect(again).not.toBe(runs[1]);
+  });
+
+  it("finds the count boundary by rank once per its age limit, not every cycle", async () => {
+    const policy = { horizonMs: DAY_MS, maxRuns: 10_000 };
+    expect(countBoundaryMaxAgeMs(policy)).toBe(10_000);
+    expect(countBoundaryMaxAgeMs({ horizonMs: DAY_MS, maxRuns: 2 })).toBe(2);
+    expect(countBoundaryMaxAgeMs({ horizonMs: DAY_MS, maxRuns: MAX_RETENTION_RUNS })).toBe(
+      COUNT_BOUNDARY_MAX_AGE_MS,
+    );
+    const r = await rig(policy);
+    await r.finishedRun();
+    const rank = vi.spyOn(SqlStoreTx.prototype, "terminalRunAtRank");
+    try {
+      // 40 cycles over 8 s of store time: the boundary found while the run finished still
+      // serves (at most one walk, if that one was found just short of 10 s before the last).
+      for (let cycle = 0; cycle < 40; cycle += 1) {
+        r.clock.advance(200);
+        await r.coordinator.tick();
+      }
+      const walks = rank.mock.calls.length;
+      expect(walks).toBeLessThanOrEqual(1);
+      r.clock.advance(10_000);
+      await r.coordinator.tick();
+      expect(rank.mock.calls.length).toBe(walks + 1);
+      expect(rank.mock.calls.every(([asked]) => asked === policy.maxRuns)).toBe(true);
+    } finally {
+      rank.mockRestore();
+    }
+  });
+
+  it("with a small count finds the boundary every cycle, so the newest N hold exactly", async () => {
+    const r = await rig({ horizonMs: DAY_MS, maxRuns: 2 });
+    const first = await r.finishedRun();
+    const second = await r.finishedRun();
+    const third = await r.finishedRun();
+    // The cycle right after the third run's end purges the first: no boundary is left over.
+    expect(await r.runRowsAfter(first.runId, 150)).toBe(0);
+    expect((await r.rowCounts(second.runId)).runs).toBe(1);
+    expect((await r.rowCounts(third.runId)).runs).toBe(1);
   });
 
   it("never purges a run that is not terminal, however old", async () => {
