@@ -83,7 +83,11 @@ export async function sweepTemporaryFiles(
       }
       const path = join(tmpDir, entry.name);
       const stats = await lstat(path).catch(() => null);
-      if (stats === null || !stats.isFile() || nowMs - stats.mtimeMs < TEMPORARY_FILE_STALE_AFTER_MS) {
+      if (
+        stats === null ||
+        !stats.isFile() ||
+        nowMs - stats.mtimeMs < TEMPORARY_FILE_STALE_AFTER_MS
+      ) {
         kept += 1;
         continue;
       }
