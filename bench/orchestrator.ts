@@ -92,6 +92,15 @@ function listFromEnv<T extends string>(name: string, allowed: readonly T[]): T[]
   return allowed.filter((item) => wanted.includes(item));
 }
 
+/**
+ * Node flags for every bench child from QLR_BENCH_CHILD_NODE_FLAGS (space-separated, e.g.
+ * `--cpu-prof --cpu-prof-dir=/tmp/x`; Node refuses `--cpu-prof` in NODE_OPTIONS), to profile
+ * a child as it runs in the bench; none by default.
+ */
+function childNodeFlags(): string[] {
+  return (process.env.QLR_BENCH_CHILD_NODE_FLAGS ?? "").split(" ").filter((flag) => flag !== "");
+}
+
 export async function main(options: { root: string; bundleDir: string }): Promise<number> {
   const startedAt = now();
   const quick = process.env.QLR_BENCH_QUICK === "1";
@@ -130,16 +139,20 @@ export async function main(options: { root: string; bundleDir: string }): Promis
     process.stderr.write(`▸ ${label}\n`);
     const childStartedAt = now();
     return new Promise((resolveOutcome) => {
-      const child = spawn(process.execPath, [...(childOptions.nodeFlags ?? []), bundle], {
-        cwd: options.root,
-        env: {
-          ...process.env,
-          ...childOptions.env,
-          QLR_BENCH_CONFIG: JSON.stringify(config),
-          QLR_BENCH_OUT: out,
+      const child = spawn(
+        process.execPath,
+        [...(childOptions.nodeFlags ?? []), ...childNodeFlags(), bundle],
+        {
+          cwd: options.root,
+          env: {
+            ...process.env,
+            ...childOptions.env,
+            QLR_BENCH_CONFIG: JSON.stringify(config),
+            QLR_BENCH_OUT: out,
+          },
+          stdio: ["ignore", "inherit", "pipe"],
         },
-        stdio: ["ignore", "inherit", "pipe"],
-      });
+      );
       let stderr = "";
       child.stderr.on("data", (chunk: Buffer) => {
         const text = chunk.toString("utf8");

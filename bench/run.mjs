@@ -9,7 +9,8 @@
  * Environment (see docs/PERFORMANCE.md): QLR_BENCH_QUICK=1 for a ~1-minute run,
  * QLR_BENCH_ONLY=admission,profile,bytes,throughput,memory,serve,peers,scaleout,workerd,soak,launcher (soak and launcher only when named), QLR_BENCH_STORES=sqljs-memory,...,
  * QLR_BENCH_DATABASE_URL for an existing PostgreSQL server, QLR_BENCH_PROFILE=0 to skip the
- * CPU profile, QLR_BENCH_DATA_DIR for where the sql.js file stores live.
+ * CPU profile, QLR_BENCH_DATA_DIR for where the sql.js file stores live,
+ * QLR_BENCH_CHILD_NODE_FLAGS for Node flags of every bench child (`--cpu-prof --cpu-prof-dir=…`).
  */
 import { build } from "esbuild";
 import { mkdirSync, readdirSync, rmSync } from "node:fs";
