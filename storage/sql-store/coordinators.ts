@@ -4,6 +4,7 @@ import * as rows from "../rows.ts";
 import {
   assignmentsSql,
   cap,
+  executorLiteral,
   insertSql,
   select,
   selectOne,
@@ -89,9 +90,9 @@ export async function listOrphanedAttempts(
 ): Promise<RunAttempt[]> {
   const found = await tx.q(
     `SELECT ${rows.ATTEMPTS.columns.map((column) => `a.${column}`).join(", ")} FROM run_attempts a LEFT JOIN coordinators c ON c.node_id = a.owner_node_id
-        WHERE a.executor = ? AND a.status IN ('starting', 'running') AND a.owner_node_id IS NOT NULL AND a.error IS NULL
+        WHERE a.executor = ${executorLiteral(executor)} AND a.status IN ('starting', 'running') AND a.owner_node_id IS NOT NULL AND a.error IS NULL
           AND (c.node_id IS NULL OR c.lease_expires_at_ms <= ?) AND a.id > ? ORDER BY a.id LIMIT ?`,
-    [executor, nowMs, afterAttemptId ?? "", cap(limit)],
+    [nowMs, afterAttemptId ?? "", cap(limit)],
   );
   return found.map(rows.ATTEMPTS.read);
 }

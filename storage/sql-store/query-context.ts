@@ -1,4 +1,9 @@
-import { LIVE_ATTEMPT_STATUSES } from "../../src/model.ts";
+import {
+  ATTEMPT_STATUSES,
+  type AttemptStatus,
+  type ExecutorType,
+  LIVE_ATTEMPT_STATUSES,
+} from "../../src/model.ts";
 import { QlrError } from "../../src/errors.ts";
 import { MAX_STORE_PAGE } from "../../src/ports.ts";
 import type { SqlDialect, SqlParam, SqlRow } from "../driver.ts";
@@ -43,6 +48,33 @@ export function insertSql(table: string, columns: readonly string[]): string {
 /** `column = ?, …` of an UPDATE: one placeholder a column, in the columns' order. */
 export function assignmentsSql(columns: readonly string[]): string {
   return columns.map((column) => `${column} = ?`).join(", ");
+}
+
+const EXECUTOR_TYPES: ReadonlySet<string> = new Set<ExecutorType>([
+  "local_process",
+  "remote_worker",
+]);
+const ATTEMPT_STATUS_SET: ReadonlySet<string> = new Set<string>(ATTEMPT_STATUSES);
+
+/**
+ * A closed enum value written into the SQL text as a literal instead of a parameter. SQLite
+ * compiles a statement again whenever a parameter its plan compared with a partial index's
+ * condition is bound anew (storage/sqljs/statement-runner.ts); an executor type or an attempt
+ * status in the text keeps such a listing compiled. Only the enum's own values pass, so no
+ * caller's text ever reaches the SQL.
+ */
+export function executorLiteral(executor: ExecutorType): string {
+  return enumLiteral(executor, EXECUTOR_TYPES, "executor type");
+}
+
+export function attemptStatusLiteral(status: AttemptStatus): string {
+  return enumLiteral(status, ATTEMPT_STATUS_SET, "attempt status");
+}
+
+function enumLiteral(value: string, allowed: ReadonlySet<string>, what: string): string {
+  if (!allowed.has(value))
+    throw new QlrError("internal", `${JSON.stringify(value)} is not a known ${what}.`);
+  return `'${value}'`;
 }
 
 /**

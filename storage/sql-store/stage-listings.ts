@@ -3,7 +3,13 @@ import { LIVE_ATTEMPT_STATUSES, type ExecutorType, type RunAttempt } from "../..
 import type { AdmissionCandidate, ListedAdmissionCandidate } from "../../src/ports.ts";
 import type { SqlRow } from "../driver.ts";
 import * as rows from "../rows.ts";
-import { cap, LIVE_STATUSES_SQL, type QueryContext } from "./query-context.ts";
+import {
+  attemptStatusLiteral,
+  cap,
+  executorLiteral,
+  LIVE_STATUSES_SQL,
+  type QueryContext,
+} from "./query-context.ts";
 
 /**
  * The keyset listings the coordinator's stages page through: runs asked to cancel, runs the
@@ -142,8 +148,8 @@ export async function countLiveAttempts(tx: QueryContext, executor: ExecutorType
   const known = tx.known.liveAttemptsOf(executor);
   if (known !== undefined) return known;
   const found = await tx.q<{ count: number }>(
-    `SELECT COUNT(*) AS count FROM run_attempts WHERE executor = ? AND status IN (${LIVE_STATUSES_SQL})`,
-    [executor],
+    `SELECT COUNT(*) AS count FROM run_attempts WHERE executor = ${executorLiteral(executor)} AND status IN (${LIVE_STATUSES_SQL})`,
+    [],
   );
   const count = Number(found[0]?.count ?? 0);
   tx.known.rememberLiveAttempts(executor, count);
@@ -169,15 +175,11 @@ export async function listAttempts(
     tx.dialect === "sqlite" && statuses.every((status) => LIVE_ATTEMPT_STATUSES.has(status))
       ? `AND status IN (${LIVE_STATUSES_SQL})`
       : "";
+  // The executor and the statuses are literals: bound, SQLite compiled this listing again on
+  // every run (executorLiteral in query-context.ts).
   const found = await tx.q(
-    `SELECT ${rows.ATTEMPTS.columns.join(", ")} FROM run_attempts WHERE executor = ? AND status IN (${statuses.map(() => "?").join(", ")}) ${liveSql} ${ownerSql} AND id > ? ORDER BY id LIMIT ?`,
-    [
-      executor,
-      ...statuses,
-      ...(ownerNodeId === undefined ? [] : [ownerNodeId]),
-      afterAttemptId ?? "",
-      cap(limit),
-    ],
+    `SELECT ${rows.ATTEMPTS.columns.join(", ")} FROM run_attempts WHERE executor = ${executorLiteral(executor)} AND status IN (${statuses.map(attemptStatusLiteral).join(", ")}) ${liveSql} ${ownerSql} AND id > ? ORDER BY id LIMIT ?`,
+    [...(ownerNodeId === undefined ? [] : [ownerNodeId]), afterAttemptId ?? "", cap(limit)],
   );
   return found.map(rows.ATTEMPTS.read);
 }

@@ -5,11 +5,12 @@
  * wrote; the queue that keeps transactions from interleaving is storage/serial-queue.ts. This module is isomorphic: it imports no `node:*` module, so
  * browser and worker runtimes can use the memory driver with their own `SqlJsStatic`.
  */
-import type { Database, SqlValue, Statement } from "sql.js";
+import type { Database, SqlJsStatic, SqlValue, Statement } from "sql.js";
 import { QlrError, errorCode } from "../../src/errors.ts";
 import type { SqlParam, SqlRow, SqlTx } from "../driver.ts";
 import { mapSqliteError, sqlExcerpt } from "../sqlite/errors.ts";
 import { transactionHandle } from "../sqlite/transaction-handle.ts";
+import { type RunnableStatement, StatementRunner } from "./statement-runner.ts";
 
 export const DEFAULT_STATEMENT_CACHE_SIZE = 64;
 export const DEFAULT_PAGE_CACHE_KIB = 1024;
@@ -19,6 +20,22 @@ export interface SqlJsConnectionOptions {
   readonly statementCacheSize?: number;
   /** SQLite page cache size; the database file itself already lives in memory, so a small cache only saves copies. */
   readonly pageCacheKib?: number;
+  /**
+   * false: run statements through sql.js's own `bind()` and `reset()`, which make SQLite
+   * compile many of them again on every run (statement-runner.ts); for comparisons. Default true.
+   */
+  readonly keepStatementsCompiled?: boolean;
+}
+
+/** What the connection is built from beside its options. */
+export interface SqlJsConnectionSetup extends SqlJsConnectionOptions {
+  readonly trackWrites: boolean;
+  /**
+   * The sql.js module the database came from: its exported C functions let cached statements
+   * run again without being compiled again (statement-runner.ts). Without it, sql.js's own
+   * `bind()` and `reset()` are used.
+   */
+  readonly sqlJs?: SqlJsStatic;
 }
 
 /**
@@ -45,6 +62,8 @@ export interface RecordedWrite {
 interface CachedStatement {
   readonly statement: Statement;
   readonly kind: StatementKind;
+  /** Set when the statement runner drives it (null: sql.js's `bind()` and `reset()`). */
+  readonly runnable: RunnableStatement | null;
 }
 
 export class SqlJsConnection {
@@ -60,13 +79,14 @@ export class SqlJsConnection {
   private writes: RecordedWrite[] = [];
   private unjournaledChange: string | undefined;
   private closed = false;
+  private readonly runner: StatementRunner | null;
 
   /**
    * `trackWrites` makes the connection keep the list of statements that wrote in the current
    * transaction (the file driver journals them); the memory driver leaves it off and pays
    * nothing for it.
    */
-  constructor(db: Database, options: SqlJsConnectionOptions & { readonly trackWrites: boolean }) {
+  constructor(db: Database, options: SqlJsConnectionSetup) {
     this.db = db;
     this.statementCacheSize = Math.max(
       1,
@@ -75,6 +95,10 @@ export class SqlJsConnection {
     this.pageCacheKib = Math.max(64, Math.floor(options.pageCacheKib ?? DEFAULT_PAGE_CACHE_KIB));
     this.trackWrites = options.trackWrites;
     this.applyPragmas();
+    this.runner =
+      options.sqlJs === undefined || options.keepStatementsCompiled === false
+        ? null
+        : StatementRunner.forDatabase(options.sqlJs, db);
   }
 
   /**
@@ -153,7 +177,10 @@ export class SqlJsConnection {
       this.trackWrites && entry.kind === "schema" ? this.readSchemaVersion() : 0;
     let rows: SqlRow[];
     try {
-      rows = runStatement(entry.statement, params);
+      rows =
+        entry.runnable === null || this.runner === null
+          ? runStatement(entry.statement, params)
+          : this.runner.run(entry.runnable, params);
     } catch (error) {
       if (this.trackWrites && entry.kind === "counted" && this.totalChangesMoved())
         this.unjournaledChange = sqlExcerpt(sql);
@@ -176,6 +203,11 @@ export class SqlJsConnection {
 
   cachedStatementCount(): number {
     return this.statements.size;
+  }
+
+  /** Whether cached statements run without being compiled again (statement-runner.ts). */
+  get keepsStatementsCompiled(): boolean {
+    return this.runner !== null;
   }
 
   close(): void {
@@ -216,7 +248,14 @@ export class SqlJsConnection {
         `One statement per query: text follows the first statement (in: ${sqlExcerpt(sql)}).`,
       );
     }
-    const entry: CachedStatement = { statement, kind: classifyStatement(sql) };
+    let runnable: RunnableStatement | null;
+    try {
+      runnable = this.runner?.adopt(statement, sql) ?? null;
+    } catch (error) {
+      statement.free();
+      throw mapSqlJsError(error, sql);
+    }
+    const entry: CachedStatement = { statement, kind: classifyStatement(sql), runnable };
     this.statements.set(sql, entry);
     if (this.statements.size > this.statementCacheSize) {
       const oldest = this.statements.entries().next().value;

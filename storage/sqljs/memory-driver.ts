@@ -19,7 +19,11 @@ export function openSqlJsMemoryDriver(
   SQL: SqlJsStatic,
   options: SqlJsMemoryDriverOptions = {},
 ): SqlJsMemoryDriver {
-  const connection = new SqlJsConnection(new SQL.Database(), { ...options, trackWrites: false });
+  const connection = new SqlJsConnection(new SQL.Database(), {
+    ...options,
+    trackWrites: false,
+    sqlJs: SQL,
+  });
   return serialDriver({
     dialect: "sqlite",
     name: "sqljs-memory",

@@ -219,6 +219,7 @@ function loadSnapshot(
       connection: new SqlJsConnection(new SQL.Database(snapshot?.image ?? null), {
         ...options,
         trackWrites: true,
+        sqlJs: SQL,
       }),
       includedSequence: snapshot?.includedSequence ?? 0,
       imageBytes: snapshot?.image.length ?? 0,
