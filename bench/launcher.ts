@@ -15,7 +15,11 @@
  * 5. 100 concurrent `sleep 5` steps under the edge profile with `--max-running 100` (edge's
  *    default is 4) and the serve process (and so the supervisor and every task) in a 128 MiB
  *    memory cgroup (v2 `memory.max`, else v1
- *    `memory.limit_in_bytes`): all must succeed, OOM kills are read from the cgroup.
+ *    `memory.limit_in_bytes`): all must succeed, OOM kills are read from the cgroup;
+ * 6. an idle cycle: serve's CPU (from /proc) per `POST /tick` with the package applied and
+ *    nothing to do, on the edge and standalone profiles, beside its CPU per `GET /healthz` (the
+ *    HTTP share of each tick, bar the token check): what the cadence costs a device every
+ *    interval when nothing happens.
  *
  * Run alone: `node bench/run.mjs` with QLR_BENCH_ONLY=launcher (needs `node scripts/build.mjs`
  * first, as every serve bench), or bundle this file and run it with QLR_BENCH_CONFIG unset for
@@ -50,6 +54,8 @@ export interface LauncherBenchConfig {
   readonly latencyPollMs: number;
   readonly concurrentSleeps: number;
   readonly memoryLimitBytes: number;
+  /** Ticks the idle part times per profile (after 50 it does not time). */
+  readonly idleTicks: number;
 }
 
 const DEFAULTS: Omit<LauncherBenchConfig, "root"> = {
@@ -61,6 +67,7 @@ const DEFAULTS: Omit<LauncherBenchConfig, "root"> = {
   latencyPollMs: 0,
   concurrentSleeps: 100,
   memoryLimitBytes: 128 * 1024 * 1024,
+  idleTicks: 1500,
 };
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 const KIB = 1024;
@@ -580,6 +587,48 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
   }
 }
 
+/** Serve's CPU per request of `path` (`method`), over `count` requests one after another. */
+async function cpuPerRequest(
+  served: Served,
+  method: "GET" | "POST",
+  path: string,
+  count: number,
+): Promise<number> {
+  const pid = served.child.pid ?? -1;
+  const before = cpuOf(pid).ownMs;
+  for (let index = 0; index < count; index += 1) {
+    const response = await fetch(`${served.url}${path}`, { method, headers: served.headers });
+    if (!response.ok) throw new Error(`${method} ${path} answered ${response.status}`);
+    await response.arrayBuffer();
+  }
+  return round((cpuOf(pid).ownMs - before) / count, 3);
+}
+
+async function idleCycle(config: LauncherBenchConfig): Promise<unknown> {
+  const result: Record<string, unknown> = {};
+  for (const profile of ["edge", "standalone"] as const) {
+    const served = await startServe(config.root, profile, null);
+    try {
+      // Warm: V8's compilers and SQLite's statements see the path before it is timed.
+      await cpuPerRequest(served, "POST", "/tick", 50);
+      await cpuPerRequest(served, "GET", "/healthz", 50);
+      const tickMs = await cpuPerRequest(served, "POST", "/tick", config.idleTicks);
+      const healthzMs = await cpuPerRequest(served, "GET", "/healthz", config.idleTicks);
+      log(
+        `idle cycle, ${profile}: ${tickMs} ms of serve's CPU per POST /tick with nothing to do, ${healthzMs} per GET /healthz, over ${config.idleTicks} each`,
+      );
+      result[profile] = {
+        ticks: config.idleTicks,
+        cpuMsPerTick: tickMs,
+        cpuMsPerHealthz: healthzMs,
+      };
+    } finally {
+      await stopServe(served);
+    }
+  }
+  return result;
+}
+
 async function latency(config: LauncherBenchConfig): Promise<unknown> {
   const served = await startServe(config.root, "standalone", null);
   try {
@@ -763,7 +812,7 @@ async function main(): Promise<void> {
           root: (JSON.parse(text) as { root?: string }).root ?? process.cwd(),
         };
   const only = (
-    process.env.QLR_BENCH_LAUNCHER_PARTS ?? "alone,memory,throughput,latency,concurrent"
+    process.env.QLR_BENCH_LAUNCHER_PARTS ?? "alone,memory,throughput,latency,concurrent,idle"
   ).split(",");
   const result: Record<string, unknown> = { bench: "launcher" };
   if (only.includes("alone")) result.alone = await launcherAlone(config);
@@ -771,6 +820,7 @@ async function main(): Promise<void> {
   if (only.includes("throughput")) result.throughput = await throughput(config);
   if (only.includes("latency")) result.latency = await latency(config);
   if (only.includes("concurrent")) result.concurrent = await concurrentUnderLimit(config);
+  if (only.includes("idle")) result.idle = await idleCycle(config);
   writeResult(result);
 }
 

@@ -491,6 +491,7 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         latencyPollMs: Number(process.env.QLR_BENCH_LATENCY_POLL_MS ?? 0),
         concurrentSleeps: 100,
         memoryLimitBytes: 128 * 1024 * 1024,
+        idleTicks: quick ? 300 : 1500,
       };
       const outcome = await runChild(
         "launcher: resident supervisor memory per task, throughput, latency, 100 sleeps in 128 MiB",

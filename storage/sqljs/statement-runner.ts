@@ -160,6 +160,7 @@ export class StatementRunner {
     } else {
       const pointer = exports.stringToNewUTF8(value);
       try {
+        // Its whole UTF-8 length, a NUL included, as sql.js binds a text: the same value stored.
         code = exports._sqlite3_bind_text(
           handle,
           index,

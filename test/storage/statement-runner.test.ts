@@ -76,8 +76,8 @@ describe("the statement runner", () => {
         [1.5, "real", null, ""],
       ],
       [
-        ["héllo ✓ 𝄞", "a", "tab\tand quote '", long],
-        ["héllo ✓ 𝄞", "text", "tab\tand quote '", long],
+        ["héllo ✓ 𝄞", "a", "tab\tquote ' and a NUL\u0000kept whole, as sql.js keeps it", long],
+        ["héllo ✓ 𝄞", "text", "tab\tquote ' and a NUL\u0000kept whole, as sql.js keeps it", long],
       ],
       [
         [null, null, null, null],
