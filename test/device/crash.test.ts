@@ -183,6 +183,8 @@ class World {
 const PACKAGE = "crash";
 
 interface PairOptions {
+  /** What step a does before its marker line (default: nothing). */
+  readonly aFirst?: string;
   /** What step a does after its marker line (default: exit 0). */
   readonly a?: string;
   readonly aTimeout?: string;
@@ -197,6 +199,7 @@ async function pair(dir: Scratch, options: PairOptions = {}): Promise<string> {
     {
       ta: dir.task({
         label: "a",
+        ...(options.aFirst === undefined ? {} : { first: options.aFirst }),
         then: options.a ?? "exit 0",
         ...(options.aTimeout === undefined ? {} : { timeout: options.aTimeout }),
         ...(options.aRetry === undefined ? {} : { retry: options.aRetry }),
@@ -274,9 +277,9 @@ function gated(dir: Scratch): string {
   return Scratch.waitForGate(dir.gate("a"));
 }
 
-/** sh: ignore SIGTERM (noting it in `term-a`), then wait for the gate: only a SIGKILL ends it early. */
+/** sh: ignore SIGTERM (noting it in `term-a`); set before the marker line, so it is in place once the task shows it started. */
 function ignoringTerm(dir: Scratch): string {
-  return `trap 'echo term >> "${dir.path("term-a")}"' TERM\n${gated(dir)}`;
+  return `trap 'echo term >> "${dir.path("term-a")}"' TERM`;
 }
 
 /** sh: fail the first time, succeed the second (the marker file counts this step's starts). */
@@ -359,17 +362,32 @@ async function expectLostWithoutReceipt(world: World, detail: RunDetail): Promis
 }
 
 /** Starts the pair, waits for a to run, then cancels (the cancel's answer may be torn). */
-async function startThenCancel(served: Served): Promise<void> {
+/**
+ * Until step a's script has written its marker line: `running` only says the process was
+ * spawned, and a stop that reaches a shell still starting ends it before its first line (no
+ * marker line, no trap), which is not the window a case names.
+ */
+async function untilStepAStarted(dir: Scratch): Promise<void> {
+  await waitFor(
+    "step a's marker line",
+    async () => (await dir.spawns()).some((spawn) => spawn.label === "a"),
+    30_000,
+  );
+}
+
+async function startThenCancel(served: Served, dir: Scratch): Promise<void> {
   const runId = (await served.api.startWorkflow(PACKAGE, "pipeline")).id;
   const running = await served.api.waitStepRunning(runId, "a", 30_000);
   expect(await isRunning(running.attempt.pid)).toBe(true);
+  await untilStepAStarted(dir);
   await served.api.cancel(runId).catch(() => null);
 }
 
 /** Starts the pair and waits for a to run, then SIGTERMs the runtime (a graceful shutdown). */
-async function startThenShutdown(served: Served): Promise<void> {
+async function startThenShutdown(served: Served, dir: Scratch): Promise<void> {
   const runId = (await served.api.startWorkflow(PACKAGE, "pipeline")).id;
   await served.api.waitStepRunning(runId, "a", 30_000);
+  await untilStepAStarted(dir);
   served.child.kill("SIGTERM");
 }
 
@@ -417,7 +435,8 @@ async function everySecond(dir: Scratch, enabled: boolean): Promise<string> {
 const gatedPair = (dir: Scratch): Promise<string> => pair(dir, { a: gated(dir) });
 
 /** The pair with step a ignoring SIGTERM while it waits for its gate. */
-const ignoringTermPair = (dir: Scratch): Promise<string> => pair(dir, { a: ignoringTerm(dir) });
+const ignoringTermPair = (dir: Scratch): Promise<string> =>
+  pair(dir, { aFirst: ignoringTerm(dir), a: gated(dir) });
 
 /** The pair whose step a fails once and is retried (idempotent). */
 const failingOncePair = (dir: Scratch): Promise<string> =>
@@ -453,7 +472,7 @@ interface FlowCase extends CaseWindow {
   /** Which reach of the first point kills (default: the first). */
   readonly occurrence?: number;
   /** What the crashing runtime is asked to do (default: start the pair, tolerating a torn answer). */
-  readonly drive?: (served: Served) => Promise<void>;
+  readonly drive?: (served: Served, dir: Scratch) => Promise<void>;
   /** Writes a package the reopen applies (default: none). */
   readonly reopenApplies?: (dir: Scratch) => Promise<string>;
   /** What happens with no runtime up, between the SIGKILL(s) and the reopen. */
@@ -500,7 +519,7 @@ async function runFlow(world: World, crash: FlowCase): Promise<void> {
   await world.crash(first, {
     ...(crash.occurrence === undefined ? {} : { occurrence: crash.occurrence }),
     apply: [file],
-    drive: crash.drive ?? startTolerant,
+    drive: (served) => (crash.drive ?? startTolerant)(served, world.dir),
   });
   for (const point of later) await world.crash(point);
   if (crash.supervisorKilled === true) await world.killSupervisor();

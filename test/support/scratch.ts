@@ -18,6 +18,11 @@ const TAG_VARIABLE = "QLR_DEVICE_TEST_TAG";
 export interface TaskSpec {
   /** The step label the task writes to the marker file. */
   readonly label: string;
+  /**
+   * What the task does before its marker line (sh syntax), such as a signal trap that must be in
+   * place by the time the line shows that the task started. Default: nothing.
+   */
+  readonly first?: string;
   /** What the task does after writing its marker line (sh syntax). Default: exit 0. */
   readonly then?: string;
   readonly timeout?: string;
@@ -61,9 +66,9 @@ export class Scratch {
     await writeFile(gate, "open\n");
   }
 
-  /** A task script: one marker line `<label> <pid>` (the shell's `$$` is the task's pid), then `then`. */
+  /** A task script: `first`, one marker line `<label> <pid>` (the shell's `$$` is the task's pid), then `then`. */
   task(spec: TaskSpec): Record<string, unknown> {
-    const script = `echo "$STEP $$" >> "$MARKER"\n${spec.then ?? "exit 0"}\n`;
+    const script = `${spec.first === undefined ? "" : `${spec.first}\n`}echo "$STEP $$" >> "$MARKER"\n${spec.then ?? "exit 0"}\n`;
     return {
       shell: script,
       env: { STEP: spec.label, MARKER: this.marker, [TAG_VARIABLE]: this.tag },
