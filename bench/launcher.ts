@@ -229,9 +229,9 @@ function supervisorPid(stateDir: string): number | null {
   const spawns = join(stateDir, "spawns");
   if (!existsSync(spawns)) return null;
   for (const name of readdirSync(spawns)) {
-    const parsed = JSON.parse(readFileSync(join(spawns, name), "utf8")) as {
-      supervisorPid?: number;
-    };
+    // Records created together share one file, a line each.
+    const [line] = readFileSync(join(spawns, name), "utf8").split("\n");
+    const parsed = JSON.parse(line ?? "") as { supervisorPid?: number };
     if (typeof parsed.supervisorPid === "number") return parsed.supervisorPid;
   }
   return null;

@@ -162,9 +162,9 @@ class World {
   supervisorPid(): number {
     const spawns = join(this.dir.stateDir, "spawns");
     const [name] = readdirSync(spawns);
-    const record = JSON.parse(readFileSync(join(spawns, name ?? ""), "utf8")) as {
-      supervisorPid: number;
-    };
+    // Records created together share one file, a line each; every line names the supervisor.
+    const [line] = readFileSync(join(spawns, name ?? ""), "utf8").split("\n");
+    const record = JSON.parse(line ?? "") as { supervisorPid: number };
     return record.supervisorPid;
   }
 

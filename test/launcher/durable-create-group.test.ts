@@ -2,15 +2,28 @@
  * Group commit of the launcher's exclusive durable creates (journal records, spawn records,
  * receipts, stop intents): creates that overlap share their fsyncs, yet each file keeps the
  * single create's order (written and fsynced → linked → its directory fsynced → acknowledged)
- * and a taken name refuses that file alone. Runs on the real file system through a
- * `DurableFs` that logs every call.
+ * and a taken name refuses that file alone. Records of one directory created together share one
+ * file under each record's name, and each reader finds its own line. Runs on the real file
+ * system through a `DurableFs` that logs every call.
  */
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { errorCode } from "../../src/errors.ts";
-import { createFileExclusiveDurable } from "../../runtimes/node/launcher/durable-file.ts";
+import {
+  createFileExclusiveDurable,
+  createRecordFile,
+  readRecordFile,
+  recordTextOf,
+} from "../../runtimes/node/launcher/durable-file.ts";
+import { readJournalRecord } from "../../runtimes/node/launcher/journal.ts";
+import {
+  checkReceiptText,
+  signReceipt,
+  writeReceiptExclusive,
+} from "../../runtimes/node/launcher/receipt.ts";
+import { journalPath, stateLayout } from "../../runtimes/node/launcher/state-layout.ts";
 import { nodeDurableFs, type DurableFs } from "../../storage/node/durable-fs.ts";
 import { fsyncDirectory } from "../../storage/node/fsync-directory.ts";
 
@@ -101,6 +114,166 @@ describe("grouped exclusive durable creates", () => {
       expect(linkAt).toBeLessThan(directorySyncAt);
       expect(calls.indexOf(`acknowledged ${stem}`)).toBeGreaterThan(directorySyncAt);
     }
+  });
+});
+
+describe("records created together share one file", () => {
+  const record = (attemptId: string, extra = ""): Record<string, unknown> => ({
+    attemptId,
+    note: `${attemptId}${extra}`,
+  });
+
+  it("one temporary file, written and fsynced once, linked under every record's name", async () => {
+    const calls: string[] = [];
+    const fs = loggingFs(calls);
+    const { mkdir } = await import("node:fs/promises");
+    await mkdir(join(dir, "tmp"));
+    await mkdir(join(dir, "spawns"));
+    const ids = ["a-1", "a-2", "a-3"];
+    await Promise.all(
+      ids.map((id) =>
+        createRecordFile(join(dir, "spawns", `${id}.json`), join(dir, "tmp"), record(id), 4096, fs),
+      ),
+    );
+    expect(calls.filter((call) => call.startsWith("open"))).toHaveLength(1);
+    expect(calls.filter((call) => call.startsWith("fsync tmp/"))).toHaveLength(1);
+    expect(calls.filter((call) => call.startsWith("link"))).toHaveLength(3);
+    const inodes = await Promise.all(
+      ids.map(async (id) => (await stat(join(dir, "spawns", `${id}.json`))).ino),
+    );
+    expect(new Set(inodes).size).toBe(1);
+    expect((await stat(join(dir, "spawns", "a-1.json"))).nlink).toBe(3);
+    for (const id of ids)
+      expect(await readRecordFile(join(dir, "spawns", `${id}.json`), 4096, id, fs)).toEqual({
+        ok: true,
+        record: record(id),
+      });
+    expect(await readdir(join(dir, "tmp"))).toEqual([]);
+  });
+
+  it("keeps each shared file within its reader's limit, and never mixes directories", async () => {
+    const { mkdir } = await import("node:fs/promises");
+    await mkdir(join(dir, "tmp"));
+    await mkdir(join(dir, "journal"));
+    await mkdir(join(dir, "stops"));
+    // Each line is 33 bytes: two fit in 70, a third does not.
+    const ids = ["b-1", "b-2", "b-3", "b-4", "b-5"];
+    await Promise.all([
+      ...ids.map((id) =>
+        createRecordFile(join(dir, "journal", `${id}.json`), join(dir, "tmp"), record(id), 70),
+      ),
+      createRecordFile(join(dir, "stops", "b-1.json"), join(dir, "tmp"), record("b-1"), 100),
+    ]);
+    const journalInodes = await Promise.all(
+      ids.map(async (id) => (await stat(join(dir, "journal", `${id}.json`))).ino),
+    );
+    expect(new Set(journalInodes).size).toBe(3);
+    for (const id of ids) {
+      const text = await readFile(join(dir, "journal", `${id}.json`), "utf8");
+      expect(Buffer.byteLength(text)).toBeLessThanOrEqual(70);
+      expect(await readRecordFile(join(dir, "journal", `${id}.json`), 70, id)).toEqual({
+        ok: true,
+        record: record(id),
+      });
+    }
+    expect((await stat(join(dir, "stops", "b-1.json"))).nlink).toBe(1);
+    expect(await readFile(join(dir, "stops", "b-1.json"), "utf8")).toBe(
+      `${JSON.stringify(record("b-1"))}\n`,
+    );
+  });
+
+  it("a taken name refuses that record alone; its neighbours are written and read", async () => {
+    const { mkdir } = await import("node:fs/promises");
+    await mkdir(join(dir, "tmp"));
+    await mkdir(join(dir, "receipts"));
+    await writeFile(join(dir, "receipts", "c-2.json"), "first\n");
+    const ids = ["c-1", "c-2", "c-3"];
+    const outcomes = await Promise.allSettled(
+      ids.map((id) =>
+        createRecordFile(join(dir, "receipts", `${id}.json`), join(dir, "tmp"), record(id), 4096),
+      ),
+    );
+    expect(outcomes.map((outcome) => outcome.status)).toEqual([
+      "fulfilled",
+      "rejected",
+      "fulfilled",
+    ]);
+    expect(errorCode((outcomes[1] as PromiseRejectedResult).reason)).toBe("EEXIST");
+    expect(await readFile(join(dir, "receipts", "c-2.json"), "utf8")).toBe("first\n");
+    for (const id of ["c-1", "c-3"])
+      expect(await readRecordFile(join(dir, "receipts", `${id}.json`), 4096, id)).toEqual({
+        ok: true,
+        record: record(id),
+      });
+    expect(await readdir(join(dir, "tmp"))).toEqual([]);
+  });
+
+  it("a reader takes only its own attempt's line, and refuses a shared file without it", () => {
+    const line = (id: string): string => JSON.stringify(record(id));
+    const shared = `${line("d-1")}\n${line("d-2")}\n`;
+    expect(recordTextOf(shared, "d-2")).toEqual({ ok: true, text: line("d-2") });
+    expect(recordTextOf(shared, "d-3")).toEqual({
+      ok: false,
+      reason: "holds 2 records, none of attempt d-3",
+    });
+    expect(recordTextOf(`${line("d-1")}\n${line("d-1")}\n`, "d-1")).toEqual({
+      ok: false,
+      reason: "holds two records of attempt d-1",
+    });
+    expect(recordTextOf(`${line("d-1")}\n{"attemptId":"d-2"\n`, "d-1")).toEqual({
+      ok: false,
+      reason: "has a line 2 that is not valid JSON",
+    });
+    expect(recordTextOf(`${line("d-1")}\n[1]\n`, "d-1")).toEqual({
+      ok: false,
+      reason: "has a line 2 that is not a JSON object",
+    });
+    // One line is the file's record whichever attempt it names: its reader says which.
+    expect(recordTextOf(`${line("d-1")}\n`, "d-9")).toEqual({ ok: true, text: `${line("d-1")}\n` });
+  });
+
+  it("receipts and journals in shared files verify per attempt; a journal reader names a shared file without its attempt", async () => {
+    const layout = stateLayout(dir);
+    const { mkdir } = await import("node:fs/promises");
+    for (const folder of [layout.tmpDir, layout.receiptsDir, layout.journalDir])
+      await mkdir(folder);
+    const key = Uint8Array.from({ length: 32 }, (_, index) => index + 1);
+    const receiptOf = (attemptId: string, exitCode: number) =>
+      signReceipt(key, {
+        attemptId,
+        startedAtMs: 1_000,
+        finishedAtMs: 2_000,
+        exitCode,
+        signal: null,
+        stopReason: null,
+        spawnError: null,
+      });
+    await Promise.all([
+      writeReceiptExclusive(layout, receiptOf("e-1", 0)),
+      writeReceiptExclusive(layout, receiptOf("e-2", 3)),
+    ]);
+    const text = await readFile(join(layout.receiptsDir, "e-2.json"), "utf8");
+    expect(text.split("\n")).toHaveLength(3);
+    const first = checkReceiptText(key, text, "e-1");
+    const second = checkReceiptText(key, text, "e-2");
+    expect(first.ok && first.receipt.exitCode).toBe(0);
+    expect(second.ok && second.receipt.exitCode).toBe(3);
+    expect(checkReceiptText(key, text, "e-3")).toEqual({
+      ok: false,
+      reason: "receipt file holds 2 records, none of attempt e-3",
+    });
+
+    // A shared journal file planted under a third attempt's name is damaged for that attempt.
+    await Promise.all(
+      ["e-1", "e-2"].map((id) =>
+        createRecordFile(journalPath(layout, id), layout.tmpDir, record(id), 16_384),
+      ),
+    );
+    const { link } = await import("node:fs/promises");
+    await link(journalPath(layout, "e-1"), journalPath(layout, "e-3"));
+    await expect(readJournalRecord(layout, "e-3")).rejects.toThrow(
+      /journal .*e-3.* is damaged: it holds 2 records, none of attempt e-3/,
+    );
   });
 });
 

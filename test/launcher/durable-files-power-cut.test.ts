@@ -6,10 +6,11 @@
  * simulated machine of test/storage/fixtures/power-cut-fs.ts, which drops, keeps or tears every
  * unsynced write and directory entry at a cut.
  *
- * The workload launches attempts one after another: journal, then the spawn (an event recorded
+ * The workload launches attempts two at a time: journal, then the spawn (an event recorded
  * only once the journal write returned, i.e. after its fsync and its directory's fsync), the
  * supervisor's spawn record, a stop intent for some, and the signed receipt (acknowledged once
- * its write returned). Half the seeds run on a file system without hard links (vfat, exfat),
+ * its write returned). The two attempts' records go out together and share files (one file
+ * under two names), as a dispatch page's do. Half the seeds run on a file system without hard links (vfat, exfat),
  * where the files are written in place and a cut can tear them. Each seed cuts the power
  * before one mutating file call, then checks on the machine that remains:
  *
@@ -100,35 +101,52 @@ interface Observed {
   readonly stopIntents: Set<number>;
 }
 
-/** The launcher's and the supervisor's file operations, in the order they make them. */
+/**
+ * The launcher's and the supervisor's file operations, in the order they make them, for
+ * attempts launched two at a time as a dispatch page launches them: the records of both go
+ * out together, so each pair's journals, spawn records and receipts share files.
+ */
 async function runWorkload(fs: PowerCutFs, layout: StateLayout, observed: Observed): Promise<void> {
   await ensureDurableDirectories(
     layout.stateDir,
     [layout.journalDir, layout.receiptsDir, layout.stopsDir, layout.spawnsDir, layout.tmpDir],
     fs,
   );
-  for (let index = 0; index < ATTEMPTS; index += 1) {
-    await writeJournalRecord(layout, journalOf(index), fs);
-    // The barrier: a process exists only once its journal write returned.
-    observed.spawned.add(index);
-    await writeSpawnRecord(
-      layout,
-      {
-        attemptId: attemptIdOf(index),
-        supervisorPid: 4242,
-        supervisorStartTicks: "123456",
-        bootId: "simulated-boot-1",
-      },
-      fs,
-    );
-    const stopped = index % 3 === 1;
-    if (stopped) {
-      await recordStopIntent(layout, attemptIdOf(index), "cancel", 1_900_000_000_000 + index, fs);
-      observed.stopIntents.add(index);
-    }
-    await writeReceiptExclusive(layout, receiptOf(index, stopped), fs);
-    observed.receipts.set(index, receiptOf(index, stopped));
+  for (let index = 0; index < ATTEMPTS; index += 2) {
+    const outcomes = await Promise.allSettled([
+      launchAttempt(fs, layout, observed, index),
+      launchAttempt(fs, layout, observed, index + 1),
+    ]);
+    for (const outcome of outcomes) if (outcome.status === "rejected") throw outcome.reason;
   }
+}
+
+async function launchAttempt(
+  fs: PowerCutFs,
+  layout: StateLayout,
+  observed: Observed,
+  index: number,
+): Promise<void> {
+  await writeJournalRecord(layout, journalOf(index), fs);
+  // The barrier: a process exists only once its journal write returned.
+  observed.spawned.add(index);
+  await writeSpawnRecord(
+    layout,
+    {
+      attemptId: attemptIdOf(index),
+      supervisorPid: 4242,
+      supervisorStartTicks: "123456",
+      bootId: "simulated-boot-1",
+    },
+    fs,
+  );
+  const stopped = index % 3 === 1;
+  if (stopped) {
+    await recordStopIntent(layout, attemptIdOf(index), "cancel", 1_900_000_000_000 + index, fs);
+    observed.stopIntents.add(index);
+  }
+  await writeReceiptExclusive(layout, receiptOf(index, stopped), fs);
+  observed.receipts.set(index, receiptOf(index, stopped));
 }
 
 function newMachine(withoutLinks: boolean, onCall?: (mutationIndex: number) => void): PowerCutFs {
@@ -157,6 +175,8 @@ async function checkSeed(seed: number, totalMutations: number): Promise<SeedOutc
   const observed: Observed = { spawned: new Set(), receipts: new Map(), stopIntents: new Set() };
   let afterCut: PowerCutFs | undefined;
   const machine: PowerCutFs = newMachine(withoutLinks, (mutationIndex) => {
+    // Nothing succeeds once the power is gone: the other attempt of a pair may still be going.
+    if (afterCut !== undefined) throw fsError("EIO", "the machine has no power");
     if (mutationIndex !== cutAt) return;
     afterCut = machine.powerCut(random);
     throw fsError("EIO", "the machine lost power");
@@ -235,12 +255,24 @@ describe("the launcher's durable files under simulated power loss", () => {
   it(
     "spawns nothing without a surviving journal, loses no acknowledged receipt or stop intent, and refuses torn ones",
     async () => {
-      const recording = newMachine(false);
+      let temporaryFiles = 0;
+      let links = 0;
+      const recording = new PowerCutFs({
+        onCall: (call) => {
+          if (call.name === "open" && call.path.startsWith(`${STATE_DIR}/tmp/`))
+            temporaryFiles += 1;
+          if (call.name === "link") links += 1;
+        },
+      });
       await runWorkload(recording, stateLayout(STATE_DIR), {
         spawned: new Set(),
         receipts: new Map(),
         stopIntents: new Set(),
       });
+      // Each pair's journals and spawn records shared a file: at least one temporary file
+      // fewer per attempt than names linked.
+      expect(links).toBe(ATTEMPTS * 3 + 3);
+      expect(temporaryFiles).toBeLessThanOrEqual(links - ATTEMPTS);
       const totalMutations = recording.mutationCount;
       expect(totalMutations).toBeGreaterThan(ATTEMPTS * 15);
       const seeds = powerCutSeeds(SEEDS);

@@ -55,13 +55,26 @@ export function createFileExclusiveDurable(
   tmpDir: string,
   content: string,
   fs: DurableFs = launcherDurableFs,
+  sharing: RecordSharing | null = null,
 ): Promise<void> {
   let group = createGroups.get(fs);
   if (group === undefined) {
     group = new DurableCreateGroup(fs, fs === launcherDurableFs ? threadPoolSync : inlineSync(fs));
     createGroups.set(fs, group);
   }
-  return group.create(finalPath, tmpDir, content);
+  return group.create(finalPath, tmpDir, content, sharing);
+}
+
+/**
+ * A create whose content is one record line that may share its file with the records of other
+ * attempts created in the same group and directory: one temporary file holds every line and is
+ * hard-linked to each record's name, so a group of N records costs one file's write and fsync
+ * and N links instead of N of each (≈ 0.25 ms of CPU less per record on the test VM, in groups
+ * of three). Each reader picks its own attempt's line (`recordTextOf`).
+ */
+export interface RecordSharing {
+  /** The most a shared file may hold: what the record's reader accepts. */
+  readonly maxFileBytes: number;
 }
 
 /** The two flushes a group needs; each answers per item, so one failure fails only its own file. */
@@ -112,8 +125,46 @@ interface PendingCreate {
   readonly finalPath: string;
   readonly tmpDir: string;
   readonly content: string;
+  readonly sharing: RecordSharing | null;
   readonly resolve: () => void;
   readonly reject: (error: Error) => void;
+}
+
+/** One temporary file of a group and the creates it becomes (one, or several shared records). */
+interface CreateUnit {
+  readonly items: PendingCreate[];
+  bytes: number;
+  maxBytes: number;
+}
+
+/**
+ * Splits a group into temporary files: a create that does not share gets its own; records
+ * bound for one directory (one kind of record per directory) fill shared files in their
+ * order, each file kept within the smallest reader limit of the records it holds.
+ */
+function unitsOf(batch: readonly PendingCreate[]): CreateUnit[] {
+  const units: CreateUnit[] = [];
+  const filling = new Map<string, CreateUnit>();
+  for (const item of batch) {
+    const bytes = Buffer.byteLength(item.content, "utf8");
+    if (item.sharing === null) {
+      units.push({ items: [item], bytes, maxBytes: bytes });
+      continue;
+    }
+    const key = `${item.tmpDir}\0${dirname(item.finalPath)}`;
+    const open = filling.get(key);
+    const maxBytes = Math.min(open?.maxBytes ?? Infinity, item.sharing.maxFileBytes);
+    if (open !== undefined && open.bytes + bytes <= maxBytes) {
+      open.items.push(item);
+      open.bytes += bytes;
+      open.maxBytes = maxBytes;
+      continue;
+    }
+    const unit: CreateUnit = { items: [item], bytes, maxBytes: item.sharing.maxFileBytes };
+    units.push(unit);
+    filling.set(key, unit);
+  }
+  return units;
 }
 
 /**
@@ -133,9 +184,14 @@ export class DurableCreateGroup {
     private readonly sync: GroupSync,
   ) {}
 
-  create(finalPath: string, tmpDir: string, content: string): Promise<void> {
+  create(
+    finalPath: string,
+    tmpDir: string,
+    content: string,
+    sharing: RecordSharing | null = null,
+  ): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      this.queue.push({ finalPath, tmpDir, content, resolve, reject });
+      this.queue.push({ finalPath, tmpDir, content, sharing, resolve, reject });
       if (!this.scheduled) {
         this.scheduled = true;
         setImmediate(() => void this.flushAll());
@@ -167,53 +223,66 @@ export class DurableCreateGroup {
   private async flush(batch: readonly PendingCreate[]): Promise<void> {
     const fail = (item: PendingCreate, error: unknown): void =>
       item.reject(error instanceof Error ? error : new Error(String(error)));
-    // 1. Every temporary file written, not yet synced.
-    const written: { item: PendingCreate; tmpPath: string; handle: DurableFileHandle }[] = [];
-    for (const item of batch) {
-      const tmpPath = join(item.tmpDir, temporaryName(item.finalPath));
+    // 1. Every temporary file written, not yet synced (one per unit: a lone file, or the
+    // shared file of several records).
+    const written: { unit: CreateUnit; tmpPath: string; handle: DurableFileHandle }[] = [];
+    for (const unit of unitsOf(batch)) {
+      const first = unit.items[0] as PendingCreate;
+      const tmpPath = join(first.tmpDir, temporaryName(first.finalPath));
       let handle: DurableFileHandle | null = null;
       try {
         handle = this.fs.open(tmpPath, "exclusive", 0o600);
-        this.fs.append(handle, Buffer.from(item.content, "utf8"));
-        written.push({ item, tmpPath, handle });
+        const content =
+          unit.items.length === 1 ? first.content : unit.items.map((item) => item.content).join("");
+        this.fs.append(handle, Buffer.from(content, "utf8"));
+        written.push({ unit, tmpPath, handle });
       } catch (error) {
         if (handle !== null) this.closeQuietly(handle);
         this.unlinkQuietly(tmpPath);
-        fail(item, error);
+        for (const item of unit.items) fail(item, error);
       }
     }
     // 2. Their data durable, together.
     const syncErrors = await this.sync.fsyncEach(written.map(({ handle }) => handle));
-    // 3. Linked to their final names; a taken name refuses that file alone.
-    const linked: { item: PendingCreate; tmpPath: string | null }[] = [];
-    written.forEach(({ item, tmpPath, handle }, index) => {
+    // 3. Linked to their final names; a taken name refuses that record alone.
+    const linked: { item: PendingCreate; file: LinkedFile | null }[] = [];
+    written.forEach(({ unit, tmpPath, handle }, index) => {
       this.closeQuietly(handle);
       const syncError = syncErrors[index] ?? null;
       if (syncError !== null) {
         this.unlinkQuietly(tmpPath);
-        fail(item, syncError);
+        for (const item of unit.items) fail(item, syncError);
         return;
       }
-      try {
-        this.fs.link(tmpPath, item.finalPath);
-        linked.push({ item, tmpPath });
-      } catch (error) {
-        if (!LINK_UNSUPPORTED_CODES.has(errorCode(error) ?? "")) {
-          this.unlinkQuietly(tmpPath);
-          fail(item, error);
-          return;
-        }
-        // Not quiet: the file's fate must follow every failure before its fallback write.
+      const file: LinkedFile = { tmpPath, removed: false, failed: null };
+      const unlinked: PendingCreate[] = [];
+      for (const item of unit.items) {
         try {
-          this.fs.unlink(tmpPath);
-        } catch (unlinkError) {
-          fail(item, unlinkError);
-          return;
+          this.fs.link(tmpPath, item.finalPath);
+          linked.push({ item, file });
+        } catch (error) {
+          if (!LINK_UNSUPPORTED_CODES.has(errorCode(error) ?? "")) fail(item, error);
+          else unlinked.push(item);
         }
-        // No hard links here (vfat, exfat): the exclusive create of the final name itself.
+      }
+      if (unlinked.length === 0) {
+        if (!linked.some((entry) => entry.file === file)) this.unlinkQuietly(tmpPath);
+        return;
+      }
+      // Not quiet: the file's fate must follow every failure before its fallback writes.
+      try {
+        this.fs.unlink(tmpPath);
+        file.removed = true;
+      } catch (unlinkError) {
+        file.failed = unlinkError;
+        for (const item of unlinked) fail(item, unlinkError);
+        return;
+      }
+      // No hard links here (vfat, exfat): the exclusive create of each final name itself.
+      for (const item of unlinked) {
         try {
           writeAndSync(this.fs, item.finalPath, item.content);
-          linked.push({ item, tmpPath: null });
+          linked.push({ item, file: null });
         } catch (fallbackError) {
           fail(item, fallbackError);
         }
@@ -229,21 +298,25 @@ export class DurableCreateGroup {
         }),
       ),
     );
-    // 5. Acknowledged. The temporary name is garbage once the link is durable; a crash before
+    // 5. Acknowledged. A temporary name is garbage once its links are durable; a crash before
     // its removal leaves a stray file in tmp/, never a second journal or receipt.
-    for (const { item, tmpPath } of linked) {
+    for (const { item, file } of linked) {
       const directoryError = directoryErrors.get(dirname(item.finalPath));
       if (directoryError !== undefined) {
         fail(item, directoryError);
         continue;
       }
-      if (tmpPath !== null) {
+      if (file !== null && !file.removed && file.failed === null) {
         try {
-          this.fs.unlink(tmpPath);
+          this.fs.unlink(file.tmpPath);
+          file.removed = true;
         } catch (error) {
-          fail(item, error);
-          continue;
+          file.failed = error;
         }
+      }
+      if (file !== null && file.failed !== null) {
+        fail(item, file.failed);
+        continue;
       }
       item.resolve();
     }
@@ -264,6 +337,13 @@ export class DurableCreateGroup {
       // Never linked anywhere else: a stray temporary file at worst.
     }
   }
+}
+
+/** A unit's temporary file once linked: removed once, after its links are durable. */
+interface LinkedFile {
+  readonly tmpPath: string;
+  removed: boolean;
+  failed: unknown;
 }
 
 function writeAndSync(fs: DurableFs, path: string, content: string): void {
@@ -333,32 +413,79 @@ function settled<T>(work: () => T): Promise<T> {
 
 /**
  * Writes one record as a line of canonical JSON, exclusively and durably: the journal, the
- * spawn record and the stop intent are all written this way (see createFileExclusiveDurable).
+ * spawn record, the receipt and the stop intent are all written this way (see
+ * createFileExclusiveDurable). Records of one directory created together may share one file
+ * under several names (`RecordSharing`); `maxFileBytes` is what their reader accepts.
  */
 export function createRecordFile(
   path: string,
   tmpDir: string,
   record: object,
+  maxFileBytes: number,
   fs: DurableFs = launcherDurableFs,
 ): Promise<void> {
-  return createFileExclusiveDurable(path, tmpDir, `${canonicalJson({ ...record })}\n`, fs);
+  return createFileExclusiveDurable(path, tmpDir, `${canonicalJson({ ...record })}\n`, fs, {
+    maxFileBytes,
+  });
+}
+
+/** At most this many records in one file: far above what a reader limit lets a group hold. */
+const RECORDS_PER_FILE_MAX = 4096;
+
+/**
+ * The text of `attemptId`'s record in a record file's text. A file of one line is that line,
+ * whichever attempt it names (the caller checks, and says "names attempt …"). A file that
+ * several records share (`RecordSharing`) holds one line per record: the one line that names
+ * the attempt, or why there is none (a line that is not a JSON object, no line or two lines of
+ * this attempt).
+ */
+export function recordTextOf(
+  text: string,
+  attemptId: string,
+): { ok: true; text: string } | { ok: false; reason: string } {
+  const end = text.endsWith("\n") ? text.length - 1 : text.length;
+  if (text.lastIndexOf("\n", end - 1) === -1) return { ok: true, text };
+  const lines = text.slice(0, end).split("\n");
+  if (lines.length > RECORDS_PER_FILE_MAX)
+    return { ok: false, reason: `holds ${lines.length} lines, more than ${RECORDS_PER_FILE_MAX}` };
+  let found: string | null = null;
+  for (const [index, line] of lines.entries()) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(line);
+    } catch {
+      return { ok: false, reason: `has a line ${index + 1} that is not valid JSON` };
+    }
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+      return { ok: false, reason: `has a line ${index + 1} that is not a JSON object` };
+    if ((parsed as { attemptId?: unknown }).attemptId !== attemptId) continue;
+    if (found !== null) return { ok: false, reason: `holds two records of attempt ${attemptId}` };
+    found = line;
+  }
+  return found === null
+    ? { ok: false, reason: `holds ${lines.length} records, none of attempt ${attemptId}` }
+    : { ok: true, text: found };
 }
 
 /**
- * Reads one record written by `createRecordFile`: null when there is none, else its JSON
- * object, or why the file is not one (too large, not a regular file, not JSON, not an object).
- * Each reader checks the fields and says what a bad record means for it.
+ * Reads `attemptId`'s record from a file written by `createRecordFile`: null when there is
+ * none, else its JSON object, or why the file is not one (too large, not a regular file, not
+ * JSON, not an object, a shared file without it). Each reader checks the fields and says what
+ * a bad record means for it.
  */
 export async function readRecordFile(
   path: string,
   maxBytes: number,
+  attemptId: string,
   fs: DurableFs = launcherDurableFs,
 ): Promise<{ ok: true; record: Record<string, unknown> } | { ok: false; reason: string } | null> {
   const file = await readSmallFile(path, maxBytes, fs);
   if (file === null || !file.ok) return file;
+  const own = recordTextOf(file.text, attemptId);
+  if (!own.ok) return own;
   let parsed: unknown;
   try {
-    parsed = JSON.parse(file.text);
+    parsed = JSON.parse(own.text);
   } catch {
     return { ok: false, reason: "is not valid JSON" };
   }
@@ -390,7 +517,7 @@ export function attemptRecordReader<T>(
 ): (layout: StateLayout, attemptId: string, fs?: DurableFs) => Promise<T | null> {
   return async (layout, attemptId, fs = launcherDurableFs) => {
     const path = kind.path(layout, attemptId);
-    const file = await readRecordFile(path, kind.maxBytes, fs);
+    const file = await readRecordFile(path, kind.maxBytes, attemptId, fs);
     if (file === null) return null;
     const damaged = (problem: string): QlrError =>
       new QlrError("storage_corrupt", `${kind.what} ${path} is damaged: ${problem}`);

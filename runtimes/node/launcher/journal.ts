@@ -48,7 +48,13 @@ export function writeJournalRecord(
   record: JournalRecord,
   fs: DurableFs = launcherDurableFs,
 ): Promise<void> {
-  return createRecordFile(journalPath(layout, record.attemptId), layout.tmpDir, record, fs);
+  return createRecordFile(
+    journalPath(layout, record.attemptId),
+    layout.tmpDir,
+    record,
+    JOURNAL_MAX_BYTES,
+    fs,
+  );
 }
 
 function journalShapeProblem(record: Record<string, unknown>): string | null {

@@ -13,6 +13,7 @@ import {
   ensureDurableDirectories,
   launcherDurableFs,
   readSmallFile,
+  recordTextOf,
 } from "./durable-file.ts";
 import { receiptPath, stateLayout, type StateLayout } from "./state-layout.ts";
 
@@ -156,8 +157,9 @@ export type ReceiptCheck =
   | { readonly ok: false; readonly reason: string };
 
 /**
- * Parses and authenticates receipt text: exact shape, then a constant-time MAC comparison,
- * then the binding to the attempt id the file is named after (a valid receipt copied to
+ * Parses and authenticates a receipt file's text (its own line of a file that several
+ * receipts share, `recordTextOf`): exact shape, then a constant-time MAC comparison, then the
+ * binding to the attempt id the file is named after (a valid receipt copied to
  * another attempt's name is rejected).
  */
 export function checkReceiptText(
@@ -165,9 +167,11 @@ export function checkReceiptText(
   text: string,
   expectedAttemptId: string,
 ): ReceiptCheck {
+  const own = recordTextOf(text, expectedAttemptId);
+  if (!own.ok) return { ok: false, reason: `receipt file ${own.reason}` };
   let parsed: unknown;
   try {
-    parsed = JSON.parse(text);
+    parsed = JSON.parse(own.text);
   } catch {
     return { ok: false, reason: "receipt is not valid JSON" };
   }
@@ -197,7 +201,7 @@ export async function writeReceiptExclusive(
 ): Promise<void> {
   const path = receiptPath(layout, receipt.attemptId);
   try {
-    await createRecordFile(path, layout.tmpDir, receipt, fs);
+    await createRecordFile(path, layout.tmpDir, receipt, RECEIPT_MAX_BYTES, fs);
   } catch (error) {
     if (errorCode(error) === "EEXIST")
       throw new QlrError(

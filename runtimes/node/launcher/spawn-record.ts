@@ -24,7 +24,13 @@ export async function writeSpawnRecord(
   record: SpawnRecord,
   fs: DurableFs = launcherDurableFs,
 ): Promise<void> {
-  await createRecordFile(spawnRecordPath(layout, record.attemptId), layout.tmpDir, record, fs);
+  await createRecordFile(
+    spawnRecordPath(layout, record.attemptId),
+    layout.tmpDir,
+    record,
+    SPAWN_RECORD_MAX_BYTES,
+    fs,
+  );
 }
 
 /** The record, null when there is none, or the reason it cannot be used. */
@@ -33,7 +39,12 @@ export async function readSpawnRecord(
   attemptId: string,
   fs: DurableFs = launcherDurableFs,
 ): Promise<SpawnRecord | null | { invalid: string }> {
-  const file = await readRecordFile(spawnRecordPath(layout, attemptId), SPAWN_RECORD_MAX_BYTES, fs);
+  const file = await readRecordFile(
+    spawnRecordPath(layout, attemptId),
+    SPAWN_RECORD_MAX_BYTES,
+    attemptId,
+    fs,
+  );
   if (file === null) return null;
   if (!file.ok) return { invalid: `spawn record ${file.reason}` };
   const parsed = file.record;

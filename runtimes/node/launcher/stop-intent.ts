@@ -23,7 +23,13 @@ export async function recordStopIntent(
 ): Promise<StopReason> {
   const path = stopIntentPath(layout, attemptId);
   try {
-    await createRecordFile(path, layout.tmpDir, { attemptId, reason, requestedAtMs }, fs);
+    await createRecordFile(
+      path,
+      layout.tmpDir,
+      { attemptId, reason, requestedAtMs },
+      STOP_INTENT_MAX_BYTES,
+      fs,
+    );
     return reason;
   } catch (error) {
     if (errorCode(error) !== "EEXIST") throw error;
