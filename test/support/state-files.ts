@@ -5,6 +5,7 @@ import { existsSync } from "node:fs";
  */
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { recordTextOf } from "../../runtimes/node/launcher/durable-file.ts";
 import { TERMINAL_ATTEMPT } from "./api-client.ts";
 import type { RunDetail } from "./api-views.ts";
 
@@ -33,21 +34,27 @@ export async function readJournal(
   stateDir: string,
   attemptId: string,
 ): Promise<JournalFile | null> {
-  try {
-    return JSON.parse(
-      await readFile(join(stateDir, "journal", `${attemptId}.json`), "utf8"),
-    ) as JournalFile;
-  } catch {
-    return null;
-  }
+  return (await readRecord(
+    join(stateDir, "journal", `${attemptId}.json`),
+    attemptId,
+  )) as JournalFile | null;
 }
 
 export async function readReceipt(
   stateDir: string,
   attemptId: string,
 ): Promise<ReceiptFile | null> {
+  return (await readRecord(receiptPath(stateDir, attemptId), attemptId)) as ReceiptFile | null;
+}
+
+/**
+ * The attempt's record from a launcher record file, which records created together share (a
+ * line each, `recordTextOf`); null when the file is missing or holds no record of the attempt.
+ */
+async function readRecord(path: string, attemptId: string): Promise<unknown> {
   try {
-    return JSON.parse(await readFile(receiptPath(stateDir, attemptId), "utf8")) as ReceiptFile;
+    const own = recordTextOf(await readFile(path, "utf8"), attemptId);
+    return own.ok ? (JSON.parse(own.text) as unknown) : null;
   } catch {
     return null;
   }
