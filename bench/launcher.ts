@@ -31,6 +31,7 @@ import { join } from "node:path";
 import { loadOrCreateReceiptKey, PosixLauncher } from "../runtimes/node/launcher/index.ts";
 import { log, now, round, summarize, writeResult } from "./lib/common.ts";
 import { createMemoryCgroup, removeWhenEmpty } from "./lib/memory-cgroup.ts";
+import { leanRequest } from "./lib/http-client.ts";
 import { runsByStatus, spawnServe, terminalRuns, type ServeProcess } from "./lib/serve-process.ts";
 
 export interface LauncherBenchConfig {
@@ -44,9 +45,9 @@ export interface LauncherBenchConfig {
   readonly throughputRuns: number;
   readonly inFlight: number;
   /**
-   * POST /runs requests the throughput part keeps open at once (QLR_BENCH_LAUNCHER_POSTS): 1, one
-   * client posting serially, as every figure before 2026-12-03 05:00 UTC; above 1, a server's
-   * rate rather than one client's round trips.
+   * POST /runs requests the throughput part keeps open at once (QLR_BENCH_LAUNCHER_POSTS, 8 by
+   * default since 2026-12-04): 1, one client posting serially, as every figure before then;
+   * above 1, a server's rate rather than one client's round trips.
    */
   readonly postConcurrency: number;
   readonly latencySamples: number;
@@ -178,14 +179,14 @@ async function startServe(
 }
 
 async function startRun(served: Served, workflow: string): Promise<string> {
-  const response = await fetch(`${served.url}/runs`, {
+  const response = await leanRequest(`${served.url}/runs`, {
     method: "POST",
     headers: served.headers,
     body: JSON.stringify({ package: "bench", workflow }),
   });
   if (response.status !== 201)
-    throw new Error(`POST /runs answered ${response.status}: ${await response.text()}`);
-  return ((await response.json()) as { run: { id: string } }).run.id;
+    throw new Error(`POST /runs answered ${response.status}: ${response.text}`);
+  return (JSON.parse(response.text) as { run: { id: string } }).run.id;
 }
 
 async function runStatus(served: Served, runId: string, query = ""): Promise<string> {
@@ -508,6 +509,14 @@ function supervisionCpu(
   };
 }
 
+/**
+ * How often the throughput part asks serve how many runs ended (`GET /metrics`, which counts
+ * runs by status): often enough that the in-flight window never empties (64 runs last ≈ 0.4 s at
+ * 150 steps/s), rarely enough that the asking costs serve little (every 20 ms until
+ * 2026-12-04: ≈ 0.35 requests per step).
+ */
+const THROUGHPUT_POLL_MS = 100;
+
 async function throughput(config: LauncherBenchConfig): Promise<unknown> {
   const served = await startServe(config.root, "standalone", null);
   try {
@@ -528,6 +537,8 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     const stagesBefore = await stageTimes(served);
     let started = 0;
     let state = { terminal: 0, succeeded: 0, running: 0 };
+    // This process posts and polls: the load's own CPU shares the machine with what it measures.
+    const clientBefore = process.cpuUsage();
     const t0 = now();
     const runIds: string[] = [];
     while (state.terminal < config.throughputRuns + 1) {
@@ -546,11 +557,16 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
         );
         started += batch;
       }
-      await sleep(20);
+      await sleep(THROUGHPUT_POLL_MS);
       state = await counts(served);
       if (now() - t0 > 600_000) throw new Error("throughput did not finish in 10 minutes");
     }
     const wallMs = now() - t0;
+    const clientCpu = process.cpuUsage(clientBefore);
+    const clientMsPerStep = round(
+      (clientCpu.user + clientCpu.system) / 1000 / config.throughputRuns,
+      2,
+    );
     const serveAfter = cpuOf(servePid);
     const supervisorAfter = cpuOf(supervisor);
     const spawnerAfter = spawner === null ? null : cpuOf(spawner);
@@ -568,7 +584,7 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
     });
     const load1m = { before: loadBefore, after: loadAverage1m() };
     log(
-      `throughput: ${succeeded}/${config.throughputRuns} one-step runs of true in ${Math.round(wallMs)} ms: ${stepsPerSecond} steps/s; CPU per step ${JSON.stringify(cpuMsPerStep)} ms; load ${load1m.before} → ${load1m.after}; cadence ${JSON.stringify(cadence)}; step timeline (medians, ms) ${JSON.stringify(timeline)}`,
+      `throughput: ${succeeded}/${config.throughputRuns} one-step runs of true in ${Math.round(wallMs)} ms: ${stepsPerSecond} steps/s; CPU per step ${JSON.stringify(cpuMsPerStep)} ms, the load client's ${clientMsPerStep} ms; load ${load1m.before} → ${load1m.after}; cadence ${JSON.stringify(cadence)}; step timeline (medians, ms) ${JSON.stringify(timeline)}`,
     );
     return {
       runs: config.throughputRuns,
@@ -580,6 +596,7 @@ async function throughput(config: LauncherBenchConfig): Promise<unknown> {
       wallMs: Math.round(wallMs),
       stepsPerSecond,
       cpuMsPerStep,
+      clientMsPerStep,
       load1m,
     };
   } finally {

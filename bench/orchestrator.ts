@@ -484,8 +484,9 @@ export async function main(options: { root: string; bundleDir: string }): Promis
         memoryTasks: 50,
         throughputRuns: Number(process.env.QLR_BENCH_LAUNCHER_RUNS ?? (quick ? 200 : 600)),
         inFlight: 64,
-        // 1: one client posting serially (every figure before 2026-12-03 05:00 UTC).
-        postConcurrency: Number(process.env.QLR_BENCH_LAUNCHER_POSTS ?? 1),
+        // 8 POSTs at once since 2026-12-04 11:00 UTC; 1, one client posting serially, before
+        // (its rate is bound by a POST's latency, not by serve: docs/PERFORMANCE.md).
+        postConcurrency: Number(process.env.QLR_BENCH_LAUNCHER_POSTS ?? 8),
         latencySamples: Number(process.env.QLR_BENCH_LATENCY_SAMPLES ?? (quick ? 10 : 30)),
         // 0: the latency part waits with the run long-poll; N: it polls every N ms instead.
         latencyPollMs: Number(process.env.QLR_BENCH_LATENCY_POLL_MS ?? 0),

@@ -9,6 +9,7 @@ import { TERMINAL_RUN_STATUSES, type RunStatus } from "../../src/model.ts";
 import type { ProfileName } from "../../src/profiles.ts";
 import { serveArgs } from "../../test/support/qlr-args.ts";
 import { now } from "./common.ts";
+import { leanRequest } from "./http-client.ts";
 
 export interface ServeProcessOptions {
   readonly root: string;
@@ -120,11 +121,11 @@ export async function spawnServe(options: ServeProcessOptions): Promise<ServePro
 export async function runsByStatus(
   served: Pick<ServeProcess, "url" | "token">,
 ): Promise<Record<string, number>> {
-  const response = await fetch(`${served.url}/metrics`, {
+  const response = await leanRequest(`${served.url}/metrics`, {
     headers: { authorization: `Bearer ${served.token}` },
   });
   const runs: Record<string, number> = {};
-  for (const match of (await response.text()).matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm))
+  for (const match of response.text.matchAll(/^qlr_runs\{status="([a-z_]+)"\} (\d+)$/gm))
     runs[match[1] ?? "?"] = Number(match[2]);
   return runs;
 }
