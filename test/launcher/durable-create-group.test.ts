@@ -11,12 +11,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { errorCode } from "../../src/errors.ts";
+import { createFileExclusiveDurable } from "../../runtimes/node/launcher/durable-file.ts";
 import {
-  createFileExclusiveDurable,
   createRecordFile,
   readRecordFile,
   recordTextOf,
-} from "../../runtimes/node/launcher/durable-file.ts";
+} from "../../runtimes/node/launcher/record-file.ts";
 import { readJournalRecord } from "../../runtimes/node/launcher/journal.ts";
 import {
   checkReceiptText,

@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
  */
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { recordTextOf } from "../../runtimes/node/launcher/durable-file.ts";
+import { recordTextOf } from "../../runtimes/node/launcher/record-file.ts";
 import { TERMINAL_ATTEMPT } from "./api-client.ts";
 import type { RunDetail } from "./api-views.ts";
 

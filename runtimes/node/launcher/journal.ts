@@ -2,7 +2,8 @@ import { canonicalJson } from "../../../src/canonical-json.ts";
 import { isDigest, type Digest } from "../../../src/digest.ts";
 import { isPortableId } from "../../../src/identity.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
-import { attemptRecordReader, createRecordFile, launcherDurableFs } from "./durable-file.ts";
+import { launcherDurableFs } from "./durable-file.ts";
+import { attemptRecordReader, createRecordFile } from "./record-file.ts";
 import { journalPath, type StateLayout } from "./state-layout.ts";
 
 /**

@@ -9,12 +9,11 @@ import { QlrError, errorCode } from "../../../src/errors.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
 import {
   createFileExclusiveDurable,
-  createRecordFile,
   ensureDurableDirectories,
   launcherDurableFs,
   readSmallFile,
-  recordTextOf,
 } from "./durable-file.ts";
+import { createRecordFile, recordTextOf } from "./record-file.ts";
 import { receiptPath, stateLayout, type StateLayout } from "./state-layout.ts";
 
 export const STOP_REASONS = ["cancel", "timeout", "shutdown"] as const;

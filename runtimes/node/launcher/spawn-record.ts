@@ -1,6 +1,7 @@
 import { isPortableId } from "../../../src/identity.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
-import { createRecordFile, launcherDurableFs, readRecordFile } from "./durable-file.ts";
+import { launcherDurableFs } from "./durable-file.ts";
+import { createRecordFile, readRecordFile } from "./record-file.ts";
 import { spawnRecordPath, type StateLayout } from "./state-layout.ts";
 
 /**

@@ -1,6 +1,7 @@
 import { errorCode, isQlrError } from "../../../src/errors.ts";
 import type { DurableFs } from "../../../storage/node/durable-fs.ts";
-import { attemptRecordReader, createRecordFile, launcherDurableFs } from "./durable-file.ts";
+import { launcherDurableFs } from "./durable-file.ts";
+import { attemptRecordReader, createRecordFile } from "./record-file.ts";
 import { isStopReason, type StopReason } from "./receipt.ts";
 import { stopIntentPath, type StateLayout } from "./state-layout.ts";
 
