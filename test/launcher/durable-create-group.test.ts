@@ -15,7 +15,7 @@ import { createFileExclusiveDurable } from "../../runtimes/node/launcher/durable
 import {
   createRecordFile,
   readRecordFile,
-  recordTextOf,
+  recordOf,
 } from "../../runtimes/node/launcher/record-file.ts";
 import { readJournalRecord } from "../../runtimes/node/launcher/journal.ts";
 import {
@@ -211,25 +211,29 @@ describe("records created together share one file", () => {
   it("a reader takes only its own attempt's line, and refuses a shared file without it", () => {
     const line = (id: string): string => JSON.stringify(record(id));
     const shared = `${line("d-1")}\n${line("d-2")}\n`;
-    expect(recordTextOf(shared, "d-2")).toEqual({ ok: true, text: line("d-2") });
-    expect(recordTextOf(shared, "d-3")).toEqual({
+    expect(recordOf(shared, "d-2")).toEqual({ ok: true, record: record("d-2") });
+    expect(recordOf(shared, "d-3")).toEqual({
       ok: false,
       reason: "holds 2 records, none of attempt d-3",
     });
-    expect(recordTextOf(`${line("d-1")}\n${line("d-1")}\n`, "d-1")).toEqual({
+    expect(recordOf(`${line("d-1")}\n${line("d-1")}\n`, "d-1")).toEqual({
       ok: false,
       reason: "holds two records of attempt d-1",
     });
-    expect(recordTextOf(`${line("d-1")}\n{"attemptId":"d-2"\n`, "d-1")).toEqual({
+    expect(recordOf(`${line("d-1")}\n{"attemptId":"d-2"\n`, "d-1")).toEqual({
       ok: false,
       reason: "has a line 2 that is not valid JSON",
     });
-    expect(recordTextOf(`${line("d-1")}\n[1]\n`, "d-1")).toEqual({
+    expect(recordOf(`${line("d-1")}\n[1]\n`, "d-1")).toEqual({
       ok: false,
       reason: "has a line 2 that is not a JSON object",
     });
     // One line is the file's record whichever attempt it names: its reader says which.
-    expect(recordTextOf(`${line("d-1")}\n`, "d-9")).toEqual({ ok: true, text: `${line("d-1")}\n` });
+    expect(recordOf(`${line("d-1")}\n`, "d-9")).toEqual({ ok: true, record: record("d-1") });
+    expect(recordOf(`{"attemptId":"d-1"`, "d-1")).toEqual({
+      ok: false,
+      reason: "is not valid JSON",
+    });
   });
 
   it("receipts and journals in shared files verify per attempt; a journal reader names a shared file without its attempt", async () => {
@@ -260,7 +264,7 @@ describe("records created together share one file", () => {
     expect(second.ok && second.receipt.exitCode).toBe(3);
     expect(checkReceiptText(key, text, "e-3")).toEqual({
       ok: false,
-      reason: "receipt file holds 2 records, none of attempt e-3",
+      reason: "receipt holds 2 records, none of attempt e-3",
     });
 
     // A shared journal file planted under a third attempt's name is damaged for that attempt.

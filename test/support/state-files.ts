@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
  */
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { recordTextOf } from "../../runtimes/node/launcher/record-file.ts";
+import { recordOf } from "../../runtimes/node/launcher/record-file.ts";
 import { TERMINAL_ATTEMPT } from "./api-client.ts";
 import type { RunDetail } from "./api-views.ts";
 
@@ -49,12 +49,12 @@ export async function readReceipt(
 
 /**
  * The attempt's record from a launcher record file, which records created together share (a
- * line each, `recordTextOf`); null when the file is missing or holds no record of the attempt.
+ * line each, `recordOf`); null when the file is missing or holds no record of the attempt.
  */
 async function readRecord(path: string, attemptId: string): Promise<unknown> {
   try {
-    const own = recordTextOf(await readFile(path, "utf8"), attemptId);
-    return own.ok ? (JSON.parse(own.text) as unknown) : null;
+    const own = recordOf(await readFile(path, "utf8"), attemptId);
+    return own.ok ? own.record : null;
   } catch {
     return null;
   }

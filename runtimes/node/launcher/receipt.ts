@@ -13,7 +13,7 @@ import {
   launcherDurableFs,
   readSmallFile,
 } from "./durable-file.ts";
-import { createRecordFile, recordTextOf } from "./record-file.ts";
+import { createRecordFile, recordOf } from "./record-file.ts";
 import { receiptPath, stateLayout, type StateLayout } from "./state-layout.ts";
 
 export const STOP_REASONS = ["cancel", "timeout", "shutdown"] as const;
@@ -157,7 +157,7 @@ export type ReceiptCheck =
 
 /**
  * Parses and authenticates a receipt file's text (its own line of a file that several
- * receipts share, `recordTextOf`): exact shape, then a constant-time MAC comparison, then the
+ * receipts share, `recordOf`): exact shape, then a constant-time MAC comparison, then the
  * binding to the attempt id the file is named after (a valid receipt copied to
  * another attempt's name is rejected).
  */
@@ -166,17 +166,11 @@ export function checkReceiptText(
   text: string,
   expectedAttemptId: string,
 ): ReceiptCheck {
-  const own = recordTextOf(text, expectedAttemptId);
-  if (!own.ok) return { ok: false, reason: `receipt file ${own.reason}` };
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(own.text);
-  } catch {
-    return { ok: false, reason: "receipt is not valid JSON" };
-  }
-  const problem = receiptShapeProblem(parsed);
+  const own = recordOf(text, expectedAttemptId);
+  if (!own.ok) return { ok: false, reason: `receipt ${own.reason}` };
+  const problem = receiptShapeProblem(own.record);
   if (problem !== null) return { ok: false, reason: `receipt shape: ${problem}` };
-  const receipt = parsed as CompletionReceipt;
+  const receipt = own.record as unknown as CompletionReceipt;
   const { mac, ...fields } = receipt;
   if (!timingSafeEqualText(receiptMac(key, fields), mac))
     return { ok: false, reason: "receipt MAC does not verify" };

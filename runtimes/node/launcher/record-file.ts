@@ -27,42 +27,44 @@ export function createRecordFile(
   });
 }
 
-/** At most this many records in one file: far above what a reader limit lets a group hold. */
-const RECORDS_PER_FILE_MAX = 4096;
+/** A record file's record, or why it is not one. */
+export type RecordReading =
+  | { readonly ok: true; readonly record: Record<string, unknown> }
+  | { readonly ok: false; readonly reason: string };
 
 /**
- * The text of `attemptId`'s record in a record file's text. A file of one line is that line,
+ * `attemptId`'s record in a record file's text. A file of one line is that line's record,
  * whichever attempt it names (the caller checks, and says "names attempt …"). A file that
- * several records share (`RecordSharing`) holds one line per record: the one line that names
- * the attempt, or why there is none (a line that is not a JSON object, no line or two lines of
- * this attempt).
+ * several records share (`RecordSharing`) holds one line per record: the one that names the
+ * attempt, or why there is none (a line that is not a JSON object, no line or two lines of
+ * this attempt). The reader's byte limit bounds the lines.
  */
-export function recordTextOf(
-  text: string,
-  attemptId: string,
-): { ok: true; text: string } | { ok: false; reason: string } {
-  const end = text.endsWith("\n") ? text.length - 1 : text.length;
-  if (text.lastIndexOf("\n", end - 1) === -1) return { ok: true, text };
-  const lines = text.slice(0, end).split("\n");
-  if (lines.length > RECORDS_PER_FILE_MAX)
-    return { ok: false, reason: `holds ${lines.length} lines, more than ${RECORDS_PER_FILE_MAX}` };
-  let found: string | null = null;
+export function recordOf(text: string, attemptId: string): RecordReading {
+  const lines = (text.endsWith("\n") ? text.slice(0, -1) : text).split("\n");
+  if (lines.length === 1) return recordOfLine(lines[0] ?? "", "is");
+  let found: RecordReading | null = null;
   for (const [index, line] of lines.entries()) {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(line);
-    } catch {
-      return { ok: false, reason: `has a line ${index + 1} that is not valid JSON` };
-    }
-    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
-      return { ok: false, reason: `has a line ${index + 1} that is not a JSON object` };
-    if ((parsed as { attemptId?: unknown }).attemptId !== attemptId) continue;
+    const reading = recordOfLine(line, `has a line ${index + 1} that is`);
+    if (!reading.ok) return reading;
+    if (reading.record.attemptId !== attemptId) continue;
     if (found !== null) return { ok: false, reason: `holds two records of attempt ${attemptId}` };
-    found = line;
+    found = reading;
   }
-  return found === null
-    ? { ok: false, reason: `holds ${lines.length} records, none of attempt ${attemptId}` }
-    : { ok: true, text: found };
+  return (
+    found ?? { ok: false, reason: `holds ${lines.length} records, none of attempt ${attemptId}` }
+  );
+}
+
+function recordOfLine(line: string, subject: string): RecordReading {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(line);
+  } catch {
+    return { ok: false, reason: `${subject} not valid JSON` };
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+    return { ok: false, reason: `${subject} not a JSON object` };
+  return { ok: true, record: parsed as Record<string, unknown> };
 }
 
 /**
@@ -76,20 +78,10 @@ export async function readRecordFile(
   maxBytes: number,
   attemptId: string,
   fs: DurableFs = launcherDurableFs,
-): Promise<{ ok: true; record: Record<string, unknown> } | { ok: false; reason: string } | null> {
+): Promise<RecordReading | null> {
   const file = await readSmallFile(path, maxBytes, fs);
   if (file === null || !file.ok) return file;
-  const own = recordTextOf(file.text, attemptId);
-  if (!own.ok) return own;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(own.text);
-  } catch {
-    return { ok: false, reason: "is not valid JSON" };
-  }
-  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
-    return { ok: false, reason: "is not a JSON object" };
-  return { ok: true, record: parsed as Record<string, unknown> };
+  return recordOf(file.text, attemptId);
 }
 
 /** One kind of attempt record the launcher reads back and checks (the journal, the stop intent). */
