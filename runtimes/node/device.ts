@@ -214,6 +214,7 @@ export class DeviceRuntime {
         hmacKey,
         nowMs: () => systemClock.nowMs(),
         graceMs: options.graceMs ?? DEFAULT_GRACE_MS,
+        lowMemory: options.profile === "edge",
         onSupervisorExit: wake,
         afterJournal: () => fault("launch.after_journal"),
         afterStopIntent: () => fault(STOP_AFTER_INTENT),

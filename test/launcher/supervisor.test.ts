@@ -1,13 +1,17 @@
 import { spawn } from "node:child_process";
-import { readdir, readFile } from "node:fs/promises";
+import { readdir, readFile, writeFile } from "node:fs/promises";
 import { connect, createServer } from "node:net";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import { createFileExclusiveDurable } from "../../runtimes/node/launcher/durable-file.ts";
 import { journalText } from "../../runtimes/node/launcher/journal.ts";
 import { minimalBaseEnv, readBootId, readProcStat } from "../../runtimes/node/launcher/index.ts";
-import { SupervisorClient } from "../../runtimes/node/launcher/supervisor-client.ts";
+import {
+  SupervisorClient,
+  supervisorNodeFlags,
+} from "../../runtimes/node/launcher/supervisor-client.ts";
 import {
   supervisorSocketName,
   type SupervisorSpec,
@@ -196,6 +200,48 @@ describe("the resident supervisor", () => {
       '"supervisorPid"',
     );
     launcher.close();
+  });
+});
+
+/**
+ * The supervisor's Node flags: a capped heap always, and on a low-memory device (the edge
+ * profile) no optimizing compiler. A wrapper in front of the real supervisor bundle notes the
+ * flags its process started with, then runs the supervisor itself in that same process.
+ */
+describe("the supervisor's Node flags", () => {
+  async function execArgvOfSupervisor(lowMemory: boolean): Promise<string[]> {
+    const wrapperPath = join(scratch.dir, `noting-supervisor-${String(lowMemory)}.mjs`);
+    await writeFile(
+      wrapperPath,
+      [
+        'import { writeFileSync } from "node:fs";',
+        'import { join } from "node:path";',
+        'writeFileSync(join(process.argv[2], "exec-argv.json"), JSON.stringify(process.execArgv));',
+        `await import(${JSON.stringify(pathToFileURL(scratch.supervisorPath).href)});`,
+      ].join("\n"),
+    );
+    const { launcher, stateDir } = await newLauncher(
+      { dir: scratch.dir, supervisorPath: wrapperPath },
+      { lowMemory },
+    );
+    const attemptId = newAttemptId();
+    await launcher.launch(shellSpec("true", { attemptId, argv: ["true"] }));
+    expect((await waitForReceipt(launcher, attemptId)).status).toBe("valid");
+    launcher.close();
+    return JSON.parse(await readFile(join(stateDir, "exec-argv.json"), "utf8")) as string[];
+  }
+
+  it("starts with a capped heap, and without the optimizing compiler only when memory counts most", async () => {
+    expect(await execArgvOfSupervisor(true)).toEqual([
+      "--max-old-space-size=32",
+      "--max-semi-space-size=1",
+      "--no-opt",
+    ]);
+    expect(await execArgvOfSupervisor(false)).toEqual([
+      "--max-old-space-size=32",
+      "--max-semi-space-size=1",
+    ]);
+    expect(supervisorNodeFlags(true)).toContain("--no-opt");
   });
 });
 

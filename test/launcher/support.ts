@@ -60,7 +60,13 @@ export function newAttemptId(): string {
  */
 export async function newLauncher(
   scratch: { dir: string; supervisorPath: string },
-  options: { graceMs?: number; procRoot?: string; stateDir?: string; supervisorUp?: boolean } = {},
+  options: {
+    graceMs?: number;
+    procRoot?: string;
+    stateDir?: string;
+    supervisorUp?: boolean;
+    lowMemory?: boolean;
+  } = {},
 ): Promise<{ launcher: PosixLauncher; stateDir: string; hmacKey: Uint8Array }> {
   const { stateDir: givenStateDir, supervisorUp = false, ...launcherOptions } = options;
   const stateDir = givenStateDir ?? (await mkdtemp(join(scratch.dir, "state-")));

@@ -87,6 +87,11 @@ export interface PosixLauncherOptions {
    * `userTaskFilesRoot(stateDir)`, in the system's temporary folder.
    */
   readonly userTaskFilesRoot?: string;
+  /**
+   * A supervisor this launcher starts trades CPU for memory (the edge profile; see
+   * `supervisorNodeFlags`). A supervisor already running keeps the flags it started with.
+   */
+  readonly lowMemory?: boolean;
 }
 
 export const DEFAULT_GRACE_MS = 5000;
@@ -166,6 +171,7 @@ export class PosixLauncher {
       hmacKey: options.hmacKey,
       supervisorPath: this.supervisorPath,
       supervisorEnv: minimalBaseEnv(),
+      lowMemory: options.lowMemory === true,
       ...(options.onSupervisorExit === undefined ? {} : { onExited: options.onSupervisorExit }),
     });
     if (!Number.isSafeInteger(this.graceMs) || this.graceMs < 0)

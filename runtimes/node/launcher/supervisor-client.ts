@@ -17,12 +17,20 @@ import {
 /**
  * The supervisor only shuttles bytes from pipes to files and waits on children; a small heap
  * keeps its private memory near 8 MiB for the whole state directory (the Node binary's pages
- * are shared with the runtime). `--no-opt` leaves its JavaScript to the interpreter and the
- * baseline compiler: its code is glue around system calls, and with TurboFan on, V8's worker
- * threads spent ≈ 1.4 ms of CPU per launched task optimizing it again and again
- * (docs/PERFORMANCE.md §10, "The supervisor's CPU per task, split").
+ * are shared with the runtime).
  */
-const SUPERVISOR_NODE_FLAGS = ["--max-old-space-size=32", "--max-semi-space-size=1", "--no-opt"];
+const SUPERVISOR_HEAP_FLAGS = ["--max-old-space-size=32", "--max-semi-space-size=1"];
+/**
+ * Where memory counts more than CPU (`lowMemory`, the edge profile), `--no-opt` also leaves its
+ * JavaScript to the interpreter and the baseline compiler: the optimized code and its feedback
+ * cost ≈ 5 MiB more private memory under load. Elsewhere TurboFan optimizes it: ≈ 10 % less of
+ * the supervisor's CPU per task since tasks are started by the native spawner (before it, each
+ * fork of the supervisor made V8 optimize it again and again, and `--no-opt` was the cheaper
+ * way everywhere; docs/PERFORMANCE.md, "The supervisor optimized again").
+ */
+export function supervisorNodeFlags(lowMemory: boolean): readonly string[] {
+  return lowMemory ? [...SUPERVISOR_HEAP_FLAGS, "--no-opt"] : SUPERVISOR_HEAP_FLAGS;
+}
 /** A Node start on a slow router takes about a second; past this the supervisor counts as not starting. */
 const STARTUP_TIMEOUT_MS = 30_000;
 /** How long one request waits for its answer before the connection is given up as hung. */
@@ -47,6 +55,8 @@ export interface SupervisorClientOptions {
   readonly supervisorEnv: Record<string, string>;
   /** A task's receipt is durable: a hint to look now, never evidence. */
   readonly onExited?: (attemptId: string) => void;
+  /** Start a supervisor that trades CPU for memory (`supervisorNodeFlags`); default false. */
+  readonly lowMemory?: boolean;
 }
 
 /** The supervisor hung up before the handshake finished: it was leaving, or turned us away. */
@@ -404,7 +414,11 @@ export class SupervisorClient {
       try {
         child = spawn(
           process.execPath,
-          [...SUPERVISOR_NODE_FLAGS, this.options.supervisorPath, this.options.stateDir],
+          [
+            ...supervisorNodeFlags(this.options.lowMemory === true),
+            this.options.supervisorPath,
+            this.options.stateDir,
+          ],
           {
             detached: true,
             stdio: ["ignore", "ignore", "ignore", "pipe"],
