@@ -1,6 +1,8 @@
 import { isAbsolute } from "node:path";
 import { QlrError } from "../../../src/errors.ts";
 import type { CompletionReceipt } from "./receipt.ts";
+import { SUPERVISOR_SPEC_MAX_BYTES, type SupervisorSpec } from "./supervisor-protocol.ts";
+import type { TaskAccount } from "./task-user.ts";
 import type { UserTaskFiles } from "./user-task-files.ts";
 
 /** What a launch is asked to run, its limits and its checks. */
@@ -117,4 +119,44 @@ export function validateLaunchSpec(spec: LaunchSpec): void {
     (spec.user === undefined || spec.user === null)
   )
     throw invalidSpec("userTaskFiles", "is only for a task run as another user");
+}
+
+/** Where and as whom a launch runs, as the launcher resolved it before the journal. */
+export interface LaunchPlacement {
+  /** The task's account, the reason it cannot be used, or null for the runtime's own user. */
+  readonly account: TaskAccount | string | null;
+  /** The directory of its own (`spec.cwd` null), or null when the spec names one. */
+  readonly ownWorkDir: string | null;
+  readonly graceMs: number;
+}
+
+/**
+ * What the supervisor is asked to start for `spec`: the environment over `minimalBaseEnv()`
+ * (a task run as another user gets that user's home, or its work dir, not the runtime's), the
+ * directory, the ids and the deadline. Refused when it would not fit in one protocol message.
+ */
+export function supervisorSpecOf(spec: LaunchSpec, placement: LaunchPlacement): SupervisorSpec {
+  const { ownWorkDir, graceMs } = placement;
+  const account = typeof placement.account === "string" ? null : placement.account;
+  const taskFiles = spec.userTaskFiles ?? null;
+  const supervisorSpec: SupervisorSpec = {
+    attemptId: spec.attemptId,
+    argv: [...spec.argv],
+    env: {
+      ...minimalBaseEnv(),
+      ...(account !== null ? { HOME: account.home ?? ownWorkDir ?? spec.cwd ?? "/" } : {}),
+      ...spec.env,
+    },
+    cwd: spec.cwd ?? ownWorkDir ?? "/",
+    logMaxBytes: spec.logMaxBytes,
+    uid: account?.uid ?? null,
+    gid: account?.gid ?? null,
+    timeoutMs: spec.timeoutMs ?? null,
+    graceMs,
+    // Only when there is one: a launch without it is the message it always was.
+    ...(taskFiles === null ? {} : { taskFilesDir: taskFiles.dir }),
+  };
+  if (Buffer.byteLength(JSON.stringify(supervisorSpec), "utf8") > SUPERVISOR_SPEC_MAX_BYTES)
+    throw invalidSpec("argv", `argv and env together exceed ${SUPERVISOR_SPEC_MAX_BYTES} bytes`);
+  return supervisorSpec;
 }

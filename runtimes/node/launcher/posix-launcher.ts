@@ -1,5 +1,4 @@
 import { chown, mkdir, readdir, rm, stat, unlink } from "node:fs/promises";
-import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { digestOf, timingSafeEqualText } from "../../../src/digest.ts";
 import { assertPortableId, isPortableId } from "../../../src/identity.ts";
@@ -10,7 +9,6 @@ import { readJournalRecord, writeJournalRecord, type JournalRecord } from "./jou
 import { bootIdOnce, DEFAULT_PROC_ROOT, isExitedState, readProcStatSync } from "./proc.ts";
 import {
   checkReceiptText,
-  isStopReason,
   readReceiptKey,
   RECEIPT_MAX_BYTES,
   signReceipt,
@@ -34,6 +32,7 @@ import {
   invalidSpec,
   minimalBaseEnv,
   SpawnFailedError,
+  supervisorSpecOf,
   validateLaunchSpec,
   type LaunchSpec,
 } from "./launch-spec.ts";
@@ -46,11 +45,11 @@ import type {
   StopResult,
   Supervision,
 } from "./launch-evidence.ts";
+import { checkedStopReason, ProcessStopper } from "./process-stop.ts";
 import { recordStopIntent } from "./stop-intent.ts";
 import { sweepTemporaryFiles, type TemporarySweep } from "./temporary-files.ts";
 import { readSpawnRecord } from "./spawn-record.ts";
 import { SupervisorClient } from "./supervisor-client.ts";
-import { SUPERVISOR_SPEC_MAX_BYTES, type SupervisorSpec } from "./supervisor-protocol.ts";
 import { resolveTaskUser, type TaskAccount } from "./task-user.ts";
 import {
   placeTaskFiles,
@@ -101,9 +100,6 @@ export const DEFAULT_SUPERVISOR_PATH = fileURLToPath(
   new URL(`./${SUPERVISOR_FILE_NAME}`, import.meta.url),
 );
 
-/** After SIGKILL, how long stop waits for the process to be gone before reporting what it sees. */
-const KILL_SETTLE_MS = 5000;
-const POLL_INTERVAL_MS = 20;
 /** Journal start times this launcher wrote and still expects a receipt for (see `journaledStartedAtMs`). */
 const REMEMBERED_JOURNALS_MAX = 4096;
 
@@ -138,9 +134,8 @@ export class PosixLauncher {
   private readonly supervisor: SupervisorClient;
   private readonly afterJournal: ((attemptId: string) => void | Promise<void>) | undefined;
   private readonly afterStopIntent: ((attemptId: string) => void | Promise<void>) | undefined;
-  private readonly afterStopTerm: ((attemptId: string) => void | Promise<void>) | undefined;
   private prepared: Promise<void> | null = null;
-  private readonly stopsInFlight = new Map<string, Promise<StopResult>>();
+  private readonly stopper: ProcessStopper;
   /** Launches between their journal write and the supervisor's answer: never settled as never spawned. */
   private readonly launchesInFlight = new Set<string>();
   /**
@@ -165,7 +160,6 @@ export class PosixLauncher {
     this.bootId = bootIdOnce(this.procRoot);
     this.afterJournal = options.afterJournal;
     this.afterStopIntent = options.afterStopIntent;
-    this.afterStopTerm = options.afterStopTerm;
     this.supervisor = new SupervisorClient({
       stateDir: options.stateDir,
       hmacKey: options.hmacKey,
@@ -176,6 +170,15 @@ export class PosixLauncher {
     });
     if (!Number.isSafeInteger(this.graceMs) || this.graceMs < 0)
       throw new QlrError("invalid_request", "graceMs must be a non-negative integer");
+    this.stopper = new ProcessStopper({
+      layout: this.layout,
+      nowMs: this.nowMs,
+      graceMs: this.graceMs,
+      inspect: (handle) => this.inspect(handle),
+      prepare: () => this.prepare(),
+      afterStopIntent: this.afterStopIntent,
+      afterStopTerm: options.afterStopTerm,
+    });
   }
 
   /** The state directory the launcher keeps its files in (task files are kept beside them). */
@@ -206,28 +209,11 @@ export class PosixLauncher {
         "userTaskFiles.dir",
         `must be ${userTaskFilesDir(this.userTaskFilesRoot, attemptId)}`,
       );
-    const supervisorSpec: SupervisorSpec = {
-      attemptId,
-      argv: [...spec.argv],
-      // A task run as another user gets its own home (or its work dir), not the runtime's.
-      env: {
-        ...minimalBaseEnv(),
-        ...(account !== null && typeof account !== "string"
-          ? { HOME: account.home ?? ownWorkDir ?? spec.cwd ?? "/" }
-          : {}),
-        ...spec.env,
-      },
-      cwd: spec.cwd ?? ownWorkDir ?? "/",
-      logMaxBytes: spec.logMaxBytes,
-      uid: account !== null && typeof account !== "string" ? account.uid : null,
-      gid: account !== null && typeof account !== "string" ? account.gid : null,
-      timeoutMs: spec.timeoutMs ?? null,
+    const supervisorSpec = supervisorSpecOf(spec, {
+      account,
+      ownWorkDir,
       graceMs: this.graceMs,
-      // Only when there is one: a launch without it is the message it always was.
-      ...(taskFiles === null ? {} : { taskFilesDir: taskFiles.dir }),
-    };
-    if (Buffer.byteLength(JSON.stringify(supervisorSpec), "utf8") > SUPERVISOR_SPEC_MAX_BYTES)
-      throw invalidSpec("argv", `argv and env together exceed ${SUPERVISOR_SPEC_MAX_BYTES} bytes`);
+    });
     await this.prepare();
     const bootId = await this.bootId();
     if (bootId === null)
@@ -457,11 +443,7 @@ export class PosixLauncher {
     reason: StopReason,
   ): Promise<{ recordedReason: StopReason; known: boolean }> {
     assertPortableId(attemptId, "attemptId");
-    if (!isStopReason(reason))
-      throw new QlrError(
-        "invalid_request",
-        `stop reason must be cancel, timeout or shutdown, got ${String(reason)}`,
-      );
+    checkedStopReason(reason);
     await this.prepare();
     const recordedReason = await recordStopIntent(this.layout, attemptId, reason, this.nowMs());
     await this.afterStopIntent?.(attemptId);
@@ -677,79 +659,8 @@ export class PosixLauncher {
     return isExitedState(reading.stat.state) ? { state: "not_running" } : { state: "running" };
   }
 
-  /**
-   * Records the stop reason durably, then SIGTERM to the task's process group, up to graceMs
-   * for it to end, then SIGKILL to the group. The identity is verified right before each
-   * signal, so a pid that now names another process is never signalled. Concurrent stops of
-   * one attempt share one promise.
-   */
+  /** See process-stop.ts: the reason recorded durably, then SIGTERM, the grace, SIGKILL. */
   stop(handle: ProcessHandle, reason: StopReason): Promise<StopResult> {
-    const attemptId = assertPortableId(handle.attemptId, "attemptId");
-    if (!isStopReason(reason))
-      throw new QlrError(
-        "invalid_request",
-        `stop reason must be cancel, timeout or shutdown, got ${String(reason)}`,
-      );
-    const inFlight = this.stopsInFlight.get(attemptId);
-    if (inFlight !== undefined) return inFlight;
-    const stopping = this.stopExact(handle, reason).finally(() =>
-      this.stopsInFlight.delete(attemptId),
-    );
-    this.stopsInFlight.set(attemptId, stopping);
-    return stopping;
-  }
-
-  private async stopExact(handle: ProcessHandle, reason: StopReason): Promise<StopResult> {
-    await this.prepare();
-    const recordedReason = await recordStopIntent(
-      this.layout,
-      handle.attemptId,
-      reason,
-      this.nowMs(),
-    );
-    await this.afterStopIntent?.(handle.attemptId);
-    const signalsSent: ("SIGTERM" | "SIGKILL")[] = [];
-    let inspection = await this.signalIfSame(handle, "SIGTERM", signalsSent);
-    if (signalsSent.includes("SIGTERM")) await this.afterStopTerm?.(handle.attemptId);
-    if (inspection.state === "running")
-      inspection = await this.waitWhileRunning(handle, this.graceMs);
-    if (inspection.state === "running") {
-      inspection = await this.signalIfSame(handle, "SIGKILL", signalsSent);
-      if (inspection.state === "running")
-        inspection = await this.waitWhileRunning(handle, KILL_SETTLE_MS);
-    }
-    return { signalsSent, finalInspection: inspection, recordedReason };
-  }
-
-  /**
-   * Signals the task's group only if the exact process still runs. The check and the kill are
-   * two system calls; in between, the process would have to exit, be reaped by its
-   * supervisor and have its pid reused by a new group leader, which needs the pid space to
-   * wrap within microseconds.
-   */
-  private async signalIfSame(
-    handle: ProcessHandle,
-    signal: "SIGTERM" | "SIGKILL",
-    signalsSent: ("SIGTERM" | "SIGKILL")[],
-  ): Promise<Inspection> {
-    const inspection = await this.inspect(handle);
-    if (inspection.state !== "running") return inspection;
-    try {
-      process.kill(-handle.pid, signal);
-      signalsSent.push(signal);
-    } catch (error) {
-      if (errorCode(error) !== "ESRCH") throw error;
-    }
-    return inspection;
-  }
-
-  private async waitWhileRunning(handle: ProcessHandle, timeoutMs: number): Promise<Inspection> {
-    const deadline = performance.now() + timeoutMs;
-    let inspection = await this.inspect(handle);
-    while (inspection.state === "running" && performance.now() < deadline) {
-      await sleep(POLL_INTERVAL_MS);
-      inspection = await this.inspect(handle);
-    }
-    return inspection;
+    return this.stopper.stop(handle, reason);
   }
 }
