@@ -56,5 +56,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 11,
     "name": "one_attempt_index_by_run",
     "sql": "-- One index fewer to write per attempt. run_attempts_by_run (run_id, number) repeated, column\n-- for column, the index of the UNIQUE (run_id, number) constraint: every attempt inserted, and\n-- every update of an attempt's status (never a HOT update on PostgreSQL, since the status is\n-- indexed), wrote an entry into both. A run's attempts are read through the constraint's index.\nDROP INDEX run_attempts_by_run;\n"
+  },
+  {
+    "version": 12,
+    "name": "partial_idempotency_index",
+    "sql": "-- The idempotency key's unique index holds only the runs that have a key. The column's UNIQUE\n-- constraint indexed every run, most of them with a NULL key, and PostgreSQL writes an entry\n-- into each index of a row at every update that is not HOT, which every status change of a run\n-- is (the status is indexed): one index insertion saved per run update. A lookup by key\n-- (`idempotency_key = $1`) implies the key is not NULL, so it uses this index as before.\nALTER TABLE runs DROP CONSTRAINT runs_idempotency_key_key;\nCREATE UNIQUE INDEX runs_idempotency_key ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;\n"
   }
 ];

@@ -166,6 +166,29 @@ describe("PostgreSQL plans of a stage page's statements", () => {
     });
   }
 
+  it("a run is found by its idempotency key through the index of the runs that have one", async () => {
+    await driver.transaction((tx) =>
+      tx.query("UPDATE runs SET idempotency_key = 'key-' || id WHERE id <= $1", [runId(50)]),
+    );
+    await analyze();
+    const found = await store.transaction((tx) => tx.getRunByIdempotencyKey(`key-${runId(7)}`));
+    expect(found?.id).toBe(runId(7));
+    for (const generic of explainsGenericPlans ? [false, true] : [false]) {
+      const plan = await planOfLast("WHERE idempotency_key =", generic);
+      expect(plan).toMatch(/Index Scan using runs_idempotency_key on runs/);
+    }
+    // The index holds only those runs: a run without a key (most) costs it no entry, at its
+    // insert or at any update that is not HOT.
+    const entries = await driver.transaction((tx) =>
+      tx.query<{ indexdef: string; entries: string }>(
+        `SELECT pg_get_indexdef('runs_idempotency_key'::regclass) AS indexdef,
+                (SELECT reltuples FROM pg_class WHERE relname = 'runs_idempotency_key')::text AS entries`,
+      ),
+    );
+    expect(entries[0]?.indexdef).toContain("WHERE (idempotency_key IS NOT NULL)");
+    expect(Number(entries[0]?.entries)).toBe(50);
+  });
+
   it("the store's sessions plan with the page cost of data in memory", async () => {
     const found = await driver.transaction((tx) =>
       tx.query<{ random_page_cost: string }>("SHOW random_page_cost"),
