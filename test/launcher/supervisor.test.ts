@@ -1,8 +1,7 @@
 import { spawn } from "node:child_process";
-import { readdir, readFile, writeFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { connect, createServer } from "node:net";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import { createFileExclusiveDurable } from "../../runtimes/node/launcher/durable-file.ts";
@@ -27,6 +26,7 @@ import {
   waitFor,
   waitForReceipt,
 } from "./support.ts";
+import { notedSupervisorFlags, writeNotingSupervisor } from "../support/noting-supervisor.ts";
 
 const scratch = useScratch("supervisor");
 
@@ -205,30 +205,23 @@ describe("the resident supervisor", () => {
 
 /**
  * The supervisor's Node flags: a capped heap always, and on a low-memory device (the edge
- * profile) no optimizing compiler. A wrapper in front of the real supervisor bundle notes the
- * flags its process started with, then runs the supervisor itself in that same process.
+ * profile) no optimizing compiler (test/support/noting-supervisor.ts notes them).
  */
 describe("the supervisor's Node flags", () => {
   async function execArgvOfSupervisor(lowMemory: boolean): Promise<string[]> {
-    const wrapperPath = join(scratch.dir, `noting-supervisor-${String(lowMemory)}.mjs`);
-    await writeFile(
-      wrapperPath,
-      [
-        'import { writeFileSync } from "node:fs";',
-        'import { join } from "node:path";',
-        'writeFileSync(join(process.argv[2], "exec-argv.json"), JSON.stringify(process.execArgv));',
-        `await import(${JSON.stringify(pathToFileURL(scratch.supervisorPath).href)});`,
-      ].join("\n"),
+    const entryPath = await writeNotingSupervisor(
+      join(scratch.dir, `noting-supervisor-${String(lowMemory)}.mjs`),
+      scratch.supervisorPath,
     );
     const { launcher, stateDir } = await newLauncher(
-      { dir: scratch.dir, supervisorPath: wrapperPath },
+      { dir: scratch.dir, supervisorPath: entryPath },
       { lowMemory },
     );
     const attemptId = newAttemptId();
     await launcher.launch(shellSpec("true", { attemptId, argv: ["true"] }));
     expect((await waitForReceipt(launcher, attemptId)).status).toBe("valid");
     launcher.close();
-    return JSON.parse(await readFile(join(stateDir, "exec-argv.json"), "utf8")) as string[];
+    return notedSupervisorFlags(stateDir);
   }
 
   it("starts with a capped heap, and without the optimizing compiler only when memory counts most", async () => {
