@@ -7,10 +7,7 @@ import { isQlrError } from "../../src/errors.ts";
 import { createFileExclusiveDurable } from "../../runtimes/node/launcher/durable-file.ts";
 import { journalText } from "../../runtimes/node/launcher/journal.ts";
 import { minimalBaseEnv, readBootId, readProcStat } from "../../runtimes/node/launcher/index.ts";
-import {
-  SupervisorClient,
-  supervisorNodeFlags,
-} from "../../runtimes/node/launcher/supervisor-client.ts";
+import { SupervisorClient } from "../../runtimes/node/launcher/supervisor-client.ts";
 import {
   supervisorSocketName,
   type SupervisorSpec,
@@ -234,7 +231,6 @@ describe("the supervisor's Node flags", () => {
       "--max-old-space-size=32",
       "--max-semi-space-size=1",
     ]);
-    expect(supervisorNodeFlags(true)).toContain("--no-opt");
   });
 });
 

@@ -46,7 +46,6 @@ import type {
   Supervision,
 } from "./launch-evidence.ts";
 import { checkedStopReason, ProcessStopper } from "./process-stop.ts";
-import { recordStopIntent } from "./stop-intent.ts";
 import { sweepTemporaryFiles, type TemporarySweep } from "./temporary-files.ts";
 import { readSpawnRecord } from "./spawn-record.ts";
 import { SupervisorClient } from "./supervisor-client.ts";
@@ -133,7 +132,6 @@ export class PosixLauncher {
   private readonly bootId: () => Promise<string | null>;
   private readonly supervisor: SupervisorClient;
   private readonly afterJournal: ((attemptId: string) => void | Promise<void>) | undefined;
-  private readonly afterStopIntent: ((attemptId: string) => void | Promise<void>) | undefined;
   private prepared: Promise<void> | null = null;
   private readonly stopper: ProcessStopper;
   /** Launches between their journal write and the supervisor's answer: never settled as never spawned. */
@@ -159,7 +157,6 @@ export class PosixLauncher {
     this.procRoot = options.procRoot ?? DEFAULT_PROC_ROOT;
     this.bootId = bootIdOnce(this.procRoot);
     this.afterJournal = options.afterJournal;
-    this.afterStopIntent = options.afterStopIntent;
     this.supervisor = new SupervisorClient({
       stateDir: options.stateDir,
       hmacKey: options.hmacKey,
@@ -176,7 +173,7 @@ export class PosixLauncher {
       graceMs: this.graceMs,
       inspect: (handle) => this.inspect(handle),
       prepare: () => this.prepare(),
-      afterStopIntent: this.afterStopIntent,
+      afterStopIntent: options.afterStopIntent,
       afterStopTerm: options.afterStopTerm,
     });
   }
@@ -443,10 +440,7 @@ export class PosixLauncher {
     reason: StopReason,
   ): Promise<{ recordedReason: StopReason; known: boolean }> {
     assertPortableId(attemptId, "attemptId");
-    checkedStopReason(reason);
-    await this.prepare();
-    const recordedReason = await recordStopIntent(this.layout, attemptId, reason, this.nowMs());
-    await this.afterStopIntent?.(attemptId);
+    const recordedReason = await this.stopper.recordIntent(attemptId, checkedStopReason(reason));
     const reply = await this.supervisor.requestIfAlive({ op: "stop", attemptId });
     return { recordedReason, known: reply !== null && reply.kind === "stopping" && reply.known };
   }

@@ -61,16 +61,21 @@ export class ProcessStopper {
     return stopping;
   }
 
-  private async stopExact(handle: ProcessHandle, reason: StopReason): Promise<StopResult> {
+  /**
+   * The first step of every stop, this one's and the supervisor's (a stop without a handle):
+   * the intent durable before any signal. Answers the reason on record (the first one wins).
+   */
+  async recordIntent(attemptId: string, reason: StopReason): Promise<StopReason> {
     const { deps } = this;
     await deps.prepare();
-    const recordedReason = await recordStopIntent(
-      deps.layout,
-      handle.attemptId,
-      reason,
-      deps.nowMs(),
-    );
-    await deps.afterStopIntent?.(handle.attemptId);
+    const recordedReason = await recordStopIntent(deps.layout, attemptId, reason, deps.nowMs());
+    await deps.afterStopIntent?.(attemptId);
+    return recordedReason;
+  }
+
+  private async stopExact(handle: ProcessHandle, reason: StopReason): Promise<StopResult> {
+    const { deps } = this;
+    const recordedReason = await this.recordIntent(handle.attemptId, reason);
     const signalsSent: StopSignal[] = [];
     let inspection = await this.signalIfSame(handle, "SIGTERM", signalsSent);
     if (signalsSent.includes("SIGTERM")) await deps.afterStopTerm?.(handle.attemptId);

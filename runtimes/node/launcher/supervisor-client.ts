@@ -28,7 +28,7 @@ const SUPERVISOR_HEAP_FLAGS = ["--max-old-space-size=32", "--max-semi-space-size
  * fork of the supervisor made V8 optimize it again and again, and `--no-opt` was the cheaper
  * way everywhere; docs/PERFORMANCE.md, "The supervisor optimized again").
  */
-export function supervisorNodeFlags(lowMemory: boolean): readonly string[] {
+function supervisorNodeFlags(lowMemory: boolean): readonly string[] {
   return lowMemory ? [...SUPERVISOR_HEAP_FLAGS, "--no-opt"] : SUPERVISOR_HEAP_FLAGS;
 }
 /** A Node start on a slow router takes about a second; past this the supervisor counts as not starting. */
