@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { readdir, readFile } from "node:fs/promises";
+import { readdir, readFile, stat } from "node:fs/promises";
 import { connect, createServer } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -9,10 +9,15 @@ import { journalText } from "../../runtimes/node/launcher/journal.ts";
 import { minimalBaseEnv, readBootId, readProcStat } from "../../runtimes/node/launcher/index.ts";
 import { SupervisorClient } from "../../runtimes/node/launcher/supervisor-client.ts";
 import {
+  SUPERVISOR_FEATURE_CREATE_CWD,
   supervisorSocketName,
   type SupervisorSpec,
 } from "../../runtimes/node/launcher/supervisor-protocol.ts";
-import { journalPath, stateLayout } from "../../runtimes/node/launcher/state-layout.ts";
+import {
+  attemptWorkPath,
+  journalPath,
+  stateLayout,
+} from "../../runtimes/node/launcher/state-layout.ts";
 import {
   isGoneOrZombie,
   useScratch,
@@ -23,7 +28,11 @@ import {
   waitFor,
   waitForReceipt,
 } from "./support.ts";
-import { notedSupervisorFlags, writeNotingSupervisor } from "../support/noting-supervisor.ts";
+import {
+  notedSupervisorFlags,
+  writeFeaturelessSupervisor,
+  writeNotingSupervisor,
+} from "../support/noting-supervisor.ts";
 
 const scratch = useScratch("supervisor");
 
@@ -196,6 +205,74 @@ describe("the resident supervisor", () => {
     expect(await readFile(join(stateDir, "spawns", `${warmUp}.json`), "utf8")).toContain(
       '"supervisorPid"',
     );
+    launcher.close();
+  });
+});
+
+/**
+ * A task without `cwd` runs in `work/<attemptId>/`. The supervisor makes it right before the
+ * spawn when it announces `create-cwd` (the runtime's event loop then has a mkdir less per
+ * launch); a resident supervisor of an older build announces nothing, and the launcher makes
+ * the directory itself as it always did.
+ */
+describe("the attempt's own work dir", () => {
+  async function pwdOfTask(supervisorPath: string): Promise<{
+    stateDir: string;
+    attemptId: string;
+    features: ReadonlySet<string>;
+    stdout: string;
+  }> {
+    const { launcher, stateDir, hmacKey } = await newLauncher({ dir: scratch.dir, supervisorPath });
+    const spec = shellSpec("pwd");
+    await launcher.launch(spec);
+    const reading = await waitForReceipt(launcher, spec.attemptId);
+    expect(reading.status === "valid" && reading.receipt.exitCode).toBe(0);
+    const stdout = await readFile(launcher.logPath(spec.attemptId, "stdout"), "utf8");
+    const client = new SupervisorClient({
+      stateDir,
+      hmacKey,
+      supervisorPath,
+      supervisorEnv: minimalBaseEnv(),
+    });
+    const features = await client.connected();
+    client.close();
+    launcher.close();
+    return { stateDir, attemptId: spec.attemptId, features, stdout };
+  }
+
+  it("is made by a supervisor that announces it, and by the launcher when the supervisor does not", async () => {
+    const current = await pwdOfTask(scratch.supervisorPath);
+    expect([...current.features]).toContain(SUPERVISOR_FEATURE_CREATE_CWD);
+    const older = await pwdOfTask(
+      await writeFeaturelessSupervisor(
+        join(scratch.dir, "featureless-supervisor.mjs"),
+        scratch.supervisorPath,
+      ),
+    );
+    expect([...older.features]).toEqual([]);
+    for (const { stateDir, attemptId, stdout } of [current, older]) {
+      const work = attemptWorkPath(stateLayout(stateDir), attemptId);
+      expect(stdout).toBe(`${work}\n`);
+      expect((await stat(work)).mode & 0o777).toBe(0o700);
+    }
+  });
+
+  it("is the only directory a launch may have the supervisor make: another path is refused, nothing runs", async () => {
+    const { launcher, stateDir, hmacKey } = await newLauncher(scratch, { supervisorUp: true });
+    const attemptId = newAttemptId();
+    await journalAttempt(stateDir, attemptId, Date.now());
+    const elsewhere = join(scratch.dir, `elsewhere-${attemptId.slice(4)}`);
+    const marker = join(scratch.dir, `marker-${attemptId.slice(4)}`);
+    const client = supervisorClient(stateDir, hmacKey);
+    const reply = await client.request({
+      op: "launch",
+      spec: { ...touchSpec(attemptId, marker), cwd: elsewhere, createCwd: true },
+    });
+    expect(reply).toMatchObject({ kind: "rejected", attemptId });
+    expect(reply.kind === "rejected" && reply.reason).toContain("not the attempt's work dir");
+    await expect(stat(elsewhere)).rejects.toMatchObject({ code: "ENOENT" });
+    await expect(stat(marker)).rejects.toMatchObject({ code: "ENOENT" });
+    client.close();
     launcher.close();
   });
 });

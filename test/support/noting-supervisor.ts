@@ -31,3 +31,35 @@ export async function writeNotingSupervisor(
 export async function notedSupervisorFlags(stateDir: string): Promise<string[]> {
   return JSON.parse(await readFile(join(stateDir, NOTE_FILE), "utf8")) as string[];
 }
+
+/**
+ * Writes an entry that runs the real supervisor bundle as a resident supervisor of an older
+ * build would talk: its `welcome` announces no features (the field is dropped from every
+ * welcome line before the socket sends it), and a launch's `createCwd` never reaches it (the
+ * field is dropped from what the socket receives), as a build that knew neither would behave.
+ * Returns its path.
+ */
+export async function writeFeaturelessSupervisor(
+  entryPath: string,
+  supervisorPath: string,
+): Promise<string> {
+  await writeFile(
+    entryPath,
+    [
+      'import { Socket } from "node:net";',
+      "const { write, emit } = Socket.prototype;",
+      "Socket.prototype.write = function (chunk, ...rest) {",
+      '  if (typeof chunk === "string" && chunk.includes(\'"kind":"welcome"\'))',
+      '    chunk = chunk.replace(/,"features":\\[[^\\]]*\\]/, "");',
+      "  return write.call(this, chunk, ...rest);",
+      "};",
+      "Socket.prototype.emit = function (event, chunk, ...rest) {",
+      '  if (event === "data" && typeof chunk === "string")',
+      '    chunk = chunk.replaceAll(\',"createCwd":true\', "");',
+      "  return emit.call(this, event, chunk, ...rest);",
+      "};",
+      `await import(${JSON.stringify(pathToFileURL(supervisorPath).href)});`,
+    ].join("\n"),
+  );
+  return entryPath;
+}

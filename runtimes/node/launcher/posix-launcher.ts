@@ -49,6 +49,7 @@ import { checkedStopReason, ProcessStopper } from "./process-stop.ts";
 import { sweepTemporaryFiles, type TemporarySweep } from "./temporary-files.ts";
 import { readSpawnRecord } from "./spawn-record.ts";
 import { SupervisorClient } from "./supervisor-client.ts";
+import { SUPERVISOR_FEATURE_CREATE_CWD } from "./supervisor-protocol.ts";
 import { resolveTaskUser, type TaskAccount } from "./task-user.ts";
 import {
   placeTaskFiles,
@@ -259,7 +260,27 @@ export class PosixLauncher {
       await this.afterJournal?.(attemptId);
       if (typeof account === "string")
         return await this.failWithoutSupervisor(attemptId, startedAtMs, account);
-      if (ownWorkDir !== null) {
+      if (taskFiles !== null && account !== null) {
+        const unplaced = await placeTaskFiles(this.userTaskFilesRoot, taskFiles, account);
+        if (unplaced !== null)
+          return await this.failWithoutSupervisor(attemptId, startedAtMs, unplaced);
+      }
+      let features;
+      try {
+        features = await this.supervisor.connected();
+      } catch (error) {
+        // Nothing was asked of any supervisor, so nothing ran: a definite spawn failure.
+        return await this.failWithoutSupervisor(
+          attemptId,
+          startedAtMs,
+          `no supervisor: ${errorMessage(error)}`,
+        );
+      }
+      // The supervisor makes the work dir right before the spawn (a mkdir less on this event
+      // loop per launch); one of an older build that does not announce it gets it made here.
+      const supervisorCreatesCwd =
+        ownWorkDir !== null && features.has(SUPERVISOR_FEATURE_CREATE_CWD);
+      if (ownWorkDir !== null && !supervisorCreatesCwd) {
         try {
           await mkdir(ownWorkDir, { recursive: true, mode: 0o700 });
           // The task's user must own its directory; the path above it (the state dir) stays
@@ -273,24 +294,12 @@ export class PosixLauncher {
           );
         }
       }
-      if (taskFiles !== null && account !== null) {
-        const unplaced = await placeTaskFiles(this.userTaskFilesRoot, taskFiles, account);
-        if (unplaced !== null)
-          return await this.failWithoutSupervisor(attemptId, startedAtMs, unplaced);
-      }
-      try {
-        await this.supervisor.connected();
-      } catch (error) {
-        // Nothing was asked of any supervisor, so nothing ran: a definite spawn failure.
-        return await this.failWithoutSupervisor(
-          attemptId,
-          startedAtMs,
-          `no supervisor: ${errorMessage(error)}`,
-        );
-      }
       let reply;
       try {
-        reply = await this.supervisor.request({ op: "launch", spec: supervisorSpec });
+        reply = await this.supervisor.request({
+          op: "launch",
+          spec: supervisorCreatesCwd ? { ...supervisorSpec, createCwd: true } : supervisorSpec,
+        });
       } catch (error) {
         // The request may or may not have reached the supervisor: the attempt is unknown until
         // its spawn record, its receipt or the supervisor's settle answer says which.

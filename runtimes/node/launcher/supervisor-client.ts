@@ -84,6 +84,8 @@ class Connection {
 
   constructor(
     private readonly socket: Socket,
+    /** What the supervisor at the other end announced in its welcome. */
+    readonly features: ReadonlySet<string>,
     private readonly onExited: ((attemptId: string) => void) | undefined,
     private readonly onClose: () => void,
   ) {
@@ -218,9 +220,13 @@ export class SupervisorClient {
     this.socketName = supervisorSocketName(options.stateDir);
   }
 
-  /** Resolves once an authenticated connection exists (starting the supervisor if needed). */
-  async connected(): Promise<void> {
-    await this.connection();
+  /**
+   * Resolves once an authenticated connection exists (starting the supervisor if needed), with
+   * what that supervisor announced it does (`SUPERVISOR_FEATURES`; a resident supervisor of an
+   * older build announces less).
+   */
+  async connected(): Promise<ReadonlySet<string>> {
+    return (await this.connection()).features;
   }
 
   async request(message: Exclude<ClientMessage, { op: "hello" }>): Promise<Reply> {
@@ -393,7 +399,12 @@ export class SupervisorClient {
             clearTimeout(timer);
             socket.removeListener("data", onData);
             socket.removeAllListeners("close");
-            const connection = new Connection(socket, this.options.onExited, () => undefined);
+            const connection = new Connection(
+              socket,
+              new Set(message.features),
+              this.options.onExited,
+              () => undefined,
+            );
             this.latest = connection;
             if (buffered.length > 0) socket.unshift(buffered);
             resolve(connection);

@@ -37,7 +37,21 @@ export interface SupervisorSpec {
    * output from it. Absent: the output is `taskOutputPath(stateDir, attemptId)`.
    */
   readonly taskFilesDir?: string;
+  /**
+   * `cwd` is the attempt's own work dir (`work/<attemptId>/`, the task declared none): the
+   * supervisor creates it (0700, the task user's when there is one) right before the spawn, so
+   * the runtime's event loop does not. Sent only to a supervisor that announced
+   * `SUPERVISOR_FEATURE_CREATE_CWD`; absent, the directory exists already.
+   */
+  readonly createCwd?: true;
 }
+
+/**
+ * What a supervisor announces in its `welcome`, so a runtime of a newer build that adopts a
+ * resident supervisor of an older one asks it only for what it does.
+ */
+export const SUPERVISOR_FEATURE_CREATE_CWD = "create-cwd";
+export const SUPERVISOR_FEATURES: readonly string[] = [SUPERVISOR_FEATURE_CREATE_CWD];
 
 export type ClientMessage =
   | { readonly op: "hello"; readonly proof: string; readonly nonce: string }
@@ -52,7 +66,13 @@ export type ClientMessage =
 
 export type SupervisorMessage =
   | { readonly kind: "challenge"; readonly nonce: string }
-  | { readonly kind: "welcome"; readonly proof: string; readonly pid: number }
+  | {
+      readonly kind: "welcome";
+      readonly proof: string;
+      readonly pid: number;
+      /** Absent from a supervisor built before features were announced: none. */
+      readonly features: readonly string[];
+    }
   | {
       readonly kind: "started";
       readonly attemptId: string;
@@ -88,6 +108,8 @@ export const SUPERVISOR_STARTUP_FD = 3;
 export const SUPERVISOR_SPEC_MAX_BYTES = 1024 * 1024;
 export const SUPERVISOR_MESSAGE_MAX_BYTES = SUPERVISOR_SPEC_MAX_BYTES + 4096;
 const NONCE_PATTERN = /^[0-9a-f]{32}$/;
+/** More than any build announces: a welcome listing more is malformed. */
+const MAX_FEATURES = 64;
 
 /** The abstract socket name of a state directory's supervisor (leading NUL: Linux abstract namespace). */
 export function supervisorSocketName(stateDir: string): string {
@@ -113,6 +135,14 @@ export function proofMatches(
 
 export function isNonce(value: unknown): value is string {
   return typeof value === "string" && NONCE_PATTERN.test(value);
+}
+
+function isFeatureList(value: unknown): value is string[] {
+  return (
+    Array.isArray(value) &&
+    value.length <= MAX_FEATURES &&
+    value.every((member) => typeof member === "string")
+  );
 }
 
 function isStringRecord(value: unknown): value is Record<string, string> {
@@ -153,6 +183,8 @@ export function parseSupervisorSpec(value: unknown): SupervisorSpec | string {
       spec.uid === null)
   )
     return "the launch spec's taskFilesDir is not an absolute path of a task run as another user";
+  if (spec.createCwd !== undefined && spec.createCwd !== true)
+    return "the launch spec's createCwd is not true or absent";
   return spec as unknown as SupervisorSpec;
 }
 
@@ -195,10 +227,14 @@ export function parseSupervisorMessage(line: string): SupervisorMessage | null {
   const message = parsed as Record<string, unknown>;
   if (message.kind === "challenge")
     return isNonce(message.nonce) ? { kind: "challenge", nonce: message.nonce } : null;
-  if (message.kind === "welcome")
-    return typeof message.proof === "string" && Number.isSafeInteger(message.pid)
-      ? { kind: "welcome", proof: message.proof, pid: message.pid as number }
+  if (message.kind === "welcome") {
+    const features: unknown = message.features ?? [];
+    return typeof message.proof === "string" &&
+      Number.isSafeInteger(message.pid) &&
+      isFeatureList(features)
+      ? { kind: "welcome", proof: message.proof, pid: message.pid as number, features }
       : null;
+  }
   if (!isPortableId(message.attemptId)) return null;
   const attemptId = message.attemptId;
   switch (message.kind) {

@@ -12,7 +12,7 @@
  * It exits once it has no task, no pending receipt and no client for LIMITS.idleExitMs.
  */
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
+import { chownSync, existsSync, mkdirSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
 import type { Readable } from "node:stream";
 import { errorCode } from "../../../src/errors.ts";
@@ -31,12 +31,19 @@ import { NO_OUTPUT } from "../../../src/task-output.ts";
 import { taskOutputPath } from "../task-env.ts";
 import { readTaskOutput } from "./task-output.ts";
 import { writeSpawnRecord } from "./spawn-record.ts";
-import { attemptLogPath, stateLayout, stopIntentPath, type StateLayout } from "./state-layout.ts";
+import {
+  attemptLogPath,
+  attemptWorkPath,
+  stateLayout,
+  stopIntentPath,
+  type StateLayout,
+} from "./state-layout.ts";
 import { readStopReason, recordStopIntent } from "./stop-intent.ts";
 import {
   challengeProof,
   parseClientMessage,
   proofMatches,
+  SUPERVISOR_FEATURES,
   SUPERVISOR_MESSAGE_MAX_BYTES,
   SUPERVISOR_STARTUP_FD,
   supervisorSocketName,
@@ -51,6 +58,24 @@ import {
   closeInheritableDescriptors,
   sendStartupReport,
 } from "./supervisor-startup.ts";
+
+/**
+ * Creates the attempt's own work dir (owner-only; the task user's when there is one: the task
+ * changes into it before it drops to that uid, and the state dir above stays closed to it).
+ * Synchronous: a mkdir in the page cache, no fsync (nothing is lost with it after a crash, and
+ * retention removes what a crash leaves). Null when it is ready, else why not.
+ */
+function createWorkDir(spec: SupervisorSpec): Error | null {
+  try {
+    mkdirSync(spec.cwd, { recursive: true, mode: 0o700 });
+    if (spec.uid !== null && spec.gid !== null) chownSync(spec.cwd, spec.uid, spec.gid);
+    return null;
+  } catch (error) {
+    return new Error(
+      `the working directory ${spec.cwd} could not be prepared: ${errorCode(error) ?? describeError(error)}`,
+    );
+  }
+}
 
 /** The supervisor's waits and bounds. */
 const LIMITS = {
@@ -225,6 +250,7 @@ class ResidentSupervisor {
             kind: "welcome",
             proof: challengeProof(this.key, "supervisor", message.nonce),
             pid: process.pid,
+            features: SUPERVISOR_FEATURES,
           });
           continue;
         }
@@ -289,6 +315,13 @@ class ResidentSupervisor {
   /** Journal check → spawn record (durable) → spawn. Nothing is spawned without both records; the logs are created by the task's first output. */
   private async spawnTask(spec: SupervisorSpec): Promise<SupervisorMessage> {
     const { attemptId } = spec;
+    // The only directory a launch may have created here is the attempt's own work dir.
+    if (spec.createCwd === true && spec.cwd !== attemptWorkPath(this.layout, attemptId))
+      return {
+        kind: "rejected",
+        attemptId,
+        reason: `createCwd names ${spec.cwd}, not the attempt's work dir`,
+      };
     let journal;
     try {
       journal = await readJournalRecord(this.layout, attemptId);
@@ -333,6 +366,16 @@ class ResidentSupervisor {
       };
     }
 
+    const unprepared = spec.createCwd === true ? createWorkDir(spec) : null;
+    if (unprepared !== null)
+      return this.failSpawn(
+        attemptId,
+        startedAtMs,
+        stderrLog,
+        closeLogs,
+        unprepared,
+        taskFilesOf(spec),
+      );
     const [command, ...args] = spec.argv;
     const result = await this.starter.start({
       command: command ?? "",
