@@ -9,10 +9,14 @@ export type JsonValue =
  * Digests and deterministic ids are computed over this text, so it must never change shape.
  */
 export function canonicalJson(value: unknown): string {
-  return write(value, "$");
+  return write(value, []);
 }
 
-function write(value: unknown, path: string): string {
+/**
+ * `path` holds the keys and indexes down to `value`, pushed and popped around each member: a
+ * digest of a step's inputs writes every member, so the path's text is built only for an error.
+ */
+function write(value: unknown, path: (string | number)[]): string {
   if (value === null) return "null";
   switch (typeof value) {
     case "boolean":
@@ -21,31 +25,53 @@ function write(value: unknown, path: string): string {
       if (!Number.isFinite(value))
         throw new QlrError(
           "invalid_request",
-          `canonical JSON cannot hold ${String(value)} at ${path}`,
+          `canonical JSON cannot hold ${String(value)} at ${pathText(path)}`,
         );
       return JSON.stringify(value);
     case "string":
       return JSON.stringify(value);
     case "object": {
-      if (Array.isArray(value))
-        return `[${value.map((item, index) => write(item, `${path}[${index}]`)).join(",")}]`;
+      if (Array.isArray(value)) {
+        let text = "[";
+        for (let index = 0; index < value.length; index += 1) {
+          if (index > 0) text += ",";
+          path.push(index);
+          // A hole reads as undefined and is refused like an undefined item.
+          text += write(value[index], path);
+          path.pop();
+        }
+        return `${text}]`;
+      }
       const proto = Object.getPrototypeOf(value) as unknown;
       if (proto !== Object.prototype && proto !== null)
         throw new QlrError(
           "invalid_request",
-          `canonical JSON holds only plain objects, not at ${path}`,
+          `canonical JSON holds only plain objects, not at ${pathText(path)}`,
         );
-      const entries = Object.entries(value as Record<string, unknown>)
-        .filter(([, member]) => member !== undefined)
-        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-      return `{${entries.map(([key, member]) => `${JSON.stringify(key)}:${write(member, `${path}.${key}`)}`).join(",")}}`;
+      const record = value as Record<string, unknown>;
+      // The default sort compares strings by UTF-16 code unit: the canonical order.
+      const keys = Object.keys(record).sort();
+      let text = "{";
+      for (const key of keys) {
+        const member = record[key];
+        if (member === undefined) continue;
+        if (text.length > 1) text += ",";
+        path.push(key);
+        text += `${JSON.stringify(key)}:${write(member, path)}`;
+        path.pop();
+      }
+      return `${text}}`;
     }
     default:
       throw new QlrError(
         "invalid_request",
-        `canonical JSON cannot hold a ${typeof value} at ${path}`,
+        `canonical JSON cannot hold a ${typeof value} at ${pathText(path)}`,
       );
   }
+}
+
+function pathText(path: readonly (string | number)[]): string {
+  return `$${path.map((part) => (typeof part === "number" ? `[${part}]` : `.${part}`)).join("")}`;
 }
 
 /** A parsed JSON text, or why it is not one. */

@@ -134,6 +134,42 @@ describe("canonical JSON and digests", () => {
     }
   });
 
+  it("canonical JSON is its definition: sorted keys by UTF-16 code unit, JSON.stringify of every scalar", () => {
+    // The definition written plainly (an object's integer-like keys would not keep a sorted
+    // insertion order, so the text is built here rather than by JSON.stringify of a sorted copy).
+    const definition = (value: unknown): string => {
+      if (Array.isArray(value)) return `[${value.map(definition).join(",")}]`;
+      if (value === null || typeof value !== "object") return JSON.stringify(value);
+      const record = value as Record<string, unknown>;
+      return `{${Object.keys(record)
+        .filter((key) => record[key] !== undefined)
+        .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
+        .map((key) => `${JSON.stringify(key)}:${definition(record[key])}`)
+        .join(",")}}`;
+    };
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => {
+        expect(canonicalJson(value)).toBe(definition(value));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("canonical JSON names where a value it cannot hold sits", () => {
+    const refused = (value: unknown): string => {
+      try {
+        canonicalJson(value);
+      } catch (error) {
+        return (error as Error).message;
+      }
+      return "accepted";
+    };
+    expect(refused({ a: [1, { b: Number.NaN }] })).toMatch(/at \$\.a\[1\]\.b$/);
+    expect(refused({ z: 1, a: { when: new Date(0) } })).toMatch(/not at \$\.a\.when$/);
+    expect(refused([0, , 2])).toMatch(/cannot hold a undefined at \$\[1\]$/);
+    expect(refused(Number.POSITIVE_INFINITY)).toMatch(/at \$$/);
+  });
+
   it("key order never changes a digest", () => {
     fc.assert(
       fc.property(
