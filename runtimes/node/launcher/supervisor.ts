@@ -12,24 +12,14 @@
  * It exits once it has no task, no pending receipt and no client for LIMITS.idleExitMs.
  */
 import { randomBytes } from "node:crypto";
-import { chownSync, existsSync, mkdirSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
 import type { Readable } from "node:stream";
 import { errorCode } from "../../../src/errors.ts";
 import { readJournalRecord } from "./journal.ts";
 import { readBootId, readProcStatSync } from "./proc.ts";
 import type { TaskExit, TaskStarter } from "./task-starter.ts";
-import {
-  OUTPUT_ERROR_MAX_LENGTH,
-  readReceiptKey,
-  signReceipt,
-  SPAWN_ERROR_MAX_LENGTH,
-  writeReceiptExclusive,
-  type CompletionReceipt,
-} from "./receipt.ts";
-import { NO_OUTPUT } from "../../../src/task-output.ts";
-import { taskOutputPath } from "../task-env.ts";
-import { readTaskOutput } from "./task-output.ts";
+import { readReceiptKey, SPAWN_ERROR_MAX_LENGTH } from "./receipt.ts";
 import { writeSpawnRecord } from "./spawn-record.ts";
 import {
   attemptLogPath,
@@ -38,7 +28,7 @@ import {
   stopIntentPath,
   type StateLayout,
 } from "./state-layout.ts";
-import { readStopReason, recordStopIntent } from "./stop-intent.ts";
+import { recordStopIntent } from "./stop-intent.ts";
 import {
   challengeProof,
   parseClientMessage,
@@ -52,30 +42,13 @@ import {
 } from "./supervisor-protocol.ts";
 import { CappedLog } from "./capped-log.ts";
 import { describeError, noteStateDir, noteSupervisorFailure } from "./supervisor-notes.ts";
-import { reclaimAndReadOutput, taskFilesOf, type TaskFiles } from "./supervisor-output.ts";
+import { taskFilesOf, type TaskFiles } from "./supervisor-output.ts";
+import { createWorkDir, writeReceiptUntilItLands } from "./supervisor-receipt.ts";
 import {
   chooseTaskStarter,
   closeInheritableDescriptors,
   sendStartupReport,
 } from "./supervisor-startup.ts";
-
-/**
- * Creates the attempt's own work dir (owner-only; the task user's when there is one: the task
- * changes into it before it drops to that uid, and the state dir above stays closed to it).
- * Synchronous: a mkdir in the page cache, no fsync (nothing is lost with it after a crash, and
- * retention removes what a crash leaves). Null when it is ready, else why not.
- */
-function createWorkDir(spec: SupervisorSpec): Error | null {
-  try {
-    mkdirSync(spec.cwd, { recursive: true, mode: 0o700 });
-    if (spec.uid !== null && spec.gid !== null) chownSync(spec.cwd, spec.uid, spec.gid);
-    return null;
-  } catch (error) {
-    return new Error(
-      `the working directory ${spec.cwd} could not be prepared: ${errorCode(error) ?? describeError(error)}`,
-    );
-  }
-}
 
 /** The supervisor's waits and bounds. */
 const LIMITS = {
@@ -95,9 +68,6 @@ const LIMITS = {
    * stopper racing the first.
    */
   backstopMarginMs: 1000,
-  /** A receipt that cannot be written (a full disk) is tried again with this backoff, for as long as it takes. */
-  receiptRetryMinMs: 50,
-  receiptRetryMaxMs: 2000,
   maxClients: 64,
   handshakeTimeoutMs: 10_000,
 } as const;
@@ -133,9 +103,6 @@ function signalGroup(processGroupId: number, signal: NodeJS.Signals): void {
     // ESRCH: the group is already empty.
   }
 }
-
-const sleepMs = (milliseconds: number): Promise<void> =>
-  new Promise((resolve) => setTimeout(resolve, milliseconds));
 
 class ResidentSupervisor {
   private readonly tasks = new Map<string, Task>();
@@ -483,7 +450,9 @@ class ResidentSupervisor {
     this.tasks.delete(attemptId);
     try {
       if (task.deadlineIntent !== null) await task.deadlineIntent;
-      await this.finish(
+      await writeReceiptUntilItLands(
+        this.layout,
+        this.key,
         attemptId,
         task.startedAtMs,
         { exitCode: exit.code, signal: exit.signal, spawnError: null, finishedAtMs },
@@ -496,71 +465,6 @@ class ResidentSupervisor {
     }
   }
 
-  /**
-   * Writes the receipt, retrying until it lands: a full disk delays the completion but never
-   * loses it (the supervisor stays for as long as the receipt is pending). EEXIST ends it: a
-   * receipt is never replaced.
-   */
-  private async finish(
-    attemptId: string,
-    startedAtMs: number,
-    outcome: Pick<CompletionReceipt, "exitCode" | "signal" | "spawnError" | "finishedAtMs">,
-    taskFiles: TaskFiles | null,
-  ): Promise<boolean> {
-    // Read once, after the task's group is gone and before the receipt: the output is signed
-    // with the exit code, so it is recorded exactly as the completion is.
-    const ran = outcome.spawnError === null;
-    const { output, outputError } =
-      taskFiles !== null
-        ? await reclaimAndReadOutput(taskFiles, ran)
-        : ran
-          ? await readTaskOutput(taskOutputPath(this.layout.stateDir, attemptId))
-          : NO_OUTPUT;
-    const outputFields = {
-      output,
-      outputError: outputError?.slice(0, OUTPUT_ERROR_MAX_LENGTH) ?? null,
-    };
-    let backoffMs: number = LIMITS.receiptRetryMinMs;
-    let noted = false;
-    for (;;) {
-      try {
-        const stopReason = await readStopReason(this.layout, attemptId);
-        await writeReceiptExclusive(
-          this.layout,
-          signReceipt(this.key, {
-            attemptId,
-            startedAtMs,
-            stopReason,
-            ...outcome,
-            ...outputFields,
-          }),
-        );
-        return true;
-      } catch (error) {
-        if (errorCode((error as { cause?: unknown }).cause) === "EEXIST") {
-          noteSupervisorFailure(
-            this.layout,
-            attemptId,
-            `receipt not written: ${describeError(error)}`,
-          );
-          return false;
-        }
-        // A state directory that is gone (removed by hand) will never take the receipt: give
-        // up instead of lingering forever. Anything else (a full disk) is waited out.
-        if (!existsSync(this.layout.receiptsDir)) return false;
-        if (!noted)
-          noteSupervisorFailure(
-            this.layout,
-            attemptId,
-            `receipt write failed, retrying until it lands: ${describeError(error)}`,
-          );
-        noted = true;
-      }
-      await sleepMs(backoffMs);
-      backoffMs = Math.min(LIMITS.receiptRetryMaxMs, backoffMs * 2);
-    }
-  }
-
   private async failBeforeSpawn(
     attemptId: string,
     startedAtMs: number,
@@ -569,7 +473,9 @@ class ResidentSupervisor {
   ): Promise<SupervisorMessage> {
     this.pendingReceipts += 1;
     try {
-      await this.finish(
+      await writeReceiptUntilItLands(
+        this.layout,
+        this.key,
         attemptId,
         startedAtMs,
         {
