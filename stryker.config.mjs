@@ -20,6 +20,7 @@ export default {
     "src/aggregate.ts",
     "src/state-machines.ts",
     "src/schedules.ts",
+    "src/canonical-json.ts",
   ],
   coverageAnalysis: "perTest",
   concurrency: 1,

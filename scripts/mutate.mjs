@@ -44,6 +44,7 @@ const TESTS_BY_FILE = {
   "src/frontier.ts": ["test/unit/core-frontier.test.ts"],
   "src/state-machines.ts": ["test/unit/core-state-machines.test.ts"],
   "src/schedules.ts": ["test/unit/core-schedules.test.ts"],
+  "src/canonical-json.ts": ["test/unit/core-identity-digest.test.ts"],
 };
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");

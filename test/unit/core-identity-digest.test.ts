@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { admissionEventId, workflowAttemptId } from "../../src/admission.ts";
 import { eventId } from "../../src/aggregate.ts";
-import { canonicalJson } from "../../src/canonical-json.ts";
+import { canonicalJson, parseJsonText } from "../../src/canonical-json.ts";
 import {
   DERIVED_ID_MEMO_GENERATION,
   derivedId,
@@ -168,6 +168,18 @@ describe("canonical JSON and digests", () => {
     expect(refused({ z: 1, a: { when: new Date(0) } })).toMatch(/not at \$\.a\.when$/);
     expect(refused([0, , 2])).toMatch(/cannot hold a undefined at \$\[1\]$/);
     expect(refused(Number.POSITIVE_INFINITY)).toMatch(/at \$$/);
+  });
+
+  it("a JSON text parses to its value, or answers why not in one line, never throwing", () => {
+    expect(parseJsonText('{"a":[1,"x",null]}')).toEqual({ ok: true, value: { a: [1, "x", null] } });
+    for (const text of ["{", "", "[1,]", "nul"]) {
+      const parsed = parseJsonText(text);
+      expect(parsed.ok).toBe(false);
+      if (parsed.ok) continue;
+      expect(parsed.message).not.toBe("");
+      expect(parsed.message).not.toContain("\n");
+      expect(parsed.message).toMatch(/JSON|token|end/i);
+    }
   });
 
   it("key order never changes a digest", () => {
