@@ -25,13 +25,22 @@
  * first, as every serve bench), or bundle this file and run it with QLR_BENCH_CONFIG unset for
  * the defaults below.
  */
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadOrCreateReceiptKey, PosixLauncher } from "../runtimes/node/launcher/index.ts";
 import { log, now, round, summarize, writeResult } from "./lib/common.ts";
 import { createMemoryCgroup, removeWhenEmpty } from "./lib/memory-cgroup.ts";
 import { leanRequest } from "./lib/http-client.ts";
+import {
+  childrenOf,
+  cpuOf,
+  cpuPerUnit,
+  loadAverage1m,
+  privateBytes,
+  spawnerPidOf,
+  supervisorPid,
+} from "./lib/process-accounting.ts";
 import { runsByStatus, spawnServe, terminalRuns, type ServeProcess } from "./lib/serve-process.ts";
 
 export interface LauncherBenchConfig {
@@ -222,104 +231,6 @@ async function counts(
     terminal: terminalRuns(runs),
     succeeded: runs.succeeded ?? 0,
     running: runs.running ?? 0,
-  };
-}
-
-/** The resident supervisor's pid, from any spawn record of the state dir. */
-function supervisorPid(stateDir: string): number | null {
-  const spawns = join(stateDir, "spawns");
-  if (!existsSync(spawns)) return null;
-  for (const name of readdirSync(spawns)) {
-    // Records created together share one file, a line each.
-    const [line] = readFileSync(join(spawns, name), "utf8").split("\n");
-    const parsed = JSON.parse(line ?? "") as { supervisorPid?: number };
-    if (typeof parsed.supervisorPid === "number") return parsed.supervisorPid;
-  }
-  return null;
-}
-
-function childrenOf(pid: number): number[] {
-  const children: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (Number(fields[1]) === pid) children.push(Number(entry));
-    } catch {
-      // Gone.
-    }
-  }
-  return children;
-}
-
-/**
- * The supervisor's native task spawner (qlr-spawner, its child), or null when the supervisor
- * starts tasks with Node's spawn. With it, the tasks are the spawner's children, reaped by it.
- */
-function spawnerPidOf(supervisor: number): number | null {
-  for (const child of childrenOf(supervisor)) {
-    try {
-      if (readFileSync(`/proc/${child}/comm`, "utf8").trim() === "qlr-spawner") return child;
-    } catch {
-      // Gone.
-    }
-  }
-  return null;
-}
-
-/** Clock ticks per second of /proc/<pid>/stat's times (USER_HZ: 100 on every Linux Node runs on). */
-const CLOCK_TICKS_PER_SECOND = 100;
-
-/**
- * CPU time of a process from /proc/<pid>/stat, ms: its own (utime + stime, every thread) and
- * that of its children it has reaped (cutime + cstime: the supervisor's tasks). Zeros when the
- * process is gone.
- */
-function cpuOf(pid: number): { ownMs: number; reapedChildrenMs: number } {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    // After the command name: field 3 (state) is index 0, so utime (14) is index 11.
-    const ticks = (index: number): number => Number(fields[index] ?? 0);
-    const toMs = (value: number): number => (value * 1000) / CLOCK_TICKS_PER_SECOND;
-    return {
-      ownMs: toMs(ticks(11) + ticks(12)),
-      reapedChildrenMs: toMs(ticks(13) + ticks(14)),
-    };
-  } catch {
-    return { ownMs: 0, reapedChildrenMs: 0 };
-  }
-}
-
-/** CPU ms per unit of work, by process, between two readings. */
-function cpuPerUnit(
-  units: number,
-  parts: Record<string, { before: number; after: number }>,
-): Record<string, number> {
-  const result: Record<string, number> = {};
-  let total = 0;
-  for (const [name, { before, after }] of Object.entries(parts)) {
-    result[name] = round((after - before) / units, 2);
-    total += after - before;
-  }
-  result.total = round(total / units, 2);
-  return result;
-}
-
-function loadAverage1m(): number {
-  return Number(readFileSync("/proc/loadavg", "utf8").split(" ")[0]);
-}
-
-/** Private_Clean + Private_Dirty and Pss of a process, bytes. */
-function privateBytes(pid: number): { privateBytes: number; pssBytes: number; rssBytes: number } {
-  const text = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
-  const field = (name: string): number =>
-    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? Number.NaN) * KIB;
-  return {
-    privateBytes: field("Private_Clean") + field("Private_Dirty"),
-    pssBytes: field("Pss"),
-    rssBytes: field("Rss"),
   };
 }
 
