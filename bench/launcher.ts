@@ -47,9 +47,9 @@ export interface LauncherBenchConfig {
   readonly root: string;
   readonly memoryTasks: number;
   /**
-   * One-step runs the throughput part times (QLR_BENCH_LAUNCHER_RUNS; 600 by default). A few
-   * thousand measure serve warm: over 600, V8's optimizing compiler and WebAssembly's tier-up
-   * still take a share of serve's CPU.
+   * One-step runs the throughput part times (QLR_BENCH_LAUNCHER_RUNS; 3,000 by default, 600
+   * before 2026-12-04 20:50 UTC). A few thousand measure serve warm: over 600, V8's optimizing
+   * compiler and WebAssembly's tier-up still take a share of serve's CPU.
    */
   readonly throughputRuns: number;
   readonly inFlight: number;
@@ -70,7 +70,7 @@ export interface LauncherBenchConfig {
 
 const DEFAULTS: Omit<LauncherBenchConfig, "root"> = {
   memoryTasks: 50,
-  throughputRuns: 600,
+  throughputRuns: 3000,
   inFlight: 64,
   postConcurrency: 1,
   latencySamples: 30,
