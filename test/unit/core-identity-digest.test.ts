@@ -166,7 +166,12 @@ describe("canonical JSON and digests", () => {
     };
     expect(refused({ a: [1, { b: Number.NaN }] })).toMatch(/at \$\.a\[1\]\.b$/);
     expect(refused({ z: 1, a: { when: new Date(0) } })).toMatch(/not at \$\.a\.when$/);
-    expect(refused([0, , 2])).toMatch(/cannot hold a undefined at \$\[1\]$/);
+    // A hole in an array reads as undefined and is refused like an undefined item.
+    const holed = new Array<number>(3);
+    holed[0] = 0;
+    holed[2] = 2;
+    expect(1 in holed).toBe(false);
+    expect(refused(holed)).toMatch(/cannot hold a undefined at \$\[1\]$/);
     expect(refused(Number.POSITIVE_INFINITY)).toMatch(/at \$$/);
   });
 
