@@ -6,7 +6,7 @@ import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:chil
 import { existsSync } from "node:fs";
 import { chmod, mkdir, readdir, readFile, readlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { describe, expect, it, type TestContext } from "vitest";
+import { describe, expect, it } from "vitest";
 import { readProcStat, type ProcessHandle } from "../../runtimes/node/launcher/index.ts";
 import { attemptLogPath, stateLayout } from "../../runtimes/node/launcher/state-layout.ts";
 import {
@@ -15,6 +15,7 @@ import {
   makeScratch,
   newLauncher,
   shellSpec,
+  skipUnlessRoot,
   supervisorOfTask,
   useScratch,
   waitFor,
@@ -37,13 +38,6 @@ const paths: ReadonlyArray<readonly [string, Scratch]> = [
   ...(HAS_C_COMPILER ? [["native spawner", native] as const] : []),
   ["Node spawn", fallback],
 ];
-
-function skipUnlessRoot(context: TestContext, why: string): void {
-  const uid = process.getuid?.() ?? -1;
-  if (uid === 0) return;
-  console.log("skipped: %s, and this test runs as uid %d", why, uid);
-  context.skip();
-}
 
 async function readLog(stateDir: string, attemptId: string, stream: "stdout" | "stderr") {
   const path = attemptLogPath(stateLayout(stateDir), attemptId, stream);

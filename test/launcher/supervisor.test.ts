@@ -24,6 +24,7 @@ import {
   newAttemptId,
   newLauncher,
   shellSpec,
+  skipUnlessRoot,
   supervisorOfTask,
   waitFor,
   waitForReceipt,
@@ -216,14 +217,17 @@ describe("the resident supervisor", () => {
  * the directory itself as it always did.
  */
 describe("the attempt's own work dir", () => {
-  async function pwdOfTask(supervisorPath: string): Promise<{
+  async function pwdOfTask(
+    supervisorPath: string,
+    user?: string,
+  ): Promise<{
     stateDir: string;
     attemptId: string;
     features: ReadonlySet<string>;
     stdout: string;
   }> {
     const { launcher, stateDir, hmacKey } = await newLauncher({ dir: scratch.dir, supervisorPath });
-    const spec = shellSpec("pwd");
+    const spec = shellSpec("pwd", user === undefined ? {} : { user });
     await launcher.launch(spec);
     const reading = await waitForReceipt(launcher, spec.attemptId);
     expect(reading.status === "valid" && reading.receipt.exitCode).toBe(0);
@@ -254,6 +258,21 @@ describe("the attempt's own work dir", () => {
       const work = attemptWorkPath(stateLayout(stateDir), attemptId);
       expect(stdout).toBe(`${work}\n`);
       expect((await stat(work)).mode & 0o777).toBe(0o700);
+    }
+  });
+
+  it("belongs to the task's user, whichever side made it", async (context) => {
+    skipUnlessRoot(context, "`user:` needs the supervisor to run as root");
+    const featureless = await writeFeaturelessSupervisor(
+      join(scratch.dir, "featureless-supervisor-user.mjs"),
+      scratch.supervisorPath,
+    );
+    for (const supervisorPath of [scratch.supervisorPath, featureless]) {
+      const { stateDir, attemptId, stdout } = await pwdOfTask(supervisorPath, "65534:65534");
+      const work = attemptWorkPath(stateLayout(stateDir), attemptId);
+      expect(stdout).toBe(`${work}\n`);
+      const made = await stat(work);
+      expect([made.uid, made.gid, made.mode & 0o777]).toEqual([65534, 65534, 0o700]);
     }
   });
 

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll } from "vitest";
+import { afterAll, beforeAll, type TestContext } from "vitest";
 import { buildSupervisor } from "../../runtimes/node/launcher/build-supervisor.ts";
 import {
   loadOrCreateReceiptKey,
@@ -19,6 +19,14 @@ import { waitFor as pollUntil } from "../support/wait.ts";
  * C compiler has). QLR_TEST_SPAWNER=0 runs a suite on the Node spawn fallback instead.
  */
 export const NATIVE_SPAWNER_BY_DEFAULT = process.env.QLR_TEST_SPAWNER !== "0";
+
+/** Skips a test that needs root (`user:` switches to another uid), saying why, when not root. */
+export function skipUnlessRoot(context: TestContext, why: string): void {
+  const uid = process.getuid?.() ?? -1;
+  if (uid === 0) return;
+  console.log("skipped: %s, and this test runs as uid %d", why, uid);
+  context.skip();
+}
 
 /** A scratch directory per test file: the supervisor bundle and one state dir per test live in it. */
 export async function makeScratch(

@@ -21,7 +21,7 @@ import {
 } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it, onTestFinished, type TestContext } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { isSpawnFailedError, PosixLauncher } from "../../runtimes/node/launcher/index.ts";
 import { readTaskOutput } from "../../runtimes/node/launcher/task-output.ts";
 import { userTaskEnvironment } from "../../runtimes/node/task-env.ts";
@@ -32,17 +32,11 @@ import {
   userTaskFilesRoot,
   type UserTaskFiles,
 } from "../../runtimes/node/launcher/user-task-files.ts";
-import { newLauncher, shellSpec, useScratch, waitForReceipt } from "./support.ts";
+import { newLauncher, shellSpec, skipUnlessRoot, useScratch, waitForReceipt } from "./support.ts";
 
 const scratch = useScratch("user-task-files");
 const NOBODY_UID = 65534;
 const ownUid = process.getuid?.() ?? -1;
-
-function skipUnlessRoot(context: TestContext, why: string): void {
-  if (ownUid === 0) return;
-  console.log("skipped: %s, and this test runs as uid %d", why, ownUid);
-  context.skip();
-}
 
 /** The launch of `script` as nobody with its task files folder, as the local executor makes it. */
 function nobodySpec(launcher: PosixLauncher, script: string) {

@@ -1,4 +1,4 @@
-import { chown, mkdir, readdir, rm, stat, unlink } from "node:fs/promises";
+import { readdir, rm, stat, unlink } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { digestOf, timingSafeEqualText } from "../../../src/digest.ts";
 import { assertPortableId, isPortableId } from "../../../src/identity.ts";
@@ -50,6 +50,7 @@ import { sweepTemporaryFiles, type TemporarySweep } from "./temporary-files.ts";
 import { readSpawnRecord } from "./spawn-record.ts";
 import { SupervisorClient } from "./supervisor-client.ts";
 import { SUPERVISOR_FEATURE_CREATE_CWD } from "./supervisor-protocol.ts";
+import { createWorkDir } from "./work-dir.ts";
 import { resolveTaskUser, type TaskAccount } from "./task-user.ts";
 import {
   placeTaskFiles,
@@ -280,20 +281,10 @@ export class PosixLauncher {
       // loop per launch); one of an older build that does not announce it gets it made here.
       const supervisorCreatesCwd =
         ownWorkDir !== null && features.has(SUPERVISOR_FEATURE_CREATE_CWD);
-      if (ownWorkDir !== null && !supervisorCreatesCwd) {
-        try {
-          await mkdir(ownWorkDir, { recursive: true, mode: 0o700 });
-          // The task's user must own its directory; the path above it (the state dir) stays
-          // closed to that user: the child changes into the directory before it drops to the uid.
-          if (account !== null) await chown(ownWorkDir, account.uid, account.gid);
-        } catch (error) {
-          return await this.failWithoutSupervisor(
-            attemptId,
-            startedAtMs,
-            `the working directory ${ownWorkDir} could not be prepared: ${errorCode(error) ?? String(error)}`,
-          );
-        }
-      }
+      const unprepared =
+        ownWorkDir !== null && !supervisorCreatesCwd ? createWorkDir(ownWorkDir, account) : null;
+      if (unprepared !== null)
+        return await this.failWithoutSupervisor(attemptId, startedAtMs, unprepared);
       let reply;
       try {
         reply = await this.supervisor.request({

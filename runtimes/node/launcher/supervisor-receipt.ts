@@ -1,9 +1,8 @@
 /**
- * What the resident supervisor writes besides its records: an attempt's own work dir right
- * before its spawn, and its receipt once it has ended (or failed to start), retried until it
- * lands. supervisor.ts holds the process, its socket and its tasks.
+ * The resident supervisor's receipt of an attempt that has ended (or failed to start), written
+ * and retried until it lands. supervisor.ts holds the process, its socket and its tasks.
  */
-import { chownSync, existsSync, mkdirSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { errorCode } from "../../../src/errors.ts";
 import { NO_OUTPUT } from "../../../src/task-output.ts";
 import { taskOutputPath } from "../task-env.ts";
@@ -17,7 +16,6 @@ import type { StateLayout } from "./state-layout.ts";
 import { readStopReason } from "./stop-intent.ts";
 import { describeError, noteSupervisorFailure } from "./supervisor-notes.ts";
 import { reclaimAndReadOutput, type TaskFiles } from "./supervisor-output.ts";
-import type { SupervisorSpec } from "./supervisor-protocol.ts";
 import { readTaskOutput } from "./task-output.ts";
 
 /** A receipt that cannot be written (a full disk) is tried again with this backoff, for as long as it takes. */
@@ -26,24 +24,6 @@ const RECEIPT_RETRY_MAX_MS = 2000;
 
 const sleepMs = (milliseconds: number): Promise<void> =>
   new Promise((resolve) => setTimeout(resolve, milliseconds));
-
-/**
- * Creates the attempt's own work dir (owner-only; the task user's when there is one: the task
- * changes into it before it drops to that uid, and the state dir above stays closed to it).
- * Synchronous: a mkdir in the page cache, no fsync (nothing is lost with it after a crash, and
- * retention removes what a crash leaves). Null when it is ready, else why not.
- */
-export function createWorkDir(spec: SupervisorSpec): Error | null {
-  try {
-    mkdirSync(spec.cwd, { recursive: true, mode: 0o700 });
-    if (spec.uid !== null && spec.gid !== null) chownSync(spec.cwd, spec.uid, spec.gid);
-    return null;
-  } catch (error) {
-    return new Error(
-      `the working directory ${spec.cwd} could not be prepared: ${errorCode(error) ?? describeError(error)}`,
-    );
-  }
-}
 
 /**
  * Writes the receipt, retrying until it lands: a full disk delays the completion but never

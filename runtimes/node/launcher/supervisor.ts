@@ -43,7 +43,8 @@ import {
 import { CappedLog } from "./capped-log.ts";
 import { describeError, noteStateDir, noteSupervisorFailure } from "./supervisor-notes.ts";
 import { taskFilesOf, type TaskFiles } from "./supervisor-output.ts";
-import { createWorkDir, writeReceiptUntilItLands } from "./supervisor-receipt.ts";
+import { writeReceiptUntilItLands } from "./supervisor-receipt.ts";
+import { createWorkDir } from "./work-dir.ts";
 import {
   chooseTaskStarter,
   closeInheritableDescriptors,
@@ -333,14 +334,20 @@ class ResidentSupervisor {
       };
     }
 
-    const unprepared = spec.createCwd === true ? createWorkDir(spec) : null;
+    const unprepared =
+      spec.createCwd === true
+        ? createWorkDir(
+            spec.cwd,
+            spec.uid === null || spec.gid === null ? null : { uid: spec.uid, gid: spec.gid },
+          )
+        : null;
     if (unprepared !== null)
       return this.failSpawn(
         attemptId,
         startedAtMs,
         stderrLog,
         closeLogs,
-        unprepared,
+        new Error(unprepared),
         taskFilesOf(spec),
       );
     const [command, ...args] = spec.argv;
