@@ -1,4 +1,4 @@
-import { close, constants, fsync, open, write } from "node:fs";
+import { constants, fsync, open } from "node:fs";
 import { dirname, join } from "node:path";
 import { errorCode } from "../../../src/errors.ts";
 import { nodeDurableFs } from "../../../storage/node/durable-fs.ts";
@@ -19,7 +19,7 @@ import { temporaryName } from "./temporary-files.ts";
  * than run unrecorded (the store's own directory sync tolerates platforms without the step).
  *
  * The interface is synchronous, the store's; the exclusive creates gather into groups whose
- * temporary files are created and written, then fsynced together, on the thread pool
+ * temporary files are opened, then fsynced together, on the thread pool
  * (`DurableCreateGroup`), so they do not block the event loop and a burst of records costs
  * about one flush.
  */
@@ -98,9 +98,9 @@ export interface GroupSync {
  * so a group of files costs about one flush.
  */
 const threadPoolSync: GroupSync = {
-  // On the thread pool too: an O_CREAT|O_EXCL open waits while ext4 commits its journal (the
-  // fsyncs of this process and of others), ≈ 0.35 ms per launch of the runtime's event loop
-  // at 200 launches a second, for ≈ 20 µs of submission.
+  // The open on the thread pool: an O_CREAT|O_EXCL open waits while ext4 commits its journal
+  // (the fsyncs of this process and of others), ≈ 0.35 ms per launch of the runtime's event loop
+  // at 200 launches a second. The write of a few hundred bytes into the page cache stays here.
   createTemporary: (path, bytes) =>
     new Promise<DurableFileHandle>((resolve, reject) => {
       open(
@@ -108,23 +108,8 @@ const threadPoolSync: GroupSync = {
         constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_APPEND,
         0o600,
         (openError, handle) => {
-          if (openError !== null) return reject(openError);
-          const fail = (error: Error): void => close(handle, () => reject(error));
-          // Bounded: every write makes progress or fails.
-          const writeFrom = (offset: number): void => {
-            if (offset >= bytes.length) return resolve(handle);
-            write(handle, bytes, offset, bytes.length - offset, null, (writeError, count) => {
-              if (writeError !== null) return fail(writeError);
-              if (count <= 0)
-                return fail(
-                  Object.assign(new Error(`write made no progress at byte ${offset}`), {
-                    code: "EIO",
-                  }),
-                );
-              writeFrom(offset + count);
-            });
-          };
-          writeFrom(0);
+          if (openError !== null) reject(openError);
+          else settled(() => appendOrClose(launcherDurableFs, handle, bytes)).then(resolve, reject);
         },
       );
     }),
@@ -142,20 +127,7 @@ const threadPoolSync: GroupSync = {
 function inlineSync(fs: DurableFs): GroupSync {
   return {
     createTemporary: (path, bytes) =>
-      settled(() => {
-        const handle = fs.open(path, "exclusive", 0o600);
-        try {
-          fs.append(handle, bytes);
-        } catch (error) {
-          try {
-            fs.close(handle);
-          } catch {
-            // Unusable already; the write's own error says what happened.
-          }
-          throw error;
-        }
-        return handle;
-      }),
+      settled(() => appendOrClose(fs, fs.open(path, "exclusive", 0o600), bytes)),
     fsyncEach: (handles) =>
       Promise.resolve(
         handles.map((handle) => {
@@ -169,6 +141,25 @@ function inlineSync(fs: DurableFs): GroupSync {
       ),
     fsyncDirectory: (path) => settled(() => fs.fsyncDirectory(path)),
   };
+}
+
+/** Writes `bytes` into a new temporary file; on failure closes it and rethrows (the caller removes it). */
+function appendOrClose(
+  fs: DurableFs,
+  handle: DurableFileHandle,
+  bytes: Uint8Array,
+): DurableFileHandle {
+  try {
+    fs.append(handle, bytes);
+  } catch (error) {
+    try {
+      fs.close(handle);
+    } catch {
+      // Unusable already; the write's own error says what happened.
+    }
+    throw error;
+  }
+  return handle;
 }
 
 const createGroups = new WeakMap<DurableFs, DurableCreateGroup>();
