@@ -1,8 +1,9 @@
 /**
- * A supervisor entry that notes the Node flags its process started with, then runs the real
- * supervisor bundle in that same process: what a test needs to see the flags a launcher gives
- * the supervisor (its process title hides its command line). The note is
- * `<stateDir>/supervisor-exec-argv.json`.
+ * Supervisor entries for tests: small scripts that run the real supervisor bundle in their own
+ * process after changing one thing. `writeNotingSupervisor` notes the Node flags the process
+ * started with (its process title hides its command line), in
+ * `<stateDir>/supervisor-exec-argv.json`; `writeFeaturelessSupervisor` talks as a supervisor of
+ * an older build that announced no features.
  */
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
