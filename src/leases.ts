@@ -180,10 +180,10 @@ export function checkWorkerTimes(
 
 /**
  * Extends a live lease without an event: heartbeats are frequent and carry no decision, so
- * the run's history (events, mutations) does not grow. The attempt row changes under its own
- * version fence, and the run row is CAS-bumped once like every change of the aggregate: a
- * change set without a run row and without events is treated as empty by the store, so an
- * attempt-only change would silently not be written and the lease would never be extended.
+ * the run's history (events, mutations) does not grow. Only the attempt row changes, under its
+ * own version fence; the store writes a change of attempts alone. This is the one change of a
+ * run's rows that leaves the run's version where it was, which is why a store that keeps rows
+ * by run version never keeps attempts (storage/run-rows-by-version.ts).
  */
 export function extendLease(scope: AttemptScope, nowMs: number, ttlMs: number): ChangeSet {
   const { attempt } = scope;

@@ -4,6 +4,7 @@ import { migrate, type Migration } from "./migrate.ts";
 import { ImmutableCache } from "./sql-store/immutable-cache.ts";
 import type { StoreClockSource } from "./sql-store/store-clock.ts";
 import { SqlStoreTx } from "./sql-store/store-tx.ts";
+import { RunRowsByVersion } from "./run-rows-by-version.ts";
 import { REMEMBERED_ROWS_MAX, TransactionRows } from "./transaction-rows.ts";
 
 /**
@@ -50,6 +51,8 @@ export class SqlStore implements Store {
    * last transaction began at, plus one for its own commit. Undefined after a failure.
    */
   private rememberedAtTransactions: number | undefined;
+  /** Runs' steps and receipts kept by run version on a driver others write too (see `RunRowsByVersion`). */
+  private readonly keptByVersion = new RunRowsByVersion();
 
   constructor(driver: SqlDriver, options: { readonly clock?: StoreClockSource } = {}) {
     this.driver = driver;
@@ -77,8 +80,12 @@ export class SqlStore implements Store {
     options: TransactionOptions | undefined,
   ): Promise<T> {
     const readOnly = options?.readOnly === true;
+    // The rows of the try that committed (a serializable retry starts with rows of its own).
+    let committedRows: TransactionRows | undefined;
     return this.driver
       .transaction(async (tx) => {
+        const known = this.rowsForTransaction();
+        committedRows = known;
         const storeTx = new SqlStoreTx(
           tx,
           this.rewrite,
@@ -86,13 +93,18 @@ export class SqlStore implements Store {
           this.bodies,
           this.clock,
           this.dialect,
-          this.rowsForTransaction(),
+          known,
           readOnly,
         );
         const result = await fn(storeTx);
         await storeTx.flush();
         return result;
       }, options)
+      .then((result) => {
+        const kept = committedRows?.kept ?? null;
+        if (kept !== null && committedRows !== undefined) kept.keep(committedRows);
+        return result;
+      })
       .catch((error: unknown) => {
         // The body threw (the driver rolled back and rethrew it), the commit failed, or its
         // outcome is unknown: what was remembered may not be stored.
@@ -109,7 +121,7 @@ export class SqlStore implements Store {
    */
   private rowsForTransaction(): TransactionRows {
     const succeeded = this.driver.soleWriterTransactions;
-    if (succeeded === undefined) return new TransactionRows();
+    if (succeeded === undefined) return new TransactionRows(this.keptByVersion);
     if (succeeded !== this.rememberedAtTransactions || this.remembered.size > REMEMBERED_ROWS_MAX)
       this.remembered.forget();
     // True once this transaction commits; a failure resets it, and a commit never counted leaves it unmatched.
@@ -118,6 +130,7 @@ export class SqlStore implements Store {
   }
 
   private forgetRemembered(): void {
+    // `keptByVersion` stays: each run it holds is a committed fact, checked at each loan.
     this.remembered.forget();
     this.rememberedAtTransactions = undefined;
   }

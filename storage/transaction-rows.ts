@@ -5,6 +5,7 @@ import {
   type RunAttempt,
   type StepRun,
 } from "../src/model.ts";
+import type { RunRowsByVersion } from "./run-rows-by-version.ts";
 
 /**
  * The most rows a store remembers across transactions before it forgets them all. A diamond
@@ -51,9 +52,17 @@ export const REMEMBERED_ROWS_MAX = 4_096;
  * - Rows are frozen: a decision that tried to change a row it read in place would otherwise
  *   change what the next decision reads.
  * On any other driver (`pg`, where other coordinators write the same database) every
- * transaction, and every retry of one, starts with an empty instance of its own.
+ * transaction, and every retry of one, starts with an empty instance of its own; its `kept`
+ * may lend a page's preload the steps and receipts of runs whose row has not moved
+ * (`RunRowsByVersion`).
  */
 export class TransactionRows {
+  /**
+   * Where a page's preload may borrow the steps and receipts of runs whose row has not moved
+   * since an earlier commit (PostgreSQL, see `RunRowsByVersion`); null where this instance is
+   * itself kept across transactions or nothing is.
+   */
+  readonly kept: RunRowsByVersion | null;
   private readonly runs = new Map<string, Run | null>();
   readonly steps = new RowsOfRuns<StepRun>(freezeStep);
   /** A run's attempts are listed by number, unique per run: a new one numbered past the last extends the list. */
@@ -61,8 +70,13 @@ export class TransactionRows {
     (attempt) => Object.freeze(attempt),
     (attempt) => attempt.number,
   );
-  /** Receipt bodies as stored (JSON text), parsed on each read as a read from the table is; null: none. */
-  private readonly admissions = new Map<string, string | null>();
+  /**
+   * Receipt bodies as stored (JSON text), parsed on each read as a read from the table is;
+   * null: none. By run, then by `admissionKey`, so a run's receipts can be handed on whole.
+   */
+  private readonly admissions = new Map<string, Map<string, string | null>>();
+  /** How many keys `admissions` holds over all runs. */
+  private admissionCount = 0;
   /**
    * Live attempts by executor, as counted in this transaction and moved by its own attempt
    * writes since (`attemptWritten`): an admission page asks before each admission.
@@ -77,6 +91,10 @@ export class TransactionRows {
    */
   observedMs: number | undefined;
 
+  constructor(kept: RunRowsByVersion | null = null) {
+    this.kept = kept;
+  }
+
   run(runId: string): Run | null | undefined {
     return this.runs.get(runId);
   }
@@ -86,15 +104,40 @@ export class TransactionRows {
   }
 
   admission(runId: string, key: string): string | null | undefined {
-    const body = this.admissions.get(key);
+    const body = this.admissions.get(runId)?.get(key);
     if (body === undefined && this.admissionsOfRuns.has(runId)) return null;
     return body;
   }
 
   /** Every receipt of `runId`, as read in this transaction (its later inserts go through `rememberAdmission`). */
   rememberAdmissionsOfRun(runId: string, bodies: ReadonlyMap<string, string>): void {
-    for (const [key, body] of bodies) this.admissions.set(key, body);
+    for (const [key, body] of bodies) this.rememberAdmission(runId, key, body);
     this.admissionsOfRuns.add(runId);
+  }
+
+  /**
+   * The run's row, its steps in order and every receipt of it (bodies by key), when this
+   * transaction knows all three: what `RunRowsByVersion` keeps once it commits. Attempts are
+   * left out on purpose (a lease extension moves an attempt without its run).
+   */
+  wholeRunWithoutAttempts(
+    runId: string,
+  ):
+    | { readonly run: Run; readonly steps: StepRun[]; readonly admissions: Map<string, string> }
+    | undefined {
+    const run = this.runs.get(runId);
+    const steps = this.steps.ofRun(runId);
+    if (run === undefined || run === null || steps === undefined) return undefined;
+    if (!this.admissionsOfRuns.has(runId)) return undefined;
+    const admissions = new Map<string, string>();
+    for (const [key, body] of this.admissions.get(runId) ?? [])
+      if (body !== null) admissions.set(key, body);
+    return { run, steps, admissions };
+  }
+
+  /** The ids of the runs whose row this transaction knows (null rows included). */
+  knownRunIds(): IterableIterator<string> {
+    return this.runs.keys();
   }
 
   /**
@@ -111,8 +154,14 @@ export class TransactionRows {
     );
   }
 
-  rememberAdmission(key: string, body: string | null): void {
-    this.admissions.set(key, body);
+  rememberAdmission(runId: string, key: string, body: string | null): void {
+    let ofRun = this.admissions.get(runId);
+    if (ofRun === undefined) {
+      ofRun = new Map();
+      this.admissions.set(runId, ofRun);
+    }
+    if (!ofRun.has(key)) this.admissionCount += 1;
+    ofRun.set(key, body);
   }
 
   liveAttemptsOf(executor: ExecutorType): number | undefined {
@@ -140,7 +189,7 @@ export class TransactionRows {
 
   /** How many rows are remembered (runs, steps, attempts, receipts, "none" answers included). */
   get size(): number {
-    return this.runs.size + this.steps.size + this.attempts.size + this.admissions.size;
+    return this.runs.size + this.steps.size + this.attempts.size + this.admissionCount;
   }
 
   /** After a write this class does not follow (a purge, a failed transaction, a write by another caller): every later read goes to the database. */
@@ -149,6 +198,7 @@ export class TransactionRows {
     this.steps.forget();
     this.attempts.forget();
     this.admissions.clear();
+    this.admissionCount = 0;
     this.admissionsOfRuns.clear();
     this.liveAttempts.clear();
     this.observedMs = undefined;

@@ -61,5 +61,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 12,
     "name": "partial_idempotency_index",
     "sql": "-- The idempotency key's unique index holds only the runs that have a key. The column's UNIQUE\n-- constraint indexed every run, most of them with a NULL key, and PostgreSQL writes an entry\n-- into each index of a row at every update that is not HOT, which every status change of a run\n-- is (the status is indexed): one index insertion saved per run update. A lookup by key\n-- (`idempotency_key = $1`) implies the key is not NULL, so it uses this index as before.\nALTER TABLE runs DROP CONSTRAINT runs_idempotency_key_key;\nCREATE UNIQUE INDEX runs_idempotency_key ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;\n"
+  },
+  {
+    "version": 13,
+    "name": "partial_event_id_index",
+    "sql": "-- The events' unique index on their stored id holds only the ids that are stored. Since 0009 an\n-- event whose id derives from its run and sequence (every `evt:` id, most events) is stored with\n-- id NULL, and the column's UNIQUE constraint still wrote an index entry for each NULL: about\n-- six index insertions per workflow step that guarded nothing. Ids that are stored (an admitted\n-- attempt's `wte:` event) stay unique; nothing reads events by id.\nALTER TABLE run_events DROP CONSTRAINT run_events_id_key;\nCREATE UNIQUE INDEX run_events_stored_id ON run_events (id) WHERE id IS NOT NULL;\n"
   }
 ];

@@ -73,6 +73,29 @@ interface PendingUpdate {
   readonly stored: readonly SqlParam[] | undefined;
 }
 
+/**
+ * Refuses a change that writes a step or an admission receipt without moving the run it
+ * belongs to (inserting it, or updating it to a higher version). The run's version then stands
+ * for its steps and receipts, which `RunRowsByVersion` relies on where other writers share the
+ * database; the core's changes of a run's aggregate all move the run (an attempt alone may move
+ * without it: a lease extension).
+ */
+function assertRunMovesWithItsRows(change: ChangeSet): void {
+  if (change.steps.length === 0 && change.admissions.length === 0) return;
+  const moved = new Set<string>();
+  for (const { before, after } of change.runs)
+    if (before === null || after.version > before.version) moved.add(after.id);
+  const still = [
+    ...change.steps.map(({ after }) => after.runId),
+    ...change.admissions.map((receipt) => receipt.runId),
+  ].find((runId) => !moved.has(runId));
+  if (still !== undefined)
+    throw new QlrError(
+      "internal",
+      `a change wrote a step or an admission receipt of run ${still} without moving the run's version`,
+    );
+}
+
 /** A new run's columns: its row's, and its frontier mark. */
 const RUN_INSERT_COLUMNS = [...rows.RUNS.columns, "frontier_due"];
 
@@ -168,6 +191,7 @@ export class ChangeWriter {
    * row as written (see `TransactionRows`).
    */
   async queue(change: ChangeSet): Promise<void> {
+    assertRunMovesWithItsRows(change);
     for (const { before, after } of change.runs) {
       // The core decides which runs the frontier stage must visit; a run it does not name keeps its mark.
       const frontierDue = change.frontierDue.includes(after.id) ? 1 : null;
@@ -245,6 +269,7 @@ export class ChangeWriter {
     );
     for (const receipt of change.admissions)
       this.tx.known.rememberAdmission(
+        receipt.runId,
         admissionKey(receipt.runId, receipt.stepRunId, receipt.stepRunVersion),
         JSON.stringify(receipt),
       );

@@ -31,7 +31,9 @@ function rememberByRun<T extends RowOfRun>(
  * Four statements per chunk of runs (runs, steps, attempts, receipts) instead of one per row
  * and item. The reads are the ones the page's items make one by one (a run read whole, or
  * an attempt with its run, step and receipt), so on PostgreSQL they take no predicate lock
- * the items would not take; a run already read in this transaction is not read again.
+ * the items would not take; a run already read in this transaction is not read again. The
+ * steps and receipts of a run whose row is the one an earlier commit knew them with are lent
+ * by `RunRowsByVersion` instead of read: the run row read here still stands for them.
  */
 export async function preloadRuns(tx: QueryContext, runIds: readonly string[]): Promise<void> {
   const unread = [...new Set(runIds)].filter((runId) => !tx.known.knowsWholeRun(runId));
@@ -44,8 +46,18 @@ export async function preloadRuns(tx: QueryContext, runIds: readonly string[]): 
     for (const runId of chunk) tx.known.rememberRun(runId, runsById.get(runId) ?? null);
     // Only a workflow run has steps, and so admission receipts (each names a step): an
     // ordinary run's are known empty without asking (a page of ordinary runs saves two round
-    // trips on PostgreSQL). A run's kind never changes.
-    const withSteps = chunk.filter((runId) => runsById.get(runId)?.kind === "workflow");
+    // trips on PostgreSQL). A run's kind never changes. A run whose row has not moved since a
+    // commit that knew it whole lends its steps and receipts (PostgreSQL, `RunRowsByVersion`).
+    const kept = tx.known.kept;
+    const lent = new Set(
+      kept === null
+        ? []
+        : found
+            .filter((run) => run.kind === "workflow" && kept.lend(run, tx.known))
+            .map((run) => run.id),
+    );
+    const unlent = lent.size === 0 ? chunk : chunk.filter((runId) => !lent.has(runId));
+    const withSteps = unlent.filter((runId) => runsById.get(runId)?.kind === "workflow");
     const stepMarks = withSteps.map(() => "?").join(", ");
     const steps =
       withSteps.length === 0
@@ -56,7 +68,7 @@ export async function preloadRuns(tx: QueryContext, runIds: readonly string[]): 
             `WHERE run_id IN (${stepMarks}) ORDER BY run_id, position`,
             withSteps,
           );
-    rememberByRun(tx.known.steps, chunk, steps);
+    rememberByRun(tx.known.steps, unlent, steps);
     const attempts = await select(
       tx,
       rows.ATTEMPTS,
@@ -72,7 +84,7 @@ export async function preloadRuns(tx: QueryContext, runIds: readonly string[]): 
             withSteps,
           );
     const bodiesByRun = new Map<string, Map<string, string>>(
-      chunk.map((runId) => [runId, new Map()]),
+      unlent.map((runId) => [runId, new Map()]),
     );
     for (const row of receipts) {
       const receipt = rows.toAdmission(row);
@@ -158,7 +170,7 @@ export async function getAdmission(
     [runId, stepRunId, stepRunVersion],
   );
   const receipt = found[0] === undefined ? null : rows.toAdmission(found[0]);
-  tx.known.rememberAdmission(key, receipt === null ? null : JSON.stringify(receipt));
+  tx.known.rememberAdmission(runId, key, receipt === null ? null : JSON.stringify(receipt));
   return receipt;
 }
 

@@ -189,6 +189,28 @@ describe("PostgreSQL plans of a stage page's statements", () => {
     expect(Number(entries[0]?.entries)).toBe(50);
   });
 
+  it("the events' unique index holds only stored ids: a derived id (NULL) costs no entry, a stored one stays unique", async () => {
+    const event = (seq: number, id: string | null) =>
+      driver.transaction((tx) =>
+        tx.query(
+          `INSERT INTO run_events (run_id, seq, id, type, at_ms, data) VALUES ($1, $2, $3, 'step.ready', $4, '{}')`,
+          [runId(RUNS), seq, id, NOW_MS],
+        ),
+      );
+    for (let seq = 1; seq <= 40; seq += 1) await event(seq, seq === 7 ? "wte:stored" : null);
+    await expect(event(41, "wte:stored")).rejects.toThrow(/duplicate/);
+    await analyze();
+    const [index] = await driver.transaction((tx) =>
+      tx.query<{ indexdef: string; entries: string }>(
+        `SELECT pg_get_indexdef('run_events_stored_id'::regclass) AS indexdef,
+                (SELECT reltuples FROM pg_class WHERE relname = 'run_events_stored_id')::text AS entries`,
+      ),
+    );
+    expect(index?.indexdef).toContain("UNIQUE INDEX");
+    expect(index?.indexdef).toContain("WHERE (id IS NOT NULL)");
+    expect(Number(index?.entries)).toBe(1);
+  });
+
   it("the store's sessions plan with the page cost of data in memory", async () => {
     const found = await driver.transaction((tx) =>
       tx.query<{ random_page_cost: string }>("SHOW random_page_cost"),

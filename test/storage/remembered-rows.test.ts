@@ -17,8 +17,10 @@ import { diamondManifest, SequentialIds, TestClock, workflowStart } from "../sup
  * Rows a store remembers across its transactions (storage/transaction-rows.ts): on a driver that
  * is the sole writer of its database a second transaction reads a remembered row with no
  * statement, and a failed transaction, a lost commit response, a write by any other caller and
- * the cap each make the next read go to the database; on PostgreSQL through `pg` nothing
- * outlives a transaction. Statements are counted between the store and the driver.
+ * the cap each make the next read go to the database; on PostgreSQL through `pg` no row
+ * outlives a transaction (only a page preload's steps and receipts kept by run version, which
+ * test/storage/runs-kept-by-version.test.ts covers). Statements are counted between the store
+ * and the driver.
  */
 /** What `readRun` costs when nothing is remembered: the clock's observation, the run, the run's steps. */
 const FRESH_READ_STATEMENTS = 3;
@@ -131,10 +133,13 @@ function describeRememberedRows(factory: DriverFactory): void {
         how: "meets a conflict",
         fail: async (tx, runId) => {
           const [step] = await tx.getSteps(runId);
-          if (step === undefined) throw new Error("a diamond run has steps");
+          const run = await tx.getRun(runId);
+          if (step === undefined || run === null) throw new Error("a diamond run has steps");
           const stale = { ...step, version: step.version + 100 };
           await tx.apply({
             ...EMPTY_CHANGE_SET,
+            // The run moves as in every change of a step; the step's stale version loses its CAS.
+            runs: [{ before: run, after: { ...run, version: run.version + 1 } }],
             steps: [{ before: stale, after: { ...stale, version: stale.version + 1 } }],
           });
         },

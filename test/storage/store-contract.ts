@@ -939,9 +939,12 @@ export function describeStoreContract(factory: DriverFactory): void {
         store.transaction(async (tx) => {
           const nowMs = await tx.observe(clock.nowMs());
           const step = (await tx.getSteps(runId)).find((candidate) => candidate.name === name);
-          if (step === undefined) throw new Error(`no step ${name}`);
+          const run = await tx.getRun(runId);
+          if (step === undefined || run === null) throw new Error(`no step ${name}`);
           await tx.apply({
             ...EMPTY_CHANGE_SET,
+            // Every change of a step moves its run (the store refuses one that does not).
+            runs: [{ before: run, after: { ...run, version: run.version + 1 } }],
             steps: [
               {
                 before: step,
@@ -982,9 +985,11 @@ export function describeStoreContract(factory: DriverFactory): void {
       // A step already settled that is written again (a replayed change) alerts nobody anew.
       await store.transaction(async (tx) => {
         const step = (await tx.getSteps(runId)).find((candidate) => candidate.name === "b");
-        if (step === undefined) throw new Error("no step b");
+        const run = await tx.getRun(runId);
+        if (step === undefined || run === null) throw new Error("no step b");
         await tx.apply({
           ...EMPTY_CHANGE_SET,
+          runs: [{ before: run, after: { ...run, version: run.version + 1 } }],
           steps: [{ before: step, after: { ...step, version: step.version + 1 } }],
         });
       });

@@ -1,0 +1,91 @@
+import type { Run, StepRun } from "../src/model.ts";
+import type { TransactionRows } from "./transaction-rows.ts";
+
+/**
+ * The most runs whose steps and receipts a store keeps across transactions on a shared
+ * database. A diamond run's four steps and four receipt bodies measured about 4 KiB of heap, so
+ * this holds about 8 MiB: on a server, where PostgreSQL is used, and the runs of several
+ * pages in flight. Least recently used runs go first.
+ */
+export const RUNS_KEPT_BY_VERSION_MAX = 2_048;
+
+interface KeptRun {
+  readonly version: number;
+  readonly createdAtMs: number;
+  readonly steps: readonly StepRun[];
+  readonly admissions: ReadonlyMap<string, string>;
+}
+
+/**
+ * A run's steps and admission receipts kept across transactions where other writers share the
+ * database (PostgreSQL, with other coordinators), where `TransactionRows` must start every
+ * transaction empty. They are kept under the run row they were committed with, and lent to a
+ * later transaction only when it reads the same row again, so a page's preload reads them from
+ * the database only for the runs that moved since.
+ *
+ * Why a run's version stands for them: every write of a step or a receipt comes in a change
+ * that moves its run's version by compare-and-set (the change writer refuses any other, see
+ * `assertRunMovesWithItsRows`), and only a committed transaction's rows are kept, so one run
+ * version names one set of steps and receipts in the database's whole history. The run id
+ * with its creation time tells a run from one made again under the same id after a purge.
+ * Under SERIALIZABLE the transaction that borrows still reads the run row, so a concurrent
+ * writer of any of its steps or receipts (which writes that row too) still conflicts with it.
+ * Attempts are not kept: a lease extension moves an attempt without its run (leases.ts).
+ *
+ * Rows are frozen, as `TransactionRows` keeps them, and shared by the transactions that
+ * borrow them. A transaction that fails keeps nothing: only `keep` after a commit adds.
+ */
+export class RunRowsByVersion {
+  private readonly runs = new Map<string, KeptRun>();
+  private readonly max: number;
+
+  constructor(max = RUNS_KEPT_BY_VERSION_MAX) {
+    this.max = max;
+  }
+
+  get size(): number {
+    return this.runs.size;
+  }
+
+  /**
+   * Hands `known` the steps and receipts kept with `run`, when `run` is the row they were
+   * committed with; true then. A kept run of another version is dropped.
+   */
+  lend(run: Run, known: TransactionRows): boolean {
+    const kept = this.runs.get(run.id);
+    if (kept === undefined) return false;
+    this.runs.delete(run.id);
+    if (kept.version !== run.version || kept.createdAtMs !== run.createdAtMs) return false;
+    this.runs.set(run.id, kept);
+    known.steps.rememberOfRun(run.id, kept.steps);
+    known.rememberAdmissionsOfRun(run.id, kept.admissions);
+    return true;
+  }
+
+  /** After a commit: keeps every run `known` holds whole (its row, steps and receipts); drops one it found gone. */
+  keep(known: TransactionRows): void {
+    for (const runId of known.knownRunIds()) {
+      if (known.run(runId) === null) {
+        this.runs.delete(runId);
+        continue;
+      }
+      const whole = known.wholeRunWithoutAttempts(runId);
+      if (whole === undefined) continue;
+      this.runs.delete(runId);
+      this.runs.set(runId, {
+        version: whole.run.version,
+        createdAtMs: whole.run.createdAtMs,
+        steps: whole.steps,
+        admissions: whole.admissions,
+      });
+    }
+    for (const runId of this.runs.keys()) {
+      if (this.runs.size <= this.max) break;
+      this.runs.delete(runId);
+    }
+  }
+
+  forget(): void {
+    this.runs.clear();
+  }
+}

@@ -1,0 +1,214 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isQlrError } from "../../src/errors.ts";
+import { EMPTY_CHANGE_SET, type Run } from "../../src/model.ts";
+import { applyPackage, startRun } from "../../src/operations.ts";
+import type { SqlDriver } from "../../storage/driver.ts";
+import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
+import { RunRowsByVersion } from "../../storage/run-rows-by-version.ts";
+import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
+import { TransactionRows } from "../../storage/transaction-rows.ts";
+import { migrationsFor } from "../support/dialect-migrations.ts";
+import { DRIVERS } from "../support/drivers.ts";
+import { diamondManifest, SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+
+/**
+ * A run's steps and receipts kept by run version across transactions on PostgreSQL, where
+ * other coordinators write the same database (storage/run-rows-by-version.ts): a page's preload
+ * of a run whose row has not moved reads them from no statement; a run another store moved is
+ * read again and what it returns is the database's; and the store refuses the one kind of change
+ * that would make a run's version not stand for its steps. Two stores on two pools of one real
+ * PostgreSQL database play two coordinators; statements are counted between store and driver.
+ */
+
+/** A driver that records the text of every statement sent through it. */
+function counting(driver: SqlDriver, statements: string[]): SqlDriver {
+  return {
+    dialect: driver.dialect,
+    name: driver.name,
+    close: () => driver.close(),
+    transaction: (fn, options) =>
+      driver.transaction(
+        (tx) =>
+          fn({
+            query: (sql, params) => {
+              statements.push(sql);
+              return tx.query(sql, params);
+            },
+          }),
+        options,
+      ),
+  };
+}
+
+const readsOf = (table: string, statements: readonly string[]): number =>
+  statements.filter((sql) => sql.startsWith("SELECT") && sql.includes(` ${table} `)).length;
+
+describe("steps and receipts kept by run version on postgres", () => {
+  let database: TestDatabase;
+  let mine: SqlStore;
+  let theirs: SqlStore;
+  const sent: string[] = [];
+  const clock = new TestClock();
+  const ids = new SequentialIds("kept");
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    const open = async (statements: string[] | null): Promise<SqlStore> => {
+      const driver = await openPgDriver({ connectionString: database.url, poolSize: 2 });
+      const wrapped = statements === null ? driver : counting(driver, statements);
+      return openSqlStore(wrapped, migrationsFor("postgres"), clock.nowMs());
+    };
+    mine = await open(sent);
+    theirs = await open(null);
+  });
+  afterAll(async () => {
+    await mine?.close();
+    await theirs?.close();
+    await database?.drop();
+  });
+
+  async function newRun(): Promise<string> {
+    const packageName = `kept-${ids.runId()}`;
+    return mine.transaction(async (tx) => {
+      const nowMs = await tx.observe(clock.nowMs());
+      await applyPackage(tx, diamondManifest(packageName), nowMs);
+      const { run } = await startRun(tx, workflowStart(packageName, "diamond", ids.runId()), nowMs);
+      return run.id;
+    });
+  }
+
+  /** A page's preload of `runId` in a transaction of `mine`: the statements it sent and the steps it knows. */
+  async function preload(runId: string) {
+    const first = sent.length;
+    const read = await mine.transaction(async (tx) => {
+      await tx.preloadRuns([runId]);
+      const before = sent.length;
+      const steps = await tx.getSteps(runId);
+      const receipt = await tx.getAdmission(runId, steps[0]?.id ?? "", 1);
+      // Both answered from what the preload knew.
+      expect(sent.length).toBe(before);
+      return { steps, receipt };
+    });
+    return { ...read, statements: sent.slice(first) };
+  }
+
+  it("a preload of a run whose row has not moved since a commit reads no step and no receipt, and returns the same rows", async () => {
+    const runId = await newRun();
+    const first = await preload(runId);
+    expect(readsOf("step_runs", first.statements)).toBe(1);
+    expect(readsOf("admission_receipts", first.statements)).toBe(1);
+    const second = await preload(runId);
+    expect(readsOf("step_runs", second.statements)).toBe(0);
+    expect(readsOf("admission_receipts", second.statements)).toBe(0);
+    // The run row and the attempts are still read: the row is what vouches for the rest.
+    expect(readsOf("runs", second.statements)).toBe(1);
+    expect(readsOf("run_attempts", second.statements)).toBe(1);
+    expect(second.steps).toEqual(first.steps);
+    expect(second.steps).toHaveLength(4);
+    expect(second.receipt).toBeNull();
+  });
+
+  it("a run another coordinator moved is read again, and the steps returned are the database's", async () => {
+    const runId = await newRun();
+    await preload(runId);
+    await theirs.transaction(async (tx) => {
+      const nowMs = await tx.observe(clock.advance(10));
+      const run = await tx.getRun(runId);
+      const [step] = await tx.getSteps(runId);
+      if (run === null || step === undefined) throw new Error("a diamond run has steps");
+      await tx.apply({
+        ...EMPTY_CHANGE_SET,
+        runs: [{ before: run, after: { ...run, version: run.version + 1, updatedAtMs: nowMs } }],
+        steps: [{ before: step, after: { ...step, version: step.version + 1, readyAtMs: nowMs } }],
+      });
+    });
+    const after = await preload(runId);
+    expect(readsOf("step_runs", after.statements)).toBe(1);
+    expect(readsOf("admission_receipts", after.statements)).toBe(1);
+    const stored = await theirs.transaction((tx) => tx.getSteps(runId));
+    expect(after.steps).toEqual(stored);
+    expect(after.steps[0]?.readyAtMs).toBe(clock.nowMs());
+  });
+
+  it("a transaction that fails keeps nothing: the next preload reads the run's rows again", async () => {
+    const runId = await newRun();
+    const thrown = await mine
+      .transaction(async (tx) => {
+        await tx.preloadRuns([runId]);
+        throw new Error("rolled back");
+      })
+      .catch((caught: unknown) => caught);
+    expect(thrown).toBeInstanceOf(Error);
+    const after = await preload(runId);
+    expect(readsOf("step_runs", after.statements)).toBe(1);
+  });
+});
+
+describe("the store refuses a change of a step that does not move its run", () => {
+  for (const factory of DRIVERS) {
+    it(`on ${factory.name}: internal error, nothing written`, async () => {
+      const driver = await factory.open();
+      const clock = new TestClock();
+      const store = await openSqlStore(driver, migrationsFor(driver.dialect), clock.nowMs());
+      try {
+        const runId = await store.transaction(async (tx) => {
+          const nowMs = await tx.observe(clock.nowMs());
+          await applyPackage(tx, diamondManifest("refused"), nowMs);
+          const { run } = await startRun(tx, workflowStart("refused", "diamond", "run-1"), nowMs);
+          return run.id;
+        });
+        const [step] = await store.transaction((tx) => tx.getSteps(runId));
+        if (step === undefined) throw new Error("a diamond run has steps");
+        const moved = { ...step, version: step.version + 1, status: "skipped" as const };
+        const thrown = await store
+          .transaction(async (tx) => {
+            await tx.observe(clock.nowMs());
+            await tx.apply({ ...EMPTY_CHANGE_SET, steps: [{ before: step, after: moved }] });
+          })
+          .catch((caught: unknown) => caught);
+        expect(isQlrError(thrown, "internal")).toBe(true);
+        const [stored] = await store.transaction((tx) => tx.getSteps(runId));
+        expect(stored).toEqual(step);
+      } finally {
+        await store.close();
+      }
+    });
+  }
+});
+
+describe("RunRowsByVersion", () => {
+  const run = (id: string, version: number): Run =>
+    ({ id, kind: "workflow", version, createdAtMs: 1 }) as unknown as Run;
+
+  /** Rows of a transaction that knows `id` whole at `version`, with no steps or receipts. */
+  function knowing(id: string, version: number): TransactionRows {
+    const known = new TransactionRows();
+    known.rememberRun(id, run(id, version));
+    known.steps.rememberOfRun(id, []);
+    known.rememberAdmissionsOfRun(id, new Map());
+    return known;
+  }
+
+  it("lends only to the version it kept, drops one that moved, and forgets the least recently used past its cap", () => {
+    const kept = new RunRowsByVersion(2);
+    kept.keep(knowing("a", 3));
+    expect(kept.lend(run("a", 4), new TransactionRows())).toBe(false);
+    // The moved version was dropped: the one it had kept is not lent again either.
+    expect(kept.lend(run("a", 3), new TransactionRows())).toBe(false);
+    kept.keep(knowing("a", 4));
+    kept.keep(knowing("b", 1));
+    const borrower = new TransactionRows();
+    expect(kept.lend(run("a", 4), borrower)).toBe(true);
+    expect(borrower.knowsWholeRun("a")).toBe(false);
+    expect(borrower.steps.ofRun("a")).toEqual([]);
+    expect(borrower.admission("a", "any")).toBeNull();
+    // `a` was lent last, so `b` is the least recently used when `c` passes the cap.
+    kept.keep(knowing("c", 1));
+    expect(kept.size).toBe(2);
+    expect(kept.lend(run("b", 1), new TransactionRows())).toBe(false);
+    expect(kept.lend(run("a", 4), new TransactionRows())).toBe(true);
+    // A run another creation made again under the same id (after a purge) is not the one kept.
+    expect(kept.lend({ ...run("a", 4), createdAtMs: 2 }, new TransactionRows())).toBe(false);
+  });
+});
