@@ -1,4 +1,4 @@
-import type { Run, StepRun } from "../src/model.ts";
+import type { Run, RunAttempt, StepRun } from "../src/model.ts";
 import type { TransactionRows } from "./transaction-rows.ts";
 
 /**
@@ -14,6 +14,8 @@ interface KeptRun {
   readonly createdAtMs: number;
   readonly steps: readonly StepRun[];
   readonly admissions: ReadonlyMap<string, string>;
+  /** Null when the transaction did not know them all, or when one runs on a remote worker. */
+  readonly attempts: readonly RunAttempt[] | null;
 }
 
 /**
@@ -30,7 +32,9 @@ interface KeptRun {
  * with its creation time tells a run from one made again under the same id after a purge.
  * Under SERIALIZABLE the transaction that borrows still reads the run row, so a concurrent
  * writer of any of its steps or receipts (which writes that row too) still conflicts with it.
- * Attempts are not kept: a lease extension moves an attempt without its run (leases.ts).
+ * A run's attempts are kept on the same terms while none of them is a remote worker's: a lease
+ * extension moves a remote attempt without its run (leases.ts), the one change that may, and
+ * a new attempt, remote or not, moves the run like any other insert.
  *
  * Rows are frozen, as `TransactionRows` keeps them, and shared by the transactions that
  * borrow them. A transaction that fails keeps nothing: only `keep` after a commit adds.
@@ -48,35 +52,43 @@ export class RunRowsByVersion {
   }
 
   /**
-   * Hands `known` the steps and receipts kept with `run`, when `run` is the row they were
-   * committed with; true then. A kept run of another version is dropped.
+   * Hands `known` the steps and receipts kept with `run`, and its attempts when they were kept,
+   * when `run` is the row they were committed with: "attempts too", "steps and receipts", or
+   * "none". A kept run of another version is dropped.
    */
-  lend(run: Run, known: TransactionRows): boolean {
+  lend(run: Run, known: TransactionRows): "attempts too" | "steps and receipts" | "none" {
     const kept = this.runs.get(run.id);
-    if (kept === undefined) return false;
+    if (kept === undefined) return "none";
     this.runs.delete(run.id);
-    if (kept.version !== run.version || kept.createdAtMs !== run.createdAtMs) return false;
+    if (kept.version !== run.version || kept.createdAtMs !== run.createdAtMs) return "none";
     this.runs.set(run.id, kept);
     known.steps.rememberOfRun(run.id, kept.steps);
     known.rememberAdmissionsOfRun(run.id, kept.admissions);
-    return true;
+    if (kept.attempts === null) return "steps and receipts";
+    known.attempts.rememberOfRun(run.id, kept.attempts);
+    return "attempts too";
   }
 
-  /** After a commit: keeps every run `known` holds whole (its row, steps and receipts); drops one it found gone. */
+  /** After a commit: keeps every run `known` holds whole (its row, steps and receipts, and attempts if it can); drops one it found gone. */
   keep(known: TransactionRows): void {
     for (const runId of known.knownRunIds()) {
       if (known.run(runId) === null) {
         this.runs.delete(runId);
         continue;
       }
-      const whole = known.wholeRunWithoutAttempts(runId);
+      const whole = known.wholeRun(runId);
       if (whole === undefined) continue;
+      const attempts = whole.attempts;
       this.runs.delete(runId);
       this.runs.set(runId, {
         version: whole.run.version,
         createdAtMs: whole.run.createdAtMs,
         steps: whole.steps,
         admissions: whole.admissions,
+        attempts:
+          attempts === undefined || attempts.some((attempt) => attempt.executor === "remote_worker")
+            ? null
+            : attempts,
       });
     }
     for (const runId of this.runs.keys()) {

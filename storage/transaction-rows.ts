@@ -117,13 +117,16 @@ export class TransactionRows {
 
   /**
    * The run's row, its steps in order and every receipt of it (bodies by key), when this
-   * transaction knows all three: what `RunRowsByVersion` keeps once it commits. Attempts are
-   * left out on purpose (a lease extension moves an attempt without its run).
+   * transaction knows all three, with its attempts in order when it knows them all: what
+   * `RunRowsByVersion` keeps once it commits.
    */
-  wholeRunWithoutAttempts(
-    runId: string,
-  ):
-    | { readonly run: Run; readonly steps: StepRun[]; readonly admissions: Map<string, string> }
+  wholeRun(runId: string):
+    | {
+        readonly run: Run;
+        readonly steps: StepRun[];
+        readonly admissions: Map<string, string>;
+        readonly attempts: RunAttempt[] | undefined;
+      }
     | undefined {
     const run = this.runs.get(runId);
     const steps = this.steps.ofRun(runId);
@@ -132,7 +135,7 @@ export class TransactionRows {
     const admissions = new Map<string, string>();
     for (const [key, body] of this.admissions.get(runId) ?? [])
       if (body !== null) admissions.set(key, body);
-    return { run, steps, admissions };
+    return { run, steps, admissions, attempts: this.attempts.ofRun(runId) };
   }
 
   /** The ids of the runs whose row this transaction knows (null rows included). */

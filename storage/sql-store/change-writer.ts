@@ -74,25 +74,29 @@ interface PendingUpdate {
 }
 
 /**
- * Refuses a change that writes a step or an admission receipt without moving the run it
- * belongs to (inserting it, or updating it to a higher version). The run's version then stands
- * for its steps and receipts, which `RunRowsByVersion` relies on where other writers share the
- * database; the core's changes of a run's aggregate all move the run (an attempt alone may move
- * without it: a lease extension).
+ * Refuses a change that writes a step, an admission receipt or an attempt that no remote worker
+ * runs without moving the run it belongs to (inserting it, or updating it to a higher version).
+ * The run's version then stands for those rows, which `RunRowsByVersion` relies on where other
+ * writers share the database. The core's changes of a run's aggregate all move the run; the one
+ * that may not is a lease extension, which moves a remote worker's attempt alone.
  */
 function assertRunMovesWithItsRows(change: ChangeSet): void {
-  if (change.steps.length === 0 && change.admissions.length === 0) return;
+  if (change.steps.length === 0 && change.admissions.length === 0 && change.attempts.length === 0)
+    return;
   const moved = new Set<string>();
   for (const { before, after } of change.runs)
     if (before === null || after.version > before.version) moved.add(after.id);
   const still = [
     ...change.steps.map(({ after }) => after.runId),
     ...change.admissions.map((receipt) => receipt.runId),
+    ...change.attempts
+      .filter(({ before, after }) => before === null || after.executor !== "remote_worker")
+      .map(({ after }) => after.runId),
   ].find((runId) => !moved.has(runId));
   if (still !== undefined)
     throw new QlrError(
       "internal",
-      `a change wrote a step or an admission receipt of run ${still} without moving the run's version`,
+      `a change wrote a step, a receipt or an attempt of run ${still} without moving the run's version`,
     );
 }
 

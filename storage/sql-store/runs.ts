@@ -32,16 +32,21 @@ function rememberByRun<T extends RowOfRun>(
  * and item. The reads are the ones the page's items make one by one (a run read whole, or
  * an attempt with its run, step and receipt), so on PostgreSQL they take no predicate lock
  * the items would not take; a run already read in this transaction is not read again. The
- * steps and receipts of a run whose row is the one an earlier commit knew them with are lent
- * by `RunRowsByVersion` instead of read: the run row read here still stands for them.
+ * steps and receipts of a run whose row is the one an earlier commit knew them with, and its
+ * attempts while none is a remote worker's, are lent by `RunRowsByVersion` instead of read:
+ * the run row read here still stands for them.
  */
 export async function preloadRuns(tx: QueryContext, runIds: readonly string[]): Promise<void> {
   const unread = [...new Set(runIds)].filter((runId) => !tx.known.knowsWholeRun(runId));
   // Bounded: one pass per MAX_BOUND_PARAMETERS runs of a page the caller already bounds.
   for (let start = 0; start < unread.length; start += MAX_BOUND_PARAMETERS) {
     const chunk = unread.slice(start, start + MAX_BOUND_PARAMETERS);
-    const marks = chunk.map(() => "?").join(", ");
-    const found = await select(tx, rows.RUNS, `WHERE id IN (${marks})`, chunk);
+    const found = await select(
+      tx,
+      rows.RUNS,
+      `WHERE id IN (${chunk.map(() => "?").join(", ")})`,
+      chunk,
+    );
     const runsById = new Map(found.map((run) => [run.id, run]));
     for (const runId of chunk) tx.known.rememberRun(runId, runsById.get(runId) ?? null);
     // Only a workflow run has steps, and so admission receipts (each names a step): an
@@ -49,14 +54,14 @@ export async function preloadRuns(tx: QueryContext, runIds: readonly string[]): 
     // trips on PostgreSQL). A run's kind never changes. A run whose row has not moved since a
     // commit that knew it whole lends its steps and receipts (PostgreSQL, `RunRowsByVersion`).
     const kept = tx.known.kept;
-    const lent = new Set(
-      kept === null
-        ? []
-        : found
-            .filter((run) => run.kind === "workflow" && kept.lend(run, tx.known))
-            .map((run) => run.id),
-    );
-    const unlent = lent.size === 0 ? chunk : chunk.filter((runId) => !lent.has(runId));
+    const lent = new Map<string, "attempts too" | "steps and receipts" | "none">();
+    if (kept !== null)
+      for (const run of found)
+        if (run.kind === "workflow") lent.set(run.id, kept.lend(run, tx.known));
+    const unlent =
+      lent.size === 0 ? chunk : chunk.filter((runId) => (lent.get(runId) ?? "none") === "none");
+    const attemptsUnlent =
+      lent.size === 0 ? chunk : chunk.filter((runId) => lent.get(runId) !== "attempts too");
     const withSteps = unlent.filter((runId) => runsById.get(runId)?.kind === "workflow");
     const stepMarks = withSteps.map(() => "?").join(", ");
     const steps =
@@ -69,13 +74,16 @@ export async function preloadRuns(tx: QueryContext, runIds: readonly string[]): 
             withSteps,
           );
     rememberByRun(tx.known.steps, unlent, steps);
-    const attempts = await select(
-      tx,
-      rows.ATTEMPTS,
-      `WHERE run_id IN (${marks}) ORDER BY run_id, number`,
-      chunk,
-    );
-    rememberByRun(tx.known.attempts, chunk, attempts);
+    const attempts =
+      attemptsUnlent.length === 0
+        ? []
+        : await select(
+            tx,
+            rows.ATTEMPTS,
+            `WHERE run_id IN (${attemptsUnlent.map(() => "?").join(", ")}) ORDER BY run_id, number`,
+            attemptsUnlent,
+          );
+    rememberByRun(tx.known.attempts, attemptsUnlent, attempts);
     const receipts =
       withSteps.length === 0
         ? []

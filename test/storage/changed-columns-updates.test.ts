@@ -152,7 +152,7 @@ for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
     }
 
     /**
-     * Applies `change`; one that writes steps and names no run moves each of their runs by one
+     * Applies `change`; one that writes steps or attempts and names no run moves each of their runs by one
      * version, as every change the core makes does (the store refuses any other).
      */
     function apply(change: Partial<ChangeSet>): Promise<void> {
@@ -160,7 +160,9 @@ for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
         await tx.observe(clock.nowMs());
         const runs = [...(change.runs ?? [])];
         if (runs.length === 0)
-          for (const runId of new Set((change.steps ?? []).map(({ after }) => after.runId))) {
+          for (const runId of new Set(
+            [...(change.steps ?? []), ...(change.attempts ?? [])].map(({ after }) => after.runId),
+          )) {
             const run = await tx.getRun(runId);
             if (run === null) throw new Error(`no run ${runId}`);
             runs.push({ before: run, after: { ...run, version: run.version + 1 } });
@@ -309,7 +311,7 @@ for (const driverName of ["sqljs-memory", "sqljs-file"] as const) {
         output: { answer: 42 },
         ownerNodeId: "node-a",
       };
-      const [update] = await updatesOf(() =>
+      const [update] = await updatesOfTable("run_attempts", () =>
         apply({ attempts: [{ before: claimed, after: running }] }),
       );
       expect(update?.assigned).toEqual(assigning("run_attempts", ["status", "owner_node_id"]));

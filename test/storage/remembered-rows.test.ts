@@ -232,8 +232,12 @@ function describeRememberedRows(factory: DriverFactory): void {
           await tx.observe(clock.nowMs());
           // Read whole first, as a stage does before it admits.
           await tx.getAttempts(runId);
+          const run = await tx.getRun(runId);
+          if (run === null) throw new Error(`no run ${runId}`);
           await tx.apply({
             ...EMPTY_CHANGE_SET,
+            // A new attempt moves its run, as every admission does.
+            runs: [{ before: run, after: { ...run, version: run.version + 1 } }],
             attempts: numbers.map((number) => ({ before: null, after: attempt(number) })),
           });
         });

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
-import { EMPTY_CHANGE_SET, type Run } from "../../src/model.ts";
+import { claimedAttempt } from "../../src/attempts.ts";
+import { EMPTY_CHANGE_SET, type Run, type RunAttempt } from "../../src/model.ts";
 import { applyPackage, startRun } from "../../src/operations.ts";
+import type { RemoteWorkerRevision } from "../../src/packages.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import { RunRowsByVersion } from "../../storage/run-rows-by-version.ts";
@@ -40,6 +42,15 @@ function counting(driver: SqlDriver, statements: string[]): SqlDriver {
       ),
   };
 }
+
+const REMOTE: RemoteWorkerRevision = {
+  executor: "remote_worker",
+  pool: "default",
+  argv: ["true"],
+  env: {},
+  timeoutMs: 60_000,
+  shell: false,
+};
 
 const readsOf = (table: string, statements: readonly string[]): number =>
   statements.filter((sql) => sql.startsWith("SELECT") && sql.includes(` ${table} `)).length;
@@ -101,9 +112,10 @@ describe("steps and receipts kept by run version on postgres", () => {
     const second = await preload(runId);
     expect(readsOf("step_runs", second.statements)).toBe(0);
     expect(readsOf("admission_receipts", second.statements)).toBe(0);
-    // The run row and the attempts are still read: the row is what vouches for the rest.
+    // No attempt runs on a remote worker: the attempts are kept too.
+    expect(readsOf("run_attempts", second.statements)).toBe(0);
+    // The run row is still read: it is what vouches for the rest.
     expect(readsOf("runs", second.statements)).toBe(1);
-    expect(readsOf("run_attempts", second.statements)).toBe(1);
     expect(second.steps).toEqual(first.steps);
     expect(second.steps).toHaveLength(4);
     expect(second.receipt).toBeNull();
@@ -131,6 +143,52 @@ describe("steps and receipts kept by run version on postgres", () => {
     expect(after.steps[0]?.readyAtMs).toBe(clock.nowMs());
   });
 
+  it("a run with a remote worker's attempt has its attempts read at each preload, and sees a lease another coordinator extended", async () => {
+    const runId = await newRun();
+    const attemptId = `${runId}-remote`;
+    await mine.transaction(async (tx) => {
+      const nowMs = await tx.observe(clock.advance(10));
+      const run = await tx.getRun(runId);
+      const [step] = await tx.getSteps(runId);
+      if (run === null || step === undefined) throw new Error("a diamond run has steps");
+      const claimed = claimedAttempt(
+        { id: attemptId, runId, stepRunId: step.id, stepRunVersion: step.version, number: 1 },
+        REMOTE,
+        nowMs,
+      );
+      await tx.apply({
+        ...EMPTY_CHANGE_SET,
+        runs: [{ before: run, after: { ...run, version: run.version + 1, updatedAtMs: nowMs } }],
+        attempts: [{ before: null, after: claimed }],
+      });
+    });
+    await preload(runId);
+    const second = await preload(runId);
+    expect(readsOf("step_runs", second.statements)).toBe(0);
+    expect(readsOf("run_attempts", second.statements)).toBe(1);
+    // A lease extension moves the attempt alone (src/leases.ts), on the other coordinator.
+    const extendedToMs = clock.advance(10) + 30_000;
+    await theirs.transaction(async (tx) => {
+      await tx.observe(clock.nowMs());
+      const attempt = await tx.getAttempt(attemptId);
+      if (attempt === null) throw new Error("the attempt was inserted");
+      await tx.apply({
+        ...EMPTY_CHANGE_SET,
+        attempts: [
+          {
+            before: attempt,
+            after: { ...attempt, version: attempt.version + 1, leaseExpiresAtMs: extendedToMs },
+          },
+        ],
+      });
+    });
+    const seen = await mine.transaction(async (tx) => {
+      await tx.preloadRuns([runId]);
+      return tx.getAttempt(attemptId);
+    });
+    expect(seen?.leaseExpiresAtMs).toBe(extendedToMs);
+  });
+
   it("a transaction that fails keeps nothing: the next preload reads the run's rows again", async () => {
     const runId = await newRun();
     const thrown = await mine
@@ -145,7 +203,7 @@ describe("steps and receipts kept by run version on postgres", () => {
   });
 });
 
-describe("the store refuses a change of a step that does not move its run", () => {
+describe("the store refuses a change of a step or a new attempt that does not move its run", () => {
   for (const factory of DRIVERS) {
     it(`on ${factory.name}: internal error, nothing written`, async () => {
       const driver = await factory.open();
@@ -170,6 +228,20 @@ describe("the store refuses a change of a step that does not move its run", () =
         expect(isQlrError(thrown, "internal")).toBe(true);
         const [stored] = await store.transaction((tx) => tx.getSteps(runId));
         expect(stored).toEqual(step);
+        // A new attempt, even a remote worker's, moves its run too.
+        const remote = claimedAttempt(
+          { id: `${runId}-r`, runId, stepRunId: step.id, stepRunVersion: step.version, number: 1 },
+          REMOTE,
+          clock.nowMs(),
+        );
+        const inserted = await store
+          .transaction(async (tx) => {
+            await tx.observe(clock.nowMs());
+            await tx.apply({ ...EMPTY_CHANGE_SET, attempts: [{ before: null, after: remote }] });
+          })
+          .catch((caught: unknown) => caught);
+        expect(isQlrError(inserted, "internal")).toBe(true);
+        expect(await store.transaction((tx) => tx.getAttempts(runId))).toEqual([]);
       } finally {
         await store.close();
       }
@@ -186,6 +258,7 @@ describe("RunRowsByVersion", () => {
     const known = new TransactionRows();
     known.rememberRun(id, run(id, version));
     known.steps.rememberOfRun(id, []);
+    known.attempts.rememberOfRun(id, []);
     known.rememberAdmissionsOfRun(id, new Map());
     return known;
   }
@@ -193,22 +266,42 @@ describe("RunRowsByVersion", () => {
   it("lends only to the version it kept, drops one that moved, and forgets the least recently used past its cap", () => {
     const kept = new RunRowsByVersion(2);
     kept.keep(knowing("a", 3));
-    expect(kept.lend(run("a", 4), new TransactionRows())).toBe(false);
+    expect(kept.lend(run("a", 4), new TransactionRows())).toBe("none");
     // The moved version was dropped: the one it had kept is not lent again either.
-    expect(kept.lend(run("a", 3), new TransactionRows())).toBe(false);
+    expect(kept.lend(run("a", 3), new TransactionRows())).toBe("none");
     kept.keep(knowing("a", 4));
     kept.keep(knowing("b", 1));
     const borrower = new TransactionRows();
-    expect(kept.lend(run("a", 4), borrower)).toBe(true);
+    expect(kept.lend(run("a", 4), borrower)).toBe("attempts too");
     expect(borrower.knowsWholeRun("a")).toBe(false);
     expect(borrower.steps.ofRun("a")).toEqual([]);
+    expect(borrower.attempts.ofRun("a")).toEqual([]);
     expect(borrower.admission("a", "any")).toBeNull();
     // `a` was lent last, so `b` is the least recently used when `c` passes the cap.
     kept.keep(knowing("c", 1));
     expect(kept.size).toBe(2);
-    expect(kept.lend(run("b", 1), new TransactionRows())).toBe(false);
-    expect(kept.lend(run("a", 4), new TransactionRows())).toBe(true);
+    expect(kept.lend(run("b", 1), new TransactionRows())).toBe("none");
+    expect(kept.lend(run("a", 4), new TransactionRows())).toBe("attempts too");
     // A run another creation made again under the same id (after a purge) is not the one kept.
-    expect(kept.lend({ ...run("a", 4), createdAtMs: 2 }, new TransactionRows())).toBe(false);
+    expect(kept.lend({ ...run("a", 4), createdAtMs: 2 }, new TransactionRows())).toBe("none");
+  });
+
+  it("keeps no attempts of a run that has a remote worker's, nor of one whose attempts it did not know all", () => {
+    const kept = new RunRowsByVersion();
+    const remote = knowing("r", 1);
+    remote.attempts.rememberOfRun("r", [
+      { id: "r-1", runId: "r", number: 1, executor: "remote_worker" } as unknown as RunAttempt,
+    ]);
+    kept.keep(remote);
+    const partial = new TransactionRows();
+    partial.rememberRun("p", run("p", 1));
+    partial.steps.rememberOfRun("p", []);
+    partial.rememberAdmissionsOfRun("p", new Map());
+    kept.keep(partial);
+    for (const id of ["r", "p"]) {
+      const borrower = new TransactionRows();
+      expect(kept.lend(run(id, 1), borrower)).toBe("steps and receipts");
+      expect(borrower.attempts.ofRun(id)).toBeUndefined();
+    }
   });
 });
