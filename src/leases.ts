@@ -182,8 +182,8 @@ export function checkWorkerTimes(
  * Extends a live lease without an event: heartbeats are frequent and carry no decision, so
  * the run's history (events, mutations) does not grow. Only the attempt row changes, under its
  * own version fence; the store writes a change of attempts alone. This is the one change of a
- * run's rows that leaves the run's version where it was, which is why a store that keeps rows
- * by run version never keeps attempts (storage/run-rows-by-version.ts).
+ * run's rows that leaves the run's version where it was, which is why a store that keeps a
+ * run's rows by its version keeps no attempts of a run that has a remote worker's.
  */
 export function extendLease(scope: AttemptScope, nowMs: number, ttlMs: number): ChangeSet {
   const { attempt } = scope;

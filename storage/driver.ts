@@ -72,7 +72,7 @@ export interface SqlDriver {
    * every write to its database goes, one transaction after another: an embedded,
    * single-connection driver (sql.js memory and file, PGlite, Durable Object SQLite). A store
    * then keeps the rows it read or wrote across its transactions and drops them as soon as
-   * this count moved by more than its own last transaction (storage/transaction-rows.ts).
+   * this count moved by more than its own last transaction (storage/sql-store/transaction-rows.ts).
    * Undefined (the default, so a new driver is safe until it declares otherwise; `pg`, where
    * other coordinators write the same database): rows are remembered within one transaction
    * only. Anything that changes the database under the driver other than a transaction (a

@@ -4,8 +4,8 @@ import { migrate, type Migration } from "./migrate.ts";
 import { ImmutableCache } from "./sql-store/immutable-cache.ts";
 import type { StoreClockSource } from "./sql-store/store-clock.ts";
 import { SqlStoreTx } from "./sql-store/store-tx.ts";
-import { RunRowsByVersion } from "./run-rows-by-version.ts";
-import { REMEMBERED_ROWS_MAX, TransactionRows } from "./transaction-rows.ts";
+import { RunRowsByVersion } from "./sql-store/run-rows-by-version.ts";
+import { REMEMBERED_ROWS_MAX, TransactionRows } from "./sql-store/transaction-rows.ts";
 
 /**
  * The domain operations, written once over the driver primitive for both SQL dialects. The
@@ -18,7 +18,8 @@ import { REMEMBERED_ROWS_MAX, TransactionRows } from "./transaction-rows.ts";
  * This file is the store and the one import path for it; its parts live in `sql-store/`, one
  * concern a file: the transaction (`store-tx.ts`) and what it is built from, the statement context every
  * subject file is given (`query-context.ts`), the change buffer (`change-writer.ts`), the
- * store clock (`store-clock.ts`), the cache of immutable bodies (`immutable-cache.ts`), and the
+ * store clock (`store-clock.ts`), the cache of immutable bodies (`immutable-cache.ts`), the rows
+ * a transaction knows and those kept by run version (`transaction-rows.ts`, `run-rows-by-version.ts`), and the
  * statements by subject: `runs.ts`, `packages.ts`, `stage-listings.ts`, `coordinators.ts`,
  * `retention.ts`, `notifications.ts`, `observation.ts`.
  */

@@ -3,7 +3,7 @@ import type { ChangeSet } from "../../src/model.ts";
 import type { SqlParam, SqlRow } from "../driver.ts";
 import * as rows from "../rows.ts";
 import type { ColumnType } from "../rows.ts";
-import { admissionKey } from "../transaction-rows.ts";
+import { admissionKey } from "./transaction-rows.ts";
 import {
   assignmentsSql,
   MAX_BOUND_PARAMETERS,

@@ -8,7 +8,7 @@ import { QlrError } from "../../src/errors.ts";
 import { MAX_STORE_PAGE } from "../../src/ports.ts";
 import type { SqlDialect, SqlParam, SqlRow } from "../driver.ts";
 import type * as rows from "../rows.ts";
-import type { TransactionRows } from "../transaction-rows.ts";
+import type { TransactionRows } from "./transaction-rows.ts";
 
 /**
  * What a store transaction gives the files that write its statements (one file a subject:

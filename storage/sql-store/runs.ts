@@ -1,7 +1,7 @@
 import type { AdmissionReceipt, Run, RunAttempt, StepMutation, StepRun } from "../../src/model.ts";
 import { QlrError } from "../../src/errors.ts";
 import * as rows from "../rows.ts";
-import { admissionKey, type RowOfRun, type RowsOfRuns } from "../transaction-rows.ts";
+import { admissionKey, type RowOfRun, type RowsOfRuns } from "./transaction-rows.ts";
 import {
   MAX_BOUND_PARAMETERS,
   MAX_PAGE,

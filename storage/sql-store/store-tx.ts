@@ -31,7 +31,7 @@ import type {
 import type { PurgeCandidate, PurgeKey } from "../../src/retention.ts";
 import type { ScheduleState } from "../../src/schedules.ts";
 import type { SqlDialect, SqlParam, SqlRow, SqlTx } from "../driver.ts";
-import type { TransactionRows } from "../transaction-rows.ts";
+import type { TransactionRows } from "./transaction-rows.ts";
 import { ChangeWriter } from "./change-writer.ts";
 import * as coordinators from "./coordinators.ts";
 import type { ImmutableCache } from "./immutable-cache.ts";

@@ -8,13 +8,13 @@ import type { StoreTx } from "../../src/ports.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { lossyDriver, type LossyDriver } from "../../storage/lossy-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
-import { REMEMBERED_ROWS_MAX } from "../../storage/transaction-rows.ts";
+import { REMEMBERED_ROWS_MAX } from "../../storage/sql-store/transaction-rows.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import { DRIVERS, type DriverFactory } from "../support/drivers.ts";
 import { diamondManifest, SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
 
 /**
- * Rows a store remembers across its transactions (storage/transaction-rows.ts): on a driver that
+ * Rows a store remembers across its transactions (storage/sql-store/transaction-rows.ts): on a driver that
  * is the sole writer of its database a second transaction reads a remembered row with no
  * statement, and a failed transaction, a lost commit response, a write by any other caller and
  * the cap each make the next read go to the database; on PostgreSQL through `pg` no row

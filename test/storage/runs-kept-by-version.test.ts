@@ -6,9 +6,9 @@ import { applyPackage, startRun } from "../../src/operations.ts";
 import type { RemoteWorkerRevision } from "../../src/packages.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
-import { RunRowsByVersion } from "../../storage/run-rows-by-version.ts";
+import { RunRowsByVersion } from "../../storage/sql-store/run-rows-by-version.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
-import { TransactionRows } from "../../storage/transaction-rows.ts";
+import { TransactionRows } from "../../storage/sql-store/transaction-rows.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import { DRIVERS } from "../support/drivers.ts";
 import { diamondManifest, SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
@@ -16,7 +16,7 @@ import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
 /**
  * A run's steps and receipts kept by run version across transactions on PostgreSQL, where
- * other coordinators write the same database (storage/run-rows-by-version.ts): a page's preload
+ * other coordinators write the same database (storage/sql-store/run-rows-by-version.ts): a page's preload
  * of a run whose row has not moved reads them from no statement; a run another store moved is
  * read again and what it returns is the database's; and the store refuses the one kind of change
  * that would make a run's version not stand for its steps. Two stores on two pools of one real

@@ -4,7 +4,7 @@ import {
   type Run,
   type RunAttempt,
   type StepRun,
-} from "../src/model.ts";
+} from "../../src/model.ts";
 import type { RunRowsByVersion } from "./run-rows-by-version.ts";
 
 /**

@@ -1,4 +1,4 @@
-import type { Run, RunAttempt, StepRun } from "../src/model.ts";
+import type { Run, RunAttempt, StepRun } from "../../src/model.ts";
 import type { TransactionRows } from "./transaction-rows.ts";
 
 /**
