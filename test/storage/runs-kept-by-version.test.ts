@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import { claimedAttempt } from "../../src/attempts.ts";
-import { EMPTY_CHANGE_SET, type Run, type RunAttempt } from "../../src/model.ts";
+import { EMPTY_CHANGE_SET, type ChangeSet, type Run, type RunAttempt } from "../../src/model.ts";
 import { applyPackage, startRun } from "../../src/operations.ts";
 import type { RemoteWorkerRevision } from "../../src/packages.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
@@ -218,14 +218,18 @@ describe("the store refuses a change of a step or a new attempt that does not mo
         });
         const [step] = await store.transaction((tx) => tx.getSteps(runId));
         if (step === undefined) throw new Error("a diamond run has steps");
+        /** What applying `change` alone threw. */
+        const thrownBy = (change: Partial<ChangeSet>) =>
+          store
+            .transaction(async (tx) => {
+              await tx.observe(clock.nowMs());
+              await tx.apply({ ...EMPTY_CHANGE_SET, ...change });
+            })
+            .catch((caught: unknown) => caught);
         const moved = { ...step, version: step.version + 1, status: "skipped" as const };
-        const thrown = await store
-          .transaction(async (tx) => {
-            await tx.observe(clock.nowMs());
-            await tx.apply({ ...EMPTY_CHANGE_SET, steps: [{ before: step, after: moved }] });
-          })
-          .catch((caught: unknown) => caught);
-        expect(isQlrError(thrown, "internal")).toBe(true);
+        expect(
+          isQlrError(await thrownBy({ steps: [{ before: step, after: moved }] }), "internal"),
+        ).toBe(true);
         const [stored] = await store.transaction((tx) => tx.getSteps(runId));
         expect(stored).toEqual(step);
         // A new attempt, even a remote worker's, moves its run too.
@@ -234,13 +238,9 @@ describe("the store refuses a change of a step or a new attempt that does not mo
           REMOTE,
           clock.nowMs(),
         );
-        const inserted = await store
-          .transaction(async (tx) => {
-            await tx.observe(clock.nowMs());
-            await tx.apply({ ...EMPTY_CHANGE_SET, attempts: [{ before: null, after: remote }] });
-          })
-          .catch((caught: unknown) => caught);
-        expect(isQlrError(inserted, "internal")).toBe(true);
+        expect(
+          isQlrError(await thrownBy({ attempts: [{ before: null, after: remote }] }), "internal"),
+        ).toBe(true);
         expect(await store.transaction((tx) => tx.getAttempts(runId))).toEqual([]);
       } finally {
         await store.close();
