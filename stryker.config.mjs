@@ -21,6 +21,7 @@ export default {
     "src/state-machines.ts",
     "src/schedules.ts",
     "src/canonical-json.ts",
+    "storage/sql-store/run-rows-by-version.ts",
   ],
   coverageAnalysis: "perTest",
   concurrency: 1,

@@ -45,6 +45,7 @@ const TESTS_BY_FILE = {
   "src/state-machines.ts": ["test/unit/core-state-machines.test.ts"],
   "src/schedules.ts": ["test/unit/core-schedules.test.ts"],
   "src/canonical-json.ts": ["test/unit/core-identity-digest.test.ts"],
+  "storage/sql-store/run-rows-by-version.ts": ["test/unit/run-rows-by-version.test.ts"],
 };
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");

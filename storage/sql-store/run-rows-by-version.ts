@@ -96,8 +96,4 @@ export class RunRowsByVersion {
       this.runs.delete(runId);
     }
   }
-
-  forget(): void {
-    this.runs.clear();
-  }
 }

@@ -1,14 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isQlrError } from "../../src/errors.ts";
 import { claimedAttempt } from "../../src/attempts.ts";
-import { EMPTY_CHANGE_SET, type ChangeSet, type Run, type RunAttempt } from "../../src/model.ts";
+import { EMPTY_CHANGE_SET, type ChangeSet } from "../../src/model.ts";
 import { applyPackage, startRun } from "../../src/operations.ts";
 import type { RemoteWorkerRevision } from "../../src/packages.ts";
 import type { SqlDriver } from "../../storage/driver.ts";
 import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
-import { RunRowsByVersion } from "../../storage/sql-store/run-rows-by-version.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
-import { TransactionRows } from "../../storage/sql-store/transaction-rows.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import { DRIVERS } from "../support/drivers.ts";
 import { diamondManifest, SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
@@ -19,7 +17,8 @@ import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
  * other coordinators write the same database (storage/sql-store/run-rows-by-version.ts): a page's preload
  * of a run whose row has not moved reads them from no statement; a run another store moved is
  * read again and what it returns is the database's; and the store refuses the one kind of change
- * that would make a run's version not stand for its steps. Two stores on two pools of one real
+ * that would make a run's version not stand for its steps (the memory's own rules:
+ * test/unit/run-rows-by-version.test.ts). Two stores on two pools of one real
  * PostgreSQL database play two coordinators; statements are counted between store and driver.
  */
 
@@ -247,61 +246,4 @@ describe("the store refuses a change of a step or a new attempt that does not mo
       }
     });
   }
-});
-
-describe("RunRowsByVersion", () => {
-  const run = (id: string, version: number): Run =>
-    ({ id, kind: "workflow", version, createdAtMs: 1 }) as unknown as Run;
-
-  /** Rows of a transaction that knows `id` whole at `version`, with no steps or receipts. */
-  function knowing(id: string, version: number): TransactionRows {
-    const known = new TransactionRows();
-    known.rememberRun(id, run(id, version));
-    known.steps.rememberOfRun(id, []);
-    known.attempts.rememberOfRun(id, []);
-    known.rememberAdmissionsOfRun(id, new Map());
-    return known;
-  }
-
-  it("lends only to the version it kept, drops one that moved, and forgets the least recently used past its cap", () => {
-    const kept = new RunRowsByVersion(2);
-    kept.keep(knowing("a", 3));
-    expect(kept.lend(run("a", 4), new TransactionRows())).toBe("none");
-    // The moved version was dropped: the one it had kept is not lent again either.
-    expect(kept.lend(run("a", 3), new TransactionRows())).toBe("none");
-    kept.keep(knowing("a", 4));
-    kept.keep(knowing("b", 1));
-    const borrower = new TransactionRows();
-    expect(kept.lend(run("a", 4), borrower)).toBe("attempts too");
-    expect(borrower.knowsWholeRun("a")).toBe(false);
-    expect(borrower.steps.ofRun("a")).toEqual([]);
-    expect(borrower.attempts.ofRun("a")).toEqual([]);
-    expect(borrower.admission("a", "any")).toBeNull();
-    // `a` was lent last, so `b` is the least recently used when `c` passes the cap.
-    kept.keep(knowing("c", 1));
-    expect(kept.size).toBe(2);
-    expect(kept.lend(run("b", 1), new TransactionRows())).toBe("none");
-    expect(kept.lend(run("a", 4), new TransactionRows())).toBe("attempts too");
-    // A run another creation made again under the same id (after a purge) is not the one kept.
-    expect(kept.lend({ ...run("a", 4), createdAtMs: 2 }, new TransactionRows())).toBe("none");
-  });
-
-  it("keeps no attempts of a run that has a remote worker's, nor of one whose attempts it did not know all", () => {
-    const kept = new RunRowsByVersion();
-    const remote = knowing("r", 1);
-    remote.attempts.rememberOfRun("r", [
-      { id: "r-1", runId: "r", number: 1, executor: "remote_worker" } as unknown as RunAttempt,
-    ]);
-    kept.keep(remote);
-    const partial = new TransactionRows();
-    partial.rememberRun("p", run("p", 1));
-    partial.steps.rememberOfRun("p", []);
-    partial.rememberAdmissionsOfRun("p", new Map());
-    kept.keep(partial);
-    for (const id of ["r", "p"]) {
-      const borrower = new TransactionRows();
-      expect(kept.lend(run(id, 1), borrower)).toBe("steps and receipts");
-      expect(borrower.attempts.ofRun(id)).toBeUndefined();
-    }
-  });
 });
