@@ -52,7 +52,7 @@ export class SqlStore implements Store {
    * last transaction began at, plus one for its own commit. Undefined after a failure.
    */
   private rememberedAtTransactions: number | undefined;
-  /** Runs' steps and receipts kept by run version on a driver others write too (see `RunRowsByVersion`). */
+  /** Runs' steps, receipts and attempts kept by run version on a driver others write too (see `RunRowsByVersion`). */
   private readonly keptByVersion = new RunRowsByVersion();
 
   constructor(driver: SqlDriver, options: { readonly clock?: StoreClockSource } = {}) {
@@ -102,8 +102,7 @@ export class SqlStore implements Store {
         return result;
       }, options)
       .then((result) => {
-        const kept = committedRows?.kept ?? null;
-        if (kept !== null && committedRows !== undefined) kept.keep(committedRows);
+        if (committedRows?.kept != null) committedRows.kept.keep(committedRows);
         return result;
       })
       .catch((error: unknown) => {

@@ -138,9 +138,9 @@ export class TransactionRows {
     return { run, steps, admissions, attempts: this.attempts.ofRun(runId) };
   }
 
-  /** The ids of the runs whose row this transaction knows (null rows included). */
-  knownRunIds(): IterableIterator<string> {
-    return this.runs.keys();
+  /** The runs whose row this transaction knows, by id (null: read and found gone). */
+  knownRuns(): IterableIterator<[string, Run | null]> {
+    return this.runs.entries();
   }
 
   /**

@@ -46,7 +46,7 @@ describe("RunRowsByVersion", () => {
     expect(kept.lend({ ...run("a", 4), createdAtMs: 2 }, new TransactionRows())).toBe("none");
   });
 
-  it("keeps a run's local attempts and lends them; keeps nothing of a run it did not know whole, and drops one found gone", () => {
+  it("keeps a run's local attempts and lends them; keeps nothing of a run it did not know whole, and drops one that ended or is gone", () => {
     const kept = new RunRowsByVersion();
     const local = knowing("l", 1);
     const attempt = {
@@ -66,6 +66,14 @@ describe("RunRowsByVersion", () => {
     kept.keep(rowOnly);
     expect(kept.size).toBe(1);
     expect(kept.lend(run("o", 1), new TransactionRows())).toBe("none");
+    // A run that ended is not kept (the stages do not read it again), and what was kept goes.
+    const ended = knowing("l", 2);
+    ended.rememberRun("l", { ...run("l", 2), status: "succeeded" });
+    kept.keep(ended);
+    expect(kept.size).toBe(0);
+    expect(kept.lend({ ...run("l", 2), status: "succeeded" }, new TransactionRows())).toBe("none");
+    kept.keep(local);
+    expect(kept.size).toBe(1);
     // A transaction that found the run gone (purged) drops what was kept of it.
     const gone = new TransactionRows();
     gone.rememberRun("l", null);
