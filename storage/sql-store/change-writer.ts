@@ -4,10 +4,10 @@ import type { SqlParam, SqlRow } from "../driver.ts";
 import * as rows from "../rows.ts";
 import type { ColumnType } from "../rows.ts";
 import { admissionKey } from "./transaction-rows.ts";
+import { columnArrays, MAX_ARRAY_ROWS, unnestSql } from "./column-arrays.ts";
 import {
   assignmentsSql,
   MAX_BOUND_PARAMETERS,
-  MAX_BOUND_PARAMETERS_POSTGRES,
   updateOne,
   type QueryContext,
 } from "./query-context.ts";
@@ -131,6 +131,82 @@ function multiRowInsertSql(
     texts.set(key, sql);
   }
   return sql;
+}
+
+/** The type of each column the writer inserts, by table: what PostgreSQL's array statements cast to. */
+const INSERTED_COLUMN_TYPES: Readonly<Record<string, (column: string) => ColumnType>> = {
+  runs: (column) => (column === "frontier_due" ? "integer" : typeIn(rows.RUNS, column)),
+  step_runs: (column) => (column === "position" ? "integer" : typeIn(rows.STEPS, column)),
+  run_attempts: (column) => typeIn(rows.ATTEMPTS, column),
+  run_events: (column) => typeIn(rows.EVENTS, column),
+  step_mutations: (column) => typeIn(rows.MUTATIONS, column),
+  admission_receipts: (column) => (column === "step_run_version" ? "integer" : "text"),
+};
+
+function typeIn(table: rows.RowTable<unknown>, column: string): ColumnType {
+  return table.typeOf(column);
+}
+
+/** INSERT texts through arrays (PostgreSQL), by their column list: each is built once. */
+const ARRAY_INSERTS = new WeakMap<
+  readonly string[],
+  { readonly sql: string; readonly types: readonly ColumnType[] }
+>();
+
+/** `INSERT INTO table (columns) SELECT * FROM unnest(…)`: one array parameter a column. */
+function arrayInsert(
+  table: string,
+  columns: readonly string[],
+): { readonly sql: string; readonly types: readonly ColumnType[] } {
+  let insert = ARRAY_INSERTS.get(columns);
+  if (insert === undefined) {
+    const typeOf = INSERTED_COLUMN_TYPES[table];
+    if (typeOf === undefined)
+      throw new QlrError("internal", `the change writer does not insert into ${table}`);
+    const types = columns.map(typeOf);
+    insert = {
+      sql: `INSERT INTO ${table} (${columns.join(", ")}) SELECT * FROM ${unnestSql(types)}`,
+      types,
+    };
+    ARRAY_INSERTS.set(columns, insert);
+  }
+  return insert;
+}
+
+/** Multi-row UPDATE texts through arrays (PostgreSQL), by table: each is built once. */
+const ARRAY_UPDATES = new WeakMap<
+  VersionedTable,
+  { readonly sql: string; readonly types: readonly ColumnType[] }
+>();
+
+/**
+ * `UPDATE table AS t SET … FROM unnest(…) AS v(c1, …) WHERE t.id = v.c1 AND t.version = v.c2`:
+ * the arrays' columns are the id, the expected version, then the mutable columns' new values
+ * (and the frontier mark, null to keep, for runs), each cast to its column's type.
+ */
+function arrayUpdate(table: VersionedTable): {
+  readonly sql: string;
+  readonly types: readonly ColumnType[];
+} {
+  let update = ARRAY_UPDATES.get(table);
+  if (update === undefined) {
+    const types: ColumnType[] = [
+      "text",
+      "integer",
+      ...table.mutable.map((column) => table.rows.typeOf(column)),
+      ...(table.frontierMark ? (["integer"] as const) : []),
+    ];
+    const set = table.mutable.map((column, index) => `${column} = v.c${index + 3}`);
+    if (table.frontierMark)
+      set.push(`frontier_due = COALESCE(v.c${table.mutable.length + 3}, t.frontier_due)`);
+    const names = types.map((_, index) => `c${index + 1}`).join(", ");
+    update = {
+      sql: `UPDATE ${table.rows.name} AS t SET ${set.join(", ")} FROM ${unnestSql(types)} AS v(${names}) WHERE t.id = v.c1 AND t.version = v.c2 RETURNING t.id`,
+      types,
+    };
+    ARRAY_UPDATES.set(table, update);
+  }
+  return update;
 }
 
 /** A row as a SELECT of `table` would return it, from the parameters that wrote its columns in order. */
@@ -425,9 +501,9 @@ export class ChangeWriter {
 
   /**
    * Queued version updates of one table. One row: one UPDATE by id and version, as on every
-   * dialect. Several, on PostgreSQL: one `UPDATE … FROM (VALUES …)` per chunk, each row matched
-   * by its id and expected version, the values cast to their columns' types (a bare parameter in
-   * a VALUES list would be text). Either way a row not returned lost its compare-and-set, and
+   * dialect. Several, on PostgreSQL: one `UPDATE … FROM unnest(…)` per chunk, each column's
+   * values one array cast to the column's type (column-arrays.ts), each row matched by its id
+   * and expected version. Either way a row not returned lost its compare-and-set, and
    * the transaction fails with `conflict`, nothing written. SQLite, in process, pays no round
    * trip per statement and keeps one UPDATE per row.
    */
@@ -457,23 +533,15 @@ export class ChangeWriter {
         );
       return;
     }
-    // VALUES columns: column1 the id, column2 the expected version, then the new values.
-    const types: ColumnType[] = [
-      "text",
-      "integer",
-      ...table.mutable.map((column) => table.rows.typeOf(column)),
-      ...(table.frontierMark ? (["integer"] as const) : []),
-    ];
-    const tuple = `(${types.map((type) => `CAST(? AS ${type === "integer" ? "BIGINT" : "TEXT"})`).join(", ")})`;
-    const set = table.mutable.map((column, index) => `${column} = v.column${index + 3}`);
-    if (table.frontierMark)
-      set.push(`frontier_due = COALESCE(v.column${table.mutable.length + 3}, t.frontier_due)`);
-    const perStatement = Math.max(1, Math.floor(MAX_BOUND_PARAMETERS_POSTGRES / types.length));
-    for (let start = 0; start < updates.length; start += perStatement) {
-      const chunk = updates.slice(start, start + perStatement);
+    const { sql, types } = arrayUpdate(table);
+    for (let start = 0; start < updates.length; start += MAX_ARRAY_ROWS) {
+      const chunk = updates.slice(start, start + MAX_ARRAY_ROWS);
       const updated = await this.tx.q<{ id: string }>(
-        `UPDATE ${name} AS t SET ${set.join(", ")} FROM (VALUES ${chunk.map(() => tuple).join(", ")}) AS v WHERE t.id = v.column1 AND t.version = v.column2 RETURNING t.id`,
-        chunk.flatMap((update) => [update.id, update.expectedVersion, ...update.params]),
+        sql,
+        columnArrays(
+          chunk.map((update) => [update.id, update.expectedVersion, ...update.params]),
+          types,
+        ),
       );
       if (updated.length === chunk.length) continue;
       const written = new Set(updated.map((row) => String(row.id)));
@@ -487,9 +555,10 @@ export class ChangeWriter {
 
   /**
    * Append-only rows in multi-row INSERTs: one statement (one round trip on PostgreSQL) per
-   * chunk instead of one per row. A chunk binds at most MAX_BOUND_PARAMETERS values, which every
-   * SQLite driver accepts (Durable Object SQLite allows 100 per statement), or
-   * MAX_BOUND_PARAMETERS_POSTGRES on PostgreSQL.
+   * chunk instead of one per row. On SQLite a chunk binds at most MAX_BOUND_PARAMETERS values,
+   * which every SQLite driver accepts (Durable Object SQLite allows 100 per statement); on
+   * PostgreSQL each column's values go as one array (column-arrays.ts), MAX_ARRAY_ROWS rows a
+   * statement, under one text for the column list.
    */
   private async insertRows(
     table: string,
@@ -498,9 +567,16 @@ export class ChangeWriter {
   ): Promise<void> {
     const width = rowsToInsert[0]?.length ?? 0;
     if (width === 0) return;
-    const bound =
-      this.tx.dialect === "postgres" ? MAX_BOUND_PARAMETERS_POSTGRES : MAX_BOUND_PARAMETERS;
-    const perStatement = Math.max(1, Math.floor(bound / width));
+    if (this.tx.dialect === "postgres") {
+      const { sql, types } = arrayInsert(table, columns);
+      for (let start = 0; start < rowsToInsert.length; start += MAX_ARRAY_ROWS)
+        await this.tx.q(
+          sql,
+          columnArrays(rowsToInsert.slice(start, start + MAX_ARRAY_ROWS), types),
+        );
+      return;
+    }
+    const perStatement = Math.max(1, Math.floor(MAX_BOUND_PARAMETERS / width));
     for (let start = 0; start < rowsToInsert.length; start += perStatement) {
       const chunk = rowsToInsert.slice(start, start + perStatement);
       await this.tx.q(multiRowInsertSql(table, columns, width, chunk.length), chunk.flat());

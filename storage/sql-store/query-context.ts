@@ -34,12 +34,6 @@ export function cap(limit: number): number {
 
 /** The most values one statement binds: Durable Object SQLite refuses more than 100. */
 export const MAX_BOUND_PARAMETERS = 96;
-/**
- * The same on PostgreSQL, whose protocol allows 65,535: a page's rows of one table go in one
- * statement, since each statement there is a round trip to the server.
- */
-export const MAX_BOUND_PARAMETERS_POSTGRES = 4_096;
-
 /** `INSERT INTO table (columns) VALUES (?, …)`: one placeholder a column. */
 export function insertSql(table: string, columns: readonly string[]): string {
   return `INSERT INTO ${table} (${columns.join(", ")}) VALUES (${columns.map(() => "?").join(", ")})`;

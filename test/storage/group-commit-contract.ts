@@ -328,7 +328,9 @@ export function describeGroupCommit(factory: DriverFactory): void {
       const before = await state(runId);
       const loser = before.steps[2]!;
       watch.poison = (sql, params) =>
-        /^\s*INSERT INTO admission_receipts/i.test(sql) && params.includes(loser.id)
+        /^\s*INSERT INTO admission_receipts/i.test(sql) &&
+        // A row's value is a parameter of its own, or an element of its column's array.
+        params.some((param) => param === loser.id || String(param).includes(`"${loser.id}"`))
           ? new Error("simulated I/O error on one item's row")
           : null;
       try {

@@ -9,6 +9,7 @@
  * `random_page_cost`.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EMPTY_CHANGE_SET, type ChangeSet } from "../../src/model.ts";
 import type { SqlDriver, SqlParam } from "../../storage/driver.ts";
 import { openPgDriver, sessionOptions } from "../../storage/postgres/pg-driver.ts";
 import { openPostgresStore } from "../../storage/postgres/store.ts";
@@ -148,6 +149,28 @@ describe("PostgreSQL plans of a stage page's statements", () => {
             expect(plan).toMatch(/ on runs\n\s+Index Cond: \([^\n]*\bid = s\.run_id\)/);
           }
         }
+      });
+
+      it("a page's updates of several rows join their arrays to the table by key, no scan", async () => {
+        const rollBack = new Error("rolled back on purpose: only the plan is wanted");
+        await expect(
+          store.transaction(async (tx) => {
+            const runs: ChangeSet["runs"][number][] = [];
+            for (const id of pageRuns.slice(0, 16)) {
+              const run = await tx.getRun(id);
+              if (run !== null)
+                runs.push({ before: run, after: { ...run, version: run.version + 1 } });
+            }
+            await tx.apply({ ...EMPTY_CHANGE_SET, runs });
+            await tx.flush();
+            throw rollBack;
+          }),
+        ).rejects.toBe(rollBack);
+        const plan = await planOfLast("UPDATE runs AS t");
+        expect(plan).toMatch(/Index Scan using runs_pkey on runs t/);
+        expect(plan).toMatch(/Nested Loop\n\s+-> {2}Function Scan on v\n/);
+        expect(plan).not.toContain("Seq Scan");
+        expect(plan).not.toContain("Hash");
       });
 
       it("a page's runs read whole: steps, attempts and receipts by key, no scan", async () => {

@@ -155,19 +155,27 @@ describe("BEGIN riding with the first statement", { timeout: 60_000 }, () => {
   });
 });
 
-/** Every statement of the last run of each transaction body, in order. */
-function recording(inner: SqlDriver): { driver: SqlDriver; transactions: string[][] } {
+/** Every statement (and its parameters) of the last run of each transaction body, in order. */
+function recording(inner: SqlDriver): {
+  driver: SqlDriver;
+  transactions: string[][];
+  parameters: Map<string[], (readonly SqlParam[])[]>;
+} {
   const transactions: string[][] = [];
+  const parameters = new Map<string[], (readonly SqlParam[])[]>();
   const driver: SqlDriver = {
     dialect: inner.dialect,
     name: inner.name,
     transaction: (fn) =>
       inner.transaction((tx) => {
         const statements: string[] = [];
+        const bound: (readonly SqlParam[])[] = [];
         transactions.push(statements);
+        parameters.set(statements, bound);
         const recorded: SqlTx = {
           query: (sql: string, params?: readonly SqlParam[]) => {
             statements.push(sql);
+            bound.push(params ?? []);
             return tx.query(sql, params);
           },
         };
@@ -175,7 +183,7 @@ function recording(inner: SqlDriver): { driver: SqlDriver; transactions: string[
       }),
     close: () => inner.close(),
   };
-  return { driver, transactions };
+  return { driver, transactions, parameters };
 }
 
 describe("a PostgreSQL page's new attempts", { timeout: 60_000 }, () => {
@@ -222,8 +230,10 @@ describe("a PostgreSQL page's new attempts", { timeout: 60_000 }, () => {
     const statements = admitting[0] ?? [];
     const inserts = statements.filter((sql) => sql.startsWith("INSERT INTO run_attempts"));
     expect(inserts).toHaveLength(1);
-    // Three rows in the one statement.
-    expect(inserts[0]?.match(/\), \(/g)).toHaveLength(2);
+    // Three rows in the one statement: each column's values one array of three.
+    const insertParams =
+      recorded.parameters.get(statements)?.[statements.indexOf(inserts[0] ?? "")];
+    expect(insertParams?.[0]).toMatch(/^\{"[^"]+","[^"]+","[^"]+"\}$/);
     const runUpdates = statements.flatMap((sql, index) =>
       sql.startsWith("UPDATE runs") ? [index] : [],
     );

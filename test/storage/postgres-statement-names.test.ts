@@ -100,11 +100,15 @@ describe("the bound on a connection's names", () => {
 
   it("never names a multi-row update by a list of rows, so each use joins them by key", () => {
     const names = new StatementNames({});
-    const update =
-      "UPDATE run_attempts AS t SET status = v.column3 FROM (VALUES (CAST($1 AS TEXT), CAST($2 AS BIGINT), CAST($3 AS TEXT))) AS v WHERE t.id = v.column1 AND t.version = v.column2 RETURNING t.id";
-    for (let use = 0; use < 5; use += 1) expect(names.nameFor(update)).toBeUndefined();
+    const updates = [
+      "UPDATE run_attempts AS t SET status = v.column3 FROM (VALUES (CAST($1 AS TEXT), CAST($2 AS BIGINT), CAST($3 AS TEXT))) AS v WHERE t.id = v.column1 AND t.version = v.column2 RETURNING t.id",
+      "UPDATE run_attempts AS t SET status = v.c3 FROM unnest(CAST($1 AS TEXT[]), CAST($2 AS BIGINT[]), CAST($3 AS TEXT[])) AS v(c1, c2, c3) WHERE t.id = v.c1 AND t.version = v.c2 RETURNING t.id",
+    ];
+    for (const update of updates)
+      for (let use = 0; use < 5; use += 1) expect(names.nameFor(update)).toBeUndefined();
     // A multi-row INSERT has no join to plan: named from its second use as any other text.
-    const insert = "INSERT INTO run_events (run_id, seq) VALUES ($1, $2), ($3, $4)";
+    const insert =
+      "INSERT INTO run_events (run_id, seq) SELECT * FROM unnest(CAST($1 AS TEXT[]), CAST($2 AS BIGINT[]))";
     names.nameFor(insert);
     expect(names.nameFor(insert)).toBe("qlr_0");
   });
