@@ -55,6 +55,11 @@ class AdmissionHold {
     }
   }
 
+  /** Whether a task or the runtime was found at its limit: the pass now passes over candidates. */
+  get holdsAny(): boolean {
+    return this.runtimeFull || this.fullTasks.size > 0;
+  }
+
   learn(candidate: ListedAdmissionCandidate, executor: ExecutorType | null): void {
     if (executor === "local_process") this.localTasks.add(taskKey(candidate));
   }
@@ -114,12 +119,27 @@ export class AdmissionStage {
       after: null,
       pageSize: MAX_ADMISSION_PAGE,
       pages: MAX_ADMISSION_WALK_PAGES,
-      read: (after, limit) =>
-        this.pages.store.read(async (tx) =>
-          tx.listAdmissionCandidates(after, limit, await this.pages.storeNow(tx)),
-        ),
+      // Each page one list call of at most MAX_ADMISSION_PAGE candidates (ADR-0227 §3), the
+      // pages asked at once in one short read transaction.
+      read: (after, limit, pages) =>
+        this.pages.store.read(async (tx) => {
+          const nowMs = await this.pages.storeNow(tx);
+          const found: ListedAdmissionCandidate[] = [];
+          let cursor = after;
+          for (let page = 0; page < pages; page += 1) {
+            const listed = await tx.listAdmissionCandidates(cursor, limit, nowMs);
+            found.push(...listed);
+            const last = listed[listed.length - 1];
+            if (listed.length < limit || last === undefined) break;
+            cursor = last;
+          }
+          return found;
+        }),
       cursorOf: (candidate) => candidate,
       done: () => budgetReached,
+      // Once a limit holds candidates back, the pass mostly passes over the rest of its pages:
+      // they are read at once, in one short transaction instead of one each.
+      pagesAtOnce: () => (held.holdsAny ? MAX_ADMISSION_WALK_PAGES : 1),
       handlePage: async (candidates) => {
         const grouped = await this.admitPage(candidates, held, decided, decisions);
         if (grouped !== null) {

@@ -25,13 +25,27 @@ interface KeysetWalkBase<Item, Cursor> {
   readonly pageSize: number;
   /** At most this many pages; `Infinity` walks until the list is exhausted or `done` says so. */
   readonly pages: number;
-  read(after: Cursor | null, limit: number): Promise<readonly Item[]>;
+  /**
+   * Up to `pages` pages of at most `limit` items each, in order, from `after`: each page one
+   * list call of the store (a page is never larger than `limit`), all of them in one short
+   * transaction when several are asked (see `pagesAtOnce`). A reader that returns fewer full
+   * pages than asked is read again from where it stopped.
+   */
+  read(after: Cursor | null, limit: number, pages: number): Promise<readonly Item[]>;
   /** The cursor after an item; null ends the walk there (an item past which the list cannot continue). */
   cursorOf(item: Item): Cursor | null;
   /** After each page: where the next page starts, or null when the walk has reached the end. */
   saved?(after: Cursor | null): void;
-  /** Checked before each page: true ends the walk with nothing more read. */
+  /** Checked before each page: true ends the walk with nothing more of it read or handled. */
   done?(): boolean;
+  /**
+   * Asked before each read: how many of the walk's remaining pages to read in that one read
+   * (default one). The items are still handed over a page at a time, `done` asked before each,
+   * and the walk ends at the same place: a walk that expects to pass over its next pages
+   * (candidates held back by a limit) reads them in one short transaction instead of one each.
+   * At most MAX_STORE_PAGE items a read.
+   */
+  pagesAtOnce?(): number;
 }
 
 /**
@@ -46,19 +60,28 @@ export type KeysetWalk<Item, Cursor> = KeysetWalkBase<Item, Cursor> &
 export async function walkKeyset<Item, Cursor>(walk: KeysetWalk<Item, Cursor>): Promise<boolean> {
   const limit = storePageSize(walk.pageSize);
   let after = walk.after;
-  for (let page = 0; page < walk.pages; page += 1) {
+  let page = 0;
+  while (page < walk.pages) {
     if (walk.done?.() === true) return true;
-    const items = await walk.read(after, limit);
-    if ("handlePage" in walk) {
-      if (items.length > 0) await walk.handlePage(items);
-    } else {
-      for (const item of items) await walk.handle(item);
+    const wanted = Math.min(walk.pagesAtOnce?.() ?? 1, walk.pages - page);
+    const pagesRead = Math.max(1, Math.min(Math.floor(wanted), Math.floor(MAX_STORE_PAGE / limit)));
+    const items = await walk.read(after, limit, pagesRead);
+    // The items a page at a time; an empty read is one empty page, the end of the list.
+    for (let start = 0; start === 0 || start < items.length; start += limit) {
+      if (start > 0 && walk.done?.() === true) return true;
+      const pageItems = pagesRead === 1 ? items : items.slice(start, start + limit);
+      if ("handlePage" in walk) {
+        if (pageItems.length > 0) await walk.handlePage(pageItems);
+      } else {
+        for (const item of pageItems) await walk.handle(item);
+      }
+      page += 1;
+      const last = pageItems[pageItems.length - 1];
+      const next = pageItems.length < limit || last === undefined ? null : walk.cursorOf(last);
+      walk.saved?.(next);
+      if (next === null) return false;
+      after = next;
     }
-    const last = items[items.length - 1];
-    const next = items.length < limit || last === undefined ? null : walk.cursorOf(last);
-    walk.saved?.(next);
-    if (next === null) return false;
-    after = next;
   }
   return true;
 }

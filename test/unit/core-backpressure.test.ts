@@ -10,7 +10,7 @@ import { parseManifest } from "../../src/manifest/parse.ts";
 import type { Manifest, TaskSpec } from "../../src/manifest/types.ts";
 import { taskDefinitionFor, verifyTaskDefinition } from "../../src/packages.ts";
 import { applyPackage, getRunDetail, startRun } from "../../src/operations.ts";
-import type { Store } from "../../src/ports.ts";
+import type { Store, StoreTx } from "../../src/ports.ts";
 import { PROFILES, type Profile } from "../../src/profiles.ts";
 import { Prng } from "../../src/sim/prng.ts";
 import { SimulatedExecutor } from "../../src/sim/simulated-executor.ts";
@@ -129,7 +129,12 @@ const SECOND_MS = 1000;
 
 async function world(
   tasks: readonly TaskSpec[],
-  options: { profile?: Profile; maxRunning?: number | null } = {},
+  options: {
+    profile?: Profile;
+    maxRunning?: number | null;
+    /** What the coordinator sees of the store (the world's own calls go to the store itself). */
+    seen?: (store: Store) => Store;
+  } = {},
 ): Promise<World> {
   const clock = new VirtualClock(1_900_000_000_000);
   let next = 0;
@@ -156,7 +161,7 @@ async function world(
     applyPackage(tx, manifest, await tx.observe(clock.nowMs())),
   );
   const coordinator = new Coordinator({
-    store,
+    store: options.seen?.(store) ?? store,
     clock,
     ids,
     profile: options.profile ?? PROFILES.standalone,
@@ -279,6 +284,52 @@ describe("the coordinator admits within the limits", () => {
       (atMs) => atMs ?? Infinity,
     );
     expect(admitted[0]).toBeLessThan(admitted[1] ?? -1);
+    await w.store.close();
+  });
+
+  it("once a limit holds candidates back, the pass reads the rest of its pages in one read, each page at most 64, and still reaches a step pages on", async () => {
+    // Each read transaction of the coordinator that listed candidates: its list calls' limits.
+    const reads: number[][] = [];
+    const counting = (store: Store): Store => ({
+      dialect: store.dialect,
+      driverName: store.driverName,
+      close: () => store.close(),
+      transaction: (fn, options) => store.transaction(fn, options),
+      read: (fn) =>
+        store.read(async (tx) => {
+          const limits: number[] = [];
+          const listing = new Proxy(tx, {
+            get: (target, key) => {
+              if (key === "listAdmissionCandidates")
+                return ((after, limit, nowMs) => {
+                  limits.push(limit);
+                  return target.listAdmissionCandidates(after, limit, nowMs);
+                }) satisfies StoreTx["listAdmissionCandidates"];
+              const value = Reflect.get(target, key) as unknown;
+              return typeof value === "function" ? (value as () => unknown).bind(target) : value;
+            },
+          });
+          try {
+            return await fn(listing);
+          } finally {
+            if (limits.length > 0) reads.push(limits);
+          }
+        }),
+    });
+    const w = await world(
+      [task("a", ["sim"]), task("far", ["sim"], { executor: "remote_worker", pool: "p1" })],
+      { profile: PROFILES.cluster, maxRunning: 1, seen: counting },
+    );
+    // 150 local steps, then a remote one: the 151st candidate, on the third page of 64.
+    await w.start([
+      ...Array.from({ length: 150 }, () => ({ kind: "workflow" as const, name: "w-a" })),
+      { kind: "workflow", name: "w-far" },
+    ]);
+    await w.coordinator.tick();
+    expect(await w.live()).toEqual({ a: 1, far: 1 });
+    // The first page alone; the runtime is full after its first admission, so the second and
+    // third pages (64 and 23) come in one read.
+    expect(reads).toEqual([[64], [64, 64]]);
     await w.store.close();
   });
 

@@ -9,7 +9,9 @@ import { MAX_STORE_PAGE } from "../../src/ports.ts";
  */
 
 type WalkOptions = Pick<KeysetWalk<number, number>, "pageSize" | "pages"> &
-  Partial<Pick<KeysetWalk<number, number>, "after" | "cursorOf" | "saved" | "done">>;
+  Partial<
+    Pick<KeysetWalk<number, number>, "after" | "cursorOf" | "saved" | "done" | "pagesAtOnce">
+  >;
 
 /**
  * A sorted list served like a store list: items after the cursor, at most MAX_STORE_PAGE of them.
@@ -17,18 +19,18 @@ type WalkOptions = Pick<KeysetWalk<number, number>, "pageSize" | "pages"> &
  * pushes every item it handles into `seen`.
  */
 function source(items: readonly number[]): {
-  reads: { after: number | null; limit: number }[];
+  reads: { after: number | null; limit: number; pages: number }[];
   seen: number[];
   walk: (options: WalkOptions) => Promise<boolean>;
 } {
-  const reads: { after: number | null; limit: number }[] = [];
+  const reads: { after: number | null; limit: number; pages: number }[] = [];
   const seen: number[] = [];
-  const read = (after: number | null, limit: number): Promise<number[]> => {
-    reads.push({ after, limit });
+  const read = (after: number | null, limit: number, pages: number): Promise<number[]> => {
+    reads.push({ after, limit, pages });
     return Promise.resolve(
       items
         .filter((item) => after === null || item > after)
-        .slice(0, Math.min(limit, MAX_STORE_PAGE)),
+        .slice(0, Math.min(limit, MAX_STORE_PAGE) * pages),
     );
   };
   return {
@@ -59,9 +61,9 @@ describe("the keyset walk", () => {
     expect(more).toBe(false);
     expect(list.seen).toEqual(range(10));
     expect(list.reads).toEqual([
-      { after: null, limit: 4 },
-      { after: 4, limit: 4 },
-      { after: 8, limit: 4 },
+      { after: null, limit: 4, pages: 1 },
+      { after: 4, limit: 4, pages: 1 },
+      { after: 8, limit: 4, pages: 1 },
     ]);
     expect(saved).toEqual([4, 8, null]);
   });
@@ -120,5 +122,70 @@ describe("the keyset walk", () => {
     const list = source(range(3));
     await expect(list.walk({ pageSize: 0, pages: 1 })).rejects.toThrow(/page size/);
     expect(list.reads).toEqual([]);
+  });
+
+  it("reading several pages at once hands them over a page at a time and ends exactly where a page-at-a-time walk ends", async () => {
+    for (let size = 0; size <= 20; size += 1)
+      for (const pages of [1, 2, 4, Infinity])
+        for (const stopAt of [Infinity, 5]) {
+          const run = async (pagesAtOnce?: () => number) => {
+            const list = source(range(size));
+            const saved: (number | null)[] = [];
+            const handed: number[][] = [];
+            const more = await walkKeyset<number, number>({
+              after: null,
+              pageSize: 3,
+              pages,
+              read: (after, limit, pagesAtOnce) => {
+                list.reads.push({ after, limit, pages: pagesAtOnce });
+                return Promise.resolve(
+                  range(size)
+                    .filter((item) => after === null || item > after)
+                    .slice(0, limit * pagesAtOnce),
+                );
+              },
+              cursorOf: (item) => item,
+              saved: (after) => void saved.push(after),
+              done: () => handed.flat().length >= stopAt,
+              handlePage: (items) => Promise.resolve(void handed.push([...items])),
+              ...(pagesAtOnce === undefined ? {} : { pagesAtOnce }),
+            });
+            return { more, saved, handed, reads: list.reads };
+          };
+          const onePage = await run();
+          const atOnce = await run(() => 3);
+          const label = `${size} items, ${pages} pages, done at ${stopAt}`;
+          expect(atOnce.handed, label).toEqual(onePage.handed);
+          expect(atOnce.saved, label).toEqual(onePage.saved);
+          expect(atOnce.more, label).toBe(onePage.more);
+          expect(atOnce.reads.length, label).toBeLessThanOrEqual(onePage.reads.length);
+          // Pages of the walk's size, never more at once than the budget has left.
+          for (const read of atOnce.reads) {
+            expect(read.limit, label).toBe(3);
+            expect(read.pages, label).toBeLessThanOrEqual(Math.min(3, pages));
+          }
+        }
+  });
+
+  it("reads the rest of its pages at once from when the walk asks, cut to MAX_STORE_PAGE", async () => {
+    const list = source(range(40));
+    let atOnce = 1;
+    const more = await list.walk({
+      pageSize: 4,
+      pages: 6,
+      pagesAtOnce: () => atOnce,
+      saved: () => void (atOnce = 10),
+    });
+    expect(more).toBe(true);
+    expect(list.seen).toEqual(range(24));
+    // The first page alone, then the five pages left in one read.
+    expect(list.reads).toEqual([
+      { after: null, limit: 4, pages: 1 },
+      { after: 4, limit: 4, pages: 5 },
+    ]);
+    const big = source(range(MAX_STORE_PAGE * 2));
+    await big.walk({ pageSize: 100, pages: Infinity, pagesAtOnce: () => 50 });
+    expect(big.seen).toHaveLength(MAX_STORE_PAGE * 2);
+    expect(big.reads.every((read) => read.limit * read.pages <= MAX_STORE_PAGE)).toBe(true);
   });
 });
