@@ -19,11 +19,13 @@ const USES_BEFORE_NAMING = 2;
  * never send a Bind to a statement that does not exist.
  */
 /**
- * `IN ($1, …)`: a statement that looks rows up by a list of keys; `UPDATE … FROM (VALUES …)` or
- * `UPDATE … FROM unnest(…)`: a multi-row UPDATE, which joins its list of rows to the table by
- * key. (An INSERT from `unnest` joins nothing: its one text per column list is named.)
+ * `IN ($1, …)` or `= ANY(CAST($1 AS TEXT[]))`: a statement that looks rows up by a list of
+ * keys; `UPDATE … FROM (VALUES …)` or `UPDATE … FROM unnest(…)`: a multi-row UPDATE, which joins
+ * its list of rows to the table by key. (An INSERT from `unnest` joins nothing: its one text per
+ * column list is named.)
  */
-const KEY_LIST_LOOKUP = /\bIN \(\$\d|\bFROM \(VALUES \(|^UPDATE [^;]* FROM unnest\(/;
+const KEY_LIST_LOOKUP =
+  /\bIN \(\$\d|= ANY\(CAST\(\$\d+ AS TEXT\[\]\)\)|\bFROM \(VALUES \(|^UPDATE [^;]* FROM unnest\(/;
 
 export class StatementNames {
   private readonly names = new Map<string, string>();

@@ -8,6 +8,7 @@ import { QlrError } from "../../src/errors.ts";
 import { MAX_STORE_PAGE } from "../../src/ports.ts";
 import type { SqlDialect, SqlParam, SqlRow } from "../driver.ts";
 import type * as rows from "../rows.ts";
+import { arrayLiteral } from "./column-arrays.ts";
 import type { TransactionRows } from "./transaction-rows.ts";
 
 /**
@@ -34,6 +35,22 @@ export function cap(limit: number): number {
 
 /** The most values one statement binds: Durable Object SQLite refuses more than 100. */
 export const MAX_BOUND_PARAMETERS = 96;
+/**
+ * `column` is one of `keys` (text): `IN (?, …)` on SQLite; on PostgreSQL `= ANY(…)` of one text
+ * array parameter, so the text and its one parameter stay the same whatever the number of keys
+ * (the server parses one short statement instead of one placeholder a key). Either is planned
+ * at each use: see storage/postgres/statement-names.ts.
+ */
+export function keyListSql(
+  tx: QueryContext,
+  column: string,
+  keys: readonly string[],
+): { readonly sql: string; readonly params: SqlParam[] } {
+  if (tx.dialect === "postgres")
+    return { sql: `${column} = ANY(CAST(? AS TEXT[]))`, params: [arrayLiteral(keys, "text")] };
+  return { sql: `${column} IN (${keys.map(() => "?").join(", ")})`, params: [...keys] };
+}
+
 /** `INSERT INTO table (columns) VALUES (?, …)`: one placeholder a column. */
 export function insertSql(table: string, columns: readonly string[]): string {
   return `INSERT INTO ${table} (${columns.join(", ")}) VALUES (${columns.map(() => "?").join(", ")})`;

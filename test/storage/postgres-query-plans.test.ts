@@ -176,9 +176,9 @@ describe("PostgreSQL plans of a stage page's statements", () => {
       it("a page's runs read whole: steps, attempts and receipts by key, no scan", async () => {
         await store.transaction((tx) => tx.preloadRuns(pageRuns));
         for (const marker of [
-          "FROM runs WHERE id IN",
-          "FROM step_runs WHERE run_id IN",
-          "FROM run_attempts WHERE run_id IN",
+          "FROM runs WHERE id = ANY(",
+          "FROM step_runs WHERE run_id = ANY(",
+          "FROM run_attempts WHERE run_id = ANY(",
           "FROM admission_receipts a",
         ]) {
           const plan = await planOfLast(marker);

@@ -89,8 +89,11 @@ describe("the bound on a connection's names", () => {
 
   it("never names a lookup by a list of keys, so each use is planned for its own keys", () => {
     const names = new StatementNames({});
-    const lookup = "SELECT id FROM run_attempts WHERE run_id IN ($1, $2, $3)";
-    for (let use = 0; use < 5; use += 1) expect(names.nameFor(lookup)).toBeUndefined();
+    for (const lookup of [
+      "SELECT id FROM run_attempts WHERE run_id IN ($1, $2, $3)",
+      "SELECT id FROM run_attempts WHERE run_id = ANY(CAST($1 AS TEXT[])) ORDER BY run_id, number",
+    ])
+      for (let use = 0; use < 5; use += 1) expect(names.nameFor(lookup)).toBeUndefined();
     // A parameter elsewhere in a text with IN over constants is still named.
     const constants = "SELECT id FROM runs WHERE status IN ('queued', 'running') AND id > $1";
     names.nameFor(constants);
