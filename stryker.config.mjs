@@ -22,6 +22,7 @@ export default {
     "src/schedules.ts",
     "src/canonical-json.ts",
     "storage/sql-store/run-rows-by-version.ts",
+    "storage/sql-store/column-arrays.ts",
   ],
   coverageAnalysis: "perTest",
   concurrency: 1,

@@ -46,6 +46,7 @@ const TESTS_BY_FILE = {
   "src/schedules.ts": ["test/unit/core-schedules.test.ts"],
   "src/canonical-json.ts": ["test/unit/core-identity-digest.test.ts"],
   "storage/sql-store/run-rows-by-version.ts": ["test/unit/run-rows-by-version.test.ts"],
+  "storage/sql-store/column-arrays.ts": ["test/unit/column-arrays.test.ts"],
 };
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");

@@ -24,25 +24,20 @@ const QUOTED_ELEMENT_ESCAPES = /[\\"]/g;
 /**
  * The array literal of one column's `values`: `{1,NULL,3}` for integers, `{"a",NULL,"b\"c"}`
  * for text (every element quoted, so that no value reads as NULL, a nested array or a
- * delimiter). A value of the wrong kind for its column is a bug of the caller and refused.
+ * delimiter; a number in a text column is written as its text). An integer column refuses
+ * anything but a safe integer: a bug of the caller, never a value to guess at.
  */
 export function arrayLiteral(values: readonly SqlParam[], type: ColumnType): string {
-  const elements: string[] = new Array<string>(values.length);
-  for (let index = 0; index < values.length; index += 1) {
-    const value = values[index] ?? null;
-    if (value === null) elements[index] = "NULL";
-    else if (type === "integer") {
-      if (typeof value !== "number" || !Number.isSafeInteger(value))
-        throw new QlrError(
-          "internal",
-          `an integer column was given ${JSON.stringify(value)}; nothing written`,
-        );
-      elements[index] = String(value);
-    } else {
-      const text = typeof value === "string" ? value : String(value);
-      elements[index] = `"${text.replace(QUOTED_ELEMENT_ESCAPES, "\\$&")}"`;
-    }
-  }
+  const elements = values.map((value) => {
+    if (value === null) return "NULL";
+    if (type === "text") return `"${String(value).replace(QUOTED_ELEMENT_ESCAPES, "\\$&")}"`;
+    if (!Number.isSafeInteger(value))
+      throw new QlrError(
+        "internal",
+        `an integer column was given ${JSON.stringify(value)}; nothing written`,
+      );
+    return String(value);
+  });
   return `{${elements.join(",")}}`;
 }
 

@@ -1,15 +1,15 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isQlrError } from "../../src/errors.ts";
 import type { SqlDriver, SqlParam } from "../../storage/driver.ts";
-import { arrayLiteral, columnArrays, unnestSql } from "../../storage/sql-store/column-arrays.ts";
+import { columnArrays, unnestSql } from "../../storage/sql-store/column-arrays.ts";
 import { DRIVERS } from "../support/drivers.ts";
 
 /**
  * PostgreSQL's multi-row statements send each column's values as one array literal
  * (storage/sql-store/column-arrays.ts). Whatever a row holds must come back from the real
  * server exactly: text with quotes, backslashes, braces, commas, the word NULL, empty text,
- * any Unicode; integers to the edges of the safe range; nulls anywhere.
+ * any Unicode; integers to the edges of the safe range; nulls anywhere. The literals themselves,
+ * without a server: test/unit/column-arrays.test.ts.
  */
 
 const POSTGRES_DRIVERS = DRIVERS.filter(
@@ -133,29 +133,5 @@ describe.each(POSTGRES_DRIVERS)("column arrays on $name", (factory) => {
       [1_000_001, 'after "one"'],
       [1_000_002, null],
     ]);
-  });
-});
-
-describe("array literals", () => {
-  it("quote every text element and escape only backslash and double quote", () => {
-    expect(arrayLiteral(["a", 'b"c', "d\\e", null, "NULL", ""], "text")).toBe(
-      '{"a","b\\"c","d\\\\e",NULL,"NULL",""}',
-    );
-    expect(arrayLiteral([1, null, -2, Number.MAX_SAFE_INTEGER], "integer")).toBe(
-      `{1,NULL,-2,${Number.MAX_SAFE_INTEGER}}`,
-    );
-    expect(arrayLiteral([], "text")).toBe("{}");
-  });
-
-  it("refuse a value an integer column cannot hold", () => {
-    for (const wrong of ["1", 1.5, Number.MAX_SAFE_INTEGER + 1, Number.NaN]) {
-      let refused: unknown = null;
-      try {
-        arrayLiteral([wrong], "integer");
-      } catch (error) {
-        refused = error;
-      }
-      expect(isQlrError(refused, "internal")).toBe(true);
-    }
   });
 });
