@@ -1,5 +1,24 @@
 import { TERMINAL_RUN_STATUSES, type Run, type RunAttempt, type StepRun } from "../../src/model.ts";
-import type { TransactionRows } from "./transaction-rows.ts";
+
+/**
+ * What this memory takes from and gives to one transaction's known rows (`TransactionRows`,
+ * which holds this memory and so is not imported here): the runs it knows whole after a commit,
+ * and the kept rows of a run lent to it.
+ */
+export interface KnownRowsOfRuns {
+  readonly steps: { rememberOfRun(runId: string, rows: readonly StepRun[]): void };
+  readonly attempts: { rememberOfRun(runId: string, rows: readonly RunAttempt[]): void };
+  rememberAdmissionsOfRun(runId: string, bodies: ReadonlyMap<string, string>): void;
+  knownRuns(): Iterable<[string, Run | null]>;
+  wholeRun(runId: string):
+    | {
+        readonly run: Run;
+        readonly steps: readonly StepRun[];
+        readonly admissions: ReadonlyMap<string, string>;
+        readonly attempts: readonly RunAttempt[] | undefined;
+      }
+    | undefined;
+}
 
 /**
  * The most runs whose steps, receipts and attempts a store keeps across transactions on a
@@ -57,7 +76,7 @@ export class RunRowsByVersion {
    * when `run` is the row they were committed with: "attempts too", "steps and receipts", or
    * "none". A kept run of another version is dropped.
    */
-  lend(run: Run, known: TransactionRows): "attempts too" | "steps and receipts" | "none" {
+  lend(run: Run, known: KnownRowsOfRuns): "attempts too" | "steps and receipts" | "none" {
     const kept = this.runs.get(run.id);
     if (kept === undefined) return "none";
     this.runs.delete(run.id);
@@ -74,7 +93,7 @@ export class RunRowsByVersion {
    * After a commit: keeps every live run `known` holds whole (its row, steps and receipts, and
    * attempts if it can); drops one it found gone or ended.
    */
-  keep(known: TransactionRows): void {
+  keep(known: KnownRowsOfRuns): void {
     for (const [runId, run] of known.knownRuns()) {
       if (run === null || TERMINAL_RUN_STATUSES.has(run.status)) {
         this.runs.delete(runId);
