@@ -36,19 +36,23 @@ export function cap(limit: number): number {
 /** The most values one statement binds: Durable Object SQLite refuses more than 100. */
 export const MAX_BOUND_PARAMETERS = 96;
 /**
- * `column` is one of `keys` (text): `IN (?, …)` on SQLite; on PostgreSQL `= ANY(…)` of one text
- * array parameter, so the text and its one parameter stay the same whatever the number of keys
- * (the server parses one short statement instead of one placeholder a key). Either is planned
- * at each use: see storage/postgres/statement-names.ts.
+ * A list of text keys to look rows up by: `where(column)` is "`column` is one of them", `IN (?,
+ * …)` on SQLite; on PostgreSQL `= ANY(…)` of one text array parameter, so the text and its one
+ * parameter stay the same whatever the number of keys (the server parses one short statement
+ * instead of one placeholder a key). The parameters are built once for every column the list
+ * is matched against. Either form is planned at each use: see storage/postgres/statement-names.ts.
  */
-export function keyListSql(
+export function keyList(
   tx: QueryContext,
-  column: string,
   keys: readonly string[],
-): { readonly sql: string; readonly params: SqlParam[] } {
+): { readonly params: SqlParam[]; where(column: string): string } {
   if (tx.dialect === "postgres")
-    return { sql: `${column} = ANY(CAST(? AS TEXT[]))`, params: [arrayLiteral(keys, "text")] };
-  return { sql: `${column} IN (${keys.map(() => "?").join(", ")})`, params: [...keys] };
+    return {
+      params: [arrayLiteral(keys, "text")],
+      where: (column) => `${column} = ANY(CAST(? AS TEXT[]))`,
+    };
+  const marks = keys.map(() => "?").join(", ");
+  return { params: [...keys], where: (column) => `${column} IN (${marks})` };
 }
 
 /** `INSERT INTO table (columns) VALUES (?, …)`: one placeholder a column. */

@@ -3,7 +3,7 @@ import { QlrError } from "../../src/errors.ts";
 import * as rows from "../rows.ts";
 import { admissionKey, type RowOfRun, type RowsOfRuns } from "./transaction-rows.ts";
 import {
-  keyListSql,
+  keyList,
   MAX_BOUND_PARAMETERS,
   MAX_PAGE,
   select,
@@ -42,8 +42,8 @@ export async function preloadRuns(tx: QueryContext, runIds: readonly string[]): 
   // Bounded: one pass per MAX_BOUND_PARAMETERS runs of a page the caller already bounds.
   for (let start = 0; start < unread.length; start += MAX_BOUND_PARAMETERS) {
     const chunk = unread.slice(start, start + MAX_BOUND_PARAMETERS);
-    const byId = keyListSql(tx, "id", chunk);
-    const found = await select(tx, rows.RUNS, `WHERE ${byId.sql}`, byId.params);
+    const byId = keyList(tx, chunk);
+    const found = await select(tx, rows.RUNS, `WHERE ${byId.where("id")}`, byId.params);
     const runsById = new Map(found.map((run) => [run.id, run]));
     for (const runId of chunk) tx.known.rememberRun(runId, runsById.get(runId) ?? null);
     // Only a workflow run has steps, and so admission receipts (each names a step): an
@@ -60,35 +60,35 @@ export async function preloadRuns(tx: QueryContext, runIds: readonly string[]): 
     const attemptsUnlent =
       lent.size === 0 ? chunk : chunk.filter((runId) => lent.get(runId) !== "attempts too");
     const withSteps = unlent.filter((runId) => runsById.get(runId)?.kind === "workflow");
-    const ofStepRuns = keyListSql(tx, "run_id", withSteps);
+    // One list for the steps and the receipts: both are read by the same runs.
+    const stepRuns = keyList(tx, withSteps);
     const steps =
       withSteps.length === 0
         ? []
         : await select(
             tx,
             rows.STEPS,
-            `WHERE ${ofStepRuns.sql} ORDER BY run_id, position`,
-            ofStepRuns.params,
+            `WHERE ${stepRuns.where("run_id")} ORDER BY run_id, position`,
+            stepRuns.params,
           );
     rememberByRun(tx.known.steps, unlent, steps);
-    const ofAttemptRuns = keyListSql(tx, "run_id", attemptsUnlent);
+    const attemptRuns = keyList(tx, attemptsUnlent);
     const attempts =
       attemptsUnlent.length === 0
         ? []
         : await select(
             tx,
             rows.ATTEMPTS,
-            `WHERE ${ofAttemptRuns.sql} ORDER BY run_id, number`,
-            ofAttemptRuns.params,
+            `WHERE ${attemptRuns.where("run_id")} ORDER BY run_id, number`,
+            attemptRuns.params,
           );
     rememberByRun(tx.known.attempts, attemptsUnlent, attempts);
-    const ofReceiptRuns = keyListSql(tx, "a.run_id", withSteps);
     const receipts =
       withSteps.length === 0
         ? []
         : await tx.q<rows.AdmissionRow>(
-            rows.admissionSelect(`WHERE ${ofReceiptRuns.sql}`),
-            ofReceiptRuns.params,
+            rows.admissionSelect(`WHERE ${stepRuns.where("a.run_id")}`),
+            stepRuns.params,
           );
     const bodiesByRun = new Map<string, Map<string, string>>(
       unlent.map((runId) => [runId, new Map()]),
@@ -191,9 +191,9 @@ export async function existingAttemptIds(
       "invalid_request",
       `at most ${MAX_PAGE} attempt ids per call, got ${attemptIds.length}`,
     );
-  const byId = keyListSql(tx, "id", attemptIds);
+  const byId = keyList(tx, attemptIds);
   const found = await tx.q<{ id: string }>(
-    `SELECT id FROM run_attempts WHERE ${byId.sql}`,
+    `SELECT id FROM run_attempts WHERE ${byId.where("id")}`,
     byId.params,
   );
   return found.map((row) => String(row.id));
