@@ -1091,6 +1091,45 @@ export function describeStoreContract(factory: DriverFactory): void {
       expect(after.sinceMs).toBe(hourOf(finalNow) - 23 * 3_600_000);
     });
 
+    // Last of the contract's own tests: its three live runs would count in the tests that count
+    // live runs and attempts across the shared store.
+    it("a change of several runs marks the frontier of the runs it names and keeps every other run's mark", async () => {
+      const p = (index: number): string => (driver.dialect === "postgres" ? `$${index}` : "?");
+      const runIds = [
+        await newWorkflowRun("mark-pkg"),
+        await newWorkflowRun("mark-pkg"),
+        await newWorkflowRun("mark-pkg"),
+      ];
+      const [marked, unmarked, named] = runIds as [string, string, string];
+      const marks = async (): Promise<number[]> => {
+        const found = await driver.transaction((tx) =>
+          tx.query<{ id: string; frontier_due: number }>(
+            `SELECT id, frontier_due FROM runs WHERE id IN (${p(1)}, ${p(2)}, ${p(3)})`,
+            runIds,
+          ),
+        );
+        return runIds.map((runId) => Number(found.find((row) => row.id === runId)?.frontier_due));
+      };
+      await driver.transaction((tx) =>
+        tx.query(`UPDATE runs SET frontier_due = 0 WHERE id IN (${p(1)}, ${p(2)})`, [
+          unmarked,
+          named,
+        ]),
+      );
+      expect(await marks()).toEqual([1, 0, 0]);
+      // One transaction moves all three (on PostgreSQL one multi-row UPDATE), naming one of them.
+      await store.transaction(async (tx) => {
+        const runs: ChangeSet["runs"][number][] = [];
+        for (const runId of [marked, unmarked, named]) {
+          const run = await tx.getRun(runId);
+          if (run === null) throw new Error("no run");
+          runs.push({ before: run, after: { ...run, version: run.version + 1 } });
+        }
+        await tx.apply({ ...EMPTY_CHANGE_SET, runs, frontierDue: [named] });
+      });
+      expect(await marks()).toEqual([1, 0, 1]);
+    });
+
     describeGroupCommit(factory);
   });
 }
