@@ -66,5 +66,10 @@ export const MIGRATIONS: readonly Migration[] = [
     "version": 13,
     "name": "partial_event_id_index",
     "sql": "-- The events' unique index on their stored id holds only the ids that are stored. Since 0009 an\n-- event whose id derives from its run and sequence (every `evt:` id, most events) is stored with\n-- id NULL, and the column's UNIQUE constraint still wrote an index entry for each NULL: about\n-- six index insertions per workflow step that guarded nothing. Ids that are stored (an admitted\n-- attempt's `wte:` event) stay unique; nothing reads events by id.\nALTER TABLE run_events DROP CONSTRAINT run_events_id_key;\nCREATE UNIQUE INDEX run_events_stored_id ON run_events (id) WHERE id IS NOT NULL;\n"
+  },
+  {
+    "version": 14,
+    "name": "run_rows_without_foreign_keys",
+    "sql": "-- A run's rows reference their run (and step) through the store's rule instead of foreign keys.\n-- On PostgreSQL each foreign key is a trigger that runs a lookup for every inserted row and\n-- locks the referenced row (FOR KEY SHARE): about seventeen of them per workflow step, a fifth\n-- of the server's CPU. The store already refuses any change that writes a step, attempt,\n-- receipt, event or mutation of a run without moving that run's version by compare-and-set in\n-- the same transaction (change-writer.ts), so the run exists when its rows are written and a\n-- concurrent delete of it (retention's, the only one, children first) fails one of the two.\n-- SQLite keeps its foreign keys: a check there is an index probe, with no lock.\nALTER TABLE step_runs DROP CONSTRAINT step_runs_run_id_fkey;\nALTER TABLE run_attempts DROP CONSTRAINT run_attempts_run_id_fkey;\nALTER TABLE run_attempts DROP CONSTRAINT run_attempts_step_run_id_fkey;\nALTER TABLE admission_receipts DROP CONSTRAINT admission_receipts_run_id_fkey;\nALTER TABLE admission_receipts DROP CONSTRAINT admission_receipts_step_run_id_fkey;\nALTER TABLE run_events DROP CONSTRAINT run_events_run_id_fkey;\nALTER TABLE step_mutations DROP CONSTRAINT step_mutations_run_id_fkey;\nALTER TABLE step_mutations DROP CONSTRAINT step_mutations_step_run_id_fkey;\n"
   }
 ];

@@ -74,14 +74,23 @@ interface PendingUpdate {
 }
 
 /**
- * Refuses a change that writes a step, an admission receipt or an attempt that no remote worker
- * runs without moving the run it belongs to (inserting it, or updating it to a higher version).
- * The run's version then stands for those rows, which `RunRowsByVersion` relies on where other
- * writers share the database. The core's changes of a run's aggregate all move the run; the one
- * that may not is a lease extension, which moves a remote worker's attempt alone.
+ * Refuses a change that writes a step, an admission receipt, an event, a step mutation or an
+ * attempt that no remote worker runs without moving the run it belongs to (inserting it, or
+ * updating it to a higher version). The run's version then stands for those rows, which
+ * `RunRowsByVersion` relies on where other writers share the database; and a run's rows are
+ * never written for a run that does not exist, nor beside a concurrent delete of it (the
+ * compare-and-set fails), which is what PostgreSQL's schema relies on instead of foreign keys
+ * (migration 0014). The core's changes of a run's aggregate all move the run; the one that may
+ * not is a lease extension, which moves a remote worker's existing attempt alone.
  */
 function assertRunMovesWithItsRows(change: ChangeSet): void {
-  if (change.steps.length === 0 && change.admissions.length === 0 && change.attempts.length === 0)
+  if (
+    change.steps.length === 0 &&
+    change.admissions.length === 0 &&
+    change.attempts.length === 0 &&
+    change.events.length === 0 &&
+    change.mutations.length === 0
+  )
     return;
   const moved = new Set<string>();
   for (const { before, after } of change.runs)
@@ -89,6 +98,8 @@ function assertRunMovesWithItsRows(change: ChangeSet): void {
   const still = [
     ...change.steps.map(({ after }) => after.runId),
     ...change.admissions.map((receipt) => receipt.runId),
+    ...change.events.map((event) => event.runId),
+    ...change.mutations.map((mutation) => mutation.runId),
     ...change.attempts
       .filter(({ before, after }) => before === null || after.executor !== "remote_worker")
       .map(({ after }) => after.runId),
@@ -96,7 +107,7 @@ function assertRunMovesWithItsRows(change: ChangeSet): void {
   if (still !== undefined)
     throw new QlrError(
       "internal",
-      `a change wrote a step, a receipt or an attempt of run ${still} without moving the run's version`,
+      `a change wrote a row of run ${still} (a step, receipt, event, mutation or attempt) without moving the run's version`,
     );
 }
 

@@ -129,7 +129,8 @@ export class SqlStoreTx implements StoreTx {
       times.length === 0 &&
       change.steps.length === 0 &&
       change.attempts.length === 0 &&
-      change.admissions.length === 0
+      change.admissions.length === 0 &&
+      change.mutations.length === 0
     )
       return;
     await this.writer.queue(change);

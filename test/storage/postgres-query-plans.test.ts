@@ -234,6 +234,19 @@ describe("PostgreSQL plans of a stage page's statements", () => {
     expect(Number(index?.entries)).toBe(1);
   });
 
+  it("a run's rows carry no foreign key: a row is written without a trigger or a lock on its run (migration 0014)", async () => {
+    const found = await driver.transaction((tx) =>
+      tx.query<{ relation: string; name: string }>(
+        `SELECT conrelid::regclass::text AS relation, conname AS name FROM pg_constraint
+         WHERE contype = 'f' AND connamespace = current_schema()::regnamespace`,
+      ),
+    );
+    expect(found).toEqual([]);
+    // What checks instead: the store refuses a run's rows without its run's compare-and-set
+    // (test/storage/runs-kept-by-version.test.ts), and every simulated seed and the cluster
+    // harness count the rows naming a run or step that does not exist (countOrphanRows).
+  });
+
   it("the store's sessions plan with the page cost of data in memory", async () => {
     const found = await driver.transaction((tx) =>
       tx.query<{ random_page_cost: string }>("SHOW random_page_cost"),

@@ -9,6 +9,7 @@ import { openPgDriver } from "../../storage/postgres/pg-driver.ts";
 import { openSqlStore, type SqlStore } from "../../storage/sql-store.ts";
 import { migrationsFor } from "../support/dialect-migrations.ts";
 import { DRIVERS } from "../support/drivers.ts";
+import { countOrphanRows } from "../support/store-dump.ts";
 import { diamondManifest, SequentialIds, TestClock, workflowStart } from "../support/fixtures.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
@@ -202,7 +203,7 @@ describe("steps and receipts kept by run version on postgres", () => {
   });
 });
 
-describe("the store refuses a change of a step or a new attempt that does not move its run", () => {
+describe("the store refuses a change that writes a run's rows without moving its run", () => {
   for (const factory of DRIVERS) {
     it(`on ${factory.name}: internal error, nothing written`, async () => {
       const driver = await factory.open();
@@ -241,6 +242,47 @@ describe("the store refuses a change of a step or a new attempt that does not mo
           isQlrError(await thrownBy({ attempts: [{ before: null, after: remote }] }), "internal"),
         ).toBe(true);
         expect(await store.transaction((tx) => tx.getAttempts(runId))).toEqual([]);
+        // An event or a step mutation alone is a row of the run too.
+        const run = await store.transaction((tx) => tx.getRun(runId));
+        if (run === null) throw new Error("the run was just started");
+        const event = {
+          id: `evt:${runId}:${run.eventSeq + 1}`,
+          runId,
+          seq: run.eventSeq + 1,
+          type: "attempt.status_changed" as const,
+          atMs: clock.nowMs(),
+          stepRunId: step.id,
+          attemptId: null,
+          data: {},
+        };
+        expect(isQlrError(await thrownBy({ events: [event] }), "internal")).toBe(true);
+        const mutation = {
+          runId,
+          stepRunId: step.id,
+          version: step.version + 1,
+          fromStatus: step.status,
+          toStatus: "skipped" as const,
+          fromDigest: step.digest,
+          toDigest: step.digest,
+          eventSeq: run.eventSeq + 1,
+          atMs: clock.nowMs(),
+        };
+        const mutationThrown = await thrownBy({ mutations: [mutation] });
+        expect(isQlrError(mutationThrown, "internal"), String(mutationThrown)).toBe(true);
+        expect((await store.transaction((tx) => tx.listEvents(runId, 0, 500))).length).toBe(
+          run.eventSeq,
+        );
+        // With its run moved, rows of a run that does not exist are refused as a conflict
+        // (the compare-and-set finds no run), and nothing is written: PostgreSQL's schema has
+        // no foreign keys to refuse them (migration 0014).
+        const ghost = { ...run, id: "run-ghost" };
+        const ghostThrown = await thrownBy({
+          runs: [{ before: ghost, after: { ...ghost, version: ghost.version + 1, eventSeq: 1 } }],
+          events: [{ ...event, id: "evt:run-ghost:1", runId: "run-ghost", seq: 1 }],
+          mutations: [{ ...mutation, runId: "run-ghost" }],
+        });
+        expect(isQlrError(ghostThrown, "conflict"), String(ghostThrown)).toBe(true);
+        expect(await driver.transaction(countOrphanRows)).toBe(0);
       } finally {
         await store.close();
       }
