@@ -60,6 +60,11 @@ class AdmissionHold {
     return this.runtimeFull || this.fullTasks.size > 0;
   }
 
+  /** The runtime-wide limit is reached: the local tasks learned so far wait for the rest of the pass. */
+  holdRuntime(): void {
+    this.runtimeFull = true;
+  }
+
   learn(candidate: ListedAdmissionCandidate, executor: ExecutorType | null): void {
     if (executor === "local_process") this.localTasks.add(taskKey(candidate));
   }
@@ -214,6 +219,7 @@ export class AdmissionStage {
           const pageHeld = held.copy();
           let pageDecided = decided;
           let admitted = 0;
+          let admittedLocal = false;
           for (const candidate of candidates) {
             if (pageHeld.holds(candidate)) continue;
             if (pageDecided >= decisions)
@@ -226,8 +232,22 @@ export class AdmissionStage {
             }
             pageHeld.learn(candidate, outcome.executor);
             pageDecided += 1;
-            if (outcome.kind === "admitted") admitted += 1;
+            if (outcome.kind === "admitted") {
+              admitted += 1;
+              if (outcome.executor === "local_process") admittedLocal = true;
+            }
           }
+          // A page that took the runtime's last slot teaches what a refused candidate would
+          // have: the local tasks' later candidates wait for the rest of the pass, without a
+          // page transaction of their own to find the limit reached. The count is the one this
+          // transaction read for its admissions, moved by its own writes: no statement.
+          const maxRunning = this.deps.maxRunning();
+          if (
+            admittedLocal &&
+            maxRunning !== null &&
+            (await tx.countLiveAttempts("local_process")) >= maxRunning
+          )
+            pageHeld.holdRuntime();
           return { held: pageHeld, decided: pageDecided, admitted, budgetReached: false };
         },
         this.pages.pageTransaction,

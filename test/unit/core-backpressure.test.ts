@@ -333,6 +333,56 @@ describe("the coordinator admits within the limits", () => {
     await w.store.close();
   });
 
+  it("a page that takes the runtime's last slot holds the local tasks' later candidates: no page transaction is spent finding the limit", async () => {
+    // Each admission page transaction of the coordinator (one that counts the live attempts
+    // against the limit and reads admission receipts): how many candidates it decided.
+    const pages: number[] = [];
+    const counting = (store: Store): Store => ({
+      dialect: store.dialect,
+      driverName: store.driverName,
+      close: () => store.close(),
+      read: (fn) => store.read(fn),
+      transaction: (fn, options) =>
+        store.transaction(async (tx) => {
+          let decided = 0;
+          let counted = false;
+          const deciding = new Proxy(tx, {
+            get: (target, key) => {
+              if (key === "countLiveAttempts")
+                return ((executor) => {
+                  counted = true;
+                  return target.countLiveAttempts(executor);
+                }) satisfies StoreTx["countLiveAttempts"];
+              if (key === "getAdmission")
+                return ((runId, stepRunId, version) => {
+                  decided += 1;
+                  return target.getAdmission(runId, stepRunId, version);
+                }) satisfies StoreTx["getAdmission"];
+              const value = Reflect.get(target, key) as unknown;
+              return typeof value === "function" ? (value as () => unknown).bind(target) : value;
+            },
+          });
+          try {
+            return await fn(deciding);
+          } finally {
+            if (counted && decided > 0) pages.push(decided);
+          }
+        }, options),
+    });
+    const w = await world([task("a", ["sim"])], {
+      profile: PROFILES.cluster,
+      maxRunning: 64,
+      seen: counting,
+    });
+    // 100 local steps: the first page's 64 fill the runtime exactly, refusing none.
+    await w.start(Array.from({ length: 100 }, () => ({ kind: "workflow" as const, name: "w-a" })));
+    await w.coordinator.tick();
+    expect(await w.live()).toEqual({ a: 64 });
+    // One page transaction; the second page's 36 candidates wait without one.
+    expect(pages).toEqual([64]);
+    await w.store.close();
+  });
+
   it("a task at its limit neither blocks another task on the edge budget nor lets its own later steps pass", async () => {
     // Edge decides one admission per cycle; five steps of a full task stand before one of another.
     const w = await world([task("full", ["sim"], { concurrency: 1 }), task("other", ["sim"])], {
