@@ -51,7 +51,10 @@ export interface AdmissionConfig {
 
 async function main(): Promise<void> {
   const config = readConfig<AdmissionConfig>();
-  const opened = await openBenchStore(config.store, { dataRoot: config.dataRoot });
+  const opened = await openBenchStore(config.store, {
+    dataRoot: config.dataRoot,
+    countTextChars: true,
+  });
   try {
     const world = createWorld(opened.store, { profile: "cluster" });
     const packageName = "bench";
