@@ -209,6 +209,53 @@ async function statuses(store: Store, runIds: readonly string[]): Promise<string
   });
 }
 
+interface StoreCall {
+  readonly method: string;
+  readonly args: readonly unknown[];
+}
+
+/**
+ * `store` as the coordinator sees it in a test that watches it: each of its `kind`
+ * transactions runs on a transaction that records every method called on it, and `ended`
+ * gets the record when the transaction ends.
+ */
+function watchedStore(
+  store: Store,
+  kind: "read" | "transaction",
+  ended: (calls: readonly StoreCall[]) => void,
+): Store {
+  const watched =
+    <T>(fn: (tx: StoreTx) => Promise<T>) =>
+    async (tx: StoreTx): Promise<T> => {
+      const calls: StoreCall[] = [];
+      const recording = new Proxy(tx, {
+        get: (target, key) => {
+          const value = Reflect.get(target, key) as unknown;
+          if (typeof value !== "function") return value;
+          return (...args: unknown[]) => {
+            if (typeof key === "string") calls.push({ method: key, args });
+            return (value as (...values: unknown[]) => unknown).apply(target, args);
+          };
+        },
+      });
+      try {
+        return await fn(recording);
+      } finally {
+        ended(calls);
+      }
+    };
+  return {
+    dialect: store.dialect,
+    driverName: store.driverName,
+    close: () => store.close(),
+    read: (fn) => (kind === "read" ? store.read(watched(fn)) : store.read(fn)),
+    transaction: (fn, options) =>
+      kind === "transaction"
+        ? store.transaction(watched(fn), options)
+        : store.transaction(fn, options),
+  };
+}
+
 describe("the coordinator admits within the limits", () => {
   it("concurrency: 2 keeps at most two attempts of the task live and admits the waiting steps oldest first", async () => {
     const w = await world([task("fetch", ["sim"], { concurrency: 2 })]);
@@ -290,32 +337,13 @@ describe("the coordinator admits within the limits", () => {
   it("once a limit holds candidates back, the pass reads the rest of its pages in one read, each page at most 64, and still reaches a step pages on", async () => {
     // Each read transaction of the coordinator that listed candidates: its list calls' limits.
     const reads: number[][] = [];
-    const counting = (store: Store): Store => ({
-      dialect: store.dialect,
-      driverName: store.driverName,
-      close: () => store.close(),
-      transaction: (fn, options) => store.transaction(fn, options),
-      read: (fn) =>
-        store.read(async (tx) => {
-          const limits: number[] = [];
-          const listing = new Proxy(tx, {
-            get: (target, key) => {
-              if (key === "listAdmissionCandidates")
-                return ((after, limit, nowMs) => {
-                  limits.push(limit);
-                  return target.listAdmissionCandidates(after, limit, nowMs);
-                }) satisfies StoreTx["listAdmissionCandidates"];
-              const value = Reflect.get(target, key) as unknown;
-              return typeof value === "function" ? (value as () => unknown).bind(target) : value;
-            },
-          });
-          try {
-            return await fn(listing);
-          } finally {
-            if (limits.length > 0) reads.push(limits);
-          }
-        }),
-    });
+    const counting = (store: Store): Store =>
+      watchedStore(store, "read", (calls) => {
+        const limits = calls
+          .filter((call) => call.method === "listAdmissionCandidates")
+          .map((call) => call.args[1] as number);
+        if (limits.length > 0) reads.push(limits);
+      });
     const w = await world(
       [task("a", ["sim"]), task("far", ["sim"], { executor: "remote_worker", pool: "p1" })],
       { profile: PROFILES.cluster, maxRunning: 1, seen: counting },
@@ -337,38 +365,12 @@ describe("the coordinator admits within the limits", () => {
     // Each admission page transaction of the coordinator (one that counts the live attempts
     // against the limit and reads admission receipts): how many candidates it decided.
     const pages: number[] = [];
-    const counting = (store: Store): Store => ({
-      dialect: store.dialect,
-      driverName: store.driverName,
-      close: () => store.close(),
-      read: (fn) => store.read(fn),
-      transaction: (fn, options) =>
-        store.transaction(async (tx) => {
-          let decided = 0;
-          let counted = false;
-          const deciding = new Proxy(tx, {
-            get: (target, key) => {
-              if (key === "countLiveAttempts")
-                return ((executor) => {
-                  counted = true;
-                  return target.countLiveAttempts(executor);
-                }) satisfies StoreTx["countLiveAttempts"];
-              if (key === "getAdmission")
-                return ((runId, stepRunId, version) => {
-                  decided += 1;
-                  return target.getAdmission(runId, stepRunId, version);
-                }) satisfies StoreTx["getAdmission"];
-              const value = Reflect.get(target, key) as unknown;
-              return typeof value === "function" ? (value as () => unknown).bind(target) : value;
-            },
-          });
-          try {
-            return await fn(deciding);
-          } finally {
-            if (counted && decided > 0) pages.push(decided);
-          }
-        }, options),
-    });
+    const counting = (store: Store): Store =>
+      watchedStore(store, "transaction", (calls) => {
+        const decided = calls.filter((call) => call.method === "getAdmission").length;
+        if (calls.some((call) => call.method === "countLiveAttempts") && decided > 0)
+          pages.push(decided);
+      });
     const w = await world([task("a", ["sim"])], {
       profile: PROFILES.cluster,
       maxRunning: 64,
