@@ -52,6 +52,9 @@ export const RUN_CHILD_TABLES = [
   "step_mutations",
 ] as const;
 
+/** The tables whose rows may name a step run (`step_run_id`). */
+const STEP_CHILD_TABLES = ["run_attempts", "admission_receipts", "step_mutations"] as const;
+
 /**
  * The rows that name a run or a step run that does not exist (what foreign keys would refuse;
  * PostgreSQL's schema has none for these since migration 0014, so this is the check): a run's
@@ -72,6 +75,3 @@ export async function countOrphanRows(tx: SqlTx): Promise<number> {
     );
   return total;
 }
-
-/** The tables whose rows may name a step run (`step_run_id`). */
-const STEP_CHILD_TABLES = ["run_attempts", "admission_receipts", "step_mutations"] as const;
